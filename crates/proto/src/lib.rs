@@ -1,0 +1,14 @@
+//! Sans-IO protocol code for Clarion.
+//!
+//! Everything here is a pure function or state machine over bytes: no sockets, no clock, no
+//! threads. The server's event loop feeds bytes in and writes bytes out; this crate decides what
+//! they mean. Every parser returns "need more bytes" (`Ok(None)`) rather than an error on a short
+//! buffer, enforces its limits while parsing, and never panics on peer input.
+//!
+//! Layout:
+//! - [`http1`]: HTTP/1.1 request heads (with limits), query strings, chunked bodies, response heads.
+//! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
+#![forbid(unsafe_code)]
+
+pub mod http1;
+pub mod ws;

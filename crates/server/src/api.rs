@@ -1,0 +1,372 @@
+//! The API listener: `POST /publish/{topic}`, `POST /publish` (JSON batch), `GET /healthz` and
+//! `GET /metrics`.
+//!
+//! Publishing is a backend's job, done over few long-lived keep-alive connections, so this
+//! listener uses plain blocking I/O with one thread per connection (at most
+//! [`MAX_API_CONNECTIONS`]) rather than the client event loops. It shares the request-head
+//! parser and limits with the client listener, and answers errors as JSON `{"error": "..."}`.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use clarion_proto::http1::{self, Body, BodyError, ChunkedDecoder};
+use clarion_proto::ws::DataKind;
+use serde::Deserialize;
+
+use crate::hub::{validate_topic, Outgoing, Receipt};
+use crate::log;
+use crate::worker::Shared;
+
+/// Concurrent API connections. Publishers are a handful of backends; the cap keeps a runaway
+/// client from exhausting threads.
+pub const MAX_API_CONNECTIONS: usize = 256;
+
+/// An API connection idle longer than this (between or within requests) is closed.
+const API_IDLE: Duration = Duration::from_secs(30);
+
+/// Accepts API connections until the process exits.
+pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let mut stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                log::debug(format_args!("api accept: {e}"));
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if active.fetch_add(1, Relaxed) >= MAX_API_CONNECTIONS {
+            active.fetch_sub(1, Relaxed);
+            let _ = stream.write_all(&answer(503, "application/json", b"{\"error\":\"too many API connections\"}\n", false));
+            continue;
+        }
+        let (shared, active2) = (Arc::clone(&shared), Arc::clone(&active));
+        let spawned = std::thread::Builder::new()
+            .name("clarion-api".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                if let Err(e) = handle(stream, &shared) {
+                    log::debug(format_args!("api connection: {e}"));
+                }
+                active2.fetch_sub(1, Relaxed);
+            });
+        if let Err(e) = spawned {
+            active.fetch_sub(1, Relaxed);
+            log::warn(format_args!("cannot start API thread: {e}"));
+        }
+    }
+}
+
+/// A request's head, copied out of the read buffer.
+struct Request {
+    method: String,
+    path: String,
+    content_type: Option<String>,
+    authorization: Option<String>,
+    expect_continue: bool,
+    keep_alive: bool,
+    body: Body,
+}
+
+/// A complete answer: status, content type, body.
+struct Answer {
+    status: u16,
+    content_type: &'static str,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(status: u16, value: &serde_json::Value) -> Answer {
+        let mut body = value.to_string().into_bytes();
+        body.push(b'\n');
+        Answer { status, content_type: "application/json", body }
+    }
+
+    fn error(status: u16, why: &str) -> Answer {
+        Answer::json(status, &serde_json::json!({ "error": why }))
+    }
+}
+
+fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
+    stream.set_read_timeout(Some(API_IDLE))?;
+    stream.set_write_timeout(Some(API_IDLE))?;
+    let _ = stream.set_nodelay(true);
+    let cfg = &shared.config;
+    let limits = cfg.head_limits();
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        // Read one request head.
+        let (req, head_len) = loop {
+            match http1::parse_head(&buf, &limits) {
+                Ok(Some(h)) => break (copy_request(&h), h.head_len),
+                Ok(None) => {
+                    if !read_more(&mut stream, &mut buf)? {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    let a = Answer::error(e.status(), &e.to_string());
+                    return send(&mut stream, &a, false);
+                }
+            }
+        };
+        buf.drain(..head_len);
+        let req = match req {
+            Ok(r) => r,
+            Err(a) => return send(&mut stream, &a, false),
+        };
+        // Refuse before reading a body, so unauthorized or misrouted uploads cost nothing.
+        if let Some(a) = precheck(&req, shared) {
+            let keep = req.keep_alive && req.body == Body::None;
+            send(&mut stream, &a, keep)?;
+            if !keep {
+                return Ok(());
+            }
+            continue;
+        }
+        if req.expect_continue && req.body != Body::None {
+            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        }
+        let body = match read_body(&mut stream, &mut buf, req.body, cfg.max_publish_size)? {
+            Ok(b) => b,
+            Err(a) => return send(&mut stream, &a, false),
+        };
+        let a = dispatch(&req, body, shared);
+        send(&mut stream, &a, req.keep_alive)?;
+        if !req.keep_alive {
+            return Ok(());
+        }
+    }
+}
+
+fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer> {
+    let body = h.body().map_err(|e| Answer::error(e.status(), &e.to_string()))?;
+    Ok(Request {
+        method: h.method.to_owned(),
+        path: h.path().to_owned(),
+        content_type: h.header_str("content-type").map(str::to_owned),
+        authorization: h.header_str("authorization").map(str::to_owned),
+        expect_continue: h.has_token("expect", "100-continue"),
+        keep_alive: h.keep_alive(),
+        body,
+    })
+}
+
+/// Reads once more into `buf`; `false` at EOF.
+fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<bool> {
+    let mut chunk = [0u8; 8192];
+    let n = stream.read(&mut chunk)?;
+    buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    Ok(n > 0)
+}
+
+/// Answers that need no body: unknown routes, wrong methods, missing credentials, oversized
+/// declared lengths.
+fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
+    let publish = req.path == "/publish" || req.path.starts_with("/publish/");
+    let allowed: &[&str] = match req.path.as_str() {
+        "/healthz" | "/metrics" => &["GET"],
+        _ if publish => &["POST"],
+        _ => return Some(Answer::error(404, "not found")),
+    };
+    if !allowed.contains(&req.method.as_str()) {
+        return Some(Answer::error(405, &format!("use {}", allowed.join(" or "))));
+    }
+    if publish {
+        if let Some(key) = shared.config.api_key.as_deref() {
+            let given = req.authorization.as_deref().and_then(|a| a.strip_prefix("Bearer "));
+            if !given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), key.as_bytes())) {
+                return Some(Answer::error(401, "missing or wrong bearer key"));
+            }
+        }
+        if let Body::Length(n) = req.body {
+            if n > shared.config.max_publish_size as u64 {
+                return Some(Answer::error(413, "message larger than max_publish_size"));
+            }
+        }
+    }
+    None
+}
+
+/// Compares secrets without an early exit, so response timing does not reveal a prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn read_body(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    framing: Body,
+    max: usize,
+) -> io::Result<Result<Vec<u8>, Answer>> {
+    match framing {
+        Body::None => Ok(Ok(Vec::new())),
+        Body::Length(n) => {
+            // `precheck` bounded n by max.
+            let n = usize::try_from(n).unwrap_or(usize::MAX).min(max);
+            while buf.len() < n {
+                if !read_more(stream, buf)? {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+            let rest = buf.split_off(n);
+            Ok(Ok(std::mem::replace(buf, rest)))
+        }
+        Body::Chunked => {
+            let mut dec = ChunkedDecoder::new(max);
+            let mut body = Vec::new();
+            loop {
+                match dec.decode(buf, &mut body) {
+                    Ok((used, done)) => {
+                        buf.drain(..used.min(buf.len()));
+                        if done {
+                            return Ok(Ok(body));
+                        }
+                    }
+                    Err(BodyError::TooLarge) => {
+                        return Ok(Err(Answer::error(413, "message larger than max_publish_size")))
+                    }
+                    Err(BodyError::Malformed) => {
+                        return Ok(Err(Answer::error(400, "malformed chunked body")))
+                    }
+                }
+                if !read_more(stream, buf)? {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+        }
+    }
+}
+
+fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared) -> Answer {
+    match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/healthz") => {
+            let stopping = shared.stopping.load(Relaxed);
+            let (status, text) = if stopping { (503, "stopping\n") } else { (200, "ok\n") };
+            Answer { status, content_type: "text/plain; charset=utf-8", body: text.into() }
+        }
+        ("GET", "/metrics") => Answer {
+            status: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: shared.metrics.render().into_bytes(),
+        },
+        (_, "/publish") => publish_batch(&body, shared),
+        (_, path) => {
+            let topic = path.strip_prefix("/publish/").unwrap_or_default();
+            publish_one(topic, req.content_type.as_deref(), &body, shared)
+        }
+    }
+}
+
+fn publish_one(topic: &str, content_type: Option<&str>, body: &[u8], shared: &Shared) -> Answer {
+    if let Err(e) = validate_topic(topic) {
+        return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
+    }
+    let binary = content_type.is_some_and(|ct| {
+        ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/octet-stream"))
+    });
+    let kind = if binary {
+        DataKind::Binary
+    } else if std::str::from_utf8(body).is_ok() {
+        DataKind::Text
+    } else {
+        return Answer::error(400, "text message is not valid UTF-8 (send binary as application/octet-stream)");
+    };
+    let receipts = shared.hub.publish(&[Outgoing { topic, kind, payload: body }]);
+    match receipts.first() {
+        Some(r) => Answer::json(200, &receipt_json(topic, r)),
+        None => Answer::error(500, "publish produced no receipt"),
+    }
+}
+
+/// One message of a batch.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchItem {
+    topic: String,
+    data: String,
+    #[serde(default)]
+    encoding: Option<String>,
+}
+
+/// `{"messages": [...]}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Batch {
+    messages: Vec<BatchItem>,
+}
+
+fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
+    let batch: Batch = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => return Answer::error(400, &format!("invalid batch: {e}")),
+    };
+    // Validate everything first: a batch is published whole or not at all.
+    let mut decoded: Vec<(DataKind, Vec<u8>)> = Vec::with_capacity(batch.messages.len());
+    for (i, m) in batch.messages.iter().enumerate() {
+        if let Err(e) = validate_topic(&m.topic) {
+            return Answer::error(400, &format!("messages[{i}]: invalid topic {:?}: {e}", m.topic));
+        }
+        match m.encoding.as_deref() {
+            None => decoded.push((DataKind::Text, Vec::new())),
+            Some("base64") => match base64::engine::general_purpose::STANDARD.decode(&m.data) {
+                Ok(bytes) => decoded.push((DataKind::Binary, bytes)),
+                Err(_) => return Answer::error(400, &format!("messages[{i}]: data is not valid base64")),
+            },
+            Some(other) => {
+                return Answer::error(400, &format!("messages[{i}]: unknown encoding {other:?}"))
+            }
+        }
+    }
+    let out: Vec<Outgoing<'_>> = batch
+        .messages
+        .iter()
+        .zip(&decoded)
+        .map(|(m, (kind, bytes))| Outgoing {
+            topic: &m.topic,
+            kind: *kind,
+            payload: if *kind == DataKind::Text { m.data.as_bytes() } else { bytes },
+        })
+        .collect();
+    let receipts = shared.hub.publish(&out);
+    let results: Vec<serde_json::Value> =
+        out.iter().zip(&receipts).map(|(m, r)| receipt_json(m.topic, r)).collect();
+    Answer::json(200, &serde_json::json!({ "results": results }))
+}
+
+fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {
+    serde_json::json!({ "topic": topic, "id": r.id.to_string(), "subscribers": r.subscribers })
+}
+
+fn send(stream: &mut TcpStream, a: &Answer, keep: bool) -> io::Result<()> {
+    stream.write_all(&answer(a.status, a.content_type, &a.body, keep))
+}
+
+/// A whole HTTP/1.1 response.
+fn answer(status: u16, content_type: &str, body: &[u8], keep: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + body.len());
+    let mut headers = vec![("Content-Type", content_type)];
+    if !keep {
+        headers.push(("Connection", "close"));
+    }
+    http1::write_response_head(&mut out, status, &headers, Some(body.len()));
+    out.extend_from_slice(body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_fully() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}

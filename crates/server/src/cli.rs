@@ -1,0 +1,162 @@
+//! The command line: `clarion serve` and `clarion publish`.
+//!
+//! Precedence, lowest to highest: embedded defaults, the TOML file given with `--config`,
+//! `CLARION_*` environment variables, command-line flags. Each flag has its environment variable
+//! (clap reads it when the flag is absent), so both simply override the file.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, ConfigError};
+
+/// Clarion: a lean realtime push server.
+#[derive(Debug, Parser)]
+#[command(name = "clarion", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (defaults: clients on 0.0.0.0:8080, API on 127.0.0.1:8081).
+    Serve(ServeArgs),
+    /// Publish one message through a running server's API.
+    Publish(PublishArgs),
+}
+
+/// `clarion serve` options; each overrides the config file. See docs/configuration.md.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "CLARION_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Client listener address.
+    #[arg(long, env = "CLARION_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// API listener address (publish, health, metrics).
+    #[arg(long, env = "CLARION_API_LISTEN")]
+    pub api_listen: Option<std::net::SocketAddr>,
+    /// Event-loop threads (0 = one per core).
+    #[arg(long, env = "CLARION_WORKERS")]
+    pub workers: Option<usize>,
+    /// Most client connections (0 = from the open-files limit).
+    #[arg(long, env = "CLARION_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Largest WebSocket message a client may send, in bytes.
+    #[arg(long, env = "CLARION_MAX_MESSAGE_SIZE")]
+    pub max_message_size: Option<usize>,
+    /// Unsent bytes per connection before it is closed as a slow consumer.
+    #[arg(long, env = "CLARION_MAX_BACKLOG")]
+    pub max_backlog: Option<usize>,
+    /// Largest message (request body) the publish API accepts, in bytes.
+    #[arg(long, env = "CLARION_MAX_PUBLISH_SIZE")]
+    pub max_publish_size: Option<usize>,
+    /// Topics one connection may subscribe to.
+    #[arg(long, env = "CLARION_MAX_SUBSCRIPTIONS")]
+    pub max_subscriptions: Option<usize>,
+    /// Seconds of client silence before a ping (0 = no pings).
+    #[arg(long, env = "CLARION_PING_INTERVAL")]
+    pub ping_interval: Option<u64>,
+    /// Seconds of client silence before the connection is closed (0 = never).
+    #[arg(long, env = "CLARION_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<u64>,
+    /// Seconds to complete a request head or upgrade.
+    #[arg(long, env = "CLARION_HANDSHAKE_TIMEOUT")]
+    pub handshake_timeout: Option<u64>,
+    /// Seconds a graceful shutdown waits for connections to close.
+    #[arg(long, env = "CLARION_SHUTDOWN_TIMEOUT")]
+    pub shutdown_timeout: Option<u64>,
+    /// Path of the pub/sub WebSocket endpoint.
+    #[arg(long, env = "CLARION_WS_PATH")]
+    pub ws_path: Option<String>,
+    /// Path of a WebSocket echo endpoint (off unless given; for conformance runs).
+    #[arg(long, env = "CLARION_ECHO_PATH")]
+    pub echo_path: Option<String>,
+    /// Let clients publish in-band (`--allow-client-publish` or `=true/false`).
+    #[arg(long, env = "CLARION_ALLOW_CLIENT_PUBLISH", num_args = 0..=1, default_missing_value = "true")]
+    pub allow_client_publish: Option<bool>,
+    /// Bearer key the publish API requires.
+    #[arg(long, env = "CLARION_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Bytes read from a socket at once (one buffer per worker).
+    #[arg(long, env = "CLARION_READ_BUFFER")]
+    pub read_buffer: Option<usize>,
+}
+
+impl ServeArgs {
+    /// Defaults, then the file, then these overrides; validated.
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = &self.$f { c.$f = v.clone(); } )* };
+        }
+        set!(
+            listen, api_listen, workers, max_connections, max_message_size, max_backlog,
+            max_publish_size, max_subscriptions, ping_interval, idle_timeout, handshake_timeout,
+            shutdown_timeout, ws_path, allow_client_publish, read_buffer
+        );
+        if self.echo_path.is_some() {
+            c.echo_path = self.echo_path.clone();
+        }
+        if self.api_key.is_some() {
+            c.api_key = self.api_key.clone();
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// `clarion publish` options.
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// Topic to publish to.
+    pub topic: String,
+    /// The message; `-` or absent reads it from standard input.
+    pub message: Option<String>,
+    /// Base URL of the server's API.
+    #[arg(long, env = "CLARION_API", default_value = "http://127.0.0.1:8081")]
+    pub api: String,
+    /// Bearer key, if the server requires one.
+    #[arg(long, env = "CLARION_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Send the message as binary (application/octet-stream) instead of text.
+    #[arg(long)]
+    pub binary: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        let cli = Cli::try_parse_from([&["clarion", "serve"], args].concat()).expect("parse");
+        match cli.command {
+            Command::Serve(s) => s,
+            Command::Publish(_) => panic!("not serve"),
+        }
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let c = serve(&["--max-backlog", "1000", "--allow-client-publish", "--echo-path", "/echo"])
+            .resolve()
+            .expect("valid");
+        assert_eq!(c.max_backlog, 1000);
+        assert!(c.allow_client_publish);
+        assert_eq!(c.echo_path.as_deref(), Some("/echo"));
+        assert_eq!(c.ws_path, "/ws");
+    }
+
+    #[test]
+    fn invalid_combination_is_refused() {
+        assert!(serve(&["--echo-path", "/ws"]).resolve().is_err());
+        assert!(serve(&["--ping-interval", "200"]).resolve().is_err());
+    }
+}

@@ -1,0 +1,234 @@
+//! Server configuration: embedded defaults, overridden by a TOML file, then by `CLARION_*`
+//! environment variables and command-line flags (see [`crate::cli`]).
+//!
+//! Every limit lives here with its default and the reason for it; no other module invents a
+//! number. `docs/configuration.md` is the user-facing copy of this file.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything `clarion serve` can be told. Field docs state the default and why.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Client listener (WebSocket). Default `0.0.0.0:8080`: clients come from anywhere.
+    pub listen: SocketAddr,
+    /// API listener (publish, health, metrics). Default `127.0.0.1:8081`, so publishing is never
+    /// exposed to the network by accident.
+    pub api_listen: SocketAddr,
+    /// Event-loop threads. Default 0 = one per core: each loop is single-threaded and owns its
+    /// connections, so more loops than cores only adds context switches.
+    pub workers: usize,
+    /// Most client connections held at once; over it new connections get 503. Default 0 = as many
+    /// as the process may open files (minus a reserve for listeners and the API).
+    pub max_connections: usize,
+    /// Largest WebSocket message a client may send, in bytes (close 1009 over it). Default 64 KiB:
+    /// clients of a push server send small control messages; µWebSockets defaults to 16 KiB.
+    pub max_message_size: usize,
+    /// Unsent bytes a connection may owe before it is closed as a slow consumer (1008). Default
+    /// 64 KiB, µWebSockets' default: a few seconds of a busy feed, and a hard cap on the memory one
+    /// client that stopped reading can pin.
+    pub max_backlog: usize,
+    /// Largest message the publish API accepts, in bytes (413 over it). Default 1 MiB: bigger
+    /// payloads belong in object storage, with a link in the message.
+    pub max_publish_size: usize,
+    /// Topics one connection may subscribe to. Default 64: enough for any dashboard, and it bounds
+    /// the subscriber-index memory one client can claim.
+    pub max_subscriptions: usize,
+    /// Seconds of silence from a client before the server pings it. Default 60; 0 disables pings
+    /// (conformance runs). Pings keep NAT and proxy mappings alive and reveal dead peers.
+    pub ping_interval: u64,
+    /// Seconds of silence after which a connection is closed. Default 120 (µWebSockets' default):
+    /// two ping intervals, so a live client always answers in time.
+    pub idle_timeout: u64,
+    /// Seconds a new connection has to complete its request head and upgrade. Default 10: enough
+    /// for a slow mobile link, short enough that slowloris clients cannot pile up.
+    pub handshake_timeout: u64,
+    /// Seconds a graceful shutdown waits for close handshakes and buffers to drain. Default 10.
+    pub shutdown_timeout: u64,
+    /// Path of the WebSocket pub/sub endpoint. Default `/ws`.
+    pub ws_path: String,
+    /// Path of a WebSocket echo endpoint for conformance runs. Default none (off).
+    pub echo_path: Option<String>,
+    /// Whether clients may publish in-band. Default false: publishing is a backend's job.
+    pub allow_client_publish: bool,
+    /// Bearer key required by the publish API. Default none (the API listens on loopback).
+    pub api_key: Option<String>,
+    /// Longest request line (414 over it). Default 8 KiB, as common proxies use.
+    pub max_request_line: usize,
+    /// Most request headers (431 over it). Default 64: browsers send about 15.
+    pub max_headers: usize,
+    /// Largest request head in bytes (431 over it). Default 16 KiB.
+    pub max_head_size: usize,
+    /// Bytes a worker reads from a socket at once (one buffer per worker, not per connection).
+    /// Default 64 KiB: one large TCP segment train per system call.
+    pub read_buffer: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            api_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            workers: 0,
+            max_connections: 0,
+            max_message_size: 64 * 1024,
+            max_backlog: 64 * 1024,
+            max_publish_size: 1024 * 1024,
+            max_subscriptions: 64,
+            ping_interval: 60,
+            idle_timeout: 120,
+            handshake_timeout: 10,
+            shutdown_timeout: 10,
+            ws_path: "/ws".to_owned(),
+            echo_path: None,
+            allow_client_publish: false,
+            api_key: None,
+            max_request_line: 8 * 1024,
+            max_headers: 64,
+            max_head_size: 16 * 1024,
+            read_buffer: 64 * 1024,
+        }
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file named on the command line.
+        path: String,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or names an unknown option.
+    #[error("invalid config {path}: {source}")]
+    Parse {
+        /// The file named on the command line.
+        path: String,
+        /// What the TOML parser found.
+        source: Box<toml::de::Error>,
+    },
+    /// A value is out of its allowed range.
+    #[error("invalid setting: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads a TOML file; options it does not name keep their defaults.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Checks relations between values that each parse fine on their own.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, path) in [("ws_path", Some(&self.ws_path)), ("echo_path", self.echo_path.as_ref())] {
+            if let Some(p) = path {
+                if !p.starts_with('/') {
+                    return Err(ConfigError::Invalid(format!("{name} must start with '/'")));
+                }
+            }
+        }
+        if self.echo_path.as_deref() == Some(self.ws_path.as_str()) {
+            return Err(ConfigError::Invalid("echo_path must differ from ws_path".into()));
+        }
+        if self.max_message_size == 0 || self.max_backlog == 0 || self.read_buffer < 1024 {
+            return Err(ConfigError::Invalid(
+                "max_message_size and max_backlog must be > 0, read_buffer >= 1024".into(),
+            ));
+        }
+        if self.ping_interval > 0 && self.idle_timeout > 0 && self.ping_interval >= self.idle_timeout
+        {
+            return Err(ConfigError::Invalid("ping_interval must be below idle_timeout".into()));
+        }
+        Ok(())
+    }
+
+    /// Worker count with 0 resolved to the number of cores.
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
+    /// Connection cap with 0 resolved from the open-files limit.
+    pub fn connection_cap(&self) -> usize {
+        // Listeners, the API, epoll and wakers need descriptors too.
+        const RESERVE: u64 = 64;
+        match self.max_connections {
+            0 => {
+                let files = open_files_limit().unwrap_or(1024);
+                files.saturating_sub(RESERVE).max(1) as usize
+            }
+            n => n,
+        }
+    }
+
+    /// Head-parsing limits for the proto crate.
+    pub fn head_limits(&self) -> clarion_proto::http1::HeadLimits {
+        clarion_proto::http1::HeadLimits {
+            max_request_line: self.max_request_line,
+            max_headers: self.max_headers,
+            max_head_bytes: self.max_head_size,
+        }
+    }
+
+    /// The ping interval as a duration, `None` when pings are off.
+    pub fn ping_every(&self) -> Option<Duration> {
+        (self.ping_interval > 0).then(|| Duration::from_secs(self.ping_interval))
+    }
+}
+
+/// The soft open-files limit of this process, read from `/proc` (no `unsafe` needed).
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().expect("defaults validate");
+    }
+
+    #[test]
+    fn file_overrides_only_what_it_names() {
+        let c: Config = toml::from_str("max_backlog = 1000\necho_path = \"/echo\"").expect("toml");
+        assert_eq!(c.max_backlog, 1000);
+        assert_eq!(c.echo_path.as_deref(), Some("/echo"));
+        assert_eq!(c.max_message_size, Config::default().max_message_size);
+    }
+
+    #[test]
+    fn open_files_limit_is_read() {
+        assert!(open_files_limit().is_some_and(|n| n > 0));
+    }
+
+    #[test]
+    fn unknown_option_is_an_error() {
+        assert!(toml::from_str::<Config>("max_backlogg = 1").is_err());
+    }
+
+    #[test]
+    fn ping_must_come_before_idle_timeout() {
+        let c = Config { ping_interval: 120, idle_timeout: 60, ..Config::default() };
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,127 @@
+//! The in-band control protocol: small JSON text messages a WebSocket client sends to subscribe,
+//! unsubscribe or publish, and the server's replies. Pure functions over bytes; the worker
+//! applies them. The wire format is documented in `docs/protocol.md`.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+/// A request from a client.
+#[derive(Debug, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Request<'a> {
+    /// Start receiving a topic's messages.
+    Subscribe {
+        /// The topic.
+        #[serde(borrow)]
+        topic: Cow<'a, str>,
+    },
+    /// Stop receiving a topic's messages.
+    Unsubscribe {
+        /// The topic.
+        #[serde(borrow)]
+        topic: Cow<'a, str>,
+    },
+    /// Publish a message (only when the server allows client publishing).
+    Publish {
+        /// The topic.
+        #[serde(borrow)]
+        topic: Cow<'a, str>,
+        /// The message; base64 when `encoding` is `"base64"` (a binary message).
+        #[serde(borrow)]
+        data: Cow<'a, str>,
+        /// `"base64"` for binary data; absent for text.
+        #[serde(default, borrow)]
+        encoding: Option<Cow<'a, str>>,
+    },
+}
+
+/// Parses a control message. The error text is sent back to the client as-is.
+pub fn parse(text: &[u8]) -> Result<Request<'_>, String> {
+    serde_json::from_slice(text).map_err(|e| {
+        if e.is_data() {
+            format!("invalid control message: {e}")
+        } else {
+            "control messages are JSON objects with a \"type\"".to_owned()
+        }
+    })
+}
+
+/// A reply to a client.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Reply<'a> {
+    /// The subscription is active: every later message of the topic will arrive.
+    Subscribed {
+        /// The topic.
+        topic: &'a str,
+    },
+    /// The subscription is gone.
+    Unsubscribed {
+        /// The topic.
+        topic: &'a str,
+    },
+    /// A client publish was accepted.
+    Published {
+        /// The topic.
+        topic: &'a str,
+        /// The message id, as a string (ids may outgrow JavaScript's safe integers).
+        id: String,
+        /// Subscribers the message was handed to.
+        subscribers: u64,
+    },
+    /// A request was refused; the connection stays open.
+    Error {
+        /// Why.
+        error: &'a str,
+        /// The topic concerned, when there is one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        topic: Option<&'a str>,
+    },
+}
+
+impl Reply<'_> {
+    /// The reply as JSON text.
+    pub fn to_json(&self) -> String {
+        // Serializing these plain structs cannot fail; an empty object is a safe fallback.
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_requests() {
+        assert_eq!(
+            parse(br#"{"type":"subscribe","topic":"a"}"#),
+            Ok(Request::Subscribe { topic: "a".into() })
+        );
+        assert_eq!(
+            parse(br#"{"topic":"a\u0062","type":"unsubscribe"}"#),
+            Ok(Request::Unsubscribe { topic: "ab".into() })
+        );
+        assert!(matches!(
+            parse(br#"{"type":"publish","topic":"a","data":"AAE=","encoding":"base64"}"#),
+            Ok(Request::Publish { encoding: Some(_), .. })
+        ));
+        assert!(parse(b"hello").is_err());
+        assert!(parse(br#"{"type":"dance"}"#).is_err());
+        assert!(parse(br#"{"type":"subscribe"}"#).is_err());
+        assert!(parse(br#"{"type":"subscribe","topic":"a","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn encodes_replies() {
+        assert_eq!(Reply::Subscribed { topic: "a" }.to_json(), r#"{"type":"subscribed","topic":"a"}"#);
+        assert_eq!(
+            Reply::Error { error: "no", topic: None }.to_json(),
+            r#"{"type":"error","error":"no"}"#
+        );
+        assert_eq!(
+            Reply::Published { topic: "a", id: "5".into(), subscribers: 2 }.to_json(),
+            r#"{"type":"published","topic":"a","id":"5","subscribers":2}"#
+        );
+    }
+}

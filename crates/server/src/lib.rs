@@ -1,0 +1,28 @@
+//! Clarion: a lean realtime push server.
+//!
+//! # Layout
+//! - [`config`]: every setting with its default and reason; [`cli`] maps flags and `CLARION_*`
+//!   variables onto it.
+//! - [`server`]: startup, readiness line, graceful shutdown.
+//! - [`worker`]: the event loops (one per thread): sockets, connection records, timers, HTTP
+//!   routing on the client listener, WebSocket handling, deliveries. The only layer that does I/O
+//!   for clients.
+//! - [`hub`]: topics across workers; publishing encodes a message once and hands it to each
+//!   interested worker once.
+//! - [`control`]: the in-band JSON control messages (pure).
+//! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
+//! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
+//!
+//! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455) live in the sans-IO `clarion_proto`
+//! crate; nothing here interprets bytes on its own.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod control;
+pub mod hub;
+pub mod log;
+pub mod metrics;
+pub mod publish;
+pub mod server;
+pub mod worker;

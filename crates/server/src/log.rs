@@ -1,0 +1,54 @@
+//! Minimal logging to stderr: one line per event, with a level and the time since start.
+//!
+//! `CLARION_LOG=debug` shows per-connection reasons (every refused request and failed
+//! connection); the default `info` shows lifecycle events and warnings only, so a client that
+//! misbehaves cannot flood the log.
+
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+const WARN: u8 = 1;
+const INFO: u8 = 2;
+const DEBUG: u8 = 3;
+
+static LEVEL: AtomicU8 = AtomicU8::new(INFO);
+static START: OnceLock<Instant> = OnceLock::new();
+
+/// Reads `CLARION_LOG` (`warn`, `info`, `debug`); call once at startup.
+pub fn init() {
+    START.get_or_init(Instant::now);
+    let level = match std::env::var("CLARION_LOG").as_deref() {
+        Ok("debug") | Ok("trace") => DEBUG,
+        Ok("warn") | Ok("error") => WARN,
+        _ => INFO,
+    };
+    LEVEL.store(level, Relaxed);
+}
+
+/// Whether debug lines are shown (to skip formatting work when they are not).
+pub fn debug_enabled() -> bool {
+    LEVEL.load(Relaxed) >= DEBUG
+}
+
+fn emit(level: u8, tag: &str, args: std::fmt::Arguments<'_>) {
+    if LEVEL.load(Relaxed) >= level {
+        let t = START.get_or_init(Instant::now).elapsed().as_secs_f64();
+        eprintln!("{t:10.3} {tag} {args}");
+    }
+}
+
+/// Something an operator should look at.
+pub fn warn(args: std::fmt::Arguments<'_>) {
+    emit(WARN, "WARN ", args);
+}
+
+/// A lifecycle event (listening, shutting down).
+pub fn info(args: std::fmt::Arguments<'_>) {
+    emit(INFO, "INFO ", args);
+}
+
+/// A per-connection event (refused request, protocol violation).
+pub fn debug(args: std::fmt::Arguments<'_>) {
+    emit(DEBUG, "DEBUG", args);
+}

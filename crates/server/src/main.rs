@@ -1,0 +1,20 @@
+//! The `clarion` binary: parses the command line and hands over to the library.
+
+use clap::Parser as _;
+use clarion::cli::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    clarion::log::init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Serve(args) => args.resolve().map_err(anyhow::Error::from).and_then(clarion::server::run),
+        Command::Publish(args) => clarion::publish::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("clarion: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

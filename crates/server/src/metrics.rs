@@ -1,0 +1,202 @@
+//! Process-wide counters and gauges, rendered in the Prometheus text format by the API.
+//!
+//! Counters are relaxed atomics: they are statistics, never used to synchronise anything. Hot
+//! paths (a broadcast to thousands of subscribers) add their totals once per batch, not once per
+//! delivery.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why a client connection ended, for the `clarion_closes_total{reason=...}` counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The client sent a Close frame (normal WebSocket close).
+    ClientClose,
+    /// The peer closed or reset TCP without a close handshake.
+    Disconnected,
+    /// The client broke RFC 6455 (close 1002/1003/1007).
+    ProtocolError,
+    /// A message over the size limit (close 1009).
+    TooBig,
+    /// The client stopped reading and its backlog passed the cap (close 1008).
+    SlowConsumer,
+    /// No data within the idle timeout.
+    IdleTimeout,
+    /// The request head did not arrive within the handshake timeout.
+    HandshakeTimeout,
+    /// An HTTP request that was answered with an error status and closed.
+    HttpError,
+    /// An ordinary HTTP exchange that ended (Connection: close, or EOF between requests).
+    HttpDone,
+    /// The server is shutting down (close 1001).
+    Shutdown,
+}
+
+impl CloseReason {
+    const ALL: [CloseReason; 10] = [
+        CloseReason::ClientClose,
+        CloseReason::Disconnected,
+        CloseReason::ProtocolError,
+        CloseReason::TooBig,
+        CloseReason::SlowConsumer,
+        CloseReason::IdleTimeout,
+        CloseReason::HandshakeTimeout,
+        CloseReason::HttpError,
+        CloseReason::HttpDone,
+        CloseReason::Shutdown,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            CloseReason::ClientClose => "client_close",
+            CloseReason::Disconnected => "disconnected",
+            CloseReason::ProtocolError => "protocol_error",
+            CloseReason::TooBig => "too_big",
+            CloseReason::SlowConsumer => "slow_consumer",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::HandshakeTimeout => "handshake_timeout",
+            CloseReason::HttpError => "http_error",
+            CloseReason::HttpDone => "http_done",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// All of the server's counters. One instance, shared by every thread.
+#[derive(Default)]
+pub struct Metrics {
+    /// Open client TCP connections that have not upgraded (yet).
+    pub http_connections: AtomicU64,
+    /// Open WebSocket connections.
+    pub ws_connections: AtomicU64,
+    /// Subscriptions held (a connection on three topics counts three).
+    pub subscriptions: AtomicU64,
+    /// Topics with at least one subscriber.
+    pub topics: AtomicU64,
+    /// Messages accepted by the publish API or in-band publish.
+    pub published: AtomicU64,
+    /// Messages handed to a subscriber's socket (or its backlog).
+    pub delivered: AtomicU64,
+    /// Bytes read from client sockets.
+    pub bytes_in: AtomicU64,
+    /// Bytes written to client sockets.
+    pub bytes_out: AtomicU64,
+    /// Connections refused with 503 at the connection cap.
+    pub refused: AtomicU64,
+    /// HTTP requests on the client listener answered with an error status.
+    pub http_errors: AtomicU64,
+    closes: [AtomicU64; CloseReason::ALL.len()],
+}
+
+impl Metrics {
+    /// Counts one ended connection.
+    pub fn closed(&self, reason: CloseReason) {
+        let i = CloseReason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        if let Some(c) = self.closes.get(i) {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Ended connections for one reason (tests and the shutdown log).
+    pub fn closes(&self, reason: CloseReason) -> u64 {
+        let i = CloseReason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        self.closes.get(i).map_or(0, |c| c.load(Relaxed))
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let rss = process_rss_bytes().unwrap_or(0);
+        let http = self.http_connections.load(Relaxed);
+        let ws = self.ws_connections.load(Relaxed);
+        let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        };
+        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        };
+        let _ = writeln!(
+            out,
+            "# HELP clarion_connections Open client connections by transport.\n\
+             # TYPE clarion_connections gauge\n\
+             clarion_connections{{transport=\"http\"}} {http}\n\
+             clarion_connections{{transport=\"ws\"}} {ws}"
+        );
+        let l = |a: &AtomicU64| a.load(Relaxed);
+        gauge(&mut out, "clarion_subscriptions", "Subscriptions held.", l(&self.subscriptions));
+        gauge(&mut out, "clarion_topics", "Topics with at least one subscriber.", l(&self.topics));
+        counter(
+            &mut out,
+            "clarion_messages_published_total",
+            "Messages published.",
+            l(&self.published),
+        );
+        counter(
+            &mut out,
+            "clarion_messages_delivered_total",
+            "Messages handed to subscriber sockets.",
+            l(&self.delivered),
+        );
+        counter(&mut out, "clarion_bytes_in_total", "Bytes read from clients.", l(&self.bytes_in));
+        counter(&mut out, "clarion_bytes_out_total", "Bytes written to clients.", l(&self.bytes_out));
+        counter(
+            &mut out,
+            "clarion_connections_refused_total",
+            "Connections refused at the connection cap.",
+            l(&self.refused),
+        );
+        counter(
+            &mut out,
+            "clarion_http_errors_total",
+            "Client-listener requests answered with an error status.",
+            l(&self.http_errors),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP clarion_closes_total Connections ended, by reason.\n# TYPE clarion_closes_total counter"
+        );
+        for r in CloseReason::ALL {
+            let _ = writeln!(out, "clarion_closes_total{{reason=\"{}\"}} {}", r.label(), self.closes(r));
+        }
+        counter(
+            &mut out,
+            "clarion_slow_consumers_total",
+            "Connections closed because they stopped reading.",
+            self.closes(CloseReason::SlowConsumer),
+        );
+        gauge(&mut out, "clarion_process_rss_bytes", "Resident set size of the process.", rss);
+        let per_conn = rss.checked_div(http + ws).unwrap_or(0);
+        gauge(
+            &mut out,
+            "clarion_rss_bytes_per_connection",
+            "Process RSS divided by open client connections (includes fixed overhead).",
+            per_conn,
+        );
+        out
+    }
+}
+
+/// Resident set size of this process, from `/proc/self/statm`.
+pub fn process_rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_has_every_family_once() {
+        let m = Metrics::default();
+        m.closed(CloseReason::SlowConsumer);
+        m.ws_connections.store(3, Relaxed);
+        let text = m.render();
+        assert!(text.contains("clarion_connections{transport=\"ws\"} 3"));
+        assert!(text.contains("clarion_closes_total{reason=\"slow_consumer\"} 1"));
+        assert!(text.contains("clarion_slow_consumers_total 1"));
+        assert_eq!(text.matches("# TYPE clarion_messages_delivered_total").count(), 1);
+        assert!(process_rss_bytes().is_some_and(|r| r > 0));
+    }
+}

@@ -1,0 +1,345 @@
+//! One client connection as the event loop stores it: a small fixed-size record in the worker's
+//! slab, plus heap memory only while there is a partial frame or unsent bytes.
+//!
+//! This module owns the write path (direct writes, the backlog of shared chunks the kernel
+//! refused, vectored flushes). It does not know about protocols: the worker decides what to send.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Write as _};
+use std::sync::Arc;
+
+use clarion_proto::ws::Receiver;
+use mio::net::TcpStream;
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Reading HTTP request heads (before an upgrade, or between keep-alive requests).
+    Http,
+    /// Over the connection cap: its first request gets a 503, then it is closed.
+    Refusing,
+    /// An open WebSocket.
+    Ws,
+    /// Our last bytes (a Close frame or a final HTTP answer) are queued; once they are written
+    /// the write side is shut and we wait (bounded) for the peer's EOF, discarding its input, so
+    /// that closing never resets a connection before the peer has read our answer.
+    Closing,
+}
+
+/// Deliveries use the `clarion.v1` envelope instead of the raw payload.
+pub const ENVELOPE: u8 = 1;
+/// The WebSocket echoes messages (conformance endpoint) instead of doing pub/sub.
+pub const ECHO: u8 = 2;
+/// A ping was sent and no byte has arrived since.
+pub const PINGED: u8 = 4;
+/// The write side has been shut down (Closing only).
+pub const WRITE_SHUT: u8 = 8;
+/// Chunks were queued without writing during this loop iteration; a flush is due.
+pub const DIRTY: u8 = 16;
+
+/// The topics a connection subscribes to, as ids in its worker's topic index. Most push clients
+/// follow exactly one topic, so one id is stored inline and only more than one allocates.
+#[derive(Debug, Default)]
+pub enum Subs {
+    /// No subscription.
+    #[default]
+    None,
+    /// Exactly one.
+    One(u32),
+    /// Two or more.
+    Many(Box<Vec<u32>>),
+}
+
+impl Subs {
+    /// Number of subscriptions.
+    pub fn len(&self) -> usize {
+        match self {
+            Subs::None => 0,
+            Subs::One(_) => 1,
+            Subs::Many(v) => v.len(),
+        }
+    }
+
+    /// Whether `tid` is among them.
+    pub fn contains(&self, tid: u32) -> bool {
+        match self {
+            Subs::None => false,
+            Subs::One(t) => *t == tid,
+            Subs::Many(v) => v.contains(&tid),
+        }
+    }
+
+    /// Adds `tid` (the caller checked it is not there yet).
+    pub fn push(&mut self, tid: u32) {
+        *self = match std::mem::take(self) {
+            Subs::None => Subs::One(tid),
+            Subs::One(t) => Subs::Many(Box::new(vec![t, tid])),
+            Subs::Many(mut v) => {
+                v.push(tid);
+                Subs::Many(v)
+            }
+        };
+    }
+
+    /// Removes `tid` if present.
+    pub fn remove(&mut self, tid: u32) {
+        *self = match std::mem::take(self) {
+            Subs::One(t) if t == tid => Subs::None,
+            Subs::Many(mut v) => {
+                v.retain(|t| *t != tid);
+                match v.as_slice() {
+                    [] => Subs::None,
+                    [one] => Subs::One(*one),
+                    _ => Subs::Many(v),
+                }
+            }
+            other => other,
+        };
+    }
+
+    /// Takes every id out, leaving `None`.
+    pub fn take_all(&mut self) -> Vec<u32> {
+        match std::mem::take(self) {
+            Subs::None => Vec::new(),
+            Subs::One(t) => vec![t],
+            Subs::Many(v) => *v,
+        }
+    }
+}
+
+/// A shared, already-encoded buffer and how much of it was written.
+struct Chunk {
+    data: Arc<[u8]>,
+    offset: usize,
+}
+
+/// Bytes the kernel did not take yet: references to shared frames, never copies of them.
+#[derive(Default)]
+struct Backlog {
+    chunks: VecDeque<Chunk>,
+    /// Unsent bytes in `chunks`, compared with the slow-consumer cap.
+    bytes: usize,
+}
+
+/// Most buffers handed to one `writev`: enough to coalesce a burst, small enough for the stack.
+const MAX_IOV: usize = 64;
+
+/// A client connection. Kept small: 15,000 idle ones must cost less than µWebSockets' 460 bytes
+/// each, kernel excluded.
+pub struct Conn {
+    /// The socket, registered with the worker's poller under the slab key.
+    pub stream: TcpStream,
+    /// WebSocket message assembly state (8 bytes; a box only during a fragmented message).
+    pub rx: Receiver,
+    /// Bytes of a partial request head or frame, kept between reads; `None` almost always.
+    pub input: Option<Box<Vec<u8>>>,
+    out: Option<Box<Backlog>>,
+    /// Subscribed topics, as ids in the worker's topic index.
+    pub subs: Subs,
+    /// Worker clock (seconds) of the last activity that counts for timeouts: the last byte read
+    /// for WebSockets, the start of the current request for HTTP, the start of closing.
+    pub last_seen: u32,
+    /// Life stage.
+    pub state: State,
+    /// Bit set of the flag constants above.
+    pub flags: u8,
+}
+
+impl Conn {
+    /// A fresh connection in `state`.
+    pub fn new(stream: TcpStream, state: State, now: u32) -> Conn {
+        Conn {
+            stream,
+            rx: Receiver::default(),
+            input: None,
+            out: None,
+            subs: Subs::None,
+            last_seen: now,
+            state,
+            flags: 0,
+        }
+    }
+
+    /// Whether a flag is set.
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Unsent bytes waiting in the backlog.
+    pub fn backlog_bytes(&self) -> usize {
+        self.out.as_ref().map_or(0, |b| b.bytes)
+    }
+
+    /// Writes `data` now if nothing is waiting before it, and keeps whatever the kernel refuses
+    /// (a reference, not a copy). Returns the bytes written.
+    pub fn send(&mut self, data: &Arc<[u8]>) -> io::Result<usize> {
+        if self.out.is_some() {
+            self.queue(data);
+            return Ok(0);
+        }
+        let mut offset = 0;
+        while offset < data.len() {
+            match (&self.stream).write(data.get(offset..).unwrap_or_default()) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => offset += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if offset < data.len() {
+            let mut b = Box::<Backlog>::default();
+            b.bytes = data.len() - offset;
+            b.chunks.push_back(Chunk { data: Arc::clone(data), offset });
+            self.out = Some(b);
+        }
+        Ok(offset)
+    }
+
+    /// Appends `data` to the backlog without writing; the caller flushes later (to coalesce
+    /// several messages into one `writev`).
+    pub fn queue(&mut self, data: &Arc<[u8]>) {
+        let b = self.out.get_or_insert_with(Box::default);
+        b.bytes += data.len();
+        b.chunks.push_back(Chunk { data: Arc::clone(data), offset: 0 });
+    }
+
+    /// Writes as much of the backlog as the kernel takes, `MAX_IOV` buffers per system call, and
+    /// frees the backlog once it is empty. Returns the bytes written.
+    pub fn flush(&mut self) -> io::Result<usize> {
+        let Some(b) = self.out.as_mut() else { return Ok(0) };
+        let mut written = 0;
+        while !b.chunks.is_empty() {
+            let res = {
+                let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                let mut n = 0;
+                for (slot, c) in iov.iter_mut().zip(b.chunks.iter()) {
+                    *slot = IoSlice::new(c.data.get(c.offset..).unwrap_or_default());
+                    n += 1;
+                }
+                (&self.stream).write_vectored(iov.get(..n).unwrap_or_default())
+            };
+            match res {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut n) => {
+                    written += n;
+                    b.bytes -= n;
+                    while n > 0 {
+                        let Some(front) = b.chunks.front_mut() else { break };
+                        let left = front.data.len() - front.offset;
+                        if n >= left {
+                            n -= left;
+                            b.chunks.pop_front();
+                        } else {
+                            front.offset += n;
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if b.chunks.is_empty() {
+            self.out = None;
+        }
+        Ok(written)
+    }
+
+    /// Drops queued chunks that have not started to be written (a slow consumer that is being
+    /// closed gets its Close frame next, not the rest of its feed). A chunk already partly
+    /// written stays, so the frame stream remains well-formed.
+    pub fn discard_unstarted(&mut self) {
+        if let Some(b) = self.out.as_mut() {
+            let keep = usize::from(b.chunks.front().is_some_and(|c| c.offset > 0));
+            b.chunks.truncate(keep);
+            b.bytes = b.chunks.iter().map(|c| c.data.len() - c.offset).sum();
+            if b.chunks.is_empty() {
+                self.out = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::io::Read as _;
+
+    /// A connected loopback pair: our non-blocking side as a `Conn`, and the peer.
+    fn pair() -> (Conn, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (ours, _) = l.accept().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        (Conn::new(TcpStream::from_std(ours), State::Ws, 0), peer)
+    }
+
+    #[test]
+    fn backlog_keeps_refused_bytes_and_flushes_them_in_order() {
+        let (mut conn, mut peer) = pair();
+        let chunks: Vec<Arc<[u8]>> = (0..64u8).map(|i| Arc::from(vec![i; 64 * 1024])).collect();
+        let mut written = 0;
+        for c in &chunks {
+            written += conn.send(c).unwrap();
+        }
+        let total = 64 * 64 * 1024;
+        assert!(conn.backlog_bytes() > 0, "4 MiB cannot fit in loopback socket buffers");
+        assert_eq!(written + conn.backlog_bytes(), total);
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::with_capacity(total);
+            peer.read_to_end(&mut got).unwrap();
+            got
+        });
+        while conn.backlog_bytes() > 0 {
+            conn.flush().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(conn.out.is_none(), "an empty backlog is freed");
+        drop(conn);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), total);
+        for (i, block) in got.chunks(64 * 1024).enumerate() {
+            assert!(block.iter().all(|&b| b == i as u8), "block {i} out of order");
+        }
+    }
+
+    #[test]
+    fn discarding_keeps_a_partly_written_frame() {
+        let (mut conn, _peer) = pair();
+        let big: Arc<[u8]> = Arc::from(vec![1u8; 8 << 20]);
+        conn.send(&big).unwrap();
+        let left = conn.backlog_bytes();
+        assert!(left > 0 && left < 8 << 20);
+        conn.queue(&Arc::from(vec![2u8; 100]));
+        conn.discard_unstarted();
+        assert_eq!(conn.backlog_bytes(), left);
+    }
+
+    #[test]
+    fn record_stays_small() {
+        // The per-connection budget: well under 200 bytes including the slab's tag.
+        assert!(std::mem::size_of::<Conn>() <= 64, "{}", std::mem::size_of::<Conn>());
+        assert_eq!(std::mem::size_of::<Subs>(), 16);
+    }
+
+    #[test]
+    fn subs_grow_and_shrink() {
+        let mut s = Subs::None;
+        s.push(3);
+        assert!(matches!(s, Subs::One(3)));
+        s.push(5);
+        s.push(7);
+        assert_eq!(s.len(), 3);
+        assert!(s.contains(5));
+        s.remove(5);
+        s.remove(3);
+        assert!(matches!(s, Subs::One(7)));
+        s.remove(9);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.take_all(), vec![7]);
+        assert_eq!(s.len(), 0);
+    }
+}

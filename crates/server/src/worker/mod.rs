@@ -1,0 +1,588 @@
+//! The event loop: one per worker thread, each with its own listener (`SO_REUSEPORT`), poller,
+//! connection slab, subscriber index and read buffer.
+//!
+//! This is the only place where client sockets are read and written, and where time passes: the
+//! loop keeps a coarse clock in whole seconds and sweeps its connections once a second for
+//! handshake, ping, idle and closing deadlines, so no connection owns a timer. Protocol meaning
+//! comes from `clarion_proto`; HTTP routing lives in [`http`], WebSocket handling in [`ws`].
+//!
+//! Sub-modules: [`conn`] (the connection record and write path), [`index`] (topic → local
+//! subscribers), [`http`] (request heads on the client listener, upgrades), [`ws`] (frames,
+//! control messages, deliveries).
+
+pub mod conn;
+pub mod index;
+mod http;
+mod ws;
+
+use std::io::{self, Read as _};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+
+use crate::config::Config;
+use crate::hub::{Hub, Inbox, Published};
+use crate::log;
+use crate::metrics::{CloseReason, Metrics};
+use conn::{Conn, State, DIRTY, PINGED, WRITE_SHUT};
+use index::TopicIndex;
+
+const LISTENER: Token = Token(usize::MAX - 1);
+/// The token under which a worker's waker is registered.
+pub const WAKER: Token = Token(usize::MAX - 2);
+
+/// Reads from one connection per readiness event before others get a turn; the rest is read on
+/// the next loop iteration, so one fast sender cannot starve the loop.
+const READ_BUDGET: usize = 16;
+
+/// Seconds a closing connection may take to read our last bytes and close its side. Long enough
+/// for a slow link to drain a Close frame, short enough that dead peers do not pile up.
+const CLOSE_LINGER_SECS: u32 = 5;
+
+/// What every worker shares.
+pub struct Shared {
+    /// The configuration, validated.
+    pub config: Config,
+    /// Topics and publishing.
+    pub hub: Hub,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Set once by the signal handler; workers stop accepting and close their connections.
+    pub stopping: AtomicBool,
+    /// Client connections open across all workers (compared with `cap`).
+    pub open: AtomicUsize,
+    /// Most client connections at once.
+    pub cap: usize,
+}
+
+/// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the
+/// kernel spreads new connections over the workers without a shared accept lock. The first bind
+/// resolves port 0; the others reuse the port it got.
+pub fn bind_listeners(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    let mut out = Vec::with_capacity(n);
+    let mut addr = addr;
+    for _ in 0..n {
+        let domain = socket2::Domain::for_address(addr);
+        let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+        s.set_reuse_address(true)?;
+        s.set_reuse_port(true)?;
+        s.set_nonblocking(true)?;
+        s.bind(&addr.into())?;
+        // The kernel caps this at net.core.somaxconn; ask for plenty so connect storms queue.
+        s.listen(4096)?;
+        let l: std::net::TcpListener = s.into();
+        addr = l.local_addr()?;
+        out.push(l);
+    }
+    Ok(out)
+}
+
+/// Byte counts gathered during one loop iteration and added to the shared metrics once.
+#[derive(Default)]
+struct Tally {
+    bytes_in: u64,
+    bytes_out: u64,
+    delivered: u64,
+}
+
+/// One event loop and everything it owns.
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    listener: Option<TcpListener>,
+    conns: Slab<Conn>,
+    index: TopicIndex,
+    /// Shared by every connection of this worker: reads land here and are parsed in place.
+    read_buf: Vec<u8>,
+    inbox: Arc<Inbox>,
+    shared: Arc<Shared>,
+    start: Instant,
+    /// Seconds since `start`, updated once per loop iteration.
+    now: u32,
+    last_sweep: u32,
+    /// An empty Ping frame, shared by every keep-alive ping.
+    ping_frame: Arc<[u8]>,
+    /// Recycled vector for inbox swaps.
+    spare: Vec<Arc<Published>>,
+    /// Connections with queued, unflushed chunks.
+    dirty: Vec<u32>,
+    /// Connections whose read budget ran out; read again next iteration.
+    more_to_read: Vec<u32>,
+    /// `accept` failed for lack of descriptors; retry on the next sweep.
+    accept_blocked: bool,
+    shutdown_deadline: Option<Instant>,
+    tally: Tally,
+}
+
+impl Worker {
+    /// A worker for `listener`; `poll` is the poller whose waker is in `inbox`.
+    pub fn new(
+        id: usize,
+        poll: Poll,
+        listener: std::net::TcpListener,
+        inbox: Arc<Inbox>,
+        shared: Arc<Shared>,
+    ) -> io::Result<Worker> {
+        let mut listener = TcpListener::from_std(listener);
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        let read_buf = vec![0; shared.config.read_buffer];
+        Ok(Worker {
+            id,
+            poll,
+            listener: Some(listener),
+            conns: Slab::new(),
+            index: TopicIndex::default(),
+            read_buf,
+            inbox,
+            shared,
+            start: Instant::now(),
+            now: 0,
+            last_sweep: 0,
+            ping_frame: clarion_proto::ws::frame::encode_frame(clarion_proto::ws::OpCode::Ping, b"")
+                .into(),
+            spare: Vec::new(),
+            dirty: Vec::new(),
+            more_to_read: Vec::new(),
+            accept_blocked: false,
+            shutdown_deadline: None,
+            tally: Tally::default(),
+        })
+    }
+
+    /// Runs until shutdown has closed every connection (or its deadline passed).
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let timeout = if self.more_to_read.is_empty() {
+                Duration::from_secs(1)
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    log::warn(format_args!("worker {}: poll failed: {e}", self.id));
+                }
+                continue;
+            }
+            self.now = self.start.elapsed().as_secs() as u32;
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept_all(),
+                    WAKER => {}
+                    Token(k) => {
+                        let k = k as u32;
+                        if ev.is_writable() {
+                            self.on_writable(k);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.on_readable(k);
+                        }
+                    }
+                }
+            }
+            for k in std::mem::take(&mut self.more_to_read) {
+                self.on_readable(k);
+            }
+            self.drain_inbox();
+            self.flush_dirty();
+            if self.shutdown_deadline.is_none() && self.shared.stopping.load(Relaxed) {
+                self.begin_shutdown();
+            }
+            if self.now != self.last_sweep {
+                self.last_sweep = self.now;
+                self.sweep();
+            }
+            self.flush_tally();
+            if let Some(deadline) = self.shutdown_deadline {
+                if self.conns.is_empty() || Instant::now() >= deadline {
+                    break;
+                }
+            }
+        }
+        let left = self.conns.len();
+        if left > 0 {
+            log::warn(format_args!("worker {}: {left} connections did not close in time", self.id));
+        }
+        for k in self.conns.iter().map(|(k, _)| k as u32).collect::<Vec<_>>() {
+            self.drop_conn(k, CloseReason::Shutdown);
+        }
+        self.flush_tally();
+    }
+
+    fn accept_all(&mut self) {
+        let Some(listener) = self.listener.as_ref() else { return };
+        loop {
+            let (stream, _peer) = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+                    if !self.accept_blocked {
+                        log::warn(format_args!("worker {}: accept: {e}; retrying each second", self.id));
+                    }
+                    self.accept_blocked = true;
+                    return;
+                }
+                Err(e) => {
+                    log::debug(format_args!("accept: {e}"));
+                    continue;
+                }
+            };
+            self.accept_blocked = false;
+            self.adopt(stream);
+        }
+    }
+
+    fn adopt(&mut self, mut stream: TcpStream) {
+        let over_cap = self.shared.open.fetch_add(1, Relaxed) >= self.shared.cap;
+        let state = if over_cap {
+            self.shared.open.fetch_sub(1, Relaxed);
+            self.shared.metrics.refused.fetch_add(1, Relaxed);
+            State::Refusing
+        } else {
+            self.shared.metrics.http_connections.fetch_add(1, Relaxed);
+            State::Http
+        };
+        // Push messages are small and latency matters more than segment count.
+        let _ = stream.set_nodelay(true);
+        let entry = self.conns.vacant_entry();
+        let token = Token(entry.key());
+        let registered = self.poll.registry().register(
+            &mut stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        );
+        if let Err(e) = registered {
+            log::warn(format_args!("register: {e}"));
+            self.note_gone(state);
+            return;
+        }
+        entry.insert(Conn::new(stream, state, self.now));
+    }
+
+    fn on_readable(&mut self, k: u32) {
+        for _ in 0..READ_BUDGET {
+            let Some(conn) = self.conns.get_mut(k as usize) else { return };
+            let res = (&conn.stream).read(&mut self.read_buf);
+            match res {
+                Ok(0) => {
+                    let reason = match conn.state {
+                        State::Ws => CloseReason::Disconnected,
+                        _ => CloseReason::HttpDone,
+                    };
+                    self.drop_conn(k, reason);
+                    return;
+                }
+                Ok(n) => {
+                    self.tally.bytes_in += n as u64;
+                    if conn.state == State::Ws {
+                        conn.last_seen = self.now;
+                        conn.flags &= !PINGED;
+                    }
+                    self.on_data(k, n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::debug(format_args!("read: {e}"));
+                    self.drop_conn(k, CloseReason::Disconnected);
+                    return;
+                }
+            }
+        }
+        self.more_to_read.push(k);
+    }
+
+    /// Handles `n` fresh bytes in the read buffer, joined to any partial input kept from before.
+    fn on_data(&mut self, k: u32, n: usize) {
+        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        if conn.state == State::Closing {
+            return; // Waiting for EOF: the peer's bytes no longer mean anything.
+        }
+        let mut fresh = std::mem::take(&mut self.read_buf);
+        let data = fresh.get_mut(..n).unwrap_or_default();
+        if let Some(mut input) = conn.input.take() {
+            input.extend_from_slice(data);
+            let used = self.process(k, &mut input);
+            input.drain(..used.min(input.len()));
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                if !input.is_empty() && conn.state != State::Closing {
+                    conn.input = Some(input);
+                }
+            }
+        } else {
+            let used = self.process(k, data);
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                if let Some(rest) = data.get(used..).filter(|r| !r.is_empty()) {
+                    if conn.state != State::Closing {
+                        // Reserve the whole frame at once when its length is known.
+                        let want = clarion_proto::ws::Receiver::frame_len(rest)
+                            .filter(|_| conn.state == State::Ws)
+                            .map_or(rest.len(), |l| l as usize);
+                        let mut v = Vec::with_capacity(want.max(rest.len()));
+                        v.extend_from_slice(rest);
+                        conn.input = Some(Box::new(v));
+                    }
+                }
+            }
+        }
+        self.read_buf = fresh;
+    }
+
+    /// Interprets bytes according to the connection's state; returns how many were used (the
+    /// rest is an incomplete head or frame). The connection may be closed on return.
+    fn process(&mut self, k: u32, data: &mut [u8]) -> usize {
+        let mut pos = 0;
+        while pos < data.len() {
+            let Some(conn) = self.conns.get(k as usize) else { return data.len() };
+            let rest = data.get_mut(pos..).unwrap_or_default();
+            match conn.state {
+                State::Http | State::Refusing => match self.on_http(k, rest) {
+                    Some(used) => pos += used,
+                    None => return pos,
+                },
+                State::Ws => return pos + self.on_frames(k, rest),
+                State::Closing => return data.len(),
+            }
+        }
+        pos
+    }
+
+    fn on_writable(&mut self, k: u32) {
+        self.flush(k, None);
+    }
+
+    /// Writes what a connection owes, then applies the closing and backlog rules.
+    fn flush(&mut self, k: u32, cap: Option<usize>) {
+        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        match conn.flush() {
+            Ok(n) => self.tally.bytes_out += n as u64,
+            Err(e) => {
+                log::debug(format_args!("write: {e}"));
+                self.drop_conn(k, CloseReason::Disconnected);
+                return;
+            }
+        }
+        self.after_write(k, cap);
+    }
+
+    /// After a write: a closing connection whose last bytes are out shuts its write side; an
+    /// open one that owes more than `cap` bytes is a slow consumer.
+    fn after_write(&mut self, k: u32, cap: Option<usize>) {
+        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let pending = conn.backlog_bytes();
+        match conn.state {
+            State::Closing if pending == 0 && !conn.has(WRITE_SHUT) => {
+                conn.flags |= WRITE_SHUT;
+                let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+            }
+            State::Ws if cap.is_some_and(|cap| pending > cap) => {
+                conn.discard_unstarted();
+                log::debug(format_args!("slow consumer: {pending} bytes unsent"));
+                self.close_ws(
+                    k,
+                    clarion_proto::ws::CloseCode::Policy,
+                    "slow consumer",
+                    CloseReason::SlowConsumer,
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends a reply to something the client sent (handshake answer, pong, control reply,
+    /// echo). Replies may exceed `max_backlog` by one largest message, so an echo of a large
+    /// message is not mistaken for a slow consumer, while a client that floods requests
+    /// without reading the answers is still cut off.
+    fn send(&mut self, k: u32, data: &Arc<[u8]>) {
+        let cfg = &self.shared.config;
+        let cap = cfg.max_backlog.saturating_add(cfg.max_message_size).saturating_add(14);
+        self.write_to(k, data, Some(cap));
+    }
+
+    /// Sends a published message (or a keep-alive ping) under the slow-consumer cap.
+    fn deliver(&mut self, k: u32, data: &Arc<[u8]>) {
+        self.write_to(k, data, Some(self.shared.config.max_backlog));
+    }
+
+    fn write_to(&mut self, k: u32, data: &Arc<[u8]>, cap: Option<usize>) {
+        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        match conn.send(data) {
+            Ok(n) => self.tally.bytes_out += n as u64,
+            Err(e) => {
+                log::debug(format_args!("write: {e}"));
+                self.drop_conn(k, CloseReason::Disconnected);
+                return;
+            }
+        }
+        self.after_write(k, cap);
+    }
+
+    /// Queues bytes without writing; `flush_dirty` writes them with one `writev` per connection.
+    fn queue(&mut self, k: u32, data: &Arc<[u8]>) {
+        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        conn.queue(data);
+        if !conn.has(DIRTY) {
+            conn.flags |= DIRTY;
+            self.dirty.push(k);
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        for k in std::mem::take(&mut self.dirty) {
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                conn.flags &= !DIRTY;
+                self.flush(k, Some(self.shared.config.max_backlog));
+            }
+        }
+    }
+
+    /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the
+    /// connection leaves every topic now, and is dropped once the peer has read and closed.
+    fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
+        self.leave_all_topics(k);
+        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let was = conn.state;
+        if was == State::Closing {
+            return;
+        }
+        conn.state = State::Closing;
+        conn.last_seen = self.now;
+        conn.input = None;
+        conn.rx = Default::default();
+        self.note_gone(was);
+        self.shared.metrics.closed(reason);
+        if let Some(bytes) = last {
+            self.write_to(k, &bytes, None);
+        } else {
+            self.after_write(k, None);
+        }
+    }
+
+    /// Sends a Close frame and starts closing a WebSocket.
+    fn close_ws(&mut self, k: u32, code: clarion_proto::ws::CloseCode, why: &str, reason: CloseReason) {
+        let frame = clarion_proto::ws::close::encode_close_frame(code, why);
+        self.start_closing(k, Some(frame.into()), reason);
+    }
+
+    /// Removes a connection at once (EOF, reset, or end of closing).
+    fn drop_conn(&mut self, k: u32, reason: CloseReason) {
+        self.leave_all_topics(k);
+        let Some(conn) = self.conns.try_remove(k as usize) else { return };
+        if conn.state != State::Closing {
+            self.note_gone(conn.state);
+            self.shared.metrics.closed(reason);
+        }
+        // Dropping the stream closes the descriptor, which also removes it from epoll.
+    }
+
+    /// Updates the gauges and the connection count when a connection leaves `state`.
+    fn note_gone(&self, state: State) {
+        let m = &self.shared.metrics;
+        match state {
+            State::Http => {
+                m.http_connections.fetch_sub(1, Relaxed);
+                self.shared.open.fetch_sub(1, Relaxed);
+            }
+            State::Ws => {
+                m.ws_connections.fetch_sub(1, Relaxed);
+                self.shared.open.fetch_sub(1, Relaxed);
+            }
+            State::Refusing | State::Closing => {}
+        }
+    }
+
+    fn leave_all_topics(&mut self, k: u32) {
+        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        for tid in conn.subs.take_all() {
+            if let Some(name) = self.index.remove(tid, k) {
+                self.shared.hub.unsubscribe(self.id, &name);
+            }
+        }
+    }
+
+    /// Once a second: handshake deadlines, keep-alive pings, idle timeouts, closing deadlines.
+    fn sweep(&mut self) {
+        if self.accept_blocked {
+            self.accept_all();
+        }
+        let cfg = &self.shared.config;
+        let (handshake, ping, idle) =
+            (cfg.handshake_timeout as u32, cfg.ping_interval as u32, cfg.idle_timeout as u32);
+        let mut expired: Vec<(u32, CloseReason)> = Vec::new();
+        let mut to_ping: Vec<u32> = Vec::new();
+        for (k, conn) in self.conns.iter_mut() {
+            let quiet = self.now.saturating_sub(conn.last_seen);
+            match conn.state {
+                State::Http | State::Refusing if quiet >= handshake => {
+                    expired.push((k as u32, CloseReason::HandshakeTimeout));
+                }
+                State::Ws if idle > 0 && quiet >= idle => {
+                    expired.push((k as u32, CloseReason::IdleTimeout));
+                }
+                State::Ws if ping > 0 && quiet >= ping && !conn.has(PINGED) => {
+                    conn.flags |= PINGED;
+                    to_ping.push(k as u32);
+                }
+                State::Closing if quiet >= CLOSE_LINGER_SECS => {
+                    expired.push((k as u32, CloseReason::Disconnected));
+                }
+                _ => {}
+            }
+        }
+        for (k, reason) in expired {
+            let ws = self.conns.get(k as usize).is_some_and(|c| c.state == State::Ws);
+            if ws {
+                log::debug(format_args!("idle timeout"));
+                self.close_ws(k, clarion_proto::ws::CloseCode::GoingAway, "idle timeout", reason);
+            } else {
+                self.drop_conn(k, reason);
+            }
+        }
+        let ping = Arc::clone(&self.ping_frame);
+        for k in to_ping {
+            self.deliver(k, &ping);
+        }
+    }
+
+    /// Stops accepting and starts closing every connection with 1001.
+    fn begin_shutdown(&mut self) {
+        let timeout = Duration::from_secs(self.shared.config.shutdown_timeout);
+        self.shutdown_deadline = Some(Instant::now() + timeout);
+        if let Some(mut l) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        let keys: Vec<(u32, State)> = self.conns.iter().map(|(k, c)| (k as u32, c.state)).collect();
+        for (k, state) in keys {
+            match state {
+                State::Ws => self.close_ws(
+                    k,
+                    clarion_proto::ws::CloseCode::GoingAway,
+                    "server shutting down",
+                    CloseReason::Shutdown,
+                ),
+                State::Http | State::Refusing => self.drop_conn(k, CloseReason::Shutdown),
+                State::Closing => {}
+            }
+        }
+    }
+
+    fn flush_tally(&mut self) {
+        let t = std::mem::take(&mut self.tally);
+        let m = &self.shared.metrics;
+        if t.bytes_in > 0 {
+            m.bytes_in.fetch_add(t.bytes_in, Relaxed);
+        }
+        if t.bytes_out > 0 {
+            m.bytes_out.fetch_add(t.bytes_out, Relaxed);
+        }
+        if t.delivered > 0 {
+            m.delivered.fetch_add(t.delivered, Relaxed);
+        }
+    }
+}
