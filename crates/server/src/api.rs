@@ -42,7 +42,12 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
         };
         if active.fetch_add(1, Relaxed) >= MAX_API_CONNECTIONS {
             active.fetch_sub(1, Relaxed);
-            let _ = stream.write_all(&answer(503, "application/json", b"{\"error\":\"too many API connections\"}\n", false));
+            let _ = stream.write_all(&answer(
+                503,
+                "application/json",
+                b"{\"error\":\"too many API connections\"}\n",
+                false,
+            ));
             continue;
         }
         let (shared, active2) = (Arc::clone(&shared), Arc::clone(&active));
@@ -84,7 +89,11 @@ impl Answer {
     fn json(status: u16, value: &serde_json::Value) -> Answer {
         let mut body = value.to_string().into_bytes();
         body.push(b'\n');
-        Answer { status, content_type: "application/json", body }
+        Answer {
+            status,
+            content_type: "application/json",
+            body,
+        }
     }
 
     fn error(status: u16, why: &str) -> Answer {
@@ -145,7 +154,9 @@ fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
 }
 
 fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer> {
-    let body = h.body().map_err(|e| Answer::error(e.status(), &e.to_string()))?;
+    let body = h
+        .body()
+        .map_err(|e| Answer::error(e.status(), &e.to_string()))?;
     Ok(Request {
         method: h.method.to_owned(),
         path: h.path().to_owned(),
@@ -179,7 +190,10 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
     }
     if publish {
         if let Some(key) = shared.config.api_key.as_deref() {
-            let given = req.authorization.as_deref().and_then(|a| a.strip_prefix("Bearer "));
+            let given = req
+                .authorization
+                .as_deref()
+                .and_then(|a| a.strip_prefix("Bearer "));
             if !given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), key.as_bytes())) {
                 return Some(Answer::error(401, "missing or wrong bearer key"));
             }
@@ -229,7 +243,10 @@ fn read_body(
                         }
                     }
                     Err(BodyError::TooLarge) => {
-                        return Ok(Err(Answer::error(413, "message larger than max_publish_size")))
+                        return Ok(Err(Answer::error(
+                            413,
+                            "message larger than max_publish_size",
+                        )))
                     }
                     Err(BodyError::Malformed) => {
                         return Ok(Err(Answer::error(400, "malformed chunked body")))
@@ -247,8 +264,16 @@ fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared) -> Answer {
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/healthz") => {
             let stopping = shared.stopping.load(Relaxed);
-            let (status, text) = if stopping { (503, "stopping\n") } else { (200, "ok\n") };
-            Answer { status, content_type: "text/plain; charset=utf-8", body: text.into() }
+            let (status, text) = if stopping {
+                (503, "stopping\n")
+            } else {
+                (200, "ok\n")
+            };
+            Answer {
+                status,
+                content_type: "text/plain; charset=utf-8",
+                body: text.into(),
+            }
         }
         ("GET", "/metrics") => Answer {
             status: 200,
@@ -268,16 +293,25 @@ fn publish_one(topic: &str, content_type: Option<&str>, body: &[u8], shared: &Sh
         return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
     }
     let binary = content_type.is_some_and(|ct| {
-        ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/octet-stream"))
+        ct.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/octet-stream"))
     });
     let kind = if binary {
         DataKind::Binary
     } else if std::str::from_utf8(body).is_ok() {
         DataKind::Text
     } else {
-        return Answer::error(400, "text message is not valid UTF-8 (send binary as application/octet-stream)");
+        return Answer::error(
+            400,
+            "text message is not valid UTF-8 (send binary as application/octet-stream)",
+        );
     };
-    let receipts = shared.hub.publish(&[Outgoing { topic, kind, payload: body }]);
+    let receipts = shared.hub.publish(&[Outgoing {
+        topic,
+        kind,
+        payload: body,
+    }]);
     match receipts.first() {
         Some(r) => Answer::json(200, &receipt_json(topic, r)),
         None => Answer::error(500, "publish produced no receipt"),
@@ -310,13 +344,18 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
     let mut decoded: Vec<(DataKind, Vec<u8>)> = Vec::with_capacity(batch.messages.len());
     for (i, m) in batch.messages.iter().enumerate() {
         if let Err(e) = validate_topic(&m.topic) {
-            return Answer::error(400, &format!("messages[{i}]: invalid topic {:?}: {e}", m.topic));
+            return Answer::error(
+                400,
+                &format!("messages[{i}]: invalid topic {:?}: {e}", m.topic),
+            );
         }
         match m.encoding.as_deref() {
             None => decoded.push((DataKind::Text, Vec::new())),
             Some("base64") => match base64::engine::general_purpose::STANDARD.decode(&m.data) {
                 Ok(bytes) => decoded.push((DataKind::Binary, bytes)),
-                Err(_) => return Answer::error(400, &format!("messages[{i}]: data is not valid base64")),
+                Err(_) => {
+                    return Answer::error(400, &format!("messages[{i}]: data is not valid base64"))
+                }
             },
             Some(other) => {
                 return Answer::error(400, &format!("messages[{i}]: unknown encoding {other:?}"))
@@ -330,12 +369,19 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
         .map(|(m, (kind, bytes))| Outgoing {
             topic: &m.topic,
             kind: *kind,
-            payload: if *kind == DataKind::Text { m.data.as_bytes() } else { bytes },
+            payload: if *kind == DataKind::Text {
+                m.data.as_bytes()
+            } else {
+                bytes
+            },
         })
         .collect();
     let receipts = shared.hub.publish(&out);
-    let results: Vec<serde_json::Value> =
-        out.iter().zip(&receipts).map(|(m, r)| receipt_json(m.topic, r)).collect();
+    let results: Vec<serde_json::Value> = out
+        .iter()
+        .zip(&receipts)
+        .map(|(m, r)| receipt_json(m.topic, r))
+        .collect();
     Answer::json(200, &serde_json::json!({ "results": results }))
 }
 

@@ -20,6 +20,8 @@ pub struct Cli {
 }
 
 /// Subcommands.
+// Parsed once at startup; boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server (defaults: clients on 0.0.0.0:8080, API on 127.0.0.1:8081).
@@ -98,9 +100,21 @@ impl ServeArgs {
             ($($f:ident),*) => { $( if let Some(v) = &self.$f { c.$f = v.clone(); } )* };
         }
         set!(
-            listen, api_listen, workers, max_connections, max_message_size, max_backlog,
-            max_publish_size, max_subscriptions, ping_interval, idle_timeout, handshake_timeout,
-            shutdown_timeout, ws_path, allow_client_publish, read_buffer
+            listen,
+            api_listen,
+            workers,
+            max_connections,
+            max_message_size,
+            max_backlog,
+            max_publish_size,
+            max_subscriptions,
+            ping_interval,
+            idle_timeout,
+            handshake_timeout,
+            shutdown_timeout,
+            ws_path,
+            allow_client_publish,
+            read_buffer
         );
         if self.echo_path.is_some() {
             c.echo_path = self.echo_path.clone();
@@ -145,9 +159,15 @@ mod tests {
 
     #[test]
     fn flags_override_defaults() {
-        let c = serve(&["--max-backlog", "1000", "--allow-client-publish", "--echo-path", "/echo"])
-            .resolve()
-            .expect("valid");
+        let c = serve(&[
+            "--max-backlog",
+            "1000",
+            "--allow-client-publish",
+            "--echo-path",
+            "/echo",
+        ])
+        .resolve()
+        .expect("valid");
         assert_eq!(c.max_backlog, 1000);
         assert!(c.allow_client_publish);
         assert_eq!(c.echo_path.as_deref(), Some("/echo"));

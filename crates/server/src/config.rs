@@ -134,7 +134,10 @@ impl Config {
 
     /// Checks relations between values that each parse fine on their own.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for (name, path) in [("ws_path", Some(&self.ws_path)), ("echo_path", self.echo_path.as_ref())] {
+        for (name, path) in [
+            ("ws_path", Some(&self.ws_path)),
+            ("echo_path", self.echo_path.as_ref()),
+        ] {
             if let Some(p) = path {
                 if !p.starts_with('/') {
                     return Err(ConfigError::Invalid(format!("{name} must start with '/'")));
@@ -142,16 +145,22 @@ impl Config {
             }
         }
         if self.echo_path.as_deref() == Some(self.ws_path.as_str()) {
-            return Err(ConfigError::Invalid("echo_path must differ from ws_path".into()));
+            return Err(ConfigError::Invalid(
+                "echo_path must differ from ws_path".into(),
+            ));
         }
         if self.max_message_size == 0 || self.max_backlog == 0 || self.read_buffer < 1024 {
             return Err(ConfigError::Invalid(
                 "max_message_size and max_backlog must be > 0, read_buffer >= 1024".into(),
             ));
         }
-        if self.ping_interval > 0 && self.idle_timeout > 0 && self.ping_interval >= self.idle_timeout
+        if self.ping_interval > 0
+            && self.idle_timeout > 0
+            && self.ping_interval >= self.idle_timeout
         {
-            return Err(ConfigError::Invalid("ping_interval must be below idle_timeout".into()));
+            return Err(ConfigError::Invalid(
+                "ping_interval must be below idle_timeout".into(),
+            ));
         }
         Ok(())
     }
@@ -228,7 +237,11 @@ mod tests {
 
     #[test]
     fn ping_must_come_before_idle_timeout() {
-        let c = Config { ping_interval: 120, idle_timeout: 60, ..Config::default() };
+        let c = Config {
+            ping_interval: 120,
+            idle_timeout: 60,
+            ..Config::default()
+        };
         assert!(c.validate().is_err());
     }
 }

@@ -104,7 +104,10 @@ mod tests {
         );
         assert!(matches!(
             parse(br#"{"type":"publish","topic":"a","data":"AAE=","encoding":"base64"}"#),
-            Ok(Request::Publish { encoding: Some(_), .. })
+            Ok(Request::Publish {
+                encoding: Some(_),
+                ..
+            })
         ));
         assert!(parse(b"hello").is_err());
         assert!(parse(br#"{"type":"dance"}"#).is_err());
@@ -114,13 +117,25 @@ mod tests {
 
     #[test]
     fn encodes_replies() {
-        assert_eq!(Reply::Subscribed { topic: "a" }.to_json(), r#"{"type":"subscribed","topic":"a"}"#);
         assert_eq!(
-            Reply::Error { error: "no", topic: None }.to_json(),
+            Reply::Subscribed { topic: "a" }.to_json(),
+            r#"{"type":"subscribed","topic":"a"}"#
+        );
+        assert_eq!(
+            Reply::Error {
+                error: "no",
+                topic: None
+            }
+            .to_json(),
             r#"{"type":"error","error":"no"}"#
         );
         assert_eq!(
-            Reply::Published { topic: "a", id: "5".into(), subscribers: 2 }.to_json(),
+            Reply::Published {
+                topic: "a",
+                id: "5".into(),
+                subscribers: 2
+            }
+            .to_json(),
             r#"{"type":"published","topic":"a","id":"5","subscribers":2}"#
         );
     }

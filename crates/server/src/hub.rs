@@ -46,7 +46,8 @@ pub fn validate_topic(name: &str) -> Result<(), TopicError> {
     if name.len() > MAX_TOPIC_LEN {
         return Err(TopicError::TooLong);
     }
-    let ok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'@' | b'/' | b'-');
+    let ok =
+        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'@' | b'/' | b'-');
     if name.bytes().all(ok) {
         Ok(())
     } else {
@@ -74,7 +75,13 @@ impl Published {
             DataKind::Text => OpCode::Text,
             DataKind::Binary => OpCode::Binary,
         };
-        Published { topic, id, kind, frame: encode_frame(opcode, payload).into(), envelope: OnceLock::new() }
+        Published {
+            topic,
+            id,
+            kind,
+            frame: encode_frame(opcode, payload).into(),
+            envelope: OnceLock::new(),
+        }
     }
 
     /// The payload, without its frame header.
@@ -120,7 +127,10 @@ pub struct Inbox {
 impl Inbox {
     /// An inbox that wakes the loop owning `waker`.
     pub fn new(waker: mio::Waker) -> Inbox {
-        Inbox { queue: Mutex::new(Vec::new()), waker }
+        Inbox {
+            queue: Mutex::new(Vec::new()),
+            waker,
+        }
     }
 
     /// Appends messages; wakes the worker only when the queue goes from empty to not empty (a
@@ -187,7 +197,14 @@ pub struct Hub {
 impl Hub {
     /// A hub for workers `0..inboxes.len()`.
     pub fn new(inboxes: Vec<Arc<Inbox>>, metrics: Arc<Metrics>) -> Hub {
-        Hub { state: Mutex::new(State { topics: HashMap::new(), next_id: 1 }), inboxes, metrics }
+        Hub {
+            state: Mutex::new(State {
+                topics: HashMap::new(),
+                next_id: 1,
+            }),
+            inboxes,
+            metrics,
+        }
     }
 
     /// Wakes every worker (used to announce shutdown).
@@ -212,7 +229,10 @@ impl Hub {
                 let k: Arc<str> = topic.into();
                 st.topics.insert(
                     Arc::clone(&k),
-                    TopicEntry { per_worker: vec![0; workers].into_boxed_slice(), total: 0 },
+                    TopicEntry {
+                        per_worker: vec![0; workers].into_boxed_slice(),
+                        total: 0,
+                    },
                 );
                 self.metrics.topics.fetch_add(1, Relaxed);
                 let e = st.topics.get_mut(&*k);
@@ -232,7 +252,9 @@ impl Hub {
     /// Records that `worker` lost a subscriber to `topic`.
     pub fn unsubscribe(&self, worker: usize, topic: &str) {
         let mut st = lock(&self.state);
-        let Some(e) = st.topics.get_mut(topic) else { return };
+        let Some(e) = st.topics.get_mut(topic) else {
+            return;
+        };
         if let Some(n) = e.per_worker.get_mut(worker) {
             if *n > 0 {
                 *n -= 1;
@@ -323,17 +345,27 @@ mod tests {
     }
 
     fn hub(workers: usize) -> (Hub, Vec<mio::Poll>, Arc<Metrics>) {
-        let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().expect("poll")).collect();
+        let polls: Vec<mio::Poll> = (0..workers)
+            .map(|_| mio::Poll::new().expect("poll"))
+            .collect();
         let inboxes = polls
             .iter()
-            .map(|p| Arc::new(Inbox::new(mio::Waker::new(p.registry(), mio::Token(0)).expect("waker"))))
+            .map(|p| {
+                Arc::new(Inbox::new(
+                    mio::Waker::new(p.registry(), mio::Token(0)).expect("waker"),
+                ))
+            })
             .collect();
         let metrics = Arc::new(Metrics::default());
         (Hub::new(inboxes, Arc::clone(&metrics)), polls, metrics)
     }
 
     fn text<'a>(topic: &'a str, payload: &'a str) -> Outgoing<'a> {
-        Outgoing { topic, kind: DataKind::Text, payload: payload.as_bytes() }
+        Outgoing {
+            topic,
+            kind: DataKind::Text,
+            payload: payload.as_bytes(),
+        }
     }
 
     #[test]
@@ -342,7 +374,10 @@ mod tests {
         hub.subscribe(1, "a");
         hub.subscribe(1, "a");
         let r = hub.publish(&[text("a", "1"), text("b", "x"), text("a", "2")]);
-        assert_eq!(r.iter().map(|r| r.subscribers).collect::<Vec<_>>(), vec![2, 0, 2]);
+        assert_eq!(
+            r.iter().map(|r| r.subscribers).collect::<Vec<_>>(),
+            vec![2, 0, 2]
+        );
         assert!(r[0].id < r[1].id && r[1].id < r[2].id);
         let mut got = Vec::new();
         hub.inboxes[0].take(&mut got);
@@ -388,7 +423,10 @@ mod tests {
             })
             .collect();
         assert_eq!(ids[0].len(), 2000);
-        assert!(ids[0].windows(2).all(|w| w[0] < w[1]), "ids increase in delivery order");
+        assert!(
+            ids[0].windows(2).all(|w| w[0] < w[1]),
+            "ids increase in delivery order"
+        );
         assert_eq!(ids[0], ids[1]);
         assert_eq!(ids[1], ids[2]);
     }

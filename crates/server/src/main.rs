@@ -7,7 +7,10 @@ fn main() -> std::process::ExitCode {
     clarion::log::init();
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Serve(args) => args.resolve().map_err(anyhow::Error::from).and_then(clarion::server::run),
+        Command::Serve(args) => args
+            .resolve()
+            .map_err(anyhow::Error::from)
+            .and_then(clarion::server::run),
         Command::Publish(args) => clarion::publish::run(args),
     };
     match result {

@@ -91,7 +91,10 @@ pub struct Metrics {
 impl Metrics {
     /// Counts one ended connection.
     pub fn closed(&self, reason: CloseReason) {
-        let i = CloseReason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        let i = CloseReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
         if let Some(c) = self.closes.get(i) {
             c.fetch_add(1, Relaxed);
         }
@@ -99,7 +102,10 @@ impl Metrics {
 
     /// Ended connections for one reason (tests and the shutdown log).
     pub fn closes(&self, reason: CloseReason) -> u64 {
-        let i = CloseReason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        let i = CloseReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
         self.closes.get(i).map_or(0, |c| c.load(Relaxed))
     }
 
@@ -113,7 +119,10 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         };
         let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
         };
         let _ = writeln!(
             out,
@@ -123,8 +132,18 @@ impl Metrics {
              clarion_connections{{transport=\"ws\"}} {ws}"
         );
         let l = |a: &AtomicU64| a.load(Relaxed);
-        gauge(&mut out, "clarion_subscriptions", "Subscriptions held.", l(&self.subscriptions));
-        gauge(&mut out, "clarion_topics", "Topics with at least one subscriber.", l(&self.topics));
+        gauge(
+            &mut out,
+            "clarion_subscriptions",
+            "Subscriptions held.",
+            l(&self.subscriptions),
+        );
+        gauge(
+            &mut out,
+            "clarion_topics",
+            "Topics with at least one subscriber.",
+            l(&self.topics),
+        );
         counter(
             &mut out,
             "clarion_messages_published_total",
@@ -137,8 +156,18 @@ impl Metrics {
             "Messages handed to subscriber sockets.",
             l(&self.delivered),
         );
-        counter(&mut out, "clarion_bytes_in_total", "Bytes read from clients.", l(&self.bytes_in));
-        counter(&mut out, "clarion_bytes_out_total", "Bytes written to clients.", l(&self.bytes_out));
+        counter(
+            &mut out,
+            "clarion_bytes_in_total",
+            "Bytes read from clients.",
+            l(&self.bytes_in),
+        );
+        counter(
+            &mut out,
+            "clarion_bytes_out_total",
+            "Bytes written to clients.",
+            l(&self.bytes_out),
+        );
         counter(
             &mut out,
             "clarion_connections_refused_total",
@@ -156,7 +185,12 @@ impl Metrics {
             "# HELP clarion_closes_total Connections ended, by reason.\n# TYPE clarion_closes_total counter"
         );
         for r in CloseReason::ALL {
-            let _ = writeln!(out, "clarion_closes_total{{reason=\"{}\"}} {}", r.label(), self.closes(r));
+            let _ = writeln!(
+                out,
+                "clarion_closes_total{{reason=\"{}\"}} {}",
+                r.label(),
+                self.closes(r)
+            );
         }
         counter(
             &mut out,
@@ -164,7 +198,12 @@ impl Metrics {
             "Connections closed because they stopped reading.",
             self.closes(CloseReason::SlowConsumer),
         );
-        gauge(&mut out, "clarion_process_rss_bytes", "Resident set size of the process.", rss);
+        gauge(
+            &mut out,
+            "clarion_process_rss_bytes",
+            "Resident set size of the process.",
+            rss,
+        );
         let per_conn = rss.checked_div(http + ws).unwrap_or(0);
         gauge(
             &mut out,
@@ -196,7 +235,11 @@ mod tests {
         assert!(text.contains("clarion_connections{transport=\"ws\"} 3"));
         assert!(text.contains("clarion_closes_total{reason=\"slow_consumer\"} 1"));
         assert!(text.contains("clarion_slow_consumers_total 1"));
-        assert_eq!(text.matches("# TYPE clarion_messages_delivered_total").count(), 1);
+        assert_eq!(
+            text.matches("# TYPE clarion_messages_delivered_total")
+                .count(),
+            1
+        );
         assert!(process_rss_bytes().is_some_and(|r| r > 0));
     }
 }

@@ -16,7 +16,9 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
         Some(m) if m != "-" => m.as_bytes().to_vec(),
         _ => {
             let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).context("cannot read the message from stdin")?;
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("cannot read the message from stdin")?;
             buf
         }
     };
@@ -29,9 +31,14 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
         None => (rest, ""),
     };
     let base = base.trim_end_matches('/');
-    let mut stream = TcpStream::connect(authority).with_context(|| format!("cannot connect to {authority}"))?;
+    let mut stream =
+        TcpStream::connect(authority).with_context(|| format!("cannot connect to {authority}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let content_type = if args.binary { "application/octet-stream" } else { "text/plain; charset=utf-8" };
+    let content_type = if args.binary {
+        "application/octet-stream"
+    } else {
+        "text/plain; charset=utf-8"
+    };
     let mut req = format!(
         "POST {base}/publish/{topic} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: {content_type}\r\n\
          Content-Length: {len}\r\nConnection: close\r\n",
@@ -45,7 +52,9 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     stream.write_all(req.as_bytes())?;
     stream.write_all(&message)?;
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).context("cannot read the answer")?;
+    stream
+        .read_to_end(&mut response)
+        .context("cannot read the answer")?;
     let text = String::from_utf8_lossy(&response);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status: u16 = head

@@ -52,7 +52,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .context("cannot install signal handlers")?;
 
     let mut threads = Vec::with_capacity(workers);
-    for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate() {
+    for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate()
+    {
         let worker = Worker::new(id, poll, listener, inbox, Arc::clone(&shared))?;
         let t = std::thread::Builder::new()
             .name(format!("clarion-worker-{id}"))
@@ -76,7 +77,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     drop(out);
 
     if let Some(sig) = signals.forever().next() {
-        log::info(format_args!("signal {sig}: closing connections (up to {} s)", shared.config.shutdown_timeout));
+        log::info(format_args!(
+            "signal {sig}: closing connections (up to {} s)",
+            shared.config.shutdown_timeout
+        ));
     }
     shared.stopping.store(true, Relaxed);
     shared.hub.wake_all();

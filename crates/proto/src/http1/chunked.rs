@@ -47,7 +47,13 @@ pub struct ChunkedDecoder {
 impl ChunkedDecoder {
     /// A decoder that refuses bodies larger than `max_body` decoded bytes.
     pub fn new(max_body: usize) -> Self {
-        ChunkedDecoder { step: Step::Size { len: 0 }, size: None, size_ended: false, decoded: 0, max_body }
+        ChunkedDecoder {
+            step: Step::Size { len: 0 },
+            size: None,
+            size_ended: false,
+            decoded: 0,
+            max_body,
+        }
     }
 
     /// Consumes bytes from `input`, appending decoded body bytes to `out`. Returns how many
@@ -99,7 +105,11 @@ impl ChunkedDecoder {
                     i += take;
                     self.decoded += take;
                     let left = left - take as u64;
-                    self.step = if left == 0 { Step::DataEnd { seen: 0 } } else { Step::Data { left } };
+                    self.step = if left == 0 {
+                        Step::DataEnd { seen: 0 }
+                    } else {
+                        Step::Data { left }
+                    };
                 }
                 Step::DataEnd { seen } => {
                     let b = input[i];
@@ -180,15 +190,30 @@ mod tests {
 
     #[test]
     fn size_limit() {
-        assert_eq!(decode_all(b"5\r\nhello\r\n0\r\n\r\n", 4), Err(BodyError::TooLarge));
-        assert_eq!(decode_all(b"3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", 5), Err(BodyError::TooLarge));
-        assert_eq!(decode_all(b"fffffffffffffffff\r\n", usize::MAX), Err(BodyError::TooLarge));
+        assert_eq!(
+            decode_all(b"5\r\nhello\r\n0\r\n\r\n", 4),
+            Err(BodyError::TooLarge)
+        );
+        assert_eq!(
+            decode_all(b"3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", 5),
+            Err(BodyError::TooLarge)
+        );
+        assert_eq!(
+            decode_all(b"fffffffffffffffff\r\n", usize::MAX),
+            Err(BodyError::TooLarge)
+        );
         assert!(decode_all(b"5\r\nhello\r\n0\r\n\r\n", 5).is_ok());
     }
 
     #[test]
     fn malformed() {
-        for bad in [&b"x\r\n"[..], b"\r\n", b"5\r\nhelloXX", b"; ext\r\n", b"-1\r\n"] {
+        for bad in [
+            &b"x\r\n"[..],
+            b"\r\n",
+            b"5\r\nhelloXX",
+            b"; ext\r\n",
+            b"-1\r\n",
+        ] {
             assert_eq!(decode_all(bad, 100), Err(BodyError::Malformed), "{bad:?}");
         }
         let long = [b'0'; MAX_LINE + 1];

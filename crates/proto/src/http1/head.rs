@@ -19,7 +19,11 @@ pub struct HeadLimits {
 
 impl Default for HeadLimits {
     fn default() -> Self {
-        HeadLimits { max_request_line: 8192, max_headers: 64, max_head_bytes: 16384 }
+        HeadLimits {
+            max_request_line: 8192,
+            max_headers: 64,
+            max_head_bytes: 16384,
+        }
     }
 }
 
@@ -144,7 +148,13 @@ pub fn parse_head<'a>(
         return Err(HeadError::Malformed);
     };
     let headers = req.headers.iter().map(|h| (h.name, h.value)).collect();
-    Ok(Some(RequestHead { method, target, minor_version, headers, head_len }))
+    Ok(Some(RequestHead {
+        method,
+        target,
+        minor_version,
+        headers,
+        head_len,
+    }))
 }
 
 /// The major version digit of a request line that has reached its `HTTP/x` part, if any.
@@ -179,7 +189,10 @@ impl<'a> RequestHead<'a> {
 
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&'a [u8]> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|&(_, v)| v)
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|&(_, v)| v)
     }
 
     /// The first value of header `name` as UTF-8, `None` if absent or not UTF-8.
@@ -191,7 +204,8 @@ impl<'a> RequestHead<'a> {
     /// (case-insensitive, surrounding whitespace ignored).
     pub fn has_token(&self, name: &str, token: &str) -> bool {
         self.values(name).any(|v| {
-            v.split(|&b| b == b',').any(|item| trim(item).eq_ignore_ascii_case(token.as_bytes()))
+            v.split(|&b| b == b',')
+                .any(|item| trim(item).eq_ignore_ascii_case(token.as_bytes()))
         })
     }
 
@@ -242,7 +256,10 @@ impl<'a> RequestHead<'a> {
     }
 
     fn values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'a [u8]> + 's {
-        self.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(name)).map(|&(_, v)| v)
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|&(_, v)| v)
     }
 }
 
@@ -341,14 +358,19 @@ mod tests {
 
     #[test]
     fn has_token_checks_every_occurrence() {
-        let h = complete("GET / HTTP/1.1\r\nConnection: keep-alive\r\nConnection:  upgrade \r\n\r\n");
+        let h =
+            complete("GET / HTTP/1.1\r\nConnection: keep-alive\r\nConnection:  upgrade \r\n\r\n");
         assert!(h.has_token("connection", "upgrade"));
         assert!(!h.has_token("connection", "upgr"));
     }
 
     #[test]
     fn malformed_heads() {
-        for s in ["GET\r\n\r\n", "GET / HTTP/1.1\r\nNo colon\r\n\r\n", "G\0T / HTTP/1.1\r\n\r\n"] {
+        for s in [
+            "GET\r\n\r\n",
+            "GET / HTTP/1.1\r\nNo colon\r\n\r\n",
+            "G\0T / HTTP/1.1\r\n\r\n",
+        ] {
             assert_eq!(parse(s).err(), Some(HeadError::Malformed), "{s:?}");
         }
     }
@@ -358,37 +380,64 @@ mod tests {
         let e = parse("GET / HTTP/2.0\r\n\r\n").err();
         assert_eq!(e, Some(HeadError::UnsupportedVersion));
         assert_eq!(HeadError::UnsupportedVersion.status(), 505);
-        assert_eq!(parse("GET / HTTP/1.2\r\n\r\n").err(), Some(HeadError::UnsupportedVersion));
+        assert_eq!(
+            parse("GET / HTTP/1.2\r\n\r\n").err(),
+            Some(HeadError::UnsupportedVersion)
+        );
     }
 
     #[test]
     fn request_line_limit_applies_to_partial_input() {
-        let limits = HeadLimits { max_request_line: 32, ..HeadLimits::default() };
+        let limits = HeadLimits {
+            max_request_line: 32,
+            ..HeadLimits::default()
+        };
         let long = format!("GET /{} HTTP/1.1", "a".repeat(40));
-        assert_eq!(parse_head(long.as_bytes(), &limits).err(), Some(HeadError::RequestLineTooLong));
+        assert_eq!(
+            parse_head(long.as_bytes(), &limits).err(),
+            Some(HeadError::RequestLineTooLong)
+        );
         let done = format!("{long}\r\n\r\n");
-        assert_eq!(parse_head(done.as_bytes(), &limits).err(), Some(HeadError::RequestLineTooLong));
+        assert_eq!(
+            parse_head(done.as_bytes(), &limits).err(),
+            Some(HeadError::RequestLineTooLong)
+        );
         assert_eq!(HeadError::RequestLineTooLong.status(), 414);
         assert!(matches!(parse_head(b"GET / HTTP/1.1", &limits), Ok(None)));
     }
 
     #[test]
     fn head_size_limit_applies_to_partial_input() {
-        let limits = HeadLimits { max_head_bytes: 64, ..HeadLimits::default() };
+        let limits = HeadLimits {
+            max_head_bytes: 64,
+            ..HeadLimits::default()
+        };
         let s = format!("GET / HTTP/1.1\r\nX-Long: {}", "v".repeat(80));
-        assert_eq!(parse_head(s.as_bytes(), &limits).err(), Some(HeadError::HeadTooLarge));
+        assert_eq!(
+            parse_head(s.as_bytes(), &limits).err(),
+            Some(HeadError::HeadTooLarge)
+        );
         let done = format!("{s}\r\n\r\n");
-        assert_eq!(parse_head(done.as_bytes(), &limits).err(), Some(HeadError::HeadTooLarge));
+        assert_eq!(
+            parse_head(done.as_bytes(), &limits).err(),
+            Some(HeadError::HeadTooLarge)
+        );
         assert_eq!(HeadError::HeadTooLarge.status(), 431);
     }
 
     #[test]
     fn header_count_limit() {
-        let limits = HeadLimits { max_headers: 3, ..HeadLimits::default() };
+        let limits = HeadLimits {
+            max_headers: 3,
+            ..HeadLimits::default()
+        };
         let ok = "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n";
         assert!(matches!(parse_head(ok.as_bytes(), &limits), Ok(Some(_))));
         let bad = "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n";
-        assert_eq!(parse_head(bad.as_bytes(), &limits).err(), Some(HeadError::TooManyHeaders));
+        assert_eq!(
+            parse_head(bad.as_bytes(), &limits).err(),
+            Some(HeadError::TooManyHeaders)
+        );
         assert_eq!(HeadError::TooManyHeaders.status(), 431);
     }
 
@@ -407,15 +456,30 @@ mod tests {
     #[test]
     fn bad_body_framing() {
         for (s, e) in [
-            ("Content-Length: 5\r\nContent-Length: 6", HeadError::BadContentLength),
+            (
+                "Content-Length: 5\r\nContent-Length: 6",
+                HeadError::BadContentLength,
+            ),
             ("Content-Length: 5, 6", HeadError::BadContentLength),
             ("Content-Length: -1", HeadError::BadContentLength),
             ("Content-Length: +1", HeadError::BadContentLength),
             ("Content-Length: ", HeadError::BadContentLength),
-            ("Content-Length: 99999999999999999999", HeadError::BadContentLength),
-            ("Content-Length: 5\r\nTransfer-Encoding: chunked", HeadError::BadContentLength),
-            ("Transfer-Encoding: gzip, chunked", HeadError::UnsupportedTransferEncoding),
-            ("Transfer-Encoding: identity", HeadError::UnsupportedTransferEncoding),
+            (
+                "Content-Length: 99999999999999999999",
+                HeadError::BadContentLength,
+            ),
+            (
+                "Content-Length: 5\r\nTransfer-Encoding: chunked",
+                HeadError::BadContentLength,
+            ),
+            (
+                "Transfer-Encoding: gzip, chunked",
+                HeadError::UnsupportedTransferEncoding,
+            ),
+            (
+                "Transfer-Encoding: identity",
+                HeadError::UnsupportedTransferEncoding,
+            ),
         ] {
             let req = format!("POST / HTTP/1.1\r\n{s}\r\n\r\n");
             assert_eq!(complete(&req).body(), Err(e.clone()), "{s}");

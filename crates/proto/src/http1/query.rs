@@ -39,7 +39,9 @@ fn decode(s: &str) -> Result<Cow<'_, str>, QueryError> {
             b'%' => {
                 let hi = bytes.get(i + 1).and_then(|&c| hex(c));
                 let lo = bytes.get(i + 2).and_then(|&c| hex(c));
-                let (Some(hi), Some(lo)) = (hi, lo) else { return Err(QueryError::BadEscape) };
+                let (Some(hi), Some(lo)) = (hi, lo) else {
+                    return Err(QueryError::BadEscape);
+                };
                 out.push(hi << 4 | lo);
                 i += 2;
             }
@@ -47,7 +49,9 @@ fn decode(s: &str) -> Result<Cow<'_, str>, QueryError> {
         }
         i += 1;
     }
-    String::from_utf8(out).map(Cow::Owned).map_err(|_| QueryError::NotUtf8)
+    String::from_utf8(out)
+        .map(Cow::Owned)
+        .map_err(|_| QueryError::NotUtf8)
 }
 
 fn hex(c: u8) -> Option<u8> {
@@ -64,7 +68,9 @@ mod tests {
     use super::*;
 
     fn pairs(q: &str) -> Vec<Result<(String, String), QueryError>> {
-        query_pairs(q).map(|r| r.map(|(k, v)| (k.into_owned(), v.into_owned()))).collect()
+        query_pairs(q)
+            .map(|r| r.map(|(k, v)| (k.into_owned(), v.into_owned())))
+            .collect()
     }
 
     fn ok(k: &str, v: &str) -> Result<(String, String), QueryError> {
@@ -74,8 +80,14 @@ mod tests {
     #[test]
     fn plain_pairs_borrow() {
         let all: Vec<_> = query_pairs("topic=a&topic=b").collect();
-        assert!(matches!(all[0], Ok((Cow::Borrowed("topic"), Cow::Borrowed("a")))));
-        assert_eq!(pairs("topic=a&topic=b"), vec![ok("topic", "a"), ok("topic", "b")]);
+        assert!(matches!(
+            all[0],
+            Ok((Cow::Borrowed("topic"), Cow::Borrowed("a")))
+        ));
+        assert_eq!(
+            pairs("topic=a&topic=b"),
+            vec![ok("topic", "a"), ok("topic", "b")]
+        );
     }
 
     #[test]
@@ -91,7 +103,10 @@ mod tests {
     fn errors() {
         assert_eq!(pairs("t=%"), vec![Err(QueryError::BadEscape)]);
         assert_eq!(pairs("t=%4"), vec![Err(QueryError::BadEscape)]);
-        assert_eq!(pairs("t=%zz&u=1"), vec![Err(QueryError::BadEscape), ok("u", "1")]);
+        assert_eq!(
+            pairs("t=%zz&u=1"),
+            vec![Err(QueryError::BadEscape), ok("u", "1")]
+        );
         assert_eq!(pairs("t=%ff"), vec![Err(QueryError::NotUtf8)]);
         assert_eq!(pairs("%ff=1"), vec![Err(QueryError::NotUtf8)]);
     }

@@ -139,7 +139,13 @@ pub fn encode_close_frame(code: CloseCode, reason: &str) -> Vec<u8> {
     }
     let reason = &reason.as_bytes()[..cut];
     let mut head = [0u8; 10];
-    let n = encode_header(&mut head, true, false, OpCode::Close, 2 + reason.len() as u64);
+    let n = encode_header(
+        &mut head,
+        true,
+        false,
+        OpCode::Close,
+        2 + reason.len() as u64,
+    );
     let mut out = Vec::with_capacity(n + 2 + reason.len());
     out.extend_from_slice(&head[..n]);
     out.extend_from_slice(&code.as_u16().to_be_bytes());
@@ -160,7 +166,9 @@ mod tests {
 
     #[test]
     fn sendable_codes() {
-        for v in [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 4999] {
+        for v in [
+            1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 4999,
+        ] {
             assert!(CloseCode::from_u16(v).is_sendable(), "{v}");
         }
         for v in [0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, 65535] {
@@ -173,23 +181,41 @@ mod tests {
         assert_eq!(parse_close(b""), Ok(None));
         assert_eq!(parse_close(b"\x03"), Err(CloseError::Truncated));
         assert_eq!(parse_close(b"\x03\xe8"), Ok(Some((CloseCode::Normal, ""))));
-        assert_eq!(parse_close(b"\x0b\xb8bye"), Ok(Some((CloseCode::Other(3000), "bye"))));
-        assert_eq!(parse_close(b"\x13\x87"), Ok(Some((CloseCode::Other(4999), ""))));
+        assert_eq!(
+            parse_close(b"\x0b\xb8bye"),
+            Ok(Some((CloseCode::Other(3000), "bye")))
+        );
+        assert_eq!(
+            parse_close(b"\x13\x87"),
+            Ok(Some((CloseCode::Other(4999), "")))
+        );
         for v in [999u16, 1004, 1005, 1006, 1015, 5000] {
-            assert_eq!(parse_close(&v.to_be_bytes()), Err(CloseError::InvalidCode(v)));
+            assert_eq!(
+                parse_close(&v.to_be_bytes()),
+                Err(CloseError::InvalidCode(v))
+            );
         }
         assert_eq!(parse_close(b"\x03\xe8\xff"), Err(CloseError::InvalidReason));
-        assert_eq!(CloseError::InvalidReason.close_code(), CloseCode::InvalidPayload);
+        assert_eq!(
+            CloseError::InvalidReason.close_code(),
+            CloseCode::InvalidPayload
+        );
         assert_eq!(CloseError::Truncated.close_code(), CloseCode::Protocol);
     }
 
     #[test]
     fn encoding() {
-        assert_eq!(encode_close_frame(CloseCode::GoingAway, "bye"), b"\x88\x05\x03\xe9bye");
+        assert_eq!(
+            encode_close_frame(CloseCode::GoingAway, "bye"),
+            b"\x88\x05\x03\xe9bye"
+        );
         let long = "é".repeat(100);
         let frame = encode_close_frame(CloseCode::Normal, &long);
         assert!(frame.len() - 2 <= 125);
-        let reason = parse_close(&frame[2..]).ok().flatten().map(|(_, r)| r.len());
+        let reason = parse_close(&frame[2..])
+            .ok()
+            .flatten()
+            .map(|(_, r)| r.len());
         assert_eq!(reason, Some(122));
     }
 }

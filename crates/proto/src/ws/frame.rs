@@ -150,13 +150,22 @@ pub fn parse_header(
         return Err(FrameError::TooBig);
     }
     let mask = if masked {
-        let Some(m) = buf.get(at..at + 4) else { return Ok(None) };
+        let Some(m) = buf.get(at..at + 4) else {
+            return Ok(None);
+        };
         at += 4;
         Some([m[0], m[1], m[2], m[3]])
     } else {
         None
     };
-    Ok(Some(FrameHeader { fin, rsv, opcode, mask, payload_len, header_len: at }))
+    Ok(Some(FrameHeader {
+        fin,
+        rsv,
+        opcode,
+        mask,
+        payload_len,
+        header_len: at,
+    }))
 }
 
 /// XORs `data` with `mask`, where `data[0]` is byte number `offset` of the payload.
@@ -238,9 +247,13 @@ mod tests {
         apply_mask(&mut payload, [0x37, 0xfa, 0x21, 0x3d], 0);
         assert_eq!(&payload, b"Hello");
         // 256 bytes binary, 64 KiB binary (unmasked, as a server would send them).
-        let h = parse_header(&[0x82, 0x7E, 0x01, 0x00], false, MAX).ok().flatten();
+        let h = parse_header(&[0x82, 0x7E, 0x01, 0x00], false, MAX)
+            .ok()
+            .flatten();
         assert_eq!(h.map(|h| (h.payload_len, h.header_len)), Some((256, 4)));
-        let h = parse_header(&[0x82, 0x7F, 0, 0, 0, 0, 0, 1, 0, 0], false, MAX).ok().flatten();
+        let h = parse_header(&[0x82, 0x7F, 0, 0, 0, 0, 0, 1, 0, 0], false, MAX)
+            .ok()
+            .flatten();
         assert_eq!(h.map(|h| (h.payload_len, h.header_len)), Some((65536, 10)));
     }
 
@@ -264,7 +277,10 @@ mod tests {
             (&[0x81, 0x00], FrameError::Unmasked),
             (&[0x89, 0xFE], FrameError::ControlTooLong),
             (&[0x09, 0x80], FrameError::FragmentedControl),
-            (&[0x82, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0], FrameError::BadLength),
+            (
+                &[0x82, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0],
+                FrameError::BadLength,
+            ),
         ];
         for (buf, err) in cases {
             assert_eq!(parse_header(buf, true, MAX), Err(*err), "{buf:?}");
@@ -275,7 +291,10 @@ mod tests {
 
     #[test]
     fn too_big_is_reported_before_the_mask_and_payload() {
-        assert_eq!(parse_header(&[0x82, 0xFE, 0x01, 0x00], true, 255), Err(FrameError::TooBig));
+        assert_eq!(
+            parse_header(&[0x82, 0xFE, 0x01, 0x00], true, 255),
+            Err(FrameError::TooBig)
+        );
         assert_eq!(parse_header(&[0x82, 0xFE, 0x00, 0xFF], true, 255), Ok(None));
     }
 
@@ -287,8 +306,11 @@ mod tests {
                 let original: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
                 let mut fast = original.clone();
                 apply_mask(&mut fast, mask, offset);
-                let slow: Vec<u8> =
-                    original.iter().enumerate().map(|(i, b)| b ^ mask[(i + offset) % 4]).collect();
+                let slow: Vec<u8> = original
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| b ^ mask[(i + offset) % 4])
+                    .collect();
                 assert_eq!(fast, slow, "len {len} offset {offset}");
             }
         }
@@ -299,7 +321,10 @@ mod tests {
         for len in [0usize, 1, 125, 126, 127, 65535, 65536, 70000] {
             let payload = vec![0x5a; len];
             let frame = encode_frame(OpCode::Binary, &payload);
-            let h = parse_header(&frame, false, MAX).ok().flatten().expect("header");
+            let h = parse_header(&frame, false, MAX)
+                .ok()
+                .flatten()
+                .expect("header");
             assert_eq!(h.payload_len, len as u64);
             assert_eq!(frame.len(), h.header_len + len);
             assert_eq!(frame.capacity(), frame.len());

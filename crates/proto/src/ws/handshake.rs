@@ -73,7 +73,10 @@ pub fn validate<'a>(head: &RequestHead<'a>) -> Result<Upgrade<'a>, HandshakeErro
     if head.header("sec-websocket-version") != Some(b"13") {
         return Err(HandshakeError::UnsupportedVersion);
     }
-    let mut keys = head.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-key"));
+    let mut keys = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-key"));
     let key = match (keys.next(), keys.next()) {
         (Some(&(_, key)), None) => key,
         _ => return Err(HandshakeError::BadKey),
@@ -83,7 +86,11 @@ pub fn validate<'a>(head: &RequestHead<'a>) -> Result<Upgrade<'a>, HandshakeErro
         Ok(16) => {}
         _ => return Err(HandshakeError::BadKey),
     }
-    Ok(Upgrade { key, protocols: list(head, "sec-websocket-protocol"), extensions: extension_names(head) })
+    Ok(Upgrade {
+        key,
+        protocols: list(head, "sec-websocket-protocol"),
+        extensions: extension_names(head),
+    })
 }
 
 fn list<'a>(head: &RequestHead<'a>, name: &str) -> Vec<&'a str> {
@@ -179,16 +186,43 @@ mod tests {
     fn invalid_requests() {
         let base = request("");
         let cases = [
-            (base.replacen("GET", "POST", 1), HandshakeError::MethodNotAllowed),
-            (base.replacen("HTTP/1.1", "HTTP/1.0", 1), HandshakeError::BadVersion),
-            (base.replace("Upgrade: websocket\r\n", ""), HandshakeError::NotUpgrade),
-            (base.replace("Connection: Upgrade", "Connection: keep-alive"), HandshakeError::MissingConnectionUpgrade),
-            (base.replace("Version: 13", "Version: 8"), HandshakeError::UnsupportedVersion),
-            (base.replace("Sec-WebSocket-Version: 13\r\n", ""), HandshakeError::UnsupportedVersion),
+            (
+                base.replacen("GET", "POST", 1),
+                HandshakeError::MethodNotAllowed,
+            ),
+            (
+                base.replacen("HTTP/1.1", "HTTP/1.0", 1),
+                HandshakeError::BadVersion,
+            ),
+            (
+                base.replace("Upgrade: websocket\r\n", ""),
+                HandshakeError::NotUpgrade,
+            ),
+            (
+                base.replace("Connection: Upgrade", "Connection: keep-alive"),
+                HandshakeError::MissingConnectionUpgrade,
+            ),
+            (
+                base.replace("Version: 13", "Version: 8"),
+                HandshakeError::UnsupportedVersion,
+            ),
+            (
+                base.replace("Sec-WebSocket-Version: 13\r\n", ""),
+                HandshakeError::UnsupportedVersion,
+            ),
             (base.replace(KEY, "c2hvcnQ="), HandshakeError::BadKey),
-            (base.replace(KEY, "not base64!!!!!!!!!!!!=="), HandshakeError::BadKey),
-            (base.replace(&format!("Sec-WebSocket-Key: {KEY}\r\n"), ""), HandshakeError::BadKey),
-            (request(&format!("Sec-WebSocket-Key: {KEY}\r\n")), HandshakeError::BadKey),
+            (
+                base.replace(KEY, "not base64!!!!!!!!!!!!=="),
+                HandshakeError::BadKey,
+            ),
+            (
+                base.replace(&format!("Sec-WebSocket-Key: {KEY}\r\n"), ""),
+                HandshakeError::BadKey,
+            ),
+            (
+                request(&format!("Sec-WebSocket-Key: {KEY}\r\n")),
+                HandshakeError::BadKey,
+            ),
         ];
         for (req, err) in cases {
             assert_eq!(check(&req).err(), Some(err), "{req}");

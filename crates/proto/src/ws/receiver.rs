@@ -78,11 +78,16 @@ struct Fragmented {
     utf8_valid_upto: usize,
 }
 
-const UNEXPECTED_CONTINUATION: Violation =
-    Violation::new(CloseCode::Protocol, "continuation frame without a message in progress");
-const EXPECTED_CONTINUATION: Violation =
-    Violation::new(CloseCode::Protocol, "new message while a fragmented one is in progress");
-const BAD_UTF8: Violation = Violation::new(CloseCode::InvalidPayload, "invalid UTF-8 in text message");
+const UNEXPECTED_CONTINUATION: Violation = Violation::new(
+    CloseCode::Protocol,
+    "continuation frame without a message in progress",
+);
+const EXPECTED_CONTINUATION: Violation = Violation::new(
+    CloseCode::Protocol,
+    "new message while a fragmented one is in progress",
+);
+const BAD_UTF8: Violation =
+    Violation::new(CloseCode::InvalidPayload, "invalid UTF-8 in text message");
 const TOO_BIG: Violation = Violation::new(CloseCode::TooBig, "message too big");
 
 fn frame_violation(e: FrameError) -> Violation {
@@ -164,24 +169,37 @@ impl Receiver {
             OpCode::Pong => Some(Event::Pong(payload)),
             OpCode::Close => Some(Event::Close(parse_close(payload).map_err(close_violation)?)),
             OpCode::Text | OpCode::Binary => {
-                let kind = if header.opcode == OpCode::Text { DataKind::Text } else { DataKind::Binary };
+                let kind = if header.opcode == OpCode::Text {
+                    DataKind::Text
+                } else {
+                    DataKind::Binary
+                };
                 if header.fin {
                     if kind == DataKind::Text && std::str::from_utf8(payload).is_err() {
                         return Err(BAD_UTF8);
                     }
-                    Some(Event::Message { kind, payload: Cow::Borrowed(payload) })
+                    Some(Event::Message {
+                        kind,
+                        payload: Cow::Borrowed(payload),
+                    })
                 } else {
                     let utf8_valid_upto = match kind {
                         DataKind::Text => validate_utf8_prefix(payload, 0)?,
                         DataKind::Binary => 0,
                     };
                     let buf = payload.to_vec();
-                    self.frag = Some(Box::new(Fragmented { kind, buf, utf8_valid_upto }));
+                    self.frag = Some(Box::new(Fragmented {
+                        kind,
+                        buf,
+                        utf8_valid_upto,
+                    }));
                     None
                 }
             }
             OpCode::Continuation => {
-                let Some(frag) = self.frag.as_mut() else { return Err(UNEXPECTED_CONTINUATION) };
+                let Some(frag) = self.frag.as_mut() else {
+                    return Err(UNEXPECTED_CONTINUATION);
+                };
                 frag.buf.extend_from_slice(payload);
                 if frag.kind == DataKind::Text {
                     frag.utf8_valid_upto = validate_utf8_prefix(&frag.buf, frag.utf8_valid_upto)?;
@@ -192,7 +210,10 @@ impl Receiver {
                 if header.fin {
                     self.frag.take().map(|f| {
                         let Fragmented { kind, buf, .. } = *f;
-                        Event::Message { kind, payload: Cow::Owned(buf) }
+                        Event::Message {
+                            kind,
+                            payload: Cow::Owned(buf),
+                        }
                     })
                 } else {
                     None
@@ -221,7 +242,10 @@ impl Receiver {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { max_message: 1 << 20, require_mask: true };
+    const LIMITS: Limits = Limits {
+        max_message: 1 << 20,
+        require_mask: true,
+    };
     const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 
     /// A masked client frame.
@@ -259,7 +283,11 @@ mod tests {
     }
 
     /// Decodes every complete frame in `input`: events, first violation, bytes consumed.
-    fn feed(rx: &mut Receiver, input: &[u8], limits: &Limits) -> (Vec<Got>, Option<Violation>, usize) {
+    fn feed(
+        rx: &mut Receiver,
+        input: &[u8],
+        limits: &Limits,
+    ) -> (Vec<Got>, Option<Violation>, usize) {
         let mut buf = input.to_vec();
         let mut at = 0;
         let mut got = Vec::new();
@@ -269,7 +297,9 @@ mod tests {
                 Ok(Some((n, ev))) => {
                     got.push(match ev {
                         None => Got::Fragment,
-                        Some(Event::Message { kind, payload }) => Got::Msg(kind, payload.into_owned()),
+                        Some(Event::Message { kind, payload }) => {
+                            Got::Msg(kind, payload.into_owned())
+                        }
                         Some(Event::Ping(p)) => Got::Ping(p.to_vec()),
                         Some(Event::Pong(p)) => Got::Pong(p.to_vec()),
                         Some(Event::Close(c)) => {
@@ -295,13 +325,18 @@ mod tests {
     #[test]
     fn rfc_examples() {
         // Single-frame masked "Hello", exactly as in RFC 6455 5.7.
-        let hello = [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58];
+        let hello = [
+            0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58,
+        ];
         let mut rx = Receiver::default();
         assert_eq!(run(&mut rx, &hello, &LIMITS), (vec![text("Hello")], None));
         // Fragmented "Hel" + "lo".
         let mut input = frame(false, 1, b"Hel");
         input.extend(frame(true, 0, b"lo"));
-        assert_eq!(run(&mut rx, &input, &LIMITS), (vec![Got::Fragment, text("Hello")], None));
+        assert_eq!(
+            run(&mut rx, &input, &LIMITS),
+            (vec![Got::Fragment, text("Hello")], None)
+        );
         assert!(!rx.in_message());
         // Ping "Hello".
         let got = run(&mut rx, &frame(true, 9, b"Hello"), &LIMITS);
@@ -319,7 +354,13 @@ mod tests {
         let mut buf = frame(true, 2, b"abc");
         let mut rx = Receiver::default();
         match rx.next(&mut buf, &LIMITS) {
-            Ok(Some((_, Some(Event::Message { payload: Cow::Borrowed(p), .. })))) => {
+            Ok(Some((
+                _,
+                Some(Event::Message {
+                    payload: Cow::Borrowed(p),
+                    ..
+                }),
+            ))) => {
                 assert_eq!(p, b"abc")
             }
             other => panic!("unexpected {other:?}"),
@@ -399,7 +440,10 @@ mod tests {
         let mut rx = Receiver::default();
         let mut header_only = frame(true, 0, &[0u8; 100]);
         header_only.truncate(6);
-        assert_eq!(rx.next(&mut header_only, &LIMITS), Err(UNEXPECTED_CONTINUATION));
+        assert_eq!(
+            rx.next(&mut header_only, &LIMITS),
+            Err(UNEXPECTED_CONTINUATION)
+        );
     }
 
     #[test]
@@ -407,12 +451,20 @@ mod tests {
         let mut unmasked = vec![0x81, 0x01, b'a'];
         let err = Receiver::default().next(&mut unmasked, &LIMITS).err();
         assert_eq!(err.map(|v| v.code), Some(CloseCode::Protocol));
-        let lax = Limits { require_mask: false, ..LIMITS };
+        let lax = Limits {
+            require_mask: false,
+            ..LIMITS
+        };
         let got = run(&mut Receiver::default(), &unmasked, &lax);
         assert_eq!(got, (vec![text("a")], None));
         let mut rsv = frame(true, 1, b"a");
         rsv[0] |= 0x40;
-        assert_eq!(run(&mut Receiver::default(), &rsv, &LIMITS).1.map(|v| v.code), Some(CloseCode::Protocol));
+        assert_eq!(
+            run(&mut Receiver::default(), &rsv, &LIMITS)
+                .1
+                .map(|v| v.code),
+            Some(CloseCode::Protocol)
+        );
     }
 
     #[test]
@@ -448,29 +500,63 @@ mod tests {
     fn incomplete_character_at_the_end_of_the_message_is_invalid() {
         let mut input = frame(false, 1, b"ok");
         input.extend(frame(true, 0, &[0xe2, 0x82]));
-        assert_eq!(run(&mut Receiver::default(), &input, &LIMITS).1, Some(BAD_UTF8));
-        assert_eq!(run(&mut Receiver::default(), &frame(true, 1, &[0xe2, 0x82]), &LIMITS).1, Some(BAD_UTF8));
+        assert_eq!(
+            run(&mut Receiver::default(), &input, &LIMITS).1,
+            Some(BAD_UTF8)
+        );
+        assert_eq!(
+            run(
+                &mut Receiver::default(),
+                &frame(true, 1, &[0xe2, 0x82]),
+                &LIMITS
+            )
+            .1,
+            Some(BAD_UTF8)
+        );
     }
 
     #[test]
     fn overlong_and_surrogates_are_rejected() {
-        for bad in [&[0xc0, 0xaf][..], &[0xe0, 0x80, 0xaf], &[0xed, 0xa0, 0x80], &[0xf4, 0x90, 0x80, 0x80], &[0xff]] {
-            assert_eq!(run(&mut Receiver::default(), &frame(true, 1, bad), &LIMITS).1, Some(BAD_UTF8));
+        for bad in [
+            &[0xc0, 0xaf][..],
+            &[0xe0, 0x80, 0xaf],
+            &[0xed, 0xa0, 0x80],
+            &[0xf4, 0x90, 0x80, 0x80],
+            &[0xff],
+        ] {
+            assert_eq!(
+                run(&mut Receiver::default(), &frame(true, 1, bad), &LIMITS).1,
+                Some(BAD_UTF8)
+            );
             let mut input = frame(false, 1, &bad[..1]);
             input.extend(frame(true, 0, &bad[1..]));
-            assert_eq!(run(&mut Receiver::default(), &input, &LIMITS).1, Some(BAD_UTF8), "{bad:?}");
+            assert_eq!(
+                run(&mut Receiver::default(), &input, &LIMITS).1,
+                Some(BAD_UTF8),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn binary_is_not_validated() {
-        let got = run(&mut Receiver::default(), &frame(true, 2, &[0xff, 0xfe]), &LIMITS);
-        assert_eq!(got, (vec![Got::Msg(DataKind::Binary, vec![0xff, 0xfe])], None));
+        let got = run(
+            &mut Receiver::default(),
+            &frame(true, 2, &[0xff, 0xfe]),
+            &LIMITS,
+        );
+        assert_eq!(
+            got,
+            (vec![Got::Msg(DataKind::Binary, vec![0xff, 0xfe])], None)
+        );
     }
 
     #[test]
     fn size_limit_across_fragments() {
-        let limits = Limits { max_message: 10, require_mask: true };
+        let limits = Limits {
+            max_message: 10,
+            require_mask: true,
+        };
         let mut input = frame(false, 2, &[1; 6]);
         input.extend(frame(true, 0, &[2; 4]));
         let (got, err) = run(&mut Receiver::default(), &input, &limits);
@@ -490,19 +576,37 @@ mod tests {
     fn close_frames() {
         let got = run(&mut Receiver::default(), &frame(true, 8, b""), &LIMITS);
         assert_eq!(got, (vec![Got::Close(None)], None));
-        let got = run(&mut Receiver::default(), &frame(true, 8, b"\x03\xe8bye"), &LIMITS);
+        let got = run(
+            &mut Receiver::default(),
+            &frame(true, 8, b"\x03\xe8bye"),
+            &LIMITS,
+        );
         assert_eq!(got, (vec![Got::Close(Some((1000, "bye".into())))], None));
         for code in [3000u16, 4999] {
-            let got = run(&mut Receiver::default(), &frame(true, 8, &code.to_be_bytes()), &LIMITS);
+            let got = run(
+                &mut Receiver::default(),
+                &frame(true, 8, &code.to_be_bytes()),
+                &LIMITS,
+            );
             assert_eq!(got, (vec![Got::Close(Some((code, String::new())))], None));
         }
         let one = run(&mut Receiver::default(), &frame(true, 8, b"\x03"), &LIMITS).1;
         assert_eq!(one.map(|v| v.code), Some(CloseCode::Protocol));
         for code in [999u16, 1004, 1005, 1006, 5000] {
-            let err = run(&mut Receiver::default(), &frame(true, 8, &code.to_be_bytes()), &LIMITS).1;
+            let err = run(
+                &mut Receiver::default(),
+                &frame(true, 8, &code.to_be_bytes()),
+                &LIMITS,
+            )
+            .1;
             assert_eq!(err.map(|v| v.code), Some(CloseCode::Protocol), "{code}");
         }
-        let err = run(&mut Receiver::default(), &frame(true, 8, b"\x03\xe8\xff"), &LIMITS).1;
+        let err = run(
+            &mut Receiver::default(),
+            &frame(true, 8, b"\x03\xe8\xff"),
+            &LIMITS,
+        )
+        .1;
         assert_eq!(err.map(|v| v.code), Some(CloseCode::InvalidPayload));
     }
 
@@ -518,7 +622,10 @@ mod tests {
     #[test]
     fn arbitrary_bytes_never_panic() {
         let mut x: u64 = 0xdead_beef_cafe_f00d;
-        let limits = Limits { max_message: 64, require_mask: false };
+        let limits = Limits {
+            max_message: 64,
+            require_mask: false,
+        };
         for _ in 0..50_000 {
             let mut buf = Vec::new();
             for _ in 0..(x % 24) {

@@ -51,6 +51,11 @@ pub enum Subs {
 }
 
 impl Subs {
+    /// Whether there are no subscriptions.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Subs::None)
+    }
+
     /// Number of subscriptions.
     pub fn len(&self) -> usize {
         match self {
@@ -190,7 +195,10 @@ impl Conn {
         if offset < data.len() {
             let mut b = Box::<Backlog>::default();
             b.bytes = data.len() - offset;
-            b.chunks.push_back(Chunk { data: Arc::clone(data), offset });
+            b.chunks.push_back(Chunk {
+                data: Arc::clone(data),
+                offset,
+            });
             self.out = Some(b);
         }
         Ok(offset)
@@ -201,13 +209,18 @@ impl Conn {
     pub fn queue(&mut self, data: &Arc<[u8]>) {
         let b = self.out.get_or_insert_with(Box::default);
         b.bytes += data.len();
-        b.chunks.push_back(Chunk { data: Arc::clone(data), offset: 0 });
+        b.chunks.push_back(Chunk {
+            data: Arc::clone(data),
+            offset: 0,
+        });
     }
 
     /// Writes as much of the backlog as the kernel takes, `MAX_IOV` buffers per system call, and
     /// frees the backlog once it is empty. Returns the bytes written.
     pub fn flush(&mut self) -> io::Result<usize> {
-        let Some(b) = self.out.as_mut() else { return Ok(0) };
+        let Some(b) = self.out.as_mut() else {
+            return Ok(0);
+        };
         let mut written = 0;
         while !b.chunks.is_empty() {
             let res = {
@@ -225,7 +238,9 @@ impl Conn {
                     written += n;
                     b.bytes -= n;
                     while n > 0 {
-                        let Some(front) = b.chunks.front_mut() else { break };
+                        let Some(front) = b.chunks.front_mut() else {
+                            break;
+                        };
                         let left = front.data.len() - front.offset;
                         if n >= left {
                             n -= left;
@@ -286,7 +301,10 @@ mod tests {
             written += conn.send(c).unwrap();
         }
         let total = 64 * 64 * 1024;
-        assert!(conn.backlog_bytes() > 0, "4 MiB cannot fit in loopback socket buffers");
+        assert!(
+            conn.backlog_bytes() > 0,
+            "4 MiB cannot fit in loopback socket buffers"
+        );
         assert_eq!(written + conn.backlog_bytes(), total);
         let reader = std::thread::spawn(move || {
             let mut got = Vec::with_capacity(total);
@@ -302,7 +320,10 @@ mod tests {
         let got = reader.join().unwrap();
         assert_eq!(got.len(), total);
         for (i, block) in got.chunks(64 * 1024).enumerate() {
-            assert!(block.iter().all(|&b| b == i as u8), "block {i} out of order");
+            assert!(
+                block.iter().all(|&b| b == i as u8),
+                "block {i} out of order"
+            );
         }
     }
 
@@ -321,7 +342,11 @@ mod tests {
     #[test]
     fn record_stays_small() {
         // The per-connection budget: well under 200 bytes including the slab's tag.
-        assert!(std::mem::size_of::<Conn>() <= 64, "{}", std::mem::size_of::<Conn>());
+        assert!(
+            std::mem::size_of::<Conn>() <= 64,
+            "{}",
+            std::mem::size_of::<Conn>()
+        );
         assert_eq!(std::mem::size_of::<Subs>(), 16);
     }
 

@@ -49,9 +49,18 @@ impl Worker {
     }
 
     fn route(&mut self, k: u32, head: &RequestHead<'_>) {
-        let refusing = self.conns.get(k as usize).is_some_and(|c| c.state == State::Refusing);
+        let refusing = self
+            .conns
+            .get(k as usize)
+            .is_some_and(|c| c.state == State::Refusing);
         if refusing {
-            self.respond(k, 503, &[("Retry-After", "5")], "server at its connection limit", false);
+            self.respond(
+                k,
+                503,
+                &[("Retry-After", "5")],
+                "server at its connection limit",
+                false,
+            );
             return;
         }
         let keep = head.keep_alive();
@@ -78,7 +87,13 @@ impl Worker {
             return;
         };
         if head.method != "GET" {
-            self.respond(k, 405, &[("Allow", "GET")], "WebSocket endpoints take GET", keep);
+            self.respond(
+                k,
+                405,
+                &[("Allow", "GET")],
+                "WebSocket endpoints take GET",
+                keep,
+            );
             return;
         }
         let upgrade = match handshake::validate(head) {
@@ -106,10 +121,12 @@ impl Worker {
             Endpoint::Echo => Vec::new(),
         };
         let envelope = endpoint == Endpoint::PubSub
-            && upgrade.protocols.iter().any(|p| *p == ENVELOPE_PROTOCOL);
+            && upgrade.protocols.contains(&ENVELOPE_PROTOCOL);
         let mut out = Vec::with_capacity(160);
         handshake::write_accept(&mut out, upgrade.key, envelope.then_some(ENVELOPE_PROTOCOL));
-        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         conn.state = State::Ws;
         conn.last_seen = self.now;
         conn.flags |= match endpoint {
@@ -149,7 +166,14 @@ impl Worker {
     }
 
     /// Answers with `status` and a short plain-text body; closes afterwards unless `keep`.
-    pub(super) fn respond(&mut self, k: u32, status: u16, headers: &[(&str, &str)], body: &str, keep: bool) {
+    pub(super) fn respond(
+        &mut self,
+        k: u32,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: &str,
+        keep: bool,
+    ) {
         if status >= 400 {
             self.shared.metrics.http_errors.fetch_add(1, Relaxed);
             log::debug(format_args!("answered {status}: {body}"));
@@ -171,7 +195,11 @@ impl Worker {
             }
             self.send(k, &out);
         } else {
-            let reason = if status >= 400 { CloseReason::HttpError } else { CloseReason::HttpDone };
+            let reason = if status >= 400 {
+                CloseReason::HttpError
+            } else {
+                CloseReason::HttpDone
+            };
             self.start_closing(k, Some(out), reason);
         }
     }

@@ -46,7 +46,10 @@ impl TopicIndex {
                 return id;
             }
         }
-        let id = self.topics.insert(LocalTopic { name: Arc::clone(&name), subs: vec![conn] }) as u32;
+        let id = self.topics.insert(LocalTopic {
+            name: Arc::clone(&name),
+            subs: vec![conn],
+        }) as u32;
         self.by_name.insert(name, id);
         id
     }
@@ -68,6 +71,11 @@ impl TopicIndex {
     /// Number of topics with local subscribers.
     pub fn len(&self) -> usize {
         self.topics.len()
+    }
+
+    /// Whether no topic has a local subscriber.
+    pub fn is_empty(&self) -> bool {
+        self.topics.is_empty()
     }
 }
 

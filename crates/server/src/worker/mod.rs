@@ -11,8 +11,8 @@
 //! control messages, deliveries).
 
 pub mod conn;
-pub mod index;
 mod http;
+pub mod index;
 mod ws;
 
 use std::io::{self, Read as _};
@@ -130,7 +130,8 @@ impl Worker {
         shared: Arc<Shared>,
     ) -> io::Result<Worker> {
         let mut listener = TcpListener::from_std(listener);
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
         let read_buf = vec![0; shared.config.read_buffer];
         Ok(Worker {
             id,
@@ -144,8 +145,11 @@ impl Worker {
             start: Instant::now(),
             now: 0,
             last_sweep: 0,
-            ping_frame: clarion_proto::ws::frame::encode_frame(clarion_proto::ws::OpCode::Ping, b"")
-                .into(),
+            ping_frame: clarion_proto::ws::frame::encode_frame(
+                clarion_proto::ws::OpCode::Ping,
+                b"",
+            )
+            .into(),
             spare: Vec::new(),
             dirty: Vec::new(),
             more_to_read: Vec::new(),
@@ -207,7 +211,10 @@ impl Worker {
         }
         let left = self.conns.len();
         if left > 0 {
-            log::warn(format_args!("worker {}: {left} connections did not close in time", self.id));
+            log::warn(format_args!(
+                "worker {}: {left} connections did not close in time",
+                self.id
+            ));
         }
         for k in self.conns.iter().map(|(k, _)| k as u32).collect::<Vec<_>>() {
             self.drop_conn(k, CloseReason::Shutdown);
@@ -216,14 +223,24 @@ impl Worker {
     }
 
     fn accept_all(&mut self) {
-        let Some(listener) = self.listener.as_ref() else { return };
         loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
             let (stream, _peer) = match listener.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) => {
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
                     if !self.accept_blocked {
-                        log::warn(format_args!("worker {}: accept: {e}; retrying each second", self.id));
+                        log::warn(format_args!(
+                            "worker {}: accept: {e}; retrying each second",
+                            self.id
+                        ));
                     }
                     self.accept_blocked = true;
                     return;
@@ -267,7 +284,9 @@ impl Worker {
 
     fn on_readable(&mut self, k: u32) {
         for _ in 0..READ_BUDGET {
-            let Some(conn) = self.conns.get_mut(k as usize) else { return };
+            let Some(conn) = self.conns.get_mut(k as usize) else {
+                return;
+            };
             let res = (&conn.stream).read(&mut self.read_buf);
             match res {
                 Ok(0) => {
@@ -300,7 +319,9 @@ impl Worker {
 
     /// Handles `n` fresh bytes in the read buffer, joined to any partial input kept from before.
     fn on_data(&mut self, k: u32, n: usize) {
-        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         if conn.state == State::Closing {
             return; // Waiting for EOF: the peer's bytes no longer mean anything.
         }
@@ -339,7 +360,9 @@ impl Worker {
     fn process(&mut self, k: u32, data: &mut [u8]) -> usize {
         let mut pos = 0;
         while pos < data.len() {
-            let Some(conn) = self.conns.get(k as usize) else { return data.len() };
+            let Some(conn) = self.conns.get(k as usize) else {
+                return data.len();
+            };
             let rest = data.get_mut(pos..).unwrap_or_default();
             match conn.state {
                 State::Http | State::Refusing => match self.on_http(k, rest) {
@@ -359,7 +382,9 @@ impl Worker {
 
     /// Writes what a connection owes, then applies the closing and backlog rules.
     fn flush(&mut self, k: u32, cap: Option<usize>) {
-        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         match conn.flush() {
             Ok(n) => self.tally.bytes_out += n as u64,
             Err(e) => {
@@ -374,7 +399,9 @@ impl Worker {
     /// After a write: a closing connection whose last bytes are out shuts its write side; an
     /// open one that owes more than `cap` bytes is a slow consumer.
     fn after_write(&mut self, k: u32, cap: Option<usize>) {
-        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         let pending = conn.backlog_bytes();
         match conn.state {
             State::Closing if pending == 0 && !conn.has(WRITE_SHUT) => {
@@ -401,7 +428,10 @@ impl Worker {
     /// without reading the answers is still cut off.
     fn send(&mut self, k: u32, data: &Arc<[u8]>) {
         let cfg = &self.shared.config;
-        let cap = cfg.max_backlog.saturating_add(cfg.max_message_size).saturating_add(14);
+        let cap = cfg
+            .max_backlog
+            .saturating_add(cfg.max_message_size)
+            .saturating_add(14);
         self.write_to(k, data, Some(cap));
     }
 
@@ -411,7 +441,9 @@ impl Worker {
     }
 
     fn write_to(&mut self, k: u32, data: &Arc<[u8]>, cap: Option<usize>) {
-        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         match conn.send(data) {
             Ok(n) => self.tally.bytes_out += n as u64,
             Err(e) => {
@@ -425,7 +457,9 @@ impl Worker {
 
     /// Queues bytes without writing; `flush_dirty` writes them with one `writev` per connection.
     fn queue(&mut self, k: u32, data: &Arc<[u8]>) {
-        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         conn.queue(data);
         if !conn.has(DIRTY) {
             conn.flags |= DIRTY;
@@ -446,7 +480,9 @@ impl Worker {
     /// connection leaves every topic now, and is dropped once the peer has read and closed.
     fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
         self.leave_all_topics(k);
-        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         let was = conn.state;
         if was == State::Closing {
             return;
@@ -465,7 +501,13 @@ impl Worker {
     }
 
     /// Sends a Close frame and starts closing a WebSocket.
-    fn close_ws(&mut self, k: u32, code: clarion_proto::ws::CloseCode, why: &str, reason: CloseReason) {
+    fn close_ws(
+        &mut self,
+        k: u32,
+        code: clarion_proto::ws::CloseCode,
+        why: &str,
+        reason: CloseReason,
+    ) {
         let frame = clarion_proto::ws::close::encode_close_frame(code, why);
         self.start_closing(k, Some(frame.into()), reason);
     }
@@ -473,7 +515,9 @@ impl Worker {
     /// Removes a connection at once (EOF, reset, or end of closing).
     fn drop_conn(&mut self, k: u32, reason: CloseReason) {
         self.leave_all_topics(k);
-        let Some(conn) = self.conns.try_remove(k as usize) else { return };
+        let Some(conn) = self.conns.try_remove(k as usize) else {
+            return;
+        };
         if conn.state != State::Closing {
             self.note_gone(conn.state);
             self.shared.metrics.closed(reason);
@@ -498,7 +542,9 @@ impl Worker {
     }
 
     fn leave_all_topics(&mut self, k: u32) {
-        let Some(conn) = self.conns.get_mut(k as usize) else { return };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         for tid in conn.subs.take_all() {
             if let Some(name) = self.index.remove(tid, k) {
                 self.shared.hub.unsubscribe(self.id, &name);
@@ -512,8 +558,11 @@ impl Worker {
             self.accept_all();
         }
         let cfg = &self.shared.config;
-        let (handshake, ping, idle) =
-            (cfg.handshake_timeout as u32, cfg.ping_interval as u32, cfg.idle_timeout as u32);
+        let (handshake, ping, idle) = (
+            cfg.handshake_timeout as u32,
+            cfg.ping_interval as u32,
+            cfg.idle_timeout as u32,
+        );
         let mut expired: Vec<(u32, CloseReason)> = Vec::new();
         let mut to_ping: Vec<u32> = Vec::new();
         for (k, conn) in self.conns.iter_mut() {
@@ -536,10 +585,18 @@ impl Worker {
             }
         }
         for (k, reason) in expired {
-            let ws = self.conns.get(k as usize).is_some_and(|c| c.state == State::Ws);
+            let ws = self
+                .conns
+                .get(k as usize)
+                .is_some_and(|c| c.state == State::Ws);
             if ws {
                 log::debug(format_args!("idle timeout"));
-                self.close_ws(k, clarion_proto::ws::CloseCode::GoingAway, "idle timeout", reason);
+                self.close_ws(
+                    k,
+                    clarion_proto::ws::CloseCode::GoingAway,
+                    "idle timeout",
+                    reason,
+                );
             } else {
                 self.drop_conn(k, reason);
             }
@@ -557,7 +614,11 @@ impl Worker {
         if let Some(mut l) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut l);
         }
-        let keys: Vec<(u32, State)> = self.conns.iter().map(|(k, c)| (k as u32, c.state)).collect();
+        let keys: Vec<(u32, State)> = self
+            .conns
+            .iter()
+            .map(|(k, c)| (k as u32, c.state))
+            .collect();
         for (k, state) in keys {
             match state {
                 State::Ws => self.close_ws(

@@ -19,9 +19,14 @@ use crate::metrics::CloseReason;
 impl Worker {
     /// Decodes and handles every complete frame at the start of `data`; returns the bytes used.
     pub(super) fn on_frames(&mut self, k: u32, data: &mut [u8]) -> usize {
-        let Some(conn) = self.conns.get_mut(k as usize) else { return data.len() };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return data.len();
+        };
         let mut rx = std::mem::take(&mut conn.rx);
-        let limits = Limits { max_message: self.shared.config.max_message_size, require_mask: true };
+        let limits = Limits {
+            max_message: self.shared.config.max_message_size,
+            require_mask: true,
+        };
         let mut pos = 0;
         loop {
             let rest = data.get_mut(pos..).unwrap_or_default();
@@ -32,13 +37,20 @@ impl Worker {
                     if let Some(event) = event {
                         self.on_event(k, event);
                     }
-                    let open = self.conns.get(k as usize).is_some_and(|c| c.state == State::Ws);
+                    let open = self
+                        .conns
+                        .get(k as usize)
+                        .is_some_and(|c| c.state == State::Ws);
                     if !open {
                         return data.len();
                     }
                 }
                 Err(v) => {
-                    log::debug(format_args!("websocket violation: {} ({})", v.reason, v.code.as_u16()));
+                    log::debug(format_args!(
+                        "websocket violation: {} ({})",
+                        v.reason,
+                        v.code.as_u16()
+                    ));
                     let reason = if v.code == CloseCode::TooBig {
                         CloseReason::TooBig
                     } else {
@@ -56,7 +68,9 @@ impl Worker {
     }
 
     fn on_event(&mut self, k: u32, event: Event<'_>) {
-        let Some(conn) = self.conns.get(k as usize) else { return };
+        let Some(conn) = self.conns.get(k as usize) else {
+            return;
+        };
         match event {
             Event::Message { kind, payload } => {
                 if conn.has(ECHO) {
@@ -92,15 +106,31 @@ impl Worker {
     fn on_control(&mut self, k: u32, text: &[u8]) {
         let request = match control::parse(text) {
             Ok(r) => r,
-            Err(why) => return self.reply(k, &Reply::Error { error: &why, topic: None }),
+            Err(why) => {
+                return self.reply(
+                    k,
+                    &Reply::Error {
+                        error: &why,
+                        topic: None,
+                    },
+                )
+            }
         };
         match request {
             Request::Subscribe { topic } => {
                 if let Err(e) = validate_topic(&topic) {
-                    return self.reply(k, &Reply::Error { error: &e.to_string(), topic: None });
+                    return self.reply(
+                        k,
+                        &Reply::Error {
+                            error: &e.to_string(),
+                            topic: None,
+                        },
+                    );
                 }
                 let already = self.index.id_of(&topic).is_some_and(|tid| {
-                    self.conns.get(k as usize).is_some_and(|c| c.subs.contains(tid))
+                    self.conns
+                        .get(k as usize)
+                        .is_some_and(|c| c.subs.contains(tid))
                 });
                 let count = self.conns.get(k as usize).map_or(0, |c| c.subs.len());
                 if !already && count >= self.shared.config.max_subscriptions {
@@ -108,7 +138,13 @@ impl Worker {
                         "too many subscriptions: at most {} per connection",
                         self.shared.config.max_subscriptions
                     );
-                    return self.reply(k, &Reply::Error { error: &error, topic: Some(&topic) });
+                    return self.reply(
+                        k,
+                        &Reply::Error {
+                            error: &error,
+                            topic: Some(&topic),
+                        },
+                    );
                 }
                 if !already {
                     self.subscribe(k, &topic);
@@ -117,40 +153,79 @@ impl Worker {
             }
             Request::Unsubscribe { topic } => {
                 if let Some(tid) = self.index.id_of(&topic) {
-                    let subscribed = self.conns.get(k as usize).is_some_and(|c| c.subs.contains(tid));
+                    let subscribed = self
+                        .conns
+                        .get(k as usize)
+                        .is_some_and(|c| c.subs.contains(tid));
                     if subscribed {
                         self.unsubscribe(k, tid);
                     }
                 }
                 self.reply(k, &Reply::Unsubscribed { topic: &topic });
             }
-            Request::Publish { topic, data, encoding } => {
+            Request::Publish {
+                topic,
+                data,
+                encoding,
+            } => {
                 if !self.shared.config.allow_client_publish {
                     let error = "publishing from clients is disabled on this server";
-                    return self.reply(k, &Reply::Error { error, topic: Some(&topic) });
+                    return self.reply(
+                        k,
+                        &Reply::Error {
+                            error,
+                            topic: Some(&topic),
+                        },
+                    );
                 }
                 if let Err(e) = validate_topic(&topic) {
-                    return self.reply(k, &Reply::Error { error: &e.to_string(), topic: None });
+                    return self.reply(
+                        k,
+                        &Reply::Error {
+                            error: &e.to_string(),
+                            topic: None,
+                        },
+                    );
                 }
                 let (kind, payload) = match encoding.as_deref() {
                     None => (DataKind::Text, data.as_bytes().to_vec()),
-                    Some("base64") => match base64::engine::general_purpose::STANDARD.decode(&*data) {
-                        Ok(bytes) => (DataKind::Binary, bytes),
-                        Err(_) => {
-                            let error = "data is not valid base64";
-                            return self.reply(k, &Reply::Error { error, topic: Some(&topic) });
+                    Some("base64") => {
+                        match base64::engine::general_purpose::STANDARD.decode(&*data) {
+                            Ok(bytes) => (DataKind::Binary, bytes),
+                            Err(_) => {
+                                let error = "data is not valid base64";
+                                return self.reply(
+                                    k,
+                                    &Reply::Error {
+                                        error,
+                                        topic: Some(&topic),
+                                    },
+                                );
+                            }
                         }
-                    },
+                    }
                     Some(_) => {
                         let error = "unknown encoding (only \"base64\" is defined)";
-                        return self.reply(k, &Reply::Error { error, topic: Some(&topic) });
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error,
+                                topic: Some(&topic),
+                            },
+                        );
                     }
                 };
-                let receipts =
-                    self.shared.hub.publish(&[Outgoing { topic: &topic, kind, payload: &payload }]);
+                let receipts = self.shared.hub.publish(&[Outgoing {
+                    topic: &topic,
+                    kind,
+                    payload: &payload,
+                }]);
                 if let Some(r) = receipts.first() {
-                    let reply =
-                        Reply::Published { topic: &topic, id: r.id.to_string(), subscribers: r.subscribers };
+                    let reply = Reply::Published {
+                        topic: &topic,
+                        id: r.id.to_string(),
+                        subscribers: r.subscribers,
+                    };
                     self.reply(k, &reply);
                 }
             }
@@ -199,11 +274,17 @@ impl Worker {
             targets.clear();
             targets.extend_from_slice(self.index.subscribers(&msg.topic));
             for &k in &targets {
-                let Some(conn) = self.conns.get(k as usize) else { continue };
+                let Some(conn) = self.conns.get(k as usize) else {
+                    continue;
+                };
                 if conn.state != State::Ws {
                     continue;
                 }
-                let bytes = if conn.has(ENVELOPE) { msg.envelope() } else { &msg.frame };
+                let bytes = if conn.has(ENVELOPE) {
+                    msg.envelope()
+                } else {
+                    &msg.frame
+                };
                 if direct {
                     self.deliver(k, bytes);
                 } else {
