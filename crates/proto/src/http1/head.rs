@@ -117,8 +117,8 @@ pub fn parse_head<'a>(
         Some(n) if n > limits.max_request_line => return Err(HeadError::RequestLineTooLong),
         _ => {}
     }
-    if let Some(version) = http_major_version(&buf[start..]) {
-        if version != b'1' {
+    if let Some(version) = version_token(&buf[start..]) {
+        if version.starts_with(b"HTTP/") && version != b"HTTP/1.1" && version != b"HTTP/1.0" {
             return Err(HeadError::UnsupportedVersion);
         }
     }
@@ -128,7 +128,6 @@ pub fn parse_head<'a>(
     let status = match req.parse(buf) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-        Err(httparse::Error::Version) => return Err(HeadError::UnsupportedVersion),
         Err(_) => return Err(HeadError::Malformed),
     };
     let head_len = match status {
@@ -157,17 +156,14 @@ pub fn parse_head<'a>(
     }))
 }
 
-/// The major version digit of a request line that has reached its `HTTP/x` part, if any.
-/// httparse reports `HTTP/2.0` as a generic version error; this lets us answer 505 precisely.
-fn http_major_version(line: &[u8]) -> Option<u8> {
+/// The last word of a complete request line, which is its HTTP version if it is a request
+/// line at all. httparse reports `HTTP/2.0` and `NOT HTTP` alike as a version error; this lets
+/// us answer 505 to the first and 400 to the second.
+fn version_token(line: &[u8]) -> Option<&[u8]> {
     let end = line.iter().position(|&b| b == b'\r' || b == b'\n')?;
     let line = &line[..end];
     let at = line.iter().rposition(|&b| b == b' ')?;
-    let version = &line[at + 1..];
-    match version {
-        [b'H', b'T', b'T', b'P', b'/', major, ..] if major.is_ascii_digit() => Some(*major),
-        _ => None,
-    }
+    Some(&line[at + 1..])
 }
 
 impl<'a> RequestHead<'a> {

@@ -1,0 +1,120 @@
+"""Fixtures that run the real `clarion` binary on ephemeral loopback ports.
+
+The binary is taken from $CLARION_BIN, else target/release/clarion, else target/debug/clarion
+(building it with cargo if neither exists). Each server prints one ready line,
+`clarion ready clients=ADDR api=ADDR`, once both listeners are bound and signals are armed.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _binary() -> str:
+    if os.environ.get("CLARION_BIN"):
+        return os.environ["CLARION_BIN"]
+    for profile in ("release", "debug"):
+        path = ROOT / "target" / profile / "clarion"
+        if path.exists():
+            return str(path)
+    subprocess.run(["cargo", "build", "--release", "-p", "clarion"], cwd=ROOT, check=True)
+    return str(ROOT / "target" / "release" / "clarion")
+
+
+class Server:
+    """A running `clarion serve` with helpers for its API."""
+
+    def __init__(self, args, env=None, cwd=None):
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [_binary(), "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+            cwd=cwd,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("clarion ready"):
+            self.proc.kill()
+            raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()}")
+        fields = dict(part.split("=", 1) for part in line.split()[2:])
+        self.clients = fields["clients"]
+        self.api = fields["api"]
+        self.port = int(self.clients.rsplit(":", 1)[1])
+
+    def ws_url(self, path="/ws", **query):
+        return f"ws://{self.clients}{path}" + (
+            "?" + "&".join(f"topic={t}" for t in query["topics"]) if query.get("topics") else ""
+        )
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, headers, body bytes) of an API request."""
+        req = urllib.request.Request(
+            f"http://{self.api}{path}", data=body, method=method, headers=headers or {}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def publish(self, topic, data, binary=False, headers=None):
+        hdrs = {"Content-Type": "application/octet-stream" if binary else "text/plain"}
+        hdrs.update(headers or {})
+        body = data if isinstance(data, bytes) else data.encode()
+        status, _, out = self.request("POST", f"/publish/{topic}", body, hdrs)
+        assert status == 200, out
+        return json.loads(out)
+
+    def metrics(self):
+        """Metric name (with labels) to float."""
+        _, _, body = self.request("GET", "/metrics")
+        values = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    def stop(self, sig=signal.SIGTERM, timeout=15):
+        """Signals the server and returns (exit code, stderr)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        return code, self.proc.stderr.read()
+
+
+@pytest.fixture
+def start_server():
+    """Factory: start_server(*args, env=None) -> Server; every server is stopped afterwards."""
+    servers = []
+
+    def start(*args, env=None, cwd=None):
+        s = Server([str(a) for a in args], env=env, cwd=cwd)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
+@pytest.fixture
+def server(start_server):
+    return start_server()

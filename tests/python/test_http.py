@@ -1,0 +1,127 @@
+"""HTTP/1.1 answers on the client listener, over raw sockets."""
+
+import socket
+
+import pytest
+
+import rawws
+
+KEY = "dGhlIHNhbXBsZSBub25jZQ=="
+UPGRADE = (
+    "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: " + KEY + "\r\nSec-WebSocket-Version: {version}\r\n{extra}\r\n"
+)
+
+
+def upgrade(path="/ws", version="13", extra=""):
+    return UPGRADE.format(path=path, version=version, extra=extra).encode()
+
+
+def test_handshake_accept_key(server):
+    status, head, _ = rawws.http(server.clients, upgrade())
+    assert status == 101
+    assert "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head
+
+
+@pytest.mark.parametrize(
+    "raw, status",
+    [
+        (b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+        (b"POST /ws HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+        (b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n", 426),
+        (upgrade(version="8"), 426),
+        (upgrade().replace(KEY.encode(), b"c2hvcnQ="), 400),
+        (upgrade().replace(b"Connection: Upgrade", b"Connection: keep-alive"), 400),
+        (upgrade(path="/ws?topic=bad%20topic"), 400),
+        (upgrade(path="/ws?topic=%zz"), 400),
+        (upgrade(path="/ws?topic=" + "x" * 129), 400),
+        (b"GET /ws HTTP/2.0\r\n\r\n", 505),
+        (b"NOT HTTP AT ALL\r\n\r\n", 400),
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414),
+        (b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(100)) + b"\r\n", 431),
+        (b"GET / HTTP/1.1\r\nX-Big: " + b"v" * 20000 + b"\r\n\r\n", 431),
+        (b"POST /ws HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 413),
+    ],
+)
+def test_error_statuses(server, raw, status):
+    got, head, sock = rawws.http(server.clients, raw)
+    sock.close()
+    assert got == status, head
+
+
+def test_426_names_the_supported_version(server):
+    _, head, _ = rawws.http(server.clients, upgrade(version="8"))
+    assert "Sec-WebSocket-Version: 13" in head
+    _, head, _ = rawws.http(server.clients, b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert "Upgrade: websocket" in head
+
+
+def test_405_lists_allowed_methods(server):
+    _, head, _ = rawws.http(server.clients, b"DELETE /ws HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert "Allow: GET" in head
+
+
+def read_response(sock, leftover=b""):
+    head, rest = rawws.read_head(sock) if not leftover else leftover
+    length = 0
+    for line in head.split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    while len(rest) < length:
+        rest += sock.recv(4096)
+    return head, rest[:length], rest[length:]
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(server):
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    for _ in range(3):
+        sock.sendall(b"GET /missing HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, body, extra = read_response(sock)
+        assert head.startswith("HTTP/1.1 404")
+        assert extra == b""
+    sock.sendall(b"GET /missing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, _ = read_response(sock)
+    assert head.startswith("HTTP/1.1 404")
+    assert rawws.Reader(sock).at_eof()
+
+
+def test_pipelined_requests_are_answered_in_order(server):
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    sock.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nPUT /ws HTTP/1.1\r\nHost: x\r\n\r\n")
+    head1, _, rest = read_response(sock)
+    assert head1.startswith("HTTP/1.1 404")
+    data = rest
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    assert data.startswith(b"HTTP/1.1 405")
+
+
+def test_malformed_head_closes_the_connection(server):
+    _, _, sock = rawws.http(server.clients, b"GARBAGE\r\n\r\n")
+    assert rawws.Reader(sock).at_eof()
+
+
+def test_slowloris_head_times_out(start_server):
+    server = start_server("--handshake-timeout", 1)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"GET /ws HTTP/1.1\r\n")
+    assert rawws.Reader(sock).at_eof(timeout=5)
+
+
+def test_connection_limit_answers_503(start_server):
+    server = start_server("--max-connections", 2)
+    held = [rawws.connect(server.clients, "/ws?topic=t")[0] for _ in range(2)]
+    status, head, sock = rawws.http(server.clients, upgrade())
+    assert status == 503
+    assert "Retry-After" in head
+    for s in held:
+        s.close()
+    # Capacity comes back once connections close.
+    for _ in range(50):
+        status, _, sock = rawws.http(server.clients, upgrade())
+        sock.close()
+        if status == 101:
+            break
+    assert status == 101
+    assert server.metrics()["clarion_connections_refused_total"] >= 1
