@@ -1,0 +1,108 @@
+"""The publish API, health and metrics on the API listener."""
+
+import base64
+import json
+import socket
+
+import pytest
+
+import rawws
+
+
+def test_healthz(server):
+    status, _, body = server.request("GET", "/healthz")
+    assert (status, body.strip()) == (200, b"ok")
+
+
+def test_metrics_are_prometheus_text(server):
+    status, headers, body = server.request("GET", "/metrics")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain")
+    text = body.decode()
+    for name in [
+        "clarion_connections",
+        "clarion_subscriptions",
+        "clarion_topics",
+        "clarion_messages_published_total",
+        "clarion_messages_delivered_total",
+        "clarion_bytes_in_total",
+        "clarion_bytes_out_total",
+        "clarion_closes_total",
+        "clarion_slow_consumers_total",
+        "clarion_process_rss_bytes",
+        "clarion_rss_bytes_per_connection",
+    ]:
+        assert f"# TYPE {name} " in text, name
+
+
+def test_publish_single_and_batch_in_order(server):
+    sock, head, rest = rawws.connect(server.clients, "/ws?topic=a&topic=b")
+    reader = rawws.Reader(sock, rest)
+    first = server.publish("a", "one")
+    batch = {
+        "messages": [
+            {"topic": "b", "data": "two"},
+            {"topic": "a", "data": base64.b64encode(b"\x03").decode(), "encoding": "base64"},
+            {"topic": "nobody", "data": "lost"},
+        ]
+    }
+    status, _, body = server.request(
+        "POST", "/publish", json.dumps(batch).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 200, body
+    results = json.loads(body)["results"]
+    assert [r["subscribers"] for r in results] == [1, 1, 0]
+    ids = [int(first["id"])] + [int(r["id"]) for r in results]
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    assert reader.frame() == (True, 1, b"one")
+    assert reader.frame() == (True, 1, b"two")
+    assert reader.frame() == (True, 2, b"\x03")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"messages":[{"topic":"ok","data":"x"},{"topic":"bad topic","data":"x"}]}',
+        b'{"messages":[{"topic":"ok","data":"%%%","encoding":"base64"}]}',
+        b'{"messages":[{"topic":"ok","data":"x","encoding":"rot13"}]}',
+    ],
+)
+def test_bad_batches_publish_nothing(server, body):
+    status, _, out = server.request("POST", "/publish", body, {"Content-Type": "application/json"})
+    assert status == 400
+    assert "error" in json.loads(out)
+    assert server.metrics()["clarion_messages_published_total"] == 0
+
+
+def test_publish_errors(start_server):
+    server = start_server("--max-publish-size", 100)
+    assert server.request("POST", "/publish/bad%20topic", b"x")[0] == 400
+    assert server.request("POST", "/publish/t", b"\xff", {"Content-Type": "text/plain"})[0] == 400
+    assert server.request("POST", "/publish/t", b"x" * 101)[0] == 413
+    assert server.request("GET", "/publish/t")[0] == 405
+    assert server.request("GET", "/nothing")[0] == 404
+
+
+def test_chunked_body_and_expect_continue(server):
+    host, port = server.api.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.sendall(
+        b"POST /publish/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Expect: 100-continue\r\n\r\n"
+    )
+    head, _ = rawws.read_head(sock)
+    assert head.startswith("HTTP/1.1 100")
+    sock.sendall(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+    head, body = rawws.read_head(sock)
+    assert head.startswith("HTTP/1.1 200"), head
+    assert server.metrics()["clarion_messages_published_total"] == 1
+
+
+def test_api_key(start_server):
+    server = start_server("--api-key", "s3cret")
+    assert server.request("POST", "/publish/t", b"x")[0] == 401
+    assert server.request("POST", "/publish/t", b"x", {"Authorization": "Bearer wrong"})[0] == 401
+    assert server.request("POST", "/publish/t", b"x", {"Authorization": "Bearer s3cret"})[0] == 200
+    # Health checks stay open to probes.
+    assert server.request("GET", "/healthz")[0] == 200
