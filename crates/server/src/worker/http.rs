@@ -120,8 +120,8 @@ impl Worker {
             },
             Endpoint::Echo => Vec::new(),
         };
-        let envelope = endpoint == Endpoint::PubSub
-            && upgrade.protocols.contains(&ENVELOPE_PROTOCOL);
+        let envelope =
+            endpoint == Endpoint::PubSub && upgrade.protocols.contains(&ENVELOPE_PROTOCOL);
         let mut out = Vec::with_capacity(160);
         handshake::write_accept(&mut out, upgrade.key, envelope.then_some(ENVELOPE_PROTOCOL));
         let Some(conn) = self.conns.get_mut(k as usize) else {
