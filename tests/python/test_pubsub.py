@@ -192,3 +192,30 @@ def test_metrics_follow_connections_and_subscriptions(server):
         assert m["clarion_process_rss_bytes"] > 0
 
     run(main())
+
+
+def test_batches_arrive_in_order_for_raw_and_envelope_subscribers(server):
+    # Runs of one topic are written to each subscriber in one go; interleaving topics must
+    # not reorder anything for a subscriber of both.
+    items = [("a", f"a{i}") for i in range(40)] + [("b", "b0"), ("a", "a40"), ("b", "b1")]
+    items += [("a", f"a{i}") for i in range(41, 80)]
+
+    async def main():
+        raw = await connect(server.ws_url(topics=["a", "b"]))
+        env = await connect(server.ws_url(topics=["a", "b"]), subprotocols=["clarion.v1"])
+        only_a = await connect(server.ws_url(topics=["a"]))
+        body = json.dumps({"messages": [{"topic": t, "data": d} for t, d in items]}).encode()
+        for _ in range(3):  # several batches back to back
+            status, _, out = await asyncio.to_thread(
+                server.request, "POST", "/publish", body, {"Content-Type": "application/json"}
+            )
+            assert status == 200, out
+        expected = [d for _, d in items] * 3
+        assert [await raw.recv() for _ in expected] == expected
+        assert [json.loads(await env.recv())["data"] for _ in expected] == expected
+        expected_a = [d for t, d in items if t == "a"] * 3
+        assert [await only_a.recv() for _ in expected_a] == expected_a
+        for ws in (raw, env, only_a):
+            await ws.close()
+
+    run(main())

@@ -34,8 +34,6 @@ pub const ECHO: u8 = 2;
 pub const PINGED: u8 = 4;
 /// The write side has been shut down (Closing only).
 pub const WRITE_SHUT: u8 = 8;
-/// Chunks were queued without writing during this loop iteration; a flush is due.
-pub const DIRTY: u8 = 16;
 
 /// The topics a connection subscribes to, as ids in its worker's topic index. Most push clients
 /// follow exactly one topic, so one id is stored inline and only more than one allocates.
@@ -204,8 +202,65 @@ impl Conn {
         Ok(offset)
     }
 
-    /// Appends `data` to the backlog without writing; the caller flushes later (to coalesce
-    /// several messages into one `writev`).
+    /// Writes several frames with as few `writev` calls as the kernel allows (a burst of
+    /// messages to one subscriber costs one system call, not one each), and keeps whatever it
+    /// refuses. Nothing is allocated unless the kernel refuses something, so a burst that is
+    /// written at once leaves no memory behind. Returns the bytes written.
+    pub fn send_all(&mut self, frames: &[&Arc<[u8]>]) -> io::Result<usize> {
+        if self.out.is_some() {
+            for f in frames {
+                self.queue(f);
+            }
+            return Ok(0);
+        }
+        // (index of the first frame not fully written, bytes of it already written)
+        let (mut i, mut offset, mut written) = (0usize, 0usize, 0usize);
+        while i < frames.len() {
+            let res = {
+                let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                let mut n = 0;
+                for (slot, (j, f)) in iov.iter_mut().zip(frames.iter().enumerate().skip(i)) {
+                    let start = if j == i { offset } else { 0 };
+                    *slot = IoSlice::new(f.get(start..).unwrap_or_default());
+                    n += 1;
+                }
+                (&self.stream).write_vectored(iov.get(..n).unwrap_or_default())
+            };
+            match res {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut n) => {
+                    written += n;
+                    while n > 0 {
+                        let Some(f) = frames.get(i) else { break };
+                        let left = f.len() - offset;
+                        if n >= left {
+                            n -= left;
+                            i += 1;
+                            offset = 0;
+                        } else {
+                            offset += n;
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for (j, f) in frames.iter().enumerate().skip(i) {
+            let start = if j == i { offset } else { 0 };
+            let b = self.out.get_or_insert_with(Box::default);
+            b.bytes += f.len() - start;
+            b.chunks.push_back(Chunk {
+                data: Arc::clone(f),
+                offset: start,
+            });
+        }
+        Ok(written)
+    }
+
+    /// Appends `data` to the backlog without writing; it goes out when the socket is writable.
     pub fn queue(&mut self, data: &Arc<[u8]>) {
         let b = self.out.get_or_insert_with(Box::default);
         b.bytes += data.len();
@@ -290,6 +345,46 @@ mod tests {
         let (ours, _) = l.accept().unwrap();
         ours.set_nonblocking(true).unwrap();
         (Conn::new(TcpStream::from_std(ours), State::Ws, 0), peer)
+    }
+
+    #[test]
+    fn send_all_coalesces_a_burst_and_keeps_only_what_the_kernel_refused() {
+        let (mut conn, mut peer) = pair();
+        // Small frames that fit: written at once, nothing kept.
+        let small: Vec<Arc<[u8]>> = (0..100u8).map(|i| Arc::from(vec![i; 10])).collect();
+        let refs: Vec<&Arc<[u8]>> = small.iter().collect();
+        assert_eq!(conn.send_all(&refs).unwrap(), 1000);
+        assert!(conn.out.is_none());
+        // A burst larger than the socket buffers: the rest is kept, in order, and flushed.
+        let big: Vec<Arc<[u8]>> = (0..40u8).map(|i| Arc::from(vec![i; 100_000])).collect();
+        let refs: Vec<&Arc<[u8]>> = big.iter().collect();
+        let written = conn.send_all(&refs).unwrap();
+        assert_eq!(written + conn.backlog_bytes(), 4_000_000);
+        assert!(conn.backlog_bytes() > 0);
+        // With a backlog, a further burst is queued behind it.
+        assert_eq!(conn.send_all(&refs[..1]).unwrap(), 0);
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            peer.read_to_end(&mut got).unwrap();
+            got
+        });
+        while conn.backlog_bytes() > 0 {
+            conn.flush().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        drop(conn);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), 1000 + 4_000_000 + 100_000);
+        let (head, rest) = got.split_at(1000);
+        for (i, block) in head.chunks(10).enumerate() {
+            assert!(block.iter().all(|&b| b == i as u8));
+        }
+        for (i, block) in rest.chunks(100_000).enumerate() {
+            assert!(
+                block.iter().all(|&b| b == (i % 40) as u8),
+                "block {i} out of order"
+            );
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ use crate::config::Config;
 use crate::hub::{Hub, Inbox, Published};
 use crate::log;
 use crate::metrics::{CloseReason, Metrics};
-use conn::{Conn, State, DIRTY, PINGED, WRITE_SHUT};
+use conn::{Conn, State, PINGED, WRITE_SHUT};
 use index::TopicIndex;
 
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -110,8 +110,6 @@ pub struct Worker {
     ping_frame: Arc<[u8]>,
     /// Recycled vector for inbox swaps.
     spare: Vec<Arc<Published>>,
-    /// Connections with queued, unflushed chunks.
-    dirty: Vec<u32>,
     /// Connections whose read budget ran out; read again next iteration.
     more_to_read: Vec<u32>,
     /// `accept` failed for lack of descriptors; retry on the next sweep.
@@ -151,7 +149,6 @@ impl Worker {
             )
             .into(),
             spare: Vec::new(),
-            dirty: Vec::new(),
             more_to_read: Vec::new(),
             accept_blocked: false,
             shutdown_deadline: None,
@@ -194,7 +191,6 @@ impl Worker {
                 self.on_readable(k);
             }
             self.drain_inbox();
-            self.flush_dirty();
             if self.shutdown_deadline.is_none() && self.shared.stopping.load(Relaxed) {
                 self.begin_shutdown();
             }
@@ -455,25 +451,20 @@ impl Worker {
         self.after_write(k, cap);
     }
 
-    /// Queues bytes without writing; `flush_dirty` writes them with one `writev` per connection.
-    fn queue(&mut self, k: u32, data: &Arc<[u8]>) {
+    /// Delivers several frames to one subscriber, coalesced into as few writes as possible.
+    fn deliver_all(&mut self, k: u32, frames: &[&Arc<[u8]>]) {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        conn.queue(data);
-        if !conn.has(DIRTY) {
-            conn.flags |= DIRTY;
-            self.dirty.push(k);
-        }
-    }
-
-    fn flush_dirty(&mut self) {
-        for k in std::mem::take(&mut self.dirty) {
-            if let Some(conn) = self.conns.get_mut(k as usize) {
-                conn.flags &= !DIRTY;
-                self.flush(k, Some(self.shared.config.max_backlog));
+        match conn.send_all(frames) {
+            Ok(n) => self.tally.bytes_out += n as u64,
+            Err(e) => {
+                log::debug(format_args!("write: {e}"));
+                self.drop_conn(k, CloseReason::Disconnected);
+                return;
             }
         }
+        self.after_write(k, Some(self.shared.config.max_backlog));
     }
 
     /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the

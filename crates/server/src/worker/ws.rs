@@ -268,11 +268,15 @@ impl Worker {
             self.spare = batch;
             return;
         }
-        let direct = batch.len() == 1;
+        // Consecutive messages to the same topic go out together: each subscriber gets the
+        // whole run in one `writev`. Runs are taken in publish order, so a subscriber of
+        // several topics still receives everything in order.
         let mut targets: Vec<u32> = Vec::new();
-        for msg in batch.drain(..) {
+        let mut frames: Vec<&Arc<[u8]>> = Vec::new();
+        for run in batch.chunk_by(|a, b| a.topic == b.topic) {
+            let Some(first) = run.first() else { continue };
             targets.clear();
-            targets.extend_from_slice(self.index.subscribers(&msg.topic));
+            targets.extend_from_slice(self.index.subscribers(&first.topic));
             for &k in &targets {
                 let Some(conn) = self.conns.get(k as usize) else {
                     continue;
@@ -280,19 +284,23 @@ impl Worker {
                 if conn.state != State::Ws {
                     continue;
                 }
-                let bytes = if conn.has(ENVELOPE) {
-                    msg.envelope()
-                } else {
-                    &msg.frame
-                };
-                if direct {
+                let envelope = conn.has(ENVELOPE);
+                if let [msg] = run {
+                    let bytes = if envelope { msg.envelope() } else { &msg.frame };
                     self.deliver(k, bytes);
                 } else {
-                    self.queue(k, bytes);
+                    frames.clear();
+                    frames.extend(
+                        run.iter()
+                            .map(|m| if envelope { m.envelope() } else { &m.frame }),
+                    );
+                    self.deliver_all(k, &frames);
                 }
-                self.tally.delivered += 1;
+                self.tally.delivered += run.len() as u64;
             }
         }
+        drop(frames);
+        batch.clear();
         self.spare = batch;
     }
 }

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Idle-connection benchmark: user-space memory and CPU per idle WebSocket subscriber.
+
+Starts one server process, opens N WebSocket connections subscribed to one topic from several
+client processes (each bound to its own loopback source address, each well under the 20,000
+open-file limit), and measures:
+
+- RSS per connection: (server RSS with N idle connections - RSS before any) / N, after the
+  connections settle, and again after a broadcast burst;
+- idle CPU: the server's utime+stime over a quiet window, from /proc/PID/stat;
+- that a burst of broadcasts reaches every connection (bytes counted by the clients).
+
+Every run measures Clarion and, when available, a peer (`--peer socketify`: µWebSockets inside
+Python, installed into bench/.venv) in the same invocation, repeats each `--repeats` times and
+reports medians and the ratio.
+
+    python3 bench/idle_memory.py                       # Clarion, 15,000 connections, 3 repeats
+    python3 bench/idle_memory.py --peer socketify      # and the µWebSockets peer
+    python3 bench/idle_memory.py -n 2000 --repeats 1   # quick look
+
+Results from this machine are recorded in docs/benchmarks.md.
+"""
+
+import argparse
+import base64
+import json
+import os
+import pathlib
+import selectors
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOPIC = "bench"
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------- client process
+
+
+def client_main(target, source, count, path):
+    """Opens `count` connections from `source`, then follows the parent's commands on stdin."""
+    host, port = target.rsplit(":", 1)
+    socks = []
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "
+    )
+    for _ in range(count):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.connect((host, int(port)))
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall(f"{request}{key}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1024)
+            if not chunk:
+                raise SystemExit(f"server closed during handshake after {len(socks)} connections")
+            head += chunk
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise SystemExit(f"handshake refused: {head[:40]!r}")
+        s.setblocking(False)
+        socks.append(s)
+    print(f"ready {len(socks)}", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "expect":
+            want, deadline = int(cmd[1]) * len(socks), time.monotonic() + float(cmd[2])
+            sel = selectors.DefaultSelector()
+            for s in socks:
+                sel.register(s, selectors.EVENT_READ)
+            got = 0
+            while got < want and time.monotonic() < deadline:
+                for key, _ in sel.select(0.2):
+                    try:
+                        data = key.fileobj.recv(65536)
+                    except BlockingIOError:
+                        continue
+                    got += len(data)
+            sel.close()
+            print(f"got {got}", flush=True)
+        elif cmd[0] == "quit":
+            break
+    for s in socks:
+        s.close()
+
+
+# ---------------------------------------------------------------- server side
+
+
+def rss(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/statm") as f:
+            total += int(f.read().split()[1]) * PAGE
+    return total
+
+
+def cpu_seconds(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / TICK
+
+
+def descendants(pid):
+    pids = [pid]
+    for p in pathlib.Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    pids.extend(descendants(int(p.name)))
+            except (OSError, IndexError, ValueError):
+                pass
+    return pids
+
+
+class Clarion:
+    name = "clarion"
+
+    def __init__(self):
+        binary = os.environ.get("CLARION_BIN", str(ROOT / "target" / "release" / "clarion"))
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        fields = dict(p.split("=", 1) for p in self.proc.stdout.readline().split()[2:])
+        self.clients, self.api = fields["clients"], fields["api"]
+        self.path = f"/ws?topic={TOPIC}"
+
+    def publish(self, payload):
+        req = urllib.request.Request(
+            f"http://{self.api}/publish/{TOPIC}", data=payload.encode(), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())["subscribers"]
+
+    def pids(self):
+        return [self.proc.pid]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+class Socketify:
+    """µWebSockets through its Python binding, running bench/peers/socketify_server.py."""
+
+    name = "socketify"
+
+    def __init__(self):
+        python = ROOT / "bench" / ".venv" / "bin" / "python"
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(python.parents[1])], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "socketify"], check=True)
+        port = free_port()
+        self.proc = subprocess.Popen(
+            [str(python), str(ROOT / "bench" / "peers" / "socketify_server.py"), str(port)],
+            stdout=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stdout.readline().startswith("ready")
+        self.clients = self.api = f"127.0.0.1:{port}"
+        self.path = f"/ws?topic={TOPIC}"
+
+    def publish(self, payload):
+        req = urllib.request.Request(
+            f"http://{self.api}/publish/{TOPIC}", data=payload.encode(), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return int(r.read())
+
+    def pids(self):
+        return descendants(self.proc.pid)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_once(server_cls, n, procs, idle_seconds, burst):
+    server = server_cls()
+    try:
+        time.sleep(1)
+        pids = server.pids()
+        base_rss = rss(pids)
+        per = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+        clients = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--client", server.clients, f"127.0.0.{2 + i}",
+                 str(count), server.path],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )
+            for i, count in enumerate(per)
+        ]
+        started = time.monotonic()
+        opened = sum(int(c.stdout.readline().split()[1]) for c in clients)
+        connect_rate = opened / (time.monotonic() - started)
+        time.sleep(2)  # settle
+        idle_rss = rss(pids)
+        cpu0 = cpu_seconds(pids)
+        time.sleep(idle_seconds)
+        idle_cpu = cpu_seconds(pids) - cpu0
+
+        payload = "x" * 30  # a 32-byte frame: 2 header bytes + 30
+        for c in clients:
+            c.stdin.write(f"expect {burst * 32} 60\n")
+            c.stdin.flush()
+        reached = [server.publish(payload) for _ in range(burst)]
+        received = sum(int(c.stdout.readline().split()[1]) for c in clients)
+        time.sleep(1)
+        burst_rss = rss(pids)
+        for c in clients:
+            c.stdin.write("quit\n")
+            c.stdin.flush()
+        for c in clients:
+            c.wait(timeout=60)
+        return {
+            "connections": opened,
+            "connect_rate": connect_rate,
+            "base_rss": base_rss,
+            "rss_per_conn": (idle_rss - base_rss) / opened,
+            "rss_per_conn_after_burst": (burst_rss - base_rss) / opened,
+            "idle_cpu_ms": idle_cpu * 1000,
+            "idle_seconds": idle_seconds,
+            "delivered": received // 32,
+            "expected": burst * opened,
+            "reached": min(reached),
+        }
+    finally:
+        server.stop()
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", "--connections", type=int, default=15000)
+    ap.add_argument("--client-procs", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--idle-seconds", type=float, default=10)
+    ap.add_argument("--burst", type=int, default=20, help="broadcasts after the idle window")
+    ap.add_argument("--peer", choices=["socketify"], action="append", default=[])
+    ap.add_argument("--json", help="also write all results to this file")
+    args = ap.parse_args()
+
+    classes = [Clarion] + [{"socketify": Socketify}[p] for p in args.peer]
+    results = {c.name: [] for c in classes}
+    for r in range(args.repeats):
+        for cls in classes:  # interleaved, so drift on the shared machine hits both alike
+            res = run_once(cls, args.connections, args.client_procs, args.idle_seconds, args.burst)
+            results[cls.name].append(res)
+            print(f"[{r + 1}/{args.repeats}] {cls.name}: {res['rss_per_conn']:.0f} B/conn idle, "
+                  f"{res['rss_per_conn_after_burst']:.0f} after burst, "
+                  f"idle CPU {res['idle_cpu_ms']:.0f} ms in {args.idle_seconds:.0f} s, "
+                  f"delivered {res['delivered']}/{res['expected']}", flush=True)
+
+    def med(name, key):
+        return statistics.median(x[key] for x in results[name])
+
+    print(f"\nmedians over {args.repeats} runs, {args.connections} idle WebSocket subscribers:")
+    print(f"{'server':<10} {'B/conn idle':>12} {'B/conn burst':>13} {'idle CPU ms':>12} "
+          f"{'connects/s':>11} {'base RSS MiB':>13} {'delivered':>10}")
+    for name in results:
+        print(f"{name:<10} {med(name, 'rss_per_conn'):>12.0f} "
+              f"{med(name, 'rss_per_conn_after_burst'):>13.0f} {med(name, 'idle_cpu_ms'):>12.0f} "
+              f"{med(name, 'connect_rate'):>11.0f} {med(name, 'base_rss') / 2**20:>13.1f} "
+              f"{min(x['delivered'] / x['expected'] for x in results[name]):>10.2%}")
+    for peer in args.peer:
+        ratio = med("clarion", "rss_per_conn") / med(peer, "rss_per_conn")
+        print(f"clarion / {peer} memory per connection: {ratio:.2f}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
