@@ -186,9 +186,18 @@ class Socketify:
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port below the ephemeral range, so the thousands of client connections of an earlier
+    repeat (whose source ports linger in TIME_WAIT) can never be holding it."""
+    import random
+    for _ in range(100):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000..32000")
 
 
 def run_once(server_cls, n, procs, idle_seconds, burst):

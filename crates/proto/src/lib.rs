@@ -8,7 +8,11 @@
 //! Layout:
 //! - [`http1`]: HTTP/1.1 request heads (with limits), query strings, chunked bodies, response heads.
 //! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
+//! - [`sse`]: Server-Sent Events encoding.
+//! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
 #![forbid(unsafe_code)]
 
+pub mod event_id;
 pub mod http1;
+pub mod sse;
 pub mod ws;

@@ -3,7 +3,7 @@
 //! - [`head`]: request heads, parsed with limits enforced on partial input, and body framing.
 //! - [`query`]: `key=value` pairs of a query string, percent-decoded.
 //! - [`chunked`]: a sans-IO decoder for `Transfer-Encoding: chunked` request bodies.
-//! - [`response`]: reason phrases and response heads.
+//! - [`response`]: reason phrases, response heads and chunked response bodies.
 
 pub mod chunked;
 pub mod head;
@@ -13,4 +13,4 @@ pub mod response;
 pub use chunked::{BodyError, ChunkedDecoder};
 pub use head::{parse_head, Body, HeadError, HeadLimits, RequestHead};
 pub use query::{query_pairs, QueryError};
-pub use response::{reason, write_response_head};
+pub use response::{reason, write_chunk, write_response_head, LAST_CHUNK};

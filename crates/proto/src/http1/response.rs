@@ -51,9 +51,38 @@ pub fn write_response_head(
     out.extend_from_slice(b"\r\n");
 }
 
+/// Appends one chunk of a `Transfer-Encoding: chunked` response body (RFC 9112 section 7.1):
+/// hexadecimal size, CRLF, the data, CRLF. Empty data writes nothing, since a zero-size chunk
+/// would end the body; [`LAST_CHUNK`] does that on purpose.
+pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    let _ = write!(out, "{:x}\r\n", data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The zero-size chunk and empty trailer section that end a chunked body.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_chunks_the_decoder_reads_back() {
+        let mut out = Vec::new();
+        write_chunk(&mut out, b"hello\n");
+        write_chunk(&mut out, b"");
+        write_chunk(&mut out, &[b'x'; 300]);
+        assert!(out.starts_with(b"6\r\nhello\n\r\n12c\r\n"));
+        out.extend_from_slice(LAST_CHUNK);
+        let mut dec = crate::http1::ChunkedDecoder::new(1000);
+        let mut body = Vec::new();
+        assert_eq!(dec.decode(&out, &mut body), Ok((out.len(), true)));
+        assert_eq!(body.len(), 306);
+    }
 
     #[test]
     fn writes_a_head() {

@@ -1,0 +1,103 @@
+//! Message ids: `EPOCH-SEQ`, for example `k3x9q2mf-1042`.
+//!
+//! `SEQ` is a decimal sequence number that grows with publish order (across all topics of a
+//! server, so it is also monotonic within each topic). `EPOCH` names the server run that issued
+//! it: 1 to 16 characters of `[0-9a-z]`, different after every restart. A client resuming from an
+//! id of another epoch cannot be served gap-free, and is told so.
+
+use std::fmt;
+
+/// Longest epoch, in characters.
+pub const MAX_EPOCH_LEN: usize = 16;
+
+/// A parsed message id, borrowing its epoch from the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventId<'a> {
+    /// The server run that issued the id.
+    pub epoch: &'a str,
+    /// The position in that run's publish order.
+    pub seq: u64,
+}
+
+/// Why a string is not a message id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidId;
+
+impl fmt::Display for InvalidId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not a message id (expected EPOCH-SEQ, e.g. k3x9q2mf-1042)")
+    }
+}
+
+impl std::error::Error for InvalidId {}
+
+/// Whether `epoch` is a well-formed epoch.
+pub fn is_epoch(epoch: &str) -> bool {
+    (1..=MAX_EPOCH_LEN).contains(&epoch.len())
+        && epoch
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+}
+
+/// Parses `EPOCH-SEQ`. `SEQ` is 1 to 20 decimal digits that fit in a `u64`.
+pub fn parse(s: &str) -> Result<EventId<'_>, InvalidId> {
+    let (epoch, seq) = s.split_once('-').ok_or(InvalidId)?;
+    if !is_epoch(epoch) || seq.is_empty() || seq.len() > 20 || !seq.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(InvalidId);
+    }
+    let seq = seq.parse().map_err(|_| InvalidId)?;
+    Ok(EventId { epoch, seq })
+}
+
+impl fmt::Display for EventId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.epoch, self.seq)
+    }
+}
+
+/// Spells a number in base 36 with lowercase letters (how epochs are made from entropy).
+pub fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::with_capacity(13);
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints() {
+        let id = parse("k3x9q2mf-1042").expect("valid");
+        assert_eq!(id, EventId { epoch: "k3x9q2mf", seq: 1042 });
+        assert_eq!(id.to_string(), "k3x9q2mf-1042");
+        assert_eq!(parse("a-0").map(|i| i.seq), Ok(0));
+        assert_eq!(parse("a-18446744073709551615").map(|i| i.seq), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn rejects_malformed_ids() {
+        for bad in [
+            "", "-", "1042", "a-", "-5", "A-5", "a_b-5", "a-5x", "a-+5", "a- 5", "a-5-6",
+            "a-18446744073709551616", "abcdefghijklmnopq-1", "é-1",
+        ] {
+            assert_eq!(parse(bad), Err(InvalidId), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn base36_spells_numbers() {
+        assert_eq!(base36(0), "0");
+        assert_eq!(base36(35), "z");
+        assert_eq!(base36(36), "10");
+        assert!(is_epoch(&base36(u64::MAX)));
+    }
+}
