@@ -118,3 +118,10 @@ def start_server():
 @pytest.fixture
 def server(start_server):
     return start_server()
+
+
+def seq(message_id: str) -> int:
+    """The SEQ part of an EPOCH-SEQ message id."""
+    epoch, _, n = message_id.partition("-")
+    assert epoch and n.isdigit(), message_id
+    return int(n)

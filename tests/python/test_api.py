@@ -7,6 +7,7 @@ import socket
 import pytest
 
 import rawws
+from conftest import seq
 
 
 def test_healthz(server):
@@ -52,7 +53,8 @@ def test_publish_single_and_batch_in_order(server):
     assert status == 200, body
     results = json.loads(body)["results"]
     assert [r["subscribers"] for r in results] == [1, 1, 0]
-    ids = [int(first["id"])] + [int(r["id"]) for r in results]
+    ids = [seq(first["id"])] + [seq(r["id"]) for r in results]
+    assert len({i["id"].split("-")[0] for i in [first, *results]}) == 1, "one epoch"
     assert ids == sorted(ids) and len(set(ids)) == 4
     assert reader.frame() == (True, 1, b"one")
     assert reader.frame() == (True, 1, b"two")

@@ -8,6 +8,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from conftest import seq
+
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
@@ -53,7 +55,7 @@ def test_envelope_subprotocol(server):
             assert m1 == {"type": "message", "topic": "a", "id": r1["id"], "data": "hello"}
             assert m2["topic"] == "b" and m2["encoding"] == "base64"
             assert base64.b64decode(m2["data"]) == b"\x00\xff"
-            assert int(m2["id"]) > int(m1["id"])
+            assert seq(m2["id"]) > seq(m1["id"])
 
     run(main())
 
@@ -185,7 +187,9 @@ def test_metrics_follow_connections_and_subscriptions(server):
                 break
             await asyncio.sleep(0.05)
         assert m['clarion_connections{transport="ws"}'] == 0
-        assert m["clarion_subscriptions"] == 0 and m["clarion_topics"] == 0
+        # m1 outlives its subscribers: its message stays in history for resuming clients.
+        assert m["clarion_subscriptions"] == 0 and m["clarion_topics"] == 1
+        assert m["clarion_history_messages"] == 1 and m["clarion_history_bytes"] > 0
         assert m["clarion_messages_published_total"] == 1
         assert m["clarion_messages_delivered_total"] == 2
         assert m['clarion_closes_total{reason="client_close"}'] == 2

@@ -42,7 +42,11 @@ pub fn is_epoch(epoch: &str) -> bool {
 /// Parses `EPOCH-SEQ`. `SEQ` is 1 to 20 decimal digits that fit in a `u64`.
 pub fn parse(s: &str) -> Result<EventId<'_>, InvalidId> {
     let (epoch, seq) = s.split_once('-').ok_or(InvalidId)?;
-    if !is_epoch(epoch) || seq.is_empty() || seq.len() > 20 || !seq.bytes().all(|b| b.is_ascii_digit()) {
+    if !is_epoch(epoch)
+        || seq.is_empty()
+        || seq.len() > 20
+        || !seq.bytes().all(|b| b.is_ascii_digit())
+    {
         return Err(InvalidId);
     }
     let seq = seq.parse().map_err(|_| InvalidId)?;
@@ -77,7 +81,13 @@ mod tests {
     #[test]
     fn parses_and_prints() {
         let id = parse("k3x9q2mf-1042").expect("valid");
-        assert_eq!(id, EventId { epoch: "k3x9q2mf", seq: 1042 });
+        assert_eq!(
+            id,
+            EventId {
+                epoch: "k3x9q2mf",
+                seq: 1042
+            }
+        );
         assert_eq!(id.to_string(), "k3x9q2mf-1042");
         assert_eq!(parse("a-0").map(|i| i.seq), Ok(0));
         assert_eq!(parse("a-18446744073709551615").map(|i| i.seq), Ok(u64::MAX));
@@ -86,8 +96,20 @@ mod tests {
     #[test]
     fn rejects_malformed_ids() {
         for bad in [
-            "", "-", "1042", "a-", "-5", "A-5", "a_b-5", "a-5x", "a-+5", "a- 5", "a-5-6",
-            "a-18446744073709551616", "abcdefghijklmnopq-1", "é-1",
+            "",
+            "-",
+            "1042",
+            "a-",
+            "-5",
+            "A-5",
+            "a_b-5",
+            "a-5x",
+            "a-+5",
+            "a- 5",
+            "a-5-6",
+            "a-18446744073709551616",
+            "abcdefghijklmnopq-1",
+            "é-1",
         ] {
             assert_eq!(parse(bad), Err(InvalidId), "{bad:?}");
         }

@@ -84,7 +84,11 @@ mod tests {
             if line.is_empty() {
                 if !data.is_empty() {
                     data.pop();
-                    let ev = if event.is_empty() { "message".into() } else { event.clone() };
+                    let ev = if event.is_empty() {
+                        "message".into()
+                    } else {
+                        event.clone()
+                    };
                     out.push((id.clone(), ev, data.clone()));
                 }
                 data.clear();
@@ -111,11 +115,23 @@ mod tests {
 
     #[test]
     fn payloads_round_trip_through_the_standard_parser() {
-        for payload in ["x", "a\nb", "a\n", "\n\nz", " leading space", "a:b: c", "{\"k\":1}"] {
+        for payload in [
+            "x",
+            "a\nb",
+            "a\n",
+            "\n\nz",
+            " leading space",
+            "a:b: c",
+            "{\"k\":1}",
+        ] {
             let mut out = Vec::new();
             write_event(&mut out, Some("e-1"), Some("price"), payload.as_bytes());
             let got = parse(&out);
-            assert_eq!(got, vec![("e-1".into(), "price".into(), payload.into())], "{payload:?}");
+            assert_eq!(
+                got,
+                vec![("e-1".into(), "price".into(), payload.into())],
+                "{payload:?}"
+            );
         }
     }
 
@@ -141,7 +157,10 @@ mod tests {
         let mut out = Vec::new();
         write_event(&mut out, Some("e-2"), None, b"");
         assert_eq!(out, b"id: e-2\ndata: \n\n");
-        assert_eq!(parse(&out), vec![("e-2".into(), "message".into(), String::new())]);
+        assert_eq!(
+            parse(&out),
+            vec![("e-2".into(), "message".into(), String::new())]
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use clarion_proto::http1::{self, Body, BodyError, ChunkedDecoder};
 use clarion_proto::ws::DataKind;
 use serde::Deserialize;
 
-use crate::hub::{validate_topic, Outgoing, Receipt};
+use crate::hub::{validate_event_name, validate_topic, Outgoing, Receipt};
 use crate::log;
 use crate::worker::Shared;
 
@@ -71,6 +71,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
 struct Request {
     method: String,
     path: String,
+    query: String,
     content_type: Option<String>,
     authorization: Option<String>,
     expect_continue: bool,
@@ -160,6 +161,7 @@ fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer> {
     Ok(Request {
         method: h.method.to_owned(),
         path: h.path().to_owned(),
+        query: h.query().to_owned(),
         content_type: h.header_str("content-type").map(str::to_owned),
         authorization: h.header_str("authorization").map(str::to_owned),
         expect_continue: h.has_token("expect", "100-continue"),
@@ -283,14 +285,37 @@ fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared) -> Answer {
         (_, "/publish") => publish_batch(&body, shared),
         (_, path) => {
             let topic = path.strip_prefix("/publish/").unwrap_or_default();
-            publish_one(topic, req.content_type.as_deref(), &body, shared)
+            let mut event = None;
+            for pair in http1::query_pairs(&req.query) {
+                match pair {
+                    Ok((k, v)) if k == "event" => event = Some(v),
+                    Ok(_) => {}
+                    Err(e) => return Answer::error(400, &format!("invalid query string: {e}")),
+                }
+            }
+            publish_one(
+                topic,
+                event.as_deref(),
+                req.content_type.as_deref(),
+                &body,
+                shared,
+            )
         }
     }
 }
 
-fn publish_one(topic: &str, content_type: Option<&str>, body: &[u8], shared: &Shared) -> Answer {
+fn publish_one(
+    topic: &str,
+    event: Option<&str>,
+    content_type: Option<&str>,
+    body: &[u8],
+    shared: &Shared,
+) -> Answer {
     if let Err(e) = validate_topic(topic) {
         return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
+    }
+    if let Some(Err(e)) = event.map(validate_event_name) {
+        return Answer::error(400, &format!("invalid event name: {e}"));
     }
     let binary = content_type.is_some_and(|ct| {
         ct.split(';')
@@ -311,6 +336,7 @@ fn publish_one(topic: &str, content_type: Option<&str>, body: &[u8], shared: &Sh
         topic,
         kind,
         payload: body,
+        event,
     }]);
     match receipts.first() {
         Some(r) => Answer::json(200, &receipt_json(topic, r)),
@@ -326,6 +352,8 @@ struct BatchItem {
     data: String,
     #[serde(default)]
     encoding: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
 }
 
 /// `{"messages": [...]}`.
@@ -348,6 +376,9 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
                 400,
                 &format!("messages[{i}]: invalid topic {:?}: {e}", m.topic),
             );
+        }
+        if let Some(Err(e)) = m.event.as_deref().map(validate_event_name) {
+            return Answer::error(400, &format!("messages[{i}]: invalid event name: {e}"));
         }
         match m.encoding.as_deref() {
             None => decoded.push((DataKind::Text, Vec::new())),
@@ -374,6 +405,7 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
             } else {
                 bytes
             },
+            event: m.event.as_deref(),
         })
         .collect();
     let receipts = shared.hub.publish(&out);
@@ -386,7 +418,7 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
 }
 
 fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {
-    serde_json::json!({ "topic": topic, "id": r.id.to_string(), "subscribers": r.subscribers })
+    serde_json::json!({ "topic": topic, "id": r.id, "subscribers": r.subscribers })
 }
 
 fn send(stream: &mut TcpStream, a: &Answer, keep: bool) -> io::Result<()> {

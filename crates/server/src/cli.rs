@@ -75,6 +75,39 @@ pub struct ServeArgs {
     /// Path of the pub/sub WebSocket endpoint.
     #[arg(long, env = "CLARION_WS_PATH")]
     pub ws_path: Option<String>,
+    /// Path of the Server-Sent Events endpoint.
+    #[arg(long, env = "CLARION_SSE_PATH")]
+    pub sse_path: Option<String>,
+    /// Path of the long-polling endpoint.
+    #[arg(long, env = "CLARION_POLL_PATH")]
+    pub poll_path: Option<String>,
+    /// Path of the newline-delimited streaming endpoint.
+    #[arg(long, env = "CLARION_STREAM_PATH")]
+    pub stream_path: Option<String>,
+    /// Seconds of silence before an SSE or HTTP stream gets a keep-alive line (0 = never).
+    #[arg(long, env = "CLARION_SSE_KEEPALIVE")]
+    pub sse_keepalive: Option<u64>,
+    /// The `retry:` hint sent to EventSource clients, in milliseconds.
+    #[arg(long, env = "CLARION_SSE_RETRY")]
+    pub sse_retry: Option<u64>,
+    /// Seconds a long-poll is held by default.
+    #[arg(long, env = "CLARION_POLL_TIMEOUT")]
+    pub poll_timeout: Option<u64>,
+    /// Longest hold a long-poll client may ask for, in seconds.
+    #[arg(long, env = "CLARION_POLL_MAX_TIMEOUT")]
+    pub poll_max_timeout: Option<u64>,
+    /// Messages of history kept per topic (0 = no history).
+    #[arg(long, env = "CLARION_HISTORY_SIZE")]
+    pub history_size: Option<usize>,
+    /// Seconds a message stays in history.
+    #[arg(long, env = "CLARION_HISTORY_TTL")]
+    pub history_ttl: Option<u64>,
+    /// Bytes of history across all topics.
+    #[arg(long, env = "CLARION_HISTORY_MEMORY")]
+    pub history_memory: Option<usize>,
+    /// Access-Control-Allow-Origin for SSE, stream and poll answers (empty = none).
+    #[arg(long, env = "CLARION_CORS_ALLOW_ORIGIN")]
+    pub cors_allow_origin: Option<String>,
     /// Path of a WebSocket echo endpoint (off unless given; for conformance runs).
     #[arg(long, env = "CLARION_ECHO_PATH")]
     pub echo_path: Option<String>,
@@ -113,6 +146,17 @@ impl ServeArgs {
             handshake_timeout,
             shutdown_timeout,
             ws_path,
+            sse_path,
+            poll_path,
+            stream_path,
+            sse_keepalive,
+            sse_retry,
+            poll_timeout,
+            poll_max_timeout,
+            history_size,
+            history_ttl,
+            history_memory,
+            cors_allow_origin,
             allow_client_publish,
             read_buffer
         );

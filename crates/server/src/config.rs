@@ -51,6 +51,35 @@ pub struct Config {
     pub shutdown_timeout: u64,
     /// Path of the WebSocket pub/sub endpoint. Default `/ws`.
     pub ws_path: String,
+    /// Path of the Server-Sent Events endpoint. Default `/sse`.
+    pub sse_path: String,
+    /// Path of the long-polling endpoint. Default `/poll`.
+    pub poll_path: String,
+    /// Path of the newline-delimited HTTP streaming endpoint. Default `/stream`.
+    pub stream_path: String,
+    /// Seconds without output after which an SSE or HTTP stream gets a keep-alive line. Default
+    /// 20: under the 30 to 60 s idle limits of common proxies and load balancers; 0 disables.
+    pub sse_keepalive: u64,
+    /// Milliseconds an `EventSource` should wait before reconnecting (the `retry:` hint). Default
+    /// 2000: fast recovery without a reconnect storm after a restart.
+    pub sse_retry: u64,
+    /// Seconds a long-poll is held when the client does not say (`timeout=`). Default 30: below
+    /// the 60 s at which many proxies give up on a silent response.
+    pub poll_timeout: u64,
+    /// Longest `timeout=` a long-poll client may ask for, in seconds. Default 120.
+    pub poll_max_timeout: u64,
+    /// Messages of history kept per topic for resuming clients. Default 100; 0 disables history
+    /// (and with it gap-free resume and catch-up between long-polls).
+    pub history_size: usize,
+    /// Seconds a message stays in history. Default 3600: a client offline for longer is told it
+    /// missed messages rather than flooded with stale ones.
+    pub history_ttl: u64,
+    /// Bytes of history across all topics; the oldest messages are dropped first. Default
+    /// 64 MiB.
+    pub history_memory: usize,
+    /// `Access-Control-Allow-Origin` sent on SSE, stream and long-poll answers, so pages on other
+    /// origins can subscribe. Default `*` (subscriptions carry no credentials); empty disables.
+    pub cors_allow_origin: String,
     /// Path of a WebSocket echo endpoint for conformance runs. Default none (off).
     pub echo_path: Option<String>,
     /// Whether clients may publish in-band. Default false: publishing is a backend's job.
@@ -84,6 +113,17 @@ impl Default for Config {
             handshake_timeout: 10,
             shutdown_timeout: 10,
             ws_path: "/ws".to_owned(),
+            sse_path: "/sse".to_owned(),
+            poll_path: "/poll".to_owned(),
+            stream_path: "/stream".to_owned(),
+            sse_keepalive: 20,
+            sse_retry: 2000,
+            poll_timeout: 30,
+            poll_max_timeout: 120,
+            history_size: 100,
+            history_ttl: 3600,
+            history_memory: 64 * 1024 * 1024,
+            cors_allow_origin: "*".to_owned(),
             echo_path: None,
             allow_client_publish: false,
             api_key: None,
@@ -134,19 +174,43 @@ impl Config {
 
     /// Checks relations between values that each parse fine on their own.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for (name, path) in [
+        let paths = [
             ("ws_path", Some(&self.ws_path)),
+            ("sse_path", Some(&self.sse_path)),
+            ("poll_path", Some(&self.poll_path)),
+            ("stream_path", Some(&self.stream_path)),
             ("echo_path", self.echo_path.as_ref()),
-        ] {
-            if let Some(p) = path {
-                if !p.starts_with('/') {
-                    return Err(ConfigError::Invalid(format!("{name} must start with '/'")));
+        ];
+        for (i, (name, path)) in paths.iter().enumerate() {
+            let Some(p) = path else { continue };
+            if !p.starts_with('/') {
+                return Err(ConfigError::Invalid(format!("{name} must start with '/'")));
+            }
+            for (other, q) in paths.iter().skip(i + 1) {
+                if q.is_some_and(|q| q == *p) {
+                    return Err(ConfigError::Invalid(format!(
+                        "{name} and {other} must differ"
+                    )));
                 }
             }
         }
-        if self.echo_path.as_deref() == Some(self.ws_path.as_str()) {
+        if self.poll_timeout > self.poll_max_timeout {
             return Err(ConfigError::Invalid(
-                "echo_path must differ from ws_path".into(),
+                "poll_timeout must not exceed poll_max_timeout".into(),
+            ));
+        }
+        if self.poll_max_timeout > 3600 || self.history_ttl > u64::from(u32::MAX) {
+            return Err(ConfigError::Invalid(
+                "poll_max_timeout is at most 3600 s and history_ttl at most 2^32 s".into(),
+            ));
+        }
+        if self
+            .cors_allow_origin
+            .bytes()
+            .any(|b| b < 0x20 || b == 0x7f)
+        {
+            return Err(ConfigError::Invalid(
+                "cors_allow_origin must not contain control characters".into(),
             ));
         }
         if self.max_message_size == 0 || self.max_backlog == 0 || self.read_buffer < 1024 {
@@ -192,6 +256,15 @@ impl Config {
             max_request_line: self.max_request_line,
             max_headers: self.max_headers,
             max_head_bytes: self.max_head_size,
+        }
+    }
+
+    /// The history limits for the hub.
+    pub fn history_limits(&self) -> crate::hub::HistoryLimits {
+        crate::hub::HistoryLimits {
+            per_topic: self.history_size,
+            ttl: u32::try_from(self.history_ttl).unwrap_or(u32::MAX),
+            max_bytes: self.history_memory,
         }
     }
 

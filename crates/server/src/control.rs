@@ -15,6 +15,9 @@ pub enum Request<'a> {
         /// The topic.
         #[serde(borrow)]
         topic: Cow<'a, str>,
+        /// Resume after this message id: missed messages are replayed first.
+        #[serde(default, borrow)]
+        since: Option<Cow<'a, str>>,
     },
     /// Stop receiving a topic's messages.
     Unsubscribe {
@@ -96,7 +99,17 @@ mod tests {
     fn parses_requests() {
         assert_eq!(
             parse(br#"{"type":"subscribe","topic":"a"}"#),
-            Ok(Request::Subscribe { topic: "a".into() })
+            Ok(Request::Subscribe {
+                topic: "a".into(),
+                since: None
+            })
+        );
+        assert_eq!(
+            parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#),
+            Ok(Request::Subscribe {
+                topic: "a".into(),
+                since: Some("e-5".into())
+            })
         );
         assert_eq!(
             parse(br#"{"topic":"a\u0062","type":"unsubscribe"}"#),

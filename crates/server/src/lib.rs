@@ -7,8 +7,10 @@
 //! - [`worker`]: the event loops (one per thread): sockets, connection records, timers, HTTP
 //!   routing on the client listener, WebSocket handling, deliveries. The only layer that does I/O
 //!   for clients.
-//! - [`hub`]: topics across workers; publishing encodes a message once and hands it to each
-//!   interested worker once.
+//! - [`hub`]: topics across workers and their history; publishing encodes a message once and
+//!   hands it to each interested worker once; subscribing computes what a resuming client missed.
+//! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
+//!   stream lines), each built once.
 //! - [`control`]: the in-band JSON control messages (pure).
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
@@ -22,6 +24,7 @@ pub mod config;
 pub mod control;
 pub mod hub;
 pub mod log;
+pub mod message;
 pub mod metrics;
 pub mod publish;
 pub mod server;

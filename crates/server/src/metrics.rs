@@ -69,9 +69,29 @@ pub struct Metrics {
     pub http_connections: AtomicU64,
     /// Open WebSocket connections.
     pub ws_connections: AtomicU64,
+    /// Open Server-Sent Events streams.
+    pub sse_connections: AtomicU64,
+    /// Open newline-delimited HTTP streams.
+    pub stream_connections: AtomicU64,
+    /// Long-poll requests being held.
+    pub polls_held: AtomicU64,
+    /// Messages held in topic histories.
+    pub history_messages: AtomicU64,
+    /// Bytes held in topic histories (as the `history_memory` cap counts them).
+    pub history_bytes: AtomicU64,
+    /// Messages dropped from history because a topic had `history_size` newer ones.
+    pub evicted_count: AtomicU64,
+    /// Messages dropped from history because they were older than `history_ttl`.
+    pub evicted_age: AtomicU64,
+    /// Messages dropped from history to stay under `history_memory`.
+    pub evicted_memory: AtomicU64,
+    /// Subscriptions that asked to resume from an id.
+    pub resumes: AtomicU64,
+    /// Resumes that could not be served gap-free (the client was sent a gap notice).
+    pub resume_gaps: AtomicU64,
     /// Subscriptions held (a connection on three topics counts three).
     pub subscriptions: AtomicU64,
-    /// Topics with at least one subscriber.
+    /// Topics with at least one subscriber or message in history.
     pub topics: AtomicU64,
     /// Messages accepted by the publish API or in-band publish.
     pub published: AtomicU64,
@@ -89,6 +109,17 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Counts one message dropped from history.
+    pub fn evicted(&self, why: crate::hub::Eviction) {
+        use crate::hub::Eviction;
+        let c = match why {
+            Eviction::Count => &self.evicted_count,
+            Eviction::Age => &self.evicted_age,
+            Eviction::Memory => &self.evicted_memory,
+        };
+        c.fetch_add(1, Relaxed);
+    }
+
     /// Counts one ended connection.
     pub fn closed(&self, reason: CloseReason) {
         let i = CloseReason::ALL
@@ -115,6 +146,9 @@ impl Metrics {
         let rss = process_rss_bytes().unwrap_or(0);
         let http = self.http_connections.load(Relaxed);
         let ws = self.ws_connections.load(Relaxed);
+        let sse = self.sse_connections.load(Relaxed);
+        let stream = self.stream_connections.load(Relaxed);
+        let poll = self.polls_held.load(Relaxed);
         let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         };
@@ -129,7 +163,10 @@ impl Metrics {
             "# HELP clarion_connections Open client connections by transport.\n\
              # TYPE clarion_connections gauge\n\
              clarion_connections{{transport=\"http\"}} {http}\n\
-             clarion_connections{{transport=\"ws\"}} {ws}"
+             clarion_connections{{transport=\"ws\"}} {ws}\n\
+             clarion_connections{{transport=\"sse\"}} {sse}\n\
+             clarion_connections{{transport=\"stream\"}} {stream}\n\
+             clarion_connections{{transport=\"poll\"}} {poll}"
         );
         let l = |a: &AtomicU64| a.load(Relaxed);
         gauge(
@@ -141,7 +178,7 @@ impl Metrics {
         gauge(
             &mut out,
             "clarion_topics",
-            "Topics with at least one subscriber.",
+            "Topics with subscribers or history.",
             l(&self.topics),
         );
         counter(
@@ -180,6 +217,41 @@ impl Metrics {
             "Client-listener requests answered with an error status.",
             l(&self.http_errors),
         );
+        gauge(
+            &mut out,
+            "clarion_history_messages",
+            "Messages held in topic histories.",
+            l(&self.history_messages),
+        );
+        gauge(
+            &mut out,
+            "clarion_history_bytes",
+            "Bytes held in topic histories (payloads and per-message records).",
+            l(&self.history_bytes),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP clarion_history_evictions_total Messages dropped from history, by reason.\n\
+             # TYPE clarion_history_evictions_total counter\n\
+             clarion_history_evictions_total{{reason=\"count\"}} {}\n\
+             clarion_history_evictions_total{{reason=\"age\"}} {}\n\
+             clarion_history_evictions_total{{reason=\"memory\"}} {}",
+            l(&self.evicted_count),
+            l(&self.evicted_age),
+            l(&self.evicted_memory)
+        );
+        counter(
+            &mut out,
+            "clarion_resumes_total",
+            "Subscriptions that resumed from a message id.",
+            l(&self.resumes),
+        );
+        counter(
+            &mut out,
+            "clarion_resume_gaps_total",
+            "Resumes that could not be served gap-free (a gap notice was sent).",
+            l(&self.resume_gaps),
+        );
         let _ = writeln!(
             out,
             "# HELP clarion_closes_total Connections ended, by reason.\n# TYPE clarion_closes_total counter"
@@ -204,7 +276,9 @@ impl Metrics {
             "Resident set size of the process.",
             rss,
         );
-        let per_conn = rss.checked_div(http + ws).unwrap_or(0);
+        let per_conn = rss
+            .checked_div(http + ws + sse + stream + poll)
+            .unwrap_or(0);
         gauge(
             &mut out,
             "clarion_rss_bytes_per_connection",

@@ -39,7 +39,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
     let shared = Arc::new(Shared {
-        hub: Hub::new(inboxes.clone(), Arc::clone(&metrics)),
+        hub: Hub::new(
+            inboxes.clone(),
+            Arc::clone(&metrics),
+            config.history_limits(),
+        ),
         config,
         metrics,
         stopping: AtomicBool::new(false),

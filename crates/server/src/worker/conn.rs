@@ -20,6 +20,12 @@ pub enum State {
     Refusing,
     /// An open WebSocket.
     Ws,
+    /// A Server-Sent Events response being streamed.
+    Sse,
+    /// A chunked newline-delimited response being streamed (`/stream`).
+    Stream,
+    /// A long-poll request held until a message arrives or its deadline passes.
+    Poll,
     /// Our last bytes (a Close frame or a final HTTP answer) are queued; once they are written
     /// the write side is shut and we wait (bounded) for the peer's EOF, discarding its input, so
     /// that closing never resets a connection before the peer has read our answer.
@@ -34,6 +40,13 @@ pub const ECHO: u8 = 2;
 pub const PINGED: u8 = 4;
 /// The write side has been shut down (Closing only).
 pub const WRITE_SHUT: u8 = 8;
+/// SSE events carry the JSON envelope as data (`format=json`) instead of the payload.
+pub const JSON: u8 = 16;
+/// Stream lines carry the raw payload (`format=raw`) instead of the JSON envelope.
+pub const RAW: u8 = 32;
+/// The held long-poll's client allows keep-alive: the connection returns to `Http` after the
+/// answer.
+pub const KEEP: u8 = 64;
 
 /// The topics a connection subscribes to, as ids in its worker's topic index. Most push clients
 /// follow exactly one topic, so one id is stored inline and only more than one allocates.

@@ -1,4 +1,5 @@
-//! Request heads on the client listener: routing, error answers, and the WebSocket upgrade.
+//! Request heads on the client listener: routing, error answers, the WebSocket upgrade, and the
+//! HTTP subscription transports (Server-Sent Events, newline-delimited streaming, long-polling).
 //!
 //! Every request is answered: a parse error or a limit maps to its status (400, 414, 431, 505),
 //! an unknown path to 404, a wrong method to 405, a plain GET on a WebSocket path to 426, and a
@@ -10,22 +11,40 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::http1::{self, Body, RequestHead};
+use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake::{self, HandshakeError};
+use clarion_proto::ws::OpCode;
+use clarion_proto::{event_id, sse};
 
-use super::conn::{State, ECHO, ENVELOPE};
-use super::Worker;
-use crate::hub::validate_topic;
+use super::conn::{State, ECHO, ENVELOPE, JSON, KEEP, RAW};
+use super::{PollHold, Worker};
+use crate::hub::{validate_topic, Since, Subscribed};
 use crate::log;
+use crate::message::{push_json_str, Encoding, Published};
 use crate::metrics::CloseReason;
 
 /// The subprotocol that wraps deliveries in a JSON envelope (`docs/protocol.md`).
 pub const ENVELOPE_PROTOCOL: &str = "clarion.v1";
 
-/// What a WebSocket endpoint does.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// What an endpoint does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Endpoint {
     PubSub,
     Echo,
+    Sse,
+    Poll,
+    Stream,
+}
+
+/// The subscription parameters of a request.
+struct Params<'q> {
+    topics: Vec<Cow<'q, str>>,
+    /// Where to resume, as the client sent it.
+    since: Option<Cow<'q, str>>,
+    /// `format=`.
+    format: Option<Cow<'q, str>>,
+    /// `timeout=` (long-poll), in seconds.
+    timeout: Option<u64>,
 }
 
 impl Worker {
@@ -78,14 +97,45 @@ impl Worker {
         }
         let path = head.path();
         let cfg = &self.shared.config;
+        let wants_sse = head
+            .header_str("accept")
+            .is_some_and(|a| a.contains("text/event-stream"));
         let endpoint = if path == cfg.ws_path {
-            Endpoint::PubSub
+            if wants_sse && !head.has_token("upgrade", "websocket") {
+                Endpoint::Sse
+            } else {
+                Endpoint::PubSub
+            }
+        } else if path == cfg.sse_path {
+            Endpoint::Sse
+        } else if path == cfg.poll_path {
+            Endpoint::Poll
+        } else if path == cfg.stream_path {
+            if wants_sse {
+                Endpoint::Sse
+            } else {
+                Endpoint::Stream
+            }
         } else if cfg.echo_path.as_deref() == Some(path) {
             Endpoint::Echo
         } else {
             self.respond(k, 404, &[], "not found", keep);
             return;
         };
+        if matches!(endpoint, Endpoint::Sse | Endpoint::Poll | Endpoint::Stream) {
+            match head.method {
+                "GET" => self.open_http_subscription(k, head, endpoint, keep),
+                "OPTIONS" => self.preflight(k, keep),
+                _ => self.respond(
+                    k,
+                    405,
+                    &[("Allow", "GET, OPTIONS")],
+                    "subscription endpoints take GET",
+                    keep,
+                ),
+            }
+            return;
+        }
         if head.method != "GET" {
             self.respond(
                 k,
@@ -110,18 +160,29 @@ impl Worker {
                 return;
             }
         };
-        let topics = match endpoint {
-            Endpoint::PubSub => match self.url_topics(head.query()) {
-                Ok(t) => t,
+        let envelope =
+            endpoint == Endpoint::PubSub && upgrade.protocols.contains(&ENVELOPE_PROTOCOL);
+        let params = match endpoint {
+            Endpoint::PubSub => match self.params(head, false) {
+                Ok(p) if p.since.is_some() && !envelope => {
+                    let why =
+                        "resuming (since=) needs the clarion.v1 subprotocol, which carries ids";
+                    self.respond(k, 400, &[], why, keep);
+                    return;
+                }
+                Ok(p) => p,
                 Err(why) => {
                     self.respond(k, 400, &[], &why, keep);
                     return;
                 }
             },
-            Endpoint::Echo => Vec::new(),
+            _ => Params {
+                topics: Vec::new(),
+                since: None,
+                format: None,
+                timeout: None,
+            },
         };
-        let envelope =
-            endpoint == Endpoint::PubSub && upgrade.protocols.contains(&ENVELOPE_PROTOCOL);
         let mut out = Vec::with_capacity(160);
         handshake::write_accept(&mut out, upgrade.key, envelope.then_some(ENVELOPE_PROTOCOL));
         let Some(conn) = self.conns.get_mut(k as usize) else {
@@ -131,38 +192,323 @@ impl Worker {
         conn.last_seen = self.now;
         conn.flags |= match endpoint {
             Endpoint::Echo => ECHO,
-            Endpoint::PubSub if envelope => ENVELOPE,
-            Endpoint::PubSub => 0,
+            _ if envelope => ENVELOPE,
+            _ => 0,
         };
         let m = &self.shared.metrics;
         m.http_connections.fetch_sub(1, Relaxed);
         m.ws_connections.fetch_add(1, Relaxed);
         self.send(k, &Arc::from(out));
-        for t in topics {
-            self.subscribe(k, &t);
+        if params.topics.is_empty() {
+            return;
         }
+        let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
+        let since = params.since.as_deref().map_or(Since::Now, Since::Id);
+        let Some(sub) = self.subscribe_conn(k, &topics, since) else {
+            return;
+        };
+        let mut frames: Vec<Arc<[u8]>> = Vec::new();
+        for g in &sub.gaps {
+            frames.push(encode_frame(OpCode::Text, g.json().as_bytes()).into());
+        }
+        self.send_resume(k, frames, &sub.replay, Encoding::WsEnvelope);
     }
 
-    /// The `topic=` parameters of a query string, validated and without duplicates.
-    fn url_topics<'q>(&self, query: &'q str) -> Result<Vec<Cow<'q, str>>, String> {
-        let mut topics: Vec<Cow<'q, str>> = Vec::new();
-        for pair in http1::query_pairs(query) {
+    /// The `topic=`, `since=`/`lastEventId=` (or `Last-Event-ID`), `format=` and `timeout=`
+    /// parameters, validated. Other parameters are ignored (cache busters such as `_=123`).
+    fn params<'q>(
+        &self,
+        head: &RequestHead<'q>,
+        lenient_since: bool,
+    ) -> Result<Params<'q>, String> {
+        let mut p = Params {
+            topics: Vec::new(),
+            since: None,
+            format: None,
+            timeout: None,
+        };
+        let mut last_event_id = None;
+        for pair in http1::query_pairs(head.query()) {
             let (key, value) = pair.map_err(|e| format!("invalid query string: {e}"))?;
-            if key != "topic" {
-                continue;
-            }
-            validate_topic(&value).map_err(|e| format!("invalid topic {value:?}: {e}"))?;
-            if !topics.contains(&value) {
-                topics.push(value);
+            match &*key {
+                "topic" => {
+                    validate_topic(&value).map_err(|e| format!("invalid topic {value:?}: {e}"))?;
+                    if !p.topics.contains(&value) {
+                        p.topics.push(value);
+                    }
+                }
+                "since" => {
+                    event_id::parse(&value).map_err(|e| format!("invalid since {value:?}: {e}"))?;
+                    p.since = Some(value);
+                }
+                "lastEventId" | "last-event-id" => last_event_id = Some(value),
+                "format" => p.format = Some(value),
+                "timeout" => {
+                    let secs = value
+                        .parse::<u64>()
+                        .map_err(|_| format!("invalid timeout {value:?}: whole seconds"))?;
+                    p.timeout = Some(secs);
+                }
+                _ => {}
             }
         }
-        if topics.len() > self.shared.config.max_subscriptions {
+        if p.topics.len() > self.shared.config.max_subscriptions {
             return Err(format!(
                 "too many topics: at most {} per connection",
                 self.shared.config.max_subscriptions
             ));
         }
-        Ok(topics)
+        // A reconnecting EventSource sends the header while its URL still carries the first
+        // position, so the header wins. Neither is checked strictly: an id this server cannot
+        // place is answered with a gap notice, not an error that would stop the EventSource.
+        let header = head
+            .header_str("last-event-id")
+            .map(str::trim)
+            .filter(|v| !v.is_empty());
+        if lenient_since {
+            if let Some(h) = header {
+                p.since = Some(Cow::Borrowed(h));
+            } else if let Some(q) = last_event_id.filter(|v| !v.is_empty()) {
+                p.since = Some(q);
+            }
+        }
+        Ok(p)
+    }
+
+    /// Answers a CORS preflight for the subscription endpoints.
+    fn preflight(&mut self, k: u32, keep: bool) {
+        let origin = self.shared.config.cors_allow_origin.clone();
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Access-Control-Allow-Methods", "GET, OPTIONS"),
+            (
+                "Access-Control-Allow-Headers",
+                "Last-Event-ID, Cache-Control, Accept",
+            ),
+            ("Access-Control-Max-Age", "86400"),
+        ];
+        if !origin.is_empty() {
+            headers.push(("Access-Control-Allow-Origin", &origin));
+        }
+        if !keep {
+            headers.push(("Connection", "close"));
+        }
+        let mut out = Vec::with_capacity(256);
+        http1::write_response_head(&mut out, 204, &headers, None);
+        self.finish_answer(k, out.into(), keep, 204);
+    }
+
+    /// Starts an SSE stream, an NDJSON stream or a long-poll.
+    fn open_http_subscription(
+        &mut self,
+        k: u32,
+        head: &RequestHead<'_>,
+        endpoint: Endpoint,
+        keep: bool,
+    ) {
+        let params = match self.params(head, true) {
+            Ok(p) => p,
+            Err(why) => return self.respond(k, 400, &[], &why, keep),
+        };
+        if params.topics.is_empty() {
+            return self.respond(k, 400, &[], "give at least one topic= parameter", keep);
+        }
+        let format = params.format.as_deref();
+        let flags = match (endpoint, format) {
+            (_, None) => 0,
+            (Endpoint::Sse, Some("json")) => JSON,
+            (Endpoint::Sse, Some("data")) => 0,
+            (Endpoint::Stream, Some("json")) => 0,
+            (Endpoint::Stream, Some("raw")) => RAW,
+            (Endpoint::Poll, Some("json")) => 0,
+            (_, Some(f)) => {
+                let why = format!("unknown format {f:?} (sse: data, json; stream: json, raw)");
+                return self.respond(k, 400, &[], &why, keep);
+            }
+        };
+        if flags & RAW != 0 && params.since.is_some() {
+            let why = "format=raw carries no ids, so it cannot resume; use the default json lines";
+            return self.respond(k, 400, &[], why, keep);
+        }
+        if endpoint == Endpoint::Stream && head.minor_version == 0 {
+            return self.respond(
+                k,
+                505,
+                &[],
+                "streaming uses chunked transfer, which needs HTTP/1.1",
+                false,
+            );
+        }
+        let cfg = &self.shared.config;
+        let hold = params
+            .timeout
+            .unwrap_or(cfg.poll_timeout)
+            .min(cfg.poll_max_timeout) as u32;
+        let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
+        let since = params.since.as_deref().map_or(Since::Now, Since::Id);
+        match endpoint {
+            Endpoint::Poll => self.open_poll(k, &topics, since, hold, keep),
+            Endpoint::Sse => self.open_stream(k, &topics, since, State::Sse, flags),
+            _ => self.open_stream(k, &topics, since, State::Stream, flags),
+        }
+    }
+
+    /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
+    fn open_stream(&mut self, k: u32, topics: &[&str], since: Since<'_>, state: State, flags: u8) {
+        let cfg = &self.shared.config;
+        let origin = cfg.cors_allow_origin.as_str();
+        let sse = state == State::Sse;
+        let mut headers: Vec<(&str, &str)> = vec![
+            (
+                "Content-Type",
+                match (sse, flags & RAW != 0) {
+                    (true, _) => "text/event-stream; charset=utf-8",
+                    (false, false) => "application/x-ndjson",
+                    (false, true) => "text/plain; charset=utf-8",
+                },
+            ),
+            ("Cache-Control", "no-cache"),
+            ("X-Accel-Buffering", "no"),
+            ("Connection", "close"),
+        ];
+        if !sse {
+            headers.push(("Transfer-Encoding", "chunked"));
+        }
+        if !origin.is_empty() {
+            headers.push(("Access-Control-Allow-Origin", origin));
+        }
+        let mut out = Vec::with_capacity(512);
+        http1::write_response_head(&mut out, 200, &headers, None);
+        if sse {
+            sse::write_retry(&mut out, cfg.sse_retry);
+        }
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        conn.state = state;
+        conn.flags |= flags;
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        m.http_connections.fetch_sub(1, Relaxed);
+        if sse {
+            m.sse_connections.fetch_add(1, Relaxed);
+        } else {
+            m.stream_connections.fetch_add(1, Relaxed);
+        }
+        let Some(sub) = self.subscribe_conn(k, topics, since) else {
+            return;
+        };
+        for g in &sub.gaps {
+            let json = g.json();
+            if sse {
+                sse::write_event(&mut out, None, Some("gap"), json.as_bytes());
+            } else {
+                http1::write_chunk(&mut out, format!("{json}\n").as_bytes());
+            }
+        }
+        let encoding = match (sse, flags) {
+            (true, f) if f & JSON != 0 => Encoding::SseJson,
+            (true, _) => Encoding::Sse,
+            (false, f) if f & RAW != 0 => Encoding::RawChunk,
+            (false, _) => Encoding::NdjsonChunk,
+        };
+        self.send_resume(k, vec![out.into()], &sub.replay, encoding);
+    }
+
+    /// Writes `first` (a head, gap notices) and the replayed messages in one go. The replay may
+    /// exceed the slow-consumer cap: it is bounded by history, and the client asked for it.
+    fn send_resume(
+        &mut self,
+        k: u32,
+        first: Vec<Arc<[u8]>>,
+        replay: &[Arc<Published>],
+        encoding: Encoding,
+    ) {
+        let mut frames: Vec<&Arc<[u8]>> = first.iter().collect();
+        frames.extend(replay.iter().map(|m| m.encoded(encoding)));
+        self.write_all_to(k, &frames, None);
+        self.tally.delivered += replay.len() as u64;
+    }
+
+    /// Starts a long-poll: answers at once when something was missed, else holds the request.
+    fn open_poll(&mut self, k: u32, topics: &[&str], since: Since<'_>, hold: u32, keep: bool) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        conn.state = State::Poll;
+        conn.flags |= if keep { KEEP } else { 0 };
+        let m = &self.shared.metrics;
+        m.http_connections.fetch_sub(1, Relaxed);
+        m.polls_held.fetch_add(1, Relaxed);
+        let Some(sub) = self.subscribe_conn(k, topics, since) else {
+            return;
+        };
+        if !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 {
+            let body = poll_body(&sub);
+            self.answer_poll(k, &Arc::from(body));
+            return;
+        }
+        self.polls.insert(
+            k,
+            PollHold {
+                deadline: self.now.saturating_add(hold),
+                cursor: sub.position,
+            },
+        );
+    }
+
+    /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
+    /// closes it): it leaves its topics, since the next poll says where to resume.
+    pub(super) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
+        self.leave_all_topics(k);
+        self.polls.remove(&k);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        if conn.state != State::Poll {
+            return;
+        }
+        let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
+        conn.state = State::Http;
+        conn.flags &= !KEEP;
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        m.polls_held.fetch_sub(1, Relaxed);
+        m.http_connections.fetch_add(1, Relaxed);
+        let origin = self.shared.config.cors_allow_origin.as_str();
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Content-Type", "application/json"),
+            ("Cache-Control", "no-store"),
+        ];
+        if !origin.is_empty() {
+            headers.push(("Access-Control-Allow-Origin", origin));
+        }
+        if !keep {
+            headers.push(("Connection", "close"));
+        }
+        let mut head = Vec::with_capacity(256);
+        http1::write_response_head(&mut head, 200, &headers, Some(body.len()));
+        let head: Arc<[u8]> = head.into();
+        self.write_all_to(k, &[&head, body], None);
+        if !keep {
+            self.start_closing(k, None, CloseReason::HttpDone);
+        }
+    }
+
+    /// Sends a complete answer, then keeps the connection for the next request or closes it.
+    fn finish_answer(&mut self, k: u32, out: Arc<[u8]>, keep: bool, status: u16) {
+        if keep {
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                conn.last_seen = self.now;
+            }
+            self.send(k, &out);
+        } else {
+            let reason = if status >= 400 {
+                CloseReason::HttpError
+            } else {
+                CloseReason::HttpDone
+            };
+            self.start_closing(k, Some(out), reason);
+        }
     }
 
     /// Answers with `status` and a short plain-text body; closes afterwards unless `keep`.
@@ -188,19 +534,43 @@ impl Worker {
         http1::write_response_head(&mut out, status, &all, Some(body.len() + 1));
         out.extend_from_slice(body.as_bytes());
         out.push(b'\n');
-        let out: Arc<[u8]> = out.into();
-        if keep {
-            if let Some(conn) = self.conns.get_mut(k as usize) {
-                conn.last_seen = self.now;
-            }
-            self.send(k, &out);
-        } else {
-            let reason = if status >= 400 {
-                CloseReason::HttpError
-            } else {
-                CloseReason::HttpDone
-            };
-            self.start_closing(k, Some(out), reason);
-        }
+        self.finish_answer(k, out.into(), keep, status);
     }
+}
+
+/// The long-poll answer for what a subscription found: `{"messages":[...],"cursor":..}` plus
+/// `"gaps"` when the resume was incomplete.
+fn poll_body(sub: &Subscribed) -> Vec<u8> {
+    let cursor = sub
+        .replay
+        .last()
+        .map_or_else(|| sub.position.clone(), |m| m.id_string());
+    let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
+    messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
+}
+
+/// `{"messages":[m1,m2],"cursor":"..."[,"gaps":[...]]}` from envelope JSON texts.
+pub(super) fn messages_body<'m>(
+    messages: impl Iterator<Item = &'m [u8]>,
+    cursor: &str,
+    gaps: &[String],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(br#"{"messages":["#);
+    for (i, m) in messages.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(m);
+    }
+    let mut tail = String::from(r#"],"cursor":"#);
+    push_json_str(&mut tail, cursor);
+    if !gaps.is_empty() {
+        tail.push_str(r#","gaps":["#);
+        tail.push_str(&gaps.join(","));
+        tail.push(']');
+    }
+    tail.push_str("}\n");
+    out.extend_from_slice(tail.as_bytes());
+    out
 }

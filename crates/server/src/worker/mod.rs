@@ -7,14 +7,15 @@
 //! comes from `clarion_proto`; HTTP routing lives in [`http`], WebSocket handling in [`ws`].
 //!
 //! Sub-modules: [`conn`] (the connection record and write path), [`index`] (topic → local
-//! subscribers), [`http`] (request heads on the client listener, upgrades), [`ws`] (frames,
-//! control messages, deliveries).
+//! subscribers), [`http`] (request heads on the client listener, upgrades, SSE, streaming and
+//! long-poll responses), [`ws`] (frames, control messages, subscriptions, deliveries).
 
 pub mod conn;
 mod http;
 pub mod index;
 mod ws;
 
+use std::collections::HashMap;
 use std::io::{self, Read as _};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -27,8 +28,9 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use crate::config::Config;
-use crate::hub::{Hub, Inbox, Published};
+use crate::hub::{Hub, Inbox};
 use crate::log;
+use crate::message::Published;
 use crate::metrics::{CloseReason, Metrics};
 use conn::{Conn, State, PINGED, WRITE_SHUT};
 use index::TopicIndex;
@@ -83,6 +85,12 @@ pub fn bind_listeners(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::Tc
     Ok(out)
 }
 
+/// A long-poll being held: when it expires, and the cursor its empty answer carries.
+pub(super) struct PollHold {
+    deadline: u32,
+    cursor: String,
+}
+
 /// Byte counts gathered during one loop iteration and added to the shared metrics once.
 #[derive(Default)]
 struct Tally {
@@ -108,6 +116,11 @@ pub struct Worker {
     last_sweep: u32,
     /// An empty Ping frame, shared by every keep-alive ping.
     ping_frame: Arc<[u8]>,
+    /// An SSE comment and an empty NDJSON line (as a chunk): keep-alives for HTTP streams.
+    sse_keepalive: Arc<[u8]>,
+    stream_keepalive: Arc<[u8]>,
+    /// Held long-polls, by slab key. Only polls pay for this entry, not idle connections.
+    polls: HashMap<u32, PollHold>,
     /// Recycled vector for inbox swaps.
     spare: Vec<Arc<Published>>,
     /// Connections whose read budget ran out; read again next iteration.
@@ -148,6 +161,13 @@ impl Worker {
                 b"",
             )
             .into(),
+            sse_keepalive: Arc::from(&b":\n\n"[..]),
+            stream_keepalive: {
+                let mut v = Vec::new();
+                clarion_proto::http1::write_chunk(&mut v, b"\n");
+                v.into()
+            },
+            polls: HashMap::new(),
             spare: Vec::new(),
             more_to_read: Vec::new(),
             accept_blocked: false,
@@ -287,8 +307,10 @@ impl Worker {
             match res {
                 Ok(0) => {
                     let reason = match conn.state {
-                        State::Ws => CloseReason::Disconnected,
-                        _ => CloseReason::HttpDone,
+                        State::Http | State::Refusing | State::Closing => CloseReason::HttpDone,
+                        State::Ws | State::Sse | State::Stream | State::Poll => {
+                            CloseReason::Disconnected
+                        }
                     };
                     self.drop_conn(k, reason);
                     return;
@@ -366,7 +388,9 @@ impl Worker {
                     None => return pos,
                 },
                 State::Ws => return pos + self.on_frames(k, rest),
-                State::Closing => return data.len(),
+                // A streaming or held response: the client has nothing more to say, and
+                // anything it sends (pipelined requests included) is discarded.
+                State::Sse | State::Stream | State::Poll | State::Closing => return data.len(),
             }
         }
         pos
@@ -414,6 +438,13 @@ impl Worker {
                     CloseReason::SlowConsumer,
                 );
             }
+            State::Sse | State::Stream if cap.is_some_and(|cap| pending > cap) => {
+                // No way to say why in-band without breaking the stream's framing: close it
+                // after the message in flight; the client reconnects and resumes by id.
+                conn.discard_unstarted();
+                log::debug(format_args!("slow consumer: {pending} bytes unsent"));
+                self.start_closing(k, None, CloseReason::SlowConsumer);
+            }
             _ => {}
         }
     }
@@ -453,6 +484,11 @@ impl Worker {
 
     /// Delivers several frames to one subscriber, coalesced into as few writes as possible.
     fn deliver_all(&mut self, k: u32, frames: &[&Arc<[u8]>]) {
+        self.write_all_to(k, frames, Some(self.shared.config.max_backlog));
+    }
+
+    /// Writes several buffers with as few system calls as possible, then applies `cap`.
+    fn write_all_to(&mut self, k: u32, frames: &[&Arc<[u8]>], cap: Option<usize>) {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
@@ -464,13 +500,14 @@ impl Worker {
                 return;
             }
         }
-        self.after_write(k, Some(self.shared.config.max_backlog));
+        self.after_write(k, cap);
     }
 
     /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the
     /// connection leaves every topic now, and is dropped once the peer has read and closed.
     fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
         self.leave_all_topics(k);
+        self.polls.remove(&k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
@@ -506,6 +543,7 @@ impl Worker {
     /// Removes a connection at once (EOF, reset, or end of closing).
     fn drop_conn(&mut self, k: u32, reason: CloseReason) {
         self.leave_all_topics(k);
+        self.polls.remove(&k);
         let Some(conn) = self.conns.try_remove(k as usize) else {
             return;
         };
@@ -528,11 +566,23 @@ impl Worker {
                 m.ws_connections.fetch_sub(1, Relaxed);
                 self.shared.open.fetch_sub(1, Relaxed);
             }
+            State::Sse => {
+                m.sse_connections.fetch_sub(1, Relaxed);
+                self.shared.open.fetch_sub(1, Relaxed);
+            }
+            State::Stream => {
+                m.stream_connections.fetch_sub(1, Relaxed);
+                self.shared.open.fetch_sub(1, Relaxed);
+            }
+            State::Poll => {
+                m.polls_held.fetch_sub(1, Relaxed);
+                self.shared.open.fetch_sub(1, Relaxed);
+            }
             State::Refusing | State::Closing => {}
         }
     }
 
-    fn leave_all_topics(&mut self, k: u32) {
+    pub(super) fn leave_all_topics(&mut self, k: u32) {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
@@ -543,19 +593,25 @@ impl Worker {
         }
     }
 
-    /// Once a second: handshake deadlines, keep-alive pings, idle timeouts, closing deadlines.
+    /// Once a second: handshake deadlines, keep-alive pings and lines, idle timeouts, long-poll
+    /// deadlines, closing deadlines, and (on worker 0) history expiry.
     fn sweep(&mut self) {
         if self.accept_blocked {
             self.accept_all();
         }
+        if self.id == 0 {
+            self.shared.hub.expire();
+        }
         let cfg = &self.shared.config;
-        let (handshake, ping, idle) = (
+        let (handshake, ping, idle, keepalive) = (
             cfg.handshake_timeout as u32,
             cfg.ping_interval as u32,
             cfg.idle_timeout as u32,
+            cfg.sse_keepalive as u32,
         );
         let mut expired: Vec<(u32, CloseReason)> = Vec::new();
         let mut to_ping: Vec<u32> = Vec::new();
+        let mut to_keepalive: Vec<(u32, bool)> = Vec::new();
         for (k, conn) in self.conns.iter_mut() {
             let quiet = self.now.saturating_sub(conn.last_seen);
             match conn.state {
@@ -569,11 +625,32 @@ impl Worker {
                     conn.flags |= PINGED;
                     to_ping.push(k as u32);
                 }
+                State::Sse | State::Stream if keepalive > 0 && quiet >= keepalive => {
+                    conn.last_seen = self.now;
+                    to_keepalive.push((k as u32, conn.state == State::Sse));
+                }
                 State::Closing if quiet >= CLOSE_LINGER_SECS => {
                     expired.push((k as u32, CloseReason::Disconnected));
                 }
                 _ => {}
             }
+        }
+        let due: Vec<(u32, String)> = self
+            .polls
+            .iter()
+            .filter(|(_, h)| self.now >= h.deadline)
+            .map(|(k, h)| (*k, h.cursor.clone()))
+            .collect();
+        for (k, cursor) in due {
+            let body = http::messages_body(std::iter::empty(), &cursor, &[]);
+            self.answer_poll(k, &Arc::from(body));
+        }
+        let (sse_ka, stream_ka) = (
+            Arc::clone(&self.sse_keepalive),
+            Arc::clone(&self.stream_keepalive),
+        );
+        for (k, sse) in to_keepalive {
+            self.deliver(k, if sse { &sse_ka } else { &stream_ka });
         }
         for (k, reason) in expired {
             let ws = self
@@ -618,6 +695,18 @@ impl Worker {
                     "server shutting down",
                     CloseReason::Shutdown,
                 ),
+                // The client reconnects (EventSource does so by itself) and resumes by id.
+                State::Sse => self.start_closing(k, None, CloseReason::Shutdown),
+                State::Stream => {
+                    let last: Arc<[u8]> = Arc::from(clarion_proto::http1::LAST_CHUNK);
+                    self.start_closing(k, Some(last), CloseReason::Shutdown);
+                }
+                State::Poll => {
+                    let cursor = self.polls.get(&k).map(|h| h.cursor.clone());
+                    let body =
+                        http::messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
+                    self.answer_poll(k, &Arc::from(body));
+                }
                 State::Http | State::Refusing => self.drop_conn(k, CloseReason::Shutdown),
                 State::Closing => {}
             }

@@ -9,11 +9,12 @@ use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::receiver::Limits;
 use clarion_proto::ws::{CloseCode, DataKind, Event, OpCode};
 
-use super::conn::{State, ECHO, ENVELOPE};
+use super::conn::{State, ECHO, ENVELOPE, JSON, RAW};
 use super::Worker;
 use crate::control::{self, Reply, Request};
-use crate::hub::{validate_topic, Outgoing};
+use crate::hub::{validate_topic, Outgoing, Since, Subscribed};
 use crate::log;
+use crate::message::{Encoding, Published};
 use crate::metrics::CloseReason;
 
 impl Worker {
@@ -117,7 +118,7 @@ impl Worker {
             }
         };
         match request {
-            Request::Subscribe { topic } => {
+            Request::Subscribe { topic, since } => {
                 if let Err(e) = validate_topic(&topic) {
                     return self.reply(
                         k,
@@ -146,10 +147,45 @@ impl Worker {
                         },
                     );
                 }
-                if !already {
-                    self.subscribe(k, &topic);
+                let envelope = self.conns.get(k as usize).is_some_and(|c| c.has(ENVELOPE));
+                if let Some(since) = since.as_deref() {
+                    let bad = if !envelope {
+                        Some("resuming (since) needs the clarion.v1 subprotocol".to_owned())
+                    } else {
+                        clarion_proto::event_id::parse(since)
+                            .err()
+                            .map(|e| format!("invalid since {since:?}: {e}"))
+                    };
+                    if let Some(error) = bad {
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic: Some(&topic),
+                            },
+                        );
+                    }
                 }
+                if already {
+                    // Already receiving it live: replaying would duplicate.
+                    return self.reply(k, &Reply::Subscribed { topic: &topic });
+                }
+                let since = since.as_deref().map_or(Since::Now, Since::Id);
+                let Some(sub) = self.subscribe_conn(k, &[&topic], since) else {
+                    return;
+                };
                 self.reply(k, &Reply::Subscribed { topic: &topic });
+                let gaps: Vec<Arc<[u8]>> = sub
+                    .gaps
+                    .iter()
+                    .map(|g| encode_frame(OpCode::Text, g.json().as_bytes()).into())
+                    .collect();
+                let mut frames: Vec<&Arc<[u8]>> = gaps.iter().collect();
+                frames.extend(sub.replay.iter().map(|m| m.encoded(Encoding::WsEnvelope)));
+                if !frames.is_empty() {
+                    self.write_all_to(k, &frames, None);
+                    self.tally.delivered += sub.replay.len() as u64;
+                }
             }
             Request::Unsubscribe { topic } => {
                 if let Some(tid) = self.index.id_of(&topic) {
@@ -219,11 +255,12 @@ impl Worker {
                     topic: &topic,
                     kind,
                     payload: &payload,
+                    event: None,
                 }]);
                 if let Some(r) = receipts.first() {
                     let reply = Reply::Published {
                         topic: &topic,
-                        id: r.id.to_string(),
+                        id: r.id.clone(),
                         subscribers: r.subscribers,
                     };
                     self.reply(k, &reply);
@@ -237,17 +274,44 @@ impl Worker {
         self.send(k, &Arc::from(frame));
     }
 
-    /// Subscribes connection `k` to `topic` (the caller checked it is valid and new).
-    pub(super) fn subscribe(&mut self, k: u32, topic: &str) {
-        if !self.conns.contains(k as usize) {
-            return;
+    /// Subscribes connection `k` to `topics` (valid, new for it) and returns what it missed
+    /// since `since`, for the caller to send in its transport's format. `None` when the
+    /// connection went away meanwhile.
+    ///
+    /// Messages already waiting in this worker's inbox were published before the subscription:
+    /// they go to the other subscribers first, before `k` joins the index, so `k` never gets a
+    /// message twice (once replayed, once live).
+    pub(super) fn subscribe_conn(
+        &mut self,
+        k: u32,
+        topics: &[&str],
+        since: Since<'_>,
+    ) -> Option<Subscribed> {
+        let mut pending = Vec::new();
+        let sub = self
+            .shared
+            .hub
+            .subscribe(self.id, topics, since, &mut pending);
+        if !pending.is_empty() {
+            self.deliver_batch(&mut pending);
         }
-        // The hub first: once it counts this worker, every later publish reaches the inbox.
-        let name = self.shared.hub.subscribe(self.id, topic);
-        let tid = self.index.add(name, k);
-        if let Some(conn) = self.conns.get_mut(k as usize) {
-            conn.subs.push(tid);
+        let alive = self
+            .conns
+            .get(k as usize)
+            .is_some_and(|c| !matches!(c.state, State::Closing | State::Http | State::Refusing));
+        if !alive {
+            for name in &sub.names {
+                self.shared.hub.unsubscribe(self.id, name);
+            }
+            return None;
         }
+        for name in &sub.names {
+            let tid = self.index.add(Arc::clone(name), k);
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                conn.subs.push(tid);
+            }
+        }
+        Some(sub)
     }
 
     fn unsubscribe(&mut self, k: u32, tid: u32) {
@@ -259,48 +323,77 @@ impl Worker {
         }
     }
 
-    /// Writes every message waiting in the inbox to its local subscribers. A single message is
-    /// written straight away; a burst is queued per connection and flushed with one `writev` each.
+    /// Writes every message waiting in the inbox to its local subscribers.
     pub(super) fn drain_inbox(&mut self) {
         let mut batch = std::mem::take(&mut self.spare);
         self.inbox.take(&mut batch);
-        if batch.is_empty() {
-            self.spare = batch;
-            return;
+        if !batch.is_empty() {
+            self.deliver_batch(&mut batch);
         }
-        // Consecutive messages to the same topic go out together: each subscriber gets the
-        // whole run in one `writev`. Runs are taken in publish order, so a subscriber of
-        // several topics still receives everything in order.
+        self.spare = batch;
+    }
+
+    /// Delivers `batch` (in publish order) to local subscribers and empties it. A single message
+    /// is written straight away; a run of messages to one topic goes to each subscriber in one
+    /// `writev`. Held long-polls are answered with the whole run.
+    pub(super) fn deliver_batch(&mut self, batch: &mut Vec<Arc<Published>>) {
+        // Runs are taken in publish order, so a subscriber of several topics still receives
+        // everything in order.
         let mut targets: Vec<u32> = Vec::new();
+        let mut polls: Vec<u32> = Vec::new();
         let mut frames: Vec<&Arc<[u8]>> = Vec::new();
         for run in batch.chunk_by(|a, b| a.topic == b.topic) {
             let Some(first) = run.first() else { continue };
             targets.clear();
             targets.extend_from_slice(self.index.subscribers(&first.topic));
             for &k in &targets {
-                let Some(conn) = self.conns.get(k as usize) else {
+                let Some(conn) = self.conns.get_mut(k as usize) else {
                     continue;
                 };
+                let encoding = match conn.state {
+                    State::Ws if conn.has(ENVELOPE) => Some(Encoding::WsEnvelope),
+                    State::Ws => None,
+                    State::Sse if conn.has(JSON) => Some(Encoding::SseJson),
+                    State::Sse => Some(Encoding::Sse),
+                    State::Stream if conn.has(RAW) => Some(Encoding::RawChunk),
+                    State::Stream => Some(Encoding::NdjsonChunk),
+                    State::Poll => {
+                        polls.push(k);
+                        continue;
+                    }
+                    State::Http | State::Refusing | State::Closing => continue,
+                };
                 if conn.state != State::Ws {
-                    continue;
+                    // Output counts as activity for the keep-alive timer of HTTP streams.
+                    conn.last_seen = self.now;
                 }
-                let envelope = conn.has(ENVELOPE);
                 if let [msg] = run {
-                    let bytes = if envelope { msg.envelope() } else { &msg.frame };
-                    self.deliver(k, bytes);
+                    self.deliver(k, pick(msg, encoding));
                 } else {
                     frames.clear();
-                    frames.extend(
-                        run.iter()
-                            .map(|m| if envelope { m.envelope() } else { &m.frame }),
-                    );
+                    frames.extend(run.iter().map(|m| pick(m, encoding)));
                     self.deliver_all(k, &frames);
                 }
                 self.tally.delivered += run.len() as u64;
             }
+            if !polls.is_empty() {
+                let cursor = run.last().map(|m| m.id_string()).unwrap_or_default();
+                let body: Arc<[u8]> =
+                    super::http::messages_body(run.iter().map(|m| m.json()), &cursor, &[]).into();
+                for k in polls.drain(..) {
+                    self.answer_poll(k, &body);
+                    self.tally.delivered += run.len() as u64;
+                }
+            }
         }
-        drop(frames);
         batch.clear();
-        self.spare = batch;
+    }
+}
+
+/// The bytes of `m` a subscriber gets: its plain frame, or one of its shared encodings.
+fn pick(m: &Published, encoding: Option<Encoding>) -> &Arc<[u8]> {
+    match encoding {
+        Some(e) => m.encoded(e),
+        None => &m.frame,
     }
 }

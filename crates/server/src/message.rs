@@ -1,0 +1,297 @@
+//! A published message and its wire encodings. The hub builds the plain WebSocket frame when the
+//! message is published; every other encoding (envelope, SSE event, stream line) is built the
+//! first time a subscriber needs it and then shared by all of them, so a broadcast to 100,000
+//! SSE subscribers formats the event once.
+
+use std::sync::{Arc, OnceLock};
+
+use base64::Engine as _;
+use clarion_proto::http1::write_chunk;
+use clarion_proto::sse;
+use clarion_proto::ws::frame::encode_frame;
+use clarion_proto::ws::{DataKind, OpCode};
+
+/// The shared encodings of a message, besides its plain WebSocket frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// A WebSocket text frame holding the `clarion.v1` JSON envelope.
+    WsEnvelope,
+    /// An SSE event whose data is the payload (base64 for binary messages).
+    Sse,
+    /// An SSE event whose data is the JSON envelope (`format=json`).
+    SseJson,
+    /// A chunk holding the JSON envelope and a newline (`/stream`, the default format).
+    NdjsonChunk,
+    /// A chunk holding the payload and a newline (`/stream?format=raw`).
+    RawChunk,
+}
+
+const ENCODINGS: usize = 5;
+
+/// One published message, encoded once and shared by every worker, subscriber and history.
+pub struct Published {
+    /// The topic it was published to.
+    pub topic: Arc<str>,
+    /// Its position in the server's publish order (the `SEQ` of its id).
+    pub id: u64,
+    /// The server run that published it (the `EPOCH` of its id).
+    pub epoch: Arc<str>,
+    /// Text or binary, as published.
+    pub kind: DataKind,
+    /// An SSE event name given by the publisher.
+    pub event: Option<Box<str>>,
+    /// When it was published, in seconds of the hub's clock (for history expiry).
+    pub at: u32,
+    /// The payload as a complete WebSocket frame, sent to plain WebSocket subscribers.
+    pub frame: Arc<[u8]>,
+    encoded: [OnceLock<Arc<[u8]>>; ENCODINGS],
+}
+
+impl Published {
+    /// Encodes the plain frame now; the rest waits until a subscriber needs it.
+    pub fn new(
+        topic: Arc<str>,
+        id: u64,
+        epoch: Arc<str>,
+        kind: DataKind,
+        event: Option<Box<str>>,
+        at: u32,
+        payload: &[u8],
+    ) -> Published {
+        let opcode = match kind {
+            DataKind::Text => OpCode::Text,
+            DataKind::Binary => OpCode::Binary,
+        };
+        Published {
+            topic,
+            id,
+            epoch,
+            kind,
+            event,
+            at,
+            frame: encode_frame(opcode, payload).into(),
+            encoded: Default::default(),
+        }
+    }
+
+    /// The payload, without its frame header.
+    pub fn payload(&self) -> &[u8] {
+        frame_payload(&self.frame)
+    }
+
+    /// The id as clients see it: `EPOCH-SEQ`.
+    pub fn id_string(&self) -> String {
+        format!("{}-{}", self.epoch, self.id)
+    }
+
+    /// The envelope as JSON text (no trailing newline):
+    /// `{"type":"message","topic":..,"id":..,["event":..,]["encoding":"base64",]"data":..}`.
+    pub fn json(&self) -> &[u8] {
+        frame_payload(self.encoded(Encoding::WsEnvelope))
+    }
+
+    /// Memory this message holds, as the history's memory cap counts it: payload, frame header
+    /// and the fixed records around it. Encodings built later are not included.
+    pub fn cost(&self) -> usize {
+        self.frame.len() + self.topic.len() + std::mem::size_of::<Published>() + 64
+    }
+
+    /// One of the shared encodings, built on first use.
+    pub fn encoded(&self, which: Encoding) -> &Arc<[u8]> {
+        let slot = match which {
+            Encoding::WsEnvelope => &self.encoded[0],
+            Encoding::Sse => &self.encoded[1],
+            Encoding::SseJson => &self.encoded[2],
+            Encoding::NdjsonChunk => &self.encoded[3],
+            Encoding::RawChunk => &self.encoded[4],
+        };
+        slot.get_or_init(|| self.build(which))
+    }
+
+    fn build(&self, which: Encoding) -> Arc<[u8]> {
+        let id = self.id_string();
+        let mut out = Vec::new();
+        match which {
+            Encoding::WsEnvelope => {
+                let json = self.envelope_json(&id);
+                return encode_frame(OpCode::Text, json.as_bytes()).into();
+            }
+            Encoding::Sse => {
+                let data = match self.kind {
+                    DataKind::Text => std::borrow::Cow::Borrowed(self.payload()),
+                    DataKind::Binary => std::borrow::Cow::Owned(
+                        base64::engine::general_purpose::STANDARD
+                            .encode(self.payload())
+                            .into_bytes(),
+                    ),
+                };
+                sse::write_event(&mut out, Some(&id), self.event.as_deref(), &data);
+            }
+            Encoding::SseJson => {
+                sse::write_event(&mut out, Some(&id), self.event.as_deref(), self.json());
+            }
+            Encoding::NdjsonChunk => {
+                let mut line = self.json().to_vec();
+                line.push(b'\n');
+                write_chunk(&mut out, &line);
+            }
+            Encoding::RawChunk => {
+                let mut line = self.payload().to_vec();
+                line.push(b'\n');
+                write_chunk(&mut out, &line);
+            }
+        }
+        out.into()
+    }
+
+    fn envelope_json(&self, id: &str) -> String {
+        let payload = self.payload();
+        let mut out = String::with_capacity(payload.len() + 64);
+        out.push_str(r#"{"type":"message","topic":"#);
+        push_json_str(&mut out, &self.topic);
+        out.push_str(r#","id":"#);
+        push_json_str(&mut out, id);
+        if let Some(event) = &self.event {
+            out.push_str(r#","event":"#);
+            push_json_str(&mut out, event);
+        }
+        match self.kind {
+            // Text payloads were validated as UTF-8 when they were published.
+            DataKind::Text => {
+                out.push_str(r#","data":"#);
+                push_json_str(&mut out, &String::from_utf8_lossy(payload));
+            }
+            DataKind::Binary => {
+                out.push_str(r#","encoding":"base64","data":""#);
+                out.push_str(&base64::engine::general_purpose::STANDARD.encode(payload));
+                out.push('"');
+            }
+        }
+        out.push('}');
+        out
+    }
+}
+
+/// Appends `s` as a JSON string literal.
+pub fn push_json_str(out: &mut String, s: &str) {
+    // Serializing a string cannot fail.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+/// The payload of an encoded server frame (unmasked, so only the length field varies).
+pub fn frame_payload(frame: &[u8]) -> &[u8] {
+    let header = match frame.get(1).map(|b| b & 0x7f) {
+        Some(126) => 4,
+        Some(127) => 10,
+        _ => 2,
+    };
+    frame.get(header..).unwrap_or_default()
+}
+
+/// Why a resuming client cannot be served every message it missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapReason {
+    /// The topic's history no longer holds every message after the client's id.
+    Trimmed,
+    /// The id was not issued by this server run (restart, another server, or not an id).
+    Epoch,
+}
+
+/// A notice that a resume is incomplete, sent before the messages that could be replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gap {
+    /// The topic concerned.
+    pub topic: Arc<str>,
+    /// The id the client resumed from, as it sent it.
+    pub since: String,
+    /// Why.
+    pub reason: GapReason,
+}
+
+impl Gap {
+    /// `{"type":"gap","topic":..,"since":..,"reason":"trimmed"|"epoch"}`.
+    pub fn json(&self) -> String {
+        let mut out = String::from(r#"{"type":"gap","topic":"#);
+        push_json_str(&mut out, &self.topic);
+        out.push_str(r#","since":"#);
+        push_json_str(&mut out, &self.since);
+        out.push_str(match self.reason {
+            GapReason::Trimmed => r#","reason":"trimmed"}"#,
+            GapReason::Epoch => r#","reason":"epoch"}"#,
+        });
+        out
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn msg(kind: DataKind, event: Option<&str>, payload: &[u8]) -> Published {
+        Published::new(
+            "t".into(),
+            7,
+            "ep".into(),
+            kind,
+            event.map(Into::into),
+            0,
+            payload,
+        )
+    }
+
+    #[test]
+    fn envelope_escapes_and_encodes() {
+        let p = msg(DataKind::Text, None, "a\"b\n".as_bytes());
+        assert_eq!(p.payload(), b"a\"b\n");
+        let json: serde_json::Value = serde_json::from_slice(p.json()).unwrap();
+        assert_eq!(json["data"], "a\"b\n");
+        assert_eq!(json["id"], "ep-7");
+        assert_eq!(json["topic"], "t");
+        assert!(p
+            .json()
+            .starts_with(br#"{"type":"message","topic":"t","id":"ep-7","data":"#));
+        let b = msg(DataKind::Binary, Some("blob"), &[0, 1, 255]);
+        let json: serde_json::Value = serde_json::from_slice(b.json()).unwrap();
+        assert_eq!(json["encoding"], "base64");
+        assert_eq!(json["data"], "AAH/");
+        assert_eq!(json["event"], "blob");
+        let big = msg(DataKind::Binary, None, &[7u8; 300]);
+        assert_eq!(big.payload(), &[7u8; 300][..]);
+    }
+
+    #[test]
+    fn sse_and_stream_encodings() {
+        let p = msg(DataKind::Text, Some("price"), b"1\n2");
+        assert_eq!(
+            &**p.encoded(Encoding::Sse),
+            b"id: ep-7\nevent: price\ndata: 1\ndata: 2\n\n"
+        );
+        let raw = p.encoded(Encoding::RawChunk);
+        assert_eq!(&**raw, b"4\r\n1\n2\n\r\n");
+        let nd = p.encoded(Encoding::NdjsonChunk);
+        assert!(nd.ends_with(b"}\n\r\n"));
+        let sj = p.encoded(Encoding::SseJson);
+        assert!(sj.starts_with(b"id: ep-7\nevent: price\ndata: {"));
+        // Built once: the same allocation every time.
+        assert!(Arc::ptr_eq(
+            p.encoded(Encoding::Sse),
+            p.encoded(Encoding::Sse)
+        ));
+        let b = msg(DataKind::Binary, None, &[0, 1, 255]);
+        assert_eq!(&**b.encoded(Encoding::Sse), b"id: ep-7\ndata: AAH/\n\n");
+    }
+
+    #[test]
+    fn gap_json() {
+        let g = Gap {
+            topic: "a".into(),
+            since: "x-1".into(),
+            reason: GapReason::Trimmed,
+        };
+        assert_eq!(
+            g.json(),
+            r#"{"type":"gap","topic":"a","since":"x-1","reason":"trimmed"}"#
+        );
+    }
+}
