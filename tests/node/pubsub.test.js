@@ -3,52 +3,10 @@
 
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
-const path = require('node:path');
-const fs = require('node:fs');
-const readline = require('node:readline');
 const WebSocket = require('ws');
+const { startServer, publish, stopAll } = require('./helpers');
 
-const root = path.resolve(__dirname, '..', '..');
-
-function binary() {
-  if (process.env.CLARION_BIN) return process.env.CLARION_BIN;
-  for (const profile of ['release', 'debug']) {
-    const p = path.join(root, 'target', profile, 'clarion');
-    if (fs.existsSync(p)) return p;
-  }
-  throw new Error('build clarion first (cargo build --release)');
-}
-
-const servers = [];
-after(() => servers.forEach((s) => s.kill('SIGKILL')));
-
-// Starts `clarion serve` on ephemeral ports and resolves with its addresses.
-function startServer(args = []) {
-  const child = spawn(binary(), ['serve', '--listen', '127.0.0.1:0', '--api-listen', '127.0.0.1:0', ...args], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  servers.push(child);
-  return new Promise((resolve, reject) => {
-    const lines = readline.createInterface({ input: child.stdout });
-    lines.once('line', (line) => {
-      const m = /clients=(\S+) api=(\S+)/.exec(line);
-      if (m) resolve({ clients: m[1], api: m[2], child });
-      else reject(new Error(`unexpected first line: ${line}`));
-    });
-    child.once('exit', (code) => reject(new Error(`server exited with ${code}`)));
-  });
-}
-
-async function publish(api, topic, body, binary = false) {
-  const res = await fetch(`http://${api}/publish/${topic}`, {
-    method: 'POST',
-    body,
-    headers: { 'Content-Type': binary ? 'application/octet-stream' : 'text/plain' },
-  });
-  assert.equal(res.status, 200);
-  return res.json();
-}
+after(stopAll);
 
 function open(url, protocols) {
   return new Promise((resolve, reject) => {
