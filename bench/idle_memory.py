@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Idle-connection benchmark: user-space memory and CPU per idle WebSocket subscriber.
+"""Idle-connection benchmark: user-space memory and CPU per idle WebSocket (or SSE) subscriber.
 
 Starts one server process, opens N WebSocket connections subscribed to one topic from several
 client processes (each bound to its own loopback source address, each well under the 20,000
@@ -16,6 +16,7 @@ reports medians and the ratio.
 
     python3 bench/idle_memory.py                       # Clarion, 15,000 connections, 3 repeats
     python3 bench/idle_memory.py --peer socketify      # and the µWebSockets peer
+    python3 bench/idle_memory.py --sse                 # and Clarion with SSE subscribers
     python3 bench/idle_memory.py -n 2000 --repeats 1   # quick look
 
 Results from this machine are recorded in docs/benchmarks.md.
@@ -44,26 +45,33 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def client_main(target, source, count, path):
-    """Opens `count` connections from `source`, then follows the parent's commands on stdin."""
+    """Opens `count` connections from `source`, then follows the parent's commands on stdin.
+    A path starting with /sse opens Server-Sent Events streams, anything else WebSockets."""
     host, port = target.rsplit(":", 1)
     socks = []
-    request = (
-        f"GET {path} HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "
-    )
+    sse = path.startswith("/sse")
+    if sse:
+        request = f"GET {path} HTTP/1.1\r\nHost: {target}\r\nAccept: text/event-stream\r\n\r\n"
+        ok = b"HTTP/1.1 200"
+    else:
+        request = (
+            f"GET {path} HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n"
+        )
+        ok = b"HTTP/1.1 101"
     for _ in range(count):
         s = socket.socket()
         s.bind((source, 0))
         s.connect((host, int(port)))
         key = base64.b64encode(os.urandom(16)).decode()
-        s.sendall(f"{request}{key}\r\n\r\n".encode())
+        s.sendall(request.replace("{key}", key).encode())
         head = b""
-        while b"\r\n\r\n" not in head:
+        while not handshake_done(head, sse):
             chunk = s.recv(1024)
             if not chunk:
                 raise SystemExit(f"server closed during handshake after {len(socks)} connections")
             head += chunk
-        if not head.startswith(b"HTTP/1.1 101"):
+        if not head.startswith(ok):
             raise SystemExit(f"handshake refused: {head[:40]!r}")
         s.setblocking(False)
         socks.append(s)
@@ -71,10 +79,12 @@ def client_main(target, source, count, path):
     for line in sys.stdin:
         cmd = line.split()
         if cmd[0] == "expect":
+            # Messages per connection: WebSocket frames are 32 bytes; SSE events are counted
+            # by their `data:` lines (ids vary in length).
             want, deadline = int(cmd[1]) * len(socks), time.monotonic() + float(cmd[2])
             sel = selectors.DefaultSelector()
             for s in socks:
-                sel.register(s, selectors.EVENT_READ)
+                sel.register(s, selectors.EVENT_READ, [0, b""])
             got = 0
             while got < want and time.monotonic() < deadline:
                 for key, _ in sel.select(0.2):
@@ -82,13 +92,26 @@ def client_main(target, source, count, path):
                         data = key.fileobj.recv(65536)
                     except BlockingIOError:
                         continue
-                    got += len(data)
+                    if sse:
+                        tail = key.data[1] + data
+                        got += tail.count(b"data: ")
+                        key.data[1] = tail[-5:]
+                    else:
+                        key.data[0] += len(data)
+                        got += (key.data[0] // 32) - ((key.data[0] - len(data)) // 32)
             sel.close()
             print(f"got {got}", flush=True)
         elif cmd[0] == "quit":
             break
     for s in socks:
         s.close()
+
+
+def handshake_done(head, sse):
+    """Whether `head` holds the whole answer head (and, for SSE, the `retry:` block after it)."""
+    if b"\r\n\r\n" not in head:
+        return False
+    return not sse or b"\n\n" in head.split(b"\r\n\r\n", 1)[1]
 
 
 # ---------------------------------------------------------------- server side
@@ -149,6 +172,16 @@ class Clarion:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
+
+
+class ClarionSSE(Clarion):
+    """Clarion with Server-Sent Events subscribers instead of WebSockets."""
+
+    name = "clarion-sse"
+
+    def __init__(self):
+        super().__init__()
+        self.path = f"/sse?topic={TOPIC}"
 
 
 class Socketify:
@@ -226,7 +259,7 @@ def run_once(server_cls, n, procs, idle_seconds, burst):
 
         payload = "x" * 30  # a 32-byte frame: 2 header bytes + 30
         for c in clients:
-            c.stdin.write(f"expect {burst * 32} 60\n")
+            c.stdin.write(f"expect {burst} 60\n")
             c.stdin.flush()
         reached = [server.publish(payload) for _ in range(burst)]
         received = sum(int(c.stdout.readline().split()[1]) for c in clients)
@@ -245,7 +278,7 @@ def run_once(server_cls, n, procs, idle_seconds, burst):
             "rss_per_conn_after_burst": (burst_rss - base_rss) / opened,
             "idle_cpu_ms": idle_cpu * 1000,
             "idle_seconds": idle_seconds,
-            "delivered": received // 32,
+            "delivered": received,
             "expected": burst * opened,
             "reached": min(reached),
         }
@@ -264,10 +297,12 @@ def main():
     ap.add_argument("--idle-seconds", type=float, default=10)
     ap.add_argument("--burst", type=int, default=20, help="broadcasts after the idle window")
     ap.add_argument("--peer", choices=["socketify"], action="append", default=[])
+    ap.add_argument("--sse", action="store_true", help="also measure Clarion with SSE subscribers")
     ap.add_argument("--json", help="also write all results to this file")
     args = ap.parse_args()
 
-    classes = [Clarion] + [{"socketify": Socketify}[p] for p in args.peer]
+    classes = [Clarion] + ([ClarionSSE] if args.sse else [])
+    classes += [{"socketify": Socketify}[p] for p in args.peer]
     results = {c.name: [] for c in classes}
     for r in range(args.repeats):
         for cls in classes:  # interleaved, so drift on the shared machine hits both alike
@@ -281,17 +316,20 @@ def main():
     def med(name, key):
         return statistics.median(x[key] for x in results[name])
 
-    print(f"\nmedians over {args.repeats} runs, {args.connections} idle WebSocket subscribers:")
-    print(f"{'server':<10} {'B/conn idle':>12} {'B/conn burst':>13} {'idle CPU ms':>12} "
+    print(f"\nmedians over {args.repeats} runs, {args.connections} idle subscribers:")
+    print(f"{'server':<12} {'B/conn idle':>12} {'B/conn burst':>13} {'idle CPU ms':>12} "
           f"{'connects/s':>11} {'base RSS MiB':>13} {'delivered':>10}")
     for name in results:
-        print(f"{name:<10} {med(name, 'rss_per_conn'):>12.0f} "
+        print(f"{name:<12} {med(name, 'rss_per_conn'):>12.0f} "
               f"{med(name, 'rss_per_conn_after_burst'):>13.0f} {med(name, 'idle_cpu_ms'):>12.0f} "
               f"{med(name, 'connect_rate'):>11.0f} {med(name, 'base_rss') / 2**20:>13.1f} "
               f"{min(x['delivered'] / x['expected'] for x in results[name]):>10.2%}")
     for peer in args.peer:
         ratio = med("clarion", "rss_per_conn") / med(peer, "rss_per_conn")
         print(f"clarion / {peer} memory per connection: {ratio:.2f}")
+    if args.sse:
+        ratio = med("clarion-sse", "rss_per_conn") / med("clarion", "rss_per_conn")
+        print(f"clarion SSE / WebSocket memory per connection: {ratio:.2f}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
 

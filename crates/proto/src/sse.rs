@@ -164,6 +164,31 @@ mod tests {
     }
 
     #[test]
+    fn random_payloads_round_trip_with_line_breaks_normalised() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let alphabet = b"ab \r\n:";
+        for _ in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 12) as usize;
+            let payload: Vec<u8> = (0..len)
+                .map(|i| alphabet[((x >> (i * 5)) % alphabet.len() as u64) as usize])
+                .collect();
+            let mut out = Vec::new();
+            write_event(&mut out, Some("e-9"), None, &payload);
+            let text = String::from_utf8(payload.clone()).unwrap();
+            let want = text.replace("\r\n", "\n").replace('\r', "\n");
+            let got = parse(&out);
+            assert_eq!(
+                got,
+                vec![("e-9".into(), "message".into(), want)],
+                "{payload:?}"
+            );
+        }
+    }
+
+    #[test]
     fn unsafe_field_values_are_detected() {
         assert!(is_field_safe("abc-12"));
         assert!(!is_field_safe("a\nb"));
