@@ -419,3 +419,42 @@ def test_history_memory_cap_evicts_and_is_reported(start_server):
     assert m["clarion_history_bytes"] <= 20000
     assert m['clarion_history_evictions_total{reason="memory"}'] > 0
     assert 0 < m["clarion_history_messages"] < 50
+
+
+def test_slow_sse_consumer_is_cut_and_resumes_without_loss(start_server):
+    """An SSE client that stops reading is disconnected at the backlog cap (others keep
+    receiving); when it reconnects with its last id it gets everything it had not read."""
+    server = start_server("--max-backlog", 65536, "--history-size", 1000)
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", server.port))
+    slow.sendall(b"GET /sse?topic=flood HTTP/1.1\r\nHost: x\r\n\r\n")
+    fast = SSE(server, "topic=flood")
+    chunk = "x" * 16384
+    ids = []
+    try:
+        for i in range(300):
+            ids.append(server.publish("flood", f"{i} {chunk}")["id"])
+            assert fast.next().data.startswith(f"{i} ")
+            if server.metrics()['clarion_closes_total{reason="slow_consumer"}'] >= 1:
+                break
+        assert server.metrics()['clarion_closes_total{reason="slow_consumer"}'] == 1
+        # The slow client reads what reached it: whole events, then the end of the stream.
+        data = b""
+        slow.settimeout(10)
+        while chunk := slow.recv(65536):
+            data += chunk
+        events = [e for e in data.split(b"\n\n") if e.startswith(b"id: ")]
+        last = events[-1].split(b"\n")[0][4:].decode()
+        assert last in ids and ids.index(last) < len(ids) - 1
+        resumed = SSE(server, "topic=flood", headers={"Last-Event-ID": last})
+        try:
+            rest = resumed.take(len(ids) - ids.index(last) - 1)
+            assert [e.id for e in rest] == ids[ids.index(last) + 1:]
+        finally:
+            resumed.close()
+        server.publish("flood", "after")
+        assert fast.next().data == "after"
+    finally:
+        fast.close()
+        slow.close()

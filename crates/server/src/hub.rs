@@ -447,7 +447,10 @@ impl Hub {
                 subscribers: 0,
             });
             if !keep && !st.topics.contains_key(m.topic) {
-                continue; // No subscriber and no history: nobody will ever see it.
+                // No subscriber and no history: nobody will ever see it. A client resuming
+                // later from an older id must hear that it may have missed it.
+                st.forgotten_floor = id;
+                continue;
             }
             let floor = st.forgotten_floor;
             let name = match st.topics.get_key_value(m.topic) {
@@ -844,6 +847,20 @@ mod tests {
         let st = lock(&hub.state);
         assert_eq!(st.held_messages, 3);
         assert!(st.order.len() <= 2 * 3 + 1024 + 1, "{}", st.order.len());
+    }
+
+    #[test]
+    fn without_history_every_resume_that_may_have_missed_something_is_a_gap() {
+        let (hub, _polls, _) = hub(1, NO_HISTORY);
+        let r = hub.publish(&[text("a", "1")]);
+        hub.publish(&[text("b", "nobody listening")]);
+        let s = sub(&hub, 0, &["b"], Since::Id(&r[0].id));
+        assert_eq!(s.gaps.len(), 1);
+        assert_eq!(s.gaps[0].reason, GapReason::Trimmed);
+        assert!(s.replay.is_empty());
+        let now = s.position.clone();
+        let s = sub(&hub, 0, &["b"], Since::Id(&now));
+        assert!(s.gaps.is_empty(), "nothing published since");
     }
 
     #[test]
