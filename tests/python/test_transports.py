@@ -368,14 +368,30 @@ def test_stream_with_curl_ndjson_and_raw(server):
     assert nd.wait(10) == 0 and raw.wait(10) == 0
 
 
-def test_stream_resume_since(server):
-    ids = [server.publish("sr", f"m{i}")["id"] for i in range(6)]
-    p = curl_stream(server, f"topic=sr&since={ids[2]}")
+def test_stream_resume_after_a_cut_and_gap_line(start_server):
+    server = start_server("--history-size", "6")
+    p = curl_stream(server, "topic=sr")
+    wait_for(lambda: server.metrics()['clarion_connections{transport="stream"}'] == 1)
+    first = [server.publish("sr", f"m{i}")["id"] for i in range(2)]
+    got = [json.loads(p.stdout.readline()) for _ in range(2)]
+    assert [g["id"] for g in got] == first
+    p.kill()
+    p.wait()
+    missed = [server.publish("sr", f"m{i}")["id"] for i in range(2, 7)]
+    p = curl_stream(server, f"topic=sr&since={got[-1]['id']}")
     try:
-        got = [json.loads(p.stdout.readline())["data"] for _ in range(3)]
-        assert got == ["m3", "m4", "m5"]
-        server.publish("sr", "live")
-        assert json.loads(p.stdout.readline())["data"] == "live"
+        assert [json.loads(p.stdout.readline())["id"] for _ in range(5)] == missed
+        live = server.publish("sr", "live")["id"]
+        assert json.loads(p.stdout.readline())["id"] == live
+    finally:
+        p.kill()
+        p.wait()
+    # Six kept of eight (m2..live): resuming from m0 missed m1, announced as a gap line.
+    p = curl_stream(server, f"topic=sr&since={first[0]}")
+    try:
+        line = json.loads(p.stdout.readline())
+        assert line == {"type": "gap", "topic": "sr", "since": first[0], "reason": "trimmed"}
+        assert json.loads(p.stdout.readline())["data"] == "m2"
     finally:
         p.kill()
         p.wait()
@@ -458,3 +474,13 @@ def test_slow_sse_consumer_is_cut_and_resumes_without_loss(start_server):
     finally:
         fast.close()
         slow.close()
+
+
+def test_history_expires_by_age(start_server):
+    server = start_server("--history-ttl", 1)
+    first = server.publish("old", "stale")["id"]
+    server.publish("old", "stale too")
+    wait_for(lambda: server.metrics()['clarion_history_evictions_total{reason="age"}'] == 2, 5)
+    assert server.metrics()["clarion_history_messages"] == 0
+    body = poll(server, f"topic=old&since={first}&timeout=0")
+    assert body["messages"] == [] and body["gaps"][0]["reason"] == "trimmed"
