@@ -484,3 +484,30 @@ def test_history_expires_by_age(start_server):
     assert server.metrics()["clarion_history_messages"] == 0
     body = poll(server, f"topic=old&since={first}&timeout=0")
     assert body["messages"] == [] and body["gaps"][0]["reason"] == "trimmed"
+
+
+def test_many_http_subscribers_leave_nothing_behind(server):
+    """SSE streams, held polls and streams on several topics, then all dropped at once: every
+    gauge, subscription and topic goes back to zero, and the descriptors are released."""
+    import os
+
+    fds_before = len(os.listdir(f"/proc/{server.proc.pid}/fd"))
+    socks = []
+    for i in range(600):
+        c = socket.create_connection(("127.0.0.1", server.port))
+        path = ["/sse", "/poll", "/stream"][i % 3]
+        c.sendall(f"GET {path}?topic=t{i % 50}&topic=u HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        socks.append(c)
+    wait_for(lambda: server.metrics()["clarion_subscriptions"] == 1200)
+    m = server.metrics()
+    for transport in ("sse", "poll", "stream"):
+        assert m[f'clarion_connections{{transport="{transport}"}}'] == 200
+    assert m["clarion_topics"] == 51
+    for c in socks:
+        c.close()
+    wait_for(lambda: server.metrics()["clarion_subscriptions"] == 0)
+    m = server.metrics()
+    assert m["clarion_topics"] == 0
+    for transport in ("http", "sse", "poll", "stream"):
+        assert m[f'clarion_connections{{transport="{transport}"}}'] == 0
+    wait_for(lambda: len(os.listdir(f"/proc/{server.proc.pid}/fd")) <= fds_before)
