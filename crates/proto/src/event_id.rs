@@ -64,7 +64,7 @@ pub fn base36(mut n: u64) -> String {
     const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut out = Vec::with_capacity(13);
     loop {
-        out.push(DIGITS[(n % 36) as usize]);
+        out.extend(DIGITS.get((n % 36) as usize));
         n /= 36;
         if n == 0 {
             break;

@@ -65,7 +65,7 @@ impl ChunkedDecoder {
             match self.step {
                 Step::Done => break,
                 Step::Size { len } => {
-                    let b = input[i];
+                    let Some(&b) = input.get(i) else { break };
                     i += 1;
                     if len + 1 > MAX_LINE {
                         return Err(BodyError::Malformed);
@@ -101,7 +101,7 @@ impl ChunkedDecoder {
                 Step::Data { left } => {
                     let avail = input.len() - i;
                     let take = usize::try_from(left).map_or(avail, |l| l.min(avail));
-                    out.extend_from_slice(&input[i..i + take]);
+                    out.extend_from_slice(input.get(i..i + take).unwrap_or_default());
                     i += take;
                     self.decoded += take;
                     let left = left - take as u64;
@@ -112,7 +112,7 @@ impl ChunkedDecoder {
                     };
                 }
                 Step::DataEnd { seen } => {
-                    let b = input[i];
+                    let Some(&b) = input.get(i) else { break };
                     i += 1;
                     self.step = match (seen, b) {
                         (0, b'\r') => Step::DataEnd { seen: 1 },
@@ -121,7 +121,7 @@ impl ChunkedDecoder {
                     };
                 }
                 Step::Trailer { len } => {
-                    let b = input[i];
+                    let Some(&b) = input.get(i) else { break };
                     i += 1;
                     if len + 1 > MAX_LINE {
                         return Err(BodyError::Malformed);

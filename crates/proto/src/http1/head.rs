@@ -103,13 +103,17 @@ pub fn parse_head<'a>(
 ) -> Result<Option<RequestHead<'a>>, HeadError> {
     // The request line limit applies to the first non-empty line.
     let mut start = 0;
-    while buf[start..].starts_with(b"\r\n") {
+    while buf
+        .get(start..)
+        .is_some_and(|rest| rest.starts_with(b"\r\n"))
+    {
         start += 2;
     }
+    let line = buf.get(start..).unwrap_or_default();
     if start > 0 && start == buf.len() {
         return Ok(None);
     }
-    let line_end = buf[start..].iter().position(|&b| b == b'\n');
+    let line_end = line.iter().position(|&b| b == b'\n');
     match line_end {
         None if buf.len() - start > limits.max_request_line => {
             return Err(HeadError::RequestLineTooLong)
@@ -117,7 +121,7 @@ pub fn parse_head<'a>(
         Some(n) if n > limits.max_request_line => return Err(HeadError::RequestLineTooLong),
         _ => {}
     }
-    if let Some(version) = version_token(&buf[start..]) {
+    if let Some(version) = version_token(line) {
         if version.starts_with(b"HTTP/") && version != b"HTTP/1.1" && version != b"HTTP/1.0" {
             return Err(HeadError::UnsupportedVersion);
         }
@@ -161,9 +165,9 @@ pub fn parse_head<'a>(
 /// us answer 505 to the first and 400 to the second.
 fn version_token(line: &[u8]) -> Option<&[u8]> {
     let end = line.iter().position(|&b| b == b'\r' || b == b'\n')?;
-    let line = &line[..end];
+    let line = line.get(..end)?;
     let at = line.iter().rposition(|&b| b == b' ')?;
-    Some(&line[at + 1..])
+    line.get(at + 1..)
 }
 
 impl<'a> RequestHead<'a> {

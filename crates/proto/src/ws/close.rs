@@ -137,7 +137,7 @@ pub fn encode_close_frame(code: CloseCode, reason: &str) -> Vec<u8> {
     while !reason.is_char_boundary(cut) {
         cut -= 1;
     }
-    let reason = &reason.as_bytes()[..cut];
+    let reason = reason.as_bytes().get(..cut).unwrap_or_default();
     let mut head = [0u8; 10];
     let n = encode_header(
         &mut head,
@@ -147,7 +147,7 @@ pub fn encode_close_frame(code: CloseCode, reason: &str) -> Vec<u8> {
         2 + reason.len() as u64,
     );
     let mut out = Vec::with_capacity(n + 2 + reason.len());
-    out.extend_from_slice(&head[..n]);
+    out.extend_from_slice(head.get(..n).unwrap_or_default());
     out.extend_from_slice(&code.as_u16().to_be_bytes());
     out.extend_from_slice(reason);
     out

@@ -129,7 +129,8 @@ pub fn parse_header(
     }
     let (payload_len, mut at) = match len7 {
         126 => match buf.get(2..4) {
-            Some(b) => (u64::from(u16::from_be_bytes([b[0], b[1]])), 4),
+            Some(&[hi, lo]) => (u64::from(u16::from_be_bytes([hi, lo])), 4),
+            Some(_) => return Ok(None),
             None => return Ok(None),
         },
         127 => match buf.get(2..10) {
@@ -150,11 +151,11 @@ pub fn parse_header(
         return Err(FrameError::TooBig);
     }
     let mask = if masked {
-        let Some(m) = buf.get(at..at + 4) else {
+        let Some(&[a, b, c, d]) = buf.get(at..at + 4) else {
             return Ok(None);
         };
         at += 4;
-        Some([m[0], m[1], m[2], m[3]])
+        Some([a, b, c, d])
     } else {
         None
     };
@@ -183,8 +184,8 @@ pub fn apply_mask(data: &mut [u8], mask: [u8; 4], offset: usize) {
         b.copy_from_slice(chunk);
         chunk.copy_from_slice(&(u64::from_ne_bytes(b) ^ wide).to_ne_bytes());
     }
-    for (i, byte) in chunks.into_remainder().iter_mut().enumerate() {
-        *byte ^= m[i % 4];
+    for (byte, k) in chunks.into_remainder().iter_mut().zip(m.iter().cycle()) {
+        *byte ^= k;
     }
 }
 
@@ -210,7 +211,7 @@ pub fn encode_frame(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
     let mut head = [0u8; 10];
     let n = encode_header(&mut head, true, false, opcode, payload.len() as u64);
     let mut out = Vec::with_capacity(n + payload.len());
-    out.extend_from_slice(&head[..n]);
+    out.extend_from_slice(head.get(..n).unwrap_or_default());
     out.extend_from_slice(payload);
     out
 }

@@ -158,7 +158,9 @@ impl Receiver {
         if buf.len() < total {
             return Ok(None);
         }
-        let payload = &mut buf[header.header_len..total];
+        let Some(payload) = buf.get_mut(header.header_len..total) else {
+            return Ok(None);
+        };
         if let Some(mask) = header.mask {
             apply_mask(payload, mask, 0);
         }
