@@ -18,6 +18,9 @@
 //! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455) live in the sans-IO `clarion_proto`
 //! crate; nothing here interprets bytes on its own.
 
+// No indexing that could panic on peer input outside tests; see also `unwrap_used`.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
 pub mod api;
 pub mod cli;
 pub mod config;
