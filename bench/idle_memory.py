@@ -152,7 +152,9 @@ class Clarion:
     def __init__(self):
         binary = os.environ.get("CLARION_BIN", str(ROOT / "target" / "release" / "clarion"))
         self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"],
+            [binary, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
+             # thousands of clients share each loopback source address here
+             "--max-connections-per-address", "0"],
             stdout=subprocess.PIPE, text=True,
         )
         fields = dict(p.split("=", 1) for p in self.proc.stdout.readline().split()[2:])

@@ -1,6 +1,7 @@
 """HTTP/1.1 answers on the client listener, over raw sockets."""
 
 import socket
+import time
 
 import pytest
 
@@ -124,4 +125,52 @@ def test_connection_limit_answers_503(start_server):
         if status == 101:
             break
     assert status == 101
-    assert server.metrics()["clarion_connections_refused_total"] >= 1
+    assert server.metrics()['clarion_connections_refused_total{reason="capacity"}'] >= 1
+
+
+def test_per_address_limit_answers_429_and_frees_on_close(start_server):
+    server = start_server("--max-connections-per-address", 3)
+    held = [rawws.connect(server.clients, "/ws?topic=t")[0] for _ in range(3)]
+    status, head, sock = rawws.http(server.clients, upgrade())
+    sock.close()
+    assert status == 429 and "Retry-After" in head
+    # Another address is not affected.
+    other = socket.create_connection(("127.0.0.1", server.port), source_address=("127.0.0.2", 0))
+    other.sendall(f"GET /sse?topic=t HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert other.recv(100).startswith(b"HTTP/1.1 200")
+    other.close()
+    held.pop().close()
+    for _ in range(50):
+        status, _, sock = rawws.http(server.clients, upgrade())
+        sock.close()
+        if status == 101:
+            break
+    assert status == 101, "a closed connection frees its slot"
+    assert server.metrics()['clarion_connections_refused_total{reason="address"}'] == 1
+
+
+def test_handshake_limit_refuses_idle_connects_at_once(start_server):
+    server = start_server("--max-handshakes", 2)
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
+    for _ in range(50):
+        if server.metrics()['clarion_connections{transport="http"}'] == 2:
+            break
+        time.sleep(0.02)
+    third = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    # Answered without sending anything: the request is never read.
+    assert third.recv(200).startswith(b"HTTP/1.1 503")
+    assert server.metrics()['clarion_connections_refused_total{reason="handshakes"}'] == 1
+    # A connection that upgrades stops counting as a handshake.
+    for s in idle:
+        s.close()
+    for _ in range(50):
+        if server.metrics()['clarion_connections{transport="http"}'] == 0:
+            break
+        time.sleep(0.02)
+    ws, head, _ = rawws.connect(server.clients, "/ws?topic=t")
+    assert head.startswith("HTTP/1.1 101")
+    extra = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    extra.sendall(b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert extra.recv(200).startswith(b"HTTP/1.1 404"), "the upgraded one no longer counts"
+    extra.close()
+    ws.close()

@@ -48,6 +48,12 @@ pub struct ServeArgs {
     /// Most client connections (0 = from the open-files limit).
     #[arg(long, env = "CLARION_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Most connections from one address (IPv4, or IPv6 /64); 0 = no limit.
+    #[arg(long, env = "CLARION_MAX_CONNECTIONS_PER_ADDRESS")]
+    pub max_connections_per_address: Option<usize>,
+    /// Most connections still sending their request head.
+    #[arg(long, env = "CLARION_MAX_HANDSHAKES")]
+    pub max_handshakes: Option<usize>,
     /// Largest WebSocket message a client may send, in bytes.
     #[arg(long, env = "CLARION_MAX_MESSAGE_SIZE")]
     pub max_message_size: Option<usize>,
@@ -137,6 +143,8 @@ impl ServeArgs {
             api_listen,
             workers,
             max_connections,
+            max_connections_per_address,
+            max_handshakes,
             max_message_size,
             max_backlog,
             max_publish_size,

@@ -25,6 +25,15 @@ pub struct Config {
     /// Most client connections held at once; over it new connections get 503. Default 0 = as many
     /// as the process may open files (minus a reserve for listeners and the API).
     pub max_connections: usize,
+    /// Most connections from one client address (an IPv4 address, or an IPv6 /64); over it new
+    /// connections get 429. Default 1024: far above what one browser opens (Chrome allows 255
+    /// WebSockets per profile), low enough that one host cannot take the whole server; raise it
+    /// for clients behind a large NAT, 0 disables.
+    pub max_connections_per_address: usize,
+    /// Most connections still sending a request head (or idle between keep-alive requests);
+    /// over it new connections get 503. Default 4096: a connect storm of real clients passes in
+    /// well under a second, while a slowloris flood cannot hold more than this.
+    pub max_handshakes: usize,
     /// Largest WebSocket message a client may send, in bytes (close 1009 over it). Default 64 KiB:
     /// clients of a push server send small control messages; µWebSockets defaults to 16 KiB.
     pub max_message_size: usize,
@@ -104,6 +113,8 @@ impl Default for Config {
             api_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             workers: 0,
             max_connections: 0,
+            max_connections_per_address: 1024,
+            max_handshakes: 4096,
             max_message_size: 64 * 1024,
             max_backlog: 64 * 1024,
             max_publish_size: 1024 * 1024,

@@ -584,7 +584,7 @@ fn new_epoch() -> String {
 
 /// Locks a mutex, recovering the data if another thread panicked while holding it: the hub's
 /// state stays consistent across a panic because every update is a single counter change.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

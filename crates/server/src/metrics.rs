@@ -101,8 +101,12 @@ pub struct Metrics {
     pub bytes_in: AtomicU64,
     /// Bytes written to client sockets.
     pub bytes_out: AtomicU64,
-    /// Connections refused with 503 at the connection cap.
-    pub refused: AtomicU64,
+    /// Connections refused at the connection cap (503).
+    pub refused_capacity: AtomicU64,
+    /// Connections refused over the per-address limit (429).
+    pub refused_address: AtomicU64,
+    /// Connections refused over the in-flight handshake limit (503).
+    pub refused_handshakes: AtomicU64,
     /// HTTP requests on the client listener answered with an error status.
     pub http_errors: AtomicU64,
     closes: [AtomicU64; CloseReason::ALL.len()],
@@ -205,11 +209,16 @@ impl Metrics {
             "Bytes written to clients.",
             l(&self.bytes_out),
         );
-        counter(
-            &mut out,
-            "clarion_connections_refused_total",
-            "Connections refused at the connection cap.",
-            l(&self.refused),
+        let _ = writeln!(
+            out,
+            "# HELP clarion_connections_refused_total Connections refused at accept, by limit.\n\
+             # TYPE clarion_connections_refused_total counter\n\
+             clarion_connections_refused_total{{reason=\"capacity\"}} {}\n\
+             clarion_connections_refused_total{{reason=\"address\"}} {}\n\
+             clarion_connections_refused_total{{reason=\"handshakes\"}} {}",
+            l(&self.refused_capacity),
+            l(&self.refused_address),
+            l(&self.refused_handshakes)
         );
         counter(
             &mut out,

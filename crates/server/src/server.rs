@@ -49,6 +49,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         stopping: AtomicBool::new(false),
         open: AtomicUsize::new(0),
         cap,
+        per_address: Default::default(),
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.

@@ -68,20 +68,6 @@ impl Worker {
     }
 
     fn route(&mut self, k: u32, head: &RequestHead<'_>) {
-        let refusing = self
-            .conns
-            .get(k as usize)
-            .is_some_and(|c| c.state == State::Refusing);
-        if refusing {
-            self.respond(
-                k,
-                503,
-                &[("Retry-After", "5")],
-                "server at its connection limit",
-                false,
-            );
-            return;
-        }
         let keep = head.keep_alive();
         match head.body() {
             Ok(Body::None) => {}

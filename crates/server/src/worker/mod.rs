@@ -20,7 +20,7 @@ use std::io::{self, Read as _};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
@@ -28,7 +28,7 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use crate::config::Config;
-use crate::hub::{Hub, Inbox};
+use crate::hub::{lock, Hub, Inbox};
 use crate::log;
 use crate::message::Published;
 use crate::metrics::{CloseReason, Metrics};
@@ -61,6 +61,9 @@ pub struct Shared {
     pub open: AtomicUsize,
     /// Most client connections at once.
     pub cap: usize,
+    /// Open connections per client address key, when `max_connections_per_address` is set.
+    /// Touched only at accept and close, never per message.
+    pub per_address: Mutex<HashMap<u32, u32>>,
 }
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the
@@ -243,7 +246,7 @@ impl Worker {
             let Some(listener) = self.listener.as_ref() else {
                 return;
             };
-            let (stream, _peer) = match listener.accept() {
+            let (stream, peer) = match listener.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e)
@@ -267,35 +270,85 @@ impl Worker {
                 }
             };
             self.accept_blocked = false;
-            self.adopt(stream);
+            self.adopt(stream, conn::address_key(peer.ip()));
         }
     }
 
-    fn adopt(&mut self, mut stream: TcpStream) {
-        let over_cap = self.shared.open.fetch_add(1, Relaxed) >= self.shared.cap;
-        let state = if over_cap {
-            self.shared.open.fetch_sub(1, Relaxed);
-            self.shared.metrics.refused.fetch_add(1, Relaxed);
-            State::Refusing
-        } else {
-            self.shared.metrics.http_connections.fetch_add(1, Relaxed);
-            State::Http
-        };
+    /// Takes a new connection, or refuses it at once when a limit is reached: the refusal is
+    /// written immediately (the request is never read) and the connection closes like any other,
+    /// so a flood costs a slab entry for at most `CLOSE_LINGER_SECS`.
+    fn adopt(&mut self, mut stream: TcpStream, peer: u32) {
+        let refusal = self.admit(peer);
         // Push messages are small and latency matters more than segment count.
         let _ = stream.set_nodelay(true);
         let entry = self.conns.vacant_entry();
-        let token = Token(entry.key());
+        let k = entry.key() as u32;
         let registered = self.poll.registry().register(
             &mut stream,
-            token,
+            Token(entry.key()),
             Interest::READABLE | Interest::WRITABLE,
         );
         if let Err(e) = registered {
             log::warn(format_args!("register: {e}"));
-            self.note_gone(state);
+            if refusal.is_none() {
+                self.note_gone(State::Http, peer);
+            }
             return;
         }
-        entry.insert(Conn::new(stream, state, self.now));
+        match refusal {
+            None => {
+                entry.insert(Conn::new(stream, State::Http, self.now, peer));
+            }
+            Some((status, why)) => {
+                entry.insert(Conn::new(stream, State::Closing, self.now, peer));
+                log::debug(format_args!("refused at accept: {why}"));
+                let mut out = Vec::with_capacity(160);
+                let headers = [
+                    ("Retry-After", "5"),
+                    ("Content-Type", "text/plain; charset=utf-8"),
+                    ("Connection", "close"),
+                ];
+                clarion_proto::http1::write_response_head(
+                    &mut out,
+                    status,
+                    &headers,
+                    Some(why.len() + 1),
+                );
+                out.extend_from_slice(why.as_bytes());
+                out.push(b'\n');
+                self.write_to(k, &Arc::from(out), None);
+            }
+        }
+    }
+
+    /// Counts a new connection against the limits; `Some((status, reason))` refuses it.
+    fn admit(&self, peer: u32) -> Option<(u16, &'static str)> {
+        let (shared, m) = (&self.shared, &self.shared.metrics);
+        if shared.open.fetch_add(1, Relaxed) >= shared.cap {
+            shared.open.fetch_sub(1, Relaxed);
+            m.refused_capacity.fetch_add(1, Relaxed);
+            return Some((503, "server at its connection limit"));
+        }
+        let handshakes = shared.config.max_handshakes;
+        if handshakes > 0 && m.http_connections.load(Relaxed) >= handshakes as u64 {
+            shared.open.fetch_sub(1, Relaxed);
+            m.refused_handshakes.fetch_add(1, Relaxed);
+            return Some((503, "too many connections still sending their request"));
+        }
+        let per_address = shared.config.max_connections_per_address;
+        if per_address > 0 {
+            let mut counts = lock(&shared.per_address);
+            let n = counts.entry(peer).or_insert(0);
+            if *n as usize >= per_address {
+                drop(counts);
+                shared.open.fetch_sub(1, Relaxed);
+                m.refused_address.fetch_add(1, Relaxed);
+                return Some((429, "too many connections from your address"));
+            }
+            *n += 1;
+        }
+        m.http_connections.fetch_add(1, Relaxed);
+        None
     }
 
     fn on_readable(&mut self, k: u32) {
@@ -307,7 +360,7 @@ impl Worker {
             match res {
                 Ok(0) => {
                     let reason = match conn.state {
-                        State::Http | State::Refusing | State::Closing => CloseReason::HttpDone,
+                        State::Http | State::Closing => CloseReason::HttpDone,
                         State::Ws | State::Sse | State::Stream | State::Poll => {
                             CloseReason::Disconnected
                         }
@@ -383,7 +436,7 @@ impl Worker {
             };
             let rest = data.get_mut(pos..).unwrap_or_default();
             match conn.state {
-                State::Http | State::Refusing => match self.on_http(k, rest) {
+                State::Http => match self.on_http(k, rest) {
                     Some(used) => pos += used,
                     None => return pos,
                 },
@@ -519,7 +572,8 @@ impl Worker {
         conn.last_seen = self.now;
         conn.input = None;
         conn.rx = Default::default();
-        self.note_gone(was);
+        let peer = conn.peer;
+        self.note_gone(was, peer);
         self.shared.metrics.closed(reason);
         if let Some(bytes) = last {
             self.write_to(k, &bytes, None);
@@ -548,15 +602,25 @@ impl Worker {
             return;
         };
         if conn.state != State::Closing {
-            self.note_gone(conn.state);
+            self.note_gone(conn.state, conn.peer);
             self.shared.metrics.closed(reason);
         }
         // Dropping the stream closes the descriptor, which also removes it from epoll.
     }
 
-    /// Updates the gauges and the connection count when a connection leaves `state`.
-    fn note_gone(&self, state: State) {
+    /// Updates the gauges and the connection counts when a connection from `peer` leaves
+    /// `state` for good.
+    fn note_gone(&self, state: State, peer: u32) {
         let m = &self.shared.metrics;
+        if state != State::Closing && self.shared.config.max_connections_per_address > 0 {
+            let mut counts = lock(&self.shared.per_address);
+            if let Some(n) = counts.get_mut(&peer) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    counts.remove(&peer);
+                }
+            }
+        }
         match state {
             State::Http => {
                 m.http_connections.fetch_sub(1, Relaxed);
@@ -578,7 +642,7 @@ impl Worker {
                 m.polls_held.fetch_sub(1, Relaxed);
                 self.shared.open.fetch_sub(1, Relaxed);
             }
-            State::Refusing | State::Closing => {}
+            State::Closing => {}
         }
     }
 
@@ -615,7 +679,7 @@ impl Worker {
         for (k, conn) in self.conns.iter_mut() {
             let quiet = self.now.saturating_sub(conn.last_seen);
             match conn.state {
-                State::Http | State::Refusing if quiet >= handshake => {
+                State::Http if quiet >= handshake => {
                     expired.push((k as u32, CloseReason::HandshakeTimeout));
                 }
                 State::Ws if idle > 0 && quiet >= idle => {
@@ -707,7 +771,7 @@ impl Worker {
                         http::messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
                     self.answer_poll(k, &Arc::from(body));
                 }
-                State::Http | State::Refusing => self.drop_conn(k, CloseReason::Shutdown),
+                State::Http => self.drop_conn(k, CloseReason::Shutdown),
                 State::Closing => {}
             }
         }

@@ -298,7 +298,7 @@ impl Worker {
         let alive = self
             .conns
             .get(k as usize)
-            .is_some_and(|c| !matches!(c.state, State::Closing | State::Http | State::Refusing));
+            .is_some_and(|c| !matches!(c.state, State::Closing | State::Http));
         if !alive {
             for name in &sub.names {
                 self.shared.hub.unsubscribe(self.id, name);
@@ -361,7 +361,7 @@ impl Worker {
                         polls.push(k);
                         continue;
                     }
-                    State::Http | State::Refusing | State::Closing => continue,
+                    State::Http | State::Closing => continue,
                 };
                 if conn.state != State::Ws {
                     // Output counts as activity for the keep-alive timer of HTTP streams.
