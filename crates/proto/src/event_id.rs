@@ -39,13 +39,15 @@ pub fn is_epoch(epoch: &str) -> bool {
             .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
 }
 
-/// Parses `EPOCH-SEQ`. `SEQ` is 1 to 20 decimal digits that fit in a `u64`.
+/// Parses `EPOCH-SEQ`. `SEQ` is 1 to 20 decimal digits that fit in a `u64`, without leading
+/// zeros, so every id has exactly one spelling.
 pub fn parse(s: &str) -> Result<EventId<'_>, InvalidId> {
     let (epoch, seq) = s.split_once('-').ok_or(InvalidId)?;
     if !is_epoch(epoch)
         || seq.is_empty()
         || seq.len() > 20
         || !seq.bytes().all(|b| b.is_ascii_digit())
+        || (seq.len() > 1 && seq.starts_with('0'))
     {
         return Err(InvalidId);
     }
@@ -110,6 +112,9 @@ mod tests {
             "a-18446744073709551616",
             "abcdefghijklmnopq-1",
             "é-1",
+            // Found by fuzzing: a leading zero would give one id two spellings.
+            "8-09",
+            "a-00",
         ] {
             assert_eq!(parse(bad), Err(InvalidId), "{bad:?}");
         }

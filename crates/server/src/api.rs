@@ -363,48 +363,60 @@ struct Batch {
     messages: Vec<BatchItem>,
 }
 
-fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
-    let batch: Batch = match serde_json::from_slice(body) {
-        Ok(b) => b,
-        Err(e) => return Answer::error(400, &format!("invalid batch: {e}")),
-    };
-    // Validate everything first: a batch is published whole or not at all.
-    let mut decoded: Vec<(DataKind, Vec<u8>)> = Vec::with_capacity(batch.messages.len());
-    for (i, m) in batch.messages.iter().enumerate() {
+/// One message of a batch, decoded and validated.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BatchMessage {
+    /// A valid topic name.
+    pub topic: String,
+    /// Text (the data was a JSON string) or binary (base64-decoded).
+    pub kind: DataKind,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// A valid SSE event name, if given.
+    pub event: Option<String>,
+}
+
+/// Decodes a `POST /publish` body, validating every item first: a batch is published whole or
+/// not at all. The error is the 400 answer's text.
+pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, String> {
+    let batch: Batch = serde_json::from_slice(body).map_err(|e| format!("invalid batch: {e}"))?;
+    let mut out = Vec::with_capacity(batch.messages.len());
+    for (i, m) in batch.messages.into_iter().enumerate() {
         if let Err(e) = validate_topic(&m.topic) {
-            return Answer::error(
-                400,
-                &format!("messages[{i}]: invalid topic {:?}: {e}", m.topic),
-            );
+            return Err(format!("messages[{i}]: invalid topic {:?}: {e}", m.topic));
         }
         if let Some(Err(e)) = m.event.as_deref().map(validate_event_name) {
-            return Answer::error(400, &format!("messages[{i}]: invalid event name: {e}"));
+            return Err(format!("messages[{i}]: invalid event name: {e}"));
         }
-        match m.encoding.as_deref() {
-            None => decoded.push((DataKind::Text, Vec::new())),
+        let (kind, payload) = match m.encoding.as_deref() {
+            None => (DataKind::Text, m.data.into_bytes()),
             Some("base64") => match base64::engine::general_purpose::STANDARD.decode(&m.data) {
-                Ok(bytes) => decoded.push((DataKind::Binary, bytes)),
-                Err(_) => {
-                    return Answer::error(400, &format!("messages[{i}]: data is not valid base64"))
-                }
+                Ok(bytes) => (DataKind::Binary, bytes),
+                Err(_) => return Err(format!("messages[{i}]: data is not valid base64")),
             },
-            Some(other) => {
-                return Answer::error(400, &format!("messages[{i}]: unknown encoding {other:?}"))
-            }
-        }
+            Some(other) => return Err(format!("messages[{i}]: unknown encoding {other:?}")),
+        };
+        out.push(BatchMessage {
+            topic: m.topic,
+            kind,
+            payload,
+            event: m.event,
+        });
     }
+    Ok(out)
+}
+
+fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
+    let batch = match decode_batch(body) {
+        Ok(b) => b,
+        Err(why) => return Answer::error(400, &why),
+    };
     let out: Vec<Outgoing<'_>> = batch
-        .messages
         .iter()
-        .zip(&decoded)
-        .map(|(m, (kind, bytes))| Outgoing {
+        .map(|m| Outgoing {
             topic: &m.topic,
-            kind: *kind,
-            payload: if *kind == DataKind::Text {
-                m.data.as_bytes()
-            } else {
-                bytes
-            },
+            kind: m.kind,
+            payload: &m.payload,
             event: m.event.as_deref(),
         })
         .collect();
@@ -440,6 +452,32 @@ fn answer(status: u16, content_type: &str, body: &[u8], keep: bool) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batches_are_validated_whole() {
+        let ok = decode_batch(
+            br#"{"messages":[{"topic":"a","data":"x"},{"topic":"b","data":"AAE=","encoding":"base64","event":"e"}]}"#,
+        )
+        .expect("valid");
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok[1].payload, vec![0, 1]);
+        assert_eq!(ok[1].kind, DataKind::Binary);
+        for bad in [
+            &br#"{"messages":[{"topic":"a b","data":"x"}]}"#[..],
+            br#"{"messages":[{"topic":"a","data":"*","encoding":"base64"}]}"#,
+            br#"{"messages":[{"topic":"a","data":"x","encoding":"hex"}]}"#,
+            br#"{"messages":[{"topic":"a","data":"x","event":"a\nb"}]}"#,
+            br#"{"messages":[{"topic":"a","data":"x","extra":1}]}"#,
+            b"[]",
+            &[0xff][..],
+        ] {
+            assert!(
+                decode_batch(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 
     #[test]
     fn secrets_compare_fully() {

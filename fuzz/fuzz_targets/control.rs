@@ -1,0 +1,23 @@
+//! In-band control messages (JSON text from WebSocket clients): parsing never panics, anything
+//! accepted is a JSON object whose `type` names the request, and every refusal has a message
+//! for the client.
+#![no_main]
+
+use clarion::control::{parse, Request};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    match parse(data) {
+        Ok(req) => {
+            let v: serde_json::Value = serde_json::from_slice(data).expect("accepted means JSON");
+            let ty = v.get("type").and_then(|t| t.as_str()).expect("a type");
+            let want = match req {
+                Request::Subscribe { .. } => "subscribe",
+                Request::Unsubscribe { .. } => "unsubscribe",
+                Request::Publish { .. } => "publish",
+            };
+            assert_eq!(ty, want);
+        }
+        Err(why) => assert!(!why.is_empty()),
+    }
+});
