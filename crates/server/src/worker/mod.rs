@@ -717,20 +717,39 @@ impl Worker {
             self.deliver(k, if sse { &sse_ka } else { &stream_ka });
         }
         for (k, reason) in expired {
-            let ws = self
-                .conns
-                .get(k as usize)
-                .is_some_and(|c| c.state == State::Ws);
-            if ws {
-                log::debug(format_args!("idle timeout"));
-                self.close_ws(
-                    k,
-                    clarion_proto::ws::CloseCode::GoingAway,
-                    "idle timeout",
-                    reason,
-                );
-            } else {
-                self.drop_conn(k, reason);
+            let (state, partial) = match self.conns.get(k as usize) {
+                Some(c) => (c.state, c.input.is_some()),
+                None => continue,
+            };
+            match state {
+                State::Ws => {
+                    log::debug(format_args!("idle timeout"));
+                    self.close_ws(
+                        k,
+                        clarion_proto::ws::CloseCode::GoingAway,
+                        "idle timeout",
+                        reason,
+                    );
+                }
+                // Part of a request head arrived, but not all of it in time: say so.
+                State::Http if partial => {
+                    self.shared.metrics.http_errors.fetch_add(1, Relaxed);
+                    log::debug(format_args!("request head timed out"));
+                    let mut out = Vec::with_capacity(128);
+                    let body = "request head not received in time\n";
+                    clarion_proto::http1::write_response_head(
+                        &mut out,
+                        408,
+                        &[
+                            ("Content-Type", "text/plain; charset=utf-8"),
+                            ("Connection", "close"),
+                        ],
+                        Some(body.len()),
+                    );
+                    out.extend_from_slice(body.as_bytes());
+                    self.start_closing(k, Some(out.into()), reason);
+                }
+                _ => self.drop_conn(k, reason),
             }
         }
         let ping = Arc::clone(&self.ping_frame);
