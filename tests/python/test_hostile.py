@@ -221,3 +221,42 @@ def test_churn_of_thousands_of_connections(hostile):
             t.join()
 
     run(attack)
+
+
+def test_clients_that_never_read_do_not_delay_others(hostile):
+    server, run = hostile
+
+    def attack(server):
+        slow = []
+        for _ in range(50):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", server.port))
+            s.sendall(
+                b"GET /ws?topic=flood HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                b"Sec-WebSocket-Version: 13\r\n\r\n"
+            )
+            rawws.read_head(s)
+            slow.append(s)
+        fast, head, rest = rawws.connect(server.clients, "/ws?topic=flood")
+        reader = rawws.Reader(fast, rest)
+        worst = 0.0
+        cut = lambda: server.metrics()['clarion_closes_total{reason="slow_consumer"}']  # noqa: E731
+        # Publish until the kernel buffers of every slow reader are full and the server has cut
+        # them all (bounded: 1,000 messages of 16 KiB).
+        for i in range(1000):
+            t0 = time.monotonic()
+            server.publish("flood", f"{i:04d}" + "x" * 16380)
+            fin, op, payload = reader.frame()
+            worst = max(worst, time.monotonic() - t0)
+            assert payload[:4] == f"{i:04d}".encode()
+            if i % 20 == 19 and cut() >= 50:
+                break
+        assert cut() == 50, "every slow consumer is cut"
+        assert worst < 1.0, f"a fast reader waited {worst:.3f} s behind slow ones"
+        fast.close()
+        for s in slow:
+            s.close()
+
+    run(attack)
