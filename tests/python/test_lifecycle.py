@@ -35,7 +35,9 @@ def test_new_connections_are_refused_during_shutdown(start_server):
     # that window the listener is already closed.
     assert rawws.Reader(sock, rest).close_code()[0] == 1001
     assert server.proc.poll() is None
-    with pytest.raises(ConnectionRefusedError):
+    # Refused, or reset if the connection landed in the queue of another worker's listener in
+    # the instant before that worker closed it: either way, never served.
+    with pytest.raises((ConnectionRefusedError, ConnectionResetError)):
         rawws.connect(server.clients, "/ws", timeout=1)
     assert server.proc.wait(timeout=10) == 0
 
