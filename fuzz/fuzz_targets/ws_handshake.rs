@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
             .expect("a validated key is base64");
         assert_eq!(key.len(), 16);
         let mut out = Vec::new();
-        write_accept(&mut out, up.key, up.protocols.first().copied());
+        write_accept(&mut out, up.key, up.protocols.first().copied(), None);
         assert!(out.starts_with(b"HTTP/1.1 101 "));
         assert!(out.ends_with(b"\r\n\r\n"));
         let accept = out

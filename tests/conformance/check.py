@@ -1,6 +1,6 @@
 """Compares an Autobahn `index.json` with the verdicts recorded in `expected.json`.
 
-Fails on any FAILED or UNIMPLEMENTED behaviour, on close verdicts FAILED, UNCLEAN or WRONG CODE,
+Fails on any FAILED, UNIMPLEMENTED or ERROR behaviour, on close verdicts FAILED, UNCLEAN or WRONG CODE,
 on a case that is missing, and on any case whose verdict differs from the recorded one, except:
 a case that improved (NON-STRICT to OK) is reported so the record can be updated, and the few
 cases whose strictness depends on packet timing may read OK or NON-STRICT.
@@ -13,7 +13,7 @@ cases whose strictness depends on packet timing may read OK or NON-STRICT.
 import json
 import sys
 
-BAD_BEHAVIOR = {"FAILED", "UNIMPLEMENTED"}
+BAD_BEHAVIOR = {"FAILED", "UNIMPLEMENTED", "ERROR"}
 BAD_CLOSE = {"FAILED", "UNCLEAN", "WRONG CODE", "FAILED BY CLIENT", "UNIMPLEMENTED"}
 # Verdicts the runner derives from how the server's answers were split into TCP segments.
 TIMING_SENSITIVE = {"3.4", "4.1.5", "4.2.5", "6.4.1", "6.4.2", "6.4.3", "6.4.4"}

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Runs the Autobahn TestSuite cases 1.* to 11.* (through `kosoku`) against Clarion's echo
-# endpoint and compares the verdicts with expected.json.
+# Runs every Autobahn TestSuite case (1.* to 13.*, through `kosoku`) against Clarion's echo
+# endpoint and compares the verdicts with expected.json. The 12.* and 13.* cases exercise
+# permessage-deflate with every offer shape; the server runs with --compression-threshold 0 so
+# every echoed message is compressed (kosoku mishandles uncompressed text inside a compressed
+# session, which RFC 7692 allows and Clarion otherwise does for short messages).
 #
 #   tests/conformance/run.sh [--write]
 #
@@ -16,7 +19,8 @@ rm -rf "$out" && mkdir -p "$out"
 
 log="$out/server.log"
 "$bin" serve --listen 127.0.0.1:0 --api-listen 127.0.0.1:0 --echo-path /echo \
-  --ping-interval 0 --idle-timeout 0 --max-message-size 16777216 >"$out/ready" 2>"$log" &
+  --ping-interval 0 --idle-timeout 0 --max-message-size 16777216 --compression-threshold 0 \
+  >"$out/ready" 2>"$log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
@@ -26,7 +30,7 @@ done
 addr="$(sed -n 's/.*clients=\([^ ]*\).*/\1/p' "$out/ready")"
 [ -n "$addr" ] || { echo "server did not start:"; cat "$log"; exit 1; }
 
-timeout 600 kosoku "ws://$addr/echo" -x '12.*' -x '13.*' -o "$out" -p 2 >"$out/kosoku.log" 2>&1 \
+timeout 1200 kosoku "ws://$addr/echo" -o "$out" -p 2 >"$out/kosoku.log" 2>&1 \
   || { echo "kosoku failed:"; tail -20 "$out/kosoku.log"; exit 1; }
 
 kill -TERM "$pid"

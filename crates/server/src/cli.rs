@@ -81,6 +81,21 @@ pub struct ServeArgs {
     /// Path of the pub/sub WebSocket endpoint.
     #[arg(long, env = "CLARION_WS_PATH")]
     pub ws_path: Option<String>,
+    /// permessage-deflate: off, shared (compress once per message) or dedicated.
+    #[arg(long, env = "CLARION_COMPRESSION")]
+    pub compression: Option<crate::config::Compression>,
+    /// Messages shorter than this are sent uncompressed.
+    #[arg(long, env = "CLARION_COMPRESSION_THRESHOLD")]
+    pub compression_threshold: Option<usize>,
+    /// zlib level 1-9.
+    #[arg(long, env = "CLARION_COMPRESSION_LEVEL")]
+    pub compression_level: Option<u32>,
+    /// Window bits (9-15) of a dedicated-mode compressor.
+    #[arg(long, env = "CLARION_COMPRESSION_WINDOW_BITS")]
+    pub compression_window_bits: Option<u8>,
+    /// Window bits (9-15) asked of clients that let the server choose.
+    #[arg(long, env = "CLARION_COMPRESSION_CLIENT_WINDOW_BITS")]
+    pub compression_client_window_bits: Option<u8>,
     /// Path of the Server-Sent Events endpoint.
     #[arg(long, env = "CLARION_SSE_PATH")]
     pub sse_path: Option<String>,
@@ -154,6 +169,11 @@ impl ServeArgs {
             handshake_timeout,
             shutdown_timeout,
             ws_path,
+            compression,
+            compression_threshold,
+            compression_level,
+            compression_window_bits,
+            compression_client_window_bits,
             sse_path,
             poll_path,
             stream_path,

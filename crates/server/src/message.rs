@@ -8,7 +8,8 @@ use std::sync::{Arc, OnceLock};
 use base64::Engine as _;
 use clarion_proto::http1::write_chunk;
 use clarion_proto::sse;
-use clarion_proto::ws::frame::encode_frame;
+use clarion_proto::ws::deflate;
+use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
 use clarion_proto::ws::{DataKind, OpCode};
 
 /// The shared encodings of a message, besides its plain WebSocket frame.
@@ -45,6 +46,27 @@ pub struct Published {
     /// The payload as a complete WebSocket frame, sent to plain WebSocket subscribers.
     pub frame: Arc<[u8]>,
     encoded: [OnceLock<Arc<[u8]>>; ENCODINGS],
+    /// Frames compressed for permessage-deflate subscribers: (plain, envelope) × (15-bit,
+    /// 9-bit window). Boxed, so a message nobody compresses pays 8 bytes for them.
+    deflated: OnceLock<Box<Deflated>>,
+}
+
+/// The compressed frames of one message, each built on first use.
+#[derive(Default)]
+struct Deflated {
+    plain15: OnceLock<Arc<[u8]>>,
+    plain9: OnceLock<Arc<[u8]>>,
+    envelope15: OnceLock<Arc<[u8]>>,
+    envelope9: OnceLock<Arc<[u8]>>,
+}
+
+/// How shared compressed frames are made (from the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeflateSettings {
+    /// Payloads shorter than this are not compressed.
+    pub threshold: usize,
+    /// zlib level.
+    pub level: u32,
 }
 
 impl Published {
@@ -71,6 +93,7 @@ impl Published {
             at,
             frame: encode_frame(opcode, payload).into(),
             encoded: Default::default(),
+            deflated: OnceLock::new(),
         }
     }
 
@@ -106,6 +129,29 @@ impl Published {
             Encoding::RawChunk => &self.encoded[4],
         };
         slot.get_or_init(|| self.build(which))
+    }
+
+    /// The frame a permessage-deflate subscriber gets: the plain payload (or the envelope when
+    /// `envelope`) compressed once, without context, with a 15-bit window (or a 9-bit one when
+    /// `small_window`, valid for any negotiated limit from 9 bits up), RSV1 set. Built on first
+    /// use and shared by every such subscriber. A payload under the threshold, or one that does
+    /// not shrink, is sent as the uncompressed frame instead (RFC 7692 lets each message choose).
+    pub fn deflated(&self, envelope: bool, small_window: bool, s: &DeflateSettings) -> &Arc<[u8]> {
+        let slots = self.deflated.get_or_init(Default::default);
+        let slot = match (envelope, small_window) {
+            (false, false) => &slots.plain15,
+            (false, true) => &slots.plain9,
+            (true, false) => &slots.envelope15,
+            (true, true) => &slots.envelope9,
+        };
+        slot.get_or_init(|| {
+            let (base, opcode) = if envelope {
+                (self.encoded(Encoding::WsEnvelope), OpCode::Text)
+            } else {
+                (&self.frame, opcode_of(self.kind))
+            };
+            compress_frame(base, opcode, if small_window { 9 } else { 15 }, s)
+        })
     }
 
     fn build(&self, which: Encoding) -> Arc<[u8]> {
@@ -176,6 +222,34 @@ impl Published {
 pub fn push_json_str(out: &mut String, s: &str) {
     // Serializing a string cannot fail.
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+fn opcode_of(kind: DataKind) -> OpCode {
+    match kind {
+        DataKind::Text => OpCode::Text,
+        DataKind::Binary => OpCode::Binary,
+    }
+}
+
+/// `frame` (a complete uncompressed frame of `opcode`) compressed on its own, or `frame` itself
+/// when its payload is under the threshold or would not shrink (with a threshold of 0 every
+/// message is compressed).
+pub fn compress_frame(
+    frame: &Arc<[u8]>,
+    opcode: OpCode,
+    window_bits: u8,
+    s: &DeflateSettings,
+) -> Arc<[u8]> {
+    let payload = frame_payload(frame);
+    if payload.len() < s.threshold {
+        return Arc::clone(frame);
+    }
+    let z = deflate::compress_message(payload, window_bits, s.level);
+    // A threshold of 0 means "compress everything", even what does not shrink.
+    if s.threshold > 0 && z.len() >= payload.len() {
+        return Arc::clone(frame);
+    }
+    encode_compressed_frame(opcode, &z).into()
 }
 
 /// The payload of an encoded server frame (unmasked, so only the length field varies).

@@ -97,10 +97,23 @@ impl FrameError {
     }
 }
 
-/// Parses a frame header at the start of `buf`; `Ok(None)` if more bytes are needed.
+/// Parses a frame header at the start of `buf`; `Ok(None)` if more bytes are needed. Any RSV
+/// bit is an error (no extension negotiated).
 pub fn parse_header(
     buf: &[u8],
     require_mask: bool,
+    max_payload: u64,
+) -> Result<Option<FrameHeader>, FrameError> {
+    parse_header_with(buf, require_mask, false, max_payload)
+}
+
+/// Like [`parse_header`], but RSV1 may be set on data frames when `allow_rsv1` (a negotiated
+/// permessage-deflate marks compressed messages with it, RFC 7692 section 6). RSV1 on a control
+/// frame, RSV2 and RSV3 are always errors.
+pub fn parse_header_with(
+    buf: &[u8],
+    require_mask: bool,
+    allow_rsv1: bool,
     max_payload: u64,
 ) -> Result<Option<FrameHeader>, FrameError> {
     let (b0, b1) = match buf {
@@ -111,7 +124,8 @@ pub fn parse_header(
     let rsv = (b0 >> 4) & 0x7;
     let raw_op = b0 & 0x0f;
     let opcode = OpCode::from_u8(raw_op).ok_or(FrameError::ReservedOpcode(raw_op))?;
-    if rsv != 0 {
+    let rsv1_ok = allow_rsv1 && !opcode.is_control();
+    if rsv & 0b011 != 0 || (rsv & 0b100 != 0 && !rsv1_ok) {
         return Err(FrameError::ReservedBits);
     }
     let masked = b1 & 0x80 != 0;
@@ -204,6 +218,16 @@ pub fn encode_header(out: &mut [u8; 10], fin: bool, rsv1: bool, opcode: OpCode, 
         out[2..10].copy_from_slice(&len.to_be_bytes());
         10
     }
+}
+
+/// A complete unmasked frame with RSV1 set: a message compressed with permessage-deflate.
+pub fn encode_compressed_frame(opcode: OpCode, compressed: &[u8]) -> Vec<u8> {
+    let mut head = [0u8; 10];
+    let n = encode_header(&mut head, true, true, opcode, compressed.len() as u64);
+    let mut out = Vec::with_capacity(n + compressed.len());
+    out.extend_from_slice(head.get(..n).unwrap_or_default());
+    out.extend_from_slice(compressed);
+    out
 }
 
 /// A complete unmasked frame, header and payload, in a Vec of exactly that size.

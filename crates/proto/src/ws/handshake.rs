@@ -15,7 +15,8 @@ pub struct Upgrade<'a> {
     pub key: &'a [u8],
     /// Offered subprotocols, in the client's order of preference.
     pub protocols: Vec<&'a str>,
-    /// Names of offered extensions (parameters stripped).
+    /// Offered extensions, one element of `Sec-WebSocket-Extensions` each, parameters
+    /// included (`permessage-deflate; client_max_window_bits`), in the client's order.
     pub extensions: Vec<&'a str>,
 }
 
@@ -89,7 +90,7 @@ pub fn validate<'a>(head: &RequestHead<'a>) -> Result<Upgrade<'a>, HandshakeErro
     Ok(Upgrade {
         key,
         protocols: list(head, "sec-websocket-protocol"),
-        extensions: extension_names(head),
+        extensions: list(head, "sec-websocket-extensions"),
     })
 }
 
@@ -101,14 +102,6 @@ fn list<'a>(head: &RequestHead<'a>, name: &str) -> Vec<&'a str> {
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .collect()
-}
-
-fn extension_names<'a>(head: &RequestHead<'a>) -> Vec<&'a str> {
-    list(head, "sec-websocket-extensions")
-        .into_iter()
-        .map(|e| e.split(';').next().unwrap_or(e).trim())
-        .filter(|e| !e.is_empty())
         .collect()
 }
 
@@ -124,7 +117,12 @@ pub fn accept_key(key: &[u8]) -> [u8; 28] {
 }
 
 /// Appends the `101 Switching Protocols` response for `key`, selecting `protocol` if given.
-pub fn write_accept(out: &mut Vec<u8>, key: &[u8], protocol: Option<&str>) {
+pub fn write_accept(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    protocol: Option<&str>,
+    extensions: Option<&str>,
+) {
     let accept = accept_key(key);
     let accept = std::str::from_utf8(&accept).unwrap_or_default();
     let mut headers = vec![
@@ -134,6 +132,9 @@ pub fn write_accept(out: &mut Vec<u8>, key: &[u8], protocol: Option<&str>) {
     ];
     if let Some(p) = protocol {
         headers.push(("Sec-WebSocket-Protocol", p));
+    }
+    if let Some(e) = extensions {
+        headers.push(("Sec-WebSocket-Extensions", e));
     }
     write_response_head(out, 101, &headers, None);
 }
@@ -179,7 +180,7 @@ mod tests {
         ))
         .expect("valid");
         assert_eq!(p, ["clarion.v1", "chat", "x"]);
-        assert_eq!(e, ["permessage-deflate", "foo"]);
+        assert_eq!(e, ["permessage-deflate; client_max_window_bits", "foo"]);
     }
 
     #[test]
@@ -236,7 +237,7 @@ mod tests {
     #[test]
     fn accept_response() {
         let mut out = Vec::new();
-        write_accept(&mut out, KEY.as_bytes(), Some("clarion.v1"));
+        write_accept(&mut out, KEY.as_bytes(), Some("clarion.v1"), None);
         let text = String::from_utf8(out).expect("ascii");
         assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"));
         assert!(text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));

@@ -7,6 +7,7 @@
 //!   (fragmentation, interleaved control frames, incremental UTF-8 validation, size limits).
 
 pub mod close;
+pub mod deflate;
 pub mod frame;
 pub mod handshake;
 pub mod receiver;

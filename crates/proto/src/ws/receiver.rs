@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use super::close::{parse_close, CloseCode, CloseError};
-use super::frame::{apply_mask, parse_header, FrameError, OpCode};
+use super::frame::{apply_mask, parse_header, parse_header_with, FrameError, OpCode};
 
 /// Whether a data message is text or binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +27,11 @@ pub enum Event<'a> {
     Message {
         /// Text or binary.
         kind: DataKind,
-        /// The unmasked payload (valid UTF-8 for text).
+        /// The unmasked payload: valid UTF-8 for uncompressed text; for a compressed message,
+        /// the deflate data, which the caller inflates and then validates.
         payload: Cow<'a, [u8]>,
+        /// The first frame had RSV1 set under a negotiated permessage-deflate.
+        compressed: bool,
     },
     /// A Ping with its payload; the caller answers with a Pong carrying the same payload.
     Ping(&'a [u8]),
@@ -61,6 +64,8 @@ pub struct Limits {
     pub max_message: usize,
     /// Refuse unmasked frames (always true for a server talking to clients).
     pub require_mask: bool,
+    /// permessage-deflate was negotiated: RSV1 on a message's first frame marks it compressed.
+    pub deflate: bool,
 }
 
 /// Per-connection receive state.
@@ -72,6 +77,7 @@ pub struct Receiver {
 #[derive(Debug)]
 struct Fragmented {
     kind: DataKind,
+    compressed: bool,
     buf: Vec<u8>,
     /// For text: `buf[..utf8_valid_upto]` is known to be valid UTF-8; the rest is the start of
     /// a character split across fragments.
@@ -89,6 +95,8 @@ const EXPECTED_CONTINUATION: Violation = Violation::new(
 const BAD_UTF8: Violation =
     Violation::new(CloseCode::InvalidPayload, "invalid UTF-8 in text message");
 const TOO_BIG: Violation = Violation::new(CloseCode::TooBig, "message too big");
+const RSV1_ON_CONTINUATION: Violation =
+    Violation::new(CloseCode::Protocol, "RSV1 set on a continuation frame");
 
 fn frame_violation(e: FrameError) -> Violation {
     let reason = match e {
@@ -135,7 +143,7 @@ impl Receiver {
         buf: &'a mut [u8],
         limits: &Limits,
     ) -> Result<Option<(usize, Option<Event<'a>>)>, Violation> {
-        let header = match parse_header(buf, limits.require_mask, u64::MAX) {
+        let header = match parse_header_with(buf, limits.require_mask, limits.deflate, u64::MAX) {
             Ok(Some(h)) => h,
             Ok(None) => return Ok(None),
             Err(e) => return Err(frame_violation(e)),
@@ -145,6 +153,10 @@ impl Receiver {
         match (header.opcode, already) {
             (OpCode::Continuation, None) => return Err(UNEXPECTED_CONTINUATION),
             (OpCode::Text | OpCode::Binary, Some(_)) => return Err(EXPECTED_CONTINUATION),
+            // RFC 7692 6.1: RSV1 belongs to a message's first frame only.
+            (OpCode::Continuation, Some(_)) if header.rsv & 0b100 != 0 => {
+                return Err(RSV1_ON_CONTINUATION)
+            }
             _ => {}
         }
         if !header.opcode.is_control()
@@ -176,22 +188,28 @@ impl Receiver {
                 } else {
                     DataKind::Binary
                 };
+                let compressed = header.rsv & 0b100 != 0;
+                // Compressed text is validated after inflating, by the caller.
+                let check_utf8 = kind == DataKind::Text && !compressed;
                 if header.fin {
-                    if kind == DataKind::Text && std::str::from_utf8(payload).is_err() {
+                    if check_utf8 && std::str::from_utf8(payload).is_err() {
                         return Err(BAD_UTF8);
                     }
                     Some(Event::Message {
                         kind,
                         payload: Cow::Borrowed(payload),
+                        compressed,
                     })
                 } else {
-                    let utf8_valid_upto = match kind {
-                        DataKind::Text => validate_utf8_prefix(payload, 0)?,
-                        DataKind::Binary => 0,
+                    let utf8_valid_upto = if check_utf8 {
+                        validate_utf8_prefix(payload, 0)?
+                    } else {
+                        0
                     };
                     let buf = payload.to_vec();
                     self.frag = Some(Box::new(Fragmented {
                         kind,
+                        compressed,
                         buf,
                         utf8_valid_upto,
                     }));
@@ -203,7 +221,7 @@ impl Receiver {
                     return Err(UNEXPECTED_CONTINUATION);
                 };
                 frag.buf.extend_from_slice(payload);
-                if frag.kind == DataKind::Text {
+                if frag.kind == DataKind::Text && !frag.compressed {
                     frag.utf8_valid_upto = validate_utf8_prefix(&frag.buf, frag.utf8_valid_upto)?;
                     if header.fin && frag.utf8_valid_upto != frag.buf.len() {
                         return Err(BAD_UTF8);
@@ -211,10 +229,16 @@ impl Receiver {
                 }
                 if header.fin {
                     self.frag.take().map(|f| {
-                        let Fragmented { kind, buf, .. } = *f;
+                        let Fragmented {
+                            kind,
+                            buf,
+                            compressed,
+                            ..
+                        } = *f;
                         Event::Message {
                             kind,
                             payload: Cow::Owned(buf),
+                            compressed,
                         }
                     })
                 } else {
@@ -247,6 +271,11 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_message: 1 << 20,
         require_mask: true,
+        deflate: false,
+    };
+    const DEFLATE: Limits = Limits {
+        deflate: true,
+        ..LIMITS
     };
     const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 
@@ -272,6 +301,7 @@ mod tests {
     #[derive(Debug, PartialEq, Eq)]
     enum Got {
         Msg(DataKind, Vec<u8>),
+        Zipped(DataKind, Vec<u8>),
         Ping(Vec<u8>),
         Pong(Vec<u8>),
         Close(Option<(u16, String)>),
@@ -299,9 +329,16 @@ mod tests {
                 Ok(Some((n, ev))) => {
                     got.push(match ev {
                         None => Got::Fragment,
-                        Some(Event::Message { kind, payload }) => {
-                            Got::Msg(kind, payload.into_owned())
-                        }
+                        Some(Event::Message {
+                            kind,
+                            payload,
+                            compressed: false,
+                        }) => Got::Msg(kind, payload.into_owned()),
+                        Some(Event::Message {
+                            kind,
+                            payload,
+                            compressed: true,
+                        }) => Got::Zipped(kind, payload.into_owned()),
                         Some(Event::Ping(p)) => Got::Ping(p.to_vec()),
                         Some(Event::Pong(p)) => Got::Pong(p.to_vec()),
                         Some(Event::Close(c)) => {
@@ -554,10 +591,49 @@ mod tests {
     }
 
     #[test]
+    fn rsv1_marks_compressed_messages_only_when_negotiated() {
+        let mut zipped = frame(true, 1, b"\xff\x00 not utf-8: inflated later");
+        zipped[0] |= 0x40;
+        // Without the extension, RSV1 is a protocol error.
+        let (_, err) = run(&mut Receiver::default(), &zipped, &LIMITS);
+        assert_eq!(err.map(|v| v.code), Some(CloseCode::Protocol));
+        // With it, the message comes out compressed and unvalidated.
+        let (got, err) = run(&mut Receiver::default(), &zipped, &DEFLATE);
+        assert_eq!(err, None);
+        assert!(matches!(&got[..], [Got::Zipped(DataKind::Text, _)]));
+        // Fragmented: RSV1 on the first frame only.
+        let mut first = frame(false, 2, b"ab");
+        first[0] |= 0x40;
+        let mut input = first.clone();
+        input.extend(frame(true, 0, b"cd"));
+        let (got, err) = run(&mut Receiver::default(), &input, &DEFLATE);
+        assert_eq!(err, None);
+        assert_eq!(got[1], Got::Zipped(DataKind::Binary, b"abcd".to_vec()));
+        let mut bad_cont = frame(true, 0, b"cd");
+        bad_cont[0] |= 0x40;
+        let mut input = first;
+        input.extend(bad_cont);
+        let (_, err) = run(&mut Receiver::default(), &input, &DEFLATE);
+        assert_eq!(err.map(|v| v.code), Some(CloseCode::Protocol));
+        // Never on control frames, and RSV2/RSV3 stay reserved.
+        for (op, bits) in [(9u8, 0x40u8), (1, 0x20), (1, 0x10)] {
+            let mut f = frame(true, op, b"x");
+            f[0] |= bits;
+            let (_, err) = run(&mut Receiver::default(), &f, &DEFLATE);
+            assert_eq!(
+                err.map(|v| v.code),
+                Some(CloseCode::Protocol),
+                "{op} {bits:#x}"
+            );
+        }
+    }
+
+    #[test]
     fn size_limit_across_fragments() {
         let limits = Limits {
             max_message: 10,
             require_mask: true,
+            deflate: false,
         };
         let mut input = frame(false, 2, &[1; 6]);
         input.extend(frame(true, 0, &[2; 4]));
@@ -627,6 +703,7 @@ mod tests {
         let limits = Limits {
             max_message: 64,
             require_mask: false,
+            deflate: x & 1 == 1,
         };
         for _ in 0..50_000 {
             let mut buf = Vec::new();

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use clarion_proto::http1::{self, Body, RequestHead};
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake::{self, HandshakeError};
-use clarion_proto::ws::OpCode;
+use clarion_proto::ws::{deflate, OpCode};
 use clarion_proto::{event_id, sse};
 
-use super::conn::{State, ECHO, ENVELOPE, JSON, KEEP, RAW};
+use super::conn::{Ext, State, DEFLATE, ECHO, ENVELOPE, JSON, KEEP, RAW};
 use super::{PollHold, Worker};
 use crate::hub::{validate_topic, Since, Subscribed};
 use crate::log;
@@ -169,8 +169,18 @@ impl Worker {
                 timeout: None,
             },
         };
-        let mut out = Vec::with_capacity(160);
-        handshake::write_accept(&mut out, upgrade.key, envelope.then_some(ENVELOPE_PROTOCOL));
+        let deflate = self
+            .shared
+            .config
+            .deflate_policy()
+            .and_then(|policy| deflate::negotiate(&upgrade.extensions, &policy));
+        let mut out = Vec::with_capacity(256);
+        handshake::write_accept(
+            &mut out,
+            upgrade.key,
+            envelope.then_some(ENVELOPE_PROTOCOL),
+            deflate.as_ref().map(|(_, answer)| answer.as_str()),
+        );
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
@@ -181,6 +191,10 @@ impl Worker {
             _ if envelope => ENVELOPE,
             _ => 0,
         };
+        if let Some((agreed, _)) = &deflate {
+            conn.flags |= DEFLATE;
+            conn.ext = Ext::new(agreed);
+        }
         let m = &self.shared.metrics;
         m.http_connections.fetch_sub(1, Relaxed);
         m.ws_connections.fetch_add(1, Relaxed);

@@ -124,6 +124,13 @@ pub struct Worker {
     stream_keepalive: Arc<[u8]>,
     /// Held long-polls, by slab key. Only polls pay for this entry, not idle connections.
     polls: HashMap<u32, PollHold>,
+    /// Inflaters of clients that compress with context takeover, created when such a client
+    /// first sends a compressed message.
+    inflaters: HashMap<u32, clarion_proto::ws::deflate::Inflater>,
+    /// Dedicated-mode compressors, created at a connection's first compressed delivery.
+    deflaters: HashMap<u32, flate2::Compress>,
+    /// How shared compressed frames are made.
+    deflate_settings: crate::message::DeflateSettings,
     /// Recycled vector for inbox swaps.
     spare: Vec<Arc<Published>>,
     /// Connections whose read budget ran out; read again next iteration.
@@ -147,6 +154,10 @@ impl Worker {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let read_buf = vec![0; shared.config.read_buffer];
+        let deflate_settings = crate::message::DeflateSettings {
+            threshold: shared.config.compression_threshold,
+            level: shared.config.compression_level,
+        };
         Ok(Worker {
             id,
             poll,
@@ -171,6 +182,9 @@ impl Worker {
                 v.into()
             },
             polls: HashMap::new(),
+            inflaters: HashMap::new(),
+            deflaters: HashMap::new(),
+            deflate_settings,
             spare: Vec::new(),
             more_to_read: Vec::new(),
             accept_blocked: false,
@@ -560,7 +574,7 @@ impl Worker {
     /// connection leaves every topic now, and is dropped once the peer has read and closed.
     fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
         self.leave_all_topics(k);
-        self.polls.remove(&k);
+        self.forget_side_state(k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
@@ -594,10 +608,17 @@ impl Worker {
         self.start_closing(k, Some(frame.into()), reason);
     }
 
+    /// Drops what a connection may hold outside its record (a held poll, compression state).
+    fn forget_side_state(&mut self, k: u32) {
+        self.polls.remove(&k);
+        self.inflaters.remove(&k);
+        self.deflaters.remove(&k);
+    }
+
     /// Removes a connection at once (EOF, reset, or end of closing).
     fn drop_conn(&mut self, k: u32, reason: CloseReason) {
         self.leave_all_topics(k);
-        self.polls.remove(&k);
+        self.forget_side_state(k);
         let Some(conn) = self.conns.try_remove(k as usize) else {
             return;
         };

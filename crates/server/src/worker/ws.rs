@@ -1,20 +1,22 @@
 //! WebSocket connections in the loop: frames in (through `clarion_proto`'s receiver), control
 //! messages, echo, automatic pongs, the close handshake, and deliveries of published messages.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use base64::Engine as _;
 use clarion_proto::ws::close::encode_close_frame;
-use clarion_proto::ws::frame::encode_frame;
+use clarion_proto::ws::deflate::{self, InflateError, Inflater};
+use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
 use clarion_proto::ws::receiver::Limits;
 use clarion_proto::ws::{CloseCode, DataKind, Event, OpCode};
 
-use super::conn::{State, ECHO, ENVELOPE, JSON, RAW};
+use super::conn::{State, DEFLATE, ECHO, ENVELOPE, JSON, RAW};
 use super::Worker;
 use crate::control::{self, Reply, Request};
 use crate::hub::{validate_topic, Outgoing, Since, Subscribed};
 use crate::log;
-use crate::message::{Encoding, Published};
+use crate::message::{compress_frame, frame_payload, DeflateSettings, Encoding, Published};
 use crate::metrics::CloseReason;
 
 impl Worker {
@@ -27,6 +29,7 @@ impl Worker {
         let limits = Limits {
             max_message: self.shared.config.max_message_size,
             require_mask: true,
+            deflate: conn.has(DEFLATE),
         };
         let mut pos = 0;
         loop {
@@ -69,17 +72,34 @@ impl Worker {
     }
 
     fn on_event(&mut self, k: u32, event: Event<'_>) {
-        let Some(conn) = self.conns.get(k as usize) else {
+        if !self.conns.contains(k as usize) {
             return;
-        };
+        }
         match event {
-            Event::Message { kind, payload } => {
+            Event::Message {
+                kind,
+                payload,
+                compressed,
+            } => {
+                let payload = if compressed {
+                    match self.inflate(k, kind, &payload) {
+                        Some(p) => Cow::Owned(p),
+                        None => return, // the connection is closing
+                    }
+                } else {
+                    payload
+                };
+                let Some(conn) = self.conns.get(k as usize) else {
+                    return;
+                };
                 if conn.has(ECHO) {
                     let op = match kind {
                         DataKind::Text => OpCode::Text,
                         DataKind::Binary => OpCode::Binary,
                     };
-                    self.send(k, &Arc::from(encode_frame(op, &payload)));
+                    let frame: Arc<[u8]> = encode_frame(op, &payload).into();
+                    let frame = self.compress_for(k, &frame, op);
+                    self.send(k, &frame);
                 } else if kind == DataKind::Binary {
                     self.close_ws(
                         k,
@@ -269,6 +289,79 @@ impl Worker {
         }
     }
 
+    /// Inflates a compressed message (RFC 7692) under the message size limit, and checks text
+    /// is UTF-8. On failure the connection is closed (1009 over the limit, 1007 for corrupt
+    /// data or text that is not UTF-8) and `None` returned.
+    fn inflate(&mut self, k: u32, kind: DataKind, data: &[u8]) -> Option<Vec<u8>> {
+        let ext = self.conns.get(k as usize)?.ext;
+        let max = self.shared.config.max_message_size;
+        let inflated = if ext.client_keeps_context() {
+            // The client compresses with context: its window must outlive the message.
+            let inf = self
+                .inflaters
+                .entry(k)
+                .or_insert_with(|| Inflater::new(ext.client_window_bits()));
+            let mut out = Vec::new();
+            inf.inflate(data, max, &mut out).map(|()| out)
+        } else {
+            deflate::inflate_message(data, ext.client_window_bits(), max)
+        };
+        let (code, why, reason) = match inflated {
+            Ok(out) if kind == DataKind::Binary || std::str::from_utf8(&out).is_ok() => {
+                return Some(out)
+            }
+            Ok(_) => (
+                CloseCode::InvalidPayload,
+                "invalid UTF-8 in text message",
+                CloseReason::ProtocolError,
+            ),
+            Err(InflateError::TooBig) => {
+                (CloseCode::TooBig, "message too big", CloseReason::TooBig)
+            }
+            Err(InflateError::Corrupt) => (
+                CloseCode::InvalidPayload,
+                "invalid compressed data",
+                CloseReason::ProtocolError,
+            ),
+        };
+        log::debug(format_args!("websocket violation: {why}"));
+        self.close_ws(k, code, why, reason);
+        None
+    }
+
+    /// `frame` as connection `k` should receive it: compressed when it negotiated
+    /// permessage-deflate (with its own context in dedicated mode), else unchanged.
+    fn compress_for(&mut self, k: u32, frame: &Arc<[u8]>, opcode: OpCode) -> Arc<[u8]> {
+        let Some(conn) = self.conns.get(k as usize) else {
+            return Arc::clone(frame);
+        };
+        if !conn.has(DEFLATE) {
+            return Arc::clone(frame);
+        }
+        let ext = conn.ext;
+        let settings = self.deflate_settings;
+        if !ext.dedicated() {
+            let bits = if ext.small_server_window() { 9 } else { 15 };
+            return compress_frame(frame, opcode, bits, &settings);
+        }
+        let payload = frame_payload(frame);
+        if payload.len() < settings.threshold {
+            return Arc::clone(frame);
+        }
+        let bits = if ext.small_server_window() {
+            9
+        } else {
+            self.shared.config.compression_window_bits
+        };
+        let c = self
+            .deflaters
+            .entry(k)
+            .or_insert_with(|| deflate::dedicated_compressor(bits, settings.level));
+        // Sent compressed even when it does not shrink: the context now holds it.
+        let z = deflate::compress_with(c, payload);
+        encode_compressed_frame(opcode, &z).into()
+    }
+
     fn reply(&mut self, k: u32, reply: &Reply<'_>) {
         let frame = encode_frame(OpCode::Text, reply.to_json().as_bytes());
         self.send(k, &Arc::from(frame));
@@ -350,13 +443,21 @@ impl Worker {
                 let Some(conn) = self.conns.get_mut(k as usize) else {
                     continue;
                 };
-                let encoding = match conn.state {
-                    State::Ws if conn.has(ENVELOPE) => Some(Encoding::WsEnvelope),
-                    State::Ws => None,
-                    State::Sse if conn.has(JSON) => Some(Encoding::SseJson),
-                    State::Sse => Some(Encoding::Sse),
-                    State::Stream if conn.has(RAW) => Some(Encoding::RawChunk),
-                    State::Stream => Some(Encoding::NdjsonChunk),
+                let envelope = conn.has(ENVELOPE);
+                let form = match conn.state {
+                    State::Ws if conn.has(DEFLATE) && conn.ext.dedicated() => {
+                        Form::Dedicated { envelope }
+                    }
+                    State::Ws if conn.has(DEFLATE) => Form::Deflated {
+                        envelope,
+                        small_window: conn.ext.small_server_window(),
+                    },
+                    State::Ws if envelope => Form::Shared(Encoding::WsEnvelope),
+                    State::Ws => Form::Frame,
+                    State::Sse if conn.has(JSON) => Form::Shared(Encoding::SseJson),
+                    State::Sse => Form::Shared(Encoding::Sse),
+                    State::Stream if conn.has(RAW) => Form::Shared(Encoding::RawChunk),
+                    State::Stream => Form::Shared(Encoding::NdjsonChunk),
                     State::Poll => {
                         polls.push(k);
                         continue;
@@ -367,11 +468,27 @@ impl Worker {
                     // Output counts as activity for the keep-alive timer of HTTP streams.
                     conn.last_seen = self.now;
                 }
-                if let [msg] = run {
-                    self.deliver(k, pick(msg, encoding));
+                let settings = self.deflate_settings;
+                if let Form::Dedicated { envelope } = form {
+                    // Compressed for this connection alone, in order, with its own context.
+                    let own: Vec<Arc<[u8]>> = run
+                        .iter()
+                        .map(|m| {
+                            let (base, op) = if envelope {
+                                (m.encoded(Encoding::WsEnvelope), OpCode::Text)
+                            } else {
+                                (&m.frame, opcode_of(m.kind))
+                            };
+                            self.compress_for(k, base, op)
+                        })
+                        .collect();
+                    let refs: Vec<&Arc<[u8]>> = own.iter().collect();
+                    self.deliver_all(k, &refs);
+                } else if let [msg] = run {
+                    self.deliver(k, pick(msg, form, &settings));
                 } else {
                     frames.clear();
-                    frames.extend(run.iter().map(|m| pick(m, encoding)));
+                    frames.extend(run.iter().map(|m| pick(m, form, &settings)));
                     self.deliver_all(k, &frames);
                 }
                 self.tally.delivered += run.len() as u64;
@@ -390,10 +507,35 @@ impl Worker {
     }
 }
 
-/// The bytes of `m` a subscriber gets: its plain frame, or one of its shared encodings.
-fn pick(m: &Published, encoding: Option<Encoding>) -> &Arc<[u8]> {
-    match encoding {
-        Some(e) => m.encoded(e),
-        None => &m.frame,
+/// What a subscriber gets of each message.
+#[derive(Clone, Copy)]
+enum Form {
+    /// The plain WebSocket frame.
+    Frame,
+    /// One of the shared encodings.
+    Shared(Encoding),
+    /// The shared permessage-deflate frame (of the payload, or of the envelope).
+    Deflated { envelope: bool, small_window: bool },
+    /// Compressed for this connection alone (dedicated mode).
+    Dedicated { envelope: bool },
+}
+
+/// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per
+/// connection and handled by the caller).
+fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc<[u8]> {
+    match form {
+        Form::Frame | Form::Dedicated { .. } => &m.frame,
+        Form::Shared(e) => m.encoded(e),
+        Form::Deflated {
+            envelope,
+            small_window,
+        } => m.deflated(envelope, small_window, settings),
+    }
+}
+
+fn opcode_of(kind: DataKind) -> OpCode {
+    match kind {
+        DataKind::Text => OpCode::Text,
+        DataKind::Binary => OpCode::Binary,
     }
 }

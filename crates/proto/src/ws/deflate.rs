@@ -1,0 +1,437 @@
+//! permessage-deflate (RFC 7692): negotiating the extension, and compressing and inflating
+//! single messages.
+//!
+//! Clarion's model: the server compresses a published message **once**, without context
+//! takeover, and sends the same bytes to every subscriber that negotiated the extension
+//! (`server_no_context_takeover` is always in the answer in that mode). Clients are asked not to
+//! keep context either (`client_no_context_takeover`, when they offer it), so that no inflate
+//! window outlives a message on an idle connection; when a client keeps context (browsers do),
+//! the caller keeps an [`Inflater`] for it, with the smallest window the client agreed to.
+
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+
+/// The empty stored block a sync flush ends with; RFC 7692 7.2.1 strips it from every message
+/// and the receiver puts it back.
+const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
+
+/// What the server is willing to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Let the server keep compression context across messages (dedicated mode). When false,
+    /// every answer carries `server_no_context_takeover`.
+    pub server_context_takeover: bool,
+    /// The window the server asks clients to compress with, when they let it choose (8..=15).
+    /// Smaller means less memory for the inflater of a client that keeps context.
+    pub client_max_window_bits: u8,
+}
+
+/// The parameters both sides agreed on for one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Agreed {
+    /// The server compresses each message on its own.
+    pub server_no_context_takeover: bool,
+    /// The client compresses each message on its own: no inflate state between messages.
+    pub client_no_context_takeover: bool,
+    /// Largest LZ77 window the server may use, 9..=15.
+    pub server_max_window_bits: u8,
+    /// Largest window the client uses, 8..=15: what the inflater needs.
+    pub client_max_window_bits: u8,
+}
+
+/// One `permessage-deflate` offer, parsed.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Offer {
+    server_no_context_takeover: bool,
+    client_no_context_takeover: bool,
+    server_max_window_bits: Option<u8>,
+    /// `Some(None)`: offered without a value (the server may choose).
+    client_max_window_bits: Option<Option<u8>>,
+}
+
+/// Parses one element of `Sec-WebSocket-Extensions`. `None` when it is not permessage-deflate
+/// or breaks RFC 7692 7.1 (unknown or repeated parameter, bad value): such offers are declined.
+fn parse_offer(element: &str) -> Option<Offer> {
+    let mut parts = element.split(';').map(str::trim);
+    if !parts.next()?.eq_ignore_ascii_case("permessage-deflate") {
+        return None;
+    }
+    let mut o = Offer::default();
+    let mut seen = [false; 4];
+    for p in parts {
+        let (name, value) = match p.split_once('=') {
+            Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
+            None => (p, None),
+        };
+        let i = match name.to_ascii_lowercase().as_str() {
+            "server_no_context_takeover" if value.is_none() => {
+                o.server_no_context_takeover = true;
+                0
+            }
+            "client_no_context_takeover" if value.is_none() => {
+                o.client_no_context_takeover = true;
+                1
+            }
+            "server_max_window_bits" => {
+                o.server_max_window_bits = Some(window_bits(value?)?);
+                2
+            }
+            "client_max_window_bits" => {
+                o.client_max_window_bits = Some(match value {
+                    None => None,
+                    Some(v) => Some(window_bits(v)?),
+                });
+                3
+            }
+            _ => return None,
+        };
+        if std::mem::replace(seen.get_mut(i)?, true) {
+            return None;
+        }
+    }
+    Some(o)
+}
+
+/// `8`..=`15`, digits only (RFC 7692 7.1.2.1).
+fn window_bits(v: &str) -> Option<u8> {
+    if v.is_empty() || v.len() > 2 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok().filter(|b| (8..=15).contains(b))
+}
+
+/// Picks the first acceptable offer among `offers` (elements of `Sec-WebSocket-Extensions`, in
+/// the client's order) and returns what was agreed with the header value to answer. `None`:
+/// no compression on this connection.
+///
+/// An offer limiting the server's window to 8 bits is declined: raw deflate encoders cannot
+/// guarantee a 256-byte window, and RFC 7692 lets a server decline what it cannot honour.
+pub fn negotiate(offers: &[&str], policy: &Policy) -> Option<(Agreed, String)> {
+    for element in offers {
+        let Some(offer) = parse_offer(element) else {
+            continue;
+        };
+        let server_bits = offer.server_max_window_bits.unwrap_or(15);
+        if server_bits < 9 {
+            continue;
+        }
+        let mut answer = String::from("permessage-deflate");
+        let server_no_context_takeover =
+            offer.server_no_context_takeover || !policy.server_context_takeover;
+        if server_no_context_takeover {
+            answer.push_str("; server_no_context_takeover");
+        }
+        if offer.client_no_context_takeover {
+            answer.push_str("; client_no_context_takeover");
+        }
+        if let Some(bits) = offer.server_max_window_bits {
+            answer.push_str(&format!("; server_max_window_bits={bits}"));
+        }
+        let client_bits = match offer.client_max_window_bits {
+            // The client did not say it can limit its window: it uses 15.
+            None => 15,
+            Some(limit) => {
+                let bits = policy
+                    .client_max_window_bits
+                    .clamp(8, 15)
+                    .min(limit.unwrap_or(15));
+                if bits < limit.unwrap_or(15) || limit.is_some() {
+                    answer.push_str(&format!("; client_max_window_bits={bits}"));
+                }
+                bits
+            }
+        };
+        let agreed = Agreed {
+            server_no_context_takeover,
+            client_no_context_takeover: offer.client_no_context_takeover,
+            server_max_window_bits: server_bits,
+            client_max_window_bits: client_bits,
+        };
+        return Some((agreed, answer));
+    }
+    None
+}
+
+/// Compresses one whole message on its own (no context carried in or out) with an LZ77 window
+/// of `2^window_bits` bytes (9..=15), ready to be the payload of a frame with RSV1 set.
+pub fn compress_message(payload: &[u8], window_bits: u8, level: u32) -> Vec<u8> {
+    let mut c = Compress::new_with_window_bits(
+        Compression::new(level.min(9)),
+        false,
+        window_bits.clamp(9, 15),
+    );
+    compress_with(&mut c, payload)
+}
+
+/// Compresses one message with a compressor that may carry context from earlier messages
+/// (dedicated mode), ending with a sync flush whose 4-byte tail is removed.
+pub fn compress_with(c: &mut Compress, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() / 2 + 64);
+    let mut input = payload;
+    loop {
+        if out.capacity() - out.len() < 64 {
+            out.reserve(out.capacity().max(256));
+        }
+        let before = c.total_in();
+        let status = c.compress_vec(input, &mut out, FlushCompress::Sync);
+        let used = (c.total_in() - before) as usize;
+        input = input.get(used..).unwrap_or_default();
+        // A sync flush is complete when all input is taken and output space was left over.
+        if status.is_err() || (input.is_empty() && out.capacity() > out.len()) {
+            break;
+        }
+    }
+    if out.ends_with(&TAIL) {
+        out.truncate(out.len() - TAIL.len());
+    }
+    out
+}
+
+/// A dedicated-mode compressor: keeps context between the messages of one connection.
+pub fn dedicated_compressor(window_bits: u8, level: u32) -> Compress {
+    Compress::new_with_window_bits(
+        Compression::new(level.min(9)),
+        false,
+        window_bits.clamp(9, 15),
+    )
+}
+
+/// Why a compressed message could not be inflated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InflateError {
+    /// The inflated message is larger than the limit (close 1009): a zip bomb stops here.
+    TooBig,
+    /// Not valid deflate data (close 1007).
+    Corrupt,
+}
+
+/// Inflates client messages. Keep one per connection only when the client keeps context.
+pub struct Inflater {
+    d: Decompress,
+}
+
+impl Inflater {
+    /// An inflater for a client window of `2^window_bits` bytes (8..=15).
+    pub fn new(window_bits: u8) -> Inflater {
+        // zlib's raw inflate takes 9..=15; a 9-bit window decodes 8-bit streams too.
+        Inflater {
+            d: Decompress::new_with_window_bits(false, window_bits.clamp(9, 15)),
+        }
+    }
+
+    /// Inflates one message (its payloads joined, without the tail) and appends the result to
+    /// `out`, never letting `out` grow past `max` bytes.
+    pub fn inflate(
+        &mut self,
+        payload: &[u8],
+        max: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), InflateError> {
+        for part in [payload, &TAIL[..]] {
+            let mut input = part;
+            loop {
+                if out.len() >= max.saturating_add(1) {
+                    return Err(InflateError::TooBig);
+                }
+                let room = (max + 1 - out.len()).min(64 * 1024);
+                out.reserve(room);
+                let spare = out.capacity() - out.len();
+                let before_in = self.d.total_in();
+                let before_out = out.len();
+                let status = self
+                    .d
+                    .decompress_vec(input, out, FlushDecompress::Sync)
+                    .map_err(|_| InflateError::Corrupt)?;
+                let used = (self.d.total_in() - before_in) as usize;
+                input = input.get(used..).unwrap_or_default();
+                if out.len() > max {
+                    return Err(InflateError::TooBig);
+                }
+                let produced = out.len() - before_out;
+                let filled = produced == spare;
+                if matches!(status, Status::StreamEnd) {
+                    // A final block: nothing after it belongs to this message's stream.
+                    return Ok(());
+                }
+                if input.is_empty() && !filled {
+                    break;
+                }
+                if used == 0 && produced == 0 {
+                    return Err(InflateError::Corrupt);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Inflates one message with a fresh inflater (for clients without context takeover).
+pub fn inflate_message(
+    payload: &[u8],
+    window_bits: u8,
+    max: usize,
+) -> Result<Vec<u8>, InflateError> {
+    let mut out = Vec::new();
+    Inflater::new(window_bits).inflate(payload, max, &mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    const SHARED: Policy = Policy {
+        server_context_takeover: false,
+        client_max_window_bits: 15,
+    };
+
+    fn agree(offer: &str, policy: &Policy) -> Option<(Agreed, String)> {
+        negotiate(&[offer], policy)
+    }
+
+    #[test]
+    fn browser_offer_gets_shared_mode() {
+        // What Chrome and Firefox send.
+        let (a, answer) = agree("permessage-deflate; client_max_window_bits", &SHARED).unwrap();
+        assert_eq!(answer, "permessage-deflate; server_no_context_takeover");
+        assert!(a.server_no_context_takeover && !a.client_no_context_takeover);
+        assert_eq!(
+            (a.server_max_window_bits, a.client_max_window_bits),
+            (15, 15)
+        );
+    }
+
+    #[test]
+    fn small_client_window_is_requested_when_allowed() {
+        let p = Policy {
+            client_max_window_bits: 10,
+            ..SHARED
+        };
+        let (a, answer) = agree("permessage-deflate; client_max_window_bits", &p).unwrap();
+        assert!(answer.ends_with("client_max_window_bits=10"));
+        assert_eq!(a.client_max_window_bits, 10);
+        // Without the parameter in the offer the server must not send it.
+        let (a, answer) = agree("permessage-deflate", &p).unwrap();
+        assert!(!answer.contains("client_max_window_bits"));
+        assert_eq!(a.client_max_window_bits, 15);
+        // Never more than the client offered.
+        let (a, _) = agree("permessage-deflate; client_max_window_bits=9", &p).unwrap();
+        assert_eq!(a.client_max_window_bits, 9);
+    }
+
+    #[test]
+    fn all_four_parameters() {
+        let (a, answer) = agree(
+            "permessage-deflate; server_no_context_takeover; client_no_context_takeover; \
+             server_max_window_bits=10; client_max_window_bits=12",
+            &SHARED,
+        )
+        .unwrap();
+        assert_eq!(
+            answer,
+            "permessage-deflate; server_no_context_takeover; client_no_context_takeover; \
+             server_max_window_bits=10; client_max_window_bits=12"
+        );
+        assert_eq!(
+            a,
+            Agreed {
+                server_no_context_takeover: true,
+                client_no_context_takeover: true,
+                server_max_window_bits: 10,
+                client_max_window_bits: 12,
+            }
+        );
+    }
+
+    #[test]
+    fn dedicated_policy_keeps_context_unless_the_client_forbids_it() {
+        let p = Policy {
+            server_context_takeover: true,
+            ..SHARED
+        };
+        let (a, answer) = agree("permessage-deflate", &p).unwrap();
+        assert!(!a.server_no_context_takeover);
+        assert_eq!(answer, "permessage-deflate");
+        let (a, _) = agree("permessage-deflate; server_no_context_takeover", &p).unwrap();
+        assert!(a.server_no_context_takeover);
+    }
+
+    #[test]
+    fn invalid_offers_are_declined_and_the_next_one_tried() {
+        for bad in [
+            "permessage-deflate; server_max_window_bits",
+            "permessage-deflate; server_max_window_bits=16",
+            "permessage-deflate; server_max_window_bits=07",
+            "permessage-deflate; client_max_window_bits=7",
+            "permessage-deflate; client_no_context_takeover=1",
+            "permessage-deflate; unknown",
+            "permessage-deflate; server_no_context_takeover; server_no_context_takeover",
+            "permessage-deflate; server_max_window_bits=8",
+            "x-webkit-deflate-frame",
+        ] {
+            assert_eq!(agree(bad, &SHARED), None, "{bad}");
+        }
+        let (a, _) = negotiate(
+            &[
+                "permessage-deflate; server_max_window_bits=8",
+                "permessage-deflate; server_max_window_bits=\"9\"",
+            ],
+            &SHARED,
+        )
+        .unwrap();
+        assert_eq!(a.server_max_window_bits, 9);
+    }
+
+    #[test]
+    fn messages_round_trip_at_every_window() {
+        let json = br#"{"symbol":"EURUSD","bid":1.08412,"ask":1.08415,"ts":1700000000}"#.repeat(40);
+        for bits in 9..=15 {
+            let c = compress_message(&json, bits, 6);
+            assert!(c.len() < json.len() / 4, "{bits}: {}", c.len());
+            assert!(!c.ends_with(&TAIL));
+            assert_eq!(inflate_message(&c, bits, 1 << 20).unwrap(), json);
+        }
+        assert_eq!(
+            inflate_message(&compress_message(b"", 15, 6), 15, 10).unwrap(),
+            b""
+        );
+    }
+
+    #[test]
+    fn context_takeover_round_trips_across_messages() {
+        let mut c = dedicated_compressor(12, 6);
+        let mut inf = Inflater::new(12);
+        let msgs: Vec<Vec<u8>> = (0..20)
+            .map(|i| format!(r#"{{"seq":{i},"price":"1.0841{i}"}}"#).into_bytes())
+            .collect();
+        let mut sizes = Vec::new();
+        for m in &msgs {
+            let z = compress_with(&mut c, m);
+            sizes.push(z.len());
+            let mut out = Vec::new();
+            inf.inflate(&z, 1 << 16, &mut out).unwrap();
+            assert_eq!(&out, m);
+        }
+        assert!(
+            sizes[19] < sizes[0],
+            "later messages reuse context: {sizes:?}"
+        );
+    }
+
+    #[test]
+    fn inflate_stops_bombs_and_garbage() {
+        let bomb = compress_message(&vec![0u8; 10 << 20], 15, 9);
+        assert!(bomb.len() < 20_000);
+        assert_eq!(
+            inflate_message(&bomb, 15, 1 << 20),
+            Err(InflateError::TooBig)
+        );
+        let exact = compress_message(&[7u8; 1000], 15, 6);
+        assert!(inflate_message(&exact, 15, 1000).is_ok());
+        assert_eq!(inflate_message(&exact, 15, 999), Err(InflateError::TooBig));
+        assert_eq!(
+            inflate_message(&[0xff, 0xff, 0xff, 0xff], 15, 1000),
+            Err(InflateError::Corrupt)
+        );
+    }
+}
