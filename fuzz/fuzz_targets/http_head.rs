@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         }
         if let Ok(up) = handshake::validate(&head) {
             let mut out = Vec::new();
-            handshake::write_accept(&mut out, up.key, None);
+            handshake::write_accept(&mut out, up.key, None, None);
         }
     }
 });

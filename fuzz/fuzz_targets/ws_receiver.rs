@@ -9,7 +9,11 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let mut buf = data.to_vec();
     let mut rx = Receiver::default();
-    let limits = Limits { max_message: 4096, require_mask: data.first().is_some_and(|b| b & 1 == 0) };
+    let limits = Limits {
+        max_message: 4096,
+        require_mask: data.first().is_some_and(|b| b & 1 == 0),
+        deflate: data.first().is_some_and(|b| b & 2 == 0),
+    };
     let mut pos = 0;
     while pos < buf.len() {
         match rx.next(&mut buf[pos..], &limits) {

@@ -1,5 +1,6 @@
 // SSE with the Node `eventsource` package, and a real browser (headless Chromium through
-// playwright-core) subscribing with EventSource and WebSocket from a page on another origin.
+// playwright-core) subscribing with EventSource and WebSocket (permessage-deflate negotiated)
+// from a page on another origin.
 // Both reconnect by themselves after the network drops them, and must resume without loss.
 'use strict';
 
@@ -78,7 +79,10 @@ const PAGE = `<!doctype html>
   es.onopen = () => window.opens++;
   es.onmessage = (e) => add('sse', e.lastEventId + ' ' + e.data);
   const ws = new WebSocket('ws://' + q.get('ws') + '/ws?topic=board');
-  ws.onopen = () => (window.wsOpen = true);
+  ws.onopen = () => {
+    window.wsOpen = true;
+    window.wsExtensions = ws.extensions;
+  };
   ws.onmessage = (e) => add('ws', e.data);
 </script>`;
 
@@ -114,6 +118,15 @@ test('browser: EventSource and WebSocket from another origin, with a reconnect',
     const expected = ids.map((id, i) => `${id} score ${i}`);
     assert.deepEqual(await list('sse'), expected);
     assert.deepEqual(await list('ws'), ids.map((_, i) => `score ${i}`));
+    // Chromium negotiated permessage-deflate, and a large broadcast arrives intact (compressed
+    // once by the server, inflated by the browser).
+    const ext = await page.evaluate(() => window.wsExtensions);
+    assert.match(ext, /^permessage-deflate/);
+    assert.match(ext, /server_no_context_takeover/);
+    const board = JSON.stringify({ rows: Array.from({ length: 60 }, (_, i) => ({ team: `team ${i}`, points: 3 * i })) });
+    await publish(api, 'board', board);
+    await waitFor(async () => (await list('ws')).length === 11, 10000, 'the large broadcast');
+    assert.equal((await list('ws'))[10], board);
   } finally {
     await browser.close();
     proxy.close();
