@@ -43,7 +43,7 @@ def message(i):
     rnd = random.Random(i // 10)  # ten messages in a row share most of their content
     ladder = [
         {"px": round(1.08 + j / 1e4 + rnd.random() / 1e5, 6), "qty": 1_000_000 + 1000 * j + i % 10}
-        for j in range(16)
+        for j in range(27)
     ]
     return json.dumps({"type": "book", "symbol": "EURUSD", "seq": i, "bids": ladder})
 

@@ -183,3 +183,20 @@ def test_websockets_library_round_trip_with_compression(server):
             assert msg == {"type": "message", "topic": "lib", "id": r["id"], "data": PRICE}
 
     asyncio.run(main())
+
+
+def test_dedicated_compressors_are_capped_and_the_rest_share(start_server):
+    server = start_server("--compression", "dedicated", "--compression-dedicated-limit", 1,
+                          "--workers", 1)
+    a, _, rest_a = open_raw(server, "/ws?topic=cap", "permessage-deflate")
+    server.publish("cap", PRICE)  # a gets the one dedicated compressor
+    assert inflate(read_frame(a, rest_a)[2]).decode() == PRICE
+    b, _, rest_b = open_raw(server, "/ws?topic=cap", "permessage-deflate")
+    for i in range(3):
+        msg = PRICE.replace("EURUSD", f"GBPUSD{i}")
+        server.publish("cap", msg)
+        rsv, _, pay, rest_b = read_frame(b, rest_b)
+        # b is past the cap: each message compressed on its own (a fresh inflater works).
+        assert rsv and inflate(pay).decode() == msg
+    a.close()
+    b.close()

@@ -93,6 +93,9 @@ pub struct ServeArgs {
     /// Window bits (9-15) of a dedicated-mode compressor.
     #[arg(long, env = "CLARION_COMPRESSION_WINDOW_BITS")]
     pub compression_window_bits: Option<u8>,
+    /// Most connections with a dedicated compressor at once.
+    #[arg(long, env = "CLARION_COMPRESSION_DEDICATED_LIMIT")]
+    pub compression_dedicated_limit: Option<usize>,
     /// Window bits (9-15) asked of clients that let the server choose.
     #[arg(long, env = "CLARION_COMPRESSION_CLIENT_WINDOW_BITS")]
     pub compression_client_window_bits: Option<u8>,
@@ -173,6 +176,7 @@ impl ServeArgs {
             compression_threshold,
             compression_level,
             compression_window_bits,
+            compression_dedicated_limit,
             compression_client_window_bits,
             sse_path,
             poll_path,

@@ -74,6 +74,10 @@ pub struct Config {
     /// LZ77 window of a dedicated-mode compressor, 9 to 15 bits. Default 12 (4 KiB): most of
     /// the gain on similar JSON messages, a fraction of the memory of 15.
     pub compression_window_bits: u8,
+    /// Most connections with a dedicated compressor at once (about 160 KiB each). Default 1000:
+    /// at most about 160 MiB. Connections past it get the shared frames (compressing without
+    /// context is always allowed), so the limit bounds memory without refusing anyone.
+    pub compression_dedicated_limit: usize,
     /// Window asked of clients that let the server choose (`client_max_window_bits`), 9 to 15.
     /// Default 12: a client that keeps compression context (browsers do) costs an inflater of
     /// this window, allocated only once it sends a compressed message.
@@ -146,6 +150,7 @@ impl Default for Config {
             compression_threshold: 128,
             compression_level: 6,
             compression_window_bits: 12,
+            compression_dedicated_limit: 1000,
             compression_client_window_bits: 12,
             sse_path: "/sse".to_owned(),
             poll_path: "/poll".to_owned(),

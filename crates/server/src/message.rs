@@ -224,6 +224,13 @@ pub fn push_json_str(out: &mut String, s: &str) {
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
+thread_local! {
+    /// One compressor per worker thread and window size (9 and 15 bits), reset for each
+    /// message, so compressing a broadcast allocates nothing but its output.
+    static SHARED_COMPRESSORS: std::cell::RefCell<(Option<deflate::Compressor>, Option<deflate::Compressor>)> =
+        const { std::cell::RefCell::new((None, None)) };
+}
+
 fn opcode_of(kind: DataKind) -> OpCode {
     match kind {
         DataKind::Text => OpCode::Text,
@@ -244,7 +251,20 @@ pub fn compress_frame(
     if payload.len() < s.threshold {
         return Arc::clone(frame);
     }
-    let z = deflate::compress_message(payload, window_bits, s.level);
+    let z = SHARED_COMPRESSORS.with(|cell| {
+        let mut slots = cell.borrow_mut();
+        let slot = if window_bits < 15 {
+            &mut slots.0
+        } else {
+            &mut slots.1
+        };
+        let c = slot.get_or_insert_with(|| {
+            deflate::Compressor::new(s.level, if window_bits < 15 { 9 } else { 15 }, 8)
+        });
+        // Shared frames carry no context: every message starts afresh.
+        c.reset();
+        c.compress(payload)
+    });
     // A threshold of 0 means "compress everything", even what does not shrink.
     if s.threshold > 0 && z.len() >= payload.len() {
         return Arc::clone(frame);

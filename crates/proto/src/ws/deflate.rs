@@ -8,7 +8,8 @@
 //! window outlives a message on an idle connection; when a client keeps context (browsers do),
 //! the caller keeps an [`Inflater`] for it, with the smallest window the client agreed to.
 
-use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use flate2::{Decompress, FlushDecompress, Status};
+use zlib_rs::{DeflateConfig, DeflateFlush};
 
 /// The empty stored block a sync flush ends with; RFC 7692 7.2.1 strips it from every message
 /// and the receiver puts it back.
@@ -151,48 +152,70 @@ pub fn negotiate(offers: &[&str], policy: &Policy) -> Option<(Agreed, String)> {
     None
 }
 
+/// A raw-deflate compressor (RFC 7692 7.2.1): each message ends with a sync flush whose 4-byte
+/// tail is removed. Keeps context between messages until [`Compressor::reset`].
+pub struct Compressor {
+    z: zlib_rs::Deflate,
+}
+
+impl Compressor {
+    /// `level` 1..=9, an LZ77 window of `2^window_bits` bytes (9..=15), and zlib's `mem_level`
+    /// (1..=9), which sizes the hash table and the block buffer: together they fix the memory,
+    /// about `4 * 2^window_bits + 6 * 2^(mem_level + 6)` bytes plus a few KiB.
+    pub fn new(level: u32, window_bits: u8, mem_level: u8) -> Compressor {
+        let config = DeflateConfig {
+            level: level.clamp(1, 9) as i32,
+            window_bits: -i32::from(window_bits.clamp(9, 15)),
+            mem_level: i32::from(mem_level.clamp(1, 9)),
+            ..DeflateConfig::default()
+        };
+        Compressor {
+            z: zlib_rs::Deflate::new_with_config(config),
+        }
+    }
+
+    /// Forgets all context (the next message is compressed on its own).
+    pub fn reset(&mut self) {
+        self.z.reset();
+    }
+
+    /// Compresses one message, continuing from the context of earlier ones.
+    pub fn compress(&mut self, payload: &[u8]) -> Vec<u8> {
+        let mut out: Vec<u8> = Vec::with_capacity(payload.len() / 2 + 64);
+        let mut input = payload;
+        loop {
+            if out.capacity() - out.len() < 64 {
+                out.reserve(out.capacity().max(256));
+            }
+            let len = out.len();
+            out.resize(out.capacity(), 0);
+            let before_in = self.z.total_in();
+            let before_out = self.z.total_out();
+            let res = self.z.compress(
+                input,
+                out.get_mut(len..).unwrap_or_default(),
+                DeflateFlush::SyncFlush,
+            );
+            let used = (self.z.total_in() - before_in) as usize;
+            let produced = (self.z.total_out() - before_out) as usize;
+            out.truncate(len + produced);
+            input = input.get(used..).unwrap_or_default();
+            // A sync flush is complete when all input is taken and output space was left over.
+            if res.is_err() || (input.is_empty() && out.capacity() > out.len()) {
+                break;
+            }
+        }
+        if out.ends_with(&TAIL) {
+            out.truncate(out.len() - TAIL.len());
+        }
+        out
+    }
+}
+
 /// Compresses one whole message on its own (no context carried in or out) with an LZ77 window
 /// of `2^window_bits` bytes (9..=15), ready to be the payload of a frame with RSV1 set.
 pub fn compress_message(payload: &[u8], window_bits: u8, level: u32) -> Vec<u8> {
-    let mut c = Compress::new_with_window_bits(
-        Compression::new(level.min(9)),
-        false,
-        window_bits.clamp(9, 15),
-    );
-    compress_with(&mut c, payload)
-}
-
-/// Compresses one message with a compressor that may carry context from earlier messages
-/// (dedicated mode), ending with a sync flush whose 4-byte tail is removed.
-pub fn compress_with(c: &mut Compress, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.len() / 2 + 64);
-    let mut input = payload;
-    loop {
-        if out.capacity() - out.len() < 64 {
-            out.reserve(out.capacity().max(256));
-        }
-        let before = c.total_in();
-        let status = c.compress_vec(input, &mut out, FlushCompress::Sync);
-        let used = (c.total_in() - before) as usize;
-        input = input.get(used..).unwrap_or_default();
-        // A sync flush is complete when all input is taken and output space was left over.
-        if status.is_err() || (input.is_empty() && out.capacity() > out.len()) {
-            break;
-        }
-    }
-    if out.ends_with(&TAIL) {
-        out.truncate(out.len() - TAIL.len());
-    }
-    out
-}
-
-/// A dedicated-mode compressor: keeps context between the messages of one connection.
-pub fn dedicated_compressor(window_bits: u8, level: u32) -> Compress {
-    Compress::new_with_window_bits(
-        Compression::new(level.min(9)),
-        false,
-        window_bits.clamp(9, 15),
-    )
+    Compressor::new(level, window_bits, 8).compress(payload)
 }
 
 /// Why a compressed message could not be inflated.
@@ -399,14 +422,14 @@ mod tests {
 
     #[test]
     fn context_takeover_round_trips_across_messages() {
-        let mut c = dedicated_compressor(12, 6);
+        let mut c = Compressor::new(6, 12, 4);
         let mut inf = Inflater::new(12);
         let msgs: Vec<Vec<u8>> = (0..20)
             .map(|i| format!(r#"{{"seq":{i},"price":"1.0841{i}"}}"#).into_bytes())
             .collect();
         let mut sizes = Vec::new();
         for m in &msgs {
-            let z = compress_with(&mut c, m);
+            let z = c.compress(m);
             sizes.push(z.len());
             let mut out = Vec::new();
             inf.inflate(&z, 1 << 16, &mut out).unwrap();

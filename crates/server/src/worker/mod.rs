@@ -128,7 +128,7 @@ pub struct Worker {
     /// first sends a compressed message.
     inflaters: HashMap<u32, clarion_proto::ws::deflate::Inflater>,
     /// Dedicated-mode compressors, created at a connection's first compressed delivery.
-    deflaters: HashMap<u32, flate2::Compress>,
+    deflaters: HashMap<u32, clarion_proto::ws::deflate::Compressor>,
     /// How shared compressed frames are made.
     deflate_settings: crate::message::DeflateSettings,
     /// Recycled vector for inbox swaps.

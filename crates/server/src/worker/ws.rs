@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use clarion_proto::ws::close::encode_close_frame;
-use clarion_proto::ws::deflate::{self, InflateError, Inflater};
+use clarion_proto::ws::deflate::{self, Compressor, InflateError, Inflater};
 use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
 use clarion_proto::ws::receiver::Limits;
 use clarion_proto::ws::{CloseCode, DataKind, Event, OpCode};
@@ -340,7 +340,7 @@ impl Worker {
         }
         let ext = conn.ext;
         let settings = self.deflate_settings;
-        if !ext.dedicated() {
+        if !ext.dedicated() || !self.may_dedicate(k) {
             let bits = if ext.small_server_window() { 9 } else { 15 };
             return compress_frame(frame, opcode, bits, &settings);
         }
@@ -356,10 +356,23 @@ impl Worker {
         let c = self
             .deflaters
             .entry(k)
-            .or_insert_with(|| deflate::dedicated_compressor(bits, settings.level));
+            .or_insert_with(|| Compressor::new(settings.level, bits, 8));
         // Sent compressed even when it does not shrink: the context now holds it.
-        let z = deflate::compress_with(c, payload);
+        let z = c.compress(payload);
         encode_compressed_frame(opcode, &z).into()
+    }
+
+    /// Whether connection `k` has, or may get, a dedicated compressor: this worker's share of
+    /// `compression_dedicated_limit` bounds their memory. Past it, connections get the shared
+    /// frames, which is always allowed (a compressor may ignore its context).
+    fn may_dedicate(&self, k: u32) -> bool {
+        let workers = self.shared.config.worker_count().max(1);
+        let share = self
+            .shared
+            .config
+            .compression_dedicated_limit
+            .div_ceil(workers);
+        self.deflaters.contains_key(&k) || self.deflaters.len() < share
     }
 
     fn reply(&mut self, k: u32, reply: &Reply<'_>) {
@@ -440,14 +453,17 @@ impl Worker {
             targets.clear();
             targets.extend_from_slice(self.index.subscribers(&first.topic));
             for &k in &targets {
+                let dedicated = self
+                    .conns
+                    .get(k as usize)
+                    .is_some_and(|c| c.has(DEFLATE) && c.ext.dedicated())
+                    && self.may_dedicate(k);
                 let Some(conn) = self.conns.get_mut(k as usize) else {
                     continue;
                 };
                 let envelope = conn.has(ENVELOPE);
                 let form = match conn.state {
-                    State::Ws if conn.has(DEFLATE) && conn.ext.dedicated() => {
-                        Form::Dedicated { envelope }
-                    }
+                    State::Ws if dedicated => Form::Dedicated { envelope },
                     State::Ws if conn.has(DEFLATE) => Form::Deflated {
                         envelope,
                         small_window: conn.ext.small_server_window(),
