@@ -74,8 +74,8 @@ pub struct Config {
     /// LZ77 window of a dedicated-mode compressor, 9 to 15 bits. Default 12 (4 KiB): most of
     /// the gain on similar JSON messages, a fraction of the memory of 15.
     pub compression_window_bits: u8,
-    /// Most connections with a dedicated compressor at once (about 160 KiB each). Default 1000:
-    /// at most about 160 MiB. Connections past it get the shared frames (compressing without
+    /// Most connections with a dedicated compressor at once (about 200 KiB each). Default 1000:
+    /// at most about 200 MiB. Connections past it get the shared frames (compressing without
     /// context is always allowed), so the limit bounds memory without refusing anyone.
     pub compression_dedicated_limit: usize,
     /// Window asked of clients that let the server choose (`client_max_window_bits`), 9 to 15.
