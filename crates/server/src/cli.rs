@@ -28,6 +28,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Publish one message through a running server's API.
     Publish(PublishArgs),
+    /// Load-test a running server: many connections, every delivery checked (docs/benchmarks.md).
+    Bench(clarion_bench::BenchArgs),
+    /// One load-generating process of `clarion bench` (started by it; reads its job on stdin).
+    #[command(hide = true)]
+    BenchWorker,
 }
 
 /// `clarion serve` options; each overrides the config file. See docs/configuration.md.
@@ -229,7 +234,7 @@ mod tests {
         let cli = Cli::try_parse_from([&["clarion", "serve"], args].concat()).expect("parse");
         match cli.command {
             Command::Serve(s) => s,
-            Command::Publish(_) => panic!("not serve"),
+            _ => panic!("not serve"),
         }
     }
 

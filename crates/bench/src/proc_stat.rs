@@ -1,0 +1,62 @@
+//! What /proc says about a process: CPU time, resident memory, and the kernel's TCP memory.
+
+/// User + system CPU seconds of process `pid`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start at ") ".
+    let rest = stat.rsplit_once(") ")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / clock_ticks())
+}
+
+/// Resident set size of process `pid`, in bytes.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Kernel memory that grows with sockets, machine-wide, in bytes: the slab caches (socket
+/// objects, inodes, dentries: about 4 KiB per TCP socket) plus the pages TCP buffers hold
+/// (`/proc/net/sockstat`). Other activity on the machine moves it too, so compare deltas over
+/// thousands of connections.
+pub fn tcp_kernel_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let slab_kib: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("Slab:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    let s = std::fs::read_to_string("/proc/net/sockstat").ok()?;
+    let line = s.lines().find(|l| l.starts_with("TCP:"))?;
+    let mut pages = 0;
+    let mut it = line.split_whitespace();
+    while let Some(w) = it.next() {
+        if w == "mem" {
+            pages = it.next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(slab_kib * 1024 + pages * 4096)
+}
+
+fn clock_ticks() -> f64 {
+    // USER_HZ is 100 on every Linux architecture Clarion targets.
+    100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_our_own_process() {
+        let me = std::process::id();
+        assert!(cpu_seconds(me).is_some());
+        assert!(rss_bytes(me).is_some_and(|r| r > 0));
+        assert!(tcp_kernel_bytes().is_some());
+    }
+}

@@ -1,0 +1,622 @@
+//! The coordinator: plans the connections, starts the worker processes, publishes, and reports.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde::Serialize;
+
+use crate::check::Verdict;
+use crate::proc_stat;
+use crate::stats::{Latency, Summary};
+use crate::worker::{unix_micros, Finish, Job, Progress, Report, Transport};
+
+/// `clarion bench` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// A preset: idle (hold connections), burst (100 messages to one topic), ticker (one
+    /// message every 2 s), topics (chat rooms: many topics, few subscribers each).
+    #[arg(long, value_enum)]
+    pub scenario: Option<Scenario>,
+    /// The server's client listener.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub target: SocketAddr,
+    /// The server's API listener.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub api: SocketAddr,
+    /// Sample this server process's CPU and memory (found from --target's port when omitted
+    /// and a local `clarion` listens there).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Connections to open.
+    #[arg(long, short = 'n', default_value_t = 1000)]
+    pub connections: usize,
+    /// ws or sse.
+    #[arg(long, value_enum, default_value = "ws")]
+    pub transport: TransportArg,
+    /// Topics the connections are spread over.
+    #[arg(long, default_value_t = 1)]
+    pub topics: usize,
+    /// How connections pick topics: uniform (round robin) or skewed (a few popular topics).
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub distribution: Distribution,
+    /// Publishing rounds; each round sends one message to every topic.
+    #[arg(long, short = 'm', default_value_t = 100)]
+    pub messages: u64,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Milliseconds between rounds (0: as fast as the API accepts).
+    #[arg(long, default_value_t = 0)]
+    pub interval_ms: u64,
+    /// Seconds to hold the connections idle before publishing.
+    #[arg(long, default_value_t = 0)]
+    pub hold: u64,
+    /// New connections per second, all workers together (0: as fast as they complete).
+    #[arg(long, default_value_t = 0)]
+    pub connect_rate: u32,
+    /// Worker processes (default: one per 10,000 connections, at least 2).
+    #[arg(long)]
+    pub procs: Option<usize>,
+    /// Seconds to wait for the last deliveries after publishing.
+    #[arg(long, default_value_t = 30)]
+    pub drain: u64,
+    /// Write the full result here as JSON.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// Presets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Hold connections idle for 10 s; one message at the end proves they are alive.
+    Idle,
+    /// 100 messages as fast as possible to one topic.
+    Burst,
+    /// One message every 2 s to every connection, for 60 s.
+    Ticker,
+    /// 1,000 topics, uniform, 20 rounds of one message per topic.
+    Topics,
+}
+
+/// Transports, as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportArg {
+    /// WebSocket.
+    Ws,
+    /// Server-Sent Events.
+    Sse,
+}
+
+/// Topic choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Distribution {
+    /// Connection i follows topic i mod T.
+    Uniform,
+    /// Topic popularity falls off like 1/rank.
+    Skewed,
+}
+
+/// One sample of the server process.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    /// Seconds since the run started.
+    pub t: f64,
+    /// Server CPU seconds so far.
+    pub cpu: f64,
+    /// Server RSS, bytes.
+    pub rss: u64,
+    /// Kernel TCP memory (whole machine), bytes.
+    pub tcp_kernel: u64,
+    /// Connections open (workers' last progress).
+    pub opened: u64,
+    /// Messages received so far.
+    pub received: u64,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Connections asked for and opened.
+    pub connections: usize,
+    /// Opened.
+    pub opened: u64,
+    /// Connections per second while opening.
+    pub connect_rate: f64,
+    /// Errors by kind.
+    pub errors: HashMap<String, u64>,
+    /// Deliveries expected (messages × subscribers).
+    pub expected: u64,
+    /// Delivery verdicts.
+    pub verdict: Verdict,
+    /// Latency, microseconds.
+    pub latency: Summary,
+    /// Messages bunched behind another (ticker feeds).
+    pub clumped: u64,
+    /// Deliveries per second during publishing.
+    pub deliveries_per_second: f64,
+    /// Server CPU seconds per million deliveries.
+    pub server_cpu_per_million: Option<f64>,
+    /// Server user-space bytes per connection (RSS growth / opened).
+    pub server_bytes_per_connection: Option<f64>,
+    /// Kernel TCP bytes per connection (growth / opened; both ends of loopback count).
+    pub kernel_bytes_per_connection: Option<f64>,
+    /// The workers' own CPU seconds.
+    pub bench_cpu_seconds: f64,
+    /// Server CPU seconds over the run.
+    pub server_cpu_seconds: Option<f64>,
+    /// Samples over time.
+    pub samples: Vec<Sample>,
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+/// Runs a benchmark and prints its report.
+pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
+    apply_scenario(&mut a);
+    let outcome = run(&a)?;
+    print_report(&a, &outcome);
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&outcome)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if !outcome.verdict.perfect()
+        || outcome.verdict.in_order + outcome.verdict.reordered < outcome.expected
+    {
+        eprintln!("LOSSES: not every message reached every subscriber once, in order");
+    }
+    Ok(())
+}
+
+fn apply_scenario(a: &mut BenchArgs) {
+    match a.scenario {
+        Some(Scenario::Idle) => {
+            a.hold = a.hold.max(10);
+            a.messages = 1;
+        }
+        Some(Scenario::Burst) => {
+            a.topics = 1;
+            a.messages = 100;
+            a.interval_ms = 0;
+        }
+        Some(Scenario::Ticker) => {
+            a.interval_ms = 2000;
+            if a.messages == 100 {
+                a.messages = 30;
+            }
+        }
+        Some(Scenario::Topics) => {
+            if a.topics == 1 {
+                a.topics = 1000;
+            }
+            a.messages = a.messages.min(20);
+        }
+        None => {}
+    }
+}
+
+/// The topic of connection `i`.
+pub fn topic_of(i: usize, topics: usize, dist: Distribution) -> usize {
+    let t = topics.max(1);
+    match dist {
+        Distribution::Uniform => i % t,
+        Distribution::Skewed => {
+            // Harmonic weights: topic k gets a share proportional to 1/(k+1).
+            let h: f64 = (1..=t).map(|k| 1.0 / k as f64).sum();
+            let x = ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64
+                / (1u64 << 53) as f64
+                * h;
+            let mut acc = 0.0;
+            for k in 0..t {
+                acc += 1.0 / (k + 1) as f64;
+                if x < acc {
+                    return k;
+                }
+            }
+            t - 1
+        }
+    }
+}
+
+fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
+    let procs = a
+        .procs
+        .unwrap_or_else(|| a.connections.div_ceil(10_000).max(2));
+    if a.connections / procs.max(1) > 18_000 {
+        bail!("more than 18,000 connections per worker: raise --procs");
+    }
+    let names: Vec<String> = (0..a.topics.max(1)).map(|t| format!("bench{t}")).collect();
+    let plan: Vec<usize> = (0..a.connections)
+        .map(|i| topic_of(i, a.topics, a.distribution))
+        .collect();
+    let mut subscribers = vec![0u64; names.len()];
+    for &t in &plan {
+        if let Some(s) = subscribers.get_mut(t) {
+            *s += 1;
+        }
+    }
+    let exe = std::env::current_exe()?;
+    let interval_us = a.interval_ms * 1000;
+    let mut workers = Vec::new();
+    for w in 0..procs {
+        let topics: Vec<String> = plan
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % procs == w)
+            .filter_map(|(_, t)| names.get(*t).cloned())
+            .collect();
+        let job = Job {
+            target: a.target,
+            source: format!("127.0.0.{}", 2 + w % 250).parse()?,
+            transport: match a.transport {
+                TransportArg::Ws => Transport::Ws,
+                TransportArg::Sse => Transport::Sse,
+            },
+            topics,
+            connect_rate: a.connect_rate.div_ceil(procs as u32),
+            interval_us,
+        };
+        let mut child = Command::new(&exe)
+            .args(["bench-worker"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start a worker process")?;
+        let mut stdin = child.stdin.take().context("worker stdin")?;
+        writeln!(stdin, "{}", serde_json::to_string(&job)?)?;
+        let stdout = child.stdout.take().context("worker stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        workers.push(Worker {
+            child,
+            stdin,
+            lines: rx,
+        });
+    }
+    let pid = a.server_pid;
+    let started = Instant::now();
+    let cpu0 = pid.and_then(proc_stat::cpu_seconds);
+    let rss0 = pid.and_then(proc_stat::rss_bytes);
+    let kern0 = proc_stat::tcp_kernel_bytes();
+    let progress: Arc<Mutex<Vec<Progress>>> = Arc::new(Mutex::new(
+        (0..procs)
+            .map(|_| Progress {
+                opened: 0,
+                received: 0,
+                ready: false,
+            })
+            .collect(),
+    ));
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (progress, samples, stop) = (
+            Arc::clone(&progress),
+            Arc::clone(&samples),
+            Arc::clone(&stop),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let (opened, received) = progress
+                    .lock()
+                    .map(|p| {
+                        (
+                            p.iter().map(|x| x.opened).sum(),
+                            p.iter().map(|x| x.received).sum(),
+                        )
+                    })
+                    .unwrap_or((0, 0));
+                let s = Sample {
+                    t: started.elapsed().as_secs_f64(),
+                    cpu: pid.and_then(proc_stat::cpu_seconds).unwrap_or(0.0),
+                    rss: pid.and_then(proc_stat::rss_bytes).unwrap_or(0),
+                    tcp_kernel: proc_stat::tcp_kernel_bytes().unwrap_or(0),
+                    opened,
+                    received,
+                };
+                if let Ok(mut v) = samples.lock() {
+                    v.push(s);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    // Wait until every worker has attempted all its connections.
+    let mut ready = vec![false; procs];
+    let mut last_print = Instant::now();
+    while !ready.iter().all(|r| *r) {
+        for (i, w) in workers.iter().enumerate() {
+            while let Ok(line) = w.lines.try_recv() {
+                if let Ok(p) = serde_json::from_str::<Progress>(&line) {
+                    if p.ready {
+                        if let Some(r) = ready.get_mut(i) {
+                            *r = true;
+                        }
+                    }
+                    if let Ok(mut all) = progress.lock() {
+                        if let Some(slot) = all.get_mut(i) {
+                            *slot = p;
+                        }
+                    }
+                }
+            }
+        }
+        if last_print.elapsed() >= Duration::from_secs(1) {
+            last_print = Instant::now();
+            let opened: u64 = progress
+                .lock()
+                .map(|p| p.iter().map(|x| x.opened).sum())
+                .unwrap_or(0);
+            eprintln!("connecting: {opened}/{} open", a.connections);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!("connections were not all attempted within 10 minutes");
+        }
+    }
+    let connect_secs = started.elapsed().as_secs_f64();
+    let opened_now: u64 = progress
+        .lock()
+        .map(|p| p.iter().map(|x| x.opened).sum())
+        .unwrap_or(0);
+    let rss_open = pid.and_then(proc_stat::rss_bytes);
+    let kern_open = proc_stat::tcp_kernel_bytes();
+    eprintln!("{opened_now} connections open in {connect_secs:.1} s");
+    if a.hold > 0 {
+        eprintln!("holding idle for {} s", a.hold);
+        std::thread::sleep(Duration::from_secs(a.hold));
+    }
+    // Publish: every round, one message to every topic.
+    let pub_cpu0 = pid.and_then(proc_stat::cpu_seconds);
+    let pub_start = Instant::now();
+    let mut api = Api::connect(a.api)?;
+    for round in 0..a.messages {
+        let t0 = Instant::now();
+        for chunk in names.chunks(200) {
+            api.publish_batch(chunk, round, a.size)?;
+        }
+        if a.interval_ms > 0 {
+            let next = t0 + Duration::from_millis(a.interval_ms);
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            eprintln!("round {}/{}", round + 1, a.messages);
+        }
+    }
+    let published: HashMap<String, u64> = names.iter().map(|n| (n.clone(), a.messages)).collect();
+    let finish = Finish {
+        published,
+        deadline_ms: a.drain * 1000,
+    };
+    for w in &mut workers {
+        writeln!(w.stdin, "{}", serde_json::to_string(&finish)?)?;
+    }
+    let mut reports = Vec::new();
+    for w in &mut workers {
+        loop {
+            let line = w
+                .lines
+                .recv_timeout(Duration::from_secs(a.drain + 60))
+                .context("a worker did not report")?;
+            if let Ok(r) = serde_json::from_str::<Report>(&line) {
+                reports.push(r);
+                break;
+            }
+        }
+        let _ = w.child.wait();
+    }
+    let pub_secs = pub_start.elapsed().as_secs_f64();
+    let pub_cpu = match (pub_cpu0, pid.and_then(proc_stat::cpu_seconds)) {
+        (Some(a0), Some(a1)) => Some(a1 - a0),
+        _ => None,
+    };
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    let mut latency = Latency::default();
+    let mut verdict = Verdict::default();
+    let mut errors: HashMap<String, u64> = HashMap::new();
+    let (mut clumped, mut opened, mut bench_cpu) = (0, 0, 0.0);
+    for r in &reports {
+        latency.merge(&r.latency);
+        verdict.add(&r.verdict);
+        for (k, v) in &r.errors {
+            *errors.entry(k.clone()).or_default() += v;
+        }
+        clumped += r.clumped;
+        opened += r.opened;
+        bench_cpu += r.cpu_seconds;
+    }
+    let expected: u64 = subscribers.iter().map(|s| s * a.messages).sum();
+    let delivered = verdict.in_order + verdict.reordered;
+    let per_conn = |a0: Option<u64>, a1: Option<u64>| match (a0, a1) {
+        (Some(x), Some(y)) if opened > 0 => Some((y as f64 - x as f64) / opened as f64),
+        _ => None,
+    };
+    Ok(Outcome {
+        connections: a.connections,
+        opened,
+        connect_rate: opened as f64 / connect_secs.max(1e-3),
+        errors,
+        expected,
+        verdict,
+        latency: latency.summary(),
+        clumped,
+        deliveries_per_second: delivered as f64 / pub_secs.max(1e-3),
+        server_cpu_per_million: pub_cpu
+            .filter(|_| delivered > 0)
+            .map(|c| c / delivered as f64 * 1e6),
+        server_bytes_per_connection: per_conn(rss0, rss_open),
+        kernel_bytes_per_connection: per_conn(kern0, kern_open),
+        bench_cpu_seconds: bench_cpu,
+        server_cpu_seconds: match (cpu0, pid.and_then(proc_stat::cpu_seconds)) {
+            (Some(x), Some(y)) => Some(y - x),
+            _ => None,
+        },
+        samples: samples.lock().map(|s| s.clone()).unwrap_or_default(),
+    })
+}
+
+fn print_report(a: &BenchArgs, o: &Outcome) {
+    let v = &o.verdict;
+    let l = &o.latency;
+    let opt = |x: Option<f64>, unit: &str| {
+        x.map_or_else(|| "n/a".to_owned(), |x| format!("{x:.1}{unit}"))
+    };
+    println!(
+        "connections      {}/{} open, {:.0}/s",
+        o.opened, o.connections, o.connect_rate
+    );
+    if !o.errors.is_empty() {
+        println!("errors           {:?}", o.errors);
+    }
+    println!(
+        "deliveries       {} expected: {} in order, {} missing, {} duplicated, {} reordered",
+        o.expected, v.in_order, v.missing, v.duplicated, v.reordered
+    );
+    println!(
+        "latency (ms)     p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+        l.p50 as f64 / 1e3,
+        l.p90 as f64 / 1e3,
+        l.p99 as f64 / 1e3,
+        l.p999 as f64 / 1e3,
+        l.max as f64 / 1e3
+    );
+    if a.interval_ms > 0 {
+        println!("clumps           {} messages arrived bunched", o.clumped);
+    }
+    println!(
+        "throughput       {:.0} deliveries/s",
+        o.deliveries_per_second
+    );
+    println!(
+        "server CPU       {} per million deliveries",
+        opt(o.server_cpu_per_million, " s")
+    );
+    println!(
+        "server memory    {} per connection (user space)",
+        opt(o.server_bytes_per_connection, " B")
+    );
+    println!(
+        "kernel TCP mem   {} per connection (both loopback ends)",
+        opt(o.kernel_bytes_per_connection, " B")
+    );
+    println!("bench CPU        {:.1} s", o.bench_cpu_seconds);
+    if let Some(server) = o.server_cpu_seconds {
+        if o.bench_cpu_seconds > 2.0 * server && o.bench_cpu_seconds > 1.0 {
+            println!(
+                "warning          the load generator used {:.1}x the server's CPU: it, not the server, may be the bottleneck",
+                o.bench_cpu_seconds / server.max(1e-3)
+            );
+        }
+    }
+}
+
+/// A keep-alive HTTP/1.1 connection to the publish API.
+struct Api {
+    stream: TcpStream,
+    seq_buf: Vec<u8>,
+}
+
+impl Api {
+    fn connect(addr: SocketAddr) -> anyhow::Result<Api> {
+        let stream =
+            TcpStream::connect(addr).with_context(|| format!("cannot reach the API at {addr}"))?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Api {
+            stream,
+            seq_buf: Vec::new(),
+        })
+    }
+
+    /// Publishes message `seq` (padded to `size` bytes) to every topic of `topics`.
+    fn publish_batch(&mut self, topics: &[String], seq: u64, size: usize) -> anyhow::Result<()> {
+        let ts = unix_micros();
+        let mut data = format!("{seq} {ts} ");
+        while data.len() < size {
+            data.push('x');
+        }
+        let messages: Vec<serde_json::Value> = topics
+            .iter()
+            .map(|t| serde_json::json!({ "topic": t, "data": data }))
+            .collect();
+        let body = serde_json::json!({ "messages": messages }).to_string();
+        let head = format!(
+            "POST /publish HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        self.stream.write_all(head.as_bytes())?;
+        self.stream.write_all(body.as_bytes())?;
+        // Read one response: head, then Content-Length bytes.
+        self.seq_buf.clear();
+        let mut chunk = [0u8; 4096];
+        let (head_end, len) = loop {
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                bail!("the API closed the connection");
+            }
+            self.seq_buf
+                .extend_from_slice(chunk.get(..n).unwrap_or_default());
+            if let Some(end) = self.seq_buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(self.seq_buf.get(..end).unwrap_or_default())
+                    .to_string();
+                if !head.starts_with("HTTP/1.1 200") {
+                    bail!(
+                        "publish failed: {}",
+                        head.lines().next().unwrap_or_default()
+                    );
+                }
+                let len = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>())
+                    })
+                    .and_then(Result::ok)
+                    .unwrap_or(0);
+                break (end + 4, len);
+            }
+        };
+        while self.seq_buf.len() < head_end + len {
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                bail!("the API closed the connection");
+            }
+            self.seq_buf
+                .extend_from_slice(chunk.get(..n).unwrap_or_default());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skewed_topics_favour_the_first() {
+        let mut counts = [0usize; 10];
+        for i in 0..10_000 {
+            counts[topic_of(i, 10, Distribution::Skewed)] += 1;
+        }
+        assert!(counts[0] > counts[1] && counts[1] > counts[9], "{counts:?}");
+        assert!(counts.iter().all(|&c| c > 0));
+        assert_eq!(topic_of(7, 3, Distribution::Uniform), 1);
+    }
+}
