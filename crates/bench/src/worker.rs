@@ -148,6 +148,9 @@ pub fn main() -> anyhow::Result<()> {
     let mut next_progress = Instant::now();
     let mut finish: Option<(Finish, Instant)> = None;
     let mut ready_sent = false;
+    // Plan entries tried so far, and the topics of those that could not even get a socket.
+    let mut planned = 0usize;
+    let mut never_opened: Vec<u32> = Vec::new();
     let out = io::stdout();
     loop {
         // Open more connections, at the configured rate.
@@ -164,9 +167,10 @@ pub fn main() -> anyhow::Result<()> {
             .iter()
             .filter(|c| matches!(c.phase, Phase::Connecting | Phase::Head))
             .count();
-        while conns.len() < allowed && in_flight < MAX_IN_FLIGHT {
+        while planned < allowed && in_flight < MAX_IN_FLIGHT {
             in_flight += 1;
-            let topic = plan.get(conns.len()).copied().unwrap_or(0);
+            let topic = plan.get(planned).copied().unwrap_or(0);
+            planned += 1;
             match open(&job, &poll, conns.len(), topic) {
                 Ok(c) => conns.push(c),
                 Err(e) => {
@@ -174,7 +178,7 @@ pub fn main() -> anyhow::Result<()> {
                         .errors
                         .entry(format!("connect: {}", e.kind()))
                         .or_default() += 1;
-                    conns.push(dead(topic)?);
+                    never_opened.push(topic);
                 }
             }
             if job.connect_rate != 0 {
@@ -204,7 +208,7 @@ pub fn main() -> anyhow::Result<()> {
             .iter()
             .filter(|c| matches!(c.phase, Phase::Open))
             .count() as u64;
-        let attempted = conns.len() == plan.len()
+        let attempted = planned == plan.len()
             && !conns
                 .iter()
                 .any(|c| matches!(c.phase, Phase::Connecting | Phase::Head));
@@ -249,6 +253,13 @@ pub fn main() -> anyhow::Result<()> {
                     }
                     report.clumped += c.clumps.clumped;
                 }
+                for t in &never_opened {
+                    report.verdict.missing += topic_names
+                        .get(*t as usize)
+                        .and_then(|t| f.published.get(t))
+                        .copied()
+                        .unwrap_or(0);
+                }
                 report.opened = report.opened.max(opened);
                 report.latency = latency.buckets();
                 report.cpu_seconds = own_cpu_seconds();
@@ -259,21 +270,6 @@ pub fn main() -> anyhow::Result<()> {
             }
         }
     }
-}
-
-fn dead(topic: u32) -> anyhow::Result<Conn> {
-    // A placeholder keeps indexes aligned with the plan; it never gets a socket event.
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let s = std::net::TcpStream::connect(l.local_addr()?)?;
-    s.set_nonblocking(true)?;
-    Ok(Conn {
-        stream: TcpStream::from_std(s),
-        topic,
-        phase: Phase::Dead,
-        buf: Vec::new(),
-        check: SeqChecker::default(),
-        clumps: Clumps::default(),
-    })
 }
 
 fn open(job: &Job, poll: &Poll, index: usize, topic: u32) -> io::Result<Conn> {
