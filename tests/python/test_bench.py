@@ -34,12 +34,17 @@ def test_burst_over_websocket_and_sse_is_delivered_exactly(start_server):
         assert "LOSSES" not in text
 
 
-def test_ticker_feed_arrives_without_clumps(start_server):
+def test_ticker_feed_arrives_without_clumps_and_is_plotted(start_server, tmp_path):
     server = start_server()
-    result, text = bench(server, "-n", 100, "--interval-ms", 300, "-m", 5, "--size", 200)
+    report = tmp_path / "report.html"
+    result, text = bench(server, "-n", 100, "--interval-ms", 300, "-m", 5, "--size", 200,
+                         "--report", report)
     assert result["verdict"]["in_order"] == 500, text
     assert result["clumped"] == 0
     assert "clumps" in text
+    assert len(result["samples"]) >= 2
+    page = report.read_text()
+    assert page.count("<polyline") == 4 and "Latency" in page
 
 
 def test_losses_are_reported_loudly(start_server):

@@ -8,6 +8,7 @@
 
 pub mod check;
 pub mod proc_stat;
+pub mod report;
 pub mod run;
 pub mod stats;
 pub mod worker;

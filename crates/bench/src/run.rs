@@ -69,6 +69,9 @@ pub struct BenchArgs {
     /// Write the full result here as JSON.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Write a self-contained HTML report with plots over time here.
+    #[arg(long)]
+    pub report: Option<std::path::PathBuf>,
 }
 
 /// Presets.
@@ -165,6 +168,14 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     apply_scenario(&mut a);
     let outcome = run(&a)?;
     print_report(&a, &outcome);
+    if let Some(path) = &a.report {
+        let title = format!(
+            "clarion bench: {} {:?} connections, {} topics, {} rounds",
+            a.connections, a.transport, a.topics, a.messages
+        );
+        std::fs::write(path, crate::report::html(&title, &outcome))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_string_pretty(&outcome)?)
             .with_context(|| format!("cannot write {}", path.display()))?;

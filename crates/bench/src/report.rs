@@ -1,0 +1,205 @@
+//! A self-contained HTML report: the summary table and SVG plots over time (connections open,
+//! server RSS, deliveries per second, kernel memory) and the latency percentiles. No scripts, no
+//! external files: it opens anywhere and can be attached to an issue.
+
+use std::fmt::Write as _;
+
+use crate::run::{Outcome, Sample};
+
+const W: f64 = 640.0;
+const H: f64 = 200.0;
+const PAD: f64 = 40.0;
+
+/// Renders `o` as an HTML page.
+pub fn html(title: &str, o: &Outcome) -> String {
+    let mut out = String::with_capacity(32 * 1024);
+    let _ = write!(
+        out,
+        "<!doctype html><meta charset=utf-8><title>{t}</title>\
+         <style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:60em}}\
+         td,th{{padding:2px 10px;text-align:right}}th{{text-align:left}}\
+         svg{{background:#fafafa;border:1px solid #ddd;margin:8px 0}}</style>\
+         <h1>{t}</h1>",
+        t = escape(title)
+    );
+    let v = &o.verdict;
+    let l = &o.latency;
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "connections open",
+            format!("{} / {}", o.opened, o.connections),
+        ),
+        ("connect rate", format!("{:.0}/s", o.connect_rate)),
+        ("deliveries expected", o.expected.to_string()),
+        ("in order", v.in_order.to_string()),
+        ("missing", v.missing.to_string()),
+        ("duplicated", v.duplicated.to_string()),
+        ("reordered", v.reordered.to_string()),
+        ("clumped", o.clumped.to_string()),
+        (
+            "latency p50 / p99 / max",
+            format!("{:.2} / {:.2} / {:.2} ms", ms(l.p50), ms(l.p99), ms(l.max)),
+        ),
+        ("deliveries/s", format!("{:.0}", o.deliveries_per_second)),
+        (
+            "server CPU-s per 1M deliveries",
+            opt(o.server_cpu_per_million),
+        ),
+        (
+            "server bytes per connection",
+            opt(o.server_bytes_per_connection),
+        ),
+        (
+            "kernel bytes per connection",
+            opt(o.kernel_bytes_per_connection),
+        ),
+        (
+            "load generator CPU-s",
+            format!("{:.1}", o.bench_cpu_seconds),
+        ),
+    ];
+    out.push_str("<table>");
+    for (k, val) in rows {
+        let _ = write!(out, "<tr><th>{k}<td>{}", escape(&val));
+    }
+    out.push_str("</table>");
+    let s = &o.samples;
+    chart(&mut out, "Connections open", s, |x| x.opened as f64, "");
+    chart(
+        &mut out,
+        "Server RSS",
+        s,
+        |x| x.rss as f64 / 1048576.0,
+        " MiB",
+    );
+    let rate: Vec<Sample> = s
+        .windows(2)
+        .filter_map(|w| match w {
+            [a, b] if b.t > a.t => Some(Sample {
+                received: ((b.received.saturating_sub(a.received)) as f64 / (b.t - a.t)) as u64,
+                ..*b
+            }),
+            _ => None,
+        })
+        .collect();
+    chart(
+        &mut out,
+        "Deliveries per second",
+        &rate,
+        |x| x.received as f64,
+        "/s",
+    );
+    chart(
+        &mut out,
+        "Kernel slab + TCP memory",
+        s,
+        |x| x.tcp_kernel as f64 / 1048576.0,
+        " MiB",
+    );
+    // Latency percentiles as bars.
+    let bars = [
+        ("p50", l.p50),
+        ("p90", l.p90),
+        ("p99", l.p99),
+        ("p99.9", l.p999),
+        ("max", l.max),
+    ];
+    let top = bars.iter().map(|b| b.1).max().unwrap_or(1).max(1) as f64;
+    let _ = write!(out, "<h2>Latency</h2><svg width={W} height={H}>");
+    for (i, (name, v)) in bars.iter().enumerate() {
+        let h = (*v as f64 / top) * (H - 2.0 * PAD);
+        let x = PAD + i as f64 * 110.0;
+        let _ = write!(
+            out,
+            "<rect x={x:.0} y={y:.0} width=80 height={h:.0} fill=#4a7>\
+             </rect><text x={x:.0} y={ty:.0}>{name} {ms:.1} ms</text>",
+            y = H - PAD - h,
+            ty = H - PAD + 16.0,
+            ms = ms(*v)
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
+
+fn chart(out: &mut String, title: &str, s: &[Sample], f: impl Fn(&Sample) -> f64, unit: &str) {
+    let _ = write!(out, "<h2>{}</h2>", escape(title));
+    if s.len() < 2 {
+        out.push_str("<p>not enough samples</p>");
+        return;
+    }
+    let t_max = s.iter().map(|x| x.t).fold(0.0, f64::max).max(1e-3);
+    let y_max = s.iter().map(&f).fold(0.0, f64::max).max(1e-9);
+    let points: Vec<String> = s
+        .iter()
+        .map(|x| {
+            let px = PAD + x.t / t_max * (W - 2.0 * PAD);
+            let py = H - PAD - f(x) / y_max * (H - 2.0 * PAD);
+            format!("{px:.1},{py:.1}")
+        })
+        .collect();
+    let _ = write!(
+        out,
+        "<svg width={W} height={H}><polyline fill=none stroke=#36c stroke-width=2 points=\"{}\"/>\
+         <text x=4 y={top}>{y_max:.1}{unit}</text><text x=4 y={bottom}>0</text>\
+         <text x={right} y={bottom}>{t_max:.0} s</text></svg>",
+        points.join(" "),
+        top = PAD,
+        bottom = H - PAD + 16.0,
+        right = W - PAD - 30.0,
+        unit = escape(unit),
+    );
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"))
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_tables_and_charts() {
+        let o = Outcome {
+            connections: 2,
+            opened: 2,
+            connect_rate: 10.0,
+            errors: Default::default(),
+            expected: 4,
+            verdict: Default::default(),
+            latency: Default::default(),
+            clumped: 0,
+            deliveries_per_second: 1.0,
+            server_cpu_per_million: None,
+            server_bytes_per_connection: Some(80.0),
+            kernel_bytes_per_connection: None,
+            bench_cpu_seconds: 0.1,
+            server_cpu_seconds: None,
+            samples: (0..5)
+                .map(|i| Sample {
+                    t: i as f64,
+                    cpu: 0.0,
+                    rss: 1 << 20,
+                    tcp_kernel: 0,
+                    opened: i,
+                    received: i * 10,
+                })
+                .collect(),
+        };
+        let page = html("run <1>", &o);
+        assert!(page.contains("run &lt;1&gt;"));
+        assert_eq!(page.matches("<polyline").count(), 4);
+        assert!(page.contains("<th>server bytes per connection<td>80.0"));
+    }
+}
