@@ -169,9 +169,13 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     let outcome = run(&a)?;
     print_report(&a, &outcome);
     if let Some(path) = &a.report {
+        let transport = match a.transport {
+            TransportArg::Ws => "WebSocket",
+            TransportArg::Sse => "SSE",
+        };
         let title = format!(
-            "clarion bench: {} {:?} connections, {} topics, {} rounds",
-            a.connections, a.transport, a.topics, a.messages
+            "clarion bench: {} {transport} connections, {} topics, {} rounds",
+            a.connections, a.topics, a.messages
         );
         std::fs::write(path, crate::report::html(&title, &outcome))
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -257,6 +261,16 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     }
     let exe = std::env::current_exe()?;
     let interval_us = a.interval_ms * 1000;
+    // The workers' latest progress lines, kept up to date by one reader thread per worker.
+    let progress: Arc<Mutex<Vec<Progress>>> = Arc::new(Mutex::new(
+        (0..procs)
+            .map(|_| Progress {
+                opened: 0,
+                received: 0,
+                ready: false,
+            })
+            .collect(),
+    ));
     let mut workers = Vec::new();
     for w in 0..procs {
         let topics: Vec<String> = plan
@@ -286,9 +300,16 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         writeln!(stdin, "{}", serde_json::to_string(&job)?)?;
         let stdout = child.stdout.take().context("worker stdout")?;
         let (tx, rx) = std::sync::mpsc::channel();
+        let slot = Arc::clone(&progress);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
+                if let Ok(p) = serde_json::from_str::<Progress>(&line) {
+                    if let Ok(mut all) = slot.lock() {
+                        if let Some(s) = all.get_mut(w) {
+                            *s = p;
+                        }
+                    }
+                } else if tx.send(line).is_err() {
                     break;
                 }
             }
@@ -304,15 +325,6 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     let cpu0 = pid.and_then(proc_stat::cpu_seconds);
     let rss0 = pid.and_then(proc_stat::rss_bytes);
     let kern0 = proc_stat::tcp_kernel_bytes();
-    let progress: Arc<Mutex<Vec<Progress>>> = Arc::new(Mutex::new(
-        (0..procs)
-            .map(|_| Progress {
-                opened: 0,
-                received: 0,
-                ready: false,
-            })
-            .collect(),
-    ));
     let samples = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
@@ -348,25 +360,12 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         })
     };
     // Wait until every worker has attempted all its connections.
-    let mut ready = vec![false; procs];
     let mut last_print = Instant::now();
-    while !ready.iter().all(|r| *r) {
-        for (i, w) in workers.iter().enumerate() {
-            while let Ok(line) = w.lines.try_recv() {
-                if let Ok(p) = serde_json::from_str::<Progress>(&line) {
-                    if p.ready {
-                        if let Some(r) = ready.get_mut(i) {
-                            *r = true;
-                        }
-                    }
-                    if let Ok(mut all) = progress.lock() {
-                        if let Some(slot) = all.get_mut(i) {
-                            *slot = p;
-                        }
-                    }
-                }
-            }
-        }
+    while !progress
+        .lock()
+        .map(|p| p.iter().all(|x| x.ready))
+        .unwrap_or(false)
+    {
         if last_print.elapsed() >= Duration::from_secs(1) {
             last_print = Instant::now();
             let opened: u64 = progress
