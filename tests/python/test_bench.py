@@ -20,9 +20,9 @@ def bench(server, *args):
         return json.load(f), proc.stdout + proc.stderr
 
 
-def test_burst_over_websocket_and_sse_is_delivered_exactly(start_server):
+def test_burst_over_websocket_sse_and_long_poll_is_delivered_exactly(start_server):
     server = start_server("--max-connections-per-address", 0)
-    for transport in ("ws", "sse"):
+    for transport in ("ws", "sse", "poll"):
         result, text = bench(server, "-n", 400, "--transport", transport, "--topics", 4,
                              "-m", 25, "--procs", 2)
         v = result["verdict"]

@@ -36,7 +36,7 @@ pub struct BenchArgs {
     /// Connections to open.
     #[arg(long, short = 'n', default_value_t = 1000)]
     pub connections: usize,
-    /// ws or sse.
+    /// ws, sse or poll.
     #[arg(long, value_enum, default_value = "ws")]
     pub transport: TransportArg,
     /// Topics the connections are spread over.
@@ -94,6 +94,8 @@ pub enum TransportArg {
     Ws,
     /// Server-Sent Events.
     Sse,
+    /// Long-polling.
+    Poll,
 }
 
 /// Topic choice.
@@ -172,6 +174,7 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
         let transport = match a.transport {
             TransportArg::Ws => "WebSocket",
             TransportArg::Sse => "SSE",
+            TransportArg::Poll => "long-poll",
         };
         let title = format!(
             "clarion bench: {} {transport} connections, {} topics, {} rounds",
@@ -285,6 +288,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
             transport: match a.transport {
                 TransportArg::Ws => Transport::Ws,
                 TransportArg::Sse => Transport::Sse,
+                TransportArg::Poll => Transport::Poll,
             },
             topics,
             connect_rate: a.connect_rate.div_ceil(procs as u32),

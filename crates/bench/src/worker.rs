@@ -27,6 +27,8 @@ pub enum Transport {
     Ws,
     /// Server-Sent Events, `/sse?topic=`.
     Sse,
+    /// Long-polling, `/poll?topic=&since=` in a loop on one keep-alive connection.
+    Poll,
 }
 
 /// What one worker does.
@@ -332,6 +334,9 @@ fn drive(
                 "GET /sse?topic={topic} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
                 job.target
             ),
+            // The first poll returns at once with a cursor; every later one resumes from the
+            // last cursor, so nothing published between polls is missed.
+            Transport::Poll => poll_request(topic, None, job.target),
         };
         (&c.stream)
             .write_all(request.as_bytes())
@@ -353,6 +358,14 @@ fn drive(
             Err(e) => return Err(format!("read: {}", e.kind())),
         }
     }
+    if job.transport == Transport::Poll {
+        let topic = topics.get(c.topic as usize).map_or("", String::as_str);
+        poll_responses(c, topic, job.target, now_us, latency, job.interval_us)?;
+        if eof {
+            return Err("closed by server".into());
+        }
+        return Ok(());
+    }
     if matches!(c.phase, Phase::Head) {
         let Some(end) = find(&c.buf, b"\r\n\r\n") else {
             return if eof {
@@ -363,7 +376,7 @@ fn drive(
         };
         let ok: &[u8] = match job.transport {
             Transport::Ws => b"HTTP/1.1 101",
-            Transport::Sse => b"HTTP/1.1 200",
+            Transport::Sse | Transport::Poll => b"HTTP/1.1 200",
         };
         if !c.buf.starts_with(ok) {
             let status = String::from_utf8_lossy(c.buf.get(9..12).unwrap_or_default()).into_owned();
@@ -374,7 +387,7 @@ fn drive(
     }
     match job.transport {
         Transport::Ws => ws_messages(c, now_us, latency, job.interval_us)?,
-        Transport::Sse => sse_messages(c, now_us, latency, job.interval_us),
+        Transport::Sse | Transport::Poll => sse_messages(c, now_us, latency, job.interval_us),
     }
     if eof {
         return Err("closed by server".into());
@@ -448,6 +461,70 @@ fn sse_messages(c: &mut Conn, now_us: u64, latency: &mut Latency, interval: u64)
         at += end + 2;
     }
     c.buf.drain(..at.min(c.buf.len()));
+}
+
+fn poll_request(topic: &str, since: Option<&str>, target: SocketAddr) -> String {
+    match since {
+        None => format!("GET /poll?topic={topic}&timeout=0 HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+        Some(c) => format!(
+            "GET /poll?topic={topic}&since={c}&timeout=30 HTTP/1.1\r\nHost: {target}\r\n\r\n"
+        ),
+    }
+}
+
+/// A long-poll answer: `{"messages":[{"data":..},..],"cursor":..}`.
+#[derive(Deserialize)]
+struct PollBody {
+    messages: Vec<PollMessage>,
+    cursor: String,
+}
+
+#[derive(Deserialize)]
+struct PollMessage {
+    data: String,
+}
+
+/// Handles every complete long-poll answer in the buffer, sending the next poll after each.
+fn poll_responses(
+    c: &mut Conn,
+    topic: &str,
+    target: SocketAddr,
+    now_us: u64,
+    latency: &mut Latency,
+    interval: u64,
+) -> Result<(), String> {
+    loop {
+        let Some(end) = find(&c.buf, b"\r\n\r\n") else {
+            return Ok(());
+        };
+        let head = String::from_utf8_lossy(c.buf.get(..end).unwrap_or_default()).into_owned();
+        if !head.starts_with("HTTP/1.1 200") {
+            let status = head.get(9..12).unwrap_or_default().to_owned();
+            return Err(format!("refused: HTTP {status}"));
+        }
+        let len = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())
+                    .flatten()
+            })
+            .ok_or("poll answer without Content-Length")?;
+        let Some(body) = c.buf.get(end + 4..end + 4 + len) else {
+            return Ok(());
+        };
+        let parsed: PollBody =
+            serde_json::from_slice(body).map_err(|e| format!("bad poll answer: {e}"))?;
+        c.buf.drain(..end + 4 + len);
+        for m in &parsed.messages {
+            note(c, m.data.as_bytes(), now_us, latency, interval);
+        }
+        c.phase = Phase::Open;
+        (&c.stream)
+            .write_all(poll_request(topic, Some(&parsed.cursor), target).as_bytes())
+            .map_err(|e| format!("send poll: {}", e.kind()))?;
+    }
 }
 
 /// A benchmark payload starts with `SEQ PUBLISH_UNIX_MICROS `.
