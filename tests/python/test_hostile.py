@@ -171,12 +171,15 @@ def test_bad_frames_truncations_and_resets(hostile):
                 sock, _, _ = rawws.connect(server.clients, "/ws?topic=x")
                 sock.sendall(rawws.frame(1, b"y" * 1000)[:500])
                 end(sock)
-            # Garbage pipelined right behind the upgrade request, in the same packet.
+            # Garbage pipelined right behind the upgrade request, in the same packet. It starts
+            # with a reserved opcode so it is invalid from its first byte (purely random bytes
+            # may form a valid header announcing a payload that never comes, which is not an
+            # error: the server rightly waits for it).
             s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
             s.sendall(
                 b"GET /ws?topic=x HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
                 b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                b"Sec-WebSocket-Version: 13\r\n\r\n" + os.urandom(64)
+                b"Sec-WebSocket-Version: 13\r\n\r\n" + b"\x8b\x85" + os.urandom(62)
             )
             head, rest = rawws.read_head(s)
             assert head.startswith("HTTP/1.1 101")
