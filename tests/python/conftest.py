@@ -51,6 +51,10 @@ class Server:
         self.clients = fields["clients"]
         self.api = fields["api"]
         self.port = int(self.clients.rsplit(":", 1)[1])
+        # The TLS client listener, when one is configured.
+        self.tls = fields.get("tls")
+        self.api_scheme = "http"
+        self.api_context = None
 
     def ws_url(self, path="/ws", **query):
         return f"ws://{self.clients}{path}" + (
@@ -60,10 +64,10 @@ class Server:
     def request(self, method, path, body=None, headers=None):
         """(status, headers, body bytes) of an API request."""
         req = urllib.request.Request(
-            f"http://{self.api}{path}", data=body, method=method, headers=headers or {}
+            f"{self.api_scheme}://{self.api}{path}", data=body, method=method, headers=headers or {}
         )
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=10, context=self.api_context) as r:
                 return r.status, dict(r.headers), r.read()
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read()

@@ -102,10 +102,30 @@ impl Answer {
     }
 }
 
-fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
+fn handle(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     stream.set_read_timeout(Some(API_IDLE))?;
     stream.set_write_timeout(Some(API_IDLE))?;
     let _ = stream.set_nodelay(true);
+    match shared.tls.as_ref().filter(|_| shared.config.tls_api) {
+        // A blocking thread per API connection: rustls' buffered stream is the simple fit.
+        Some(tls) => {
+            let conn = rustls::ServerConnection::new(Arc::clone(tls.config()))
+                .map_err(io::Error::other)?;
+            let mut s = rustls::StreamOwned::new(conn, stream);
+            let res = requests(&mut s, shared);
+            s.conn.send_close_notify();
+            let _ = s.flush();
+            res
+        }
+        None => {
+            let mut stream = stream;
+            requests(&mut stream, shared)
+        }
+    }
+}
+
+/// Serves requests on one connection until it closes or asks to.
+fn requests<S: Read + Write>(stream: &mut S, shared: &Shared) -> io::Result<()> {
     let cfg = &shared.config;
     let limits = cfg.head_limits();
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
@@ -115,25 +135,25 @@ fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
             match http1::parse_head(&buf, &limits) {
                 Ok(Some(h)) => break (copy_request(&h), h.head_len),
                 Ok(None) => {
-                    if !read_more(&mut stream, &mut buf)? {
+                    if !read_more(stream, &mut buf)? {
                         return Ok(());
                     }
                 }
                 Err(e) => {
                     let a = Answer::error(e.status(), &e.to_string());
-                    return send(&mut stream, &a, false);
+                    return send(stream, &a, false);
                 }
             }
         };
         buf.drain(..head_len);
         let req = match req {
             Ok(r) => r,
-            Err(a) => return send(&mut stream, &a, false),
+            Err(a) => return send(stream, &a, false),
         };
         // Refuse before reading a body, so unauthorized or misrouted uploads cost nothing.
         if let Some(a) = precheck(&req, shared) {
             let keep = req.keep_alive && req.body == Body::None;
-            send(&mut stream, &a, keep)?;
+            send(stream, &a, keep)?;
             if !keep {
                 return Ok(());
             }
@@ -142,12 +162,12 @@ fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
         if req.expect_continue && req.body != Body::None {
             stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
-        let body = match read_body(&mut stream, &mut buf, req.body, cfg.max_publish_size)? {
+        let body = match read_body(stream, &mut buf, req.body, cfg.max_publish_size)? {
             Ok(b) => b,
-            Err(a) => return send(&mut stream, &a, false),
+            Err(a) => return send(stream, &a, false),
         };
         let a = dispatch(&req, body, shared);
-        send(&mut stream, &a, req.keep_alive)?;
+        send(stream, &a, req.keep_alive)?;
         if !req.keep_alive {
             return Ok(());
         }
@@ -171,7 +191,7 @@ fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer> {
 }
 
 /// Reads once more into `buf`; `false` at EOF.
-fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<bool> {
+fn read_more(stream: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<bool> {
     let mut chunk = [0u8; 8192];
     let n = stream.read(&mut chunk)?;
     buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
@@ -215,7 +235,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn read_body(
-    stream: &mut TcpStream,
+    stream: &mut impl Read,
     buf: &mut Vec<u8>,
     framing: Body,
     max: usize,
@@ -433,7 +453,7 @@ fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {
     serde_json::json!({ "topic": topic, "id": r.id, "subscribers": r.subscribers })
 }
 
-fn send(stream: &mut TcpStream, a: &Answer, keep: bool) -> io::Result<()> {
+fn send(stream: &mut impl Write, a: &Answer, keep: bool) -> io::Result<()> {
     stream.write_all(&answer(a.status, a.content_type, &a.body, keep))
 }
 

@@ -28,6 +28,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Publish one message through a running server's API.
     Publish(PublishArgs),
+    /// Make certificates: `clarion cert --dev` writes a local CA and a certificate for
+    /// localhost, for trying https:// and wss:// on this machine.
+    Cert(CertArgs),
     /// Load-test a running server: many connections, every delivery checked (docs/benchmarks.md).
     Bench(clarion_bench::BenchArgs),
     /// One load-generating process of `clarion bench` (started by it; reads its job on stdin).
@@ -149,6 +152,27 @@ pub struct ServeArgs {
     /// Bytes read from a socket at once (one buffer per worker).
     #[arg(long, env = "CLARION_READ_BUFFER")]
     pub read_buffer: Option<usize>,
+    /// TLS client listener address (default 0.0.0.0:8443 once a certificate is given).
+    #[arg(long, env = "CLARION_TLS_LISTEN")]
+    pub tls_listen: Option<std::net::SocketAddr>,
+    /// Certificate chain (PEM) for TLS; see `clarion cert --dev`.
+    #[arg(long, env = "CLARION_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) for --tls-cert.
+    #[arg(long, env = "CLARION_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Refuse TLS handshakes for names no certificate covers.
+    #[arg(long, env = "CLARION_TLS_STRICT_SNI", num_args = 0..=1, default_missing_value = "true")]
+    pub tls_strict_sni: Option<bool>,
+    /// Lowest TLS version, 1.2 or 1.3.
+    #[arg(long, env = "CLARION_TLS_MIN_VERSION")]
+    pub tls_min_version: Option<String>,
+    /// Serve the API over TLS too.
+    #[arg(long, env = "CLARION_TLS_API", num_args = 0..=1, default_missing_value = "true")]
+    pub tls_api: Option<bool>,
+    /// Seconds between checks for changed certificate files (0 = SIGHUP only).
+    #[arg(long, env = "CLARION_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: Option<u64>,
 }
 
 impl ServeArgs {
@@ -195,8 +219,21 @@ impl ServeArgs {
             history_memory,
             cors_allow_origin,
             allow_client_publish,
-            read_buffer
+            read_buffer,
+            tls_strict_sni,
+            tls_min_version,
+            tls_api,
+            tls_reload_interval
         );
+        if self.tls_listen.is_some() {
+            c.tls_listen = self.tls_listen;
+        }
+        if self.tls_cert.is_some() {
+            c.tls_cert = self.tls_cert.clone();
+        }
+        if self.tls_key.is_some() {
+            c.tls_key = self.tls_key.clone();
+        }
         if self.echo_path.is_some() {
             c.echo_path = self.echo_path.clone();
         }
@@ -206,6 +243,65 @@ impl ServeArgs {
         c.validate()?;
         Ok(c)
     }
+}
+
+/// `clarion cert` options.
+#[derive(Debug, Args)]
+pub struct CertArgs {
+    /// Make a development CA and a certificate it signs for localhost, 127.0.0.1 and ::1.
+    #[arg(long, required = true)]
+    pub dev: bool,
+    /// Directory to write `ca.pem`, `cert.pem` and `key.pem` into (created if missing).
+    #[arg(long, default_value = "clarion-dev-tls")]
+    pub dir: PathBuf,
+    /// More names (DNS names or IP addresses) the certificate should cover.
+    #[arg(long = "name")]
+    pub names: Vec<String>,
+    /// Replace existing files.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl CertArgs {
+    /// Writes the files and prints how to use them.
+    pub fn run(&self) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        let files = ["ca.pem", "cert.pem", "key.pem"].map(|f| self.dir.join(f));
+        if !self.force {
+            if let Some(f) = files.iter().find(|f| f.exists()) {
+                anyhow::bail!("{} exists (use --force to replace)", f.display());
+            }
+        }
+        let dev = crate::tls::dev_cert(&self.names).context("cannot make the certificate")?;
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))?;
+        let [ca, cert, key] = &files;
+        std::fs::write(ca, &dev.ca_pem)?;
+        std::fs::write(cert, &dev.chain_pem)?;
+        write_private(key, &dev.key_pem)?;
+        println!(
+            "wrote {ca} (give to clients), {cert} and {key} (the server's)\n\
+             serve:  clarion serve --tls-cert {cert} --tls-key {key}\n\
+             try:    curl --cacert {ca} -N 'https://localhost:8443/sse?topic=demo'",
+            ca = ca.display(),
+            cert = cert.display(),
+            key = key.display(),
+        );
+        Ok(())
+    }
+}
+
+/// Writes a private key readable by its owner only.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
 }
 
 /// `clarion publish` options.

@@ -126,6 +126,30 @@ pub struct Config {
     /// Bytes a worker reads from a socket at once (one buffer per worker, not per connection).
     /// Default 64 KiB: one large TCP segment train per system call.
     pub read_buffer: usize,
+    /// TLS client listener (HTTPS and WSS; every transport works on it). Default none; when a
+    /// certificate is configured without it, `0.0.0.0:8443`. Runs beside `listen`.
+    pub tls_listen: Option<SocketAddr>,
+    /// Certificate chain (PEM) of the default certificate; `tls_key` is its key.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) for `tls_cert`.
+    pub tls_key: Option<std::path::PathBuf>,
+    /// More certificates, chosen by the name a client asks for (SNI):
+    /// `[[tls_certificates]]` tables with `cert` and `key`. The first valid for the name wins;
+    /// `tls_cert` is tried first and is the default.
+    pub tls_certificates: Vec<crate::tls::CertFiles>,
+    /// Refuse handshakes for names no certificate covers (alert `unrecognized_name`) instead of
+    /// answering with the default certificate. Default false. Clients that send no SNI (by IP
+    /// address) always get the default certificate.
+    pub tls_strict_sni: bool,
+    /// Lowest TLS version: `"1.2"` (default: TLS 1.2 clients still exist, e.g. older Android)
+    /// or `"1.3"`.
+    pub tls_min_version: String,
+    /// Serve the API listener over TLS too, with the same certificates. Default false: the API
+    /// listens on loopback by default.
+    pub tls_api: bool,
+    /// Seconds between checks for changed certificate files (re-read without a restart, like
+    /// SIGHUP). Default 10; 0 checks only on SIGHUP.
+    pub tls_reload_interval: u64,
 }
 
 impl Default for Config {
@@ -170,6 +194,14 @@ impl Default for Config {
             max_headers: 64,
             max_head_size: 16 * 1024,
             read_buffer: 64 * 1024,
+            tls_listen: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_certificates: Vec::new(),
+            tls_strict_sni: false,
+            tls_min_version: "1.2".to_owned(),
+            tls_api: false,
+            tls_reload_interval: 10,
         }
     }
 }
@@ -287,7 +319,49 @@ impl Config {
                 "ping_interval must be below idle_timeout".into(),
             ));
         }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls_cert and tls_key go together".into(),
+            ));
+        }
+        if !matches!(self.tls_min_version.as_str(), "1.2" | "1.3") {
+            return Err(ConfigError::Invalid(
+                "tls_min_version is \"1.2\" or \"1.3\"".into(),
+            ));
+        }
+        let certs = self.tls_settings().map_or(0, |s| s.certs.len());
+        if certs == 0 && (self.tls_listen.is_some() || self.tls_api) {
+            return Err(ConfigError::Invalid(
+                "tls_listen and tls_api need a certificate (tls_cert and tls_key)".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// TLS settings, when any certificate is configured.
+    pub fn tls_settings(&self) -> Option<crate::tls::Settings> {
+        let mut certs = Vec::new();
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            certs.push(crate::tls::CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            });
+        }
+        certs.extend(self.tls_certificates.iter().cloned());
+        (!certs.is_empty()).then(|| crate::tls::Settings {
+            certs,
+            strict_sni: self.tls_strict_sni,
+            tls12: self.tls_min_version == "1.2",
+        })
+    }
+
+    /// The TLS client listener's address, when TLS is configured.
+    pub fn tls_address(&self) -> Option<SocketAddr> {
+        self.tls_settings()?;
+        Some(
+            self.tls_listen
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 8443))),
+        )
     }
 
     /// Worker count with 0 resolved to the number of cores.

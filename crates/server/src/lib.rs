@@ -13,6 +13,8 @@
 //!   stream lines), each built once.
 //! - [`control`]: the in-band JSON control messages (pure).
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
+//! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
+//!   in `worker::tls`.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
 //!
 //! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455) live in the sans-IO `clarion_proto`
@@ -31,4 +33,5 @@ pub mod message;
 pub mod metrics;
 pub mod publish;
 pub mod server;
+pub mod tls;
 pub mod worker;

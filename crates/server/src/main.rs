@@ -12,6 +12,7 @@ fn main() -> std::process::ExitCode {
             .map_err(anyhow::Error::from)
             .and_then(clarion::server::run),
         Command::Publish(args) => clarion::publish::run(args),
+        Command::Cert(args) => args.run(),
         Command::Bench(args) => clarion_bench::run::main(args.clone()),
         Command::BenchWorker => clarion_bench::worker::main(),
     };

@@ -109,10 +109,50 @@ pub struct Metrics {
     pub refused_handshakes: AtomicU64,
     /// HTTP requests on the client listener answered with an error status.
     pub http_errors: AtomicU64,
+    /// Open connections accepted on the TLS listener.
+    pub tls_connections: AtomicU64,
+    /// TLS handshakes completed.
+    pub tls_handshakes: AtomicU64,
+    /// TLS connections ended by a record-layer error after their handshake.
+    pub tls_errors: AtomicU64,
+    tls_failures: [AtomicU64; TLS_FAILURES.len()],
     closes: [AtomicU64; CloseReason::ALL.len()],
 }
 
+/// Why TLS handshakes fail, as `clarion_tls_handshake_failures_total` labels them:
+/// a plain HTTP request on the TLS port, no shared version/cipher/ALPN, no certificate for the
+/// SNI name (strict SNI), an alert from the client (it rejected our certificate), the handshake
+/// not finished within `handshake_timeout`, anything else malformed.
+pub const TLS_FAILURES: [&str; 6] = [
+    "plaintext",
+    "incompatible",
+    "sni",
+    "alert",
+    "timeout",
+    "protocol",
+];
+
 impl Metrics {
+    /// Counts one failed TLS handshake (`reason` is one of [`TLS_FAILURES`]).
+    pub fn tls_failed(&self, reason: &str) {
+        let i = TLS_FAILURES
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(TLS_FAILURES.len() - 1);
+        if let Some(c) = self.tls_failures.get(i) {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Failed TLS handshakes for one reason.
+    pub fn tls_failures(&self, reason: &str) -> u64 {
+        TLS_FAILURES
+            .iter()
+            .position(|r| *r == reason)
+            .and_then(|i| self.tls_failures.get(i))
+            .map_or(0, |c| c.load(Relaxed))
+    }
+
     /// Counts one message dropped from history.
     pub fn evicted(&self, why: crate::hub::Eviction) {
         use crate::hub::Eviction;
@@ -225,6 +265,36 @@ impl Metrics {
             "clarion_http_errors_total",
             "Client-listener requests answered with an error status.",
             l(&self.http_errors),
+        );
+        gauge(
+            &mut out,
+            "clarion_tls_connections",
+            "Open connections accepted on the TLS listener.",
+            l(&self.tls_connections),
+        );
+        counter(
+            &mut out,
+            "clarion_tls_handshakes_total",
+            "TLS handshakes completed.",
+            l(&self.tls_handshakes),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP clarion_tls_handshake_failures_total TLS handshakes that failed, by reason.\n\
+             # TYPE clarion_tls_handshake_failures_total counter"
+        );
+        for r in TLS_FAILURES {
+            let _ = writeln!(
+                out,
+                "clarion_tls_handshake_failures_total{{reason=\"{r}\"}} {}",
+                self.tls_failures(r)
+            );
+        }
+        counter(
+            &mut out,
+            "clarion_tls_errors_total",
+            "TLS connections ended by a record error after the handshake.",
+            l(&self.tls_errors),
         );
         gauge(
             &mut out,

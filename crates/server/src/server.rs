@@ -4,13 +4,17 @@
 //! Shutdown: the signal sets `Shared::stopping` and wakes every worker; each stops accepting,
 //! sends Close 1001 to its WebSockets and waits (up to `shutdown_timeout`) for them to drain and
 //! close. When every worker has finished, `run` returns and the process exits 0.
+//!
+//! TLS: when certificates are configured, each worker also gets a TLS listener (same
+//! `SO_REUSEPORT` scheme), and a reloader thread re-reads the certificate files on SIGHUP or
+//! when they change, without touching established connections.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::config::Config;
 use crate::hub::{Hub, Inbox};
@@ -27,6 +31,25 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?;
     let client_addr = listeners.first().map(|l| l.local_addr()).transpose()?;
     let api_addr = api.local_addr()?;
+    let tls = match config.tls_settings() {
+        Some(settings) => Some(Arc::new(
+            crate::tls::Tls::load(settings).context("cannot set up TLS")?,
+        )),
+        None => None,
+    };
+    let mut tls_listeners: Vec<Option<std::net::TcpListener>> = match config.tls_address() {
+        Some(addr) => bind_listeners(addr, workers)
+            .with_context(|| format!("cannot listen on {addr} (TLS)"))?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => (0..workers).map(|_| None).collect(),
+    };
+    let tls_addr = tls_listeners
+        .first()
+        .and_then(|l| l.as_ref())
+        .map(|l| l.local_addr())
+        .transpose()?;
 
     let mut polls = Vec::with_capacity(workers);
     let mut inboxes = Vec::with_capacity(workers);
@@ -50,16 +73,21 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         open: AtomicUsize::new(0),
         cap,
         per_address: Default::default(),
+        tls,
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .context("cannot install signal handlers")?;
+    if let Some(tls) = shared.tls.clone() {
+        start_reloader(tls, shared.config.tls_reload_interval)?;
+    }
 
     let mut threads = Vec::with_capacity(workers);
     for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate()
     {
-        let worker = Worker::new(id, poll, listener, inbox, Arc::clone(&shared))?;
+        let tls_listener = tls_listeners.get_mut(id).and_then(Option::take);
+        let worker = Worker::new(id, poll, listener, tls_listener, inbox, Arc::clone(&shared))?;
         let t = std::thread::Builder::new()
             .name(format!("clarion-worker-{id}"))
             .spawn(move || worker.run())
@@ -73,11 +101,17 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .context("cannot start API thread")?;
 
     let clients = client_addr.map_or_else(|| "-".to_owned(), |a| a.to_string());
+    let tls_note = tls_addr.map_or_else(String::new, |a| format!(", TLS clients on {a}"));
+    let api_tls = if shared.config.tls_api { " (TLS)" } else { "" };
     log::info(format_args!(
-        "listening: clients on {clients} ({workers} workers, up to {cap} connections), API on {api_addr}"
+        "listening: clients on {clients}{tls_note} ({workers} workers, up to {cap} connections), API on {api_addr}{api_tls}"
     ));
+    let tls_field = tls_addr.map_or_else(String::new, |a| format!(" tls={a}"));
     let mut out = std::io::stdout().lock();
-    writeln!(out, "clarion ready clients={clients} api={api_addr}")?;
+    writeln!(
+        out,
+        "clarion ready clients={clients} api={api_addr}{tls_field}"
+    )?;
     out.flush()?;
     drop(out);
 
@@ -98,5 +132,37 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         "stopped: {} WebSocket connections closed with 1001",
         shared.metrics.closes(CloseReason::Shutdown)
     ));
+    Ok(())
+}
+
+/// Re-reads the certificate files on SIGHUP, and every `interval` seconds if they changed
+/// (0: on SIGHUP only). A failed reload is logged and the previous certificates stay in use.
+fn start_reloader(tls: Arc<crate::tls::Tls>, interval: u64) -> anyhow::Result<()> {
+    let mut hup = signal_hook::iterator::Signals::new([SIGHUP]).context("cannot handle SIGHUP")?;
+    std::thread::Builder::new()
+        .name("clarion-tls-reload".into())
+        .spawn(move || {
+            let mut waited = 0u64;
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                waited += 1;
+                let signalled = hup.pending().count() > 0;
+                let due = interval > 0 && waited >= interval;
+                if due {
+                    waited = 0;
+                }
+                if !(signalled || due && tls.files_changed()) {
+                    continue;
+                }
+                let why = if signalled { "SIGHUP" } else { "files changed" };
+                match tls.reload() {
+                    Ok(n) => log::info(format_args!("TLS certificates reloaded ({why}): {n}")),
+                    Err(e) => log::warn(format_args!(
+                        "TLS reload ({why}) failed, keeping the previous certificates: {e}"
+                    )),
+                }
+            }
+        })
+        .context("cannot start the TLS reloader")?;
     Ok(())
 }

@@ -2,7 +2,13 @@
 //! slab, plus heap memory only while there is a partial frame or unsent bytes.
 //!
 //! This module owns the write path (direct writes, the backlog of shared chunks the kernel
-//! refused, vectored flushes). It does not know about protocols: the worker decides what to send.
+//! refused, vectored flushes, and encryption for TLS connections). It does not know about
+//! protocols: the worker decides what to send.
+//!
+//! On a TLS connection the backlog still holds shared plaintext frames: they are encrypted
+//! only when the socket can take them, so a slow secure subscriber pins references to shared
+//! frames, not private ciphertext copies. Only ciphertext already made and refused by the
+//! kernel is kept per connection (`Session::unsent`).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write as _};
@@ -10,6 +16,8 @@ use std::sync::Arc;
 
 use clarion_proto::ws::Receiver;
 use mio::net::TcpStream;
+
+use super::tls::{Session, MAX_RECORD};
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +220,8 @@ pub struct Conn {
     pub peer: u32,
     /// permessage-deflate parameters, meaningful when [`DEFLATE`] is set.
     pub ext: Ext,
+    /// TLS state, for connections accepted on the TLS listener.
+    pub tls: Option<Box<Session>>,
 }
 
 /// A compact key for a client address: an IPv4 address itself; for IPv6, a hash of its /64
@@ -245,6 +255,7 @@ impl Conn {
             flags: 0,
             peer,
             ext: Ext::default(),
+            tls: None,
         }
     }
 
@@ -255,12 +266,20 @@ impl Conn {
 
     /// Unsent bytes waiting in the backlog.
     pub fn backlog_bytes(&self) -> usize {
-        self.out.as_ref().map_or(0, |b| b.bytes)
+        self.out.as_ref().map_or(0, |b| b.bytes) + self.tls.as_ref().map_or(0, |t| t.unsent.len())
+    }
+
+    /// Whether bytes are waiting to be written (new ones must queue behind them).
+    fn waiting(&self) -> bool {
+        self.out.is_some() || self.tls.as_ref().is_some_and(|t| !t.unsent.is_empty())
     }
 
     /// Writes `data` now if nothing is waiting before it, and keeps whatever the kernel refuses
     /// (a reference, not a copy). Returns the bytes written.
     pub fn send(&mut self, data: &Arc<[u8]>) -> io::Result<usize> {
+        if self.tls.is_some() {
+            return self.send_tls(&[data]);
+        }
         if self.out.is_some() {
             self.queue(data);
             return Ok(0);
@@ -292,6 +311,9 @@ impl Conn {
     /// refuses. Nothing is allocated unless the kernel refuses something, so a burst that is
     /// written at once leaves no memory behind. Returns the bytes written.
     pub fn send_all(&mut self, frames: &[&Arc<[u8]>]) -> io::Result<usize> {
+        if self.tls.is_some() {
+            return self.send_tls(frames);
+        }
         if self.out.is_some() {
             for f in frames {
                 self.queue(f);
@@ -358,6 +380,9 @@ impl Conn {
     /// Writes as much of the backlog as the kernel takes, `MAX_IOV` buffers per system call, and
     /// frees the backlog once it is empty. Returns the bytes written.
     pub fn flush(&mut self) -> io::Result<usize> {
+        if self.tls.is_some() {
+            return self.flush_tls();
+        }
         let Some(b) = self.out.as_mut() else {
             return Ok(0);
         };
@@ -402,6 +427,113 @@ impl Conn {
         Ok(written)
     }
 
+    /// Writes raw bytes (TLS records) now, keeping what the kernel refuses in the session.
+    /// Returns the bytes written.
+    pub fn write_records(&mut self, records: &[u8]) -> io::Result<usize> {
+        let mut offset = 0;
+        if self.tls.as_ref().is_none_or(|t| t.unsent.is_empty()) {
+            offset = write_some(&self.stream, records)?;
+        }
+        if let Some(rest) = records.get(offset..).filter(|r| !r.is_empty()) {
+            if let Some(t) = self.tls.as_mut() {
+                t.unsent.extend_from_slice(rest);
+            }
+        }
+        Ok(offset)
+    }
+
+    /// Encrypts frames (coalesced into full records) and writes them, unless bytes are already
+    /// waiting: then the frames queue as shared plaintext and are encrypted when the socket
+    /// drains.
+    fn send_tls(&mut self, frames: &[&Arc<[u8]>]) -> io::Result<usize> {
+        if self.waiting() {
+            for f in frames {
+                self.queue(f);
+            }
+            return Ok(0);
+        }
+        let records = SCRATCH.with(|cell| {
+            let mut scratch = cell.take();
+            let res = match self.tls.as_mut() {
+                Some(t) => seal(t, frames.iter().map(|f| &f[..]), &mut scratch),
+                None => Ok(()),
+            };
+            (res, scratch)
+        });
+        let (res, mut scratch) = records;
+        let written = res.and_then(|()| self.write_records(&scratch));
+        scratch.clear();
+        SCRATCH.with(|cell| cell.replace(scratch));
+        written
+    }
+
+    /// Writes refused ciphertext, then encrypts and writes queued frames, a bounded batch at a
+    /// time, until the kernel refuses or nothing is left. Returns the bytes written.
+    fn flush_tls(&mut self) -> io::Result<usize> {
+        /// Plaintext encrypted per round: enough to fill a socket buffer quickly, small enough
+        /// that a refusal leaves little private ciphertext behind.
+        const BATCH: usize = 4 * MAX_RECORD;
+        let mut written = 0;
+        loop {
+            if let Some(t) = self.tls.as_mut().filter(|t| !t.unsent.is_empty()) {
+                let n = write_some(&self.stream, &t.unsent)?;
+                written += n;
+                t.unsent.drain(..n.min(t.unsent.len()));
+                if !t.unsent.is_empty() {
+                    return Ok(written);
+                }
+                t.unsent = Vec::new();
+            }
+            let Some(b) = self.out.as_mut() else {
+                return Ok(written);
+            };
+            let (mut take, mut bytes) = (0, 0);
+            for c in &b.chunks {
+                if take > 0 && bytes + c.data.len() > BATCH {
+                    break;
+                }
+                take += 1;
+                bytes += c.data.len() - c.offset;
+            }
+            let batch: Vec<Chunk> = b.chunks.drain(..take).collect();
+            b.bytes -= bytes;
+            if b.chunks.is_empty() {
+                self.out = None;
+            }
+            if batch.is_empty() {
+                return Ok(written);
+            }
+            let mut scratch = SCRATCH.with(|cell| cell.take());
+            let res = match self.tls.as_mut() {
+                Some(t) => seal(
+                    t,
+                    batch
+                        .iter()
+                        .map(|c| c.data.get(c.offset..).unwrap_or_default()),
+                    &mut scratch,
+                ),
+                None => Ok(()),
+            };
+            let res = res.and_then(|()| self.write_records(&scratch));
+            scratch.clear();
+            SCRATCH.with(|cell| cell.replace(scratch));
+            written += res?;
+            if self.tls.as_ref().is_some_and(|t| !t.unsent.is_empty()) {
+                return Ok(written); // The kernel refused part of it: wait for writability.
+            }
+        }
+    }
+
+    /// Ends the write side: a TLS connection first sends close_notify (best effort).
+    pub fn shutdown_write(&mut self) {
+        if let Some(t) = self.tls.as_mut() {
+            let mut alert = Vec::new();
+            t.close_notify(&mut alert);
+            let _ = write_some(&self.stream, &alert);
+        }
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+
     /// Drops queued chunks that have not started to be written (a slow consumer that is being
     /// closed gets its Close frame next, not the rest of its feed). A chunk already partly
     /// written stays, so the frame stream remains well-formed.
@@ -415,6 +547,64 @@ impl Conn {
             }
         }
     }
+}
+
+thread_local! {
+    /// Where a worker builds TLS records before writing them; one per worker thread, so
+    /// encrypting for thousands of subscribers allocates nothing per connection.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    /// Where consecutive small frames are packed into one record's plaintext.
+    static PACK: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Encrypts `frames` into `out`, packing consecutive small frames into one record (a burst of
+/// small messages to one subscriber costs one record, not one each).
+fn seal<'a>(
+    t: &mut Session,
+    frames: impl Iterator<Item = &'a [u8]>,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    let tls_err = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, e);
+    let mut pack = PACK.with(|cell| cell.take());
+    let res = (|| {
+        for f in frames {
+            if f.len() >= MAX_RECORD {
+                if !pack.is_empty() {
+                    t.encrypt(&pack, out).map_err(tls_err)?;
+                    pack.clear();
+                }
+                t.encrypt(f, out).map_err(tls_err)?;
+                continue;
+            }
+            if pack.len() + f.len() > MAX_RECORD {
+                t.encrypt(&pack, out).map_err(tls_err)?;
+                pack.clear();
+            }
+            pack.extend_from_slice(f);
+        }
+        if !pack.is_empty() {
+            t.encrypt(&pack, out).map_err(tls_err)?;
+        }
+        Ok(())
+    })();
+    pack.clear();
+    PACK.with(|cell| cell.replace(pack));
+    res
+}
+
+/// Writes as much of `data` as the kernel takes now.
+fn write_some(stream: &TcpStream, data: &[u8]) -> io::Result<usize> {
+    let mut offset = 0;
+    while offset < data.len() {
+        match (&*stream).write(data.get(offset..).unwrap_or_default()) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => offset += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(offset)
 }
 
 #[cfg(test)]
@@ -522,11 +712,11 @@ mod tests {
     #[test]
     fn record_stays_small() {
         // The per-connection budget. The socket handle is a 4-byte descriptor in release builds
-        // (mio adds a registry id to it in debug builds), so measure the rest: 56 bytes, and a
-        // release-build record is 56 bytes in all.
+        // (mio adds a registry id to it in debug builds), so measure the rest: 64 bytes, and a
+        // release-build record is 64 bytes in all (56 before the TLS pointer).
         let socket = std::mem::size_of::<TcpStream>();
         let rest = std::mem::size_of::<Conn>() - socket;
-        assert!(rest <= 56, "{rest}");
+        assert!(rest <= 64, "{rest}");
         assert_eq!(std::mem::size_of::<Subs>(), 16);
     }
 

@@ -8,11 +8,17 @@
 //!
 //! Sub-modules: [`conn`] (the connection record and write path), [`index`] (topic → local
 //! subscribers), [`http`] (request heads on the client listener, upgrades, SSE, streaming and
-//! long-poll responses), [`ws`] (frames, control messages, subscriptions, deliveries).
+//! long-poll responses), [`ws`] (frames, control messages, subscriptions, deliveries), [`tls`]
+//! (one connection's TLS records).
+//!
+//! A connection accepted on the TLS listener carries a [`tls::Session`]: its bytes are
+//! decrypted into a worker buffer before the same HTTP/WebSocket code sees them, and its writes
+//! are encrypted in the write path; nothing else knows the difference.
 
 pub mod conn;
 mod http;
 pub mod index;
+pub mod tls;
 mod ws;
 
 use std::collections::HashMap;
@@ -36,6 +42,7 @@ use conn::{Conn, State, PINGED, WRITE_SHUT};
 use index::TopicIndex;
 
 const LISTENER: Token = Token(usize::MAX - 1);
+const TLS_LISTENER: Token = Token(usize::MAX - 3);
 /// The token under which a worker's waker is registered.
 pub const WAKER: Token = Token(usize::MAX - 2);
 
@@ -64,6 +71,8 @@ pub struct Shared {
     /// Open connections per client address key, when `max_connections_per_address` is set.
     /// Touched only at accept and close, never per message.
     pub per_address: Mutex<HashMap<u32, u32>>,
+    /// Certificates and TLS settings, when a TLS listener is configured.
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the
@@ -107,10 +116,15 @@ pub struct Worker {
     id: usize,
     poll: Poll,
     listener: Option<TcpListener>,
+    tls_listener: Option<TcpListener>,
     conns: Slab<Conn>,
     index: TopicIndex,
     /// Shared by every connection of this worker: reads land here and are parsed in place.
     read_buf: Vec<u8>,
+    /// Decrypted bytes of one TLS read, and the handshake records it produced (shared by every
+    /// TLS connection of this worker).
+    plain_buf: Vec<u8>,
+    handshake_buf: Vec<u8>,
     inbox: Arc<Inbox>,
     shared: Arc<Shared>,
     start: Instant,
@@ -142,17 +156,28 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker for `listener`; `poll` is the poller whose waker is in `inbox`.
+    /// A worker for `listener` (and `tls_listener`); `poll` is the poller whose waker is in
+    /// `inbox`.
     pub fn new(
         id: usize,
         poll: Poll,
         listener: std::net::TcpListener,
+        tls_listener: Option<std::net::TcpListener>,
         inbox: Arc<Inbox>,
         shared: Arc<Shared>,
     ) -> io::Result<Worker> {
         let mut listener = TcpListener::from_std(listener);
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let tls_listener = match tls_listener {
+            Some(l) => {
+                let mut l = TcpListener::from_std(l);
+                poll.registry()
+                    .register(&mut l, TLS_LISTENER, Interest::READABLE)?;
+                Some(l)
+            }
+            None => None,
+        };
         let read_buf = vec![0; shared.config.read_buffer];
         let deflate_settings = crate::message::DeflateSettings {
             threshold: shared.config.compression_threshold,
@@ -162,9 +187,12 @@ impl Worker {
             id,
             poll,
             listener: Some(listener),
+            tls_listener,
             conns: Slab::new(),
             index: TopicIndex::default(),
             read_buf,
+            plain_buf: Vec::new(),
+            handshake_buf: Vec::new(),
             inbox,
             shared,
             start: Instant::now(),
@@ -211,7 +239,8 @@ impl Worker {
             self.now = self.start.elapsed().as_secs() as u32;
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept_all(),
+                    LISTENER => self.accept_all(false),
+                    TLS_LISTENER => self.accept_all(true),
                     WAKER => {}
                     Token(k) => {
                         let k = k as u32;
@@ -255,9 +284,14 @@ impl Worker {
         self.flush_tally();
     }
 
-    fn accept_all(&mut self) {
+    fn accept_all(&mut self, tls: bool) {
         loop {
-            let Some(listener) = self.listener.as_ref() else {
+            let listener = if tls {
+                self.tls_listener.as_ref()
+            } else {
+                self.listener.as_ref()
+            };
+            let Some(listener) = listener else {
                 return;
             };
             let (stream, peer) = match listener.accept() {
@@ -284,15 +318,28 @@ impl Worker {
                 }
             };
             self.accept_blocked = false;
-            self.adopt(stream, conn::address_key(peer.ip()));
+            self.adopt(stream, conn::address_key(peer.ip()), tls);
         }
     }
 
     /// Takes a new connection, or refuses it at once when a limit is reached: the refusal is
     /// written immediately (the request is never read) and the connection closes like any other,
     /// so a flood costs a slab entry for at most `CLOSE_LINGER_SECS`.
-    fn adopt(&mut self, mut stream: TcpStream, peer: u32) {
+    fn adopt(&mut self, mut stream: TcpStream, peer: u32, tls: bool) {
         let refusal = self.admit(peer);
+        let session = match (tls, &self.shared.tls) {
+            (false, _) => None,
+            (true, Some(t)) if refusal.is_none() => match tls::Session::new(t.config()) {
+                Ok(s) => Some(Box::new(s)),
+                Err(e) => {
+                    log::warn(format_args!("TLS session: {e}"));
+                    self.note_gone(State::Http, peer);
+                    return;
+                }
+            },
+            // Refused before TLS begins: there is no channel to say why, so just close.
+            (true, _) => return,
+        };
         // Push messages are small and latency matters more than segment count.
         let _ = stream.set_nodelay(true);
         let entry = self.conns.vacant_entry();
@@ -311,7 +358,12 @@ impl Worker {
         }
         match refusal {
             None => {
-                entry.insert(Conn::new(stream, State::Http, self.now, peer));
+                let mut conn = Conn::new(stream, State::Http, self.now, peer);
+                if session.is_some() {
+                    self.shared.metrics.tls_connections.fetch_add(1, Relaxed);
+                }
+                conn.tls = session;
+                entry.insert(conn);
             }
             Some((status, why)) => {
                 entry.insert(Conn::new(stream, State::Closing, self.now, peer));
@@ -388,7 +440,11 @@ impl Worker {
                         conn.last_seen = self.now;
                         conn.flags &= !PINGED;
                     }
-                    self.on_data(k, n);
+                    if conn.tls.is_some() {
+                        self.on_tls_data(k, n);
+                    } else {
+                        self.on_data(k, n);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -404,14 +460,110 @@ impl Worker {
 
     /// Handles `n` fresh bytes in the read buffer, joined to any partial input kept from before.
     fn on_data(&mut self, k: u32, n: usize) {
+        let mut fresh = std::mem::take(&mut self.read_buf);
+        self.consume(k, fresh.get_mut(..n).unwrap_or_default());
+        self.read_buf = fresh;
+    }
+
+    /// Handles `n` fresh bytes of ciphertext: decrypts them, sends what the handshake needs,
+    /// and hands the plaintext to [`Self::consume`].
+    fn on_tls_data(&mut self, k: u32, n: usize) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        let Some(session) = conn.tls.as_mut() else {
+            return;
+        };
+        let mut fresh = std::mem::take(&mut self.read_buf);
+        let data = fresh.get_mut(..n).unwrap_or_default();
+        // A plain HTTP request on the TLS port (a ClientHello starts with record type 22):
+        // answer it in plain text, as nginx does, instead of a TLS alert nobody can read.
+        if session.untouched() && data.first().is_some_and(|b| b.is_ascii_uppercase()) {
+            self.read_buf = fresh;
+            self.refuse_plaintext(k);
+            return;
+        }
+        let (mut plain, mut out) = (
+            std::mem::take(&mut self.plain_buf),
+            std::mem::take(&mut self.handshake_buf),
+        );
+        let was_established = session.established();
+        let res = session.read(data, &mut plain, &mut out);
+        self.read_buf = fresh;
+        let written = if out.is_empty() {
+            Ok(0)
+        } else {
+            conn.write_records(&out)
+        };
+        match (res, written) {
+            (Ok(outcome), Ok(w)) => {
+                self.tally.bytes_out += w as u64;
+                if outcome.handshake_done {
+                    self.shared.metrics.tls_handshakes.fetch_add(1, Relaxed);
+                }
+                if !plain.is_empty() {
+                    self.consume(k, &mut plain);
+                }
+                if outcome.peer_closed {
+                    self.drop_conn(k, CloseReason::Disconnected);
+                }
+            }
+            (Err(e), _) => {
+                log::debug(format_args!("TLS: {e}"));
+                let m = &self.shared.metrics;
+                if was_established {
+                    m.tls_errors.fetch_add(1, Relaxed);
+                } else {
+                    m.tls_failed(tls::failure_reason(&e));
+                }
+                // The alert (if any) is written; the connection ends.
+                self.drop_conn(k, CloseReason::Disconnected);
+            }
+            (Ok(_), Err(e)) => {
+                log::debug(format_args!("write: {e}"));
+                self.drop_conn(k, CloseReason::Disconnected);
+            }
+        }
+        plain.clear();
+        out.clear();
+        self.plain_buf = plain;
+        self.handshake_buf = out;
+    }
+
+    /// Answers a plain HTTP request that arrived on the TLS listener with 400, in plain text.
+    fn refuse_plaintext(&mut self, k: u32) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        conn.tls = None;
+        let m = &self.shared.metrics;
+        m.tls_connections.fetch_sub(1, Relaxed);
+        m.tls_failed("plaintext");
+        m.http_errors.fetch_add(1, Relaxed);
+        log::debug(format_args!("plain HTTP on the TLS listener"));
+        let body = "this port speaks TLS: use https:// or wss://\n";
+        let mut out = Vec::with_capacity(160);
+        clarion_proto::http1::write_response_head(
+            &mut out,
+            400,
+            &[
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Connection", "close"),
+            ],
+            Some(body.len()),
+        );
+        out.extend_from_slice(body.as_bytes());
+        self.start_closing(k, Some(out.into()), CloseReason::HttpDone);
+    }
+
+    /// Interprets fresh plaintext, joined to any partial input kept from before.
+    fn consume(&mut self, k: u32, data: &mut [u8]) {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
         if conn.state == State::Closing {
             return; // Waiting for EOF: the peer's bytes no longer mean anything.
         }
-        let mut fresh = std::mem::take(&mut self.read_buf);
-        let data = fresh.get_mut(..n).unwrap_or_default();
         if let Some(mut input) = conn.input.take() {
             input.extend_from_slice(data);
             let used = self.process(k, &mut input);
@@ -437,7 +589,6 @@ impl Worker {
                 }
             }
         }
-        self.read_buf = fresh;
     }
 
     /// Interprets bytes according to the connection's state; returns how many were used (the
@@ -493,7 +644,7 @@ impl Worker {
         match conn.state {
             State::Closing if pending == 0 && !conn.has(WRITE_SHUT) => {
                 conn.flags |= WRITE_SHUT;
-                let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+                conn.shutdown_write();
             }
             State::Ws if cap.is_some_and(|cap| pending > cap) => {
                 conn.discard_unstarted();
@@ -622,6 +773,9 @@ impl Worker {
         let Some(conn) = self.conns.try_remove(k as usize) else {
             return;
         };
+        if conn.tls.is_some() {
+            self.shared.metrics.tls_connections.fetch_sub(1, Relaxed);
+        }
         if conn.state != State::Closing {
             self.note_gone(conn.state, conn.peer);
             self.shared.metrics.closed(reason);
@@ -682,7 +836,8 @@ impl Worker {
     /// deadlines, closing deadlines, and (on worker 0) history expiry.
     fn sweep(&mut self) {
         if self.accept_blocked {
-            self.accept_all();
+            self.accept_all(false);
+            self.accept_all(true);
         }
         if self.id == 0 {
             self.shared.hub.expire();
@@ -701,6 +856,9 @@ impl Worker {
             let quiet = self.now.saturating_sub(conn.last_seen);
             match conn.state {
                 State::Http if quiet >= handshake => {
+                    if conn.tls.as_ref().is_some_and(|t| !t.established()) {
+                        self.shared.metrics.tls_failed("timeout");
+                    }
                     expired.push((k as u32, CloseReason::HandshakeTimeout));
                 }
                 State::Ws if idle > 0 && quiet >= idle => {
@@ -783,7 +941,10 @@ impl Worker {
     fn begin_shutdown(&mut self) {
         let timeout = Duration::from_secs(self.shared.config.shutdown_timeout);
         self.shutdown_deadline = Some(Instant::now() + timeout);
-        if let Some(mut l) = self.listener.take() {
+        for mut l in [self.listener.take(), self.tls_listener.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = self.poll.registry().deregister(&mut l);
         }
         let keys: Vec<(u32, State)> = self
