@@ -18,6 +18,11 @@ reports medians and the ratio.
     python3 bench/idle_memory.py --peer socketify      # and the µWebSockets peer
     python3 bench/idle_memory.py --sse                 # and Clarion with SSE subscribers
     python3 bench/idle_memory.py -n 2000 --repeats 1   # quick look
+    python3 bench/idle_memory.py --tls --peer socketify   # TLS 1.3 WebSockets, both servers
+
+With `--tls`, every connection is a TLS 1.3 WebSocket (certificate from `clarion cert --dev`,
+trusted by the clients), for Clarion and the peers alike; `--plain` adds the clear-text Clarion
+run for the cost of TLS itself.
 
 Results from this machine are recorded in docs/benchmarks.md.
 """
@@ -29,7 +34,9 @@ import os
 import pathlib
 import selectors
 import socket
+import ssl
 import statistics
+import tempfile
 import subprocess
 import sys
 import time
@@ -50,6 +57,8 @@ def client_main(target, source, count, path):
     host, port = target.rsplit(":", 1)
     socks = []
     sse = path.startswith("/sse")
+    ca = os.environ.get("BENCH_TLS_CA")
+    ctx = ssl.create_default_context(cafile=ca) if ca else None
     if sse:
         request = f"GET {path} HTTP/1.1\r\nHost: {target}\r\nAccept: text/event-stream\r\n\r\n"
         ok = b"HTTP/1.1 200"
@@ -63,6 +72,8 @@ def client_main(target, source, count, path):
         s = socket.socket()
         s.bind((source, 0))
         s.connect((host, int(port)))
+        if ctx:
+            s = ctx.wrap_socket(s, server_hostname="localhost")
         key = base64.b64encode(os.urandom(16)).decode()
         s.sendall(request.replace("{key}", key).encode())
         head = b""
@@ -90,7 +101,9 @@ def client_main(target, source, count, path):
                 for key, _ in sel.select(0.2):
                     try:
                         data = key.fileobj.recv(65536)
-                    except BlockingIOError:
+                        while ctx and key.fileobj.pending():
+                            data += key.fileobj.recv(65536)
+                    except (BlockingIOError, ssl.SSLWantReadError):
                         continue
                     if sse:
                         tail = key.data[1] + data
@@ -186,10 +199,45 @@ class ClarionSSE(Clarion):
         self.path = f"/sse?topic={TOPIC}"
 
 
+class ClarionTLS(Clarion):
+    """Clarion with TLS 1.3 WebSocket subscribers (a dev certificate made for the run)."""
+
+    name = "clarion-tls"
+    tls = True
+
+    def __init__(self):
+        binary = os.environ.get("CLARION_BIN", str(ROOT / "target" / "release" / "clarion"))
+        d = dev_cert()
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
+             "--max-connections-per-address", "0", "--tls-listen", "127.0.0.1:0",
+             "--tls-cert", f"{d}/cert.pem", "--tls-key", f"{d}/key.pem"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        fields = dict(p.split("=", 1) for p in self.proc.stdout.readline().split()[2:])
+        self.clients, self.api = fields["tls"], fields["api"]
+        self.path = f"/ws?topic={TOPIC}"
+
+
+_DEV_CERT = None
+
+
+def dev_cert():
+    """A directory with ca.pem, cert.pem and key.pem from `clarion cert --dev` (made once)."""
+    global _DEV_CERT
+    if _DEV_CERT is None:
+        _DEV_CERT = tempfile.mkdtemp(prefix="clarion-bench-tls-")
+        binary = os.environ.get("CLARION_BIN", str(ROOT / "target" / "release" / "clarion"))
+        subprocess.run([binary, "cert", "--dev", "--dir", _DEV_CERT], check=True,
+                       capture_output=True)
+    return _DEV_CERT
+
+
 class Socketify:
     """µWebSockets through its Python binding, running bench/peers/socketify_server.py."""
 
     name = "socketify"
+    tls_args = []
 
     def __init__(self):
         python = ROOT / "bench" / ".venv" / "bin" / "python"
@@ -198,7 +246,8 @@ class Socketify:
             subprocess.run([str(python), "-m", "pip", "install", "-q", "socketify"], check=True)
         port = free_port()
         self.proc = subprocess.Popen(
-            [str(python), str(ROOT / "bench" / "peers" / "socketify_server.py"), str(port)],
+            [str(python), str(ROOT / "bench" / "peers" / "socketify_server.py"), str(port),
+             *self.tls_args],
             stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout.readline().startswith("ready")
@@ -206,10 +255,15 @@ class Socketify:
         self.path = f"/ws?topic={TOPIC}"
 
     def publish(self, payload):
+        # The peer serves its publish route on its (TLS) client port.
+        scheme, ctx = "http", None
+        if getattr(self, "tls", False):
+            scheme, ctx = "https", ssl.create_default_context(cafile=f"{dev_cert()}/ca.pem")
         req = urllib.request.Request(
-            f"http://{self.api}/publish/{TOPIC}", data=payload.encode(), method="POST"
+            f"{scheme}://localhost:{self.api.rsplit(':', 1)[1]}/publish/{TOPIC}",
+            data=payload.encode(), method="POST",
         )
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
             return int(r.read())
 
     def pids(self):
@@ -218,6 +272,18 @@ class Socketify:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
+
+
+class SocketifyTLS(Socketify):
+    """µWebSockets with its OpenSSL TLS (SSLApp), same certificate as Clarion's run."""
+
+    name = "socketify-tls"
+    tls = True
+
+    def __init__(self):
+        d = dev_cert()
+        self.tls_args = [f"{d}/cert.pem", f"{d}/key.pem"]
+        super().__init__()
 
 
 def free_port():
@@ -242,11 +308,14 @@ def run_once(server_cls, n, procs, idle_seconds, burst):
         pids = server.pids()
         base_rss = rss(pids)
         per = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+        env = dict(os.environ)
+        if getattr(server, "tls", False):
+            env["BENCH_TLS_CA"] = f"{dev_cert()}/ca.pem"
         clients = [
             subprocess.Popen(
                 [sys.executable, __file__, "--client", server.clients, f"127.0.0.{2 + i}",
                  str(count), server.path],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
             )
             for i, count in enumerate(per)
         ]
@@ -300,11 +369,19 @@ def main():
     ap.add_argument("--burst", type=int, default=20, help="broadcasts after the idle window")
     ap.add_argument("--peer", choices=["socketify"], action="append", default=[])
     ap.add_argument("--sse", action="store_true", help="also measure Clarion with SSE subscribers")
+    ap.add_argument("--tls", action="store_true",
+                    help="TLS 1.3 WebSockets (Clarion and peers alike)")
+    ap.add_argument("--plain", action="store_true",
+                    help="with --tls, also measure clear-text Clarion")
     ap.add_argument("--json", help="also write all results to this file")
     args = ap.parse_args()
 
-    classes = [Clarion] + ([ClarionSSE] if args.sse else [])
-    classes += [{"socketify": Socketify}[p] for p in args.peer]
+    if args.tls:
+        classes = [ClarionTLS] + ([Clarion] if args.plain else [])
+        classes += [{"socketify": SocketifyTLS}[p] for p in args.peer]
+    else:
+        classes = [Clarion] + ([ClarionSSE] if args.sse else [])
+        classes += [{"socketify": Socketify}[p] for p in args.peer]
     results = {c.name: [] for c in classes}
     for r in range(args.repeats):
         for cls in classes:  # interleaved, so drift on the shared machine hits both alike
@@ -326,9 +403,14 @@ def main():
               f"{med(name, 'rss_per_conn_after_burst'):>13.0f} {med(name, 'idle_cpu_ms'):>12.0f} "
               f"{med(name, 'connect_rate'):>11.0f} {med(name, 'base_rss') / 2**20:>13.1f} "
               f"{min(x['delivered'] / x['expected'] for x in results[name]):>10.2%}")
-    for peer in args.peer:
-        ratio = med("clarion", "rss_per_conn") / med(peer, "rss_per_conn")
-        print(f"clarion / {peer} memory per connection: {ratio:.2f}")
+    first = classes[0].name
+    for cls in classes[1:]:
+        if cls.name.startswith("socketify"):
+            ratio = med(first, "rss_per_conn") / med(cls.name, "rss_per_conn")
+            print(f"{first} / {cls.name} memory per connection: {ratio:.2f}")
+    if args.tls and args.plain:
+        extra = med("clarion-tls", "rss_per_conn") - med("clarion", "rss_per_conn")
+        print(f"TLS adds {extra:.0f} B per idle connection to Clarion")
     if args.sse:
         ratio = med("clarion-sse", "rss_per_conn") / med("clarion", "rss_per_conn")
         print(f"clarion SSE / WebSocket memory per connection: {ratio:.2f}")

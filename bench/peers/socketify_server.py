@@ -2,17 +2,22 @@
 in bench/idle_memory.py: accept WebSockets on /ws, subscribe each to topic `bench`, and
 broadcast a 30-byte text message to the topic on every request to /publish/bench.
 
-    bench/.venv/bin/python bench/peers/socketify_server.py PORT
+    bench/.venv/bin/python bench/peers/socketify_server.py PORT [CERT KEY]
+
+With CERT and KEY, it serves TLS (µWebSockets' SSLApp over OpenSSL).
 """
 
 import sys
 
-from socketify import App, OpCode
+from socketify import App, AppOptions, OpCode
 
 TOPIC = "bench"
 PAYLOAD = "x" * 30
 
-app = App()
+if len(sys.argv) > 3:
+    app = App(AppOptions(cert_file_name=sys.argv[2], key_file_name=sys.argv[3]))
+else:
+    app = App()
 
 
 def on_open(ws):

@@ -35,8 +35,8 @@ function startServer(args = []) {
   return new Promise((resolve, reject) => {
     const lines = readline.createInterface({ input: child.stdout });
     lines.once('line', (line) => {
-      const m = /clients=(\S+) api=(\S+)/.exec(line);
-      if (m) resolve({ clients: m[1], api: m[2], child });
+      const m = /clients=(\S+) api=(\S+)(?: tls=(\S+))?/.exec(line);
+      if (m) resolve({ clients: m[1], api: m[2], tls: m[3], child });
       else reject(new Error(`unexpected first line: ${line}`));
     });
     child.once('exit', (code) => reject(new Error(`server exited with ${code}`)));

@@ -52,7 +52,7 @@ class Canary:
         self.thread.join()
         for i in range(self.sent):
             fin, op, payload = self.reader.frame()
-            assert (op, payload) == (1, str(i).encode()), f"canary message {i}"
+            assert (op, payload) == (1, str(i).encode()), f"canary message {i}: {op} {payload[:40]!r}"
         return self.sent
 
 

@@ -152,6 +152,10 @@ impl Tls {
         config.ticketer = rustls::crypto::ring::Ticketer::new()?;
         config.send_tls13_tickets = 1;
         config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        // After the handshake, established TLS 1.3 connections hand their traffic keys to
+        // Clarion's own record layer (`worker::tls_records`), which keeps far less per
+        // connection than a whole rustls connection.
+        config.enable_secret_extraction = true;
         Ok(Tls {
             config: Arc::new(config),
             resolver,

@@ -19,6 +19,7 @@ pub mod conn;
 mod http;
 pub mod index;
 pub mod tls;
+mod tls_records;
 mod ws;
 
 use std::collections::HashMap;
@@ -853,6 +854,9 @@ impl Worker {
         let mut to_ping: Vec<u32> = Vec::new();
         let mut to_keepalive: Vec<(u32, bool)> = Vec::new();
         for (k, conn) in self.conns.iter_mut() {
+            if let Some(t) = conn.tls.as_mut() {
+                t.compact();
+            }
             let quiet = self.now.saturating_sub(conn.last_seen);
             match conn.state {
                 State::Http if quiet >= handshake => {

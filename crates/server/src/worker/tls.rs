@@ -4,12 +4,17 @@
 //! space. A connection keeps bytes only for a partial record it has not fully received and for
 //! ciphertext the kernel has not taken yet; both are freed as soon as they empty.
 //!
+//! Once a TLS 1.3 handshake completes, the records move to [`super::tls_records`], which keeps
+//! only raw keys while the connection is idle; TLS 1.2 connections stay with rustls.
+//!
 //! No socket is touched here: the caller writes what lands in `out`.
 
 use std::sync::Arc;
 
 use rustls::server::{ServerConfig, UnbufferedServerConnection};
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
+
+use super::tls_records::Records;
 
 /// Plaintext bytes per TLS record (RFC 8446 §5.1).
 pub const MAX_RECORD: usize = 16 * 1024;
@@ -26,9 +31,22 @@ pub struct ReadOutcome {
     pub peer_closed: bool,
 }
 
+/// Who does the records. The lean layer is the long-lived state, so it is inline (one
+/// allocation per connection) while the much larger rustls state is boxed only until the
+/// handshake ends.
+#[allow(clippy::large_enum_variant)]
+enum Engine {
+    /// rustls: during the handshake, and for TLS 1.2 connections throughout.
+    Rustls(Box<UnbufferedServerConnection>),
+    /// Our lean TLS 1.3 record layer, once the handshake is done.
+    Lean(Records),
+    /// Only while switching from one to the other.
+    Switching,
+}
+
 /// A TLS server connection.
 pub struct Session {
-    conn: UnbufferedServerConnection,
+    engine: Engine,
     /// Ciphertext of a record not yet complete; empty (unallocated) almost always.
     partial: Vec<u8>,
     /// Encrypted bytes the kernel refused; empty (unallocated) almost always.
@@ -42,7 +60,9 @@ impl Session {
     /// A connection that will handshake with `config`.
     pub fn new(config: &Arc<ServerConfig>) -> Result<Session, rustls::Error> {
         Ok(Session {
-            conn: UnbufferedServerConnection::new(Arc::clone(config))?,
+            engine: Engine::Rustls(Box::new(UnbufferedServerConnection::new(Arc::clone(
+                config,
+            ))?)),
             partial: Vec::new(),
             unsent: Vec::new(),
             established: false,
@@ -60,13 +80,31 @@ impl Session {
         !self.started
     }
 
+    /// Whether the lean record layer has taken over from rustls.
+    pub fn is_lean(&self) -> bool {
+        matches!(self.engine, Engine::Lean(_))
+    }
+
     /// The negotiated protocol version, once known ("1.3" or "1.2").
     pub fn version(&self) -> Option<&'static str> {
-        self.conn.protocol_version().map(|v| match v {
-            rustls::ProtocolVersion::TLSv1_3 => "1.3",
-            rustls::ProtocolVersion::TLSv1_2 => "1.2",
-            _ => "other",
-        })
+        match &self.engine {
+            Engine::Rustls(conn) => conn.protocol_version().map(|v| match v {
+                rustls::ProtocolVersion::TLSv1_3 => "1.3",
+                rustls::ProtocolVersion::TLSv1_2 => "1.2",
+                _ => "other",
+            }),
+            Engine::Lean(_) => Some("1.3"),
+            Engine::Switching => None,
+        }
+    }
+
+    /// Frees the expanded keys of a connection that was quiet since the previous call (the
+    /// worker's sweep calls this once a second).
+    pub fn compact(&mut self) -> bool {
+        match &mut self.engine {
+            Engine::Lean(r) => r.compact(),
+            _ => false,
+        }
     }
 
     /// Feeds `fresh` ciphertext (joined to any partial record kept from before). Plaintext is
@@ -79,10 +117,9 @@ impl Session {
         out: &mut Vec<u8>,
     ) -> Result<ReadOutcome, rustls::Error> {
         self.started = true;
-        let mut outcome = ReadOutcome::default();
         let was_established = self.established;
         let Session {
-            conn,
+            engine,
             partial,
             established,
             ..
@@ -92,87 +129,74 @@ impl Session {
             partial.extend_from_slice(fresh);
         }
         let buf: &mut [u8] = if joined { partial } else { fresh };
-        let mut used = 0usize;
-        let result = loop {
-            let rest = buf.get_mut(used..).unwrap_or_default();
-            let status = conn.process_tls_records(rest);
-            let discard = status.discard;
-            let state = match status.state {
-                Ok(s) => s,
+        let (used, result) = match engine {
+            Engine::Rustls(conn) => drive(conn, buf, plain, out, established),
+            Engine::Lean(records) => match records.open(buf, plain, out) {
+                Ok(read) => (
+                    read.used,
+                    Ok(ReadOutcome {
+                        peer_closed: read.peer_closed,
+                        ..ReadOutcome::default()
+                    }),
+                ),
                 Err(e) => {
-                    used += discard;
-                    break Err(e);
+                    records.fatal_alert(&e, out);
+                    (0, Err(rustls::Error::General(e.to_string())))
                 }
-            };
-            let mut stop = false;
-            let step = match state {
-                ConnectionState::ReadTraffic(mut r) => {
-                    let mut res = Ok(());
-                    while let Some(rec) = r.next_record() {
-                        match rec {
-                            Ok(rec) => plain.extend_from_slice(rec.payload),
-                            Err(e) => {
-                                res = Err(e);
-                                break;
-                            }
-                        }
-                    }
-                    res
-                }
-                ConnectionState::ReadEarlyData(mut r) => {
-                    // Early data is never enabled; drain it should a future rustls offer it.
-                    while let Some(Ok(_)) = r.next_record() {}
-                    Ok(())
-                }
-                ConnectionState::EncodeTlsData(mut e) => encode(&mut e, out),
-                ConnectionState::TransmitTlsData(t) => {
-                    t.done();
-                    Ok(())
-                }
-                ConnectionState::PeerClosed => {
-                    outcome.peer_closed = true;
-                    Ok(())
-                }
-                ConnectionState::WriteTraffic(_) => {
-                    *established = true;
-                    stop = true;
-                    Ok(())
-                }
-                // BlockedHandshake (more bytes needed), Closed, and states of future versions.
-                _ => {
-                    stop = true;
-                    Ok(())
-                }
-            };
-            used += discard;
-            if let Err(e) = step {
-                break Err(e);
-            }
-            if stop {
-                break Ok(());
-            }
+            },
+            Engine::Switching => (0, Err(rustls::Error::HandshakeNotComplete)),
         };
         // Keep the unprocessed tail (a partial record) and nothing else.
-        let tail_len = buf.len().saturating_sub(used);
-        if joined {
+        let tail = buf.get(used..).unwrap_or_default();
+        if result.is_err() {
+            *partial = Vec::new();
+            if let Engine::Rustls(conn) = engine {
+                drain_alert(conn, out);
+            }
+        } else if joined {
             partial.drain(..used.min(partial.len()));
             if partial.is_empty() {
                 *partial = Vec::new();
             }
-        } else if tail_len > 0 {
-            *partial = buf.get(used..).unwrap_or_default().to_vec();
+        } else if !tail.is_empty() {
+            *partial = tail.to_vec();
         }
-        if result.is_err() {
-            *partial = Vec::new();
-            drain_alert(conn, out);
-        }
+        let mut outcome = result?;
         outcome.handshake_done = !was_established && *established;
-        result.map(|()| outcome)
+        if outcome.handshake_done {
+            self.go_lean();
+        }
+        Ok(outcome)
+    }
+
+    /// Hands an established TLS 1.3 connection from rustls to the lean record layer. TLS 1.2
+    /// (and anything unexpected) stays with rustls, which is always correct, just larger.
+    fn go_lean(&mut self) {
+        let tls13 = matches!(&self.engine, Engine::Rustls(c)
+            if c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3));
+        if !tls13 {
+            return;
+        }
+        let Engine::Rustls(conn) = std::mem::replace(&mut self.engine, Engine::Switching) else {
+            return;
+        };
+        self.engine = match conn.dangerous_into_kernel_connection() {
+            Ok((secrets, kernel)) => match Records::new(secrets, kernel) {
+                Some(r) => Engine::Lean(r),
+                None => Engine::Switching,
+            },
+            Err(_) => Engine::Switching,
+        };
     }
 
     /// Encrypts `data` (any length; split into records as needed), appending the records to
     /// `out`.
     pub fn encrypt(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), rustls::Error> {
+        if let Engine::Lean(r) = &mut self.engine {
+            return r
+                .seal(data, out)
+                .map_err(|e| rustls::Error::General(e.to_string()));
+        }
         let records = data.len().div_ceil(MAX_RECORD).max(1);
         let room = data.len() + records * RECORD_OVERHEAD;
         self.with_write_traffic(out, |w, out| {
@@ -197,6 +221,10 @@ impl Session {
         if !self.established {
             return;
         }
+        if let Engine::Lean(r) = &mut self.engine {
+            r.close_notify(out);
+            return;
+        }
         let _ = self.with_write_traffic(out, |w, out| {
             let start = out.len();
             out.resize(start + RECORD_OVERHEAD + 8, 0);
@@ -213,8 +241,8 @@ impl Session {
         });
     }
 
-    /// Brings the connection to its write state (encoding anything rustls queued first, such as
-    /// the answer to a key update) and runs `f` there.
+    /// Brings the rustls connection to its write state (encoding anything it queued first,
+    /// such as the answer to a key update) and runs `f` there.
     fn with_write_traffic(
         &mut self,
         out: &mut Vec<u8>,
@@ -223,9 +251,12 @@ impl Session {
             &mut Vec<u8>,
         ) -> Result<(), rustls::Error>,
     ) -> Result<(), rustls::Error> {
+        let Engine::Rustls(conn) = &mut self.engine else {
+            return Err(rustls::Error::HandshakeNotComplete);
+        };
         // Each step either finishes or consumes one queued item; a handful is plenty.
         for _ in 0..16 {
-            let status = self.conn.process_tls_records(&mut []);
+            let status = conn.process_tls_records(&mut []);
             match status.state? {
                 ConnectionState::WriteTraffic(mut w) => return f(&mut w, out),
                 ConnectionState::EncodeTlsData(mut e) => encode(&mut e, out)?,
@@ -237,6 +268,74 @@ impl Session {
         Err(rustls::Error::General(
             "application data before the handshake completed".into(),
         ))
+    }
+}
+
+/// Runs rustls over `buf`: returns the bytes it consumed and what happened.
+fn drive(
+    conn: &mut UnbufferedServerConnection,
+    buf: &mut [u8],
+    plain: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+    established: &mut bool,
+) -> (usize, Result<ReadOutcome, rustls::Error>) {
+    let mut outcome = ReadOutcome::default();
+    let mut used = 0usize;
+    loop {
+        let rest = buf.get_mut(used..).unwrap_or_default();
+        let status = conn.process_tls_records(rest);
+        let discard = status.discard;
+        let state = match status.state {
+            Ok(s) => s,
+            Err(e) => return (used + discard, Err(e)),
+        };
+        let mut stop = false;
+        let step = match state {
+            ConnectionState::ReadTraffic(mut r) => {
+                let mut res = Ok(());
+                while let Some(rec) = r.next_record() {
+                    match rec {
+                        Ok(rec) => plain.extend_from_slice(rec.payload),
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                }
+                res
+            }
+            ConnectionState::ReadEarlyData(mut r) => {
+                // Early data is never enabled; drain it should a future rustls offer it.
+                while let Some(Ok(_)) = r.next_record() {}
+                Ok(())
+            }
+            ConnectionState::EncodeTlsData(mut e) => encode(&mut e, out),
+            ConnectionState::TransmitTlsData(t) => {
+                t.done();
+                Ok(())
+            }
+            ConnectionState::PeerClosed => {
+                outcome.peer_closed = true;
+                Ok(())
+            }
+            ConnectionState::WriteTraffic(_) => {
+                *established = true;
+                stop = true;
+                Ok(())
+            }
+            // BlockedHandshake (more bytes needed), Closed, and states of future versions.
+            _ => {
+                stop = true;
+                Ok(())
+            }
+        };
+        used += discard;
+        if let Err(e) = step {
+            return (used, Err(e));
+        }
+        if stop {
+            return (used, Ok(outcome));
+        }
     }
 }
 
@@ -321,6 +420,7 @@ mod tests {
             .with_single_cert(chain, key)
             .unwrap();
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        server.enable_secret_extraction = true;
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(CertificateDer::from_pem_slice(dev.ca_pem.as_bytes()).unwrap())
@@ -407,6 +507,79 @@ mod tests {
         }
     }
 
+    /// Everything the client can read now.
+    fn client_read(c: &mut rustls::ClientConnection, mut bytes: &[u8]) -> Vec<u8> {
+        let mut got = Vec::new();
+        while !bytes.is_empty() {
+            c.read_tls(&mut bytes).unwrap();
+            c.process_new_packets().unwrap();
+            let _ = std::io::Read::read_to_end(&mut c.reader(), &mut got);
+        }
+        got
+    }
+
+    #[test]
+    fn tls13_moves_to_the_lean_record_layer_and_follows_key_updates() {
+        let (mut s, mut c) = pair();
+        handshake(&mut s, &mut c, 100_000);
+        assert!(s.is_lean());
+        // The client rolls its keys and asks us to roll ours (update_requested).
+        c.refresh_traffic_keys().unwrap();
+        std::io::Write::write_all(&mut c.writer(), b"after update").unwrap();
+        let (plain, to_client, _) = feed(&mut s, &client_out(&mut c), 100_000);
+        assert_eq!(plain, b"after update");
+        assert!(!to_client.is_empty(), "our own KeyUpdate");
+        assert!(client_read(&mut c, &to_client).is_empty());
+        let mut out = Vec::new();
+        s.encrypt(b"new keys", &mut out).unwrap();
+        assert_eq!(client_read(&mut c, &out), b"new keys");
+        // Several updates in a row, and data both ways after each.
+        for i in 0..3u8 {
+            c.refresh_traffic_keys().unwrap();
+            std::io::Write::write_all(&mut c.writer(), &[i]).unwrap();
+            let (plain, to_client, _) = feed(&mut s, &client_out(&mut c), 3);
+            assert_eq!(plain, [i]);
+            let mut out = to_client;
+            s.encrypt(&[i; 3], &mut out).unwrap();
+            assert_eq!(client_read(&mut c, &out), [i; 3]);
+        }
+    }
+
+    #[test]
+    fn idle_connections_drop_their_expanded_keys_and_rebuild_them() {
+        let (mut s, mut c) = pair();
+        handshake(&mut s, &mut c, 100_000);
+        let mut out = Vec::new();
+        s.encrypt(b"one", &mut out).unwrap();
+        assert!(!s.compact(), "active since the last sweep: kept");
+        assert!(s.compact(), "quiet for a whole sweep: dropped");
+        assert!(!s.compact(), "nothing left to drop");
+        s.encrypt(b"two", &mut out).unwrap();
+        assert_eq!(client_read(&mut c, &out), b"onetwo");
+        std::io::Write::write_all(&mut c.writer(), b"in").unwrap();
+        s.compact();
+        assert!(s.compact(), "quiet again: dropped");
+        let (plain, _, _) = feed(&mut s, &client_out(&mut c), 100_000);
+        assert_eq!(plain, b"in");
+    }
+
+    #[test]
+    fn a_tampered_record_is_refused_with_an_alert() {
+        let (mut s, mut c) = pair();
+        handshake(&mut s, &mut c, 100_000);
+        std::io::Write::write_all(&mut c.writer(), b"payload").unwrap();
+        let mut bytes = client_out(&mut c);
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        let (mut plain, mut out) = (Vec::new(), Vec::new());
+        assert!(s.read(&mut bytes, &mut plain, &mut out).is_err());
+        assert!(plain.is_empty());
+        // The client gets an encrypted bad_record_mac alert.
+        c.read_tls(&mut &out[..]).unwrap();
+        let err = c.process_new_packets().unwrap_err();
+        assert!(err.to_string().contains("BadRecordMac"), "{err}");
+    }
+
     #[test]
     fn close_notify_is_reported_both_ways() {
         let (mut s, mut c) = pair();
@@ -443,9 +616,10 @@ mod tests {
 
     #[test]
     fn session_is_small_once_established() {
-        // The struct itself (rustls keeps its connection state inline: about 1.1 KiB); the
-        // heap it owns is measured by bench/idle_memory.py --tls.
+        // The struct itself, which holds the lean record layer inline (rustls' handshake state
+        // is boxed and gone once established); the heap it owns is measured by
+        // bench/idle_memory.py --tls.
         let size = std::mem::size_of::<Session>();
-        assert!(size < 1536, "{size}");
+        assert!(size < 1024, "{size}");
     }
 }
