@@ -72,6 +72,13 @@ pub struct BenchArgs {
     /// Write a self-contained HTML report with plots over time here.
     #[arg(long)]
     pub report: Option<std::path::PathBuf>,
+    /// Connect over TLS to --target, trusting the CA certificates in this PEM file (for
+    /// `clarion cert --dev`, its `ca.pem`).
+    #[arg(long)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// The server name to ask for and verify over TLS.
+    #[arg(long, default_value = "localhost")]
+    pub tls_name: String,
 }
 
 /// Presets.
@@ -264,6 +271,14 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     }
     let exe = std::env::current_exe()?;
     let interval_us = a.interval_ms * 1000;
+    let tls = match &a.tls_ca {
+        Some(path) => Some(crate::worker::TlsJob {
+            ca_pem: std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+            server_name: a.tls_name.clone(),
+        }),
+        None => None,
+    };
     // The workers' latest progress lines, kept up to date by one reader thread per worker.
     let progress: Arc<Mutex<Vec<Progress>>> = Arc::new(Mutex::new(
         (0..procs)
@@ -293,6 +308,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
             topics,
             connect_rate: a.connect_rate.div_ceil(procs as u32),
             interval_us,
+            tls: tls.clone(),
         };
         let mut child = Command::new(&exe)
             .args(["bench-worker"])

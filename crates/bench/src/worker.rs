@@ -46,6 +46,35 @@ pub struct Job {
     pub connect_rate: u32,
     /// Interval of a steady feed in microseconds, for clump detection (0: none).
     pub interval_us: u64,
+    /// Connect over TLS, trusting this CA.
+    #[serde(default)]
+    pub tls: Option<TlsJob>,
+}
+
+/// TLS for every connection of a worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TlsJob {
+    /// PEM certificates to trust.
+    pub ca_pem: String,
+    /// The name to ask for (SNI) and verify.
+    pub server_name: String,
+}
+
+impl TlsJob {
+    fn client_config(&self) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+        use rustls::pki_types::pem::PemObject as _;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
+            roots.add(cert?)?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(std::sync::Arc::new(config))
+    }
 }
 
 /// The coordinator's last word: messages published per topic, and how long to wait for them.
@@ -96,6 +125,8 @@ enum Phase {
 
 struct Conn {
     stream: TcpStream,
+    /// The TLS client state, when the job is over TLS.
+    tls: Option<Box<rustls::ClientConnection>>,
     topic: u32,
     phase: Phase,
     buf: Vec<u8>,
@@ -114,6 +145,13 @@ pub fn main() -> anyhow::Result<()> {
     let mut first = String::new();
     stdin.lock().read_line(&mut first)?;
     let job: Job = serde_json::from_str(&first)?;
+    let tls = match &job.tls {
+        Some(t) => Some((
+            t.client_config()?,
+            rustls::pki_types::ServerName::try_from(t.server_name.clone())?,
+        )),
+        None => None,
+    };
     let mut poll = Poll::new()?;
     let waker = std::sync::Arc::new(Waker::new(poll.registry(), STDIN)?);
     let (tx, rx) = mpsc::channel::<Finish>();
@@ -173,7 +211,7 @@ pub fn main() -> anyhow::Result<()> {
             in_flight += 1;
             let topic = plan.get(planned).copied().unwrap_or(0);
             planned += 1;
-            match open(&job, &poll, conns.len(), topic) {
+            match open(&job, &poll, conns.len(), topic, tls.as_ref()) {
                 Ok(c) => conns.push(c),
                 Err(e) => {
                     *report
@@ -274,7 +312,26 @@ pub fn main() -> anyhow::Result<()> {
     }
 }
 
-fn open(job: &Job, poll: &Poll, index: usize, topic: u32) -> io::Result<Conn> {
+/// The TLS setup shared by a worker's connections.
+type TlsSetup = (
+    std::sync::Arc<rustls::ClientConfig>,
+    rustls::pki_types::ServerName<'static>,
+);
+
+fn open(
+    job: &Job,
+    poll: &Poll,
+    index: usize,
+    topic: u32,
+    tls: Option<&TlsSetup>,
+) -> io::Result<Conn> {
+    let tls = match tls {
+        Some((config, name)) => Some(Box::new(
+            rustls::ClientConnection::new(std::sync::Arc::clone(config), name.clone())
+                .map_err(io::Error::other)?,
+        )),
+        None => None,
+    };
     let domain = socket2::Domain::for_address(job.target);
     let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     s.set_nonblocking(true)?;
@@ -294,6 +351,7 @@ fn open(job: &Job, poll: &Poll, index: usize, topic: u32) -> io::Result<Conn> {
     )?;
     Ok(Conn {
         stream,
+        tls,
         topic,
         phase: Phase::Connecting,
         buf: Vec::new(),
@@ -338,11 +396,11 @@ fn drive(
             // last cursor, so nothing published between polls is missed.
             Transport::Poll => poll_request(topic, None, job.target),
         };
-        (&c.stream)
-            .write_all(request.as_bytes())
-            .map_err(|e| format!("send request: {}", e.kind()))?;
+        send(c, request.as_bytes()).map_err(|e| format!("send request: {}", e.kind()))?;
         c.phase = Phase::Head;
     }
+    // TLS records rustls could not write yet (the handshake, or a request behind it).
+    flush_tls(c).map_err(|e| format!("write: {}", e.kind()))?;
     let mut eof = false;
     loop {
         match (&c.stream).read(read_buf) {
@@ -350,9 +408,29 @@ fn drive(
                 eof = true;
                 break;
             }
-            Ok(n) => c
-                .buf
-                .extend_from_slice(read_buf.get(..n).unwrap_or_default()),
+            Ok(n) => {
+                let fresh = read_buf.get(..n).unwrap_or_default();
+                match c.tls.as_mut() {
+                    None => c.buf.extend_from_slice(fresh),
+                    Some(t) => {
+                        let mut rest = fresh;
+                        while !rest.is_empty() {
+                            t.read_tls(&mut rest)
+                                .map_err(|e| format!("tls read: {}", e.kind()))?;
+                            t.process_new_packets().map_err(|e| format!("tls: {e}"))?;
+                            match t.reader().read_to_end(&mut c.buf) {
+                                Ok(_) => {}
+                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                                    eof = true;
+                                }
+                                Err(e) => return Err(format!("tls read: {}", e.kind())),
+                            }
+                        }
+                        flush_tls(c).map_err(|e| format!("write: {}", e.kind()))?;
+                    }
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("read: {}", e.kind())),
@@ -435,7 +513,7 @@ fn ws_messages(
             9 => {
                 // Answer pings, or the server's idle timeout closes us.
                 let pong = masked(10, payload);
-                let _ = (&c.stream).write_all(&pong);
+                let _ = send(c, &pong);
             }
             _ => {}
         }
@@ -521,10 +599,41 @@ fn poll_responses(
             note(c, m.data.as_bytes(), now_us, latency, interval);
         }
         c.phase = Phase::Open;
-        (&c.stream)
-            .write_all(poll_request(topic, Some(&parsed.cursor), target).as_bytes())
-            .map_err(|e| format!("send poll: {}", e.kind()))?;
+        send(
+            c,
+            poll_request(topic, Some(&parsed.cursor), target).as_bytes(),
+        )
+        .map_err(|e| format!("send poll: {}", e.kind()))?;
     }
+}
+
+/// Writes `bytes` to the connection (through TLS when it has it). Requests are small and the
+/// socket is fresh, so a plain write completes; TLS records rustls cannot write yet are kept by
+/// it and flushed on the next event.
+fn send(c: &mut Conn, bytes: &[u8]) -> io::Result<()> {
+    match c.tls.as_mut() {
+        None => (&c.stream).write_all(bytes),
+        Some(t) => {
+            t.writer().write_all(bytes)?;
+            flush_tls(c)
+        }
+    }
+}
+
+/// Writes whatever TLS records are waiting, as far as the socket takes them.
+fn flush_tls(c: &mut Conn) -> io::Result<()> {
+    let Some(t) = c.tls.as_mut() else {
+        return Ok(());
+    };
+    while t.wants_write() {
+        match t.write_tls(&mut &c.stream) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A benchmark payload starts with `SEQ PUBLISH_UNIX_MICROS `.
