@@ -1,0 +1,20 @@
+//! GRIP, the Generic Realtime Intermediary Protocol that Pushpin speaks with backends.
+//!
+//! With GRIP, a push server sits in front of an ordinary web application as a proxy. It forwards
+//! a client's request to the backend; the backend answers with instructions (hold this request
+//! open as a stream or a long-poll, subscribed to these channels) and later publishes to those
+//! channels through an HTTP API, and the proxy delivers to every held connection. WebSocket
+//! clients are relayed the same way, either over a WebSocket to the backend or as short HTTP
+//! requests carrying WebSocket-over-HTTP events, with subscriptions sent as control messages.
+//!
+//! These are only the protocol's pure pieces, bytes and strings in and typed values out; the
+//! proxying itself belongs to the server.
+//!
+//! - [`websocket_events`]: the `application/websocket-events` body format (encoder and
+//!   incremental decoder).
+//! - [`headers`]: the instruction headers of a backend response (`Grip-Hold`, `Grip-Channel`, ...).
+//! - [`publish`]: the publish API's JSON body (`{"items": [...]}`) and its formats.
+//! - [`control`]: WebSocket control messages (`c:{...}`) and the message prefix convention.
+//! - [`sig`]: `Grip-Sig`, the HS256 JWT that tells a backend a request came through the proxy.
+
+pub mod websocket_events;
