@@ -17,4 +17,5 @@
 //! - [`control`]: WebSocket control messages (`c:{...}`) and the message prefix convention.
 //! - [`sig`]: `Grip-Sig`, the HS256 JWT that tells a backend a request came through the proxy.
 
+pub mod headers;
 pub mod websocket_events;
