@@ -13,8 +13,7 @@
 //! values already split from the head; nothing is trusted, and a bad value is an error naming the
 //! header, never a panic.
 
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use base64::engine::DecodePaddingMode;
+use super::BASE64;
 use base64::Engine;
 
 /// How long a long-poll is held when the backend gives no `Grip-Timeout`, in seconds (the
@@ -28,8 +27,8 @@ pub const DEFAULT_KEEP_ALIVE_SECS: u32 = 55;
 /// How long a `rel=next` link waits before it is followed when it gives no `timeout` (Pushpin's).
 pub const DEFAULT_NEXT_LINK_SECS: u32 = 120;
 
-/// Most channels one response may subscribe a request to: a backend that needs more is almost
-/// certainly looping, and each channel costs the hub a subscription.
+/// Most channels one response may subscribe a request to: the server's default cap on one
+/// connection's subscriptions, as each channel costs the hub one.
 pub const MAX_CHANNELS: usize = 64;
 
 /// Most `filter` parameters on one channel: filters run on every delivery.
@@ -289,7 +288,7 @@ fn keep_alive(value: &str) -> Result<KeepAlive, InstructError> {
     let data = match format.as_deref() {
         None | Some("raw") => item.value.into_bytes(),
         Some("cstring") => unescape_cstring(&item.value).ok_or(bad("cstring escape"))?,
-        Some("base64") => LENIENT_BASE64
+        Some("base64") => BASE64
             .decode(item.value.as_bytes())
             .map_err(|_| bad("base64"))?,
         Some(_) => return Err(bad("unknown format")),
@@ -300,12 +299,6 @@ fn keep_alive(value: &str) -> Result<KeepAlive, InstructError> {
         mode,
     })
 }
-
-/// Standard base64, padding optional: backends' encoders differ on it.
-const LENIENT_BASE64: GeneralPurpose = GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
 
 /// Decodes the `cstring` keep-alive format: `\\`, `\r`, `\n`, `\t`, `\"` and `\xHH`. Any other
 /// escape, or a lone backslash at the end, is refused rather than guessed at.

@@ -18,4 +18,16 @@
 //! - [`sig`]: `Grip-Sig`, the HS256 JWT that tells a backend a request came through the proxy.
 
 pub mod headers;
+pub mod publish;
 pub mod websocket_events;
+
+use base64::alphabet::STANDARD;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+
+/// Standard base64 with padding optional, for the protocol's binary fields (`content-bin`,
+/// `body-bin`, `format=base64`): backends' encoders differ on padding.
+pub(crate) const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);

@@ -19,8 +19,8 @@ use crate::ws::CloseCode;
 /// sixteen hex digits fit with room to spare, so anything longer is not this format.
 const MAX_LINE: usize = 40;
 
-/// Default for [`EventLimits::max_content`]: the largest WebSocket message Clarion accepts from a
-/// client by default (1 MiB), so a backend can answer with anything a client could send.
+/// Default for [`EventLimits::max_content`] (1 MiB): the server's default cap on a published
+/// message, since a backend's reply reaches clients just as a publish does.
 pub const DEFAULT_MAX_CONTENT: usize = 1 << 20;
 
 /// Default for [`EventLimits::max_events`]: far more than one request or response needs, few
