@@ -428,19 +428,19 @@ fn parse_pairs(value: &str) -> Result<Vec<(String, String)>, Syntax> {
 
 /// One list item: its value (unquoted) and its `; name=value` parameters (names lowercased).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Item {
-    value: String,
-    params: Vec<(String, Option<String>)>,
+pub(super) struct Item {
+    pub(super) value: String,
+    pub(super) params: Vec<(String, Option<String>)>,
 }
 
 /// The value did not follow the list syntax.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Syntax;
+pub(super) struct Syntax;
 
 /// Splits a header value into items. With `commas`, commas separate items (empty items are
 /// skipped, as HTTP lists allow); without, the whole value is one item. A value may be a quoted
 /// string, or `<...>` (a link, which may itself contain `;` and `,`).
-fn parse_list(value: &str, commas: bool) -> Result<Vec<Item>, Syntax> {
+pub(super) fn parse_list(value: &str, commas: bool) -> Result<Vec<Item>, Syntax> {
     let stops: &[char] = if commas { &[';', ','] } else { &[';'] };
     let mut c = Cursor { rest: value };
     let mut items = Vec::new();

@@ -17,6 +17,7 @@
 //! - [`control`]: WebSocket control messages (`c:{...}`) and the message prefix convention.
 //! - [`sig`]: `Grip-Sig`, the HS256 JWT that tells a backend a request came through the proxy.
 
+pub mod control;
 pub mod headers;
 pub mod publish;
 pub mod websocket_events;
