@@ -20,6 +20,7 @@
 pub mod control;
 pub mod headers;
 pub mod publish;
+pub mod sig;
 pub mod websocket_events;
 
 use base64::alphabet::STANDARD;
