@@ -23,6 +23,16 @@ pub mod publish;
 pub mod sig;
 pub mod websocket_events;
 
+pub use control::{
+    decode_control, grip_message_prefix, split_prefix, Control, ControlError, Prefixed,
+};
+pub use headers::{parse_instruct, Channel, HoldMode, Instruct, InstructError};
+pub use publish::{decode_publish, Item, PublishError, PublishLimits};
+pub use sig::{Claims, SigError};
+pub use websocket_events::{
+    decode_body, decode_event, write_event, Event, EventError, EventLimits,
+};
+
 use base64::alphabet::STANDARD;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
