@@ -12,7 +12,8 @@
 //! and `mode`; without content, keep-alives are turned off). Unknown types are reported, not
 //! guessed at, so the caller can ignore them.
 
-use super::headers::{parse_list, KeepAliveMode, DEFAULT_KEEP_ALIVE_SECS};
+use super::headers::{KeepAliveMode, DEFAULT_KEEP_ALIVE_SECS};
+use super::params::parse_list;
 use super::publish::WsMessage;
 use super::BASE64;
 use base64::Engine;

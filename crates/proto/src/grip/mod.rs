@@ -16,9 +16,13 @@
 //! - [`publish`]: the publish API's JSON body (`{"items": [...]}`) and its formats.
 //! - [`control`]: WebSocket control messages (`c:{...}`) and the message prefix convention.
 //! - [`sig`]: `Grip-Sig`, the HS256 JWT that tells a backend a request came through the proxy.
+//!
+//! Both [`headers`] and [`control`] read HTTP header parameters (`a; name="value", b`) through
+//! one private parser, `params`.
 
 pub mod control;
 pub mod headers;
+mod params;
 pub mod publish;
 pub mod sig;
 pub mod websocket_events;

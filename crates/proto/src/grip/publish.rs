@@ -13,6 +13,7 @@
 //! for text, control frame sizes) so a bad publish is refused whole, with an error naming the item
 //! and field, before any subscriber sees it. Unknown fields are ignored, as Pushpin does.
 
+use super::params::is_token;
 use super::BASE64;
 use crate::ws::CloseCode;
 use base64::Engine;
@@ -503,11 +504,7 @@ fn headers(value: Option<&Value>) -> Result<Vec<(String, String)>, FormatError> 
     pairs
         .into_iter()
         .map(|(k, v)| {
-            let name_ok = !k.is_empty()
-                && k.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            let value_ok = !v.contains(['\r', '\n', '\0']);
-            (name_ok && value_ok)
+            (is_token(k) && !v.contains(['\r', '\n', '\0']))
                 .then(|| (k.to_string(), v.to_string()))
                 .ok_or(FormatError::InvalidHeaders)
         })
