@@ -10,11 +10,14 @@
 //! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
 //! - [`sse`]: Server-Sent Events encoding.
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
+//! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
+//!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
 #![forbid(unsafe_code)]
 // Peer input reaches almost every line here: no indexing that could panic outside tests.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod event_id;
+pub mod grip;
 pub mod http1;
 pub mod sse;
 pub mod ws;
