@@ -7,8 +7,9 @@ import asyncio
 import json
 
 
-async def serve(port, publish):
-    """Serves the API on 127.0.0.1:`port`; `publish` may be a plain or an async function."""
+async def serve(port, publish, batch=False):
+    """Serves the API on 127.0.0.1:`port`. `publish(topic, data)` is called per message, or
+    with `batch`, `publish([(topic, data), ...])` once per request; either may be async."""
 
     async def client(reader, writer):
         try:
@@ -22,8 +23,9 @@ async def serve(port, publish):
                 body = await reader.readexactly(length) if length else b""
                 status, answer = b"200 OK", b"ok"
                 try:
-                    for m in json.loads(body).get("messages", []):
-                        r = publish(str(m["topic"]), str(m["data"]))
+                    messages = [(str(m["topic"]), str(m["data"]))
+                                for m in json.loads(body).get("messages", [])]
+                    for r in [publish(messages)] if batch else (publish(*m) for m in messages):
                         if asyncio.iscoroutine(r):
                             await r
                 except (ValueError, KeyError, TypeError) as e:
