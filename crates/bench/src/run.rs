@@ -263,7 +263,11 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&outcome)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if outcome.churn.as_ref().is_some_and(|c| !c.fds_returned) {
+    if outcome
+        .churn
+        .as_ref()
+        .is_some_and(|c| c.fds_after.is_some() && !c.fds_returned)
+    {
         eprintln!("LEAK: the server's open files did not return to the baseline after churn");
     }
     if !outcome.verdict.perfect()
@@ -776,10 +780,10 @@ fn print_report(a: &BenchArgs, o: &Outcome) {
             "churn open files baseline {}, after {}{}",
             n(c.fds_baseline),
             n(c.fds_after),
-            if c.fds_returned {
-                " (returned)"
-            } else {
-                " (NOT returned)"
+            match (c.fds_after, c.fds_returned) {
+                (None, _) => " (no --server-pid: not measured)",
+                (Some(_), true) => " (returned)",
+                (Some(_), false) => " (NOT returned)",
             }
         );
     }
