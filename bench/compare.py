@@ -229,11 +229,15 @@ http {{
         self.log.close()
 
 
+def planned_steps(args):
+    return sorted({s for s in args.steps if s < args.n} | {args.n}) if args.scenario == "idle" \
+        else []
+
+
 def bench_args(args):
     a = ["--scenario", args.scenario, "-n", str(args.n)]
     if args.scenario == "idle":
-        steps = sorted({s for s in args.steps if s < args.n} | {args.n})
-        a += ["--steps", ",".join(map(str, steps))]
+        a += ["--steps", ",".join(map(str, planned_steps(args)))]
     if args.scenario == "churn":
         a += ["--rounds", str(args.rounds)]
     return a + args.bench_extra
@@ -269,7 +273,7 @@ def run_one(name, transport, args, port, workdir, tag):
     return result
 
 
-def metrics(b):
+def metrics(b, planned=()):
     v = b["verdict"]
     m = {
         "bytes_per_conn": b.get("server_bytes_per_connection"),
@@ -282,8 +286,9 @@ def metrics(b):
         "opened": b.get("opened"),
         "lost": v["missing"], "dup": v["duplicated"], "reordered": v["reordered"],
     }
-    for s in b.get("steps") or []:
-        m[f"bytes_per_conn@{s['opened']}"] = s.get("server_bytes_per_connection")
+    # Steps are named by the connections asked for (a peer that refuses some opens fewer).
+    for target, s in zip(planned, b.get("steps") or []):
+        m[f"bytes_per_conn@{target}"] = s.get("server_bytes_per_connection")
     c = b.get("churn")
     if c:
         m["fds_left"] = (c["fds_after"] - c["fds_baseline"]) if c.get("fds_after") is not None \
@@ -315,9 +320,11 @@ def table(args, results, notes):
             ("p50_ms", "p50 ms", 1, True), ("p99_ms", "p99 ms", 1, True)]
     if args.scenario == "churn":
         cols += [("fds_left", "fds left", 0, False), ("rss_left_mib", "RSS left MiB", 1, False)]
-    step_keys = sorted({k for runs in results.values() for r in runs if "bench" in r
-                        for k in metrics(r["bench"]) if k.startswith("bytes_per_conn@")},
-                       key=lambda k: int(k.split("@")[1]))
+    planned = planned_steps(args)
+    step_keys = [f"bytes_per_conn@{t}" for t in planned]
+    if step_keys:
+        # The last step is every connection: its column is the user-space one.
+        cols = [c for c in cols if c[0] != "bytes_per_conn"]
     lines = []
     for transport in args.transports:
         keys = [k for k in results if k[1] == transport]
@@ -325,13 +332,13 @@ def table(args, results, notes):
             continue
         med = {}
         for key in keys:
-            ms = [metrics(r["bench"]) for r in results[key] if "bench" in r]
+            ms = [metrics(r["bench"], planned) for r in results[key] if "bench" in r]
             med[key] = {c: median([m.get(c) for m in ms]) for c in
                         [c[0] for c in cols] + step_keys + ["lost", "dup", "reordered", "opened"]}
             med[key]["runs"] = len(ms)
         base = med.get(("clarion", transport), {})
-        head = ["server"] + [f"B/conn at {k.split('@')[1]}" for k in step_keys] + \
-            [c[1] for c in cols] + ["lost / dup / reordered", "runs"]
+        head = ["server"] + [f"user-space B/conn at {int(k.split('@')[1]):,}" for k in step_keys] \
+            + [c[1] for c in cols] + ["opened", "lost / dup / reordered", "runs"]
         lines.append(f"\n**{args.scenario}, {transport.upper()}, -n {args.n}** (medians; "
                      "ratio to Clarion in brackets)\n")
         lines.append("| " + " | ".join(head) + " |")
@@ -350,7 +357,7 @@ def table(args, results, notes):
             losses = f"{fmt(m['lost'])} / {fmt(m['dup'])} / {fmt(m['reordered'])}"
             if any(m.get(k) for k in ("lost", "dup", "reordered")):
                 losses = f"**LOSSES {losses}**"
-            row += [losses, str(m["runs"])]
+            row += [f"{fmt(m['opened'])} / {args.n:,}", losses, str(m["runs"])]
             lines.append("| " + " | ".join(row) + " |")
     for n in notes:
         lines.append(f"- {n}")
@@ -370,10 +377,19 @@ def main():
     ap.add_argument("--timeout", type=int, default=400, help="seconds per bench run")
     ap.add_argument("--out-json", default=None)
     ap.add_argument("--out-md", default=None)
+    ap.add_argument("--table-from", help="print the table of an earlier --out-json, run nothing")
     ap.add_argument("bench_extra", nargs="*", help="more clarion bench flags, after --")
     args = ap.parse_args()
     args.steps = [int(s) for s in args.steps.split(",") if s]
     args.transports = [t for t in args.transport.split(",") if t]
+    if args.table_from:
+        saved = json.loads(pathlib.Path(args.table_from).read_text())
+        args.scenario, args.n = saved["scenario"], saved["n"]
+        args.steps = saved.get("steps", args.steps)
+        results = {tuple(k.split("/")): v for k, v in saved["runs"].items()}
+        args.transports = list(dict.fromkeys(t for _, t in results))
+        print(table(args, results, saved.get("notes", [])))
+        return
     peers = [p for p in args.peers.split(",") if p]
     if not CLARION.exists():
         raise SystemExit("build first: cargo build --release")
@@ -413,7 +429,7 @@ def main():
     md = table(args, results, notes)
     print(md)
     out_json.write_text(json.dumps({
-        "scenario": args.scenario, "n": args.n, "repeats": args.repeats,
+        "scenario": args.scenario, "n": args.n, "repeats": args.repeats, "steps": args.steps,
         "machine": {"nproc": os.cpu_count(), "kernel": os.uname().release},
         "runs": {f"{p}/{t}": runs for (p, t), runs in results.items()}, "notes": notes,
     }, indent=1))
