@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// e.g. `--steps 1000,5000,15000` (the last step replaces --connections).
     #[arg(long, value_delimiter = ',')]
     pub steps: Vec<usize>,
+    /// Topic names are this prefix and a number (churn gives each cycle its own, so a server
+    /// that replays a topic's history to new subscribers cannot hand one cycle another's).
+    #[arg(long, default_value = "bench", hide = true)]
+    pub topic_prefix: String,
     /// Connect/disconnect cycles of the churn scenario.
     #[arg(long, default_value_t = 5)]
     pub rounds: u32,
@@ -326,7 +330,11 @@ fn churn(a: &BenchArgs) -> anyhow::Result<Outcome> {
     let mut total: Option<Outcome> = None;
     for round in 0..a.rounds.max(1) {
         eprintln!("churn: cycle {}/{}", round + 1, a.rounds.max(1));
-        let o = run(a)?;
+        let cycle = BenchArgs {
+            topic_prefix: format!("{}-churn{round}-", a.topic_prefix),
+            ..a.clone()
+        };
+        let o = run(&cycle)?;
         opened.push(o.opened);
         connect_rates.push(o.connect_rate);
         let peak = o.samples.iter().map(|s| s.rss).max();
@@ -476,7 +484,9 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         lo = hi;
     }
     let total_procs: usize = procs_per_stage.iter().sum();
-    let names: Vec<String> = (0..a.topics.max(1)).map(|t| format!("bench{t}")).collect();
+    let names: Vec<String> = (0..a.topics.max(1))
+        .map(|t| format!("{}{t}", a.topic_prefix))
+        .collect();
     let plan: Vec<usize> = (0..a.connections)
         .map(|i| topic_of(i, a.topics, a.distribution))
         .collect();
