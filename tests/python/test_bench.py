@@ -55,3 +55,27 @@ def test_losses_are_reported_loudly(start_server):
     v = result["verdict"]
     assert v["missing"] > 0, text
     assert "LOSSES" in text
+
+
+def test_churn_gives_back_every_open_file(start_server):
+    # Three cycles of 300 connections opened, fed and closed: the server's open files must be
+    # back to what they were before the first (a leaked socket per connection would leave
+    # hundreds), and RSS must not keep what the connections held.
+    server = start_server("--max-connections-per-address", 0)
+    result, text = bench(server, "--scenario", "churn", "-n", 300, "--rounds", 3, "--procs", 2)
+    c = result["churn"]
+    assert c["opened"] == [300, 300, 300], text
+    assert c["fds_baseline"] is not None and c["fds_after"] is not None, text
+    assert c["fds_after"] <= c["fds_baseline"] and c["fds_returned"], text
+    assert "LEAK" not in text and "churn open files" in text
+    assert c["rss_after"] - c["rss_baseline"] < 4 << 20, text
+    assert result["expected"] == 900 and result["verdict"]["in_order"] == 900, text
+
+
+def test_steps_report_memory_per_connection_at_each(start_server):
+    server = start_server("--max-connections-per-address", 0)
+    result, text = bench(server, "--steps", "100,400", "-m", 2, "--procs", 2)
+    assert [s["opened"] for s in result["steps"]] == [100, 400], text
+    assert all(s["server_bytes_per_connection"] is not None for s in result["steps"])
+    assert result["verdict"]["in_order"] == 800
+    assert "step     400" in text

@@ -1,4 +1,5 @@
-//! What /proc says about a process: CPU time, resident memory, and the kernel's TCP memory.
+//! What /proc says about a process: CPU time, resident memory, open files, and the kernel's TCP
+//! memory. Multi-process servers (nginx, Pushpin) are measured as the sum over their processes.
 
 /// User + system CPU seconds of process `pid`.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
@@ -43,6 +44,21 @@ pub fn tcp_kernel_bytes() -> Option<u64> {
     Some(slab_kib * 1024 + pages * 4096)
 }
 
+/// Open file descriptors of process `pid` (entries of `/proc/PID/fd`).
+pub fn open_fds(pid: u32) -> Option<u64> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(dir.filter_map(Result::ok).count() as u64)
+}
+
+/// `f` summed over every process of `pids`; `None` when the list is empty or any process
+/// cannot be read (a sum that silently drops a process would understate the server).
+pub fn sum_over<T: std::iter::Sum<T>>(pids: &[u32], f: impl Fn(u32) -> Option<T>) -> Option<T> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().map(|&p| f(p)).sum()
+}
+
 fn clock_ticks() -> f64 {
     // USER_HZ is 100 on every Linux architecture Clarion targets.
     100.0
@@ -58,5 +74,14 @@ mod tests {
         assert!(cpu_seconds(me).is_some());
         assert!(rss_bytes(me).is_some_and(|r| r > 0));
         assert!(tcp_kernel_bytes().is_some());
+        assert!(open_fds(me).is_some_and(|n| n >= 3));
+    }
+
+    #[test]
+    fn sums_over_processes_or_says_nothing() {
+        let one = |p: u32| if p == 0 { None } else { Some(u64::from(p)) };
+        assert_eq!(sum_over(&[1, 2, 3], one), Some(6));
+        assert_eq!(sum_over(&[1, 0, 3], one), None);
+        assert_eq!(sum_over(&[], one), None);
     }
 }

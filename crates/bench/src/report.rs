@@ -196,6 +196,8 @@ mod tests {
                     received: i * 10,
                 })
                 .collect(),
+            steps: Vec::new(),
+            churn: None,
         };
         let page = html("run <1>", &o);
         assert!(page.contains("run &lt;1&gt;"));

@@ -29,10 +29,10 @@ pub struct BenchArgs {
     /// The server's API listener.
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub api: SocketAddr,
-    /// Sample this server process's CPU and memory (found from --target's port when omitted
-    /// and a local `clarion` listens there).
-    #[arg(long)]
-    pub server_pid: Option<u32>,
+    /// Sample this server process's CPU, memory and open files; a comma-separated list samples
+    /// several processes summed (nginx's master and workers, Pushpin's processes).
+    #[arg(long, alias = "server-pids", value_delimiter = ',')]
+    pub server_pid: Vec<u32>,
     /// Connections to open.
     #[arg(long, short = 'n', default_value_t = 1000)]
     pub connections: usize,
@@ -60,7 +60,18 @@ pub struct BenchArgs {
     /// New connections per second, all workers together (0: as fast as they complete).
     #[arg(long, default_value_t = 0)]
     pub connect_rate: u32,
-    /// Worker processes (default: one per 10,000 connections, at least 2).
+    /// Open the connections in steps and measure the server's memory per connection at each,
+    /// e.g. `--steps 1000,5000,15000` (the last step replaces --connections).
+    #[arg(long, value_delimiter = ',')]
+    pub steps: Vec<usize>,
+    /// Topic names are this prefix and a number (churn gives each cycle its own, so a server
+    /// that replays a topic's history to new subscribers cannot hand one cycle another's).
+    #[arg(long, default_value = "bench", hide = true)]
+    pub topic_prefix: String,
+    /// Connect/disconnect cycles of the churn scenario.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: u32,
+    /// Worker processes (default: one per 10,000 connections, at least 2; per step with --steps).
     #[arg(long)]
     pub procs: Option<usize>,
     /// Seconds to wait for the last deliveries after publishing.
@@ -92,6 +103,9 @@ pub enum Scenario {
     Ticker,
     /// 1,000 topics, uniform, 20 rounds of one message per topic.
     Topics,
+    /// Open N connections, deliver one message, close them all; repeat --rounds times, then
+    /// check that the server's RSS and open files return to where they started.
+    Churn,
 }
 
 /// Transports, as a command-line value.
@@ -164,6 +178,68 @@ pub struct Outcome {
     pub server_cpu_seconds: Option<f64>,
     /// Samples over time.
     pub samples: Vec<Sample>,
+    /// Memory per connection at each step of `--steps`.
+    pub steps: Vec<Step>,
+    /// What connect/disconnect cycles left behind (churn scenario).
+    pub churn: Option<Churn>,
+}
+
+/// The server's memory once a step's connections are all open.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Step {
+    /// Connections open at this step.
+    pub opened: u64,
+    /// Server RSS, bytes.
+    pub rss: Option<u64>,
+    /// Server user-space bytes per connection: (RSS now - RSS before any) / open.
+    pub server_bytes_per_connection: Option<f64>,
+    /// The growth since the previous step divided by the connections it added.
+    pub marginal_bytes_per_connection: Option<f64>,
+    /// Kernel TCP bytes per connection (both loopback ends).
+    pub kernel_bytes_per_connection: Option<f64>,
+}
+
+/// The server before and after connect/disconnect cycles.
+#[derive(Debug, Clone, Serialize)]
+pub struct Churn {
+    /// Cycles run.
+    pub rounds: u32,
+    /// Connections opened in each cycle.
+    pub opened: Vec<u64>,
+    /// Connections per second in each cycle.
+    pub connect_rates: Vec<f64>,
+    /// Server RSS before the first cycle and after the last (settled), bytes.
+    pub rss_baseline: Option<u64>,
+    /// RSS after the last cycle.
+    pub rss_after: Option<u64>,
+    /// Highest RSS seen while connections were open.
+    pub rss_peak: Option<u64>,
+    /// Open files of the server before the first cycle.
+    pub fds_baseline: Option<u64>,
+    /// Open files after the last cycle (once they stop falling, at most 10 s).
+    pub fds_after: Option<u64>,
+    /// Whether the open files came back to the baseline.
+    pub fds_returned: bool,
+}
+
+/// How many bytes `after` is over `before`, per connection; `None` when unmeasured.
+pub fn per_connection(before: Option<u64>, after: Option<u64>, connections: u64) -> Option<f64> {
+    match (before, after) {
+        (Some(x), Some(y)) if connections > 0 => Some((y as f64 - x as f64) / connections as f64),
+        _ => None,
+    }
+}
+
+/// The connection counts of each step: `--steps` (sorted, deduplicated, zero dropped), or one
+/// step of all connections.
+pub fn stages(steps: &[usize], connections: usize) -> Vec<usize> {
+    let mut s: Vec<usize> = steps.iter().copied().filter(|&n| n > 0).collect();
+    s.sort_unstable();
+    s.dedup();
+    if s.is_empty() {
+        s.push(connections);
+    }
+    s
 }
 
 struct Worker {
@@ -175,7 +251,11 @@ struct Worker {
 /// Runs a benchmark and prints its report.
 pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     apply_scenario(&mut a);
-    let outcome = run(&a)?;
+    let outcome = if a.scenario == Some(Scenario::Churn) {
+        churn(&a)?
+    } else {
+        run(&a)?
+    };
     print_report(&a, &outcome);
     if let Some(path) = &a.report {
         let transport = match a.transport {
@@ -193,6 +273,13 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_string_pretty(&outcome)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if outcome
+        .churn
+        .as_ref()
+        .is_some_and(|c| c.fds_after.is_some() && !c.fds_returned)
+    {
+        eprintln!("LEAK: the server's open files did not return to the baseline after churn");
     }
     if !outcome.verdict.perfect()
         || outcome.verdict.in_order + outcome.verdict.reordered < outcome.expected
@@ -225,8 +312,83 @@ fn apply_scenario(a: &mut BenchArgs) {
             }
             a.messages = a.messages.min(20);
         }
+        Some(Scenario::Churn) => {
+            // One message per cycle proves each generation of connections was live.
+            a.messages = 1;
+            a.hold = 0;
+            a.steps.clear();
+        }
         None => {}
     }
+    if let Some(&last) = stages(&a.steps, a.connections).last() {
+        a.connections = last;
+    }
+}
+
+/// Connect/disconnect cycles: `--rounds` full runs of N connections (each ends with every
+/// worker process exiting, which closes its sockets), then the server's RSS and open files
+/// compared with what they were before the first.
+fn churn(a: &BenchArgs) -> anyhow::Result<Outcome> {
+    let pids = &a.server_pid;
+    let rss_baseline = proc_stat::sum_over(pids, proc_stat::rss_bytes);
+    let fds_baseline = proc_stat::sum_over(pids, proc_stat::open_fds);
+    let (mut opened, mut connect_rates) = (Vec::new(), Vec::new());
+    let mut rss_peak = rss_baseline;
+    let mut total: Option<Outcome> = None;
+    for round in 0..a.rounds.max(1) {
+        eprintln!("churn: cycle {}/{}", round + 1, a.rounds.max(1));
+        let cycle = BenchArgs {
+            topic_prefix: format!("{}-churn{round}-", a.topic_prefix),
+            ..a.clone()
+        };
+        let o = run(&cycle)?;
+        opened.push(o.opened);
+        connect_rates.push(o.connect_rate);
+        let peak = o.samples.iter().map(|s| s.rss).max();
+        rss_peak = rss_peak.max(peak);
+        total = Some(match total {
+            None => o,
+            Some(mut t) => {
+                t.verdict.add(&o.verdict);
+                t.expected += o.expected;
+                t.latency = o.latency;
+                for (k, v) in o.errors {
+                    *t.errors.entry(k).or_default() += v;
+                }
+                t.bench_cpu_seconds += o.bench_cpu_seconds;
+                t.server_cpu_seconds = match (t.server_cpu_seconds, o.server_cpu_seconds) {
+                    (Some(x), Some(y)) => Some(x + y),
+                    _ => None,
+                };
+                t.samples = o.samples;
+                t
+            }
+        });
+    }
+    let mut total = total.context("no churn cycle ran")?;
+    // The server learns of each close when it reads the FIN; give it time, and stop waiting as
+    // soon as the count is back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut fds_after = proc_stat::sum_over(pids, proc_stat::open_fds);
+    while fds_after > fds_baseline && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        fds_after = proc_stat::sum_over(pids, proc_stat::open_fds);
+    }
+    // RSS: let allocators give memory back (glibc trims on free; others on a timer).
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_after = proc_stat::sum_over(pids, proc_stat::rss_bytes);
+    total.churn = Some(Churn {
+        rounds: a.rounds.max(1),
+        opened,
+        connect_rates,
+        rss_baseline,
+        rss_after,
+        rss_peak,
+        fds_baseline,
+        fds_returned: matches!((fds_baseline, fds_after), (Some(b), Some(f)) if f <= b),
+        fds_after,
+    });
+    Ok(total)
 }
 
 /// The topic of connection `i`.
@@ -252,14 +414,94 @@ pub fn topic_of(i: usize, topics: usize, dist: Distribution) -> usize {
     }
 }
 
+/// Starts one worker process for the connections `conns` (indices into `plan`), numbered `w`
+/// (which picks its source address and its progress slot).
+#[allow(clippy::too_many_arguments)]
+fn spawn_worker(
+    a: &BenchArgs,
+    exe: &std::path::Path,
+    w: usize,
+    conns: &[usize],
+    plan: &[usize],
+    names: &[String],
+    per_proc_rate: u32,
+    progress: &Arc<Mutex<Vec<Progress>>>,
+) -> anyhow::Result<Worker> {
+    let topics: Vec<String> = conns
+        .iter()
+        .filter_map(|&i| plan.get(i))
+        .filter_map(|&t| names.get(t).cloned())
+        .collect();
+    let job = Job {
+        target: a.target,
+        source: format!("127.0.0.{}", 2 + w % 250).parse()?,
+        transport: match a.transport {
+            TransportArg::Ws => Transport::Ws,
+            TransportArg::Sse => Transport::Sse,
+            TransportArg::Poll => Transport::Poll,
+        },
+        topics,
+        connect_rate: per_proc_rate,
+        interval_us: a.interval_ms * 1000,
+        tls: match &a.tls_ca {
+            Some(path) => Some(crate::worker::TlsJob {
+                ca_pem: std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?,
+                server_name: a.tls_name.clone(),
+            }),
+            None => None,
+        },
+    };
+    let mut child = Command::new(exe)
+        .args(["bench-worker"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start a worker process")?;
+    let mut stdin = child.stdin.take().context("worker stdin")?;
+    writeln!(stdin, "{}", serde_json::to_string(&job)?)?;
+    let stdout = child.stdout.take().context("worker stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let slot = Arc::clone(progress);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(p) = serde_json::from_str::<Progress>(&line) {
+                if let Ok(mut all) = slot.lock() {
+                    if let Some(s) = all.get_mut(w) {
+                        *s = p;
+                    }
+                }
+            } else if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Worker {
+        child,
+        stdin,
+        lines: rx,
+    })
+}
+
 fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
-    let procs = a
-        .procs
-        .unwrap_or_else(|| a.connections.div_ceil(10_000).max(2));
-    if a.connections / procs.max(1) > 18_000 {
-        bail!("more than 18,000 connections per worker: raise --procs");
+    let stages = stages(&a.steps, a.connections);
+    let staged = stages.len() > 1;
+    // Worker processes per step: connections are spread over them round robin.
+    let mut procs_per_stage = Vec::new();
+    let mut lo = 0;
+    for &hi in &stages {
+        let n = hi.saturating_sub(lo);
+        let procs = a.procs.unwrap_or_else(|| n.div_ceil(10_000).max(2)).max(1);
+        if n / procs > 18_000 {
+            bail!("more than 18,000 connections per worker: raise --procs");
+        }
+        procs_per_stage.push(procs);
+        lo = hi;
     }
-    let names: Vec<String> = (0..a.topics.max(1)).map(|t| format!("bench{t}")).collect();
+    let total_procs: usize = procs_per_stage.iter().sum();
+    let names: Vec<String> = (0..a.topics.max(1))
+        .map(|t| format!("{}{t}", a.topic_prefix))
+        .collect();
     let plan: Vec<usize> = (0..a.connections)
         .map(|i| topic_of(i, a.topics, a.distribution))
         .collect();
@@ -270,18 +512,9 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         }
     }
     let exe = std::env::current_exe()?;
-    let interval_us = a.interval_ms * 1000;
-    let tls = match &a.tls_ca {
-        Some(path) => Some(crate::worker::TlsJob {
-            ca_pem: std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?,
-            server_name: a.tls_name.clone(),
-        }),
-        None => None,
-    };
     // The workers' latest progress lines, kept up to date by one reader thread per worker.
     let progress: Arc<Mutex<Vec<Progress>>> = Arc::new(Mutex::new(
-        (0..procs)
+        (0..total_procs)
             .map(|_| Progress {
                 opened: 0,
                 received: 0,
@@ -289,69 +522,21 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
             })
             .collect(),
     ));
-    let mut workers = Vec::new();
-    for w in 0..procs {
-        let topics: Vec<String> = plan
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % procs == w)
-            .filter_map(|(_, t)| names.get(*t).cloned())
-            .collect();
-        let job = Job {
-            target: a.target,
-            source: format!("127.0.0.{}", 2 + w % 250).parse()?,
-            transport: match a.transport {
-                TransportArg::Ws => Transport::Ws,
-                TransportArg::Sse => Transport::Sse,
-                TransportArg::Poll => Transport::Poll,
-            },
-            topics,
-            connect_rate: a.connect_rate.div_ceil(procs as u32),
-            interval_us,
-            tls: tls.clone(),
-        };
-        let mut child = Command::new(&exe)
-            .args(["bench-worker"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot start a worker process")?;
-        let mut stdin = child.stdin.take().context("worker stdin")?;
-        writeln!(stdin, "{}", serde_json::to_string(&job)?)?;
-        let stdout = child.stdout.take().context("worker stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let slot = Arc::clone(&progress);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(p) = serde_json::from_str::<Progress>(&line) {
-                    if let Ok(mut all) = slot.lock() {
-                        if let Some(s) = all.get_mut(w) {
-                            *s = p;
-                        }
-                    }
-                } else if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        workers.push(Worker {
-            child,
-            stdin,
-            lines: rx,
-        });
-    }
-    let pid = a.server_pid;
+    let pids = a.server_pid.clone();
+    let cpu_of = |pids: &[u32]| proc_stat::sum_over(pids, proc_stat::cpu_seconds);
+    let rss_of = |pids: &[u32]| proc_stat::sum_over(pids, proc_stat::rss_bytes);
     let started = Instant::now();
-    let cpu0 = pid.and_then(proc_stat::cpu_seconds);
-    let rss0 = pid.and_then(proc_stat::rss_bytes);
+    let cpu0 = cpu_of(&pids);
+    let rss0 = rss_of(&pids);
     let kern0 = proc_stat::tcp_kernel_bytes();
     let samples = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (progress, samples, stop) = (
+        let (progress, samples, stop, pids) = (
             Arc::clone(&progress),
             Arc::clone(&samples),
             Arc::clone(&stop),
+            pids.clone(),
         );
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
@@ -366,8 +551,8 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
                     .unwrap_or((0, 0));
                 let s = Sample {
                     t: started.elapsed().as_secs_f64(),
-                    cpu: pid.and_then(proc_stat::cpu_seconds).unwrap_or(0.0),
-                    rss: pid.and_then(proc_stat::rss_bytes).unwrap_or(0),
+                    cpu: proc_stat::sum_over(&pids, proc_stat::cpu_seconds).unwrap_or(0.0),
+                    rss: proc_stat::sum_over(&pids, proc_stat::rss_bytes).unwrap_or(0),
                     tcp_kernel: proc_stat::tcp_kernel_bytes().unwrap_or(0),
                     opened,
                     received,
@@ -379,40 +564,83 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
             }
         })
     };
-    // Wait until every worker has attempted all its connections.
-    let mut last_print = Instant::now();
-    while !progress
-        .lock()
-        .map(|p| p.iter().all(|x| x.ready))
-        .unwrap_or(false)
-    {
-        if last_print.elapsed() >= Duration::from_secs(1) {
-            last_print = Instant::now();
-            let opened: u64 = progress
-                .lock()
-                .map(|p| p.iter().map(|x| x.opened).sum())
-                .unwrap_or(0);
-            eprintln!("connecting: {opened}/{} open", a.connections);
+    let mut workers = Vec::new();
+    let mut steps = Vec::new();
+    let mut connect_secs = 0.0;
+    let (mut lo, mut w_base) = (0, 0);
+    let (mut prev_rss, mut prev_opened) = (rss0, 0u64);
+    let mut rss_open = rss0;
+    let mut kern_open = kern0;
+    for (&hi, &procs) in stages.iter().zip(&procs_per_stage) {
+        let stage_start = Instant::now();
+        let rate = a.connect_rate.div_ceil(procs as u32);
+        for k in 0..procs {
+            let conns: Vec<usize> = (lo..hi).filter(|i| (i - lo) % procs == k).collect();
+            workers.push(spawn_worker(
+                a,
+                &exe,
+                w_base + k,
+                &conns,
+                &plan,
+                &names,
+                rate,
+                &progress,
+            )?);
         }
-        std::thread::sleep(Duration::from_millis(20));
-        if started.elapsed() > Duration::from_secs(600) {
-            bail!("connections were not all attempted within 10 minutes");
+        w_base += procs;
+        lo = hi;
+        // Wait until every worker so far has attempted all its connections.
+        let mut last_print = Instant::now();
+        while !progress
+            .lock()
+            .map(|p| p.iter().take(w_base).all(|x| x.ready))
+            .unwrap_or(false)
+        {
+            if last_print.elapsed() >= Duration::from_secs(1) {
+                last_print = Instant::now();
+                let opened: u64 = progress
+                    .lock()
+                    .map(|p| p.iter().map(|x| x.opened).sum())
+                    .unwrap_or(0);
+                eprintln!("connecting: {opened}/{hi} open");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            if stage_start.elapsed() > Duration::from_secs(600) {
+                bail!("connections were not all attempted within 10 minutes");
+            }
         }
+        connect_secs += stage_start.elapsed().as_secs_f64();
+        let opened_now: u64 = progress
+            .lock()
+            .map(|p| p.iter().map(|x| x.opened).sum())
+            .unwrap_or(0);
+        if staged {
+            // Let the server finish what the last handshakes started before reading its RSS.
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        rss_open = rss_of(&pids);
+        kern_open = proc_stat::tcp_kernel_bytes();
+        eprintln!("{opened_now} connections open");
+        steps.push(Step {
+            opened: opened_now,
+            rss: rss_open,
+            server_bytes_per_connection: per_connection(rss0, rss_open, opened_now),
+            marginal_bytes_per_connection: per_connection(
+                prev_rss,
+                rss_open,
+                opened_now.saturating_sub(prev_opened),
+            ),
+            kernel_bytes_per_connection: per_connection(kern0, kern_open, opened_now),
+        });
+        prev_rss = rss_open;
+        prev_opened = opened_now;
     }
-    let connect_secs = started.elapsed().as_secs_f64();
-    let opened_now: u64 = progress
-        .lock()
-        .map(|p| p.iter().map(|x| x.opened).sum())
-        .unwrap_or(0);
-    let rss_open = pid.and_then(proc_stat::rss_bytes);
-    let kern_open = proc_stat::tcp_kernel_bytes();
-    eprintln!("{opened_now} connections open in {connect_secs:.1} s");
     if a.hold > 0 {
         eprintln!("holding idle for {} s", a.hold);
         std::thread::sleep(Duration::from_secs(a.hold));
     }
     // Publish: every round, one message to every topic.
-    let pub_cpu0 = pid.and_then(proc_stat::cpu_seconds);
+    let pub_cpu0 = cpu_of(&pids);
     let pub_start = Instant::now();
     let mut api = Api::connect(a.api)?;
     for round in 0..a.messages {
@@ -451,7 +679,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         let _ = w.child.wait();
     }
     let pub_secs = pub_start.elapsed().as_secs_f64();
-    let pub_cpu = match (pub_cpu0, pid.and_then(proc_stat::cpu_seconds)) {
+    let pub_cpu = match (pub_cpu0, cpu_of(&pids)) {
         (Some(a0), Some(a1)) => Some(a1 - a0),
         _ => None,
     };
@@ -473,14 +701,10 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     }
     let expected: u64 = subscribers.iter().map(|s| s * a.messages).sum();
     let delivered = verdict.in_order + verdict.reordered;
-    let per_conn = |a0: Option<u64>, a1: Option<u64>| match (a0, a1) {
-        (Some(x), Some(y)) if opened > 0 => Some((y as f64 - x as f64) / opened as f64),
-        _ => None,
-    };
     Ok(Outcome {
         connections: a.connections,
         opened,
-        connect_rate: opened as f64 / connect_secs.max(1e-3),
+        connect_rate: opened as f64 / f64::max(connect_secs, 1e-3),
         errors,
         expected,
         verdict,
@@ -490,14 +714,16 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         server_cpu_per_million: pub_cpu
             .filter(|_| delivered > 0)
             .map(|c| c / delivered as f64 * 1e6),
-        server_bytes_per_connection: per_conn(rss0, rss_open),
-        kernel_bytes_per_connection: per_conn(kern0, kern_open),
+        server_bytes_per_connection: per_connection(rss0, rss_open, opened),
+        kernel_bytes_per_connection: per_connection(kern0, kern_open, opened),
         bench_cpu_seconds: bench_cpu,
-        server_cpu_seconds: match (cpu0, pid.and_then(proc_stat::cpu_seconds)) {
+        server_cpu_seconds: match (cpu0, cpu_of(&pids)) {
             (Some(x), Some(y)) => Some(y - x),
             _ => None,
         },
         samples: samples.lock().map(|s| s.clone()).unwrap_or_default(),
+        steps: if staged { steps } else { Vec::new() },
+        churn: None,
     })
 }
 
@@ -545,6 +771,47 @@ fn print_report(a: &BenchArgs, o: &Outcome) {
         "kernel TCP mem   {} per connection (both loopback ends)",
         opt(o.kernel_bytes_per_connection, " B")
     );
+    for st in &o.steps {
+        println!(
+            "step {:>7}     {} per connection, {} marginal, RSS {}",
+            st.opened,
+            opt(st.server_bytes_per_connection, " B"),
+            opt(st.marginal_bytes_per_connection, " B"),
+            st.rss.map_or_else(
+                || "n/a".to_owned(),
+                |r| format!("{:.1} MiB", r as f64 / 1048576.0)
+            )
+        );
+    }
+    if let Some(c) = &o.churn {
+        let mib = |x: Option<u64>| {
+            x.map_or_else(
+                || "n/a".to_owned(),
+                |r| format!("{:.1} MiB", r as f64 / 1048576.0),
+            )
+        };
+        let n = |x: Option<u64>| x.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+        println!(
+            "churn            {} cycles of {:?} connections",
+            c.rounds, c.opened
+        );
+        println!(
+            "churn RSS        baseline {}, peak {}, after {}",
+            mib(c.rss_baseline),
+            mib(c.rss_peak),
+            mib(c.rss_after)
+        );
+        println!(
+            "churn open files baseline {}, after {}{}",
+            n(c.fds_baseline),
+            n(c.fds_after),
+            match (c.fds_after, c.fds_returned) {
+                (None, _) => " (no --server-pid: not measured)",
+                (Some(_), true) => " (returned)",
+                (Some(_), false) => " (NOT returned)",
+            }
+        );
+    }
     println!("bench CPU        {:.1} s", o.bench_cpu_seconds);
     if let Some(server) = o.server_cpu_seconds {
         if o.bench_cpu_seconds > 2.0 * server && o.bench_cpu_seconds > 1.0 {
@@ -648,5 +915,47 @@ mod tests {
         assert!(counts[0] > counts[1] && counts[1] > counts[9], "{counts:?}");
         assert!(counts.iter().all(|&c| c > 0));
         assert_eq!(topic_of(7, 3, Distribution::Uniform), 1);
+    }
+
+    #[test]
+    fn steps_are_sorted_and_default_to_all_connections() {
+        assert_eq!(
+            stages(&[15000, 1000, 5000, 1000, 0], 7),
+            vec![1000, 5000, 15000]
+        );
+        assert_eq!(stages(&[], 700), vec![700]);
+    }
+
+    #[test]
+    fn bytes_per_connection_need_both_readings_and_connections() {
+        assert_eq!(per_connection(Some(1000), Some(3000), 10), Some(200.0));
+        assert_eq!(per_connection(Some(3000), Some(1000), 10), Some(-200.0));
+        assert_eq!(per_connection(None, Some(1000), 10), None);
+        assert_eq!(per_connection(Some(1), Some(2), 0), None);
+    }
+
+    #[test]
+    fn scenarios_set_their_shape() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let parse = |args: &[&str]| {
+            let mut a = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+                .map(|c| c.bench);
+            if let Ok(a) = a.as_mut() {
+                apply_scenario(a);
+            }
+            a
+        };
+        let a = parse(&["--server-pid", "12,34", "--steps", "1000,5000"]).ok();
+        assert_eq!(a.as_ref().map(|a| a.server_pid.clone()), Some(vec![12, 34]));
+        assert_eq!(a.map(|a| a.connections), Some(5000));
+        let a = parse(&["--server-pid", "9", "--scenario", "churn", "-n", "300"]).ok();
+        assert_eq!(a.as_ref().map(|a| a.server_pid.clone()), Some(vec![9]));
+        assert_eq!(a.map(|a| (a.messages, a.rounds)), Some((1, 5)));
+        assert!(parse(&["--server-pid", "x"]).is_err());
     }
 }

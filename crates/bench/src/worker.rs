@@ -636,8 +636,25 @@ fn flush_tls(c: &mut Conn) -> io::Result<()> {
     Ok(())
 }
 
-/// A benchmark payload starts with `SEQ PUBLISH_UNIX_MICROS `.
+/// The payload inside a Socket.IO event frame (`42["NAME","PAYLOAD"]`, what a Socket.IO server
+/// sends for `emit(NAME, PAYLOAD)` over its websocket transport); any other payload as it is.
+/// Benchmark payloads need no JSON escapes, so none are undone.
+pub fn socketio_unwrapped(payload: &[u8]) -> &[u8] {
+    let Some(rest) = payload.strip_prefix(b"42[\"") else {
+        return payload;
+    };
+    let Some(start) = rest.windows(3).position(|w| w == b"\",\"") else {
+        return payload;
+    };
+    rest.get(start + 3..)
+        .and_then(|r| r.strip_suffix(b"\"]"))
+        .unwrap_or(payload)
+}
+
+/// A benchmark payload starts with `SEQ PUBLISH_UNIX_MICROS ` (possibly inside a Socket.IO
+/// event frame).
 fn note(c: &mut Conn, payload: &[u8], now_us: u64, latency: &mut Latency, interval: u64) {
+    let payload = socketio_unwrapped(payload);
     let mut parts = payload.splitn(3, |&b| b == b' ');
     let num = |p: Option<&[u8]>| {
         p.and_then(|s| std::str::from_utf8(s).ok())
@@ -690,4 +707,17 @@ pub fn unix_micros() -> u64 {
 /// CPU time (user + system) of this process, from /proc.
 pub fn own_cpu_seconds() -> f64 {
     crate::proc_stat::cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socketio_event_frames_are_unwrapped_and_others_kept() {
+        assert_eq!(socketio_unwrapped(br#"42["m","7 123 xx"]"#), b"7 123 xx");
+        assert_eq!(socketio_unwrapped(b"7 123 xx"), b"7 123 xx");
+        assert_eq!(socketio_unwrapped(br#"42["m"]"#), br#"42["m"]"#);
+        assert_eq!(socketio_unwrapped(b"0{\"sid\":\"a\"}"), b"0{\"sid\":\"a\"}");
+    }
 }

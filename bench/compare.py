@@ -1,0 +1,442 @@
+#!/usr/bin/env python3
+"""Clarion side by side with its peers: the same `clarion bench` run against each server in
+turn, and a table of ratios against Clarion.
+
+    bash bench/peers/setup.sh                        # once: installs the peers
+    cargo build --release
+    python3 bench/compare.py --scenario idle -n 15000 --repeats 3
+    python3 bench/compare.py --scenario burst -n 5000 --repeats 3
+    python3 bench/compare.py --scenario burst -n 5000 --transport sse --peers clarion,pushpin,nchan
+
+For every repeat, every server in turn (interleaved, so drift on a shared machine hits all
+alike): start it on its own loopback ports with a fresh state, run
+`clarion bench --scenario S -n N --transport T --server-pid PIDS --json FILE`, stop it. PIDS
+are every process of the server (nginx's master and workers, Pushpin's runner and the
+processes it starts), summed; the helper processes some peers need (the translator from
+Clarion's publish batch to their publish API, Pushpin's GRIP backend) are not counted.
+
+Scenarios are clarion bench's: idle (here opened in steps, 1,000 / 5,000 / N, with memory per
+connection at each), burst, ticker, topics, churn. Peers that cannot serve a transport are
+skipped with a note. Writes --out-json (every run) and --out-md (the table of medians).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PEERS_DIR = ROOT / "bench" / "peers"
+ENV = PEERS_DIR / ".env"
+CLARION = ROOT / "target" / "release" / "clarion"
+VENV_PY = ENV / "venv" / "bin" / "python"
+ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan"]
+TRANSPORTS = {
+    "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
+    "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
+}
+LABELS = {
+    "clarion": "Clarion", "uws": "uWebSockets.js (npm uwebsockets)",
+    "socketify": "socketify (µWebSockets in CPython)", "ws": "Node ws",
+    "socketio": "Socket.IO (websocket transport)", "websockets": "Python websockets",
+    "pushpin": "Pushpin (GRIP stream, all processes)", "nchan": "nchan (nginx, all processes)",
+}
+# The per-process open-files limit here is 20,000 (hard); servers get all of it.
+NOFILE = 20000
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else NOFILE
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, max(soft, NOFILE)), hard))
+
+
+def descendants(pid):
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = pathlib.Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def wait_port(port, seconds=20):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+class Server:
+    """One peer, started on (port, api): `main` is the server process (whose descendants are
+    counted), `helpers` are not counted."""
+
+    def __init__(self, name, port, api, workdir):
+        self.name, self.port, self.api, self.workdir = name, port, api, workdir
+        self.main, self.helpers = None, []
+        self.log = open(workdir / f"{name}.log", "w")
+
+    def spawn(self, argv, **kw):
+        return subprocess.Popen([str(a) for a in argv], stdout=self.log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, preexec_fn=raise_nofile,
+                                start_new_session=True, **kw)
+
+    def start(self):
+        p, a, n = self.port, self.api, self.name
+        if n == "clarion":
+            self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{p}",
+                                    "--api-listen", f"127.0.0.1:{a}",
+                                    "--max-connections-per-address", 0])
+        elif n in ("ws", "socketio", "uws"):
+            self.main = self.spawn(["node", PEERS_DIR / "node_server.js", n, p, a])
+        elif n in ("websockets", "socketify"):
+            self.main = self.spawn([VENV_PY, PEERS_DIR / "py_server.py", n, p, a])
+        elif n == "pushpin":
+            self.start_pushpin()
+        elif n == "nchan":
+            self.start_nchan()
+        else:
+            raise SystemExit(f"unknown peer {n}")
+        ok = wait_port(p) and wait_port(a)
+        time.sleep(1.0)  # multi-process servers: let every process finish starting
+        if not ok or self.main.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"{n} did not start; see {self.log.name}")
+
+    def start_pushpin(self):
+        backend = self.api + 2
+        run = self.workdir / "pushpin"
+        (run / "run").mkdir(parents=True, exist_ok=True)
+        (run / "log").mkdir(exist_ok=True)
+        (run / "routes").write_text(f"* 127.0.0.1:{backend}\n")
+        conf = pathlib.Path("/etc/pushpin/pushpin.conf").read_text()
+        conf = (conf.replace("rundir=/var/run/pushpin", f"rundir={run / 'run'}")
+                .replace("logdir=/var/log/pushpin", f"logdir={run / 'log'}")
+                .replace("http_port=7999", f"http_port={self.port}")
+                .replace("client_maxconn=50000", "client_maxconn=19000")
+                # Defaults cap deliveries at 2,500/s and queue 25,000, dropping the rest of a
+                # burst; raised so the benchmark measures the cost of delivering everything.
+                .replace("message_rate=2500", "message_rate=1000000")
+                .replace("message_hwm=25000", "message_hwm=1000000")
+                # Requests to the origin go through zurl, a system service by default: the
+                # runner starts its own here.
+                .replace("services=condure,pushpin-proxy,pushpin-handler",
+                         "services=condure,zurl,pushpin-proxy,pushpin-handler")
+                .replace("[proxy]\n", "[proxy]\n"
+                         "zurl_out_specs=ipc://{rundir}/{ipc_prefix}zurl-in\n"
+                         "zurl_out_stream_specs=ipc://{rundir}/{ipc_prefix}zurl-in-stream\n"
+                         "zurl_in_specs=ipc://{rundir}/{ipc_prefix}zurl-out\n")
+                .replace("routesfile=routes", f"routesfile={run / 'routes'}")
+                .replace("log_level=2", f"log_level={os.environ.get('PUSHPIN_LOG_LEVEL', '2')}"))
+        (run / "pushpin.conf").write_text(conf)
+        self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "grip_backend.py", backend]))
+        self.main = self.spawn(["pushpin", "--config", run / "pushpin.conf"])
+        wait_port(5561)
+        self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "translator.py", "pushpin",
+                                        self.api, 5561]))
+        # Pushpin's processes find each other over ZeroMQ after they listen: until a stream
+        # request goes through, early clients get 502. Wait for one to.
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                    s.sendall(b"GET /sse?topic=warmup HTTP/1.1\r\nHost: x\r\n\r\n")
+                    if s.recv(64).startswith(b"HTTP/1.1 200"):
+                        break
+            except OSError:
+                pass
+            time.sleep(0.3)
+
+    def start_nchan(self):
+        pub = self.api + 2
+        d = self.workdir / "nginx"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "nginx.conf").write_text(f"""
+load_module /usr/lib/nginx/modules/ngx_nchan_module.so;
+user root;
+daemon off;
+worker_processes 2;
+worker_rlimit_nofile 19500;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 19000; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  nchan_shared_memory_size 256M;
+  server {{
+    listen 127.0.0.1:{self.port} backlog=4096;
+    location = /ws {{ nchan_subscriber websocket; nchan_channel_id $arg_topic; }}
+    location = /sse {{ nchan_subscriber eventsource; nchan_channel_id $arg_topic; }}
+  }}
+  server {{
+    listen 127.0.0.1:{pub};
+    location = /pub {{ nchan_publisher; nchan_channel_id $arg_id; }}
+  }}
+}}
+""")
+        self.main = self.spawn(["nginx", "-p", d, "-c", d / "nginx.conf"])
+        wait_port(pub)
+        self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "translator.py", "nchan",
+                                        self.api, pub]))
+
+    def pids(self):
+        return descendants(self.main.pid)
+
+    def stop(self):
+        for p in [self.main, *self.helpers]:
+            if p is None or p.poll() is not None:
+                continue
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        for p in [self.main, *self.helpers]:
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.log.close()
+
+
+def planned_steps(args):
+    return sorted({s for s in args.steps if s < args.n} | {args.n}) if args.scenario == "idle" \
+        else []
+
+
+def bench_args(args):
+    a = ["--scenario", args.scenario, "-n", str(args.n)]
+    if args.scenario == "idle":
+        a += ["--steps", ",".join(map(str, planned_steps(args)))]
+    if args.scenario == "churn":
+        a += ["--rounds", str(args.rounds)]
+    return a + args.bench_extra
+
+
+def run_one(name, transport, args, port, workdir, tag):
+    server = Server(name, port, port + 1, workdir)
+    try:
+        server.start()
+    except (RuntimeError, OSError) as e:
+        return {"error": str(e)}
+    out = workdir / f"{tag}.json"
+    pids = server.pids()
+    cmd = [str(CLARION), "bench", "--target", f"127.0.0.1:{port}", "--api", f"127.0.0.1:{port + 1}",
+           "--server-pid", ",".join(map(str, pids)), "--transport", transport,
+           "--json", str(out), *bench_args(args)]
+    started = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        text = proc.stdout + proc.stderr
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        text, rc = f"timed out after {args.timeout} s", -1
+    finally:
+        server.stop()
+    result = {"cmd": " ".join(cmd), "returncode": rc, "seconds": round(time.time() - started, 1),
+              "pids": len(pids), "output": text[-3000:]}
+    if rc == 0 and out.exists():
+        result["bench"] = json.loads(out.read_text())
+        result["bench"].pop("samples", None)
+    else:
+        result["error"] = text.strip().splitlines()[-1] if text.strip() else f"exit {rc}"
+    return result
+
+
+def metrics(b, planned=()):
+    v = b["verdict"]
+    m = {
+        "bytes_per_conn": b.get("server_bytes_per_connection"),
+        "kernel_per_conn": b.get("kernel_bytes_per_connection"),
+        "connect_rate": b.get("connect_rate"),
+        "cpu_per_million": b.get("server_cpu_per_million"),
+        "deliveries_per_s": b.get("deliveries_per_second"),
+        "p50_ms": b["latency"]["p50"] / 1000,
+        "p99_ms": b["latency"]["p99"] / 1000,
+        "opened": b.get("opened"),
+        "lost": v["missing"], "dup": v["duplicated"], "reordered": v["reordered"],
+    }
+    # Steps are named by the connections asked for (a peer that refuses some opens fewer).
+    for target, s in zip(planned, b.get("steps") or []):
+        m[f"bytes_per_conn@{target}"] = s.get("server_bytes_per_connection")
+    c = b.get("churn")
+    if c:
+        m["fds_left"] = (c["fds_after"] - c["fds_baseline"]) if c.get("fds_after") is not None \
+            and c.get("fds_baseline") is not None else None
+        m["rss_left_mib"] = ((c["rss_after"] - c["rss_baseline"]) / 2**20) \
+            if c.get("rss_after") is not None and c.get("rss_baseline") is not None else None
+    return m
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, digits=0):
+    if x is None:
+        return "—"
+    if abs(x) >= 100 or digits == 0:
+        return f"{x:,.0f}"
+    return f"{x:,.{digits}f}"
+
+
+def table(args, results, notes):
+    cols = [("bytes_per_conn", "user-space B/conn", 0, True),
+            ("kernel_per_conn", "kernel B/conn", 0, False),
+            ("connect_rate", "connects/s", 0, True),
+            ("cpu_per_million", "server CPU-s / 1M deliveries", 1, True),
+            ("deliveries_per_s", "deliveries/s", 0, True),
+            ("p50_ms", "p50 ms", 1, True), ("p99_ms", "p99 ms", 1, True)]
+    if args.scenario == "churn":
+        cols += [("fds_left", "fds left", 0, False), ("rss_left_mib", "RSS left MiB", 1, False)]
+    planned = planned_steps(args)
+    step_keys = [f"bytes_per_conn@{t}" for t in planned]
+    if step_keys:
+        # The last step is every connection: its column is the user-space one.
+        cols = [c for c in cols if c[0] != "bytes_per_conn"]
+    lines = []
+    for transport in args.transports:
+        keys = [k for k in results if k[1] == transport]
+        if not keys:
+            continue
+        med = {}
+        for key in keys:
+            ms = [metrics(r["bench"], planned) for r in results[key] if "bench" in r]
+            med[key] = {c: median([m.get(c) for m in ms]) for c in
+                        [c[0] for c in cols] + step_keys + ["lost", "dup", "reordered", "opened"]}
+            med[key]["runs"] = len(ms)
+        base = med.get(("clarion", transport), {})
+        head = ["server"] + [f"user-space B/conn at {int(k.split('@')[1]):,}" for k in step_keys] \
+            + [c[1] for c in cols] + ["opened", "lost / dup / reordered", "runs"]
+        lines.append(f"\n**{args.scenario}, {transport.upper()}, -n {args.n}** (medians; "
+                     "ratio to Clarion in brackets)\n")
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for key in keys:
+            m = med[key]
+            row = [LABELS[key[0]]]
+            for c in step_keys + [c[0] for c in cols]:
+                digits = next((d for k, _, d, _ in cols if k == c), 0)
+                ratio_ok = next((r for k, _, _, r in cols if k == c), True)
+                cell = fmt(m.get(c), digits)
+                b = base.get(c)
+                if key[0] != "clarion" and ratio_ok and m.get(c) is not None and b:
+                    cell += f" ({m[c] / b:.2f}×)"
+                row.append(cell)
+            losses = f"{fmt(m['lost'])} / {fmt(m['dup'])} / {fmt(m['reordered'])}"
+            if any(m.get(k) for k in ("lost", "dup", "reordered")):
+                losses = f"**LOSSES {losses}**"
+            row += [f"{fmt(m['opened'])} / {args.n:,}", losses, str(m["runs"])]
+            lines.append("| " + " | ".join(row) + " |")
+    for n in notes:
+        lines.append(f"- {n}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", choices=["burst", "idle", "ticker", "topics", "churn"],
+                    default="burst")
+    ap.add_argument("-n", type=int, default=5000)
+    ap.add_argument("--peers", default=",".join(ALL))
+    ap.add_argument("--transport", default="ws", help="ws, sse, or ws,sse")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--steps", default="1000,5000,15000", help="idle: connection steps")
+    ap.add_argument("--rounds", type=int, default=3, help="churn: connect/disconnect cycles")
+    ap.add_argument("--timeout", type=int, default=400, help="seconds per bench run")
+    ap.add_argument("--out-json", default=None)
+    ap.add_argument("--out-md", default=None)
+    ap.add_argument("--table-from", help="print the table of an earlier --out-json, run nothing")
+    ap.add_argument("bench_extra", nargs="*", help="more clarion bench flags, after --")
+    args = ap.parse_args()
+    args.steps = [int(s) for s in args.steps.split(",") if s]
+    args.transports = [t for t in args.transport.split(",") if t]
+    if args.table_from:
+        saved = json.loads(pathlib.Path(args.table_from).read_text())
+        args.scenario, args.n = saved["scenario"], saved["n"]
+        args.steps = saved.get("steps", args.steps)
+        results = {tuple(k.split("/")): v for k, v in saved["runs"].items()}
+        args.transports = list(dict.fromkeys(t for _, t in results))
+        print(table(args, results, saved.get("notes", [])))
+        return
+    peers = [p for p in args.peers.split(",") if p]
+    if not CLARION.exists():
+        raise SystemExit("build first: cargo build --release")
+    notes, plan = [], []
+    for t in args.transports:
+        for i, p in enumerate(peers):
+            if p not in TRANSPORTS:
+                raise SystemExit(f"unknown peer {p}; known: {','.join(ALL)}")
+            if t not in TRANSPORTS[p]:
+                notes.append(f"{LABELS[p]}: skipped for {t.upper()} (it does not serve it here)")
+                continue
+            plan.append((p, t, 19000 + 10 * ALL.index(p)))
+    missing = [p for p, _, _ in plan if p != "clarion" and not ENV.exists()]
+    if missing:
+        raise SystemExit("peers are not installed: bash bench/peers/setup.sh")
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="clarion-compare-"))
+    results = {(p, t): [] for p, t, _ in plan}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_json = pathlib.Path(args.out_json or f"compare-{args.scenario}-{stamp}.json")
+    out_md = pathlib.Path(args.out_md or out_json.with_suffix(".md"))
+    for rep in range(args.repeats):
+        for p, t, port in plan:
+            print(f"[{rep + 1}/{args.repeats}] {p} {t} ...", end=" ", flush=True)
+            r = run_one(p, t, args, port, workdir, f"{p}-{t}-{rep}")
+            results[(p, t)].append(r)
+            if "bench" in r:
+                m = metrics(r["bench"])
+                print(f"{r['seconds']} s: {fmt(m['bytes_per_conn'])} B/conn, "
+                      f"{fmt(m['cpu_per_million'], 1)} CPU-s/1M, lost {m['lost']}")
+            else:
+                print(f"FAILED: {r.get('error')}")
+            time.sleep(2)  # let the kernel reap the closed sockets before the next server
+    for (p, t), runs in results.items():
+        bad = [r.get("error") for r in runs if "bench" not in r]
+        if bad:
+            notes.append(f"{LABELS[p]} {t.upper()}: {len(bad)} of {len(runs)} runs failed: {bad[0]}")
+    md = table(args, results, notes)
+    print(md)
+    out_json.write_text(json.dumps({
+        "scenario": args.scenario, "n": args.n, "repeats": args.repeats, "steps": args.steps,
+        "machine": {"nproc": os.cpu_count(), "kernel": os.uname().release},
+        "runs": {f"{p}/{t}": runs for (p, t), runs in results.items()}, "notes": notes,
+    }, indent=1))
+    out_md.write_text(md + "\n")
+    print(f"\nwrote {out_json} and {out_md}")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
