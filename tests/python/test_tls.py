@@ -162,6 +162,12 @@ def test_openssl_negotiates_tls13_with_aes128_gcm_and_tls12(start_server, dev):
     r = openssl(s.tls, "-tls1_2", "-CAfile", dev["ca"], "-servername", "localhost")
     text = r.stdout.decode()
     assert "TLSv1.2" in text and "ECDHE-ECDSA" in text, text
+    # No shared cipher suite: a TLS 1.2 client offering only RSA key exchange with CBC.
+    r = openssl(s.tls, "-tls1_2", "-cipher", "AES128-SHA", "-CAfile", dev["ca"])
+    assert r.returncode != 0
+    assert b"handshake failure" in r.stderr or b"alert" in r.stderr, r.stderr
+    time.sleep(0.2)
+    assert s.metrics()['clarion_tls_handshake_failures_total{reason="incompatible"}'] == 1
 
 
 def test_failed_handshakes_end_cleanly_with_a_counted_reason(start_server, dev):
