@@ -284,16 +284,7 @@ impl Conn {
             self.queue(data);
             return Ok(0);
         }
-        let mut offset = 0;
-        while offset < data.len() {
-            match (&self.stream).write(data.get(offset..).unwrap_or_default()) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => offset += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let offset = write_some(&self.stream, data)?;
         if offset < data.len() {
             let mut b = Box::<Backlog>::default();
             b.bytes = data.len() - offset;
@@ -452,19 +443,19 @@ impl Conn {
             }
             return Ok(0);
         }
-        let records = SCRATCH.with(|cell| {
-            let mut scratch = cell.take();
-            let res = match self.tls.as_mut() {
-                Some(t) => seal(t, frames.iter().map(|f| &f[..]), &mut scratch),
-                None => Ok(()),
-            };
-            (res, scratch)
-        });
-        let (res, mut scratch) = records;
-        let written = res.and_then(|()| self.write_records(&scratch));
+        self.seal_and_write(frames.iter().map(|f| &f[..]))
+    }
+
+    /// Encrypts `frames` into the worker's scratch buffer and writes the records.
+    fn seal_and_write<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>) -> io::Result<usize> {
+        let Some(t) = self.tls.as_mut() else {
+            return Ok(0);
+        };
+        let mut scratch = SCRATCH.with(std::cell::Cell::take);
+        let res = seal(t, frames, &mut scratch).and_then(|()| self.write_records(&scratch));
         scratch.clear();
         SCRATCH.with(|cell| cell.replace(scratch));
-        written
+        res
     }
 
     /// Writes refused ciphertext, then encrypts and writes queued frames, a bounded batch at a
@@ -503,21 +494,11 @@ impl Conn {
             if batch.is_empty() {
                 return Ok(written);
             }
-            let mut scratch = SCRATCH.with(|cell| cell.take());
-            let res = match self.tls.as_mut() {
-                Some(t) => seal(
-                    t,
-                    batch
-                        .iter()
-                        .map(|c| c.data.get(c.offset..).unwrap_or_default()),
-                    &mut scratch,
-                ),
-                None => Ok(()),
-            };
-            let res = res.and_then(|()| self.write_records(&scratch));
-            scratch.clear();
-            SCRATCH.with(|cell| cell.replace(scratch));
-            written += res?;
+            written += self.seal_and_write(
+                batch
+                    .iter()
+                    .map(|c| c.data.get(c.offset..).unwrap_or_default()),
+            )?;
             if self.tls.as_ref().is_some_and(|t| !t.unsent.is_empty()) {
                 return Ok(written); // The kernel refused part of it: wait for writability.
             }
@@ -566,8 +547,18 @@ fn seal<'a>(
 ) -> io::Result<()> {
     let tls_err = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, e);
     let mut pack = PACK.with(|cell| cell.take());
+    let mut frames = frames.peekable();
     let res = (|| {
-        for f in frames {
+        while let Some(f) = frames.next() {
+            // A frame that makes a record by itself (the usual single delivery) is encrypted
+            // where it is, without a copy into `pack`.
+            let alone = frames
+                .peek()
+                .is_none_or(|next| f.len() + next.len() > MAX_RECORD);
+            if pack.is_empty() && alone {
+                t.encrypt(f, out).map_err(tls_err)?;
+                continue;
+            }
             if f.len() >= MAX_RECORD {
                 if !pack.is_empty() {
                     t.encrypt(&pack, out).map_err(tls_err)?;

@@ -199,21 +199,7 @@ impl Session {
         }
         let records = data.len().div_ceil(MAX_RECORD).max(1);
         let room = data.len() + records * RECORD_OVERHEAD;
-        self.with_write_traffic(out, |w, out| {
-            let start = out.len();
-            out.resize(start + room, 0);
-            let res = w.encrypt(data, out.get_mut(start..).unwrap_or_default());
-            match res {
-                Ok(n) => {
-                    out.truncate(start + n);
-                    Ok(())
-                }
-                Err(e) => {
-                    out.truncate(start);
-                    Err(encrypt_error(e))
-                }
-            }
-        })
+        self.with_write_traffic(out, room, |w, buf| w.encrypt(data, buf))
     }
 
     /// Appends a close_notify alert to `out` (when the handshake has completed).
@@ -225,31 +211,21 @@ impl Session {
             r.close_notify(out);
             return;
         }
-        let _ = self.with_write_traffic(out, |w, out| {
-            let start = out.len();
-            out.resize(start + RECORD_OVERHEAD + 8, 0);
-            match w.queue_close_notify(out.get_mut(start..).unwrap_or_default()) {
-                Ok(n) => {
-                    out.truncate(start + n);
-                    Ok(())
-                }
-                Err(e) => {
-                    out.truncate(start);
-                    Err(encrypt_error(e))
-                }
-            }
-        });
+        let _ =
+            self.with_write_traffic(out, RECORD_OVERHEAD + 8, |w, buf| w.queue_close_notify(buf));
     }
 
     /// Brings the rustls connection to its write state (encoding anything it queued first,
-    /// such as the answer to a key update) and runs `f` there.
+    /// such as the answer to a key update) and runs `f` there on `room` bytes appended to
+    /// `out`, keeping the ones it reports written.
     fn with_write_traffic(
         &mut self,
         out: &mut Vec<u8>,
+        room: usize,
         f: impl FnOnce(
             &mut rustls::unbuffered::WriteTraffic<'_, rustls::server::ServerConnectionData>,
-            &mut Vec<u8>,
-        ) -> Result<(), rustls::Error>,
+            &mut [u8],
+        ) -> Result<usize, EncryptError>,
     ) -> Result<(), rustls::Error> {
         let Engine::Rustls(conn) = &mut self.engine else {
             return Err(rustls::Error::HandshakeNotComplete);
@@ -258,7 +234,13 @@ impl Session {
         for _ in 0..16 {
             let status = conn.process_tls_records(&mut []);
             match status.state? {
-                ConnectionState::WriteTraffic(mut w) => return f(&mut w, out),
+                ConnectionState::WriteTraffic(mut w) => {
+                    let start = out.len();
+                    out.resize(start + room, 0);
+                    let res = f(&mut w, out.get_mut(start..).unwrap_or_default());
+                    out.truncate(start + *res.as_ref().unwrap_or(&0));
+                    return res.map(drop).map_err(encrypt_error);
+                }
                 ConnectionState::EncodeTlsData(mut e) => encode(&mut e, out)?,
                 ConnectionState::TransmitTlsData(t) => t.done(),
                 ConnectionState::ReadTraffic(mut r) => while let Some(Ok(_)) = r.next_record() {},
