@@ -28,6 +28,10 @@ pub const MAX_API_CONNECTIONS: usize = 256;
 /// An API connection idle longer than this (between or within requests) is closed.
 const API_IDLE: Duration = Duration::from_secs(30);
 
+/// Most items in one Pushpin-format publish. Publishers batch at most a few hundred; the cap
+/// bounds the work one request can ask for.
+const MAX_GRIP_ITEMS: usize = 10_000;
+
 /// Accepts API connections until the process exits.
 pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let active = Arc::new(AtomicUsize::new(0));
@@ -212,11 +216,7 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
     }
     if publish {
         if let Some(key) = shared.config.api_key.as_deref() {
-            let given = req
-                .authorization
-                .as_deref()
-                .and_then(|a| a.strip_prefix("Bearer "));
-            if !given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), key.as_bytes())) {
+            if !authorized(req.authorization.as_deref(), key) {
                 return Some(Answer::error(401, "missing or wrong bearer key"));
             }
         }
@@ -227,6 +227,35 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
         }
     }
     None
+}
+
+/// Whether `Authorization` carries the API key: `Bearer KEY`; or, as GRIP publishers send it, a
+/// `Bearer` JWT signed with the key (HS256, unexpired), or `Basic` with the key as password.
+fn authorized(header: Option<&str>, key: &str) -> bool {
+    let Some(h) = header.map(str::trim) else {
+        return false;
+    };
+    if let Some(token) = h.strip_prefix("Bearer ").map(str::trim) {
+        if constant_time_eq(token.as_bytes(), key.as_bytes()) {
+            return true;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        return clarion_proto::grip::sig::verify(token, key.as_bytes(), now).is_ok();
+    }
+    if let Some(b) = h.strip_prefix("Basic ") {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(b.trim())
+            .unwrap_or_default();
+        let pass = decoded
+            .iter()
+            .position(|&c| c == b':')
+            .and_then(|i| decoded.get(i + 1..))
+            .unwrap_or_default();
+        return constant_time_eq(pass, key.as_bytes());
+    }
+    false
 }
 
 /// Compares secrets without an early exit, so response timing does not reveal a prefix.
@@ -303,6 +332,7 @@ fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared) -> Answer {
             body: shared.metrics.render().into_bytes(),
         },
         (_, "/publish") => publish_batch(&body, shared),
+        (_, "/publish/") => publish_grip(&body, shared),
         (_, path) => {
             let topic = path.strip_prefix("/publish/").unwrap_or_default();
             let mut event = None;
@@ -357,6 +387,7 @@ fn publish_one(
         kind,
         payload: body,
         event,
+        grip: None,
     }]);
     match receipts.first() {
         Some(r) => Answer::json(200, &receipt_json(topic, r)),
@@ -438,6 +469,7 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
             kind: m.kind,
             payload: &m.payload,
             event: m.event.as_deref(),
+            grip: None,
         })
         .collect();
     let receipts = shared.hub.publish(&out);
@@ -447,6 +479,48 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
         .map(|(m, r)| receipt_json(m.topic, r))
         .collect();
     Answer::json(200, &serde_json::json!({ "results": results }))
+}
+
+/// Pushpin's publish API: `{"items": [...]}` with `http-stream`, `http-response` and
+/// `ws-message` formats. Validated whole before anything is published; answered like Pushpin
+/// (`200 Published`).
+fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
+    let limits = clarion_proto::grip::PublishLimits {
+        max_body: shared.config.max_publish_size,
+        max_items: MAX_GRIP_ITEMS,
+    };
+    let items = match clarion_proto::grip::decode_publish(body, &limits) {
+        Ok(items) => items,
+        Err(e) => return Answer::error(400, &e.to_string()),
+    };
+    let mut contents = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        if let Some(why) = crate::grip::unsupported(item) {
+            return Answer::error(400, &format!("item {i}: {why}"));
+        }
+        if let Err(e) = validate_topic(&item.channel) {
+            return Answer::error(400, &format!("item {i}: channel {:?}: {e}", item.channel));
+        }
+        let (content, payload, kind) = crate::grip::GripContent::from_item(item);
+        contents.push((Arc::new(content), payload, kind));
+    }
+    let outgoing: Vec<Outgoing<'_>> = items
+        .iter()
+        .zip(&contents)
+        .map(|(item, (content, payload, kind))| Outgoing {
+            topic: &item.channel,
+            kind: *kind,
+            payload: payload.as_slice(),
+            event: None,
+            grip: Some(Arc::clone(content)),
+        })
+        .collect();
+    shared.hub.publish(&outgoing);
+    Answer {
+        status: 200,
+        content_type: "text/plain",
+        body: b"Published\n".to_vec(),
+    }
 }
 
 fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {

@@ -173,6 +173,24 @@ pub struct ServeArgs {
     /// Seconds between checks for changed certificate files (0 = SIGHUP only).
     #[arg(long, env = "CLARION_TLS_RELOAD_INTERVAL")]
     pub tls_reload_interval: Option<u64>,
+    /// GRIP proxy mode: a routes file in Pushpin's syntax (see docs/grip.md).
+    #[arg(long, env = "CLARION_GRIP_ROUTES")]
+    pub grip_routes: Option<PathBuf>,
+    /// Key for signing Grip-Sig on proxied requests.
+    #[arg(long, env = "CLARION_GRIP_SIG_KEY", hide_env_values = true)]
+    pub grip_sig_key: Option<String>,
+    /// Issuer of Grip-Sig (default pushpin).
+    #[arg(long, env = "CLARION_GRIP_SIG_ISS")]
+    pub grip_sig_iss: Option<String>,
+    /// Seconds a backend has to answer a proxied request (504 after).
+    #[arg(long, env = "CLARION_GRIP_BACKEND_TIMEOUT")]
+    pub grip_backend_timeout: Option<u64>,
+    /// Threads making backend requests.
+    #[arg(long, env = "CLARION_GRIP_BACKEND_THREADS")]
+    pub grip_backend_threads: Option<usize>,
+    /// Seconds a Grip-Hold: response is held without Grip-Timeout.
+    #[arg(long, env = "CLARION_GRIP_DEFAULT_TIMEOUT")]
+    pub grip_default_timeout: Option<u64>,
 }
 
 impl ServeArgs {
@@ -223,8 +241,18 @@ impl ServeArgs {
             tls_strict_sni,
             tls_min_version,
             tls_api,
-            tls_reload_interval
+            tls_reload_interval,
+            grip_sig_iss,
+            grip_backend_timeout,
+            grip_backend_threads,
+            grip_default_timeout
         );
+        if self.grip_routes.is_some() {
+            c.grip_routes = self.grip_routes.clone();
+        }
+        if self.grip_sig_key.is_some() {
+            c.grip_sig_key = self.grip_sig_key.clone();
+        }
         if self.tls_listen.is_some() {
             c.tls_listen = self.tls_listen;
         }

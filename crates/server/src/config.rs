@@ -150,6 +150,30 @@ pub struct Config {
     /// Seconds between checks for changed certificate files (re-read without a restart, like
     /// SIGHUP). Default 10; 0 checks only on SIGHUP.
     pub tls_reload_interval: u64,
+    /// GRIP proxy mode: a routes file in Pushpin's syntax (`docs/grip.md`). Requests that match a
+    /// route are proxied to its backend, which may hold them open with `Grip-*` headers. Default
+    /// none: no proxying.
+    pub grip_routes: Option<std::path::PathBuf>,
+    /// Key for signing `Grip-Sig` on proxied requests (HS256), unless the route has its own
+    /// `sig_key`. Default none: requests are not signed.
+    pub grip_sig_key: Option<String>,
+    /// Issuer (`iss`) of `Grip-Sig`. Default `"pushpin"`, what backends written for Pushpin
+    /// expect when they check it.
+    pub grip_sig_iss: String,
+    /// Seconds a backend has to answer a proxied request (504 after it). Default 30: long
+    /// enough for a slow backend page, short enough that a hung backend cannot pile up waiting
+    /// clients.
+    pub grip_backend_timeout: u64,
+    /// Threads making backend requests (each waits on one request at a time). Default 32: backend
+    /// requests are short (a subscription answer, a WebSocket event batch), and a stuck backend
+    /// delays only what waits behind these threads.
+    pub grip_backend_threads: usize,
+    /// Largest backend answer or proxied request body, in bytes (502/413 over it). Default 1 MiB:
+    /// GRIP answers are instructions and small initial bodies, not downloads.
+    pub grip_max_body: usize,
+    /// Seconds a `Grip-Hold: response` is held when the backend gives no `Grip-Timeout`.
+    /// Default 55, Pushpin's.
+    pub grip_default_timeout: u64,
 }
 
 impl Default for Config {
@@ -202,6 +226,13 @@ impl Default for Config {
             tls_min_version: "1.2".to_owned(),
             tls_api: false,
             tls_reload_interval: 10,
+            grip_routes: None,
+            grip_sig_key: None,
+            grip_sig_iss: "pushpin".to_owned(),
+            grip_backend_timeout: 30,
+            grip_backend_threads: 32,
+            grip_max_body: 1024 * 1024,
+            grip_default_timeout: 55,
         }
     }
 }
@@ -322,6 +353,11 @@ impl Config {
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(ConfigError::Invalid(
                 "tls_cert and tls_key go together".into(),
+            ));
+        }
+        if self.grip_backend_threads == 0 || self.grip_backend_timeout == 0 {
+            return Err(ConfigError::Invalid(
+                "grip_backend_threads and grip_backend_timeout must be at least 1".into(),
             ));
         }
         if !matches!(self.tls_min_version.as_str(), "1.2" | "1.3") {

@@ -236,6 +236,8 @@ pub struct Outgoing<'a> {
     pub payload: &'a [u8],
     /// An SSE event name (checked with [`validate_event_name`]).
     pub event: Option<&'a str>,
+    /// Content for GRIP-held connections (Pushpin's publish API).
+    pub grip: Option<Arc<crate::grip::GripContent>>,
 }
 
 /// What a publish did.
@@ -254,6 +256,9 @@ pub enum Since<'a> {
     Now,
     /// Everything after this id (as the client sent it), then live messages.
     Id(&'a str),
+    /// Everything after the message whose GRIP item id (`id` in Pushpin's publish API) is this,
+    /// if history still holds it (a GRIP hold's `prev-id`); otherwise live messages only.
+    GripId(&'a str),
 }
 
 /// What [`Hub::subscribe`] did.
@@ -336,7 +341,7 @@ impl Hub {
             inbox.take(pending);
         }
         let parsed = match since {
-            Since::Now => None,
+            Since::Now | Since::GripId(_) => None,
             Since::Id(s) => Some((s, event_id::parse(s).ok())),
         };
         let last = st.next_id - 1;
@@ -397,6 +402,17 @@ impl Hub {
                 };
                 let start = e.history.partition_point(|m| m.id <= from);
                 out.replay.extend(e.history.range(start..).cloned());
+            }
+            if let Since::GripId(prev) = since {
+                let found = e.history.iter().rposition(|m| {
+                    m.grip
+                        .as_ref()
+                        .and_then(|g| g.id.as_deref())
+                        .is_some_and(|id| id == prev)
+                });
+                if let Some(i) = found {
+                    out.replay.extend(e.history.range(i + 1..).cloned());
+                }
             }
             out.names.push(name);
         }
@@ -470,7 +486,7 @@ impl Hub {
                     k
                 }
             };
-            let published = Arc::new(Published::new(
+            let mut published = Published::new(
                 Arc::clone(&name),
                 id,
                 Arc::clone(&self.epoch),
@@ -478,7 +494,9 @@ impl Hub {
                 m.event.map(Into::into),
                 now,
                 m.payload,
-            ));
+            );
+            published.grip = m.grip.clone();
+            let published = Arc::new(published);
             let Some(e) = st.topics.get_mut(&*name) else {
                 continue;
             };
@@ -639,6 +657,7 @@ mod tests {
             kind: DataKind::Text,
             payload: payload.as_bytes(),
             event: None,
+            grip: None,
         }
     }
 

@@ -12,6 +12,8 @@
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
 //!   stream lines), each built once.
 //! - [`control`]: the in-band JSON control messages (pure).
+//! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
+//!   the per-connection part is `worker::grip`.
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
@@ -27,6 +29,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod grip;
 pub mod hub;
 pub mod log;
 pub mod message;

@@ -49,6 +49,9 @@ pub struct Published {
     /// Frames compressed for permessage-deflate subscribers: (plain, envelope) × (15-bit,
     /// 9-bit window). Boxed, so a message nobody compresses pays 8 bytes for them.
     deflated: OnceLock<Box<Deflated>>,
+    /// What a Pushpin-format publish carries for GRIP-held connections; `None` for Clarion's own
+    /// publishes, which GRIP-held connections do not receive.
+    pub grip: Option<Arc<crate::grip::GripContent>>,
 }
 
 /// The compressed frames of one message, each built on first use.
@@ -94,6 +97,7 @@ impl Published {
             frame: encode_frame(opcode, payload).into(),
             encoded: Default::default(),
             deflated: OnceLock::new(),
+            grip: None,
         }
     }
 

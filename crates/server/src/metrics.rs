@@ -30,10 +30,12 @@ pub enum CloseReason {
     HttpDone,
     /// The server is shutting down (close 1001).
     Shutdown,
+    /// A GRIP backend ended it (stream close, WebSocket CLOSE or DISCONNECT, backend error).
+    Backend,
 }
 
 impl CloseReason {
-    const ALL: [CloseReason; 10] = [
+    const ALL: [CloseReason; 11] = [
         CloseReason::ClientClose,
         CloseReason::Disconnected,
         CloseReason::ProtocolError,
@@ -44,6 +46,7 @@ impl CloseReason {
         CloseReason::HttpError,
         CloseReason::HttpDone,
         CloseReason::Shutdown,
+        CloseReason::Backend,
     ];
 
     fn label(self) -> &'static str {
@@ -58,6 +61,7 @@ impl CloseReason {
             CloseReason::HttpError => "http_error",
             CloseReason::HttpDone => "http_done",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::Backend => "backend",
         }
     }
 }
@@ -115,6 +119,12 @@ pub struct Metrics {
     pub tls_handshakes: AtomicU64,
     /// TLS connections ended by a record-layer error after their handshake.
     pub tls_errors: AtomicU64,
+    /// Client requests forwarded to GRIP backends.
+    pub grip_requests: AtomicU64,
+    /// GRIP backend exchanges that failed (unreachable, timeout, invalid answer, error status).
+    pub grip_backend_errors: AtomicU64,
+    /// Connections held by GRIP backends (streams, long-polls, bridged WebSockets).
+    pub grip_holds: AtomicU64,
     tls_failures: [AtomicU64; TLS_FAILURES.len()],
     closes: [AtomicU64; CloseReason::ALL.len()],
 }
@@ -290,6 +300,24 @@ impl Metrics {
                 self.tls_failures(r)
             );
         }
+        counter(
+            &mut out,
+            "clarion_grip_requests_total",
+            "Client requests forwarded to GRIP backends.",
+            l(&self.grip_requests),
+        );
+        counter(
+            &mut out,
+            "clarion_grip_backend_errors_total",
+            "GRIP backend exchanges that failed.",
+            l(&self.grip_backend_errors),
+        );
+        gauge(
+            &mut out,
+            "clarion_grip_held",
+            "Connections held by GRIP backends.",
+            l(&self.grip_holds),
+        );
         counter(
             &mut out,
             "clarion_tls_errors_total",

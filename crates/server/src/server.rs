@@ -59,6 +59,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         inboxes.push(Arc::new(Inbox::new(waker)));
         polls.push(poll);
     }
+    let grip = match &config.grip_routes {
+        Some(path) => Some(crate::grip::Proxy::load(path, &config, &inboxes)?),
+        None => None,
+    };
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
     let shared = Arc::new(Shared {
@@ -74,6 +78,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         cap,
         per_address: Default::default(),
         tls,
+        grip,
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.

@@ -15,6 +15,7 @@
 //! - [`headers`]: the instruction headers of a backend response (`Grip-Hold`, `Grip-Channel`, ...).
 //! - [`publish`]: the publish API's JSON body (`{"items": [...]}`) and its formats.
 //! - [`control`]: WebSocket control messages (`c:{...}`) and the message prefix convention.
+//! - [`routes`]: Pushpin's routes file (which backend serves which requests).
 //! - [`sig`]: `Grip-Sig`, the HS256 JWT that tells a backend a request came through the proxy.
 //!
 //! Both [`headers`] and [`control`] read HTTP header parameters (`a; name="value", b`) through
@@ -24,6 +25,7 @@ pub mod control;
 pub mod headers;
 mod params;
 pub mod publish;
+pub mod routes;
 pub mod sig;
 pub mod websocket_events;
 
@@ -32,6 +34,7 @@ pub use control::{
 };
 pub use headers::{parse_instruct, Channel, HoldMode, Instruct, InstructError};
 pub use publish::{decode_publish, Item, PublishError, PublishLimits};
+pub use routes::{find_route, parse_routes, Route, RouteError, Target};
 pub use sig::{Claims, SigError};
 pub use websocket_events::{
     decode_body, decode_event, write_event, Event, EventError, EventLimits,

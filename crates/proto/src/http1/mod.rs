@@ -13,4 +13,7 @@ pub mod response;
 pub use chunked::{BodyError, ChunkedDecoder};
 pub use head::{parse_head, Body, HeadError, HeadLimits, RequestHead};
 pub use query::{query_pairs, QueryError};
-pub use response::{reason, write_chunk, write_response_head, LAST_CHUNK};
+pub use response::{
+    parse_response_head, reason, write_chunk, write_response_head, ResponseBody, ResponseError,
+    ResponseHead, LAST_CHUNK,
+};

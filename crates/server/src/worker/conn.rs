@@ -32,6 +32,9 @@ pub enum State {
     Stream,
     /// A long-poll request held until a message arrives or its deadline passes.
     Poll,
+    /// A request forwarded to a GRIP backend, waiting for its answer; the client's further
+    /// bytes (a pipelined request) wait in `input`.
+    Proxy,
     /// Our last bytes (a Close frame or a final HTTP answer) are queued; once they are written
     /// the write side is shut and we wait (bounded) for the peer's EOF, discarding its input, so
     /// that closing never resets a connection before the peer has read our answer.
@@ -39,22 +42,28 @@ pub enum State {
 }
 
 /// Deliveries use the `clarion.v1` envelope instead of the raw payload.
-pub const ENVELOPE: u8 = 1;
+pub const ENVELOPE: u16 = 1;
 /// The WebSocket echoes messages (conformance endpoint) instead of doing pub/sub.
-pub const ECHO: u8 = 2;
+pub const ECHO: u16 = 2;
 /// A ping was sent and no byte has arrived since.
-pub const PINGED: u8 = 4;
+pub const PINGED: u16 = 4;
 /// The write side has been shut down (Closing only).
-pub const WRITE_SHUT: u8 = 8;
+pub const WRITE_SHUT: u16 = 8;
 /// SSE events carry the JSON envelope as data (`format=json`) instead of the payload.
-pub const JSON: u8 = 16;
+pub const JSON: u16 = 16;
 /// Stream lines carry the raw payload (`format=raw`) instead of the JSON envelope.
-pub const RAW: u8 = 32;
+pub const RAW: u16 = 32;
 /// The held long-poll's client allows keep-alive: the connection returns to `Http` after the
 /// answer.
-pub const KEEP: u8 = 64;
+pub const KEEP: u16 = 64;
 /// permessage-deflate was negotiated (WebSocket); its parameters are in [`Conn::ext`].
-pub const DEFLATE: u8 = 128;
+pub const DEFLATE: u16 = 128;
+/// Held by a GRIP backend (stream, response or WebSocket-over-HTTP): deliveries use the
+/// message's GRIP content, state beyond this record is in the worker's GRIP table.
+pub const GRIP: u16 = 256;
+/// A GRIP stream answers in chunked transfer coding (the client speaks HTTP/1.1); otherwise the
+/// stream is delimited by closing the connection.
+pub const CHUNKED: u16 = 512;
 
 /// The permessage-deflate parameters of one connection, packed into one byte so that
 /// negotiating compression costs an idle connection nothing.
@@ -215,7 +224,7 @@ pub struct Conn {
     /// Life stage.
     pub state: State,
     /// Bit set of the flag constants above.
-    pub flags: u8,
+    pub flags: u16,
     /// The client's address as the per-address limit counts it (see [`address_key`]).
     pub peer: u32,
     /// permessage-deflate parameters, meaningful when [`DEFLATE`] is set.
@@ -260,7 +269,7 @@ impl Conn {
     }
 
     /// Whether a flag is set.
-    pub fn has(&self, flag: u8) -> bool {
+    pub fn has(&self, flag: u16) -> bool {
         self.flags & flag != 0
     }
 

@@ -60,6 +60,9 @@ impl Worker {
                 Some(data.len())
             }
             Ok(Some(head)) => {
+                if let Some(used) = self.grip_intercept(k, &head, data) {
+                    return used;
+                }
                 let used = head.head_len;
                 self.route(k, &head);
                 Some(used)
@@ -353,7 +356,7 @@ impl Worker {
     }
 
     /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
-    fn open_stream(&mut self, k: u32, topics: &[&str], since: Since<'_>, state: State, flags: u8) {
+    fn open_stream(&mut self, k: u32, topics: &[&str], since: Since<'_>, state: State, flags: u16) {
         let cfg = &self.shared.config;
         let origin = cfg.cors_allow_origin.as_str();
         let sse = state == State::Sse;
@@ -495,7 +498,7 @@ impl Worker {
     }
 
     /// Sends a complete answer, then keeps the connection for the next request or closes it.
-    fn finish_answer(&mut self, k: u32, out: Arc<[u8]>, keep: bool, status: u16) {
+    pub(super) fn finish_answer(&mut self, k: u32, out: Arc<[u8]>, keep: bool, status: u16) {
         if keep {
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.last_seen = self.now;

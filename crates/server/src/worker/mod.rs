@@ -16,6 +16,7 @@
 //! are encrypted in the write path; nothing else knows the difference.
 
 pub mod conn;
+mod grip;
 mod http;
 pub mod index;
 pub mod tls;
@@ -39,7 +40,7 @@ use crate::hub::{lock, Hub, Inbox};
 use crate::log;
 use crate::message::Published;
 use crate::metrics::{CloseReason, Metrics};
-use conn::{Conn, State, PINGED, WRITE_SHUT};
+use conn::{Conn, State, GRIP, PINGED, WRITE_SHUT};
 use index::TopicIndex;
 
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -74,6 +75,8 @@ pub struct Shared {
     pub per_address: Mutex<HashMap<u32, u32>>,
     /// Certificates and TLS settings, when a TLS listener is configured.
     pub tls: Option<Arc<crate::tls::Tls>>,
+    /// GRIP proxy mode, when routes are configured.
+    pub grip: Option<crate::grip::Proxy>,
 }
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the
@@ -139,6 +142,8 @@ pub struct Worker {
     stream_keepalive: Arc<[u8]>,
     /// Held long-polls, by slab key. Only polls pay for this entry, not idle connections.
     polls: HashMap<u32, PollHold>,
+    /// GRIP connections' state beyond their record, by slab key (proxy mode only).
+    grip: HashMap<u32, grip::GripConn>,
     /// Inflaters of clients that compress with context takeover, created when such a client
     /// first sends a compressed message.
     inflaters: HashMap<u32, clarion_proto::ws::deflate::Inflater>,
@@ -211,6 +216,7 @@ impl Worker {
                 v.into()
             },
             polls: HashMap::new(),
+            grip: HashMap::new(),
             inflaters: HashMap::new(),
             deflaters: HashMap::new(),
             deflate_settings,
@@ -257,6 +263,7 @@ impl Worker {
             for k in std::mem::take(&mut self.more_to_read) {
                 self.on_readable(k);
             }
+            self.grip_answers();
             self.drain_inbox();
             if self.shutdown_deadline.is_none() && self.shared.stopping.load(Relaxed) {
                 self.begin_shutdown();
@@ -428,7 +435,7 @@ impl Worker {
                 Ok(0) => {
                     let reason = match conn.state {
                         State::Http | State::Closing => CloseReason::HttpDone,
-                        State::Ws | State::Sse | State::Stream | State::Poll => {
+                        State::Ws | State::Sse | State::Stream | State::Poll | State::Proxy => {
                             CloseReason::Disconnected
                         }
                     };
@@ -607,6 +614,15 @@ impl Worker {
                     None => return pos,
                 },
                 State::Ws => return pos + self.on_frames(k, rest),
+                // Waiting for a backend: a pipelined request waits its turn (bounded), and is
+                // read once the answer is out and the connection is back in `Http`.
+                State::Proxy => {
+                    if data.len() - pos > self.shared.config.head_limits().max_head_bytes {
+                        self.drop_conn(k, CloseReason::Disconnected);
+                        return data.len();
+                    }
+                    return pos;
+                }
                 // A streaming or held response: the client has nothing more to say, and
                 // anything it sends (pipelined requests included) is discarded.
                 State::Sse | State::Stream | State::Poll | State::Closing => return data.len(),
@@ -762,6 +778,7 @@ impl Worker {
 
     /// Drops what a connection may hold outside its record (a held poll, compression state).
     fn forget_side_state(&mut self, k: u32) {
+        self.grip_forget(k);
         self.polls.remove(&k);
         self.inflaters.remove(&k);
         self.deflaters.remove(&k);
@@ -798,7 +815,7 @@ impl Worker {
             }
         }
         match state {
-            State::Http => {
+            State::Http | State::Proxy => {
                 m.http_connections.fetch_sub(1, Relaxed);
                 self.shared.open.fetch_sub(1, Relaxed);
             }
@@ -843,6 +860,7 @@ impl Worker {
         if self.id == 0 {
             self.shared.hub.expire();
         }
+        self.grip_sweep();
         let cfg = &self.shared.config;
         let (handshake, ping, idle, keepalive) = (
             cfg.handshake_timeout as u32,
@@ -872,7 +890,10 @@ impl Worker {
                     conn.flags |= PINGED;
                     to_ping.push(k as u32);
                 }
-                State::Sse | State::Stream if keepalive > 0 && quiet >= keepalive => {
+                // GRIP streams send the backend's keep-alives (see `grip_sweep`), never ours.
+                State::Sse | State::Stream
+                    if keepalive > 0 && quiet >= keepalive && !conn.has(GRIP) =>
+                {
                     conn.last_seen = self.now;
                     to_keepalive.push((k as u32, conn.state == State::Sse));
                 }
@@ -958,6 +979,11 @@ impl Worker {
             .collect();
         for (k, state) in keys {
             match state {
+                State::Poll | State::Stream | State::Ws
+                    if self.conns.get(k as usize).is_some_and(|c| c.has(GRIP)) =>
+                {
+                    self.grip_shutdown(k);
+                }
                 State::Ws => self.close_ws(
                     k,
                     clarion_proto::ws::CloseCode::GoingAway,
@@ -976,7 +1002,7 @@ impl Worker {
                         http::messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
                     self.answer_poll(k, &Arc::from(body));
                 }
-                State::Http => self.drop_conn(k, CloseReason::Shutdown),
+                State::Http | State::Proxy => self.drop_conn(k, CloseReason::Shutdown),
                 State::Closing => {}
             }
         }

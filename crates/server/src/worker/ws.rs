@@ -11,7 +11,7 @@ use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
 use clarion_proto::ws::receiver::Limits;
 use clarion_proto::ws::{CloseCode, DataKind, Event, OpCode};
 
-use super::conn::{State, DEFLATE, ECHO, ENVELOPE, JSON, RAW};
+use super::conn::{State, DEFLATE, ECHO, ENVELOPE, GRIP, JSON, RAW};
 use super::Worker;
 use crate::control::{self, Reply, Request};
 use crate::hub::{validate_topic, Outgoing, Since, Subscribed};
@@ -92,7 +92,9 @@ impl Worker {
                 let Some(conn) = self.conns.get(k as usize) else {
                     return;
                 };
-                if conn.has(ECHO) {
+                if conn.has(GRIP) {
+                    self.grip_client_message(k, kind, &payload);
+                } else if conn.has(ECHO) {
                     let op = match kind {
                         DataKind::Text => OpCode::Text,
                         DataKind::Binary => OpCode::Binary,
@@ -114,6 +116,7 @@ impl Worker {
             Event::Ping(payload) => self.send(k, &Arc::from(encode_frame(OpCode::Pong, payload))),
             Event::Pong(_) => {}
             Event::Close(received) => {
+                self.grip_client_close(k, received.map(|(code, _)| code));
                 // Echo the peer's code (RFC 6455 5.5.1); an empty Close gets an empty one.
                 let reply: Arc<[u8]> = match received {
                     Some((code, _)) => encode_close_frame(code, "").into(),
@@ -276,6 +279,7 @@ impl Worker {
                     kind,
                     payload: &payload,
                     event: None,
+                    grip: None,
                 }]);
                 if let Some(r) = receipts.first() {
                     let reply = Reply::Published {
@@ -420,7 +424,7 @@ impl Worker {
         Some(sub)
     }
 
-    fn unsubscribe(&mut self, k: u32, tid: u32) {
+    pub(super) fn unsubscribe(&mut self, k: u32, tid: u32) {
         if let Some(conn) = self.conns.get_mut(k as usize) {
             conn.subs.remove(tid);
         }
@@ -461,6 +465,10 @@ impl Worker {
                 let Some(conn) = self.conns.get_mut(k as usize) else {
                     continue;
                 };
+                if conn.has(GRIP) {
+                    self.deliver_grip(k, run);
+                    continue;
+                }
                 let envelope = conn.has(ENVELOPE);
                 let form = match conn.state {
                     State::Ws if dedicated => Form::Dedicated { envelope },
@@ -478,7 +486,7 @@ impl Worker {
                         polls.push(k);
                         continue;
                     }
-                    State::Http | State::Closing => continue,
+                    State::Http | State::Proxy | State::Closing => continue,
                 };
                 if conn.state != State::Ws {
                     // Output counts as activity for the keep-alive timer of HTTP streams.

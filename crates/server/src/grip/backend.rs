@@ -1,0 +1,386 @@
+//! Requests to GRIP backends: a small pool of threads doing blocking HTTP/1.1 exchanges.
+//!
+//! Backend requests are few and short next to the connections they set up (one request opens a
+//! stream that is then held for hours), so they do not go through the client event loops: a
+//! worker hands a [`Job`] to the pool and gets an [`Answer`] back in its [`Mailbox`], with a
+//! wake-up of its loop. Each thread keeps idle keep-alive connections to the backends it has
+//! talked to, so a burst of subscriptions does not pay a TCP handshake each.
+//!
+//! Every exchange is bounded: connect, write and read share one deadline
+//! (`grip_backend_timeout`), and answers larger than `grip_max_body` are refused.
+
+use std::collections::HashMap;
+use std::io::{self, Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clarion_proto::http1::{parse_response_head, ChunkedDecoder, ResponseBody};
+
+use crate::hub::{lock, Inbox};
+use crate::log;
+
+/// A request for the pool.
+pub struct Job {
+    /// The worker that wants the answer (`None`: nobody, e.g. a DISCONNECT notice).
+    pub reply: Option<Arc<Mailbox>>,
+    /// The connection it is for, and the ticket that proves it is still the same connection.
+    pub key: u32,
+    /// See [`Answer::ticket`].
+    pub ticket: u64,
+    /// Backends to try in order (`host:port`).
+    pub targets: Arc<[String]>,
+    /// The request, head and body, ready to write.
+    pub request: Vec<u8>,
+    /// A `HEAD` request (its answer has no body whatever the headers say).
+    pub head_only: bool,
+}
+
+/// A backend's complete answer.
+#[derive(Debug)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Reason phrase.
+    pub reason: String,
+    /// Header fields, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The whole body, de-chunked.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first value of header `name`, as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+}
+
+/// Why there is no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// No backend could be reached (502).
+    Unreachable(String),
+    /// The backend did not answer in time (504).
+    Timeout,
+    /// The answer was not valid HTTP, or too large (502).
+    Invalid(String),
+}
+
+/// The outcome of a [`Job`].
+pub struct Answer {
+    /// The connection it is for.
+    pub key: u32,
+    /// Copied from the job: a worker ignores answers whose ticket no longer matches its
+    /// connection (it closed, and the slab key was reused).
+    pub ticket: u64,
+    /// The answer, or why there is none.
+    pub result: Result<Response, Failure>,
+}
+
+/// Where a worker receives its answers.
+pub struct Mailbox {
+    answers: Mutex<Vec<Answer>>,
+    inbox: Arc<Inbox>,
+}
+
+impl Mailbox {
+    /// A mailbox that wakes the loop of `inbox`.
+    pub fn new(inbox: Arc<Inbox>) -> Mailbox {
+        Mailbox {
+            answers: Mutex::new(Vec::new()),
+            inbox,
+        }
+    }
+
+    fn post(&self, a: Answer) {
+        let mut q = lock(&self.answers);
+        let was_empty = q.is_empty();
+        q.push(a);
+        drop(q);
+        if was_empty {
+            self.inbox.wake();
+        }
+    }
+
+    /// Takes every answer received so far.
+    pub fn take(&self) -> Vec<Answer> {
+        std::mem::take(&mut *lock(&self.answers))
+    }
+}
+
+/// The pool.
+pub struct Backend {
+    jobs: Mutex<Sender<Job>>,
+}
+
+/// Limits of one exchange.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Deadline for the whole exchange.
+    pub timeout: Duration,
+    /// Largest body.
+    pub max_body: usize,
+}
+
+/// Most header fields in a backend answer.
+const MAX_HEADERS: usize = 100;
+/// Largest backend answer head.
+const MAX_HEAD: usize = 64 * 1024;
+
+impl Backend {
+    /// Starts `threads` threads.
+    pub fn start(threads: usize, limits: Limits) -> io::Result<Backend> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("clarion-grip-{i}"))
+                .stack_size(256 * 1024)
+                .spawn(move || run(&rx, limits))?;
+        }
+        Ok(Backend {
+            jobs: Mutex::new(tx),
+        })
+    }
+
+    /// Queues a job. If the pool is gone (it never is while the server runs), the job's worker
+    /// gets an `Unreachable` answer.
+    pub fn submit(&self, job: Job) {
+        if let Err(mpsc::SendError(job)) = lock(&self.jobs).send(job) {
+            if let Some(r) = &job.reply {
+                r.post(Answer {
+                    key: job.key,
+                    ticket: job.ticket,
+                    result: Err(Failure::Unreachable("backend pool stopped".into())),
+                });
+            }
+        }
+    }
+}
+
+fn run(rx: &Mutex<Receiver<Job>>, limits: Limits) {
+    let mut idle: HashMap<String, TcpStream> = HashMap::new();
+    loop {
+        let job = match lock(rx).recv() {
+            Ok(j) => j,
+            Err(_) => return,
+        };
+        let result = exchange(&job, &mut idle, limits);
+        if let Err(f) = &result {
+            log::debug(format_args!("backend {:?}: {f:?}", job.targets));
+        }
+        if let Some(reply) = &job.reply {
+            reply.post(Answer {
+                key: job.key,
+                ticket: job.ticket,
+                result,
+            });
+        }
+    }
+}
+
+/// Tries each target in turn; a reused keep-alive connection that fails before answering is
+/// retried once on a fresh one (the backend may have closed it while idle).
+fn exchange(
+    job: &Job,
+    idle: &mut HashMap<String, TcpStream>,
+    limits: Limits,
+) -> Result<Response, Failure> {
+    let deadline = Instant::now() + limits.timeout;
+    let mut last = Failure::Unreachable("no backend".into());
+    for addr in job.targets.iter() {
+        if let Some(stream) = idle.remove(addr) {
+            match once(stream, job, deadline, limits.max_body) {
+                Ok((r, keep)) => {
+                    if let Some(s) = keep {
+                        idle.insert(addr.clone(), s);
+                    }
+                    return Ok(r);
+                }
+                Err((f, answered)) if answered || f == Failure::Timeout => return Err(f),
+                Err(_) => {}
+            }
+        }
+        let stream = match connect(addr, deadline) {
+            Ok(s) => s,
+            Err(e) => {
+                last = Failure::Unreachable(format!("{addr}: {e}"));
+                continue;
+            }
+        };
+        return match once(stream, job, deadline, limits.max_body) {
+            Ok((r, keep)) => {
+                if let Some(s) = keep {
+                    idle.insert(addr.clone(), s);
+                }
+                Ok(r)
+            }
+            Err((f, _)) => Err(f),
+        };
+    }
+    Err(last)
+}
+
+fn connect(addr: &str, deadline: Instant) -> io::Result<TcpStream> {
+    let mut err = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for a in addr.to_socket_addrs()? {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        match TcpStream::connect_timeout(&a, left) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => err = e,
+        }
+    }
+    Err(err)
+}
+
+/// One request on one connection. On success, also the connection when it may be reused. On
+/// failure, whether any byte of an answer had arrived.
+#[allow(clippy::type_complexity)]
+fn once(
+    mut s: TcpStream,
+    job: &Job,
+    deadline: Instant,
+    max_body: usize,
+) -> Result<(Response, Option<TcpStream>), (Failure, bool)> {
+    let io_fail = |e: io::Error, answered: bool| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => (Failure::Timeout, answered),
+        _ => (Failure::Unreachable(e.to_string()), answered),
+    };
+    let left = |deadline: Instant| {
+        let d = deadline.saturating_duration_since(Instant::now());
+        if d.is_zero() {
+            Err((Failure::Timeout, false))
+        } else {
+            Ok(Some(d))
+        }
+    };
+    s.set_write_timeout(left(deadline)?)
+        .map_err(|e| io_fail(e, false))?;
+    s.write_all(&job.request).map_err(|e| io_fail(e, false))?;
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut chunk = vec![0u8; 16 * 1024];
+    // The head.
+    let (status, reason, headers, framing, head_len, close) = loop {
+        if let Some(h) = parse_response_head(&buf, MAX_HEADERS, MAX_HEAD)
+            .map_err(|e| (Failure::Invalid(e.to_string()), true))?
+        {
+            // 1xx answers (100 Continue) precede the real one.
+            if (100..200).contains(&h.status) {
+                let n = h.head_len;
+                buf.drain(..n);
+                continue;
+            }
+            let method = if job.head_only { "HEAD" } else { "GET" };
+            let framing = h
+                .body(method)
+                .map_err(|e| (Failure::Invalid(e.to_string()), true))?;
+            let close = h.minor_version == 0
+                || h.header("connection").is_some_and(|v| {
+                    std::str::from_utf8(v)
+                        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
+                });
+            break (
+                h.status,
+                h.reason.to_string(),
+                h.headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_vec()))
+                    .collect::<Vec<_>>(),
+                framing,
+                h.head_len,
+                close,
+            );
+        }
+        s.set_read_timeout(left(deadline)?)
+            .map_err(|e| io_fail(e, !buf.is_empty()))?;
+        let n = s
+            .read(&mut chunk)
+            .map_err(|e| io_fail(e, !buf.is_empty()))?;
+        if n == 0 {
+            return Err((
+                Failure::Unreachable("connection closed before an answer".into()),
+                !buf.is_empty(),
+            ));
+        }
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    };
+    buf.drain(..head_len);
+    let too_large = || {
+        (
+            Failure::Invalid("answer larger than grip_max_body".into()),
+            true,
+        )
+    };
+    let mut read = |s: &mut TcpStream, buf: &mut Vec<u8>| -> Result<usize, (Failure, bool)> {
+        s.set_read_timeout(left(deadline)?)
+            .map_err(|e| io_fail(e, true))?;
+        let n = s.read(&mut chunk).map_err(|e| io_fail(e, true))?;
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        Ok(n)
+    };
+    let body = match framing {
+        ResponseBody::None => Vec::new(),
+        ResponseBody::Length(n) => {
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            if n > max_body {
+                return Err(too_large());
+            }
+            while buf.len() < n {
+                if read(&mut s, &mut buf)? == 0 {
+                    return Err((Failure::Invalid("answer body cut short".into()), true));
+                }
+            }
+            buf.truncate(n);
+            buf
+        }
+        ResponseBody::Chunked => {
+            let mut dec = ChunkedDecoder::new(max_body);
+            let mut body = Vec::new();
+            loop {
+                let (used, done) = dec.decode(&buf, &mut body).map_err(|e| match e {
+                    clarion_proto::http1::BodyError::TooLarge => too_large(),
+                    clarion_proto::http1::BodyError::Malformed => {
+                        (Failure::Invalid("malformed chunked answer".into()), true)
+                    }
+                })?;
+                buf.drain(..used.min(buf.len()));
+                if done {
+                    break body;
+                }
+                if read(&mut s, &mut buf)? == 0 {
+                    return Err((Failure::Invalid("answer body cut short".into()), true));
+                }
+            }
+        }
+        ResponseBody::UntilClose => {
+            while read(&mut s, &mut buf)? > 0 {
+                if buf.len() > max_body {
+                    return Err(too_large());
+                }
+            }
+            buf
+        }
+    };
+    let reusable = !close && framing != ResponseBody::UntilClose;
+    Ok((
+        Response {
+            status,
+            reason,
+            headers,
+            body,
+        },
+        reusable.then_some(s),
+    ))
+}

@@ -1,0 +1,1213 @@
+//! GRIP proxy mode in the event loop: requests on routed paths go to the backend, and its answer
+//! decides what the connection becomes (`docs/grip.md`):
+//!
+//! - no `Grip-Hold`: the answer is passed through and the connection serves its next request;
+//! - `Grip-Hold: stream`: the answer's head and body start a stream (chunked for HTTP/1.1
+//!   clients, close-delimited for HTTP/1.0) that receives the `http-stream` content published
+//!   to its channels, and the backend's `Grip-Keep-Alive` data when it is quiet;
+//! - `Grip-Hold: response`: a long-poll, answered by the first `http-response` published to its
+//!   channels, or with the backend's own answer at `Grip-Timeout`;
+//! - a WebSocket upgrade on an `over_http` route: bridged with WebSocket-over-HTTP. The client's
+//!   messages become `TEXT`/`BINARY` events POSTed to the backend (one request at a time per
+//!   connection, later events batched behind it); the backend's answers carry events for the
+//!   client and `c:` control messages (subscribe, unsubscribe, detach, keep-alive).
+//!
+//! Held connections are ordinary `Stream`, `Poll` and `Ws` records with the `GRIP` flag; what
+//! they need beyond the record (keep-alive data, the timeout answer, the bridge's meta and
+//! queue) is in the worker's `grip` table. Backend exchanges run on the pool in
+//! [`crate::grip::backend`]; answers come back through the worker's mailbox, matched by ticket.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use clarion_proto::grip::headers::KeepAliveMode;
+use clarion_proto::grip::publish::WsMessage;
+use clarion_proto::grip::{
+    self as proto, Control, Event as WsEvent, EventLimits, HoldMode, Prefixed,
+};
+use clarion_proto::http1::{self, Body, RequestHead};
+use clarion_proto::ws::close::encode_close_frame;
+use clarion_proto::ws::frame::encode_frame;
+use clarion_proto::ws::handshake;
+use clarion_proto::ws::{CloseCode, DataKind, OpCode};
+
+use super::conn::{State, CHUNKED, GRIP, KEEP};
+use super::Worker;
+use crate::grip::backend::{Answer, Failure, Job, Response};
+use crate::grip::{is_grip_header, is_hop_by_hop, response_bytes, write_head, StreamPart, WsPart};
+use crate::hub::{validate_topic, Since};
+use crate::log;
+use crate::message::Published;
+use crate::metrics::CloseReason;
+
+/// A GRIP connection's state beyond its record.
+pub(super) struct GripConn {
+    /// Matches backend answers to this connection (slab keys are reused).
+    ticket: u64,
+    /// Index of its route in the proxy's table.
+    route: usize,
+    phase: Phase,
+}
+
+enum Phase {
+    /// A forwarded request waits for the backend.
+    Waiting(Box<Waiting>),
+    /// A held stream and its keep-alive.
+    Stream(Option<Box<KeepAlive>>),
+    /// A held long-poll: when it times out, and what it then answers.
+    Response { deadline: u32, timeout: Arc<[u8]> },
+    /// A WebSocket bridged with WebSocket-over-HTTP.
+    Ws(Box<Bridge>),
+}
+
+struct Waiting {
+    keep: bool,
+    head_only: bool,
+    http10: bool,
+    /// For a WebSocket upgrade: what accepting it needs.
+    upgrade: Option<Upgrade>,
+}
+
+/// A WebSocket upgrade waiting for the backend's OPEN: the client's key and offered
+/// subprotocols, and the bridge to start.
+struct Upgrade {
+    key: Box<[u8]>,
+    offered: Vec<String>,
+    bridge: Box<Bridge>,
+}
+
+struct KeepAlive {
+    data: Arc<[u8]>,
+    every: u32,
+    interval: bool,
+    last: u32,
+}
+
+struct Bridge {
+    /// The request line and fixed headers of every event request, up to the meta.
+    head: Box<str>,
+    meta: Vec<(String, String)>,
+    /// The `grip` extension's message prefix, when the backend accepted it.
+    prefix: Option<Box<str>>,
+    /// Events waiting for the request in flight to finish.
+    pending: Vec<u8>,
+    in_flight: bool,
+    detached: bool,
+    /// The backend has been told the connection ended (CLOSE or DISCONNECT sent).
+    told: bool,
+    /// The client sent a Close frame (a CLOSE event is queued for the backend).
+    client_closed: bool,
+    /// `Keep-Alive-Interval`: seconds between requests when nothing else is sent.
+    interval: u32,
+    last_request: u32,
+    /// A keep-alive the backend set with a control message: frame and seconds.
+    keep_alive: Option<(Arc<[u8]>, u32, u32)>,
+}
+
+/// Limits on a backend's websocket-events body: message size is bounded by `grip_max_body`.
+fn event_limits(max: usize) -> EventLimits {
+    EventLimits {
+        max_content: max,
+        max_events: 10_000,
+    }
+}
+
+/// Client headers never forwarded: hop-by-hop ones, the body framing (set again), and any
+/// `Grip-Sig` a client made up.
+fn forwardable(name: &str) -> bool {
+    !is_hop_by_hop(name)
+        && !name.eq_ignore_ascii_case("content-length")
+        && !name.eq_ignore_ascii_case("host")
+        && !name.eq_ignore_ascii_case("grip-sig")
+}
+
+impl Worker {
+    /// If the request matches a GRIP route, forwards it and returns the bytes used (`Some(None)`
+    /// while its body is incomplete); `None` when no route matches.
+    pub(super) fn grip_intercept(
+        &mut self,
+        k: u32,
+        head: &RequestHead<'_>,
+        data: &[u8],
+    ) -> Option<Option<usize>> {
+        let shared = Arc::clone(&self.shared);
+        let proxy = shared.grip.as_ref()?;
+        let host = head.header_str("host").unwrap_or_default();
+        let ws = head.has_token("upgrade", "websocket");
+        let route = proto::find_route(&proxy.routes, host, head.path(), ws)?;
+        let route_index = proxy
+            .routes
+            .iter()
+            .position(|r| std::ptr::eq(r, route))
+            .unwrap_or_default();
+        let keep = head.keep_alive();
+        let max = shared.config.grip_max_body;
+        let body_len = match head.body() {
+            Ok(Body::None) => 0,
+            Ok(Body::Length(n)) if n > max as u64 => {
+                self.respond(k, 413, &[], "request body larger than grip_max_body", false);
+                return Some(Some(data.len()));
+            }
+            Ok(Body::Length(n)) => n as usize,
+            Ok(Body::Chunked) => {
+                let why = "chunked request bodies are not proxied; send Content-Length";
+                self.respond(k, 411, &[], why, false);
+                return Some(Some(data.len()));
+            }
+            Err(e) => {
+                self.respond(k, e.status(), &[], &e.to_string(), false);
+                return Some(Some(data.len()));
+            }
+        };
+        let total = head.head_len + body_len;
+        let Some(body) = data.get(head.head_len..total) else {
+            return Some(None);
+        };
+        let Some(target) = route.targets.first() else {
+            self.respond(k, 502, &[], "route has no backend", keep);
+            return Some(Some(total));
+        };
+        let Some(conn) = self.conns.get(k as usize) else {
+            return Some(Some(total));
+        };
+        let tls = conn.tls.is_some();
+        let client_ip = conn
+            .stream
+            .peer_addr()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_default();
+        let path = route.backend_path(head.target);
+        // The headers every request of this client carries.
+        let mut fixed = String::with_capacity(512);
+        let host_header = target.host_header.as_deref().unwrap_or(host);
+        fixed.push_str(&format!("Host: {host_header}\r\n"));
+        for (name, value) in &head.headers {
+            let upgrade_only = ws
+                && (name.eq_ignore_ascii_case("sec-websocket-key")
+                    || name.eq_ignore_ascii_case("sec-websocket-version")
+                    || name.eq_ignore_ascii_case("sec-websocket-extensions"));
+            if forwardable(name) && !upgrade_only {
+                fixed.push_str(name);
+                fixed.push_str(": ");
+                fixed.push_str(&String::from_utf8_lossy(value));
+                fixed.push_str("\r\n");
+            }
+        }
+        let forwarded_for = match head.header_str("x-forwarded-for") {
+            Some(prev) => format!("{prev}, {client_ip}"),
+            None => client_ip,
+        };
+        fixed = fixed
+            .lines()
+            .filter(|l| {
+                !l.to_ascii_lowercase().starts_with("x-forwarded-for:")
+                    && !l.to_ascii_lowercase().starts_with("x-forwarded-proto:")
+            })
+            .map(|l| format!("{l}\r\n"))
+            .collect();
+        fixed.push_str(&format!(
+            "X-Forwarded-For: {forwarded_for}\r\nX-Forwarded-Proto: {}\r\n",
+            match (tls, ws) {
+                (true, true) => "wss",
+                (true, false) => "https",
+                (false, true) => "ws",
+                (false, false) => "http",
+            }
+        ));
+        let ticket = proxy.ticket();
+        let (request, upgrade) = if ws {
+            if !target.over_http {
+                let why = "this route relays WebSockets only with over_http (WebSocket-over-HTTP)";
+                self.respond(k, 501, &[], why, keep);
+                return Some(Some(total));
+            }
+            let upgrade = match handshake::validate(head) {
+                Ok(u) => u,
+                Err(e) => {
+                    self.respond(k, e.status(), &[], &e.to_string(), keep);
+                    return Some(Some(total));
+                }
+            };
+            let conn_id = format!("{}-{ticket:x}", shared.hub.epoch());
+            let bridge = Box::new(Bridge {
+                head: format!(
+                    "POST {path} HTTP/1.1\r\n{fixed}Connection-Id: {conn_id}\r\n\
+                     Content-Type: application/websocket-events\r\n\
+                     Accept: application/websocket-events\r\n"
+                )
+                .into(),
+                meta: Vec::new(),
+                prefix: None,
+                pending: Vec::new(),
+                in_flight: true,
+                detached: false,
+                told: false,
+                client_closed: false,
+                interval: 0,
+                last_request: self.now,
+                keep_alive: None,
+            });
+            let mut open = Vec::new();
+            proto::write_event(&mut open, &WsEvent::Open);
+            let request = event_request(&bridge, proxy.signature(route).as_deref(), &open);
+            let protocols = upgrade.protocols.iter().map(|p| p.to_string()).collect();
+            (
+                request,
+                Some(Upgrade {
+                    key: upgrade.key.into(),
+                    offered: protocols,
+                    bridge,
+                }),
+            )
+        } else {
+            let mut request = format!("{} {path} HTTP/1.1\r\n{fixed}", head.method);
+            if let Some(sig) = proxy.signature(route) {
+                request.push_str(&format!("Grip-Sig: {sig}\r\n"));
+            }
+            if body_len > 0 || matches!(head.method, "POST" | "PUT" | "PATCH") {
+                request.push_str(&format!("Content-Length: {body_len}\r\n"));
+            }
+            request.push_str("\r\n");
+            let mut request = request.into_bytes();
+            request.extend_from_slice(body);
+            (request, None)
+        };
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return Some(Some(total));
+        };
+        conn.state = State::Proxy;
+        conn.last_seen = self.now;
+        self.grip.insert(
+            k,
+            GripConn {
+                ticket,
+                route: route_index,
+                phase: Phase::Waiting(Box::new(Waiting {
+                    keep,
+                    head_only: head.method == "HEAD",
+                    http10: head.minor_version == 0,
+                    upgrade,
+                })),
+            },
+        );
+        shared.metrics.grip_requests.fetch_add(1, Relaxed);
+        self.submit(k, ticket, route_index, request, head.method == "HEAD");
+        Some(Some(total))
+    }
+
+    fn submit(&self, k: u32, ticket: u64, route: usize, request: Vec<u8>, head_only: bool) {
+        let Some(proxy) = self.shared.grip.as_ref() else {
+            return;
+        };
+        let Some(targets) = proxy.targets.get(route) else {
+            return;
+        };
+        proxy.backend.submit(Job {
+            reply: proxy.mailboxes.get(self.id).cloned(),
+            key: k,
+            ticket,
+            targets: Arc::clone(targets),
+            request,
+            head_only,
+        });
+    }
+
+    /// Applies every backend answer that arrived.
+    pub(super) fn grip_answers(&mut self) {
+        let Some(mailbox) = self
+            .shared
+            .grip
+            .as_ref()
+            .and_then(|p| p.mailboxes.get(self.id).cloned())
+        else {
+            return;
+        };
+        for answer in mailbox.take() {
+            self.on_answer(answer);
+        }
+    }
+
+    fn on_answer(&mut self, a: Answer) {
+        let Some(g) = self.grip.get_mut(&a.key) else {
+            return;
+        };
+        if g.ticket != a.ticket {
+            return;
+        }
+        let k = a.key;
+        match &mut g.phase {
+            Phase::Waiting(_) => {
+                let Some(GripConn {
+                    phase: Phase::Waiting(w),
+                    route,
+                    ticket,
+                }) = self.grip.remove(&k)
+                else {
+                    return;
+                };
+                self.on_first_answer(k, *w, route, ticket, a.result);
+            }
+            Phase::Ws(bridge) => {
+                bridge.in_flight = false;
+                self.on_bridge_answer(k, a.result);
+            }
+            Phase::Stream(_) | Phase::Response { .. } => {}
+        }
+    }
+
+    /// Leaves `Proxy` for `Http` (the connection is then answered like any other request).
+    fn back_to_http(&mut self, k: u32) {
+        if let Some(conn) = self.conns.get_mut(k as usize) {
+            if conn.state == State::Proxy {
+                conn.state = State::Http;
+                conn.last_seen = self.now;
+            }
+        }
+    }
+
+    fn backend_failed(&mut self, k: u32, f: &Failure, keep: bool) {
+        let m = &self.shared.metrics;
+        m.grip_backend_errors.fetch_add(1, Relaxed);
+        let (status, why) = match f {
+            Failure::Timeout => (504, "backend did not answer in time".to_string()),
+            Failure::Unreachable(e) => (502, format!("backend unreachable: {e}")),
+            Failure::Invalid(e) => (502, format!("invalid backend answer: {e}")),
+        };
+        log::info(format_args!("GRIP: {why}"));
+        self.back_to_http(k);
+        self.respond(k, status, &[], &why, keep);
+    }
+
+    fn on_first_answer(
+        &mut self,
+        k: u32,
+        w: Waiting,
+        route: usize,
+        ticket: u64,
+        result: Result<Response, Failure>,
+    ) {
+        let r = match result {
+            Ok(r) => r,
+            Err(f) => return self.backend_failed(k, &f, w.keep),
+        };
+        if let Some(upgrade) = w.upgrade {
+            return self.accept_bridge(k, r, w.keep, route, ticket, upgrade);
+        }
+        let headers: Vec<(&str, &[u8])> = r
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_slice()))
+            .collect();
+        let instruct = match proto::parse_instruct(&headers) {
+            Ok(i) => i,
+            Err(e) => {
+                let f = Failure::Invalid(format!("GRIP instructions: {e}"));
+                return self.backend_failed(k, &f, w.keep);
+            }
+        };
+        for c in &instruct.channels {
+            if let Err(e) = validate_topic(&c.name) {
+                let f = Failure::Invalid(format!("channel {:?}: {e}", c.name));
+                return self.backend_failed(k, &f, w.keep);
+            }
+        }
+        self.back_to_http(k);
+        let (status, reason) = match &instruct.status {
+            Some(s) => (s.code, s.reason.clone().unwrap_or_default()),
+            None => (r.status, r.reason.clone()),
+        };
+        let passed: Vec<(&str, String)> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| {
+                !is_hop_by_hop(n) && !is_grip_header(n) && !n.eq_ignore_ascii_case("content-length")
+            })
+            .map(|(n, v)| (n.as_str(), String::from_utf8_lossy(v).into_owned()))
+            .collect();
+        let mut hdrs: Vec<(&str, &str)> = passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        match instruct.hold {
+            None => {
+                if !w.keep {
+                    hdrs.push(("Connection", "close"));
+                }
+                let mut out = Vec::with_capacity(256 + r.body.len());
+                write_head(&mut out, status, Some(&reason), &hdrs, Some(r.body.len()));
+                if !w.head_only {
+                    out.extend_from_slice(&r.body);
+                }
+                self.finish_answer(k, out.into(), w.keep, status);
+            }
+            Some(HoldMode::Stream) => {
+                let chunked = !w.http10;
+                if chunked {
+                    hdrs.push(("Transfer-Encoding", "chunked"));
+                }
+                hdrs.push((
+                    "Connection",
+                    if chunked {
+                        "Transfer-Encoding"
+                    } else {
+                        "close"
+                    },
+                ));
+                let mut out = Vec::with_capacity(256 + r.body.len());
+                write_head(&mut out, status, Some(&reason), &hdrs, None);
+                if !r.body.is_empty() {
+                    if chunked {
+                        http1::write_chunk(&mut out, &r.body);
+                    } else {
+                        out.extend_from_slice(&r.body);
+                    }
+                }
+                let keep_alive = instruct.keep_alive.as_ref().map(|ka| {
+                    let data: Arc<[u8]> = if chunked {
+                        let mut c = Vec::new();
+                        http1::write_chunk(&mut c, &ka.data);
+                        c.into()
+                    } else {
+                        ka.data.clone().into()
+                    };
+                    Box::new(KeepAlive {
+                        data,
+                        every: ka.timeout_secs.max(1),
+                        interval: ka.mode == KeepAliveMode::Interval,
+                        last: self.now,
+                    })
+                });
+                let Some(conn) = self.conns.get_mut(k as usize) else {
+                    return;
+                };
+                conn.state = State::Stream;
+                conn.flags |= GRIP | if chunked { CHUNKED } else { 0 };
+                conn.last_seen = self.now;
+                let m = &self.shared.metrics;
+                m.http_connections.fetch_sub(1, Relaxed);
+                m.stream_connections.fetch_add(1, Relaxed);
+                m.grip_holds.fetch_add(1, Relaxed);
+                self.grip.insert(
+                    k,
+                    GripConn {
+                        ticket,
+                        route,
+                        phase: Phase::Stream(keep_alive),
+                    },
+                );
+                let replay = self.subscribe_channels(k, &instruct.channels);
+                self.write_all_to(k, &[&Arc::from(out)], None);
+                if !replay.is_empty() {
+                    self.deliver_grip(k, &replay);
+                }
+            }
+            Some(HoldMode::Response) => {
+                if !w.keep {
+                    hdrs.push(("Connection", "close"));
+                }
+                let mut timeout = Vec::with_capacity(256 + r.body.len());
+                write_head(
+                    &mut timeout,
+                    status,
+                    Some(&reason),
+                    &hdrs,
+                    Some(r.body.len()),
+                );
+                timeout.extend_from_slice(&r.body);
+                let secs = instruct
+                    .timeout_secs
+                    .map_or(self.shared.config.grip_default_timeout, u64::from)
+                    as u32;
+                let Some(conn) = self.conns.get_mut(k as usize) else {
+                    return;
+                };
+                conn.state = State::Poll;
+                conn.flags |= GRIP | if w.keep { KEEP } else { 0 };
+                let m = &self.shared.metrics;
+                m.http_connections.fetch_sub(1, Relaxed);
+                m.polls_held.fetch_add(1, Relaxed);
+                m.grip_holds.fetch_add(1, Relaxed);
+                self.grip.insert(
+                    k,
+                    GripConn {
+                        ticket,
+                        route,
+                        phase: Phase::Response {
+                            deadline: self.now.saturating_add(secs.max(1)),
+                            timeout: timeout.into(),
+                        },
+                    },
+                );
+                let replay = self.subscribe_channels(k, &instruct.channels);
+                if !replay.is_empty() {
+                    self.deliver_grip(k, &replay);
+                }
+            }
+        }
+    }
+
+    /// Subscribes a held connection to each channel (from its `prev-id` when given) and returns
+    /// what it missed, in publish order.
+    fn subscribe_channels(&mut self, k: u32, channels: &[proto::Channel]) -> Vec<Arc<Published>> {
+        let mut replay = Vec::new();
+        for c in channels {
+            let since = c.prev_id.as_deref().map_or(Since::Now, Since::GripId);
+            let already = self.index.id_of(&c.name).is_some_and(|tid| {
+                self.conns
+                    .get(k as usize)
+                    .is_some_and(|conn| conn.subs.contains(tid))
+            });
+            if already {
+                continue;
+            }
+            match self.subscribe_conn(k, &[c.name.as_str()], since) {
+                Some(sub) => replay.extend(sub.replay),
+                None => return Vec::new(),
+            }
+        }
+        replay.sort_by_key(|m| m.id);
+        replay.dedup_by_key(|m| m.id);
+        replay
+    }
+
+    /// Accepts (or refuses) a bridged WebSocket after the backend answered its OPEN.
+    fn accept_bridge(
+        &mut self,
+        k: u32,
+        r: Response,
+        keep: bool,
+        route: usize,
+        ticket: u64,
+        upgrade: Upgrade,
+    ) {
+        let Upgrade {
+            key,
+            offered,
+            mut bridge,
+        } = upgrade;
+        let is_events = r
+            .header("content-type")
+            .is_some_and(|t| t.trim().starts_with("application/websocket-events"));
+        if r.status != 200 || !is_events {
+            // The backend refused the connection: its answer goes to the client as is.
+            self.back_to_http(k);
+            let passed: Vec<(&str, String)> = r
+                .headers
+                .iter()
+                .filter(|(n, _)| {
+                    !is_hop_by_hop(n)
+                        && !is_grip_header(n)
+                        && !n.eq_ignore_ascii_case("content-length")
+                })
+                .map(|(n, v)| (n.as_str(), String::from_utf8_lossy(v).into_owned()))
+                .collect();
+            let mut hdrs: Vec<(&str, &str)> =
+                passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            if !keep {
+                hdrs.push(("Connection", "close"));
+            }
+            let status = if r.status == 200 { 502 } else { r.status };
+            let mut out = Vec::new();
+            write_head(&mut out, status, Some(&r.reason), &hdrs, Some(r.body.len()));
+            out.extend_from_slice(&r.body);
+            return self.finish_answer(k, out.into(), keep, status);
+        }
+        let limits = event_limits(self.shared.config.grip_max_body);
+        let events = match proto::decode_body(&r.body, &limits) {
+            Ok(e) => e,
+            Err(e) => {
+                let f = Failure::Invalid(format!("websocket-events: {e}"));
+                return self.backend_failed(k, &f, keep);
+            }
+        };
+        if !matches!(events.first(), Some(WsEvent::Open)) {
+            let f = Failure::Invalid("the backend's answer does not start with OPEN".into());
+            return self.backend_failed(k, &f, keep);
+        }
+        bridge.prefix = r
+            .header("sec-websocket-extensions")
+            .and_then(proto::grip_message_prefix)
+            .map(Into::into);
+        apply_meta(&mut bridge, &r);
+        bridge.in_flight = false;
+        let protocol = r
+            .header("sec-websocket-protocol")
+            .map(str::trim)
+            .filter(|p| offered.iter().any(|o| o == p));
+        let mut out = Vec::with_capacity(256);
+        handshake::write_accept(&mut out, &key, protocol, None);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        conn.state = State::Ws;
+        conn.flags |= GRIP;
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        m.http_connections.fetch_sub(1, Relaxed);
+        m.ws_connections.fetch_add(1, Relaxed);
+        m.grip_holds.fetch_add(1, Relaxed);
+        self.grip.insert(
+            k,
+            GripConn {
+                ticket,
+                route,
+                phase: Phase::Ws(bridge),
+            },
+        );
+        self.send(k, &Arc::from(out));
+        let rest: Vec<WsEvent<'_>> = events.into_iter().skip(1).collect();
+        self.apply_events(k, &rest);
+        self.flush_bridge(k);
+    }
+
+    /// The backend's answer to an event request.
+    fn on_bridge_answer(&mut self, k: u32, result: Result<Response, Failure>) {
+        let r = match result {
+            Ok(r) if r.status == 200 => r,
+            Ok(r) => {
+                log::info(format_args!(
+                    "GRIP: backend answered {} to events",
+                    r.status
+                ));
+                self.shared
+                    .metrics
+                    .grip_backend_errors
+                    .fetch_add(1, Relaxed);
+                return self.close_bridge(k, CloseCode::Internal, "backend error");
+            }
+            Err(f) => {
+                log::info(format_args!("GRIP: websocket events: {f:?}"));
+                self.shared
+                    .metrics
+                    .grip_backend_errors
+                    .fetch_add(1, Relaxed);
+                return self.close_bridge(k, CloseCode::Internal, "backend unavailable");
+            }
+        };
+        if let Some(GripConn {
+            phase: Phase::Ws(b),
+            ..
+        }) = self.grip.get_mut(&k)
+        {
+            apply_meta(b, &r);
+        }
+        let limits = event_limits(self.shared.config.grip_max_body);
+        match proto::decode_body(&r.body, &limits) {
+            Ok(events) => self.apply_events(k, &events),
+            Err(e) => {
+                log::info(format_args!("GRIP: backend sent bad websocket-events: {e}"));
+                return self.close_bridge(k, CloseCode::Internal, "backend error");
+            }
+        }
+        self.flush_bridge(k);
+    }
+
+    /// Closes a bridged WebSocket because of its backend; the backend is not told again.
+    fn close_bridge(&mut self, k: u32, code: CloseCode, why: &str) {
+        if let Some(GripConn {
+            phase: Phase::Ws(b),
+            ..
+        }) = self.grip.get_mut(&k)
+        {
+            b.told = true;
+        }
+        self.close_ws(k, code, why, CloseReason::Backend);
+    }
+
+    /// Carries out the events a backend sent for a bridged connection.
+    fn apply_events(&mut self, k: u32, events: &[WsEvent<'_>]) {
+        for ev in events {
+            let alive = self
+                .conns
+                .get(k as usize)
+                .is_some_and(|c| c.state == State::Ws);
+            if !alive {
+                return;
+            }
+            match ev {
+                WsEvent::Text(t) => {
+                    let prefix = match self.grip.get(&k) {
+                        Some(GripConn {
+                            phase: Phase::Ws(b),
+                            ..
+                        }) => b.prefix.clone(),
+                        _ => return,
+                    };
+                    let message = match prefix.as_deref() {
+                        None => Some(t.as_bytes()),
+                        Some(p) => match proto::split_prefix(t.as_bytes(), p) {
+                            Prefixed::Control(json) => {
+                                self.on_backend_control(k, json);
+                                None
+                            }
+                            Prefixed::Message(m) => Some(m),
+                            Prefixed::Unprefixed => {
+                                log::debug(format_args!("GRIP: unprefixed message dropped"));
+                                None
+                            }
+                        },
+                    };
+                    if let Some(m) = message {
+                        self.send(k, &Arc::from(encode_frame(OpCode::Text, m)));
+                    }
+                }
+                WsEvent::Binary(b) => self.send(k, &Arc::from(encode_frame(OpCode::Binary, b))),
+                WsEvent::Ping(p) => self.send(k, &Arc::from(encode_frame(OpCode::Ping, p))),
+                WsEvent::Pong(p) => self.send(k, &Arc::from(encode_frame(OpCode::Pong, p))),
+                WsEvent::Close(c) => {
+                    let frame: Arc<[u8]> = match c {
+                        Some((code, reason)) => encode_close_frame(*code, reason).into(),
+                        None => encode_frame(OpCode::Close, b"").into(),
+                    };
+                    if let Some(GripConn {
+                        phase: Phase::Ws(b),
+                        ..
+                    }) = self.grip.get_mut(&k)
+                    {
+                        b.told = true;
+                    }
+                    self.start_closing(k, Some(frame), CloseReason::Backend);
+                    return;
+                }
+                WsEvent::Disconnect => {
+                    if let Some(GripConn {
+                        phase: Phase::Ws(b),
+                        ..
+                    }) = self.grip.get_mut(&k)
+                    {
+                        b.told = true;
+                    }
+                    self.drop_conn(k, CloseReason::Backend);
+                    return;
+                }
+                WsEvent::Open => {}
+            }
+        }
+    }
+
+    fn on_backend_control(&mut self, k: u32, json: &[u8]) {
+        let control = match proto::decode_control(json) {
+            Ok(c) => c,
+            Err(e) => {
+                log::info(format_args!("GRIP: control message ignored: {e}"));
+                return;
+            }
+        };
+        match control {
+            Control::Subscribe { channel } => {
+                if let Err(e) = validate_topic(&channel) {
+                    log::info(format_args!("GRIP: cannot subscribe to {channel:?}: {e}"));
+                    return;
+                }
+                let over = self
+                    .conns
+                    .get(k as usize)
+                    .is_some_and(|c| c.subs.len() >= self.shared.config.max_subscriptions);
+                if over {
+                    log::info(format_args!("GRIP: subscription limit reached"));
+                    return;
+                }
+                let ch = proto::Channel {
+                    name: channel,
+                    prev_id: None,
+                    filters: Vec::new(),
+                };
+                self.subscribe_channels(k, std::slice::from_ref(&ch));
+            }
+            Control::Unsubscribe { channel } => {
+                if let Some(tid) = self.index.id_of(&channel) {
+                    let subscribed = self
+                        .conns
+                        .get(k as usize)
+                        .is_some_and(|c| c.subs.contains(tid));
+                    if subscribed {
+                        self.unsubscribe(k, tid);
+                    }
+                }
+            }
+            Control::Detach => {
+                if let Some(GripConn {
+                    phase: Phase::Ws(b),
+                    ..
+                }) = self.grip.get_mut(&k)
+                {
+                    b.detached = true;
+                    b.pending.clear();
+                }
+            }
+            Control::KeepAlive(ka) => {
+                if let Some(GripConn {
+                    phase: Phase::Ws(b),
+                    ..
+                }) = self.grip.get_mut(&k)
+                {
+                    b.keep_alive = ka.map(|ka| {
+                        let (op, data): (OpCode, &[u8]) = match &ka.message {
+                            WsMessage::Text(t) => (OpCode::Text, t.as_bytes()),
+                            WsMessage::Binary(d) => (OpCode::Binary, d),
+                            WsMessage::Ping(d) => (OpCode::Ping, d),
+                            WsMessage::Pong(d) => (OpCode::Pong, d),
+                        };
+                        (
+                            Arc::from(encode_frame(op, data)),
+                            ka.timeout_secs.max(1),
+                            self.now,
+                        )
+                    });
+                }
+            }
+        }
+    }
+
+    /// A message from a bridged client: queued as an event for the backend.
+    pub(super) fn grip_client_message(&mut self, k: u32, kind: DataKind, payload: &[u8]) {
+        let Some(GripConn {
+            phase: Phase::Ws(b),
+            ..
+        }) = self.grip.get_mut(&k)
+        else {
+            return;
+        };
+        if b.detached {
+            return;
+        }
+        if b.pending.len() + payload.len() > self.shared.config.grip_max_body {
+            // The backend is not keeping up with this client.
+            self.close_bridge(k, CloseCode::TryAgainLater, "backend too slow");
+            return;
+        }
+        match kind {
+            DataKind::Text => {
+                let text = std::str::from_utf8(payload).unwrap_or_default();
+                proto::write_event(&mut b.pending, &WsEvent::Text(text));
+            }
+            DataKind::Binary => proto::write_event(&mut b.pending, &WsEvent::Binary(payload)),
+        }
+        self.flush_bridge(k);
+    }
+
+    /// A Close frame from a bridged client: the backend gets a CLOSE event.
+    pub(super) fn grip_client_close(&mut self, k: u32, code: Option<CloseCode>) {
+        let Some(GripConn {
+            phase: Phase::Ws(b),
+            ..
+        }) = self.grip.get_mut(&k)
+        else {
+            return;
+        };
+        if !b.told && !b.client_closed {
+            b.client_closed = true;
+            proto::write_event(&mut b.pending, &WsEvent::Close(code.map(|c| (c, ""))));
+        }
+    }
+
+    /// Sends the queued events if no request is in flight.
+    fn flush_bridge(&mut self, k: u32) {
+        let shared = Arc::clone(&self.shared);
+        let Some(proxy) = shared.grip.as_ref() else {
+            return;
+        };
+        let Some(g) = self.grip.get_mut(&k) else {
+            return;
+        };
+        let (ticket, route) = (g.ticket, g.route);
+        let Phase::Ws(b) = &mut g.phase else {
+            return;
+        };
+        if b.in_flight || b.pending.is_empty() || b.detached {
+            return;
+        }
+        let events = std::mem::take(&mut b.pending);
+        let sig = proxy.routes.get(route).and_then(|r| proxy.signature(r));
+        let request = event_request(b, sig.as_deref(), &events);
+        b.in_flight = true;
+        b.last_request = self.now;
+        self.submit(k, ticket, route, request, false);
+    }
+
+    /// Delivers the GRIP content of `run` (in publish order) to held connection `k`.
+    pub(super) fn deliver_grip(&mut self, k: u32, run: &[Arc<Published>]) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        let (state, chunked) = (conn.state, conn.has(CHUNKED));
+        match state {
+            State::Stream => {
+                conn.last_seen = self.now;
+                let mut frames: Vec<&Arc<[u8]>> = Vec::new();
+                let mut close = false;
+                for m in run {
+                    match m.grip.as_ref().and_then(|g| g.stream.as_ref()) {
+                        Some(StreamPart::Send { raw, chunk }) => {
+                            frames.push(if chunked { chunk } else { raw })
+                        }
+                        Some(StreamPart::Close) => {
+                            close = true;
+                            break;
+                        }
+                        None => {}
+                    }
+                }
+                let n = frames.len() as u64;
+                if !frames.is_empty() {
+                    self.deliver_all(k, &frames);
+                    self.tally.delivered += n;
+                }
+                if close {
+                    let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
+                    self.start_closing(k, last, CloseReason::Backend);
+                }
+            }
+            State::Poll => {
+                let found = run
+                    .iter()
+                    .find_map(|m| m.grip.as_ref().and_then(|g| g.response.as_ref()));
+                if let Some(r) = found {
+                    let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
+                    let bytes: Arc<[u8]> = response_bytes(r, keep).into();
+                    self.tally.delivered += 1;
+                    self.finish_grip_poll(k, &bytes, keep);
+                }
+            }
+            State::Ws => {
+                let mut frames: Vec<&Arc<[u8]>> = Vec::new();
+                let mut close = None;
+                for m in run {
+                    match m.grip.as_ref().and_then(|g| g.ws.as_ref()) {
+                        Some(WsPart::Frame(f)) => frames.push(f),
+                        Some(WsPart::Close(f)) => {
+                            close = Some(Arc::clone(f));
+                            break;
+                        }
+                        None => {}
+                    }
+                }
+                let n = frames.len() as u64;
+                if !frames.is_empty() {
+                    self.deliver_all(k, &frames);
+                    self.tally.delivered += n;
+                }
+                if let Some(frame) = close {
+                    self.start_closing(k, Some(frame), CloseReason::Backend);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Answers a held GRIP long-poll with `bytes` (a complete response) and returns the
+    /// connection to `Http`, or closes it.
+    fn finish_grip_poll(&mut self, k: u32, bytes: &Arc<[u8]>, keep: bool) {
+        self.leave_all_topics(k);
+        self.grip.remove(&k);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        if conn.state != State::Poll {
+            return;
+        }
+        conn.state = State::Http;
+        conn.flags &= !(KEEP | GRIP);
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        m.polls_held.fetch_sub(1, Relaxed);
+        m.grip_holds.fetch_sub(1, Relaxed);
+        m.http_connections.fetch_add(1, Relaxed);
+        self.write_all_to(k, &[bytes], None);
+        if !keep {
+            self.start_closing(k, None, CloseReason::HttpDone);
+        }
+    }
+
+    /// Once a second: stream keep-alives, long-poll timeouts, bridge keep-alives.
+    pub(super) fn grip_sweep(&mut self) {
+        if self.grip.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let mut sends: Vec<(u32, Arc<[u8]>)> = Vec::new();
+        let mut timeouts: Vec<(u32, Arc<[u8]>)> = Vec::new();
+        let mut pings: Vec<u32> = Vec::new();
+        for (&k, g) in self.grip.iter_mut() {
+            match &mut g.phase {
+                Phase::Stream(Some(ka)) => {
+                    let quiet = self
+                        .conns
+                        .get(k as usize)
+                        .map_or(0, |c| now.saturating_sub(c.last_seen));
+                    let due = if ka.interval {
+                        now.saturating_sub(ka.last) >= ka.every
+                    } else {
+                        quiet >= ka.every
+                    };
+                    if due {
+                        ka.last = now;
+                        sends.push((k, Arc::clone(&ka.data)));
+                    }
+                }
+                Phase::Response { deadline, timeout } if now >= *deadline => {
+                    timeouts.push((k, Arc::clone(timeout)));
+                }
+                Phase::Ws(b) => {
+                    if let Some((frame, every, last)) = &mut b.keep_alive {
+                        if now.saturating_sub(*last) >= *every {
+                            *last = now;
+                            sends.push((k, Arc::clone(frame)));
+                        }
+                    }
+                    if b.interval > 0
+                        && !b.in_flight
+                        && !b.detached
+                        && now.saturating_sub(b.last_request) >= b.interval
+                    {
+                        pings.push(k);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (k, data) in sends {
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                if conn.state == State::Stream {
+                    conn.last_seen = now;
+                }
+            }
+            self.deliver(k, &data);
+        }
+        for (k, answer) in timeouts {
+            let keep = self.conns.get(k as usize).is_some_and(|c| c.has(KEEP));
+            self.finish_grip_poll(k, &answer, keep);
+        }
+        for k in pings {
+            // An empty request: the backend learns the connection is alive (and may answer with
+            // events).
+            let shared = Arc::clone(&self.shared);
+            let Some(proxy) = shared.grip.as_ref() else {
+                return;
+            };
+            let Some(g) = self.grip.get_mut(&k) else {
+                continue;
+            };
+            let (ticket, route) = (g.ticket, g.route);
+            if let Phase::Ws(b) = &mut g.phase {
+                let sig = proxy.routes.get(route).and_then(|r| proxy.signature(r));
+                let request = event_request(b, sig.as_deref(), &[]);
+                b.in_flight = true;
+                b.last_request = now;
+                self.submit(k, ticket, route, request, false);
+            }
+        }
+    }
+
+    /// A GRIP connection is leaving (closing or dropped): forget its state; a bridged
+    /// WebSocket's backend is told with CLOSE (sent earlier by the client) or DISCONNECT.
+    pub(super) fn grip_forget(&mut self, k: u32) {
+        let Some(g) = self.grip.remove(&k) else {
+            return;
+        };
+        let held = self.conns.get(k as usize).is_some_and(|c| c.has(GRIP));
+        if held {
+            self.shared.metrics.grip_holds.fetch_sub(1, Relaxed);
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                conn.flags &= !GRIP;
+            }
+        }
+        let Phase::Ws(mut b) = g.phase else {
+            return;
+        };
+        if b.told || b.detached {
+            return;
+        }
+        if !b.client_closed {
+            proto::write_event(&mut b.pending, &WsEvent::Disconnect);
+        }
+        let shared = Arc::clone(&self.shared);
+        let Some(proxy) = shared.grip.as_ref() else {
+            return;
+        };
+        let sig = proxy.routes.get(g.route).and_then(|r| proxy.signature(r));
+        let request = event_request(&b, sig.as_deref(), &b.pending);
+        if let Some(targets) = proxy.targets.get(g.route) {
+            proxy.backend.submit(Job {
+                reply: None,
+                key: k,
+                ticket: g.ticket,
+                targets: Arc::clone(targets),
+                request,
+                head_only: false,
+            });
+        }
+    }
+
+    /// Shutdown: held streams end (with their last chunk), long-polls get their timeout answer,
+    /// bridged WebSockets close with 1001.
+    pub(super) fn grip_shutdown(&mut self, k: u32) {
+        let Some(state) = self.conns.get(k as usize).map(|c| c.state) else {
+            return;
+        };
+        match state {
+            State::Stream => {
+                let chunked = self.conns.get(k as usize).is_some_and(|c| c.has(CHUNKED));
+                let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
+                self.start_closing(k, last, CloseReason::Shutdown);
+            }
+            State::Poll => {
+                let answer = match self.grip.get(&k) {
+                    Some(GripConn {
+                        phase: Phase::Response { timeout, .. },
+                        ..
+                    }) => Arc::clone(timeout),
+                    _ => return self.drop_conn(k, CloseReason::Shutdown),
+                };
+                self.finish_grip_poll(k, &answer, false);
+            }
+            State::Ws => self.close_ws(
+                k,
+                CloseCode::GoingAway,
+                "server shutting down",
+                CloseReason::Shutdown,
+            ),
+            _ => self.drop_conn(k, CloseReason::Shutdown),
+        }
+    }
+}
+
+/// `Set-Meta-*` headers update the connection's meta (an empty value removes it).
+fn apply_meta(b: &mut Bridge, r: &Response) {
+    for (name, value) in &r.headers {
+        let Some(key) = name
+            .get(..9)
+            .filter(|p| p.eq_ignore_ascii_case("set-meta-"))
+            .and_then(|_| name.get(9..))
+        else {
+            if name.eq_ignore_ascii_case("keep-alive-interval") {
+                b.interval = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u32>().ok())
+                    .unwrap_or(0);
+            }
+            continue;
+        };
+        let value = String::from_utf8_lossy(value).trim().to_string();
+        if value.contains(['\r', '\n']) || key.is_empty() {
+            continue;
+        }
+        b.meta.retain(|(n, _)| !n.eq_ignore_ascii_case(key));
+        if !value.is_empty() {
+            b.meta.push((key.to_string(), value));
+        }
+    }
+}
+
+/// A WebSocket-over-HTTP request carrying `events`.
+fn event_request(b: &Bridge, sig: Option<&str>, events: &[u8]) -> Vec<u8> {
+    let mut out = String::with_capacity(b.head.len() + 128);
+    out.push_str(&b.head);
+    for (name, value) in &b.meta {
+        out.push_str(&format!("Meta-{name}: {value}\r\n"));
+    }
+    if let Some(sig) = sig {
+        out.push_str(&format!("Grip-Sig: {sig}\r\n"));
+    }
+    out.push_str(&format!("Content-Length: {}\r\n\r\n", events.len()));
+    let mut bytes = out.into_bytes();
+    bytes.extend_from_slice(events);
+    bytes
+}
