@@ -161,6 +161,11 @@ impl Worker {
         };
         let total = head.head_len + body_len;
         let Some(body) = data.get(head.head_len..total) else {
+            // Only the head so far: a client that waits for it gets its 100 Continue (once:
+            // the head is parsed again only when body bytes arrive).
+            if data.len() == head.head_len && head.has_token("expect", "100-continue") {
+                self.send(k, &Arc::from(&b"HTTP/1.1 100 Continue\r\n\r\n"[..]));
+            }
             return Some(None);
         };
         let Some(target) = route.targets.first() else {
@@ -442,14 +447,9 @@ impl Worker {
                 if chunked {
                     hdrs.push(("Transfer-Encoding", "chunked"));
                 }
-                hdrs.push((
-                    "Connection",
-                    if chunked {
-                        "Transfer-Encoding"
-                    } else {
-                        "close"
-                    },
-                ));
+                if !chunked {
+                    hdrs.push(("Connection", "close"));
+                }
                 let mut out = Vec::with_capacity(256 + r.body.len());
                 write_head(&mut out, status, Some(&reason), &hdrs, None);
                 if !r.body.is_empty() {
@@ -1025,8 +1025,21 @@ impl Worker {
         let mut sends: Vec<(u32, Arc<[u8]>)> = Vec::new();
         let mut timeouts: Vec<(u32, Arc<[u8]>)> = Vec::new();
         let mut pings: Vec<u32> = Vec::new();
+        let mut stuck: Vec<u32> = Vec::new();
+        // A request can also wait in the pool's queue behind slow backends; the worker gives
+        // up a little after the backend's own deadline would have passed.
+        let patience = (self.shared.config.grip_backend_timeout as u32).saturating_add(5);
         for (&k, g) in self.grip.iter_mut() {
             match &mut g.phase {
+                Phase::Waiting(_) => {
+                    let waited = self
+                        .conns
+                        .get(k as usize)
+                        .map_or(0, |c| now.saturating_sub(c.last_seen));
+                    if waited >= patience {
+                        stuck.push(k);
+                    }
+                }
                 Phase::Stream(Some(ka)) => {
                     let quiet = self
                         .conns
@@ -1061,6 +1074,15 @@ impl Worker {
                     }
                 }
                 _ => {}
+            }
+        }
+        for k in stuck {
+            if let Some(GripConn {
+                phase: Phase::Waiting(w),
+                ..
+            }) = self.grip.remove(&k)
+            {
+                self.backend_failed(k, &Failure::Timeout, w.keep);
             }
         }
         for (k, data) in sends {
