@@ -13,6 +13,7 @@
 //! - [`websocket_events`]: the `application/websocket-events` body format (encoder and
 //!   incremental decoder).
 //! - [`headers`]: the instruction headers of a backend response (`Grip-Hold`, `Grip-Channel`, ...).
+//! - [`instruct`]: the same instructions as an `application/grip-instruct` JSON body.
 //! - [`publish`]: the publish API's JSON body (`{"items": [...]}`) and its formats.
 //! - [`control`]: WebSocket control messages (`c:{...}`) and the message prefix convention.
 //! - [`routes`]: Pushpin's routes file (which backend serves which requests).
@@ -23,6 +24,7 @@
 
 pub mod control;
 pub mod headers;
+pub mod instruct;
 mod params;
 pub mod publish;
 pub mod routes;
@@ -33,6 +35,7 @@ pub use control::{
     decode_control, grip_message_prefix, split_prefix, Control, ControlError, Prefixed,
 };
 pub use headers::{parse_instruct, Channel, HoldMode, Instruct, InstructError};
+pub use instruct::{decode_instruct_body, InstructBodyError, INSTRUCT_CONTENT_TYPE};
 pub use publish::{decode_publish, Item, PublishError, PublishLimits};
 pub use routes::{find_route, parse_routes, Route, RouteError, Target};
 pub use sig::{Claims, SigError};

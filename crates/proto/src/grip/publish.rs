@@ -464,7 +464,7 @@ fn ws_message(value: &Value) -> Result<WsMessageFormat, FormatError> {
 }
 
 /// The content of a format: base64 `bin` if present (it wins, as in Pushpin), else `text`.
-fn binary_or_text(
+pub(super) fn binary_or_text(
     f: &Map<String, Value>,
     bin: &'static str,
     text: &'static str,
@@ -483,7 +483,7 @@ fn binary_or_text(
 /// `headers`: an object of strings, or a list of `[name, value]` pairs (which keeps order and
 /// allows repeats). Names must be tokens and values free of CR, LF and NUL, since they are
 /// written into a response head.
-fn headers(value: Option<&Value>) -> Result<Vec<(String, String)>, FormatError> {
+pub(super) fn headers(value: Option<&Value>) -> Result<Vec<(String, String)>, FormatError> {
     let pairs: Vec<(&str, &str)> = match value {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Object(map)) => map
@@ -525,7 +525,7 @@ fn filters(f: &Map<String, Value>) -> Result<Vec<String>, FormatError> {
 }
 
 /// An optional string field; `null` counts as absent.
-fn opt_str<'a>(
+pub(super) fn opt_str<'a>(
     obj: &'a Map<String, Value>,
     key: &'static str,
 ) -> Result<Option<&'a str>, &'static str> {

@@ -54,8 +54,13 @@ enum Phase {
     Waiting(Box<Waiting>),
     /// A held stream and its keep-alive.
     Stream(Option<Box<KeepAlive>>),
-    /// A held long-poll: when it times out, and what it then answers.
-    Response { deadline: u32, timeout: Arc<[u8]> },
+    /// A held long-poll: when it times out, what it then answers, and the backend's headers
+    /// (a published `http-response` is sent with them, its own headers overriding).
+    Response {
+        deadline: u32,
+        timeout: Arc<[u8]>,
+        headers: Box<[(Box<str>, Box<str>)]>,
+    },
     /// A WebSocket bridged with WebSocket-over-HTTP.
     Ws(Box<Bridge>),
 }
@@ -187,11 +192,9 @@ impl Worker {
         let host_header = target.host_header.as_deref().unwrap_or(host);
         fixed.push_str(&format!("Host: {host_header}\r\n"));
         for (name, value) in &head.headers {
-            let upgrade_only = ws
-                && (name.eq_ignore_ascii_case("sec-websocket-key")
-                    || name.eq_ignore_ascii_case("sec-websocket-version")
-                    || name.eq_ignore_ascii_case("sec-websocket-extensions"));
-            if forwardable(name) && !upgrade_only {
+            // The client's extension offer is replaced by the `grip` one (below).
+            let offer = name.eq_ignore_ascii_case("sec-websocket-extensions");
+            if forwardable(name) && !offer {
                 fixed.push_str(name);
                 fixed.push_str(": ");
                 fixed.push_str(&String::from_utf8_lossy(value));
@@ -236,7 +239,8 @@ impl Worker {
             let conn_id = format!("{}-{ticket:x}", shared.hub.epoch());
             let bridge = Box::new(Bridge {
                 head: format!(
-                    "POST {path} HTTP/1.1\r\n{fixed}Connection-Id: {conn_id}\r\n\
+                    "POST {path} HTTP/1.1\r\n{fixed}Sec-WebSocket-Extensions: grip\r\n\
+                     Connection-Id: {conn_id}\r\n\
                      Content-Type: application/websocket-events\r\n\
                      Accept: application/websocket-events\r\n"
                 )
@@ -398,16 +402,41 @@ impl Worker {
         if let Some(upgrade) = w.upgrade {
             return self.accept_bridge(k, r, w.keep, route, ticket, upgrade);
         }
-        let headers: Vec<(&str, &[u8])> = r
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_slice()))
-            .collect();
-        let instruct = match proto::parse_instruct(&headers) {
-            Ok(i) => i,
-            Err(e) => {
-                let f = Failure::Invalid(format!("GRIP instructions: {e}"));
-                return self.backend_failed(k, &f, w.keep);
+        let mut r = r;
+        let is_instruct_body = r
+            .header("content-type")
+            .is_some_and(|t| t.trim().starts_with(proto::INSTRUCT_CONTENT_TYPE));
+        let instruct = if is_instruct_body {
+            // Instructions in a JSON body; the body also says what the client gets.
+            match proto::decode_instruct_body(&r.body) {
+                Ok((i, resp)) => {
+                    r.status = resp.code;
+                    r.reason = resp.reason.unwrap_or_default();
+                    r.headers = resp
+                        .headers
+                        .into_iter()
+                        .map(|(n, v)| (n, v.into_bytes()))
+                        .collect();
+                    r.body = resp.body;
+                    i
+                }
+                Err(e) => {
+                    let f = Failure::Invalid(e.to_string());
+                    return self.backend_failed(k, &f, w.keep);
+                }
+            }
+        } else {
+            let headers: Vec<(&str, &[u8])> = r
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_slice()))
+                .collect();
+            match proto::parse_instruct(&headers) {
+                Ok(i) => i,
+                Err(e) => {
+                    let f = Failure::Invalid(format!("GRIP instructions: {e}"));
+                    return self.backend_failed(k, &f, w.keep);
+                }
             }
         };
         for c in &instruct.channels {
@@ -479,6 +508,9 @@ impl Worker {
                 };
                 conn.state = State::Stream;
                 conn.flags |= GRIP | if chunked { CHUNKED } else { 0 };
+                if chunked && w.keep {
+                    conn.flags |= KEEP;
+                }
                 conn.last_seen = self.now;
                 let m = &self.shared.metrics;
                 m.http_connections.fetch_sub(1, Relaxed);
@@ -532,6 +564,10 @@ impl Worker {
                         phase: Phase::Response {
                             deadline: self.now.saturating_add(secs.max(1)),
                             timeout: timeout.into(),
+                            headers: passed
+                                .iter()
+                                .map(|(n, v)| (Box::from(*n), Box::from(v.as_str())))
+                                .collect(),
                         },
                     },
                 );
@@ -748,7 +784,21 @@ impl Worker {
                         self.send(k, &Arc::from(encode_frame(OpCode::Text, m)));
                     }
                 }
-                WsEvent::Binary(b) => self.send(k, &Arc::from(encode_frame(OpCode::Binary, b))),
+                WsEvent::Binary(b) => {
+                    // With the grip extension, binary messages carry the prefix too.
+                    let prefix = match self.grip.get(&k) {
+                        Some(GripConn {
+                            phase: Phase::Ws(br),
+                            ..
+                        }) => br.prefix.clone(),
+                        _ => return,
+                    };
+                    let data = match prefix.as_deref() {
+                        Some(p) => b.strip_prefix(p.as_bytes()).unwrap_or(b),
+                        None => b,
+                    };
+                    self.send(k, &Arc::from(encode_frame(OpCode::Binary, data)));
+                }
                 WsEvent::Ping(p) => self.send(k, &Arc::from(encode_frame(OpCode::Ping, p))),
                 WsEvent::Pong(p) => self.send(k, &Arc::from(encode_frame(OpCode::Pong, p))),
                 WsEvent::Close(c) => {
@@ -951,8 +1001,7 @@ impl Worker {
                     self.tally.delivered += n;
                 }
                 if close {
-                    let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
-                    self.start_closing(k, last, CloseReason::Backend);
+                    self.end_grip_stream(k);
                 }
             }
             State::Poll => {
@@ -961,7 +1010,22 @@ impl Worker {
                     .find_map(|m| m.grip.as_ref().and_then(|g| g.response.as_ref()));
                 if let Some(r) = found {
                     let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
-                    let bytes: Arc<[u8]> = response_bytes(r, keep).into();
+                    let mut merged = (**r).clone();
+                    if let Some(GripConn {
+                        phase: Phase::Response { headers, .. },
+                        ..
+                    }) = self.grip.get(&k)
+                    {
+                        let own = std::mem::take(&mut merged.headers);
+                        let mut all: Vec<(String, String)> = headers
+                            .iter()
+                            .filter(|(n, _)| !own.iter().any(|(o, _)| o.eq_ignore_ascii_case(n)))
+                            .map(|(n, v)| (n.to_string(), v.to_string()))
+                            .collect();
+                        all.extend(own);
+                        merged.headers = all;
+                    }
+                    let bytes: Arc<[u8]> = response_bytes(&merged, keep).into();
                     self.tally.delivered += 1;
                     self.finish_grip_poll(k, &bytes, keep);
                 }
@@ -990,6 +1054,32 @@ impl Worker {
             }
             _ => {}
         }
+    }
+
+    /// Ends a held stream (a published `close`): the last chunk, then the connection serves
+    /// the client's next request if it allows keep-alive, else it closes.
+    fn end_grip_stream(&mut self, k: u32) {
+        let Some(conn) = self.conns.get(k as usize) else {
+            return;
+        };
+        let (chunked, keep) = (conn.has(CHUNKED), conn.has(KEEP));
+        if !(chunked && keep) || self.shared.stopping.load(Relaxed) {
+            let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
+            return self.start_closing(k, last, CloseReason::Backend);
+        }
+        self.leave_all_topics(k);
+        self.grip.remove(&k);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        conn.state = State::Http;
+        conn.flags &= !(KEEP | GRIP | CHUNKED);
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        m.stream_connections.fetch_sub(1, Relaxed);
+        m.grip_holds.fetch_sub(1, Relaxed);
+        m.http_connections.fetch_add(1, Relaxed);
+        self.write_all_to(k, &[&Arc::from(http1::LAST_CHUNK)], None);
     }
 
     /// Answers a held GRIP long-poll with `bytes` (a complete response) and returns the
@@ -1055,7 +1145,9 @@ impl Worker {
                         sends.push((k, Arc::clone(&ka.data)));
                     }
                 }
-                Phase::Response { deadline, timeout } if now >= *deadline => {
+                Phase::Response {
+                    deadline, timeout, ..
+                } if now >= *deadline => {
                     timeouts.push((k, Arc::clone(timeout)));
                 }
                 Phase::Ws(b) => {
