@@ -248,9 +248,15 @@ def test_backend_down_slow_and_refused_bodies(proxy, backend):
     c.send(b"GET /app/slow HTTP/1.1\r\nHost: h\r\n\r\n")
     status, _, body = c.response()
     assert status == 504 and b"in time" in body
+    # A chunked body is decoded and forwarded with its length.
+    backend.routes["/app/echo"] = lambda h, body: (200, {}, body)
     c = Raw(server)
-    c.send(b"POST /app/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
-    assert c.response()[0] == 411
+    c.send(b"POST /app/echo HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+    time.sleep(0.1)
+    c.send(b"2\r\nde\r\n0\r\n\r\n")
+    assert c.response()[2] == b"abcde"
+    c.send(b"POST /app/echo HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    assert c.response()[0] == 400
     c = Raw(server)
     c.send(b"POST /app/x HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999\r\n\r\n")
     assert c.response()[0] == 413
@@ -480,6 +486,7 @@ def test_websocket_bridge_events_meta_and_close(proxy, backend):
             assert await ws.recv() == "welcome"
             await ws.send("hi")
             assert await asyncio.wait_for(ws.recv(), 5) == "echo hi"
+            await ws.ping(b"pp")
             publish(server, {"channel": "w", "formats": {"ws-message": {"content": "pub"}}})
             assert await asyncio.wait_for(ws.recv(), 5) == "pub"
             await ws.send("unsub")
@@ -500,6 +507,7 @@ def test_websocket_bridge_events_meta_and_close(proxy, backend):
     later = [r for r in backend.seen if r[2].get("Connection-Id") == conn_id and r[3] != b"OPEN\r\n"]
     assert later and all(r[2].get("Meta-User") == "alice" for r in later)
     assert any(b"TEXT 2\r\nhi\r\n" in r[3] for r in later)
+    assert any(b"PING 2\r\npp\r\n" in r[3] for r in later)
 
 
 def test_websocket_bridge_refusal_detach_and_disconnect(proxy, backend):

@@ -147,32 +147,50 @@ impl Worker {
             .unwrap_or_default();
         let keep = head.keep_alive();
         let max = shared.config.grip_max_body;
-        let body_len = match head.body() {
-            Ok(Body::None) => 0,
+        // The body: `Content-Length` bytes, or a chunked body decoded whole (it is forwarded
+        // with a length). Until it is all here, the bytes wait in the connection's input.
+        let (total, body): (usize, std::borrow::Cow<'_, [u8]>) = match head.body() {
+            Ok(Body::None) => (head.head_len, std::borrow::Cow::Borrowed(&[])),
             Ok(Body::Length(n)) if n > max as u64 => {
                 self.respond(k, 413, &[], "request body larger than grip_max_body", false);
                 return Some(Some(data.len()));
             }
-            Ok(Body::Length(n)) => n as usize,
+            Ok(Body::Length(n)) => {
+                let total = head.head_len + n as usize;
+                match data.get(head.head_len..total) {
+                    Some(b) => (total, std::borrow::Cow::Borrowed(b)),
+                    None => {
+                        self.continue_if_expected(k, head, data);
+                        return Some(None);
+                    }
+                }
+            }
             Ok(Body::Chunked) => {
-                let why = "chunked request bodies are not proxied; send Content-Length";
-                self.respond(k, 411, &[], why, false);
-                return Some(Some(data.len()));
+                let mut decoder = http1::ChunkedDecoder::new(max);
+                let mut body = Vec::new();
+                let rest = data.get(head.head_len..).unwrap_or_default();
+                match decoder.decode(rest, &mut body) {
+                    Ok((used, true)) => (head.head_len + used, std::borrow::Cow::Owned(body)),
+                    Ok((_, false)) => {
+                        self.continue_if_expected(k, head, data);
+                        return Some(None);
+                    }
+                    Err(http1::BodyError::TooLarge) => {
+                        self.respond(k, 413, &[], "request body larger than grip_max_body", false);
+                        return Some(Some(data.len()));
+                    }
+                    Err(http1::BodyError::Malformed) => {
+                        self.respond(k, 400, &[], "malformed chunked request body", false);
+                        return Some(Some(data.len()));
+                    }
+                }
             }
             Err(e) => {
                 self.respond(k, e.status(), &[], &e.to_string(), false);
                 return Some(Some(data.len()));
             }
         };
-        let total = head.head_len + body_len;
-        let Some(body) = data.get(head.head_len..total) else {
-            // Only the head so far: a client that waits for it gets its 100 Continue (once:
-            // the head is parsed again only when body bytes arrive).
-            if data.len() == head.head_len && head.has_token("expect", "100-continue") {
-                self.send(k, &Arc::from(&b"HTTP/1.1 100 Continue\r\n\r\n"[..]));
-            }
-            return Some(None);
-        };
+        let body_len = body.len();
         let Some(target) = route.targets.first() else {
             self.respond(k, 502, &[], "route has no backend", keep);
             return Some(Some(total));
@@ -278,7 +296,7 @@ impl Worker {
             }
             request.push_str("\r\n");
             let mut request = request.into_bytes();
-            request.extend_from_slice(body);
+            request.extend_from_slice(&body);
             (request, None)
         };
         let Some(conn) = self.conns.get_mut(k as usize) else {
@@ -302,6 +320,14 @@ impl Worker {
         shared.metrics.grip_requests.fetch_add(1, Relaxed);
         self.submit(k, ticket, route_index, request, head.method == "HEAD");
         Some(Some(total))
+    }
+
+    /// Sends `100 Continue` to a client that waits for it before its body, once: the head is
+    /// parsed again only when body bytes arrive.
+    fn continue_if_expected(&mut self, k: u32, head: &RequestHead<'_>, data: &[u8]) {
+        if data.len() == head.head_len && head.has_token("expect", "100-continue") {
+            self.send(k, &Arc::from(&b"HTTP/1.1 100 Continue\r\n\r\n"[..]));
+        }
     }
 
     fn submit(&self, k: u32, ticket: u64, route: usize, request: Vec<u8>, head_only: bool) {
@@ -930,6 +956,23 @@ impl Worker {
             }
             DataKind::Binary => proto::write_event(&mut b.pending, &WsEvent::Binary(payload)),
         }
+        self.flush_bridge(k);
+    }
+
+    /// A Ping from a bridged client (already answered): the backend gets a PING event, as
+    /// Pushpin sends it.
+    pub(super) fn grip_client_ping(&mut self, k: u32, payload: &[u8]) {
+        let Some(GripConn {
+            phase: Phase::Ws(b),
+            ..
+        }) = self.grip.get_mut(&k)
+        else {
+            return;
+        };
+        if b.detached || b.pending.len() + payload.len() > self.shared.config.grip_max_body {
+            return;
+        }
+        proto::write_event(&mut b.pending, &WsEvent::Ping(payload));
         self.flush_bridge(k);
     }
 

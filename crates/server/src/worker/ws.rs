@@ -113,7 +113,10 @@ impl Worker {
                     self.on_control(k, &payload);
                 }
             }
-            Event::Ping(payload) => self.send(k, &Arc::from(encode_frame(OpCode::Pong, payload))),
+            Event::Ping(payload) => {
+                self.send(k, &Arc::from(encode_frame(OpCode::Pong, payload)));
+                self.grip_client_ping(k, payload);
+            }
             Event::Pong(_) => {}
             Event::Close(received) => {
                 self.grip_client_close(k, received.map(|(code, _)| code));
