@@ -400,17 +400,35 @@ impl Worker {
         }
     }
 
+    /// Answers a request whose backend exchange failed. The client gets Pushpin's words (a 502
+    /// body that names no backend address); the log gets the reason.
     fn backend_failed(&mut self, k: u32, f: &Failure, keep: bool) {
         let m = &self.shared.metrics;
         m.grip_backend_errors.fetch_add(1, Relaxed);
-        let (status, why) = match f {
-            Failure::Timeout => (504, "backend did not answer in time".to_string()),
-            Failure::Unreachable(e) => (502, format!("backend unreachable: {e}")),
-            Failure::Invalid(e) => (502, format!("invalid backend answer: {e}")),
+        m.http_errors.fetch_add(1, Relaxed);
+        let (status, body) = match f {
+            Failure::Timeout => {
+                log::info(format_args!("GRIP: backend did not answer in time"));
+                (504, "Timeout while proxying to origin.\n")
+            }
+            Failure::Unreachable(e) => {
+                log::info(format_args!("GRIP: backend unreachable: {e}"));
+                (502, "Error while proxying to origin.\n")
+            }
+            Failure::Invalid(e) => {
+                log::info(format_args!("GRIP: invalid backend answer: {e}"));
+                (502, "Error while proxying to origin.\n")
+            }
         };
-        log::info(format_args!("GRIP: {why}"));
         self.back_to_http(k);
-        self.respond(k, status, &[], &why, keep);
+        let mut out = Vec::with_capacity(160);
+        let mut headers = vec![("Content-Type", "text/plain")];
+        if !keep {
+            headers.push(("Connection", "close"));
+        }
+        write_head(&mut out, status, None, &headers, Some(body.len()));
+        out.extend_from_slice(body.as_bytes());
+        self.finish_answer(k, out.into(), keep, status);
     }
 
     fn on_first_answer(
@@ -977,7 +995,7 @@ impl Worker {
     }
 
     /// A Close frame from a bridged client: the backend gets a CLOSE event.
-    pub(super) fn grip_client_close(&mut self, k: u32, code: Option<CloseCode>) {
+    pub(super) fn grip_client_close(&mut self, k: u32, close: Option<(CloseCode, &str)>) {
         let Some(GripConn {
             phase: Phase::Ws(b),
             ..
@@ -987,7 +1005,7 @@ impl Worker {
         };
         if !b.told && !b.client_closed {
             b.client_closed = true;
-            proto::write_event(&mut b.pending, &WsEvent::Close(code.map(|c| (c, ""))));
+            proto::write_event(&mut b.pending, &WsEvent::Close(close));
         }
     }
 

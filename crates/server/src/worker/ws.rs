@@ -119,7 +119,7 @@ impl Worker {
             }
             Event::Pong(_) => {}
             Event::Close(received) => {
-                self.grip_client_close(k, received.map(|(code, _)| code));
+                self.grip_client_close(k, received);
                 // Echo the peer's code (RFC 6455 5.5.1); an empty Close gets an empty one.
                 let reply: Arc<[u8]> = match received {
                     Some((code, _)) => encode_close_frame(code, "").into(),
