@@ -120,7 +120,11 @@ impl Published {
     /// Memory this message holds, as the history's memory cap counts it: payload, frame header
     /// and the fixed records around it. Encodings built later are not included.
     pub fn cost(&self) -> usize {
-        self.frame.len() + self.topic.len() + std::mem::size_of::<Published>() + 64
+        self.frame.len()
+            + self.topic.len()
+            + std::mem::size_of::<Published>()
+            + 64
+            + self.grip.as_ref().map_or(0, |g| g.cost())
     }
 
     /// One of the shared encodings, built on first use.

@@ -157,6 +157,33 @@ pub struct GripContent {
     pub ws: Option<WsPart>,
 }
 
+impl GripContent {
+    /// Bytes this content holds, for the history's memory cap.
+    pub fn cost(&self) -> usize {
+        let stream = match &self.stream {
+            Some(StreamPart::Send { raw, chunk }) => raw.len() + chunk.len(),
+            _ => 0,
+        };
+        let response = self.response.as_ref().map_or(0, |r| {
+            r.body.len()
+                + r.headers
+                    .iter()
+                    .map(|(n, v)| n.len() + v.len() + 48)
+                    .sum::<usize>()
+                + 64
+        });
+        let ws = match &self.ws {
+            Some(WsPart::Frame(f) | WsPart::Close(f)) => f.len(),
+            None => 0,
+        };
+        std::mem::size_of::<GripContent>()
+            + stream
+            + response
+            + ws
+            + self.id.as_ref().map_or(0, |i| i.len())
+    }
+}
+
 /// Why an item cannot be published.
 pub fn unsupported(item: &Item) -> Option<&'static str> {
     if matches!(item.http_response, Some(HttpResponseFormat::Hint))
