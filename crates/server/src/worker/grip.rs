@@ -45,22 +45,18 @@ pub(super) struct GripConn {
     /// Matches backend answers to this connection (slab keys are reused).
     ticket: u64,
     /// Index of its route in the proxy's table.
-    route: usize,
+    route: u32,
     phase: Phase,
 }
 
 enum Phase {
     /// A forwarded request waits for the backend.
     Waiting(Box<Waiting>),
-    /// A held stream and its keep-alive.
-    Stream(Option<Box<KeepAlive>>),
-    /// A held long-poll: when it times out, what it then answers, and the backend's headers
-    /// (a published `http-response` is sent with them, its own headers overriding).
-    Response {
-        deadline: u32,
-        timeout: Arc<[u8]>,
-        headers: Box<[(Box<str>, Box<str>)]>,
-    },
+    /// A held stream's keep-alive (a stream without one has no entry at all: the record's
+    /// `GRIP` flag says everything it needs).
+    Stream(Box<KeepAlive>),
+    /// A held long-poll.
+    Response(Box<ResponseHold>),
     /// A WebSocket bridged with WebSocket-over-HTTP.
     Ws(Box<Bridge>),
 }
@@ -79,6 +75,14 @@ struct Upgrade {
     key: Box<[u8]>,
     offered: Vec<String>,
     bridge: Box<Bridge>,
+}
+
+/// When a held long-poll times out, what it then answers, and the backend's headers (a
+/// published `http-response` is sent with them, its own headers overriding).
+struct ResponseHold {
+    deadline: u32,
+    timeout: Arc<[u8]>,
+    headers: Box<[(Box<str>, Box<str>)]>,
 }
 
 struct KeepAlive {
@@ -144,7 +148,7 @@ impl Worker {
             .routes
             .iter()
             .position(|r| std::ptr::eq(r, route))
-            .unwrap_or_default();
+            .unwrap_or_default() as u32;
         let keep = head.keep_alive();
         let max = shared.config.grip_max_body;
         // The body: `Content-Length` bytes, or a chunked body decoded whole (it is forwarded
@@ -330,11 +334,11 @@ impl Worker {
         }
     }
 
-    fn submit(&self, k: u32, ticket: u64, route: usize, request: Vec<u8>, head_only: bool) {
+    fn submit(&self, k: u32, ticket: u64, route: u32, request: Vec<u8>, head_only: bool) {
         let Some(proxy) = self.shared.grip.as_ref() else {
             return;
         };
-        let Some(targets) = proxy.targets.get(route) else {
+        let Some(targets) = proxy.targets.get(route as usize) else {
             return;
         };
         proxy.backend.submit(Job {
@@ -386,7 +390,7 @@ impl Worker {
                 bridge.in_flight = false;
                 self.on_bridge_answer(k, a.result);
             }
-            Phase::Stream(_) | Phase::Response { .. } => {}
+            Phase::Stream(_) | Phase::Response(_) => {}
         }
     }
 
@@ -435,7 +439,7 @@ impl Worker {
         &mut self,
         k: u32,
         w: Waiting,
-        route: usize,
+        route: u32,
         ticket: u64,
         result: Result<Response, Failure>,
     ) {
@@ -560,14 +564,16 @@ impl Worker {
                 m.http_connections.fetch_sub(1, Relaxed);
                 m.stream_connections.fetch_add(1, Relaxed);
                 m.grip_holds.fetch_add(1, Relaxed);
-                self.grip.insert(
-                    k,
-                    GripConn {
-                        ticket,
-                        route,
-                        phase: Phase::Stream(keep_alive),
-                    },
-                );
+                if let Some(ka) = keep_alive {
+                    self.grip.insert(
+                        k,
+                        GripConn {
+                            ticket,
+                            route,
+                            phase: Phase::Stream(ka),
+                        },
+                    );
+                }
                 let replay = self.subscribe_channels(k, &instruct.channels);
                 self.write_all_to(k, &[&Arc::from(out)], None);
                 if !replay.is_empty() {
@@ -605,14 +611,14 @@ impl Worker {
                     GripConn {
                         ticket,
                         route,
-                        phase: Phase::Response {
+                        phase: Phase::Response(Box::new(ResponseHold {
                             deadline: self.now.saturating_add(secs.max(1)),
                             timeout: timeout.into(),
                             headers: passed
                                 .iter()
                                 .map(|(n, v)| (Box::from(*n), Box::from(v.as_str())))
                                 .collect(),
-                        },
+                        })),
                     },
                 );
                 let replay = self.subscribe_channels(k, &instruct.channels);
@@ -653,7 +659,7 @@ impl Worker {
         k: u32,
         r: Response,
         keep: bool,
-        route: usize,
+        route: u32,
         ticket: u64,
         upgrade: Upgrade,
     ) {
@@ -1026,7 +1032,10 @@ impl Worker {
             return;
         }
         let events = std::mem::take(&mut b.pending);
-        let sig = proxy.routes.get(route).and_then(|r| proxy.signature(r));
+        let sig = proxy
+            .routes
+            .get(route as usize)
+            .and_then(|r| proxy.signature(r));
         let request = event_request(b, sig.as_deref(), &events);
         b.in_flight = true;
         b.last_request = self.now;
@@ -1073,10 +1082,11 @@ impl Worker {
                     let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
                     let mut merged = (**r).clone();
                     if let Some(GripConn {
-                        phase: Phase::Response { headers, .. },
+                        phase: Phase::Response(hold),
                         ..
                     }) = self.grip.get(&k)
                     {
+                        let headers = &hold.headers;
                         let own = std::mem::take(&mut merged.headers);
                         let mut all: Vec<(String, String)> = headers
                             .iter()
@@ -1191,7 +1201,7 @@ impl Worker {
                         stuck.push(k);
                     }
                 }
-                Phase::Stream(Some(ka)) => {
+                Phase::Stream(ka) => {
                     let quiet = self
                         .conns
                         .get(k as usize)
@@ -1206,10 +1216,8 @@ impl Worker {
                         sends.push((k, Arc::clone(&ka.data)));
                     }
                 }
-                Phase::Response {
-                    deadline, timeout, ..
-                } if now >= *deadline => {
-                    timeouts.push((k, Arc::clone(timeout)));
+                Phase::Response(hold) if now >= hold.deadline => {
+                    timeouts.push((k, Arc::clone(&hold.timeout)));
                 }
                 Phase::Ws(b) => {
                     if let Some((frame, every, last)) = &mut b.keep_alive {
@@ -1262,7 +1270,10 @@ impl Worker {
             };
             let (ticket, route) = (g.ticket, g.route);
             if let Phase::Ws(b) = &mut g.phase {
-                let sig = proxy.routes.get(route).and_then(|r| proxy.signature(r));
+                let sig = proxy
+                    .routes
+                    .get(route as usize)
+                    .and_then(|r| proxy.signature(r));
                 let request = event_request(b, sig.as_deref(), &[]);
                 b.in_flight = true;
                 b.last_request = now;
@@ -1274,16 +1285,15 @@ impl Worker {
     /// A GRIP connection is leaving (closing or dropped): forget its state; a bridged
     /// WebSocket's backend is told with CLOSE (sent earlier by the client) or DISCONNECT.
     pub(super) fn grip_forget(&mut self, k: u32) {
+        if let Some(conn) = self.conns.get_mut(k as usize) {
+            if conn.has(GRIP) {
+                conn.flags &= !GRIP;
+                self.shared.metrics.grip_holds.fetch_sub(1, Relaxed);
+            }
+        }
         let Some(g) = self.grip.remove(&k) else {
             return;
         };
-        let held = self.conns.get(k as usize).is_some_and(|c| c.has(GRIP));
-        if held {
-            self.shared.metrics.grip_holds.fetch_sub(1, Relaxed);
-            if let Some(conn) = self.conns.get_mut(k as usize) {
-                conn.flags &= !GRIP;
-            }
-        }
         let Phase::Ws(mut b) = g.phase else {
             return;
         };
@@ -1297,9 +1307,12 @@ impl Worker {
         let Some(proxy) = shared.grip.as_ref() else {
             return;
         };
-        let sig = proxy.routes.get(g.route).and_then(|r| proxy.signature(r));
+        let sig = proxy
+            .routes
+            .get(g.route as usize)
+            .and_then(|r| proxy.signature(r));
         let request = event_request(&b, sig.as_deref(), &b.pending);
-        if let Some(targets) = proxy.targets.get(g.route) {
+        if let Some(targets) = proxy.targets.get(g.route as usize) {
             proxy.backend.submit(Job {
                 reply: None,
                 key: k,
@@ -1326,9 +1339,9 @@ impl Worker {
             State::Poll => {
                 let answer = match self.grip.get(&k) {
                     Some(GripConn {
-                        phase: Phase::Response { timeout, .. },
+                        phase: Phase::Response(hold),
                         ..
-                    }) => Arc::clone(timeout),
+                    }) => Arc::clone(&hold.timeout),
                     _ => return self.drop_conn(k, CloseReason::Shutdown),
                 };
                 self.finish_grip_poll(k, &answer, false);
