@@ -196,6 +196,15 @@ def test_pass_through_keeps_status_headers_body_and_the_connection(proxy, backen
     assert seen["Host"] == "example.test"
 
 
+def test_pipelined_requests_are_answered_in_order(proxy, backend):
+    backend.routes["/app/n"] = lambda h, body: (time.sleep(0.2), (200, {}, h.path.encode()))[1]
+    server = proxy()
+    c = Raw(server)
+    # Three requests in one write: each waits for the one before it to be answered.
+    c.send(b"".join(b"GET /app/n%d HTTP/1.1\r\nHost: h\r\n\r\n" % i for i in range(3)))
+    assert [c.response()[2] for _ in range(3)] == [b"/app/n0", b"/app/n1", b"/app/n2"]
+
+
 def test_routes_fall_back_to_clarion_endpoints_and_404(proxy, backend):
     backend.routes["/app"] = lambda h, b: (200, {}, b"backend\n")
     server = proxy(routes=f"example.test,path_beg=/app 127.0.0.1:{backend.port}\n")

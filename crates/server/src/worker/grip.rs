@@ -374,6 +374,22 @@ impl Worker {
             return;
         }
         let k = a.key;
+        self.apply_answer(k, a);
+        // Bytes the client sent meanwhile (a pipelined request, a first frame) waited in its
+        // input; no read event will come for them, so read them now.
+        let waiting = self
+            .conns
+            .get(k as usize)
+            .is_some_and(|c| c.input.is_some() && matches!(c.state, State::Http | State::Ws));
+        if waiting {
+            self.consume(k, &mut []);
+        }
+    }
+
+    fn apply_answer(&mut self, k: u32, a: Answer) {
+        let Some(g) = self.grip.get_mut(&k) else {
+            return;
+        };
         match &mut g.phase {
             Phase::Waiting(_) => {
                 let Some(GripConn {

@@ -565,7 +565,7 @@ impl Worker {
     }
 
     /// Interprets fresh plaintext, joined to any partial input kept from before.
-    fn consume(&mut self, k: u32, data: &mut [u8]) {
+    pub(super) fn consume(&mut self, k: u32, data: &mut [u8]) {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
