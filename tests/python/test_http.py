@@ -147,14 +147,18 @@ def test_per_address_limit_answers_429_and_frees_on_close(start_server):
     assert other.recv(100).startswith(b"HTTP/1.1 200")
     other.close()
     held.pop().close()
+    refused = 1
     for _ in range(100):
         status, _, sock = rawws.http(server.clients, upgrade())
         sock.close()
         if status == 101:
             break
+        # The server may not have seen the close yet: this attempt was refused too.
+        assert status == 429
+        refused += 1
         time.sleep(0.05)
     assert status == 101, "a closed connection frees its slot"
-    assert server.metrics()['clarion_connections_refused_total{reason="address"}'] == 1
+    assert server.metrics()['clarion_connections_refused_total{reason="address"}'] == refused
 
 
 def test_handshake_limit_refuses_idle_connects_at_once(start_server):
