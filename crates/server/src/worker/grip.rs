@@ -1136,6 +1136,18 @@ impl Worker {
                     self.tally.delivered += n;
                 }
                 if let Some(frame) = close {
+                    // The client's Close reply ends the session; the backend hears a CLOSE, as
+                    // Pushpin reports it.
+                    if let Some(GripConn {
+                        phase: Phase::Ws(b),
+                        ..
+                    }) = self.grip.get_mut(&k)
+                    {
+                        if !b.told && !b.client_closed {
+                            b.client_closed = true;
+                            proto::write_event(&mut b.pending, &WsEvent::Close(None));
+                        }
+                    }
                     self.start_closing(k, Some(frame), CloseReason::Backend);
                 }
             }
