@@ -22,7 +22,7 @@ use clarion_proto::grip::{Item, Route};
 use clarion_proto::http1;
 use clarion_proto::ws::close::encode_close_frame;
 use clarion_proto::ws::frame::encode_frame;
-use clarion_proto::ws::{DataKind, OpCode};
+use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
 use backend::{Backend, Mailbox};
 
@@ -219,7 +219,8 @@ impl GripContent {
             }
             Some(WsMessageFormat::Close { code, reason }) => Some(WsPart::Close(match code {
                 Some(c) => encode_close_frame(*c, reason).into(),
-                None => encode_frame(OpCode::Close, b"").into(),
+                // Pushpin closes with 1000 when the item gives no code.
+                None => encode_close_frame(CloseCode::Normal, reason).into(),
             })),
             _ => None,
         };

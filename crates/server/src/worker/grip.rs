@@ -529,10 +529,21 @@ impl Worker {
                     hdrs.push(("Connection", "close"));
                 }
                 let mut out = Vec::with_capacity(256 + r.body.len());
-                write_head(&mut out, status, Some(&reason), &hdrs, Some(r.body.len()));
+                // An answer to HEAD keeps the backend's Content-Length: it describes the body a
+                // GET would have had.
+                let length = r
+                    .header("content-length")
+                    .filter(|_| w.head_only)
+                    .map(str::trim);
+                if let Some(l) = length {
+                    hdrs.push(("Content-Length", l));
+                }
+                let own_length = length.is_none().then_some(r.body.len());
+                write_head(&mut out, status, Some(&reason), &hdrs, own_length);
                 if !w.head_only {
                     out.extend_from_slice(&r.body);
                 }
+                same_version(&mut out, w.http10);
                 self.finish_answer(k, out.into(), w.keep, status);
             }
             Some(HoldMode::Stream) => {
@@ -545,6 +556,7 @@ impl Worker {
                 }
                 let mut out = Vec::with_capacity(256 + r.body.len());
                 write_head(&mut out, status, Some(&reason), &hdrs, None);
+                same_version(&mut out, w.http10);
                 if !r.body.is_empty() {
                     if chunked {
                         http1::write_chunk(&mut out, &r.body);
@@ -609,6 +621,7 @@ impl Worker {
                     Some(r.body.len()),
                 );
                 timeout.extend_from_slice(&r.body);
+                same_version(&mut timeout, w.http10);
                 let secs = instruct
                     .timeout_secs
                     .map_or(self.shared.config.grip_default_timeout, u64::from)
@@ -1381,6 +1394,15 @@ impl Worker {
                 CloseReason::Shutdown,
             ),
             _ => self.drop_conn(k, CloseReason::Shutdown),
+        }
+    }
+}
+
+/// Answers an HTTP/1.0 client with an HTTP/1.0 status line, as Pushpin does.
+fn same_version(out: &mut [u8], http10: bool) {
+    if http10 {
+        if let Some(v) = out.get_mut(..8).filter(|v| v == b"HTTP/1.1") {
+            v.copy_from_slice(b"HTTP/1.0");
         }
     }
 }
