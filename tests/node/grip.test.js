@@ -86,6 +86,7 @@ class Backend {
       res.end('plain body\n');
       return;
     }
+    if (process.env.GRIP_TRACE) trace(req, res);
     if (!(await this.serveGrip.run(req, res))) return;
     if (!req.grip.isProxied) {
       res.writeHead(403, { 'Content-Type': 'text/plain' });
@@ -141,6 +142,28 @@ class Backend {
     this.server?.closeAllConnections?.();
     this.server?.close();
   }
+}
+
+// GRIP_TRACE=1: print every request the proxy makes to the backend and the backend's answer.
+function trace(req, res) {
+  const chunks = [];
+  const body = [];
+  req.on('data', (d) => body.push(d));
+  const write = res.write;
+  res.write = function (c, ...rest) { if (c) chunks.push(Buffer.from(c)); return write.call(this, c, ...rest); };
+  let head = null;
+  const writeHead = res.writeHead;
+  res.writeHead = function (...args) { head = args; return writeHead.apply(this, args); };
+  const end = res.end;
+  res.end = function (c, ...rest) {
+    if (c && typeof c !== 'function') chunks.push(Buffer.from(c));
+    return end.call(this, c, ...rest);
+  };
+  res.on('finish', () => {
+    const t = new Date().toISOString().slice(11, 23);
+    console.error(`--> ${t} ${req.method} ${req.url}\n${JSON.stringify(req.headers, null, 1)}\n${JSON.stringify(Buffer.concat(body).toString('latin1'))}`);
+    console.error(`<-- ${res.statusCode} ${JSON.stringify(head)}\n${JSON.stringify(Buffer.concat(chunks).toString('latin1'))}`);
+  });
 }
 
 function writeRoutes(dir, backendPort) {
