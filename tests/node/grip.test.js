@@ -126,8 +126,8 @@ class Backend {
           ws.close(ws.closeCode ?? 1000);
           break;
         }
-        if (m === 'detach') ws.detach();
-        else ws.send(`${ws.meta.user}:${m}`);
+        if (m === 'leave') ws.unsubscribe(channel);
+        ws.send(`${ws.meta.user}:${m}`);
       }
       res.writeHead(200);
       res.end();
@@ -435,6 +435,8 @@ for (const name of ['pushpin', 'clarion']) {
         await waitFor(() => got.length === 4, 10000, 'second echo');
         await pub.publishFormats('room', new grip.WebSocketMessageFormat(null, true, 4001));
         await waitFor(() => closed !== null, 10000, 'close from a publish');
+        // The proxy tells the backend the connection closed.
+        await waitFor(() => backend.log.slice(first).some((e) => e.events.includes('CLOSE')), 5000, 'CLOSE at the backend');
       } finally {
         ws.terminate();
       }
@@ -445,7 +447,7 @@ for (const name of ['pushpin', 'clarion']) {
 
       // What the proxy sent the backend.
       const log = backend.log.slice(first);
-      assert.ok(log.length >= 3, `${log.length} WebSocket-over-HTTP requests`);
+      assert.equal(log.length, 4, 'WebSocket-over-HTTP requests: OPEN, TEXT, TEXT, CLOSE');
       const open = log[0];
       assert.deepEqual(open.events, ['OPEN']);
       assert.match(open.headers['content-type'], /^application\/websocket-events/);
@@ -461,6 +463,28 @@ for (const name of ['pushpin', 'clarion']) {
         assert.deepEqual(e.meta, { user: 'alice' }, 'Set-Meta-User comes back as Meta-User');
       }
       record('ws-backend', log.map((e) => e.events));
+    });
+
+    test('WebSocket-over-HTTP: c:unsubscribe stops publishes to that connection', async () => {
+      const ws = new WebSocket(`ws://${proxy.clients}/ws/chat?ch=lobby`);
+      const got = [];
+      ws.on('message', (data) => got.push(data.toString()));
+      await new Promise((resolve, reject) => { ws.once('open', resolve); ws.once('error', reject); });
+      try {
+        await sleep(100);
+        await backend.publisher.publishFormats('lobby', new grip.WebSocketMessageFormat('before'));
+        await waitFor(() => got.length === 1, 10000, 'a publish while subscribed');
+        ws.send('leave');
+        await waitFor(() => got.length === 2, 10000, 'echo of leave');
+        await backend.publisher.publishFormats('lobby', new grip.WebSocketMessageFormat('after'));
+        ws.send('ping');
+        await waitFor(() => got.length >= 3, 10000, 'echo of ping');
+        await sleep(200);
+      } finally {
+        ws.terminate();
+      }
+      record('ws-unsubscribe', got);
+      assert.deepEqual(got, ['before', 'alice:leave', 'alice:ping']);
     });
 
     test('WebSocket-over-HTTP: a client close reaches the backend, which closes back', async () => {
