@@ -384,7 +384,7 @@ for (const name of ['pushpin', 'clarion']) {
       }));
       let done = null;
       pending.then((v) => { done = v; }, (e) => { done = e; });
-      await waitFor(() => backend.held('lp') === 1, 10000, 'the backend to answer the hold');
+      await waitFor(() => backend.held('lp') >= 1, 10000, 'the backend to answer the hold');
       // A publish arriving before the proxy subscribed is dropped: repeat until one lands.
       for (let i = 0; i < 10 && done === null; i++) {
         await sleep(i === 0 ? 200 : 500);
