@@ -53,7 +53,9 @@ class Backend {
   }
 
   configure(controlUri) {
-    // verify_key makes serve-grip treat a request as proxied only if it carries Grip-Sig.
+    // With verify_key, serve-grip treats only requests with a Grip-Sig as proxied. (It does not
+    // check the signature: serve-grip 2.0.0 tests the Promise of the async validateSig for
+    // truth, so any Grip-Sig passes. handle() verifies each one itself, into `sigs`.)
     this.serveGrip = new ServeGrip({
       grip: { control_uri: controlUri, verify_key: SIG_KEY, verify_iss: SIG_ISS },
     });
@@ -303,15 +305,12 @@ for (const name of ['pushpin', 'clarion']) {
       ServeGrip ??= (await import('@fanoutio/serve-grip')).ServeGrip;
       backend = new Backend();
       const port = await backend.listen();
-      if (name === 'pushpin') {
-        // Pushpin's publish port is known before it starts.
-        proxy = await startPushpin(port).catch(async (e) => { backend.close(); throw e; });
-        backend.configure(proxy.controlUri);
-      } else {
-        // Requests only arrive once the test clients connect, after configure().
-        proxy = await startClarion(port).catch(async (e) => { backend.close(); throw e; });
-        backend.configure(proxy.controlUri);
-      }
+      // The publisher needs the proxy's API address; until configure() only /plain is asked for.
+      proxy = await (name === 'pushpin' ? startPushpin : startClarion)(port).catch((e) => {
+        backend.close();
+        throw e;
+      });
+      backend.configure(proxy.controlUri);
     });
 
     after(async () => {
