@@ -554,5 +554,9 @@ for (const name of ['pushpin', 'clarion']) {
 
 test('Pushpin and Clarion show the clients the same data', () => {
   assert.ok(transcripts.pushpin && transcripts.clarion, 'both ran');
-  assert.deepEqual(transcripts.clarion, transcripts.pushpin);
+  const keys = [...new Set([...Object.keys(transcripts.pushpin), ...Object.keys(transcripts.clarion)])];
+  const diffs = keys
+    .filter((k) => JSON.stringify(transcripts.pushpin[k]) !== JSON.stringify(transcripts.clarion[k]))
+    .map((k) => `${k}: Pushpin ${JSON.stringify(transcripts.pushpin[k])}, Clarion ${JSON.stringify(transcripts.clarion[k])}`);
+  assert.deepEqual(diffs, []);
 });
