@@ -183,6 +183,18 @@ function writeRoutes(dir, backendPort) {
 // Real Pushpin on free ports from a copy of the system configuration. Resolves once a request
 // goes through to the backend and the publish endpoint answers.
 async function startPushpin(backendPort) {
+  // The free ports are only free when probed: if one is taken before Pushpin binds it, one of
+  // its processes exits at once, and the runner with it. Then try again on other ports.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startPushpinOnce(backendPort);
+    } catch (e) {
+      if (attempt === 3 || !e.message.includes('pushpin exited')) throw e;
+    }
+  }
+}
+
+async function startPushpinOnce(backendPort) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'clarion-grip-pushpin-'));
   fs.mkdirSync(path.join(dir, 'run'));
   fs.mkdirSync(path.join(dir, 'log'));
@@ -197,6 +209,7 @@ async function startPushpin(backendPort) {
     ['rundir=/var/run/pushpin', `rundir=${path.join(dir, 'run')}`],
     ['logdir=/var/log/pushpin', `logdir=${path.join(dir, 'log')}`],
     ['http_port=7999', `http_port=${httpPort}`],
+    ['client_maxconn=50000', 'client_maxconn=1000'],
     ['routesfile=routes', `routesfile=${routes}`],
     ['push_in_spec=tcp://127.0.0.1:5560', `push_in_spec=tcp://127.0.0.1:${pushIn}`],
     ['push_in_http_port=5561', `push_in_http_port=${pushHttp}`],
@@ -212,9 +225,9 @@ async function startPushpin(backendPort) {
   ]) conf = swap(conf, from, to);
   const confFile = path.join(dir, 'pushpin.conf');
   fs.writeFileSync(confFile, conf);
-  const child = spawn(PUSHPIN, ['--config', confFile], { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
-  let stderr = '';
-  child.stderr.on('data', (d) => { stderr = (stderr + d).slice(-4000); });
+  const child = spawn(PUSHPIN, ['--config', confFile], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  let output = '';
+  for (const s of [child.stdout, child.stderr]) s.on('data', (d) => { output = (output + d).slice(-4000); });
   let exited = null;
   child.once('exit', (code) => { exited = code; });
   const stop = async () => {
@@ -229,9 +242,10 @@ async function startPushpin(backendPort) {
     // Pushpin's processes find each other over ZeroMQ after they listen: until then requests
     // get 502. Wait for one to reach the backend, then for the publish endpoint.
     await waitFor(async () => {
-      if (exited !== null) throw new Error(`pushpin exited with ${exited}: ${stderr}`);
+      if (exited !== null) throw new Error(`pushpin exited with ${exited}: ${output}`);
       try {
-        const r = await fetch(`http://127.0.0.1:${httpPort}/plain`);
+        // Early requests may get 502 or no answer at all: each try has its own deadline.
+        const r = await fetch(`http://127.0.0.1:${httpPort}/plain`, { signal: AbortSignal.timeout(2000) });
         await r.text();
         return r.status === 200;
       } catch { return false; }
@@ -240,14 +254,17 @@ async function startPushpin(backendPort) {
       try {
         const r = await fetch(`http://127.0.0.1:${pushHttp}/publish/`, {
           method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"items":[]}',
+          signal: AbortSignal.timeout(2000),
         });
         await r.text();
         return r.status === 200;
       } catch { return false; }
     }, 10000, 'pushpin publish endpoint');
   } catch (e) {
+    const logs = fs.readdirSync(path.join(dir, 'log'))
+      .map((f) => `${f}: ${fs.readFileSync(path.join(dir, 'log', f), 'utf8').slice(-1500)}`).join('\n');
     await stop();
-    throw e;
+    throw new Error(`${e.message}\n${logs}`);
   }
   return { clients: `127.0.0.1:${httpPort}`, controlUri: `http://127.0.0.1:${pushHttp}`, stop };
 }
