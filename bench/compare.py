@@ -28,6 +28,7 @@ skipped with a note. Writes --out-json (every run) and --out-md (the table of me
 """
 
 import argparse
+import hashlib
 import json
 import os
 import pathlib
@@ -453,6 +454,7 @@ def main():
                and (not shutil.which(system[p]) if p in system else not ENV.exists())]
     if missing:
         raise SystemExit("peers are not installed: bash bench/peers/setup.sh")
+    binary_at_start = hashlib.sha256(CLARION.read_bytes()).hexdigest()[:16]
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="clarion-compare-"))
     results = {(p, t): [] for p, t, _ in plan}
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -470,6 +472,10 @@ def main():
             else:
                 print(f"FAILED: {r.get('error')}")
             time.sleep(2)  # let the kernel reap the closed sockets before the next server
+    binary_at_end = hashlib.sha256(CLARION.read_bytes()).hexdigest()[:16]
+    if binary_at_end != binary_at_start:
+        notes.append(f"the clarion binary changed during the run ({binary_at_start} -> "
+                      f"{binary_at_end}): repeats used different builds")
     for (p, t), runs in results.items():
         bad = [r.get("error") for r in runs if "bench" not in r]
         if bad:
@@ -479,6 +485,7 @@ def main():
     out_json.write_text(json.dumps({
         "scenario": args.scenario, "n": args.n, "repeats": args.repeats, "steps": args.steps,
         "machine": {"nproc": os.cpu_count(), "kernel": os.uname().release},
+        "clarion_sha256": binary_at_start,
         "runs": {f"{p}/{t}": runs for (p, t), runs in results.items()}, "notes": notes,
     }, indent=1))
     out_md.write_text(md + "\n")
