@@ -8,6 +8,9 @@
 //
 // Pushpin (Debian `pushpin`) is started from a copy of /etc/pushpin/pushpin.conf with free
 // ports and its own routes file, and its whole process group is killed at the end.
+//
+//   cd tests/node && npm ci && CLARION_BIN=../../target/release/clarion node --test grip.test.js
+//   GRIP_TRACE=1 ...   prints every request a proxy makes to the backend, and the answer
 'use strict';
 
 const { test, describe, before, after } = require('node:test');
