@@ -275,7 +275,11 @@ async function startPushpinOnce(backendPort) {
 async function startClarion(backendPort) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'clarion-grip-'));
   const routes = writeRoutes(dir, backendPort);
-  const s = await startServer(['--grip-routes', routes, '--grip-sig-key', SIG_KEY, '--grip-sig-iss', SIG_ISS]);
+  const s = await startServer(['--grip-routes', routes, '--grip-sig-key', SIG_KEY, '--grip-sig-iss', SIG_ISS])
+    .catch((e) => {
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw e;
+    });
   return {
     clients: s.clients,
     controlUri: `http://${s.api}`,
