@@ -7,6 +7,7 @@ turn, and a table of ratios against Clarion.
     python3 bench/compare.py --scenario idle -n 15000 --repeats 3
     python3 bench/compare.py --scenario burst -n 5000 --repeats 3
     python3 bench/compare.py --scenario burst -n 5000 --transport sse --peers clarion,pushpin,nchan
+    python3 bench/compare.py --scenario idle -n 15000 --transport sse --peers clarion-grip,pushpin
 
 For every repeat, every server in turn (interleaved, so drift on a shared machine hits all
 alike): start it on its own loopback ports with a fresh state, run
@@ -15,12 +16,19 @@ are every process of the server (nginx's master and workers, Pushpin's runner an
 processes it starts), summed; the helper processes some peers need (the translator from
 Clarion's publish batch to their publish API, Pushpin's GRIP backend) are not counted.
 
+`clarion-grip` is Clarion as a GRIP proxy in Pushpin's place: `clarion serve --grip-routes`
+in front of the same backend (grip_backend.py, routes `* 127.0.0.1:PORT`), the clients on the
+same URL (`/sse?topic=T`, held by the backend's `Grip-Hold: stream`), publishes through the
+same translator into Clarion's Pushpin-compatible `POST /publish/`. With `clarion-grip` among
+the peers, ratios are against it when plain `clarion` is not in the run.
+
 Scenarios are clarion bench's: idle (here opened in steps, 1,000 / 5,000 / N, with memory per
 connection at each), burst, ticker, topics, churn. Peers that cannot serve a transport are
 skipped with a note. Writes --out-json (every run) and --out-md (the table of medians).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import pathlib
@@ -37,18 +45,21 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PEERS_DIR = ROOT / "bench" / "peers"
 ENV = PEERS_DIR / ".env"
-CLARION = ROOT / "target" / "release" / "clarion"
+CLARION = pathlib.Path(os.environ.get("CLARION_BIN") or ROOT / "target" / "release" / "clarion")
 VENV_PY = ENV / "venv" / "bin" / "python"
-ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan"]
+ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
+       "clarion-grip"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
+    "clarion-grip": {"sse"},
 }
 LABELS = {
     "clarion": "Clarion", "uws": "uWebSockets.js (npm uwebsockets)",
     "socketify": "socketify (µWebSockets in CPython)", "ws": "Node ws",
     "socketio": "Socket.IO (websocket transport)", "websockets": "Python websockets",
     "pushpin": "Pushpin (GRIP stream, all processes)", "nchan": "nchan (nginx, all processes)",
+    "clarion-grip": "Clarion GRIP proxy (GRIP stream)",
 }
 # The per-process open-files limit here is 20,000 (hard); servers get all of it.
 NOFILE = 20000
@@ -116,6 +127,8 @@ class Server:
             self.main = self.spawn([VENV_PY, PEERS_DIR / "py_server.py", n, p, a])
         elif n == "pushpin":
             self.start_pushpin()
+        elif n == "clarion-grip":
+            self.start_clarion_grip()
         elif n == "nchan":
             self.start_nchan()
         else:
@@ -127,7 +140,9 @@ class Server:
             raise RuntimeError(f"{n} did not start; see {self.log.name}")
 
     def start_pushpin(self):
-        backend = self.api + 2
+        # Ports: the backend on api + 2, Pushpin's publish API on api + 4 and its other ZeroMQ
+        # ports next to it (instead of the system's 5560 to 5563).
+        backend, publish = self.api + 2, self.api + 4
         run = self.workdir / "pushpin"
         (run / "run").mkdir(parents=True, exist_ok=True)
         (run / "log").mkdir(exist_ok=True)
@@ -150,25 +165,54 @@ class Server:
                          "zurl_out_stream_specs=ipc://{rundir}/{ipc_prefix}zurl-in-stream\n"
                          "zurl_in_specs=ipc://{rundir}/{ipc_prefix}zurl-out\n")
                 .replace("routesfile=routes", f"routesfile={run / 'routes'}")
+                .replace("push_in_spec=tcp://127.0.0.1:5560",
+                         f"push_in_spec=tcp://127.0.0.1:{self.api + 3}")
+                .replace("push_in_http_port=5561", f"push_in_http_port={publish}")
+                .replace("push_in_sub_specs=tcp://127.0.0.1:5562",
+                         f"push_in_sub_specs=tcp://127.0.0.1:{self.api + 5}")
+                .replace("command_spec=tcp://127.0.0.1:5563",
+                         f"command_spec=tcp://127.0.0.1:{self.api + 6}")
                 .replace("log_level=2", f"log_level={os.environ.get('PUSHPIN_LOG_LEVEL', '2')}"))
         (run / "pushpin.conf").write_text(conf)
         self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "grip_backend.py", backend]))
         self.main = self.spawn(["pushpin", "--config", run / "pushpin.conf"])
-        wait_port(5561)
+        wait_port(publish)
         self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "translator.py", "pushpin",
-                                        self.api, 5561]))
+                                        self.api, publish]))
         # Pushpin's processes find each other over ZeroMQ after they listen: until a stream
         # request goes through, early clients get 502. Wait for one to.
-        deadline = time.time() + 30
+        self.wait_stream()
+
+    def wait_stream(self, seconds=30):
+        """Waits until a GRIP stream request through the proxy answers 200."""
+        deadline = time.time() + seconds
         while time.time() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
                     s.sendall(b"GET /sse?topic=warmup HTTP/1.1\r\nHost: x\r\n\r\n")
                     if s.recv(64).startswith(b"HTTP/1.1 200"):
-                        break
+                        return True
             except OSError:
                 pass
             time.sleep(0.3)
+        return False
+
+    def start_clarion_grip(self):
+        # Ports: clients on port, the translator (what the bench publishes to) on api, the
+        # backend on api + 1, Clarion's own API (Pushpin's /publish/) on api + 2.
+        backend, clarion_api = self.api + 1, self.api + 2
+        routes = self.workdir / "clarion-grip.routes"
+        routes.write_text(f"* 127.0.0.1:{backend}\n")
+        self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "grip_backend.py", backend]))
+        wait_port(backend)
+        self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{self.port}",
+                                "--api-listen", f"127.0.0.1:{clarion_api}",
+                                "--grip-routes", routes, "--max-connections-per-address", 0])
+        wait_port(clarion_api)
+        self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "translator.py", "pushpin",
+                                        self.api, clarion_api]))
+        wait_port(self.port)
+        self.wait_stream()
 
     def start_nchan(self):
         pub = self.api + 2
@@ -336,11 +380,13 @@ def table(args, results, notes):
             med[key] = {c: median([m.get(c) for m in ms]) for c in
                         [c[0] for c in cols] + step_keys + ["lost", "dup", "reordered", "opened"]}
             med[key]["runs"] = len(ms)
-        base = med.get(("clarion", transport), {})
+        base_name = next((b for b in ("clarion", "clarion-grip") if (b, transport) in med),
+                         "clarion")
+        base = med.get((base_name, transport), {})
         head = ["server"] + [f"user-space B/conn at {int(k.split('@')[1]):,}" for k in step_keys] \
             + [c[1] for c in cols] + ["opened", "lost / dup / reordered", "runs"]
         lines.append(f"\n**{args.scenario}, {transport.upper()}, -n {args.n}** (medians; "
-                     "ratio to Clarion in brackets)\n")
+                     f"ratio to {LABELS[base_name]} in brackets)\n")
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for key in keys:
@@ -351,7 +397,7 @@ def table(args, results, notes):
                 ratio_ok = next((r for k, _, _, r in cols if k == c), True)
                 cell = fmt(m.get(c), digits)
                 b = base.get(c)
-                if key[0] != "clarion" and ratio_ok and m.get(c) is not None and b:
+                if key[0] != base_name and ratio_ok and m.get(c) is not None and b:
                     cell += f" ({m[c] / b:.2f}×)"
                 row.append(cell)
             losses = f"{fmt(m['lost'])} / {fmt(m['dup'])} / {fmt(m['reordered'])}"
@@ -402,9 +448,13 @@ def main():
                 notes.append(f"{LABELS[p]}: skipped for {t.upper()} (it does not serve it here)")
                 continue
             plan.append((p, t, 19000 + 10 * ALL.index(p)))
-    missing = [p for p, _, _ in plan if p != "clarion" and not ENV.exists()]
+    # The Node and Python peers live in bench/peers/.env; Pushpin and nchan are Debian packages.
+    system = {"pushpin": "pushpin", "nchan": "nginx"}
+    missing = [p for p, _, _ in plan if p not in ("clarion", "clarion-grip")
+               and (not shutil.which(system[p]) if p in system else not ENV.exists())]
     if missing:
         raise SystemExit("peers are not installed: bash bench/peers/setup.sh")
+    binary_at_start = hashlib.sha256(CLARION.read_bytes()).hexdigest()[:16]
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="clarion-compare-"))
     results = {(p, t): [] for p, t, _ in plan}
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -422,6 +472,10 @@ def main():
             else:
                 print(f"FAILED: {r.get('error')}")
             time.sleep(2)  # let the kernel reap the closed sockets before the next server
+    binary_at_end = hashlib.sha256(CLARION.read_bytes()).hexdigest()[:16]
+    if binary_at_end != binary_at_start:
+        notes.append(f"the clarion binary changed during the run ({binary_at_start} -> "
+                      f"{binary_at_end}): repeats used different builds")
     for (p, t), runs in results.items():
         bad = [r.get("error") for r in runs if "bench" not in r]
         if bad:
@@ -431,6 +485,7 @@ def main():
     out_json.write_text(json.dumps({
         "scenario": args.scenario, "n": args.n, "repeats": args.repeats, "steps": args.steps,
         "machine": {"nproc": os.cpu_count(), "kernel": os.uname().release},
+        "clarion_sha256": binary_at_start,
         "runs": {f"{p}/{t}": runs for (p, t), runs in results.items()}, "notes": notes,
     }, indent=1))
     out_md.write_text(md + "\n")
