@@ -185,19 +185,20 @@ function writeRoutes(dir, backendPort) {
 
 // Real Pushpin on free ports from a copy of the system configuration. Resolves once a request
 // goes through to the backend and the publish endpoint answers.
-async function startPushpin(backendPort) {
+async function startPushpin(backendPort, configure) {
   // The free ports are only free when probed: if one is taken before Pushpin binds it, one of
   // its processes exits at once, and the runner with it. Then try again on other ports.
   for (let attempt = 1; ; attempt++) {
     try {
-      return await startPushpinOnce(backendPort);
+      return await startPushpinOnce(backendPort, configure);
     } catch (e) {
       if (attempt === 3 || !e.message.includes('pushpin exited')) throw e;
     }
   }
 }
 
-async function startPushpinOnce(backendPort) {
+// `configure(controlUri)` is called before Pushpin starts: the readiness check needs the backend.
+async function startPushpinOnce(backendPort, configure) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'clarion-grip-pushpin-'));
   fs.mkdirSync(path.join(dir, 'run'));
   fs.mkdirSync(path.join(dir, 'log'));
@@ -226,6 +227,7 @@ async function startPushpinOnce(backendPort) {
       + 'zurl_out_stream_specs=ipc://{rundir}/{ipc_prefix}zurl-in-stream\n'
       + 'zurl_in_specs=ipc://{rundir}/{ipc_prefix}zurl-out\n'],
   ]) conf = swap(conf, from, to);
+  configure(`http://127.0.0.1:${pushHttp}`);
   const confFile = path.join(dir, 'pushpin.conf');
   fs.writeFileSync(confFile, conf);
   const child = spawn(PUSHPIN, ['--config', confFile], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
@@ -253,6 +255,8 @@ async function startPushpinOnce(backendPort) {
         return r.status === 200;
       } catch { return false; }
     }, 30000, 'pushpin to proxy a request');
+    // A pass-through working is not enough: the first GRIP holds may still get 500 or 502.
+    await waitFor(() => holdWorks(`http://127.0.0.1:${httpPort}/sse?ch=warmup`), 30000, 'pushpin to hold a stream');
     await waitFor(async () => {
       try {
         const r = await fetch(`http://127.0.0.1:${pushHttp}/publish/`, {
@@ -272,7 +276,33 @@ async function startPushpinOnce(backendPort) {
   return { clients: `127.0.0.1:${httpPort}`, controlUri: `http://127.0.0.1:${pushHttp}`, stop };
 }
 
-async function startClarion(backendPort) {
+// Resolves true once a GRIP stream hold through the proxy answers 200 with its first event.
+function holdWorks(url) {
+  return new Promise((resolve) => {
+    const req = http.get(url, { agent: false, timeout: 2000 }, (res) => {
+      if (res.statusCode !== 200) {
+        req.destroy();
+        resolve(false);
+        return;
+      }
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => {
+        body += d;
+        if (body.includes('data: ready\n\n')) {
+          req.destroy();
+          resolve(true);
+        }
+      });
+      res.on('end', () => resolve(false));
+      res.on('error', () => resolve(false));
+    });
+    req.on('timeout', () => { req.destroy(); resolve(false); });
+    req.on('error', () => resolve(false));
+  });
+}
+
+async function startClarion(backendPort, configure) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'clarion-grip-'));
   const routes = writeRoutes(dir, backendPort);
   const s = await startServer(['--grip-routes', routes, '--grip-sig-key', SIG_KEY, '--grip-sig-iss', SIG_ISS])
@@ -280,9 +310,9 @@ async function startClarion(backendPort) {
       fs.rmSync(dir, { recursive: true, force: true });
       throw e;
     });
+  configure(`http://${s.api}`);
   return {
     clients: s.clients,
-    controlUri: `http://${s.api}`,
     stop: async () => {
       s.child.kill('SIGKILL');
       fs.rmSync(dir, { recursive: true, force: true });
@@ -335,12 +365,12 @@ for (const name of ['pushpin', 'clarion']) {
       ServeGrip ??= (await import('@fanoutio/serve-grip')).ServeGrip;
       backend = new Backend();
       const port = await backend.listen();
-      // The publisher needs the proxy's API address; until configure() only /plain is asked for.
-      proxy = await (name === 'pushpin' ? startPushpin : startClarion)(port).catch((e) => {
+      // The backend's publisher gets the proxy's API address (`http://API`) once it is known.
+      const configure = (controlUri) => backend.configure(controlUri);
+      proxy = await (name === 'pushpin' ? startPushpin : startClarion)(port, configure).catch((e) => {
         backend.close();
         throw e;
       });
-      backend.configure(proxy.controlUri);
     });
 
     after(async () => {
