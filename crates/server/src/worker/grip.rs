@@ -236,7 +236,8 @@ impl Worker {
             .map(|l| format!("{l}\r\n"))
             .collect();
         fixed.push_str(&format!(
-            "X-Forwarded-For: {forwarded_for}\r\nX-Forwarded-Proto: {}\r\n",
+            "X-Forwarded-For: {forwarded_for}\r\nX-Forwarded-Proto: {}\r\n\
+             Grip-Feature: status\r\n",
             match (tls, ws) {
                 (true, true) => "wss",
                 (true, false) => "https",
