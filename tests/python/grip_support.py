@@ -459,6 +459,7 @@ class Clarion:
 
 
 def start_proxy(name, routes, workdir):
+    pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
     return {"pushpin": Pushpin, "clarion": Clarion}[name](routes, workdir)
 
 

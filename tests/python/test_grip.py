@@ -1,0 +1,479 @@
+"""GRIP proxy mode, checked against the real Pushpin and against Clarion with the same tests.
+
+The origin is written with PyPI `gripcontrol` (hold headers, instruct bodies, WebSocket events,
+WebSocketContext, validate_sig); messages are published with `pubcontrol`'s GripPubControl and
+with Debian's `pushpin-publish`. Every assertion is on what a client (or the origin) sees, and
+each expectation is what Pushpin 1.36 was observed to do. `test_same_bytes` runs one scripted
+scenario through both proxies and compares the client-visible bytes.
+"""
+
+import re
+import subprocess
+import time
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from grip_support import (
+    PUSHPIN,
+    SIG_ISS,
+    Backend,
+    HttpResponseFormat,
+    HttpStreamFormat,
+    RawHttp,
+    WebSocketMessageFormat,
+    free_port,
+    http,
+    publish,
+    routes_text,
+    start_proxy,
+    wait_until,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")
+
+needs_pushpin = pytest.mark.skipif(PUSHPIN is None, reason="pushpin is not installed")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = Backend()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module", params=["pushpin", "clarion"])
+def proxy(request, backend, tmp_path_factory):
+    if request.param == "pushpin" and PUSHPIN is None:
+        pytest.skip("pushpin is not installed")
+    p = start_proxy(
+        request.param,
+        routes_text(backend.port, free_port()),
+        tmp_path_factory.mktemp(request.param),
+    )
+    yield p
+    p.stop()
+
+
+_counter = iter(range(1_000_000))
+
+
+@pytest.fixture
+def chan(proxy):
+    """A channel name used by one test only."""
+    return f"{proxy.name}-c{next(_counter)}"
+
+
+def open_stream(proxy, path):
+    s = RawHttp(proxy.clients, "GET", path)
+    s.read_head()
+    return s
+
+
+def publish_until(proxy, channel, formats, done, attempts=50, interval=0.1):
+    """Publishes the same item until `done()` (a hold whose subscription the client cannot see
+    being set up); bounded."""
+    for _ in range(attempts):
+        publish(proxy, channel, formats)
+        deadline = time.monotonic() + interval
+        while time.monotonic() < deadline:
+            if done():
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"nothing arrived after {attempts} publishes to {channel}")
+
+
+def ws_subscribed(proxy, ws, channel, attempts=50):
+    """Publishes ws-message probes until one reaches `ws`: the subscription made by the
+    origin's control message is then in force. Returns nothing; probes are consumed."""
+    for i in range(attempts):
+        publish(proxy, channel, WebSocketMessageFormat(f"probe{i}"))
+        try:
+            msg = ws.recv(timeout=0.2)
+        except TimeoutError:
+            continue
+        assert msg.startswith("probe"), msg
+        return
+    raise AssertionError("the WebSocket subscription never took effect")
+
+
+def drain_probes(ws, first, timeout=3.0):
+    """Returns the first non-probe message (late probes are skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+        if isinstance(msg, str) and msg.startswith("probe"):
+            continue
+        return msg
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP streaming holds
+
+
+def test_sse_stream_hold_receives_publishes_in_order(proxy, chan):
+    s = open_stream(proxy, f"/sse/{chan}")
+    try:
+        assert s.status == 200
+        assert s.header("Content-Type") == "text/event-stream"
+        assert s.header("Cache-Control") == "no-cache"
+        assert s.header("X-Backend") == "sse"
+        assert s.header("Grip-Hold") is None and s.header("Grip-Channel") is None
+        assert s.body == b":ok\n\n"  # the origin's own body comes first
+        for i in range(1, 4):
+            publish(proxy, chan, HttpStreamFormat(f"id: {i}\ndata: message {i}\n\n"), id=f"m{i}")
+        want = b":ok\n\n" + b"".join(b"id: %d\ndata: message %d\n\n" % (i, i) for i in range(1, 4))
+        assert s.read_body_until(want) == want
+        publish(proxy, chan, HttpStreamFormat(close=True))
+        assert s.read_to_end() == want  # close action: the body ends, nothing else is sent
+        assert not getattr(s, "truncated", False)
+    finally:
+        s.close()
+
+
+def test_plain_stream_binary_content_and_close(proxy, chan):
+    s = open_stream(proxy, f"/stream/{chan}")
+    try:
+        assert s.header("Content-Type") == "text/plain"
+        assert s.body == b"start\n"
+        publish(proxy, chan, HttpStreamFormat(b"\xff\x00raw\n"))  # content-bin
+        publish(proxy, chan, HttpStreamFormat("text\n"))
+        assert s.read_body_until(b"text\n") == b"start\n\xff\x00raw\ntext\n"
+        publish(proxy, chan, HttpStreamFormat(close=True))
+        assert s.read_to_end() == b"start\n\xff\x00raw\ntext\n"
+    finally:
+        s.close()
+
+
+def test_stream_hold_with_prev_id_is_answered_without_holding(proxy, chan):
+    """Pushpin 1.36 answers a stream hold whose Grip-Channel has a prev-id with the origin's
+    response as a complete one (Content-Length, no subscription): no replay, no hold."""
+    s = open_stream(proxy, f"/sse/{chan}?prev=5")
+    try:
+        assert s.status == 200
+        assert s.header("Content-Type") == "text/event-stream"
+        assert s.header("Content-Length") == "5"
+        assert s.read_to_end(2) == b":ok\n\n"
+    finally:
+        s.close()
+
+
+def test_publish_with_unknown_prev_id_waits_then_is_delivered(proxy, chan):
+    """A publish whose prev-id is not the channel's last id is held back (Pushpin: about 5 s,
+    its message_wait) and then delivered anyway; one whose prev-id matches goes at once."""
+    s = open_stream(proxy, f"/stream/{chan}")
+    try:
+        publish(proxy, chan, HttpStreamFormat("one\n"), id="1")
+        s.read_body_until(b"one\n")
+        publish(proxy, chan, HttpStreamFormat("two\n"), id="2", prev_id="1")
+        s.read_body_until(b"two\n", 1.5)
+        t0 = time.monotonic()
+        publish(proxy, chan, HttpStreamFormat("four\n"), id="4", prev_id="3")
+        assert s.read_body_until(b"four\n", 9) == b"start\none\ntwo\nfour\n"
+        assert time.monotonic() - t0 > 2.0, "a publish after a gap went out at once"
+    finally:
+        s.close()
+
+
+def test_format_isolation(proxy, chan):
+    """A ws-message-only item does not reach an HTTP stream hold; an http-response-only item
+    does not either."""
+    s = open_stream(proxy, f"/stream/{chan}")
+    try:
+        publish(proxy, chan, WebSocketMessageFormat("ws-only"))
+        publish(proxy, chan, HttpResponseFormat(body="response-only\n"))
+        publish(proxy, chan, HttpStreamFormat("after\n"))
+        assert s.read_body_until(b"after\n") == b"start\nafter\n"
+    finally:
+        s.close()
+
+
+def test_keep_alive_bytes(proxy, chan):
+    """Grip-Keep-Alive: `:ka\\n; format=cstring; timeout=1`: the decoded bytes are sent while
+    the stream is idle (Pushpin: the first within about 1 s, then every 0.5 to 1 s)."""
+    s = open_stream(proxy, f"/stream/{chan}?ka=1")
+    try:
+        t0 = time.monotonic()
+        body = s.read_body_until(lambda b: b.count(b":ka\n") >= 2, 5)
+        assert body.startswith(b"start\n:ka\n:ka\n")
+        assert time.monotonic() - t0 < 4
+        publish(proxy, chan, HttpStreamFormat("data\n"))
+        body = s.read_body_until(b"data\n")
+        assert re.fullmatch(rb"start\n(:ka\n)+data\n", body), body
+    finally:
+        s.close()
+
+
+def test_pushpin_publish_cli_reaches_stream(proxy, chan):
+    """Debian's `pushpin-publish --spec http://API CHANNEL CONTENT` publishes all formats; an
+    HTTP stream gets the content plus a newline."""
+    s = open_stream(proxy, f"/stream/{chan}")
+    try:
+        out = subprocess.run(
+            ["pushpin-publish", "--spec", proxy.publish_url, chan, "from the cli"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert out.returncode == 0, out.stderr
+        assert s.read_body_until(b"cli\n") == b"start\nfrom the cli\n"
+        out = subprocess.run(
+            ["pushpin-publish", "--spec", proxy.publish_url, "--close", chan],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert out.returncode == 0, out.stderr
+        assert s.read_to_end() == b"start\nfrom the cli\n"
+    finally:
+        s.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Response holds (long-polling)
+
+
+def test_long_poll_answered_by_publish(proxy, backend, chan):
+    p = RawHttp(proxy.clients, "GET", f"/poll/{chan}?t=20")
+    try:
+        backend.wait_seen(f"/poll/{chan}")
+        fmt = HttpResponseFormat(
+            code=201,
+            reason="Made",
+            headers={"Content-Type": "text/x-pub", "X-Pub": "1"},
+            body="published\n",
+        )
+        publish_until(proxy, chan, fmt, lambda: p._recv(time.monotonic() + 0.01) or p.buf)
+        p.read_head()
+        assert p.status_line == "HTTP/1.1 201 Made"
+        assert p.header("Content-Type") == "text/x-pub"
+        assert p.header("X-Pub") == "1"
+        assert p.header("X-Poll") == "held"  # the origin's headers are kept under the published
+        assert p.header("Grip-Hold") is None and p.header("Grip-Timeout") is None
+        assert p.read_to_end() == b"published\n"
+    finally:
+        p.close()
+
+
+def test_long_poll_timeout_sends_origin_response(proxy, chan):
+    """On Grip-Timeout the client gets the origin's own response (Pushpin: no sooner than 5 s
+    after the hold, whatever the smaller Grip-Timeout; see the report)."""
+    t0 = time.monotonic()
+    p = RawHttp(proxy.clients, "GET", f"/poll/{chan}?t=1", timeout=12)
+    try:
+        p.read_head(12)
+        elapsed = time.monotonic() - t0
+        assert p.status_line == "HTTP/1.1 200 OK"
+        assert p.header("Content-Type") == "text/plain"
+        assert p.header("X-Poll") == "held"
+        assert p.header("Grip-Hold") is None
+        assert p.read_to_end() == b"timeout\n"
+        assert 0.9 < elapsed < 10, elapsed
+    finally:
+        p.close()
+
+
+def test_instruct_body_hold_times_out_with_its_response(proxy, chan):
+    """An application/grip-instruct body (gripcontrol's create_hold_response) holds too; on
+    timeout its `response` is sent."""
+    p = RawHttp(proxy.clients, "GET", f"/instruct/{chan}", timeout=12)
+    try:
+        p.read_head(12)
+        assert p.status == 200
+        assert p.read_to_end() == b"instruct-timeout\n"
+    finally:
+        p.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Pass-through, errors, signature
+
+
+def test_passthrough_get(proxy):
+    r = http(proxy.clients, "GET", "/plain/get?x=1")
+    assert r.status_line == "HTTP/1.1 200 OK"
+    assert r.header("Content-Type") == "text/plain"
+    assert r.header("X-Custom") == "yes"
+    assert r.body == b"plain GET /plain/get?x=1\n"
+
+
+def test_passthrough_post_body(proxy, backend):
+    r = http(
+        proxy.clients, "POST", "/plain/post", [("Content-Type", "text/plain")], b"hello body"
+    )
+    assert r.status == 200
+    assert r.body == b"plain POST /plain/post\nhello body"
+    seen = backend.wait_seen("/plain/post")[-1]
+    assert seen["body"] == b"hello body"
+
+
+def test_passthrough_404_and_headers(proxy):
+    r = http(proxy.clients, "GET", "/missing")
+    assert r.status_line == "HTTP/1.1 404 Not Found"
+    assert r.header("X-Custom") == "nope"
+    assert r.header("Content-Type") == "text/plain"
+    assert r.body == b"no such thing\n"
+
+
+def test_backend_down_502(proxy):
+    r = http(proxy.clients, "GET", "/dead/anything")
+    assert r.status_line == "HTTP/1.1 502 Bad Gateway"
+    assert r.header("Content-Type") == "text/plain"
+    assert r.body == b"Error while proxying to origin.\n"
+
+
+def test_grip_sig_and_origin_request_headers(proxy, backend):
+    http(proxy.clients, "GET", "/plain/sig")
+    seen = backend.wait_seen("/plain/sig")[-1]
+    assert seen["sig_ok"], seen["sig"]
+    claims = seen["claims"]
+    assert claims["iss"] == SIG_ISS
+    assert 3500 < claims["exp"] - time.time() <= 3601, claims
+    headers = dict(seen["headers"])
+    assert headers["Host"] == proxy.clients  # the client's Host is passed on
+
+
+# --------------------------------------------------------------------------------------------
+# WebSocket-over-HTTP
+
+
+def test_ws_over_http_publish_echo_meta_close(proxy, backend, chan):
+    with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
+        assert ws.response.status_code == 101
+        ws_subscribed(proxy, ws, chan)
+        publish(proxy, chan, WebSocketMessageFormat("published text"))
+        assert drain_probes(ws, "published text") == "published text"
+        publish(proxy, chan, WebSocketMessageFormat(b"\x01\x02", binary=True))
+        assert ws.recv(timeout=3) == b"\x01\x02"
+        ws.send("hello")
+        assert ws.recv(timeout=3) == "echo:hello"
+        ws.send(b"\x00bin")
+        assert ws.recv(timeout=3) == b"echo:\x00bin"
+        ws.send("meta")
+        assert ws.recv(timeout=3) == 'meta:{"user": "alice"}'
+        ws.close(code=4321, reason="done")
+    assert ws.close_code == 4321  # the origin's CLOSE answer (same code) reaches the client
+    reqs = backend.wait_seen(f"/ws/{chan}", pred=lambda r: r["body"].startswith(b"CLOSE"))
+    reqs = backend.seen(f"/ws/{chan}")
+    bodies = [r["body"] for r in reqs]
+    assert bodies[0] == b"OPEN\r\n"
+    assert b"TEXT 5\r\nhello\r\n" in bodies
+    assert b"BINARY 4\r\n\x00bin\r\n" in bodies
+    assert b"CLOSE 6\r\n\x10\xe1done\r\n" in bodies
+    first = dict(reqs[0]["headers"])
+    assert reqs[0]["method"] == "POST"
+    assert first["Content-Type"] == "application/websocket-events"
+    assert first["Accept"] == "application/websocket-events"
+    assert first["Sec-WebSocket-Extensions"] == "grip"
+    assert "Meta-User" not in first
+    ids = {dict(r["headers"])["Connection-Id"] for r in reqs}
+    assert len(ids) == 1 and ids.pop()
+    assert all(r["sig_ok"] for r in reqs)
+    for r in reqs[1:]:
+        assert dict(r["headers"])["Meta-User"] == "alice"
+
+
+def test_ws_over_http_backend_close(proxy, backend, chan):
+    with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
+        ws.send("bye")
+        assert ws.recv(timeout=3) == "bye!"
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=3)
+        assert ws.close_code == 4001
+
+
+def test_stream_item_does_not_reach_websocket(proxy, chan):
+    """An http-stream-only item does not reach a WebSocket subscriber."""
+    with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
+        ws_subscribed(proxy, ws, chan)
+        publish(proxy, chan, HttpStreamFormat("stream-only\n"))
+        publish(proxy, chan, WebSocketMessageFormat("ws"))
+        assert drain_probes(ws, "ws") == "ws"
+
+
+def test_pushpin_publish_cli_reaches_websocket(proxy, chan):
+    with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
+        ws_subscribed(proxy, ws, chan)
+        out = subprocess.run(
+            ["pushpin-publish", "--spec", proxy.publish_url, chan, "cli text"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert out.returncode == 0, out.stderr
+        assert drain_probes(ws, "cli text") == "cli text"  # no newline for WebSocket
+
+
+# --------------------------------------------------------------------------------------------
+# The same scenario through both proxies, byte for byte
+
+COMPARED_HEADERS = ("Content-Type", "Cache-Control", "X-Backend", "X-Poll", "X-Pub", "X-Custom")
+
+
+def _head(r):
+    return {"status": r.status_line, **{h: r.header(h) for h in COMPARED_HEADERS}}
+
+
+def scenario(proxy, backend):
+    """The client-visible transcript of one scripted run."""
+    out = {}
+    # 1. SSE stream hold + 3 publishes, the last a close action.
+    s = open_stream(proxy, "/sse/same")
+    publish(proxy, "same", HttpStreamFormat("data: first\n\n"), id="1")
+    publish(proxy, "same", HttpStreamFormat(b"data: \xc3\xa9\n\n"), id="2", prev_id="1")
+    publish(proxy, "same", HttpStreamFormat(close=True))
+    out["stream"] = {**_head(s), "body": s.read_to_end()}
+    s.close()
+    # 2. Long-poll answered by a publish.
+    p = RawHttp(proxy.clients, "GET", "/poll/samepoll?t=20")
+    backend.wait_seen("/poll/samepoll")
+    publish_until(
+        proxy,
+        "samepoll",
+        HttpResponseFormat(code=202, headers={"X-Pub": "2"}, body="polled\n"),
+        lambda: p._recv(time.monotonic() + 0.01) or p.buf,
+    )
+    p.read_head()
+    out["poll"] = {**_head(p), "body": p.read_to_end()}
+    p.close()
+    # 3. Pass-through and 502.
+    for path in ("/plain/same", "/missing", "/dead/same"):
+        r = http(proxy.clients, "GET", path)
+        out[path] = {**_head(r), "body": r.body}
+    # 4. WebSocket-over-HTTP: echo, publish, client close.
+    got = []
+    with connect(f"ws://{proxy.clients}/ws/samews", open_timeout=5, close_timeout=3) as ws:
+        ws_subscribed(proxy, ws, "samews")
+        ws.send("ping me")
+        got.append(drain_probes(ws, None))
+        publish(proxy, "samews", WebSocketMessageFormat("pushed"))
+        got.append(drain_probes(ws, None))
+        ws.send("meta")
+        got.append(drain_probes(ws, None))
+        ws.close(code=1000, reason="bye")
+    out["ws"] = got
+    reqs = backend.wait_seen("/ws/samews", pred=lambda r: r["body"].startswith(b"CLOSE"))
+    out["ws_origin_events"] = [
+        r["body"] for r in backend.seen("/ws/samews") if not r["body"].startswith(b"TEXT 5\r\nprobe")
+    ]
+    return out
+
+
+@needs_pushpin
+def test_same_bytes(tmp_path):
+    """Pushpin and Clarion give the same client-visible bytes for one scripted scenario."""
+    transcripts = {}
+    for name in ("pushpin", "clarion"):
+        backend = Backend()
+        proxy = None
+        try:
+            proxy = start_proxy(name, routes_text(backend.port, free_port()), tmp_path / name)
+            transcripts[name] = scenario(proxy, backend)
+        finally:
+            if proxy is not None:
+                proxy.stop()
+            backend.stop()
+    want, got = transcripts["pushpin"], transcripts["clarion"]
+    for key in want:
+        assert got.get(key) == want[key], f"{key}: pushpin {want[key]!r} clarion {got.get(key)!r}"
