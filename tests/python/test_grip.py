@@ -353,7 +353,9 @@ def test_ws_over_http_publish_echo_meta_close(proxy, backend, chan):
         ws.send("meta")
         assert ws.recv(timeout=3) == 'meta:{"user": "alice"}'
         ws.close(code=4321, reason="done")
-    assert ws.close_code == 4321  # the origin's CLOSE answer (same code) reaches the client
+    # Pushpin answers the client's close frame with 1000 and no reason, not with the code of
+    # the origin's CLOSE answer (4321 here).
+    assert (ws.close_code, ws.close_reason) == (1000, "")
     reqs = backend.wait_seen(f"/ws/{chan}", pred=lambda r: r["body"].startswith(b"CLOSE"))
     reqs = backend.seen(f"/ws/{chan}")
     bodies = [r["body"] for r in reqs]
@@ -372,6 +374,25 @@ def test_ws_over_http_publish_echo_meta_close(proxy, backend, chan):
     assert all(r["sig_ok"] for r in reqs)
     for r in reqs[1:]:
         assert dict(r["headers"])["Meta-User"] == "alice"
+
+
+def test_ws_over_http_ping_close_and_disconnect_events(proxy, backend, chan):
+    """A client ping reaches the origin as a PING event; a close without reason is
+    `CLOSE 2` + the code; a dropped TCP connection is DISCONNECT."""
+    with connect(f"ws://{proxy.clients}/ws/{chan}a", open_timeout=5, close_timeout=3) as ws:
+        ws.ping(b"pp").wait(3)
+        ws.send("x")
+        assert ws.recv(timeout=3) == "echo:x"
+    backend.wait_seen(f"/ws/{chan}a", pred=lambda r: r["body"].startswith(b"CLOSE"))
+    bodies = [r["body"] for r in backend.seen(f"/ws/{chan}a")]
+    assert bodies[0] == b"OPEN\r\n"
+    assert b"PING 2\r\npp\r\n" in b"".join(bodies)
+    assert bodies[-1] == b"CLOSE 2\r\n\x03\xe8\r\n"
+    with connect(f"ws://{proxy.clients}/ws/{chan}b", open_timeout=5, close_timeout=3) as ws:
+        ws.send("x")
+        assert ws.recv(timeout=3) == "echo:x"
+        ws.socket.close()  # no close frame
+    backend.wait_seen(f"/ws/{chan}b", pred=lambda r: r["body"] == b"DISCONNECT\r\n")
 
 
 def test_ws_over_http_backend_close(proxy, backend, chan):
