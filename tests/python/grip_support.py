@@ -418,22 +418,43 @@ class Pushpin:
             raise RuntimeError(f"pushpin exited: {(self.dir / 'pushpin.log').read_text()[-3000:]}")
         return True
 
-    def stop(self):
-        if self.proc.poll() is None:
+    def _session_pids(self):
+        """Processes in Pushpin's session: the runner starts condure, zurl, pushpin-proxy and
+        pushpin-handler each in its own process group, but in the runner's session."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[3]) == self.proc.pid:  # state, ..., session
+                pids.append(int(entry))
+        return pids
+
+    def stop(self):
+        """SIGTERM to the runner (it stops its services), then SIGKILL to whatever is left of
+        the session; bounded."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        # Whatever of the group is left (condure, zurl, proxy, handler) is killed outright.
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for _ in range(50):
+            left = self._session_pids()
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
         if self.proc.poll() is None:
+            self.proc.kill()
             self.proc.wait(timeout=5)
         self.log.close()
 
