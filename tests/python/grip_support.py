@@ -12,7 +12,6 @@ Both proxies expose the same interface: `.clients` (client listener "host:port")
 `.publish_url` (the GRIP publish base URL, `http://host:port`), `.name`, `.stop()`.
 """
 
-import base64
 import http.server as httpserver
 import json
 import os
@@ -24,7 +23,6 @@ import socket
 import socketserver
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.parse
