@@ -347,6 +347,9 @@ def test_grip_sig_and_origin_request_headers(proxy, backend):
 def test_ws_over_http_publish_echo_meta_close(proxy, backend, chan):
     with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
         assert ws.response.status_code == 101
+        # The client's permessage-deflate offer is declined; the grip extension stays between
+        # the proxy and the origin.
+        assert ws.response.headers.get("Sec-WebSocket-Extensions") is None
         ws_subscribed(proxy, ws, chan)
         publish(proxy, chan, WebSocketMessageFormat("published text"))
         assert drain_probes(ws, "published text") == "published text"
