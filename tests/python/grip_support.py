@@ -94,6 +94,7 @@ class Backend:
     *    /plain[...]           non-GRIP: 200, X-Custom: yes, text/plain, body
                                "plain METHOD PATH\\n" + the request body
     GET  /missing              non-GRIP 404, X-Custom: nope, body "no such thing\\n"
+    GET  /bad/forever          Grip-Hold: forever (invalid); /bad/nochannel: stream, no channel
     GET  /slow                 answers after `slow_seconds` (for the 504 test)
     POST /ws/CHAN              WebSocket-over-HTTP (route with over_http): accepts with the grip
                                extension, subscribes to CHAN, sets meta user=alice, echoes TEXT
@@ -258,6 +259,12 @@ class Backend:
         elif kind == "slow":
             self.release.wait(self.slow_seconds)
             self._send(h, 200, [("Content-Type", "text/plain")], b"slow\n")
+        elif kind == "bad":  # invalid GRIP instructions
+            headers = {
+                "forever": [("Grip-Hold", "forever"), ("Grip-Channel", "c")],
+                "nochannel": [("Grip-Hold", "stream")],
+            }[chan]
+            self._send(h, 200, [("Content-Type", "text/plain")] + headers, b"bad\n")
         elif kind == "ws":
             self._ws(h, chan, query, body)
         else:

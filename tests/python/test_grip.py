@@ -329,6 +329,27 @@ def test_backend_down_502(proxy):
     assert r.body == b"Error while proxying to origin.\n"
 
 
+def test_invalid_grip_hold_is_502(proxy):
+    r = http(proxy.clients, "GET", "/bad/forever")
+    assert r.status_line == "HTTP/1.1 502 Bad Gateway"
+    assert r.body == b"Error while proxying to origin.\n"
+
+
+def test_passthrough_chunked_request_body(proxy, backend):
+    """A chunked request body reaches the origin de-chunked, with a Content-Length."""
+    r = RawHttp(proxy.clients, "POST", "/plain/chunked", [("Transfer-Encoding", "chunked")])
+    try:
+        r.sock.sendall(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        r.read_head()
+        assert r.status == 200
+        assert r.read_to_end() == b"plain POST /plain/chunked\nhello world"
+    finally:
+        r.close()
+    seen = backend.wait_seen("/plain/chunked")[-1]
+    assert seen["body"] == b"hello world"
+    assert dict(seen["headers"]).get("Content-Length") == "11"
+
+
 def test_grip_sig_and_origin_request_headers(proxy, backend):
     http(proxy.clients, "GET", "/plain/sig")
     seen = backend.wait_seen("/plain/sig")[-1]
