@@ -108,6 +108,7 @@ class Backend:
         self.cond = threading.Condition()
         self.release = threading.Event()
         self.slow_seconds = 8.0
+        self.history = {}  # channel -> [(id, bytes)] for /rel/
         backend = self
 
         class Handler(httpserver.BaseHTTPRequestHandler):
@@ -259,6 +260,31 @@ class Backend:
         elif kind == "slow":
             self.release.wait(self.slow_seconds)
             self._send(h, 200, [("Content-Type", "text/plain")], b"slow\n")
+        elif kind == "rel":
+            # Reliable stream (Pushpin's recovery): the channel's history is `self.history[chan]`
+            # [(id, bytes)]; the hold names the last id as prev-id and a Grip-Link rel=next
+            # recovery URL. A request with Grip-Last gets what follows that id.
+            log = self.history.get(chan, [])
+            last = h.headers.get("Grip-Last")
+            if last:
+                last_id = last.split("last-id=", 1)[1].strip()
+                ids = [i for i, _ in log]
+                after = ids.index(last_id) + 1 if last_id in ids else 0
+                out = b"".join(c for _, c in log[after:])
+            else:
+                out = b"start\n"
+            prev = log[-1][0] if log else None
+            self._send(
+                h,
+                200,
+                [
+                    ("Content-Type", "text/plain"),
+                    ("Grip-Hold", "stream"),
+                    ("Grip-Channel", create_grip_channel_header(Channel(chan, prev))),
+                    ("Grip-Link", f"</rel/{chan}?recover=1>; rel=next"),
+                ],
+                out,
+            )
         elif kind == "bad":  # invalid GRIP instructions
             headers = {
                 "forever": [("Grip-Hold", "forever"), ("Grip-Channel", "c")],

@@ -152,14 +152,42 @@ def test_plain_stream_binary_content_and_close(proxy, chan):
 
 
 def test_stream_hold_with_prev_id_is_answered_without_holding(proxy, chan):
-    """Pushpin 1.36 answers a stream hold whose Grip-Channel has a prev-id with the origin's
-    response as a complete one (Content-Length, no subscription): no replay, no hold."""
+    """Pushpin 1.36 answers a stream hold whose Grip-Channel has a prev-id but no Grip-Link
+    (rel=next) with the origin's response as a complete one (Content-Length, no subscription):
+    no replay, no hold. (With a Grip-Link, see the recovery test below.)"""
     s = open_stream(proxy, f"/sse/{chan}?prev=5")
     try:
         assert s.status == 200
         assert s.header("Content-Type") == "text/event-stream"
         assert s.header("Content-Length") == "5"
         assert s.read_to_end(2) == b":ok\n\n"
+    finally:
+        s.close()
+
+
+def test_prev_id_gap_is_recovered_from_the_grip_link(proxy, backend, chan):
+    """Pushpin's reliable streams: a stream hold with `Grip-Channel: C; prev-id=1` and
+    `Grip-Link: </rel/C?recover=1>; rel=next` is held. A publish whose prev-id (2) is not the
+    last id seen (1) makes Pushpin GET the Grip-Link URL with `Grip-Last: C; last-id=1`; the
+    origin's answer body goes into the stream (and its hold's prev-id becomes the last id); the
+    gap item itself is not delivered (the origin's answer has it). A publish that follows on
+    from the recovered id goes out as usual; nothing is sent twice."""
+    backend.history[chan] = [("1", b"one\n")]
+    s = open_stream(proxy, f"/rel/{chan}")
+    try:
+        assert s.status == 200 and s.body == b"start\n"
+        assert s.header("Content-Length") is None  # held
+        backend.history[chan] += [("2", b"two\n"), ("3", b"three\n")]
+        publish(proxy, chan, HttpStreamFormat("three\n"), id="3", prev_id="2")
+        assert s.read_body_until(b"three\n", 5) == b"start\ntwo\nthree\n"
+        recovery = backend.wait_seen(f"/rel/{chan}?recover=1")[0]
+        assert recovery["method"] == "GET"
+        assert dict(recovery["headers"])["Grip-Last"] == f"{chan}; last-id=1"
+        backend.history[chan].append(("4", b"four\n"))
+        publish(proxy, chan, HttpStreamFormat("four\n"), id="4", prev_id="3")
+        assert s.read_body_until(b"four\n", 5) == b"start\ntwo\nthree\nfour\n"
+        with pytest.raises(AssertionError):  # nothing more (Pushpin re-checks after ~1 s)
+            s.read_body_until(lambda b: len(b) > len(b"start\ntwo\nthree\nfour\n"), 1.5)
     finally:
         s.close()
 
@@ -205,7 +233,7 @@ def test_keep_alive_bytes(proxy, chan):
         assert time.monotonic() - t0 < 4
         publish(proxy, chan, HttpStreamFormat("data\n"))
         body = s.read_body_until(b"data\n")
-        assert re.fullmatch(rb"start\n(:ka\n)+data\n", body), body
+        assert re.fullmatch(rb"start\n(:ka\n)+data\n(:ka\n)*", body), body
     finally:
         s.close()
 
