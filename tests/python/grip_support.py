@@ -41,6 +41,7 @@ from gripcontrol import (
     decode_websocket_events,
     encode_websocket_events,
     validate_sig,
+    websocket_control_message,
 )
 from pubcontrol import Item
 
@@ -99,7 +100,8 @@ class Backend:
     POST /ws/CHAN              WebSocket-over-HTTP (route with over_http): accepts with the grip
                                extension, subscribes to CHAN, sets meta user=alice, echoes TEXT
                                as "echo:TEXT"; "meta" answers with the Meta-* it got; "bye"
-                               makes the backend close with 4001; CLOSE is answered with CLOSE.
+                               makes the backend close with 4001; "keepalive" sends the
+                               control message keep-alive (content "ka", timeout 1); CLOSE is answered with CLOSE.
                                With ?kai=S the OPEN answer sets Keep-Alive-Interval: S.
     """
 
@@ -320,6 +322,11 @@ class Backend:
                 break
             if message == "meta":
                 ctx.send("meta:" + json.dumps(ctx.orig_meta, sort_keys=True))
+            elif message == "keepalive":
+                ctx.send_control(
+                    websocket_control_message("keep-alive", {"content": "ka", "timeout": 1})
+                )
+                ctx.send("keepalive on")
             elif message == "bye":
                 ctx.send("bye!")
                 ctx.close(4001)

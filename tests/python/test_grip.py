@@ -453,6 +453,17 @@ def test_ws_over_http_ping_close_and_disconnect_events(proxy, backend, chan):
     backend.wait_seen(f"/ws/{chan}b", pred=lambda r: r["body"] == b"DISCONNECT\r\n")
 
 
+def test_ws_keep_alive_control_message(proxy, chan):
+    """`c:{"type": "keep-alive", "content": "ka", "timeout": 1}` from the origin: the client
+    gets text "ka" while idle (Pushpin: the first within ~0.3-1 s, then about every 1 s)."""
+    with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
+        ws.send("keepalive")
+        assert ws.recv(timeout=3) == "keepalive on"
+        t0 = time.monotonic()
+        assert [ws.recv(timeout=2.5), ws.recv(timeout=2.5)] == ["ka", "ka"]
+        assert time.monotonic() - t0 < 4
+
+
 def test_ws_over_http_backend_close(proxy, backend, chan):
     with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
         ws.send("bye")
