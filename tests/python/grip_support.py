@@ -100,7 +100,8 @@ class Backend:
     POST /ws/CHAN              WebSocket-over-HTTP (route with over_http): accepts with the grip
                                extension, subscribes to CHAN, sets meta user=alice, echoes TEXT
                                as "echo:TEXT"; "meta" answers with the Meta-* it got; "bye"
-                               makes the backend close with 4001; "keepalive" sends the
+                               makes the backend close with 4001; "unsub" moves it from
+                               CHAN to CHAN-2; "detach" detaches; "keepalive" sends the
                                control message keep-alive (content "ka", timeout 1); CLOSE is answered with CLOSE.
                                With ?kai=S the OPEN answer sets Keep-Alive-Interval: S.
     """
@@ -322,6 +323,13 @@ class Backend:
                 break
             if message == "meta":
                 ctx.send("meta:" + json.dumps(ctx.orig_meta, sort_keys=True))
+            elif message == "unsub":
+                ctx.unsubscribe(chan)
+                ctx.subscribe(chan + "-2")
+                ctx.send("moved")
+            elif message == "detach":
+                ctx.detach()
+                ctx.send("detached")
             elif message == "keepalive":
                 ctx.send_control(
                     websocket_control_message("keep-alive", {"content": "ka", "timeout": 1})

@@ -453,6 +453,25 @@ def test_ws_over_http_ping_close_and_disconnect_events(proxy, backend, chan):
     backend.wait_seen(f"/ws/{chan}b", pred=lambda r: r["body"] == b"DISCONNECT\r\n")
 
 
+def test_ws_unsubscribe_and_detach(proxy, backend, chan):
+    with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
+        ws_subscribed(proxy, ws, chan)
+        ws.send("unsub")
+        assert drain_probes(ws, "moved") == "moved"
+        ws_subscribed(proxy, ws, chan + "-2")
+        publish(proxy, chan, WebSocketMessageFormat("unsubscribed channel"))
+        publish(proxy, chan + "-2", WebSocketMessageFormat("kept"))
+        assert drain_probes(ws, "kept") == "kept"
+        ws.send("detach")
+        assert ws.recv(timeout=3) == "detached"
+        ws.send("after detach")  # not forwarded to the origin any more
+        publish(proxy, chan + "-2", WebSocketMessageFormat("still subscribed"))
+        assert drain_probes(ws, None) == "still subscribed"
+    time.sleep(0.5)  # bounded: let a wrongly forwarded message arrive before checking
+    bodies = [r["body"] for r in backend.seen(f"/ws/{chan}")]
+    assert not any(b"after detach" in b for b in bodies), bodies
+
+
 def test_ws_keep_alive_control_message(proxy, chan):
     """`c:{"type": "keep-alive", "content": "ka", "timeout": 1}` from the origin: the client
     gets text "ka" while idle (Pushpin: the first within ~0.3-1 s, then about every 1 s)."""
