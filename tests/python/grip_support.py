@@ -88,6 +88,7 @@ class Backend:
     GET  /sse/CHAN[?prev=ID]   stream hold, SSE content type, body ":ok\\n\\n", optional prev-id
     GET  /stream/CHAN[?ka=S]   stream hold, text/plain, body "start\\n"; with ka=S a Grip-Keep-Alive
                                of ":ka\\n" every S seconds
+    GET  /multi/A+B            stream hold on channels A and B ("A, B"), body "multi\\n"
     GET  /poll/CHAN[?t=S]      response hold with Grip-Timeout S (default 1); the held response
                                (sent on timeout) is 200 text/plain "timeout\\n" + X-Poll: held
     GET  /instruct/CHAN        response hold given as an application/grip-instruct JSON body
@@ -235,6 +236,17 @@ class Backend:
             if "ka" in query:
                 headers.append(("Grip-Keep-Alive", f":ka\\n; format=cstring; timeout={query['ka']}"))
             self._send(h, 200, headers, b"start\n")
+        elif kind == "multi":  # stream hold on several channels: /multi/A+B
+            self._send(
+                h,
+                200,
+                [
+                    ("Content-Type", "text/plain"),
+                    ("Grip-Hold", "stream"),
+                    ("Grip-Channel", create_grip_channel_header([Channel(c) for c in chan.split("+")])),
+                ],
+                b"multi\n",
+            )
         elif kind == "poll":
             self._send(
                 h,

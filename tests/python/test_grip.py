@@ -151,6 +151,18 @@ def test_plain_stream_binary_content_and_close(proxy, chan):
         s.close()
 
 
+def test_stream_hold_on_two_channels(proxy, chan):
+    s = open_stream(proxy, f"/multi/{chan}a+{chan}b")
+    try:
+        assert s.body == b"multi\n"
+        publish(proxy, f"{chan}a", HttpStreamFormat("from a\n"))
+        s.read_body_until(b"from a\n")
+        publish(proxy, f"{chan}b", HttpStreamFormat("from b\n"))
+        assert s.read_body_until(b"from b\n") == b"multi\nfrom a\nfrom b\n"
+    finally:
+        s.close()
+
+
 def test_stream_hold_with_prev_id_is_answered_without_holding(proxy, chan):
     """Pushpin 1.36 answers a stream hold whose Grip-Channel has a prev-id but no Grip-Link
     (rel=next) with the origin's response as a complete one (Content-Length, no subscription):
@@ -288,6 +300,25 @@ def test_long_poll_answered_by_publish(proxy, backend, chan):
         assert p.read_to_end() == b"published\n"
     finally:
         p.close()
+
+
+def test_long_poll_two_clients_one_publish(proxy, backend, chan):
+    polls = [RawHttp(proxy.clients, "GET", f"/poll/{chan}?t=20&n={i}") for i in range(2)]
+    try:
+        backend.wait_seen(f"/poll/{chan}", 2)
+        publish_until(
+            proxy,
+            chan,
+            HttpResponseFormat(body="both\n"),
+            lambda: all(p._recv(time.monotonic() + 0.01) or p.buf for p in polls),
+        )
+        for p in polls:
+            p.read_head()
+            assert p.status_line == "HTTP/1.1 200 OK"
+            assert p.read_to_end() == b"both\n"
+    finally:
+        for p in polls:
+            p.close()
 
 
 def test_long_poll_timeout_sends_origin_response(proxy, chan):
