@@ -409,6 +409,25 @@ def test_passthrough_chunked_request_body(proxy, backend):
     assert dict(seen["headers"]).get("Content-Length") == "11"
 
 
+def test_publish_api_answers(proxy):
+    """The publish endpoint's own answers (bodies of errors are not compared: Pushpin's are
+    text, e.g. `Body is not valid JSON.\\n`)."""
+    addr = proxy.publish_url.split("//", 1)[1]
+    ok = b'{"items": [{"channel": "nobody", "http-stream": {"content": "x"}}]}'
+    for path, body, status in [
+        ("/publish/", ok, 200),
+        ("/publish/", b"not json", 400),
+        ("/publish/", b'{"items": [{"http-stream": {"content": "x"}}]}', 400),
+        ("/publish/", b'{"nope": 1}', 400),
+    ]:
+        r = http(addr, "POST", path, [("Content-Type", "application/json")], body)
+        assert r.status == status, (body, r.head, r.body)
+        if status == 200:
+            assert r.header("Content-Type") == "text/plain"
+            assert r.body == b"Published\n"
+    assert http(addr, "GET", "/publish/").status == 405
+
+
 def test_grip_sig_and_origin_request_headers(proxy, backend):
     http(proxy.clients, "GET", "/plain/sig")
     seen = backend.wait_seen("/plain/sig")[-1]
