@@ -339,6 +339,25 @@ def test_long_poll_timeout_sends_origin_response(proxy, chan):
         p.close()
 
 
+def test_long_poll_timeout_is_at_least_5_s(proxy, chan):
+    """Pushpin raises a Grip-Timeout under 5 s to 5 s: with `Grip-Timeout: 1` on a channel
+    that already has a subscriber the answer comes at ~5.0 s (on a new channel at ~6 s: the
+    hold is re-requested from the origin ~1 s after it starts, and the 5 s count from there)."""
+    s = open_stream(proxy, f"/stream/{chan}")  # the channel is subscribed already
+    try:
+        t0 = time.monotonic()
+        p = RawHttp(proxy.clients, "GET", f"/poll/{chan}?t=1", timeout=12)
+        try:
+            p.read_head(12)
+            elapsed = time.monotonic() - t0
+            assert p.read_to_end() == b"timeout\n"
+            assert 4.5 < elapsed < 7, elapsed
+        finally:
+            p.close()
+    finally:
+        s.close()
+
+
 def test_instruct_body_hold_times_out_with_its_response(proxy, chan):
     """An application/grip-instruct body (gripcontrol's create_hold_response) holds too; on
     timeout its `response` is sent."""
