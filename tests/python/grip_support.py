@@ -587,6 +587,17 @@ class RawHttp:
     def close(self):
         self.sock.close()
 
+    def next_response(self, send=None):
+        """Starts reading the next response on this connection (after the current one is
+        complete), optionally sending another request first."""
+        assert self.done, "the current response is not complete"
+        if send is not None:
+            self.sock.sendall(send)
+        self.head = self.status = None
+        self.headers, self.body, self.chunks, self.arrivals = [], b"", [], []
+        self.chunked, self.length, self.done = False, None, False
+        return self
+
     def header(self, name):
         for k, v in self.headers:
             if k.lower() == name.lower():

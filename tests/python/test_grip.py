@@ -151,6 +151,28 @@ def test_plain_stream_binary_content_and_close(proxy, chan):
         s.close()
 
 
+def test_connection_reused_after_close_action_and_pipelined(proxy, chan):
+    """After a close action ends a stream, the client's connection takes another request;
+    pipelined pass-through requests are answered in order."""
+    s = open_stream(proxy, f"/stream/{chan}")
+    try:
+        publish(proxy, chan, HttpStreamFormat("x\n"))
+        publish(proxy, chan, HttpStreamFormat(close=True))
+        assert s.read_to_end() == b"start\nx\n"
+        again = f"GET /plain/again HTTP/1.1\r\nHost: {proxy.clients}\r\n\r\n".encode()
+        s.next_response(again).read_head()
+        assert s.status == 200 and s.read_to_end() == b"plain GET /plain/again\n"
+        both = b"".join(
+            f"GET /plain/p{i} HTTP/1.1\r\nHost: {proxy.clients}\r\n\r\n".encode() for i in (1, 2)
+        )
+        s.next_response(both).read_head()
+        assert s.read_to_end() == b"plain GET /plain/p1\n"
+        s.next_response().read_head()
+        assert s.read_to_end() == b"plain GET /plain/p2\n"
+    finally:
+        s.close()
+
+
 def test_stream_hold_on_two_channels(proxy, chan):
     s = open_stream(proxy, f"/multi/{chan}a+{chan}b")
     try:
