@@ -130,7 +130,7 @@ class Backend:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-            do_GET = do_POST = do_PUT = do_DELETE = _any
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _any
 
         class HTTPServer(socketserver.ThreadingMixIn, httpserver.HTTPServer):
             daemon_threads = True
@@ -203,6 +203,8 @@ class Backend:
         reason = httpserver.BaseHTTPRequestHandler.responses.get(status, ("",))[0]
         head = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers]
         head.append(f"Content-Length: {len(body)}")
+        if handler.command == "HEAD":
+            body = b""
         handler.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
         handler.wfile.flush()
 
@@ -564,10 +566,10 @@ class RawHttp:
     """One HTTP/1.1 request over a raw socket; keeps the head bytes, the de-chunked body and
     the chunk sizes. `read_head()`, then `read_body_until(...)` / `read_to_end()`."""
 
-    def __init__(self, addr, method, path, headers=(), body=None, timeout=5.0):
+    def __init__(self, addr, method, path, headers=(), body=None, timeout=5.0, http10=False):
         host, port = addr.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {addr}"]
+        lines = [f"{method} {path} HTTP/1.{0 if http10 else 1}", f"Host: {addr}"]
         lines += [f"{k}: {v}" for k, v in headers]
         if body is not None:
             lines.append(f"Content-Length: {len(body)}")

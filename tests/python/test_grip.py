@@ -173,6 +173,32 @@ def test_connection_reused_after_close_action_and_pipelined(proxy, chan):
         s.close()
 
 
+def test_http10_stream_is_raw_and_closed(proxy, chan):
+    """An HTTP/1.0 client gets an HTTP/1.0 answer, the stream unchunked, ended by closing."""
+    s = RawHttp(proxy.clients, "GET", f"/stream/{chan}", http10=True)
+    try:
+        s.read_head()
+        assert s.status_line == "HTTP/1.0 200 OK"
+        assert not s.chunked and s.length is None
+        s.read_body_until(b"start\n")
+        publish(proxy, chan, HttpStreamFormat("x\n"))
+        publish(proxy, chan, HttpStreamFormat(close=True))
+        assert s.read_to_end() == b"start\nx\n" and s.eof
+    finally:
+        s.close()
+
+
+def test_head_passthrough_keeps_content_length(proxy):
+    r = RawHttp(proxy.clients, "HEAD", "/plain/head")
+    try:
+        r.read_head()
+        assert r.status == 200
+        assert r.header("Content-Length") == str(len(b"plain HEAD /plain/head\n"))
+        assert r.header("X-Custom") == "yes"
+    finally:
+        r.close()
+
+
 def test_stream_hold_on_two_channels(proxy, chan):
     s = open_stream(proxy, f"/multi/{chan}a+{chan}b")
     try:
