@@ -325,6 +325,9 @@ class Backend:
             ctx.subscribe(chan)
             ctx.meta["user"] = "alice"
             headers.append(("Sec-WebSocket-Extensions", "grip"))
+            offered = h.headers.get("Sec-WebSocket-Protocol")
+            if offered:  # pick the client's first subprotocol
+                headers.append(("Sec-WebSocket-Protocol", offered.split(",")[0].strip()))
             if "kai" in query:
                 headers.append(("Keep-Alive-Interval", query["kai"]))
         while ctx.can_recv():

@@ -548,6 +548,16 @@ def test_ws_over_http_publish_echo_meta_close(proxy, backend, chan):
         assert dict(r["headers"])["Meta-User"] == "alice"
 
 
+def test_ws_subprotocol_chosen_by_origin(proxy, backend, chan):
+    url = f"ws://{proxy.clients}/ws/{chan}"
+    with connect(url, subprotocols=["chat.v2", "chat"], open_timeout=5, close_timeout=3) as ws:
+        assert ws.subprotocol == "chat.v2"
+        ws.send("x")
+        assert ws.recv(timeout=3) == "echo:x"
+    opened = backend.wait_seen(f"/ws/{chan}")[0]
+    assert dict(opened["headers"])["Sec-WebSocket-Protocol"] == "chat.v2, chat"
+
+
 def test_ws_client_close_is_answered_with_1000(proxy, backend, chan):
     """Pushpin answers the client's close frame with 1000 and no reason, not with the code of
     the origin's CLOSE answer (4321 here)."""
