@@ -104,6 +104,7 @@ class Backend:
                                makes the backend close with 4001; "unsub" moves it from
                                CHAN to CHAN-2; "detach" detaches; "keepalive" sends the
                                control message keep-alive (content "ka", timeout 1); CLOSE is answered with CLOSE.
+                               /ws/deny answers 403 text/plain "denied\\n".
                                With ?kai=S the OPEN answer sets Keep-Alive-Interval: S.
     """
 
@@ -314,6 +315,9 @@ class Backend:
             self._send(h, 404, [("Content-Type", "text/plain")], b"unknown\n")
 
     def _ws(self, h, chan, query, body):
+        if chan == "deny":  # refuses the connection with a plain answer
+            self._send(h, 403, [("Content-Type", "text/plain"), ("X-Custom", "deny")], b"denied\n")
+            return
         events = decode_websocket_events(body)
         meta = {
             k[len("Meta-") :].lower(): v for k, v in h.headers.items() if k.lower().startswith("meta-")
@@ -379,9 +383,10 @@ class Backend:
 
 def routes_text(backend_port, dead_port, slow_port=None):
     """One routes file for every test: WebSocket-over-HTTP under /ws/, a dead backend under
-    /dead/, everything else to the backend."""
+    /dead/ (and /wsdead/ over HTTP), everything else to the backend."""
     return (
         f"*,path_beg=/ws/ 127.0.0.1:{backend_port},over_http\n"
+        f"*,path_beg=/wsdead/ 127.0.0.1:{dead_port},over_http\n"
         f"*,path_beg=/dead/ 127.0.0.1:{dead_port}\n"
         f"* 127.0.0.1:{backend_port}\n"
     )

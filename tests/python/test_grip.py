@@ -558,6 +558,30 @@ def test_ws_subprotocol_chosen_by_origin(proxy, backend, chan):
     assert dict(opened["headers"])["Sec-WebSocket-Protocol"] == "chat.v2, chat"
 
 
+UPGRADE = [
+    ("Upgrade", "websocket"),
+    ("Connection", "Upgrade"),
+    ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ("Sec-WebSocket-Version", "13"),
+]
+
+
+def test_ws_refused_by_origin(proxy):
+    """The origin's non-WebSocket answer to OPEN is the client's handshake answer."""
+    r = http(proxy.clients, "GET", "/ws/deny", UPGRADE)
+    assert r.status_line == "HTTP/1.1 403 Forbidden"
+    assert r.header("X-Custom") == "deny" and r.header("Content-Type") == "text/plain"
+    assert r.body == b"denied\n"
+
+
+def test_ws_origin_down_502(proxy):
+    """Pushpin: 502 with the usual body but, unlike HTTP, no Content-Type."""
+    r = http(proxy.clients, "GET", "/wsdead/x", UPGRADE)
+    assert r.status_line == "HTTP/1.1 502 Bad Gateway"
+    assert r.body == b"Error while proxying to origin.\n"
+    assert r.header("Content-Type") is None
+
+
 def test_ws_client_close_is_answered_with_1000(proxy, backend, chan):
     """Pushpin answers the client's close frame with 1000 and no reason, not with the code of
     the origin's CLOSE answer (4321 here)."""
