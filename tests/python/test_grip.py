@@ -558,6 +558,21 @@ def test_ws_subprotocol_chosen_by_origin(proxy, backend, chan):
     assert dict(opened["headers"])["Sec-WebSocket-Protocol"] == "chat.v2, chat"
 
 
+@pytest.mark.parametrize(
+    "close, want", [({"code": 4002, "reason": "pub bye"}, (4002, "pub bye")), ({}, (1000, ""))]
+)
+def test_ws_close_action_publish(proxy, backend, chan, close, want):
+    """A ws-message `action: close` publish closes the client with its code and reason
+    (Pushpin: 1000 when none is given); the origin then gets `CLOSE\\r\\n` (no code)."""
+    with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
+        ws_subscribed(proxy, ws, chan)
+        publish(proxy, chan, WebSocketMessageFormat(action="close", **close))
+        with pytest.raises(ConnectionClosed):
+            drain_probes(ws, None)
+    assert (ws.close_code, ws.close_reason) == want
+    backend.wait_seen(f"/ws/{chan}", pred=lambda r: r["body"] == b"CLOSE\r\n", timeout=3)
+
+
 UPGRADE = [
     ("Upgrade", "websocket"),
     ("Connection", "Upgrade"),
