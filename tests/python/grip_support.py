@@ -104,6 +104,7 @@ class Backend:
                                makes the backend close with 4001; "unsub" moves it from
                                CHAN to CHAN-2; "detach" detaches; "keepalive" sends the
                                control message keep-alive (content "ka", timeout 1); CLOSE is answered with CLOSE.
+                               A TEXT "fail" is answered 500 text/plain.
                                /ws/deny answers 403 text/plain "denied\\n".
                                With ?kai=S the OPEN answer sets Keep-Alive-Interval: S.
     """
@@ -323,6 +324,9 @@ class Backend:
             k[len("Meta-") :].lower(): v for k, v in h.headers.items() if k.lower().startswith("meta-")
         }
         ctx = WebSocketContext(h.headers.get("Connection-Id"), meta, events)
+        if any(e.type == "TEXT" and e.content == b"fail" for e in events):
+            self._send(h, 500, [("Content-Type", "text/plain")], b"origin failed\n")
+            return
         headers = [("Content-Type", "application/websocket-events")]
         if ctx.is_opening():
             ctx.accept()

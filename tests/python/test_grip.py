@@ -573,6 +573,18 @@ def test_ws_close_action_publish(proxy, backend, chan, close, want):
     backend.wait_seen(f"/ws/{chan}", pred=lambda r: r["body"] == b"CLOSE\r\n", timeout=3)
 
 
+def test_ws_origin_error_drops_the_client(proxy, backend, chan):
+    """The origin answers a TEXT event with 500: Pushpin drops the client's TCP connection
+    without a close frame (the client sees 1006); the origin gets nothing more."""
+    with connect(f"ws://{proxy.clients}/ws/{chan}", open_timeout=5, close_timeout=3) as ws:
+        ws.send("fail")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=3)
+    assert ws.close_code == 1006
+    time.sleep(0.3)  # bounded: anything wrongly sent after the failure arrives by then
+    assert [r["body"] for r in backend.seen(f"/ws/{chan}")] == [b"OPEN\r\n", b"TEXT 4\r\nfail\r\n"]
+
+
 UPGRADE = [
     ("Upgrade", "websocket"),
     ("Connection", "Upgrade"),
