@@ -88,12 +88,14 @@ class Backend:
     GET  /sse/CHAN[?prev=ID]   stream hold, SSE content type, body ":ok\\n\\n", optional prev-id
     GET  /stream/CHAN[?ka=S]   stream hold, text/plain, body "start\\n"; with ka=S a Grip-Keep-Alive
                                of ":ka\\n" every S seconds
+    GET  /rel/CHAN             reliable stream: prev-id = last id of history[CHAN], Grip-Link
+                               rel=next to /rel/CHAN?recover=1; with Grip-Last: what follows
     GET  /multi/A+B            stream hold on channels A and B ("A, B"), body "multi\\n"
     GET  /poll/CHAN[?t=S]      response hold with Grip-Timeout S (default 1); the held response
                                (sent on timeout) is 200 text/plain "timeout\\n" + X-Poll: held
     GET  /instruct/CHAN        response hold given as an application/grip-instruct JSON body
                                (create_hold_response), timeout 1
-    *    /plain[...]           non-GRIP: 200, X-Custom: yes, text/plain, body
+    *    /plain[...]           (HEAD too) non-GRIP: 200, X-Custom: yes, text/plain, body
                                "plain METHOD PATH\\n" + the request body
     GET  /missing              non-GRIP 404, X-Custom: nope, body "no such thing\\n"
     GET  /bad/forever          Grip-Hold: forever (invalid); /bad/nochannel: stream, no channel
@@ -103,8 +105,9 @@ class Backend:
                                as "echo:TEXT"; "meta" answers with the Meta-* it got; "bye"
                                makes the backend close with 4001; "unsub" moves it from
                                CHAN to CHAN-2; "detach" detaches; "keepalive" sends the
-                               control message keep-alive (content "ka", timeout 1); CLOSE is answered with CLOSE.
-                               A TEXT "fail" is answered 500 text/plain.
+                               control message keep-alive (content "ka", timeout 1); CLOSE
+                               is answered with CLOSE; a TEXT "fail" is answered 500; the
+                               client's first subprotocol is chosen.
                                /ws/deny answers 403 text/plain "denied\\n".
                                With ?kai=S the OPEN answer sets Keep-Alive-Interval: S.
     """
