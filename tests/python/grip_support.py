@@ -477,7 +477,7 @@ class Pushpin:
                 s = RawHttp(self.clients, "GET", f"/stream/warmup{attempt}", timeout=2)
                 try:
                     s.read_head(2)
-                    if s.status == 200 and s.body == b"start\n":
+                    if s.status == 200 and s.read_body_until(b"start\n", 1) == b"start\n":
                         publish(self, f"warmup{attempt}", HttpStreamFormat("ready\n"))
                         s.read_body_until(b"ready\n", 1)
                         return
