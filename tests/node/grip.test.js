@@ -34,14 +34,23 @@ let ServeGrip; // @fanoutio/serve-grip (ESM only)
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// Ports for Pushpin, below the kernel's ephemeral range (32768-60999 by default): a client
+// connection of a test file running in parallel can then never take one between the probe and
+// Pushpin's bind (condure binds 0.0.0.0, so that is what is probed). Never the same port twice.
+const handedOut = new Set();
 function freePort() {
   return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
+    const attempt = (left) => {
+      const port = 20000 + Math.floor(Math.random() * 12000);
+      if (handedOut.has(port)) return attempt(left);
+      const s = net.createServer();
+      s.once('error', () => (left > 0 ? attempt(left - 1) : reject(new Error('no free port'))));
+      s.listen({ port, host: '0.0.0.0', exclusive: true }, () => {
+        handedOut.add(port);
+        s.close(() => resolve(port));
+      });
+    };
+    attempt(100);
   });
 }
 

@@ -16,6 +16,7 @@ import http.server as httpserver
 import json
 import os
 import pathlib
+import random
 import select
 import shutil
 import signal
@@ -64,10 +65,25 @@ def wait_until(predicate, timeout=5.0, what="condition"):
         time.sleep(0.02)
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port below the kernel's ephemeral range (32768-60999 by default), free on every
+    address (Pushpin's condure binds 0.0.0.0), never handed out twice: no client connection can
+    take it between this probe and the bind."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 def port_open(port):
