@@ -569,6 +569,24 @@ def test_websocket_bridge_refusal_detach_and_disconnect(proxy, backend):
     ]
 
 
+def test_a_client_gone_during_open_is_reported(proxy, backend):
+    def slow_open(h, body):
+        time.sleep(0.5)
+        return 200, {"Content-Type": "application/websocket-events"}, b"OPEN\r\n"
+
+    backend.routes["/app/ws/slow"] = slow_open
+    server = proxy()
+    c = Raw(server)
+    c.send(
+        b"GET /app/ws/slow HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    _, _, opened, _ = backend.wait_for(lambda m, p, h, b: b == b"OPEN\r\n")
+    c.close()
+    _, _, gone, _ = backend.wait_for(lambda m, p, h, b: b == b"DISCONNECT\r\n")
+    assert gone["Connection-Id"] == opened["Connection-Id"]
+
+
 def test_websocket_keep_alive_interval_sends_empty_requests(proxy, backend):
     backend.routes["/app/ws"] = ws_backend(backend, extra_headers={"Keep-Alive-Interval": "1"})
     server = proxy()

@@ -1336,8 +1336,15 @@ impl Worker {
         let Some(g) = self.grip.remove(&k) else {
             return;
         };
-        let Phase::Ws(mut b) = g.phase else {
-            return;
+        let mut b = match g.phase {
+            Phase::Ws(b) => b,
+            // The client left while the backend was deciding on its OPEN: the backend may
+            // already count the connection, so it hears DISCONNECT too.
+            Phase::Waiting(w) => match w.upgrade {
+                Some(u) => u.bridge,
+                None => return,
+            },
+            Phase::Stream(_) | Phase::Response(_) => return,
         };
         if b.told || b.detached {
             return;
