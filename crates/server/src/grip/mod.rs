@@ -112,6 +112,11 @@ impl Proxy {
         self.next.fetch_add(1, Relaxed)
     }
 
+    /// `Grip-Sig` for a request of the route at `index` in [`Proxy::routes`].
+    pub fn route_signature(&self, index: u32) -> Option<String> {
+        self.signature(self.routes.get(index as usize)?)
+    }
+
     /// `Grip-Sig` for a request of `route`, valid for an hour, or `None` when nothing signs.
     pub fn signature(&self, route: &Route) -> Option<String> {
         let key = route.sig_key.as_deref().or(self.sig_key.as_deref())?;

@@ -214,9 +214,16 @@ impl Worker {
         let host_header = target.host_header.as_deref().unwrap_or(host);
         fixed.push_str(&format!("Host: {host_header}\r\n"));
         for (name, value) in &head.headers {
-            // The client's extension offer is replaced by the `grip` one (below).
-            let offer = name.eq_ignore_ascii_case("sec-websocket-extensions");
-            if forwardable(name) && !offer {
+            // Replaced below: the extension offer by the `grip` one, the forwarding headers by
+            // ours (the client's address appended).
+            let replaced = [
+                "sec-websocket-extensions",
+                "x-forwarded-for",
+                "x-forwarded-proto",
+            ]
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h));
+            if forwardable(name) && !replaced {
                 fixed.push_str(name);
                 fixed.push_str(": ");
                 fixed.push_str(&String::from_utf8_lossy(value));
@@ -227,14 +234,6 @@ impl Worker {
             Some(prev) => format!("{prev}, {client_ip}"),
             None => client_ip,
         };
-        fixed = fixed
-            .lines()
-            .filter(|l| {
-                !l.to_ascii_lowercase().starts_with("x-forwarded-for:")
-                    && !l.to_ascii_lowercase().starts_with("x-forwarded-proto:")
-            })
-            .map(|l| format!("{l}\r\n"))
-            .collect();
         fixed.push_str(&format!(
             "X-Forwarded-For: {forwarded_for}\r\nX-Forwarded-Proto: {}\r\n\
              Grip-Feature: status\r\n",
@@ -323,7 +322,7 @@ impl Worker {
             },
         );
         shared.metrics.grip_requests.fetch_add(1, Relaxed);
-        self.submit(k, ticket, route_index, request, head.method == "HEAD");
+        self.submit(k, ticket, route_index, request, head.method == "HEAD", true);
         Some(Some(total))
     }
 
@@ -335,7 +334,17 @@ impl Worker {
         }
     }
 
-    fn submit(&self, k: u32, ticket: u64, route: u32, request: Vec<u8>, head_only: bool) {
+    /// Hands a request for connection `k` to the backend pool; its answer comes back to this
+    /// worker unless `answer` is false (a notice nobody waits for).
+    fn submit(
+        &self,
+        k: u32,
+        ticket: u64,
+        route: u32,
+        request: Vec<u8>,
+        head_only: bool,
+        answer: bool,
+    ) {
         let Some(proxy) = self.shared.grip.as_ref() else {
             return;
         };
@@ -343,7 +352,9 @@ impl Worker {
             return;
         };
         proxy.backend.submit(Job {
-            reply: proxy.mailboxes.get(self.id).cloned(),
+            reply: answer
+                .then(|| proxy.mailboxes.get(self.id).cloned())
+                .flatten(),
             key: k,
             ticket,
             targets: Arc::clone(targets),
@@ -515,14 +526,7 @@ impl Worker {
             Some(s) => (s.code, s.reason.clone().unwrap_or_default()),
             None => (r.status, r.reason.clone()),
         };
-        let passed: Vec<(&str, String)> = r
-            .headers
-            .iter()
-            .filter(|(n, _)| {
-                !is_hop_by_hop(n) && !is_grip_header(n) && !n.eq_ignore_ascii_case("content-length")
-            })
-            .map(|(n, v)| (n.as_str(), String::from_utf8_lossy(v).into_owned()))
-            .collect();
+        let passed = client_headers(&r);
         let mut hdrs: Vec<(&str, &str)> = passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
         match instruct.hold {
             None => {
@@ -580,28 +584,17 @@ impl Worker {
                         last: self.now,
                     })
                 });
-                let Some(conn) = self.conns.get_mut(k as usize) else {
-                    return;
-                };
-                conn.state = State::Stream;
-                conn.flags |= GRIP | if chunked { CHUNKED } else { 0 };
+                let mut flags = if chunked { CHUNKED } else { 0 };
                 if chunked && w.keep {
-                    conn.flags |= KEEP;
+                    flags |= KEEP;
                 }
-                conn.last_seen = self.now;
-                let m = &self.shared.metrics;
-                m.http_connections.fetch_sub(1, Relaxed);
-                m.stream_connections.fetch_add(1, Relaxed);
-                m.grip_holds.fetch_add(1, Relaxed);
-                if let Some(ka) = keep_alive {
-                    self.grip.insert(
-                        k,
-                        GripConn {
-                            ticket,
-                            route,
-                            phase: Phase::Stream(ka),
-                        },
-                    );
+                let entry = keep_alive.map(|ka| GripConn {
+                    ticket,
+                    route,
+                    phase: Phase::Stream(ka),
+                });
+                if !self.enter_hold(k, State::Stream, flags, entry) {
+                    return;
                 }
                 let replay = self.subscribe_channels(k, &instruct.channels);
                 self.write_all_to(k, &[&Arc::from(out)], None);
@@ -627,30 +620,22 @@ impl Worker {
                     .timeout_secs
                     .map_or(self.shared.config.grip_default_timeout, u64::from)
                     as u32;
-                let Some(conn) = self.conns.get_mut(k as usize) else {
-                    return;
+                let entry = GripConn {
+                    ticket,
+                    route,
+                    phase: Phase::Response(Box::new(ResponseHold {
+                        deadline: self.now.saturating_add(secs.max(1)),
+                        timeout: timeout.into(),
+                        headers: passed
+                            .iter()
+                            .map(|(n, v)| (Box::from(*n), Box::from(v.as_str())))
+                            .collect(),
+                    })),
                 };
-                conn.state = State::Poll;
-                conn.flags |= GRIP | if w.keep { KEEP } else { 0 };
-                let m = &self.shared.metrics;
-                m.http_connections.fetch_sub(1, Relaxed);
-                m.polls_held.fetch_add(1, Relaxed);
-                m.grip_holds.fetch_add(1, Relaxed);
-                self.grip.insert(
-                    k,
-                    GripConn {
-                        ticket,
-                        route,
-                        phase: Phase::Response(Box::new(ResponseHold {
-                            deadline: self.now.saturating_add(secs.max(1)),
-                            timeout: timeout.into(),
-                            headers: passed
-                                .iter()
-                                .map(|(n, v)| (Box::from(*n), Box::from(v.as_str())))
-                                .collect(),
-                        })),
-                    },
-                );
+                let flags = if w.keep { KEEP } else { 0 };
+                if !self.enter_hold(k, State::Poll, flags, Some(entry)) {
+                    return;
+                }
                 let replay = self.subscribe_channels(k, &instruct.channels);
                 if !replay.is_empty() {
                     self.deliver_grip(k, &replay);
@@ -665,12 +650,7 @@ impl Worker {
         let mut replay = Vec::new();
         for c in channels {
             let since = c.prev_id.as_deref().map_or(Since::Now, Since::GripId);
-            let already = self.index.id_of(&c.name).is_some_and(|tid| {
-                self.conns
-                    .get(k as usize)
-                    .is_some_and(|conn| conn.subs.contains(tid))
-            });
-            if already {
+            if self.subscription(k, &c.name).is_some() {
                 continue;
             }
             match self.subscribe_conn(k, &[c.name.as_str()], since) {
@@ -704,16 +684,7 @@ impl Worker {
         if r.status != 200 || !is_events {
             // The backend refused the connection: its answer goes to the client as is.
             self.back_to_http(k);
-            let passed: Vec<(&str, String)> = r
-                .headers
-                .iter()
-                .filter(|(n, _)| {
-                    !is_hop_by_hop(n)
-                        && !is_grip_header(n)
-                        && !n.eq_ignore_ascii_case("content-length")
-                })
-                .map(|(n, v)| (n.as_str(), String::from_utf8_lossy(v).into_owned()))
-                .collect();
+            let passed = client_headers(&r);
             let mut hdrs: Vec<(&str, &str)> =
                 passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
             if !keep {
@@ -749,24 +720,14 @@ impl Worker {
             .filter(|p| offered.iter().any(|o| o == p));
         let mut out = Vec::with_capacity(256);
         handshake::write_accept(&mut out, &key, protocol, None);
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
+        let entry = GripConn {
+            ticket,
+            route,
+            phase: Phase::Ws(bridge),
         };
-        conn.state = State::Ws;
-        conn.flags |= GRIP;
-        conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        m.ws_connections.fetch_add(1, Relaxed);
-        m.grip_holds.fetch_add(1, Relaxed);
-        self.grip.insert(
-            k,
-            GripConn {
-                ticket,
-                route,
-                phase: Phase::Ws(bridge),
-            },
-        );
+        if !self.enter_hold(k, State::Ws, 0, Some(entry)) {
+            return;
+        }
         self.send(k, &Arc::from(out));
         let rest: Vec<WsEvent<'_>> = events.into_iter().skip(1).collect();
         self.apply_events(k, &rest);
@@ -797,11 +758,7 @@ impl Worker {
                 return self.close_bridge(k, CloseCode::Internal, "backend unavailable");
             }
         };
-        if let Some(GripConn {
-            phase: Phase::Ws(b),
-            ..
-        }) = self.grip.get_mut(&k)
-        {
+        if let Some(b) = bridge(&mut self.grip, k) {
             apply_meta(b, &r);
         }
         let limits = event_limits(self.shared.config.grip_max_body);
@@ -817,11 +774,7 @@ impl Worker {
 
     /// Closes a bridged WebSocket because of its backend; the backend is not told again.
     fn close_bridge(&mut self, k: u32, code: CloseCode, why: &str) {
-        if let Some(GripConn {
-            phase: Phase::Ws(b),
-            ..
-        }) = self.grip.get_mut(&k)
-        {
+        if let Some(b) = bridge(&mut self.grip, k) {
             b.told = true;
         }
         self.close_ws(k, code, why, CloseReason::Backend);
@@ -829,6 +782,9 @@ impl Worker {
 
     /// Carries out the events a backend sent for a bridged connection.
     fn apply_events(&mut self, k: u32, events: &[WsEvent<'_>]) {
+        let Some(prefix) = bridge(&mut self.grip, k).map(|b| b.prefix.clone()) else {
+            return;
+        };
         for ev in events {
             let alive = self
                 .conns
@@ -839,13 +795,6 @@ impl Worker {
             }
             match ev {
                 WsEvent::Text(t) => {
-                    let prefix = match self.grip.get(&k) {
-                        Some(GripConn {
-                            phase: Phase::Ws(b),
-                            ..
-                        }) => b.prefix.clone(),
-                        _ => return,
-                    };
                     let message = match prefix.as_deref() {
                         None => Some(t.as_bytes()),
                         Some(p) => match proto::split_prefix(t.as_bytes(), p) {
@@ -866,13 +815,6 @@ impl Worker {
                 }
                 WsEvent::Binary(b) => {
                     // With the grip extension, binary messages carry the prefix too.
-                    let prefix = match self.grip.get(&k) {
-                        Some(GripConn {
-                            phase: Phase::Ws(br),
-                            ..
-                        }) => br.prefix.clone(),
-                        _ => return,
-                    };
                     let data = match prefix.as_deref() {
                         Some(p) => b.strip_prefix(p.as_bytes()).unwrap_or(b),
                         None => b,
@@ -886,22 +828,14 @@ impl Worker {
                         Some((code, reason)) => encode_close_frame(*code, reason).into(),
                         None => encode_frame(OpCode::Close, b"").into(),
                     };
-                    if let Some(GripConn {
-                        phase: Phase::Ws(b),
-                        ..
-                    }) = self.grip.get_mut(&k)
-                    {
+                    if let Some(b) = bridge(&mut self.grip, k) {
                         b.told = true;
                     }
                     self.start_closing(k, Some(frame), CloseReason::Backend);
                     return;
                 }
                 WsEvent::Disconnect => {
-                    if let Some(GripConn {
-                        phase: Phase::Ws(b),
-                        ..
-                    }) = self.grip.get_mut(&k)
-                    {
+                    if let Some(b) = bridge(&mut self.grip, k) {
                         b.told = true;
                     }
                     self.drop_conn(k, CloseReason::Backend);
@@ -942,32 +876,18 @@ impl Worker {
                 self.subscribe_channels(k, std::slice::from_ref(&ch));
             }
             Control::Unsubscribe { channel } => {
-                if let Some(tid) = self.index.id_of(&channel) {
-                    let subscribed = self
-                        .conns
-                        .get(k as usize)
-                        .is_some_and(|c| c.subs.contains(tid));
-                    if subscribed {
-                        self.unsubscribe(k, tid);
-                    }
+                if let Some(tid) = self.subscription(k, &channel) {
+                    self.unsubscribe(k, tid);
                 }
             }
             Control::Detach => {
-                if let Some(GripConn {
-                    phase: Phase::Ws(b),
-                    ..
-                }) = self.grip.get_mut(&k)
-                {
+                if let Some(b) = bridge(&mut self.grip, k) {
                     b.detached = true;
                     b.pending.clear();
                 }
             }
             Control::KeepAlive(ka) => {
-                if let Some(GripConn {
-                    phase: Phase::Ws(b),
-                    ..
-                }) = self.grip.get_mut(&k)
-                {
+                if let Some(b) = bridge(&mut self.grip, k) {
                     b.keep_alive = ka.map(|ka| {
                         let (op, data): (OpCode, &[u8]) = match &ka.message {
                             WsMessage::Text(t) => (OpCode::Text, t.as_bytes()),
@@ -988,11 +908,7 @@ impl Worker {
 
     /// A message from a bridged client: queued as an event for the backend.
     pub(super) fn grip_client_message(&mut self, k: u32, kind: DataKind, payload: &[u8]) {
-        let Some(GripConn {
-            phase: Phase::Ws(b),
-            ..
-        }) = self.grip.get_mut(&k)
-        else {
+        let Some(b) = bridge(&mut self.grip, k) else {
             return;
         };
         if b.detached {
@@ -1016,11 +932,7 @@ impl Worker {
     /// A Ping from a bridged client (already answered): the backend gets a PING event, as
     /// Pushpin sends it.
     pub(super) fn grip_client_ping(&mut self, k: u32, payload: &[u8]) {
-        let Some(GripConn {
-            phase: Phase::Ws(b),
-            ..
-        }) = self.grip.get_mut(&k)
-        else {
+        let Some(b) = bridge(&mut self.grip, k) else {
             return;
         };
         if b.detached || b.pending.len() + payload.len() > self.shared.config.grip_max_body {
@@ -1032,11 +944,7 @@ impl Worker {
 
     /// A Close frame from a bridged client: the backend gets a CLOSE event.
     pub(super) fn grip_client_close(&mut self, k: u32, close: Option<(CloseCode, &str)>) {
-        let Some(GripConn {
-            phase: Phase::Ws(b),
-            ..
-        }) = self.grip.get_mut(&k)
-        else {
+        let Some(b) = bridge(&mut self.grip, k) else {
             return;
         };
         if !b.told && !b.client_closed {
@@ -1047,6 +955,13 @@ impl Worker {
 
     /// Sends the queued events if no request is in flight.
     fn flush_bridge(&mut self, k: u32) {
+        self.post_events(k, false);
+    }
+
+    /// Sends the queued events in one request, unless one is in flight; with `even_empty`, an
+    /// empty request too (`Keep-Alive-Interval`: the backend learns the connection is alive,
+    /// and may answer with events).
+    fn post_events(&mut self, k: u32, even_empty: bool) {
         let shared = Arc::clone(&self.shared);
         let Some(proxy) = shared.grip.as_ref() else {
             return;
@@ -1058,18 +973,14 @@ impl Worker {
         let Phase::Ws(b) = &mut g.phase else {
             return;
         };
-        if b.in_flight || b.pending.is_empty() || b.detached {
+        if b.in_flight || b.detached || (b.pending.is_empty() && !even_empty) {
             return;
         }
         let events = std::mem::take(&mut b.pending);
-        let sig = proxy
-            .routes
-            .get(route as usize)
-            .and_then(|r| proxy.signature(r));
-        let request = event_request(b, sig.as_deref(), &events);
+        let request = event_request(b, proxy.route_signature(route).as_deref(), &events);
         b.in_flight = true;
         b.last_request = self.now;
-        self.submit(k, ticket, route, request, false);
+        self.submit(k, ticket, route, request, false, true);
     }
 
     /// Delivers the GRIP content of `run` (in publish order) to held connection `k`.
@@ -1152,11 +1063,7 @@ impl Worker {
                 if let Some(frame) = close {
                     // The client's Close reply ends the session; the backend hears a CLOSE, as
                     // Pushpin reports it.
-                    if let Some(GripConn {
-                        phase: Phase::Ws(b),
-                        ..
-                    }) = self.grip.get_mut(&k)
-                    {
+                    if let Some(b) = bridge(&mut self.grip, k) {
                         if !b.told && !b.client_closed {
                             b.client_closed = true;
                             proto::write_event(&mut b.pending, &WsEvent::Close(None));
@@ -1167,6 +1074,51 @@ impl Worker {
             }
             _ => {}
         }
+    }
+
+    /// Turns connection `k`, whose backend just answered, into a held one: `state`, the `GRIP`
+    /// flag and `flags`, gauges moved from `http` to the state's, and its side entry when it
+    /// needs one. False if the connection is gone.
+    fn enter_hold(&mut self, k: u32, state: State, flags: u16, entry: Option<GripConn>) -> bool {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return false;
+        };
+        conn.state = state;
+        conn.flags |= GRIP | flags;
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        m.http_connections.fetch_sub(1, Relaxed);
+        if let Some(g) = super::gauge(m, state) {
+            g.fetch_add(1, Relaxed);
+        }
+        m.grip_holds.fetch_add(1, Relaxed);
+        if let Some(e) = entry {
+            self.grip.insert(k, e);
+        }
+        true
+    }
+
+    /// Ends the hold of connection `k` (which leaves its channels) and, if it is still held in
+    /// state `from`, returns it to `Http` for the client's next request. False otherwise.
+    fn leave_hold(&mut self, k: u32, from: State) -> bool {
+        self.leave_all_topics(k);
+        self.grip.remove(&k);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return false;
+        };
+        if conn.state != from {
+            return false;
+        }
+        conn.state = State::Http;
+        conn.flags &= !(KEEP | GRIP | CHUNKED);
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        if let Some(g) = super::gauge(m, from) {
+            g.fetch_sub(1, Relaxed);
+        }
+        m.grip_holds.fetch_sub(1, Relaxed);
+        m.http_connections.fetch_add(1, Relaxed);
+        true
     }
 
     /// Ends a held stream (a published `close`): the last chunk, then the connection serves
@@ -1180,39 +1132,17 @@ impl Worker {
             let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
             return self.start_closing(k, last, CloseReason::Backend);
         }
-        self.leave_all_topics(k);
-        self.grip.remove(&k);
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        conn.state = State::Http;
-        conn.flags &= !(KEEP | GRIP | CHUNKED);
-        conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.stream_connections.fetch_sub(1, Relaxed);
-        m.grip_holds.fetch_sub(1, Relaxed);
-        m.http_connections.fetch_add(1, Relaxed);
-        self.write_all_to(k, &[&Arc::from(http1::LAST_CHUNK)], None);
+        if self.leave_hold(k, State::Stream) {
+            self.write_all_to(k, &[&Arc::from(http1::LAST_CHUNK)], None);
+        }
     }
 
     /// Answers a held GRIP long-poll with `bytes` (a complete response) and returns the
     /// connection to `Http`, or closes it.
     fn finish_grip_poll(&mut self, k: u32, bytes: &Arc<[u8]>, keep: bool) {
-        self.leave_all_topics(k);
-        self.grip.remove(&k);
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        if conn.state != State::Poll {
+        if !self.leave_hold(k, State::Poll) {
             return;
         }
-        conn.state = State::Http;
-        conn.flags &= !(KEEP | GRIP);
-        conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.polls_held.fetch_sub(1, Relaxed);
-        m.grip_holds.fetch_sub(1, Relaxed);
-        m.http_connections.fetch_add(1, Relaxed);
         self.write_all_to(k, &[bytes], None);
         if !keep {
             self.start_closing(k, None, CloseReason::HttpDone);
@@ -1301,26 +1231,7 @@ impl Worker {
             self.finish_grip_poll(k, &answer, keep);
         }
         for k in pings {
-            // An empty request: the backend learns the connection is alive (and may answer with
-            // events).
-            let shared = Arc::clone(&self.shared);
-            let Some(proxy) = shared.grip.as_ref() else {
-                return;
-            };
-            let Some(g) = self.grip.get_mut(&k) else {
-                continue;
-            };
-            let (ticket, route) = (g.ticket, g.route);
-            if let Phase::Ws(b) = &mut g.phase {
-                let sig = proxy
-                    .routes
-                    .get(route as usize)
-                    .and_then(|r| proxy.signature(r));
-                let request = event_request(b, sig.as_deref(), &[]);
-                b.in_flight = true;
-                b.last_request = now;
-                self.submit(k, ticket, route, request, false);
-            }
+            self.post_events(k, true);
         }
     }
 
@@ -1352,25 +1263,13 @@ impl Worker {
         if !b.client_closed {
             proto::write_event(&mut b.pending, &WsEvent::Disconnect);
         }
-        let shared = Arc::clone(&self.shared);
-        let Some(proxy) = shared.grip.as_ref() else {
-            return;
-        };
-        let sig = proxy
-            .routes
-            .get(g.route as usize)
-            .and_then(|r| proxy.signature(r));
+        let sig = self
+            .shared
+            .grip
+            .as_ref()
+            .and_then(|p| p.route_signature(g.route));
         let request = event_request(&b, sig.as_deref(), &b.pending);
-        if let Some(targets) = proxy.targets.get(g.route as usize) {
-            proxy.backend.submit(Job {
-                reply: None,
-                key: k,
-                ticket: g.ticket,
-                targets: Arc::clone(targets),
-                request,
-                head_only: false,
-            });
-        }
+        self.submit(k, g.ticket, g.route, request, false, false);
     }
 
     /// Shutdown: held streams end (with their last chunk), long-polls get their timeout answer,
@@ -1403,6 +1302,30 @@ impl Worker {
             ),
             _ => self.drop_conn(k, CloseReason::Shutdown),
         }
+    }
+}
+
+/// The backend's headers a client may see: not hop-by-hop, not GRIP instructions, not the
+/// length (set again for what is sent).
+fn client_headers(r: &Response) -> Vec<(&str, String)> {
+    r.headers
+        .iter()
+        .filter(|(n, _)| {
+            !is_hop_by_hop(n) && !is_grip_header(n) && !n.eq_ignore_ascii_case("content-length")
+        })
+        .map(|(n, v)| (n.as_str(), String::from_utf8_lossy(v).into_owned()))
+        .collect()
+}
+
+/// The bridge of connection `k`, if it is a bridged WebSocket (a function of the table, not of
+/// the worker, so the rest of the worker stays usable while it is borrowed).
+fn bridge(grip: &mut std::collections::HashMap<u32, GripConn>, k: u32) -> Option<&mut Bridge> {
+    match grip.get_mut(&k) {
+        Some(GripConn {
+            phase: Phase::Ws(b),
+            ..
+        }) => Some(b),
+        _ => None,
     }
 }
 

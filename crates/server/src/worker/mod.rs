@@ -101,6 +101,19 @@ pub fn bind_listeners(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::Tc
     Ok(out)
 }
 
+/// The `clarion_connections` gauge that counts connections in `state` (none for `Closing`,
+/// which has left the count already).
+pub(super) fn gauge(m: &Metrics, state: State) -> Option<&std::sync::atomic::AtomicU64> {
+    match state {
+        State::Http | State::Proxy => Some(&m.http_connections),
+        State::Ws => Some(&m.ws_connections),
+        State::Sse => Some(&m.sse_connections),
+        State::Stream => Some(&m.stream_connections),
+        State::Poll => Some(&m.polls_held),
+        State::Closing => None,
+    }
+}
+
 /// A long-poll being held: when it expires, and the cursor its empty answer carries.
 pub(super) struct PollHold {
     deadline: u32,
@@ -814,28 +827,9 @@ impl Worker {
                 }
             }
         }
-        match state {
-            State::Http | State::Proxy => {
-                m.http_connections.fetch_sub(1, Relaxed);
-                self.shared.open.fetch_sub(1, Relaxed);
-            }
-            State::Ws => {
-                m.ws_connections.fetch_sub(1, Relaxed);
-                self.shared.open.fetch_sub(1, Relaxed);
-            }
-            State::Sse => {
-                m.sse_connections.fetch_sub(1, Relaxed);
-                self.shared.open.fetch_sub(1, Relaxed);
-            }
-            State::Stream => {
-                m.stream_connections.fetch_sub(1, Relaxed);
-                self.shared.open.fetch_sub(1, Relaxed);
-            }
-            State::Poll => {
-                m.polls_held.fetch_sub(1, Relaxed);
-                self.shared.open.fetch_sub(1, Relaxed);
-            }
-            State::Closing => {}
+        if let Some(g) = gauge(m, state) {
+            g.fetch_sub(1, Relaxed);
+            self.shared.open.fetch_sub(1, Relaxed);
         }
     }
 

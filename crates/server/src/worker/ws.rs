@@ -154,11 +154,7 @@ impl Worker {
                         },
                     );
                 }
-                let already = self.index.id_of(&topic).is_some_and(|tid| {
-                    self.conns
-                        .get(k as usize)
-                        .is_some_and(|c| c.subs.contains(tid))
-                });
+                let already = self.subscription(k, &topic).is_some();
                 let count = self.conns.get(k as usize).map_or(0, |c| c.subs.len());
                 if !already && count >= self.shared.config.max_subscriptions {
                     let error = format!(
@@ -214,14 +210,8 @@ impl Worker {
                 }
             }
             Request::Unsubscribe { topic } => {
-                if let Some(tid) = self.index.id_of(&topic) {
-                    let subscribed = self
-                        .conns
-                        .get(k as usize)
-                        .is_some_and(|c| c.subs.contains(tid));
-                    if subscribed {
-                        self.unsubscribe(k, tid);
-                    }
+                if let Some(tid) = self.subscription(k, &topic) {
+                    self.unsubscribe(k, tid);
                 }
                 self.reply(k, &Reply::Unsubscribed { topic: &topic });
             }
@@ -425,6 +415,13 @@ impl Worker {
             }
         }
         Some(sub)
+    }
+
+    /// The index id of topic `name` if connection `k` subscribes to it.
+    pub(super) fn subscription(&self, k: u32, name: &str) -> Option<u32> {
+        let tid = self.index.id_of(name)?;
+        let conn = self.conns.get(k as usize)?;
+        conn.subs.contains(tid).then_some(tid)
     }
 
     pub(super) fn unsubscribe(&mut self, k: u32, tid: u32) {
