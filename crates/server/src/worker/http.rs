@@ -201,16 +201,18 @@ impl Worker {
         let m = &self.shared.metrics;
         m.http_connections.fetch_sub(1, Relaxed);
         m.ws_connections.fetch_add(1, Relaxed);
-        self.send(k, &Arc::from(out));
         if params.topics.is_empty() {
+            self.send(k, &Arc::from(out));
             return;
         }
+        // Subscribe before the 101 goes out: a client that has read it may publish at once
+        // and must receive its own message.
         let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
         let since = params.since.as_deref().map_or(Since::Now, Since::Id);
         let Some(sub) = self.subscribe_conn(k, &topics, since) else {
             return;
         };
-        let mut frames: Vec<Arc<[u8]>> = Vec::new();
+        let mut frames: Vec<Arc<[u8]>> = vec![out.into()];
         for g in &sub.gaps {
             frames.push(encode_frame(OpCode::Text, g.json().as_bytes()).into());
         }
