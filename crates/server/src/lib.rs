@@ -4,16 +4,19 @@
 //! - [`config`]: every setting with its default and reason; [`cli`] maps flags and `CLARION_*`
 //!   variables onto it.
 //! - [`server`]: startup, readiness line, graceful shutdown.
-//! - [`worker`]: the event loops (one per thread): sockets, connection records, timers, HTTP
-//!   routing on the client listener, WebSocket handling, deliveries. The only layer that does I/O
-//!   for clients.
+//! - [`worker`]: the event loops (one per thread): a shell (poller, listeners, clock) around an
+//!   engine (connection records, read/write paths, deliveries, timers, shutdown). The only layer
+//!   that does I/O for clients.
+//! - [`transport`]: HTTP routing and the WebSocket upgrade, WebSockets, SSE and NDJSON streams,
+//!   long-polls, as the engine runs them.
 //! - [`hub`]: topics across workers and their history; publishing encodes a message once and
 //!   hands it to each interested worker once; subscribing computes what a resuming client missed.
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
 //!   stream lines), each built once.
 //! - [`control`]: the in-band JSON control messages (pure).
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
-//!   the per-connection part is `worker::grip`.
+//!   the per-connection part is in
+//!   its `forward`, `hold` and `bridge` modules.
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
@@ -37,4 +40,5 @@ pub mod metrics;
 pub mod publish;
 pub mod server;
 pub mod tls;
+pub mod transport;
 pub mod worker;

@@ -4,12 +4,14 @@
 //! - [`backend`]: the threads that talk to backends.
 //! - [`GripContent`]: what a Pushpin-format publish carries for held connections, built once per
 //!   message and shared like every other encoding ([`crate::message::Published::grip`]).
-//!
-//! The per-connection part (forwarding requests, holding streams and long-polls, the
-//! WebSocket-over-HTTP bridge) lives in the event loop, `worker::grip`. The protocol's bytes are
-//! parsed by `clarion_proto::grip`.
+//! - The per-connection runtime, run by the worker's engine: [`forward`] (requests to the
+//!   backend and its first answer), [`hold`] (held streams and long-polls), [`bridge`]
+//!   (WebSocket-over-HTTP). The protocol's bytes are parsed by `clarion_proto::grip`.
 
 pub mod backend;
+pub(crate) mod bridge;
+pub(crate) mod forward;
+pub(crate) mod hold;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -17,53 +17,8 @@ use std::sync::Arc;
 use clarion_proto::ws::Receiver;
 use mio::net::TcpStream;
 
+use super::state::State;
 use super::tls::{Session, MAX_RECORD};
-
-/// Where a connection is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Reading HTTP request heads (before an upgrade, or between keep-alive requests).
-    Http,
-    /// An open WebSocket.
-    Ws,
-    /// A Server-Sent Events response being streamed.
-    Sse,
-    /// A chunked newline-delimited response being streamed (`/stream`).
-    Stream,
-    /// A long-poll request held until a message arrives or its deadline passes.
-    Poll,
-    /// A request forwarded to a GRIP backend, waiting for its answer; the client's further
-    /// bytes (a pipelined request) wait in `input`.
-    Proxy,
-    /// Our last bytes (a Close frame or a final HTTP answer) are queued; once they are written
-    /// the write side is shut and we wait (bounded) for the peer's EOF, discarding its input, so
-    /// that closing never resets a connection before the peer has read our answer.
-    Closing,
-}
-
-/// Deliveries use the `clarion.v1` envelope instead of the raw payload.
-pub const ENVELOPE: u16 = 1;
-/// The WebSocket echoes messages (conformance endpoint) instead of doing pub/sub.
-pub const ECHO: u16 = 2;
-/// A ping was sent and no byte has arrived since.
-pub const PINGED: u16 = 4;
-/// The write side has been shut down (Closing only).
-pub const WRITE_SHUT: u16 = 8;
-/// SSE events carry the JSON envelope as data (`format=json`) instead of the payload.
-pub const JSON: u16 = 16;
-/// Stream lines carry the raw payload (`format=raw`) instead of the JSON envelope.
-pub const RAW: u16 = 32;
-/// The held long-poll's client allows keep-alive: the connection returns to `Http` after the
-/// answer.
-pub const KEEP: u16 = 64;
-/// permessage-deflate was negotiated (WebSocket); its parameters are in [`Conn::ext`].
-pub const DEFLATE: u16 = 128;
-/// Held by a GRIP backend (stream, response or WebSocket-over-HTTP): deliveries use the
-/// message's GRIP content, state beyond this record is in the worker's GRIP table.
-pub const GRIP: u16 = 256;
-/// A GRIP stream answers in chunked transfer coding (the client speaks HTTP/1.1); otherwise the
-/// stream is delimited by closing the connection.
-pub const CHUNKED: u16 = 512;
 
 /// The permessage-deflate parameters of one connection, packed into one byte so that
 /// negotiating compression costs an idle connection nothing.
@@ -227,7 +182,7 @@ pub struct Conn {
     pub flags: u16,
     /// The client's address as the per-address limit counts it (see [`address_key`]).
     pub peer: u32,
-    /// permessage-deflate parameters, meaningful when [`DEFLATE`] is set.
+    /// permessage-deflate parameters, meaningful when [`super::state::DEFLATE`] is set.
     pub ext: Ext,
     /// TLS state, for connections accepted on the TLS listener.
     pub tls: Option<Box<Session>>,

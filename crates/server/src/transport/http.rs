@@ -1,27 +1,30 @@
 //! Request heads on the client listener: routing, error answers, the WebSocket upgrade, and the
-//! HTTP subscription transports (Server-Sent Events, newline-delimited streaming, long-polling).
+//! start of the HTTP subscription transports (Server-Sent Events, newline-delimited streaming,
+//! long-polling).
 //!
 //! Every request is answered: a parse error or a limit maps to its status (400, 414, 431, 505),
 //! an unknown path to 404, a wrong method to 405, a plain GET on a WebSocket path to 426, and a
 //! connection over the cap to 503. Ordinary answers keep the connection alive when the client
-//! allows it; answers to broken heads close it.
+//! allows it; answers to broken heads close it. GRIP routes are handed to [`crate::grip`]
+//! before routing.
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use clarion_proto::event_id;
 use clarion_proto::http1::{self, Body, RequestHead};
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake::{self, HandshakeError};
 use clarion_proto::ws::{deflate, OpCode};
-use clarion_proto::{event_id, sse};
 
-use super::conn::{Ext, State, DEFLATE, ECHO, ENVELOPE, JSON, KEEP, RAW};
-use super::{PollHold, Worker};
-use crate::hub::{validate_topic, Since, Subscribed};
+use crate::hub::{validate_topic, Since};
 use crate::log;
-use crate::message::{push_json_str, Encoding, Published};
+use crate::message::Encoding;
 use crate::metrics::CloseReason;
+use crate::worker::conn::Ext;
+use crate::worker::state::{State, DEFLATE, ECHO, ENVELOPE, JSON, RAW};
+use crate::worker::Engine;
 
 /// The subprotocol that wraps deliveries in a JSON envelope (`docs/protocol.md`).
 pub const ENVELOPE_PROTOCOL: &str = "clarion.v1";
@@ -47,10 +50,10 @@ struct Params<'q> {
     timeout: Option<u64>,
 }
 
-impl Worker {
+impl Engine {
     /// Parses one request head from `data` and answers it. Returns the bytes used, or `None` when
     /// the head is incomplete.
-    pub(super) fn on_http(&mut self, k: u32, data: &[u8]) -> Option<usize> {
+    pub(crate) fn on_http(&mut self, k: u32, data: &[u8]) -> Option<usize> {
         let limits = self.shared.config.head_limits();
         match http1::parse_head(data, &limits) {
             Ok(None) => None,
@@ -357,150 +360,8 @@ impl Worker {
         }
     }
 
-    /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
-    fn open_stream(&mut self, k: u32, topics: &[&str], since: Since<'_>, state: State, flags: u16) {
-        let cfg = &self.shared.config;
-        let origin = cfg.cors_allow_origin.as_str();
-        let sse = state == State::Sse;
-        let mut headers: Vec<(&str, &str)> = vec![
-            (
-                "Content-Type",
-                match (sse, flags & RAW != 0) {
-                    (true, _) => "text/event-stream; charset=utf-8",
-                    (false, false) => "application/x-ndjson",
-                    (false, true) => "text/plain; charset=utf-8",
-                },
-            ),
-            ("Cache-Control", "no-cache"),
-            ("X-Accel-Buffering", "no"),
-            ("Connection", "close"),
-        ];
-        if !sse {
-            headers.push(("Transfer-Encoding", "chunked"));
-        }
-        if !origin.is_empty() {
-            headers.push(("Access-Control-Allow-Origin", origin));
-        }
-        let mut out = Vec::with_capacity(512);
-        http1::write_response_head(&mut out, 200, &headers, None);
-        if sse {
-            sse::write_retry(&mut out, cfg.sse_retry);
-        }
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        conn.state = state;
-        conn.flags |= flags;
-        conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        if sse {
-            m.sse_connections.fetch_add(1, Relaxed);
-        } else {
-            m.stream_connections.fetch_add(1, Relaxed);
-        }
-        let Some(sub) = self.subscribe_conn(k, topics, since) else {
-            return;
-        };
-        for g in &sub.gaps {
-            let json = g.json();
-            if sse {
-                sse::write_event(&mut out, None, Some("gap"), json.as_bytes());
-            } else {
-                http1::write_chunk(&mut out, format!("{json}\n").as_bytes());
-            }
-        }
-        let encoding = match (sse, flags) {
-            (true, f) if f & JSON != 0 => Encoding::SseJson,
-            (true, _) => Encoding::Sse,
-            (false, f) if f & RAW != 0 => Encoding::RawChunk,
-            (false, _) => Encoding::NdjsonChunk,
-        };
-        self.send_resume(k, vec![out.into()], &sub.replay, encoding);
-    }
-
-    /// Writes `first` (a head, gap notices) and the replayed messages in one go. The replay may
-    /// exceed the slow-consumer cap: it is bounded by history, and the client asked for it.
-    fn send_resume(
-        &mut self,
-        k: u32,
-        first: Vec<Arc<[u8]>>,
-        replay: &[Arc<Published>],
-        encoding: Encoding,
-    ) {
-        let mut frames: Vec<&Arc<[u8]>> = first.iter().collect();
-        frames.extend(replay.iter().map(|m| m.encoded(encoding)));
-        self.write_all_to(k, &frames, None);
-        self.tally.delivered += replay.len() as u64;
-    }
-
-    /// Starts a long-poll: answers at once when something was missed, else holds the request.
-    fn open_poll(&mut self, k: u32, topics: &[&str], since: Since<'_>, hold: u32, keep: bool) {
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        conn.state = State::Poll;
-        conn.flags |= if keep { KEEP } else { 0 };
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        m.polls_held.fetch_add(1, Relaxed);
-        let Some(sub) = self.subscribe_conn(k, topics, since) else {
-            return;
-        };
-        if !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 {
-            let body = poll_body(&sub);
-            self.answer_poll(k, &Arc::from(body));
-            return;
-        }
-        self.polls.insert(
-            k,
-            PollHold {
-                deadline: self.now.saturating_add(hold),
-                cursor: sub.position,
-            },
-        );
-    }
-
-    /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
-    /// closes it): it leaves its topics, since the next poll says where to resume.
-    pub(super) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
-        self.leave_all_topics(k);
-        self.polls.remove(&k);
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        if conn.state != State::Poll {
-            return;
-        }
-        let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
-        conn.state = State::Http;
-        conn.flags &= !KEEP;
-        conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.polls_held.fetch_sub(1, Relaxed);
-        m.http_connections.fetch_add(1, Relaxed);
-        let origin = self.shared.config.cors_allow_origin.as_str();
-        let mut headers: Vec<(&str, &str)> = vec![
-            ("Content-Type", "application/json"),
-            ("Cache-Control", "no-store"),
-        ];
-        if !origin.is_empty() {
-            headers.push(("Access-Control-Allow-Origin", origin));
-        }
-        if !keep {
-            headers.push(("Connection", "close"));
-        }
-        let mut head = Vec::with_capacity(256);
-        http1::write_response_head(&mut head, 200, &headers, Some(body.len()));
-        let head: Arc<[u8]> = head.into();
-        self.write_all_to(k, &[&head, body], None);
-        if !keep {
-            self.start_closing(k, None, CloseReason::HttpDone);
-        }
-    }
-
     /// Sends a complete answer, then keeps the connection for the next request or closes it.
-    pub(super) fn finish_answer(&mut self, k: u32, out: Arc<[u8]>, keep: bool, status: u16) {
+    pub(crate) fn finish_answer(&mut self, k: u32, out: Arc<[u8]>, keep: bool, status: u16) {
         if keep {
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.last_seen = self.now;
@@ -517,7 +378,7 @@ impl Worker {
     }
 
     /// Answers with `status` and a short plain-text body; closes afterwards unless `keep`.
-    pub(super) fn respond(
+    pub(crate) fn respond(
         &mut self,
         k: u32,
         status: u16,
@@ -541,41 +402,4 @@ impl Worker {
         out.push(b'\n');
         self.finish_answer(k, out.into(), keep, status);
     }
-}
-
-/// The long-poll answer for what a subscription found: `{"messages":[...],"cursor":..}` plus
-/// `"gaps"` when the resume was incomplete.
-fn poll_body(sub: &Subscribed) -> Vec<u8> {
-    let cursor = sub
-        .replay
-        .last()
-        .map_or_else(|| sub.position.clone(), |m| m.id_string());
-    let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
-    messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
-}
-
-/// `{"messages":[m1,m2],"cursor":"..."[,"gaps":[...]]}` from envelope JSON texts.
-pub(super) fn messages_body<'m>(
-    messages: impl Iterator<Item = &'m [u8]>,
-    cursor: &str,
-    gaps: &[String],
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(br#"{"messages":["#);
-    for (i, m) in messages.enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(m);
-    }
-    let mut tail = String::from(r#"],"cursor":"#);
-    push_json_str(&mut tail, cursor);
-    if !gaps.is_empty() {
-        tail.push_str(r#","gaps":["#);
-        tail.push_str(&gaps.join(","));
-        tail.push(']');
-    }
-    tail.push_str("}\n");
-    out.extend_from_slice(tail.as_bytes());
-    out
 }

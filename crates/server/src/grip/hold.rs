@@ -1,0 +1,393 @@
+//! GRIP holds: connections a backend answered with `Grip-Hold`. A held stream receives the
+//! `http-stream` content published to its channels and the backend's `Grip-Keep-Alive` data
+//! when quiet; a held response (long-poll) is answered by the first `http-response` published
+//! to its channels, or with the backend's own answer at `Grip-Timeout`. Bridged WebSockets
+//! receive `ws-message` content here too.
+//!
+//! Held connections are ordinary `Stream`, `Poll` and `Ws` records with the `GRIP` flag; they
+//! enter and leave through [`Engine::enter_hold`] and [`Engine::leave_hold`]. This module does
+//! not talk to the backend.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use clarion_proto::grip::{self as proto, Event as WsEvent};
+use clarion_proto::http1::{self};
+use clarion_proto::ws::CloseCode;
+
+use super::backend::Failure;
+use super::bridge::{bridge, event_request};
+use super::forward::{GripConn, Phase};
+use super::{response_bytes, StreamPart, WsPart};
+use crate::hub::Since;
+use crate::message::Published;
+use crate::metrics::CloseReason;
+use crate::worker::state::{State, CHUNKED, GRIP, KEEP};
+use crate::worker::Engine;
+
+/// When a held long-poll times out, what it then answers, and the backend's headers (a
+/// published `http-response` is sent with them, its own headers overriding).
+pub(crate) struct ResponseHold {
+    pub(crate) deadline: u32,
+    pub(crate) timeout: Arc<[u8]>,
+    pub(crate) headers: Box<[(Box<str>, Box<str>)]>,
+}
+
+pub(crate) struct KeepAlive {
+    pub(crate) data: Arc<[u8]>,
+    pub(crate) every: u32,
+    pub(crate) interval: bool,
+    pub(crate) last: u32,
+}
+
+impl Engine {
+    /// Subscribes a held connection to each channel (from its `prev-id` when given) and returns
+    /// what it missed, in publish order.
+    pub(crate) fn subscribe_channels(
+        &mut self,
+        k: u32,
+        channels: &[proto::Channel],
+    ) -> Vec<Arc<Published>> {
+        let mut replay = Vec::new();
+        for c in channels {
+            let since = c.prev_id.as_deref().map_or(Since::Now, Since::GripId);
+            if self.subscription(k, &c.name).is_some() {
+                continue;
+            }
+            match self.subscribe_conn(k, &[c.name.as_str()], since) {
+                Some(sub) => replay.extend(sub.replay),
+                None => return Vec::new(),
+            }
+        }
+        replay.sort_by_key(|m| m.id);
+        replay.dedup_by_key(|m| m.id);
+        replay
+    }
+
+    /// Delivers the GRIP content of `run` (in publish order) to held connection `k`.
+    pub(crate) fn deliver_grip(&mut self, k: u32, run: &[Arc<Published>]) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        let (state, chunked) = (conn.state, conn.has(CHUNKED));
+        match state {
+            State::Stream => {
+                conn.last_seen = self.now;
+                let mut frames: Vec<&Arc<[u8]>> = Vec::new();
+                let mut close = false;
+                for m in run {
+                    match m.grip.as_ref().and_then(|g| g.stream.as_ref()) {
+                        Some(StreamPart::Send { raw, chunk }) => {
+                            frames.push(if chunked { chunk } else { raw })
+                        }
+                        Some(StreamPart::Close) => {
+                            close = true;
+                            break;
+                        }
+                        None => {}
+                    }
+                }
+                let n = frames.len() as u64;
+                if !frames.is_empty() {
+                    self.deliver_all(k, &frames);
+                    self.tally.delivered += n;
+                }
+                if close {
+                    self.end_grip_stream(k);
+                }
+            }
+            State::Poll => {
+                let found = run
+                    .iter()
+                    .find_map(|m| m.grip.as_ref().and_then(|g| g.response.as_ref()));
+                if let Some(r) = found {
+                    let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
+                    let mut merged = (**r).clone();
+                    if let Some(GripConn {
+                        phase: Phase::Response(hold),
+                        ..
+                    }) = self.grip.get(&k)
+                    {
+                        let headers = &hold.headers;
+                        let own = std::mem::take(&mut merged.headers);
+                        let mut all: Vec<(String, String)> = headers
+                            .iter()
+                            .filter(|(n, _)| !own.iter().any(|(o, _)| o.eq_ignore_ascii_case(n)))
+                            .map(|(n, v)| (n.to_string(), v.to_string()))
+                            .collect();
+                        all.extend(own);
+                        merged.headers = all;
+                    }
+                    let bytes: Arc<[u8]> = response_bytes(&merged, keep).into();
+                    self.tally.delivered += 1;
+                    self.finish_grip_poll(k, &bytes, keep);
+                }
+            }
+            State::Ws => {
+                let mut frames: Vec<&Arc<[u8]>> = Vec::new();
+                let mut close = None;
+                for m in run {
+                    match m.grip.as_ref().and_then(|g| g.ws.as_ref()) {
+                        Some(WsPart::Frame(f)) => frames.push(f),
+                        Some(WsPart::Close(f)) => {
+                            close = Some(Arc::clone(f));
+                            break;
+                        }
+                        None => {}
+                    }
+                }
+                let n = frames.len() as u64;
+                if !frames.is_empty() {
+                    self.deliver_all(k, &frames);
+                    self.tally.delivered += n;
+                }
+                if let Some(frame) = close {
+                    // The client's Close reply ends the session; the backend hears a CLOSE, as
+                    // Pushpin reports it.
+                    if let Some(b) = bridge(&mut self.grip, k) {
+                        if !b.told && !b.client_closed {
+                            b.client_closed = true;
+                            proto::write_event(&mut b.pending, &WsEvent::Close(None));
+                        }
+                    }
+                    self.start_closing(k, Some(frame), CloseReason::Backend);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Turns connection `k`, whose backend just answered, into a held one: `state`, the `GRIP`
+    /// flag and `flags`, gauges moved from `http` to the state's, and its side entry when it
+    /// needs one. False if the connection is gone.
+    pub(crate) fn enter_hold(
+        &mut self,
+        k: u32,
+        state: State,
+        flags: u16,
+        entry: Option<GripConn>,
+    ) -> bool {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return false;
+        };
+        conn.state = state;
+        conn.flags |= GRIP | flags;
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        m.http_connections.fetch_sub(1, Relaxed);
+        if let Some(g) = crate::worker::state::gauge(m, state) {
+            g.fetch_add(1, Relaxed);
+        }
+        m.grip_holds.fetch_add(1, Relaxed);
+        if let Some(e) = entry {
+            self.grip.insert(k, e);
+        }
+        true
+    }
+
+    /// Ends the hold of connection `k` (which leaves its channels) and, if it is still held in
+    /// state `from`, returns it to `Http` for the client's next request. False otherwise.
+    pub(crate) fn leave_hold(&mut self, k: u32, from: State) -> bool {
+        self.leave_all_topics(k);
+        self.grip.remove(&k);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return false;
+        };
+        if conn.state != from {
+            return false;
+        }
+        conn.state = State::Http;
+        conn.flags &= !(KEEP | GRIP | CHUNKED);
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        if let Some(g) = crate::worker::state::gauge(m, from) {
+            g.fetch_sub(1, Relaxed);
+        }
+        m.grip_holds.fetch_sub(1, Relaxed);
+        m.http_connections.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// Ends a held stream (a published `close`): the last chunk, then the connection serves
+    /// the client's next request if it allows keep-alive, else it closes.
+    pub(crate) fn end_grip_stream(&mut self, k: u32) {
+        let Some(conn) = self.conns.get(k as usize) else {
+            return;
+        };
+        let (chunked, keep) = (conn.has(CHUNKED), conn.has(KEEP));
+        if !(chunked && keep) || self.shared.stopping.load(Relaxed) {
+            let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
+            return self.start_closing(k, last, CloseReason::Backend);
+        }
+        if self.leave_hold(k, State::Stream) {
+            self.write_all_to(k, &[&Arc::from(http1::LAST_CHUNK)], None);
+        }
+    }
+
+    /// Answers a held GRIP long-poll with `bytes` (a complete response) and returns the
+    /// connection to `Http`, or closes it.
+    pub(crate) fn finish_grip_poll(&mut self, k: u32, bytes: &Arc<[u8]>, keep: bool) {
+        if !self.leave_hold(k, State::Poll) {
+            return;
+        }
+        self.write_all_to(k, &[bytes], None);
+        if !keep {
+            self.start_closing(k, None, CloseReason::HttpDone);
+        }
+    }
+
+    /// Once a second: stream keep-alives, long-poll timeouts, bridge keep-alives.
+    pub(crate) fn grip_sweep(&mut self) {
+        if self.grip.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let mut sends: Vec<(u32, Arc<[u8]>)> = Vec::new();
+        let mut timeouts: Vec<(u32, Arc<[u8]>)> = Vec::new();
+        let mut pings: Vec<u32> = Vec::new();
+        let mut stuck: Vec<u32> = Vec::new();
+        // A request can also wait in the pool's queue behind slow backends; the worker gives
+        // up a little after the backend's own deadline would have passed.
+        let patience = (self.shared.config.grip_backend_timeout as u32).saturating_add(5);
+        for (&k, g) in self.grip.iter_mut() {
+            match &mut g.phase {
+                Phase::Waiting(_) => {
+                    let waited = self
+                        .conns
+                        .get(k as usize)
+                        .map_or(0, |c| now.saturating_sub(c.last_seen));
+                    if waited >= patience {
+                        stuck.push(k);
+                    }
+                }
+                Phase::Stream(ka) => {
+                    let quiet = self
+                        .conns
+                        .get(k as usize)
+                        .map_or(0, |c| now.saturating_sub(c.last_seen));
+                    let due = if ka.interval {
+                        now.saturating_sub(ka.last) >= ka.every
+                    } else {
+                        quiet >= ka.every
+                    };
+                    if due {
+                        ka.last = now;
+                        sends.push((k, Arc::clone(&ka.data)));
+                    }
+                }
+                Phase::Response(hold) if now >= hold.deadline => {
+                    timeouts.push((k, Arc::clone(&hold.timeout)));
+                }
+                Phase::Ws(b) => {
+                    if let Some((frame, every, last)) = &mut b.keep_alive {
+                        if now.saturating_sub(*last) >= *every {
+                            *last = now;
+                            sends.push((k, Arc::clone(frame)));
+                        }
+                    }
+                    if b.interval > 0
+                        && !b.in_flight
+                        && !b.detached
+                        && now.saturating_sub(b.last_request) >= b.interval
+                    {
+                        pings.push(k);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for k in stuck {
+            if let Some(GripConn {
+                phase: Phase::Waiting(w),
+                ..
+            }) = self.grip.remove(&k)
+            {
+                self.backend_failed(k, &Failure::Timeout, w.keep);
+            }
+        }
+        for (k, data) in sends {
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                if conn.state == State::Stream {
+                    conn.last_seen = now;
+                }
+            }
+            self.deliver(k, &data);
+        }
+        for (k, answer) in timeouts {
+            let keep = self.conns.get(k as usize).is_some_and(|c| c.has(KEEP));
+            self.finish_grip_poll(k, &answer, keep);
+        }
+        for k in pings {
+            self.post_events(k, true);
+        }
+    }
+
+    /// A GRIP connection is leaving (closing or dropped): forget its state; a bridged
+    /// WebSocket's backend is told with CLOSE (sent earlier by the client) or DISCONNECT.
+    pub(crate) fn grip_forget(&mut self, k: u32) {
+        if let Some(conn) = self.conns.get_mut(k as usize) {
+            if conn.has(GRIP) {
+                conn.flags &= !GRIP;
+                self.shared.metrics.grip_holds.fetch_sub(1, Relaxed);
+            }
+        }
+        let Some(g) = self.grip.remove(&k) else {
+            return;
+        };
+        let mut b = match g.phase {
+            Phase::Ws(b) => b,
+            // The client left while the backend was deciding on its OPEN: the backend may
+            // already count the connection, so it hears DISCONNECT too.
+            Phase::Waiting(w) => match w.upgrade {
+                Some(u) => u.bridge,
+                None => return,
+            },
+            Phase::Stream(_) | Phase::Response(_) => return,
+        };
+        if b.told || b.detached {
+            return;
+        }
+        if !b.client_closed {
+            proto::write_event(&mut b.pending, &WsEvent::Disconnect);
+        }
+        let sig = self
+            .shared
+            .grip
+            .as_ref()
+            .and_then(|p| p.route_signature(g.route));
+        let request = event_request(&b, sig.as_deref(), &b.pending);
+        self.submit(k, g.ticket, g.route, request, false, false);
+    }
+
+    /// Shutdown: held streams end (with their last chunk), long-polls get their timeout answer,
+    /// bridged WebSockets close with 1001.
+    pub(crate) fn grip_shutdown(&mut self, k: u32) {
+        let Some(state) = self.conns.get(k as usize).map(|c| c.state) else {
+            return;
+        };
+        match state {
+            State::Stream => {
+                let chunked = self.conns.get(k as usize).is_some_and(|c| c.has(CHUNKED));
+                let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
+                self.start_closing(k, last, CloseReason::Shutdown);
+            }
+            State::Poll => {
+                let answer = match self.grip.get(&k) {
+                    Some(GripConn {
+                        phase: Phase::Response(hold),
+                        ..
+                    }) => Arc::clone(&hold.timeout),
+                    _ => return self.drop_conn(k, CloseReason::Shutdown),
+                };
+                self.finish_grip_poll(k, &answer, false);
+            }
+            State::Ws => self.close_ws(
+                k,
+                CloseCode::GoingAway,
+                "server shutting down",
+                CloseReason::Shutdown,
+            ),
+            _ => self.drop_conn(k, CloseReason::Shutdown),
+        }
+    }
+}

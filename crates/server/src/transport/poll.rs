@@ -1,0 +1,131 @@
+//! Long-polling: a request held until a message arrives on one of its topics or its deadline
+//! passes, then answered with `{"messages":[...],"cursor":...}` and returned to `Http` (or
+//! closed). A held poll pays for one side entry (its deadline and cursor), not the record.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use clarion_proto::http1;
+
+use crate::hub::{Since, Subscribed};
+use crate::message::push_json_str;
+use crate::metrics::CloseReason;
+use crate::worker::state::{State, KEEP};
+use crate::worker::Engine;
+
+/// A long-poll being held: when it expires, and the cursor its empty answer carries.
+pub(crate) struct PollHold {
+    pub(crate) deadline: u32,
+    pub(crate) cursor: String,
+}
+
+impl Engine {
+    /// Starts a long-poll: answers at once when something was missed, else holds the request.
+    pub(crate) fn open_poll(
+        &mut self,
+        k: u32,
+        topics: &[&str],
+        since: Since<'_>,
+        hold: u32,
+        keep: bool,
+    ) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        conn.state = State::Poll;
+        conn.flags |= if keep { KEEP } else { 0 };
+        let m = &self.shared.metrics;
+        m.http_connections.fetch_sub(1, Relaxed);
+        m.polls_held.fetch_add(1, Relaxed);
+        let Some(sub) = self.subscribe_conn(k, topics, since) else {
+            return;
+        };
+        if !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 {
+            let body = poll_body(&sub);
+            self.answer_poll(k, &Arc::from(body));
+            return;
+        }
+        self.polls.insert(
+            k,
+            PollHold {
+                deadline: self.now.saturating_add(hold),
+                cursor: sub.position,
+            },
+        );
+    }
+
+    /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
+    /// closes it): it leaves its topics, since the next poll says where to resume.
+    pub(crate) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
+        self.leave_all_topics(k);
+        self.polls.remove(&k);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        if conn.state != State::Poll {
+            return;
+        }
+        let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
+        conn.state = State::Http;
+        conn.flags &= !KEEP;
+        conn.last_seen = self.now;
+        let m = &self.shared.metrics;
+        m.polls_held.fetch_sub(1, Relaxed);
+        m.http_connections.fetch_add(1, Relaxed);
+        let origin = self.shared.config.cors_allow_origin.as_str();
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Content-Type", "application/json"),
+            ("Cache-Control", "no-store"),
+        ];
+        if !origin.is_empty() {
+            headers.push(("Access-Control-Allow-Origin", origin));
+        }
+        if !keep {
+            headers.push(("Connection", "close"));
+        }
+        let mut head = Vec::with_capacity(256);
+        http1::write_response_head(&mut head, 200, &headers, Some(body.len()));
+        let head: Arc<[u8]> = head.into();
+        self.write_all_to(k, &[&head, body], None);
+        if !keep {
+            self.start_closing(k, None, CloseReason::HttpDone);
+        }
+    }
+}
+
+/// The long-poll answer for what a subscription found: `{"messages":[...],"cursor":..}` plus
+/// `"gaps"` when the resume was incomplete.
+pub(crate) fn poll_body(sub: &Subscribed) -> Vec<u8> {
+    let cursor = sub
+        .replay
+        .last()
+        .map_or_else(|| sub.position.clone(), |m| m.id_string());
+    let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
+    messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
+}
+
+/// `{"messages":[m1,m2],"cursor":"..."[,"gaps":[...]]}` from envelope JSON texts.
+pub(crate) fn messages_body<'m>(
+    messages: impl Iterator<Item = &'m [u8]>,
+    cursor: &str,
+    gaps: &[String],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(br#"{"messages":["#);
+    for (i, m) in messages.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(m);
+    }
+    let mut tail = String::from(r#"],"cursor":"#);
+    push_json_str(&mut tail, cursor);
+    if !gaps.is_empty() {
+        tail.push_str(r#","gaps":["#);
+        tail.push_str(&gaps.join(","));
+        tail.push(']');
+    }
+    tail.push_str("}\n");
+    out.extend_from_slice(tail.as_bytes());
+    out
+}
