@@ -23,7 +23,7 @@ use super::write_head;
 use crate::hub::validate_topic;
 use crate::log;
 use crate::metrics::CloseReason;
-use crate::worker::state::State;
+use crate::worker::state::{Kind, State, WsMode, WsRole};
 use crate::worker::Engine;
 
 /// A WebSocket upgrade waiting for the backend's OPEN: the client's key and offered
@@ -126,7 +126,7 @@ impl Engine {
             route,
             phase: Phase::Ws(bridge),
         };
-        if !self.enter_hold(k, State::Ws, 0, Some(entry)) {
+        if !self.enter_hold(k, State::Ws(WsMode::new(WsRole::Bridge)), Some(entry)) {
             return;
         }
         self.send(k, &Arc::from(out));
@@ -190,7 +190,7 @@ impl Engine {
             let alive = self
                 .conns
                 .get(k as usize)
-                .is_some_and(|c| c.state == State::Ws);
+                .is_some_and(|c| c.state.kind() == Kind::Ws);
             if !alive {
                 return;
             }

@@ -22,7 +22,7 @@ use super::hold::{KeepAlive, ResponseHold};
 use super::{is_grip_header, is_hop_by_hop, write_head};
 use crate::hub::validate_topic;
 use crate::log;
-use crate::worker::state::{State, CHUNKED, KEEP};
+use crate::worker::state::{Kind, PollMode, State, StreamMode};
 use crate::worker::Engine;
 
 /// A GRIP connection's state beyond its record.
@@ -38,7 +38,7 @@ pub(crate) enum Phase {
     /// A forwarded request waits for the backend.
     Waiting(Box<Waiting>),
     /// A held stream's keep-alive (a stream without one has no entry at all: the record's
-    /// `GRIP` flag says everything it needs).
+    /// `StreamMode::Grip` state says everything it needs).
     Stream(Box<KeepAlive>),
     /// A held long-poll.
     Response(Box<ResponseHold>),
@@ -239,8 +239,8 @@ impl Engine {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return Some(Some(total));
         };
-        conn.state = State::Proxy;
         conn.last_seen = self.now;
+        self.set_state(k, State::Proxy);
         self.grip.insert(
             k,
             GripConn {
@@ -325,7 +325,7 @@ impl Engine {
         let waiting = self
             .conns
             .get(k as usize)
-            .is_some_and(|c| c.input.is_some() && matches!(c.state, State::Http | State::Ws));
+            .is_some_and(|c| c.input.is_some() && matches!(c.state.kind(), Kind::Http | Kind::Ws));
         if waiting {
             self.consume(k, &mut []);
         }
@@ -358,9 +358,9 @@ impl Engine {
     /// Leaves `Proxy` for `Http` (the connection is then answered like any other request).
     pub(crate) fn back_to_http(&mut self, k: u32) {
         if let Some(conn) = self.conns.get_mut(k as usize) {
-            if conn.state == State::Proxy {
-                conn.state = State::Http;
+            if conn.state.kind() == Kind::Proxy {
                 conn.last_seen = self.now;
+                self.set_state(k, State::Http);
             }
         }
     }
@@ -517,16 +517,16 @@ impl Engine {
                         last: self.now,
                     })
                 });
-                let mut flags = if chunked { CHUNKED } else { 0 };
-                if chunked && w.keep {
-                    flags |= KEEP;
-                }
+                let state = State::Stream(StreamMode::Grip {
+                    chunked,
+                    keep: chunked && w.keep,
+                });
                 let entry = keep_alive.map(|ka| GripConn {
                     ticket,
                     route,
                     phase: Phase::Stream(ka),
                 });
-                if !self.enter_hold(k, State::Stream, flags, entry) {
+                if !self.enter_hold(k, state, entry) {
                     return;
                 }
                 let replay = self.subscribe_channels(k, &instruct.channels);
@@ -565,8 +565,11 @@ impl Engine {
                             .collect(),
                     })),
                 };
-                let flags = if w.keep { KEEP } else { 0 };
-                if !self.enter_hold(k, State::Poll, flags, Some(entry)) {
+                let state = State::Poll(PollMode {
+                    keep: w.keep,
+                    grip: true,
+                });
+                if !self.enter_hold(k, state, Some(entry)) {
                     return;
                 }
                 let replay = self.subscribe_channels(k, &instruct.channels);

@@ -4,7 +4,8 @@
 //! to its channels, or with the backend's own answer at `Grip-Timeout`. Bridged WebSockets
 //! receive `ws-message` content here too.
 //!
-//! Held connections are ordinary `Stream`, `Poll` and `Ws` records with the `GRIP` flag; they
+//! Held connections are ordinary records in a GRIP state (`StreamMode::Grip`, `PollMode { grip }`,
+//! `WsRole::Bridge`); they
 //! enter and leave through [`Engine::enter_hold`] and [`Engine::leave_hold`]. This module does
 //! not talk to the backend.
 
@@ -22,7 +23,7 @@ use super::{response_bytes, StreamPart, WsPart};
 use crate::hub::Since;
 use crate::message::Published;
 use crate::metrics::CloseReason;
-use crate::worker::state::{State, CHUNKED, GRIP, KEEP};
+use crate::worker::state::{Kind, PollMode, State, StreamMode};
 use crate::worker::Engine;
 
 /// When a held long-poll times out, what it then answers, and the backend's headers (a
@@ -69,9 +70,8 @@ impl Engine {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        let (state, chunked) = (conn.state, conn.has(CHUNKED));
-        match state {
-            State::Stream => {
+        match conn.state {
+            State::Stream(StreamMode::Grip { chunked, .. }) => {
                 conn.last_seen = self.now;
                 let mut frames: Vec<&Arc<[u8]>> = Vec::new();
                 let mut close = false;
@@ -96,12 +96,12 @@ impl Engine {
                     self.end_grip_stream(k);
                 }
             }
-            State::Poll => {
+            State::Poll(mode) => {
                 let found = run
                     .iter()
                     .find_map(|m| m.grip.as_ref().and_then(|g| g.response.as_ref()));
                 if let Some(r) = found {
-                    let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
+                    let keep = mode.keep && !self.shared.stopping.load(Relaxed);
                     let mut merged = (**r).clone();
                     if let Some(GripConn {
                         phase: Phase::Response(hold),
@@ -123,7 +123,7 @@ impl Engine {
                     self.finish_grip_poll(k, &bytes, keep);
                 }
             }
-            State::Ws => {
+            State::Ws(_) => {
                 let mut frames: Vec<&Arc<[u8]>> = Vec::new();
                 let mut close = None;
                 for m in run {
@@ -157,28 +157,16 @@ impl Engine {
         }
     }
 
-    /// Turns connection `k`, whose backend just answered, into a held one: `state`, the `GRIP`
-    /// flag and `flags`, gauges moved from `http` to the state's, and its side entry when it
-    /// needs one. False if the connection is gone.
-    pub(crate) fn enter_hold(
-        &mut self,
-        k: u32,
-        state: State,
-        flags: u16,
-        entry: Option<GripConn>,
-    ) -> bool {
+    /// Turns connection `k`, whose backend just answered, into a held one in `state` (a GRIP
+    /// stream, long-poll or bridged WebSocket), with its side entry when it needs one. False if
+    /// the connection is gone.
+    pub(crate) fn enter_hold(&mut self, k: u32, state: State, entry: Option<GripConn>) -> bool {
+        debug_assert!(state.grip_held());
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return false;
         };
-        conn.state = state;
-        conn.flags |= GRIP | flags;
         conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        if let Some(g) = crate::worker::state::gauge(m, state) {
-            g.fetch_add(1, Relaxed);
-        }
-        m.grip_holds.fetch_add(1, Relaxed);
+        self.set_state(k, state);
         if let Some(e) = entry {
             self.grip.insert(k, e);
         }
@@ -187,24 +175,17 @@ impl Engine {
 
     /// Ends the hold of connection `k` (which leaves its channels) and, if it is still held in
     /// state `from`, returns it to `Http` for the client's next request. False otherwise.
-    pub(crate) fn leave_hold(&mut self, k: u32, from: State) -> bool {
+    pub(crate) fn leave_hold(&mut self, k: u32, from: Kind) -> bool {
         self.leave_all_topics(k);
         self.grip.remove(&k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return false;
         };
-        if conn.state != from {
+        if conn.state.kind() != from || !conn.state.grip_held() {
             return false;
         }
-        conn.state = State::Http;
-        conn.flags &= !(KEEP | GRIP | CHUNKED);
         conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        if let Some(g) = crate::worker::state::gauge(m, from) {
-            g.fetch_sub(1, Relaxed);
-        }
-        m.grip_holds.fetch_sub(1, Relaxed);
-        m.http_connections.fetch_add(1, Relaxed);
+        self.set_state(k, State::Http);
         true
     }
 
@@ -214,12 +195,14 @@ impl Engine {
         let Some(conn) = self.conns.get(k as usize) else {
             return;
         };
-        let (chunked, keep) = (conn.has(CHUNKED), conn.has(KEEP));
+        let State::Stream(StreamMode::Grip { chunked, keep }) = conn.state else {
+            return;
+        };
         if !(chunked && keep) || self.shared.stopping.load(Relaxed) {
             let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
             return self.start_closing(k, last, CloseReason::Backend);
         }
-        if self.leave_hold(k, State::Stream) {
+        if self.leave_hold(k, Kind::Stream) {
             self.write_all_to(k, &[&Arc::from(http1::LAST_CHUNK)], None);
         }
     }
@@ -227,7 +210,7 @@ impl Engine {
     /// Answers a held GRIP long-poll with `bytes` (a complete response) and returns the
     /// connection to `Http`, or closes it.
     pub(crate) fn finish_grip_poll(&mut self, k: u32, bytes: &Arc<[u8]>, keep: bool) {
-        if !self.leave_hold(k, State::Poll) {
+        if !self.leave_hold(k, Kind::Poll) {
             return;
         }
         self.write_all_to(k, &[bytes], None);
@@ -307,14 +290,17 @@ impl Engine {
         }
         for (k, data) in sends {
             if let Some(conn) = self.conns.get_mut(k as usize) {
-                if conn.state == State::Stream {
+                if conn.state.kind() == Kind::Stream {
                     conn.last_seen = now;
                 }
             }
             self.deliver(k, &data);
         }
         for (k, answer) in timeouts {
-            let keep = self.conns.get(k as usize).is_some_and(|c| c.has(KEEP));
+            let keep = self
+                .conns
+                .get(k as usize)
+                .is_some_and(|c| matches!(c.state, State::Poll(PollMode { keep: true, .. })));
             self.finish_grip_poll(k, &answer, keep);
         }
         for k in pings {
@@ -325,12 +311,6 @@ impl Engine {
     /// A GRIP connection is leaving (closing or dropped): forget its state; a bridged
     /// WebSocket's backend is told with CLOSE (sent earlier by the client) or DISCONNECT.
     pub(crate) fn grip_forget(&mut self, k: u32) {
-        if let Some(conn) = self.conns.get_mut(k as usize) {
-            if conn.has(GRIP) {
-                conn.flags &= !GRIP;
-                self.shared.metrics.grip_holds.fetch_sub(1, Relaxed);
-            }
-        }
         let Some(g) = self.grip.remove(&k) else {
             return;
         };
@@ -366,12 +346,12 @@ impl Engine {
             return;
         };
         match state {
-            State::Stream => {
-                let chunked = self.conns.get(k as usize).is_some_and(|c| c.has(CHUNKED));
+            State::Stream(mode) => {
+                let chunked = matches!(mode, StreamMode::Grip { chunked: true, .. });
                 let last: Option<Arc<[u8]>> = chunked.then(|| Arc::from(http1::LAST_CHUNK));
                 self.start_closing(k, last, CloseReason::Shutdown);
             }
-            State::Poll => {
+            State::Poll(_) => {
                 let answer = match self.grip.get(&k) {
                     Some(GripConn {
                         phase: Phase::Response(hold),
@@ -381,7 +361,7 @@ impl Engine {
                 };
                 self.finish_grip_poll(k, &answer, false);
             }
-            State::Ws => self.close_ws(
+            State::Ws(_) => self.close_ws(
                 k,
                 CloseCode::GoingAway,
                 "server shutting down",

@@ -23,7 +23,7 @@ use crate::log;
 use crate::message::Encoding;
 use crate::metrics::CloseReason;
 use crate::worker::conn::Ext;
-use crate::worker::state::{State, DEFLATE, ECHO, ENVELOPE, JSON, RAW};
+use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use crate::worker::Engine;
 
 /// The subprotocol that wraps deliveries in a JSON envelope (`docs/protocol.md`).
@@ -190,20 +190,15 @@ impl Engine {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        conn.state = State::Ws;
         conn.last_seen = self.now;
-        conn.flags |= match endpoint {
-            Endpoint::Echo => ECHO,
-            _ if envelope => ENVELOPE,
-            _ => 0,
+        let role = match endpoint {
+            Endpoint::Echo => WsRole::Echo,
+            _ if envelope => WsRole::Envelope,
+            _ => WsRole::PubSub,
         };
-        if let Some((agreed, _)) = &deflate {
-            conn.flags |= DEFLATE;
-            conn.ext = Ext::new(agreed);
-        }
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        m.ws_connections.fetch_add(1, Relaxed);
+        let mut mode = WsMode::new(role);
+        mode.deflate = deflate.as_ref().map(|(agreed, _)| Ext::new(agreed));
+        self.set_state(k, State::Ws(mode));
         if params.topics.is_empty() {
             self.send(k, &Arc::from(out));
             return;
@@ -321,19 +316,19 @@ impl Engine {
             return self.respond(k, 400, &[], "give at least one topic= parameter", keep);
         }
         let format = params.format.as_deref();
-        let flags = match (endpoint, format) {
-            (_, None) => 0,
-            (Endpoint::Sse, Some("json")) => JSON,
-            (Endpoint::Sse, Some("data")) => 0,
-            (Endpoint::Stream, Some("json")) => 0,
-            (Endpoint::Stream, Some("raw")) => RAW,
-            (Endpoint::Poll, Some("json")) => 0,
-            (_, Some(f)) => {
+        let state = match (endpoint, format) {
+            (Endpoint::Sse, None | Some("data")) => State::Sse(SseMode::Payload),
+            (Endpoint::Sse, Some("json")) => State::Sse(SseMode::Json),
+            (Endpoint::Stream, None | Some("json")) => State::Stream(StreamMode::Ndjson),
+            (Endpoint::Stream, Some("raw")) => State::Stream(StreamMode::Raw),
+            (Endpoint::Poll, None | Some("json")) => State::Poll(PollMode { keep, grip: false }),
+            (_, f) => {
+                let f = f.unwrap_or_default();
                 let why = format!("unknown format {f:?} (sse: data, json; stream: json, raw)");
                 return self.respond(k, 400, &[], &why, keep);
             }
         };
-        if flags & RAW != 0 && params.since.is_some() {
+        if state == State::Stream(StreamMode::Raw) && params.since.is_some() {
             let why = "format=raw carries no ids, so it cannot resume; use the default json lines";
             return self.respond(k, 400, &[], why, keep);
         }
@@ -353,10 +348,9 @@ impl Engine {
             .min(cfg.poll_max_timeout) as u32;
         let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
         let since = params.since.as_deref().map_or(Since::Now, Since::Id);
-        match endpoint {
-            Endpoint::Poll => self.open_poll(k, &topics, since, hold, keep),
-            Endpoint::Sse => self.open_stream(k, &topics, since, State::Sse, flags),
-            _ => self.open_stream(k, &topics, since, State::Stream, flags),
+        match state {
+            State::Poll(mode) => self.open_poll(k, &topics, since, hold, mode),
+            _ => self.open_stream(k, &topics, since, state),
         }
     }
 

@@ -10,7 +10,7 @@ use clarion_proto::http1;
 use crate::hub::{Since, Subscribed};
 use crate::message::push_json_str;
 use crate::metrics::CloseReason;
-use crate::worker::state::{State, KEEP};
+use crate::worker::state::{PollMode, State};
 use crate::worker::Engine;
 
 /// A long-poll being held: when it expires, and the cursor its empty answer carries.
@@ -27,16 +27,11 @@ impl Engine {
         topics: &[&str],
         since: Since<'_>,
         hold: u32,
-        keep: bool,
+        mode: PollMode,
     ) {
-        let Some(conn) = self.conns.get_mut(k as usize) else {
+        if self.set_state(k, State::Poll(mode)).is_none() {
             return;
-        };
-        conn.state = State::Poll;
-        conn.flags |= if keep { KEEP } else { 0 };
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        m.polls_held.fetch_add(1, Relaxed);
+        }
         let Some(sub) = self.subscribe_conn(k, topics, since) else {
             return;
         };
@@ -62,16 +57,12 @@ impl Engine {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        if conn.state != State::Poll {
+        let State::Poll(mode) = conn.state else {
             return;
-        }
-        let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
-        conn.state = State::Http;
-        conn.flags &= !KEEP;
+        };
+        let keep = mode.keep && !self.shared.stopping.load(Relaxed);
         conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.polls_held.fetch_sub(1, Relaxed);
-        m.http_connections.fetch_add(1, Relaxed);
+        self.set_state(k, State::Http);
         let origin = self.shared.config.cors_allow_origin.as_str();
         let mut headers: Vec<(&str, &str)> = vec![
             ("Content-Type", "application/json"),

@@ -4,33 +4,26 @@
 //!
 //! Deliveries to open streams are made by [`crate::worker`]'s fan-out with the shared encodings.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::{http1, sse};
 
 use crate::hub::Since;
 use crate::message::{Encoding, Published};
-use crate::worker::state::{State, JSON, RAW};
+use crate::worker::state::{Kind, SseMode, State, StreamMode};
 use crate::worker::Engine;
 
 impl Engine {
     /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
-    pub(crate) fn open_stream(
-        &mut self,
-        k: u32,
-        topics: &[&str],
-        since: Since<'_>,
-        state: State,
-        flags: u16,
-    ) {
+    pub(crate) fn open_stream(&mut self, k: u32, topics: &[&str], since: Since<'_>, state: State) {
         let cfg = &self.shared.config;
         let origin = cfg.cors_allow_origin.as_str();
-        let sse = state == State::Sse;
+        let sse = state.kind() == Kind::Sse;
+        let raw = state == State::Stream(StreamMode::Raw);
         let mut headers: Vec<(&str, &str)> = vec![
             (
                 "Content-Type",
-                match (sse, flags & RAW != 0) {
+                match (sse, raw) {
                     (true, _) => "text/event-stream; charset=utf-8",
                     (false, false) => "application/x-ndjson",
                     (false, true) => "text/plain; charset=utf-8",
@@ -54,16 +47,8 @@ impl Engine {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        conn.state = state;
-        conn.flags |= flags;
         conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        if sse {
-            m.sse_connections.fetch_add(1, Relaxed);
-        } else {
-            m.stream_connections.fetch_add(1, Relaxed);
-        }
+        self.set_state(k, state);
         let Some(sub) = self.subscribe_conn(k, topics, since) else {
             return;
         };
@@ -75,11 +60,11 @@ impl Engine {
                 http1::write_chunk(&mut out, format!("{json}\n").as_bytes());
             }
         }
-        let encoding = match (sse, flags) {
-            (true, f) if f & JSON != 0 => Encoding::SseJson,
-            (true, _) => Encoding::Sse,
-            (false, f) if f & RAW != 0 => Encoding::RawChunk,
-            (false, _) => Encoding::NdjsonChunk,
+        let encoding = match state {
+            State::Sse(SseMode::Json) => Encoding::SseJson,
+            State::Stream(StreamMode::Raw) => Encoding::RawChunk,
+            _ if sse => Encoding::Sse,
+            _ => Encoding::NdjsonChunk,
         };
         self.send_resume(k, vec![out.into()], &sub.replay, encoding);
     }

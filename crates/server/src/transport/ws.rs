@@ -19,7 +19,7 @@ use crate::hub::{validate_topic, Outgoing, Since};
 use crate::log;
 use crate::message::{compress_frame, frame_payload, Encoding};
 use crate::metrics::CloseReason;
-use crate::worker::state::{State, DEFLATE, ECHO, ENVELOPE, GRIP};
+use crate::worker::state::{Kind, WsRole};
 use crate::worker::Engine;
 
 impl Engine {
@@ -32,7 +32,7 @@ impl Engine {
         let limits = Limits {
             max_message: self.shared.config.max_message_size,
             require_mask: true,
-            deflate: conn.has(DEFLATE),
+            deflate: conn.state.ws().is_some_and(|m| m.deflate.is_some()),
         };
         let mut pos = 0;
         loop {
@@ -47,7 +47,7 @@ impl Engine {
                     let open = self
                         .conns
                         .get(k as usize)
-                        .is_some_and(|c| c.state == State::Ws);
+                        .is_some_and(|c| c.state.kind() == Kind::Ws);
                     if !open {
                         return data.len();
                     }
@@ -78,6 +78,14 @@ impl Engine {
         if !self.conns.contains(k as usize) {
             return;
         }
+        let Some(role) = self
+            .conns
+            .get(k as usize)
+            .and_then(|c| Some(c.state.ws()?.role))
+        else {
+            return;
+        };
+        let bridged = role == WsRole::Bridge;
         match event {
             Event::Message {
                 kind,
@@ -92,37 +100,40 @@ impl Engine {
                 } else {
                     payload
                 };
-                let Some(conn) = self.conns.get(k as usize) else {
-                    return;
-                };
-                if conn.has(GRIP) {
-                    self.grip_client_message(k, kind, &payload);
-                } else if conn.has(ECHO) {
-                    let op = match kind {
-                        DataKind::Text => OpCode::Text,
-                        DataKind::Binary => OpCode::Binary,
-                    };
-                    let frame: Arc<[u8]> = encode_frame(op, &payload).into();
-                    let frame = self.compress_for(k, &frame, op);
-                    self.send(k, &frame);
-                } else if kind == DataKind::Binary {
-                    self.close_ws(
-                        k,
-                        CloseCode::Unsupported,
-                        "binary messages are not accepted; control messages are JSON text",
-                        CloseReason::ProtocolError,
-                    );
-                } else {
-                    self.on_control(k, &payload);
+                // The one dispatch on a WebSocket's role for its messages.
+                match role {
+                    WsRole::Bridge => self.grip_client_message(k, kind, &payload),
+                    WsRole::Echo => {
+                        let op = match kind {
+                            DataKind::Text => OpCode::Text,
+                            DataKind::Binary => OpCode::Binary,
+                        };
+                        let frame: Arc<[u8]> = encode_frame(op, &payload).into();
+                        let frame = self.compress_for(k, &frame, op);
+                        self.send(k, &frame);
+                    }
+                    WsRole::PubSub | WsRole::Envelope if kind == DataKind::Binary => {
+                        self.close_ws(
+                            k,
+                            CloseCode::Unsupported,
+                            "binary messages are not accepted; control messages are JSON text",
+                            CloseReason::ProtocolError,
+                        );
+                    }
+                    WsRole::PubSub | WsRole::Envelope => self.on_control(k, &payload),
                 }
             }
             Event::Ping(payload) => {
                 self.send(k, &Arc::from(encode_frame(OpCode::Pong, payload)));
-                self.grip_client_ping(k, payload);
+                if bridged {
+                    self.grip_client_ping(k, payload);
+                }
             }
             Event::Pong(_) => {}
             Event::Close(received) => {
-                self.grip_client_close(k, received);
+                if bridged {
+                    self.grip_client_close(k, received);
+                }
                 // Echo the peer's code (RFC 6455 5.5.1); an empty Close gets an empty one.
                 let reply: Arc<[u8]> = match received {
                     Some((code, _)) => encode_close_frame(code, "").into(),
@@ -172,7 +183,11 @@ impl Engine {
                         },
                     );
                 }
-                let envelope = self.conns.get(k as usize).is_some_and(|c| c.has(ENVELOPE));
+                let envelope = self
+                    .conns
+                    .get(k as usize)
+                    .and_then(|c| c.state.ws())
+                    .is_some_and(|m| m.role == WsRole::Envelope);
                 if let Some(since) = since.as_deref() {
                     let bad = if !envelope {
                         Some("resuming (since) needs the clarion.v1 subprotocol".to_owned())
@@ -293,7 +308,13 @@ impl Engine {
     /// is UTF-8. On failure the connection is closed (1009 over the limit, 1007 for corrupt
     /// data or text that is not UTF-8) and `None` returned.
     pub(crate) fn inflate(&mut self, k: u32, kind: DataKind, data: &[u8]) -> Option<Vec<u8>> {
-        let ext = self.conns.get(k as usize)?.ext;
+        let ext = self
+            .conns
+            .get(k as usize)?
+            .state
+            .ws()?
+            .deflate
+            .unwrap_or_default();
         let max = self.shared.config.max_message_size;
         let inflated = if ext.client_keeps_context() {
             // The client compresses with context: its window must outlive the message.
@@ -335,10 +356,9 @@ impl Engine {
         let Some(conn) = self.conns.get(k as usize) else {
             return Arc::clone(frame);
         };
-        if !conn.has(DEFLATE) {
+        let Some(ext) = conn.state.ws().and_then(|m| m.deflate) else {
             return Arc::clone(frame);
-        }
-        let ext = conn.ext;
+        };
         let settings = self.deflate_settings;
         if !ext.dedicated() || !self.may_dedicate(k) {
             let bits = if ext.small_server_window() { 9 } else { 15 };

@@ -39,7 +39,7 @@ impl Engine {
                 Ok(s) => Some(Box::new(s)),
                 Err(e) => {
                     log::warn(format_args!("TLS session: {e}"));
-                    self.note_gone(State::Http, peer);
+                    self.account(State::Http, None, peer);
                     return;
                 }
             },
@@ -52,7 +52,7 @@ impl Engine {
         if let Err(e) = registered {
             log::warn(format_args!("register: {e}"));
             if refusal.is_none() {
-                self.note_gone(State::Http, peer);
+                self.account(State::Http, None, peer);
             }
             return;
         }
@@ -66,7 +66,12 @@ impl Engine {
                 entry.insert(conn);
             }
             Some((status, why)) => {
-                entry.insert(Conn::new(stream, State::Closing, self.now, peer));
+                entry.insert(Conn::new(
+                    stream,
+                    State::Closing { write_shut: false },
+                    self.now,
+                    peer,
+                ));
                 log::debug(format_args!("refused at accept: {why}"));
                 let mut out = Vec::with_capacity(160);
                 let headers = [

@@ -176,14 +176,11 @@ pub struct Conn {
     /// Worker clock (seconds) of the last activity that counts for timeouts: the last byte read
     /// for WebSockets, the start of the current request for HTTP, the start of closing.
     pub last_seen: u32,
-    /// Life stage.
+    /// Life stage, with the options that only mean something in it. Changed only through
+    /// [`super::Engine::set_state`], which keeps the gauges exact.
     pub state: State,
-    /// Bit set of the flag constants above.
-    pub flags: u16,
     /// The client's address as the per-address limit counts it (see [`address_key`]).
     pub peer: u32,
-    /// permessage-deflate parameters, meaningful when [`super::state::DEFLATE`] is set.
-    pub ext: Ext,
     /// TLS state, for connections accepted on the TLS listener.
     pub tls: Option<Box<Session>>,
 }
@@ -216,16 +213,9 @@ impl Conn {
             subs: Subs::None,
             last_seen: now,
             state,
-            flags: 0,
             peer,
-            ext: Ext::default(),
             tls: None,
         }
-    }
-
-    /// Whether a flag is set.
-    pub fn has(&self, flag: u16) -> bool {
-        self.flags & flag != 0
     }
 
     /// Unsent bytes waiting in the backlog.
@@ -574,7 +564,17 @@ mod tests {
         let peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (ours, _) = l.accept().unwrap();
         ours.set_nonblocking(true).unwrap();
-        (Conn::new(TcpStream::from_std(ours), State::Ws, 0, 0), peer)
+        (
+            Conn::new(
+                TcpStream::from_std(ours),
+                State::Ws(crate::worker::state::WsMode::new(
+                    crate::worker::state::WsRole::PubSub,
+                )),
+                0,
+                0,
+            ),
+            peer,
+        )
     }
 
     #[test]
@@ -672,6 +672,9 @@ mod tests {
         let socket = std::mem::size_of::<TcpStream>();
         let rest = std::mem::size_of::<Conn>() - socket;
         assert!(rest <= 64, "{rest}");
+        // The state carries its options (WebSocket role and deflate parameters, stream and
+        // poll modes) in the 4 bytes that the state, a flag word and the deflate byte took.
+        assert!(std::mem::size_of::<State>() <= 4);
         assert_eq!(std::mem::size_of::<Subs>(), 16);
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use clarion_proto::ws::{DataKind, OpCode};
 
-use super::state::{State, DEFLATE, ENVELOPE, GRIP, JSON, RAW};
+use super::state::{Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
 
@@ -42,35 +42,46 @@ impl Engine {
                 let dedicated = self
                     .conns
                     .get(k as usize)
-                    .is_some_and(|c| c.has(DEFLATE) && c.ext.dedicated())
+                    .and_then(|c| c.state.ws()?.deflate)
+                    .is_some_and(|ext| ext.dedicated())
                     && self.may_dedicate(k);
                 let Some(conn) = self.conns.get_mut(k as usize) else {
                     continue;
                 };
-                if conn.has(GRIP) {
-                    self.deliver_grip(k, run);
-                    continue;
-                }
-                let envelope = conn.has(ENVELOPE);
+                // The one dispatch on a subscriber's role for deliveries.
                 let form = match conn.state {
-                    State::Ws if dedicated => Form::Dedicated { envelope },
-                    State::Ws if conn.has(DEFLATE) => Form::Deflated {
-                        envelope,
-                        small_window: conn.ext.small_server_window(),
-                    },
-                    State::Ws if envelope => Form::Shared(Encoding::WsEnvelope),
-                    State::Ws => Form::Frame,
-                    State::Sse if conn.has(JSON) => Form::Shared(Encoding::SseJson),
-                    State::Sse => Form::Shared(Encoding::Sse),
-                    State::Stream if conn.has(RAW) => Form::Shared(Encoding::RawChunk),
-                    State::Stream => Form::Shared(Encoding::NdjsonChunk),
-                    State::Poll => {
+                    State::Ws(WsMode {
+                        role: WsRole::Bridge,
+                        ..
+                    })
+                    | State::Stream(StreamMode::Grip { .. })
+                    | State::Poll(PollMode { grip: true, .. }) => {
+                        self.deliver_grip(k, run);
+                        continue;
+                    }
+                    State::Ws(mode) => {
+                        let envelope = mode.role == WsRole::Envelope;
+                        match mode.deflate {
+                            Some(_) if dedicated => Form::Dedicated { envelope },
+                            Some(ext) => Form::Deflated {
+                                envelope,
+                                small_window: ext.small_server_window(),
+                            },
+                            None if envelope => Form::Shared(Encoding::WsEnvelope),
+                            None => Form::Frame,
+                        }
+                    }
+                    State::Sse(SseMode::Json) => Form::Shared(Encoding::SseJson),
+                    State::Sse(SseMode::Payload) => Form::Shared(Encoding::Sse),
+                    State::Stream(StreamMode::Raw) => Form::Shared(Encoding::RawChunk),
+                    State::Stream(StreamMode::Ndjson) => Form::Shared(Encoding::NdjsonChunk),
+                    State::Poll(_) => {
                         polls.push(k);
                         continue;
                     }
-                    State::Http | State::Proxy | State::Closing => continue,
+                    State::Http | State::Proxy | State::Closing { .. } => continue,
                 };
-                if conn.state != State::Ws {
+                if conn.state.kind() != Kind::Ws {
                     // Output counts as activity for the keep-alive timer of HTTP streams.
                     conn.last_seen = self.now;
                 }

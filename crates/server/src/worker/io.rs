@@ -10,7 +10,7 @@ use std::io::{self, Read as _};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::state::{State, PINGED, WRITE_SHUT};
+use super::state::{Kind, State};
 use super::{tls, Engine};
 use crate::log;
 use crate::metrics::CloseReason;
@@ -28,9 +28,9 @@ impl Engine {
             let res = (&conn.stream).read(&mut self.read_buf);
             match res {
                 Ok(0) => {
-                    let reason = match conn.state {
-                        State::Http | State::Closing => CloseReason::HttpDone,
-                        State::Ws | State::Sse | State::Stream | State::Poll | State::Proxy => {
+                    let reason = match conn.state.kind() {
+                        Kind::Http | Kind::Closing => CloseReason::HttpDone,
+                        Kind::Ws | Kind::Sse | Kind::Stream | Kind::Poll | Kind::Proxy => {
                             CloseReason::Disconnected
                         }
                     };
@@ -39,9 +39,9 @@ impl Engine {
                 }
                 Ok(n) => {
                     self.tally.bytes_in += n as u64;
-                    if conn.state == State::Ws {
+                    if let State::Ws(mode) = &mut conn.state {
                         conn.last_seen = self.now;
-                        conn.flags &= !PINGED;
+                        mode.pinged = false;
                     }
                     if conn.tls.is_some() {
                         self.on_tls_data(k, n);
@@ -164,7 +164,7 @@ impl Engine {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        if conn.state == State::Closing {
+        if conn.state.kind() == Kind::Closing {
             return; // Waiting for EOF: the peer's bytes no longer mean anything.
         }
         if let Some(mut input) = conn.input.take() {
@@ -172,7 +172,7 @@ impl Engine {
             let used = self.process(k, &mut input);
             input.drain(..used.min(input.len()));
             if let Some(conn) = self.conns.get_mut(k as usize) {
-                if !input.is_empty() && conn.state != State::Closing {
+                if !input.is_empty() && conn.state.kind() != Kind::Closing {
                     conn.input = Some(input);
                 }
             }
@@ -180,10 +180,10 @@ impl Engine {
             let used = self.process(k, data);
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 if let Some(rest) = data.get(used..).filter(|r| !r.is_empty()) {
-                    if conn.state != State::Closing {
+                    if conn.state.kind() != Kind::Closing {
                         // Reserve the whole frame at once when its length is known.
                         let want = clarion_proto::ws::Receiver::frame_len(rest)
-                            .filter(|_| conn.state == State::Ws)
+                            .filter(|_| conn.state.kind() == Kind::Ws)
                             .map_or(rest.len(), |l| l as usize);
                         let mut v = Vec::with_capacity(want.max(rest.len()));
                         v.extend_from_slice(rest);
@@ -208,7 +208,7 @@ impl Engine {
                     Some(used) => pos += used,
                     None => return pos,
                 },
-                State::Ws => return pos + self.on_frames(k, rest),
+                State::Ws(_) => return pos + self.on_frames(k, rest),
                 // Waiting for a backend: a pipelined request waits its turn (bounded), and is
                 // read once the answer is out and the connection is back in `Http`.
                 State::Proxy => {
@@ -220,7 +220,9 @@ impl Engine {
                 }
                 // A streaming or held response: the client has nothing more to say, and
                 // anything it sends (pipelined requests included) is discarded.
-                State::Sse | State::Stream | State::Poll | State::Closing => return data.len(),
+                State::Sse(_) | State::Stream(_) | State::Poll(_) | State::Closing { .. } => {
+                    return data.len()
+                }
             }
         }
         pos
@@ -254,11 +256,11 @@ impl Engine {
         };
         let pending = conn.backlog_bytes();
         match conn.state {
-            State::Closing if pending == 0 && !conn.has(WRITE_SHUT) => {
-                conn.flags |= WRITE_SHUT;
+            State::Closing { write_shut: false } if pending == 0 => {
+                conn.state = State::Closing { write_shut: true };
                 conn.shutdown_write();
             }
-            State::Ws if cap.is_some_and(|cap| pending > cap) => {
+            State::Ws(_) if cap.is_some_and(|cap| pending > cap) => {
                 conn.discard_unstarted();
                 log::debug(format_args!("slow consumer: {pending} bytes unsent"));
                 self.close_ws(
@@ -268,7 +270,7 @@ impl Engine {
                     CloseReason::SlowConsumer,
                 );
             }
-            State::Sse | State::Stream if cap.is_some_and(|cap| pending > cap) => {
+            State::Sse(_) | State::Stream(_) if cap.is_some_and(|cap| pending > cap) => {
                 // No way to say why in-band without breaking the stream's framing: close it
                 // after the message in flight; the client reconnects and resumes by id.
                 conn.discard_unstarted();

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::state::{State, GRIP};
+use super::state::State;
 use super::Engine;
 use crate::metrics::CloseReason;
 use crate::transport::poll::messages_body;
@@ -20,31 +20,28 @@ impl Engine {
             .map(|(k, c)| (k as u32, c.state))
             .collect();
         for (k, state) in keys {
+            // The one dispatch on a connection's role at shutdown.
             match state {
-                State::Poll | State::Stream | State::Ws
-                    if self.conns.get(k as usize).is_some_and(|c| c.has(GRIP)) =>
-                {
-                    self.grip_shutdown(k);
-                }
-                State::Ws => self.close_ws(
+                s if s.grip_held() => self.grip_shutdown(k),
+                State::Ws(_) => self.close_ws(
                     k,
                     clarion_proto::ws::CloseCode::GoingAway,
                     "server shutting down",
                     CloseReason::Shutdown,
                 ),
                 // The client reconnects (EventSource does so by itself) and resumes by id.
-                State::Sse => self.start_closing(k, None, CloseReason::Shutdown),
-                State::Stream => {
+                State::Sse(_) => self.start_closing(k, None, CloseReason::Shutdown),
+                State::Stream(_) => {
                     let last: Arc<[u8]> = Arc::from(clarion_proto::http1::LAST_CHUNK);
                     self.start_closing(k, Some(last), CloseReason::Shutdown);
                 }
-                State::Poll => {
+                State::Poll(_) => {
                     let cursor = self.polls.get(&k).map(|h| h.cursor.clone());
                     let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
                     self.answer_poll(k, &Arc::from(body));
                 }
                 State::Http | State::Proxy => self.drop_conn(k, CloseReason::Shutdown),
-                State::Closing => {}
+                State::Closing { .. } => {}
             }
         }
     }

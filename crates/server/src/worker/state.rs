@@ -9,70 +9,222 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use super::conn::Ext;
 use super::Engine;
 use crate::hub::lock;
 use crate::metrics::{CloseReason, Metrics};
 
-/// Where a connection is in its life.
+/// Where a connection is in its life, with the options that only mean something there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
     /// Reading HTTP request heads (before an upgrade, or between keep-alive requests).
     Http,
     /// An open WebSocket.
-    Ws,
+    Ws(WsMode),
     /// A Server-Sent Events response being streamed.
-    Sse,
-    /// A chunked newline-delimited response being streamed (`/stream`).
-    Stream,
+    Sse(SseMode),
+    /// A chunked (or, for GRIP and HTTP/1.0, close-delimited) response being streamed.
+    Stream(StreamMode),
     /// A long-poll request held until a message arrives or its deadline passes.
-    Poll,
+    Poll(PollMode),
     /// A request forwarded to a GRIP backend, waiting for its answer; the client's further
     /// bytes (a pipelined request) wait in `input`.
     Proxy,
     /// Our last bytes (a Close frame or a final HTTP answer) are queued; once they are written
     /// the write side is shut and we wait (bounded) for the peer's EOF, discarding its input, so
     /// that closing never resets a connection before the peer has read our answer.
+    Closing {
+        /// The write side has been shut down.
+        write_shut: bool,
+    },
+}
+
+/// A state without its options: what gauges count and what most checks compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// [`State::Http`].
+    Http,
+    /// [`State::Ws`].
+    Ws,
+    /// [`State::Sse`].
+    Sse,
+    /// [`State::Stream`].
+    Stream,
+    /// [`State::Poll`].
+    Poll,
+    /// [`State::Proxy`].
+    Proxy,
+    /// [`State::Closing`].
     Closing,
 }
 
-/// Deliveries use the `clarion.v1` envelope instead of the raw payload.
-pub const ENVELOPE: u16 = 1;
-/// The WebSocket echoes messages (conformance endpoint) instead of doing pub/sub.
-pub const ECHO: u16 = 2;
-/// A ping was sent and no byte has arrived since.
-pub const PINGED: u16 = 4;
-/// The write side has been shut down (Closing only).
-pub const WRITE_SHUT: u16 = 8;
-/// SSE events carry the JSON envelope as data (`format=json`) instead of the payload.
-pub const JSON: u16 = 16;
-/// Stream lines carry the raw payload (`format=raw`) instead of the JSON envelope.
-pub const RAW: u16 = 32;
-/// The held long-poll's client allows keep-alive: the connection returns to `Http` after the
-/// answer.
-pub const KEEP: u16 = 64;
-/// permessage-deflate was negotiated (WebSocket); its parameters are in [`Conn::ext`].
-pub const DEFLATE: u16 = 128;
-/// Held by a GRIP backend (stream, response or WebSocket-over-HTTP): deliveries use the
-/// message's GRIP content, state beyond this record is in the worker's GRIP table.
-pub const GRIP: u16 = 256;
-/// A GRIP stream answers in chunked transfer coding (the client speaks HTTP/1.1); otherwise the
-/// stream is delimited by closing the connection.
-pub const CHUNKED: u16 = 512;
+/// What a WebSocket is for: the one place its messages and deliveries are dispatched on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsRole {
+    /// Pub/sub with control messages; deliveries are the raw payload.
+    PubSub,
+    /// Pub/sub under the `clarion.v1` subprotocol: deliveries use the JSON envelope.
+    Envelope,
+    /// The conformance endpoint: messages are echoed.
+    Echo,
+    /// Bridged to a GRIP backend with WebSocket-over-HTTP (`crate::grip::bridge`).
+    Bridge,
+}
+
+/// A WebSocket's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WsMode {
+    /// What it is for.
+    pub role: WsRole,
+    /// The permessage-deflate parameters, when compression was negotiated.
+    pub deflate: Option<Ext>,
+    /// A keep-alive ping was sent and no byte has arrived since.
+    pub pinged: bool,
+}
+
+impl WsMode {
+    /// A fresh WebSocket with `role`.
+    pub fn new(role: WsRole) -> WsMode {
+        WsMode {
+            role,
+            deflate: None,
+            pinged: false,
+        }
+    }
+}
+
+/// What an SSE event's data carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SseMode {
+    /// The payload (`format=data`, the default).
+    Payload,
+    /// The JSON envelope (`format=json`).
+    Json,
+}
+
+/// What a streamed response carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamMode {
+    /// JSON envelope lines (the default).
+    Ndjson,
+    /// Raw payload lines (`format=raw`).
+    Raw,
+    /// Held by a GRIP backend: the `http-stream` content published to its channels.
+    Grip {
+        /// Chunked transfer coding (HTTP/1.1 client); otherwise delimited by closing.
+        chunked: bool,
+        /// The client allows keep-alive: a published `close` returns it to `Http`.
+        keep: bool,
+    },
+}
+
+/// A held long-poll's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollMode {
+    /// The client allows keep-alive: the connection returns to `Http` after the answer.
+    pub keep: bool,
+    /// Held by a GRIP backend (`Grip-Hold: response`): answered by published `http-response`
+    /// content or the backend's timeout answer.
+    pub grip: bool,
+}
+
+impl State {
+    /// The state without its options.
+    pub fn kind(self) -> Kind {
+        match self {
+            State::Http => Kind::Http,
+            State::Ws(_) => Kind::Ws,
+            State::Sse(_) => Kind::Sse,
+            State::Stream(_) => Kind::Stream,
+            State::Poll(_) => Kind::Poll,
+            State::Proxy => Kind::Proxy,
+            State::Closing { .. } => Kind::Closing,
+        }
+    }
+
+    /// Whether a GRIP backend holds the connection (a held stream or long-poll, or a bridged
+    /// WebSocket): counted by the `grip_holds` gauge.
+    pub fn grip_held(self) -> bool {
+        matches!(
+            self,
+            State::Ws(WsMode {
+                role: WsRole::Bridge,
+                ..
+            }) | State::Stream(StreamMode::Grip { .. })
+                | State::Poll(PollMode { grip: true, .. })
+        )
+    }
+
+    /// The WebSocket options, in `Ws`.
+    pub fn ws(self) -> Option<WsMode> {
+        match self {
+            State::Ws(m) => Some(m),
+            _ => None,
+        }
+    }
+}
 
 /// The `clarion_connections` gauge that counts connections in `state` (none for `Closing`,
 /// which has left the count already).
-pub(crate) fn gauge(m: &Metrics, state: State) -> Option<&AtomicU64> {
+pub(crate) fn gauge(m: &Metrics, state: Kind) -> Option<&AtomicU64> {
     match state {
-        State::Http | State::Proxy => Some(&m.http_connections),
-        State::Ws => Some(&m.ws_connections),
-        State::Sse => Some(&m.sse_connections),
-        State::Stream => Some(&m.stream_connections),
-        State::Poll => Some(&m.polls_held),
-        State::Closing => None,
+        Kind::Http | Kind::Proxy => Some(&m.http_connections),
+        Kind::Ws => Some(&m.ws_connections),
+        Kind::Sse => Some(&m.sse_connections),
+        Kind::Stream => Some(&m.stream_connections),
+        Kind::Poll => Some(&m.polls_held),
+        Kind::Closing => None,
     }
 }
 
 impl Engine {
+    /// Moves connection `k` to state `to` and keeps the counts exact: the
+    /// `clarion_connections{state}` gauges, `grip_holds`, and, when it enters `Closing`, the
+    /// per-address count and the open-connection count. Every state change goes through here
+    /// (or through [`Self::drop_conn`] for a record that leaves the slab). Returns the state it
+    /// left, or `None` if the connection is gone.
+    pub(crate) fn set_state(&mut self, k: u32, to: State) -> Option<State> {
+        let conn = self.conns.get_mut(k as usize)?;
+        let from = conn.state;
+        conn.state = to;
+        let peer = conn.peer;
+        self.account(from, Some(to), peer);
+        Some(from)
+    }
+
+    /// The counts for a connection from `peer` moving from `from` to `to` (`None`: it is gone
+    /// without passing through `Closing`).
+    pub(crate) fn account(&self, from: State, to: Option<State>, peer: u32) {
+        let m = &self.shared.metrics;
+        let (fk, tk) = (from.kind(), to.map_or(Kind::Closing, State::kind));
+        if fk != tk {
+            if let Some(g) = gauge(m, fk) {
+                g.fetch_sub(1, Relaxed);
+            }
+            if let Some(g) = gauge(m, tk) {
+                g.fetch_add(1, Relaxed);
+            }
+        }
+        let (fg, tg) = (from.grip_held(), to.is_some_and(State::grip_held));
+        if fg && !tg {
+            m.grip_holds.fetch_sub(1, Relaxed);
+        } else if tg && !fg {
+            m.grip_holds.fetch_add(1, Relaxed);
+        }
+        if fk != Kind::Closing && tk == Kind::Closing {
+            self.shared.open.fetch_sub(1, Relaxed);
+            if self.shared.config.max_connections_per_address > 0 {
+                let mut counts = lock(&self.shared.per_address);
+                if let Some(n) = counts.get_mut(&peer) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        counts.remove(&peer);
+                    }
+                }
+            }
+        }
+    }
+
     /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the
     /// connection leaves every topic now, and is dropped once the peer has read and closed.
     pub(crate) fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
@@ -81,16 +233,13 @@ impl Engine {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        let was = conn.state;
-        if was == State::Closing {
+        if conn.state.kind() == Kind::Closing {
             return;
         }
-        conn.state = State::Closing;
         conn.last_seen = self.now;
         conn.input = None;
         conn.rx = Default::default();
-        let peer = conn.peer;
-        self.note_gone(was, peer);
+        self.set_state(k, State::Closing { write_shut: false });
         self.shared.metrics.closed(reason);
         if let Some(bytes) = last {
             self.write_to(k, &bytes, None);
@@ -121,29 +270,10 @@ impl Engine {
         if conn.tls.is_some() {
             self.shared.metrics.tls_connections.fetch_sub(1, Relaxed);
         }
-        if conn.state != State::Closing {
-            self.note_gone(conn.state, conn.peer);
+        if conn.state.kind() != Kind::Closing {
+            self.account(conn.state, None, conn.peer);
             self.shared.metrics.closed(reason);
         }
         // Dropping the stream closes the descriptor, which also removes it from epoll.
-    }
-
-    /// Updates the gauges and the connection counts when a connection from `peer` leaves
-    /// `state` for good.
-    pub(crate) fn note_gone(&self, state: State, peer: u32) {
-        let m = &self.shared.metrics;
-        if state != State::Closing && self.shared.config.max_connections_per_address > 0 {
-            let mut counts = lock(&self.shared.per_address);
-            if let Some(n) = counts.get_mut(&peer) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    counts.remove(&peer);
-                }
-            }
-        }
-        if let Some(g) = gauge(m, state) {
-            g.fetch_sub(1, Relaxed);
-            self.shared.open.fetch_sub(1, Relaxed);
-        }
     }
 }

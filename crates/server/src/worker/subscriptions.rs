@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::state::State;
+use super::state::Kind;
 use super::Engine;
 use crate::hub::{Since, Subscribed};
 
@@ -36,7 +36,7 @@ impl Engine {
         let alive = self
             .conns
             .get(k as usize)
-            .is_some_and(|c| !matches!(c.state, State::Closing | State::Http));
+            .is_some_and(|c| !matches!(c.state.kind(), Kind::Closing | Kind::Http));
         if !alive {
             for name in &sub.names {
                 self.shared.hub.unsubscribe(self.id, name);

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::state::{State, GRIP, PINGED};
+use super::state::{Kind, State, StreamMode};
 use super::Engine;
 use crate::log;
 use crate::metrics::CloseReason;
@@ -44,21 +44,21 @@ impl Engine {
                     }
                     expired.push((k as u32, CloseReason::HandshakeTimeout));
                 }
-                State::Ws if idle > 0 && quiet >= idle => {
+                State::Ws(_) if idle > 0 && quiet >= idle => {
                     expired.push((k as u32, CloseReason::IdleTimeout));
                 }
-                State::Ws if ping > 0 && quiet >= ping && !conn.has(PINGED) => {
-                    conn.flags |= PINGED;
+                State::Ws(ref mut mode) if ping > 0 && quiet >= ping && !mode.pinged => {
+                    mode.pinged = true;
                     to_ping.push(k as u32);
                 }
                 // GRIP streams send the backend's keep-alives (see `grip_sweep`), never ours.
-                State::Sse | State::Stream
-                    if keepalive > 0 && quiet >= keepalive && !conn.has(GRIP) =>
+                State::Sse(_) | State::Stream(StreamMode::Ndjson | StreamMode::Raw)
+                    if keepalive > 0 && quiet >= keepalive =>
                 {
                     conn.last_seen = self.now;
-                    to_keepalive.push((k as u32, conn.state == State::Sse));
+                    to_keepalive.push((k as u32, conn.state.kind() == Kind::Sse));
                 }
-                State::Closing if quiet >= CLOSE_LINGER_SECS => {
+                State::Closing { .. } if quiet >= CLOSE_LINGER_SECS => {
                     expired.push((k as u32, CloseReason::Disconnected));
                 }
                 _ => {}
@@ -87,7 +87,7 @@ impl Engine {
                 None => continue,
             };
             match state {
-                State::Ws => {
+                State::Ws(_) => {
                     log::debug(format_args!("idle timeout"));
                     self.close_ws(
                         k,
