@@ -4,10 +4,9 @@
 //! to its channels, or with the backend's own answer at `Grip-Timeout`. Bridged WebSockets
 //! receive `ws-message` content here too.
 //!
-//! Held connections are ordinary records in a GRIP state (`StreamMode::Grip`, `PollMode { grip }`,
-//! `WsRole::Bridge`); they
-//! enter and leave through [`Engine::enter_hold`] and [`Engine::leave_hold`]. This module does
-//! not talk to the backend.
+//! Held connections are ordinary records in a GRIP state (`StreamMode::Grip`,
+//! `PollMode { grip: true }`, `WsRole::Bridge`); they enter and leave through
+//! [`Engine::enter_hold`] and [`Engine::leave_hold`]. This module does not talk to the backend.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
