@@ -23,6 +23,7 @@ use super::write_head;
 use crate::hub::validate_topic;
 use crate::log;
 use crate::metrics::CloseReason;
+use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State, WsMode, WsRole};
 use crate::worker::Engine;
 
@@ -63,7 +64,7 @@ pub(crate) fn event_limits(max: usize) -> EventLimits {
     }
 }
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Accepts (or refuses) a bridged WebSocket after the backend answered its OPEN.
     pub(crate) fn accept_bridge(
         &mut self,

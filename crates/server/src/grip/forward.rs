@@ -22,6 +22,7 @@ use super::hold::{KeepAlive, ResponseHold};
 use super::{is_grip_header, is_hop_by_hop, write_head};
 use crate::hub::validate_topic;
 use crate::log;
+use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, PollMode, State, StreamMode};
 use crate::worker::Engine;
 
@@ -63,7 +64,7 @@ pub(crate) fn forwardable(name: &str) -> bool {
         && !name.eq_ignore_ascii_case("grip-sig")
 }
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// If the request matches a GRIP route, forwards it and returns the bytes used (`Some(None)`
     /// while its body is incomplete); `None` when no route matches.
     pub(crate) fn grip_intercept(
@@ -138,8 +139,8 @@ impl Engine {
         let tls = conn.tls.is_some();
         let client_ip = conn
             .stream
-            .peer_addr()
-            .map(|a| a.ip().to_string())
+            .peer_ip()
+            .map(|ip| ip.to_string())
             .unwrap_or_default();
         let path = route.backend_path(head.target);
         // The headers every request of this client carries.

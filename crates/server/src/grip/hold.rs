@@ -22,6 +22,7 @@ use super::{response_bytes, StreamPart, WsPart};
 use crate::hub::Since;
 use crate::message::Published;
 use crate::metrics::CloseReason;
+use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, PollMode, State, StreamMode};
 use crate::worker::Engine;
 
@@ -40,7 +41,7 @@ pub(crate) struct KeepAlive {
     pub(crate) last: u32,
 }
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Subscribes a held connection to each channel (from its `prev-id` when given) and returns
     /// what it missed, in publish order.
     pub(crate) fn subscribe_channels(

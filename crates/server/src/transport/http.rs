@@ -23,6 +23,7 @@ use crate::log;
 use crate::message::Encoding;
 use crate::metrics::CloseReason;
 use crate::worker::conn::Ext;
+use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use crate::worker::Engine;
 
@@ -50,7 +51,7 @@ struct Params<'q> {
     timeout: Option<u64>,
 }
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Parses one request head from `data` and answers it. Returns the bytes used, or `None` when
     /// the head is incomplete.
     pub(crate) fn on_http(&mut self, k: u32, data: &[u8]) -> Option<usize> {

@@ -10,6 +10,7 @@ use clarion_proto::http1;
 use crate::hub::{Since, Subscribed};
 use crate::message::push_json_str;
 use crate::metrics::CloseReason;
+use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, State};
 use crate::worker::Engine;
 
@@ -19,7 +20,7 @@ pub(crate) struct PollHold {
     pub(crate) cursor: String,
 }
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Starts a long-poll: answers at once when something was missed, else holds the request.
     pub(crate) fn open_poll(
         &mut self,

@@ -10,10 +10,11 @@ use clarion_proto::{http1, sse};
 
 use crate::hub::Since;
 use crate::message::{Encoding, Published};
+use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, SseMode, State, StreamMode};
 use crate::worker::Engine;
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
     pub(crate) fn open_stream(&mut self, k: u32, topics: &[&str], since: Since<'_>, state: State) {
         let cfg = &self.shared.config;

@@ -19,10 +19,11 @@ use crate::hub::{validate_topic, Outgoing, Since};
 use crate::log;
 use crate::message::{compress_frame, frame_payload, Encoding};
 use crate::metrics::CloseReason;
+use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, WsRole};
 use crate::worker::Engine;
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Decodes and handles every complete frame at the start of `data`; returns the bytes used.
     pub(crate) fn on_frames(&mut self, k: u32, data: &mut [u8]) -> usize {
         let Some(conn) = self.conns.get_mut(k as usize) else {

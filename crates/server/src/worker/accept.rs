@@ -9,15 +9,14 @@ use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use mio::net::TcpStream;
-
 use super::conn::Conn;
+use super::socket::Socket;
 use super::state::State;
 use super::{tls, Engine};
 use crate::hub::lock;
 use crate::log;
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Takes a new connection, or refuses it at once when a limit is reached: the refusal is
     /// written immediately (the request is never read) and the connection closes like any other,
     /// so a flood costs a slab entry for at most `CLOSE_LINGER_SECS`.
@@ -25,11 +24,11 @@ impl Engine {
     /// `register` makes the socket known to the shell's poller under the given slab key.
     pub fn handle_accept(
         &mut self,
-        mut stream: TcpStream,
+        mut stream: S,
         peer: u32,
         tls: bool,
         now: u32,
-        register: impl FnOnce(&mut TcpStream, usize) -> io::Result<()>,
+        register: impl FnOnce(&mut S, usize) -> io::Result<()>,
     ) {
         self.now = now;
         let refusal = self.admit(peer);

@@ -11,11 +11,13 @@
 //! kernel is kept per connection (`Session::unsent`).
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write as _};
+use std::io::{self, IoSlice};
 use std::sync::Arc;
 
 use clarion_proto::ws::Receiver;
 use mio::net::TcpStream;
+
+use super::socket::Socket;
 
 use super::state::State;
 use super::tls::{Session, MAX_RECORD};
@@ -163,9 +165,9 @@ const MAX_IOV: usize = 64;
 
 /// A client connection. Kept small: 15,000 idle ones must cost less than µWebSockets' 460 bytes
 /// each, kernel excluded.
-pub struct Conn {
+pub struct Conn<S = TcpStream> {
     /// The socket, registered with the worker's poller under the slab key.
-    pub stream: TcpStream,
+    pub stream: S,
     /// WebSocket message assembly state (8 bytes; a box only during a fragmented message).
     pub rx: Receiver,
     /// Bytes of a partial request head or frame, kept between reads; `None` almost always.
@@ -202,9 +204,9 @@ pub fn address_key(ip: std::net::IpAddr) -> u32 {
     }
 }
 
-impl Conn {
+impl<S: Socket> Conn<S> {
     /// A fresh connection in `state`.
-    pub fn new(stream: TcpStream, state: State, now: u32, peer: u32) -> Conn {
+    pub fn new(stream: S, state: State, now: u32, peer: u32) -> Conn<S> {
         Conn {
             stream,
             rx: Receiver::default(),
@@ -276,7 +278,7 @@ impl Conn {
                     *slot = IoSlice::new(f.get(start..).unwrap_or_default());
                     n += 1;
                 }
-                (&self.stream).write_vectored(iov.get(..n).unwrap_or_default())
+                self.stream.write_vectored(iov.get(..n).unwrap_or_default())
             };
             match res {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -340,7 +342,7 @@ impl Conn {
                     *slot = IoSlice::new(c.data.get(c.offset..).unwrap_or_default());
                     n += 1;
                 }
-                (&self.stream).write_vectored(iov.get(..n).unwrap_or_default())
+                self.stream.write_vectored(iov.get(..n).unwrap_or_default())
             };
             match res {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -466,7 +468,7 @@ impl Conn {
             t.close_notify(&mut alert);
             let _ = write_some(&self.stream, &alert);
         }
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        let _ = self.stream.shutdown_write();
     }
 
     /// Drops queued chunks that have not started to be written (a slow consumer that is being
@@ -538,10 +540,10 @@ fn seal<'a>(
 }
 
 /// Writes as much of `data` as the kernel takes now.
-fn write_some(stream: &TcpStream, data: &[u8]) -> io::Result<usize> {
+fn write_some(stream: &impl Socket, data: &[u8]) -> io::Result<usize> {
     let mut offset = 0;
     while offset < data.len() {
-        match (&*stream).write(data.get(offset..).unwrap_or_default()) {
+        match stream.write(data.get(offset..).unwrap_or_default()) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => offset += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,

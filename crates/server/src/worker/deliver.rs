@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use clarion_proto::ws::{DataKind, OpCode};
 
+use super::socket::Socket;
 use super::state::{Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Writes every message waiting in the inbox to its local subscribers.
     pub(crate) fn drain_inbox(&mut self) {
         let mut batch = std::mem::take(&mut self.spare);

@@ -14,6 +14,7 @@ use slab::Slab;
 
 use super::conn::Conn;
 use super::index::TopicIndex;
+use super::socket::Socket;
 use super::Shared;
 use crate::hub::Inbox;
 use crate::message::Published;
@@ -29,9 +30,9 @@ pub(crate) struct Tally {
 }
 
 /// One worker's connections and everything they share.
-pub struct Engine {
+pub struct Engine<S = mio::net::TcpStream> {
     pub(crate) id: usize,
-    pub(crate) conns: Slab<Conn>,
+    pub(crate) conns: Slab<Conn<S>>,
     pub(crate) index: TopicIndex,
     /// Shared by every connection of this worker: reads land here and are parsed in place.
     pub(crate) read_buf: Vec<u8>,
@@ -66,9 +67,9 @@ pub struct Engine {
     pub(crate) tally: Tally,
 }
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// An engine for worker `id`, whose hub deliveries arrive in `inbox`.
-    pub fn new(id: usize, inbox: Arc<Inbox>, shared: Arc<Shared>) -> Engine {
+    pub fn new(id: usize, inbox: Arc<Inbox>, shared: Arc<Shared>) -> Engine<S> {
         let read_buf = vec![0; shared.config.read_buffer];
         let deflate_settings = crate::message::DeflateSettings {
             threshold: shared.config.compression_threshold,

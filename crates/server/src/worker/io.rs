@@ -6,10 +6,11 @@
 //! The one dispatch on a connection's state for incoming bytes is [`Engine::process`]; this
 //! module does not interpret bytes itself.
 
-use std::io::{self, Read as _};
+use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use super::socket::Socket;
 use super::state::{Kind, State};
 use super::{tls, Engine};
 use crate::log;
@@ -19,13 +20,13 @@ use crate::metrics::CloseReason;
 /// the next loop iteration, so one fast sender cannot starve the loop.
 const READ_BUDGET: usize = 16;
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     pub(crate) fn on_readable(&mut self, k: u32) {
         for _ in 0..READ_BUDGET {
             let Some(conn) = self.conns.get_mut(k as usize) else {
                 return;
             };
-            let res = (&conn.stream).read(&mut self.read_buf);
+            let res = conn.stream.read(&mut self.read_buf);
             match res {
                 Ok(0) => {
                     let reason = match conn.state.kind() {

@@ -24,6 +24,7 @@ mod engine;
 pub mod index;
 mod io;
 mod shutdown;
+pub mod socket;
 pub mod state;
 mod subscriptions;
 mod timers;
@@ -102,7 +103,7 @@ pub struct Worker {
     poll: Poll,
     listener: Option<TcpListener>,
     tls_listener: Option<TcpListener>,
-    engine: Engine,
+    engine: Engine<mio::net::TcpStream>,
     start: Instant,
     /// The second of the last sweep.
     last_sweep: u32,

@@ -6,12 +6,13 @@
 
 use std::sync::Arc;
 
+use super::socket::Socket;
 use super::state::State;
 use super::Engine;
 use crate::metrics::CloseReason;
 use crate::transport::poll::messages_body;
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Starts closing every connection the way its transport allows the client to resume.
     pub(crate) fn begin_shutdown(&mut self) {
         let keys: Vec<(u32, State)> = self

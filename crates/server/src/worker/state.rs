@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::conn::Ext;
+use super::socket::Socket;
 use super::Engine;
 use crate::hub::lock;
 use crate::metrics::{CloseReason, Metrics};
@@ -177,7 +178,7 @@ pub(crate) fn gauge(m: &Metrics, state: Kind) -> Option<&AtomicU64> {
     }
 }
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Moves connection `k` to state `to` and keeps the counts exact: the
     /// `clarion_connections{state}` gauges, `grip_holds`, and, when it enters `Closing`, the
     /// per-address count and the open-connection count. Every state change goes through here

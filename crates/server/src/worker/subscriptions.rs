@@ -7,11 +7,12 @@
 
 use std::sync::Arc;
 
+use super::socket::Socket;
 use super::state::Kind;
 use super::Engine;
 use crate::hub::{Since, Subscribed};
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Subscribes connection `k` to `topics` (valid, new for it) and returns what it missed
     /// since `since`, for the caller to send in its transport's format. `None` when the
     /// connection went away meanwhile.

@@ -7,6 +7,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use super::socket::Socket;
 use super::state::{Kind, State, StreamMode};
 use super::Engine;
 use crate::log;
@@ -17,7 +18,7 @@ use crate::transport::poll::messages_body;
 /// for a slow link to drain a Close frame, short enough that dead peers do not pile up.
 const CLOSE_LINGER_SECS: u32 = 5;
 
-impl Engine {
+impl<S: Socket> Engine<S> {
     /// Once a second: handshake deadlines, keep-alive pings and lines, idle timeouts, long-poll
     /// deadlines, closing deadlines, and (on worker 0) history expiry.
     pub(crate) fn sweep(&mut self) {
