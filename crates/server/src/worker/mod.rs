@@ -27,6 +27,10 @@ mod shutdown;
 pub mod socket;
 pub mod state;
 mod subscriptions;
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
 mod timers;
 pub mod tls;
 mod tls_records;
