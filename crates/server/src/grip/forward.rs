@@ -11,7 +11,6 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use clarion_proto::grip::headers::KeepAliveMode;
 use clarion_proto::grip::{self as proto, Event as WsEvent, HoldMode};
 use clarion_proto::http1::{self, Body, RequestHead};
 use clarion_proto::ws::handshake;
@@ -23,7 +22,7 @@ use super::{is_grip_header, is_hop_by_hop, write_head};
 use crate::hub::validate_topic;
 use crate::log;
 use crate::worker::socket::Socket;
-use crate::worker::state::{Kind, PollMode, State, StreamMode};
+use crate::worker::state::{Kind, State};
 use crate::worker::Engine;
 
 /// A GRIP connection's state beyond its record.
@@ -461,9 +460,10 @@ impl<S: Socket> Engine<S> {
             None => (r.status, r.reason.clone()),
         };
         let passed = client_headers(&r);
-        let mut hdrs: Vec<(&str, &str)> = passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
         match instruct.hold {
             None => {
+                let mut hdrs: Vec<(&str, &str)> =
+                    passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
                 if !w.keep {
                     hdrs.push(("Connection", "close"));
                 }
@@ -485,101 +485,41 @@ impl<S: Socket> Engine<S> {
                 same_version(&mut out, w.http10);
                 self.finish_answer(k, out.into(), w.keep, status);
             }
-            Some(HoldMode::Stream) => {
-                let chunked = !w.http10;
-                if chunked {
-                    hdrs.push(("Transfer-Encoding", "chunked"));
-                }
-                if !chunked {
-                    hdrs.push(("Connection", "close"));
-                }
-                let mut out = Vec::with_capacity(256 + r.body.len());
-                write_head(&mut out, status, Some(&reason), &hdrs, None);
-                same_version(&mut out, w.http10);
-                if !r.body.is_empty() {
-                    if chunked {
-                        http1::write_chunk(&mut out, &r.body);
-                    } else {
-                        out.extend_from_slice(&r.body);
-                    }
-                }
-                let keep_alive = instruct.keep_alive.as_ref().map(|ka| {
-                    let data: Arc<[u8]> = if chunked {
-                        let mut c = Vec::new();
-                        http1::write_chunk(&mut c, &ka.data);
-                        c.into()
-                    } else {
-                        ka.data.clone().into()
-                    };
-                    Box::new(KeepAlive {
-                        data,
-                        every: ka.timeout_secs.max(1),
-                        interval: ka.mode == KeepAliveMode::Interval,
-                        last: self.now,
-                    })
-                });
-                let state = State::Stream(StreamMode::Grip {
-                    chunked,
-                    keep: chunked && w.keep,
-                });
-                let entry = keep_alive.map(|ka| GripConn {
-                    ticket,
-                    route,
-                    phase: Phase::Stream(ka),
-                });
-                if !self.enter_hold(k, state, entry) {
-                    return;
-                }
-                let replay = self.subscribe_channels(k, &instruct.channels);
-                self.write_all_to(k, &[&Arc::from(out)], None);
-                if !replay.is_empty() {
-                    self.deliver_grip(k, &replay);
-                }
-            }
-            Some(HoldMode::Response) => {
-                if !w.keep {
-                    hdrs.push(("Connection", "close"));
-                }
-                let mut timeout = Vec::with_capacity(256 + r.body.len());
-                write_head(
-                    &mut timeout,
+            Some(mode) => {
+                let answered = Answered {
                     status,
-                    Some(&reason),
-                    &hdrs,
-                    Some(r.body.len()),
-                );
-                timeout.extend_from_slice(&r.body);
-                same_version(&mut timeout, w.http10);
-                let secs = instruct
-                    .timeout_secs
-                    .map_or(self.shared.config.grip_default_timeout, u64::from)
-                    as u32;
-                let entry = GripConn {
+                    reason: &reason,
+                    passed: &passed,
+                    body: &r.body,
                     ticket,
                     route,
-                    phase: Phase::Response(Box::new(ResponseHold {
-                        deadline: self.now.saturating_add(secs.max(1)),
-                        timeout: timeout.into(),
-                        headers: passed
-                            .iter()
-                            .map(|(n, v)| (Box::from(*n), Box::from(v.as_str())))
-                            .collect(),
-                    })),
-                };
-                let state = State::Poll(PollMode {
                     keep: w.keep,
-                    grip: true,
-                });
-                if !self.enter_hold(k, state, Some(entry)) {
-                    return;
-                }
-                let replay = self.subscribe_channels(k, &instruct.channels);
-                if !replay.is_empty() {
-                    self.deliver_grip(k, &replay);
+                    http10: w.http10,
+                };
+                match mode {
+                    HoldMode::Stream => self.hold_stream(k, &answered, &instruct),
+                    HoldMode::Response => self.hold_response(k, &answered, &instruct),
                 }
             }
         }
     }
+}
+
+/// A backend's first answer as the client sees it, for starting a hold.
+pub(crate) struct Answered<'a> {
+    /// Status and reason (the backend's, or `Grip-Status`).
+    pub(crate) status: u16,
+    pub(crate) reason: &'a str,
+    /// The backend's headers the client may see ([`client_headers`]).
+    pub(crate) passed: &'a [(&'a str, String)],
+    pub(crate) body: &'a [u8],
+    /// The connection's GRIP ticket and route, for its side entry.
+    pub(crate) ticket: u64,
+    pub(crate) route: u32,
+    /// The client allows keep-alive.
+    pub(crate) keep: bool,
+    /// The client spoke HTTP/1.0.
+    pub(crate) http10: bool,
 }
 
 /// The backend's headers a client may see: not hop-by-hop, not GRIP instructions, not the

@@ -11,14 +11,15 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use clarion_proto::grip::headers::KeepAliveMode;
 use clarion_proto::grip::{self as proto, Event as WsEvent};
-use clarion_proto::http1::{self};
+use clarion_proto::http1;
 use clarion_proto::ws::CloseCode;
 
 use super::backend::Failure;
 use super::bridge::{bridge, event_request};
-use super::forward::{GripConn, Phase};
-use super::{response_bytes, StreamPart, WsPart};
+use super::forward::{same_version, Answered, GripConn, Phase};
+use super::{response_bytes, write_head, StreamPart, WsPart};
 use crate::hub::Since;
 use crate::message::Published;
 use crate::metrics::CloseReason;
@@ -42,6 +43,108 @@ pub(crate) struct KeepAlive {
 }
 
 impl<S: Socket> Engine<S> {
+    /// Starts a `Grip-Hold: stream`: the answer's head and body go out (chunked for HTTP/1.1
+    /// clients, close-delimited for HTTP/1.0), then the connection receives the `http-stream`
+    /// content of its channels and the backend's keep-alive when quiet.
+    pub(crate) fn hold_stream(&mut self, k: u32, a: &Answered<'_>, instruct: &proto::Instruct) {
+        let mut hdrs: Vec<(&str, &str)> = a.passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let chunked = !a.http10;
+        if chunked {
+            hdrs.push(("Transfer-Encoding", "chunked"));
+        }
+        if !chunked {
+            hdrs.push(("Connection", "close"));
+        }
+        let mut out = Vec::with_capacity(256 + a.body.len());
+        write_head(&mut out, a.status, Some(a.reason), &hdrs, None);
+        same_version(&mut out, a.http10);
+        if !a.body.is_empty() {
+            if chunked {
+                http1::write_chunk(&mut out, a.body);
+            } else {
+                out.extend_from_slice(a.body);
+            }
+        }
+        let keep_alive = instruct.keep_alive.as_ref().map(|ka| {
+            let data: Arc<[u8]> = if chunked {
+                let mut c = Vec::new();
+                http1::write_chunk(&mut c, &ka.data);
+                c.into()
+            } else {
+                ka.data.clone().into()
+            };
+            Box::new(KeepAlive {
+                data,
+                every: ka.timeout_secs.max(1),
+                interval: ka.mode == KeepAliveMode::Interval,
+                last: self.now,
+            })
+        });
+        let state = State::Stream(StreamMode::Grip {
+            chunked,
+            keep: chunked && a.keep,
+        });
+        let entry = keep_alive.map(|ka| GripConn {
+            ticket: a.ticket,
+            route: a.route,
+            phase: Phase::Stream(ka),
+        });
+        if !self.enter_hold(k, state, entry) {
+            return;
+        }
+        let replay = self.subscribe_channels(k, &instruct.channels);
+        self.write_all_to(k, &[&Arc::from(out)], None);
+        if !replay.is_empty() {
+            self.deliver_grip(k, &replay);
+        }
+    }
+
+    /// Starts a `Grip-Hold: response` (a long-poll): answered by the first `http-response`
+    /// published to its channels, or with the backend's own answer at `Grip-Timeout`.
+    pub(crate) fn hold_response(&mut self, k: u32, a: &Answered<'_>, instruct: &proto::Instruct) {
+        let mut hdrs: Vec<(&str, &str)> = a.passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        if !a.keep {
+            hdrs.push(("Connection", "close"));
+        }
+        let mut timeout = Vec::with_capacity(256 + a.body.len());
+        write_head(
+            &mut timeout,
+            a.status,
+            Some(a.reason),
+            &hdrs,
+            Some(a.body.len()),
+        );
+        timeout.extend_from_slice(a.body);
+        same_version(&mut timeout, a.http10);
+        let secs = instruct
+            .timeout_secs
+            .map_or(self.shared.config.grip_default_timeout, u64::from) as u32;
+        let entry = GripConn {
+            ticket: a.ticket,
+            route: a.route,
+            phase: Phase::Response(Box::new(ResponseHold {
+                deadline: self.now.saturating_add(secs.max(1)),
+                timeout: timeout.into(),
+                headers: a
+                    .passed
+                    .iter()
+                    .map(|(n, v)| (Box::from(*n), Box::from(v.as_str())))
+                    .collect(),
+            })),
+        };
+        let state = State::Poll(PollMode {
+            keep: a.keep,
+            grip: true,
+        });
+        if !self.enter_hold(k, state, Some(entry)) {
+            return;
+        }
+        let replay = self.subscribe_channels(k, &instruct.channels);
+        if !replay.is_empty() {
+            self.deliver_grip(k, &replay);
+        }
+    }
+
     /// Subscribes a held connection to each channel (from its `prev-id` when given) and returns
     /// what it missed, in publish order.
     pub(crate) fn subscribe_channels(
