@@ -311,6 +311,17 @@ impl Harness {
         self.engine.on_answer(answer);
     }
 
+    /// Fails `job` as the backend pool would, through the engine's answer handler.
+    pub fn fail(&mut self, job: &Job, failure: crate::grip::backend::Failure) {
+        let answer = Answer {
+            key: job.key,
+            ticket: job.ticket,
+            result: Err(failure),
+        };
+        self.engine.now = self.now;
+        self.engine.on_answer(answer);
+    }
+
     /// The connection gauges and counts that must return to zero once every connection has
     /// closed: http, ws, sse, stream, polls, grip holds, open connections, per-address entries.
     pub fn counts(&self) -> [u64; 8] {

@@ -364,3 +364,76 @@ fn grip_stream_hold_sends_its_keepalive_when_quiet() {
     assert_eq!(c.take(), clarion_proto::http1::LAST_CHUNK);
     assert_eq!(h.counts(), [0; 8]);
 }
+
+#[test]
+fn grip_response_hold_gets_the_backends_answer_at_its_timeout() {
+    let mut h = Harness::with_grip(Config::default(), "* 127.0.0.1:9\n");
+    let c = h.connect();
+    h.send(&c, b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n");
+    let job = h.next_job().unwrap();
+    h.answer(
+        &job,
+        200,
+        &[
+            ("Content-Type", "text/plain"),
+            ("Grip-Hold", "response"),
+            ("Grip-Channel", "c"),
+            ("Grip-Timeout", "3"),
+        ],
+        b"nothing yet\n",
+    );
+    assert!(c.take().is_empty());
+    assert_eq!(h.counts(), [0, 0, 0, 0, 1, 1, 1, 1]);
+    h.advance(2);
+    assert!(c.take().is_empty());
+    h.advance(1);
+    let out = c.take();
+    assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200 "));
+    assert_eq!(after_head(&out), b"nothing yet\n");
+    // The client allowed keep-alive: the connection reads its next request.
+    assert_eq!(h.counts(), [1, 0, 0, 0, 0, 0, 1, 1]);
+    h.hang_up(&c);
+    assert_eq!(h.counts(), [0; 8]);
+}
+
+#[test]
+fn grip_backend_failure_is_answered_502_and_the_connection_kept() {
+    let mut h = Harness::with_grip(Config::default(), "* 127.0.0.1:9\n");
+    let c = h.connect();
+    h.send(&c, b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+    let job = h.next_job().unwrap();
+    h.fail(
+        &job,
+        crate::grip::backend::Failure::Unreachable("refused".into()),
+    );
+    let out = c.take_text();
+    assert!(out.starts_with("HTTP/1.1 502 "), "{out}");
+    assert!(out.ends_with("Error while proxying to origin.\n"), "{out}");
+    assert!(!c.write_shut());
+    assert_eq!(h.counts(), [1, 0, 0, 0, 0, 0, 1, 1]);
+    // A late answer for the same ticket is ignored.
+    h.answer(&job, 200, &[], b"late");
+    assert!(c.take().is_empty());
+}
+
+#[test]
+fn connection_over_the_per_address_limit_is_refused_with_429() {
+    let config = Config {
+        max_connections_per_address: 1,
+        ..Config::default()
+    };
+    let mut h = Harness::new(config);
+    let first = h.connect();
+    let second = h.connect();
+    let out = second.take_text();
+    assert!(out.starts_with("HTTP/1.1 429 "), "{out}");
+    assert!(second.write_shut());
+    assert_eq!(h.counts(), [1, 0, 0, 0, 0, 0, 1, 1]);
+    h.hang_up(&second);
+    h.hang_up(&first);
+    assert_eq!(h.counts(), [0; 8]);
+    // The address may connect again.
+    let third = h.connect();
+    assert!(third.take().is_empty());
+    assert_eq!(h.counts(), [1, 0, 0, 0, 0, 0, 1, 1]);
+}
