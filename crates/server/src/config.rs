@@ -2,13 +2,16 @@
 //! environment variables and command-line flags (see [`crate::cli`]).
 //!
 //! Every limit lives here with its default and the reason for it; no other module invents a
-//! number. `docs/configuration.md` is the user-facing copy of this file.
+//! number. Limits that are not settings are in [`limits`]. `docs/configuration.md` is the
+//! user-facing copy of this file.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+pub mod limits;
 
 /// Everything `clarion serve` can be told. Field docs state the default and why.
 #[derive(Debug, Clone, Deserialize)]
@@ -396,7 +399,7 @@ impl Config {
         self.tls_settings()?;
         Some(
             self.tls_listen
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 8443))),
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], limits::DEFAULT_TLS_PORT))),
         )
     }
 
@@ -410,12 +413,10 @@ impl Config {
 
     /// Connection cap with 0 resolved from the open-files limit.
     pub fn connection_cap(&self) -> usize {
-        // Listeners, the API, epoll and wakers need descriptors too.
-        const RESERVE: u64 = 64;
         match self.max_connections {
             0 => {
-                let files = open_files_limit().unwrap_or(1024);
-                files.saturating_sub(RESERVE).max(1) as usize
+                let files = open_files_limit().unwrap_or(limits::ASSUMED_OPEN_FILES);
+                files.saturating_sub(limits::RESERVED_FILES).max(1) as usize
             }
             n => n,
         }
@@ -444,6 +445,15 @@ impl Config {
             per_topic: self.history_size,
             ttl: u32::try_from(self.history_ttl).unwrap_or(u32::MAX),
             max_bytes: self.history_memory,
+        }
+    }
+
+    /// What a Pushpin-format publish may hold: the body is bounded by `max_publish_size` like
+    /// every publish, the item count by [`limits::GRIP_PUBLISH_MAX_ITEMS`].
+    pub fn grip_publish_limits(&self) -> clarion_proto::grip::PublishLimits {
+        clarion_proto::grip::PublishLimits {
+            max_body: self.max_publish_size,
+            max_items: limits::GRIP_PUBLISH_MAX_ITEMS,
         }
     }
 
@@ -485,6 +495,29 @@ mod tests {
     #[test]
     fn unknown_option_is_an_error() {
         assert!(toml::from_str::<Config>("max_backlogg = 1").is_err());
+    }
+
+    #[test]
+    fn grip_publish_cap_is_the_servers() {
+        // proto once defaulted to 1000 items while the server promised 10 000; the server's
+        // limits are now the only ones, and a publish between the two is accepted.
+        let limits = Config::default().grip_publish_limits();
+        assert_eq!(limits.max_items, limits::GRIP_PUBLISH_MAX_ITEMS);
+        assert_eq!(limits.max_body, Config::default().max_publish_size);
+        let item = r#"{"channel":"c","formats":{"http-stream":{"content":"x"}}}"#;
+        let body = |n: usize| format!(r#"{{"items":[{}]}}"#, vec![item; n].join(","));
+        let decode = |n| clarion_proto::grip::decode_publish(body(n).as_bytes(), &limits);
+        assert_eq!(decode(1001).map(|items| items.len()).ok(), Some(1001));
+        assert_eq!(
+            decode(limits::GRIP_PUBLISH_MAX_ITEMS)
+                .map(|items| items.len())
+                .ok(),
+            Some(limits::GRIP_PUBLISH_MAX_ITEMS)
+        );
+        assert_eq!(
+            decode(limits::GRIP_PUBLISH_MAX_ITEMS + 1).err(),
+            Some(clarion_proto::grip::PublishError::TooManyItems)
+        );
     }
 
     #[test]
