@@ -3,7 +3,7 @@
 //! for the client.
 #![no_main]
 
-use clarion::control::{parse, Request};
+use clarion_proto::pubsub::control::{parse, Request};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,6 +18,6 @@ fuzz_target!(|data: &[u8]| {
             };
             assert_eq!(ty, want);
         }
-        Err(why) => assert!(!why.is_empty()),
+        Err(why) => assert!(!why.to_string().is_empty()),
     }
 });

@@ -24,42 +24,6 @@ use clarion_proto::ws::DataKind;
 use crate::message::{Gap, GapReason, Published};
 use crate::metrics::Metrics;
 
-/// Longest topic name, in bytes. Long enough for `tenant:room/sub-room@region` shapes, short
-/// enough that a subscriber index entry stays small.
-pub const MAX_TOPIC_LEN: usize = 128;
-
-/// Why a topic name was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TopicError {
-    /// The name is empty.
-    #[error("topic name is empty")]
-    Empty,
-    /// The name is longer than [`MAX_TOPIC_LEN`] bytes.
-    #[error("topic name longer than 128 bytes")]
-    TooLong,
-    /// The name has a byte outside `[A-Za-z0-9_.:@/-]`.
-    #[error("topic name may only contain A-Z a-z 0-9 _ . : @ / -")]
-    BadChar,
-}
-
-/// Checks a topic name: 1 to 128 bytes of `[A-Za-z0-9_.:@/-]`. The charset is URL- and
-/// JSON-safe, so a name never needs escaping in a query string, a path or an envelope.
-pub fn validate_topic(name: &str) -> Result<(), TopicError> {
-    if name.is_empty() {
-        return Err(TopicError::Empty);
-    }
-    if name.len() > MAX_TOPIC_LEN {
-        return Err(TopicError::TooLong);
-    }
-    let ok =
-        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'@' | b'/' | b'-');
-    if name.bytes().all(ok) {
-        Ok(())
-    } else {
-        Err(TopicError::BadChar)
-    }
-}
-
 /// A worker's mailbox: published messages waiting to be written, and the waker of its loop.
 pub struct Inbox {
     /// Messages in publish order. Swapped out whole by the worker, so it holds the lock for a
@@ -228,13 +192,13 @@ impl State {
 
 /// A message to publish: topic, kind and payload (validated by the caller).
 pub struct Outgoing<'a> {
-    /// A topic name that passed [`validate_topic`].
+    /// A topic name that passed [`clarion_proto::pubsub::validate_topic`].
     pub topic: &'a str,
     /// Text (valid UTF-8) or binary.
     pub kind: DataKind,
     /// The message itself.
     pub payload: &'a [u8],
-    /// An SSE event name (checked with [`validate_event_name`]).
+    /// An SSE event name (checked with [`clarion_proto::pubsub::validate_event_name`]).
     pub event: Option<&'a str>,
     /// Content for GRIP-held connections (Pushpin's publish API).
     pub grip: Option<Arc<crate::grip::GripContent>>,
@@ -574,17 +538,6 @@ impl Hub {
     }
 }
 
-/// Checks an SSE event name given by a publisher: 1 to 64 bytes of `[A-Za-z0-9_.:@/-]`.
-pub fn validate_event_name(name: &str) -> Result<(), &'static str> {
-    let ok =
-        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'@' | b'/' | b'-');
-    if (1..=64).contains(&name.len()) && name.bytes().all(ok) {
-        Ok(())
-    } else {
-        Err("event names are 1 to 64 characters of A-Z a-z 0-9 _ . : @ / -")
-    }
-}
-
 /// A new epoch: the time and process id, mixed, in base 36 (at most 8 characters). Two runs get
 /// the same epoch only if they start in the same nanosecond with the same pid, or by a 1 in 2^41
 /// chance.
@@ -610,20 +563,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn topic_names() {
-        assert_eq!(validate_topic("prices.eu:BTC/EUR@x-1_y"), Ok(()));
-        assert_eq!(validate_topic(""), Err(TopicError::Empty));
-        assert_eq!(validate_topic(&"a".repeat(128)), Ok(()));
-        assert_eq!(validate_topic(&"a".repeat(129)), Err(TopicError::TooLong));
-        for bad in ["a b", "a\"", "é", "a?b", "a#", "a%20"] {
-            assert_eq!(validate_topic(bad), Err(TopicError::BadChar), "{bad}");
-        }
-        assert!(validate_event_name("price-update").is_ok());
-        assert!(validate_event_name("").is_err());
-        assert!(validate_event_name("a\nb").is_err());
-    }
 
     const NO_HISTORY: HistoryLimits = HistoryLimits {
         per_topic: 0,

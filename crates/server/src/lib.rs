@@ -11,7 +11,6 @@
 //!   hands it to each interested worker once; subscribing computes what a resuming client missed.
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
 //!   stream lines), each built once.
-//! - [`control`]: the in-band JSON control messages (pure).
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
 //!   the per-connection part is `worker::grip`.
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
@@ -19,8 +18,9 @@
 //!   in `worker::tls`.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
 //!
-//! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455) live in the sans-IO `clarion_proto`
-//! crate; nothing here interprets bytes on its own.
+//! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455, the pub/sub control messages,
+//! batches, envelopes and topic rules) live in the sans-IO `clarion_proto` crate; nothing here
+//! interprets bytes on its own.
 
 // No indexing that could panic on peer input outside tests; see also `unwrap_used`.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
@@ -28,7 +28,6 @@
 pub mod api;
 pub mod cli;
 pub mod config;
-pub mod control;
 pub mod grip;
 pub mod hub;
 pub mod log;

@@ -7,6 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
 use clarion_proto::http1::write_chunk;
+pub use clarion_proto::pubsub::GapReason;
+use clarion_proto::pubsub::{Envelope, GapNotice};
 use clarion_proto::sse;
 use clarion_proto::ws::deflate;
 use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
@@ -199,37 +201,15 @@ impl Published {
     }
 
     fn envelope_json(&self, id: &str) -> String {
-        let payload = self.payload();
-        let mut out = String::with_capacity(payload.len() + 64);
-        out.push_str(r#"{"type":"message","topic":"#);
-        push_json_str(&mut out, &self.topic);
-        out.push_str(r#","id":"#);
-        push_json_str(&mut out, id);
-        if let Some(event) = &self.event {
-            out.push_str(r#","event":"#);
-            push_json_str(&mut out, event);
+        Envelope {
+            topic: &self.topic,
+            id,
+            event: self.event.as_deref(),
+            kind: self.kind,
+            payload: self.payload(),
         }
-        match self.kind {
-            // Text payloads were validated as UTF-8 when they were published.
-            DataKind::Text => {
-                out.push_str(r#","data":"#);
-                push_json_str(&mut out, &String::from_utf8_lossy(payload));
-            }
-            DataKind::Binary => {
-                out.push_str(r#","encoding":"base64","data":""#);
-                out.push_str(&base64::engine::general_purpose::STANDARD.encode(payload));
-                out.push('"');
-            }
-        }
-        out.push('}');
-        out
+        .to_json()
     }
-}
-
-/// Appends `s` as a JSON string literal.
-pub fn push_json_str(out: &mut String, s: &str) {
-    // Serializing a string cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
 thread_local! {
@@ -290,15 +270,6 @@ pub fn frame_payload(frame: &[u8]) -> &[u8] {
     frame.get(header..).unwrap_or_default()
 }
 
-/// Why a resuming client cannot be served every message it missed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GapReason {
-    /// The topic's history no longer holds every message after the client's id.
-    Trimmed,
-    /// The id was not issued by this server run (restart, another server, or not an id).
-    Epoch,
-}
-
 /// A notice that a resume is incomplete, sent before the messages that could be replayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gap {
@@ -313,15 +284,12 @@ pub struct Gap {
 impl Gap {
     /// `{"type":"gap","topic":..,"since":..,"reason":"trimmed"|"epoch"}`.
     pub fn json(&self) -> String {
-        let mut out = String::from(r#"{"type":"gap","topic":"#);
-        push_json_str(&mut out, &self.topic);
-        out.push_str(r#","since":"#);
-        push_json_str(&mut out, &self.since);
-        out.push_str(match self.reason {
-            GapReason::Trimmed => r#","reason":"trimmed"}"#,
-            GapReason::Epoch => r#","reason":"epoch"}"#,
-        });
-        out
+        GapNotice {
+            topic: &self.topic,
+            since: &self.since,
+            reason: self.reason,
+        }
+        .to_json()
     }
 }
 

@@ -26,6 +26,7 @@ use clarion_proto::grip::{
     self as proto, Control, Event as WsEvent, EventLimits, HoldMode, Prefixed,
 };
 use clarion_proto::http1::{self, Body, RequestHead};
+use clarion_proto::pubsub::validate_topic;
 use clarion_proto::ws::close::encode_close_frame;
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake;
@@ -35,7 +36,7 @@ use super::conn::{State, CHUNKED, GRIP, KEEP};
 use super::Worker;
 use crate::grip::backend::{Answer, Failure, Job, Response};
 use crate::grip::{is_grip_header, is_hop_by_hop, response_bytes, write_head, StreamPart, WsPart};
-use crate::hub::{validate_topic, Since};
+use crate::hub::Since;
 use crate::log;
 use crate::message::Published;
 use crate::metrics::CloseReason;

@@ -13,8 +13,10 @@ use clarion_proto::ws::{CloseCode, DataKind, Event, OpCode};
 
 use super::conn::{State, DEFLATE, ECHO, ENVELOPE, GRIP, JSON, RAW};
 use super::Worker;
-use crate::control::{self, Reply, Request};
-use crate::hub::{validate_topic, Outgoing, Since, Subscribed};
+use clarion_proto::pubsub::control::{self, Reply, Request};
+use clarion_proto::pubsub::validate_topic;
+
+use crate::hub::{Outgoing, Since, Subscribed};
 use crate::log;
 use crate::message::{compress_frame, frame_payload, DeflateSettings, Encoding, Published};
 use crate::metrics::CloseReason;
@@ -137,7 +139,7 @@ impl Worker {
                 return self.reply(
                     k,
                     &Reply::Error {
-                        error: &why,
+                        error: &why.to_string(),
                         topic: None,
                     },
                 )

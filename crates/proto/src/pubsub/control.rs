@@ -1,6 +1,6 @@
 //! The in-band control protocol: small JSON text messages a WebSocket client sends to subscribe,
-//! unsubscribe or publish, and the server's replies. Pure functions over bytes; the worker
-//! applies them. The wire format is documented in `docs/protocol.md`.
+//! unsubscribe or publish, and the server's replies. Parsing borrows from the message where it
+//! can; applying a request (checking the topic, subscribing, publishing) is the server's job.
 
 use std::borrow::Cow;
 
@@ -39,13 +39,25 @@ pub enum Request<'a> {
     },
 }
 
-/// Parses a control message. The error text is sent back to the client as-is.
-pub fn parse(text: &[u8]) -> Result<Request<'_>, String> {
+/// Why a control message was refused. Its text is sent back to the client as-is, in an
+/// `{"type":"error"}` reply; the connection stays open.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// JSON, but not a request: an unknown `type`, a missing or unknown field, a wrong type.
+    #[error("invalid control message: {0}")]
+    Invalid(serde_json::Error),
+    /// Not a JSON object at all (or truncated JSON).
+    #[error("control messages are JSON objects with a \"type\"")]
+    NotAnObject(serde_json::Error),
+}
+
+/// Parses a control message.
+pub fn parse(text: &[u8]) -> Result<Request<'_>, ControlError> {
     serde_json::from_slice(text).map_err(|e| {
         if e.is_data() {
-            format!("invalid control message: {e}")
+            ControlError::Invalid(e)
         } else {
-            "control messages are JSON objects with a \"type\"".to_owned()
+            ControlError::NotAnObject(e)
         }
     })
 }
@@ -92,28 +104,29 @@ impl Reply<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses_requests() {
         assert_eq!(
-            parse(br#"{"type":"subscribe","topic":"a"}"#),
-            Ok(Request::Subscribe {
+            parse(br#"{"type":"subscribe","topic":"a"}"#).unwrap(),
+            Request::Subscribe {
                 topic: "a".into(),
                 since: None
-            })
+            }
         );
         assert_eq!(
-            parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#),
-            Ok(Request::Subscribe {
+            parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#).unwrap(),
+            Request::Subscribe {
                 topic: "a".into(),
                 since: Some("e-5".into())
-            })
+            }
         );
         assert_eq!(
-            parse(br#"{"topic":"a\u0062","type":"unsubscribe"}"#),
-            Ok(Request::Unsubscribe { topic: "ab".into() })
+            parse(br#"{"topic":"a\u0062","type":"unsubscribe"}"#).unwrap(),
+            Request::Unsubscribe { topic: "ab".into() }
         );
         assert!(matches!(
             parse(br#"{"type":"publish","topic":"a","data":"AAE=","encoding":"base64"}"#),
@@ -126,6 +139,25 @@ mod tests {
         assert!(parse(br#"{"type":"dance"}"#).is_err());
         assert!(parse(br#"{"type":"subscribe"}"#).is_err());
         assert!(parse(br#"{"type":"subscribe","topic":"a","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        for not_json in [&b"hello"[..], b"", b"{\"type\":", b"[1]"] {
+            let e = parse(not_json).unwrap_err();
+            let text = e.to_string();
+            if matches!(e, ControlError::NotAnObject(_)) {
+                assert_eq!(text, "control messages are JSON objects with a \"type\"");
+            } else {
+                assert!(text.starts_with("invalid control message: "), "{text}");
+            }
+        }
+        assert!(matches!(parse(b"hello"), Err(ControlError::NotAnObject(_))));
+        let e = parse(br#"{"type":"dance"}"#).unwrap_err();
+        assert!(matches!(e, ControlError::Invalid(_)));
+        assert!(e
+            .to_string()
+            .starts_with("invalid control message: unknown variant `dance`"));
     }
 
     #[test]
