@@ -21,6 +21,7 @@ use clarion_proto::ws::DataKind;
 
 use crate::hub::{Outgoing, Receipt};
 use crate::log;
+use crate::message::Attachment;
 use crate::worker::Shared;
 
 /// Concurrent API connections. Publishers are a handful of backends; the cap keeps a runaway
@@ -378,7 +379,7 @@ fn publish_one(
         kind,
         payload: body,
         event,
-        grip: None,
+        attachment: None,
     }]);
     match receipts.first() {
         Some(r) => Answer::json(200, &receipt_json(topic, r)),
@@ -398,7 +399,7 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
             kind: m.kind,
             payload: &m.payload,
             event: m.event.as_deref(),
-            grip: None,
+            attachment: None,
         })
         .collect();
     let receipts = shared.hub.publish(&out);
@@ -431,7 +432,8 @@ fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
             return Answer::error(400, &format!("item {i}: channel {:?}: {e}", item.channel));
         }
         let (content, payload, kind) = crate::grip::GripContent::from_item(item);
-        contents.push((Arc::new(content), payload, kind));
+        let content: Arc<dyn Attachment> = Arc::new(content);
+        contents.push((content, payload, kind));
     }
     let outgoing: Vec<Outgoing<'_>> = items
         .iter()
@@ -441,7 +443,7 @@ fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
             kind: *kind,
             payload: payload.as_slice(),
             event: None,
-            grip: Some(Arc::clone(content)),
+            attachment: Some(Arc::clone(content)),
         })
         .collect();
     shared.hub.publish(&outgoing);

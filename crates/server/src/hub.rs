@@ -21,8 +21,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use clarion_proto::event_id;
 use clarion_proto::ws::DataKind;
 
-use crate::message::{Gap, GapReason, Published};
-use crate::metrics::Metrics;
+use crate::config::HistoryLimits;
+use crate::message::{Attachment, Gap, GapReason, Published};
+use crate::metrics::{Eviction, Metrics};
 
 /// A worker's mailbox: published messages waiting to be written, and the waker of its loop.
 pub struct Inbox {
@@ -63,35 +64,6 @@ impl Inbox {
             crate::log::warn(format_args!("cannot wake worker: {e}"));
         }
     }
-}
-
-/// How much history the hub keeps. Any of the three limits trims it.
-#[derive(Debug, Clone, Copy)]
-pub struct HistoryLimits {
-    /// Most messages kept per topic (0 = no history).
-    pub per_topic: usize,
-    /// Seconds a message is kept after it was published (0 = no history).
-    pub ttl: u32,
-    /// Bytes of history across all topics (see [`Published::cost`]); the oldest messages go
-    /// first.
-    pub max_bytes: usize,
-}
-
-impl HistoryLimits {
-    fn enabled(&self) -> bool {
-        self.per_topic > 0 && self.ttl > 0 && self.max_bytes > 0
-    }
-}
-
-/// Why history dropped a message, for `clarion_history_evictions_total{reason=...}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Eviction {
-    /// The topic had more than `history_size` messages.
-    Count,
-    /// The message was older than `history_ttl`.
-    Age,
-    /// History across topics exceeded `history_memory`.
-    Memory,
 }
 
 /// One topic: subscriber counts per worker, and its recent messages.
@@ -200,8 +172,8 @@ pub struct Outgoing<'a> {
     pub payload: &'a [u8],
     /// An SSE event name (checked with [`clarion_proto::pubsub::validate_event_name`]).
     pub event: Option<&'a str>,
-    /// Content for GRIP-held connections (Pushpin's publish API).
-    pub grip: Option<Arc<crate::grip::GripContent>>,
+    /// Content for the connections of another protocol's mode (see [`Attachment`]).
+    pub attachment: Option<Arc<dyn Attachment>>,
 }
 
 /// What a publish did.
@@ -220,9 +192,10 @@ pub enum Since<'a> {
     Now,
     /// Everything after this id (as the client sent it), then live messages.
     Id(&'a str),
-    /// Everything after the message whose GRIP item id (`id` in Pushpin's publish API) is this,
-    /// if history still holds it (a GRIP hold's `prev-id`); otherwise live messages only.
-    GripId(&'a str),
+    /// Everything after the message whose publisher-given id ([`Attachment::publisher_id`]) is
+    /// this, if history still holds it; otherwise live messages only. GRIP holds resume from
+    /// their `prev-id` this way.
+    PublisherId(&'a str),
 }
 
 /// What [`Hub::subscribe`] did.
@@ -305,7 +278,7 @@ impl Hub {
             inbox.take(pending);
         }
         let parsed = match since {
-            Since::Now | Since::GripId(_) => None,
+            Since::Now | Since::PublisherId(_) => None,
             Since::Id(s) => Some((s, event_id::parse(s).ok())),
         };
         let last = st.next_id - 1;
@@ -367,11 +340,11 @@ impl Hub {
                 let start = e.history.partition_point(|m| m.id <= from);
                 out.replay.extend(e.history.range(start..).cloned());
             }
-            if let Since::GripId(prev) = since {
+            if let Since::PublisherId(prev) = since {
                 let found = e.history.iter().rposition(|m| {
-                    m.grip
+                    m.attachment
                         .as_ref()
-                        .and_then(|g| g.id.as_deref())
+                        .and_then(|a| a.publisher_id())
                         .is_some_and(|id| id == prev)
                 });
                 if let Some(i) = found {
@@ -459,7 +432,7 @@ impl Hub {
                 now,
                 m.payload,
             );
-            published.grip = m.grip.clone();
+            published.attachment = m.attachment.clone();
             let published = Arc::new(published);
             let Some(e) = st.topics.get_mut(&*name) else {
                 continue;
@@ -596,7 +569,7 @@ mod tests {
             kind: DataKind::Text,
             payload: payload.as_bytes(),
             event: None,
-            grip: None,
+            attachment: None,
         }
     }
 

@@ -2,7 +2,12 @@
 //! message is published; every other encoding (envelope, SSE event, stream line) is built the
 //! first time a subscriber needs it and then shared by all of them, so a broadcast to 100,000
 //! SSE subscribers formats the event once.
+//!
+//! A message may also carry an [`Attachment`]: content in another protocol's terms that a
+//! publish in that protocol's format supplied for its own connections (GRIP's Pushpin items do).
+//! This module and the hub hold it without knowing what it is.
 
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
@@ -51,9 +56,21 @@ pub struct Published {
     /// Frames compressed for permessage-deflate subscribers: (plain, envelope) × (15-bit,
     /// 9-bit window). Boxed, so a message nobody compresses pays 8 bytes for them.
     deflated: OnceLock<Box<Deflated>>,
-    /// What a Pushpin-format publish carries for GRIP-held connections; `None` for Clarion's own
-    /// publishes, which GRIP-held connections do not receive.
-    pub grip: Option<Arc<crate::grip::GripContent>>,
+    /// What a publish in another protocol's format carries for that protocol's connections;
+    /// `None` for Clarion's own publishes. Read it back with [`Published::attachment`].
+    pub attachment: Option<Arc<dyn Attachment>>,
+}
+
+/// Content a publish supplies for the connections of one mode, besides the payload every
+/// subscriber gets (GRIP's held streams, responses and WebSockets). Opaque to the hub and its
+/// history, which only need to know its size and the id its publisher gave it; the mode that
+/// attached it reads it back by type with [`Published::attachment`].
+pub trait Attachment: Any + Send + Sync {
+    /// Bytes it holds, counted against the history's memory cap with the message.
+    fn cost(&self) -> usize;
+    /// The id the publisher gave this message in its own format, if any: a subscriber may ask
+    /// for everything after it (`Since::PublisherId`).
+    fn publisher_id(&self) -> Option<&str>;
 }
 
 /// The compressed frames of one message, each built on first use.
@@ -99,7 +116,7 @@ impl Published {
             frame: encode_frame(opcode, payload).into(),
             encoded: Default::default(),
             deflated: OnceLock::new(),
-            grip: None,
+            attachment: None,
         }
     }
 
@@ -126,7 +143,13 @@ impl Published {
             + self.topic.len()
             + std::mem::size_of::<Published>()
             + 64
-            + self.grip.as_ref().map_or(0, |g| g.cost())
+            + self.attachment.as_ref().map_or(0, |a| a.cost())
+    }
+
+    /// The attachment, if there is one and it is a `T`.
+    pub fn attachment<T: Attachment>(&self) -> Option<&T> {
+        let any: &dyn Any = self.attachment.as_deref()?;
+        any.downcast_ref()
     }
 
     /// One of the shared encodings, built on first use.
@@ -297,6 +320,39 @@ impl Gap {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+
+    struct Note(&'static str);
+
+    impl Attachment for Note {
+        fn cost(&self) -> usize {
+            1000
+        }
+        fn publisher_id(&self) -> Option<&str> {
+            Some(self.0)
+        }
+    }
+
+    struct Other;
+
+    impl Attachment for Other {
+        fn cost(&self) -> usize {
+            0
+        }
+        fn publisher_id(&self) -> Option<&str> {
+            None
+        }
+    }
+
+    #[test]
+    fn attachments_are_read_back_by_type_and_counted() {
+        let mut p = msg(DataKind::Text, None, b"x");
+        let bare = p.cost();
+        assert!(p.attachment::<Note>().is_none());
+        p.attachment = Some(Arc::new(Note("n-1")));
+        assert_eq!(p.cost(), bare + 1000);
+        assert_eq!(p.attachment::<Note>().map(|n| n.0), Some("n-1"));
+        assert!(p.attachment::<Other>().is_none(), "another mode's type");
+    }
 
     fn msg(kind: DataKind, event: Option<&str>, payload: &[u8]) -> Published {
         Published::new(

@@ -274,7 +274,7 @@ impl Worker {
                     kind,
                     payload: &payload,
                     event: None,
-                    grip: None,
+                    attachment: None,
                 }]);
                 if let Some(r) = receipts.first() {
                     let reply = Reply::Published {
