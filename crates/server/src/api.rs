@@ -19,7 +19,7 @@ use clarion_proto::http1::{self, Body, BodyError, ChunkedDecoder};
 use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_topic};
 use clarion_proto::ws::DataKind;
 
-use crate::hub::{Outgoing, Receipt};
+use crate::broker::{Outgoing, Receipt};
 use crate::log;
 use crate::message::Attachment;
 use crate::worker::Shared;
@@ -374,7 +374,7 @@ fn publish_one(
             "text message is not valid UTF-8 (send binary as application/octet-stream)",
         );
     };
-    let receipts = shared.hub.publish(&[Outgoing {
+    let receipts = shared.broker.publish(&[Outgoing {
         topic,
         kind,
         payload: body,
@@ -402,7 +402,7 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
             attachment: None,
         })
         .collect();
-    let receipts = shared.hub.publish(&out);
+    let receipts = shared.broker.publish(&out);
     let results: Vec<serde_json::Value> = out
         .iter()
         .zip(&receipts)
@@ -446,7 +446,7 @@ fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
             attachment: Some(Arc::clone(content)),
         })
         .collect();
-    shared.hub.publish(&outgoing);
+    shared.broker.publish(&outgoing);
     Answer {
         status: 200,
         content_type: "text/plain",

@@ -7,8 +7,11 @@
 //! - [`worker`]: the event loops (one per thread): sockets, connection records, timers, HTTP
 //!   routing on the client listener, WebSocket handling, deliveries. The only layer that does I/O
 //!   for clients.
-//! - [`hub`]: topics across workers and their history; publishing encodes a message once and
-//!   hands it to each interested worker once; subscribing computes what a resuming client missed.
+//! - [`broker`]: the seam between publishing and delivery (ids, history, fan-out to workers),
+//!   with its contract; [`broker::local`] is the in-memory, single-process implementation.
+//!   Publishing encodes a message once and hands it to each interested worker once.
+//! - [`hub`]: the in-memory state the local broker keeps: topics with subscriber counts per
+//!   worker, their history (what a resuming client missed), and the workers' inboxes.
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
 //!   stream lines), each built once.
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
@@ -26,6 +29,7 @@
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod api;
+pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod grip;

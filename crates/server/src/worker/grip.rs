@@ -34,11 +34,11 @@ use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
 use super::conn::{State, CHUNKED, GRIP, KEEP};
 use super::Worker;
+use crate::broker::Since;
 use crate::grip::backend::{Answer, Failure, Job, Response};
 use crate::grip::{
     is_grip_header, is_hop_by_hop, response_bytes, write_head, GripContent, StreamPart, WsPart,
 };
-use crate::hub::Since;
 use crate::log;
 use crate::message::Published;
 use crate::metrics::CloseReason;
@@ -261,7 +261,7 @@ impl Worker {
                     return Some(Some(total));
                 }
             };
-            let conn_id = format!("{}-{ticket:x}", shared.hub.epoch());
+            let conn_id = format!("{}-{ticket:x}", shared.broker.epoch());
             let bridge = Box::new(Bridge {
                 head: format!(
                     "POST {path} HTTP/1.1\r\n{fixed}Sec-WebSocket-Extensions: grip\r\n\

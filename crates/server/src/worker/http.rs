@@ -21,7 +21,7 @@ use clarion_proto::{event_id, sse};
 
 use super::conn::{Ext, State, DEFLATE, ECHO, ENVELOPE, JSON, KEEP, RAW};
 use super::{PollHold, Worker};
-use crate::hub::{Since, Subscribed};
+use crate::broker::{Since, Subscribed};
 use crate::log;
 use crate::message::{Encoding, Published};
 use crate::metrics::CloseReason;

@@ -16,7 +16,7 @@ use super::Worker;
 use clarion_proto::pubsub::control::{self, Reply, Request};
 use clarion_proto::pubsub::validate_topic;
 
-use crate::hub::{Outgoing, Since, Subscribed};
+use crate::broker::{Outgoing, Since, Subscribed};
 use crate::log;
 use crate::message::{compress_frame, frame_payload, DeflateSettings, Encoding, Published};
 use crate::metrics::CloseReason;
@@ -269,7 +269,7 @@ impl Worker {
                         );
                     }
                 };
-                let receipts = self.shared.hub.publish(&[Outgoing {
+                let receipts = self.shared.broker.publish(&[Outgoing {
                     topic: &topic,
                     kind,
                     payload: &payload,
@@ -395,7 +395,7 @@ impl Worker {
         let mut pending = Vec::new();
         let sub = self
             .shared
-            .hub
+            .broker
             .subscribe(self.id, topics, since, &mut pending);
         if !pending.is_empty() {
             self.deliver_batch(&mut pending);
@@ -406,7 +406,7 @@ impl Worker {
             .is_some_and(|c| !matches!(c.state, State::Closing | State::Http));
         if !alive {
             for name in &sub.names {
-                self.shared.hub.unsubscribe(self.id, name);
+                self.shared.broker.unsubscribe(self.id, name);
             }
             return None;
         }
@@ -431,7 +431,7 @@ impl Worker {
             conn.subs.remove(tid);
         }
         if let Some(name) = self.index.remove(tid, k) {
-            self.shared.hub.unsubscribe(self.id, &name);
+            self.shared.broker.unsubscribe(self.id, &name);
         }
     }
 
