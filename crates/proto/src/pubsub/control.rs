@@ -4,7 +4,10 @@
 
 use std::borrow::Cow;
 
+use base64::Engine as _;
 use serde::{Deserialize, Serialize};
+
+use crate::ws::DataKind;
 
 /// A request from a client.
 #[derive(Debug, PartialEq, Eq, Deserialize)]
@@ -60,6 +63,30 @@ pub fn parse(text: &[u8]) -> Result<Request<'_>, ControlError> {
             ControlError::NotAnObject(e)
         }
     })
+}
+
+/// Why a publish request's `data` cannot be used. Sent back in an error reply with the topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DataError {
+    /// `encoding` is `"base64"` but `data` is not base64.
+    #[error("data is not valid base64")]
+    Base64,
+    /// `encoding` is something other than `"base64"`.
+    #[error("unknown encoding (only \"base64\" is defined)")]
+    Encoding,
+}
+
+/// The message a publish request carries: `data` as text when there is no `encoding`, or
+/// base64-decoded as binary when `encoding` is `"base64"`.
+pub fn decode_data(data: &str, encoding: Option<&str>) -> Result<(DataKind, Vec<u8>), DataError> {
+    match encoding {
+        None => Ok((DataKind::Text, data.as_bytes().to_vec())),
+        Some("base64") => base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map(|bytes| (DataKind::Binary, bytes))
+            .map_err(|_| DataError::Base64),
+        Some(_) => Err(DataError::Encoding),
+    }
 }
 
 /// A reply to a client.
@@ -158,6 +185,24 @@ mod tests {
         assert!(e
             .to_string()
             .starts_with("invalid control message: unknown variant `dance`"));
+    }
+
+    #[test]
+    fn publish_data_is_text_or_base64() {
+        assert_eq!(
+            decode_data("hé", None),
+            Ok((DataKind::Text, "hé".as_bytes().to_vec()))
+        );
+        assert_eq!(
+            decode_data("AAH/", Some("base64")),
+            Ok((DataKind::Binary, vec![0, 1, 255]))
+        );
+        assert_eq!(decode_data("*", Some("base64")), Err(DataError::Base64));
+        assert_eq!(decode_data("x", Some("hex")), Err(DataError::Encoding));
+        assert_eq!(
+            DataError::Encoding.to_string(),
+            "unknown encoding (only \"base64\" is defined)"
+        );
     }
 
     #[test]

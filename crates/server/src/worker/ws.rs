@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use base64::Engine as _;
 use clarion_proto::ws::close::encode_close_frame;
 use clarion_proto::ws::deflate::{self, Compressor, InflateError, Inflater};
 use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
@@ -241,32 +240,16 @@ impl Worker {
                         },
                     );
                 }
-                let (kind, payload) = match encoding.as_deref() {
-                    None => (DataKind::Text, data.as_bytes().to_vec()),
-                    Some("base64") => {
-                        match base64::engine::general_purpose::STANDARD.decode(&*data) {
-                            Ok(bytes) => (DataKind::Binary, bytes),
-                            Err(_) => {
-                                let error = "data is not valid base64";
-                                return self.reply(
-                                    k,
-                                    &Reply::Error {
-                                        error,
-                                        topic: Some(&topic),
-                                    },
-                                );
-                            }
-                        }
-                    }
-                    Some(_) => {
-                        let error = "unknown encoding (only \"base64\" is defined)";
+                let (kind, payload) = match control::decode_data(&data, encoding.as_deref()) {
+                    Ok(decoded) => decoded,
+                    Err(e) => {
                         return self.reply(
                             k,
                             &Reply::Error {
-                                error,
+                                error: &e.to_string(),
                                 topic: Some(&topic),
                             },
-                        );
+                        )
                     }
                 };
                 let receipts = self.shared.broker.publish(&[Outgoing {
