@@ -35,9 +35,10 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
+use crate::broker::Broker;
 use crate::config::limits::{CLOSE_LINGER_SECS, READ_BUDGET};
 use crate::config::Config;
-use crate::hub::{lock, Hub, Inbox};
+use crate::hub::{lock, Inbox};
 use crate::log;
 use crate::message::Published;
 use crate::metrics::{CloseReason, Metrics};
@@ -53,8 +54,8 @@ pub const WAKER: Token = Token(usize::MAX - 2);
 pub struct Shared {
     /// The configuration, validated.
     pub config: Config,
-    /// Topics and publishing.
-    pub hub: Hub,
+    /// Publishing, subscriptions and history (see [`crate::broker`]).
+    pub broker: Broker,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Set once by the signal handler; workers stop accepting and close their connections.
@@ -832,7 +833,7 @@ impl Worker {
         };
         for tid in conn.subs.take_all() {
             if let Some(name) = self.index.remove(tid, k) {
-                self.shared.hub.unsubscribe(self.id, &name);
+                self.shared.broker.unsubscribe(self.id, &name);
             }
         }
     }
@@ -845,7 +846,7 @@ impl Worker {
             self.accept_all(true);
         }
         if self.id == 0 {
-            self.shared.hub.expire();
+            self.shared.broker.expire();
         }
         self.grip_sweep();
         let cfg = &self.shared.config;
