@@ -3,14 +3,13 @@
 //!
 //! Publishing is a backend's job, done over few long-lived keep-alive connections, so this
 //! listener uses plain blocking I/O with one thread per connection (at most
-//! [`MAX_API_CONNECTIONS`]) rather than the client event loops. It shares the request-head
+//! [`API_MAX_CONNECTIONS`]) rather than the client event loops. It shares the request-head
 //! parser and limits with the client listener, and answers errors as JSON `{"error": "..."}`.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
 
 use clarion_proto::http1::authorization::{
     constant_time_eq, parse_authorization, AuthorizationError, Credentials,
@@ -20,20 +19,10 @@ use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_topic};
 use clarion_proto::ws::DataKind;
 
 use crate::broker::{Outgoing, Receipt};
+use crate::config::limits::{API_ACCEPT_RETRY, API_IDLE, API_MAX_CONNECTIONS, HELPER_THREAD_STACK};
 use crate::log;
 use crate::message::Attachment;
 use crate::worker::Shared;
-
-/// Concurrent API connections. Publishers are a handful of backends; the cap keeps a runaway
-/// client from exhausting threads.
-pub const MAX_API_CONNECTIONS: usize = 256;
-
-/// An API connection idle longer than this (between or within requests) is closed.
-const API_IDLE: Duration = Duration::from_secs(30);
-
-/// Most items in one Pushpin-format publish. Publishers batch at most a few hundred; the cap
-/// bounds the work one request can ask for.
-const MAX_GRIP_ITEMS: usize = 10_000;
 
 /// Accepts API connections until the process exits.
 pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
@@ -43,11 +32,11 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
             Ok(s) => s,
             Err(e) => {
                 log::debug(format_args!("api accept: {e}"));
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(API_ACCEPT_RETRY);
                 continue;
             }
         };
-        if active.fetch_add(1, Relaxed) >= MAX_API_CONNECTIONS {
+        if active.fetch_add(1, Relaxed) >= API_MAX_CONNECTIONS {
             active.fetch_sub(1, Relaxed);
             let _ = stream.write_all(&answer(
                 503,
@@ -60,7 +49,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
         let (shared, active2) = (Arc::clone(&shared), Arc::clone(&active));
         let spawned = std::thread::Builder::new()
             .name("clarion-api".into())
-            .stack_size(256 * 1024)
+            .stack_size(HELPER_THREAD_STACK)
             .spawn(move || {
                 if let Err(e) = handle(stream, &shared) {
                     log::debug(format_args!("api connection: {e}"));
@@ -415,10 +404,7 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
 /// `ws-message` formats. Validated whole before anything is published; answered like Pushpin
 /// (`200 Published`).
 fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
-    let limits = clarion_proto::grip::PublishLimits {
-        max_body: shared.config.max_publish_size,
-        max_items: MAX_GRIP_ITEMS,
-    };
+    let limits = shared.config.grip_publish_limits();
     let items = match clarion_proto::grip::decode_publish(body, &limits) {
         Ok(items) => items,
         Err(e) => return Answer::error(400, &e.to_string()),

@@ -1,8 +1,9 @@
 //! Clarion: a lean realtime push server.
 //!
 //! # Layout
-//! - [`config`]: every setting with its default and reason; [`cli`] maps flags and `CLARION_*`
-//!   variables onto it.
+//! - [`config`]: every setting declared once (field, default, TOML key, flag, `CLARION_*`
+//!   variable, docs row) and the internal limits, each with its reason; [`cli`] builds the
+//!   command line from those declarations.
 //! - [`server`]: startup, readiness line, graceful shutdown.
 //! - [`worker`]: the event loops (one per thread): sockets, connection records, timers, HTTP
 //!   routing on the client listener, WebSocket handling, deliveries. The only layer that does I/O

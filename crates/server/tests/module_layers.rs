@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// Each layer's modules, and the crate modules they must not name.
 const RULES: &[(&str, &[&str])] = &[
     (
-        "config.rs",
+        "config",
         &[
             "hub", "broker", "message", "metrics", "grip", "worker", "api", "server",
         ],

@@ -127,7 +127,11 @@ impl Proxy {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        Some(clarion_proto::grip::sig::sign(key, iss, now + 3600))
+        Some(clarion_proto::grip::sig::sign(
+            key,
+            iss,
+            now + crate::config::limits::GRIP_SIG_LIFETIME_SECS,
+        ))
     }
 }
 

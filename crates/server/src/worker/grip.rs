@@ -120,7 +120,7 @@ struct Bridge {
 fn event_limits(max: usize) -> EventLimits {
     EventLimits {
         max_content: max,
-        max_events: 10_000,
+        max_events: crate::config::limits::GRIP_WS_MAX_EVENTS,
     }
 }
 

@@ -36,6 +36,7 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use crate::broker::Broker;
+use crate::config::limits::{CLOSE_LINGER_SECS, READ_BUDGET};
 use crate::config::Config;
 use crate::hub::{lock, Inbox};
 use crate::log;
@@ -48,14 +49,6 @@ const LISTENER: Token = Token(usize::MAX - 1);
 const TLS_LISTENER: Token = Token(usize::MAX - 3);
 /// The token under which a worker's waker is registered.
 pub const WAKER: Token = Token(usize::MAX - 2);
-
-/// Reads from one connection per readiness event before others get a turn; the rest is read on
-/// the next loop iteration, so one fast sender cannot starve the loop.
-const READ_BUDGET: usize = 16;
-
-/// Seconds a closing connection may take to read our last bytes and close its side. Long enough
-/// for a slow link to drain a Close frame, short enough that dead peers do not pile up.
-const CLOSE_LINGER_SECS: u32 = 5;
 
 /// What every worker shares.
 pub struct Shared {
@@ -94,7 +87,7 @@ pub fn bind_listeners(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::Tc
         s.set_nonblocking(true)?;
         s.bind(&addr.into())?;
         // The kernel caps this at net.core.somaxconn; ask for plenty so connect storms queue.
-        s.listen(4096)?;
+        s.listen(crate::config::limits::LISTEN_BACKLOG)?;
         let l: std::net::TcpListener = s.into();
         addr = l.local_addr()?;
         out.push(l);
@@ -244,7 +237,7 @@ impl Worker {
 
     /// Runs until shutdown has closed every connection (or its deadline passed).
     pub fn run(mut self) {
-        let mut events = Events::with_capacity(1024);
+        let mut events = Events::with_capacity(crate::config::limits::POLL_EVENTS);
         loop {
             let timeout = if self.more_to_read.is_empty() {
                 Duration::from_secs(1)
