@@ -1,37 +1,40 @@
 //! Clarion: a lean realtime push server.
 //!
 //! # Layout
-//! - [`config`]: every setting with its default and reason; [`cli`] maps flags and `CLARION_*`
-//!   variables onto it.
+//! - [`config`]: every setting declared once (field, default, TOML key, flag, `CLARION_*`
+//!   variable, docs row) and the internal limits, each with its reason; [`cli`] builds the
+//!   command line from those declarations.
 //! - [`server`]: startup, readiness line, graceful shutdown.
 //! - [`worker`]: the event loops (one per thread): a shell (poller, listeners, clock) around an
-//!   engine (connection records, read/write paths, deliveries, timers, shutdown). The only layer
-//!   that does I/O for clients.
-//! - [`transport`]: HTTP routing and the WebSocket upgrade, WebSockets, SSE and NDJSON streams,
-//!   long-polls, as the engine runs them.
-//! - [`hub`]: topics across workers and their history; publishing encodes a message once and
-//!   hands it to each interested worker once; subscribing computes what a resuming client missed.
+//!   engine (connection records, read/write paths, deliveries, timers, shutdown), with the
+//!   transports it runs (HTTP routing and upgrade, WebSocket, SSE and NDJSON streams, long-poll)
+//!   and GRIP's per-connection runtime. The only layer that does I/O for clients.
+//! - [`broker`]: the seam between publishing and delivery (ids, history, fan-out to workers),
+//!   with its contract; [`broker::local`] is the in-memory, single-process implementation.
+//!   Publishing encodes a message once and hands it to each interested worker once.
+//! - [`hub`]: the in-memory state the local broker keeps: topics with subscriber counts per
+//!   worker, their history (what a resuming client missed), and the workers' inboxes.
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
 //!   stream lines), each built once.
-//! - [`control`]: the in-band JSON control messages (pure).
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
 //!   the per-connection part is in
-//!   its `forward`, `hold` and `bridge` modules.
+//!   the worker (`worker::grip`).
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
 //!
-//! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455) live in the sans-IO `clarion_proto`
-//! crate; nothing here interprets bytes on its own.
+//! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455, the pub/sub control messages,
+//! batches, envelopes and topic rules) live in the sans-IO `clarion_proto` crate; nothing here
+//! interprets bytes on its own.
 
 // No indexing that could panic on peer input outside tests; see also `unwrap_used`.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod api;
+pub mod broker;
 pub mod cli;
 pub mod config;
-pub mod control;
 pub mod grip;
 pub mod hub;
 pub mod log;
@@ -40,5 +43,4 @@ pub mod metrics;
 pub mod publish;
 pub mod server;
 pub mod tls;
-pub mod transport;
 pub mod worker;

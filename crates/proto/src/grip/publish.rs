@@ -19,13 +19,6 @@ use crate::ws::CloseCode;
 use base64::Engine;
 use serde_json::{Map, Value};
 
-/// Default for [`PublishLimits::max_body`] (1 MiB): the server's default publish size cap.
-pub const DEFAULT_MAX_BODY: usize = 1 << 20;
-
-/// Default for [`PublishLimits::max_items`]: a batch is for a handful of channels at once; a
-/// thousand is generous and keeps one request's fan-out bounded.
-pub const DEFAULT_MAX_ITEMS: usize = 1000;
-
 /// Longest payload of a WebSocket ping or pong (RFC 6455 section 5.5: control frames carry at most
 /// 125 bytes).
 const MAX_CONTROL_PAYLOAD: usize = 125;
@@ -33,22 +26,14 @@ const MAX_CONTROL_PAYLOAD: usize = 125;
 /// Longest close reason: a Close frame's 125 bytes less the two of the code.
 const MAX_CLOSE_REASON: usize = 123;
 
-/// What a publish body may hold.
+/// What a publish body may hold. There is no default: the caller owns these limits (the
+/// server's come from its configuration), so this crate cannot disagree with them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PublishLimits {
     /// Largest body, in bytes, checked before parsing.
     pub max_body: usize,
     /// Most items in one body.
     pub max_items: usize,
-}
-
-impl Default for PublishLimits {
-    fn default() -> Self {
-        PublishLimits {
-            max_body: DEFAULT_MAX_BODY,
-            max_items: DEFAULT_MAX_ITEMS,
-        }
-    }
 }
 
 /// One published item.
@@ -541,8 +526,14 @@ pub(super) fn opt_str<'a>(
 mod tests {
     use super::*;
 
+    /// Limits roomy enough for every body these tests build.
+    const ROOMY: PublishLimits = PublishLimits {
+        max_body: 1 << 20,
+        max_items: 100,
+    };
+
     fn decode(json: &str) -> Result<Vec<Item>, PublishError> {
-        decode_publish(json.as_bytes(), &PublishLimits::default())
+        decode_publish(json.as_bytes(), &ROOMY)
     }
 
     /// Decodes a body holding one item whose `formats` are `formats`.

@@ -19,30 +19,17 @@ use crate::ws::CloseCode;
 /// sixteen hex digits fit with room to spare, so anything longer is not this format.
 const MAX_LINE: usize = 40;
 
-/// Default for [`EventLimits::max_content`] (1 MiB): the server's default cap on a published
-/// message, since a backend's reply reaches clients just as a publish does.
-pub const DEFAULT_MAX_CONTENT: usize = 1 << 20;
-
-/// Default for [`EventLimits::max_events`]: far more than one request or response needs, few
-/// enough that a hostile body of empty events cannot make the server build a huge list.
-pub const DEFAULT_MAX_EVENTS: usize = 1024;
-
-/// What a decoder accepts.
+/// What a decoder accepts. There is no default: the caller owns these limits (the server's
+/// come from its configuration), so this crate cannot disagree with them.
+///
+/// `max_events` bounds the list a hostile body of empty events could make a decoder build;
+/// `max_content` the bytes of one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventLimits {
     /// Largest content of one event, in bytes.
     pub max_content: usize,
     /// Most events in one body ([`decode_body`] only).
     pub max_events: usize,
-}
-
-impl Default for EventLimits {
-    fn default() -> Self {
-        EventLimits {
-            max_content: DEFAULT_MAX_CONTENT,
-            max_events: DEFAULT_MAX_EVENTS,
-        }
-    }
 }
 
 /// One WebSocket-over-HTTP event, borrowing its content from the buffer it was decoded from.
@@ -293,7 +280,7 @@ mod tests {
 
     #[test]
     fn the_documented_examples_decode() {
-        let l = EventLimits::default();
+        let l = limits(1 << 20);
         assert_eq!(
             decode_body(b"TEXT B\r\nhello world\r\n", &l),
             Ok(vec![Event::Text("hello world")])

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use clarion_proto::http1::{parse_response_head, ChunkedDecoder, ResponseBody};
 
+use crate::config::limits::{GRIP_BACKEND_MAX_HEAD, GRIP_BACKEND_MAX_HEADERS};
 use crate::hub::{lock, Inbox};
 use crate::log;
 
@@ -127,11 +128,6 @@ pub struct Limits {
     pub max_body: usize,
 }
 
-/// Most header fields in a backend answer.
-const MAX_HEADERS: usize = 100;
-/// Largest backend answer head.
-const MAX_HEAD: usize = 64 * 1024;
-
 impl Backend {
     /// Starts `threads` threads.
     pub fn start(threads: usize, limits: Limits) -> io::Result<Backend> {
@@ -141,7 +137,7 @@ impl Backend {
             let rx = Arc::clone(&rx);
             std::thread::Builder::new()
                 .name(format!("clarion-grip-{i}"))
-                .stack_size(256 * 1024)
+                .stack_size(crate::config::limits::HELPER_THREAD_STACK)
                 .spawn(move || run(&rx, limits))?;
         }
         Ok(Backend {
@@ -284,7 +280,7 @@ fn once(
     let mut chunk = vec![0u8; 16 * 1024];
     // The head.
     let (status, reason, headers, framing, head_len, close) = loop {
-        if let Some(h) = parse_response_head(&buf, MAX_HEADERS, MAX_HEAD)
+        if let Some(h) = parse_response_head(&buf, GRIP_BACKEND_MAX_HEADERS, GRIP_BACKEND_MAX_HEAD)
             .map_err(|e| (Failure::Invalid(e.to_string()), true))?
         {
             // 1xx answers (100 Continue) precede the real one.

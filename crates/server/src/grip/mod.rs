@@ -3,15 +3,13 @@
 //! - [`Proxy`]: what the workers share: the routes, the backend pool, signing settings.
 //! - [`backend`]: the threads that talk to backends.
 //! - [`GripContent`]: what a Pushpin-format publish carries for held connections, built once per
-//!   message and shared like every other encoding ([`crate::message::Published::grip`]).
-//! - The per-connection runtime, run by the worker's engine: [`forward`] (requests to the
-//!   backend and its first answer), [`hold`] (held streams and long-polls), [`bridge`]
-//!   (WebSocket-over-HTTP). The protocol's bytes are parsed by `clarion_proto::grip`.
+//!   message and shared like every other encoding, as the message's
+//!   [`Attachment`](crate::message::Attachment).
+//!
+//! The per-connection runtime (forwarding, holds, the WebSocket-over-HTTP bridge) is run by the
+//! worker's engine, in `worker::grip`. The protocol's bytes are parsed by `clarion_proto::grip`.
 
 pub mod backend;
-pub(crate) mod bridge;
-pub(crate) mod forward;
-pub(crate) mod hold;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -27,6 +25,8 @@ use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
 use backend::{Backend, Mailbox};
+
+use crate::message::{Attachment, Published};
 
 /// Shared by every worker in proxy mode.
 pub struct Proxy {
@@ -126,7 +126,11 @@ impl Proxy {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        Some(clarion_proto::grip::sig::sign(key, iss, now + 3600))
+        Some(clarion_proto::grip::sig::sign(
+            key,
+            iss,
+            now + crate::config::limits::GRIP_SIG_LIFETIME_SECS,
+        ))
     }
 }
 
@@ -165,8 +169,15 @@ pub struct GripContent {
 }
 
 impl GripContent {
+    /// The GRIP content `m` carries, if it was published in Pushpin's format.
+    pub fn of(m: &Published) -> Option<&GripContent> {
+        m.attachment()
+    }
+}
+
+impl Attachment for GripContent {
     /// Bytes this content holds, for the history's memory cap.
-    pub fn cost(&self) -> usize {
+    fn cost(&self) -> usize {
         let stream = match &self.stream {
             Some(StreamPart::Send { raw, chunk }) => raw.len() + chunk.len(),
             _ => 0,
@@ -188,6 +199,11 @@ impl GripContent {
             + response
             + ws
             + self.id.as_ref().map_or(0, |i| i.len())
+    }
+
+    /// The item's `id`, which a later hold's `prev-id` may name.
+    fn publisher_id(&self) -> Option<&str> {
+        self.id.as_deref()
     }
 }
 

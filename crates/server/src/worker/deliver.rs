@@ -113,7 +113,7 @@ impl<S: Socket> Engine<S> {
             }
             if !polls.is_empty() {
                 let cursor = run.last().map(|m| m.id_string()).unwrap_or_default();
-                let body: Arc<[u8]> = crate::transport::poll::messages_body(
+                let body: Arc<[u8]> = crate::worker::transport::poll::messages_body(
                     run.iter().map(|m| m.json()),
                     &cursor,
                     &[],

@@ -13,12 +13,9 @@ use std::sync::Arc;
 use super::socket::Socket;
 use super::state::{Kind, State};
 use super::{tls, Engine};
+use crate::config::limits::READ_BUDGET;
 use crate::log;
 use crate::metrics::CloseReason;
-
-/// Reads from one connection per readiness event before others get a turn; the rest is read on
-/// the next loop iteration, so one fast sender cannot starve the loop.
-const READ_BUDGET: usize = 16;
 
 impl<S: Socket> Engine<S> {
     pub(crate) fn on_readable(&mut self, k: u32) {

@@ -10,8 +10,11 @@
 //! write paths, slow consumers), [`deliver`] (fan-out of published messages), [`timers`] (the
 //! once-a-second sweep), [`shutdown`], [`state`] (states, flags, transitions and their gauges),
 //! [`subscriptions`], [`conn`] (the record and its write buffers), [`index`] (topic → local
-//! subscribers), [`tls`] (one connection's TLS records). The transports are in
-//! [`crate::transport`]; GRIP's per-connection runtime is in [`crate::grip`].
+//! subscribers), [`tls`] (one connection's TLS records), [`transport`] (HTTP routing and the
+//! upgrade, WebSocket, SSE and NDJSON streams, long-poll), [`grip`] (GRIP's per-connection
+//! runtime: forwarding, holds, the WebSocket-over-HTTP bridge). Transports and GRIP live under
+//! the worker because they are engine methods: outside it, they would import the worker that
+//! imports them.
 //!
 //! A connection accepted on the TLS listener carries a [`tls::Session`]: its bytes are
 //! decrypted into a worker buffer before the same HTTP/WebSocket code sees them, and its writes
@@ -21,6 +24,7 @@ mod accept;
 pub mod conn;
 mod deliver;
 mod engine;
+pub(crate) mod grip;
 pub mod index;
 mod io;
 mod shutdown;
@@ -34,6 +38,7 @@ mod tests;
 mod timers;
 pub mod tls;
 mod tls_records;
+pub(crate) mod transport;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -45,8 +50,9 @@ use std::time::{Duration, Instant};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
+use crate::broker::Broker;
 use crate::config::Config;
-use crate::hub::{Hub, Inbox};
+use crate::hub::Inbox;
 use crate::log;
 use crate::metrics::Metrics;
 pub use engine::Engine;
@@ -60,8 +66,8 @@ pub const WAKER: Token = Token(usize::MAX - 2);
 pub struct Shared {
     /// The configuration, validated.
     pub config: Config,
-    /// Topics and publishing.
-    pub hub: Hub,
+    /// Publishing, subscriptions and history (see [`crate::broker`]).
+    pub broker: Broker,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Set once by the signal handler; workers stop accepting and close their connections.
@@ -93,7 +99,7 @@ pub fn bind_listeners(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::ne
         s.set_nonblocking(true)?;
         s.bind(&addr.into())?;
         // The kernel caps this at net.core.somaxconn; ask for plenty so connect storms queue.
-        s.listen(4096)?;
+        s.listen(crate::config::limits::LISTEN_BACKLOG)?;
         let l: std::net::TcpListener = s.into();
         addr = l.local_addr()?;
         out.push(l);
@@ -154,7 +160,7 @@ impl Worker {
 
     /// Runs until shutdown has closed every connection (or its deadline passed).
     pub fn run(mut self) {
-        let mut events = Events::with_capacity(1024);
+        let mut events = Events::with_capacity(crate::config::limits::POLL_EVENTS);
         loop {
             let timeout = if self.engine.wants_read() {
                 Duration::ZERO
@@ -198,7 +204,7 @@ impl Worker {
                     self.accept_all(true, now);
                 }
                 if self.id == 0 {
-                    self.engine.shared.hub.expire();
+                    self.engine.shared.broker.expire();
                 }
                 self.engine.handle_tick(now);
             }

@@ -10,7 +10,7 @@ use super::socket::Socket;
 use super::state::State;
 use super::Engine;
 use crate::metrics::CloseReason;
-use crate::transport::poll::messages_body;
+use crate::worker::transport::poll::messages_body;
 
 impl<S: Socket> Engine<S> {
     /// Starts closing every connection the way its transport allows the client to resume.

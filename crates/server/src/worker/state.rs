@@ -68,7 +68,7 @@ pub enum WsRole {
     Envelope,
     /// The conformance endpoint: messages are echoed.
     Echo,
-    /// Bridged to a GRIP backend with WebSocket-over-HTTP (`crate::grip::bridge`).
+    /// Bridged to a GRIP backend with WebSocket-over-HTTP (`super::grip::bridge`).
     Bridge,
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::socket::Socket;
 use super::state::Kind;
 use super::Engine;
-use crate::hub::{Since, Subscribed};
+use crate::broker::{Since, Subscribed};
 
 impl<S: Socket> Engine<S> {
     /// Subscribes connection `k` to `topics` (valid, new for it) and returns what it missed
@@ -29,7 +29,7 @@ impl<S: Socket> Engine<S> {
         let mut pending = Vec::new();
         let sub = self
             .shared
-            .hub
+            .broker
             .subscribe(self.id, topics, since, &mut pending);
         if !pending.is_empty() {
             self.deliver_batch(&mut pending);
@@ -40,7 +40,7 @@ impl<S: Socket> Engine<S> {
             .is_some_and(|c| !matches!(c.state.kind(), Kind::Closing | Kind::Http));
         if !alive {
             for name in &sub.names {
-                self.shared.hub.unsubscribe(self.id, name);
+                self.shared.broker.unsubscribe(self.id, name);
             }
             return None;
         }
@@ -65,7 +65,7 @@ impl<S: Socket> Engine<S> {
             conn.subs.remove(tid);
         }
         if let Some(name) = self.index.remove(tid, k) {
-            self.shared.hub.unsubscribe(self.id, &name);
+            self.shared.broker.unsubscribe(self.id, &name);
         }
     }
 
@@ -75,7 +75,7 @@ impl<S: Socket> Engine<S> {
         };
         for tid in conn.subs.take_all() {
             if let Some(name) = self.index.remove(tid, k) {
-                self.shared.hub.unsubscribe(self.id, &name);
+                self.shared.broker.unsubscribe(self.id, &name);
             }
         }
     }

@@ -25,9 +25,10 @@ use clarion_proto::ws::OpCode;
 
 use super::socket::Socket;
 use super::{Engine, Shared};
+use crate::broker::{Broker, Outgoing};
 use crate::config::Config;
 use crate::grip::backend::{Answer, Backend, Job, Mailbox, Response};
-use crate::hub::{Hub, Inbox, Outgoing};
+use crate::hub::Inbox;
 use crate::metrics::Metrics;
 
 /// One socket's two directions, as the kernel would buffer them.
@@ -169,7 +170,7 @@ impl Harness {
         let waker = mio::Waker::new(poll.registry(), super::WAKER).unwrap();
         let inbox = Arc::new(Inbox::new(waker));
         let metrics = Arc::new(Metrics::default());
-        let hub = Hub::new(
+        let broker = Broker::local(
             vec![Arc::clone(&inbox)],
             Arc::clone(&metrics),
             config.history_limits(),
@@ -186,7 +187,7 @@ impl Harness {
             None => (None, None),
         };
         let shared = Arc::new(Shared {
-            hub,
+            broker,
             config,
             metrics,
             stopping: AtomicBool::new(false),
@@ -265,12 +266,12 @@ impl Harness {
         payload: &str,
         grip: Option<Arc<crate::grip::GripContent>>,
     ) {
-        self.shared.hub.publish(&[Outgoing {
+        self.shared.broker.publish(&[Outgoing {
             topic,
             kind: clarion_proto::ws::DataKind::Text,
             payload: payload.as_bytes(),
             event: None,
-            grip,
+            attachment: grip.map(|g| g as Arc<dyn crate::message::Attachment>),
         }]);
         self.engine.handle_inbox(self.now);
     }

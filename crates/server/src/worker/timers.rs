@@ -10,13 +10,10 @@ use std::sync::Arc;
 use super::socket::Socket;
 use super::state::{Kind, State, StreamMode};
 use super::Engine;
+use crate::config::limits::CLOSE_LINGER_SECS;
 use crate::log;
 use crate::metrics::CloseReason;
-use crate::transport::poll::messages_body;
-
-/// Seconds a closing connection may take to read our last bytes and close its side. Long enough
-/// for a slow link to drain a Close frame, short enough that dead peers do not pile up.
-const CLOSE_LINGER_SECS: u32 = 5;
+use crate::worker::transport::poll::messages_body;
 
 impl<S: Socket> Engine<S> {
     /// Once a second: handshake deadlines, keep-alive pings and lines, idle timeouts, long-poll

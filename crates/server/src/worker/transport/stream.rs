@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clarion_proto::{http1, sse};
 
-use crate::hub::Since;
+use crate::broker::Since;
 use crate::message::{Encoding, Published};
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, SseMode, State, StreamMode};

@@ -5,7 +5,7 @@
 //! a bridge ([`super::bridge`]).
 //!
 //! A connection's GRIP state beyond its record is a [`GripConn`] in the engine's `grip` table.
-//! Backend exchanges run on the pool in [`super::backend`]; answers come back through the
+//! Backend exchanges run on the pool in [`crate::grip::backend`]; answers come back through the
 //! worker's mailbox, matched by ticket. This module does not deliver published content.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -15,15 +15,15 @@ use clarion_proto::grip::{self as proto, Event as WsEvent, HoldMode};
 use clarion_proto::http1::{self, Body, RequestHead};
 use clarion_proto::ws::handshake;
 
-use super::backend::{Answer, Failure, Job, Response};
 use super::bridge::{event_request, Bridge, Upgrade};
 use super::hold::{KeepAlive, ResponseHold};
-use super::{is_grip_header, is_hop_by_hop, write_head};
-use crate::hub::validate_topic;
+use crate::grip::backend::{Answer, Failure, Job, Response};
+use crate::grip::{is_grip_header, is_hop_by_hop, write_head};
 use crate::log;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State};
 use crate::worker::Engine;
+use clarion_proto::pubsub::validate_topic;
 
 /// A GRIP connection's state beyond its record.
 pub(crate) struct GripConn {
@@ -191,7 +191,7 @@ impl<S: Socket> Engine<S> {
                     return Some(Some(total));
                 }
             };
-            let conn_id = format!("{}-{ticket:x}", shared.hub.epoch());
+            let conn_id = format!("{}-{ticket:x}", shared.broker.epoch());
             let bridge = Box::new(Bridge {
                 head: format!(
                     "POST {path} HTTP/1.1\r\n{fixed}Sec-WebSocket-Extensions: grip\r\n\

@@ -16,11 +16,11 @@ use clarion_proto::grip::{self as proto, Event as WsEvent};
 use clarion_proto::http1;
 use clarion_proto::ws::CloseCode;
 
-use super::backend::Failure;
 use super::bridge::{bridge, event_request};
 use super::forward::{same_version, Answered, GripConn, Phase};
-use super::{response_bytes, write_head, StreamPart, WsPart};
-use crate::hub::Since;
+use crate::broker::Since;
+use crate::grip::backend::Failure;
+use crate::grip::{response_bytes, write_head, GripContent, StreamPart, WsPart};
 use crate::message::Published;
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
@@ -154,7 +154,7 @@ impl<S: Socket> Engine<S> {
     ) -> Vec<Arc<Published>> {
         let mut replay = Vec::new();
         for c in channels {
-            let since = c.prev_id.as_deref().map_or(Since::Now, Since::GripId);
+            let since = c.prev_id.as_deref().map_or(Since::Now, Since::PublisherId);
             if self.subscription(k, &c.name).is_some() {
                 continue;
             }
@@ -179,7 +179,7 @@ impl<S: Socket> Engine<S> {
                 let mut frames: Vec<&Arc<[u8]>> = Vec::new();
                 let mut close = false;
                 for m in run {
-                    match m.grip.as_ref().and_then(|g| g.stream.as_ref()) {
+                    match GripContent::of(m).and_then(|g| g.stream.as_ref()) {
                         Some(StreamPart::Send { raw, chunk }) => {
                             frames.push(if chunked { chunk } else { raw })
                         }
@@ -202,7 +202,7 @@ impl<S: Socket> Engine<S> {
             State::Poll(mode) => {
                 let found = run
                     .iter()
-                    .find_map(|m| m.grip.as_ref().and_then(|g| g.response.as_ref()));
+                    .find_map(|m| GripContent::of(m).and_then(|g| g.response.as_ref()));
                 if let Some(r) = found {
                     let keep = mode.keep && !self.shared.stopping.load(Relaxed);
                     let mut merged = (**r).clone();
@@ -230,7 +230,7 @@ impl<S: Socket> Engine<S> {
                 let mut frames: Vec<&Arc<[u8]>> = Vec::new();
                 let mut close = None;
                 for m in run {
-                    match m.grip.as_ref().and_then(|g| g.ws.as_ref()) {
+                    match GripContent::of(m).and_then(|g| g.ws.as_ref()) {
                         Some(WsPart::Frame(f)) => frames.push(f),
                         Some(WsPart::Close(f)) => {
                             close = Some(Arc::clone(f));

@@ -7,15 +7,16 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use base64::Engine as _;
 use clarion_proto::ws::close::encode_close_frame;
 use clarion_proto::ws::deflate::{self, Compressor, InflateError, Inflater};
 use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
 use clarion_proto::ws::receiver::Limits;
 use clarion_proto::ws::{CloseCode, DataKind, Event, OpCode};
 
-use crate::control::{self, Reply, Request};
-use crate::hub::{validate_topic, Outgoing, Since};
+use clarion_proto::pubsub::control::{self, Reply, Request};
+use clarion_proto::pubsub::validate_topic;
+
+use crate::broker::{Outgoing, Since};
 use crate::log;
 use crate::message::{compress_frame, frame_payload, Encoding};
 use crate::metrics::CloseReason;
@@ -152,7 +153,7 @@ impl<S: Socket> Engine<S> {
                 return self.reply(
                     k,
                     &Reply::Error {
-                        error: &why,
+                        error: &why.to_string(),
                         topic: None,
                     },
                 )
@@ -258,40 +259,24 @@ impl<S: Socket> Engine<S> {
                         },
                     );
                 }
-                let (kind, payload) = match encoding.as_deref() {
-                    None => (DataKind::Text, data.as_bytes().to_vec()),
-                    Some("base64") => {
-                        match base64::engine::general_purpose::STANDARD.decode(&*data) {
-                            Ok(bytes) => (DataKind::Binary, bytes),
-                            Err(_) => {
-                                let error = "data is not valid base64";
-                                return self.reply(
-                                    k,
-                                    &Reply::Error {
-                                        error,
-                                        topic: Some(&topic),
-                                    },
-                                );
-                            }
-                        }
-                    }
-                    Some(_) => {
-                        let error = "unknown encoding (only \"base64\" is defined)";
+                let (kind, payload) = match control::decode_data(&data, encoding.as_deref()) {
+                    Ok(decoded) => decoded,
+                    Err(e) => {
                         return self.reply(
                             k,
                             &Reply::Error {
-                                error,
+                                error: &e.to_string(),
                                 topic: Some(&topic),
                             },
-                        );
+                        )
                     }
                 };
-                let receipts = self.shared.hub.publish(&[Outgoing {
+                let receipts = self.shared.broker.publish(&[Outgoing {
                     topic: &topic,
                     kind,
                     payload: &payload,
                     event: None,
-                    grip: None,
+                    attachment: None,
                 }]);
                 if let Some(r) = receipts.first() {
                     let reply = Reply::Published {

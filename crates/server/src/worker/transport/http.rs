@@ -14,11 +14,12 @@ use std::sync::Arc;
 
 use clarion_proto::event_id;
 use clarion_proto::http1::{self, Body, RequestHead};
+use clarion_proto::pubsub::validate_topic;
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake::{self, HandshakeError};
 use clarion_proto::ws::{deflate, OpCode};
 
-use crate::hub::{validate_topic, Since};
+use crate::broker::Since;
 use crate::log;
 use crate::message::Encoding;
 use crate::metrics::CloseReason;

@@ -17,15 +17,15 @@ use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake;
 use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
-use super::backend::{Failure, Response};
 use super::forward::{client_headers, GripConn, Phase};
-use super::write_head;
-use crate::hub::validate_topic;
+use crate::grip::backend::{Failure, Response};
+use crate::grip::write_head;
 use crate::log;
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State, WsMode, WsRole};
 use crate::worker::Engine;
+use clarion_proto::pubsub::validate_topic;
 
 /// A WebSocket upgrade waiting for the backend's OPEN: the client's key and offered
 /// subprotocols, and the bridge to start.
@@ -60,7 +60,7 @@ pub(crate) struct Bridge {
 pub(crate) fn event_limits(max: usize) -> EventLimits {
     EventLimits {
         max_content: max,
-        max_events: 10_000,
+        max_events: crate::config::limits::GRIP_WS_MAX_EVENTS,
     }
 }
 

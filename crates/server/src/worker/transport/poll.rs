@@ -6,9 +6,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::http1;
+/// The long-poll body writer (`{"messages":[...],"cursor":...}`), shared with the sweep and
+/// shutdown, which answer held polls empty.
+pub(crate) use clarion_proto::pubsub::poll_body as messages_body;
 
-use crate::hub::{Since, Subscribed};
-use crate::message::push_json_str;
+use crate::broker::{Since, Subscribed};
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, State};
@@ -94,30 +96,4 @@ pub(crate) fn poll_body(sub: &Subscribed) -> Vec<u8> {
         .map_or_else(|| sub.position.clone(), |m| m.id_string());
     let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
     messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
-}
-
-/// `{"messages":[m1,m2],"cursor":"..."[,"gaps":[...]]}` from envelope JSON texts.
-pub(crate) fn messages_body<'m>(
-    messages: impl Iterator<Item = &'m [u8]>,
-    cursor: &str,
-    gaps: &[String],
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(br#"{"messages":["#);
-    for (i, m) in messages.enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(m);
-    }
-    let mut tail = String::from(r#"],"cursor":"#);
-    push_json_str(&mut tail, cursor);
-    if !gaps.is_empty() {
-        tail.push_str(r#","gaps":["#);
-        tail.push_str(&gaps.join(","));
-        tail.push(']');
-    }
-    tail.push_str("}\n");
-    out.extend_from_slice(tail.as_bytes());
-    out
 }

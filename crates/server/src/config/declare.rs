@@ -1,0 +1,408 @@
+//! How a setting is declared. The `settings!` macro turns one entry per setting into
+//! everything that names it: the [`Config`] field with its doc and default, the TOML key (the
+//! field name, through serde), the `clarion serve` flag `--key-with-dashes` and its
+//! `CLARION_KEY` environment variable (clap arguments built from [`SETTINGS`]), and the row of
+//! the settings table in `docs/configuration.md` ([`docs_table`]).
+//!
+//! This module owns only that plumbing; which settings exist, their defaults and how they are
+//! checked together are in the parent module.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::builder::ValueParser;
+use clap::parser::MatchesError;
+use clap::ArgMatches;
+
+use super::{Compression, Config, SETTINGS};
+
+/// Declares the settings. Each entry is
+///
+/// ```text
+/// /// Description: the docs row and the field's rustdoc (say why the default is what it is).
+/// name: Type = default_expression, SOURCE "short --help line";
+/// ```
+///
+/// where SOURCE is `flag` (`--name VALUE`, `CLARION_NAME`), `switch` (a boolean flag: `--name`
+/// alone means true), `secret` (a flag whose variable's value `--help` never shows) or `file`
+/// (TOML only: structured values, and limits too rarely changed to deserve a flag).
+macro_rules! settings {
+    (@help) => { "" };
+    (@help $help:literal) => { $help };
+    (@source flag) => { $crate::config::declare::Source::Flag };
+    (@source switch) => { $crate::config::declare::Source::Switch };
+    (@source secret) => { $crate::config::declare::Source::Secret };
+    (@source file) => { $crate::config::declare::Source::FileOnly };
+    (@parser file $ty:ty) => { None };
+    (@parser $source:ident $ty:ty) => {
+        Some(<$ty as $crate::config::declare::FlagValue>::parser)
+    };
+    (@apply file $name:ident $ty:ty) => { |_, _| Ok(()) };
+    (@apply $source:ident $name:ident $ty:ty) => {
+        |matches, config| {
+            type Parsed = <$ty as $crate::config::declare::FlagValue>::Parsed;
+            if let Some(v) = matches.try_get_one::<Parsed>(stringify!($name))? {
+                config.$name = <$ty as $crate::config::declare::FlagValue>::from_parsed(v.clone());
+            }
+            Ok(())
+        }
+    };
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident : $ty:ty = $default:expr, $source:ident $($help:literal)?;
+    )*) => {
+        /// Everything `clarion serve` can be told: one field per declaration in
+        /// `config/mod.rs`, whose doc states the default and why.
+        #[derive(Debug, Clone, serde::Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct Config {
+            $( $(#[doc = $doc])* pub $name: $ty, )*
+        }
+
+        impl Default for Config {
+            fn default() -> Self {
+                Config { $( $name: $default, )* }
+            }
+        }
+
+        /// Every setting, in declaration order (the order of the docs table and `--help`).
+        pub static SETTINGS: &[$crate::config::declare::Setting] = &[$(
+            $crate::config::declare::Setting {
+                name: stringify!($name),
+                help: settings!(@help $($help)?),
+                doc: &[$($doc),*],
+                source: settings!(@source $source),
+                parser: settings!(@parser $source $ty),
+                apply: settings!(@apply $source $name $ty),
+                default: |config| $crate::config::declare::TomlValue::toml(&config.$name),
+            },
+        )*];
+    };
+}
+
+/// Where a setting can be given besides the TOML file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `--name VALUE` or `CLARION_NAME=VALUE`.
+    Flag,
+    /// A boolean: `--name` alone means true, `--name=false` or `CLARION_NAME=false` false.
+    Switch,
+    /// Like `Flag`, but `--help` never shows the variable's value (keys).
+    Secret,
+    /// Only in the TOML file.
+    FileOnly,
+}
+
+/// One declared setting: what clap and the docs need to know about it.
+pub struct Setting {
+    /// The field name and TOML key.
+    pub name: &'static str,
+    /// The one-line `--help` text (empty for file-only settings).
+    pub help: &'static str,
+    /// The description, one doc-comment line per element.
+    pub doc: &'static [&'static str],
+    /// Where it can be given.
+    pub source: Source,
+    /// The flag's value parser; `None` for file-only settings.
+    pub(super) parser: Option<fn() -> ValueParser>,
+    /// Copies the flag's (or variable's) value into a config, when one was given.
+    pub(super) apply: fn(&ArgMatches, &mut Config) -> Result<(), MatchesError>,
+    /// The setting's value in a config, written as in a TOML file.
+    pub(super) default: fn(&Config) -> String,
+}
+
+impl Setting {
+    /// `--name-with-dashes`, unless the setting is file-only.
+    pub fn flag(&self) -> Option<String> {
+        (self.source != Source::FileOnly).then(|| format!("--{}", self.name.replace('_', "-")))
+    }
+
+    /// `CLARION_NAME`, unless the setting is file-only.
+    pub fn env(&self) -> Option<String> {
+        (self.source != Source::FileOnly)
+            .then(|| format!("CLARION_{}", self.name.to_ascii_uppercase()))
+    }
+
+    /// The clap argument for `clarion serve`, unless the setting is file-only.
+    pub fn arg(&self) -> Option<clap::Arg> {
+        let (parser, env) = (self.parser?, self.env()?);
+        let arg = clap::Arg::new(self.name)
+            .long(self.name.replace('_', "-"))
+            .env(env)
+            .value_name(self.name.to_ascii_uppercase())
+            .help(self.help)
+            .value_parser(parser());
+        Some(match self.source {
+            Source::Switch => arg.num_args(0..=1).default_missing_value("true"),
+            Source::Secret => arg.hide_env_values(true),
+            Source::Flag | Source::FileOnly => arg,
+        })
+    }
+
+    /// Sets the value given by flag or environment in `matches`, if any.
+    pub fn apply(&self, matches: &ArgMatches, config: &mut Config) -> Result<(), MatchesError> {
+        (self.apply)(matches, config)
+    }
+
+    /// The setting's value in `config`, as a TOML value (`none` when unset).
+    pub fn value_in(&self, config: &Config) -> String {
+        (self.default)(config)
+    }
+
+    /// The description as one paragraph.
+    pub fn description(&self) -> String {
+        let lines: Vec<&str> = self.doc.iter().map(|l| l.trim()).collect();
+        lines.join(" ")
+    }
+}
+
+/// A setting type a flag or environment variable can set: how clap parses it, and how the
+/// parsed value becomes the setting's (an optional setting becomes `Some`).
+pub trait FlagValue {
+    /// What clap's parser yields.
+    type Parsed: Clone + Send + Sync + 'static;
+    /// The parser clap's derive would choose for this type, so errors read the same.
+    fn parser() -> ValueParser;
+    /// The setting's value for a parsed flag.
+    fn from_parsed(parsed: Self::Parsed) -> Self;
+}
+
+macro_rules! plain_flag_values {
+    ($($ty:ty),*) => {$(
+        impl FlagValue for $ty {
+            type Parsed = $ty;
+            fn parser() -> ValueParser {
+                clap::value_parser!($ty).into()
+            }
+            fn from_parsed(parsed: $ty) -> $ty {
+                parsed
+            }
+        }
+    )*};
+}
+plain_flag_values!(
+    usize,
+    u64,
+    u32,
+    u8,
+    bool,
+    String,
+    SocketAddr,
+    PathBuf,
+    Compression
+);
+
+impl<T: FlagValue> FlagValue for Option<T> {
+    type Parsed = T::Parsed;
+    fn parser() -> ValueParser {
+        T::parser()
+    }
+    fn from_parsed(parsed: T::Parsed) -> Self {
+        Some(T::from_parsed(parsed))
+    }
+}
+
+/// A setting's value written as in a TOML file, for the docs' default column.
+pub trait TomlValue {
+    /// The value as TOML (`none` for an unset optional setting).
+    fn toml(&self) -> String;
+}
+
+macro_rules! display_toml_values {
+    ($($ty:ty),*) => {$(
+        impl TomlValue for $ty {
+            fn toml(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+display_toml_values!(usize, u64, u32, u8, bool);
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+impl TomlValue for String {
+    fn toml(&self) -> String {
+        toml_string(self)
+    }
+}
+
+impl TomlValue for SocketAddr {
+    fn toml(&self) -> String {
+        toml_string(&self.to_string())
+    }
+}
+
+impl TomlValue for PathBuf {
+    fn toml(&self) -> String {
+        toml_string(&self.display().to_string())
+    }
+}
+
+impl TomlValue for Compression {
+    fn toml(&self) -> String {
+        let name = match self {
+            Compression::Off => "off",
+            Compression::Shared => "shared",
+            Compression::Dedicated => "dedicated",
+        };
+        toml_string(name)
+    }
+}
+
+impl<T: TomlValue> TomlValue for Option<T> {
+    fn toml(&self) -> String {
+        self.as_ref().map_or_else(|| "none".to_owned(), T::toml)
+    }
+}
+
+impl TomlValue for Vec<crate::tls::CertFiles> {
+    fn toml(&self) -> String {
+        let tables: Vec<String> = self
+            .iter()
+            .map(|c| format!("{{ cert = {}, key = {} }}", c.cert.toml(), c.key.toml()))
+            .collect();
+        format!("[{}]", tables.join(", "))
+    }
+}
+
+/// The marker before the generated table in `docs/configuration.md`.
+pub const TABLE_BEGIN: &str = "<!-- settings table: generated from crates/server/src/config/mod.rs; \
+                               regenerate with `UPDATE_DOCS=1 cargo test -p clarion --lib config` -->";
+/// The marker after it.
+pub const TABLE_END: &str = "<!-- end of settings table -->";
+
+/// The settings table of `docs/configuration.md`: key, flag, environment variable, default and
+/// description of every setting, in declaration order.
+pub fn docs_table() -> String {
+    let defaults = Config::default();
+    let mut out = String::from(
+        "| key | flag | environment | default | description |\n|---|---|---|---|---|\n",
+    );
+    let code = |s: &str| format!("`{}`", s.replace('|', "\\|"));
+    for s in SETTINGS {
+        let flag = match (s.source, s.flag()) {
+            (Source::Switch, Some(f)) => code(&format!("{f}[=true|false]")),
+            (_, Some(f)) => code(&f),
+            (_, None) => "file only".to_owned(),
+        };
+        let env = s.env().map_or_else(|| "—".to_owned(), |e| code(&e));
+        let default = match s.value_in(&defaults) {
+            none if none == "none" => none,
+            value => code(&value),
+        };
+        out.push_str(&format!(
+            "| `{}` | {flag} | {env} | {default} | {} |\n",
+            s.name,
+            s.description().replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    const DOCS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
+
+    /// `docs/configuration.md` split around its generated table.
+    fn docs_parts(text: &str) -> (&str, &str, &str) {
+        let begin = text
+            .find(TABLE_BEGIN)
+            .expect("begin marker in docs/configuration.md");
+        let start = begin + TABLE_BEGIN.len() + 1;
+        let end = text[start..].find(TABLE_END).expect("end marker") + start;
+        (&text[..start], &text[start..end], &text[end..])
+    }
+
+    #[test]
+    fn docs_table_matches_the_declarations() {
+        let text = std::fs::read_to_string(DOCS).expect("docs/configuration.md");
+        let (before, table, after) = docs_parts(&text);
+        let expected = docs_table();
+        if table == expected {
+            return;
+        }
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(DOCS, format!("{before}{expected}{after}")).expect("write docs");
+            return;
+        }
+        panic!(
+            "docs/configuration.md's settings table differs from the declarations in \
+             crates/server/src/config/mod.rs.\nRegenerate it with \
+             `UPDATE_DOCS=1 cargo test -p clarion --lib config`; the table should read:\n\n\
+             {expected}"
+        );
+    }
+
+    #[test]
+    fn docs_example_file_holds_every_key_with_its_default() {
+        let text = std::fs::read_to_string(DOCS).expect("docs/configuration.md");
+        let start = text.find("```toml\n").expect("a ```toml example") + "```toml\n".len();
+        let example = &text[start..start + text[start..].find("```").expect("closing fence")];
+        let parsed: Config = toml::from_str(example).expect("the example parses");
+        assert_eq!(format!("{parsed:?}"), format!("{:?}", Config::default()));
+        for s in SETTINGS {
+            let named = example.lines().any(|l| {
+                let l = l.trim_start_matches("# ");
+                l.starts_with(s.name) && l[s.name.len()..].starts_with(" =")
+            });
+            assert!(
+                named,
+                "the example file in docs/configuration.md lacks {}",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn names_follow_the_key() {
+        let s = SETTINGS
+            .iter()
+            .find(|s| s.name == "max_connections_per_address");
+        let s = s.unwrap();
+        assert_eq!(s.flag().as_deref(), Some("--max-connections-per-address"));
+        assert_eq!(
+            s.env().as_deref(),
+            Some("CLARION_MAX_CONNECTIONS_PER_ADDRESS")
+        );
+        let file_only = SETTINGS
+            .iter()
+            .find(|s| s.name == "tls_certificates")
+            .unwrap();
+        assert_eq!((file_only.flag(), file_only.arg().is_none()), (None, true));
+    }
+
+    #[test]
+    fn every_setting_has_a_description_and_every_flag_a_help_line() {
+        for s in SETTINGS {
+            assert!(!s.description().is_empty(), "{} has no description", s.name);
+            assert_eq!(
+                s.help.is_empty(),
+                s.source == Source::FileOnly,
+                "{}: flags have a help line, file-only settings none",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn defaults_render_as_toml() {
+        let c = Config::default();
+        let value = |name: &str| {
+            let s = SETTINGS.iter().find(|s| s.name == name).unwrap();
+            s.value_in(&c)
+        };
+        assert_eq!(value("listen"), "\"0.0.0.0:8080\"");
+        assert_eq!(value("max_backlog"), "65536");
+        assert_eq!(value("compression"), "\"shared\"");
+        assert_eq!(value("echo_path"), "none");
+        assert_eq!(value("tls_certificates"), "[]");
+        assert_eq!(value("allow_client_publish"), "false");
+    }
+}

@@ -1,0 +1,556 @@
+//! Server configuration: every setting declared once, with its default and the reason for it.
+//!
+//! Settings come from embedded defaults, overridden by a TOML file, then by `CLARION_*`
+//! environment variables, then by command-line flags (see [`crate::cli`]). Each declaration
+//! below yields the [`Config`] field, its TOML key, its `clarion serve` flag and variable, and
+//! its row in `docs/configuration.md` (a test fails when that table is stale; see [`declare`]).
+//! Limits that are not settings are in [`limits`]; no other module invents a number.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[macro_use]
+pub mod declare;
+pub mod limits;
+
+pub use declare::{docs_table, Setting, Source};
+
+settings! {
+    /// Clients connect from anywhere. Each worker binds it with `SO_REUSEPORT`, so the kernel
+    /// spreads connections over the workers.
+    listen: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 8080)), flag "Client listener address";
+    /// The API listener: publishing, health and metrics. Loopback by default so publishing is
+    /// never exposed to the network by accident.
+    api_listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 8081)),
+        flag "API listener address (publish, health, metrics)";
+    /// Event-loop threads; `0` means one per core. Each worker is one single-threaded event loop
+    /// owning its connections; more loops than cores only adds context switches.
+    workers: usize = 0, flag "Event-loop threads (0 = one per core)";
+    /// Client connections held at once; `0` means the open-files limit less 64. Over it, a new
+    /// connection is answered `503` with `Retry-After: 5` at once, without reading its request
+    /// (`clarion_connections_refused_total{reason="capacity"}`). The reserve of 64 descriptors
+    /// keeps the listeners, the API and the pollers working at the limit.
+    max_connections: usize = 0, flag "Most client connections (0 = from the open-files limit)";
+    /// Connections from one client address (an IPv4 address; for IPv6 its /64, since one host
+    /// usually owns a whole /64). Over it a new connection is answered `429` with
+    /// `Retry-After: 5` at once and counted in `clarion_connections_refused_total{reason="address"}`.
+    /// Far above what one browser opens (Chrome allows 255 WebSockets per profile), low enough
+    /// that one host cannot take the server. Raise it for clients behind a large NAT or a proxy;
+    /// `0` disables.
+    max_connections_per_address: usize = 1024,
+        flag "Most connections from one address (IPv4, or IPv6 /64); 0 = no limit";
+    /// Connections that have not become a subscription yet (still sending a request head, or
+    /// idle between keep-alive requests). Over it a new connection is answered `503` at once
+    /// (`reason="handshakes"`). A connect storm of real clients passes in well under a second;
+    /// a slowloris flood cannot hold more than this, and each of those is closed after
+    /// `handshake_timeout`. `0` disables.
+    max_handshakes: usize = 4096, flag "Most connections still sending their request head";
+    /// Largest WebSocket message a client may send, in bytes (fragments summed); over it the
+    /// connection is closed with `1009`. Clients of a push server send small control messages;
+    /// µWebSockets defaults to 16 KiB. Conformance runs need 16 MiB. Must be above 0.
+    max_message_size: usize = 64 * 1024,
+        flag "Largest WebSocket message a client may send, in bytes";
+    /// Unsent bytes one connection may owe. A client over it has stopped reading: it is closed
+    /// with `1008 slow consumer` and counted in `clarion_slow_consumers_total`. µWebSockets'
+    /// default; a few seconds of a busy feed, and a hard cap on the memory one stalled client
+    /// can pin. Must be above 0.
+    max_backlog: usize = 64 * 1024,
+        flag "Unsent bytes per connection before it is closed as a slow consumer";
+    /// Largest publish request body in bytes (one message, or a whole batch); `413` over it.
+    /// Larger payloads belong in object storage with a link in the message.
+    max_publish_size: usize = 1024 * 1024,
+        flag "Largest message (request body) the publish API accepts, in bytes";
+    /// Topics per connection. Enough for any dashboard, and it bounds the index memory one
+    /// client can claim.
+    max_subscriptions: usize = 64, flag "Topics one connection may subscribe to";
+    /// Seconds of client silence before the server sends a Ping. Keeps NAT and proxy mappings
+    /// alive and reveals dead peers. `0` turns pings off (conformance runs). Must be below
+    /// `idle_timeout`.
+    ping_interval: u64 = 60, flag "Seconds of client silence before a ping (0 = no pings)";
+    /// Seconds of client silence (no frame, not even a Pong) before the connection is closed
+    /// with `1001 idle timeout`. µWebSockets' default; two ping intervals, so a live client
+    /// always answers in time. `0` never closes idle connections.
+    idle_timeout: u64 = 120,
+        flag "Seconds of client silence before the connection is closed (0 = never)";
+    /// Seconds a new connection has to send a complete request head and upgrade (and between
+    /// keep-alive requests; a TLS handshake too). Enough for a slow mobile link; short enough
+    /// that slowloris clients cannot pile up.
+    handshake_timeout: u64 = 10, flag "Seconds to complete a request head or upgrade";
+    /// Seconds a graceful shutdown waits for clients to read their Close 1001 frame and
+    /// disconnect, and for buffers to drain, before the process exits anyway.
+    shutdown_timeout: u64 = 10,
+        flag "Seconds a graceful shutdown waits for connections to close";
+    /// The pub/sub WebSocket endpoint.
+    ws_path: String = "/ws".to_owned(), flag "Path of the pub/sub WebSocket endpoint";
+    /// permessage-deflate: `off`; `shared` (each published message compressed once, without
+    /// context takeover, the same bytes for every subscriber that negotiated it: no
+    /// per-connection memory, one compression per message); `dedicated` (a compression context
+    /// per connection: better ratios on streams of similar messages, at one compression per
+    /// subscriber per message and a compressor per connection, about 200 KiB each, see
+    /// `compression_dedicated_limit`).
+    compression: Compression = Compression::Shared,
+        flag "permessage-deflate: off, shared (compress once per message) or dedicated";
+    /// Messages shorter than this many bytes are sent uncompressed (below it deflate saves
+    /// little and costs a frame's worth of CPU), and (when above 0) so are messages that would
+    /// not shrink. `0` compresses everything.
+    compression_threshold: usize = 128, flag "Messages shorter than this are sent uncompressed";
+    /// zlib level 1–9. In shared mode a message is compressed once for all subscribers, so the
+    /// better ratio costs little.
+    compression_level: u32 = 6, flag "zlib level 1-9";
+    /// LZ77 window (9–15 bits) of dedicated-mode compressors: most of the gain on similar JSON
+    /// messages for a fraction of the memory of 15.
+    compression_window_bits: u8 = 12, flag "Window bits (9-15) of a dedicated-mode compressor";
+    /// Most connections holding a dedicated compressor at once (split evenly over the workers).
+    /// A compressor costs about 200 KiB whatever its window (zlib-rs keeps a fixed 64 Ki-entry
+    /// hash table; measured in `docs/benchmarks.md`), so the default bounds dedicated mode at
+    /// about 200 MiB. Connections past the limit get the shared frames, which is always
+    /// allowed: a compressor may ignore its context.
+    compression_dedicated_limit: usize = 1000,
+        flag "Most connections with a dedicated compressor at once";
+    /// Window (9–15 bits) asked of clients that let the server choose (`client_max_window_bits`).
+    /// A client that keeps compression context (browsers do) costs an inflater of this window,
+    /// allocated only once it sends a compressed message.
+    compression_client_window_bits: u8 = 12,
+        flag "Window bits (9-15) asked of clients that let the server choose";
+    /// The Server-Sent Events endpoint (`docs/protocol.md`).
+    sse_path: String = "/sse".to_owned(), flag "Path of the Server-Sent Events endpoint";
+    /// The long-polling endpoint.
+    poll_path: String = "/poll".to_owned(), flag "Path of the long-polling endpoint";
+    /// The newline-delimited HTTP streaming endpoint. All paths must start with `/` and differ.
+    stream_path: String = "/stream".to_owned(),
+        flag "Path of the newline-delimited streaming endpoint";
+    /// Seconds without output before an SSE stream gets a `:` comment (an empty line on
+    /// `/stream`). Below the 30–60 s idle limits of common proxies and load balancers, and it
+    /// reveals dead clients; `0` disables.
+    sse_keepalive: u64 = 20,
+        flag "Seconds of silence before an SSE or HTTP stream gets a keep-alive line (0 = never)";
+    /// Milliseconds an EventSource waits before reconnecting (the `retry:` line). Fast recovery
+    /// without a reconnect storm after a restart.
+    sse_retry: u64 = 2000, flag "The `retry:` hint sent to EventSource clients, in milliseconds";
+    /// Seconds a long-poll is held when the client gives no `timeout=`. Below the 60 s at which
+    /// many proxies give up on a silent response. At most `poll_max_timeout`.
+    poll_timeout: u64 = 30, flag "Seconds a long-poll is held by default";
+    /// Longest `timeout=` a client may ask for, in seconds (larger values are lowered to it).
+    /// At most 3600.
+    poll_max_timeout: u64 = 120, flag "Longest hold a long-poll client may ask for, in seconds";
+    /// Messages kept per topic for clients that resume (SSE reconnects, long-poll cursors,
+    /// `since=`). `0` disables history: resumes then always report a gap, and long-polls lose
+    /// what is published between two polls.
+    history_size: usize = 100, flag "Messages of history kept per topic (0 = no history)";
+    /// Seconds a message stays in history. A client away longer is told it missed messages (a
+    /// gap) rather than flooded with stale ones. At most 2^32.
+    history_ttl: u64 = 3600, flag "Seconds a message stays in history";
+    /// Bytes of history across all topics (64 MiB); the oldest messages go first, counted in
+    /// `clarion_history_evictions_total{reason="memory"}`. A message counts its payload plus
+    /// about 200 bytes of records; encodings built for delivery (envelope, SSE event) are not
+    /// counted and can add up to about twice the payload for messages delivered in several
+    /// formats.
+    history_memory: usize = 64 * 1024 * 1024, flag "Bytes of history across all topics";
+    /// `Access-Control-Allow-Origin` on SSE, stream and long-poll answers and preflights, so
+    /// pages on other origins can subscribe. `*` is safe because subscriptions carry no
+    /// credentials; set one origin to restrict, or empty to send no CORS headers.
+    cors_allow_origin: String = "*".to_owned(),
+        flag "Access-Control-Allow-Origin for SSE, stream and poll answers (empty = none)";
+    /// A WebSocket echo endpoint for conformance runs (Autobahn). Off by default: it does
+    /// nothing useful in production.
+    echo_path: Option<String> = None,
+        flag "Path of a WebSocket echo endpoint (off unless given; for conformance runs)";
+    /// Whether WebSocket clients may publish in-band. Off by default: publishing is a
+    /// backend's job, and an open publish lets any visitor write to every subscriber.
+    allow_client_publish: bool = false,
+        switch "Let clients publish in-band (`--allow-client-publish` or `=true/false`)";
+    /// When set, the publish endpoints require `Authorization: Bearer <key>` (`401` otherwise).
+    /// Health and metrics stay open for probes and scrapers. Unset by default: the API listens
+    /// on loopback.
+    api_key: Option<String> = None, secret "Bearer key the publish API requires";
+    /// Longest request line; `414` over it. What common proxies accept.
+    max_request_line: usize = 8 * 1024, file;
+    /// Most request headers; `431` over it. Browsers send about 15.
+    max_headers: usize = 64, file;
+    /// Largest request head in bytes; `431` over it.
+    max_head_size: usize = 16 * 1024, file;
+    /// Bytes read from a socket per system call: one large TCP segment train at once. One
+    /// buffer per worker, never per connection. At least 1024.
+    read_buffer: usize = 64 * 1024, flag "Bytes read from a socket at once (one buffer per worker)";
+    /// A second client listener speaking TLS (`https://`, `wss://`); every transport and path
+    /// works on it exactly as on `listen`, which keeps running. Bound per worker with
+    /// `SO_REUSEPORT` like `listen`. When a certificate is set without it, `0.0.0.0:8443`.
+    tls_listen: Option<SocketAddr> = None,
+        flag "TLS client listener address (default 0.0.0.0:8443 once a certificate is given)";
+    /// The default certificate: a PEM chain (server certificate first, then intermediates).
+    /// `clarion cert --dev` makes a pair for trying TLS locally. Goes with `tls_key`.
+    tls_cert: Option<PathBuf> = None,
+        flag "Certificate chain (PEM) for TLS; see `clarion cert --dev`";
+    /// The PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1; ECDSA, Ed25519 or RSA).
+    tls_key: Option<PathBuf> = None, flag "Private key (PEM) for --tls-cert";
+    /// More certificates for other names: `[{ cert = "...", key = "..." }, ...]` (or
+    /// `[[tls_certificates]]` tables). Each handshake gets the first certificate (the default
+    /// first) whose names cover the SNI name the client asked for; without a match, the default
+    /// one.
+    tls_certificates: Vec<crate::tls::CertFiles> = Vec::new(), file;
+    /// Refuse handshakes for names no certificate covers (alert `unrecognized_name`, counted as
+    /// `reason="sni"`) instead of answering with the default certificate. Clients that send no
+    /// SNI (connecting by IP address) always get the default.
+    tls_strict_sni: bool = false,
+        switch "Refuse TLS handshakes for names no certificate covers";
+    /// `"1.2"` or `"1.3"`. TLS 1.2 clients still exist (older Android, embedded devices); TLS
+    /// 1.2 connections cost more memory (rustls keeps its whole connection state) than TLS 1.3
+    /// ones.
+    tls_min_version: String = "1.2".to_owned(), flag "Lowest TLS version, 1.2 or 1.3";
+    /// Serve the API listener over TLS too, with the same certificates (for publishers on other
+    /// hosts). Off by default: the API listens on loopback.
+    tls_api: bool = false, switch "Serve the API over TLS too";
+    /// Seconds between checks of the certificate files' modification times; a change re-reads
+    /// them all. `SIGHUP` re-reads them at once. New handshakes use the new certificates;
+    /// established connections are untouched. A reload that fails (unreadable file, key not
+    /// matching) is logged and the previous certificates stay in use. `0` reloads on `SIGHUP`
+    /// only.
+    tls_reload_interval: u64 = 10,
+        flag "Seconds between checks for changed certificate files (0 = SIGHUP only)";
+    /// GRIP proxy mode: a routes file in Pushpin's syntax (`* 127.0.0.1:3000`,
+    /// `*,path_beg=/ws 127.0.0.1:3000,over_http`). Requests matching a route are forwarded to
+    /// its backend, which may hold them with `Grip-*` headers; Clarion's own endpoints serve
+    /// what no route matches. See [grip.md](grip.md). A file that does not parse stops startup
+    /// with its line number. Unset by default: no proxying.
+    grip_routes: Option<PathBuf> = None,
+        flag "GRIP proxy mode: a routes file in Pushpin's syntax (see docs/grip.md)";
+    /// Signs every forwarded request with `Grip-Sig` (HS256 JWT, `iss` and `exp` one hour
+    /// ahead), so a backend can tell requests that came through the proxy. A route's own
+    /// `sig_key=` wins. Unset by default: requests are not signed.
+    grip_sig_key: Option<String> = None, secret "Key for signing Grip-Sig on proxied requests";
+    /// The `iss` claim of `Grip-Sig`: what backends written for Pushpin check.
+    grip_sig_iss: String = "pushpin".to_owned(), flag "Issuer of Grip-Sig (default pushpin)";
+    /// Seconds a backend has for one exchange (connect, request, whole answer); the client then
+    /// gets `504`. A bridged WebSocket whose backend times out is closed with `1011`. Long
+    /// enough for a slow backend page, short enough that a hung backend cannot pile up waiting
+    /// clients. At least 1.
+    grip_backend_timeout: u64 = 30,
+        flag "Seconds a backend has to answer a proxied request (504 after)";
+    /// Threads making backend requests, each one exchange at a time with keep-alive
+    /// connections. Backend answers are small and quick; a slow backend delays only what queues
+    /// behind these threads (bounded by the timeout above). At least 1.
+    grip_backend_threads: usize = 32, flag "Threads making backend requests";
+    /// Largest backend answer, forwarded request body (`413`) and queue of WebSocket events
+    /// waiting for a busy backend (`1013` over it). GRIP answers are instructions and small
+    /// initial bodies, not downloads.
+    grip_max_body: usize = 1024 * 1024, file;
+    /// Seconds a `Grip-Hold: response` is held when the backend sends no `Grip-Timeout`
+    /// (Pushpin's default).
+    grip_default_timeout: u64 = 55,
+        flag "Seconds a Grip-Hold: response is held without Grip-Timeout";
+}
+
+/// permessage-deflate mode (see [`Config::compression`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Never negotiated.
+    Off,
+    /// Compressed once per message, shared by all subscribers.
+    Shared,
+    /// A compression context per connection.
+    Dedicated,
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file named on the command line.
+        path: String,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or names an unknown option.
+    #[error("invalid config {path}: {source}")]
+    Parse {
+        /// The file named on the command line.
+        path: String,
+        /// What the TOML parser found.
+        source: Box<toml::de::Error>,
+    },
+    /// A value is out of its allowed range.
+    #[error("invalid setting: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads a TOML file; options it does not name keep their defaults.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Checks relations between values that each parse fine on their own.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let paths = [
+            ("ws_path", Some(&self.ws_path)),
+            ("sse_path", Some(&self.sse_path)),
+            ("poll_path", Some(&self.poll_path)),
+            ("stream_path", Some(&self.stream_path)),
+            ("echo_path", self.echo_path.as_ref()),
+        ];
+        for (i, (name, path)) in paths.iter().enumerate() {
+            let Some(p) = path else { continue };
+            if !p.starts_with('/') {
+                return Err(ConfigError::Invalid(format!("{name} must start with '/'")));
+            }
+            for (other, q) in paths.iter().skip(i + 1) {
+                if q.is_some_and(|q| q == *p) {
+                    return Err(ConfigError::Invalid(format!(
+                        "{name} and {other} must differ"
+                    )));
+                }
+            }
+        }
+        if !(1..=9).contains(&self.compression_level)
+            || !(9..=15).contains(&self.compression_window_bits)
+            || !(9..=15).contains(&self.compression_client_window_bits)
+        {
+            return Err(ConfigError::Invalid(
+                "compression_level is 1 to 9; compression_window_bits and \
+                 compression_client_window_bits are 9 to 15"
+                    .into(),
+            ));
+        }
+        if self.poll_timeout > self.poll_max_timeout {
+            return Err(ConfigError::Invalid(
+                "poll_timeout must not exceed poll_max_timeout".into(),
+            ));
+        }
+        if self.poll_max_timeout > 3600 || self.history_ttl > u64::from(u32::MAX) {
+            return Err(ConfigError::Invalid(
+                "poll_max_timeout is at most 3600 s and history_ttl at most 2^32 s".into(),
+            ));
+        }
+        if self
+            .cors_allow_origin
+            .bytes()
+            .any(|b| b < 0x20 || b == 0x7f)
+        {
+            return Err(ConfigError::Invalid(
+                "cors_allow_origin must not contain control characters".into(),
+            ));
+        }
+        if self.max_message_size == 0 || self.max_backlog == 0 || self.read_buffer < 1024 {
+            return Err(ConfigError::Invalid(
+                "max_message_size and max_backlog must be > 0, read_buffer >= 1024".into(),
+            ));
+        }
+        if self.ping_interval > 0
+            && self.idle_timeout > 0
+            && self.ping_interval >= self.idle_timeout
+        {
+            return Err(ConfigError::Invalid(
+                "ping_interval must be below idle_timeout".into(),
+            ));
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls_cert and tls_key go together".into(),
+            ));
+        }
+        if self.grip_backend_threads == 0 || self.grip_backend_timeout == 0 {
+            return Err(ConfigError::Invalid(
+                "grip_backend_threads and grip_backend_timeout must be at least 1".into(),
+            ));
+        }
+        if !matches!(self.tls_min_version.as_str(), "1.2" | "1.3") {
+            return Err(ConfigError::Invalid(
+                "tls_min_version is \"1.2\" or \"1.3\"".into(),
+            ));
+        }
+        let certs = self.tls_settings().map_or(0, |s| s.certs.len());
+        if certs == 0 && (self.tls_listen.is_some() || self.tls_api) {
+            return Err(ConfigError::Invalid(
+                "tls_listen and tls_api need a certificate (tls_cert and tls_key)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// TLS settings, when any certificate is configured.
+    pub fn tls_settings(&self) -> Option<crate::tls::Settings> {
+        let mut certs = Vec::new();
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            certs.push(crate::tls::CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            });
+        }
+        certs.extend(self.tls_certificates.iter().cloned());
+        (!certs.is_empty()).then(|| crate::tls::Settings {
+            certs,
+            strict_sni: self.tls_strict_sni,
+            tls12: self.tls_min_version == "1.2",
+        })
+    }
+
+    /// The TLS client listener's address, when TLS is configured.
+    pub fn tls_address(&self) -> Option<SocketAddr> {
+        self.tls_settings()?;
+        Some(
+            self.tls_listen
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], limits::DEFAULT_TLS_PORT))),
+        )
+    }
+
+    /// Worker count with 0 resolved to the number of cores.
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
+    /// Connection cap with 0 resolved from the open-files limit.
+    pub fn connection_cap(&self) -> usize {
+        match self.max_connections {
+            0 => {
+                let files = open_files_limit().unwrap_or(limits::ASSUMED_OPEN_FILES);
+                files.saturating_sub(limits::RESERVED_FILES).max(1) as usize
+            }
+            n => n,
+        }
+    }
+
+    /// Head-parsing limits for the proto crate.
+    pub fn head_limits(&self) -> clarion_proto::http1::HeadLimits {
+        clarion_proto::http1::HeadLimits {
+            max_request_line: self.max_request_line,
+            max_headers: self.max_headers,
+            max_head_bytes: self.max_head_size,
+        }
+    }
+
+    /// The permessage-deflate policy for negotiation, `None` when compression is off.
+    pub fn deflate_policy(&self) -> Option<clarion_proto::ws::deflate::Policy> {
+        (self.compression != Compression::Off).then_some(clarion_proto::ws::deflate::Policy {
+            server_context_takeover: self.compression == Compression::Dedicated,
+            client_max_window_bits: self.compression_client_window_bits,
+        })
+    }
+
+    /// The history limits for the hub.
+    pub fn history_limits(&self) -> HistoryLimits {
+        HistoryLimits {
+            per_topic: self.history_size,
+            ttl: u32::try_from(self.history_ttl).unwrap_or(u32::MAX),
+            max_bytes: self.history_memory,
+        }
+    }
+
+    /// What a Pushpin-format publish may hold: the body is bounded by `max_publish_size` like
+    /// every publish, the item count by [`limits::GRIP_PUBLISH_MAX_ITEMS`].
+    pub fn grip_publish_limits(&self) -> clarion_proto::grip::PublishLimits {
+        clarion_proto::grip::PublishLimits {
+            max_body: self.max_publish_size,
+            max_items: limits::GRIP_PUBLISH_MAX_ITEMS,
+        }
+    }
+
+    /// The ping interval as a duration, `None` when pings are off.
+    pub fn ping_every(&self) -> Option<Duration> {
+        (self.ping_interval > 0).then(|| Duration::from_secs(self.ping_interval))
+    }
+}
+
+/// How much history the hub keeps (from `history_size`, `history_ttl` and `history_memory`).
+/// Any of the three limits trims it. Declared here, not in the hub, so configuration depends on
+/// nothing above it.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryLimits {
+    /// Most messages kept per topic (0 = no history).
+    pub per_topic: usize,
+    /// Seconds a message is kept after it was published (0 = no history).
+    pub ttl: u32,
+    /// Bytes of history across all topics (see `Published::cost`); the oldest messages go
+    /// first.
+    pub max_bytes: usize,
+}
+
+impl HistoryLimits {
+    /// Whether history is kept at all (every limit is above zero).
+    pub fn enabled(&self) -> bool {
+        self.per_topic > 0 && self.ttl > 0 && self.max_bytes > 0
+    }
+}
+
+/// The soft open-files limit of this process, read from `/proc` (no `unsafe` needed).
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().expect("defaults validate");
+    }
+
+    #[test]
+    fn file_overrides_only_what_it_names() {
+        let c: Config = toml::from_str("max_backlog = 1000\necho_path = \"/echo\"").expect("toml");
+        assert_eq!(c.max_backlog, 1000);
+        assert_eq!(c.echo_path.as_deref(), Some("/echo"));
+        assert_eq!(c.max_message_size, Config::default().max_message_size);
+    }
+
+    #[test]
+    fn open_files_limit_is_read() {
+        assert!(open_files_limit().is_some_and(|n| n > 0));
+    }
+
+    #[test]
+    fn unknown_option_is_an_error() {
+        assert!(toml::from_str::<Config>("max_backlogg = 1").is_err());
+    }
+
+    #[test]
+    fn grip_publish_cap_is_the_servers() {
+        // proto once defaulted to 1000 items while the server promised 10 000; the server's
+        // limits are now the only ones, and a publish between the two is accepted.
+        let limits = Config::default().grip_publish_limits();
+        assert_eq!(limits.max_items, limits::GRIP_PUBLISH_MAX_ITEMS);
+        assert_eq!(limits.max_body, Config::default().max_publish_size);
+        let item = r#"{"channel":"c","formats":{"http-stream":{"content":"x"}}}"#;
+        let body = |n: usize| format!(r#"{{"items":[{}]}}"#, vec![item; n].join(","));
+        let decode = |n| clarion_proto::grip::decode_publish(body(n).as_bytes(), &limits);
+        assert_eq!(decode(1001).map(|items| items.len()).ok(), Some(1001));
+        assert_eq!(
+            decode(limits::GRIP_PUBLISH_MAX_ITEMS)
+                .map(|items| items.len())
+                .ok(),
+            Some(limits::GRIP_PUBLISH_MAX_ITEMS)
+        );
+        assert_eq!(
+            decode(limits::GRIP_PUBLISH_MAX_ITEMS + 1).err(),
+            Some(clarion_proto::grip::PublishError::TooManyItems)
+        );
+    }
+
+    #[test]
+    fn ping_must_come_before_idle_timeout() {
+        let c = Config {
+            ping_interval: 120,
+            idle_timeout: 60,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+}
