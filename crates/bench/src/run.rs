@@ -9,12 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use clarion_proto::http1::{parse_response_head, ResponseBody};
 use serde::Serialize;
 
 use crate::check::Verdict;
 use crate::proc_stat;
 use crate::stats::{Latency, Summary};
-use crate::worker::{unix_micros, Finish, Job, Progress, Report, Transport};
+use crate::worker::{unix_micros, Finish, Job, Progress, Report, Transport, MAX_HEAD, MAX_HEADERS};
 
 /// `clarion bench` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -872,25 +873,23 @@ impl Api {
             }
             self.seq_buf
                 .extend_from_slice(chunk.get(..n).unwrap_or_default());
-            if let Some(end) = self.seq_buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(self.seq_buf.get(..end).unwrap_or_default())
-                    .to_string();
-                if !head.starts_with("HTTP/1.1 200") {
+            let head = parse_response_head(&self.seq_buf, MAX_HEADERS, MAX_HEAD)
+                .map_err(|e| anyhow::anyhow!("bad answer from the API: {e}"))?;
+            if let Some(h) = head {
+                if h.status != 200 {
                     bail!(
-                        "publish failed: {}",
-                        head.lines().next().unwrap_or_default()
+                        "publish failed: HTTP/1.{} {} {}",
+                        h.minor_version,
+                        h.status,
+                        h.reason
                     );
                 }
-                let len = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().parse::<usize>())
-                    })
-                    .and_then(Result::ok)
-                    .unwrap_or(0);
-                break (end + 4, len);
+                let len = match h.body("POST") {
+                    Ok(ResponseBody::Length(n)) => usize::try_from(n)?,
+                    Ok(ResponseBody::None) => 0,
+                    _ => bail!("the API's answer has no Content-Length"),
+                };
+                break (h.head_len, len);
             }
         };
         while self.seq_buf.len() < head_end + len {
