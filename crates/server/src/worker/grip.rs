@@ -1438,3 +1438,33 @@ fn event_request(b: &Bridge, sig: Option<&str>, events: &[u8]) -> Vec<u8> {
     out.extend_from_slice(events);
     out
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_headers_for_the_backend() {
+        let raw = b"GET /x HTTP/1.1\r\nHost: front\r\nConnection: keep-alive, X-Secret\r\n\
+                    X-Secret: s\r\nX-Kept: k\r\nGrip-Sig: forged\r\nContent-Length: 0\r\n\
+                    Keep-Alive: timeout=5\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n";
+        let head = http1::parse_head(raw, &http1::HeadLimits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        write_client_headers(&mut out, &head, "back", "127.0.0.1", "http").unwrap();
+        assert_eq!(
+            out,
+            b"Host: back\r\nX-Kept: k\r\nX-Forwarded-For: 10.0.0.1, 127.0.0.1\r\n\
+              X-Forwarded-Proto: http\r\nGrip-Feature: status\r\n"
+        );
+        // A host_header that would inject a header is refused, not written.
+        let mut out = Vec::new();
+        assert_eq!(
+            write_client_headers(&mut out, &head, "back\r\nX-Evil: 1", "127.0.0.1", "http"),
+            Err(HeadWriteError::Value)
+        );
+        assert!(out.is_empty());
+    }
+}
