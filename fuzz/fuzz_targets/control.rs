@@ -1,9 +1,10 @@
 //! In-band control messages (JSON text from WebSocket clients): parsing never panics, anything
-//! accepted is a JSON object whose `type` names the request, and every refusal has a message
-//! for the client.
+//! accepted is a JSON object whose `type` names the request, a publish's data decodes to binary
+//! exactly when it names an encoding, and every refusal has a message for the client.
 #![no_main]
 
-use clarion::control::{parse, Request};
+use clarion_proto::pubsub::control::{decode_data, parse, Request};
+use clarion_proto::ws::DataKind;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,10 +15,16 @@ fuzz_target!(|data: &[u8]| {
             let want = match req {
                 Request::Subscribe { .. } => "subscribe",
                 Request::Unsubscribe { .. } => "unsubscribe",
-                Request::Publish { .. } => "publish",
+                Request::Publish { data, encoding, .. } => {
+                    match decode_data(&data, encoding.as_deref()) {
+                        Ok((kind, _)) => assert_eq!(kind == DataKind::Binary, encoding.is_some()),
+                        Err(why) => assert!(!why.to_string().is_empty()),
+                    }
+                    "publish"
+                }
             };
             assert_eq!(ty, want);
         }
-        Err(why) => assert!(!why.is_empty()),
+        Err(why) => assert!(!why.to_string().is_empty()),
     }
 });

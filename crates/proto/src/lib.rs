@@ -11,6 +11,8 @@
 //! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
 //! - [`sse`]: Server-Sent Events encoding.
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
+//! - [`pubsub`]: Clarion's own pub/sub format: topic rules, WebSocket control messages,
+//!   publish batches, message envelopes, gap notices and long-poll bodies.
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
 #![forbid(unsafe_code)]
@@ -20,5 +22,6 @@
 pub mod event_id;
 pub mod grip;
 pub mod http1;
+pub mod pubsub;
 pub mod sse;
 pub mod ws;

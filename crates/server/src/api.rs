@@ -12,13 +12,16 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
+use clarion_proto::http1::authorization::{
+    constant_time_eq, parse_authorization, AuthorizationError, Credentials,
+};
 use clarion_proto::http1::{self, Body, BodyError, ChunkedDecoder};
+use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_topic};
 use clarion_proto::ws::DataKind;
-use serde::Deserialize;
 
-use crate::hub::{validate_event_name, validate_topic, Outgoing, Receipt};
+use crate::broker::{Outgoing, Receipt};
 use crate::log;
+use crate::message::Attachment;
 use crate::worker::Shared;
 
 /// Concurrent API connections. Publishers are a handful of backends; the cap keeps a runaway
@@ -232,35 +235,24 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
 /// Whether `Authorization` carries the API key: `Bearer KEY`; or, as GRIP publishers send it, a
 /// `Bearer` JWT signed with the key (HS256, unexpired), or `Basic` with the key as password.
 fn authorized(header: Option<&str>, key: &str) -> bool {
-    let Some(h) = header.map(str::trim) else {
-        return false;
-    };
-    if let Some(token) = h.strip_prefix("Bearer ").map(str::trim) {
-        if constant_time_eq(token.as_bytes(), key.as_bytes()) {
-            return true;
+    match header.map(parse_authorization) {
+        Some(Ok(Credentials::Bearer(token))) => {
+            if constant_time_eq(token.as_bytes(), key.as_bytes()) {
+                return true;
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            clarion_proto::grip::sig::verify(token, key.as_bytes(), now).is_ok()
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        return clarion_proto::grip::sig::verify(token, key.as_bytes(), now).is_ok();
+        Some(Ok(Credentials::Basic { password })) => constant_time_eq(&password, key.as_bytes()),
+        // Malformed Basic credentials have always counted as an empty password (which only an
+        // empty key matches).
+        Some(Err(AuthorizationError::Base64 | AuthorizationError::NoPassword)) => {
+            constant_time_eq(b"", key.as_bytes())
+        }
+        Some(Err(AuthorizationError::Scheme)) | None => false,
     }
-    if let Some(b) = h.strip_prefix("Basic ") {
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(b.trim())
-            .unwrap_or_default();
-        let pass = decoded
-            .iter()
-            .position(|&c| c == b':')
-            .and_then(|i| decoded.get(i + 1..))
-            .unwrap_or_default();
-        return constant_time_eq(pass, key.as_bytes());
-    }
-    false
-}
-
-/// Compares secrets without an early exit, so response timing does not reveal a prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn read_body(
@@ -382,12 +374,12 @@ fn publish_one(
             "text message is not valid UTF-8 (send binary as application/octet-stream)",
         );
     };
-    let receipts = shared.hub.publish(&[Outgoing {
+    let receipts = shared.broker.publish(&[Outgoing {
         topic,
         kind,
         payload: body,
         event,
-        grip: None,
+        attachment: None,
     }]);
     match receipts.first() {
         Some(r) => Answer::json(200, &receipt_json(topic, r)),
@@ -395,72 +387,10 @@ fn publish_one(
     }
 }
 
-/// One message of a batch.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BatchItem {
-    topic: String,
-    data: String,
-    #[serde(default)]
-    encoding: Option<String>,
-    #[serde(default)]
-    event: Option<String>,
-}
-
-/// `{"messages": [...]}`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Batch {
-    messages: Vec<BatchItem>,
-}
-
-/// One message of a batch, decoded and validated.
-#[derive(Debug, PartialEq, Eq)]
-pub struct BatchMessage {
-    /// A valid topic name.
-    pub topic: String,
-    /// Text (the data was a JSON string) or binary (base64-decoded).
-    pub kind: DataKind,
-    /// The payload.
-    pub payload: Vec<u8>,
-    /// A valid SSE event name, if given.
-    pub event: Option<String>,
-}
-
-/// Decodes a `POST /publish` body, validating every item first: a batch is published whole or
-/// not at all. The error is the 400 answer's text.
-pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, String> {
-    let batch: Batch = serde_json::from_slice(body).map_err(|e| format!("invalid batch: {e}"))?;
-    let mut out = Vec::with_capacity(batch.messages.len());
-    for (i, m) in batch.messages.into_iter().enumerate() {
-        if let Err(e) = validate_topic(&m.topic) {
-            return Err(format!("messages[{i}]: invalid topic {:?}: {e}", m.topic));
-        }
-        if let Some(Err(e)) = m.event.as_deref().map(validate_event_name) {
-            return Err(format!("messages[{i}]: invalid event name: {e}"));
-        }
-        let (kind, payload) = match m.encoding.as_deref() {
-            None => (DataKind::Text, m.data.into_bytes()),
-            Some("base64") => match base64::engine::general_purpose::STANDARD.decode(&m.data) {
-                Ok(bytes) => (DataKind::Binary, bytes),
-                Err(_) => return Err(format!("messages[{i}]: data is not valid base64")),
-            },
-            Some(other) => return Err(format!("messages[{i}]: unknown encoding {other:?}")),
-        };
-        out.push(BatchMessage {
-            topic: m.topic,
-            kind,
-            payload,
-            event: m.event,
-        });
-    }
-    Ok(out)
-}
-
 fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
     let batch = match decode_batch(body) {
         Ok(b) => b,
-        Err(why) => return Answer::error(400, &why),
+        Err(why) => return Answer::error(400, &why.to_string()),
     };
     let out: Vec<Outgoing<'_>> = batch
         .iter()
@@ -469,10 +399,10 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
             kind: m.kind,
             payload: &m.payload,
             event: m.event.as_deref(),
-            grip: None,
+            attachment: None,
         })
         .collect();
-    let receipts = shared.hub.publish(&out);
+    let receipts = shared.broker.publish(&out);
     let results: Vec<serde_json::Value> = out
         .iter()
         .zip(&receipts)
@@ -502,7 +432,8 @@ fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
             return Answer::error(400, &format!("item {i}: channel {:?}: {e}", item.channel));
         }
         let (content, payload, kind) = crate::grip::GripContent::from_item(item);
-        contents.push((Arc::new(content), payload, kind));
+        let content: Arc<dyn Attachment> = Arc::new(content);
+        contents.push((content, payload, kind));
     }
     let outgoing: Vec<Outgoing<'_>> = items
         .iter()
@@ -512,10 +443,10 @@ fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
             kind: *kind,
             payload: payload.as_slice(),
             event: None,
-            grip: Some(Arc::clone(content)),
+            attachment: Some(Arc::clone(content)),
         })
         .collect();
-    shared.hub.publish(&outgoing);
+    shared.broker.publish(&outgoing);
     Answer {
         status: 200,
         content_type: "text/plain",
@@ -541,42 +472,4 @@ fn answer(status: u16, content_type: &str, body: &[u8], keep: bool) -> Vec<u8> {
     http1::write_response_head(&mut out, status, &headers, Some(body.len()));
     out.extend_from_slice(body);
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_are_validated_whole() {
-        let ok = decode_batch(
-            br#"{"messages":[{"topic":"a","data":"x"},{"topic":"b","data":"AAE=","encoding":"base64","event":"e"}]}"#,
-        )
-        .expect("valid");
-        assert_eq!(ok.len(), 2);
-        assert_eq!(ok[1].payload, vec![0, 1]);
-        assert_eq!(ok[1].kind, DataKind::Binary);
-        for bad in [
-            &br#"{"messages":[{"topic":"a b","data":"x"}]}"#[..],
-            br#"{"messages":[{"topic":"a","data":"*","encoding":"base64"}]}"#,
-            br#"{"messages":[{"topic":"a","data":"x","encoding":"hex"}]}"#,
-            br#"{"messages":[{"topic":"a","data":"x","event":"a\nb"}]}"#,
-            br#"{"messages":[{"topic":"a","data":"x","extra":1}]}"#,
-            b"[]",
-            &[0xff][..],
-        ] {
-            assert!(
-                decode_batch(bad).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-    }
-
-    #[test]
-    fn secrets_compare_fully() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-    }
 }

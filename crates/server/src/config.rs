@@ -439,8 +439,8 @@ impl Config {
     }
 
     /// The history limits for the hub.
-    pub fn history_limits(&self) -> crate::hub::HistoryLimits {
-        crate::hub::HistoryLimits {
+    pub fn history_limits(&self) -> HistoryLimits {
+        HistoryLimits {
             per_topic: self.history_size,
             ttl: u32::try_from(self.history_ttl).unwrap_or(u32::MAX),
             max_bytes: self.history_memory,
@@ -450,6 +450,27 @@ impl Config {
     /// The ping interval as a duration, `None` when pings are off.
     pub fn ping_every(&self) -> Option<Duration> {
         (self.ping_interval > 0).then(|| Duration::from_secs(self.ping_interval))
+    }
+}
+
+/// How much history the hub keeps (from `history_size`, `history_ttl` and `history_memory`).
+/// Any of the three limits trims it. Declared here, not in the hub, so configuration depends on
+/// nothing above it.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryLimits {
+    /// Most messages kept per topic (0 = no history).
+    pub per_topic: usize,
+    /// Seconds a message is kept after it was published (0 = no history).
+    pub ttl: u32,
+    /// Bytes of history across all topics (see `Published::cost`); the oldest messages go
+    /// first.
+    pub max_bytes: usize,
+}
+
+impl HistoryLimits {
+    /// Whether history is kept at all (every limit is above zero).
+    pub fn enabled(&self) -> bool {
+        self.per_topic > 0 && self.ttl > 0 && self.max_bytes > 0
     }
 }
 

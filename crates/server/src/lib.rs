@@ -7,11 +7,13 @@
 //! - [`worker`]: the event loops (one per thread): sockets, connection records, timers, HTTP
 //!   routing on the client listener, WebSocket handling, deliveries. The only layer that does I/O
 //!   for clients.
-//! - [`hub`]: topics across workers and their history; publishing encodes a message once and
-//!   hands it to each interested worker once; subscribing computes what a resuming client missed.
+//! - [`broker`]: the seam between publishing and delivery (ids, history, fan-out to workers),
+//!   with its contract; [`broker::local`] is the in-memory, single-process implementation.
+//!   Publishing encodes a message once and hands it to each interested worker once.
+//! - [`hub`]: the in-memory state the local broker keeps: topics with subscriber counts per
+//!   worker, their history (what a resuming client missed), and the workers' inboxes.
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
 //!   stream lines), each built once.
-//! - [`control`]: the in-band JSON control messages (pure).
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
 //!   the per-connection part is `worker::grip`.
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
@@ -19,16 +21,17 @@
 //!   in `worker::tls`.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
 //!
-//! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455) live in the sans-IO `clarion_proto`
-//! crate; nothing here interprets bytes on its own.
+//! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455, the pub/sub control messages,
+//! batches, envelopes and topic rules) live in the sans-IO `clarion_proto` crate; nothing here
+//! interprets bytes on its own.
 
 // No indexing that could panic on peer input outside tests; see also `unwrap_used`.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod api;
+pub mod broker;
 pub mod cli;
 pub mod config;
-pub mod control;
 pub mod grip;
 pub mod hub;
 pub mod log;

@@ -2,11 +2,18 @@
 //! message is published; every other encoding (envelope, SSE event, stream line) is built the
 //! first time a subscriber needs it and then shared by all of them, so a broadcast to 100,000
 //! SSE subscribers formats the event once.
+//!
+//! A message may also carry an [`Attachment`]: content in another protocol's terms that a
+//! publish in that protocol's format supplied for its own connections (GRIP's Pushpin items do).
+//! This module and the hub hold it without knowing what it is.
 
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
 use clarion_proto::http1::write_chunk;
+pub use clarion_proto::pubsub::GapReason;
+use clarion_proto::pubsub::{Envelope, GapNotice};
 use clarion_proto::sse;
 use clarion_proto::ws::deflate;
 use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
@@ -49,9 +56,21 @@ pub struct Published {
     /// Frames compressed for permessage-deflate subscribers: (plain, envelope) × (15-bit,
     /// 9-bit window). Boxed, so a message nobody compresses pays 8 bytes for them.
     deflated: OnceLock<Box<Deflated>>,
-    /// What a Pushpin-format publish carries for GRIP-held connections; `None` for Clarion's own
-    /// publishes, which GRIP-held connections do not receive.
-    pub grip: Option<Arc<crate::grip::GripContent>>,
+    /// What a publish in another protocol's format carries for that protocol's connections;
+    /// `None` for Clarion's own publishes. Read it back with [`Published::attachment`].
+    pub attachment: Option<Arc<dyn Attachment>>,
+}
+
+/// Content a publish supplies for the connections of one mode, besides the payload every
+/// subscriber gets (GRIP's held streams, responses and WebSockets). Opaque to the hub and its
+/// history, which only need to know its size and the id its publisher gave it; the mode that
+/// attached it reads it back by type with [`Published::attachment`].
+pub trait Attachment: Any + Send + Sync {
+    /// Bytes it holds, counted against the history's memory cap with the message.
+    fn cost(&self) -> usize;
+    /// The id the publisher gave this message in its own format, if any: a subscriber may ask
+    /// for everything after it (`Since::PublisherId`).
+    fn publisher_id(&self) -> Option<&str>;
 }
 
 /// The compressed frames of one message, each built on first use.
@@ -97,7 +116,7 @@ impl Published {
             frame: encode_frame(opcode, payload).into(),
             encoded: Default::default(),
             deflated: OnceLock::new(),
-            grip: None,
+            attachment: None,
         }
     }
 
@@ -124,7 +143,13 @@ impl Published {
             + self.topic.len()
             + std::mem::size_of::<Published>()
             + 64
-            + self.grip.as_ref().map_or(0, |g| g.cost())
+            + self.attachment.as_ref().map_or(0, |a| a.cost())
+    }
+
+    /// The attachment, if there is one and it is a `T`.
+    pub fn attachment<T: Attachment>(&self) -> Option<&T> {
+        let any: &dyn Any = self.attachment.as_deref()?;
+        any.downcast_ref()
     }
 
     /// One of the shared encodings, built on first use.
@@ -199,37 +224,15 @@ impl Published {
     }
 
     fn envelope_json(&self, id: &str) -> String {
-        let payload = self.payload();
-        let mut out = String::with_capacity(payload.len() + 64);
-        out.push_str(r#"{"type":"message","topic":"#);
-        push_json_str(&mut out, &self.topic);
-        out.push_str(r#","id":"#);
-        push_json_str(&mut out, id);
-        if let Some(event) = &self.event {
-            out.push_str(r#","event":"#);
-            push_json_str(&mut out, event);
+        Envelope {
+            topic: &self.topic,
+            id,
+            event: self.event.as_deref(),
+            kind: self.kind,
+            payload: self.payload(),
         }
-        match self.kind {
-            // Text payloads were validated as UTF-8 when they were published.
-            DataKind::Text => {
-                out.push_str(r#","data":"#);
-                push_json_str(&mut out, &String::from_utf8_lossy(payload));
-            }
-            DataKind::Binary => {
-                out.push_str(r#","encoding":"base64","data":""#);
-                out.push_str(&base64::engine::general_purpose::STANDARD.encode(payload));
-                out.push('"');
-            }
-        }
-        out.push('}');
-        out
+        .to_json()
     }
-}
-
-/// Appends `s` as a JSON string literal.
-pub fn push_json_str(out: &mut String, s: &str) {
-    // Serializing a string cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
 thread_local! {
@@ -290,15 +293,6 @@ pub fn frame_payload(frame: &[u8]) -> &[u8] {
     frame.get(header..).unwrap_or_default()
 }
 
-/// Why a resuming client cannot be served every message it missed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GapReason {
-    /// The topic's history no longer holds every message after the client's id.
-    Trimmed,
-    /// The id was not issued by this server run (restart, another server, or not an id).
-    Epoch,
-}
-
 /// A notice that a resume is incomplete, sent before the messages that could be replayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gap {
@@ -313,15 +307,12 @@ pub struct Gap {
 impl Gap {
     /// `{"type":"gap","topic":..,"since":..,"reason":"trimmed"|"epoch"}`.
     pub fn json(&self) -> String {
-        let mut out = String::from(r#"{"type":"gap","topic":"#);
-        push_json_str(&mut out, &self.topic);
-        out.push_str(r#","since":"#);
-        push_json_str(&mut out, &self.since);
-        out.push_str(match self.reason {
-            GapReason::Trimmed => r#","reason":"trimmed"}"#,
-            GapReason::Epoch => r#","reason":"epoch"}"#,
-        });
-        out
+        GapNotice {
+            topic: &self.topic,
+            since: &self.since,
+            reason: self.reason,
+        }
+        .to_json()
     }
 }
 
@@ -329,6 +320,39 @@ impl Gap {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+
+    struct Note(&'static str);
+
+    impl Attachment for Note {
+        fn cost(&self) -> usize {
+            1000
+        }
+        fn publisher_id(&self) -> Option<&str> {
+            Some(self.0)
+        }
+    }
+
+    struct Other;
+
+    impl Attachment for Other {
+        fn cost(&self) -> usize {
+            0
+        }
+        fn publisher_id(&self) -> Option<&str> {
+            None
+        }
+    }
+
+    #[test]
+    fn attachments_are_read_back_by_type_and_counted() {
+        let mut p = msg(DataKind::Text, None, b"x");
+        let bare = p.cost();
+        assert!(p.attachment::<Note>().is_none());
+        p.attachment = Some(Arc::new(Note("n-1")));
+        assert_eq!(p.cost(), bare + 1000);
+        assert_eq!(p.attachment::<Note>().map(|n| n.0), Some("n-1"));
+        assert!(p.attachment::<Other>().is_none(), "another mode's type");
+    }
 
     fn msg(kind: DataKind, event: Option<&str>, payload: &[u8]) -> Published {
         Published::new(

@@ -66,6 +66,17 @@ impl CloseReason {
     }
 }
 
+/// Why history dropped a message, for `clarion_history_evictions_total{reason=...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// The topic had more than `history_size` messages.
+    Count,
+    /// The message was older than `history_ttl`.
+    Age,
+    /// History across topics exceeded `history_memory`.
+    Memory,
+}
+
 /// All of the server's counters. One instance, shared by every thread.
 #[derive(Default)]
 pub struct Metrics {
@@ -164,8 +175,7 @@ impl Metrics {
     }
 
     /// Counts one message dropped from history.
-    pub fn evicted(&self, why: crate::hub::Eviction) {
-        use crate::hub::Eviction;
+    pub fn evicted(&self, why: Eviction) {
         let c = match why {
             Eviction::Count => &self.evicted_count,
             Eviction::Age => &self.evicted_age,

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::broker::Broker;
 use crate::config::Config;
-use crate::hub::{Hub, Inbox};
+use crate::hub::Inbox;
 use crate::log;
 use crate::metrics::{CloseReason, Metrics};
 use crate::worker::{bind_listeners, Shared, Worker, WAKER};
@@ -66,7 +67,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
     let shared = Arc::new(Shared {
-        hub: Hub::new(
+        broker: Broker::local(
             inboxes.clone(),
             Arc::clone(&metrics),
             config.history_limits(),
@@ -127,7 +128,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         ));
     }
     shared.stopping.store(true, Relaxed);
-    shared.hub.wake_all();
+    shared.broker.wake_all();
     for t in threads {
         if t.join().is_err() {
             log::warn(format_args!("a worker panicked during shutdown"));

@@ -1,5 +1,6 @@
 //! HTTP/1.1 (RFC 9112), the parts a push server needs from a client.
 //!
+//! - [`authorization`]: `Authorization` header credentials (`Bearer`, `Basic`).
 //! - [`head`]: request heads, parsed with limits enforced on partial input, and body framing.
 //! - [`query`]: `key=value` pairs of a query string, percent-decoded.
 //! - [`chunked`]: a sans-IO decoder for `Transfer-Encoding: chunked` request bodies.
@@ -7,6 +8,7 @@
 //! - [`write`]: writing request heads (refusing header injection) and response heads.
 //! - [`hop`]: which header fields a proxy forwards (RFC 9110 hop-by-hop fields).
 
+pub mod authorization;
 pub mod chunked;
 pub mod head;
 pub mod hop;

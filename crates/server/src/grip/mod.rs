@@ -3,7 +3,8 @@
 //! - [`Proxy`]: what the workers share: the routes, the backend pool, signing settings.
 //! - [`backend`]: the threads that talk to backends.
 //! - [`GripContent`]: what a Pushpin-format publish carries for held connections, built once per
-//!   message and shared like every other encoding ([`crate::message::Published::grip`]).
+//!   message and shared like every other encoding, as the message's
+//!   [`Attachment`](crate::message::Attachment).
 //!
 //! The per-connection part (forwarding requests, holding streams and long-polls, the
 //! WebSocket-over-HTTP bridge) lives in the event loop, `worker::grip`. The protocol's bytes are
@@ -25,6 +26,8 @@ use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
 use backend::{Backend, Mailbox};
+
+use crate::message::{Attachment, Published};
 
 /// Shared by every worker in proxy mode.
 pub struct Proxy {
@@ -163,8 +166,15 @@ pub struct GripContent {
 }
 
 impl GripContent {
+    /// The GRIP content `m` carries, if it was published in Pushpin's format.
+    pub fn of(m: &Published) -> Option<&GripContent> {
+        m.attachment()
+    }
+}
+
+impl Attachment for GripContent {
     /// Bytes this content holds, for the history's memory cap.
-    pub fn cost(&self) -> usize {
+    fn cost(&self) -> usize {
         let stream = match &self.stream {
             Some(StreamPart::Send { raw, chunk }) => raw.len() + chunk.len(),
             _ => 0,
@@ -186,6 +196,11 @@ impl GripContent {
             + response
             + ws
             + self.id.as_ref().map_or(0, |i| i.len())
+    }
+
+    /// The item's `id`, which a later hold's `prev-id` may name.
+    fn publisher_id(&self) -> Option<&str> {
+        self.id.as_deref()
     }
 }
 

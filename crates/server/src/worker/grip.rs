@@ -26,6 +26,7 @@ use clarion_proto::grip::{
     self as proto, Control, Event as WsEvent, EventLimits, HoldMode, Prefixed,
 };
 use clarion_proto::http1::{self, Body, HeadWriteError, HopByHop, RequestHead, Version};
+use clarion_proto::pubsub::validate_topic;
 use clarion_proto::ws::close::encode_close_frame;
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake;
@@ -33,9 +34,9 @@ use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
 use super::conn::{State, CHUNKED, GRIP, KEEP};
 use super::Worker;
+use crate::broker::Since;
 use crate::grip::backend::{Answer, Failure, Job, Response};
-use crate::grip::{is_grip_header, response_bytes, StreamPart, WsPart};
-use crate::hub::{validate_topic, Since};
+use crate::grip::{is_grip_header, response_bytes, GripContent, StreamPart, WsPart};
 use crate::log;
 use crate::message::Published;
 use crate::metrics::CloseReason;
@@ -241,7 +242,7 @@ impl Worker {
                     return Some(Some(total));
                 }
             };
-            let conn_id = format!("{}-{ticket:x}", shared.hub.epoch());
+            let conn_id = format!("{}-{ticket:x}", shared.broker.epoch());
             let bridge_head = match request_start(
                 "POST",
                 &[
@@ -663,7 +664,7 @@ impl Worker {
     fn subscribe_channels(&mut self, k: u32, channels: &[proto::Channel]) -> Vec<Arc<Published>> {
         let mut replay = Vec::new();
         for c in channels {
-            let since = c.prev_id.as_deref().map_or(Since::Now, Since::GripId);
+            let since = c.prev_id.as_deref().map_or(Since::Now, Since::PublisherId);
             if self.subscription(k, &c.name).is_some() {
                 continue;
             }
@@ -1017,7 +1018,7 @@ impl Worker {
                 let mut frames: Vec<&Arc<[u8]>> = Vec::new();
                 let mut close = false;
                 for m in run {
-                    match m.grip.as_ref().and_then(|g| g.stream.as_ref()) {
+                    match GripContent::of(m).and_then(|g| g.stream.as_ref()) {
                         Some(StreamPart::Send { raw, chunk }) => {
                             frames.push(if chunked { chunk } else { raw })
                         }
@@ -1040,7 +1041,7 @@ impl Worker {
             State::Poll => {
                 let found = run
                     .iter()
-                    .find_map(|m| m.grip.as_ref().and_then(|g| g.response.as_ref()));
+                    .find_map(|m| GripContent::of(m).and_then(|g| g.response.as_ref()));
                 if let Some(r) = found {
                     let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
                     let mut merged = (**r).clone();
@@ -1068,7 +1069,7 @@ impl Worker {
                 let mut frames: Vec<&Arc<[u8]>> = Vec::new();
                 let mut close = None;
                 for m in run {
-                    match m.grip.as_ref().and_then(|g| g.ws.as_ref()) {
+                    match GripContent::of(m).and_then(|g| g.ws.as_ref()) {
                         Some(WsPart::Frame(f)) => frames.push(f),
                         Some(WsPart::Close(f)) => {
                             close = Some(Arc::clone(f));

@@ -11,6 +11,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::http1::{self, Body, RequestHead};
+/// The long-poll body writer, under the name the other transports' files call it by.
+pub(super) use clarion_proto::pubsub::poll_body as messages_body;
+use clarion_proto::pubsub::validate_topic;
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake::{self, HandshakeError};
 use clarion_proto::ws::{deflate, OpCode};
@@ -18,9 +21,9 @@ use clarion_proto::{event_id, sse};
 
 use super::conn::{Ext, State, DEFLATE, ECHO, ENVELOPE, JSON, KEEP, RAW};
 use super::{PollHold, Worker};
-use crate::hub::{validate_topic, Since, Subscribed};
+use crate::broker::{Since, Subscribed};
 use crate::log;
-use crate::message::{push_json_str, Encoding, Published};
+use crate::message::{Encoding, Published};
 use crate::metrics::CloseReason;
 
 /// The subprotocol that wraps deliveries in a JSON envelope (`docs/protocol.md`).
@@ -552,30 +555,4 @@ fn poll_body(sub: &Subscribed) -> Vec<u8> {
         .map_or_else(|| sub.position.clone(), |m| m.id_string());
     let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
     messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
-}
-
-/// `{"messages":[m1,m2],"cursor":"..."[,"gaps":[...]]}` from envelope JSON texts.
-pub(super) fn messages_body<'m>(
-    messages: impl Iterator<Item = &'m [u8]>,
-    cursor: &str,
-    gaps: &[String],
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(br#"{"messages":["#);
-    for (i, m) in messages.enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(m);
-    }
-    let mut tail = String::from(r#"],"cursor":"#);
-    push_json_str(&mut tail, cursor);
-    if !gaps.is_empty() {
-        tail.push_str(r#","gaps":["#);
-        tail.push_str(&gaps.join(","));
-        tail.push(']');
-    }
-    tail.push_str("}\n");
-    out.extend_from_slice(tail.as_bytes());
-    out
 }

@@ -35,8 +35,9 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
+use crate::broker::Broker;
 use crate::config::Config;
-use crate::hub::{lock, Hub, Inbox};
+use crate::hub::{lock, Inbox};
 use crate::log;
 use crate::message::Published;
 use crate::metrics::{CloseReason, Metrics};
@@ -60,8 +61,8 @@ const CLOSE_LINGER_SECS: u32 = 5;
 pub struct Shared {
     /// The configuration, validated.
     pub config: Config,
-    /// Topics and publishing.
-    pub hub: Hub,
+    /// Publishing, subscriptions and history (see [`crate::broker`]).
+    pub broker: Broker,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Set once by the signal handler; workers stop accepting and close their connections.
@@ -839,7 +840,7 @@ impl Worker {
         };
         for tid in conn.subs.take_all() {
             if let Some(name) = self.index.remove(tid, k) {
-                self.shared.hub.unsubscribe(self.id, &name);
+                self.shared.broker.unsubscribe(self.id, &name);
             }
         }
     }
@@ -852,7 +853,7 @@ impl Worker {
             self.accept_all(true);
         }
         if self.id == 0 {
-            self.shared.hub.expire();
+            self.shared.broker.expire();
         }
         self.grip_sweep();
         let cfg = &self.shared.config;

@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use base64::Engine as _;
 use clarion_proto::ws::close::encode_close_frame;
 use clarion_proto::ws::deflate::{self, Compressor, InflateError, Inflater};
 use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
@@ -13,8 +12,10 @@ use clarion_proto::ws::{CloseCode, DataKind, Event, OpCode};
 
 use super::conn::{State, DEFLATE, ECHO, ENVELOPE, GRIP, JSON, RAW};
 use super::Worker;
-use crate::control::{self, Reply, Request};
-use crate::hub::{validate_topic, Outgoing, Since, Subscribed};
+use clarion_proto::pubsub::control::{self, Reply, Request};
+use clarion_proto::pubsub::validate_topic;
+
+use crate::broker::{Outgoing, Since, Subscribed};
 use crate::log;
 use crate::message::{compress_frame, frame_payload, DeflateSettings, Encoding, Published};
 use crate::metrics::CloseReason;
@@ -137,7 +138,7 @@ impl Worker {
                 return self.reply(
                     k,
                     &Reply::Error {
-                        error: &why,
+                        error: &why.to_string(),
                         topic: None,
                     },
                 )
@@ -239,40 +240,24 @@ impl Worker {
                         },
                     );
                 }
-                let (kind, payload) = match encoding.as_deref() {
-                    None => (DataKind::Text, data.as_bytes().to_vec()),
-                    Some("base64") => {
-                        match base64::engine::general_purpose::STANDARD.decode(&*data) {
-                            Ok(bytes) => (DataKind::Binary, bytes),
-                            Err(_) => {
-                                let error = "data is not valid base64";
-                                return self.reply(
-                                    k,
-                                    &Reply::Error {
-                                        error,
-                                        topic: Some(&topic),
-                                    },
-                                );
-                            }
-                        }
-                    }
-                    Some(_) => {
-                        let error = "unknown encoding (only \"base64\" is defined)";
+                let (kind, payload) = match control::decode_data(&data, encoding.as_deref()) {
+                    Ok(decoded) => decoded,
+                    Err(e) => {
                         return self.reply(
                             k,
                             &Reply::Error {
-                                error,
+                                error: &e.to_string(),
                                 topic: Some(&topic),
                             },
-                        );
+                        )
                     }
                 };
-                let receipts = self.shared.hub.publish(&[Outgoing {
+                let receipts = self.shared.broker.publish(&[Outgoing {
                     topic: &topic,
                     kind,
                     payload: &payload,
                     event: None,
-                    grip: None,
+                    attachment: None,
                 }]);
                 if let Some(r) = receipts.first() {
                     let reply = Reply::Published {
@@ -393,7 +378,7 @@ impl Worker {
         let mut pending = Vec::new();
         let sub = self
             .shared
-            .hub
+            .broker
             .subscribe(self.id, topics, since, &mut pending);
         if !pending.is_empty() {
             self.deliver_batch(&mut pending);
@@ -404,7 +389,7 @@ impl Worker {
             .is_some_and(|c| !matches!(c.state, State::Closing | State::Http));
         if !alive {
             for name in &sub.names {
-                self.shared.hub.unsubscribe(self.id, name);
+                self.shared.broker.unsubscribe(self.id, name);
             }
             return None;
         }
@@ -429,7 +414,7 @@ impl Worker {
             conn.subs.remove(tid);
         }
         if let Some(name) = self.index.remove(tid, k) {
-            self.shared.hub.unsubscribe(self.id, &name);
+            self.shared.broker.unsubscribe(self.id, &name);
         }
     }
 

@@ -1,10 +1,13 @@
 //! The in-band control protocol: small JSON text messages a WebSocket client sends to subscribe,
-//! unsubscribe or publish, and the server's replies. Pure functions over bytes; the worker
-//! applies them. The wire format is documented in `docs/protocol.md`.
+//! unsubscribe or publish, and the server's replies. Parsing borrows from the message where it
+//! can; applying a request (checking the topic, subscribing, publishing) is the server's job.
 
 use std::borrow::Cow;
 
+use base64::Engine as _;
 use serde::{Deserialize, Serialize};
+
+use crate::ws::DataKind;
 
 /// A request from a client.
 #[derive(Debug, PartialEq, Eq, Deserialize)]
@@ -39,15 +42,51 @@ pub enum Request<'a> {
     },
 }
 
-/// Parses a control message. The error text is sent back to the client as-is.
-pub fn parse(text: &[u8]) -> Result<Request<'_>, String> {
+/// Why a control message was refused. Its text is sent back to the client as-is, in an
+/// `{"type":"error"}` reply; the connection stays open.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// JSON, but not a request: an unknown `type`, a missing or unknown field, a wrong type.
+    #[error("invalid control message: {0}")]
+    Invalid(serde_json::Error),
+    /// Not a JSON object at all (or truncated JSON).
+    #[error("control messages are JSON objects with a \"type\"")]
+    NotAnObject(serde_json::Error),
+}
+
+/// Parses a control message.
+pub fn parse(text: &[u8]) -> Result<Request<'_>, ControlError> {
     serde_json::from_slice(text).map_err(|e| {
         if e.is_data() {
-            format!("invalid control message: {e}")
+            ControlError::Invalid(e)
         } else {
-            "control messages are JSON objects with a \"type\"".to_owned()
+            ControlError::NotAnObject(e)
         }
     })
+}
+
+/// Why a publish request's `data` cannot be used. Sent back in an error reply with the topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DataError {
+    /// `encoding` is `"base64"` but `data` is not base64.
+    #[error("data is not valid base64")]
+    Base64,
+    /// `encoding` is something other than `"base64"`.
+    #[error("unknown encoding (only \"base64\" is defined)")]
+    Encoding,
+}
+
+/// The message a publish request carries: `data` as text when there is no `encoding`, or
+/// base64-decoded as binary when `encoding` is `"base64"`.
+pub fn decode_data(data: &str, encoding: Option<&str>) -> Result<(DataKind, Vec<u8>), DataError> {
+    match encoding {
+        None => Ok((DataKind::Text, data.as_bytes().to_vec())),
+        Some("base64") => base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map(|bytes| (DataKind::Binary, bytes))
+            .map_err(|_| DataError::Base64),
+        Some(_) => Err(DataError::Encoding),
+    }
 }
 
 /// A reply to a client.
@@ -92,28 +131,29 @@ impl Reply<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses_requests() {
         assert_eq!(
-            parse(br#"{"type":"subscribe","topic":"a"}"#),
-            Ok(Request::Subscribe {
+            parse(br#"{"type":"subscribe","topic":"a"}"#).unwrap(),
+            Request::Subscribe {
                 topic: "a".into(),
                 since: None
-            })
+            }
         );
         assert_eq!(
-            parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#),
-            Ok(Request::Subscribe {
+            parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#).unwrap(),
+            Request::Subscribe {
                 topic: "a".into(),
                 since: Some("e-5".into())
-            })
+            }
         );
         assert_eq!(
-            parse(br#"{"topic":"a\u0062","type":"unsubscribe"}"#),
-            Ok(Request::Unsubscribe { topic: "ab".into() })
+            parse(br#"{"topic":"a\u0062","type":"unsubscribe"}"#).unwrap(),
+            Request::Unsubscribe { topic: "ab".into() }
         );
         assert!(matches!(
             parse(br#"{"type":"publish","topic":"a","data":"AAE=","encoding":"base64"}"#),
@@ -126,6 +166,43 @@ mod tests {
         assert!(parse(br#"{"type":"dance"}"#).is_err());
         assert!(parse(br#"{"type":"subscribe"}"#).is_err());
         assert!(parse(br#"{"type":"subscribe","topic":"a","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        for not_json in [&b"hello"[..], b"", b"{\"type\":", b"[1]"] {
+            let e = parse(not_json).unwrap_err();
+            let text = e.to_string();
+            if matches!(e, ControlError::NotAnObject(_)) {
+                assert_eq!(text, "control messages are JSON objects with a \"type\"");
+            } else {
+                assert!(text.starts_with("invalid control message: "), "{text}");
+            }
+        }
+        assert!(matches!(parse(b"hello"), Err(ControlError::NotAnObject(_))));
+        let e = parse(br#"{"type":"dance"}"#).unwrap_err();
+        assert!(matches!(e, ControlError::Invalid(_)));
+        assert!(e
+            .to_string()
+            .starts_with("invalid control message: unknown variant `dance`"));
+    }
+
+    #[test]
+    fn publish_data_is_text_or_base64() {
+        assert_eq!(
+            decode_data("hé", None),
+            Ok((DataKind::Text, "hé".as_bytes().to_vec()))
+        );
+        assert_eq!(
+            decode_data("AAH/", Some("base64")),
+            Ok((DataKind::Binary, vec![0, 1, 255]))
+        );
+        assert_eq!(decode_data("*", Some("base64")), Err(DataError::Base64));
+        assert_eq!(decode_data("x", Some("hex")), Err(DataError::Encoding));
+        assert_eq!(
+            DataError::Encoding.to_string(),
+            "unknown encoding (only \"base64\" is defined)"
+        );
     }
 
     #[test]

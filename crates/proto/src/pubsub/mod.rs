@@ -1,0 +1,25 @@
+//! Clarion's own pub/sub wire format: what clients and publishers send, and the JSON bodies the
+//! server answers with. Pure functions over bytes; the server applies them.
+//!
+//! - [`topic`]: the rules for topic and SSE event names.
+//! - [`control`]: in-band WebSocket control messages (subscribe, unsubscribe, publish) and
+//!   their replies.
+//! - [`batch`]: `POST /publish` batch bodies, decoded and validated whole.
+//! - [`envelope`]: the `clarion.v1` message envelope, gap notices, long-poll bodies and JSON
+//!   string escaping.
+//!
+//! The format is documented for clients in `docs/protocol.md`. Message ids (`EPOCH-SEQ`) are
+//! [`crate::event_id`]'s.
+
+pub mod batch;
+pub mod control;
+pub mod envelope;
+pub mod topic;
+
+pub use batch::{decode_batch, BatchError, BatchMessage};
+pub use control::{ControlError, Reply, Request};
+pub use envelope::{poll_body, push_json_str, Envelope, GapNotice, GapReason};
+pub use topic::{
+    validate_event_name, validate_topic, EventNameError, TopicError, MAX_EVENT_NAME_LEN,
+    MAX_TOPIC_LEN,
+};

@@ -1,0 +1,578 @@
+//! The in-memory broker: one process, ids from a counter, history in this process's [`Hub`].
+//!
+//! A publish takes the broker's lock once: it assigns the message ids, encodes each frame once,
+//! keeps the messages in history, and appends one shared [`Published`] per message to the inbox
+//! of every worker that has a subscriber. Holding the lock while enqueueing is what makes
+//! delivery order equal publish order on every worker (see the contract in [`crate::broker`]).
+//!
+//! Lock order: `LocalBroker::state` before any `Inbox::queue`. Workers never call the broker
+//! while holding their inbox lock.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use clarion_proto::event_id;
+
+use super::{Outgoing, Receipt, Since, Subscribed};
+use crate::config::HistoryLimits;
+use crate::hub::{lock, Hub, Inbox};
+use crate::message::Published;
+use crate::metrics::Metrics;
+
+/// What the lock guards: the hub and the id counter, so ids are issued in delivery order.
+struct State {
+    hub: Hub,
+    /// The `SEQ` of the next message.
+    next_id: u64,
+}
+
+/// The single-process broker.
+pub struct LocalBroker {
+    state: Mutex<State>,
+    inboxes: Vec<Arc<Inbox>>,
+    metrics: Arc<Metrics>,
+    limits: HistoryLimits,
+    /// This run's epoch, chosen at start.
+    epoch: Arc<str>,
+    /// The origin of the history clock (whole seconds since start fit a `u32` for 136 years).
+    start: Instant,
+}
+
+impl LocalBroker {
+    /// A broker for workers `0..inboxes.len()`.
+    pub fn new(
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<Metrics>,
+        limits: HistoryLimits,
+    ) -> LocalBroker {
+        LocalBroker {
+            state: Mutex::new(State {
+                hub: Hub::new(inboxes.len()),
+                next_id: 1,
+            }),
+            inboxes,
+            metrics,
+            limits,
+            epoch: new_epoch().into(),
+            start: Instant::now(),
+        }
+    }
+
+    /// This server run's epoch, the first part of every message id.
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// Wakes every worker (used to announce shutdown).
+    pub fn wake_all(&self) {
+        for inbox in &self.inboxes {
+            inbox.wake();
+        }
+    }
+
+    fn clock(&self) -> u32 {
+        self.start.elapsed().as_secs() as u32
+    }
+
+    /// Subscribes one connection of `worker` to `topics` (valid, distinct names) and computes
+    /// what it missed since `since`.
+    ///
+    /// Under the lock, this also takes everything waiting in the worker's inbox into
+    /// `pending`: those messages were published before the subscription and must reach the
+    /// worker's other subscribers, but not this one (it gets them from `replay` if it asked).
+    /// The worker delivers `pending` before it adds the connection to its index; every later
+    /// message reaches it through the inbox. That is what makes a resume gap-free and
+    /// duplicate-free.
+    pub fn subscribe(
+        &self,
+        worker: usize,
+        topics: &[&str],
+        since: Since<'_>,
+        pending: &mut Vec<Arc<Published>>,
+    ) -> Subscribed {
+        let mut st = lock(&self.state);
+        if let Some(inbox) = self.inboxes.get(worker) {
+            inbox.take(pending);
+        }
+        let resume = resume_from(since);
+        let last = st.next_id - 1;
+        let mut out = Subscribed {
+            names: Vec::with_capacity(topics.len()),
+            replay: Vec::new(),
+            gaps: Vec::new(),
+            position: format!("{}-{last}", self.epoch),
+        };
+        for &topic in topics {
+            let (name, e) = st.hub.topic_mut(topic, &self.metrics);
+            Hub::add_subscriber(e, worker, &self.metrics);
+            if let Some((given, id)) = resume {
+                e.replay_after(
+                    &name,
+                    given,
+                    id,
+                    &self.epoch,
+                    last,
+                    &mut out.replay,
+                    &mut out.gaps,
+                );
+            }
+            if let Since::PublisherId(prev) = since {
+                e.replay_after_publisher_id(prev, &mut out.replay);
+            }
+            out.names.push(name);
+        }
+        drop(st);
+        if resume.is_some() {
+            self.metrics.resumes.fetch_add(1, Relaxed);
+            if !out.gaps.is_empty() {
+                self.metrics.resume_gaps.fetch_add(1, Relaxed);
+            }
+        }
+        if topics.len() > 1 {
+            out.replay.sort_unstable_by_key(|m| m.id);
+        }
+        out
+    }
+
+    /// What a subscriber to `topics` would be replayed since `since`, without subscribing: no
+    /// count changes, no topic is created, no inbox is touched.
+    pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
+        let st = lock(&self.state);
+        let resume = resume_from(since);
+        let last = st.next_id - 1;
+        let mut out = Subscribed {
+            names: Vec::with_capacity(topics.len()),
+            replay: Vec::new(),
+            gaps: Vec::new(),
+            position: format!("{}-{last}", self.epoch),
+        };
+        let unknown = st.hub.unknown_topic();
+        for &topic in topics {
+            let e = st.hub.topic(topic).unwrap_or(&unknown);
+            let name: Arc<str> = topic.into();
+            if let Some((given, id)) = resume {
+                e.replay_after(
+                    &name,
+                    given,
+                    id,
+                    &self.epoch,
+                    last,
+                    &mut out.replay,
+                    &mut out.gaps,
+                );
+            }
+            if let Since::PublisherId(prev) = since {
+                e.replay_after_publisher_id(prev, &mut out.replay);
+            }
+            out.names.push(name);
+        }
+        drop(st);
+        if topics.len() > 1 {
+            out.replay.sort_unstable_by_key(|m| m.id);
+        }
+        out
+    }
+
+    /// Records that `worker` lost a subscriber to `topic`.
+    pub fn unsubscribe(&self, worker: usize, topic: &str) {
+        lock(&self.state)
+            .hub
+            .remove_subscriber(worker, topic, &self.metrics);
+    }
+
+    /// Publishes messages in order, under one lock acquisition, waking each interested worker
+    /// once, and keeps them in history. Returns one receipt per message.
+    pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Vec<Receipt> {
+        let now = self.clock();
+        let keep = self.limits.enabled();
+        let workers = self.inboxes.len();
+        let mut receipts = Vec::with_capacity(msgs.len());
+        // Per worker, the messages it must deliver, so each inbox is locked and woken once.
+        let mut per_worker: Vec<Vec<Arc<Published>>> = vec![Vec::new(); workers];
+        let mut st = lock(&self.state);
+        for m in msgs {
+            let id = st.next_id;
+            st.next_id += 1;
+            receipts.push(Receipt {
+                id: format!("{}-{id}", self.epoch),
+                subscribers: 0,
+            });
+            if !keep && st.hub.topic(m.topic).is_none() {
+                // No subscriber and no history: nobody will ever see it.
+                st.hub.note_unseen(id);
+                continue;
+            }
+            let (name, e) = st.hub.topic_mut(m.topic, &self.metrics);
+            let mut published = Published::new(
+                Arc::clone(&name),
+                id,
+                Arc::clone(&self.epoch),
+                m.kind,
+                m.event.map(Into::into),
+                now,
+                m.payload,
+            );
+            published.attachment = m.attachment.clone();
+            let published = Arc::new(published);
+            if let Some(r) = receipts.last_mut() {
+                r.subscribers = e.subscribers();
+            }
+            for w in e.workers_with_subscribers() {
+                if let Some(list) = per_worker.get_mut(w) {
+                    list.push(Arc::clone(&published));
+                }
+            }
+            if keep {
+                st.hub.keep(&name, published, &self.limits, &self.metrics);
+            } else {
+                st.hub.skip(&name, id);
+            }
+        }
+        for (inbox, list) in self.inboxes.iter().zip(per_worker) {
+            if !list.is_empty() {
+                inbox.push(list.into_iter());
+            }
+        }
+        if keep {
+            st.hub.enforce_limits(&self.limits, now, &self.metrics);
+        }
+        drop(st);
+        self.metrics.published.fetch_add(msgs.len() as u64, Relaxed);
+        receipts
+    }
+
+    /// Trims history by age and memory. Called on every publish and once a second by a worker.
+    pub fn expire(&self) {
+        if self.limits.enabled() {
+            let now = self.clock();
+            lock(&self.state)
+                .hub
+                .enforce_limits(&self.limits, now, &self.metrics);
+        }
+    }
+}
+
+/// The id a subscriber resumes from, as sent and parsed (`None` inside when it is not an id),
+/// or `None` when it asked for no replay by id.
+fn resume_from(since: Since<'_>) -> Option<(&str, Option<event_id::EventId<'_>>)> {
+    match since {
+        Since::Now | Since::PublisherId(_) => None,
+        Since::Id(s) => Some((s, event_id::parse(s).ok())),
+    }
+}
+
+/// A new epoch: the time and process id, mixed, in base 36 (at most 8 characters). Two runs get
+/// the same epoch only if they start in the same nanosecond with the same pid, or by a 1 in 2^41
+/// chance.
+fn new_epoch() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x = nanos ^ (u64::from(std::process::id()) << 32);
+    // splitmix64's finaliser: every input bit affects every output bit.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    event_id::base36(x & ((1 << 41) - 1))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use crate::message::GapReason;
+    use crate::metrics::Eviction;
+    use clarion_proto::ws::DataKind;
+
+    const NO_HISTORY: HistoryLimits = HistoryLimits {
+        per_topic: 0,
+        ttl: 0,
+        max_bytes: 0,
+    };
+
+    fn hub(workers: usize, limits: HistoryLimits) -> (LocalBroker, Vec<mio::Poll>, Arc<Metrics>) {
+        let polls: Vec<mio::Poll> = (0..workers)
+            .map(|_| mio::Poll::new().expect("poll"))
+            .collect();
+        let inboxes = polls
+            .iter()
+            .map(|p| {
+                Arc::new(Inbox::new(
+                    mio::Waker::new(p.registry(), mio::Token(0)).expect("waker"),
+                ))
+            })
+            .collect();
+        let metrics = Arc::new(Metrics::default());
+        (
+            LocalBroker::new(inboxes, Arc::clone(&metrics), limits),
+            polls,
+            metrics,
+        )
+    }
+
+    fn text<'a>(topic: &'a str, payload: &'a str) -> Outgoing<'a> {
+        Outgoing {
+            topic,
+            kind: DataKind::Text,
+            payload: payload.as_bytes(),
+            event: None,
+            attachment: None,
+        }
+    }
+
+    fn sub(hub: &LocalBroker, worker: usize, topics: &[&str], since: Since<'_>) -> Subscribed {
+        let mut pending = Vec::new();
+        hub.subscribe(worker, topics, since, &mut pending)
+    }
+
+    fn seq(id: &str) -> u64 {
+        event_id::parse(id).unwrap().seq
+    }
+
+    fn payloads(msgs: &[Arc<Published>]) -> Vec<String> {
+        msgs.iter()
+            .map(|m| String::from_utf8_lossy(m.payload()).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn publish_reaches_only_workers_with_subscribers_in_order() {
+        let (hub, _polls, metrics) = hub(2, NO_HISTORY);
+        sub(&hub, 1, &["a"], Since::Now);
+        sub(&hub, 1, &["a"], Since::Now);
+        let r = hub.publish(&[text("a", "1"), text("b", "x"), text("a", "2")]);
+        assert_eq!(
+            r.iter().map(|r| r.subscribers).collect::<Vec<_>>(),
+            vec![2, 0, 2]
+        );
+        assert!(seq(&r[0].id) < seq(&r[1].id) && seq(&r[1].id) < seq(&r[2].id));
+        assert!(r[0].id.starts_with(hub.epoch()));
+        let mut got = Vec::new();
+        hub.inboxes[0].take(&mut got);
+        assert!(got.is_empty(), "worker 0 has no subscriber");
+        hub.inboxes[1].take(&mut got);
+        assert_eq!(payloads(&got), vec!["1", "2"]);
+        assert_eq!(metrics.topics.load(Relaxed), 1);
+        assert_eq!(metrics.subscriptions.load(Relaxed), 2);
+        hub.unsubscribe(1, "a");
+        hub.unsubscribe(1, "a");
+        hub.unsubscribe(1, "a");
+        assert_eq!(metrics.topics.load(Relaxed), 0);
+        assert_eq!(metrics.subscriptions.load(Relaxed), 0);
+        assert_eq!(hub.publish(&[text("a", "3")])[0].subscribers, 0);
+    }
+
+    #[test]
+    fn concurrent_publishers_are_seen_in_one_order_by_every_worker() {
+        let (hub, _polls, _) = hub(3, NO_HISTORY);
+        for w in 0..3 {
+            sub(&hub, w, &["t"], Since::Now);
+        }
+        let hub = Arc::new(hub);
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let hub = Arc::clone(&hub);
+                std::thread::spawn(move || {
+                    for _ in 0..500 {
+                        hub.publish(&[text("t", "m")]);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("publisher");
+        }
+        let ids: Vec<Vec<u64>> = (0..3)
+            .map(|w| {
+                let mut got = Vec::new();
+                hub.inboxes[w].take(&mut got);
+                got.iter().map(|p| p.id).collect()
+            })
+            .collect();
+        assert_eq!(ids[0].len(), 2000);
+        assert!(
+            ids[0].windows(2).all(|w| w[0] < w[1]),
+            "ids increase in delivery order"
+        );
+        assert_eq!(ids[0], ids[1]);
+        assert_eq!(ids[1], ids[2]);
+    }
+
+    const HISTORY: HistoryLimits = HistoryLimits {
+        per_topic: 3,
+        ttl: 3600,
+        max_bytes: 1 << 20,
+    };
+
+    #[test]
+    fn resume_replays_exactly_what_was_missed() {
+        let (hub, _polls, metrics) = hub(1, HISTORY);
+        let r = hub.publish(&[
+            text("a", "1"),
+            text("b", "x"),
+            text("a", "2"),
+            text("a", "3"),
+        ]);
+        // Nobody subscribed, yet history holds them.
+        assert_eq!(metrics.history_messages.load(Relaxed), 4);
+        let s = sub(&hub, 0, &["a"], Since::Id(&r[0].id));
+        assert!(s.gaps.is_empty());
+        assert_eq!(payloads(&s.replay), vec!["2", "3"]);
+        assert_eq!(s.position, r[3].id);
+        // From the latest id: nothing to replay, nothing missed.
+        let s = sub(&hub, 0, &["a"], Since::Id(&r[3].id));
+        assert!(s.replay.is_empty() && s.gaps.is_empty());
+        // Several topics: one merged replay in publish order.
+        let s = sub(
+            &hub,
+            0,
+            &["b", "a"],
+            Since::Id(&format!("{}-0", hub.epoch())),
+        );
+        assert_eq!(payloads(&s.replay), vec!["1", "x", "2", "3"]);
+        assert!(s.gaps.is_empty(), "nothing was trimmed yet");
+        assert_eq!(metrics.resumes.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn trimmed_history_and_other_epochs_are_reported_as_gaps() {
+        let (hub, _polls, metrics) = hub(1, HISTORY);
+        let r = hub.publish(&[
+            text("a", "1"),
+            text("a", "2"),
+            text("a", "3"),
+            text("a", "4"),
+            text("a", "5"),
+        ]);
+        // Three kept: 3, 4, 5. Resuming from 1 missed 2.
+        let s = sub(&hub, 0, &["a"], Since::Id(&r[0].id));
+        assert_eq!(s.gaps.len(), 1);
+        assert_eq!(s.gaps[0].reason, GapReason::Trimmed);
+        assert_eq!(payloads(&s.replay), vec!["3", "4", "5"]);
+        // Resuming from 2 is complete: 3, 4 and 5 are all there.
+        let s = sub(&hub, 0, &["a"], Since::Id(&r[1].id));
+        assert!(s.gaps.is_empty());
+        assert_eq!(payloads(&s.replay), vec!["3", "4", "5"]);
+        // Another epoch, an id from the future, or garbage: gap, then everything held.
+        for bad in ["zzz-2", &format!("{}-99", hub.epoch()), "garbage"] {
+            let s = sub(&hub, 0, &["a"], Since::Id(bad));
+            assert_eq!(s.gaps[0].reason, GapReason::Epoch, "{bad}");
+            assert_eq!(s.gaps[0].since, bad);
+            assert_eq!(payloads(&s.replay), vec!["3", "4", "5"]);
+        }
+        assert_eq!(metrics.resume_gaps.load(Relaxed), 4);
+        assert_eq!(metrics.evicted_count.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn a_forgotten_topic_reports_a_gap_instead_of_silence() {
+        let (hub, _polls, _) = hub(1, HISTORY);
+        let r = hub.publish(&[text("a", "1")]);
+        let s = sub(&hub, 0, &["b"], Since::Now);
+        assert!(s.replay.is_empty());
+        hub.publish(&[text("b", "2")]);
+        // History of b is trimmed away and the topic forgotten entirely (no subscriber left).
+        hub.unsubscribe(0, "b");
+        {
+            let mut st = lock(&hub.state);
+            st.hub.trim_front("b", Eviction::Memory, &hub.metrics);
+            assert!(st.hub.topic("b").is_none());
+        }
+        // A client that last saw message 1 may have missed "2" on b: it must be told.
+        let s = sub(&hub, 0, &["b"], Since::Id(&r[0].id));
+        assert_eq!(s.gaps.len(), 1);
+        assert_eq!(s.gaps[0].reason, GapReason::Trimmed);
+    }
+
+    #[test]
+    fn memory_cap_evicts_oldest_first_across_topics() {
+        let probe = Published::new("a".into(), 1, "e".into(), DataKind::Text, None, 0, b"x");
+        let cost = probe.cost();
+        let limits = HistoryLimits {
+            per_topic: 100,
+            ttl: 3600,
+            max_bytes: 3 * cost,
+        };
+        let (hub, _polls, metrics) = hub(1, limits);
+        let r = hub.publish(&[
+            text("a", "1"),
+            text("b", "2"),
+            text("a", "3"),
+            text("b", "4"),
+        ]);
+        assert_eq!(metrics.history_messages.load(Relaxed), 3);
+        assert_eq!(metrics.evicted_memory.load(Relaxed), 1);
+        assert!(metrics.history_bytes.load(Relaxed) <= 3 * cost as u64);
+        let s = sub(
+            &hub,
+            0,
+            &["a", "b"],
+            Since::Id(&format!("{}-0", hub.epoch())),
+        );
+        assert_eq!(payloads(&s.replay), vec!["2", "3", "4"]);
+        assert_eq!(s.gaps.len(), 1, "only a lost a message");
+        assert_eq!(&*s.gaps[0].topic, "a");
+        let s = sub(&hub, 0, &["a", "b"], Since::Id(&r[0].id));
+        assert!(s.gaps.is_empty());
+    }
+
+    #[test]
+    fn order_queue_stays_bounded_under_count_trimming() {
+        let (hub, _polls, _) = hub(1, HISTORY);
+        for _ in 0..10_000 {
+            hub.publish(&[text("a", "m")]);
+        }
+        let st = lock(&hub.state);
+        assert_eq!(st.hub.held_messages(), 3);
+        let order = st.hub.order_len();
+        assert!(order <= 2 * 3 + 1024 + 1, "{order}");
+    }
+
+    #[test]
+    fn without_history_every_resume_that_may_have_missed_something_is_a_gap() {
+        let (hub, _polls, _) = hub(1, NO_HISTORY);
+        let r = hub.publish(&[text("a", "1")]);
+        hub.publish(&[text("b", "nobody listening")]);
+        let s = sub(&hub, 0, &["b"], Since::Id(&r[0].id));
+        assert_eq!(s.gaps.len(), 1);
+        assert_eq!(s.gaps[0].reason, GapReason::Trimmed);
+        assert!(s.replay.is_empty());
+        let now = s.position.clone();
+        let s = sub(&hub, 0, &["b"], Since::Id(&now));
+        assert!(s.gaps.is_empty(), "nothing published since");
+    }
+
+    #[test]
+    fn subscribe_takes_what_was_queued_before_it() {
+        let (hub, _polls, _) = hub(1, NO_HISTORY);
+        sub(&hub, 0, &["a"], Since::Now);
+        hub.publish(&[text("a", "early")]);
+        let mut pending = Vec::new();
+        hub.subscribe(0, &["a"], Since::Now, &mut pending);
+        assert_eq!(payloads(&pending), vec!["early"]);
+        hub.publish(&[text("a", "late")]);
+        let mut got = Vec::new();
+        hub.inboxes[0].take(&mut got);
+        assert_eq!(payloads(&got), vec!["late"]);
+    }
+
+    #[test]
+    fn read_since_replays_like_subscribe_without_subscribing() {
+        let (hub, _polls, metrics) = hub(1, HISTORY);
+        let r = hub.publish(&[text("a", "1"), text("a", "2"), text("b", "x")]);
+        let s = hub.read_since(&["a"], Since::Id(&r[0].id));
+        assert_eq!(payloads(&s.replay), vec!["2"]);
+        assert!(s.gaps.is_empty());
+        assert_eq!(s.position, r[2].id);
+        assert_eq!(metrics.subscriptions.load(Relaxed), 0);
+        assert_eq!(metrics.resumes.load(Relaxed), 0);
+        // A topic nobody knows is not created, and another epoch is still a gap.
+        let s = hub.read_since(&["nobody", "a"], Since::Id("zzz-1"));
+        assert_eq!(payloads(&s.replay), vec!["1", "2"]);
+        assert_eq!(s.gaps.len(), 2);
+        assert_eq!(metrics.topics.load(Relaxed), 2);
+        // A publish after the read still reaches nobody: no subscriber was counted.
+        assert_eq!(hub.publish(&[text("a", "3")])[0].subscribers, 0);
+    }
+}

@@ -1,0 +1,177 @@
+//! The broker: the one seam between publishing and delivery. It decides where a message gets
+//! its id, where history lives, and how a publish reaches the subscribers of every worker
+//! (and, for a clustered broker, of every process).
+//!
+//! The interface is [`Broker`], an enum over implementations, so every call is a static match
+//! and a delivery never goes through a `dyn` call. [`local`] is the single-process, in-memory
+//! implementation and the default; a Redis or NATS broker is another variant beside it. The
+//! workers' side never changes: a worker subscribes, unsubscribes, publishes through the broker,
+//! and drains its [`Inbox`], whatever the broker is.
+//!
+//! # Contract
+//!
+//! Every implementation must keep these promises; the workers' delivery code relies on them.
+//!
+//! - **Ids.** Each published message gets one id, `EPOCH-SEQ` ([`clarion_proto::event_id`]).
+//!   `SEQ` is a `u64` that strictly increases in publish order across all topics within an
+//!   epoch; ids are never reused. [`Broker::publish`] returns them in [`Receipt`]s, one per
+//!   message, in the order given.
+//! - **Epochs.** An epoch names one continuous history (for [`local`], one server run). Ids of
+//!   another epoch cannot be compared with this one's: a resume from such an id replays
+//!   everything held and reports a [`GapReason::Epoch`](crate::message::GapReason) gap. A
+//!   syntactically invalid id, or one from this epoch but not issued yet, is treated the same.
+//! - **Ordering.** There is one publish order. Every worker's inbox receives the messages it
+//!   has subscribers for in that order, so subscribers on different workers see the same
+//!   sequence. The messages of one `publish` call are consecutive in it.
+//! - **Fan-out.** A message reaches each worker that has a subscriber at most once, as one
+//!   shared `Arc<Published>` (encoded once; every worker and every subscriber shares it), and
+//!   the worker is woken once per batch. Workers without a subscriber of the topic get nothing.
+//! - **Subscribe with since.** [`Broker::subscribe`] counts the subscriber and, in the same
+//!   atomic step, takes everything already waiting in that worker's inbox into `pending` (the
+//!   worker delivers it to its existing subscribers before adding the new one) and computes
+//!   what the subscriber missed since `since`: [`Subscribed::replay`] in publish order, and a
+//!   [`Gap`] for each topic where history can no longer serve the whole of it
+//!   ([`GapReason::Trimmed`](crate::message::GapReason)). Every message published after the
+//!   step reaches the subscriber through the inbox. So a resume is gap-free when no gap is
+//!   reported, and never delivers a message twice.
+//! - **Unsubscribe** undoes one subscribe of one topic by that worker; extra calls are ignored.
+//! - **Read since.** [`Broker::read_since`] computes the same replay and gaps as a subscribe,
+//!   without subscribing and without touching any inbox.
+//! - **History** is bounded by [`HistoryLimits`](crate::config::HistoryLimits) (count per topic,
+//!   age, memory); trimming a message that a later resume asks for must be reported as a gap,
+//!   even when its topic has been forgotten meanwhile.
+//! - **Locks.** An implementation may hold its own lock while appending to inboxes (that is how
+//!   [`local`] keeps one order), so its lock comes before any [`Inbox`] lock; workers never call
+//!   the broker while holding their inbox's lock.
+
+pub mod local;
+
+use std::sync::Arc;
+
+use clarion_proto::ws::DataKind;
+
+pub use local::LocalBroker;
+
+use crate::hub::Inbox;
+use crate::message::{Attachment, Gap, Published};
+
+/// A message to publish: topic, kind and payload (validated by the caller).
+pub struct Outgoing<'a> {
+    /// A topic name that passed [`clarion_proto::pubsub::validate_topic`].
+    pub topic: &'a str,
+    /// Text (valid UTF-8) or binary.
+    pub kind: DataKind,
+    /// The message itself.
+    pub payload: &'a [u8],
+    /// An SSE event name (checked with [`clarion_proto::pubsub::validate_event_name`]).
+    pub event: Option<&'a str>,
+    /// Content for the connections of another protocol's mode (see [`Attachment`]).
+    pub attachment: Option<Arc<dyn Attachment>>,
+}
+
+/// What a publish did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    /// The id given to the message, `EPOCH-SEQ`.
+    pub id: String,
+    /// How many subscribers it was handed to.
+    pub subscribers: u64,
+}
+
+/// Where a subscriber asks to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since<'a> {
+    /// Only messages published from now on.
+    Now,
+    /// Everything after this id (as the client sent it), then live messages.
+    Id(&'a str),
+    /// Everything after the message whose publisher-given id ([`Attachment::publisher_id`]) is
+    /// this, if history still holds it; otherwise live messages only. GRIP holds resume from
+    /// their `prev-id` this way.
+    PublisherId(&'a str),
+}
+
+/// What [`Broker::subscribe`] (or [`Broker::read_since`]) found.
+pub struct Subscribed {
+    /// The topic names, shared with the broker (same order as requested).
+    pub names: Vec<Arc<str>>,
+    /// Messages the subscriber missed, in publish order, across all its topics.
+    pub replay: Vec<Arc<Published>>,
+    /// Topics for which the replay is incomplete.
+    pub gaps: Vec<Gap>,
+    /// The id of the last message published before the subscription began.
+    pub position: String,
+}
+
+/// The broker in use: shared by the API, every worker, and in-band publishers.
+pub enum Broker {
+    /// One process, in memory: ids from a counter, history in this process.
+    Local(LocalBroker),
+}
+
+impl Broker {
+    /// The in-memory broker for workers `0..inboxes.len()`.
+    pub fn local(
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<crate::metrics::Metrics>,
+        limits: crate::config::HistoryLimits,
+    ) -> Broker {
+        Broker::Local(LocalBroker::new(inboxes, metrics, limits))
+    }
+
+    /// The current epoch, the first part of every id issued now.
+    pub fn epoch(&self) -> &str {
+        match self {
+            Broker::Local(b) => b.epoch(),
+        }
+    }
+
+    /// Publishes messages in order and returns one receipt per message.
+    pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Vec<Receipt> {
+        match self {
+            Broker::Local(b) => b.publish(msgs),
+        }
+    }
+
+    /// Subscribes one connection of `worker` to `topics` (valid, distinct names), moves what
+    /// waits in the worker's inbox into `pending`, and computes what it missed since `since`.
+    pub fn subscribe(
+        &self,
+        worker: usize,
+        topics: &[&str],
+        since: Since<'_>,
+        pending: &mut Vec<Arc<Published>>,
+    ) -> Subscribed {
+        match self {
+            Broker::Local(b) => b.subscribe(worker, topics, since, pending),
+        }
+    }
+
+    /// Records that `worker` lost a subscriber to `topic`.
+    pub fn unsubscribe(&self, worker: usize, topic: &str) {
+        match self {
+            Broker::Local(b) => b.unsubscribe(worker, topic),
+        }
+    }
+
+    /// What a subscriber to `topics` would be replayed since `since`, without subscribing.
+    pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
+        match self {
+            Broker::Local(b) => b.read_since(topics, since),
+        }
+    }
+
+    /// Trims history by age and memory; a worker calls it about once a second.
+    pub fn expire(&self) {
+        match self {
+            Broker::Local(b) => b.expire(),
+        }
+    }
+
+    /// Wakes every worker (used to announce shutdown).
+    pub fn wake_all(&self) {
+        match self {
+            Broker::Local(b) => b.wake_all(),
+        }
+    }
+}

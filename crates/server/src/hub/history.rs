@@ -1,0 +1,191 @@
+//! Topic histories: each topic's recent messages, and what a resuming subscriber missed.
+//!
+//! History is bounded three ways ([`HistoryLimits`]): by count per topic, by age, and by bytes
+//! across topics, the oldest message going first. A topic's `floor` records the newest id that
+//! may have been dropped, so a resume from before it is reported as a gap rather than served
+//! silently incomplete.
+
+use std::sync::Arc;
+
+use clarion_proto::event_id::EventId;
+
+use super::{Hub, TopicEntry};
+use crate::config::HistoryLimits;
+use crate::message::{Gap, GapReason, Published};
+use crate::metrics::{Eviction, Metrics};
+
+impl Hub {
+    /// Keeps `published` (the newest message, of topic `name`) in history, trimming the topic
+    /// to `limits.per_topic` messages.
+    pub fn keep(
+        &mut self,
+        name: &Arc<str>,
+        published: Arc<Published>,
+        limits: &HistoryLimits,
+        metrics: &Metrics,
+    ) {
+        let Some(e) = self.topics.get_mut(&**name) else {
+            return;
+        };
+        let (id, cost) = (published.id, published.cost());
+        e.history.push_back(published);
+        let over = e.history.len() > limits.per_topic;
+        self.held_messages += 1;
+        self.held_bytes += cost;
+        self.order.push_back((Arc::clone(name), id));
+        if over {
+            self.trim_front(name, Eviction::Count, metrics);
+        }
+    }
+
+    /// Records that message `id` of topic `name` is not kept (history is off).
+    pub fn skip(&mut self, name: &str, id: u64) {
+        if let Some(e) = self.topics.get_mut(name) {
+            e.floor = id;
+        }
+    }
+
+    /// Removes the oldest message of `topic` from its history.
+    pub(crate) fn trim_front(&mut self, topic: &str, why: Eviction, metrics: &Metrics) {
+        let Some(e) = self.topics.get_mut(topic) else {
+            return;
+        };
+        let Some(m) = e.history.pop_front() else {
+            return;
+        };
+        e.floor = e.floor.max(m.id);
+        self.held_messages -= 1;
+        self.held_bytes = self.held_bytes.saturating_sub(m.cost());
+        metrics.evicted(why);
+        self.forget_if_unused(topic, metrics);
+    }
+
+    /// Pops the oldest entry of `order` and trims its message if it is still held. Returns
+    /// whether a message was trimmed.
+    fn evict_oldest(&mut self, why: Eviction, metrics: &Metrics) -> bool {
+        let Some((topic, id)) = self.order.pop_front() else {
+            return false;
+        };
+        let live = self
+            .topics
+            .get(&*topic)
+            .and_then(|e| e.history.front())
+            .is_some_and(|m| m.id == id);
+        if live {
+            self.trim_front(&topic, why, metrics);
+        }
+        live
+    }
+
+    /// The oldest message still held, if `order`'s front entry is live.
+    fn oldest_live(&self) -> Option<&Arc<Published>> {
+        let (topic, id) = self.order.front()?;
+        self.topics
+            .get(&**topic)
+            .and_then(|e| e.history.front())
+            .filter(|m| m.id == *id)
+    }
+
+    /// Drops `order` entries whose message is gone once they outnumber live ones.
+    fn compact_order(&mut self) {
+        if self.order.len() <= 2 * self.held_messages + 1024 {
+            return;
+        }
+        let topics = &self.topics;
+        self.order.retain(|(t, id)| {
+            topics
+                .get(&**t)
+                .and_then(|e| e.history.front())
+                .is_some_and(|front| front.id <= *id)
+        });
+    }
+
+    /// Trims history by memory and then by age (`now` in seconds of the broker's clock), and
+    /// updates the history gauges.
+    pub fn enforce_limits(&mut self, limits: &HistoryLimits, now: u32, metrics: &Metrics) {
+        use std::sync::atomic::Ordering::Relaxed;
+        while self.held_bytes > limits.max_bytes {
+            if !self.evict_oldest(Eviction::Memory, metrics) && self.order.is_empty() {
+                break;
+            }
+        }
+        loop {
+            match self.oldest_live() {
+                Some(m) if now.saturating_sub(m.at) >= limits.ttl => {
+                    self.evict_oldest(Eviction::Age, metrics);
+                }
+                Some(_) => break,
+                None if self.order.is_empty() => break,
+                // A stale entry (its message was trimmed by count): skip it.
+                None => {
+                    self.order.pop_front();
+                }
+            }
+        }
+        self.compact_order();
+        metrics
+            .history_messages
+            .store(self.held_messages as u64, Relaxed);
+        metrics.history_bytes.store(self.held_bytes as u64, Relaxed);
+    }
+
+    /// Entries of the publish-order queue (live or stale), for tests of its bound.
+    #[cfg(test)]
+    pub(crate) fn order_len(&self) -> usize {
+        self.order.len()
+    }
+}
+
+impl TopicEntry {
+    /// Appends to `replay` what this topic (`name`) holds after the id a client resumed from
+    /// (`given` as sent, `parsed` if it is an id), and to `gaps` why that is incomplete, if it
+    /// is. `epoch` is the current run's and `last` the newest id issued.
+    #[allow(clippy::too_many_arguments)]
+    pub fn replay_after(
+        &self,
+        name: &Arc<str>,
+        given: &str,
+        parsed: Option<EventId<'_>>,
+        epoch: &str,
+        last: u64,
+        replay: &mut Vec<Arc<Published>>,
+        gaps: &mut Vec<Gap>,
+    ) {
+        let from = match parsed {
+            Some(id) if id.epoch == epoch && id.seq <= last => {
+                if id.seq < self.floor {
+                    gaps.push(Gap {
+                        topic: Arc::clone(name),
+                        since: given.to_owned(),
+                        reason: GapReason::Trimmed,
+                    });
+                }
+                id.seq
+            }
+            _ => {
+                gaps.push(Gap {
+                    topic: Arc::clone(name),
+                    since: given.to_owned(),
+                    reason: GapReason::Epoch,
+                });
+                0
+            }
+        };
+        let start = self.history.partition_point(|m| m.id <= from);
+        replay.extend(self.history.range(start..).cloned());
+    }
+
+    /// Appends to `replay` what this topic holds after the newest message whose publisher-given
+    /// id is `prev`; nothing when history no longer holds such a message.
+    pub fn replay_after_publisher_id(&self, prev: &str, replay: &mut Vec<Arc<Published>>) {
+        let found = self.history.iter().rposition(|m| {
+            m.attachment
+                .as_ref()
+                .and_then(|a| a.publisher_id())
+                .is_some_and(|id| id == prev)
+        });
+        if let Some(i) = found {
+            replay.extend(self.history.range(i + 1..).cloned());
+        }
+    }
+}
