@@ -6,7 +6,8 @@
 //! buffer, enforces its limits while parsing, and never panics on peer input.
 //!
 //! Layout:
-//! - [`http1`]: HTTP/1.1 request heads (with limits), query strings, chunked bodies, response heads.
+//! - [`http1`]: HTTP/1.1 request heads (with limits), query strings, chunked bodies, response
+//!   heads; writing request and response heads; which headers a proxy forwards (hop-by-hop).
 //! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
 //! - [`sse`]: Server-Sent Events encoding.
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
