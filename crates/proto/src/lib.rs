@@ -12,6 +12,8 @@
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
+//! - [`tls13`]: the TLS 1.3 record layer after the handshake: record protection, alerts, key
+//!   updates and the RFC 8446 §5.5 key usage limits.
 #![forbid(unsafe_code)]
 // Peer input reaches almost every line here: no indexing that could panic outside tests.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
@@ -20,4 +22,5 @@ pub mod event_id;
 pub mod grip;
 pub mod http1;
 pub mod sse;
+pub mod tls13;
 pub mod ws;
