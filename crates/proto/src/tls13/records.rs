@@ -64,6 +64,10 @@ pub enum RecordError {
     /// The next keys could not be derived.
     #[error("key update failed: {0}")]
     KeyUpdate(KeyError),
+    /// Our sending key has no room left for this record under its §5.5 limit (reached only
+    /// after a failed key update: the writer updates long before).
+    #[error("our sending key is at its usage limit")]
+    KeyExhausted,
 }
 
 impl RecordError {
@@ -81,7 +85,7 @@ impl RecordError {
                 D::DecodeError
             }
             RecordError::BadKeyUpdate => D::IllegalParameter,
-            RecordError::KeyUpdate(_) => D::InternalError,
+            RecordError::KeyUpdate(_) | RecordError::KeyExhausted => D::InternalError,
             RecordError::PeerAlert(_) => return None,
         };
         Some(Alert::fatal(description))
@@ -285,7 +289,7 @@ impl<K: KeySchedule> Records<K> {
             .usage
             .has_room(self.limits, self.suite, 1, weight as u64)
         {
-            return Err(RecordError::KeyUpdate(KeyError::Unavailable));
+            return Err(RecordError::KeyExhausted);
         }
         let length = u16::try_from(weight).map_err(|_| RecordError::Overflow)?;
         let header = RecordHeader::protected(length);

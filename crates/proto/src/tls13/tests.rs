@@ -389,6 +389,41 @@ fn the_writer_updates_its_key_before_the_aes_gcm_limit() {
     assert_eq!(wire.len(), 1000 * (5 + 4 + 1 + 16), "no KeyUpdate needed");
 }
 
+/// A schedule whose next keys never come (as when the handshake library refuses).
+struct NoNextKeys;
+
+impl KeySchedule for NoNextKeys {
+    fn next_send_key(&mut self) -> Result<TrafficKey, KeyError> {
+        Err(KeyError::Unavailable)
+    }
+    fn next_receive_key(&mut self) -> Result<TrafficKey, KeyError> {
+        Err(KeyError::Unavailable)
+    }
+}
+
+#[test]
+fn without_a_next_key_the_writer_stops_before_the_limit_and_can_still_alert() {
+    let key = client_key();
+    let mut w =
+        Records::new(SUITE, NoNextKeys, (key.clone(), 0), (key, 0)).with_limits(&SMALL_SEQUENCE);
+    let mut wire = Vec::new();
+    w.seal(b"a", &mut wire).unwrap();
+    w.seal(b"b", &mut wire).unwrap();
+    let e = w.seal(b"c", &mut wire).unwrap_err();
+    assert_eq!(e, RecordError::KeyUpdate(KeyError::Unavailable));
+    assert_eq!(w.usage().0.seq, 2, "nothing sent for the failed write");
+    w.fatal_alert(&e, &mut wire);
+    assert_eq!(w.usage().0.seq, 3, "the alert fits the reserve");
+    w.close_notify(&mut wire);
+    assert_eq!(w.usage().0.seq, 4);
+    assert_eq!(
+        w.seal_record(ContentType::Alert, &[1, 0], 0, &mut wire),
+        Err(RecordError::KeyExhausted),
+        "never past the limit"
+    );
+    assert_eq!(w.usage().0.seq, 4);
+}
+
 static SMALL_SEQUENCE: KeyLimits = KeyLimits {
     aes_gcm_full_records: u64::MAX,
     records: 4,
