@@ -8,6 +8,7 @@ turn, and a table of ratios against Clarion.
     python3 bench/compare.py --scenario burst -n 5000 --repeats 3
     python3 bench/compare.py --scenario burst -n 5000 --transport sse --peers clarion,pushpin,nchan
     python3 bench/compare.py --scenario idle -n 15000 --transport sse --peers clarion-grip,pushpin
+    CLARION_REF_BIN=/tmp/old/clarion python3 bench/compare.py --scenario burst --peers clarion,clarion-ref
 
 For every repeat, every server in turn (interleaved, so drift on a shared machine hits all
 alike): start it on its own loopback ports with a fresh state, run
@@ -21,6 +22,11 @@ in front of the same backend (grip_backend.py, routes `* 127.0.0.1:PORT`), the c
 same URL (`/sse?topic=T`, held by the backend's `Grip-Hold: stream`), publishes through the
 same translator into Clarion's Pushpin-compatible `POST /publish/`. With `clarion-grip` among
 the peers, ratios are against it when plain `clarion` is not in the run.
+
+`clarion-ref` is another build of Clarion, given by the `CLARION_REF_BIN` environment variable
+(say, a release build of the commit before a change), run with the same flags as `clarion`: a
+before/after comparison of a change in one run, under the same machine noise. It is skipped with
+a note when the variable is not set.
 
 Scenarios are clarion bench's: idle (here opened in steps, 1,000 / 5,000 / N, with memory per
 connection at each), burst, ticker, topics, churn. Peers that cannot serve a transport are
@@ -46,13 +52,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PEERS_DIR = ROOT / "bench" / "peers"
 ENV = PEERS_DIR / ".env"
 CLARION = pathlib.Path(os.environ.get("CLARION_BIN") or ROOT / "target" / "release" / "clarion")
+CLARION_REF = pathlib.Path(os.environ["CLARION_REF_BIN"]) if os.environ.get("CLARION_REF_BIN") \
+    else None
 VENV_PY = ENV / "venv" / "bin" / "python"
 ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
-       "clarion-grip"]
+       "clarion-grip", "clarion-ref"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
-    "clarion-grip": {"sse"},
+    "clarion-grip": {"sse"}, "clarion-ref": {"ws", "sse"},
 }
 LABELS = {
     "clarion": "Clarion", "uws": "uWebSockets.js (npm uwebsockets)",
@@ -60,6 +68,7 @@ LABELS = {
     "socketio": "Socket.IO (websocket transport)", "websockets": "Python websockets",
     "pushpin": "Pushpin (GRIP stream, all processes)", "nchan": "nchan (nginx, all processes)",
     "clarion-grip": "Clarion GRIP proxy (GRIP stream)",
+    "clarion-ref": "Clarion, reference build (CLARION_REF_BIN)",
 }
 # The per-process open-files limit here is 20,000 (hard); servers get all of it.
 NOFILE = 20000
@@ -117,8 +126,9 @@ class Server:
 
     def start(self):
         p, a, n = self.port, self.api, self.name
-        if n == "clarion":
-            self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{p}",
+        if n in ("clarion", "clarion-ref"):
+            binary = CLARION if n == "clarion" else CLARION_REF
+            self.main = self.spawn([binary, "serve", "--listen", f"127.0.0.1:{p}",
                                     "--api-listen", f"127.0.0.1:{a}",
                                     "--max-connections-per-address", 0])
         elif n in ("ws", "socketio", "uws"):
@@ -444,13 +454,19 @@ def main():
         for i, p in enumerate(peers):
             if p not in TRANSPORTS:
                 raise SystemExit(f"unknown peer {p}; known: {','.join(ALL)}")
+            if p == "clarion-ref" and CLARION_REF is None:
+                if t == args.transports[0]:
+                    notes.append(f"{LABELS[p]}: skipped (CLARION_REF_BIN is not set)")
+                continue
+            if p == "clarion-ref" and not CLARION_REF.exists():
+                raise SystemExit(f"CLARION_REF_BIN: no such file: {CLARION_REF}")
             if t not in TRANSPORTS[p]:
                 notes.append(f"{LABELS[p]}: skipped for {t.upper()} (it does not serve it here)")
                 continue
             plan.append((p, t, 19000 + 10 * ALL.index(p)))
     # The Node and Python peers live in bench/peers/.env; Pushpin and nchan are Debian packages.
     system = {"pushpin": "pushpin", "nchan": "nginx"}
-    missing = [p for p, _, _ in plan if p not in ("clarion", "clarion-grip")
+    missing = [p for p, _, _ in plan if p not in ("clarion", "clarion-grip", "clarion-ref")
                and (not shutil.which(system[p]) if p in system else not ENV.exists())]
     if missing:
         raise SystemExit("peers are not installed: bash bench/peers/setup.sh")
