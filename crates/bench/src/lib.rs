@@ -2,12 +2,14 @@
 //!
 //! The coordinator ([`run`]) spreads connections over worker processes ([`worker`]), each bound
 //! to its own loopback source address so no process nears the open-files limit and no address
-//! runs out of ephemeral ports; publishes through the server's API; and merges what the workers
-//! measured: every delivery checked ([`check`]), latency histograms and clumps ([`stats`]),
-//! and the server's CPU, memory and kernel socket memory from /proc ([`proc_stat`]).
+//! runs out of ephemeral ports; publishes through the server's API ([`publisher`]); and merges
+//! what the workers measured: every delivery checked ([`check`]), latency histograms and clumps
+//! ([`stats`]), and the server's CPU, memory and kernel socket memory from /proc
+//! ([`proc_stat`]). [`report`] prints the summary and writes the HTML report.
 
 pub mod check;
 pub mod proc_stat;
+pub mod publisher;
 pub mod report;
 pub mod run;
 pub mod stats;

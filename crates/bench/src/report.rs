@@ -1,10 +1,11 @@
-//! A self-contained HTML report: the summary table and SVG plots over time (connections open,
+//! Reports of a run: the text summary printed at the end ([`print_text`]), and a
+//! self-contained HTML report: the summary table and SVG plots over time (connections open,
 //! server RSS, deliveries per second, kernel memory) and the latency percentiles. No scripts, no
 //! external files: it opens anywhere and can be attached to an issue.
 
 use std::fmt::Write as _;
 
-use crate::run::{Outcome, Sample};
+use crate::run::{BenchArgs, Outcome, Sample};
 
 const W: f64 = 640.0;
 const H: f64 = 200.0;
@@ -163,6 +164,103 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// Prints the text report of a run to standard output.
+pub fn print_text(a: &BenchArgs, o: &Outcome) {
+    let v = &o.verdict;
+    let l = &o.latency;
+    let opt = |x: Option<f64>, unit: &str| {
+        x.map_or_else(|| "n/a".to_owned(), |x| format!("{x:.1}{unit}"))
+    };
+    println!(
+        "connections      {}/{} open, {:.0}/s",
+        o.opened, o.connections, o.connect_rate
+    );
+    if !o.errors.is_empty() {
+        println!("errors           {:?}", o.errors);
+    }
+    println!(
+        "deliveries       {} expected: {} in order, {} missing, {} duplicated, {} reordered",
+        o.expected, v.in_order, v.missing, v.duplicated, v.reordered
+    );
+    println!(
+        "latency (ms)     p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+        l.p50 as f64 / 1e3,
+        l.p90 as f64 / 1e3,
+        l.p99 as f64 / 1e3,
+        l.p999 as f64 / 1e3,
+        l.max as f64 / 1e3
+    );
+    if a.interval_ms > 0 {
+        println!("clumps           {} messages arrived bunched", o.clumped);
+    }
+    println!(
+        "throughput       {:.0} deliveries/s",
+        o.deliveries_per_second
+    );
+    println!(
+        "server CPU       {} per million deliveries",
+        opt(o.server_cpu_per_million, " s")
+    );
+    println!(
+        "server memory    {} per connection (user space)",
+        opt(o.server_bytes_per_connection, " B")
+    );
+    println!(
+        "kernel TCP mem   {} per connection (both loopback ends)",
+        opt(o.kernel_bytes_per_connection, " B")
+    );
+    for st in &o.steps {
+        println!(
+            "step {:>7}     {} per connection, {} marginal, RSS {}",
+            st.opened,
+            opt(st.server_bytes_per_connection, " B"),
+            opt(st.marginal_bytes_per_connection, " B"),
+            st.rss.map_or_else(
+                || "n/a".to_owned(),
+                |r| format!("{:.1} MiB", r as f64 / 1048576.0)
+            )
+        );
+    }
+    if let Some(c) = &o.churn {
+        let mib = |x: Option<u64>| {
+            x.map_or_else(
+                || "n/a".to_owned(),
+                |r| format!("{:.1} MiB", r as f64 / 1048576.0),
+            )
+        };
+        let n = |x: Option<u64>| x.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+        println!(
+            "churn            {} cycles of {:?} connections",
+            c.rounds, c.opened
+        );
+        println!(
+            "churn RSS        baseline {}, peak {}, after {}",
+            mib(c.rss_baseline),
+            mib(c.rss_peak),
+            mib(c.rss_after)
+        );
+        println!(
+            "churn open files baseline {}, after {}{}",
+            n(c.fds_baseline),
+            n(c.fds_after),
+            match (c.fds_after, c.fds_returned) {
+                (None, _) => " (no --server-pid: not measured)",
+                (Some(_), true) => " (returned)",
+                (Some(_), false) => " (NOT returned)",
+            }
+        );
+    }
+    println!("bench CPU        {:.1} s", o.bench_cpu_seconds);
+    if let Some(server) = o.server_cpu_seconds {
+        if o.bench_cpu_seconds > 2.0 * server && o.bench_cpu_seconds > 1.0 {
+            println!(
+                "warning          the load generator used {:.1}x the server's CPU: it, not the server, may be the bottleneck",
+                o.bench_cpu_seconds / server.max(1e-3)
+            );
+        }
+    }
 }
 
 #[cfg(test)]

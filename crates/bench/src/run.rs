@@ -1,8 +1,8 @@
 //! The coordinator: plans the connections, starts the worker processes, publishes, and reports.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,8 +13,9 @@ use serde::Serialize;
 
 use crate::check::Verdict;
 use crate::proc_stat;
+use crate::publisher::Api;
 use crate::stats::{Latency, Summary};
-use crate::worker::{unix_micros, Finish, Job, Progress, Report, Transport};
+use crate::worker::{Finish, Job, Progress, Report, Transport};
 
 /// `clarion bench` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -256,7 +257,7 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     } else {
         run(&a)?
     };
-    print_report(&a, &outcome);
+    crate::report::print_text(&a, &outcome);
     if let Some(path) = &a.report {
         let transport = match a.transport {
             TransportArg::Ws => "WebSocket",
@@ -728,181 +729,6 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         steps: if staged { steps } else { Vec::new() },
         churn: None,
     })
-}
-
-fn print_report(a: &BenchArgs, o: &Outcome) {
-    let v = &o.verdict;
-    let l = &o.latency;
-    let opt = |x: Option<f64>, unit: &str| {
-        x.map_or_else(|| "n/a".to_owned(), |x| format!("{x:.1}{unit}"))
-    };
-    println!(
-        "connections      {}/{} open, {:.0}/s",
-        o.opened, o.connections, o.connect_rate
-    );
-    if !o.errors.is_empty() {
-        println!("errors           {:?}", o.errors);
-    }
-    println!(
-        "deliveries       {} expected: {} in order, {} missing, {} duplicated, {} reordered",
-        o.expected, v.in_order, v.missing, v.duplicated, v.reordered
-    );
-    println!(
-        "latency (ms)     p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
-        l.p50 as f64 / 1e3,
-        l.p90 as f64 / 1e3,
-        l.p99 as f64 / 1e3,
-        l.p999 as f64 / 1e3,
-        l.max as f64 / 1e3
-    );
-    if a.interval_ms > 0 {
-        println!("clumps           {} messages arrived bunched", o.clumped);
-    }
-    println!(
-        "throughput       {:.0} deliveries/s",
-        o.deliveries_per_second
-    );
-    println!(
-        "server CPU       {} per million deliveries",
-        opt(o.server_cpu_per_million, " s")
-    );
-    println!(
-        "server memory    {} per connection (user space)",
-        opt(o.server_bytes_per_connection, " B")
-    );
-    println!(
-        "kernel TCP mem   {} per connection (both loopback ends)",
-        opt(o.kernel_bytes_per_connection, " B")
-    );
-    for st in &o.steps {
-        println!(
-            "step {:>7}     {} per connection, {} marginal, RSS {}",
-            st.opened,
-            opt(st.server_bytes_per_connection, " B"),
-            opt(st.marginal_bytes_per_connection, " B"),
-            st.rss.map_or_else(
-                || "n/a".to_owned(),
-                |r| format!("{:.1} MiB", r as f64 / 1048576.0)
-            )
-        );
-    }
-    if let Some(c) = &o.churn {
-        let mib = |x: Option<u64>| {
-            x.map_or_else(
-                || "n/a".to_owned(),
-                |r| format!("{:.1} MiB", r as f64 / 1048576.0),
-            )
-        };
-        let n = |x: Option<u64>| x.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
-        println!(
-            "churn            {} cycles of {:?} connections",
-            c.rounds, c.opened
-        );
-        println!(
-            "churn RSS        baseline {}, peak {}, after {}",
-            mib(c.rss_baseline),
-            mib(c.rss_peak),
-            mib(c.rss_after)
-        );
-        println!(
-            "churn open files baseline {}, after {}{}",
-            n(c.fds_baseline),
-            n(c.fds_after),
-            match (c.fds_after, c.fds_returned) {
-                (None, _) => " (no --server-pid: not measured)",
-                (Some(_), true) => " (returned)",
-                (Some(_), false) => " (NOT returned)",
-            }
-        );
-    }
-    println!("bench CPU        {:.1} s", o.bench_cpu_seconds);
-    if let Some(server) = o.server_cpu_seconds {
-        if o.bench_cpu_seconds > 2.0 * server && o.bench_cpu_seconds > 1.0 {
-            println!(
-                "warning          the load generator used {:.1}x the server's CPU: it, not the server, may be the bottleneck",
-                o.bench_cpu_seconds / server.max(1e-3)
-            );
-        }
-    }
-}
-
-/// A keep-alive HTTP/1.1 connection to the publish API.
-struct Api {
-    stream: TcpStream,
-    seq_buf: Vec<u8>,
-}
-
-impl Api {
-    fn connect(addr: SocketAddr) -> anyhow::Result<Api> {
-        let stream =
-            TcpStream::connect(addr).with_context(|| format!("cannot reach the API at {addr}"))?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-        Ok(Api {
-            stream,
-            seq_buf: Vec::new(),
-        })
-    }
-
-    /// Publishes message `seq` (padded to `size` bytes) to every topic of `topics`.
-    fn publish_batch(&mut self, topics: &[String], seq: u64, size: usize) -> anyhow::Result<()> {
-        let ts = unix_micros();
-        let mut data = format!("{seq} {ts} ");
-        while data.len() < size {
-            data.push('x');
-        }
-        let messages: Vec<serde_json::Value> = topics
-            .iter()
-            .map(|t| serde_json::json!({ "topic": t, "data": data }))
-            .collect();
-        let body = serde_json::json!({ "messages": messages }).to_string();
-        let head = format!(
-            "POST /publish HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        self.stream.write_all(head.as_bytes())?;
-        self.stream.write_all(body.as_bytes())?;
-        // Read one response: head, then Content-Length bytes.
-        self.seq_buf.clear();
-        let mut chunk = [0u8; 4096];
-        let (head_end, len) = loop {
-            let n = self.stream.read(&mut chunk)?;
-            if n == 0 {
-                bail!("the API closed the connection");
-            }
-            self.seq_buf
-                .extend_from_slice(chunk.get(..n).unwrap_or_default());
-            if let Some(end) = self.seq_buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(self.seq_buf.get(..end).unwrap_or_default())
-                    .to_string();
-                if !head.starts_with("HTTP/1.1 200") {
-                    bail!(
-                        "publish failed: {}",
-                        head.lines().next().unwrap_or_default()
-                    );
-                }
-                let len = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().parse::<usize>())
-                    })
-                    .and_then(Result::ok)
-                    .unwrap_or(0);
-                break (end + 4, len);
-            }
-        };
-        while self.seq_buf.len() < head_end + len {
-            let n = self.stream.read(&mut chunk)?;
-            if n == 0 {
-                bail!("the API closed the connection");
-            }
-            self.seq_buf
-                .extend_from_slice(chunk.get(..n).unwrap_or_default());
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

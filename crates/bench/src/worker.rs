@@ -16,6 +16,10 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 
+use clarion_proto::http1::{parse_response_head, ResponseBody};
+use clarion_proto::ws::frame::parse_header;
+use clarion_proto::ws::OpCode;
+
 use crate::check::{SeqChecker, Verdict};
 use crate::stats::{Buckets, Clumps, Latency};
 
@@ -129,12 +133,22 @@ struct Conn {
     tls: Option<Box<rustls::ClientConnection>>,
     topic: u32,
     phase: Phase,
+    /// Bytes of a head, frame or event split across reads: empty (no allocation) otherwise,
+    /// since input is parsed in the worker's shared read buffer.
     buf: Vec<u8>,
     check: SeqChecker,
     clumps: Clumps,
 }
 
 const STDIN: Token = Token(usize::MAX - 1);
+
+/// Most header fields in an answer the bench reads.
+pub(crate) const MAX_HEADERS: usize = 32;
+/// Largest answer head: Clarion's are a few hundred bytes.
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
+/// Largest frame payload accepted from the server: far above any benchmark message, low
+/// enough that a broken length cannot make a connection buffer without bound.
+const MAX_FRAME: u64 = 64 * 1024 * 1024;
 
 /// Most handshakes one worker has in flight at once.
 const MAX_IN_FLIGHT: usize = 256;
@@ -401,144 +415,171 @@ fn drive(
     }
     // TLS records rustls could not write yet (the handshake, or a request behind it).
     flush_tls(c).map_err(|e| format!("write: {}", e.kind()))?;
+    let topic = topics.get(c.topic as usize).map_or("", String::as_str);
+    let mut cx = Cx {
+        job,
+        topic,
+        now_us,
+        latency,
+    };
     let mut eof = false;
     loop {
-        match (&c.stream).read(read_buf) {
+        let n = match (&c.stream).read(read_buf) {
             Ok(0) => {
                 eof = true;
                 break;
             }
-            Ok(n) => {
-                let fresh = read_buf.get(..n).unwrap_or_default();
-                match c.tls.as_mut() {
-                    None => c.buf.extend_from_slice(fresh),
-                    Some(t) => {
-                        let mut rest = fresh;
-                        while !rest.is_empty() {
-                            t.read_tls(&mut rest)
-                                .map_err(|e| format!("tls read: {}", e.kind()))?;
-                            t.process_new_packets().map_err(|e| format!("tls: {e}"))?;
-                            match t.reader().read_to_end(&mut c.buf) {
-                                Ok(_) => {}
-                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                                    eof = true;
-                                }
-                                Err(e) => return Err(format!("tls read: {}", e.kind())),
-                            }
-                        }
-                        flush_tls(c).map_err(|e| format!("write: {}", e.kind()))?;
-                    }
-                }
-            }
+            Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(format!("read: {}", e.kind())),
-        }
-    }
-    if job.transport == Transport::Poll {
-        let topic = topics.get(c.topic as usize).map_or("", String::as_str);
-        poll_responses(c, topic, job.target, now_us, latency, job.interval_us)?;
-        if eof {
-            return Err("closed by server".into());
-        }
-        return Ok(());
-    }
-    if matches!(c.phase, Phase::Head) {
-        let Some(end) = find(&c.buf, b"\r\n\r\n") else {
-            return if eof {
-                Err("closed during handshake".into())
+        };
+        let fresh = read_buf.get(..n).unwrap_or_default();
+        let Some(t) = c.tls.as_mut() else {
+            if c.buf.is_empty() {
+                // The usual case: parse in the shared buffer, keep only an incomplete tail.
+                let used = consume(c, fresh, &mut cx)?;
+                if let Some(tail) = fresh.get(used..).filter(|t| !t.is_empty()) {
+                    c.buf = tail.to_vec();
+                }
             } else {
-                Ok(())
-            };
+                c.buf.extend_from_slice(fresh);
+                consume_buffered(c, &mut cx)?;
+            }
+            continue;
         };
-        let ok: &[u8] = match job.transport {
-            Transport::Ws => b"HTTP/1.1 101",
-            Transport::Sse | Transport::Poll => b"HTTP/1.1 200",
-        };
-        if !c.buf.starts_with(ok) {
-            let status = String::from_utf8_lossy(c.buf.get(9..12).unwrap_or_default()).into_owned();
-            return Err(format!("refused: HTTP {status}"));
+        let mut rest = fresh;
+        while !rest.is_empty() {
+            t.read_tls(&mut rest)
+                .map_err(|e| format!("tls read: {}", e.kind()))?;
+            t.process_new_packets().map_err(|e| format!("tls: {e}"))?;
+            match t.reader().read_to_end(&mut c.buf) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    eof = true;
+                }
+                Err(e) => return Err(format!("tls read: {}", e.kind())),
+            }
         }
-        c.buf.drain(..end + 4);
-        c.phase = Phase::Open;
-    }
-    match job.transport {
-        Transport::Ws => ws_messages(c, now_us, latency, job.interval_us)?,
-        Transport::Sse | Transport::Poll => sse_messages(c, now_us, latency, job.interval_us),
+        flush_tls(c).map_err(|e| format!("write: {}", e.kind()))?;
+        consume_buffered(c, &mut cx)?;
     }
     if eof {
-        return Err("closed by server".into());
+        let handshake = matches!(c.phase, Phase::Head) && job.transport != Transport::Poll;
+        return Err(if handshake {
+            "closed during handshake".into()
+        } else {
+            "closed by server".into()
+        });
     }
     Ok(())
 }
 
-fn ws_messages(
-    c: &mut Conn,
+/// What parsing a connection's input needs besides the connection.
+struct Cx<'a> {
+    job: &'a Job,
+    topic: &'a str,
     now_us: u64,
-    latency: &mut Latency,
-    interval: u64,
-) -> Result<(), String> {
+    latency: &'a mut Latency,
+}
+
+/// Parses `c.buf` and keeps only what is still incomplete (nothing, and no allocation, when
+/// everything was used).
+fn consume_buffered(c: &mut Conn, cx: &mut Cx<'_>) -> Result<(), String> {
     let mut buf = std::mem::take(&mut c.buf);
-    let mut at = 0;
-    let mut closed = false;
-    loop {
-        let rest = buf.get(at..).unwrap_or_default();
-        let (b0, b1) = match rest {
-            [b0, b1, ..] => (*b0, *b1),
-            _ => break,
-        };
-        let tail = rest.get(2..).unwrap_or_default();
-        let (len, hdr) = match b1 & 0x7f {
-            126 => match tail.get(..2) {
-                Some(&[a, b]) => (u64::from(u16::from_be_bytes([a, b])), 4),
-                _ => break,
-            },
-            127 => match tail.get(..8).and_then(|s| <[u8; 8]>::try_from(s).ok()) {
-                Some(b) => (u64::from_be_bytes(b), 10),
-                None => break,
-            },
-            n => (u64::from(n), 2),
-        };
-        let total = hdr + len as usize;
-        let Some(payload) = rest.get(hdr..total) else {
-            break;
-        };
-        match b0 & 0x0f {
-            1 | 2 => note(c, payload, now_us, latency, interval),
-            8 => {
-                closed = true;
-                break;
-            }
-            9 => {
-                // Answer pings, or the server's idle timeout closes us.
-                let pong = masked(10, payload);
-                let _ = send(c, &pong);
-            }
-            _ => {}
-        }
-        at += total;
-    }
-    buf.drain(..at.min(buf.len()));
-    c.buf = buf;
-    if closed {
-        return Err("closed by server".into());
+    let used = consume(c, &buf, cx)?;
+    buf.drain(..used.min(buf.len()));
+    if !buf.is_empty() {
+        c.buf = buf;
     }
     Ok(())
 }
 
-fn sse_messages(c: &mut Conn, now_us: u64, latency: &mut Latency, interval: u64) {
+/// Handles every complete answer head, frame, event or poll answer at the start of `input`;
+/// returns the bytes used.
+fn consume(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<usize, String> {
     let mut at = 0;
-    while let Some(end) = find(c.buf.get(at..).unwrap_or_default(), b"\n\n") {
-        let block = c.buf.get(at..at + end).unwrap_or_default().to_vec();
-        for line in block.split(|&b| b == b'\n') {
-            if let Some(data) = line.strip_prefix(b"data: ") {
-                note(c, data, now_us, latency, interval);
-            }
+    loop {
+        let rest = input.get(at..).unwrap_or_default();
+        let used = match (cx.job.transport, &c.phase) {
+            (Transport::Poll, _) => poll_answer(c, rest, cx)?,
+            (transport, Phase::Head) => handshake_answer(c, rest, transport)?,
+            (Transport::Ws, _) => ws_frame(c, rest, cx)?,
+            (Transport::Sse, _) => sse_event(c, rest, cx),
+        };
+        match used {
+            Some(n) => at += n,
+            None => return Ok(at),
         }
-        at += end + 2;
     }
-    c.buf.drain(..at.min(c.buf.len()));
+}
+
+/// The answer to the subscribing request: `101` for WebSocket, `200` and a close-delimited
+/// stream for SSE. `None` until the head is complete.
+fn handshake_answer(
+    c: &mut Conn,
+    input: &[u8],
+    transport: Transport,
+) -> Result<Option<usize>, String> {
+    let Some(head) = parse_response_head(input, MAX_HEADERS, MAX_HEAD)
+        .map_err(|e| format!("bad answer: {e}"))?
+    else {
+        return Ok(None);
+    };
+    let ok = match transport {
+        Transport::Ws => 101,
+        Transport::Sse | Transport::Poll => 200,
+    };
+    if head.status != ok {
+        return Err(format!("refused: HTTP {}", head.status));
+    }
+    if transport == Transport::Sse && head.body("GET") != Ok(ResponseBody::UntilClose) {
+        return Err("event stream is not close-delimited".into());
+    }
+    c.phase = Phase::Open;
+    Ok(Some(head.head_len))
+}
+
+/// One WebSocket frame from the server; `None` until it is complete.
+fn ws_frame(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usize>, String> {
+    // Server frames are unmasked (RFC 6455 section 5.1); a masked one is a broken server.
+    let Some(h) = parse_header(input, false, MAX_FRAME).map_err(|e| format!("bad frame: {e}"))?
+    else {
+        return Ok(None);
+    };
+    if h.mask.is_some() {
+        return Err("bad frame: masked by the server".into());
+    }
+    let total = usize::try_from(h.payload_len)
+        .ok()
+        .and_then(|n| n.checked_add(h.header_len))
+        .ok_or("bad frame: too long")?;
+    let Some(payload) = input.get(h.header_len..total) else {
+        return Ok(None);
+    };
+    match h.opcode {
+        OpCode::Text | OpCode::Binary => note(c, payload, cx),
+        OpCode::Close => return Err("closed by server".into()),
+        OpCode::Ping => {
+            // Answer pings, or the server's idle timeout closes us.
+            let pong = masked(OpCode::Pong, payload);
+            let _ = send(c, &pong);
+        }
+        OpCode::Pong | OpCode::Continuation => {}
+    }
+    Ok(Some(total))
+}
+
+/// One event of an SSE stream (its `data:` lines); `None` until it is complete.
+fn sse_event(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Option<usize> {
+    let end = find(input, b"\n\n")?;
+    for line in input.get(..end).unwrap_or_default().split(|&b| b == b'\n') {
+        if let Some(data) = line.strip_prefix(b"data: ") {
+            note(c, data, cx);
+        }
+    }
+    Some(end + 2)
 }
 
 fn poll_request(topic: &str, since: Option<&str>, target: SocketAddr) -> String {
@@ -562,49 +603,37 @@ struct PollMessage {
     data: String,
 }
 
-/// Handles every complete long-poll answer in the buffer, sending the next poll after each.
-fn poll_responses(
-    c: &mut Conn,
-    topic: &str,
-    target: SocketAddr,
-    now_us: u64,
-    latency: &mut Latency,
-    interval: u64,
-) -> Result<(), String> {
-    loop {
-        let Some(end) = find(&c.buf, b"\r\n\r\n") else {
-            return Ok(());
-        };
-        let head = String::from_utf8_lossy(c.buf.get(..end).unwrap_or_default()).into_owned();
-        if !head.starts_with("HTTP/1.1 200") {
-            let status = head.get(9..12).unwrap_or_default().to_owned();
-            return Err(format!("refused: HTTP {status}"));
-        }
-        let len = head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse::<usize>().ok())
-                    .flatten()
-            })
-            .ok_or("poll answer without Content-Length")?;
-        let Some(body) = c.buf.get(end + 4..end + 4 + len) else {
-            return Ok(());
-        };
-        let parsed: PollBody =
-            serde_json::from_slice(body).map_err(|e| format!("bad poll answer: {e}"))?;
-        c.buf.drain(..end + 4 + len);
-        for m in &parsed.messages {
-            note(c, m.data.as_bytes(), now_us, latency, interval);
-        }
-        c.phase = Phase::Open;
-        send(
-            c,
-            poll_request(topic, Some(&parsed.cursor), target).as_bytes(),
-        )
-        .map_err(|e| format!("send poll: {}", e.kind()))?;
+/// One complete long-poll answer, after which the next poll is sent; `None` until it is
+/// complete.
+fn poll_answer(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usize>, String> {
+    let Some(head) = parse_response_head(input, MAX_HEADERS, MAX_HEAD)
+        .map_err(|e| format!("bad answer: {e}"))?
+    else {
+        return Ok(None);
+    };
+    if head.status != 200 {
+        return Err(format!("refused: HTTP {}", head.status));
     }
+    let len = match head.body("GET") {
+        Ok(ResponseBody::Length(n)) => usize::try_from(n).map_err(|_| "poll answer too long")?,
+        _ => return Err("poll answer without Content-Length".into()),
+    };
+    let total = head.head_len.saturating_add(len);
+    let Some(body) = input.get(head.head_len..total) else {
+        return Ok(None);
+    };
+    let parsed: PollBody =
+        serde_json::from_slice(body).map_err(|e| format!("bad poll answer: {e}"))?;
+    for m in &parsed.messages {
+        note(c, m.data.as_bytes(), cx);
+    }
+    c.phase = Phase::Open;
+    send(
+        c,
+        poll_request(cx.topic, Some(&parsed.cursor), cx.job.target).as_bytes(),
+    )
+    .map_err(|e| format!("send poll: {}", e.kind()))?;
+    Ok(Some(total))
 }
 
 /// Writes `bytes` to the connection (through TLS when it has it). Requests are small and the
@@ -653,7 +682,8 @@ pub fn socketio_unwrapped(payload: &[u8]) -> &[u8] {
 
 /// A benchmark payload starts with `SEQ PUBLISH_UNIX_MICROS ` (possibly inside a Socket.IO
 /// event frame).
-fn note(c: &mut Conn, payload: &[u8], now_us: u64, latency: &mut Latency, interval: u64) {
+fn note(c: &mut Conn, payload: &[u8], cx: &mut Cx<'_>) {
+    let (now_us, interval) = (cx.now_us, cx.job.interval_us);
     let payload = socketio_unwrapped(payload);
     let mut parts = payload.splitn(3, |&b| b == b' ');
     let num = |p: Option<&[u8]>| {
@@ -662,14 +692,15 @@ fn note(c: &mut Conn, payload: &[u8], now_us: u64, latency: &mut Latency, interv
     };
     if let (Some(seq), Some(ts)) = (num(parts.next()), num(parts.next())) {
         c.check.see(seq);
-        latency.record(now_us.saturating_sub(ts));
+        cx.latency.record(now_us.saturating_sub(ts));
         c.clumps.see(now_us, interval);
     }
 }
 
-fn masked(opcode: u8, payload: &[u8]) -> Vec<u8> {
+/// A masked client frame (control frames only: at most 125 payload bytes).
+fn masked(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
     let mask = rand16();
-    let mut out = vec![0x80 | opcode, 0x80 | payload.len().min(125) as u8];
+    let mut out = vec![0x80 | opcode as u8, 0x80 | payload.len().min(125) as u8];
     out.extend_from_slice(mask.get(..4).unwrap_or_default());
     out.extend(
         payload
@@ -710,6 +741,7 @@ pub fn own_cpu_seconds() -> f64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -719,5 +751,150 @@ mod tests {
         assert_eq!(socketio_unwrapped(b"7 123 xx"), b"7 123 xx");
         assert_eq!(socketio_unwrapped(br#"42["m"]"#), br#"42["m"]"#);
         assert_eq!(socketio_unwrapped(b"0{\"sid\":\"a\"}"), b"0{\"sid\":\"a\"}");
+    }
+
+    use clarion_proto::ws::frame::encode_frame;
+
+    /// A connection in `phase` over a real loopback socket (pongs and polls are written to it),
+    /// and the server's end.
+    fn conn(phase: Phase) -> (Conn, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let c = Conn {
+            stream: TcpStream::from_std(client),
+            tls: None,
+            topic: 0,
+            phase,
+            buf: Vec::new(),
+            check: SeqChecker::default(),
+            clumps: Clumps::default(),
+        };
+        (c, server)
+    }
+
+    fn job(transport: Transport) -> Job {
+        Job {
+            target: "127.0.0.1:1".parse().unwrap(),
+            source: "127.0.0.1".parse().unwrap(),
+            transport,
+            topics: vec!["t".into()],
+            connect_rate: 0,
+            interval_us: 0,
+            tls: None,
+        }
+    }
+
+    /// Feeds `input` to `c` as [`drive`] does for one read, at every split point, and returns
+    /// the messages it checked and what it kept.
+    fn feed(c: &mut Conn, transport: Transport, input: &[u8]) -> Result<Vec<u8>, String> {
+        let job = job(transport);
+        let mut latency = Latency::default();
+        let mut cx = Cx {
+            job: &job,
+            topic: "t",
+            now_us: 10,
+            latency: &mut latency,
+        };
+        let used = consume(c, input, &mut cx)?;
+        Ok(input.get(used..).unwrap_or_default().to_vec())
+    }
+
+    #[test]
+    fn websocket_handshake_and_server_frames_parse_in_place() {
+        let mut input = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n".to_vec();
+        input.extend(encode_frame(OpCode::Text, b"0 5 a"));
+        input.extend(encode_frame(OpCode::Ping, b"p"));
+        input.extend(encode_frame(OpCode::Binary, &[b'x'; 300]));
+        input.extend(encode_frame(OpCode::Text, b"1 5 b"));
+        let split = input.len() - 2;
+        let (mut c, mut server) = conn(Phase::Head);
+        let tail = feed(&mut c, Transport::Ws, &input[..split]).unwrap();
+        assert_eq!(
+            tail,
+            &input[split - 5..split],
+            "an incomplete frame is kept whole"
+        );
+        assert!(matches!(c.phase, Phase::Open));
+        assert_eq!(c.check.received(), 1);
+        let mut rest = tail;
+        rest.extend_from_slice(&input[split..]);
+        assert!(feed(&mut c, Transport::Ws, &rest).unwrap().is_empty());
+        assert_eq!(c.check.received(), 2);
+        assert!(c.check.finish(2).perfect());
+        // The ping was answered with a masked pong.
+        let mut pong = [0u8; 7];
+        server.read_exact(&mut pong).unwrap();
+        assert_eq!(pong[..2], [0x8a, 0x81]);
+        assert_eq!(pong[6] ^ pong[2], b'p');
+        let close = encode_frame(OpCode::Close, &[3, 232]);
+        assert_eq!(
+            feed(&mut c, Transport::Ws, &close).unwrap_err(),
+            "closed by server"
+        );
+    }
+
+    #[test]
+    fn broken_or_refused_answers_are_reported() {
+        let (mut c, _server) = conn(Phase::Head);
+        let refused = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(
+            feed(&mut c, Transport::Ws, refused).unwrap_err(),
+            "refused: HTTP 403"
+        );
+        let (mut c, _server) = conn(Phase::Open);
+        // A masked frame and a reserved opcode are not what a server sends.
+        assert!(feed(&mut c, Transport::Ws, &[0x81, 0x81, 1, 2, 3, 4, 0])
+            .unwrap_err()
+            .contains("masked"));
+        assert!(feed(&mut c, Transport::Ws, &[0x83, 0x00])
+            .unwrap_err()
+            .starts_with("bad frame"));
+        let (mut c, _server) = conn(Phase::Head);
+        assert!(feed(
+            &mut c,
+            Transport::Sse,
+            b"HTTP/1.1 200 OK\r\nNot a header\r\n\r\n"
+        )
+        .unwrap_err()
+        .starts_with("bad answer"));
+    }
+
+    #[test]
+    fn sse_events_and_poll_answers() {
+        let (mut c, _server) = conn(Phase::Head);
+        let sse =
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n\
+                    : hello\n\nid: 1\ndata: 0 5 a\n\ndata: 1 5";
+        assert_eq!(feed(&mut c, Transport::Sse, sse).unwrap(), b"data: 1 5");
+        assert_eq!(c.check.received(), 1);
+        let (mut c, mut server) = conn(Phase::Head);
+        let body = br#"{"messages":[{"data":"0 5 a"},{"data":"1 5 b"}],"cursor":"e-2"}"#;
+        let mut poll =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        poll.extend_from_slice(body);
+        assert_eq!(
+            feed(&mut c, Transport::Poll, &poll[..poll.len() - 1]).unwrap(),
+            &poll[..poll.len() - 1],
+            "nothing is used until the body is complete"
+        );
+        assert!(feed(&mut c, Transport::Poll, &poll).unwrap().is_empty());
+        assert_eq!(c.check.received(), 2);
+        let mut next = [0u8; 22];
+        server.read_exact(&mut next).unwrap();
+        assert_eq!(&next, b"GET /poll?topic=t&sinc");
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(
+            feed(&mut c, Transport::Poll, chunked).unwrap_err(),
+            "poll answer without Content-Length"
+        );
+    }
+
+    #[test]
+    fn a_connection_record_stays_small() {
+        // The million-connection runs need well under 1 KB of user space per connection.
+        let size = std::mem::size_of::<Conn>();
+        println!("size_of::<Conn>() = {size}");
+        assert!(size <= 160, "{size}");
     }
 }

@@ -6,7 +6,8 @@
 //! buffer, enforces its limits while parsing, and never panics on peer input.
 //!
 //! Layout:
-//! - [`http1`]: HTTP/1.1 request heads (with limits), query strings, chunked bodies, response heads.
+//! - [`http1`]: HTTP/1.1 request heads (with limits), query strings, chunked bodies, response
+//!   heads; writing request and response heads; which headers a proxy forwards (hop-by-hop).
 //! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
 //! - [`sse`]: Server-Sent Events encoding.
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
@@ -14,6 +15,8 @@
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
+//! - [`tls13`]: the TLS 1.3 record layer after the handshake: record protection, alerts, key
+//!   updates and the RFC 8446 §5.5 key usage limits.
 #![forbid(unsafe_code)]
 // Peer input reaches almost every line here: no indexing that could panic outside tests.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
@@ -23,4 +26,5 @@ pub mod grip;
 pub mod http1;
 pub mod pubsub;
 pub mod sse;
+pub mod tls13;
 pub mod ws;

@@ -6,7 +6,8 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::{anyhow, bail, Context as _};
+use clarion_proto::http1::{self, HeadWriteError, ResponseBody};
 
 use crate::cli::PublishArgs;
 
@@ -39,32 +40,99 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     } else {
         "text/plain; charset=utf-8"
     };
-    let mut req = format!(
-        "POST {base}/publish/{topic} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: {content_type}\r\n\
-         Content-Length: {len}\r\nConnection: close\r\n",
-        topic = args.topic,
-        len = message.len()
-    );
-    if let Some(key) = &args.api_key {
-        req.push_str(&format!("Authorization: Bearer {key}\r\n"));
+    let target = format!("{base}/publish/{}", args.topic);
+    let length = message.len().to_string();
+    let bearer = args.api_key.as_ref().map(|k| format!("Bearer {k}"));
+    let mut headers: Vec<(&str, &[u8])> = vec![
+        ("Host", authority.as_bytes()),
+        ("Content-Type", content_type.as_bytes()),
+        ("Content-Length", length.as_bytes()),
+        ("Connection", b"close"),
+    ];
+    if let Some(b) = &bearer {
+        headers.push(("Authorization", b.as_bytes()));
     }
-    req.push_str("\r\n");
-    stream.write_all(req.as_bytes())?;
-    stream.write_all(&message)?;
+    let mut req = Vec::with_capacity(256 + message.len());
+    // A topic or key with a space or a line break would change the request's meaning.
+    http1::write_request_head(&mut req, "POST", &target, &headers, None).map_err(|e| match e {
+        HeadWriteError::Target => anyhow!("topic {:?} cannot be sent in a URL", args.topic),
+        e => anyhow!("cannot write the request: {e}"),
+    })?;
+    req.extend_from_slice(&message);
+    stream.write_all(&req)?;
     let mut response = Vec::new();
     stream
         .read_to_end(&mut response)
         .context("cannot read the answer")?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("not an HTTP answer: {head:?}"))?;
-    println!("{}", body.trim_end());
+    let (status, body) = answer(&response)?;
+    println!("{}", String::from_utf8_lossy(&body).trim_end());
     if !(200..300).contains(&status) {
         bail!("publish failed with HTTP {status}");
     }
     Ok(())
+}
+
+/// Largest answer head accepted: the API's are a few hundred bytes.
+const MAX_HEAD: usize = 16 * 1024;
+/// Most header fields in an answer.
+const MAX_HEADERS: usize = 32;
+
+/// The status and body of a complete answer read until the server closed the connection.
+fn answer(response: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
+    let not_http = |why: &dyn std::fmt::Display| {
+        let start = String::from_utf8_lossy(response.get(..80).unwrap_or(response)).into_owned();
+        anyhow!("not an HTTP answer ({why}): {start:?}")
+    };
+    let head = http1::parse_response_head(response, MAX_HEADERS, MAX_HEAD)
+        .map_err(|e| not_http(&e))?
+        .ok_or_else(|| not_http(&"incomplete head"))?;
+    let rest = response.get(head.head_len..).unwrap_or_default();
+    let body = match head.body("POST").map_err(|e| not_http(&e))? {
+        ResponseBody::None => Vec::new(),
+        ResponseBody::Length(n) => {
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            rest.get(..n)
+                .ok_or_else(|| anyhow!("the answer's body was cut short"))?
+                .to_vec()
+        }
+        ResponseBody::Chunked => {
+            let mut body = Vec::new();
+            match http1::ChunkedDecoder::new(usize::MAX).decode(rest, &mut body) {
+                Ok((_, true)) => body,
+                Ok((_, false)) => bail!("the answer's body was cut short"),
+                Err(e) => bail!("the answer's body is not valid: {e}"),
+            }
+        }
+        ResponseBody::UntilClose => rest.to_vec(),
+    };
+    Ok((head.status, body))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_answers_by_their_framing() {
+        let (status, body) =
+            answer(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{}\n\nextra").unwrap();
+        assert_eq!((status, &body[..]), (200, &b"{}\n\n"[..]));
+        let (status, body) = answer(
+            b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nbad\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((status, &body[..]), (400, &b"bad"[..]));
+        let (_, body) = answer(b"HTTP/1.0 200 OK\r\n\r\nall of it").unwrap();
+        assert_eq!(body, b"all of it");
+        assert!(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort")
+            .unwrap_err()
+            .to_string()
+            .contains("cut short"));
+        assert!(answer(b"SSH-2.0-OpenSSH\r\n\r\n")
+            .unwrap_err()
+            .to_string()
+            .contains("not an HTTP answer"));
+        assert!(answer(b"HTTP/1.1 200 OK\r\n").is_err());
+    }
 }

@@ -1,4 +1,4 @@
-//! Response heads and reason phrases.
+//! Reason phrases, chunked response bodies, and response heads from upstream servers.
 
 use std::io::Write as _;
 
@@ -48,24 +48,6 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Appends a response head: status line, `headers`, `Content-Length` when given, empty line.
-pub fn write_response_head(
-    out: &mut Vec<u8>,
-    status: u16,
-    headers: &[(&str, &str)],
-    content_length: Option<usize>,
-) {
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason(status));
-    for (name, value) in headers {
-        let _ = write!(out, "{name}: {value}\r\n");
-    }
-    if let Some(n) = content_length {
-        let _ = write!(out, "Content-Length: {n}\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
 /// Appends one chunk of a `Transfer-Encoding: chunked` response body (RFC 9112 section 7.1):
 /// hexadecimal size, CRLF, the data, CRLF. Empty data writes nothing, since a zero-size chunk
 /// would end the body; [`LAST_CHUNK`] does that on purpose.
@@ -97,19 +79,6 @@ mod tests {
         let mut body = Vec::new();
         assert_eq!(dec.decode(&out, &mut body), Ok((out.len(), true)));
         assert_eq!(body.len(), 306);
-    }
-
-    #[test]
-    fn writes_a_head() {
-        let mut out = Vec::new();
-        write_response_head(&mut out, 404, &[("Content-Type", "text/plain")], Some(10));
-        assert_eq!(
-            out,
-            b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\n"
-        );
-        out.clear();
-        write_response_head(&mut out, 799, &[], None);
-        assert_eq!(out, b"HTTP/1.1 799 Unknown\r\n\r\n");
     }
 
     #[test]

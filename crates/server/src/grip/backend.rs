@@ -16,7 +16,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clarion_proto::http1::{parse_response_head, ChunkedDecoder, ResponseBody};
+use clarion_proto::http1::{parse_response_head, ChunkedDecoder, HopByHop, ResponseBody};
 
 use crate::config::limits::{GRIP_BACKEND_MAX_HEAD, GRIP_BACKEND_MAX_HEADERS};
 use crate::hub::{lock, Inbox};
@@ -293,11 +293,7 @@ fn once(
             let framing = h
                 .body(method)
                 .map_err(|e| (Failure::Invalid(e.to_string()), true))?;
-            let close = h.minor_version == 0
-                || h.header("connection").is_some_and(|v| {
-                    std::str::from_utf8(v)
-                        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
-                });
+            let close = h.minor_version == 0 || HopByHop::new(&h.headers).connection_has("close");
             break (
                 h.status,
                 h.reason.to_string(),

@@ -294,20 +294,23 @@ fn kind_of(b: &[u8]) -> DataKind {
 }
 
 /// The complete answer for an `http-response` item: its code (200 unless given), reason,
-/// headers and body, with `Content-Length`; `Connection: close` unless `keep`.
+/// headers and body, with `Content-Length`; `Connection: close` unless `keep`. The item's
+/// hop-by-hop headers (and those its `Connection` header names) are left out.
 pub fn response_bytes(r: &HttpResponse, keep: bool) -> Vec<u8> {
+    let hop = http1::HopByHop::new(&r.headers);
     let mut headers: Vec<(&str, &str)> = r
         .headers
         .iter()
-        .filter(|(n, _)| !is_hop_by_hop(n) && !n.eq_ignore_ascii_case("content-length"))
+        .filter(|(n, _)| hop.forwards(n) && !n.eq_ignore_ascii_case("content-length"))
         .map(|(n, v)| (n.as_str(), v.as_str()))
         .collect();
     if !keep {
         headers.push(("Connection", "close"));
     }
     let mut out = Vec::with_capacity(128 + r.body.len());
-    write_head(
+    http1::write_status_head(
         &mut out,
+        http1::Version::Http11,
         r.code,
         r.reason.as_deref(),
         &headers,
@@ -315,48 +318,6 @@ pub fn response_bytes(r: &HttpResponse, keep: bool) -> Vec<u8> {
     );
     out.extend_from_slice(&r.body);
     out
-}
-
-/// A response head with an explicit reason phrase (the backend's, or the standard one).
-pub fn write_head(
-    out: &mut Vec<u8>,
-    status: u16,
-    reason: Option<&str>,
-    headers: &[(&str, &str)],
-    content_length: Option<usize>,
-) {
-    let reason = reason
-        .filter(|r| !r.is_empty())
-        .unwrap_or_else(|| http1::reason(status));
-    out.extend_from_slice(format!("HTTP/1.1 {status} {reason}\r\n").as_bytes());
-    for (n, v) in headers {
-        out.extend_from_slice(n.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if let Some(n) = content_length {
-        out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes());
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Headers that belong to one hop and are never forwarded (RFC 9110 section 7.6.1), plus
-/// `Transfer-Encoding`, which the proxy sets itself.
-pub fn is_hop_by_hop(name: &str) -> bool {
-    [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "proxy-authenticate",
-        "proxy-authorization",
-    ]
-    .iter()
-    .any(|h| name.eq_ignore_ascii_case(h))
 }
 
 /// GRIP instruction headers, which the proxy consumes and never passes to clients.
@@ -408,6 +369,15 @@ mod tests {
             b"HTTP/1.1 201 Created\r\nX-A: 1\r\nConnection: close\r\nContent-Length: 4\r\n\r\ndone"
         );
         assert!(matches!(c.ws, Some(WsPart::Frame(f)) if &f[..] == b"\x81\x02ws"));
+        // Headers the item's `Connection` header names stay behind, with the hop-by-hop ones.
+        let it = items(
+            r#"{"items":[{"channel":"c","formats":{"http-response":{"code":200,
+                "headers":{"Connection":"close, X-Foo","X-Foo":"1","Keep-Alive":"5","X-B":"2"},
+                "body":""}}}]}"#,
+        );
+        let (c, _, _) = GripContent::from_item(&it[0]);
+        let r = response_bytes(c.response.as_deref().unwrap(), true);
+        assert_eq!(r, b"HTTP/1.1 200 OK\r\nX-B: 2\r\nContent-Length: 0\r\n\r\n");
         let it = items(
             r#"{"items":[{"channel":"c","formats":{"http-stream":{"action":"close"},"ws-message":{"action":"close","code":4000}}}]}"#,
         );
@@ -424,7 +394,5 @@ mod tests {
     fn header_classes() {
         assert!(is_grip_header("Grip-Hold"));
         assert!(!is_grip_header("Grip"));
-        assert!(is_hop_by_hop("Transfer-Encoding"));
-        assert!(!is_hop_by_hop("Content-Type"));
     }
 }

@@ -4,8 +4,9 @@
 //! space. A connection keeps bytes only for a partial record it has not fully received and for
 //! ciphertext the kernel has not taken yet; both are freed as soon as they empty.
 //!
-//! Once a TLS 1.3 handshake completes, the records move to [`super::tls_records`], which keeps
-//! only raw keys while the connection is idle; TLS 1.2 connections stay with rustls.
+//! Once a TLS 1.3 handshake completes, the records move to proto's record layer (handed over
+//! in [`super::tls_records`]), which keeps only raw keys while the connection is idle; TLS 1.2
+//! connections stay with rustls.
 //!
 //! No socket is touched here: the caller writes what lands in `out`.
 
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use rustls::server::{ServerConfig, UnbufferedServerConnection};
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
 
-use super::tls_records::Records;
+use super::tls_records::{self, Records};
 
 /// Plaintext bytes per TLS record (RFC 8446 §5.1).
 pub const MAX_RECORD: usize = 16 * 1024;
@@ -181,7 +182,7 @@ impl Session {
             return;
         };
         self.engine = match conn.dangerous_into_kernel_connection() {
-            Ok((secrets, kernel)) => match Records::new(secrets, kernel) {
+            Ok((secrets, kernel)) => match tls_records::take_over(secrets, kernel) {
                 Some(r) => Engine::Lean(r),
                 None => Engine::Switching,
             },
@@ -525,6 +526,37 @@ mod tests {
             s.encrypt(&[i; 3], &mut out).unwrap();
             assert_eq!(client_read(&mut c, &out), [i; 3]);
         }
+    }
+
+    #[test]
+    fn our_key_is_updated_before_its_limit_and_a_real_client_follows() {
+        static SMALL: clarion_proto::tls13::KeyLimits = clarion_proto::tls13::KeyLimits {
+            aes_gcm_full_records: 3,
+            records: 5,
+        };
+        let (mut s, mut c) = pair();
+        handshake(&mut s, &mut c, 100_000);
+        let Engine::Lean(r) = std::mem::replace(&mut s.engine, Engine::Switching) else {
+            panic!("not lean");
+        };
+        s.engine = Engine::Lean(r.with_limits(&SMALL));
+        // Full-size records hit the AES-GCM limit, small ones the sequence limit.
+        let big = vec![b'y'; 5 * MAX_RECORD];
+        let mut out = Vec::new();
+        s.encrypt(&big, &mut out).unwrap();
+        for i in 0..10u8 {
+            s.encrypt(&[i], &mut out).unwrap();
+        }
+        let without_updates = 5 * (5 + MAX_RECORD + 1 + 16) + 10 * (5 + 1 + 1 + 16);
+        let updates = (out.len() - without_updates) / (5 + 5 + 1 + 16);
+        assert!(updates >= 5, "{updates} KeyUpdates");
+        let got = client_read(&mut c, &out);
+        assert_eq!(got.len(), big.len() + 10);
+        assert_eq!(got[big.len()..], (0..10).collect::<Vec<u8>>());
+        // And the client's data still reads after our updates.
+        std::io::Write::write_all(&mut c.writer(), b"still here").unwrap();
+        let (plain, _, _) = feed(&mut s, &client_out(&mut c), 100_000);
+        assert_eq!(plain, b"still here");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use clarion_proto::grip::publish::WsMessage;
 use clarion_proto::grip::{self as proto, Control, Event as WsEvent, EventLimits, Prefixed};
+use clarion_proto::http1::{self, Version};
 use clarion_proto::ws::close::encode_close_frame;
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake;
@@ -19,7 +20,6 @@ use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
 use super::forward::{client_headers, GripConn, Phase};
 use crate::grip::backend::{Failure, Response};
-use crate::grip::write_head;
 use crate::log;
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
@@ -37,7 +37,7 @@ pub(crate) struct Upgrade {
 
 pub(crate) struct Bridge {
     /// The request line and fixed headers of every event request, up to the meta.
-    pub(crate) head: Box<str>,
+    pub(crate) head: Box<[u8]>,
     pub(crate) meta: Vec<(String, String)>,
     /// The `grip` extension's message prefix, when the backend accepted it.
     pub(crate) prefix: Option<Box<str>>,
@@ -94,7 +94,15 @@ impl<S: Socket> Engine<S> {
             }
             let status = if r.status == 200 { 502 } else { r.status };
             let mut out = Vec::new();
-            write_head(&mut out, status, Some(&r.reason), &hdrs, Some(r.body.len()));
+            let length = Some(r.body.len());
+            http1::write_status_head(
+                &mut out,
+                Version::Http11,
+                status,
+                Some(&r.reason),
+                &hdrs,
+                length,
+            );
             out.extend_from_slice(&r.body);
             return self.finish_answer(k, out.into(), keep, status);
         }
@@ -430,16 +438,19 @@ pub(crate) fn apply_meta(b: &mut Bridge, r: &Response) {
 
 /// A WebSocket-over-HTTP request carrying `events`.
 pub(crate) fn event_request(b: &Bridge, sig: Option<&str>, events: &[u8]) -> Vec<u8> {
-    let mut out = String::with_capacity(b.head.len() + 128);
-    out.push_str(&b.head);
+    let mut out = Vec::with_capacity(b.head.len() + 128 + events.len());
+    out.extend_from_slice(&b.head);
     for (name, value) in &b.meta {
-        out.push_str(&format!("Meta-{name}: {value}\r\n"));
+        // `apply_meta` keeps only values without line breaks; a field that is still not valid
+        // is left out rather than written.
+        let _ = http1::write_header(&mut out, &format!("Meta-{name}"), value.as_bytes());
     }
     if let Some(sig) = sig {
-        out.push_str(&format!("Grip-Sig: {sig}\r\n"));
+        // A JWT is base64url and dots: always a valid value.
+        let _ = http1::write_header(&mut out, "Grip-Sig", sig.as_bytes());
     }
-    out.push_str(&format!("Content-Length: {}\r\n\r\n", events.len()));
-    let mut bytes = out.into_bytes();
-    bytes.extend_from_slice(events);
-    bytes
+    http1::write_content_length(&mut out, events.len());
+    http1::end_head(&mut out);
+    out.extend_from_slice(events);
+    out
 }

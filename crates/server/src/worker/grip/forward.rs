@@ -12,13 +12,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::grip::{self as proto, Event as WsEvent, HoldMode};
-use clarion_proto::http1::{self, Body, RequestHead};
+use clarion_proto::http1::{self, Body, HeadWriteError, HopByHop, RequestHead, Version};
 use clarion_proto::ws::handshake;
 
 use super::bridge::{event_request, Bridge, Upgrade};
 use super::hold::{KeepAlive, ResponseHold};
 use crate::grip::backend::{Answer, Failure, Job, Response};
-use crate::grip::{is_grip_header, is_hop_by_hop, write_head};
+use crate::grip::is_grip_header;
 use crate::log;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State};
@@ -54,10 +54,10 @@ pub(crate) struct Waiting {
     pub(crate) upgrade: Option<Upgrade>,
 }
 
-/// Client headers never forwarded: hop-by-hop ones, the body framing (set again), and any
-/// `Grip-Sig` a client made up.
-pub(crate) fn forwardable(name: &str) -> bool {
-    !is_hop_by_hop(name)
+/// Client headers never forwarded: hop-by-hop ones (including those the request's `Connection`
+/// names), the body framing (set again), and any `Grip-Sig` a client made up.
+pub(crate) fn forwardable(hop: &HopByHop<'_>, name: &str) -> bool {
+    hop.forwards(name)
         && !name.eq_ignore_ascii_case("content-length")
         && !name.eq_ignore_ascii_case("host")
         && !name.eq_ignore_ascii_case("grip-sig")
@@ -142,41 +142,24 @@ impl<S: Socket> Engine<S> {
             .map(|ip| ip.to_string())
             .unwrap_or_default();
         let path = route.backend_path(head.target);
-        // The headers every request of this client carries.
-        let mut fixed = String::with_capacity(512);
         let host_header = target.host_header.as_deref().unwrap_or(host);
-        fixed.push_str(&format!("Host: {host_header}\r\n"));
-        for (name, value) in &head.headers {
-            // Replaced below: the extension offer by the `grip` one, the forwarding headers by
-            // ours (the client's address appended).
-            let replaced = [
-                "sec-websocket-extensions",
-                "x-forwarded-for",
-                "x-forwarded-proto",
-            ]
-            .iter()
-            .any(|h| name.eq_ignore_ascii_case(h));
-            if forwardable(name) && !replaced {
-                fixed.push_str(name);
-                fixed.push_str(": ");
-                fixed.push_str(&String::from_utf8_lossy(value));
-                fixed.push_str("\r\n");
-            }
-        }
-        let forwarded_for = match head.header_str("x-forwarded-for") {
-            Some(prev) => format!("{prev}, {client_ip}"),
-            None => client_ip,
+        let scheme = match (tls, ws) {
+            (true, true) => "wss",
+            (true, false) => "https",
+            (false, true) => "ws",
+            (false, false) => "http",
         };
-        fixed.push_str(&format!(
-            "X-Forwarded-For: {forwarded_for}\r\nX-Forwarded-Proto: {}\r\n\
-             Grip-Feature: status\r\n",
-            match (tls, ws) {
-                (true, true) => "wss",
-                (true, false) => "https",
-                (false, true) => "ws",
-                (false, false) => "http",
+        // The start of every request for this client: request line and header fields, with
+        // `extra` fields after the client's.
+        let request_start = |method: &str, extra: &[(&str, &str)]| {
+            let mut out = Vec::with_capacity(512);
+            http1::write_request_line(&mut out, method, &path, Version::Http11)?;
+            write_client_headers(&mut out, head, host_header, &client_ip, scheme)?;
+            for (name, value) in extra {
+                http1::write_header(&mut out, name, value.as_bytes())?;
             }
-        ));
+            Ok::<_, HeadWriteError>(out)
+        };
         let ticket = proxy.ticket();
         let (request, upgrade) = if ws {
             if !target.over_http {
@@ -192,14 +175,23 @@ impl<S: Socket> Engine<S> {
                 }
             };
             let conn_id = format!("{}-{ticket:x}", shared.broker.epoch());
+            let bridge_head = match request_start(
+                "POST",
+                &[
+                    ("Sec-WebSocket-Extensions", "grip"),
+                    ("Connection-Id", &conn_id),
+                    ("Content-Type", "application/websocket-events"),
+                    ("Accept", "application/websocket-events"),
+                ],
+            ) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.respond(k, 502, &[], &cannot_forward(e), keep);
+                    return Some(Some(total));
+                }
+            };
             let bridge = Box::new(Bridge {
-                head: format!(
-                    "POST {path} HTTP/1.1\r\n{fixed}Sec-WebSocket-Extensions: grip\r\n\
-                     Connection-Id: {conn_id}\r\n\
-                     Content-Type: application/websocket-events\r\n\
-                     Accept: application/websocket-events\r\n"
-                )
-                .into(),
+                head: bridge_head.into(),
                 meta: Vec::new(),
                 prefix: None,
                 pending: Vec::new(),
@@ -224,15 +216,19 @@ impl<S: Socket> Engine<S> {
                 }),
             )
         } else {
-            let mut request = format!("{} {path} HTTP/1.1\r\n{fixed}", head.method);
-            if let Some(sig) = proxy.signature(route) {
-                request.push_str(&format!("Grip-Sig: {sig}\r\n"));
-            }
+            let sig = proxy.signature(route);
+            let sig: Vec<(&str, &str)> = sig.iter().map(|s| ("Grip-Sig", s.as_str())).collect();
+            let mut request = match request_start(head.method, &sig) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.respond(k, 502, &[], &cannot_forward(e), keep);
+                    return Some(Some(total));
+                }
+            };
             if body_len > 0 || matches!(head.method, "POST" | "PUT" | "PATCH") {
-                request.push_str(&format!("Content-Length: {body_len}\r\n"));
+                http1::write_content_length(&mut request, body_len);
             }
-            request.push_str("\r\n");
-            let mut request = request.into_bytes();
+            http1::end_head(&mut request);
             request.extend_from_slice(&body);
             (request, None)
         };
@@ -391,7 +387,14 @@ impl<S: Socket> Engine<S> {
         if !keep {
             headers.push(("Connection", "close"));
         }
-        write_head(&mut out, status, None, &headers, Some(body.len()));
+        http1::write_status_head(
+            &mut out,
+            Version::Http11,
+            status,
+            None,
+            &headers,
+            Some(body.len()),
+        );
         out.extend_from_slice(body.as_bytes());
         self.finish_answer(k, out.into(), keep, status);
     }
@@ -460,6 +463,12 @@ impl<S: Socket> Engine<S> {
             None => (r.status, r.reason.clone()),
         };
         let passed = client_headers(&r);
+        // An HTTP/1.0 client is answered with an HTTP/1.0 status line, as Pushpin does.
+        let version = if w.http10 {
+            Version::Http10
+        } else {
+            Version::Http11
+        };
         match instruct.hold {
             None => {
                 let mut hdrs: Vec<(&str, &str)> =
@@ -478,11 +487,17 @@ impl<S: Socket> Engine<S> {
                     hdrs.push(("Content-Length", l));
                 }
                 let own_length = length.is_none().then_some(r.body.len());
-                write_head(&mut out, status, Some(&reason), &hdrs, own_length);
+                http1::write_status_head(
+                    &mut out,
+                    version,
+                    status,
+                    Some(&reason),
+                    &hdrs,
+                    own_length,
+                );
                 if !w.head_only {
                     out.extend_from_slice(&r.body);
                 }
-                same_version(&mut out, w.http10);
                 self.finish_answer(k, out.into(), w.keep, status);
             }
             Some(mode) => {
@@ -494,7 +509,7 @@ impl<S: Socket> Engine<S> {
                     ticket,
                     route,
                     keep: w.keep,
-                    http10: w.http10,
+                    version,
                 };
                 match mode {
                     HoldMode::Stream => self.hold_stream(k, &answered, &instruct),
@@ -518,27 +533,91 @@ pub(crate) struct Answered<'a> {
     pub(crate) route: u32,
     /// The client allows keep-alive.
     pub(crate) keep: bool,
-    /// The client spoke HTTP/1.0.
-    pub(crate) http10: bool,
+    /// The status line's version: the client's (HTTP/1.0 clients get HTTP/1.0, as Pushpin
+    /// answers them).
+    pub(crate) version: Version,
 }
 
 /// The backend's headers a client may see: not hop-by-hop, not GRIP instructions, not the
 /// length (set again for what is sent).
 pub(crate) fn client_headers(r: &Response) -> Vec<(&str, String)> {
+    let hop = HopByHop::new(&r.headers);
     r.headers
         .iter()
         .filter(|(n, _)| {
-            !is_hop_by_hop(n) && !is_grip_header(n) && !n.eq_ignore_ascii_case("content-length")
+            hop.forwards(n) && !is_grip_header(n) && !n.eq_ignore_ascii_case("content-length")
         })
         .map(|(n, v)| (n.as_str(), String::from_utf8_lossy(v).into_owned()))
         .collect()
 }
 
-/// Answers an HTTP/1.0 client with an HTTP/1.0 status line, as Pushpin does.
-pub(crate) fn same_version(out: &mut [u8], http10: bool) {
-    if http10 {
-        if let Some(v) = out.get_mut(..8).filter(|v| v == b"HTTP/1.1") {
-            v.copy_from_slice(b"HTTP/1.0");
+/// The answer's body when a request cannot be forwarded.
+fn cannot_forward(e: HeadWriteError) -> String {
+    format!("cannot forward the request: {e}")
+}
+
+/// Appends the header fields every backend request for this client carries: `Host`, the
+/// client's own fields that may be forwarded, the forwarding fields with the client's address
+/// appended, and `Grip-Feature`.
+fn write_client_headers(
+    out: &mut Vec<u8>,
+    head: &RequestHead<'_>,
+    host: &str,
+    client_ip: &str,
+    scheme: &str,
+) -> Result<(), HeadWriteError> {
+    http1::write_header(out, "Host", host.as_bytes())?;
+    let hop = HopByHop::new(&head.headers);
+    for (name, value) in &head.headers {
+        // Replaced below: the extension offer by the `grip` one, the forwarding headers by
+        // ours (the client's address appended).
+        let replaced = [
+            "sec-websocket-extensions",
+            "x-forwarded-for",
+            "x-forwarded-proto",
+        ]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h));
+        if forwardable(&hop, name) && !replaced {
+            http1::write_header(out, name, String::from_utf8_lossy(value).as_bytes())?;
         }
+    }
+    let forwarded_for = match head.header_str("x-forwarded-for") {
+        Some(prev) => format!("{prev}, {client_ip}"),
+        None => client_ip.to_string(),
+    };
+    http1::write_header(out, "X-Forwarded-For", forwarded_for.as_bytes())?;
+    http1::write_header(out, "X-Forwarded-Proto", scheme.as_bytes())?;
+    http1::write_header(out, "Grip-Feature", b"status")?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_headers_for_the_backend() {
+        let raw = b"GET /x HTTP/1.1\r\nHost: front\r\nConnection: keep-alive, X-Secret\r\n\
+                    X-Secret: s\r\nX-Kept: k\r\nGrip-Sig: forged\r\nContent-Length: 0\r\n\
+                    Keep-Alive: timeout=5\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n";
+        let head = http1::parse_head(raw, &http1::HeadLimits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        write_client_headers(&mut out, &head, "back", "127.0.0.1", "http").unwrap();
+        assert_eq!(
+            out,
+            b"Host: back\r\nX-Kept: k\r\nX-Forwarded-For: 10.0.0.1, 127.0.0.1\r\n\
+              X-Forwarded-Proto: http\r\nGrip-Feature: status\r\n"
+        );
+        // A host_header that would inject a header is refused, not written.
+        let mut out = Vec::new();
+        assert_eq!(
+            write_client_headers(&mut out, &head, "back\r\nX-Evil: 1", "127.0.0.1", "http"),
+            Err(HeadWriteError::Value)
+        );
+        assert!(out.is_empty());
     }
 }

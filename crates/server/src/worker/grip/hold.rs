@@ -17,10 +17,10 @@ use clarion_proto::http1;
 use clarion_proto::ws::CloseCode;
 
 use super::bridge::{bridge, event_request};
-use super::forward::{same_version, Answered, GripConn, Phase};
+use super::forward::{Answered, GripConn, Phase};
 use crate::broker::Since;
 use crate::grip::backend::Failure;
-use crate::grip::{response_bytes, write_head, GripContent, StreamPart, WsPart};
+use crate::grip::{response_bytes, GripContent, StreamPart, WsPart};
 use crate::message::Published;
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
@@ -48,7 +48,7 @@ impl<S: Socket> Engine<S> {
     /// content of its channels and the backend's keep-alive when quiet.
     pub(crate) fn hold_stream(&mut self, k: u32, a: &Answered<'_>, instruct: &proto::Instruct) {
         let mut hdrs: Vec<(&str, &str)> = a.passed.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        let chunked = !a.http10;
+        let chunked = a.version != http1::Version::Http10;
         if chunked {
             hdrs.push(("Transfer-Encoding", "chunked"));
         }
@@ -56,8 +56,7 @@ impl<S: Socket> Engine<S> {
             hdrs.push(("Connection", "close"));
         }
         let mut out = Vec::with_capacity(256 + a.body.len());
-        write_head(&mut out, a.status, Some(a.reason), &hdrs, None);
-        same_version(&mut out, a.http10);
+        http1::write_status_head(&mut out, a.version, a.status, Some(a.reason), &hdrs, None);
         if !a.body.is_empty() {
             if chunked {
                 http1::write_chunk(&mut out, a.body);
@@ -107,15 +106,15 @@ impl<S: Socket> Engine<S> {
             hdrs.push(("Connection", "close"));
         }
         let mut timeout = Vec::with_capacity(256 + a.body.len());
-        write_head(
+        http1::write_status_head(
             &mut timeout,
+            a.version,
             a.status,
             Some(a.reason),
             &hdrs,
             Some(a.body.len()),
         );
         timeout.extend_from_slice(a.body);
-        same_version(&mut timeout, a.http10);
         let secs = instruct
             .timeout_secs
             .map_or(self.shared.config.grip_default_timeout, u64::from) as u32;

@@ -1,0 +1,94 @@
+//! The bench's publisher: one keep-alive HTTP/1.1 connection to the server's publish API,
+//! sending JSON batches and reading each answer with proto's response parser. It owns no
+//! scheduling: the coordinator ([`crate::run`]) decides when to publish.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clarion_proto::http1::{parse_response_head, ResponseBody};
+
+use crate::worker::{unix_micros, MAX_HEAD, MAX_HEADERS};
+
+/// A keep-alive HTTP/1.1 connection to the publish API.
+pub struct Api {
+    stream: TcpStream,
+    seq_buf: Vec<u8>,
+}
+
+impl Api {
+    pub fn connect(addr: SocketAddr) -> anyhow::Result<Api> {
+        let stream =
+            TcpStream::connect(addr).with_context(|| format!("cannot reach the API at {addr}"))?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Api {
+            stream,
+            seq_buf: Vec::new(),
+        })
+    }
+
+    /// Publishes message `seq` (padded to `size` bytes) to every topic of `topics`.
+    pub fn publish_batch(
+        &mut self,
+        topics: &[String],
+        seq: u64,
+        size: usize,
+    ) -> anyhow::Result<()> {
+        let ts = unix_micros();
+        let mut data = format!("{seq} {ts} ");
+        while data.len() < size {
+            data.push('x');
+        }
+        let messages: Vec<serde_json::Value> = topics
+            .iter()
+            .map(|t| serde_json::json!({ "topic": t, "data": data }))
+            .collect();
+        let body = serde_json::json!({ "messages": messages }).to_string();
+        let head = format!(
+            "POST /publish HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        self.stream.write_all(head.as_bytes())?;
+        self.stream.write_all(body.as_bytes())?;
+        // Read one response: head, then Content-Length bytes.
+        self.seq_buf.clear();
+        let mut chunk = [0u8; 4096];
+        let (head_end, len) = loop {
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                bail!("the API closed the connection");
+            }
+            self.seq_buf
+                .extend_from_slice(chunk.get(..n).unwrap_or_default());
+            let head = parse_response_head(&self.seq_buf, MAX_HEADERS, MAX_HEAD)
+                .map_err(|e| anyhow::anyhow!("bad answer from the API: {e}"))?;
+            if let Some(h) = head {
+                if h.status != 200 {
+                    bail!(
+                        "publish failed: HTTP/1.{} {} {}",
+                        h.minor_version,
+                        h.status,
+                        h.reason
+                    );
+                }
+                let len = match h.body("POST") {
+                    Ok(ResponseBody::Length(n)) => usize::try_from(n)?,
+                    Ok(ResponseBody::None) => 0,
+                    _ => bail!("the API's answer has no Content-Length"),
+                };
+                break (h.head_len, len);
+            }
+        };
+        while self.seq_buf.len() < head_end + len {
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                bail!("the API closed the connection");
+            }
+            self.seq_buf
+                .extend_from_slice(chunk.get(..n).unwrap_or_default());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,33 @@
+//! The TLS 1.3 record layer of an established connection (RFC 8446 §5), sans-IO: protected
+//! records in, plaintext and the records we must answer with out; plaintext in, records out.
+//!
+//! The handshake is not here: whoever ran it (the server uses rustls) hands over the cipher
+//! suite, the current key, IV and sequence number of each direction, and a [`KeySchedule`]
+//! that yields the next keys when either side updates them (§4.6.3, §7.2). [`SecretSchedule`]
+//! is that schedule computed here from the traffic secrets with HKDF-Expand-Label.
+//!
+//! Layout:
+//! - [`wire`]: content types, the record header, inner-plaintext padding (§5.1, §5.4).
+//! - [`alert`]: alert levels and descriptions (§6).
+//! - [`keys`]: cipher suites, traffic secrets, key/IV derivation and key updates (§7).
+//! - [`limits`]: how much one key may protect (§5.5) and the accounting against it.
+//! - [`records`]: [`Records`], one connection's two directions, and [`RecordError`].
+//!
+//! Nothing here reads a clock or touches a socket.
+
+pub mod alert;
+#[doc(hidden)]
+pub mod fuzz;
+pub mod keys;
+pub mod limits;
+pub mod records;
+pub mod wire;
+
+pub use alert::{Alert, AlertDescription, AlertLevel};
+pub use keys::{CipherSuite, KeyError, KeySchedule, SecretSchedule, TrafficKey, TrafficSecret};
+pub use limits::KeyLimits;
+pub use records::{Read, RecordError, Records};
+pub use wire::{ContentType, KeyUpdateRequest, RecordHeader};
+
+#[cfg(test)]
+mod tests;
