@@ -5,9 +5,10 @@
 //!   variable, docs row) and the internal limits, each with its reason; [`cli`] builds the
 //!   command line from those declarations.
 //! - [`server`]: startup, readiness line, graceful shutdown.
-//! - [`worker`]: the event loops (one per thread): sockets, connection records, timers, HTTP
-//!   routing on the client listener, WebSocket handling, deliveries. The only layer that does I/O
-//!   for clients.
+//! - [`worker`]: the event loops (one per thread): a shell (poller, listeners, clock) around an
+//!   engine (connection records, read/write paths, deliveries, timers, shutdown), with the
+//!   transports it runs (HTTP routing and upgrade, WebSocket, SSE and NDJSON streams, long-poll)
+//!   and GRIP's per-connection runtime. The only layer that does I/O for clients.
 //! - [`broker`]: the seam between publishing and delivery (ids, history, fan-out to workers),
 //!   with its contract; [`broker::local`] is the in-memory, single-process implementation.
 //!   Publishing encodes a message once and hands it to each interested worker once.
@@ -16,7 +17,8 @@
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
 //!   stream lines), each built once.
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
-//!   the per-connection part is `worker::grip`.
+//!   the per-connection part is in
+//!   the worker (`worker::grip`).
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.

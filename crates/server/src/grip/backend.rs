@@ -145,6 +145,17 @@ impl Backend {
         })
     }
 
+    /// A pool without threads whose jobs are handed to the caller instead (engine tests inject
+    /// the backend's answers themselves).
+    #[cfg(test)]
+    pub(crate) fn detached() -> (Backend, mpsc::Receiver<Job>) {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let backend = Backend {
+            jobs: Mutex::new(tx),
+        };
+        (backend, rx)
+    }
+
     /// Queues a job. If the pool is gone (it never is while the server runs), the job's worker
     /// gets an `Unreachable` answer.
     pub fn submit(&self, job: Job) {

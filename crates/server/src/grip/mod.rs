@@ -6,9 +6,8 @@
 //!   message and shared like every other encoding, as the message's
 //!   [`Attachment`](crate::message::Attachment).
 //!
-//! The per-connection part (forwarding requests, holding streams and long-polls, the
-//! WebSocket-over-HTTP bridge) lives in the event loop, `worker::grip`. The protocol's bytes are
-//! parsed by `clarion_proto::grip`.
+//! The per-connection runtime (forwarding, holds, the WebSocket-over-HTTP bridge) is run by the
+//! worker's engine, in `worker::grip`. The protocol's bytes are parsed by `clarion_proto::grip`.
 
 pub mod backend;
 

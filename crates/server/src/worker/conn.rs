@@ -11,59 +11,16 @@
 //! kernel is kept per connection (`Session::unsent`).
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write as _};
+use std::io::{self, IoSlice};
 use std::sync::Arc;
 
 use clarion_proto::ws::Receiver;
 use mio::net::TcpStream;
 
+use super::socket::Socket;
+
+use super::state::State;
 use super::tls::{Session, MAX_RECORD};
-
-/// Where a connection is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Reading HTTP request heads (before an upgrade, or between keep-alive requests).
-    Http,
-    /// An open WebSocket.
-    Ws,
-    /// A Server-Sent Events response being streamed.
-    Sse,
-    /// A chunked newline-delimited response being streamed (`/stream`).
-    Stream,
-    /// A long-poll request held until a message arrives or its deadline passes.
-    Poll,
-    /// A request forwarded to a GRIP backend, waiting for its answer; the client's further
-    /// bytes (a pipelined request) wait in `input`.
-    Proxy,
-    /// Our last bytes (a Close frame or a final HTTP answer) are queued; once they are written
-    /// the write side is shut and we wait (bounded) for the peer's EOF, discarding its input, so
-    /// that closing never resets a connection before the peer has read our answer.
-    Closing,
-}
-
-/// Deliveries use the `clarion.v1` envelope instead of the raw payload.
-pub const ENVELOPE: u16 = 1;
-/// The WebSocket echoes messages (conformance endpoint) instead of doing pub/sub.
-pub const ECHO: u16 = 2;
-/// A ping was sent and no byte has arrived since.
-pub const PINGED: u16 = 4;
-/// The write side has been shut down (Closing only).
-pub const WRITE_SHUT: u16 = 8;
-/// SSE events carry the JSON envelope as data (`format=json`) instead of the payload.
-pub const JSON: u16 = 16;
-/// Stream lines carry the raw payload (`format=raw`) instead of the JSON envelope.
-pub const RAW: u16 = 32;
-/// The held long-poll's client allows keep-alive: the connection returns to `Http` after the
-/// answer.
-pub const KEEP: u16 = 64;
-/// permessage-deflate was negotiated (WebSocket); its parameters are in [`Conn::ext`].
-pub const DEFLATE: u16 = 128;
-/// Held by a GRIP backend (stream, response or WebSocket-over-HTTP): deliveries use the
-/// message's GRIP content, state beyond this record is in the worker's GRIP table.
-pub const GRIP: u16 = 256;
-/// A GRIP stream answers in chunked transfer coding (the client speaks HTTP/1.1); otherwise the
-/// stream is delimited by closing the connection.
-pub const CHUNKED: u16 = 512;
 
 /// The permessage-deflate parameters of one connection, packed into one byte so that
 /// negotiating compression costs an idle connection nothing.
@@ -208,9 +165,9 @@ const MAX_IOV: usize = 64;
 
 /// A client connection. Kept small: 15,000 idle ones must cost less than µWebSockets' 460 bytes
 /// each, kernel excluded.
-pub struct Conn {
+pub struct Conn<S = TcpStream> {
     /// The socket, registered with the worker's poller under the slab key.
-    pub stream: TcpStream,
+    pub stream: S,
     /// WebSocket message assembly state (8 bytes; a box only during a fragmented message).
     pub rx: Receiver,
     /// Bytes of a partial request head or frame, kept between reads; `None` almost always.
@@ -221,14 +178,11 @@ pub struct Conn {
     /// Worker clock (seconds) of the last activity that counts for timeouts: the last byte read
     /// for WebSockets, the start of the current request for HTTP, the start of closing.
     pub last_seen: u32,
-    /// Life stage.
+    /// Life stage, with the options that only mean something in it. Changed only through
+    /// [`super::Engine::set_state`], which keeps the gauges exact.
     pub state: State,
-    /// Bit set of the flag constants above.
-    pub flags: u16,
     /// The client's address as the per-address limit counts it (see [`address_key`]).
     pub peer: u32,
-    /// permessage-deflate parameters, meaningful when [`DEFLATE`] is set.
-    pub ext: Ext,
     /// TLS state, for connections accepted on the TLS listener.
     pub tls: Option<Box<Session>>,
 }
@@ -250,9 +204,9 @@ pub fn address_key(ip: std::net::IpAddr) -> u32 {
     }
 }
 
-impl Conn {
+impl<S: Socket> Conn<S> {
     /// A fresh connection in `state`.
-    pub fn new(stream: TcpStream, state: State, now: u32, peer: u32) -> Conn {
+    pub fn new(stream: S, state: State, now: u32, peer: u32) -> Conn<S> {
         Conn {
             stream,
             rx: Receiver::default(),
@@ -261,16 +215,9 @@ impl Conn {
             subs: Subs::None,
             last_seen: now,
             state,
-            flags: 0,
             peer,
-            ext: Ext::default(),
             tls: None,
         }
-    }
-
-    /// Whether a flag is set.
-    pub fn has(&self, flag: u16) -> bool {
-        self.flags & flag != 0
     }
 
     /// Unsent bytes waiting in the backlog.
@@ -331,7 +278,7 @@ impl Conn {
                     *slot = IoSlice::new(f.get(start..).unwrap_or_default());
                     n += 1;
                 }
-                (&self.stream).write_vectored(iov.get(..n).unwrap_or_default())
+                self.stream.write_vectored(iov.get(..n).unwrap_or_default())
             };
             match res {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -395,7 +342,7 @@ impl Conn {
                     *slot = IoSlice::new(c.data.get(c.offset..).unwrap_or_default());
                     n += 1;
                 }
-                (&self.stream).write_vectored(iov.get(..n).unwrap_or_default())
+                self.stream.write_vectored(iov.get(..n).unwrap_or_default())
             };
             match res {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -521,7 +468,7 @@ impl Conn {
             t.close_notify(&mut alert);
             let _ = write_some(&self.stream, &alert);
         }
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        let _ = self.stream.shutdown_write();
     }
 
     /// Drops queued chunks that have not started to be written (a slow consumer that is being
@@ -593,10 +540,10 @@ fn seal<'a>(
 }
 
 /// Writes as much of `data` as the kernel takes now.
-fn write_some(stream: &TcpStream, data: &[u8]) -> io::Result<usize> {
+fn write_some(stream: &impl Socket, data: &[u8]) -> io::Result<usize> {
     let mut offset = 0;
     while offset < data.len() {
-        match (&*stream).write(data.get(offset..).unwrap_or_default()) {
+        match stream.write(data.get(offset..).unwrap_or_default()) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => offset += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -619,7 +566,17 @@ mod tests {
         let peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (ours, _) = l.accept().unwrap();
         ours.set_nonblocking(true).unwrap();
-        (Conn::new(TcpStream::from_std(ours), State::Ws, 0, 0), peer)
+        (
+            Conn::new(
+                TcpStream::from_std(ours),
+                State::Ws(crate::worker::state::WsMode::new(
+                    crate::worker::state::WsRole::PubSub,
+                )),
+                0,
+                0,
+            ),
+            peer,
+        )
     }
 
     #[test]
@@ -717,6 +674,9 @@ mod tests {
         let socket = std::mem::size_of::<TcpStream>();
         let rest = std::mem::size_of::<Conn>() - socket;
         assert!(rest <= 64, "{rest}");
+        // The state carries its options (WebSocket role and deflate parameters, stream and
+        // poll modes) in the 4 bytes that the state, a flag word and the deflate byte took.
+        assert!(std::mem::size_of::<State>() <= 4);
         assert_eq!(std::mem::size_of::<Subs>(), 16);
     }
 

@@ -1,30 +1,32 @@
 //! Request heads on the client listener: routing, error answers, the WebSocket upgrade, and the
-//! HTTP subscription transports (Server-Sent Events, newline-delimited streaming, long-polling).
+//! start of the HTTP subscription transports (Server-Sent Events, newline-delimited streaming,
+//! long-polling).
 //!
 //! Every request is answered: a parse error or a limit maps to its status (400, 414, 431, 505),
 //! an unknown path to 404, a wrong method to 405, a plain GET on a WebSocket path to 426, and a
 //! connection over the cap to 503. Ordinary answers keep the connection alive when the client
-//! allows it; answers to broken heads close it.
+//! allows it; answers to broken heads close it. GRIP routes are handed to [`crate::grip`]
+//! before routing.
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use clarion_proto::event_id;
 use clarion_proto::http1::{self, Body, RequestHead};
-/// The long-poll body writer, under the name the other transports' files call it by.
-pub(super) use clarion_proto::pubsub::poll_body as messages_body;
 use clarion_proto::pubsub::validate_topic;
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake::{self, HandshakeError};
 use clarion_proto::ws::{deflate, OpCode};
-use clarion_proto::{event_id, sse};
 
-use super::conn::{Ext, State, DEFLATE, ECHO, ENVELOPE, JSON, KEEP, RAW};
-use super::{PollHold, Worker};
-use crate::broker::{Since, Subscribed};
+use crate::broker::Since;
 use crate::log;
-use crate::message::{Encoding, Published};
+use crate::message::Encoding;
 use crate::metrics::CloseReason;
+use crate::worker::conn::Ext;
+use crate::worker::socket::Socket;
+use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
+use crate::worker::Engine;
 
 /// The subprotocol that wraps deliveries in a JSON envelope (`docs/protocol.md`).
 pub const ENVELOPE_PROTOCOL: &str = "clarion.v1";
@@ -50,10 +52,10 @@ struct Params<'q> {
     timeout: Option<u64>,
 }
 
-impl Worker {
+impl<S: Socket> Engine<S> {
     /// Parses one request head from `data` and answers it. Returns the bytes used, or `None` when
     /// the head is incomplete.
-    pub(super) fn on_http(&mut self, k: u32, data: &[u8]) -> Option<usize> {
+    pub(crate) fn on_http(&mut self, k: u32, data: &[u8]) -> Option<usize> {
         let limits = self.shared.config.head_limits();
         match http1::parse_head(data, &limits) {
             Ok(None) => None,
@@ -190,20 +192,15 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        conn.state = State::Ws;
         conn.last_seen = self.now;
-        conn.flags |= match endpoint {
-            Endpoint::Echo => ECHO,
-            _ if envelope => ENVELOPE,
-            _ => 0,
+        let role = match endpoint {
+            Endpoint::Echo => WsRole::Echo,
+            _ if envelope => WsRole::Envelope,
+            _ => WsRole::PubSub,
         };
-        if let Some((agreed, _)) = &deflate {
-            conn.flags |= DEFLATE;
-            conn.ext = Ext::new(agreed);
-        }
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        m.ws_connections.fetch_add(1, Relaxed);
+        let mut mode = WsMode::new(role);
+        mode.deflate = deflate.as_ref().map(|(agreed, _)| Ext::new(agreed));
+        self.set_state(k, State::Ws(mode));
         if params.topics.is_empty() {
             self.send(k, &Arc::from(out));
             return;
@@ -321,19 +318,19 @@ impl Worker {
             return self.respond(k, 400, &[], "give at least one topic= parameter", keep);
         }
         let format = params.format.as_deref();
-        let flags = match (endpoint, format) {
-            (_, None) => 0,
-            (Endpoint::Sse, Some("json")) => JSON,
-            (Endpoint::Sse, Some("data")) => 0,
-            (Endpoint::Stream, Some("json")) => 0,
-            (Endpoint::Stream, Some("raw")) => RAW,
-            (Endpoint::Poll, Some("json")) => 0,
-            (_, Some(f)) => {
+        let state = match (endpoint, format) {
+            (Endpoint::Sse, None | Some("data")) => State::Sse(SseMode::Payload),
+            (Endpoint::Sse, Some("json")) => State::Sse(SseMode::Json),
+            (Endpoint::Stream, None | Some("json")) => State::Stream(StreamMode::Ndjson),
+            (Endpoint::Stream, Some("raw")) => State::Stream(StreamMode::Raw),
+            (Endpoint::Poll, None | Some("json")) => State::Poll(PollMode { keep, grip: false }),
+            (_, f) => {
+                let f = f.unwrap_or_default();
                 let why = format!("unknown format {f:?} (sse: data, json; stream: json, raw)");
                 return self.respond(k, 400, &[], &why, keep);
             }
         };
-        if flags & RAW != 0 && params.since.is_some() {
+        if state == State::Stream(StreamMode::Raw) && params.since.is_some() {
             let why = "format=raw carries no ids, so it cannot resume; use the default json lines";
             return self.respond(k, 400, &[], why, keep);
         }
@@ -353,157 +350,14 @@ impl Worker {
             .min(cfg.poll_max_timeout) as u32;
         let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
         let since = params.since.as_deref().map_or(Since::Now, Since::Id);
-        match endpoint {
-            Endpoint::Poll => self.open_poll(k, &topics, since, hold, keep),
-            Endpoint::Sse => self.open_stream(k, &topics, since, State::Sse, flags),
-            _ => self.open_stream(k, &topics, since, State::Stream, flags),
-        }
-    }
-
-    /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
-    fn open_stream(&mut self, k: u32, topics: &[&str], since: Since<'_>, state: State, flags: u16) {
-        let cfg = &self.shared.config;
-        let origin = cfg.cors_allow_origin.as_str();
-        let sse = state == State::Sse;
-        let mut headers: Vec<(&str, &str)> = vec![
-            (
-                "Content-Type",
-                match (sse, flags & RAW != 0) {
-                    (true, _) => "text/event-stream; charset=utf-8",
-                    (false, false) => "application/x-ndjson",
-                    (false, true) => "text/plain; charset=utf-8",
-                },
-            ),
-            ("Cache-Control", "no-cache"),
-            ("X-Accel-Buffering", "no"),
-            ("Connection", "close"),
-        ];
-        if !sse {
-            headers.push(("Transfer-Encoding", "chunked"));
-        }
-        if !origin.is_empty() {
-            headers.push(("Access-Control-Allow-Origin", origin));
-        }
-        let mut out = Vec::with_capacity(512);
-        http1::write_response_head(&mut out, 200, &headers, None);
-        if sse {
-            sse::write_retry(&mut out, cfg.sse_retry);
-        }
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        conn.state = state;
-        conn.flags |= flags;
-        conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        if sse {
-            m.sse_connections.fetch_add(1, Relaxed);
-        } else {
-            m.stream_connections.fetch_add(1, Relaxed);
-        }
-        let Some(sub) = self.subscribe_conn(k, topics, since) else {
-            return;
-        };
-        for g in &sub.gaps {
-            let json = g.json();
-            if sse {
-                sse::write_event(&mut out, None, Some("gap"), json.as_bytes());
-            } else {
-                http1::write_chunk(&mut out, format!("{json}\n").as_bytes());
-            }
-        }
-        let encoding = match (sse, flags) {
-            (true, f) if f & JSON != 0 => Encoding::SseJson,
-            (true, _) => Encoding::Sse,
-            (false, f) if f & RAW != 0 => Encoding::RawChunk,
-            (false, _) => Encoding::NdjsonChunk,
-        };
-        self.send_resume(k, vec![out.into()], &sub.replay, encoding);
-    }
-
-    /// Writes `first` (a head, gap notices) and the replayed messages in one go. The replay may
-    /// exceed the slow-consumer cap: it is bounded by history, and the client asked for it.
-    fn send_resume(
-        &mut self,
-        k: u32,
-        first: Vec<Arc<[u8]>>,
-        replay: &[Arc<Published>],
-        encoding: Encoding,
-    ) {
-        let mut frames: Vec<&Arc<[u8]>> = first.iter().collect();
-        frames.extend(replay.iter().map(|m| m.encoded(encoding)));
-        self.write_all_to(k, &frames, None);
-        self.tally.delivered += replay.len() as u64;
-    }
-
-    /// Starts a long-poll: answers at once when something was missed, else holds the request.
-    fn open_poll(&mut self, k: u32, topics: &[&str], since: Since<'_>, hold: u32, keep: bool) {
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        conn.state = State::Poll;
-        conn.flags |= if keep { KEEP } else { 0 };
-        let m = &self.shared.metrics;
-        m.http_connections.fetch_sub(1, Relaxed);
-        m.polls_held.fetch_add(1, Relaxed);
-        let Some(sub) = self.subscribe_conn(k, topics, since) else {
-            return;
-        };
-        if !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 {
-            let body = poll_body(&sub);
-            self.answer_poll(k, &Arc::from(body));
-            return;
-        }
-        self.polls.insert(
-            k,
-            PollHold {
-                deadline: self.now.saturating_add(hold),
-                cursor: sub.position,
-            },
-        );
-    }
-
-    /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
-    /// closes it): it leaves its topics, since the next poll says where to resume.
-    pub(super) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
-        self.leave_all_topics(k);
-        self.polls.remove(&k);
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        if conn.state != State::Poll {
-            return;
-        }
-        let keep = conn.has(KEEP) && !self.shared.stopping.load(Relaxed);
-        conn.state = State::Http;
-        conn.flags &= !KEEP;
-        conn.last_seen = self.now;
-        let m = &self.shared.metrics;
-        m.polls_held.fetch_sub(1, Relaxed);
-        m.http_connections.fetch_add(1, Relaxed);
-        let origin = self.shared.config.cors_allow_origin.as_str();
-        let mut headers: Vec<(&str, &str)> = vec![
-            ("Content-Type", "application/json"),
-            ("Cache-Control", "no-store"),
-        ];
-        if !origin.is_empty() {
-            headers.push(("Access-Control-Allow-Origin", origin));
-        }
-        if !keep {
-            headers.push(("Connection", "close"));
-        }
-        let mut head = Vec::with_capacity(256);
-        http1::write_response_head(&mut head, 200, &headers, Some(body.len()));
-        let head: Arc<[u8]> = head.into();
-        self.write_all_to(k, &[&head, body], None);
-        if !keep {
-            self.start_closing(k, None, CloseReason::HttpDone);
+        match state {
+            State::Poll(mode) => self.open_poll(k, &topics, since, hold, mode),
+            _ => self.open_stream(k, &topics, since, state),
         }
     }
 
     /// Sends a complete answer, then keeps the connection for the next request or closes it.
-    pub(super) fn finish_answer(&mut self, k: u32, out: Arc<[u8]>, keep: bool, status: u16) {
+    pub(crate) fn finish_answer(&mut self, k: u32, out: Arc<[u8]>, keep: bool, status: u16) {
         if keep {
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.last_seen = self.now;
@@ -520,7 +374,7 @@ impl Worker {
     }
 
     /// Answers with `status` and a short plain-text body; closes afterwards unless `keep`.
-    pub(super) fn respond(
+    pub(crate) fn respond(
         &mut self,
         k: u32,
         status: u16,
@@ -544,15 +398,4 @@ impl Worker {
         out.push(b'\n');
         self.finish_answer(k, out.into(), keep, status);
     }
-}
-
-/// The long-poll answer for what a subscription found: `{"messages":[...],"cursor":..}` plus
-/// `"gaps"` when the resume was incomplete.
-fn poll_body(sub: &Subscribed) -> Vec<u8> {
-    let cursor = sub
-        .replay
-        .last()
-        .map_or_else(|| sub.position.clone(), |m| m.id_string());
-    let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
-    messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
 }

@@ -1,0 +1,163 @@
+//! Fan-out: messages handed to this worker by the hub are written to its local subscribers, a
+//! run of messages to one topic in one `writev` per subscriber, each in the form its transport
+//! and options call for (plain or enveloped frames, deflated frames, SSE events, stream lines,
+//! long-poll answers, GRIP content).
+//!
+//! The one dispatch on a subscriber's state for deliveries is [`Engine::deliver_batch`]; this
+//! module does not encode messages (that is done once per message in [`crate::message`]).
+
+use std::sync::Arc;
+
+use clarion_proto::ws::{DataKind, OpCode};
+
+use super::socket::Socket;
+use super::state::{Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
+use super::Engine;
+use crate::message::{DeflateSettings, Encoding, Published};
+
+impl<S: Socket> Engine<S> {
+    /// Writes every message waiting in the inbox to its local subscribers.
+    pub(crate) fn drain_inbox(&mut self) {
+        let mut batch = std::mem::take(&mut self.spare);
+        self.inbox.take(&mut batch);
+        if !batch.is_empty() {
+            self.deliver_batch(&mut batch);
+        }
+        self.spare = batch;
+    }
+
+    /// Delivers `batch` (in publish order) to local subscribers and empties it. A single message
+    /// is written straight away; a run of messages to one topic goes to each subscriber in one
+    /// `writev`. Held long-polls are answered with the whole run.
+    pub(crate) fn deliver_batch(&mut self, batch: &mut Vec<Arc<Published>>) {
+        // Runs are taken in publish order, so a subscriber of several topics still receives
+        // everything in order.
+        let mut targets: Vec<u32> = Vec::new();
+        let mut polls: Vec<u32> = Vec::new();
+        let mut frames: Vec<&Arc<[u8]>> = Vec::new();
+        for run in batch.chunk_by(|a, b| a.topic == b.topic) {
+            let Some(first) = run.first() else { continue };
+            targets.clear();
+            targets.extend_from_slice(self.index.subscribers(&first.topic));
+            for &k in &targets {
+                let dedicated = self
+                    .conns
+                    .get(k as usize)
+                    .and_then(|c| c.state.ws()?.deflate)
+                    .is_some_and(|ext| ext.dedicated())
+                    && self.may_dedicate(k);
+                let Some(conn) = self.conns.get_mut(k as usize) else {
+                    continue;
+                };
+                // The one dispatch on a subscriber's role for deliveries.
+                let form = match conn.state {
+                    State::Ws(WsMode {
+                        role: WsRole::Bridge,
+                        ..
+                    })
+                    | State::Stream(StreamMode::Grip { .. })
+                    | State::Poll(PollMode { grip: true, .. }) => {
+                        self.deliver_grip(k, run);
+                        continue;
+                    }
+                    State::Ws(mode) => {
+                        let envelope = mode.role == WsRole::Envelope;
+                        match mode.deflate {
+                            Some(_) if dedicated => Form::Dedicated { envelope },
+                            Some(ext) => Form::Deflated {
+                                envelope,
+                                small_window: ext.small_server_window(),
+                            },
+                            None if envelope => Form::Shared(Encoding::WsEnvelope),
+                            None => Form::Frame,
+                        }
+                    }
+                    State::Sse(SseMode::Json) => Form::Shared(Encoding::SseJson),
+                    State::Sse(SseMode::Payload) => Form::Shared(Encoding::Sse),
+                    State::Stream(StreamMode::Raw) => Form::Shared(Encoding::RawChunk),
+                    State::Stream(StreamMode::Ndjson) => Form::Shared(Encoding::NdjsonChunk),
+                    State::Poll(_) => {
+                        polls.push(k);
+                        continue;
+                    }
+                    State::Http | State::Proxy | State::Closing { .. } => continue,
+                };
+                if conn.state.kind() != Kind::Ws {
+                    // Output counts as activity for the keep-alive timer of HTTP streams.
+                    conn.last_seen = self.now;
+                }
+                let settings = self.deflate_settings;
+                if let Form::Dedicated { envelope } = form {
+                    // Compressed for this connection alone, in order, with its own context.
+                    let own: Vec<Arc<[u8]>> = run
+                        .iter()
+                        .map(|m| {
+                            let (base, op) = if envelope {
+                                (m.encoded(Encoding::WsEnvelope), OpCode::Text)
+                            } else {
+                                (&m.frame, opcode_of(m.kind))
+                            };
+                            self.compress_for(k, base, op)
+                        })
+                        .collect();
+                    let refs: Vec<&Arc<[u8]>> = own.iter().collect();
+                    self.deliver_all(k, &refs);
+                } else if let [msg] = run {
+                    self.deliver(k, pick(msg, form, &settings));
+                } else {
+                    frames.clear();
+                    frames.extend(run.iter().map(|m| pick(m, form, &settings)));
+                    self.deliver_all(k, &frames);
+                }
+                self.tally.delivered += run.len() as u64;
+            }
+            if !polls.is_empty() {
+                let cursor = run.last().map(|m| m.id_string()).unwrap_or_default();
+                let body: Arc<[u8]> = crate::worker::transport::poll::messages_body(
+                    run.iter().map(|m| m.json()),
+                    &cursor,
+                    &[],
+                )
+                .into();
+                for k in polls.drain(..) {
+                    self.answer_poll(k, &body);
+                    self.tally.delivered += run.len() as u64;
+                }
+            }
+        }
+        batch.clear();
+    }
+}
+
+/// What a subscriber gets of each message.
+#[derive(Clone, Copy)]
+enum Form {
+    /// The plain WebSocket frame.
+    Frame,
+    /// One of the shared encodings.
+    Shared(Encoding),
+    /// The shared permessage-deflate frame (of the payload, or of the envelope).
+    Deflated { envelope: bool, small_window: bool },
+    /// Compressed for this connection alone (dedicated mode).
+    Dedicated { envelope: bool },
+}
+
+/// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per
+/// connection and handled by the caller).
+fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc<[u8]> {
+    match form {
+        Form::Frame | Form::Dedicated { .. } => &m.frame,
+        Form::Shared(e) => m.encoded(e),
+        Form::Deflated {
+            envelope,
+            small_window,
+        } => m.deflated(envelope, small_window, settings),
+    }
+}
+
+fn opcode_of(kind: DataKind) -> OpCode {
+    match kind {
+        DataKind::Text => OpCode::Text,
+        DataKind::Binary => OpCode::Binary,
+    }
+}

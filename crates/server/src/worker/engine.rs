@@ -1,0 +1,193 @@
+//! The engine: everything one worker owns except the poller and the listeners. It holds the
+//! connection slab, the topic index, the shared buffers and the side tables of connections
+//! (held polls, GRIP state, compression state), and it is driven by the shell in [`super`]
+//! through a handful of entry points, each given the coarse clock `now` in whole seconds.
+//!
+//! The engine never reads a clock and never polls: that is what lets its connection logic run
+//! in memory under simulated time in tests.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use slab::Slab;
+
+use super::conn::Conn;
+use super::index::TopicIndex;
+use super::socket::Socket;
+use super::Shared;
+use crate::hub::Inbox;
+use crate::message::Published;
+use crate::metrics::CloseReason;
+use crate::worker::transport::poll::PollHold;
+
+/// Byte counts gathered during one loop iteration and added to the shared metrics once.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
+    pub(crate) delivered: u64,
+}
+
+/// One worker's connections and everything they share.
+pub struct Engine<S = mio::net::TcpStream> {
+    pub(crate) id: usize,
+    pub(crate) conns: Slab<Conn<S>>,
+    pub(crate) index: TopicIndex,
+    /// Shared by every connection of this worker: reads land here and are parsed in place.
+    pub(crate) read_buf: Vec<u8>,
+    /// Decrypted bytes of one TLS read, and the handshake records it produced (shared by every
+    /// TLS connection of this worker).
+    pub(crate) plain_buf: Vec<u8>,
+    pub(crate) handshake_buf: Vec<u8>,
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) shared: Arc<Shared>,
+    /// The coarse clock: seconds since the worker started, as the shell last passed it in.
+    pub(crate) now: u32,
+    /// An empty Ping frame, shared by every keep-alive ping.
+    pub(crate) ping_frame: Arc<[u8]>,
+    /// An SSE comment and an empty NDJSON line (as a chunk): keep-alives for HTTP streams.
+    pub(crate) sse_keepalive: Arc<[u8]>,
+    pub(crate) stream_keepalive: Arc<[u8]>,
+    /// Held long-polls, by slab key. Only polls pay for this entry, not idle connections.
+    pub(crate) polls: HashMap<u32, PollHold>,
+    /// GRIP connections' state beyond their record, by slab key (proxy mode only).
+    pub(crate) grip: HashMap<u32, crate::worker::grip::forward::GripConn>,
+    /// Inflaters of clients that compress with context takeover, created when such a client
+    /// first sends a compressed message.
+    pub(crate) inflaters: HashMap<u32, clarion_proto::ws::deflate::Inflater>,
+    /// Dedicated-mode compressors, created at a connection's first compressed delivery.
+    pub(crate) deflaters: HashMap<u32, clarion_proto::ws::deflate::Compressor>,
+    /// How shared compressed frames are made.
+    pub(crate) deflate_settings: crate::message::DeflateSettings,
+    /// Recycled vector for inbox swaps.
+    pub(crate) spare: Vec<Arc<Published>>,
+    /// Connections whose read budget ran out; read again next iteration.
+    pub(crate) more_to_read: Vec<u32>,
+    pub(crate) tally: Tally,
+}
+
+impl<S: Socket> Engine<S> {
+    /// An engine for worker `id`, whose hub deliveries arrive in `inbox`.
+    pub fn new(id: usize, inbox: Arc<Inbox>, shared: Arc<Shared>) -> Engine<S> {
+        let read_buf = vec![0; shared.config.read_buffer];
+        let deflate_settings = crate::message::DeflateSettings {
+            threshold: shared.config.compression_threshold,
+            level: shared.config.compression_level,
+        };
+        Engine {
+            id,
+            conns: Slab::new(),
+            index: TopicIndex::default(),
+            read_buf,
+            plain_buf: Vec::new(),
+            handshake_buf: Vec::new(),
+            inbox,
+            shared,
+            now: 0,
+            ping_frame: clarion_proto::ws::frame::encode_frame(
+                clarion_proto::ws::OpCode::Ping,
+                b"",
+            )
+            .into(),
+            sse_keepalive: Arc::from(&b":\n\n"[..]),
+            stream_keepalive: {
+                let mut v = Vec::new();
+                clarion_proto::http1::write_chunk(&mut v, b"\n");
+                v.into()
+            },
+            polls: HashMap::new(),
+            grip: HashMap::new(),
+            inflaters: HashMap::new(),
+            deflaters: HashMap::new(),
+            deflate_settings,
+            spare: Vec::new(),
+            more_to_read: Vec::new(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// Open connections (closing ones included).
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether no connection is left.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// Whether some connection's read budget ran out: the shell should not sleep.
+    pub fn wants_read(&self) -> bool {
+        !self.more_to_read.is_empty()
+    }
+
+    /// Reads the connections whose budget ran out last time.
+    pub fn read_more(&mut self, now: u32) {
+        self.now = now;
+        for k in std::mem::take(&mut self.more_to_read) {
+            self.on_readable(k);
+        }
+    }
+
+    /// A socket is readable (or hung up): read it.
+    pub fn handle_readable(&mut self, k: u32, now: u32) {
+        self.now = now;
+        self.on_readable(k);
+    }
+
+    /// A socket is writable: write what it owes.
+    pub fn handle_writable(&mut self, k: u32, now: u32) {
+        self.now = now;
+        self.on_writable(k);
+    }
+
+    /// Applies backend answers (GRIP) and delivers what the hub handed to this worker.
+    pub fn handle_inbox(&mut self, now: u32) {
+        self.now = now;
+        self.grip_answers();
+        self.drain_inbox();
+    }
+
+    /// Once per second of `now`: the timers (see [`super::timers`]).
+    pub fn handle_tick(&mut self, now: u32) {
+        self.now = now;
+        self.sweep();
+    }
+
+    /// Starts closing every connection (see [`super::shutdown`]).
+    pub fn handle_shutdown(&mut self, now: u32) {
+        self.now = now;
+        self.begin_shutdown();
+    }
+
+    /// The loop's end: every connection still here is dropped.
+    pub fn close_all(&mut self) {
+        for k in self.conns.iter().map(|(k, _)| k as u32).collect::<Vec<_>>() {
+            self.drop_conn(k, CloseReason::Shutdown);
+        }
+        self.flush_tally();
+    }
+
+    /// Drops what a connection may hold outside its record (a held poll, compression state).
+    pub(crate) fn forget_side_state(&mut self, k: u32) {
+        self.grip_forget(k);
+        self.polls.remove(&k);
+        self.inflaters.remove(&k);
+        self.deflaters.remove(&k);
+    }
+
+    pub(crate) fn flush_tally(&mut self) {
+        let t = std::mem::take(&mut self.tally);
+        let m = &self.shared.metrics;
+        if t.bytes_in > 0 {
+            m.bytes_in.fetch_add(t.bytes_in, Relaxed);
+        }
+        if t.bytes_out > 0 {
+            m.bytes_out.fetch_add(t.bytes_out, Relaxed);
+        }
+        if t.delivered > 0 {
+            m.delivered.fetch_add(t.delivered, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! The read path and the write path of every connection: reading into the worker's shared
+//! buffer (through TLS when the connection has a session), keeping partial input, handing
+//! complete bytes to the transport of the connection's state, and writing under the
+//! slow-consumer cap (direct writes, flushes on writability, closing once the last bytes left).
+//!
+//! The one dispatch on a connection's state for incoming bytes is [`Engine::process`]; this
+//! module does not interpret bytes itself.
+
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::socket::Socket;
+use super::state::{Kind, State};
+use super::{tls, Engine};
+use crate::config::limits::READ_BUDGET;
+use crate::log;
+use crate::metrics::CloseReason;
+
+impl<S: Socket> Engine<S> {
+    pub(crate) fn on_readable(&mut self, k: u32) {
+        for _ in 0..READ_BUDGET {
+            let Some(conn) = self.conns.get_mut(k as usize) else {
+                return;
+            };
+            let res = conn.stream.read(&mut self.read_buf);
+            match res {
+                Ok(0) => {
+                    let reason = match conn.state.kind() {
+                        Kind::Http | Kind::Closing => CloseReason::HttpDone,
+                        Kind::Ws | Kind::Sse | Kind::Stream | Kind::Poll | Kind::Proxy => {
+                            CloseReason::Disconnected
+                        }
+                    };
+                    self.drop_conn(k, reason);
+                    return;
+                }
+                Ok(n) => {
+                    self.tally.bytes_in += n as u64;
+                    if let State::Ws(mode) = &mut conn.state {
+                        conn.last_seen = self.now;
+                        mode.pinged = false;
+                    }
+                    if conn.tls.is_some() {
+                        self.on_tls_data(k, n);
+                    } else {
+                        self.on_data(k, n);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::debug(format_args!("read: {e}"));
+                    self.drop_conn(k, CloseReason::Disconnected);
+                    return;
+                }
+            }
+        }
+        self.more_to_read.push(k);
+    }
+
+    /// Handles `n` fresh bytes in the read buffer, joined to any partial input kept from before.
+    pub(crate) fn on_data(&mut self, k: u32, n: usize) {
+        let mut fresh = std::mem::take(&mut self.read_buf);
+        self.consume(k, fresh.get_mut(..n).unwrap_or_default());
+        self.read_buf = fresh;
+    }
+
+    /// Handles `n` fresh bytes of ciphertext: decrypts them, sends what the handshake needs,
+    /// and hands the plaintext to [`Self::consume`].
+    pub(crate) fn on_tls_data(&mut self, k: u32, n: usize) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        let Some(session) = conn.tls.as_mut() else {
+            return;
+        };
+        let mut fresh = std::mem::take(&mut self.read_buf);
+        let data = fresh.get_mut(..n).unwrap_or_default();
+        // A plain HTTP request on the TLS port (a ClientHello starts with record type 22):
+        // answer it in plain text, as nginx does, instead of a TLS alert nobody can read.
+        if session.untouched() && data.first().is_some_and(|b| b.is_ascii_uppercase()) {
+            self.read_buf = fresh;
+            self.refuse_plaintext(k);
+            return;
+        }
+        let (mut plain, mut out) = (
+            std::mem::take(&mut self.plain_buf),
+            std::mem::take(&mut self.handshake_buf),
+        );
+        let was_established = session.established();
+        let res = session.read(data, &mut plain, &mut out);
+        self.read_buf = fresh;
+        let written = if out.is_empty() {
+            Ok(0)
+        } else {
+            conn.write_records(&out)
+        };
+        match (res, written) {
+            (Ok(outcome), Ok(w)) => {
+                self.tally.bytes_out += w as u64;
+                if outcome.handshake_done {
+                    self.shared.metrics.tls_handshakes.fetch_add(1, Relaxed);
+                }
+                if !plain.is_empty() {
+                    self.consume(k, &mut plain);
+                }
+                if outcome.peer_closed {
+                    self.drop_conn(k, CloseReason::Disconnected);
+                }
+            }
+            (Err(e), _) => {
+                log::debug(format_args!("TLS: {e}"));
+                let m = &self.shared.metrics;
+                if was_established {
+                    m.tls_errors.fetch_add(1, Relaxed);
+                } else {
+                    m.tls_failed(tls::failure_reason(&e));
+                }
+                // The alert (if any) is written; the connection ends.
+                self.drop_conn(k, CloseReason::Disconnected);
+            }
+            (Ok(_), Err(e)) => {
+                log::debug(format_args!("write: {e}"));
+                self.drop_conn(k, CloseReason::Disconnected);
+            }
+        }
+        plain.clear();
+        out.clear();
+        self.plain_buf = plain;
+        self.handshake_buf = out;
+    }
+
+    /// Answers a plain HTTP request that arrived on the TLS listener with 400, in plain text.
+    pub(crate) fn refuse_plaintext(&mut self, k: u32) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        conn.tls = None;
+        let m = &self.shared.metrics;
+        m.tls_connections.fetch_sub(1, Relaxed);
+        m.tls_failed("plaintext");
+        m.http_errors.fetch_add(1, Relaxed);
+        log::debug(format_args!("plain HTTP on the TLS listener"));
+        let body = "this port speaks TLS: use https:// or wss://\n";
+        let mut out = Vec::with_capacity(160);
+        clarion_proto::http1::write_response_head(
+            &mut out,
+            400,
+            &[
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Connection", "close"),
+            ],
+            Some(body.len()),
+        );
+        out.extend_from_slice(body.as_bytes());
+        self.start_closing(k, Some(out.into()), CloseReason::HttpDone);
+    }
+
+    /// Interprets fresh plaintext, joined to any partial input kept from before.
+    pub(crate) fn consume(&mut self, k: u32, data: &mut [u8]) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        if conn.state.kind() == Kind::Closing {
+            return; // Waiting for EOF: the peer's bytes no longer mean anything.
+        }
+        if let Some(mut input) = conn.input.take() {
+            input.extend_from_slice(data);
+            let used = self.process(k, &mut input);
+            input.drain(..used.min(input.len()));
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                if !input.is_empty() && conn.state.kind() != Kind::Closing {
+                    conn.input = Some(input);
+                }
+            }
+        } else {
+            let used = self.process(k, data);
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                if let Some(rest) = data.get(used..).filter(|r| !r.is_empty()) {
+                    if conn.state.kind() != Kind::Closing {
+                        // Reserve the whole frame at once when its length is known.
+                        let want = clarion_proto::ws::Receiver::frame_len(rest)
+                            .filter(|_| conn.state.kind() == Kind::Ws)
+                            .map_or(rest.len(), |l| l as usize);
+                        let mut v = Vec::with_capacity(want.max(rest.len()));
+                        v.extend_from_slice(rest);
+                        conn.input = Some(Box::new(v));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Interprets bytes according to the connection's state; returns how many were used (the
+    /// rest is an incomplete head or frame). The connection may be closed on return.
+    pub(crate) fn process(&mut self, k: u32, data: &mut [u8]) -> usize {
+        let mut pos = 0;
+        while pos < data.len() {
+            let Some(conn) = self.conns.get(k as usize) else {
+                return data.len();
+            };
+            let rest = data.get_mut(pos..).unwrap_or_default();
+            match conn.state {
+                State::Http => match self.on_http(k, rest) {
+                    Some(used) => pos += used,
+                    None => return pos,
+                },
+                State::Ws(_) => return pos + self.on_frames(k, rest),
+                // Waiting for a backend: a pipelined request waits its turn (bounded), and is
+                // read once the answer is out and the connection is back in `Http`.
+                State::Proxy => {
+                    if data.len() - pos > self.shared.config.head_limits().max_head_bytes {
+                        self.drop_conn(k, CloseReason::Disconnected);
+                        return data.len();
+                    }
+                    return pos;
+                }
+                // A streaming or held response: the client has nothing more to say, and
+                // anything it sends (pipelined requests included) is discarded.
+                State::Sse(_) | State::Stream(_) | State::Poll(_) | State::Closing { .. } => {
+                    return data.len()
+                }
+            }
+        }
+        pos
+    }
+
+    pub(crate) fn on_writable(&mut self, k: u32) {
+        self.flush(k, None);
+    }
+
+    /// Writes what a connection owes, then applies the closing and backlog rules.
+    pub(crate) fn flush(&mut self, k: u32, cap: Option<usize>) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        match conn.flush() {
+            Ok(n) => self.tally.bytes_out += n as u64,
+            Err(e) => {
+                log::debug(format_args!("write: {e}"));
+                self.drop_conn(k, CloseReason::Disconnected);
+                return;
+            }
+        }
+        self.after_write(k, cap);
+    }
+
+    /// After a write: a closing connection whose last bytes are out shuts its write side; an
+    /// open one that owes more than `cap` bytes is a slow consumer.
+    pub(crate) fn after_write(&mut self, k: u32, cap: Option<usize>) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        let pending = conn.backlog_bytes();
+        match conn.state {
+            State::Closing { write_shut: false } if pending == 0 => {
+                conn.state = State::Closing { write_shut: true };
+                conn.shutdown_write();
+            }
+            State::Ws(_) if cap.is_some_and(|cap| pending > cap) => {
+                conn.discard_unstarted();
+                log::debug(format_args!("slow consumer: {pending} bytes unsent"));
+                self.close_ws(
+                    k,
+                    clarion_proto::ws::CloseCode::Policy,
+                    "slow consumer",
+                    CloseReason::SlowConsumer,
+                );
+            }
+            State::Sse(_) | State::Stream(_) if cap.is_some_and(|cap| pending > cap) => {
+                // No way to say why in-band without breaking the stream's framing: close it
+                // after the message in flight; the client reconnects and resumes by id.
+                conn.discard_unstarted();
+                log::debug(format_args!("slow consumer: {pending} bytes unsent"));
+                self.start_closing(k, None, CloseReason::SlowConsumer);
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends a reply to something the client sent (handshake answer, pong, control reply,
+    /// echo). Replies may exceed `max_backlog` by one largest message, so an echo of a large
+    /// message is not mistaken for a slow consumer, while a client that floods requests
+    /// without reading the answers is still cut off.
+    pub(crate) fn send(&mut self, k: u32, data: &Arc<[u8]>) {
+        let cfg = &self.shared.config;
+        let cap = cfg
+            .max_backlog
+            .saturating_add(cfg.max_message_size)
+            .saturating_add(14);
+        self.write_to(k, data, Some(cap));
+    }
+
+    /// Sends a published message (or a keep-alive ping) under the slow-consumer cap.
+    pub(crate) fn deliver(&mut self, k: u32, data: &Arc<[u8]>) {
+        self.write_to(k, data, Some(self.shared.config.max_backlog));
+    }
+
+    pub(crate) fn write_to(&mut self, k: u32, data: &Arc<[u8]>, cap: Option<usize>) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        match conn.send(data) {
+            Ok(n) => self.tally.bytes_out += n as u64,
+            Err(e) => {
+                log::debug(format_args!("write: {e}"));
+                self.drop_conn(k, CloseReason::Disconnected);
+                return;
+            }
+        }
+        self.after_write(k, cap);
+    }
+
+    /// Delivers several frames to one subscriber, coalesced into as few writes as possible.
+    pub(crate) fn deliver_all(&mut self, k: u32, frames: &[&Arc<[u8]>]) {
+        self.write_all_to(k, frames, Some(self.shared.config.max_backlog));
+    }
+
+    /// Writes several buffers with as few system calls as possible, then applies `cap`.
+    pub(crate) fn write_all_to(&mut self, k: u32, frames: &[&Arc<[u8]>], cap: Option<usize>) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        match conn.send_all(frames) {
+            Ok(n) => self.tally.bytes_out += n as u64,
+            Err(e) => {
+                log::debug(format_args!("write: {e}"));
+                self.drop_conn(k, CloseReason::Disconnected);
+                return;
+            }
+        }
+        self.after_write(k, cap);
+    }
+}

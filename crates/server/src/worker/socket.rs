@@ -1,0 +1,49 @@
+//! What the engine needs of a client socket: non-blocking reads and writes (vectored too), and
+//! shutting the write side. `mio`'s `TcpStream` is the real one; tests use an in-memory pipe
+//! (see `testkit`). The engine is generic over it and monomorphized, so the real build calls
+//! the socket directly, as before.
+//!
+//! Nothing here knows about connections or protocols.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::IpAddr;
+
+/// A non-blocking stream socket: every call may fail with `WouldBlock`.
+pub trait Socket {
+    /// Reads into `buf`; `Ok(0)` is the peer's EOF.
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Writes some of `buf`.
+    fn write(&self, buf: &[u8]) -> io::Result<usize>;
+    /// Writes some of `bufs`, in order, with one system call.
+    fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// Shuts the write side: the peer reads EOF after what was written.
+    fn shutdown_write(&self) -> io::Result<()>;
+    /// The peer's address, for forwarding headers.
+    fn peer_ip(&self) -> Option<IpAddr>;
+}
+
+impl Socket for mio::net::TcpStream {
+    #[inline]
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // `&TcpStream` implements `Read` and `Write`: no `&mut` needed.
+        Read::read(&mut &*self, buf)
+    }
+
+    #[inline]
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        Write::write(&mut &*self, buf)
+    }
+
+    #[inline]
+    fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        Write::write_vectored(&mut &*self, bufs)
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
+
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.peer_addr().ok().map(|a| a.ip())
+    }
+}

@@ -1,0 +1,280 @@
+//! Where a connection is in its life, the flags that qualify that, and the transitions that
+//! change it: every move between states goes through here, so the `clarion_connections{state}`
+//! gauges, the per-address counts and the open-connection count stay exact.
+//!
+//! This module owns no I/O beyond queueing a connection's last bytes when it starts closing;
+//! what a transport sends in each state is decided by that transport.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::conn::Ext;
+use super::socket::Socket;
+use super::Engine;
+use crate::hub::lock;
+use crate::metrics::{CloseReason, Metrics};
+
+/// Where a connection is in its life, with the options that only mean something there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Reading HTTP request heads (before an upgrade, or between keep-alive requests).
+    Http,
+    /// An open WebSocket.
+    Ws(WsMode),
+    /// A Server-Sent Events response being streamed.
+    Sse(SseMode),
+    /// A chunked (or, for GRIP and HTTP/1.0, close-delimited) response being streamed.
+    Stream(StreamMode),
+    /// A long-poll request held until a message arrives or its deadline passes.
+    Poll(PollMode),
+    /// A request forwarded to a GRIP backend, waiting for its answer; the client's further
+    /// bytes (a pipelined request) wait in `input`.
+    Proxy,
+    /// Our last bytes (a Close frame or a final HTTP answer) are queued; once they are written
+    /// the write side is shut and we wait (bounded) for the peer's EOF, discarding its input, so
+    /// that closing never resets a connection before the peer has read our answer.
+    Closing {
+        /// The write side has been shut down.
+        write_shut: bool,
+    },
+}
+
+/// A state without its options: what gauges count and what most checks compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// [`State::Http`].
+    Http,
+    /// [`State::Ws`].
+    Ws,
+    /// [`State::Sse`].
+    Sse,
+    /// [`State::Stream`].
+    Stream,
+    /// [`State::Poll`].
+    Poll,
+    /// [`State::Proxy`].
+    Proxy,
+    /// [`State::Closing`].
+    Closing,
+}
+
+/// What a WebSocket is for: the one place its messages and deliveries are dispatched on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsRole {
+    /// Pub/sub with control messages; deliveries are the raw payload.
+    PubSub,
+    /// Pub/sub under the `clarion.v1` subprotocol: deliveries use the JSON envelope.
+    Envelope,
+    /// The conformance endpoint: messages are echoed.
+    Echo,
+    /// Bridged to a GRIP backend with WebSocket-over-HTTP (`super::grip::bridge`).
+    Bridge,
+}
+
+/// A WebSocket's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WsMode {
+    /// What it is for.
+    pub role: WsRole,
+    /// The permessage-deflate parameters, when compression was negotiated.
+    pub deflate: Option<Ext>,
+    /// A keep-alive ping was sent and no byte has arrived since.
+    pub pinged: bool,
+}
+
+impl WsMode {
+    /// A fresh WebSocket with `role`.
+    pub fn new(role: WsRole) -> WsMode {
+        WsMode {
+            role,
+            deflate: None,
+            pinged: false,
+        }
+    }
+}
+
+/// What an SSE event's data carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SseMode {
+    /// The payload (`format=data`, the default).
+    Payload,
+    /// The JSON envelope (`format=json`).
+    Json,
+}
+
+/// What a streamed response carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamMode {
+    /// JSON envelope lines (the default).
+    Ndjson,
+    /// Raw payload lines (`format=raw`).
+    Raw,
+    /// Held by a GRIP backend: the `http-stream` content published to its channels.
+    Grip {
+        /// Chunked transfer coding (HTTP/1.1 client); otherwise delimited by closing.
+        chunked: bool,
+        /// The client allows keep-alive: a published `close` returns it to `Http`.
+        keep: bool,
+    },
+}
+
+/// A held long-poll's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollMode {
+    /// The client allows keep-alive: the connection returns to `Http` after the answer.
+    pub keep: bool,
+    /// Held by a GRIP backend (`Grip-Hold: response`): answered by published `http-response`
+    /// content or the backend's timeout answer.
+    pub grip: bool,
+}
+
+impl State {
+    /// The state without its options.
+    pub fn kind(self) -> Kind {
+        match self {
+            State::Http => Kind::Http,
+            State::Ws(_) => Kind::Ws,
+            State::Sse(_) => Kind::Sse,
+            State::Stream(_) => Kind::Stream,
+            State::Poll(_) => Kind::Poll,
+            State::Proxy => Kind::Proxy,
+            State::Closing { .. } => Kind::Closing,
+        }
+    }
+
+    /// Whether a GRIP backend holds the connection (a held stream or long-poll, or a bridged
+    /// WebSocket): counted by the `grip_holds` gauge.
+    pub fn grip_held(self) -> bool {
+        matches!(
+            self,
+            State::Ws(WsMode {
+                role: WsRole::Bridge,
+                ..
+            }) | State::Stream(StreamMode::Grip { .. })
+                | State::Poll(PollMode { grip: true, .. })
+        )
+    }
+
+    /// The WebSocket options, in `Ws`.
+    pub fn ws(self) -> Option<WsMode> {
+        match self {
+            State::Ws(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
+/// The `clarion_connections` gauge that counts connections in `state` (none for `Closing`,
+/// which has left the count already).
+pub(crate) fn gauge(m: &Metrics, state: Kind) -> Option<&AtomicU64> {
+    match state {
+        Kind::Http | Kind::Proxy => Some(&m.http_connections),
+        Kind::Ws => Some(&m.ws_connections),
+        Kind::Sse => Some(&m.sse_connections),
+        Kind::Stream => Some(&m.stream_connections),
+        Kind::Poll => Some(&m.polls_held),
+        Kind::Closing => None,
+    }
+}
+
+impl<S: Socket> Engine<S> {
+    /// Moves connection `k` to state `to` and keeps the counts exact: the
+    /// `clarion_connections{state}` gauges, `grip_holds`, and, when it enters `Closing`, the
+    /// per-address count and the open-connection count. Every state change goes through here
+    /// (or through [`Self::drop_conn`] for a record that leaves the slab). Returns the state it
+    /// left, or `None` if the connection is gone.
+    pub(crate) fn set_state(&mut self, k: u32, to: State) -> Option<State> {
+        let conn = self.conns.get_mut(k as usize)?;
+        let from = conn.state;
+        conn.state = to;
+        let peer = conn.peer;
+        self.account(from, Some(to), peer);
+        Some(from)
+    }
+
+    /// The counts for a connection from `peer` moving from `from` to `to` (`None`: it is gone
+    /// without passing through `Closing`).
+    pub(crate) fn account(&self, from: State, to: Option<State>, peer: u32) {
+        let m = &self.shared.metrics;
+        let (fk, tk) = (from.kind(), to.map_or(Kind::Closing, State::kind));
+        if fk != tk {
+            if let Some(g) = gauge(m, fk) {
+                g.fetch_sub(1, Relaxed);
+            }
+            if let Some(g) = gauge(m, tk) {
+                g.fetch_add(1, Relaxed);
+            }
+        }
+        let (fg, tg) = (from.grip_held(), to.is_some_and(State::grip_held));
+        if fg && !tg {
+            m.grip_holds.fetch_sub(1, Relaxed);
+        } else if tg && !fg {
+            m.grip_holds.fetch_add(1, Relaxed);
+        }
+        if fk != Kind::Closing && tk == Kind::Closing {
+            self.shared.open.fetch_sub(1, Relaxed);
+            if self.shared.config.max_connections_per_address > 0 {
+                let mut counts = lock(&self.shared.per_address);
+                if let Some(n) = counts.get_mut(&peer) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        counts.remove(&peer);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the
+    /// connection leaves every topic now, and is dropped once the peer has read and closed.
+    pub(crate) fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
+        self.leave_all_topics(k);
+        self.forget_side_state(k);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        if conn.state.kind() == Kind::Closing {
+            return;
+        }
+        conn.last_seen = self.now;
+        conn.input = None;
+        conn.rx = Default::default();
+        self.set_state(k, State::Closing { write_shut: false });
+        self.shared.metrics.closed(reason);
+        if let Some(bytes) = last {
+            self.write_to(k, &bytes, None);
+        } else {
+            self.after_write(k, None);
+        }
+    }
+
+    /// Sends a Close frame and starts closing a WebSocket.
+    pub(crate) fn close_ws(
+        &mut self,
+        k: u32,
+        code: clarion_proto::ws::CloseCode,
+        why: &str,
+        reason: CloseReason,
+    ) {
+        let frame = clarion_proto::ws::close::encode_close_frame(code, why);
+        self.start_closing(k, Some(frame.into()), reason);
+    }
+
+    /// Removes a connection at once (EOF, reset, or end of closing).
+    pub(crate) fn drop_conn(&mut self, k: u32, reason: CloseReason) {
+        self.leave_all_topics(k);
+        self.forget_side_state(k);
+        let Some(conn) = self.conns.try_remove(k as usize) else {
+            return;
+        };
+        if conn.tls.is_some() {
+            self.shared.metrics.tls_connections.fetch_sub(1, Relaxed);
+        }
+        if conn.state.kind() != Kind::Closing {
+            self.account(conn.state, None, conn.peer);
+            self.shared.metrics.closed(reason);
+        }
+        // Dropping the stream closes the descriptor, which also removes it from epoll.
+    }
+}

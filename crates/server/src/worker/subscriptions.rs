@@ -1,0 +1,82 @@
+//! A connection's topics: joining (with what it missed since a position), leaving one, leaving
+//! all. Keeps the worker's [`super::index::TopicIndex`], the record's `subs` and the hub's
+//! counts in step.
+//!
+//! Nothing here writes to a connection: callers send what a subscription returns in their own
+//! transport's format.
+
+use std::sync::Arc;
+
+use super::socket::Socket;
+use super::state::Kind;
+use super::Engine;
+use crate::broker::{Since, Subscribed};
+
+impl<S: Socket> Engine<S> {
+    /// Subscribes connection `k` to `topics` (valid, new for it) and returns what it missed
+    /// since `since`, for the caller to send in its transport's format. `None` when the
+    /// connection went away meanwhile.
+    ///
+    /// Messages already waiting in this worker's inbox were published before the subscription:
+    /// they go to the other subscribers first, before `k` joins the index, so `k` never gets a
+    /// message twice (once replayed, once live).
+    pub(crate) fn subscribe_conn(
+        &mut self,
+        k: u32,
+        topics: &[&str],
+        since: Since<'_>,
+    ) -> Option<Subscribed> {
+        let mut pending = Vec::new();
+        let sub = self
+            .shared
+            .broker
+            .subscribe(self.id, topics, since, &mut pending);
+        if !pending.is_empty() {
+            self.deliver_batch(&mut pending);
+        }
+        let alive = self
+            .conns
+            .get(k as usize)
+            .is_some_and(|c| !matches!(c.state.kind(), Kind::Closing | Kind::Http));
+        if !alive {
+            for name in &sub.names {
+                self.shared.broker.unsubscribe(self.id, name);
+            }
+            return None;
+        }
+        for name in &sub.names {
+            let tid = self.index.add(Arc::clone(name), k);
+            if let Some(conn) = self.conns.get_mut(k as usize) {
+                conn.subs.push(tid);
+            }
+        }
+        Some(sub)
+    }
+
+    /// The index id of topic `name` if connection `k` subscribes to it.
+    pub(crate) fn subscription(&self, k: u32, name: &str) -> Option<u32> {
+        let tid = self.index.id_of(name)?;
+        let conn = self.conns.get(k as usize)?;
+        conn.subs.contains(tid).then_some(tid)
+    }
+
+    pub(crate) fn unsubscribe(&mut self, k: u32, tid: u32) {
+        if let Some(conn) = self.conns.get_mut(k as usize) {
+            conn.subs.remove(tid);
+        }
+        if let Some(name) = self.index.remove(tid, k) {
+            self.shared.broker.unsubscribe(self.id, &name);
+        }
+    }
+
+    pub(crate) fn leave_all_topics(&mut self, k: u32) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        for tid in conn.subs.take_all() {
+            if let Some(name) = self.index.remove(tid, k) {
+                self.shared.broker.unsubscribe(self.id, &name);
+            }
+        }
+    }
+}

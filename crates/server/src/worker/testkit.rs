@@ -1,0 +1,398 @@
+//! An in-memory harness for the engine, the way quinn-proto tests its connections: a real
+//! [`Engine`] with a real hub and configuration, connections over in-memory sockets, and a
+//! clock that moves only when a test says so. Nothing here sleeps or spawns a thread, so every
+//! test is deterministic.
+//!
+//! A [`Pipe`] stands for a socket and the kernel buffers behind it: the test writes the client's
+//! bytes in, reads the server's bytes out, and may limit how many bytes "the kernel" accepts to
+//! make a slow consumer. GRIP tests get a backend pool without threads: the jobs the engine
+//! submits are handed to the test, which answers them by calling the engine's answer handler.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use clarion_proto::ws::frame::apply_mask;
+use clarion_proto::ws::OpCode;
+
+use super::socket::Socket;
+use super::{Engine, Shared};
+use crate::broker::{Broker, Outgoing};
+use crate::config::Config;
+use crate::grip::backend::{Answer, Backend, Job, Mailbox, Response};
+use crate::hub::Inbox;
+use crate::metrics::Metrics;
+
+/// One socket's two directions, as the kernel would buffer them.
+#[derive(Default)]
+pub struct Pipe {
+    /// Client bytes not read by the server yet.
+    inbound: VecDeque<u8>,
+    /// Server bytes not read by the client yet.
+    outbound: Vec<u8>,
+    /// How many more bytes the kernel accepts from the server (`None`: any number).
+    window: Option<usize>,
+    /// The client closed its side: reads return EOF once `inbound` is empty.
+    client_eof: bool,
+    /// The server shut its write side.
+    write_shut: bool,
+}
+
+/// The server's end of a [`Pipe`].
+#[derive(Clone, Default)]
+pub struct MemSocket(Rc<RefCell<Pipe>>);
+
+impl Socket for MemSocket {
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut p = self.0.borrow_mut();
+        if p.inbound.is_empty() {
+            return if p.client_eof {
+                Ok(0)
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
+            };
+        }
+        let n = buf.len().min(p.inbound.len());
+        for (slot, b) in buf.iter_mut().zip(p.inbound.drain(..n)) {
+            *slot = b;
+        }
+        Ok(n)
+    }
+
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        let mut p = self.0.borrow_mut();
+        if p.write_shut {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let n = p.window.map_or(buf.len(), |w| w.min(buf.len()));
+        if n == 0 && !buf.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        if let Some(w) = p.window.as_mut() {
+            *w -= n;
+        }
+        p.outbound.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let mut total = 0;
+        for b in bufs {
+            match self.write(b) {
+                Ok(n) => {
+                    total += n;
+                    if n < b.len() {
+                        break;
+                    }
+                }
+                Err(e) if total == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(total)
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.0.borrow_mut().write_shut = true;
+        Ok(())
+    }
+
+    fn peer_ip(&self) -> Option<IpAddr> {
+        Some(IpAddr::from([127, 0, 0, 1]))
+    }
+}
+
+/// The test's end of one connection.
+pub struct Client {
+    /// The connection's slab key.
+    pub key: u32,
+    pipe: Rc<RefCell<Pipe>>,
+}
+
+impl Client {
+    /// Takes what the server wrote so far.
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut self.pipe.borrow_mut().outbound)
+    }
+
+    /// Takes what the server wrote so far, as text.
+    pub fn take_text(&self) -> String {
+        String::from_utf8_lossy(&self.take()).into_owned()
+    }
+
+    /// Whether the server shut its write side.
+    pub fn write_shut(&self) -> bool {
+        self.pipe.borrow().write_shut
+    }
+
+    /// Limits how many more bytes the kernel accepts from the server (`None`: no limit).
+    pub fn set_window(&self, window: Option<usize>) {
+        self.pipe.borrow_mut().window = window;
+    }
+}
+
+/// An engine under test, its hub and its clock.
+pub struct Harness {
+    /// The engine under test.
+    pub engine: Engine<MemSocket>,
+    /// What the engine shares with the (absent) other workers and the API.
+    pub shared: Arc<Shared>,
+    /// The simulated clock, in whole seconds.
+    pub now: u32,
+    /// Jobs submitted to the GRIP backend pool (GRIP harnesses only).
+    jobs: Option<Receiver<Job>>,
+    /// Owns the waker's registration; never polled.
+    _poll: mio::Poll,
+}
+
+impl Harness {
+    /// A one-worker engine with `config`.
+    pub fn new(config: Config) -> Harness {
+        Self::build(config, None)
+    }
+
+    /// A one-worker engine in GRIP proxy mode with `routes` (the routes file's text); backend
+    /// requests are kept for [`Self::next_job`].
+    pub fn with_grip(config: Config, routes: &str) -> Harness {
+        Self::build(config, Some(routes))
+    }
+
+    fn build(config: Config, routes: Option<&str>) -> Harness {
+        let poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), super::WAKER).unwrap();
+        let inbox = Arc::new(Inbox::new(waker));
+        let metrics = Arc::new(Metrics::default());
+        let broker = Broker::local(
+            vec![Arc::clone(&inbox)],
+            Arc::clone(&metrics),
+            config.history_limits(),
+        );
+        let (grip, jobs) = match routes {
+            Some(text) => {
+                let routes = clarion_proto::grip::parse_routes(text).unwrap();
+                let (backend, jobs) = Backend::detached();
+                let mailbox = Arc::new(Mailbox::new(Arc::clone(&inbox)));
+                let proxy =
+                    crate::grip::Proxy::new(routes, backend, vec![mailbox], None, "pushpin".into());
+                (Some(proxy), Some(jobs))
+            }
+            None => (None, None),
+        };
+        let shared = Arc::new(Shared {
+            broker,
+            config,
+            metrics,
+            stopping: AtomicBool::new(false),
+            open: AtomicUsize::new(0),
+            cap: 1000,
+            per_address: Default::default(),
+            tls: None,
+            grip,
+        });
+        Harness {
+            engine: Engine::new(0, inbox, Arc::clone(&shared)),
+            shared,
+            now: 0,
+            jobs,
+            _poll: poll,
+        }
+    }
+
+    /// Opens a connection, as if the shell had accepted it.
+    pub fn connect(&mut self) -> Client {
+        let socket = MemSocket::default();
+        let pipe = Rc::clone(&socket.0);
+        let mut key = None;
+        self.engine
+            .handle_accept(socket, 1, false, self.now, |_, k| {
+                key = Some(k as u32);
+                Ok(())
+            });
+        Client {
+            key: key.unwrap(),
+            pipe,
+        }
+    }
+
+    /// Delivers `bytes` from the client and lets the engine read them.
+    pub fn send(&mut self, c: &Client, bytes: &[u8]) {
+        c.pipe.borrow_mut().inbound.extend(bytes);
+        self.engine.handle_readable(c.key, self.now);
+        self.engine.handle_inbox(self.now);
+    }
+
+    /// Sends a masked client frame.
+    pub fn send_frame(&mut self, c: &Client, op: OpCode, payload: &[u8]) {
+        self.send(c, &client_frame(op, payload));
+    }
+
+    /// The client closes its side (EOF).
+    pub fn hang_up(&mut self, c: &Client) {
+        c.pipe.borrow_mut().client_eof = true;
+        self.engine.handle_readable(c.key, self.now);
+    }
+
+    /// The socket became writable again.
+    pub fn writable(&mut self, c: &Client) {
+        self.engine.handle_writable(c.key, self.now);
+    }
+
+    /// Moves the clock on by `secs`, one second at a time, running the sweep each second.
+    pub fn advance(&mut self, secs: u32) {
+        for _ in 0..secs {
+            self.now += 1;
+            self.engine.handle_inbox(self.now);
+            self.engine.handle_tick(self.now);
+        }
+    }
+
+    /// Publishes `payload` (text) to `topic` and lets the engine deliver it.
+    pub fn publish(&mut self, topic: &str, payload: &str) {
+        self.publish_with(topic, payload, None);
+    }
+
+    /// Publishes with GRIP content and lets the engine deliver it.
+    pub fn publish_with(
+        &mut self,
+        topic: &str,
+        payload: &str,
+        grip: Option<Arc<crate::grip::GripContent>>,
+    ) {
+        self.shared.broker.publish(&[Outgoing {
+            topic,
+            kind: clarion_proto::ws::DataKind::Text,
+            payload: payload.as_bytes(),
+            event: None,
+            attachment: grip.map(|g| g as Arc<dyn crate::message::Attachment>),
+        }]);
+        self.engine.handle_inbox(self.now);
+    }
+
+    /// Starts a graceful shutdown, as the shell does on a signal.
+    pub fn shutdown(&mut self) {
+        self.shared.stopping.store(true, Relaxed);
+        self.engine.handle_shutdown(self.now);
+    }
+
+    /// Whether the connection still has a record (closing included).
+    pub fn is_open(&self, c: &Client) -> bool {
+        self.engine.conns.contains(c.key as usize)
+    }
+
+    /// The next request the engine sent to the GRIP backend, if any.
+    pub fn next_job(&mut self) -> Option<Job> {
+        self.jobs.as_ref()?.try_recv().ok()
+    }
+
+    /// Answers `job` as the backend would, through the engine's answer handler.
+    pub fn answer(&mut self, job: &Job, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        // A pool without threads never answers by itself; nothing else is in the mailbox.
+        let answer = Answer {
+            key: job.key,
+            ticket: job.ticket,
+            result: Ok(Response {
+                status,
+                reason: "OK".into(),
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+                    .collect(),
+                body: body.to_vec(),
+            }),
+        };
+        self.engine.now = self.now;
+        self.engine.on_answer(answer);
+    }
+
+    /// Fails `job` as the backend pool would, through the engine's answer handler.
+    pub fn fail(&mut self, job: &Job, failure: crate::grip::backend::Failure) {
+        let answer = Answer {
+            key: job.key,
+            ticket: job.ticket,
+            result: Err(failure),
+        };
+        self.engine.now = self.now;
+        self.engine.on_answer(answer);
+    }
+
+    /// The connection gauges and counts that must return to zero once every connection has
+    /// closed: http, ws, sse, stream, polls, grip holds, open connections, per-address entries.
+    pub fn counts(&self) -> [u64; 8] {
+        let m = &self.shared.metrics;
+        [
+            m.http_connections.load(Relaxed),
+            m.ws_connections.load(Relaxed),
+            m.sse_connections.load(Relaxed),
+            m.stream_connections.load(Relaxed),
+            m.polls_held.load(Relaxed),
+            m.grip_holds.load(Relaxed),
+            self.shared.open.load(Relaxed) as u64,
+            crate::hub::lock(&self.shared.per_address).len() as u64,
+        ]
+    }
+}
+
+/// A WebSocket upgrade request for `target`.
+pub fn upgrade(target: &str) -> Vec<u8> {
+    format!(
+        "GET {target} HTTP/1.1\r\nHost: example.com\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// A masked frame as a client sends it.
+pub fn client_frame(op: OpCode, payload: &[u8]) -> Vec<u8> {
+    let mut head = [0u8; 10];
+    let n =
+        clarion_proto::ws::frame::encode_header(&mut head, true, false, op, payload.len() as u64);
+    let mut out = head[..n].to_vec();
+    out[1] |= 0x80;
+    let mask = [1, 2, 3, 4];
+    out.extend_from_slice(&mask);
+    let mut body = payload.to_vec();
+    apply_mask(&mut body, mask, 0);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The server frames in `bytes` (unmasked, unfragmented): opcode byte and payload. Stops at
+/// an incomplete frame.
+pub fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while bytes.len() >= 2 {
+        let op = bytes[0] & 0x0f;
+        let (len, start) = match bytes[1] & 0x7f {
+            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+            127 => (
+                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            l => (l as usize, 2),
+        };
+        if bytes.len() < start + len {
+            break;
+        }
+        out.push((op, bytes[start..start + len].to_vec()));
+        bytes = &bytes[start + len..];
+    }
+    out
+}
+
+/// The bytes after the first blank line (an HTTP head's end).
+pub fn after_head(bytes: &[u8]) -> &[u8] {
+    let at = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete head");
+    &bytes[at + 4..]
+}

@@ -1,0 +1,99 @@
+//! Long-polling: a request held until a message arrives on one of its topics or its deadline
+//! passes, then answered with `{"messages":[...],"cursor":...}` and returned to `Http` (or
+//! closed). A held poll pays for one side entry (its deadline and cursor), not the record.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use clarion_proto::http1;
+/// The long-poll body writer (`{"messages":[...],"cursor":...}`), shared with the sweep and
+/// shutdown, which answer held polls empty.
+pub(crate) use clarion_proto::pubsub::poll_body as messages_body;
+
+use crate::broker::{Since, Subscribed};
+use crate::metrics::CloseReason;
+use crate::worker::socket::Socket;
+use crate::worker::state::{PollMode, State};
+use crate::worker::Engine;
+
+/// A long-poll being held: when it expires, and the cursor its empty answer carries.
+pub(crate) struct PollHold {
+    pub(crate) deadline: u32,
+    pub(crate) cursor: String,
+}
+
+impl<S: Socket> Engine<S> {
+    /// Starts a long-poll: answers at once when something was missed, else holds the request.
+    pub(crate) fn open_poll(
+        &mut self,
+        k: u32,
+        topics: &[&str],
+        since: Since<'_>,
+        hold: u32,
+        mode: PollMode,
+    ) {
+        if self.set_state(k, State::Poll(mode)).is_none() {
+            return;
+        }
+        let Some(sub) = self.subscribe_conn(k, topics, since) else {
+            return;
+        };
+        if !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 {
+            let body = poll_body(&sub);
+            self.answer_poll(k, &Arc::from(body));
+            return;
+        }
+        self.polls.insert(
+            k,
+            PollHold {
+                deadline: self.now.saturating_add(hold),
+                cursor: sub.position,
+            },
+        );
+    }
+
+    /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
+    /// closes it): it leaves its topics, since the next poll says where to resume.
+    pub(crate) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
+        self.leave_all_topics(k);
+        self.polls.remove(&k);
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        let State::Poll(mode) = conn.state else {
+            return;
+        };
+        let keep = mode.keep && !self.shared.stopping.load(Relaxed);
+        conn.last_seen = self.now;
+        self.set_state(k, State::Http);
+        let origin = self.shared.config.cors_allow_origin.as_str();
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Content-Type", "application/json"),
+            ("Cache-Control", "no-store"),
+        ];
+        if !origin.is_empty() {
+            headers.push(("Access-Control-Allow-Origin", origin));
+        }
+        if !keep {
+            headers.push(("Connection", "close"));
+        }
+        let mut head = Vec::with_capacity(256);
+        http1::write_response_head(&mut head, 200, &headers, Some(body.len()));
+        let head: Arc<[u8]> = head.into();
+        self.write_all_to(k, &[&head, body], None);
+        if !keep {
+            self.start_closing(k, None, CloseReason::HttpDone);
+        }
+    }
+}
+
+/// The long-poll answer for what a subscription found: `{"messages":[...],"cursor":..}` plus
+/// `"gaps"` when the resume was incomplete.
+pub(crate) fn poll_body(sub: &Subscribed) -> Vec<u8> {
+    let cursor = sub
+        .replay
+        .last()
+        .map_or_else(|| sub.position.clone(), |m| m.id_string());
+    let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
+    messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
+}
