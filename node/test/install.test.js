@@ -1,0 +1,57 @@
+// The npm packages as a user installs them (packaging/test.sh installs the tarballs into a fresh
+// directory, with --ignore-scripts, and runs these files there).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync, chmodSync, mkdtempSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { findClarionBinary } from 'clarion';
+import { platformKey } from 'clarion/binary';
+
+const require = createRequire(import.meta.url);
+const bin = join(process.cwd(), 'node_modules', '.bin', 'clarion');
+
+test('the clarion command runs the platform package binary', () => {
+  const out = execFileSync(bin, ['--help'], { encoding: 'utf8', timeout: 30_000 });
+  assert.match(out, /serve/);
+  assert.match(out, /publish/);
+  assert.equal(platformKey(), 'linux-x64');
+  assert.match(findClarionBinary(), /node_modules\/@clarion\/linux-x64\/bin\/clarion$/);
+});
+
+test('npx clarion --version prints the package version, the workspace version', () => {
+  const { version } = require('clarion/package.json');
+  const out = execFileSync('npx', ['--no-install', 'clarion', '--version'], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(out.trim(), `clarion ${version}`);
+  assert.equal(version, process.env.CLARION_EXPECTED_VERSION);
+  assert.equal(require('@clarion/linux-x64/package.json').version, version);
+});
+
+test('exit status and signals pass through the launcher', () => {
+  const r = spawnSync(bin, ['no-such-subcommand'], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(r.status, 2); // clap's usage error
+  assert.match(r.stderr, /no-such-subcommand/);
+});
+
+test('CLARION_BINARY_PATH overrides the binary; a wrong one is reported', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'clarion-override-'));
+  const fake = join(dir, 'clarion');
+  writeFileSync(fake, '#!/bin/sh\necho overridden "$@"\n');
+  chmodSync(fake, 0o755);
+  const env = { ...process.env, CLARION_BINARY_PATH: fake };
+  assert.equal(execFileSync(bin, ['x'], { encoding: 'utf8', env }).trim(), 'overridden x');
+  const r = spawnSync(bin, [], { encoding: 'utf8', env: { ...process.env, CLARION_BINARY_PATH: join(dir, 'none') } });
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /CLARION_BINARY_PATH=.*does not exist/);
+});
+
+test('the typed entry points are in the package', () => {
+  const pkg = JSON.parse(readFileSync(require.resolve('clarion/package.json'), 'utf8'));
+  assert.equal(pkg.exports['.'].types, './index.d.ts');
+  assert.match(readFileSync(require.resolve('clarion/package.json').replace('package.json', 'index.d.ts'), 'utf8'), /publish\(topic: string/);
+  assert.deepEqual(pkg.optionalDependencies, { '@clarion/linux-x64': pkg.version });
+  assert.equal(pkg.scripts?.postinstall, undefined); // nothing to run at install time
+});
