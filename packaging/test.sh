@@ -18,7 +18,8 @@ packaging/build.sh
 dist="$root/target/packages/dist"
 wheel=$(ls "$dist"/clarion-"$version"-py3-none-manylinux_*_x86_64.whl)
 work=$(mktemp -d "${TMPDIR:-/tmp}/clarion-packages.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# CLARION_KEEP_INSTALLS=1 keeps the installs for packaging/measure.py (the path is printed).
+if [ -n "${CLARION_KEEP_INSTALLS:-}" ]; then echo "installs in $work"; else trap 'rm -rf "$work"' EXIT; fi
 export CLARION_EXPECTED_VERSION="$version"
 # The installed packages must find their own binary, not one given to the integration tests.
 unset CLARION_BIN CLARION_BINARY_PATH

@@ -9,10 +9,9 @@
   the ``clarion_server`` pytest fixture is registered automatically.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from ._find import BINARY_PATH_VARIABLE, find_clarion_bin
-from .client import AsyncClient, Client, Message, Receipt
 from .errors import (
     APIError,
     BadRequest,
@@ -30,10 +29,29 @@ from .errors import (
     Unavailable,
 )
 
-try:
-    __version__ = version("clarion")
-except PackageNotFoundError:  # imported from a source tree, not installed
-    __version__ = "0.0.0"
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client, Message, Receipt
+
+    __version__: str
+
+# The clients (and httpx under them) are imported on first use, so that `python -m clarion`
+# starts the server without paying for them (about 130 ms).
+_LAZY = {"AsyncClient", "Client", "Message", "Receipt"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import client
+
+        return getattr(client, name)
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("clarion")
+        except PackageNotFoundError:  # imported from a source tree, not installed
+            return "0.0.0"
+    raise AttributeError(f"module 'clarion' has no attribute {name!r}")
 
 __all__ = [
     "APIError",

@@ -11,12 +11,16 @@ Fixtures:
 Disable the plugin with ``-p no:clarion``.
 """
 
-from typing import Iterator, List
+from typing import TYPE_CHECKING, Iterator, List
 
 import pytest
 
-from .client import Client
-from .testing import ClarionServer
+if TYPE_CHECKING:
+    from .client import Client
+    from .testing import ClarionServer
+
+# The plugin is loaded by every pytest run in an environment that has clarion installed, so the
+# server helper and httpx are imported only when a fixture is used.
 
 
 @pytest.fixture(scope="session")
@@ -26,14 +30,16 @@ def clarion_server_args() -> List[str]:
 
 
 @pytest.fixture(scope="session")
-def clarion_server(clarion_server_args: List[str]) -> Iterator[ClarionServer]:
+def clarion_server(clarion_server_args: List[str]) -> Iterator["ClarionServer"]:
     """A Clarion server for the test session, on free loopback ports."""
+    from .testing import ClarionServer
+
     with ClarionServer(clarion_server_args) as server:
         yield server
 
 
 @pytest.fixture
-def clarion_client(clarion_server: ClarionServer) -> Iterator[Client]:
+def clarion_client(clarion_server: "ClarionServer") -> Iterator["Client"]:
     """A publish client for ``clarion_server``."""
     with clarion_server.client() as client:
         yield client
