@@ -30,7 +30,7 @@ test('npx clarion --version prints the package version, the workspace version', 
   assert.equal(require('@clarion/linux-x64/package.json').version, version);
 });
 
-test('exit status and signals pass through the launcher', () => {
+test('arguments and exit status pass through the launcher', () => {
   const r = spawnSync(bin, ['no-such-subcommand'], { encoding: 'utf8', timeout: 30_000 });
   assert.equal(r.status, 2); // clap's usage error
   assert.match(r.stderr, /no-such-subcommand/);
@@ -54,4 +54,24 @@ test('the typed entry points are in the package', () => {
   assert.match(readFileSync(require.resolve('clarion/package.json').replace('package.json', 'index.d.ts'), 'utf8'), /publish\(topic: string/);
   assert.deepEqual(pkg.optionalDependencies, { '@clarion/linux-x64': pkg.version });
   assert.equal(pkg.scripts?.postinstall, undefined); // nothing to run at install time
+});
+
+test('SIGTERM to the launcher stops the server it started', async () => {
+  const { spawn } = await import('node:child_process');
+  const child = spawn(bin, ['serve', '--listen', '127.0.0.1:0', '--api-listen', '127.0.0.1:0'], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  const ready = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('no ready line')), 20_000);
+    child.stdout.once('data', (d) => {
+      clearTimeout(timer);
+      resolve(d.toString());
+    });
+  });
+  const api = /api=(\S+)/.exec(ready)[1];
+  child.kill('SIGTERM');
+  const [code, signal] = await new Promise((resolve) => child.once('exit', (c, s) => resolve([c, s])));
+  assert.ok(code === 0 || signal === 'SIGTERM', `exit ${code} ${signal}`);
+  // The server itself is gone: its API no longer accepts connections.
+  await assert.rejects(fetch(`http://${api}/healthz`, { signal: AbortSignal.timeout(5000) }));
 });
