@@ -35,6 +35,8 @@ python3 -m venv "$work/venv"
   # Run from a copy so that nothing under python/src can shadow the installed package.
   cp -r "$root/python/tests" "$work/pytests"
   python -m pytest -q -p no:cacheprovider --timeout 120 pytests
+  # The hints as users see them: py.typed shipped, the API type-checks strictly.
+  (cd pytests && mypy --strict --no-incremental typecheck_consumer.py)
 )
 
 echo "--- Node: npm install --ignore-scripts of the tarballs into a fresh directory"
@@ -51,20 +53,24 @@ cat >"$work/npm/package.json" <<JSON
     "clarion": "file:$dist/clarion-$version.tgz",
     "ws": "$ws_version"
   },
+  "devDependencies": { "typescript": "5.9.3", "@types/node": "20.19.43" },
   "overrides": { "@clarion/linux-x64": "file:$dist/clarion-linux-x64-$version.tgz" }
 }
 JSON
-cp node/test/*.test.js "$work/npm/"
+cp node/test/*.test.js node/test/types/consumer.ts "$work/npm/"
 (
   cd "$work/npm"
   npm install --ignore-scripts --no-audit --no-fund --silent
   npx --no-install clarion --help >/dev/null
   node --test --test-timeout=120000
+  # The .d.ts files as users see them: a strict compile of a consumer of every entry point.
+  npx --no-install tsc --noEmit --strict --module nodenext --moduleResolution nodenext \
+    --target es2022 --types node consumer.ts
 )
 
 echo "--- Node: the launcher's error when the platform package is missing (--omit=optional)"
 mkdir "$work/npm-noopt"
-sed 's/"ws": "[^"]*"/"ws": "'"$ws_version"'"/' "$work/npm/package.json" >"$work/npm-noopt/package.json"
+grep -v devDependencies "$work/npm/package.json" >"$work/npm-noopt/package.json"
 (
   cd "$work/npm-noopt"
   npm install --ignore-scripts --omit=optional --no-audit --no-fund --silent

@@ -143,7 +143,10 @@ export class Client {
   async publishBatch(messages, options = {}) {
     const body = JSON.stringify({ messages: Array.from(messages, batchItem) });
     const answer = await this.#post('/publish', body, 'application/json', options.signal);
-    return (answer.results ?? []).map(receipt);
+    if (!Array.isArray(answer?.results)) {
+      throw new ClarionError(`unexpected answer from the server: ${JSON.stringify(answer)}`);
+    }
+    return answer.results.map(receipt);
   }
 
   /** Whether `GET /healthz` answers 200 (false while the server is stopping). */

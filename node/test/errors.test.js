@@ -94,3 +94,41 @@ test('every documented status maps to its class', () => {
 test('a server that cannot start reports why', async () => {
   await assert.rejects(startServer({ args: ['--workers', 'nope'] }), (e) => e instanceof ServerStartError && /workers/.test(e.message));
 });
+
+test('503 Unavailable when every API connection is taken', async () => {
+  // A server of its own: fetch's pool keeps alive connections to the shared one, which would
+  // still be served.
+  const own = await startServer();
+  const [host, port] = [own.api.slice(0, own.api.lastIndexOf(':')), Number(own.api.slice(own.api.lastIndexOf(':') + 1))];
+  const held = [];
+  try {
+    for (let i = 0; i < 256; i++) {
+      const s = net.connect(port, host);
+      s.on('error', () => {});
+      held.push(s);
+      await new Promise((resolve, reject) => {
+        s.once('connect', resolve);
+        s.once('error', reject);
+      });
+    }
+    const c = own.client();
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        await c.publish('t', 'x');
+      } catch (e) {
+        if (e instanceof clarion.Unavailable) {
+          assert.match(e.serverMessage, /too many API connections/);
+          break;
+        }
+        // The refusal may close the connection before fetch reads the answer.
+        assert.ok(e instanceof clarion.ConnectionFailed, e);
+      }
+      assert.ok(Date.now() < deadline, 'no 503 with every API connection taken');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    for (const s of held) s.destroy();
+    await own.stop();
+  }
+});

@@ -117,9 +117,19 @@ def _check(response: httpx.Response) -> httpx.Response:
 
 def _json(response: httpx.Response) -> Any:
     try:
-        return response.json()
+        value = response.json()
     except ValueError as e:
         raise ClarionError(f"the server's answer is not JSON: {response.text[:200]!r}") from e
+    if not isinstance(value, dict):
+        raise ClarionError(f"unexpected answer from the server: {value!r}")
+    return value
+
+
+def _receipts(answer: Dict[str, Any]) -> List[Receipt]:
+    results = answer.get("results")
+    if not isinstance(results, list):
+        raise ClarionError(f"unexpected answer from the server: {answer!r}")
+    return [_receipt(r) for r in results]
 
 
 def _transport_error(e: httpx.TransportError) -> TransportError:
@@ -157,7 +167,8 @@ class Client:
         timeout: seconds for each of connect, write and read (or an ``httpx.Timeout``);
             ``None`` waits forever.
         http_client: an ``httpx.Client`` to use instead of the client's own (for proxies, custom
-            CA files, ...); it is not closed by :meth:`close`.
+            CA files, ...); ``timeout`` still applies to each request, and it is not closed by
+            :meth:`close`.
 
     Use it as a context manager, or call :meth:`close`, to release its connections::
 
@@ -202,7 +213,7 @@ class Client:
         """
         body, _ = _batch_body(messages)
         answer = _json(self._post("/publish", {}, body, {"Content-Type": "application/json"}))
-        return [_receipt(r) for r in answer.get("results", [])]
+        return _receipts(answer)
 
     def healthy(self) -> bool:
         """Whether ``GET /healthz`` answers ``200`` (``False`` while the server is stopping).
@@ -211,7 +222,7 @@ class Client:
             TransportError: the server cannot be reached.
         """
         try:
-            r = self._http.get(self._settings.base_url + "/healthz")
+            r = self._http.get(self._settings.base_url + "/healthz", timeout=self._settings.timeout)
         except httpx.TransportError as e:
             raise _transport_error(e) from e
         return r.status_code == 200
@@ -230,7 +241,13 @@ class Client:
     def _post(self, path: str, params: Dict[str, str], body: bytes, headers: Dict[str, str]) -> httpx.Response:
         headers.update(self._settings.auth_headers())
         try:
-            response = self._http.post(self._settings.base_url + path, params=params, content=body, headers=headers)
+            response = self._http.post(
+                self._settings.base_url + path,
+                params=params,
+                content=body,
+                headers=headers,
+                timeout=self._settings.timeout,
+            )
         except httpx.TransportError as e:
             raise _transport_error(e) from e
         return _check(response)
@@ -267,12 +284,12 @@ class AsyncClient:
         """Publishes several messages in one request; see :meth:`Client.publish_batch`."""
         body, _ = _batch_body(messages)
         answer = _json(await self._post("/publish", {}, body, {"Content-Type": "application/json"}))
-        return [_receipt(r) for r in answer.get("results", [])]
+        return _receipts(answer)
 
     async def healthy(self) -> bool:
         """Whether ``GET /healthz`` answers ``200``; see :meth:`Client.healthy`."""
         try:
-            r = await self._http.get(self._settings.base_url + "/healthz")
+            r = await self._http.get(self._settings.base_url + "/healthz", timeout=self._settings.timeout)
         except httpx.TransportError as e:
             raise _transport_error(e) from e
         return r.status_code == 200
@@ -292,7 +309,11 @@ class AsyncClient:
         headers.update(self._settings.auth_headers())
         try:
             response = await self._http.post(
-                self._settings.base_url + path, params=params, content=body, headers=headers
+                self._settings.base_url + path,
+                params=params,
+                content=body,
+                headers=headers,
+                timeout=self._settings.timeout,
             )
         except httpx.TransportError as e:
             raise _transport_error(e) from e
