@@ -14,9 +14,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clarion_proto::event_id;
 
-use super::{Outgoing, Receipt, Since, Subscribed};
+use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus};
 use crate::config::HistoryLimits;
-use crate::hub::{lock, Hub, Inbox};
+use crate::hub::{lock, Hub, Inbox, TopicTraffic};
 use crate::message::Published;
 use crate::metrics::Metrics;
 
@@ -174,6 +174,21 @@ impl LocalBroker {
         out
     }
 
+    /// Walks every topic under the lock (see [`Broker::visit_topics`]).
+    pub fn visit_topics(&self, visit: impl FnMut(&Arc<str>, u64, &mut TopicTraffic)) {
+        lock(&self.state).hub.visit_topics(visit);
+    }
+
+    /// A topic's subscribers, traffic and held messages, if it is known.
+    pub fn topic_status(&self, topic: &str) -> Option<TopicStatus> {
+        let st = lock(&self.state);
+        st.hub.topic(topic).map(|e| TopicStatus {
+            subscribers: e.subscribers(),
+            traffic: e.traffic,
+            held: e.held(),
+        })
+    }
+
     /// Records that `worker` lost a subscriber to `topic`.
     pub fn unsubscribe(&self, worker: usize, topic: &str) {
         lock(&self.state)
@@ -215,6 +230,7 @@ impl LocalBroker {
             );
             published.attachment = m.attachment.clone();
             let published = Arc::new(published);
+            e.traffic.published += 1;
             if let Some(r) = receipts.last_mut() {
                 r.subscribers = e.subscribers();
             }
