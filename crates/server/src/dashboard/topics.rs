@@ -174,7 +174,7 @@ pub fn search(broker: &Broker, text: &str, limit: usize) -> Value {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -199,5 +199,56 @@ mod tests {
         let got: Vec<&str> = rows.iter().map(|r| &*r.name).collect();
         assert_eq!(got, vec!["t7", "t8", "t5"]);
         assert!(Top::new(0).into_rows().is_empty());
+    }
+
+    #[test]
+    fn rates_come_from_the_publish_counters() {
+        use crate::broker::Outgoing;
+        use crate::config::HistoryLimits;
+        use crate::hub::Inbox;
+        use crate::metrics::Metrics;
+        use clarion_proto::ws::DataKind;
+        use std::time::Duration;
+
+        let poll = mio::Poll::new().unwrap();
+        let inbox = Arc::new(Inbox::new(
+            mio::Waker::new(poll.registry(), mio::Token(0)).unwrap(),
+        ));
+        let limits = HistoryLimits {
+            per_topic: 10,
+            ttl: 3600,
+            max_bytes: 1 << 20,
+        };
+        let broker = Broker::local(vec![inbox], Arc::new(Metrics::default()), limits);
+        let send = |topic: &str, n: usize| {
+            for _ in 0..n {
+                broker.publish(&[Outgoing {
+                    topic,
+                    kind: DataKind::Text,
+                    payload: b"x",
+                    event: None,
+                    attachment: None,
+                }]);
+            }
+        };
+        send("quiet", 1);
+        send("busy", 3);
+        let mut rates = Rates::default();
+        let t0 = Instant::now();
+        // The first sample has no interval: counts so far are not a rate.
+        let first = rates.sample(&broker, t0, 5);
+        assert!(first.iter().all(|r| r.rate == 0.0));
+        send("busy", 8);
+        send("quiet", 2);
+        let rows = rates.sample(&broker, t0 + Duration::from_secs(2), 1);
+        assert_eq!(rows.len(), 1, "bounded to n");
+        assert_eq!(
+            (&*rows[0].name, rows[0].rate, rows[0].published),
+            ("busy", 4.0, 11)
+        );
+        let found = search(&broker, "qui", 10);
+        assert_eq!(found["matched"], 1);
+        assert_eq!(found["topics"][0]["rate"], 1.0);
+        assert_eq!(broker.topic_status("busy").map(|s| s.held), Some(10));
     }
 }
