@@ -20,6 +20,8 @@
 //!   the per-connection part is in
 //!   the worker (`worker::grip`).
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
+//! - [`dashboard`]: the live dashboard page on the API listener, its SSE feed (sampled once a
+//!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
@@ -35,6 +37,7 @@ pub mod api;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod dashboard;
 pub mod grip;
 pub mod hub;
 pub mod log;

@@ -14,9 +14,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clarion_proto::event_id;
 
-use super::{Outgoing, Receipt, Since, Subscribed};
+use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus};
 use crate::config::HistoryLimits;
-use crate::hub::{lock, Hub, Inbox, TopicEntry};
+use crate::hub::{lock, Hub, Inbox, TopicEntry, TopicTraffic};
 use crate::message::Published;
 use crate::metrics::Metrics;
 
@@ -129,6 +129,21 @@ impl LocalBroker {
         out
     }
 
+    /// Walks every topic under the lock (see [`Broker::visit_topics`]).
+    pub fn visit_topics(&self, visit: impl FnMut(&Arc<str>, u64, &mut TopicTraffic)) {
+        lock(&self.state).hub.visit_topics(visit);
+    }
+
+    /// A topic's subscribers, traffic and held messages, if it is known.
+    pub fn topic_status(&self, topic: &str) -> Option<TopicStatus> {
+        let st = lock(&self.state);
+        st.hub.topic(topic).map(|e| TopicStatus {
+            subscribers: e.subscribers(),
+            traffic: e.traffic,
+            held: e.held(),
+        })
+    }
+
     /// An empty answer for a subscription to `n` topics, positioned after `last`.
     fn missed(&self, last: u64, n: usize) -> Subscribed {
         Subscribed {
@@ -208,6 +223,7 @@ impl LocalBroker {
             );
             published.attachment = m.attachment.clone();
             let published = Arc::new(published);
+            e.traffic.published += 1;
             if let Some(r) = receipts.last_mut() {
                 r.subscribers = e.subscribers();
             }
