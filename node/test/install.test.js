@@ -9,7 +9,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findClarionBinary } from 'clarion';
-import { platformKey } from 'clarion/binary';
+import { platformKey, platformPackage, unsupportedPlatform } from 'clarion/binary';
 
 const require = createRequire(import.meta.url);
 const bin = join(process.cwd(), 'node_modules', '.bin', 'clarion');
@@ -74,4 +74,17 @@ test('SIGTERM to the launcher stops the server it started', async () => {
   assert.ok(code === 0 || signal === 'SIGTERM', `exit ${code} ${signal}`);
   // The server itself is gone: its API no longer accepts connections.
   await assert.rejects(fetch(`http://${api}/healthz`, { signal: AbortSignal.timeout(5000) }));
+});
+
+test('musl and other platforms without a binary get a message saying so', () => {
+  assert.equal(platformPackage('linux-x64'), '@clarion/linux-x64');
+  // npm < 10 ignores the platform package's libc field, so the launcher must not run it on musl.
+  assert.equal(platformPackage('linux-x64-musl'), undefined);
+  const musl = unsupportedPlatform('linux-x64-musl').message;
+  assert.match(musl, /no prebuilt binary for linux-x64-musl/);
+  assert.match(musl, /musl system .* needs glibc/);
+  assert.match(musl, /CLARION_BINARY_PATH/);
+  const mac = unsupportedPlatform('darwin-arm64').message;
+  assert.match(mac, /no prebuilt binary for darwin-arm64 \(available: linux-x64\)/);
+  assert.doesNotMatch(mac, /musl/);
 });

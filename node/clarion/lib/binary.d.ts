@@ -8,5 +8,7 @@ export declare function platformKey(): string;
 export declare function platformPackage(key?: string): string | undefined;
 /** No binary: the message names the missing platform package and what to do. */
 export declare class BinaryNotFoundError extends Error {}
+/** The error for a platform without a published binary (musl gets its own advice). */
+export declare function unsupportedPlatform(key: string): BinaryNotFoundError;
 /** The absolute path of the clarion binary ($CLARION_BINARY_PATH, else the platform package). */
 export declare function findClarionBinary(): string;

@@ -51,6 +51,18 @@ export class BinaryNotFoundError extends Error {
   }
 }
 
+/** The error for a platform without a published binary (a musl one gets its own advice). */
+export function unsupportedPlatform(key) {
+  const musl = key.endsWith('-musl')
+    ? ' This is a musl system (Alpine, for example); the published binary needs glibc: use a' +
+      ' glibc-based image (Debian, Ubuntu) or build clarion from source with cargo.'
+    : '';
+  return new BinaryNotFoundError(
+    `clarion has no prebuilt binary for ${key} (available: ${Object.keys(PACKAGES).join(', ')}).` +
+      `${musl} Set ${BINARY_PATH_VARIABLE} to a clarion binary built for this machine.`,
+  );
+}
+
 /**
  * The absolute path of the clarion binary.
  * @throws {BinaryNotFoundError} when no binary can be found.
@@ -65,16 +77,7 @@ export function findClarionBinary() {
   }
   const key = platformKey();
   const pkg = platformPackage(key);
-  if (!pkg) {
-    const musl = key.endsWith('-musl')
-      ? ' This is a musl system (Alpine, for example); the published binary needs glibc: use a' +
-        ' glibc-based image (Debian, Ubuntu) or build clarion from source with cargo.'
-      : '';
-    throw new BinaryNotFoundError(
-      `clarion has no prebuilt binary for ${key} (available: ${Object.keys(PACKAGES).join(', ')}).` +
-        `${musl} Set ${BINARY_PATH_VARIABLE} to a clarion binary built for this machine.`,
-    );
-  }
+  if (!pkg) throw unsupportedPlatform(key);
   let dir;
   try {
     dir = dirname(require.resolve(`${pkg}/package.json`));

@@ -3,6 +3,7 @@
 import { Client, BadRequest, ApiError, type Receipt, findClarionBinary } from 'clarion';
 import { startServer, type ClarionServer } from 'clarion/testing';
 import { platformKey } from 'clarion/binary';
+import { unsupportedPlatform } from 'clarion/binary';
 
 async function main(): Promise<void> {
   const server: ClarionServer = await startServer({ args: ['--api-key', 'k'] });
@@ -20,7 +21,7 @@ async function main(): Promise<void> {
     }
   }
   const tokenClient = new Client({ token: async () => 'jwt' });
-  console.log(r.id, rs.length, findClarionBinary(), platformKey(), await tokenClient.healthy(), server.wsUrl('news'));
+  console.log(unsupportedPlatform('x').message, r.id, rs.length, findClarionBinary(), platformKey(), await tokenClient.healthy(), server.wsUrl('news'));
   await server.stop();
 }
 
