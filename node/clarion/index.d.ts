@@ -1,0 +1,103 @@
+export { BINARY_PATH_VARIABLE, BinaryNotFoundError, findClarionBinary } from './lib/binary.js';
+
+/** The publish API's default address: `http://127.0.0.1:8081`. */
+export declare const DEFAULT_BASE_URL: string;
+/** Default request timeout in milliseconds (10 000). */
+export declare const DEFAULT_TIMEOUT_MS: number;
+
+/** A string is published as a text message, bytes as a binary one. */
+export type Data = string | Uint8Array | ArrayBuffer;
+
+/** What the server answered for one published message. */
+export interface Receipt {
+  /** The topic it was published to. */
+  topic: string;
+  /** Its id (`EPOCH-SEQ`); subscribers can resume after it with `since=ID`. */
+  id: string;
+  /** How many subscribers it was handed to at publish time. */
+  subscribers: number;
+}
+
+/** One message of a batch. */
+export interface Message {
+  topic: string;
+  data: Data;
+  /** The Server-Sent Events event name. */
+  event?: string;
+}
+
+export interface ClientOptions {
+  /** The API listener, `http://HOST:PORT` (default `http://127.0.0.1:8081`). */
+  baseUrl?: string;
+  /** The server's `api_key`, sent as `Authorization: Bearer KEY`. */
+  apiKey?: string;
+  /** A bearer token instead (a JWT, for example), or a function giving a fresh one per request. */
+  token?: string | (() => string | Promise<string>);
+  /** Milliseconds a request may take (default 10 000). */
+  timeoutMs?: number;
+  /** More request headers. */
+  headers?: Record<string, string>;
+  /** A fetch implementation (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+export interface PublishOptions {
+  /** The Server-Sent Events event name subscribers over `/sse` see. */
+  event?: string;
+  /** Aborts the request. */
+  signal?: AbortSignal;
+}
+
+/** A publish client for the Clarion HTTP API. */
+export declare class Client {
+  constructor(options?: ClientOptions);
+  readonly baseUrl: string;
+  /** Publishes one message. Rejects with an ApiError subclass or a TransportError. */
+  publish(topic: string, data: Data, options?: PublishOptions): Promise<Receipt>;
+  /** Publishes several messages in one request, atomically; one receipt per message. */
+  publishBatch(
+    messages: Iterable<Message | [topic: string, data: Data, event?: string]>,
+    options?: { signal?: AbortSignal },
+  ): Promise<Receipt[]>;
+  /** Whether `GET /healthz` answers 200. */
+  healthy(): Promise<boolean>;
+}
+
+/** Base class of every error this package throws. */
+export declare class ClarionError extends Error {}
+/** The request got no answer. */
+export declare class TransportError extends ClarionError {}
+/** The API listener could not be reached. */
+export declare class ConnectionFailed extends TransportError {}
+/** The request took longer than `timeoutMs`. */
+export declare class Timeout extends TransportError {}
+/** The server answered with an error status. */
+export declare class ApiError extends ClarionError {
+  constructor(status: number, message: string, body?: string);
+  /** The HTTP status. */
+  readonly status: number;
+  /** The server's explanation (the `error` field of its JSON answer). */
+  readonly serverMessage: string;
+  /** The raw answer body. */
+  readonly body: string;
+}
+/** 400: invalid topic or event name, text not UTF-8, malformed batch or query. */
+export declare class BadRequest extends ApiError {}
+/** 401: the bearer key or token is missing or wrong. */
+export declare class Unauthorized extends ApiError {}
+/** 403: valid credentials that do not allow this topic. */
+export declare class Forbidden extends ApiError {}
+/** 404: no such API path. */
+export declare class NotFound extends ApiError {}
+/** 405: wrong method for the path. */
+export declare class MethodNotAllowed extends ApiError {}
+/** 413: body over `max_publish_size`. */
+export declare class PayloadTooLarge extends ApiError {}
+/** 414 or 431: request line or headers over the head limits. */
+export declare class RequestHeadTooLarge extends ApiError {}
+/** 500 or another unlisted 5xx. */
+export declare class ServerError extends ApiError {}
+/** 503: stopping, or too many API connections. */
+export declare class Unavailable extends ApiError {}
+/** The error for an answer's status. */
+export declare function errorFor(status: number, message: string, body?: string): ApiError;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The packages' version comes from one place: `[workspace.package] version` in Cargo.toml.
+# The wheel gets it from maturin (which reads the crate's `version.workspace = true`); the npm
+# packages carry it in their package.json files, which this script checks (default: fails on a
+# difference) or stamps (`--write`, run it after bumping the workspace version).
+#
+#   packaging/version.sh [--write]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml)
+[ -n "$version" ] || { echo "no [workspace.package] version in Cargo.toml" >&2; exit 1; }
+if [ "${1:-}" = "--write" ]; then
+  node - "$version" <<'JS'
+const fs = require('fs');
+const v = process.argv[2];
+for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.json']) {
+  const p = JSON.parse(fs.readFileSync(f, 'utf8'));
+  p.version = v;
+  for (const dep of Object.keys(p.optionalDependencies ?? {})) p.optionalDependencies[dep] = v;
+  fs.writeFileSync(f, JSON.stringify(p, null, 2) + '\n');
+}
+JS
+  echo "stamped $version"
+  exit 0
+fi
+node - "$version" <<'JS'
+const fs = require('fs');
+const v = process.argv[2];
+let bad = 0;
+for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.json']) {
+  const p = JSON.parse(fs.readFileSync(f, 'utf8'));
+  const found = [['version', p.version], ...Object.entries(p.optionalDependencies ?? {})];
+  for (const [what, got] of found) {
+    if (got !== v) {
+      console.error(`${f}: ${what} is ${got}, the workspace version is ${v} (run packaging/version.sh --write)`);
+      bad = 1;
+    }
+  }
+}
+process.exit(bad);
+JS
+grep -q '^dynamic = \["version"\]' python/pyproject.toml \
+  || { echo "python/pyproject.toml must take its version from Cargo (dynamic = [\"version\"])" >&2; exit 1; }
+echo "$version"

@@ -1,0 +1,35 @@
+"""Checked with `mypy --strict` against the installed wheel by packaging/test.sh (not collected
+by pytest): py.typed is shipped and the hints describe the API as users call it."""
+
+import asyncio
+from typing import List
+
+import clarion
+from clarion.testing import ClarionServer
+
+
+def sync_use(server: ClarionServer) -> str:
+    with clarion.Client(server.api_url, api_key="k", timeout=5.0) as c:
+        r: clarion.Receipt = c.publish("news", "hello", event="e")
+        rs: List[clarion.Receipt] = c.publish_batch([("a", b"\x01"), clarion.Message("b", "x")])
+        try:
+            c.publish("bad topic", "x")
+        except clarion.BadRequest as e:
+            status: int = e.status
+            return f"{r.id} {len(rs)} {status} {e.message}"
+    return ""
+
+
+async def async_use(server: ClarionServer) -> int:
+    async with clarion.AsyncClient(server.api_url, token=lambda: "jwt") as c:
+        r = await c.publish("news", b"\x00")
+        return r.subscribers
+
+
+def main() -> None:
+    with ClarionServer(["--api-key", "k"]) as server:
+        print(sync_use(server), asyncio.run(async_use(server)), clarion.find_clarion_bin(), clarion.__version__)
+
+
+if __name__ == "__main__":
+    main()
