@@ -19,6 +19,8 @@
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
 //!   the per-connection part is in
 //!   the worker (`worker::grip`).
+//! - [`auth`]: JWT authentication: keys, policy, token sources, per-worker grants (verification
+//!   is sans-IO in `clarion_proto::auth`); used by the worker and the API.
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
@@ -32,6 +34,7 @@
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod api;
+pub mod auth;
 pub mod broker;
 pub mod cli;
 pub mod config;
