@@ -83,6 +83,8 @@ pub struct Shared {
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// GRIP proxy mode, when routes are configured.
     pub grip: Option<crate::grip::Proxy>,
+    /// JWT authentication, when a key is configured (see [`crate::auth`]).
+    pub auth: Option<crate::auth::Auth>,
 }
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the
@@ -145,12 +147,15 @@ impl Worker {
             }
             None => None,
         };
+        let mut engine = Engine::new(id, inbox, shared);
+        // The clock's second 0 is now: token expiry (wall-clock) maps onto the coarse clock.
+        engine.set_unix_base(crate::auth::unix_now());
         Ok(Worker {
             id,
             poll,
             listener: Some(listener),
             tls_listener,
-            engine: Engine::new(id, inbox, shared),
+            engine,
             start: Instant::now(),
             last_sweep: 0,
             accept_blocked: false,
