@@ -182,10 +182,7 @@ pub const AUTH_FAILURES: [&str; 12] = [
 impl Metrics {
     /// Counts one authentication failure (`reason` is one of [`AUTH_FAILURES`]).
     pub fn auth_failed(&self, reason: &str) {
-        let i = AUTH_FAILURES
-            .iter()
-            .position(|r| *r == reason)
-            .unwrap_or(0);
+        let i = AUTH_FAILURES.iter().position(|r| *r == reason).unwrap_or(0);
         if let Some(c) = self.auth_failures.get(i) {
             c.fetch_add(1, Relaxed);
         }

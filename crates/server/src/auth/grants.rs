@@ -159,7 +159,7 @@ mod tests {
     fn due_warns_once_then_expires() {
         let mut s = GrantStore::default();
         s.set(1, 100, grants("a"));
-        s.require(2, 10);
+        s.require(2, 90);
         assert_eq!(s.due(60, 30), Due::default());
         assert_eq!(s.due(70, 30).warn, vec![(1, 100)]);
         s.warned(1);

@@ -161,7 +161,9 @@ impl Auth {
                     secrets.push(prev.clone().into_bytes());
                 }
                 if secrets.iter().any(Vec::is_empty) {
-                    return Err(AuthConfigError::Invalid("auth secrets may not be empty".into()));
+                    return Err(AuthConfigError::Invalid(
+                        "auth secrets may not be empty".into(),
+                    ));
                 }
                 (Algorithm::Hs256, Keys::Secrets(secrets))
             }
@@ -170,7 +172,10 @@ impl Auth {
                 let text = read(path)?;
                 let key = parse_pem_public_key(&String::from_utf8_lossy(&text))
                     .map_err(|source| key_error(path, source))?;
-                (key.algorithm(), Keys::Public(vec![NamedKey { kid: None, key }]))
+                (
+                    key.algorithm(),
+                    Keys::Public(vec![NamedKey { kid: None, key }]),
+                )
             }
             [false, false, true] => {
                 let path = config.auth_jwks.as_deref().unwrap_or(Path::new(""));
@@ -179,7 +184,8 @@ impl Auth {
                         "auth_jwks needs auth_algorithm RS256 or ES256".into(),
                     ));
                 };
-                let keys = parse_jwks(&read(path)?, alg).map_err(|source| key_error(path, source))?;
+                let keys =
+                    parse_jwks(&read(path)?, alg).map_err(|source| key_error(path, source))?;
                 (alg, Keys::Public(keys))
             }
             _ => {

@@ -199,6 +199,17 @@ impl FlagValue for Vec<String> {
         clap::value_parser!(String).into()
     }
     fn from_parsed(parsed: String) -> Self {
+        // A TOML array (`["a", "b.*"]`, as the docs show defaults) is accepted too.
+        if parsed.trim_start().starts_with('[') {
+            if let Ok(t) = toml::from_str::<toml::Table>(&format!("v = {parsed}")) {
+                if let Some(toml::Value::Array(items)) = t.get("v") {
+                    return items
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect();
+                }
+            }
+        }
         parsed
             .split(',')
             .map(str::trim)

@@ -35,6 +35,8 @@ mod subscriptions;
 mod testkit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_auth;
 mod timers;
 pub mod tls;
 mod tls_records;

@@ -112,7 +112,9 @@ impl<S: Socket> Engine<S> {
                 self.grants.set(k, deadline, claims.grants);
             }
             Checked::Pending => {
-                let by = self.now.saturating_add(self.shared.config.handshake_timeout as u32);
+                let by = self
+                    .now
+                    .saturating_add(self.shared.config.handshake_timeout as u32);
                 self.grants.require(k, by);
             }
             Checked::Allowed(None) | Checked::Refused => {}
@@ -217,7 +219,10 @@ impl<S: Socket> Engine<S> {
         let warning = u32::try_from(auth.warning).unwrap_or(u32::MAX);
         let due = self.grants.due(self.now, warning);
         for (k, deadline) in due.warn {
-            if !matches!(self.conns.get(k as usize).map(|c| c.state), Some(State::Ws(_))) {
+            if !matches!(
+                self.conns.get(k as usize).map(|c| c.state),
+                Some(State::Ws(_))
+            ) {
                 continue;
             }
             self.grants.warned(k);
@@ -239,9 +244,12 @@ impl<S: Socket> Engine<S> {
                     "authentication required",
                     reason,
                 ),
-                State::Ws(_) => {
-                    self.close_ws(k, CloseCode::Other(CLOSE_TOKEN_EXPIRED), "token expired", reason)
-                }
+                State::Ws(_) => self.close_ws(
+                    k,
+                    CloseCode::Other(CLOSE_TOKEN_EXPIRED),
+                    "token expired",
+                    reason,
+                ),
                 State::Sse(_) => {
                     let mut out = Vec::new();
                     let data = br#"{"error":"token expired"}"#;
