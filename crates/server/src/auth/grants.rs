@@ -164,7 +164,7 @@ mod tests {
         assert_eq!(s.due(70, 30).warn, vec![(1, 100)]);
         s.warned(1);
         let d = s.due(99, 30);
-        assert!(d.warn.is_empty() && d.expired.is_empty() == false);
+        assert!(d.warn.is_empty());
         assert_eq!(d.expired, vec![(2, true)]);
         s.clear(2);
         assert_eq!(s.due(100, 30).expired, vec![(1, false)]);

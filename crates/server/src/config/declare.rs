@@ -196,7 +196,7 @@ plain_flag_values!(
 impl FlagValue for Vec<String> {
     type Parsed = String;
     fn parser() -> ValueParser {
-        clap::value_parser!(String).into()
+        clap::value_parser!(String)
     }
     fn from_parsed(parsed: String) -> Self {
         // A TOML array (`["a", "b.*"]`, as the docs show defaults) is accepted too.
