@@ -31,6 +31,12 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     ("hub", &["broker", "grip", "worker", "api", "server"]),
     ("broker", &["grip", "worker", "api", "server"]),
+    (
+        "auth",
+        &[
+            "hub", "broker", "message", "grip", "worker", "api", "server",
+        ],
+    ),
 ];
 
 fn sources(path: &Path) -> Vec<PathBuf> {
