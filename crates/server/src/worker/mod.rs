@@ -150,7 +150,7 @@ impl Worker {
             None => None,
         };
         let mut engine = Engine::new(id, inbox, shared);
-        // The clock's second 0 is now: token expiry (wall-clock) maps onto the coarse clock.
+        // The clock's second 0 is now: token times (wall-clock) map onto the coarse clock.
         engine.set_unix_base(crate::auth::unix_now());
         Ok(Worker {
             id,
@@ -182,6 +182,13 @@ impl Worker {
             }
             // The only clock reading of the iteration: everything below sees the same second.
             let now = self.start.elapsed().as_secs() as u32;
+            // Wall-clock seconds for token times, re-anchored each iteration so that the
+            // engine's Unix time is the current second, never behind it (a token minted this
+            // second, `iat` = now, must pass), whatever fraction of a second the start fell on.
+            if self.engine.shared.auth.is_some() {
+                self.engine
+                    .set_unix_base(crate::auth::unix_now().saturating_sub(u64::from(now)));
+            }
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_all(false, now),
