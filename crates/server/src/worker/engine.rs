@@ -76,6 +76,11 @@ impl<S: Socket> Engine<S> {
     /// An engine for worker `id`, whose hub deliveries arrive in `inbox`.
     pub fn new(id: usize, inbox: Arc<Inbox>, shared: Arc<Shared>) -> Engine<S> {
         let read_buf = vec![0; shared.config.read_buffer];
+        // Only servers with authentication reserve the table (see `GrantStore::with_capacity`).
+        let grants = match shared.auth {
+            Some(_) => crate::auth::grants::GrantStore::with_capacity(shared.cap),
+            None => Default::default(),
+        };
         let deflate_settings = crate::message::DeflateSettings {
             threshold: shared.config.compression_threshold,
             level: shared.config.compression_level,
@@ -109,7 +114,7 @@ impl<S: Socket> Engine<S> {
             spare: Vec::new(),
             more_to_read: Vec::new(),
             tally: Tally::default(),
-            grants: Default::default(),
+            grants,
             unix_base: 0,
         }
     }
