@@ -28,6 +28,12 @@ the peers, ratios are against it when plain `clarion` is not in the run.
 before/after comparison of a change in one run, under the same machine noise. It is skipped with
 a note when the variable is not set.
 
+`--watch PATH` keeps one `curl -N http://API/PATH` open on the API listener of each peer named in
+`--watch-peers` (default `clarion`) for the whole of its runs, and closes it after: the cost of a
+long-lived reader of the API, such as the dashboard's feed, measured against the same server
+without it. Compare `--watch /dashboard/feed --peers clarion,clarion-ref` (the feed open on the
+new build only) with a run without `--watch`.
+
 Scenarios are clarion bench's: idle (here opened in steps, 1,000 / 5,000 / N, with memory per
 connection at each), burst, ticker, topics, churn. Peers that cannot serve a transport are
 skipped with a note. Writes --out-json (every run) and --out-md (the table of medians).
@@ -305,6 +311,17 @@ def run_one(name, transport, args, port, workdir, tag):
         return {"error": str(e)}
     out = workdir / f"{tag}.json"
     pids = server.pids()
+    watcher = None
+    if args.watch and name in args.watch_peers:
+        # A reader of the API for the whole run (the dashboard's feed, say); not counted in the
+        # server's CPU (curl is its own process), only what serving it costs the server is.
+        watcher = subprocess.Popen(["curl", "-sN", "-o", "/dev/null",
+                                    f"http://127.0.0.1:{port + 1}{args.watch}"],
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(1.5)
+        if watcher.poll() is not None:
+            server.stop()
+            return {"error": f"--watch {args.watch}: curl exited with {watcher.returncode}"}
     cmd = [str(CLARION), "bench", "--target", f"127.0.0.1:{port}", "--api", f"127.0.0.1:{port + 1}",
            "--server-pid", ",".join(map(str, pids)), "--transport", transport,
            "--json", str(out), *bench_args(args)]
@@ -316,6 +333,9 @@ def run_one(name, transport, args, port, workdir, tag):
     except subprocess.TimeoutExpired:
         text, rc = f"timed out after {args.timeout} s", -1
     finally:
+        if watcher is not None:
+            watcher.terminate()
+            watcher.wait()
         server.stop()
     result = {"cmd": " ".join(cmd), "returncode": rc, "seconds": round(time.time() - started, 1),
               "pids": len(pids), "output": text[-3000:]}
@@ -433,11 +453,16 @@ def main():
     ap.add_argument("--timeout", type=int, default=400, help="seconds per bench run")
     ap.add_argument("--out-json", default=None)
     ap.add_argument("--out-md", default=None)
+    ap.add_argument("--watch", default=None, metavar="PATH",
+                    help="keep `curl -N` open on this API path during runs (e.g. /dashboard/feed)")
+    ap.add_argument("--watch-peers", default="clarion",
+                    help="peers whose runs --watch applies to (comma-separated)")
     ap.add_argument("--table-from", help="print the table of an earlier --out-json, run nothing")
     ap.add_argument("bench_extra", nargs="*", help="more clarion bench flags, after --")
     args = ap.parse_args()
     args.steps = [int(s) for s in args.steps.split(",") if s]
     args.transports = [t for t in args.transport.split(",") if t]
+    args.watch_peers = [p for p in args.watch_peers.split(",") if p]
     if args.table_from:
         saved = json.loads(pathlib.Path(args.table_from).read_text())
         args.scenario, args.n = saved["scenario"], saved["n"]
@@ -504,6 +529,8 @@ def main():
         "clarion_sha256": binary_at_start,
         "runs": {f"{p}/{t}": runs for (p, t), runs in results.items()}, "notes": notes,
     }, indent=1))
+    if args.watch:
+        md += f"\n\nDuring the runs of {', '.join(args.watch_peers)}, `curl -N` held {args.watch} open."
     out_md.write_text(md + "\n")
     print(f"\nwrote {out_json} and {out_md}")
     shutil.rmtree(workdir, ignore_errors=True)

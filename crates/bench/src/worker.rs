@@ -17,7 +17,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 
 use clarion_proto::http1::{parse_response_head, ResponseBody};
-use clarion_proto::ws::frame::parse_header;
+use clarion_proto::ws::frame::{encode_client_frame, parse_header};
 use clarion_proto::ws::OpCode;
 
 use crate::check::{SeqChecker, Verdict};
@@ -699,17 +699,9 @@ fn note(c: &mut Conn, payload: &[u8], cx: &mut Cx<'_>) {
 
 /// A masked client frame (control frames only: at most 125 payload bytes).
 fn masked(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
-    let mask = rand16();
-    let mut out = vec![0x80 | opcode as u8, 0x80 | payload.len().min(125) as u8];
-    out.extend_from_slice(mask.get(..4).unwrap_or_default());
-    out.extend(
-        payload
-            .iter()
-            .take(125)
-            .zip(mask.iter().cycle())
-            .map(|(b, m)| b ^ m),
-    );
-    out
+    let r = rand16();
+    let mask = [r[0], r[1], r[2], r[3]];
+    encode_client_frame(opcode, payload.get(..125).unwrap_or(payload), mask)
 }
 
 fn rand16() -> [u8; 16] {

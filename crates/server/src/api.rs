@@ -1,5 +1,5 @@
 //! The API listener: `POST /publish/{topic}`, `POST /publish` (JSON batch), `GET /healthz` and
-//! `GET /metrics`.
+//! `GET /metrics`; and the dashboard's routes, handed to [`crate::dashboard`].
 //!
 //! Publishing is a backend's job, done over few long-lived keep-alive connections, so this
 //! listener uses plain blocking I/O with one thread per connection (at most
@@ -20,6 +20,7 @@ use clarion_proto::ws::DataKind;
 
 use crate::broker::{Outgoing, Receipt};
 use crate::config::limits::{API_ACCEPT_RETRY, API_IDLE, API_MAX_CONNECTIONS, HELPER_THREAD_STACK};
+use crate::dashboard::{Dashboard, FeedStream};
 use crate::log;
 use crate::message::Attachment;
 use crate::worker::Shared;
@@ -27,6 +28,7 @@ use crate::worker::Shared;
 /// Accepts API connections until the process exits.
 pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let active = Arc::new(AtomicUsize::new(0));
+    let dashboard = Dashboard::start(&shared);
     for stream in listener.incoming() {
         let mut stream = match stream {
             Ok(s) => s,
@@ -47,11 +49,12 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
             continue;
         }
         let (shared, active2) = (Arc::clone(&shared), Arc::clone(&active));
+        let dashboard = dashboard.clone();
         let spawned = std::thread::Builder::new()
             .name("clarion-api".into())
             .stack_size(HELPER_THREAD_STACK)
             .spawn(move || {
-                if let Err(e) = handle(stream, &shared) {
+                if let Err(e) = handle(stream, &shared, dashboard.as_deref()) {
                     log::debug(format_args!("api connection: {e}"));
                 }
                 active2.fetch_sub(1, Relaxed);
@@ -98,7 +101,7 @@ impl Answer {
     }
 }
 
-fn handle(stream: TcpStream, shared: &Shared) -> io::Result<()> {
+fn handle(stream: TcpStream, shared: &Shared, dashboard: Option<&Dashboard>) -> io::Result<()> {
     stream.set_read_timeout(Some(API_IDLE))?;
     stream.set_write_timeout(Some(API_IDLE))?;
     let _ = stream.set_nodelay(true);
@@ -108,20 +111,24 @@ fn handle(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             let conn = rustls::ServerConnection::new(Arc::clone(tls.config()))
                 .map_err(io::Error::other)?;
             let mut s = rustls::StreamOwned::new(conn, stream);
-            let res = requests(&mut s, shared);
+            let res = requests(&mut s, shared, dashboard);
             s.conn.send_close_notify();
             let _ = s.flush();
             res
         }
         None => {
             let mut stream = stream;
-            requests(&mut stream, shared)
+            requests(&mut stream, shared, dashboard)
         }
     }
 }
 
 /// Serves requests on one connection until it closes or asks to.
-fn requests<S: Read + Write>(stream: &mut S, shared: &Shared) -> io::Result<()> {
+fn requests<S: FeedStream>(
+    stream: &mut S,
+    shared: &Shared,
+    dashboard: Option<&Dashboard>,
+) -> io::Result<()> {
     let cfg = &shared.config;
     let limits = cfg.head_limits();
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
@@ -146,6 +153,26 @@ fn requests<S: Read + Write>(stream: &mut S, shared: &Shared) -> io::Result<()> 
             Ok(r) => r,
             Err(a) => return send(stream, &a, false),
         };
+        if let Some(dashboard) = dashboard.filter(|_| Dashboard::owns(&req.path)) {
+            let key_ok = shared
+                .config
+                .api_key
+                .as_deref()
+                .is_none_or(|key| authorized(req.authorization.as_deref(), key));
+            let dreq = crate::dashboard::Request {
+                method: &req.method,
+                path: &req.path,
+                query: &req.query,
+                authorization: req.authorization.as_deref(),
+                api_key_ok: key_ok,
+                has_body: req.body != Body::None,
+                keep_alive: req.keep_alive,
+            };
+            if !dashboard.serve(stream, &dreq, shared)? {
+                return Ok(());
+            }
+            continue;
+        }
         // Refuse before reading a body, so unauthorized or misrouted uploads cost nothing.
         let permit = match permit(&req, shared) {
             Ok(p) => p,

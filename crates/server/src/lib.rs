@@ -22,6 +22,8 @@
 //! - [`auth`]: JWT authentication: keys, policy, token sources, per-worker grants (verification
 //!   is sans-IO in `clarion_proto::auth`); used by the worker and the API.
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
+//! - [`dashboard`]: the live dashboard page on the API listener, its SSE feed (sampled once a
+//!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
@@ -38,6 +40,7 @@ pub mod auth;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod dashboard;
 pub mod grip;
 pub mod hub;
 pub mod log;

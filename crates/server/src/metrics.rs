@@ -141,6 +141,8 @@ pub struct Metrics {
     pub grip_backend_errors: AtomicU64,
     /// Connections held by GRIP backends (streams, long-polls, bridged WebSockets).
     pub grip_holds: AtomicU64,
+    /// Dashboard feeds (open dashboard tabs) being served.
+    pub dashboard_feeds: AtomicU64,
     tls_failures: [AtomicU64; TLS_FAILURES.len()],
     auth_failures: [AtomicU64; AUTH_FAILURES.len()],
     closes: [AtomicU64; CloseReason::ALL.len()],
@@ -448,6 +450,19 @@ impl Metrics {
             "Resident set size of the process.",
             rss,
         );
+        let _ = writeln!(
+            out,
+            "# HELP clarion_process_cpu_seconds_total User and system CPU time used by the process.\n\
+             # TYPE clarion_process_cpu_seconds_total counter\n\
+             clarion_process_cpu_seconds_total {:.2}",
+            process_cpu_seconds().unwrap_or(0.0)
+        );
+        gauge(
+            &mut out,
+            "clarion_dashboard_feeds",
+            "Dashboard feeds (open dashboard tabs) being served.",
+            l(&self.dashboard_feeds),
+        );
         let per_conn = rss
             .checked_div(http + ws + sse + stream + poll)
             .unwrap_or(0);
@@ -466,6 +481,18 @@ pub fn process_rss_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * 4096)
+}
+
+/// User plus system CPU seconds this process has used, from `/proc/self/stat` (fields 14 and
+/// 15, in the kernel's fixed user-visible 100 ticks per second).
+pub fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; the fields after its `)` are plain.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 #[cfg(test)]
@@ -487,5 +514,10 @@ mod tests {
             1
         );
         assert!(process_rss_bytes().is_some_and(|r| r > 0));
+        assert!(process_cpu_seconds().is_some_and(|c| c >= 0.0));
+        assert_eq!(
+            text.matches("\nclarion_process_cpu_seconds_total ").count(),
+            1
+        );
     }
 }

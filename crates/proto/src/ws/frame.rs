@@ -240,9 +240,52 @@ pub fn encode_frame(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A complete masked frame: what a client sends (RFC 6455 section 5.3). The server never sends
+/// one; load generators and tests that play the client do. `mask` must be unpredictable to the
+/// application on a real network (section 10.3); tests may fix it.
+pub fn encode_client_frame(opcode: OpCode, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut head = [0u8; 10];
+    let n = encode_header(&mut head, true, false, opcode, payload.len() as u64);
+    head[1] |= 0x80;
+    let mut out = Vec::with_capacity(n + 4 + payload.len());
+    out.extend_from_slice(head.get(..n).unwrap_or_default());
+    out.extend_from_slice(&mask);
+    let start = out.len();
+    out.extend_from_slice(payload);
+    if let Some(body) = out.get_mut(start..) {
+        apply_mask(body, mask, 0);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_frames_parse_back_as_masked_frames() {
+        let mask = [0x37, 0xfa, 0x21, 0x3d];
+        for len in [0usize, 5, 125, 126, 65_535, 65_536] {
+            let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let frame = encode_client_frame(OpCode::Binary, &payload, mask);
+            let Ok(Some(h)) = parse_header(&frame, true, u64::MAX) else {
+                panic!("a client frame of {len} bytes does not parse");
+            };
+            assert!(h.fin);
+            assert_eq!(h.opcode, OpCode::Binary);
+            assert_eq!(h.mask, Some(mask));
+            assert_eq!(h.payload_len, len as u64);
+            assert_eq!(frame.len(), h.header_len + len);
+            let mut body = frame[h.header_len..].to_vec();
+            apply_mask(&mut body, mask, 0);
+            assert_eq!(body, payload);
+        }
+        // RFC 6455 section 5.7: a masked "Hello".
+        assert_eq!(
+            encode_client_frame(OpCode::Text, b"Hello", mask),
+            [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58]
+        );
+    }
 
     const MAX: u64 = u64::MAX;
 

@@ -14,9 +14,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clarion_proto::event_id;
 
-use super::{Outgoing, Receipt, Since, Subscribed};
+use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus};
 use crate::config::HistoryLimits;
-use crate::hub::{lock, Hub, Inbox};
+use crate::hub::{lock, Hub, Inbox, TopicEntry, TopicTraffic};
 use crate::message::Published;
 use crate::metrics::Metrics;
 
@@ -95,43 +95,21 @@ impl LocalBroker {
         if let Some(inbox) = self.inboxes.get(worker) {
             inbox.take(pending);
         }
-        let resume = resume_from(since);
         let last = st.next_id - 1;
-        let mut out = Subscribed {
-            names: Vec::with_capacity(topics.len()),
-            replay: Vec::new(),
-            gaps: Vec::new(),
-            position: format!("{}-{last}", self.epoch),
-        };
+        let mut out = self.missed(last, topics.len());
         for &topic in topics {
             let (name, e) = st.hub.topic_mut(topic, &self.metrics);
             Hub::add_subscriber(e, worker, &self.metrics);
-            if let Some((given, id)) = resume {
-                e.replay_after(
-                    &name,
-                    given,
-                    id,
-                    &self.epoch,
-                    last,
-                    &mut out.replay,
-                    &mut out.gaps,
-                );
-            }
-            if let Since::PublisherId(prev) = since {
-                e.replay_after_publisher_id(prev, &mut out.replay);
-            }
-            out.names.push(name);
+            self.add_missed(e, name, since, last, &mut out);
         }
         drop(st);
-        if resume.is_some() {
+        if resume_from(since).is_some() {
             self.metrics.resumes.fetch_add(1, Relaxed);
             if !out.gaps.is_empty() {
                 self.metrics.resume_gaps.fetch_add(1, Relaxed);
             }
         }
-        if topics.len() > 1 {
-            out.replay.sort_unstable_by_key(|m| m.id);
-        }
+        finish_replay(&mut out);
         out
     }
 
@@ -139,39 +117,69 @@ impl LocalBroker {
     /// count changes, no topic is created, no inbox is touched.
     pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
         let st = lock(&self.state);
-        let resume = resume_from(since);
         let last = st.next_id - 1;
-        let mut out = Subscribed {
-            names: Vec::with_capacity(topics.len()),
-            replay: Vec::new(),
-            gaps: Vec::new(),
-            position: format!("{}-{last}", self.epoch),
-        };
+        let mut out = self.missed(last, topics.len());
         let unknown = st.hub.unknown_topic();
         for &topic in topics {
             let e = st.hub.topic(topic).unwrap_or(&unknown);
-            let name: Arc<str> = topic.into();
-            if let Some((given, id)) = resume {
-                e.replay_after(
-                    &name,
-                    given,
-                    id,
-                    &self.epoch,
-                    last,
-                    &mut out.replay,
-                    &mut out.gaps,
-                );
-            }
-            if let Since::PublisherId(prev) = since {
-                e.replay_after_publisher_id(prev, &mut out.replay);
-            }
-            out.names.push(name);
+            self.add_missed(e, topic.into(), since, last, &mut out);
         }
         drop(st);
-        if topics.len() > 1 {
-            out.replay.sort_unstable_by_key(|m| m.id);
-        }
+        finish_replay(&mut out);
         out
+    }
+
+    /// Walks every topic under the lock (see [`Broker::visit_topics`]).
+    pub fn visit_topics(&self, visit: impl FnMut(&Arc<str>, u64, &mut TopicTraffic)) {
+        lock(&self.state).hub.visit_topics(visit);
+    }
+
+    /// A topic's subscribers, traffic and held messages, if it is known.
+    pub fn topic_status(&self, topic: &str) -> Option<TopicStatus> {
+        let st = lock(&self.state);
+        st.hub.topic(topic).map(|e| TopicStatus {
+            subscribers: e.subscribers(),
+            traffic: e.traffic,
+            held: e.held(),
+        })
+    }
+
+    /// An empty answer for a subscription to `n` topics, positioned after `last`.
+    fn missed(&self, last: u64, n: usize) -> Subscribed {
+        Subscribed {
+            names: Vec::with_capacity(n),
+            replay: Vec::new(),
+            gaps: Vec::new(),
+            position: format!("{}-{last}", self.epoch),
+        }
+    }
+
+    /// Adds what a subscriber of topic `name` (whose entry is `e`) missed since `since` to
+    /// `out`: the replay from history, and a gap where history cannot cover it. One rule for
+    /// subscribing and for reading, so the two never disagree.
+    fn add_missed(
+        &self,
+        e: &TopicEntry,
+        name: Arc<str>,
+        since: Since<'_>,
+        last: u64,
+        out: &mut Subscribed,
+    ) {
+        if let Some((given, id)) = resume_from(since) {
+            e.replay_after(
+                &name,
+                given,
+                id,
+                &self.epoch,
+                last,
+                &mut out.replay,
+                &mut out.gaps,
+            );
+        }
+        if let Since::PublisherId(prev) = since {
+            e.replay_after_publisher_id(prev, &mut out.replay);
+        }
+        out.names.push(name);
     }
 
     /// Records that `worker` lost a subscriber to `topic`.
@@ -215,6 +223,7 @@ impl LocalBroker {
             );
             published.attachment = m.attachment.clone();
             let published = Arc::new(published);
+            e.traffic.published += 1;
             if let Some(r) = receipts.last_mut() {
                 r.subscribers = e.subscribers();
             }
@@ -255,6 +264,13 @@ impl LocalBroker {
 
 /// The id a subscriber resumes from, as sent and parsed (`None` inside when it is not an id),
 /// or `None` when it asked for no replay by id.
+/// Messages replayed from several topics go out in publish order.
+fn finish_replay(out: &mut Subscribed) {
+    if out.names.len() > 1 {
+        out.replay.sort_unstable_by_key(|m| m.id);
+    }
+}
+
 fn resume_from(since: Since<'_>) -> Option<(&str, Option<event_id::EventId<'_>>)> {
     match since {
         Since::Now | Since::PublisherId(_) => None,

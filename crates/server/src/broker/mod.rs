@@ -52,7 +52,7 @@ use clarion_proto::ws::DataKind;
 
 pub use local::LocalBroker;
 
-use crate::hub::Inbox;
+use crate::hub::{Inbox, TopicTraffic};
 use crate::message::{Attachment, Gap, Published};
 
 /// A message to publish: topic, kind and payload (validated by the caller).
@@ -101,6 +101,17 @@ pub struct Subscribed {
     pub gaps: Vec<Gap>,
     /// The id of the last message published before the subscription began.
     pub position: String,
+}
+
+/// One topic as [`Broker::topic_status`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TopicStatus {
+    /// Subscribers across workers (in this process).
+    pub subscribers: u64,
+    /// Its publish counter and last sampled rate.
+    pub traffic: TopicTraffic,
+    /// Messages held in its history.
+    pub held: usize,
 }
 
 /// The broker in use: shared by the API, every worker, and in-band publishers.
@@ -158,6 +169,22 @@ impl Broker {
     pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
         match self {
             Broker::Local(b) => b.read_since(topics, since),
+        }
+    }
+
+    /// Calls `visit` with every topic this process knows (name, subscribers, traffic counters)
+    /// under the broker's lock, so a visit must be short: the dashboard's once-a-second
+    /// sampler is its one caller.
+    pub fn visit_topics(&self, visit: impl FnMut(&Arc<str>, u64, &mut TopicTraffic)) {
+        match self {
+            Broker::Local(b) => b.visit_topics(visit),
+        }
+    }
+
+    /// A topic's subscriber count, traffic and history length, if it is known.
+    pub fn topic_status(&self, topic: &str) -> Option<TopicStatus> {
+        match self {
+            Broker::Local(b) => b.topic_status(topic),
         }
     }
 

@@ -241,6 +241,19 @@ settings! {
     /// (Pushpin's default).
     grip_default_timeout: u64 = 55,
         flag "Seconds a Grip-Hold: response is held without Grip-Timeout";
+    // # dashboard
+    /// Serve the live dashboard (`GET /dashboard`, its feed and topic lookups) on the API
+    /// listener, behind `api_key` when one is set (see [dashboard.md](dashboard.md)). On by
+    /// default: the API listens on loopback, and the page only reads what `/metrics` shows.
+    dashboard: bool = true, switch "Serve the live dashboard on the API listener";
+    /// Dashboard feeds (open dashboard tabs) at once. Each holds an API thread for as long as
+    /// the tab is open (the API serves a connection per thread), so the cap keeps watchers from
+    /// taking the threads publishers need; a few people watching one server is the use. Over
+    /// it the feed is answered `503` and the page retries. At least 1.
+    dashboard_max_feeds: usize = 8, flag "Most dashboard feeds (open tabs) at once";
+    /// Seconds of once-a-second samples the dashboard keeps for its plots, so a page opened
+    /// now shows the last minutes at once (about 100 bytes a sample). At least 10.
+    dashboard_window: u64 = 600, flag "Seconds of history the dashboard's plots show";
     // # auth: JWT authentication and topic permissions (docs/auth.md).
     /// JWT authentication (see [auth.md](auth.md)): the HS256 secret tokens are signed with.
     /// Setting it (or `auth_public_key` or `auth_jwks`) turns authentication on: topics not
@@ -411,6 +424,11 @@ impl Config {
         if self.grip_backend_threads == 0 || self.grip_backend_timeout == 0 {
             return Err(ConfigError::Invalid(
                 "grip_backend_threads and grip_backend_timeout must be at least 1".into(),
+            ));
+        }
+        if self.dashboard_max_feeds == 0 || self.dashboard_window < 10 {
+            return Err(ConfigError::Invalid(
+                "dashboard_max_feeds must be at least 1 and dashboard_window at least 10".into(),
             ));
         }
         if !matches!(self.tls_min_version.as_str(), "1.2" | "1.3") {

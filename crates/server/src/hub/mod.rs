@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use inbox::Inbox;
-pub use topics::TopicEntry;
+pub use topics::{TopicEntry, TopicTraffic};
 
 /// Topics, their subscriber counts and their histories.
 pub struct Hub {

@@ -23,6 +23,21 @@ pub struct TopicEntry {
     /// Every message of this topic with a larger id is in `history` (or not published yet);
     /// messages up to it may have been dropped.
     pub(super) floor: u64,
+    /// What the dashboard samples: bumped under the lock a publish already holds.
+    pub traffic: TopicTraffic,
+}
+
+/// A topic's publish counter and what the last once-a-second sample made of it. The dashboard
+/// (`dashboard::topics`) reads and updates it in one walk over the topics per second; a publish
+/// only adds one to `published`, never per delivery.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct TopicTraffic {
+    /// Messages published to the topic since it was created.
+    pub published: u64,
+    /// `published` when the last sample was taken.
+    pub sampled: u64,
+    /// Messages per second between the last two samples.
+    pub rate: f32,
 }
 
 impl TopicEntry {
@@ -33,12 +48,18 @@ impl TopicEntry {
             total: 0,
             history: VecDeque::new(),
             floor,
+            traffic: TopicTraffic::default(),
         }
     }
 
     /// Subscribers across workers.
     pub fn subscribers(&self) -> u64 {
         self.total
+    }
+
+    /// Messages held in the topic's history.
+    pub fn held(&self) -> usize {
+        self.history.len()
     }
 
     /// The workers holding at least one subscriber, by id.
@@ -76,6 +97,13 @@ impl Hub {
     /// The topic `name`, if it is known.
     pub fn topic(&self, name: &str) -> Option<&TopicEntry> {
         self.topics.get(name)
+    }
+
+    /// Calls `visit` with every topic's name, subscriber count and traffic counters.
+    pub fn visit_topics(&mut self, mut visit: impl FnMut(&Arc<str>, u64, &mut TopicTraffic)) {
+        for (name, e) in &mut self.topics {
+            visit(name, e.total, &mut e.traffic);
+        }
     }
 
     /// Counts one more subscriber of `worker` on `entry`.

@@ -235,7 +235,14 @@ impl<S: Socket> Engine<S> {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        match conn.flush() {
+        let written = conn.flush();
+        self.wrote(k, written, cap);
+    }
+
+    /// Counts what a write put out and applies [`Self::after_write`]; a failed write means the
+    /// peer is gone.
+    fn wrote(&mut self, k: u32, written: io::Result<usize>, cap: Option<usize>) {
+        match written {
             Ok(n) => self.tally.bytes_out += n as u64,
             Err(e) => {
                 log::debug(format_args!("write: {e}"));
@@ -301,15 +308,8 @@ impl<S: Socket> Engine<S> {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        match conn.send(data) {
-            Ok(n) => self.tally.bytes_out += n as u64,
-            Err(e) => {
-                log::debug(format_args!("write: {e}"));
-                self.drop_conn(k, CloseReason::Disconnected);
-                return;
-            }
-        }
-        self.after_write(k, cap);
+        let written = conn.send(data);
+        self.wrote(k, written, cap);
     }
 
     /// Delivers several frames to one subscriber, coalesced into as few writes as possible.
@@ -322,14 +322,7 @@ impl<S: Socket> Engine<S> {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        match conn.send_all(frames) {
-            Ok(n) => self.tally.bytes_out += n as u64,
-            Err(e) => {
-                log::debug(format_args!("write: {e}"));
-                self.drop_conn(k, CloseReason::Disconnected);
-                return;
-            }
-        }
-        self.after_write(k, cap);
+        let written = conn.send_all(frames);
+        self.wrote(k, written, cap);
     }
 }

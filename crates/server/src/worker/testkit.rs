@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
-use clarion_proto::ws::frame::apply_mask;
+use clarion_proto::ws::frame::{encode_client_frame, parse_header_with};
 use clarion_proto::ws::OpCode;
 
 use super::socket::Socket;
@@ -359,38 +359,21 @@ pub fn upgrade(target: &str) -> Vec<u8> {
 
 /// A masked frame as a client sends it.
 pub fn client_frame(op: OpCode, payload: &[u8]) -> Vec<u8> {
-    let mut head = [0u8; 10];
-    let n =
-        clarion_proto::ws::frame::encode_header(&mut head, true, false, op, payload.len() as u64);
-    let mut out = head[..n].to_vec();
-    out[1] |= 0x80;
-    let mask = [1, 2, 3, 4];
-    out.extend_from_slice(&mask);
-    let mut body = payload.to_vec();
-    apply_mask(&mut body, mask, 0);
-    out.extend_from_slice(&body);
-    out
+    encode_client_frame(op, payload, [1, 2, 3, 4])
 }
 
-/// The server frames in `bytes` (unmasked, unfragmented): opcode byte and payload. Stops at
-/// an incomplete frame.
-pub fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+/// The server frames in `bytes` (unmasked, unfragmented; RSV1 allowed for compressed
+/// messages): opcode and payload, parsed with proto's frame parser. Stops at an incomplete
+/// frame.
+pub fn server_frames(mut bytes: &[u8]) -> Vec<(OpCode, Vec<u8>)> {
     let mut out = Vec::new();
-    while bytes.len() >= 2 {
-        let op = bytes[0] & 0x0f;
-        let (len, start) = match bytes[1] & 0x7f {
-            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
-            127 => (
-                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
-                10,
-            ),
-            l => (l as usize, 2),
-        };
-        if bytes.len() < start + len {
+    while let Some(h) = parse_header_with(bytes, false, true, u64::MAX).expect("a server frame") {
+        let end = h.header_len + h.payload_len as usize;
+        if bytes.len() < end {
             break;
         }
-        out.push((op, bytes[start..start + len].to_vec()));
-        bytes = &bytes[start + len..];
+        out.push((h.opcode, bytes[h.header_len..end].to_vec()));
+        bytes = &bytes[end..];
     }
     out
 }

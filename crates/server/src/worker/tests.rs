@@ -14,9 +14,9 @@ use super::testkit::{after_head, server_frames, upgrade, Client, Harness};
 use crate::config::Config;
 use crate::grip::{GripContent, StreamPart, WsPart};
 
-const TEXT: u8 = 1;
-const CLOSE: u8 = 8;
-const PING: u8 = 9;
+const TEXT: OpCode = OpCode::Text;
+const CLOSE: OpCode = OpCode::Close;
+const PING: OpCode = OpCode::Ping;
 
 /// Opens a WebSocket on `/ws` and drops the 101.
 fn open_ws(h: &mut Harness) -> Client {

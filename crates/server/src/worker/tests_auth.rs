@@ -12,8 +12,8 @@ use clarion_proto::ws::OpCode;
 use super::testkit::{server_frames, upgrade, Client, Harness, UNIX_BASE};
 use crate::config::Config;
 
-const TEXT: u8 = 1;
-const CLOSE: u8 = 8;
+const TEXT: OpCode = OpCode::Text;
+const CLOSE: OpCode = OpCode::Close;
 const SECRET: &str = "test-secret-of-some-length-000000";
 
 fn config() -> Config {

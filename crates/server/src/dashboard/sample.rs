@@ -1,0 +1,306 @@
+//! The once-a-second samples behind the dashboard: one thread reads the process's counters,
+//! turns totals into rates, keeps the last `dashboard_window` seconds for the plots, and (only
+//! while a feed is open) computes the busiest topics. Every open feed sends the same rendered
+//! sample, so ten open tabs cost one computation a second, not ten.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use super::topics;
+use crate::hub::lock;
+use crate::log;
+use crate::metrics::{process_cpu_seconds, process_rss_bytes, CloseReason, Metrics};
+use crate::worker::Shared;
+
+/// How often the sampler runs: the feed's period.
+pub const PERIOD: Duration = Duration::from_secs(1);
+
+/// Busiest topics sent with each sample: a screenful, and the bound on the sampler's heap.
+pub const TOP_TOPICS: usize = 20;
+
+/// A node the dashboard lists: today this process only. Cluster brokers will report theirs
+/// with `last_report` set when their report arrives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// How it is called on the page.
+    pub name: String,
+    /// When it last reported.
+    pub last_report: Instant,
+}
+
+/// A node's state as the page shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState {
+    /// Reported within [`NODE_STALE_AFTER`].
+    Up,
+    /// Silent for longer: its numbers are old, and the page marks the row stale.
+    Stale,
+}
+
+/// A node that has not reported for this long is marked stale: three missed once-a-second
+/// reports, so one late report on a busy machine does not flap the marker.
+pub const NODE_STALE_AFTER: Duration = Duration::from_secs(3);
+
+impl Node {
+    /// Its state at `now`.
+    pub fn state(&self, now: Instant) -> NodeState {
+        if now.saturating_duration_since(self.last_report) > NODE_STALE_AFTER {
+            NodeState::Stale
+        } else {
+            NodeState::Up
+        }
+    }
+}
+
+/// The counters read at one instant.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    published: u64,
+    delivered: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    cpu: f64,
+}
+
+/// What the plots keep per second.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    /// Unix milliseconds.
+    t: u64,
+    connections: u64,
+    deliveries: f64,
+    rss: u64,
+}
+
+/// The latest sample, as every feed sends it, and the plot window.
+struct Latest {
+    /// Increases with every sample; a feed waits for it to change.
+    seq: u64,
+    /// The `stats` event's JSON.
+    json: Arc<str>,
+    points: VecDeque<Point>,
+}
+
+/// The sampler's shared state.
+pub struct Sampler {
+    latest: Mutex<Latest>,
+    ticked: Condvar,
+    window: usize,
+    /// Feeds open (the busiest topics are computed only while one is).
+    pub(super) watchers: std::sync::atomic::AtomicUsize,
+}
+
+impl Sampler {
+    /// Starts the sampler thread; `None` (logged) if it cannot start.
+    pub fn start(shared: Arc<Shared>) -> Option<Arc<Sampler>> {
+        let window = usize::try_from(shared.config.dashboard_window).unwrap_or(usize::MAX);
+        let sampler = Arc::new(Sampler {
+            latest: Mutex::new(Latest {
+                seq: 0,
+                json: "{}".into(),
+                points: VecDeque::with_capacity(window.min(4096)),
+            }),
+            ticked: Condvar::new(),
+            window,
+            watchers: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let s = Arc::clone(&sampler);
+        let started = std::thread::Builder::new()
+            .name("clarion-dashboard".into())
+            .stack_size(crate::config::limits::HELPER_THREAD_STACK)
+            .spawn(move || s.run(&shared));
+        match started {
+            Ok(_) => Some(sampler),
+            Err(e) => {
+                log::warn(format_args!("dashboard off: cannot start its sampler: {e}"));
+                None
+            }
+        }
+    }
+
+    fn run(&self, shared: &Shared) {
+        let start = Instant::now();
+        let mut before = totals(&shared.metrics);
+        let mut at = Instant::now();
+        let mut rates = topics::Rates::default();
+        loop {
+            std::thread::sleep(PERIOD.saturating_sub(at.elapsed()));
+            let now = Instant::now();
+            let secs = now.duration_since(at).as_secs_f64().max(0.001);
+            at = now;
+            let t = totals(&shared.metrics);
+            let top = if self.watchers.load(Relaxed) > 0 {
+                Some(rates.sample(&shared.broker, now, TOP_TOPICS))
+            } else {
+                None
+            };
+            let node = Node {
+                name: format!("this process (pid {})", std::process::id()),
+                last_report: now,
+            };
+            let (json, point) = render(shared, &before, &t, secs, start, top, &[node], now);
+            before = t;
+            let mut l = lock(&self.latest);
+            l.seq += 1;
+            l.json = json.into();
+            if l.points.len() >= self.window {
+                l.points.pop_front();
+            }
+            l.points.push_back(point);
+            drop(l);
+            self.ticked.notify_all();
+        }
+    }
+
+    /// The plot window as a `window` event's JSON.
+    pub fn window_json(&self) -> String {
+        let l = lock(&self.latest);
+        let pts: Vec<Value> = l
+            .points
+            .iter()
+            .map(|p| {
+                json!([
+                    p.t,
+                    p.connections,
+                    (p.deliveries * 10.0).round() / 10.0,
+                    p.rss
+                ])
+            })
+            .collect();
+        json!({ "columns": ["t", "connections", "deliveries_per_s", "rss_bytes"], "points": pts })
+            .to_string()
+    }
+
+    /// The newest sample after `seen`, waiting up to `timeout` for it.
+    pub fn next(&self, seen: u64, timeout: Duration) -> Option<(u64, Arc<str>)> {
+        let l = lock(&self.latest);
+        let (l, _) = self
+            .ticked
+            .wait_timeout_while(l, timeout, |l| l.seq <= seen)
+            .unwrap_or_else(|p| p.into_inner());
+        (l.seq > seen).then(|| (l.seq, Arc::clone(&l.json)))
+    }
+}
+
+fn totals(m: &Metrics) -> Totals {
+    Totals {
+        published: m.published.load(Relaxed),
+        delivered: m.delivered.load(Relaxed),
+        bytes_in: m.bytes_in.load(Relaxed),
+        bytes_out: m.bytes_out.load(Relaxed),
+        cpu: process_cpu_seconds().unwrap_or(0.0),
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// One `stats` event: the same figures `/metrics` shows (named like its families), rates over
+/// the last `secs`, the busiest topics and the nodes.
+#[allow(clippy::too_many_arguments)]
+fn render(
+    shared: &Shared,
+    a: &Totals,
+    b: &Totals,
+    secs: f64,
+    start: Instant,
+    top: Option<Vec<topics::TopicRow>>,
+    nodes: &[Node],
+    now: Instant,
+) -> (String, Point) {
+    let m = &shared.metrics;
+    let l = |x: &std::sync::atomic::AtomicU64| x.load(Relaxed);
+    let rate = |x: u64, y: u64| (y.saturating_sub(x) as f64 / secs * 10.0).round() / 10.0;
+    let conns = [
+        ("http", l(&m.http_connections)),
+        ("ws", l(&m.ws_connections)),
+        ("sse", l(&m.sse_connections)),
+        ("stream", l(&m.stream_connections)),
+        ("poll", l(&m.polls_held)),
+    ];
+    let total: u64 = conns.iter().map(|(_, n)| n).sum();
+    let rss = process_rss_bytes().unwrap_or(0);
+    let deliveries = rate(a.delivered, b.delivered);
+    let failures: u64 = crate::metrics::TLS_FAILURES
+        .iter()
+        .map(|r| m.tls_failures(r))
+        .sum();
+    let nodes: Vec<Value> = nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "name": n.name,
+                "state": match n.state(now) { NodeState::Up => "up", NodeState::Stale => "stale" },
+                "last_report_ms": now.saturating_duration_since(n.last_report).as_millis() as u64,
+                "connections": total,
+                "rss_bytes": rss,
+            })
+        })
+        .collect();
+    let t = unix_ms();
+    let value = json!({
+        "t": t,
+        "uptime_s": start.elapsed().as_secs(),
+        "connections": conns.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "connections_total": total,
+        "tls_connections": l(&m.tls_connections),
+        "subscriptions": l(&m.subscriptions),
+        "topics": l(&m.topics),
+        "published_total": b.published,
+        "delivered_total": b.delivered,
+        "published_per_s": rate(a.published, b.published),
+        "delivered_per_s": deliveries,
+        "bytes_in_total": b.bytes_in,
+        "bytes_out_total": b.bytes_out,
+        "bytes_in_per_s": rate(a.bytes_in, b.bytes_in),
+        "bytes_out_per_s": rate(a.bytes_out, b.bytes_out),
+        "rss_bytes": rss,
+        "rss_bytes_per_connection": rss.checked_div(total).unwrap_or(0),
+        "cpu_seconds_total": (b.cpu * 100.0).round() / 100.0,
+        "cpu_percent": ((b.cpu - a.cpu).max(0.0) / secs * 1000.0).round() / 10.0,
+        "refused": {
+            "capacity": l(&m.refused_capacity),
+            "address": l(&m.refused_address),
+            "handshakes": l(&m.refused_handshakes),
+        },
+        "slow_consumers_total": m.closes(CloseReason::SlowConsumer),
+        "history_messages": l(&m.history_messages),
+        "history_bytes": l(&m.history_bytes),
+        "tls_handshakes_total": l(&m.tls_handshakes),
+        "tls_handshake_failures_total": failures,
+        "dashboard_feeds": l(&m.dashboard_feeds),
+        "top_topics": top.map(|rows| rows.iter().map(topics::TopicRow::json).collect::<Vec<_>>()),
+        "nodes": nodes,
+    });
+    let point = Point {
+        t,
+        connections: total,
+        deliveries,
+        rss,
+    };
+    (value.to_string(), point)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_turns_stale_after_three_silent_seconds() {
+        let t0 = Instant::now();
+        let n = Node {
+            name: "a".into(),
+            last_report: t0,
+        };
+        assert_eq!(n.state(t0), NodeState::Up);
+        assert_eq!(n.state(t0 + Duration::from_secs(3)), NodeState::Up);
+        assert_eq!(n.state(t0 + Duration::from_millis(3001)), NodeState::Stale);
+    }
+}
