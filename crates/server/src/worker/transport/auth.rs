@@ -133,7 +133,7 @@ impl<S: Socket> Engine<S> {
         let Some(auth) = self.shared.auth.as_ref() else {
             return Ok(());
         };
-        if self.grants.get(k).is_some_and(|s| s.pending) {
+        if self.grants.pending(k) {
             return Err(Refusal::MISSING);
         }
         auth.may_subscribe(self.grants.grants(k).map(|g| &**g), topic)
