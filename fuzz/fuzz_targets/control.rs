@@ -22,6 +22,8 @@ fuzz_target!(|data: &[u8]| {
                     }
                     "publish"
                 }
+                Request::Auth { .. } => "auth",
+                Request::Refresh { .. } => "refresh",
             };
             assert_eq!(ty, want);
         }

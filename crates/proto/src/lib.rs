@@ -10,6 +10,7 @@
 //!   heads; writing request and response heads; which headers a proxy forwards (hop-by-hop).
 //! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
 //! - [`sse`]: Server-Sent Events encoding.
+//! - [`auth`]: JSON Web Tokens (HS256, RS256, ES256), keys from PEM and JWKS, topic patterns.
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
 //! - [`pubsub`]: Clarion's own pub/sub format: topic rules, WebSocket control messages,
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
@@ -21,6 +22,7 @@
 // Peer input reaches almost every line here: no indexing that could panic outside tests.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
+pub mod auth;
 pub mod event_id;
 pub mod grip;
 pub mod http1;

@@ -174,6 +174,17 @@ fn requests<S: FeedStream>(
             continue;
         }
         // Refuse before reading a body, so unauthorized or misrouted uploads cost nothing.
+        let permit = match permit(&req, shared) {
+            Ok(p) => p,
+            Err(a) => {
+                let keep = req.keep_alive && req.body == Body::None;
+                send(stream, &a, keep)?;
+                if !keep {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
         if let Some(a) = precheck(&req, shared) {
             let keep = req.keep_alive && req.body == Body::None;
             send(stream, &a, keep)?;
@@ -189,7 +200,7 @@ fn requests<S: FeedStream>(
             Ok(b) => b,
             Err(a) => return send(stream, &a, false),
         };
-        let a = dispatch(&req, body, shared);
+        let a = dispatch(&req, body, shared, &permit);
         send(stream, &a, req.keep_alive)?;
         if !req.keep_alive {
             return Ok(());
@@ -234,7 +245,13 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
         return Some(Answer::error(405, &format!("use {}", allowed.join(" or "))));
     }
     if publish {
-        if let Some(key) = shared.config.api_key.as_deref() {
+        // With authentication configured, `permit` decided already.
+        if let Some(key) = shared
+            .config
+            .api_key
+            .as_deref()
+            .filter(|_| shared.auth.is_none())
+        {
             if !authorized(req.authorization.as_deref(), key) {
                 return Some(Answer::error(401, "missing or wrong bearer key"));
             }
@@ -246,6 +263,61 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
         }
     }
     None
+}
+
+/// What a publish request may publish to.
+enum Permit {
+    /// Any topic: the API key, or no authentication configured.
+    All,
+    /// The topics a client token's `publish` list covers.
+    Token(clarion_proto::auth::Grants),
+}
+
+impl Permit {
+    /// `Ok` when `topic` may be published to, else the `403` answer.
+    fn check(&self, topic: &str, shared: &Shared) -> Result<(), Answer> {
+        match self {
+            Permit::All => Ok(()),
+            Permit::Token(g) if g.may_publish(topic) => Ok(()),
+            Permit::Token(_) => {
+                shared.metrics.auth_failed("forbidden");
+                Err(Answer::error(
+                    403,
+                    &format!("the token does not allow publishing to {topic:?}"),
+                ))
+            }
+        }
+    }
+}
+
+/// With authentication configured, a publish request needs the API key (when one is set) or a
+/// `Bearer` token whose `publish` list will be checked against each topic; `401` otherwise.
+/// Without authentication, everything is as before (`precheck` checks the API key).
+fn permit(req: &Request, shared: &Shared) -> Result<Permit, Answer> {
+    let publish = req.path == "/publish" || req.path.starts_with("/publish/");
+    let Some(auth) = shared.auth.as_ref().filter(|_| publish) else {
+        return Ok(Permit::All);
+    };
+    let header = req.authorization.as_deref();
+    if let Some(key) = shared.config.api_key.as_deref() {
+        if authorized(header, key) {
+            return Ok(Permit::All);
+        }
+    }
+    let refusal = match header.map(parse_authorization) {
+        Some(Ok(Credentials::Bearer(token))) => match auth.verify(token, crate::auth::unix_now()) {
+            Ok(claims) => return Ok(Permit::Token(claims.grants)),
+            Err(r) => r,
+        },
+        _ => crate::auth::Refusal::MISSING,
+    };
+    refusal.count(&shared.metrics);
+    let why = if refusal == crate::auth::Refusal::MISSING {
+        "the API key or a token is required"
+    } else {
+        refusal.reason
+    };
+    Err(Answer::error(401, why))
 }
 
 /// Whether `Authorization` carries the API key: `Bearer KEY`; or, as GRIP publishers send it, a
@@ -319,7 +391,7 @@ fn read_body(
     }
 }
 
-fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared) -> Answer {
+fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared, permit: &Permit) -> Answer {
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/healthz") => {
             let stopping = shared.stopping.load(Relaxed);
@@ -339,10 +411,13 @@ fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared) -> Answer {
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             body: shared.metrics.render().into_bytes(),
         },
-        (_, "/publish") => publish_batch(&body, shared),
-        (_, "/publish/") => publish_grip(&body, shared),
+        (_, "/publish") => publish_batch(&body, shared, permit),
+        (_, "/publish/") => publish_grip(&body, shared, permit),
         (_, path) => {
             let topic = path.strip_prefix("/publish/").unwrap_or_default();
+            if let Err(a) = permit.check(topic, shared) {
+                return a;
+            }
             let mut event = None;
             for pair in http1::query_pairs(&req.query) {
                 match pair {
@@ -403,11 +478,17 @@ fn publish_one(
     }
 }
 
-fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
+fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
     let batch = match decode_batch(body) {
         Ok(b) => b,
         Err(why) => return Answer::error(400, &why.to_string()),
     };
+    // All or nothing: a batch with one forbidden topic publishes nothing.
+    for m in &batch {
+        if let Err(a) = permit.check(&m.topic, shared) {
+            return a;
+        }
+    }
     let out: Vec<Outgoing<'_>> = batch
         .iter()
         .map(|m| Outgoing {
@@ -430,7 +511,7 @@ fn publish_batch(body: &[u8], shared: &Shared) -> Answer {
 /// Pushpin's publish API: `{"items": [...]}` with `http-stream`, `http-response` and
 /// `ws-message` formats. Validated whole before anything is published; answered like Pushpin
 /// (`200 Published`).
-fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
+fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
     let limits = shared.config.grip_publish_limits();
     let items = match clarion_proto::grip::decode_publish(body, &limits) {
         Ok(items) => items,
@@ -443,6 +524,9 @@ fn publish_grip(body: &[u8], shared: &Shared) -> Answer {
         }
         if let Err(e) = validate_topic(&item.channel) {
             return Answer::error(400, &format!("item {i}: channel {:?}: {e}", item.channel));
+        }
+        if let Err(a) = permit.check(&item.channel, shared) {
+            return a;
         }
         let (content, payload, kind) = crate::grip::GripContent::from_item(item);
         let content: Arc<dyn Attachment> = Arc::new(content);

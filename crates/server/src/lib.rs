@@ -19,6 +19,8 @@
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
 //!   the per-connection part is in
 //!   the worker (`worker::grip`).
+//! - [`auth`]: JWT authentication: keys, policy, token sources, per-worker grants (verification
+//!   is sans-IO in `clarion_proto::auth`); used by the worker and the API.
 //! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
 //! - [`dashboard`]: the live dashboard page on the API listener, its SSE feed (sampled once a
 //!   second by one thread) and topic lookups.
@@ -34,6 +36,7 @@
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod api;
+pub mod auth;
 pub mod broker;
 pub mod cli;
 pub mod config;

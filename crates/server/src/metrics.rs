@@ -32,10 +32,13 @@ pub enum CloseReason {
     Shutdown,
     /// A GRIP backend ended it (stream close, WebSocket CLOSE or DISCONNECT, backend error).
     Backend,
+    /// Its token expired (or it never authenticated in time) (close 4001/4002, or the
+    /// `expired` event of a stream).
+    TokenExpired,
 }
 
 impl CloseReason {
-    const ALL: [CloseReason; 11] = [
+    const ALL: [CloseReason; 12] = [
         CloseReason::ClientClose,
         CloseReason::Disconnected,
         CloseReason::ProtocolError,
@@ -47,6 +50,7 @@ impl CloseReason {
         CloseReason::HttpDone,
         CloseReason::Shutdown,
         CloseReason::Backend,
+        CloseReason::TokenExpired,
     ];
 
     fn label(self) -> &'static str {
@@ -58,6 +62,7 @@ impl CloseReason {
             CloseReason::SlowConsumer => "slow_consumer",
             CloseReason::IdleTimeout => "idle_timeout",
             CloseReason::HandshakeTimeout => "handshake_timeout",
+            CloseReason::TokenExpired => "token_expired",
             CloseReason::HttpError => "http_error",
             CloseReason::HttpDone => "http_done",
             CloseReason::Shutdown => "shutdown",
@@ -139,6 +144,7 @@ pub struct Metrics {
     /// Dashboard feeds (open dashboard tabs) being served.
     pub dashboard_feeds: AtomicU64,
     tls_failures: [AtomicU64; TLS_FAILURES.len()],
+    auth_failures: [AtomicU64; AUTH_FAILURES.len()],
     closes: [AtomicU64; CloseReason::ALL.len()],
 }
 
@@ -155,7 +161,44 @@ pub const TLS_FAILURES: [&str; 6] = [
     "protocol",
 ];
 
+/// Why a client was refused by authentication, as `clarion_auth_failures_total` labels it: the
+/// token checks (`malformed`, `algorithm`, `unknown_key`, `signature`, `claims`, `expired`,
+/// `not_yet_valid`, `audience`, `issuer`), `missing` (no token where one is needed),
+/// `forbidden` (a valid token without the topic) and `expired_connection` (a long-lived
+/// connection ended at its token's `exp`). The last entry catches unknown labels.
+pub const AUTH_FAILURES: [&str; 12] = [
+    "malformed",
+    "algorithm",
+    "unknown_key",
+    "signature",
+    "claims",
+    "expired",
+    "not_yet_valid",
+    "audience",
+    "issuer",
+    "missing",
+    "forbidden",
+    "expired_connection",
+];
+
 impl Metrics {
+    /// Counts one authentication failure (`reason` is one of [`AUTH_FAILURES`]).
+    pub fn auth_failed(&self, reason: &str) {
+        let i = AUTH_FAILURES.iter().position(|r| *r == reason).unwrap_or(0);
+        if let Some(c) = self.auth_failures.get(i) {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Authentication failures for one reason.
+    pub fn auth_failures(&self, reason: &str) -> u64 {
+        AUTH_FAILURES
+            .iter()
+            .position(|r| *r == reason)
+            .and_then(|i| self.auth_failures.get(i))
+            .map_or(0, |c| c.load(Relaxed))
+    }
+
     /// Counts one failed TLS handshake (`reason` is one of [`TLS_FAILURES`]).
     pub fn tls_failed(&self, reason: &str) {
         let i = TLS_FAILURES
@@ -310,6 +353,18 @@ impl Metrics {
                 out,
                 "clarion_tls_handshake_failures_total{{reason=\"{r}\"}} {}",
                 self.tls_failures(r)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP clarion_auth_failures_total Clients refused by authentication, by reason.\n\
+             # TYPE clarion_auth_failures_total counter"
+        );
+        for r in AUTH_FAILURES {
+            let _ = writeln!(
+                out,
+                "clarion_auth_failures_total{{reason=\"{r}\"}} {}",
+                self.auth_failures(r)
             );
         }
         counter(

@@ -64,6 +64,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         Some(path) => Some(crate::grip::Proxy::load(path, &config, &inboxes)?),
         None => None,
     };
+    let auth = crate::auth::Auth::from_config(&config).context("cannot set up authentication")?;
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
     let shared = Arc::new(Shared {
@@ -80,6 +81,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         per_address: Default::default(),
         tls,
         grip,
+        auth,
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.

@@ -14,13 +14,13 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "config",
         &[
-            "hub", "broker", "message", "metrics", "grip", "worker", "api", "server",
+            "hub", "broker", "message", "metrics", "grip", "worker", "api", "server", "auth",
         ],
     ),
     (
         "metrics.rs",
         &[
-            "config", "hub", "broker", "message", "grip", "worker", "api", "server",
+            "config", "hub", "broker", "message", "grip", "worker", "api", "server", "auth",
         ],
     ),
     (
@@ -29,8 +29,17 @@ const RULES: &[(&str, &[&str])] = &[
             "hub", "broker", "metrics", "grip", "worker", "api", "server",
         ],
     ),
-    ("hub", &["broker", "grip", "worker", "api", "server"]),
-    ("broker", &["grip", "worker", "api", "server"]),
+    (
+        "hub",
+        &["broker", "grip", "worker", "api", "server", "auth"],
+    ),
+    ("broker", &["grip", "worker", "api", "server", "auth"]),
+    (
+        "auth",
+        &[
+            "hub", "broker", "message", "grip", "worker", "api", "server",
+        ],
+    ),
 ];
 
 fn sources(path: &Path) -> Vec<PathBuf> {

@@ -40,6 +40,19 @@ pub enum Request<'a> {
         #[serde(default, borrow)]
         encoding: Option<Cow<'a, str>>,
     },
+    /// Authenticate with a token (JWT), instead of putting it in the URL; only where the
+    /// server has authentication configured.
+    Auth {
+        /// The token.
+        #[serde(borrow)]
+        token: Cow<'a, str>,
+    },
+    /// Replace the connection's token with a fresh one before it expires.
+    Refresh {
+        /// The new token.
+        #[serde(borrow)]
+        token: Cow<'a, str>,
+    },
 }
 
 /// Why a control message was refused. Its text is sent back to the client as-is, in an
@@ -111,6 +124,22 @@ pub enum Reply<'a> {
         id: String,
         /// Subscribers the message was handed to.
         subscribers: u64,
+    },
+    /// A token was accepted (`auth` or `refresh`): it is valid until `exp`.
+    Authenticated {
+        /// The token's `sub`, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sub: Option<&'a str>,
+        /// When it expires (seconds since the Unix epoch).
+        exp: u64,
+    },
+    /// The connection's token expires in `seconds`: send a `refresh` before, or the connection
+    /// is closed with 4001.
+    Expiring {
+        /// When it expires (seconds since the Unix epoch).
+        exp: u64,
+        /// Seconds left.
+        seconds: u64,
     },
     /// A request was refused; the connection stays open.
     Error {

@@ -192,6 +192,33 @@ plain_flag_values!(
     Compression
 );
 
+/// A list of names, comma-separated on the command line (`a,b.*`), an array in TOML.
+impl FlagValue for Vec<String> {
+    type Parsed = String;
+    fn parser() -> ValueParser {
+        clap::value_parser!(String)
+    }
+    fn from_parsed(parsed: String) -> Self {
+        // A TOML array (`["a", "b.*"]`, as the docs show defaults) is accepted too.
+        if parsed.trim_start().starts_with('[') {
+            if let Ok(t) = toml::from_str::<toml::Table>(&format!("v = {parsed}")) {
+                if let Some(toml::Value::Array(items)) = t.get("v") {
+                    return items
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect();
+                }
+            }
+        }
+        parsed
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
 impl<T: FlagValue> FlagValue for Option<T> {
     type Parsed = T::Parsed;
     fn parser() -> ValueParser {
@@ -256,6 +283,13 @@ impl TomlValue for Compression {
 impl<T: TomlValue> TomlValue for Option<T> {
     fn toml(&self) -> String {
         self.as_ref().map_or_else(|| "none".to_owned(), T::toml)
+    }
+}
+
+impl TomlValue for Vec<String> {
+    fn toml(&self) -> String {
+        let items: Vec<String> = self.iter().map(|s| toml_string(s)).collect();
+        format!("[{}]", items.join(", "))
     }
 }
 

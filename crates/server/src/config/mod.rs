@@ -254,6 +254,53 @@ settings! {
     /// Seconds of once-a-second samples the dashboard keeps for its plots, so a page opened
     /// now shows the last minutes at once (about 100 bytes a sample). At least 10.
     dashboard_window: u64 = 600, flag "Seconds of history the dashboard's plots show";
+    // # auth: JWT authentication and topic permissions (docs/auth.md).
+    /// JWT authentication (see [auth.md](auth.md)): the HS256 secret tokens are signed with.
+    /// Setting it (or `auth_public_key` or `auth_jwks`) turns authentication on: topics not
+    /// in `auth_public_topics` then need a token that grants them, and the publish API needs
+    /// `api_key` or a token that grants the topic. Unset by default: no authentication.
+    auth_secret: Option<String> = None, secret "HS256 secret for client tokens (turns auth on)";
+    /// The previous HS256 secret, still accepted while tokens signed with it are in use (a
+    /// rotation: sign with the new `auth_secret`, keep the old one here until `exp` has passed).
+    auth_previous_secret: Option<String> = None,
+        secret "Previous HS256 secret, accepted during a rotation";
+    /// A PEM public key (`-----BEGIN PUBLIC KEY-----`, RSA of at least 2048 bits or EC P-256)
+    /// for RS256 or ES256 tokens. Read once at startup; a file that cannot be used stops
+    /// startup with its name.
+    auth_public_key: Option<PathBuf> = None,
+        flag "PEM public key (RSA or P-256) for RS256/ES256 tokens (turns auth on)";
+    /// A JSON Web Key Set file: tokens name their key with `kid`. Needs `auth_algorithm`.
+    auth_jwks: Option<PathBuf> = None,
+        flag "JWKS file of public keys chosen by kid (turns auth on; needs --auth-algorithm)";
+    /// The one algorithm tokens may use: `HS256`, `RS256` or `ES256`. The token's own `alg`
+    /// must equal it (so `none` and algorithm confusion are refused). Unset: HS256 with a
+    /// secret, or the PEM key's type.
+    auth_algorithm: Option<String> = None, flag "Token algorithm: HS256, RS256 or ES256";
+    /// When set, a token's `aud` must name it.
+    auth_audience: Option<String> = None, flag "Audience tokens must name (aud)";
+    /// When set, a token's `iss` must equal it.
+    auth_issuer: Option<String> = None, flag "Issuer tokens must carry (iss)";
+    /// Seconds of clock difference tolerated between the token's issuer and this server, for
+    /// `exp`, `nbf` and `iat`. `0` by default: `exp` means exactly what the backend wrote.
+    auth_leeway: u64 = 0, flag "Seconds of clock skew tolerated for exp/nbf/iat";
+    /// Topic patterns anyone may subscribe to without a token (comma-separated on the command
+    /// line; an array in TOML): `news`, `public.*`, `*`. Every other topic needs a token.
+    auth_public_topics: Vec<String> = Vec::new(),
+        flag "Topics anyone may subscribe to (comma-separated patterns)";
+    /// Whether connections without a token are allowed at all. When false, every subscription
+    /// needs a valid token (public topics included), and a WebSocket without one must send an
+    /// `auth` message within `handshake_timeout` seconds (else close `4002`).
+    auth_anonymous: bool = true, switch "Allow connections without a token";
+    /// Accept a token in the `token` query parameter (browsers' `EventSource` and `WebSocket`
+    /// cannot set headers). It is never logged. Turn off to accept headers, the cookie and the
+    /// `auth` message only (URLs end up in proxy logs and browser history).
+    auth_query_token: bool = true, switch "Accept a token in the ?token= query parameter";
+    /// The cookie that may carry a token; empty for none.
+    auth_cookie: String = "clarion_token".to_owned(), flag "Cookie that may carry a token";
+    /// Seconds before a WebSocket's token expires that it gets an `expiring` message, time to
+    /// send a `refresh` with a fresh token. Checked by the once-a-second sweep.
+    auth_expiry_warning: u64 = 30,
+        flag "Seconds before exp a WebSocket is warned (expiring message)";
 }
 
 /// permessage-deflate mode (see [`Config::compression`]).

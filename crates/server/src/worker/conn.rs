@@ -136,6 +136,15 @@ impl Subs {
         };
     }
 
+    /// The ids, copied.
+    pub fn ids(&self) -> Vec<u32> {
+        match self {
+            Subs::None => Vec::new(),
+            Subs::One(t) => vec![*t],
+            Subs::Many(v) => v.to_vec(),
+        }
+    }
+
     /// Takes every id out, leaving `None`.
     pub fn take_all(&mut self) -> Vec<u32> {
         match std::mem::take(self) {

@@ -65,12 +65,22 @@ pub struct Engine<S = mio::net::TcpStream> {
     /// Connections whose read budget ran out; read again next iteration.
     pub(crate) more_to_read: Vec<u32>,
     pub(crate) tally: Tally,
+    /// Authenticated connections' expiry and grants, by slab key (auth configured only).
+    pub(crate) grants: crate::auth::grants::GrantStore,
+    /// The Unix time (seconds) of the coarse clock's second 0, set by the shell: token
+    /// expiry is wall-clock time, the sweep runs on `now`.
+    pub(crate) unix_base: u64,
 }
 
 impl<S: Socket> Engine<S> {
     /// An engine for worker `id`, whose hub deliveries arrive in `inbox`.
     pub fn new(id: usize, inbox: Arc<Inbox>, shared: Arc<Shared>) -> Engine<S> {
         let read_buf = vec![0; shared.config.read_buffer];
+        // Only servers with authentication reserve the table (see `GrantStore::with_capacity`).
+        let grants = match shared.auth {
+            Some(_) => crate::auth::grants::GrantStore::with_capacity(shared.cap),
+            None => Default::default(),
+        };
         let deflate_settings = crate::message::DeflateSettings {
             threshold: shared.config.compression_threshold,
             level: shared.config.compression_level,
@@ -104,6 +114,8 @@ impl<S: Socket> Engine<S> {
             spare: Vec::new(),
             more_to_read: Vec::new(),
             tally: Tally::default(),
+            grants,
+            unix_base: 0,
         }
     }
 
@@ -175,6 +187,17 @@ impl<S: Socket> Engine<S> {
         self.polls.remove(&k);
         self.inflaters.remove(&k);
         self.deflaters.remove(&k);
+        self.grants.clear(k);
+    }
+
+    /// The current Unix time, from the coarse clock.
+    pub(crate) fn unix_now(&self) -> u64 {
+        self.unix_base + u64::from(self.now)
+    }
+
+    /// Sets the Unix time of the coarse clock's second 0 (the shell, at start).
+    pub fn set_unix_base(&mut self, unix: u64) {
+        self.unix_base = unix;
     }
 
     pub(crate) fn flush_tally(&mut self) {

@@ -31,6 +31,11 @@ impl TopicIndex {
         self.by_name.get(name).copied()
     }
 
+    /// The name of topic `id`.
+    pub fn name_of(&self, id: u32) -> Option<Arc<str>> {
+        self.topics.get(id as usize).map(|t| Arc::clone(&t.name))
+    }
+
     /// The subscribers of a topic, by name.
     pub fn subscribers(&self, name: &str) -> &[u32] {
         self.id_of(name)

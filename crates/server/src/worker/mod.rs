@@ -35,6 +35,8 @@ mod subscriptions;
 mod testkit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_auth;
 mod timers;
 pub mod tls;
 mod tls_records;
@@ -83,6 +85,8 @@ pub struct Shared {
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// GRIP proxy mode, when routes are configured.
     pub grip: Option<crate::grip::Proxy>,
+    /// JWT authentication, when a key is configured (see [`crate::auth`]).
+    pub auth: Option<crate::auth::Auth>,
 }
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the
@@ -145,12 +149,15 @@ impl Worker {
             }
             None => None,
         };
+        let mut engine = Engine::new(id, inbox, shared);
+        // The clock's second 0 is now: token times (wall-clock) map onto the coarse clock.
+        engine.set_unix_base(crate::auth::unix_now());
         Ok(Worker {
             id,
             poll,
             listener: Some(listener),
             tls_listener,
-            engine: Engine::new(id, inbox, shared),
+            engine,
             start: Instant::now(),
             last_sweep: 0,
             accept_blocked: false,
@@ -175,6 +182,13 @@ impl Worker {
             }
             // The only clock reading of the iteration: everything below sees the same second.
             let now = self.start.elapsed().as_secs() as u32;
+            // Wall-clock seconds for token times, re-anchored each iteration so that the
+            // engine's Unix time is the current second, never behind it (a token minted this
+            // second, `iat` = now, must pass), whatever fraction of a second the start fell on.
+            if self.engine.shared.auth.is_some() {
+                self.engine
+                    .set_unix_base(crate::auth::unix_now().saturating_sub(u64::from(now)));
+            }
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_all(false, now),

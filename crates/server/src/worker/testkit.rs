@@ -31,6 +31,9 @@ use crate::grip::backend::{Answer, Backend, Job, Mailbox, Response};
 use crate::hub::Inbox;
 use crate::metrics::Metrics;
 
+/// The Unix time at the simulated clock's second 0.
+pub const UNIX_BASE: u64 = 1_800_000_000;
+
 /// One socket's two directions, as the kernel would buffer them.
 #[derive(Default)]
 pub struct Pipe {
@@ -186,6 +189,7 @@ impl Harness {
             }
             None => (None, None),
         };
+        let config_copy = config.clone();
         let shared = Arc::new(Shared {
             broker,
             config,
@@ -196,9 +200,12 @@ impl Harness {
             per_address: Default::default(),
             tls: None,
             grip,
+            auth: crate::auth::Auth::from_config(&config_copy).unwrap(),
         });
+        let mut engine = Engine::new(0, inbox, Arc::clone(&shared));
+        engine.set_unix_base(UNIX_BASE);
         Harness {
-            engine: Engine::new(0, inbox, Arc::clone(&shared)),
+            engine,
             shared,
             now: 0,
             jobs,

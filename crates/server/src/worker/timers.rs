@@ -1,4 +1,4 @@
-//! The once-a-second sweep: handshake deadlines, keep-alive pings and stream keep-alives, idle
+//! The once-a-second sweep: token expiry (`transport::auth`), handshake deadlines, keep-alive pings and stream keep-alives, idle
 //! timeouts, long-poll deadlines, closing deadlines, and GRIP holds' timers. No connection owns
 //! a timer: the sweep compares each record's `last_seen` with the coarse clock.
 //!
@@ -20,6 +20,7 @@ impl<S: Socket> Engine<S> {
     /// deadlines, closing deadlines, and (on worker 0) history expiry.
     pub(crate) fn sweep(&mut self) {
         self.grip_sweep();
+        self.auth_sweep();
         let cfg = &self.shared.config;
         let (handshake, ping, idle, keepalive) = (
             cfg.handshake_timeout as u32,

@@ -26,6 +26,7 @@ use crate::metrics::CloseReason;
 use crate::worker::conn::Ext;
 use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
+use crate::worker::transport::auth::Checked;
 use crate::worker::Engine;
 
 /// The subprotocol that wraps deliveries in a JSON envelope (`docs/protocol.md`).
@@ -177,6 +178,16 @@ impl<S: Socket> Engine<S> {
                 timeout: None,
             },
         };
+        // Authentication before the 101: a refused upgrade gets its status instead.
+        let checked = if endpoint == Endpoint::PubSub {
+            let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
+            match self.check_request(k, head, &topics, topics.is_empty(), keep) {
+                Checked::Refused => return,
+                c => c,
+            }
+        } else {
+            Checked::Allowed(None)
+        };
         let deflate = self
             .shared
             .config
@@ -201,6 +212,7 @@ impl<S: Socket> Engine<S> {
         let mut mode = WsMode::new(role);
         mode.deflate = deflate.as_ref().map(|(agreed, _)| Ext::new(agreed));
         self.set_state(k, State::Ws(mode));
+        self.adopt(k, checked);
         if params.topics.is_empty() {
             self.send(k, &Arc::from(out));
             return;
@@ -349,10 +361,14 @@ impl<S: Socket> Engine<S> {
             .unwrap_or(cfg.poll_timeout)
             .min(cfg.poll_max_timeout) as u32;
         let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
+        let checked = match self.check_request(k, head, &topics, false, keep) {
+            Checked::Refused => return,
+            c => c,
+        };
         let since = params.since.as_deref().map_or(Since::Now, Since::Id);
         match state {
-            State::Poll(mode) => self.open_poll(k, &topics, since, hold, mode),
-            _ => self.open_stream(k, &topics, since, state),
+            State::Poll(mode) => self.open_poll(k, &topics, since, hold, mode, checked),
+            _ => self.open_stream(k, &topics, since, state, checked),
         }
     }
 

@@ -1,11 +1,12 @@
 //! The client-facing transports, as the worker's engine runs them: HTTP request routing and the
 //! WebSocket upgrade ([`http`]), WebSocket connections ([`ws`]), HTTP streams (SSE and NDJSON,
-//! [`stream`]) and long-polls ([`poll`]).
+//! [`stream`]) and long-polls ([`poll`]), and the checks of authentication ([`auth`]) they share.
 //!
 //! Each is a set of `Engine` methods called from the worker's dispatch points (read path,
 //! delivery, sweep, shutdown); none touches a socket or reads a clock: bytes go out through the
 //! worker's write path and time is the engine's `now`.
 
+pub mod auth;
 pub mod http;
 pub mod poll;
 pub mod stream;

@@ -31,10 +31,12 @@ impl<S: Socket> Engine<S> {
         since: Since<'_>,
         hold: u32,
         mode: PollMode,
+        checked: crate::worker::transport::auth::Checked,
     ) {
         if self.set_state(k, State::Poll(mode)).is_none() {
             return;
         }
+        self.adopt(k, checked);
         let Some(sub) = self.subscribe_conn(k, topics, since) else {
             return;
         };
@@ -57,6 +59,8 @@ impl<S: Socket> Engine<S> {
     pub(crate) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
         self.leave_all_topics(k);
         self.polls.remove(&k);
+        // The next request on this connection brings its own token.
+        self.grants.clear(k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };

@@ -16,7 +16,14 @@ use crate::worker::Engine;
 
 impl<S: Socket> Engine<S> {
     /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
-    pub(crate) fn open_stream(&mut self, k: u32, topics: &[&str], since: Since<'_>, state: State) {
+    pub(crate) fn open_stream(
+        &mut self,
+        k: u32,
+        topics: &[&str],
+        since: Since<'_>,
+        state: State,
+        checked: crate::worker::transport::auth::Checked,
+    ) {
         let cfg = &self.shared.config;
         let origin = cfg.cors_allow_origin.as_str();
         let sse = state.kind() == Kind::Sse;
@@ -50,6 +57,7 @@ impl<S: Socket> Engine<S> {
         };
         conn.last_seen = self.now;
         self.set_state(k, state);
+        self.adopt(k, checked);
         let Some(sub) = self.subscribe_conn(k, topics, since) else {
             return;
         };

@@ -170,6 +170,16 @@ impl<S: Socket> Engine<S> {
                         },
                     );
                 }
+                if let Err(r) = self.ws_may_subscribe(k, &topic) {
+                    r.count(&self.shared.metrics);
+                    return self.reply(
+                        k,
+                        &Reply::Error {
+                            error: r.reason,
+                            topic: Some(&topic),
+                        },
+                    );
+                }
                 let already = self.subscription(k, &topic).is_some();
                 let count = self.conns.get(k as usize).map_or(0, |c| c.subs.len());
                 if !already && count >= self.shared.config.max_subscriptions {
@@ -259,6 +269,21 @@ impl<S: Socket> Engine<S> {
                         },
                     );
                 }
+                if let Err(r) = self.ws_may_publish(k, &topic) {
+                    r.count(&self.shared.metrics);
+                    let error = if r.status == 403 {
+                        "the token does not allow publishing to this topic"
+                    } else {
+                        "publishing needs a token that allows the topic"
+                    };
+                    return self.reply(
+                        k,
+                        &Reply::Error {
+                            error,
+                            topic: Some(&topic),
+                        },
+                    );
+                }
                 let (kind, payload) = match control::decode_data(&data, encoding.as_deref()) {
                     Ok(decoded) => decoded,
                     Err(e) => {
@@ -286,6 +311,9 @@ impl<S: Socket> Engine<S> {
                     };
                     self.reply(k, &reply);
                 }
+            }
+            Request::Auth { token } | Request::Refresh { token } => {
+                self.on_token_message(k, &token);
             }
         }
     }

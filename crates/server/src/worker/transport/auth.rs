@@ -1,0 +1,276 @@
+//! Authentication as the transports apply it: checking a request before it becomes a
+//! subscription (a `401`/`403` with a short JSON reason, before any `101` or stream head),
+//! checking WebSocket subscribe and publish messages (an error reply; the connection stays),
+//! the `auth` and `refresh` messages, and the sweep's part: warning WebSockets before their
+//! token expires and ending connections whose token has expired.
+//!
+//! Every method is a no-op when authentication is not configured. No token, URL or query
+//! string is ever logged here.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use clarion_proto::auth::Claims;
+use clarion_proto::http1::{self, RequestHead};
+use clarion_proto::pubsub::control::Reply;
+use clarion_proto::ws::CloseCode;
+
+use crate::auth::{Identity, Refusal};
+use crate::log;
+use crate::metrics::CloseReason;
+use crate::worker::socket::Socket;
+use crate::worker::state::State;
+use crate::worker::Engine;
+
+/// Close code of a WebSocket whose token expired without a `refresh`.
+pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
+/// Close code of a WebSocket that did not authenticate in time (anonymous not allowed).
+pub const CLOSE_AUTH_REQUIRED: u16 = 4002;
+
+/// The outcome of checking a request: who it is, or that it was refused (and answered).
+pub(crate) enum Checked {
+    /// Allowed; the token's claims if it carried one.
+    Allowed(Option<Claims>),
+    /// Allowed without topics and without a token, though anonymous access is off: a
+    /// WebSocket that will send an `auth` message.
+    Pending,
+    /// Refused; the answer was sent.
+    Refused,
+}
+
+impl<S: Socket> Engine<S> {
+    /// Checks a subscription request for `topics`. On refusal answers `401`/`403` with a JSON
+    /// reason. `ws_without_topics`: a WebSocket upgrade naming no topic, which may authenticate
+    /// later with an `auth` message.
+    pub(crate) fn check_request(
+        &mut self,
+        k: u32,
+        head: &RequestHead<'_>,
+        topics: &[&str],
+        ws_without_topics: bool,
+        keep: bool,
+    ) -> Checked {
+        let shared = Arc::clone(&self.shared);
+        let Some(auth) = shared.auth.as_ref() else {
+            return Checked::Allowed(None);
+        };
+        let claims = match auth.identify(head, self.unix_now()) {
+            Ok(Identity::Token(c)) => Some(c),
+            Ok(Identity::Anonymous) => None,
+            Err(r) if r == Refusal::MISSING && ws_without_topics => return Checked::Pending,
+            Err(r) => {
+                self.refuse_http(k, r, keep);
+                return Checked::Refused;
+            }
+        };
+        for topic in topics {
+            if let Err(r) = auth.may_subscribe(claims.as_ref().map(|c| &c.grants), topic) {
+                self.refuse_http(k, r, keep);
+                return Checked::Refused;
+            }
+        }
+        Checked::Allowed(claims)
+    }
+
+    /// Answers `401` or `403` with `{"error":"..."}` and counts the failure.
+    pub(crate) fn refuse_http(&mut self, k: u32, r: Refusal, keep: bool) {
+        r.count(&self.shared.metrics);
+        self.shared.metrics.http_errors.fetch_add(1, Relaxed);
+        log::debug(format_args!("auth: answered {}: {}", r.status, r.reason));
+        let body = format!("{}\n", r.json());
+        let challenge = if r.status == 403 {
+            "Bearer error=\"insufficient_scope\""
+        } else if r == Refusal::MISSING {
+            "Bearer"
+        } else {
+            "Bearer error=\"invalid_token\""
+        };
+        let origin = self.shared.config.cors_allow_origin.clone();
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Content-Type", "application/json"),
+            ("WWW-Authenticate", challenge),
+            ("Cache-Control", "no-store"),
+        ];
+        if !origin.is_empty() {
+            headers.push(("Access-Control-Allow-Origin", &origin));
+        }
+        if !keep {
+            headers.push(("Connection", "close"));
+        }
+        let mut out = Vec::with_capacity(256);
+        http1::write_response_head(&mut out, r.status, &headers, Some(body.len()));
+        out.extend_from_slice(body.as_bytes());
+        self.finish_answer(k, out.into(), keep, r.status);
+    }
+
+    /// Records what connection `k` (now a subscription) was allowed by: its token's expiry
+    /// and grants, or the deadline to authenticate by when it is `Pending`.
+    pub(crate) fn adopt(&mut self, k: u32, checked: Checked) {
+        match checked {
+            Checked::Allowed(Some(claims)) => {
+                let deadline = self.deadline_of(claims.exp);
+                self.grants.set(k, deadline, claims.grants);
+            }
+            Checked::Pending => {
+                let by = self
+                    .now
+                    .saturating_add(self.shared.config.handshake_timeout as u32);
+                self.grants.require(k, by);
+            }
+            Checked::Allowed(None) | Checked::Refused => {}
+        }
+    }
+
+    /// The worker second at which a token expiring at Unix time `exp` stops being accepted.
+    fn deadline_of(&self, exp: u64) -> u32 {
+        let leeway = self.shared.auth.as_ref().map_or(0, |a| a.verifier.leeway);
+        let secs = exp.saturating_add(leeway).saturating_sub(self.unix_base);
+        u32::try_from(secs).unwrap_or(u32::MAX)
+    }
+
+    /// Whether WebSocket `k` may subscribe to `topic` now.
+    pub(crate) fn ws_may_subscribe(&self, k: u32, topic: &str) -> Result<(), Refusal> {
+        let Some(auth) = self.shared.auth.as_ref() else {
+            return Ok(());
+        };
+        if self.grants.pending(k) {
+            return Err(Refusal::MISSING);
+        }
+        auth.may_subscribe(self.grants.grants(k).map(|g| &**g), topic)
+    }
+
+    /// Whether WebSocket `k` may publish to `topic` in-band (client publishing is on).
+    pub(crate) fn ws_may_publish(&self, k: u32, topic: &str) -> Result<(), Refusal> {
+        if self.shared.auth.is_none() {
+            return Ok(());
+        }
+        match self.grants.grants(k) {
+            Some(g) if g.may_publish(topic) => Ok(()),
+            Some(_) => Err(Refusal::FORBIDDEN),
+            None => Err(Refusal::MISSING),
+        }
+    }
+
+    /// An `auth` or `refresh` message: verifies the token and replaces the connection's. A
+    /// refused token leaves the connection as it was (its current token, if any, still runs
+    /// out at its own `exp`). Subscriptions the new token no longer grants are dropped.
+    pub(crate) fn on_token_message(&mut self, k: u32, token: &str) {
+        let shared = Arc::clone(&self.shared);
+        let Some(auth) = shared.auth.as_ref() else {
+            let error = "authentication is not configured on this server";
+            return self.reply(k, &Reply::Error { error, topic: None });
+        };
+        let claims = match auth.verify(token, self.unix_now()) {
+            Ok(c) => c,
+            Err(r) => {
+                r.count(&self.shared.metrics);
+                return self.reply(
+                    k,
+                    &Reply::Error {
+                        error: r.reason,
+                        topic: None,
+                    },
+                );
+            }
+        };
+        let (sub, exp) = (claims.sub.clone(), claims.exp);
+        let grants = claims.grants.clone();
+        self.adopt(k, Checked::Allowed(Some(claims)));
+        self.reply(
+            k,
+            &Reply::Authenticated {
+                sub: sub.as_deref(),
+                exp,
+            },
+        );
+        let held: Vec<(u32, Arc<str>)> = self
+            .conns
+            .get(k as usize)
+            .map(|c| c.subs.ids())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|tid| Some((tid, self.index.name_of(tid)?)))
+            .collect();
+        for (tid, name) in held {
+            let public = clarion_proto::auth::pattern::any_matches(&auth.public, &name);
+            if !grants.may_subscribe(&name) && !public {
+                self.unsubscribe(k, tid);
+                let error = "the new token does not grant this topic: unsubscribed";
+                self.reply(
+                    k,
+                    &Reply::Error {
+                        error,
+                        topic: Some(&name),
+                    },
+                );
+            }
+        }
+    }
+
+    /// The sweep's part: warns WebSockets whose token expires within `auth_expiry_warning`
+    /// seconds, and ends connections whose token expired (WebSocket: close 4001, or 4002 when
+    /// it never authenticated; SSE: an `expired` event; NDJSON: an `{"type":"expired"}` line;
+    /// a held long-poll: `401`).
+    pub(crate) fn auth_sweep(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        let Some(auth) = shared.auth.as_ref() else {
+            return;
+        };
+        let warning = u32::try_from(auth.warning).unwrap_or(u32::MAX);
+        let due = self.grants.due(self.now, warning);
+        for (k, deadline) in due.warn {
+            if !matches!(
+                self.conns.get(k as usize).map(|c| c.state),
+                Some(State::Ws(_))
+            ) {
+                continue;
+            }
+            self.grants.warned(k);
+            let exp = self.unix_base + u64::from(deadline);
+            let seconds = u64::from(deadline.saturating_sub(self.now));
+            self.reply(k, &Reply::Expiring { exp, seconds });
+        }
+        for (k, pending) in due.expired {
+            self.grants.clear(k);
+            let Some(state) = self.conns.get(k as usize).map(|c| c.state) else {
+                continue;
+            };
+            self.shared.metrics.auth_failed("expired_connection");
+            let reason = CloseReason::TokenExpired;
+            match state {
+                State::Ws(_) if pending => self.close_ws(
+                    k,
+                    CloseCode::Other(CLOSE_AUTH_REQUIRED),
+                    "authentication required",
+                    reason,
+                ),
+                State::Ws(_) => self.close_ws(
+                    k,
+                    CloseCode::Other(CLOSE_TOKEN_EXPIRED),
+                    "token expired",
+                    reason,
+                ),
+                State::Sse(_) => {
+                    let mut out = Vec::new();
+                    let data = br#"{"error":"token expired"}"#;
+                    clarion_proto::sse::write_event(&mut out, None, Some("expired"), data);
+                    self.start_closing(k, Some(out.into()), reason);
+                }
+                State::Stream(_) => {
+                    let mut out = Vec::new();
+                    http1::write_chunk(&mut out, b"{\"type\":\"expired\"}\n");
+                    out.extend_from_slice(http1::LAST_CHUNK);
+                    self.start_closing(k, Some(out.into()), reason);
+                }
+                State::Poll(mode) => {
+                    self.leave_all_topics(k);
+                    self.polls.remove(&k);
+                    self.set_state(k, State::Http);
+                    let expired = Refusal::token(clarion_proto::auth::TokenError::Expired);
+                    self.refuse_http(k, expired, mode.keep);
+                }
+                State::Http | State::Proxy | State::Closing { .. } => {}
+            }
+        }
+    }
+}
