@@ -343,6 +343,28 @@ def test_with_auth_on_the_publish_api_needs_a_credential(start_server):
     assert s.request("GET", "/healthz")[0] == 200
 
 
+def test_with_auth_on_the_dashboard_needs_the_key_or_an_admin_token(start_server):
+    import base64
+    s = start_server("--auth-secret", SECRET)
+    admin = hs({"clarion": {"admin": True}})
+    plain = hs(grants(["news"], ["news"]))
+    assert s.request("GET", "/dashboard")[0] == 401
+    assert s.request("GET", "/dashboard", headers={"Authorization": f"Bearer {plain}"})[0] == 401
+    assert s.request("GET", "/dashboard", headers={"Authorization": f"Bearer {hs(exp_in=-5)}"})[0] == 401
+    assert s.request("GET", "/dashboard", headers={"Authorization": f"Bearer {admin}"})[0] == 200
+    # A browser's sign-in prompt sends the token as the Basic password; the page's publish
+    # action then goes through with the same credentials, to any topic.
+    basic = {"Authorization": "Basic " + base64.b64encode(f"admin:{admin}".encode()).decode()}
+    assert s.request("GET", "/dashboard", headers=basic)[0] == 200
+    assert s.request("POST", "/publish/anything", b"x", basic)[0] == 200
+    assert s.request("POST", "/publish/other", b"x", {"Authorization": f"Bearer {plain}"})[0] == 403
+    # With an API key as well, the key opens it too.
+    k = start_server("--auth-secret", SECRET, "--api-key", API_KEY)
+    assert k.request("GET", "/dashboard", headers=KEYED)[0] == 200
+    assert k.request("GET", "/dashboard", headers={"Authorization": f"Bearer {admin}"})[0] == 200
+    assert k.request("GET", "/dashboard")[0] == 401
+
+
 def test_without_auth_settings_tokens_are_ignored(server):
     assert sse_first_event(server, "/sse?topic=news&token=whatever")[0] == 200
     assert server.request("POST", "/publish/news", b"x")[0] == 200

@@ -154,11 +154,7 @@ fn requests<S: FeedStream>(
             Err(a) => return send(stream, &a, false),
         };
         if let Some(dashboard) = dashboard.filter(|_| Dashboard::owns(&req.path)) {
-            let key_ok = shared
-                .config
-                .api_key
-                .as_deref()
-                .is_none_or(|key| authorized(req.authorization.as_deref(), key));
+            let key_ok = admin_ok(req.authorization.as_deref(), shared);
             let dreq = crate::dashboard::Request {
                 method: &req.method,
                 path: &req.path,
@@ -290,8 +286,9 @@ impl Permit {
     }
 }
 
-/// With authentication configured, a publish request needs the API key (when one is set) or a
-/// `Bearer` token whose `publish` list will be checked against each topic; `401` otherwise.
+/// With authentication configured, a publish request needs the API key (when one is set), a
+/// token with the `admin` claim (any topic), or a token whose `publish` list will be checked
+/// against each topic (as `Bearer`, or as the password of `Basic` credentials); `401` otherwise.
 /// Without authentication, everything is as before (`precheck` checks the API key).
 fn permit(req: &Request, shared: &Shared) -> Result<Permit, Answer> {
     let publish = req.path == "/publish" || req.path.starts_with("/publish/");
@@ -304,12 +301,13 @@ fn permit(req: &Request, shared: &Shared) -> Result<Permit, Answer> {
             return Ok(Permit::All);
         }
     }
-    let refusal = match header.map(parse_authorization) {
-        Some(Ok(Credentials::Bearer(token))) => match auth.verify(token, crate::auth::unix_now()) {
+    let refusal = match token_of(header) {
+        Some(token) => match auth.verify(&token, crate::auth::unix_now()) {
+            Ok(claims) if claims.admin => return Ok(Permit::All),
             Ok(claims) => return Ok(Permit::Token(claims.grants)),
             Err(r) => r,
         },
-        _ => crate::auth::Refusal::MISSING,
+        None => crate::auth::Refusal::MISSING,
     };
     refusal.count(&shared.metrics);
     let why = if refusal == crate::auth::Refusal::MISSING {
@@ -318,6 +316,46 @@ fn permit(req: &Request, shared: &Shared) -> Result<Permit, Answer> {
         refusal.reason
     };
     Err(Answer::error(401, why))
+}
+
+/// Whether a dashboard request's credentials open it. Without authentication configured, as the
+/// rest of the API: the API key when one is set, else anyone. With authentication configured,
+/// the API key (when set) or a token whose `clarion` claim has `"admin": true`, sent as `Bearer`
+/// or as the password of `Basic` credentials (what a browser's sign-in prompt sends).
+fn admin_ok(header: Option<&str>, shared: &Shared) -> bool {
+    let key = shared.config.api_key.as_deref();
+    let Some(auth) = shared.auth.as_ref() else {
+        return key.is_none_or(|key| authorized(header, key));
+    };
+    if key.is_some_and(|key| authorized(header, key)) {
+        return true;
+    }
+    let Some(token) = token_of(header) else {
+        return false;
+    };
+    match auth.verify(&token, crate::auth::unix_now()) {
+        Ok(claims) if claims.admin => true,
+        Ok(_) => {
+            shared.metrics.auth_failed("forbidden");
+            false
+        }
+        Err(refusal) => {
+            refusal.count(&shared.metrics);
+            false
+        }
+    }
+}
+
+/// The token an `Authorization` header carries: `Bearer TOKEN`, or the password of `Basic`
+/// credentials (a browser on the dashboard signs in that way).
+fn token_of(header: Option<&str>) -> Option<std::borrow::Cow<'_, str>> {
+    match header.map(parse_authorization) {
+        Some(Ok(Credentials::Bearer(token))) => Some(token.into()),
+        Some(Ok(Credentials::Basic { password })) => {
+            String::from_utf8(password).ok().map(Into::into)
+        }
+        _ => None,
+    }
 }
 
 /// Whether `Authorization` carries the API key: `Bearer KEY`; or, as GRIP publishers send it, a

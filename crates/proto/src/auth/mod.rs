@@ -73,6 +73,8 @@ pub struct Claims {
     pub iat: Option<u64>,
     /// The `clarion` claim's topic lists (empty lists when absent).
     pub grants: Grants,
+    /// The `clarion` claim's `admin` flag: the holder may open the dashboard (false when absent).
+    pub admin: bool,
 }
 
 /// Why a token was refused. [`TokenError::reason`] is the metrics label and the short reason

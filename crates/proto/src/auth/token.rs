@@ -86,6 +86,8 @@ struct ClarionClaim {
     subscribe: Vec<String>,
     #[serde(default)]
     publish: Vec<String>,
+    #[serde(default)]
+    admin: bool,
 }
 
 #[derive(Deserialize)]
@@ -218,6 +220,7 @@ impl Verifier {
             exp,
             nbf,
             iat,
+            admin: c.admin,
             grants: Grants {
                 subscribe: parse(&c.subscribe)?,
                 publish: parse(&c.publish)?,

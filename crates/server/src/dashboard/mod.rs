@@ -54,10 +54,10 @@ pub struct Request<'a> {
     pub keep_alive: bool,
 }
 
-/// Whether `request` may see the dashboard. Today: the API key, when one is configured (a
-/// browser sends it as `Basic` credentials after the prompt our `401` asks for, on every
-/// request of the page, the feed included). An admin claim in a token is the place to add here:
-/// `|| admin_token(request.authorization)`.
+/// Whether `request` may see the dashboard: its credentials were checked by the API listener
+/// (`api::admin_ok`: the API key when one is configured, or, with authentication configured, a
+/// token with the `admin` claim; a browser sends either as `Basic` credentials after the prompt
+/// our `401` asks for, on every request of the page, the feed included).
 pub fn dashboard_allowed(request: &Request<'_>) -> bool {
     request.api_key_ok
 }
