@@ -23,6 +23,7 @@ use crate::config::limits::{API_ACCEPT_RETRY, API_IDLE, API_MAX_CONNECTIONS, HEL
 use crate::dashboard::{Dashboard, FeedStream};
 use crate::log;
 use crate::message::Attachment;
+use crate::reply::Answer;
 use crate::worker::Shared;
 
 /// Accepts API connections until the process exits.
@@ -30,7 +31,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let active = Arc::new(AtomicUsize::new(0));
     let dashboard = Dashboard::start(&shared);
     for stream in listener.incoming() {
-        let mut stream = match stream {
+        let stream = match stream {
             Ok(s) => s,
             Err(e) => {
                 log::debug(format_args!("api accept: {e}"));
@@ -40,12 +41,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
         };
         if active.fetch_add(1, Relaxed) >= API_MAX_CONNECTIONS {
             active.fetch_sub(1, Relaxed);
-            let _ = stream.write_all(&answer(
-                503,
-                "application/json",
-                b"{\"error\":\"too many API connections\"}\n",
-                false,
-            ));
+            let _ = Answer::error(503, "too many API connections").send(&mut &stream, false);
             continue;
         }
         let (shared, active2) = (Arc::clone(&shared), Arc::clone(&active));
@@ -76,29 +72,6 @@ struct Request {
     expect_continue: bool,
     keep_alive: bool,
     body: Body,
-}
-
-/// A complete answer: status, content type, body.
-struct Answer {
-    status: u16,
-    content_type: &'static str,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn json(status: u16, value: &serde_json::Value) -> Answer {
-        let mut body = value.to_string().into_bytes();
-        body.push(b'\n');
-        Answer {
-            status,
-            content_type: "application/json",
-            body,
-        }
-    }
-
-    fn error(status: u16, why: &str) -> Answer {
-        Answer::json(status, &serde_json::json!({ "error": why }))
-    }
 }
 
 fn handle(stream: TcpStream, shared: &Shared, dashboard: Option<&Dashboard>) -> io::Result<()> {
@@ -144,14 +117,14 @@ fn requests<S: FeedStream>(
                 }
                 Err(e) => {
                     let a = Answer::error(e.status(), &e.to_string());
-                    return send(stream, &a, false);
+                    return a.send(stream, false);
                 }
             }
         };
         buf.drain(..head_len);
         let req = match req {
             Ok(r) => r,
-            Err(a) => return send(stream, &a, false),
+            Err(a) => return a.send(stream, false),
         };
         if let Some(dashboard) = dashboard.filter(|_| Dashboard::owns(&req.path)) {
             let key_ok = admin_ok(req.authorization.as_deref(), shared);
@@ -174,7 +147,7 @@ fn requests<S: FeedStream>(
             Ok(p) => p,
             Err(a) => {
                 let keep = req.keep_alive && req.body == Body::None;
-                send(stream, &a, keep)?;
+                a.send(stream, keep)?;
                 if !keep {
                     return Ok(());
                 }
@@ -183,7 +156,7 @@ fn requests<S: FeedStream>(
         };
         if let Some(a) = precheck(&req, shared) {
             let keep = req.keep_alive && req.body == Body::None;
-            send(stream, &a, keep)?;
+            a.send(stream, keep)?;
             if !keep {
                 return Ok(());
             }
@@ -194,10 +167,10 @@ fn requests<S: FeedStream>(
         }
         let body = match read_body(stream, &mut buf, req.body, cfg.max_publish_size)? {
             Ok(b) => b,
-            Err(a) => return send(stream, &a, false),
+            Err(a) => return a.send(stream, false),
         };
         let a = dispatch(&req, body, shared, &permit);
-        send(stream, &a, req.keep_alive)?;
+        a.send(stream, req.keep_alive)?;
         if !req.keep_alive {
             return Ok(());
         }
@@ -438,17 +411,13 @@ fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared, permit: &Permit) -> A
             } else {
                 (200, "ok\n")
             };
-            Answer {
-                status,
-                content_type: "text/plain; charset=utf-8",
-                body: text.into(),
-            }
+            Answer::new(status, "text/plain; charset=utf-8", text)
         }
-        ("GET", "/metrics") => Answer {
-            status: 200,
-            content_type: "text/plain; version=0.0.4; charset=utf-8",
-            body: shared.metrics.render().into_bytes(),
-        },
+        ("GET", "/metrics") => Answer::new(
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            shared.metrics.render(),
+        ),
         (_, "/publish") => publish_batch(&body, shared, permit),
         (_, "/publish/") => publish_grip(&body, shared, permit),
         (_, path) => {
@@ -582,29 +551,9 @@ fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
         })
         .collect();
     shared.broker.publish(&outgoing);
-    Answer {
-        status: 200,
-        content_type: "text/plain",
-        body: b"Published\n".to_vec(),
-    }
+    Answer::new(200, "text/plain", &b"Published\n"[..])
 }
 
 fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {
     serde_json::json!({ "topic": topic, "id": r.id, "subscribers": r.subscribers })
-}
-
-fn send(stream: &mut impl Write, a: &Answer, keep: bool) -> io::Result<()> {
-    stream.write_all(&answer(a.status, a.content_type, &a.body, keep))
-}
-
-/// A whole HTTP/1.1 response.
-fn answer(status: u16, content_type: &str, body: &[u8], keep: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128 + body.len());
-    let mut headers = vec![("Content-Type", content_type)];
-    if !keep {
-        headers.push(("Connection", "close"));
-    }
-    http1::write_response_head(&mut out, status, &headers, Some(body.len()));
-    out.extend_from_slice(body);
-    out
 }

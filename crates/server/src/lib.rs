@@ -21,7 +21,8 @@
 //!   the worker (`worker::grip`).
 //! - [`auth`]: JWT authentication: keys, policy, token sources, per-worker grants (verification
 //!   is sans-IO in `clarion_proto::auth`); used by the worker and the API.
-//! - [`api`]: the publish/health/metrics listener; [`publish`]: the `clarion publish` client.
+//! - [`api`]: the publish/health/metrics listener, answering with [`reply::Answer`];
+//!   [`publish`]: the `clarion publish` client.
 //! - [`dashboard`]: the live dashboard page on the API listener, its SSE feed (sampled once a
 //!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
@@ -47,6 +48,7 @@ pub mod log;
 pub mod message;
 pub mod metrics;
 pub mod publish;
+pub mod reply;
 pub mod server;
 pub mod tls;
 pub mod worker;

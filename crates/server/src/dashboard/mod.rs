@@ -33,6 +33,7 @@ use clarion_proto::http1;
 use clarion_proto::pubsub::validate_topic;
 
 use crate::broker::Since;
+use crate::reply::Answer;
 use crate::worker::Shared;
 
 /// A request for one of the dashboard's routes, as the API listener parsed it.
@@ -117,18 +118,19 @@ impl Dashboard {
     ) -> io::Result<bool> {
         let keep = req.keep_alive && !req.has_body;
         if !dashboard_allowed(req) {
-            let mut a = Answer::error(401, "missing or wrong credentials (the API key)");
-            a.headers
-                .push(("WWW-Authenticate", "Basic realm=\"Clarion dashboard\""));
-            return a.send(stream, keep).map(|()| keep);
+            return error(
+                401,
+                "missing or wrong credentials (the API key or an admin token)",
+            )
+            .with_header("WWW-Authenticate", "Basic realm=\"Clarion dashboard\"")
+            .send(stream, keep)
+            .map(|()| keep);
         }
         if req.method != "GET" {
-            return Answer::error(405, "use GET")
-                .send(stream, keep)
-                .map(|()| keep);
+            return error(405, "use GET").send(stream, keep).map(|()| keep);
         }
         if req.has_body {
-            return Answer::error(400, "dashboard routes take no body")
+            return error(400, "dashboard routes take no body")
                 .send(stream, false)
                 .map(|()| false);
         }
@@ -138,7 +140,7 @@ impl Dashboard {
             "/dashboard/topics" => {
                 let q = Query::parse(req.query);
                 match q {
-                    Ok(q) => Answer::json(
+                    Ok(q) => json(
                         200,
                         &topics::search(&shared.broker, &q.text, q.limit(topics::SEARCH_LIMIT)),
                     ),
@@ -150,7 +152,7 @@ impl Dashboard {
                     Ok(q) => topic_answer(topic, q.limit(HISTORY_SHOWN), shared),
                     Err(a) => a,
                 },
-                None => Answer::error(404, "not found"),
+                None => error(404, "not found"),
             },
         };
         answer.send(stream, req.keep_alive).map(|()| req.keep_alive)
@@ -161,9 +163,10 @@ impl Dashboard {
         let max = shared.config.dashboard_max_feeds;
         if self.feeds.fetch_add(1, Relaxed) >= max {
             self.feeds.fetch_sub(1, Relaxed);
-            let mut a = Answer::error(503, "too many dashboard feeds open (dashboard_max_feeds)");
-            a.headers.push(("Retry-After", "5"));
-            return a.send(stream, false).map(|()| false);
+            return error(503, "too many dashboard feeds open (dashboard_max_feeds)")
+                .with_header("Retry-After", "5")
+                .send(stream, false)
+                .map(|()| false);
         }
         shared.metrics.dashboard_feeds.fetch_add(1, Relaxed);
         let res = feed::run(stream, &self.samples, shared);
@@ -195,10 +198,10 @@ impl Query {
                 Ok((k, v)) if k == "q" => out.text = v.into_owned(),
                 Ok((k, v)) if k == "limit" => match v.parse::<usize>() {
                     Ok(n) => out.limit = Some(n),
-                    Err(_) => return Err(Answer::error(400, "limit is a whole number")),
+                    Err(_) => return Err(error(400, "limit is a whole number")),
                 },
                 Ok(_) => {}
-                Err(e) => return Err(Answer::error(400, &format!("invalid query string: {e}"))),
+                Err(e) => return Err(error(400, &format!("invalid query string: {e}"))),
             }
         }
         Ok(out)
@@ -212,7 +215,7 @@ impl Query {
 /// One topic: subscribers, rate, and its most recent `limit` messages from history.
 fn topic_answer(topic: &str, limit: usize, shared: &Shared) -> Answer {
     if let Err(e) = validate_topic(topic) {
-        return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
+        return error(400, &format!("invalid topic {topic:?}: {e}"));
     }
     let status = shared.broker.topic_status(topic);
     // Everything the broker holds: "after message 0 of this epoch".
@@ -245,7 +248,7 @@ fn topic_answer(topic: &str, limit: usize, shared: &Shared) -> Answer {
             })
         })
         .collect();
-    Answer::json(
+    json(
         200,
         &serde_json::json!({
             "topic": topic,
@@ -260,41 +263,14 @@ fn topic_answer(topic: &str, limit: usize, shared: &Shared) -> Answer {
     )
 }
 
-/// A complete answer with its extra headers.
-pub struct Answer {
-    status: u16,
-    content_type: &'static str,
-    headers: Vec<(&'static str, &'static str)>,
-    body: Vec<u8>,
+/// A JSON answer of the dashboard's: never cached, since every one is a live figure.
+fn json(status: u16, value: &serde_json::Value) -> Answer {
+    Answer::json(status, value).with_header("Cache-Control", "no-store")
 }
 
-impl Answer {
-    fn json(status: u16, value: &serde_json::Value) -> Answer {
-        let mut body = value.to_string().into_bytes();
-        body.push(b'\n');
-        Answer {
-            status,
-            content_type: "application/json",
-            headers: vec![("Cache-Control", "no-store")],
-            body,
-        }
-    }
-
-    fn error(status: u16, why: &str) -> Answer {
-        Answer::json(status, &serde_json::json!({ "error": why }))
-    }
-
-    fn send(&self, stream: &mut impl Write, keep: bool) -> io::Result<()> {
-        let mut out = Vec::with_capacity(256 + self.body.len());
-        let mut headers = vec![("Content-Type", self.content_type)];
-        headers.extend_from_slice(&self.headers);
-        if !keep {
-            headers.push(("Connection", "close"));
-        }
-        http1::write_response_head(&mut out, self.status, &headers, Some(self.body.len()));
-        out.extend_from_slice(&self.body);
-        stream.write_all(&out)
-    }
+/// A JSON error of the dashboard's.
+fn error(status: u16, why: &str) -> Answer {
+    json(status, &serde_json::json!({ "error": why }))
 }
 
 #[cfg(test)]

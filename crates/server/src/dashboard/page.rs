@@ -1,7 +1,7 @@
 //! The dashboard page: one HTML file with its styles and script inline, compiled into the
 //! binary, so there is nothing to fetch from elsewhere and nothing to build.
 
-use super::Answer;
+use crate::reply::Answer;
 
 /// The page (`dashboard.html` beside this file).
 pub const HTML: &str = include_str!("dashboard.html");
