@@ -181,42 +181,40 @@ pub const AUTH_FAILURES: [&str; 12] = [
     "expired_connection",
 ];
 
+/// The counter of `label` in a labelled family (`counters` in the order of `labels`).
+fn labelled<'a>(labels: &[&str], counters: &'a [AtomicU64], label: &str) -> Option<&'a AtomicU64> {
+    counters.get(labels.iter().position(|l| *l == label)?)
+}
+
 impl Metrics {
-    /// Counts one authentication failure (`reason` is one of [`AUTH_FAILURES`]).
+    /// Counts one authentication failure (`reason` is one of [`AUTH_FAILURES`]; another counts
+    /// as the first).
     pub fn auth_failed(&self, reason: &str) {
-        let i = AUTH_FAILURES.iter().position(|r| *r == reason).unwrap_or(0);
-        if let Some(c) = self.auth_failures.get(i) {
+        if let Some(c) =
+            labelled(&AUTH_FAILURES, &self.auth_failures, reason).or(self.auth_failures.first())
+        {
             c.fetch_add(1, Relaxed);
         }
     }
 
     /// Authentication failures for one reason.
     pub fn auth_failures(&self, reason: &str) -> u64 {
-        AUTH_FAILURES
-            .iter()
-            .position(|r| *r == reason)
-            .and_then(|i| self.auth_failures.get(i))
-            .map_or(0, |c| c.load(Relaxed))
+        labelled(&AUTH_FAILURES, &self.auth_failures, reason).map_or(0, |c| c.load(Relaxed))
     }
 
-    /// Counts one failed TLS handshake (`reason` is one of [`TLS_FAILURES`]).
+    /// Counts one failed TLS handshake (`reason` is one of [`TLS_FAILURES`]; another counts as
+    /// the last, "other").
     pub fn tls_failed(&self, reason: &str) {
-        let i = TLS_FAILURES
-            .iter()
-            .position(|r| *r == reason)
-            .unwrap_or(TLS_FAILURES.len() - 1);
-        if let Some(c) = self.tls_failures.get(i) {
+        if let Some(c) =
+            labelled(&TLS_FAILURES, &self.tls_failures, reason).or(self.tls_failures.last())
+        {
             c.fetch_add(1, Relaxed);
         }
     }
 
     /// Failed TLS handshakes for one reason.
     pub fn tls_failures(&self, reason: &str) -> u64 {
-        TLS_FAILURES
-            .iter()
-            .position(|r| *r == reason)
-            .and_then(|i| self.tls_failures.get(i))
-            .map_or(0, |c| c.load(Relaxed))
+        labelled(&TLS_FAILURES, &self.tls_failures, reason).map_or(0, |c| c.load(Relaxed))
     }
 
     /// Counts one message dropped from history.

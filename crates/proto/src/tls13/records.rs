@@ -113,6 +113,14 @@ struct Direction {
 }
 
 impl Direction {
+    /// A direction under `key`, which has protected `seq` records already (0 for a fresh key).
+    fn new(key: TrafficKey, seq: u64) -> Direction {
+        Direction {
+            key,
+            usage: Usage::handed_over(seq),
+        }
+    }
+
     fn expand(&self, suite: CipherSuite) -> Result<LessSafeKey, RecordError> {
         UnboundKey::new(suite.aead(), self.key.key())
             .map(LessSafeKey::new)
@@ -167,14 +175,8 @@ impl<K: KeySchedule> Records<K> {
             suite,
             limits: &KeyLimits::RFC8446,
             schedule,
-            send: Direction {
-                key: send,
-                usage: Usage::handed_over(send_seq),
-            },
-            receive: Direction {
-                key: receive,
-                usage: Usage::handed_over(receive_seq),
-            },
+            send: Direction::new(send, send_seq),
+            receive: Direction::new(receive, receive_seq),
             expanded: None,
             active: false,
             handshake: PartialHandshake::default(),
@@ -250,10 +252,7 @@ impl<K: KeySchedule> Records<K> {
             .next_send_key()
             .map_err(RecordError::KeyUpdate)?;
         self.seal_record(ContentType::Handshake, &request.message(), 0, out)?;
-        self.send = Direction {
-            key: next,
-            usage: Usage { seq: 0, weight: 0 },
-        };
+        self.send = Direction::new(next, 0);
         self.expanded = None;
         Ok(())
     }
@@ -432,10 +431,7 @@ impl<K: KeySchedule> Records<K> {
             .schedule
             .next_receive_key()
             .map_err(RecordError::KeyUpdate)?;
-        self.receive = Direction {
-            key: next,
-            usage: Usage { seq: 0, weight: 0 },
-        };
+        self.receive = Direction::new(next, 0);
         self.expanded = None;
         if request == KeyUpdateRequest::Requested {
             self.update_send_key(KeyUpdateRequest::NotRequested, out)?;
