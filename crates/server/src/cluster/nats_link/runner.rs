@@ -167,18 +167,11 @@ impl Runner {
         }
     }
 
-    /// Waits before the next attempt: `backoff_min` doubled per failure, capped at
-    /// `backoff_max`, times a random factor in [0.5, 1) so that nodes cut off together do
-    /// not come back in lockstep. True when the thread must stop.
+    /// Waits before the next attempt (see [`backoff_delay`]). True when the thread must stop.
     fn backoff(&mut self, failures: u32) -> bool {
-        let base = self
-            .options
-            .backoff_min
-            .saturating_mul(1u32 << failures.min(16))
-            .min(self.options.backoff_max);
         self.jitter.write_u32(failures);
-        let fraction = (self.jitter.finish() % 1000) as f64 / 2000.0 + 0.5;
-        let until = Instant::now() + base.mul_f64(fraction);
+        let delay = backoff_delay(&self.options, failures, self.jitter.finish());
+        let until = Instant::now() + delay;
         loop {
             if self.stopping() {
                 return true;
@@ -501,6 +494,10 @@ impl Runner {
                 conn.written = 0;
                 std::mem::swap(&mut self.shared.lock().out, &mut conn.pending);
                 if conn.pending.is_empty() {
+                    // A burst leaves a large buffer behind: give it back once it is written.
+                    if conn.pending.capacity() > 16 * READ_CHUNK {
+                        conn.pending = Vec::new();
+                    }
                     return Ok(false);
                 }
             }
@@ -523,6 +520,17 @@ impl Runner {
     }
 }
 
+/// The wait before the next attempt: `backoff_min` doubled per failure, capped at
+/// `backoff_max`, times a factor in [0.5, 1) drawn from `random`, so that nodes cut off
+/// together do not come back in lockstep.
+fn backoff_delay(options: &LinkOptions, failures: u32, random: u64) -> Duration {
+    let base = options
+        .backoff_min
+        .saturating_mul(1u32 << failures.min(16))
+        .min(options.backoff_max);
+    base.mul_f64(0.5 + (random % 1000) as f64 / 2000.0)
+}
+
 /// The first address `server` resolves to. Name resolution blocks, on the link thread only.
 fn resolve(server: &ServerUrl) -> io::Result<SocketAddr> {
     server
@@ -530,4 +538,25 @@ fn resolve(server: &ServerUrl) -> io::Result<SocketAddr> {
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_with_jitter() {
+        let options = LinkOptions::new("t");
+        let ms = |failures, random| backoff_delay(&options, failures, random).as_millis();
+        assert_eq!((ms(0, 0), ms(0, 999)), (50, 99));
+        assert_eq!((ms(1, 0), ms(3, 0)), (100, 400));
+        assert_eq!(
+            ms(6, 0),
+            2500,
+            "capped at backoff_max (5 s), halved by the jitter"
+        );
+        assert_eq!(ms(u32::MAX, 999), 4997);
+        let spread: std::collections::HashSet<u128> = (0..50).map(|r| ms(4, r * 7)).collect();
+        assert!(spread.len() > 40, "jitter spreads the delays");
+    }
 }
