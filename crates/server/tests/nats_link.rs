@@ -128,20 +128,20 @@ impl Log {
                 }
             };
             let (lock, cond) = &*log.0;
-            lock.lock().expect("log").push(seen);
+            lock.lock().unwrap_or_else(|p| p.into_inner()).push(seen);
             cond.notify_all();
         })
     }
 
     fn all(&self) -> Vec<Seen> {
-        self.0 .0.lock().expect("log").clone()
+        self.0 .0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Waits (bounded) until `count` events match `pred`; returns them all.
     fn wait(&self, what: &str, count: usize, pred: impl Fn(&Seen) -> bool) -> Vec<Seen> {
         let deadline = Instant::now() + Duration::from_secs(10);
         let (lock, cond) = &*self.0;
-        let mut seen = lock.lock().expect("log");
+        let mut seen = lock.lock().unwrap_or_else(|p| p.into_inner());
         while seen.iter().filter(|s| pred(s)).count() < count {
             let now = Instant::now();
             assert!(
@@ -149,7 +149,10 @@ impl Log {
                 "{what} not seen within 10 s: {}",
                 summary(&seen)
             );
-            seen = cond.wait_timeout(seen, deadline - now).expect("log").0;
+            seen = cond
+                .wait_timeout(seen, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         seen.clone()
     }
@@ -202,6 +205,13 @@ fn link(url: &str, options: LinkOptions) -> (NatsLink, Log, Arc<LinkMetrics>) {
     let metrics = Arc::new(LinkMetrics::default());
     let link = NatsLink::start_with(url, options, log.handler(), metrics.clone()).expect("start");
     (link, log, metrics)
+}
+
+#[test]
+fn a_link_can_be_shared_between_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<NatsLink>();
+    shared::<LinkMetrics>();
 }
 
 #[test]
