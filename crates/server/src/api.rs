@@ -570,7 +570,10 @@ fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
 /// `503` for a publish the broker could not take: the message went nowhere.
 fn unavailable(e: &crate::broker::Unavailable) -> Answer {
     crate::log::warn(format_args!("publish refused: {e}"));
-    Answer::error(503, &format!("broker unavailable, message not published: {e}"))
+    Answer::error(
+        503,
+        &format!("broker unavailable, message not published: {e}"),
+    )
 }
 
 fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {

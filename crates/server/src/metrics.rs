@@ -542,7 +542,10 @@ fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
 }
 
 fn counter(out: &mut String, name: &str, help: &str, v: u64) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+    );
 }
 
 /// Resident set size of this process, from `/proc/self/statm`.

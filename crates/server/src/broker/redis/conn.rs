@@ -52,7 +52,9 @@ impl RedisUrl {
         if host.is_empty() {
             return Err(format!("{url:?}: no host"));
         }
-        let has_port = host.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        let has_port = host
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
             && !host.ends_with(']');
         let addr = if has_port {
             host.to_owned()
@@ -201,9 +203,14 @@ impl Conn {
         let mut chunk = [0u8; 16 * 1024];
         let n = self.stream.read(&mut chunk)?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "Redis closed the connection").into());
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "Redis closed the connection",
+            )
+            .into());
         }
-        self.buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        self.buf
+            .extend_from_slice(chunk.get(..n).unwrap_or_default());
         Ok(())
     }
 
@@ -249,7 +256,13 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(500);
 
 impl Pool {
     /// A pool of `size` lazily opened connections.
-    pub fn new(url: RedisUrl, timeout: Duration, name: &str, size: usize, metrics: Arc<Metrics>) -> Pool {
+    pub fn new(
+        url: RedisUrl,
+        timeout: Duration,
+        name: &str,
+        size: usize,
+        metrics: Arc<Metrics>,
+    ) -> Pool {
         Pool {
             url,
             timeout,
@@ -328,7 +341,10 @@ mod tests {
         assert_eq!(u.password.as_deref(), Some("s3cr:et"));
         assert_eq!(u.db, 2);
         let u = RedisUrl::parse("redis://:pw@[::1]:7000/").unwrap();
-        assert_eq!((u.addr.as_str(), u.password.as_deref()), ("[::1]:7000", Some("pw")));
+        assert_eq!(
+            (u.addr.as_str(), u.password.as_deref()),
+            ("[::1]:7000", Some("pw"))
+        );
         assert!(RedisUrl::parse("http://x").is_err());
         assert!(RedisUrl::parse("redis://").is_err());
         assert!(RedisUrl::parse("redis://h/x").is_err());

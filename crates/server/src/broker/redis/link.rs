@@ -283,7 +283,14 @@ fn drain(core: &Core, name: &Arc<str>, t: &mut Topic, todo: &mut Vec<Todo>) {
             flush(core, t, &mut out);
             let epoch = Arc::clone(&m.epoch);
             let at = m.id - 1;
-            core.notice(name, t, format!("{epoch}-{}", t.last), GapReason::Trimmed, epoch, at);
+            core.notice(
+                name,
+                t,
+                format!("{epoch}-{}", t.last),
+                GapReason::Trimmed,
+                epoch,
+                at,
+            );
             t.last = at;
             t.filling = false;
             continue;
@@ -369,8 +376,8 @@ fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError
             }
             match read {
                 Ok((Some(now), msgs)) if *now == *epoch => {
-                    let complete =
-                        msgs.len() as u64 == to - from + 1 && msgs.first().is_some_and(|m| m.id == from);
+                    let complete = msgs.len() as u64 == to - from + 1
+                        && msgs.first().is_some_and(|m| m.id == from);
                     if complete {
                         core.metrics.broker_holes_filled.fetch_add(1, Relaxed);
                         t.held.extend(msgs);

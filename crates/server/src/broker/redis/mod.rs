@@ -85,6 +85,8 @@ pub(crate) struct Core {
     decode_attachment: Option<AttachmentDecoder>,
     /// Epoch candidates: unique per publish call within this process.
     nonce: AtomicU64,
+    /// This process's own epoch, for what needs a process-unique prefix (GRIP connection ids).
+    node_epoch: String,
 }
 
 /// Topics this node follows, under the one lock.
@@ -193,10 +195,17 @@ impl RedisBroker {
         let sha = sha1_hex(SCRIPT.as_bytes());
         let pool = Pool::new(url.clone(), timeout, node, POOL_SIZE, Arc::clone(&metrics));
         let loaded = pool
-            .call(&[vec![b"SCRIPT".to_vec(), b"LOAD".to_vec(), SCRIPT.as_bytes().to_vec()]])
+            .call(&[vec![
+                b"SCRIPT".to_vec(),
+                b"LOAD".to_vec(),
+                SCRIPT.as_bytes().to_vec(),
+            ]])
             .map_err(|e| format!("broker {}: {e}", url.addr))?;
         if let Some(Value::Error(e)) = loaded.first() {
-            return Err(format!("broker {}: cannot load the publish script: {e}", url.addr));
+            return Err(format!(
+                "broker {}: cannot load the publish script: {e}",
+                url.addr
+            ));
         }
         metrics.broker_configured.store(1, Relaxed);
         let core = Arc::new(Core {
@@ -218,6 +227,7 @@ impl RedisBroker {
             start: Instant::now(),
             decode_attachment,
             nonce: AtomicU64::new(0),
+            node_epoch: random_epoch(u64::MAX),
         });
         let reader = {
             let core = Arc::clone(&core);
@@ -226,10 +236,31 @@ impl RedisBroker {
                 .spawn(move || link::run(&core))
                 .map_err(|e| format!("cannot start the broker thread: {e}"))?
         };
-        Ok(RedisBroker {
+        // Serve nothing before the subscriber connection is up: a subscription arriving first
+        // would be refused as if the broker were down.
+        let deadline = Instant::now() + timeout;
+        let mut st = lock(&core.state);
+        while !st.connected && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            st = core
+                .changed
+                .wait_timeout(st, left)
+                .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+        }
+        let up = st.connected;
+        drop(st);
+        let broker = RedisBroker {
             core,
             reader: Mutex::new(Some(reader)),
-        })
+        };
+        if !up {
+            return Err(format!(
+                "broker {}: the subscriber connection did not come up within {} ms",
+                broker.core.url.addr,
+                timeout.as_millis()
+            ));
+        }
+        Ok(broker)
     }
 
     /// Publishes `msgs` in order (one pipeline of script calls). A broker failure answers
@@ -278,7 +309,11 @@ impl RedisBroker {
             // Redis restarted (or flushed its scripts) since we loaded it: load it again and
             // run the messages that did not run. NOSCRIPT means the call did nothing.
             core.pool
-                .call(&[vec![b"SCRIPT".to_vec(), b"LOAD".to_vec(), SCRIPT.as_bytes().to_vec()]])
+                .call(&[vec![
+                    b"SCRIPT".to_vec(),
+                    b"LOAD".to_vec(),
+                    SCRIPT.as_bytes().to_vec(),
+                ]])
                 .map_err(Unavailable::from)?;
             let again: Vec<Vec<Vec<u8>>> = commands
                 .iter()
@@ -286,7 +321,11 @@ impl RedisBroker {
                 .filter(|(_, r)| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")))
                 .map(|(c, _)| c.clone())
                 .collect();
-            let mut redone = core.pool.call(&again).map_err(Unavailable::from)?.into_iter();
+            let mut redone = core
+                .pool
+                .call(&again)
+                .map_err(Unavailable::from)?
+                .into_iter();
             for r in &mut replies {
                 if matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")) {
                     if let Some(v) = redone.next() {
@@ -303,7 +342,9 @@ impl RedisBroker {
                     other => format!("unexpected answer {other:?}"),
                 };
                 core.metrics.broker_errors.fetch_add(1, Relaxed);
-                return Err(Unavailable(format!("the broker refused the publish: {why}")));
+                return Err(Unavailable(format!(
+                    "the broker refused the publish: {why}"
+                )));
             };
             let epoch = parts.first().and_then(Value::as_str).unwrap_or("0");
             let offset = parts.get(1).and_then(Value::as_int).unwrap_or(0);
@@ -429,6 +470,12 @@ impl RedisBroker {
         })
     }
 
+    /// This process's own epoch: a prefix unique to it (GRIP connection ids), and with `-0` a
+    /// resume "from the very start" of any topic.
+    pub fn epoch(&self) -> &str {
+        &self.core.node_epoch
+    }
+
     /// Whether the subscriber connection is up.
     pub fn connected(&self) -> bool {
         lock(&self.core.state).connected
@@ -482,6 +529,22 @@ fn joined_position(names: &[Arc<str>], positions: &[(Option<Arc<str>>, u64)]) ->
     ids.join(",")
 }
 
+/// A random epoch (up to 13 base-36 characters, 64 bits): the time and process id mixed with a
+/// per-call counter `n`, so no two calls of a process give the same one.
+fn random_epoch(n: u64) -> String {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 40)
+        ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finaliser: every input bit affects every output bit.
+    let mut x = seed;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    event_id::base36(x)
+}
+
 fn sha1_hex(data: &[u8]) -> String {
     let d = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, data);
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
@@ -498,20 +561,9 @@ impl Core {
         self.start.elapsed().as_secs() as u32
     }
 
-    /// A new random epoch (13 base-36 characters, 64 bits): the process's entropy mixed with a
-    /// counter, so no two calls give the same one.
+    /// A new random epoch for a topic created by this publish.
     fn fresh_epoch(&self) -> String {
-        let n = self.nonce.fetch_add(1, Relaxed);
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ (u64::from(std::process::id()) << 40)
-            ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut x = seed;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^= x >> 31;
-        event_id::base36(x)
+        random_epoch(self.nonce.fetch_add(1, Relaxed))
     }
 
     /// Makes sure this node follows every one of `topics` and knows its position, counting the
@@ -698,11 +750,19 @@ impl Core {
     }
 
     /// A message from its body as Redis holds it.
-    fn message(&self, topic: &Arc<str>, epoch: &Arc<str>, offset: u64, body: &[u8]) -> Option<Published> {
+    fn message(
+        &self,
+        topic: &Arc<str>,
+        epoch: &Arc<str>,
+        offset: u64,
+        body: &[u8],
+    ) -> Option<Published> {
         let b = match wire::decode(body) {
             Ok(b) => b,
             Err(e) => {
-                crate::log::warn(format_args!("broker: message {epoch}-{offset} on {topic}: {e}"));
+                crate::log::warn(format_args!(
+                    "broker: message {epoch}-{offset} on {topic}: {e}"
+                ));
                 return None;
             }
         };
@@ -750,7 +810,10 @@ impl Core {
             };
             // This topic's entry: named for it, else the unnamed id of its epoch, else an
             // unnamed id from the very start (`…-0`).
-            let named = ids.iter().find(|(t, _)| *t == Some(&**name)).map(|(_, i)| *i);
+            let named = ids
+                .iter()
+                .find(|(t, _)| *t == Some(&**name))
+                .map(|(_, i)| *i);
             let unnamed = || {
                 let mut plain = ids.iter().filter(|(t, _)| t.is_none()).map(|(_, i)| *i);
                 let all: Vec<_> = plain.by_ref().collect();
@@ -814,7 +877,15 @@ impl Core {
     }
 
     /// A live gap notice for `t`'s subscribers, positioned at `epoch-at`.
-    fn notice(&self, name: &Arc<str>, t: &Topic, since: String, reason: GapReason, epoch: Arc<str>, at: u64) {
+    fn notice(
+        &self,
+        name: &Arc<str>,
+        t: &Topic,
+        since: String,
+        reason: GapReason,
+        epoch: Arc<str>,
+        at: u64,
+    ) {
         self.metrics.broker_live_gaps.fetch_add(1, Relaxed);
         let gap = Gap {
             topic: Arc::clone(name),
@@ -861,6 +932,9 @@ mod tests {
             joined_position(&names, &[(Some("ab".into()), 3), (None, 0)]),
             "a:ab-3,b.c:0-0"
         );
-        assert_eq!(joined_position(&names[..1], &[(Some("ab".into()), 3)]), "ab-3");
+        assert_eq!(
+            joined_position(&names[..1], &[(Some("ab".into()), 3)]),
+            "ab-3"
+        );
     }
 }
