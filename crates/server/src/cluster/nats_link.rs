@@ -37,7 +37,8 @@ use runner::{Runner, WAKER};
 /// What the link reports to its owner, on the link thread, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkEvent<'a> {
-    /// The server accepted the connection and every subscription was sent again.
+    /// The server accepted the connection and every subscription made so far is in force.
+    /// It comes before any [`LinkEvent::Message`] of this connection.
     Connected,
     /// A connection that was up has ended; the link is reconnecting. Messages published
     /// meanwhile by other nodes are not seen.
@@ -110,6 +111,9 @@ pub struct LinkMetrics {
     pub dropped_bytes: AtomicU64,
     /// Messages received on our subscriptions.
     pub received: AtomicU64,
+    /// Messages dropped because they came before the handshake was done (see
+    /// [`LinkEvent::Connected`]).
+    pub early_messages: AtomicU64,
     /// Bytes received from the server.
     pub bytes_in: AtomicU64,
     /// Bytes written to the server.

@@ -388,6 +388,14 @@ impl Runner {
                 payload,
                 ..
             } => {
+                // Connected comes before any message of a connection: the few the server
+                // sends before it answers the handshake's PING are dropped, as messages
+                // published while the link was down are (the owner treats every
+                // reconnect as a possible gap).
+                if conn.phase != Phase::Up {
+                    self.shared.metrics.early_messages.fetch_add(1, Relaxed);
+                    return Ok(());
+                }
                 let live = sid
                     .parse::<u64>()
                     .is_ok_and(|sid| self.shared.lock().live_sids.contains(&sid));
