@@ -826,7 +826,7 @@ impl Core {
             let Some(epoch) = epoch else {
                 // Nothing published in Redis's present history. From the very start there is
                 // nothing to miss; from anything else there is.
-                if !mine.is_some_and(|i| i.seq == 0) {
+                if mine.is_none_or(|i| i.seq != 0) {
                     out.gaps.push(gap(GapReason::Epoch));
                 }
                 continue;
