@@ -424,3 +424,51 @@ def test_nats_down_publishes_503_and_the_node_recovers(cluster):
     wait_until(lambda: _try_publish(a, "d", "back"), 20, "publish after NATS is back")
     assert recv_json(ws)["data"] == "back"
     ws.close()
+
+
+def test_a_pushpin_format_publish_reaches_grip_holds_on_another_node(cluster, tmp_path):
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = b"start\n"
+            self.send_response(200)
+            self.send_header("Grip-Hold", "stream")
+            self.send_header("Grip-Channel", "g")
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    backend = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    backend.daemon_threads = True
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    try:
+        routes = tmp_path / "routes"
+        routes.write_text(f"*,path_beg=/app 127.0.0.1:{backend.server_address[1]}\n")
+        _, (a, b) = nodes(cluster, 2, "--grip-routes", routes)
+        host, port = b.clients.rsplit(":", 1)
+        held = socket.create_connection((host, int(port)), timeout=10)
+        held.sendall(b"GET /app/s HTTP/1.1\r\nHost: h\r\n\r\n")
+        got = b""
+        while b"start\n" not in got:
+            got += held.recv(65536)
+        wait_until(lambda: b.metrics().get("clarion_grip_held") == 1, 10, "held on b")
+        items = {"items": [{"channel": "g", "id": "p1", "formats": {"http-stream": {"content": "one\n"}}}]}
+        status, _, out = a.request("POST", "/publish/", json.dumps(items).encode(),
+                                   {"Content-Type": "application/json"})
+        assert status == 200, out
+        while b"one\n" not in got:
+            chunk = held.recv(65536)
+            assert chunk, got
+            got += chunk
+        assert got.endswith(b"4\r\none\n\r\n"), got
+        held.close()
+    finally:
+        backend.shutdown()
+        backend.server_close()
