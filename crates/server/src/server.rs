@@ -21,8 +21,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::broker::Broker;
 use crate::api::Scope;
+use crate::broker::Broker;
 use crate::config::Config;
 use crate::group::Member;
 use crate::hub::Inbox;

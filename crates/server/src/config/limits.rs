@@ -78,32 +78,6 @@ pub const READ_BUDGET: usize = 16;
 /// enough for a slow link to drain a Close frame, short enough that dead peers do not pile up.
 pub const CLOSE_LINGER_SECS: u32 = 5;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn docs_quote_the_internal_limits_as_defined() {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/configuration.md"
-        ))
-        .expect("docs/configuration.md");
-        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        for quoted in [
-            format!("gets {CLOSE_LINGER_SECS} seconds to read our last bytes"),
-            format!("at most {API_MAX_CONNECTIONS} connections at once"),
-            format!("idle for {} seconds", API_IDLE.as_secs()),
-            format!("at most {GRIP_PUBLISH_MAX_ITEMS} items"),
-            format!("at most {GRIP_WS_MAX_EVENTS} events"),
-            format!("at most {GRIP_BACKEND_MAX_HEADERS} header fields and {GRIP_BACKEND_MAX_HEAD} bytes"),
-            format!("expire {GRIP_SIG_LIFETIME_SECS} seconds after signing"),
-        ] {
-            assert!(text.contains(&quoted), "docs/configuration.md should say {quoted:?}");
-        }
-    }
-}
-
 /// Most processes in one `--processes` group: far past what one machine's cores make useful
 /// (the million-connection plan needs about 52), low enough that a typo cannot fork-bomb it.
 pub const GROUP_MAX_PROCESSES: usize = 256;
@@ -137,3 +111,29 @@ pub const GROUP_SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest metrics text read from one group process: a few hundred families of a few lines;
 /// the bound keeps a confused peer from filling memory.
 pub const GROUP_SCRAPE_MAX_BYTES: usize = 4 * 1024 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docs_quote_the_internal_limits_as_defined() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/configuration.md"
+        ))
+        .expect("docs/configuration.md");
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for quoted in [
+            format!("gets {CLOSE_LINGER_SECS} seconds to read our last bytes"),
+            format!("at most {API_MAX_CONNECTIONS} connections at once"),
+            format!("idle for {} seconds", API_IDLE.as_secs()),
+            format!("at most {GRIP_PUBLISH_MAX_ITEMS} items"),
+            format!("at most {GRIP_WS_MAX_EVENTS} events"),
+            format!("at most {GRIP_BACKEND_MAX_HEADERS} header fields and {GRIP_BACKEND_MAX_HEAD} bytes"),
+            format!("expire {GRIP_SIG_LIFETIME_SECS} seconds after signing"),
+        ] {
+            assert!(text.contains(&quoted), "docs/configuration.md should say {quoted:?}");
+        }
+    }
+}

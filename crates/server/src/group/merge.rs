@@ -18,6 +18,9 @@ use std::fmt::Write as _;
 /// per-member lines only.
 pub const NO_TOTAL: &[&str] = &["clarion_rss_bytes_per_connection"];
 
+/// A sample's labels as written (values still escaped).
+type Labels = Vec<(String, String)>;
+
 /// One sample line, split.
 #[derive(Debug, Clone)]
 struct Sample {
@@ -70,9 +73,11 @@ impl Families {
     fn of_sample(&mut self, sample: &str) -> &mut Family {
         for suffix in ["_bucket", "_sum", "_count", "_created"] {
             if let Some(base) = sample.strip_suffix(suffix) {
-                let composite = self.by_name.get(base).and_then(|i| self.list.get(*i)).is_some_and(
-                    |f| matches!(f.kind.as_deref(), Some("histogram" | "summary")),
-                );
+                let composite = self
+                    .by_name
+                    .get(base)
+                    .and_then(|i| self.list.get(*i))
+                    .is_some_and(|f| matches!(f.kind.as_deref(), Some("histogram" | "summary")));
                 if composite {
                     return self.get(base);
                 }
@@ -90,10 +95,16 @@ pub fn merge(inputs: &[(&str, &str)]) -> String {
             let line = line.trim();
             if let Some(rest) = line.strip_prefix("# HELP ") {
                 let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-                families.get(name).help.get_or_insert_with(|| help.to_owned());
+                families
+                    .get(name)
+                    .help
+                    .get_or_insert_with(|| help.to_owned());
             } else if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
-                families.get(name).kind.get_or_insert_with(|| kind.trim().to_owned());
+                families
+                    .get(name)
+                    .kind
+                    .get_or_insert_with(|| kind.trim().to_owned());
             } else if line.is_empty() || line.starts_with('#') {
                 continue;
             } else if let Some((name, labels, value)) = parse_sample(line) {
@@ -125,7 +136,7 @@ fn write_family(out: &mut String, f: &Family, inputs: &[(&str, &str)]) {
     if !NO_TOTAL.contains(&f.name.as_str()) {
         // Totals keyed by sample name and labels, in order of first appearance.
         let mut totals: Vec<(&Sample, f64)> = Vec::new();
-        let mut index: HashMap<(&str, &[(String, String)]), usize> = HashMap::new();
+        let mut index: HashMap<(&str, &Labels), usize> = HashMap::new();
         for s in &f.samples {
             let quantile = f.kind.as_deref() == Some("summary") && s.name == f.name;
             let Ok(v) = s.value.parse::<f64>() else {
@@ -134,14 +145,14 @@ fn write_family(out: &mut String, f: &Family, inputs: &[(&str, &str)]) {
             if quantile {
                 continue;
             }
-            match index.get(&(s.name.as_str(), s.labels.as_slice())) {
+            match index.get(&(s.name.as_str(), &s.labels)) {
                 Some(i) => {
                     if let Some(t) = totals.get_mut(*i) {
                         t.1 += v;
                     }
                 }
                 None => {
-                    index.insert((s.name.as_str(), s.labels.as_slice()), totals.len());
+                    index.insert((s.name.as_str(), &s.labels), totals.len());
                     totals.push((s, v));
                 }
             }
@@ -213,7 +224,7 @@ fn number(v: f64) -> String {
 
 /// `name{labels} value [timestamp]` split into its name, labels (values kept escaped) and
 /// value; `None` when it does not parse.
-fn parse_sample(line: &str) -> Option<(&str, Vec<(String, String)>, &str)> {
+fn parse_sample(line: &str) -> Option<(&str, Labels, &str)> {
     let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
     let (name, mut rest) = line.split_at(name_end);
     if name.is_empty() {
@@ -230,7 +241,7 @@ fn parse_sample(line: &str) -> Option<(&str, Vec<(String, String)>, &str)> {
 }
 
 /// The labels up to the closing `}` and the text after it.
-fn parse_labels(mut s: &str) -> Option<(Vec<(String, String)>, &str)> {
+fn parse_labels(mut s: &str) -> Option<(Labels, &str)> {
     let mut labels = Vec::new();
     loop {
         s = s.trim_start_matches([' ', ',']);
@@ -355,7 +366,9 @@ clarion_broker_connected{node=\"b\",broker=\"redis\"} 1
     fn ratios_get_no_total_and_a_members_own_node_label_is_replaced() {
         let out = merge(&[("a", A), ("b", B)]);
         let l = lines(&out);
-        assert!(!l.iter().any(|x| x.starts_with("clarion_rss_bytes_per_connection ")));
+        assert!(!l
+            .iter()
+            .any(|x| x.starts_with("clarion_rss_bytes_per_connection ")));
         assert!(l.contains(&"clarion_rss_bytes_per_connection{node=\"a\"} 500"));
         // Only b has this family; its own node label is replaced, and the total is b's.
         assert!(l.contains(&"clarion_broker_connected{broker=\"redis\"} 1"));
@@ -375,7 +388,10 @@ clarion_broker_connected{node=\"b\",broker=\"redis\"} 1
                 seen.push(name);
                 current = name;
             } else if !line.starts_with('#') {
-                assert!(line.starts_with(current), "{line} outside its family {current}");
+                assert!(
+                    line.starts_with(current),
+                    "{line} outside its family {current}"
+                );
             }
         }
         assert_eq!(out.matches("# HELP ").count(), seen.len());

@@ -176,7 +176,7 @@ impl Member {
                 let mut stdin = std::io::stdin().lock();
                 let mut sink = [0u8; 64];
                 while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-                log::info(format_args!("the group's supervisor is gone: stopping"));
+                log::info(format_args!("stopping: the group's supervisor closed this process's standard input (it is stopping the group, or gone)"));
                 let _ = signal_hook::low_level::raise(signal_hook::consts::SIGTERM);
             })
             .map(drop)
@@ -235,7 +235,10 @@ mod tests {
         };
         assert_eq!(base_node_name(&named), "edge");
         let name = base_node_name(&Config::default());
-        assert!(name.ends_with(&format!(":{}", std::process::id())), "{name}");
+        assert!(
+            name.ends_with(&format!(":{}", std::process::id())),
+            "{name}"
+        );
     }
 
     #[test]

@@ -182,7 +182,7 @@ mod tests {
             restarts: 0,
             pid: 1,
         };
-        write(&dir, &[n.clone()]).unwrap();
+        write(&dir, std::slice::from_ref(&n)).unwrap();
         assert_eq!(read(&dir).unwrap(), vec![n]);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -148,11 +148,7 @@ pub fn health(member: &Member) -> (u16, String) {
             0 => String::new(),
             pid => format!(" pid {pid}"),
         };
-        let _ = writeln!(
-            lines,
-            "{} {state}{pid} restarts {}",
-            n.name, n.restarts
-        );
+        let _ = writeln!(lines, "{} {state}{pid} restarts {}", n.name, n.restarts);
     }
     let (status, word) = match ok {
         0 => (503, "down"),
@@ -208,7 +204,8 @@ mod tests {
     fn the_group_view_merges_live_members_and_reports_the_rest() {
         let dir = std::env::temp_dir().join(format!("clarion-scrape-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let body = "# TYPE clarion_messages_published_total counter\nclarion_messages_published_total 4\n";
+        let body =
+            "# TYPE clarion_messages_published_total counter\nclarion_messages_published_total 4\n";
         let answer: &'static str = Box::leak(
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
@@ -219,7 +216,10 @@ mod tests {
         let a = serve_once(answer);
         let b = serve_once(answer);
         // A port nobody listens on: bound, then closed.
-        let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let dead = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let node = |index, name: &str, state, api| Node {
             index,
             name: name.into(),
@@ -236,7 +236,10 @@ mod tests {
         ];
         nodes::write(&dir, &list).unwrap();
         let out = metrics(&member(&dir), 4);
-        assert!(out.contains("\nclarion_messages_published_total 8\n"), "{out}");
+        assert!(
+            out.contains("\nclarion_messages_published_total 8\n"),
+            "{out}"
+        );
         assert!(out.contains("clarion_messages_published_total{node=\"g-1\"} 4"));
         assert!(out.contains("clarion_group_node_up{node=\"g-0\"} 1"));
         assert!(out.contains("clarion_group_node_up{node=\"g-2\"} 0"));

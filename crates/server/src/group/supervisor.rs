@@ -89,7 +89,10 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
         .filter(|p| *p != 0)
         .collect();
     let reused = named.iter().enumerate();
-    if reused.clone().any(|(i, p)| named.iter().skip(i + 1).any(|q| q == p)) {
+    if reused
+        .clone()
+        .any(|(i, p)| named.iter().skip(i + 1).any(|q| q == p))
+    {
         bail!("the client, TLS and API addresses must use different ports");
     }
     // Held for the supervisor's life (see the module doc).
@@ -151,10 +154,15 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
         if let Ok(ready) = rx.recv_timeout(TICK) {
             mark_ready(&mut slots, &ready);
         }
-        let failed = slots.iter_mut().find_map(|s| Some((s.node.name.clone(), exited(s)?)));
+        let failed = slots
+            .iter_mut()
+            .find_map(|s| Some((s.node.name.clone(), exited(s)?)));
         if let Some((name, status)) = failed {
             stop(&mut slots, &mut signals, stop_wait);
-            bail!("process {name} {} while starting (its messages are above)", describe(status));
+            bail!(
+                "process {name} {} while starting (its messages are above)",
+                describe(status)
+            );
         }
         if Instant::now() > deadline {
             stop(&mut slots, &mut signals, stop_wait);
@@ -199,7 +207,10 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
                 slot.next_start = None;
                 slot.node.restarts += 1;
                 if let Err(e) = start(slot, &tx) {
-                    log::warn(format_args!("cannot start process {}: {e:#}", slot.node.name));
+                    log::warn(format_args!(
+                        "cannot start process {}: {e:#}",
+                        slot.node.name
+                    ));
                     slot.next_start = Some(now + slot.backoff);
                     slot.backoff = (slot.backoff * 2).min(GROUP_RESTART_MAX_BACKOFF);
                 }
@@ -357,7 +368,10 @@ fn announce(
     ));
     let tls = tls.map_or_else(String::new, |a| format!(" tls={a}"));
     let mut out = std::io::stdout().lock();
-    writeln!(out, "clarion ready clients={listen} api={api}{tls} processes={n}")?;
+    writeln!(
+        out,
+        "clarion ready clients={listen} api={api}{tls} processes={n}"
+    )?;
     out.flush()?;
     Ok(())
 }

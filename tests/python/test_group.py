@@ -1,0 +1,230 @@
+"""`clarion serve --processes N`: a supervisor and N processes sharing the ports, the group's
+/metrics and /healthz on the API address, restarts, stopping, and the port guard that refuses
+a second server on a port another process holds (issue 23).
+
+Delivery across the processes goes through the broker and is tested with the cluster tests;
+these need a broker only because a group refuses to start without one: a local redis-server
+when there is one, else an address where none listens (the processes start either way).
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+import rawws
+from conftest import _binary
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def broker():
+    """A broker URL for the group: a throwaway redis-server on a free loopback port."""
+    port = _free_port()
+    if not shutil.which("redis-server"):
+        yield f"redis://127.0.0.1:{port}"
+        return
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def children(pid):
+    """Process ids whose parent is `pid`, from /proc."""
+    out = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            out.append(int(entry.name))
+    return sorted(out)
+
+
+def alive(pid):
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_for(check, timeout=15, step=0.1):
+    """Polls `check` until it returns something true, at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(step)
+
+
+def node_values(metrics, family, **labels):
+    """{node: value} of the per-node samples of `family` with `labels`."""
+    out = {}
+    for key, value in metrics.items():
+        m = re.fullmatch(re.escape(family) + r"\{node=\"([^\"]+)\"(.*)\}", key)
+        if not m:
+            continue
+        rest = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if all(rest.get(k) == v for k, v in labels.items()):
+            out[m.group(1)] = value
+    return out
+
+
+@pytest.fixture
+def group(start_server, broker):
+    return start_server("--processes", 3, "--broker", broker, "--node-name", "grp", "--shutdown-timeout", 3)
+
+
+def test_processes_above_one_without_a_broker_are_refused():
+    proc = subprocess.run(
+        [_binary(), "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--processes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CLARION_")},
+    )
+    assert proc.returncode != 0
+    assert "processes = 2 needs a broker" in proc.stderr and "--broker" in proc.stderr, proc.stderr
+    assert "clarion ready" not in proc.stdout
+
+
+def test_three_processes_start_and_each_shows_in_metrics_and_the_process_table(group):
+    pids = children(group.proc.pid)
+    assert len(pids) == 3, pids
+    for pid in pids:
+        cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"serve" in cmdline and b"--processes" in cmdline, cmdline
+    _, headers, body = group.request("GET", "/metrics")
+    text = body.decode()
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    names = {f"grp-{i}" for i in range(3)}
+    metrics = group.metrics()
+    assert node_values(metrics, "clarion_group_node_up") == {n: 1.0 for n in names}
+    assert set(node_values(metrics, "clarion_connections", transport="ws")) == names
+    assert metrics["clarion_group_processes"] == 3
+    # The text format: one HELP and one TYPE per family, its samples together.
+    types = re.findall(r"^# TYPE (\S+) ", text, re.M)
+    assert len(types) == len(set(types)), types
+    assert len(re.findall(r"^# HELP ", text, re.M)) == len(types)
+    family = None
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            family = line.split()[2]
+        elif not line.startswith("#"):
+            assert line.startswith(family), (line, family)
+    _, _, health = group.request("GET", "/healthz")
+    assert health.decode().startswith("ok (3 of 3 processes)"), health
+
+
+def test_connections_spread_over_the_processes(group):
+    socks = [rawws.connect(group.clients, "/ws?topic=spread") for _ in range(30)]
+
+    def counted():
+        m = group.metrics()
+        per_node = node_values(m, "clarion_connections", transport="ws")
+        return per_node if sum(per_node.values()) == 30 else None
+
+    per_node = wait_for(counted, timeout=10)
+    assert per_node, group.metrics()
+    assert group.metrics()['clarion_connections{transport="ws"}'] == 30
+    # The kernel hashes each connection to one listener: 30 on one of 3 has odds of 3^-29.
+    assert sum(1 for v in per_node.values() if v > 0) >= 2, per_node
+    for sock, _, _ in socks:
+        sock.close()
+
+
+def test_a_killed_process_is_restarted(group):
+    before = children(group.proc.pid)
+    victim = before[0]
+    os.kill(victim, signal.SIGKILL)
+    after = wait_for(lambda: (lambda c: c if len(c) == 3 and victim not in c else None)(children(group.proc.pid)))
+    assert after, children(group.proc.pid)
+
+    def healthy():
+        status, _, body = group.request("GET", "/healthz")
+        return status == 200 and body.decode().startswith("ok (3 of 3 processes)")
+
+    assert wait_for(healthy), group.request("GET", "/healthz")
+    restarts = node_values(group.metrics(), "clarion_group_restarts_total")
+    assert sorted(restarts.values()) == [0, 0, 1], restarts
+    # The restarted process shares the port again: new connections still work.
+    sock, _, _ = rawws.connect(group.clients, "/ws?topic=after")
+    sock.close()
+
+
+def test_sigterm_to_the_supervisor_stops_every_process(group):
+    pids = children(group.proc.pid)
+    socks = [rawws.connect(group.clients, "/ws?topic=t") for _ in range(6)]
+    code, stderr = group.stop(signal.SIGTERM, timeout=30)
+    assert code == 0, stderr
+    for sock, _, rest in socks:
+        assert rawws.Reader(sock, rest).close_code() == (1001, "server shutting down")
+    assert not any(alive(p) for p in pids), pids
+    assert "stopped: all 3 processes exited" in stderr
+
+
+def test_processes_stop_when_the_supervisor_is_killed(group):
+    pids = children(group.proc.pid)
+    assert len(pids) == 3
+    group.proc.kill()
+    group.proc.wait(timeout=10)
+    assert wait_for(lambda: not any(alive(p) for p in pids), timeout=20), pids
+
+
+def test_a_second_server_on_a_held_port_refuses_to_start(server, group):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
+
+    def serve(*args):
+        return subprocess.run(
+            [_binary(), "serve", *args], capture_output=True, text=True, timeout=30, env=env
+        )
+
+    for held in (server, group):
+        port = held.port
+        out = serve("--listen", f"127.0.0.1:{port}", "--api-listen", "127.0.0.1:0")
+        assert out.returncode != 0 and "clarion ready" not in out.stdout
+        assert f"port {port} (client address" in out.stderr, out.stderr
+        assert "held by another process" in out.stderr, out.stderr
+        api_port = int(held.api.rsplit(":", 1)[1])
+        out = serve("--listen", "127.0.0.1:0", "--api-listen", held.api)
+        assert out.returncode != 0
+        assert f"port {api_port} (API address" in out.stderr, out.stderr
+    # The wildcard address covers a port held on loopback; a whole group is refused too.
+    out = serve(
+        "--listen", f"0.0.0.0:{server.port}", "--api-listen", "127.0.0.1:0",
+        "--processes", "2", "--broker", "redis://127.0.0.1:1",
+    )
+    assert out.returncode != 0 and f"port {server.port}" in out.stderr, out.stderr
+    # Both servers still serve.
+    for held in (server, group):
+        sock, _, _ = rawws.connect(held.clients, "/ws?topic=still")
+        sock.close()
