@@ -228,3 +228,28 @@ def test_a_second_server_on_a_held_port_refuses_to_start(server, group):
     for held in (server, group):
         sock, _, _ = rawws.connect(held.clients, "/ws?topic=still")
         sock.close()
+
+
+def test_sighup_is_passed_on_and_a_tls_group_shares_the_tls_port(start_server, broker, tmp_path):
+    from test_tls import make_dev_cert, peer_cert
+
+    dev = make_dev_cert(tmp_path / "tls")
+    group = start_server(
+        "--processes", 2, "--broker", broker, "--node-name", "tls",
+        "--tls-listen", "127.0.0.1:0", "--tls-cert", dev["cert"], "--tls-key", dev["key"],
+        "--shutdown-timeout", 2,
+    )
+    assert group.tls and group.tls != group.clients
+    pids = children(group.proc.pid)
+    for _ in range(6):
+        assert peer_cert(group.tls, dev["ca"])
+    group.proc.send_signal(signal.SIGHUP)
+    # The members' reloaders look for SIGHUP once a second.
+    time.sleep(2.5)
+    assert group.proc.poll() is None
+    assert children(group.proc.pid) == pids
+    code, stderr = group.stop(signal.SIGTERM, timeout=30)
+    assert code == 0, stderr
+    assert "SIGHUP: passed on to 2 processes" in stderr
+    for i in range(2):
+        assert f"[tls-{i}] TLS certificates reloaded (SIGHUP)" in stderr, stderr

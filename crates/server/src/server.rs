@@ -131,7 +131,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     }
     if let Some(member) = &member {
         member
-            .watch_supervisor()
+            .watch_supervisor(shared.tls.is_some())
             .context("cannot watch the group's supervisor")?;
     }
 

@@ -162,26 +162,42 @@ impl Member {
     }
 
     /// Stops this member gracefully when its supervisor goes away, however it goes: the
-    /// supervisor holds the write end of this process's standard input and never writes, so
-    /// reading it ends only when the supervisor closes it (to stop the group) or dies (even by
-    /// `kill -9`, when the kernel closes its descriptors). Then this member raises SIGTERM
-    /// against itself and takes the ordinary shutdown path. Call once the SIGTERM handler is
-    /// installed. Unlike `PR_SET_PDEATHSIG` this needs no `unsafe`, and it does not depend on
-    /// which of the supervisor's threads started the member.
-    pub fn watch_supervisor(&self) -> std::io::Result<()> {
+    /// supervisor holds the write end of this process's standard input, so reading it ends
+    /// only when the supervisor closes it (to stop the group) or dies (even by `kill -9`, when
+    /// the kernel closes its descriptors). Then this member raises SIGTERM against itself and
+    /// takes the ordinary shutdown path. Call once the SIGTERM handler is installed. Unlike
+    /// `PR_SET_PDEATHSIG` this needs no `unsafe`, and it does not depend on which of the
+    /// supervisor's threads started the member.
+    ///
+    /// The same pipe carries the supervisor's SIGHUP: each [`RELOAD`] byte raises SIGHUP here
+    /// when `reloads` (a TLS reloader handles it), and is ignored otherwise (SIGHUP's default
+    /// action would end the process).
+    pub fn watch_supervisor(&self, reloads: bool) -> std::io::Result<()> {
         std::thread::Builder::new()
             .name("clarion-group-watch".into())
             .stack_size(crate::config::limits::HELPER_THREAD_STACK)
-            .spawn(|| {
+            .spawn(move || {
                 let mut stdin = std::io::stdin().lock();
-                let mut sink = [0u8; 64];
-                while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-                log::info(format_args!("stopping: the group's supervisor closed this process's standard input (it is stopping the group, or gone)"));
+                let mut buf = [0u8; 64];
+                while let Ok(n @ 1..) = stdin.read(&mut buf) {
+                    let reload = buf.get(..n).is_some_and(|b| b.contains(&RELOAD));
+                    if reload && reloads {
+                        let _ = signal_hook::low_level::raise(signal_hook::consts::SIGHUP);
+                    }
+                }
+                log::info(format_args!(
+                    "stopping: the group's supervisor closed this process's standard input \
+                     (it is stopping the group, or gone)"
+                ));
                 let _ = signal_hook::low_level::raise(signal_hook::consts::SIGTERM);
             })
             .map(drop)
     }
 }
+
+/// The byte a supervisor writes to its members' standard input when it gets SIGHUP: reload
+/// the certificates.
+pub const RELOAD: u8 = b'H';
 
 /// The group's base node name: `node_name`, else `host:pid` of the supervisor.
 pub fn base_node_name(config: &Config) -> String {

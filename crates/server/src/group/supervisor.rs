@@ -12,7 +12,7 @@
 //! (closed to stop the group, or by the kernel when the supervisor dies) makes the member shut
 //! down gracefully ([`Member::watch_supervisor`]).
 
-use std::io::BufRead as _;
+use std::io::{BufRead as _, Write as _};
 use std::net::SocketAddr;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::{Path, PathBuf};
@@ -21,10 +21,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use super::nodes::{self, Node, State};
-use super::{base_node_name, guard, Member};
+use super::{base_node_name, guard, Member, RELOAD};
 use crate::config::limits::{
     GROUP_BACKOFF_RESET, GROUP_RESTART_BACKOFF, GROUP_RESTART_MAX_BACKOFF, GROUP_STARTUP_TIMEOUT,
     GROUP_STOP_MARGIN,
@@ -102,7 +102,8 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
     let (_api_hold, api) = reserve(config.api_listen, "API")?;
 
     let dir = Dir(make_dir()?);
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+    // SIGHUP is passed on (certificate reloads), never the end of the group.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
         .context("cannot install signal handlers")?;
     let base = base_node_name(&config);
     let mut slots: Vec<Slot> = (0..n)
@@ -147,7 +148,7 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
     write_nodes(&dir.0, &slots);
     let deadline = Instant::now() + GROUP_STARTUP_TIMEOUT;
     while slots.iter().any(|s| s.node.state != State::Up) {
-        if signals.pending().next().is_some() {
+        if signals.pending().any(|sig| sig != SIGHUP) {
             stop(&mut slots, &mut signals, stop_wait);
             return Ok(());
         }
@@ -174,7 +175,16 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
 
     // Run: restart what dies, until a signal.
     loop {
-        if let Some(sig) = signals.pending().next() {
+        let pending: Vec<i32> = signals.pending().collect();
+        if pending.contains(&SIGHUP) {
+            log::info(format_args!("SIGHUP: passed on to {n} processes"));
+            for slot in &mut slots {
+                if let Some(stdin) = slot.stdin.as_mut() {
+                    let _ = stdin.write_all(&[RELOAD]);
+                }
+            }
+        }
+        if let Some(sig) = pending.iter().find(|s| **s != SIGHUP) {
             log::info(format_args!(
                 "signal {sig}: stopping {n} processes (up to {} s)",
                 stop_wait.as_secs()
@@ -362,7 +372,6 @@ fn announce(
     api: SocketAddr,
     n: usize,
 ) -> anyhow::Result<()> {
-    use std::io::Write as _;
     log::info(format_args!(
         "group of {n} processes: clients on {listen}, API on {api} (metrics for the group)"
     ));
@@ -391,7 +400,7 @@ fn stop(slots: &mut [Slot], signals: &mut signal_hook::iterator::Signals, wait: 
         if slots.iter().all(|s| s.child.is_none()) {
             return;
         }
-        let hurry = signals.pending().next().is_some();
+        let hurry = signals.pending().any(|sig| sig != SIGHUP);
         if hurry || Instant::now() > deadline {
             break;
         }
