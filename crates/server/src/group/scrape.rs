@@ -35,10 +35,9 @@ pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), ScrapeError> {
     let mut s = TcpStream::connect_timeout(&addr, GROUP_SCRAPE_TIMEOUT)?;
     s.set_read_timeout(Some(GROUP_SCRAPE_TIMEOUT))?;
     s.set_write_timeout(Some(GROUP_SCRAPE_TIMEOUT))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
+    // One write: `write!` would send each piece on its own.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes())?;
     let mut buf = Vec::new();
     let limit = u64::try_from(GROUP_SCRAPE_MAX_BYTES).unwrap_or(u64::MAX) + 1;
     s.take(limit).read_to_end(&mut buf)?;
@@ -173,8 +172,15 @@ mod tests {
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
             if let Ok((mut s, _)) = l.accept() {
+                // The whole request, so closing with unread bytes cannot reset the answer.
+                let mut head = Vec::new();
                 let mut buf = [0u8; 1024];
-                let _ = s.read(&mut buf);
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(n @ 1..) => head.extend_from_slice(&buf[..n]),
+                        _ => break,
+                    }
+                }
                 let _ = s.write_all(answer.as_bytes());
             }
         });
