@@ -199,30 +199,30 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
         for slot in &mut slots {
             if let Some(status) = exited(slot) {
                 let ran = now.saturating_duration_since(slot.started);
-                if ran >= GROUP_BACKOFF_RESET {
-                    slot.backoff = GROUP_RESTART_BACKOFF;
-                }
+                let (delay, next) = restart_delay(slot.backoff, ran);
                 log::warn(format_args!(
                     "process {} {} after {:.1} s; starting it again in {:.2} s",
                     slot.node.name,
                     describe(status),
                     ran.as_secs_f64(),
-                    slot.backoff.as_secs_f64()
+                    delay.as_secs_f64()
                 ));
-                slot.next_start = Some(now + slot.backoff);
-                slot.backoff = (slot.backoff * 2).min(GROUP_RESTART_MAX_BACKOFF);
+                slot.next_start = Some(now + delay);
+                slot.backoff = next;
                 changed = true;
             }
             if slot.next_start.is_some_and(|t| t <= now) {
                 slot.next_start = None;
                 slot.node.restarts += 1;
                 if let Err(e) = start(slot, &tx) {
+                    let (delay, next) = restart_delay(slot.backoff, Duration::ZERO);
                     log::warn(format_args!(
-                        "cannot start process {}: {e:#}",
-                        slot.node.name
+                        "cannot start process {} ({e:#}); trying again in {:.2} s",
+                        slot.node.name,
+                        delay.as_secs_f64()
                     ));
-                    slot.next_start = Some(now + slot.backoff);
-                    slot.backoff = (slot.backoff * 2).min(GROUP_RESTART_MAX_BACKOFF);
+                    slot.next_start = Some(now + delay);
+                    slot.backoff = next;
                 }
                 changed = true;
             }
@@ -238,6 +238,18 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
     stop(&mut slots, &mut signals, stop_wait);
     log::info(format_args!("stopped: all {n} processes exited"));
     Ok(())
+}
+
+/// The wait before starting again a member that died after running `ran`, and the backoff
+/// for its next death: the current `backoff`, doubled each time up to
+/// [`GROUP_RESTART_MAX_BACKOFF`], back to the first after a run of [`GROUP_BACKOFF_RESET`].
+fn restart_delay(backoff: Duration, ran: Duration) -> (Duration, Duration) {
+    let delay = if ran >= GROUP_BACKOFF_RESET {
+        GROUP_RESTART_BACKOFF
+    } else {
+        backoff
+    };
+    (delay, (delay * 2).min(GROUP_RESTART_MAX_BACKOFF))
 }
 
 /// Binds (without listening) a `SO_REUSEPORT` socket on `addr`: the port, resolved.
@@ -416,5 +428,52 @@ fn stop(slots: &mut [Slot], signals: &mut signal_hook::iterator::Signals, wait: 
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_to_a_bound_and_start_over_after_a_long_run() {
+        let mut backoff = GROUP_RESTART_BACKOFF;
+        let mut delays = Vec::new();
+        for _ in 0..12 {
+            let (delay, next) = restart_delay(backoff, Duration::from_secs(1));
+            delays.push(delay);
+            backoff = next;
+        }
+        assert_eq!(delays[0], GROUP_RESTART_BACKOFF);
+        assert_eq!(delays[1], GROUP_RESTART_BACKOFF * 2);
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(delays.last(), Some(&GROUP_RESTART_MAX_BACKOFF));
+        let (delay, _) = restart_delay(GROUP_RESTART_MAX_BACKOFF, GROUP_BACKOFF_RESET);
+        assert_eq!(delay, GROUP_RESTART_BACKOFF);
+    }
+
+    #[test]
+    fn exits_are_described_by_code_or_signal() {
+        assert_eq!(describe(ExitStatus::from_raw(256)), "exited with status 1");
+        assert_eq!(describe(ExitStatus::from_raw(9)), "was killed by signal 9");
+    }
+
+    #[test]
+    fn a_reservation_resolves_port_zero_members_share_it_and_strangers_are_refused() {
+        let (_hold, addr) = reserve("127.0.0.1:0".parse().unwrap(), "client").unwrap();
+        assert_ne!(addr.port(), 0);
+        // Two members bind and listen beside the (never listening) reservation.
+        let member = || {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.set_reuse_address(true).unwrap();
+            s.set_reuse_port(true).unwrap();
+            s.bind(&addr.into()).unwrap();
+            s.listen(8).unwrap();
+            s
+        };
+        let (_a, _b) = (member(), member());
+        assert!(guard::check(addr, "client").is_err());
     }
 }
