@@ -36,6 +36,9 @@ use crate::log;
 /// enough that a dead member is noticed and a stop begins well within a second.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How often the nodes file is written even when nothing changed.
+const NODES_REFRESH: Duration = Duration::from_secs(60);
+
 /// What a member's output reader reports.
 struct Ready {
     /// The member's index.
@@ -174,6 +177,7 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
     announce(listen, tls_listen, api, n)?;
 
     // Run: restart what dies, until a signal.
+    let mut written = Instant::now();
     loop {
         let pending: Vec<i32> = signals.pending().collect();
         if pending.contains(&SIGHUP) {
@@ -227,8 +231,11 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
                 changed = true;
             }
         }
-        if changed {
+        // Rewritten now and then too, so a temp-file cleaner cannot leave the group's
+        // metrics without their list for good.
+        if changed || now.saturating_duration_since(written) >= NODES_REFRESH {
             write_nodes(&dir.0, &slots);
+            written = now;
         }
         if let Ok(ready) = rx.recv_timeout(TICK) {
             mark_ready(&mut slots, &ready);
@@ -372,6 +379,7 @@ fn describe(status: ExitStatus) -> String {
 
 fn write_nodes(dir: &Path, slots: &[Slot]) {
     let list: Vec<Node> = slots.iter().map(|s| s.node.clone()).collect();
+    let _ = std::fs::create_dir_all(dir);
     if let Err(e) = nodes::write(dir, &list) {
         log::warn(format_args!("cannot write the group's nodes file: {e}"));
     }
