@@ -99,6 +99,15 @@ pub const GROUP_RESTART_MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// again: its death was not part of a crash loop.
 pub const GROUP_BACKOFF_RESET: Duration = Duration::from_secs(60);
 
+/// How often a group's supervisor looks at its processes and signals when nothing else wakes
+/// it: a dead process is noticed and a stop begins well within a second, at ten wake-ups a
+/// second of an otherwise idle process.
+pub const GROUP_TICK: Duration = Duration::from_millis(100);
+
+/// How often the supervisor rewrites its nodes file even when nothing changed, so a temp-file
+/// cleaner cannot take the group's metrics list away for good.
+pub const GROUP_NODES_REFRESH: Duration = Duration::from_secs(60);
+
 /// Time the supervisor waits for its processes beyond their own `shutdown_timeout` before it
 /// kills what is left: exiting takes a moment after the last connection closed.
 pub const GROUP_STOP_MARGIN: Duration = Duration::from_secs(5);

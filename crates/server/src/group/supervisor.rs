@@ -26,18 +26,11 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use super::nodes::{self, Node, State};
 use super::{base_node_name, guard, Member, RELOAD};
 use crate::config::limits::{
-    GROUP_BACKOFF_RESET, GROUP_RESTART_BACKOFF, GROUP_RESTART_MAX_BACKOFF, GROUP_STARTUP_TIMEOUT,
-    GROUP_STOP_MARGIN,
+    GROUP_BACKOFF_RESET, GROUP_NODES_REFRESH, GROUP_RESTART_BACKOFF, GROUP_RESTART_MAX_BACKOFF,
+    GROUP_STARTUP_TIMEOUT, GROUP_STOP_MARGIN, GROUP_TICK,
 };
 use crate::config::Config;
 use crate::log;
-
-/// How often the supervisor looks at its members and signals when nothing else wakes it: fast
-/// enough that a dead member is noticed and a stop begins well within a second.
-const TICK: Duration = Duration::from_millis(100);
-
-/// How often the nodes file is written even when nothing changed.
-const NODES_REFRESH: Duration = Duration::from_secs(60);
 
 /// What a member's output reader reports.
 struct Ready {
@@ -155,7 +148,7 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
             stop(&mut slots, &mut signals, stop_wait);
             return Ok(());
         }
-        if let Ok(ready) = rx.recv_timeout(TICK) {
+        if let Ok(ready) = rx.recv_timeout(GROUP_TICK) {
             mark_ready(&mut slots, &ready);
         }
         let failed = slots
@@ -233,11 +226,11 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
         }
         // Rewritten now and then too, so a temp-file cleaner cannot leave the group's
         // metrics without their list for good.
-        if changed || now.saturating_duration_since(written) >= NODES_REFRESH {
+        if changed || now.saturating_duration_since(written) >= GROUP_NODES_REFRESH {
             write_nodes(&dir.0, &slots);
             written = now;
         }
-        if let Ok(ready) = rx.recv_timeout(TICK) {
+        if let Ok(ready) = rx.recv_timeout(GROUP_TICK) {
             mark_ready(&mut slots, &ready);
             write_nodes(&dir.0, &slots);
         }
@@ -424,7 +417,7 @@ fn stop(slots: &mut [Slot], signals: &mut signal_hook::iterator::Signals, wait: 
         if hurry || Instant::now() > deadline {
             break;
         }
-        std::thread::sleep(TICK);
+        std::thread::sleep(GROUP_TICK);
     }
     for slot in slots.iter_mut() {
         if let Some(mut child) = slot.child.take() {
