@@ -3,53 +3,29 @@
 a second server on a port another process holds (issue 23).
 
 Delivery across the processes goes through the broker and is tested with the cluster tests;
-these need a broker only because a group refuses to start without one: a local redis-server
-when there is one, else an address where none listens (the processes start either way).
+these start a private redis-server only because a group refuses to start without a broker.
 """
 
 import os
 import pathlib
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
 
 import rawws
+from cluster_util import Redis
 from conftest import _binary
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def broker():
-    """A broker URL for the group: a throwaway redis-server on a free loopback port."""
-    port = _free_port()
-    if not shutil.which("redis-server"):
-        yield f"redis://127.0.0.1:{port}"
-        return
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
+def broker(tmp_path_factory):
+    """A broker URL for the group: a private redis-server (cluster_util's) for this module."""
+    redis = Redis(tmp_path_factory.mktemp("redis"))
+    yield redis.url
+    redis.kill()
 
 
 def children(pid):

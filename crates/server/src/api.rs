@@ -433,9 +433,14 @@ fn dispatch(
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/healthz") => {
             let stopping = shared.stopping.load(Relaxed);
+            // A node whose cluster broker is unreachable cannot publish or follow new topics:
+            // a load balancer should send clients elsewhere (readiness, not liveness).
             let (status, text) = match scope {
                 _ if stopping => (503, "stopping\n".to_owned()),
                 Scope::Group(member) => crate::group::scrape::health(member),
+                Scope::Process | Scope::Node if !shared.broker.healthy() => {
+                    (503, "broker unavailable\n".to_owned())
+                }
                 Scope::Process | Scope::Node => (200, "ok\n".to_owned()),
             };
             Answer::new(status, "text/plain; charset=utf-8", text)
@@ -511,6 +516,10 @@ fn publish_one(
         event,
         attachment: None,
     }]);
+    let receipts = match receipts {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
     match receipts.first() {
         Some(r) => Answer::json(200, &receipt_json(topic, r)),
         None => Answer::error(500, "publish produced no receipt"),
@@ -538,7 +547,10 @@ fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
             attachment: None,
         })
         .collect();
-    let receipts = shared.broker.publish(&out);
+    let receipts = match shared.broker.publish(&out) {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
     let results: Vec<serde_json::Value> = out
         .iter()
         .zip(&receipts)
@@ -582,8 +594,19 @@ fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
             attachment: Some(Arc::clone(content)),
         })
         .collect();
-    shared.broker.publish(&outgoing);
+    if let Err(e) = shared.broker.publish(&outgoing) {
+        return unavailable(&e);
+    }
     Answer::new(200, "text/plain", &b"Published\n"[..])
+}
+
+/// `503` for a publish the broker could not take: the message went nowhere.
+fn unavailable(e: &crate::broker::Unavailable) -> Answer {
+    crate::log::warn(format_args!("publish refused: {e}"));
+    Answer::error(
+        503,
+        &format!("broker unavailable, message not published: {e}"),
+    )
 }
 
 fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {

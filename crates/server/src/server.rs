@@ -106,12 +106,9 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     let auth = crate::auth::Auth::from_config(&config).context("cannot set up authentication")?;
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
+    let broker = make_broker(&config, &inboxes, &metrics)?;
     let shared = Arc::new(Shared {
-        broker: Broker::local(
-            inboxes.clone(),
-            Arc::clone(&metrics),
-            config.history_limits(),
-        ),
+        broker,
         config,
         metrics,
         stopping: AtomicBool::new(false),
@@ -193,6 +190,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
             log::warn(format_args!("a worker panicked during shutdown"));
         }
     }
+    shared.broker.shutdown();
     log::info(format_args!(
         "stopped: {} WebSocket connections closed with 1001",
         shared.metrics.closes(CloseReason::Shutdown)
@@ -213,6 +211,41 @@ fn bind_api(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<std::ne
     // The API thread accepts with blocking calls.
     listener.set_nonblocking(false)?;
     Ok(listener)
+}
+
+/// The broker the configuration asks for: in memory unless `broker` names Redis or NATS.
+fn make_broker(
+    config: &Config,
+    inboxes: &[Arc<Inbox>],
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Broker> {
+    let Some(url) = config.broker.as_deref() else {
+        return Ok(Broker::local(
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+        ));
+    };
+    let node = config.node();
+    let timeout = std::time::Duration::from_millis(config.broker_timeout_ms.max(1));
+    if url.starts_with("redis://") {
+        let b = crate::broker::RedisBroker::start(
+            url,
+            &node,
+            timeout,
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+            Some(crate::grip::decode_attachment),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("cannot join the cluster")?;
+        log::info(format_args!(
+            "node {node}: joined the cluster through {url}"
+        ));
+        return Ok(Broker::Redis(b));
+    }
+    anyhow::bail!("broker {url:?}: expected redis://host:port or nats://host:port")
 }
 
 /// Re-reads the certificate files on SIGHUP, and every `interval` seconds if they changed

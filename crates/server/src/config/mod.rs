@@ -544,6 +544,16 @@ impl Config {
         })
     }
 
+    /// This node's name: `node_name`, or `host:pid`.
+    pub fn node(&self) -> String {
+        self.node_name.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "localhost".to_owned());
+            format!("{host}:{}", std::process::id())
+        })
+    }
+
     /// The history limits for the hub.
     pub fn history_limits(&self) -> HistoryLimits {
         HistoryLimits {

@@ -201,13 +201,7 @@ pub const RELOAD: u8 = b'H';
 
 /// The group's base node name: `node_name`, else `host:pid` of the supervisor.
 pub fn base_node_name(config: &Config) -> String {
-    config.node_name.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_default();
-        let host = if host.is_empty() { "localhost" } else { &host };
-        format!("{host}:{}", std::process::id())
-    })
+    config.node()
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ impl<S: Socket> Engine<S> {
             return;
         }
         self.adopt(k, checked);
-        let Some(sub) = self.subscribe_conn(k, topics, since) else {
+        let Some(sub) = self.subscribe_conn(k, topics, since, false) else {
             return;
         };
         if !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 {
