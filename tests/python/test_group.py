@@ -75,9 +75,17 @@ def node_values(metrics, family, **labels):
     return out
 
 
+def group_healthy(server, n):
+    status, _, body = server.request("GET", "/healthz")
+    return status == 200 and body.decode().startswith(f"ok ({n} of {n} processes)")
+
+
 @pytest.fixture
 def group(start_server, broker):
-    return start_server("--processes", 3, "--broker", broker, "--node-name", "grp", "--shutdown-timeout", 3)
+    server = start_server("--processes", 3, "--broker", broker, "--node-name", "grp", "--shutdown-timeout", 3)
+    # Every process answers its own /healthz (its broker link included) before the tests use it.
+    assert wait_for(lambda: group_healthy(server, 3)), server.request("GET", "/healthz")
+    return server
 
 
 def test_processes_above_one_without_a_broker_are_refused():
@@ -145,11 +153,7 @@ def test_a_killed_process_is_restarted(group):
     after = wait_for(lambda: (lambda c: c if len(c) == 3 and victim not in c else None)(children(group.proc.pid)))
     assert after, children(group.proc.pid)
 
-    def healthy():
-        status, _, body = group.request("GET", "/healthz")
-        return status == 200 and body.decode().startswith("ok (3 of 3 processes)")
-
-    assert wait_for(healthy), group.request("GET", "/healthz")
+    assert wait_for(lambda: group_healthy(group, 3)), group.request("GET", "/healthz")
     restarts = node_values(group.metrics(), "clarion_group_restarts_total")
     assert sorted(restarts.values()) == [0, 0, 1], restarts
     # The restarted process shares the port again: new connections still work.
@@ -229,3 +233,23 @@ def test_sighup_is_passed_on_and_a_tls_group_shares_the_tls_port(start_server, b
     assert "SIGHUP: passed on to 2 processes" in stderr
     for i in range(2):
         assert f"[tls-{i}] TLS certificates reloaded (SIGHUP)" in stderr, stderr
+
+
+def test_a_publish_on_the_group_api_reaches_subscribers_on_every_process(group):
+    socks = [rawws.connect(group.clients, "/ws?topic=everyone") for _ in range(15)]
+    per_node = wait_for(
+        lambda: (lambda v: v if sum(v.values()) == 15 else None)(
+            node_values(group.metrics(), "clarion_subscriptions")
+        ),
+        timeout=10,
+    )
+    assert per_node and sum(1 for v in per_node.values() if v > 0) >= 2, per_node
+    for i in range(3):
+        group.publish("everyone", f"m{i}")
+    for sock, _, rest in socks:
+        sock.settimeout(10)
+        reader = rawws.Reader(sock, rest)
+        assert [reader.frame()[2] for _ in range(3)] == [b"m0", b"m1", b"m2"]
+        sock.close()
+    delivered = group.metrics()["clarion_messages_delivered_total"]
+    assert delivered == 45, delivered
