@@ -245,6 +245,36 @@ fn make_broker(
         ));
         return Ok(Broker::Redis(b));
     }
+    if url.starts_with("nats://") {
+        let local = crate::broker::LocalBroker::new(
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+        );
+        let b = crate::broker::NatsBroker::start(
+            url,
+            &node,
+            local,
+            Arc::clone(metrics),
+            Some(crate::grip::decode_attachment),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("cannot join the cluster")?;
+        // The link connects in the background; wait a little so the first requests find it up.
+        let deadline = std::time::Instant::now() + timeout;
+        while !b.connected() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if !b.connected() {
+            log::warn(format_args!(
+                "node {node}: NATS at {url} not reachable yet; publishes answer 503 until it is"
+            ));
+        }
+        log::info(format_args!(
+            "node {node}: joined the cluster through {url}"
+        ));
+        return Ok(Broker::Nats(b));
+    }
     anyhow::bail!("broker {url:?}: expected redis://host:port or nats://host:port")
 }
 

@@ -346,6 +346,11 @@ fn reconnects_after_a_restart_with_its_subscriptions() {
             ("t.two".to_owned(), b"third".to_vec()),
         ]
     );
+    assert_eq!(
+        b_log.all().first(),
+        Some(&Seen::Connected),
+        "Connected comes first"
+    );
     assert_eq!(b_metrics.reconnects.load(Relaxed), 1);
     assert_eq!(b_metrics.disconnects.load(Relaxed), 1);
     let kinds: Vec<Seen> = b_log

@@ -45,6 +45,7 @@
 //!   the broker while holding their inbox's lock.
 
 pub mod local;
+pub mod nats;
 pub mod redis;
 
 use std::sync::Arc;
@@ -52,6 +53,7 @@ use std::sync::Arc;
 use clarion_proto::ws::DataKind;
 
 pub use local::LocalBroker;
+pub use nats::NatsBroker;
 pub use redis::RedisBroker;
 
 use crate::hub::{Inbox, TopicTraffic};
@@ -128,6 +130,8 @@ pub enum Broker {
     Local(LocalBroker),
     /// Many processes through Redis: ids and history per topic in Redis (`docs/cluster.md`).
     Redis(RedisBroker),
+    /// Many processes through NATS: fan-out only; ids and history per node.
+    Nats(NatsBroker),
 }
 
 impl Broker {
@@ -140,12 +144,14 @@ impl Broker {
         Broker::Local(LocalBroker::new(inboxes, metrics, limits))
     }
 
-    /// The current epoch, the first part of every id issued now (for a clustered broker,
-    /// whose epochs are per topic, `0`: the start of any topic's history).
+    /// The current epoch, the first part of every id issued now. A clustered broker's epochs
+    /// are per topic; its process has its own (unique per process, so it can prefix GRIP
+    /// connection ids), and `EPOCH-0` asks for a topic's history from its start.
     pub fn epoch(&self) -> &str {
         match self {
             Broker::Local(b) => b.epoch(),
-            Broker::Redis(_) => "0",
+            Broker::Redis(b) => b.epoch(),
+            Broker::Nats(b) => b.epoch(),
         }
     }
 
@@ -155,6 +161,7 @@ impl Broker {
         match self {
             Broker::Local(b) => Ok(b.publish(msgs)),
             Broker::Redis(b) => b.publish(msgs),
+            Broker::Nats(b) => b.publish(msgs),
         }
     }
 
@@ -163,6 +170,7 @@ impl Broker {
         match self {
             Broker::Local(_) => true,
             Broker::Redis(b) => b.connected(),
+            Broker::Nats(b) => b.connected(),
         }
     }
 
@@ -171,6 +179,7 @@ impl Broker {
         match self {
             Broker::Local(_) => {}
             Broker::Redis(b) => b.shutdown(),
+            Broker::Nats(b) => b.shutdown(),
         }
     }
 
@@ -186,6 +195,7 @@ impl Broker {
         match self {
             Broker::Local(b) => Ok(b.subscribe(worker, topics, since, pending)),
             Broker::Redis(b) => b.subscribe(worker, topics, since, pending),
+            Broker::Nats(b) => Ok(b.subscribe(worker, topics, since, pending)),
         }
     }
 
@@ -194,6 +204,7 @@ impl Broker {
         match self {
             Broker::Local(b) => b.unsubscribe(worker, topic),
             Broker::Redis(b) => b.unsubscribe(worker, topic),
+            Broker::Nats(b) => b.unsubscribe(worker, topic),
         }
     }
 
@@ -202,6 +213,7 @@ impl Broker {
         match self {
             Broker::Local(b) => b.read_since(topics, since),
             Broker::Redis(b) => b.read_since(topics, since),
+            Broker::Nats(b) => b.read_since(topics, since),
         }
     }
 
@@ -212,6 +224,7 @@ impl Broker {
         match self {
             Broker::Local(b) => b.visit_topics(visit),
             Broker::Redis(b) => b.visit_topics(visit),
+            Broker::Nats(b) => b.visit_topics(visit),
         }
     }
 
@@ -220,6 +233,7 @@ impl Broker {
         match self {
             Broker::Local(b) => b.topic_status(topic),
             Broker::Redis(b) => b.topic_status(topic),
+            Broker::Nats(b) => b.topic_status(topic),
         }
     }
 
@@ -229,6 +243,7 @@ impl Broker {
             Broker::Local(b) => b.expire(),
             // Redis trims each stream itself (MAXLEN, EXPIRE).
             Broker::Redis(_) => {}
+            Broker::Nats(b) => b.expire(),
         }
     }
 
@@ -237,6 +252,7 @@ impl Broker {
         match self {
             Broker::Local(b) => b.wake_all(),
             Broker::Redis(b) => b.wake_all(),
+            Broker::Nats(b) => b.wake_all(),
         }
     }
 }

@@ -37,7 +37,8 @@ use runner::{Runner, WAKER};
 /// What the link reports to its owner, on the link thread, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkEvent<'a> {
-    /// The server accepted the connection and every subscription was sent again.
+    /// The server accepted the connection and every subscription made so far is in force.
+    /// It comes before any [`LinkEvent::Message`] of this connection.
     Connected,
     /// A connection that was up has ended; the link is reconnecting. Messages published
     /// meanwhile by other nodes are not seen.
@@ -110,6 +111,9 @@ pub struct LinkMetrics {
     pub dropped_bytes: AtomicU64,
     /// Messages received on our subscriptions.
     pub received: AtomicU64,
+    /// Messages dropped because they came before the handshake was done (see
+    /// [`LinkEvent::Connected`]).
+    pub early_messages: AtomicU64,
     /// Bytes received from the server.
     pub bytes_in: AtomicU64,
     /// Bytes written to the server.
@@ -186,6 +190,10 @@ struct State {
     session: bool,
     /// The handshake is done: publishes are accepted.
     connected: bool,
+    /// PINGs of the handshake still unanswered: the one after CONNECT, plus one after each
+    /// SUB queued during the handshake, so that every subscription made before
+    /// [`LinkEvent::Connected`] is in force at the server when it is reported.
+    handshake_pings: u32,
     /// Bytes for the server that the link thread has not taken yet.
     out: Vec<u8>,
     /// Bytes queued and not yet written (in `out` and in the link thread's hands).
@@ -268,7 +276,10 @@ impl NatsLink {
     }
 
     /// Subscribes to `subject` (wildcards allowed), now if connected and after every
-    /// reconnect. Subscribing twice to one subject is one subscription.
+    /// reconnect. Subscribing twice to one subject is one subscription. A subscription made
+    /// before [`LinkEvent::Connected`] is in force at the server when that event is reported;
+    /// one made while connected takes effect once the server reads it (NATS gives no
+    /// acknowledgement).
     pub fn subscribe(&self, subject: &str) -> Result<(), LinkError> {
         nats::validate_subject(subject, true)?;
         let mut state = self.shared.lock();
@@ -280,9 +291,16 @@ impl NatsLink {
         state.subs.insert(subject.to_owned(), sid);
         state.live_sids.insert(sid);
         if state.session {
+            let handshake = !state.connected;
+            if handshake {
+                state.handshake_pings += 1;
+            }
             let wake = state.queue_control(&self.shared.metrics, |out| {
                 // Validated above: encoding cannot refuse it.
                 let _ = encode::subscribe(out, subject, None, sid);
+                if handshake {
+                    encode::ping(out);
+                }
             });
             drop(state);
             if wake {

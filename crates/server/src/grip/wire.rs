@@ -36,8 +36,8 @@ fn field(out: &mut Vec<u8>, tag: u8, data: &[u8]) {
 fn fields(mut buf: &[u8]) -> Option<Vec<(u8, &[u8])>> {
     let mut out = Vec::new();
     while let Some((&tag, rest)) = buf.split_first() {
-        let len = rest.get(..4)?;
-        let n = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let len: [u8; 4] = rest.get(..4)?.try_into().ok()?;
+        let n = u32::from_be_bytes(len) as usize;
         let data = rest.get(4..4 + n)?;
         out.push((tag, data));
         buf = rest.get(4 + n..)?;

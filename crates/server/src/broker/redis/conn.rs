@@ -283,14 +283,18 @@ impl Pool {
     }
 
     fn call_inner<A: AsRef<[u8]>>(&self, commands: &[Vec<A>]) -> Result<Vec<Value>, LinkError> {
-        let mut guard = self
-            .slots
-            .iter()
-            .find_map(|s| s.try_lock().ok())
-            .unwrap_or_else(|| {
+        // A free connection if there is one, else wait for one (chosen by a rotating index).
+        let free = self.slots.iter().find_map(|s| s.try_lock().ok());
+        let mut guard = match free {
+            Some(g) => g,
+            None => {
                 let i = self.metrics.broker_in_flight.load(Relaxed) as usize % self.slots.len();
-                lock(self.slots.get(i).unwrap_or(&self.slots[0]))
-            });
+                match self.slots.get(i) {
+                    Some(slot) => lock(slot),
+                    None => return Err(LinkError::Down),
+                }
+            }
+        };
         if guard.is_none() {
             *guard = Some(self.connect()?);
         }

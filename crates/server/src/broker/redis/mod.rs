@@ -85,6 +85,8 @@ pub(crate) struct Core {
     decode_attachment: Option<AttachmentDecoder>,
     /// Epoch candidates: unique per publish call within this process.
     nonce: AtomicU64,
+    /// This process's own epoch, for what needs a process-unique prefix (GRIP connection ids).
+    node_epoch: String,
 }
 
 /// Topics this node follows, under the one lock.
@@ -225,6 +227,7 @@ impl RedisBroker {
             start: Instant::now(),
             decode_attachment,
             nonce: AtomicU64::new(0),
+            node_epoch: random_epoch(u64::MAX),
         });
         let reader = {
             let core = Arc::clone(&core);
@@ -233,10 +236,31 @@ impl RedisBroker {
                 .spawn(move || link::run(&core))
                 .map_err(|e| format!("cannot start the broker thread: {e}"))?
         };
-        Ok(RedisBroker {
+        // Serve nothing before the subscriber connection is up: a subscription arriving first
+        // would be refused as if the broker were down.
+        let deadline = Instant::now() + timeout;
+        let mut st = lock(&core.state);
+        while !st.connected && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            st = core
+                .changed
+                .wait_timeout(st, left)
+                .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+        }
+        let up = st.connected;
+        drop(st);
+        let broker = RedisBroker {
             core,
             reader: Mutex::new(Some(reader)),
-        })
+        };
+        if !up {
+            return Err(format!(
+                "broker {}: the subscriber connection did not come up within {} ms",
+                broker.core.url.addr,
+                timeout.as_millis()
+            ));
+        }
+        Ok(broker)
     }
 
     /// Publishes `msgs` in order (one pipeline of script calls). A broker failure answers
@@ -446,6 +470,12 @@ impl RedisBroker {
         })
     }
 
+    /// This process's own epoch: a prefix unique to it (GRIP connection ids), and with `-0` a
+    /// resume "from the very start" of any topic.
+    pub fn epoch(&self) -> &str {
+        &self.core.node_epoch
+    }
+
     /// Whether the subscriber connection is up.
     pub fn connected(&self) -> bool {
         lock(&self.core.state).connected
@@ -499,6 +529,22 @@ fn joined_position(names: &[Arc<str>], positions: &[(Option<Arc<str>>, u64)]) ->
     ids.join(",")
 }
 
+/// A random epoch (up to 13 base-36 characters, 64 bits): the time and process id mixed with a
+/// per-call counter `n`, so no two calls of a process give the same one.
+fn random_epoch(n: u64) -> String {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 40)
+        ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finaliser: every input bit affects every output bit.
+    let mut x = seed;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    event_id::base36(x)
+}
+
 fn sha1_hex(data: &[u8]) -> String {
     let d = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, data);
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
@@ -515,20 +561,9 @@ impl Core {
         self.start.elapsed().as_secs() as u32
     }
 
-    /// A new random epoch (13 base-36 characters, 64 bits): the process's entropy mixed with a
-    /// counter, so no two calls give the same one.
+    /// A new random epoch for a topic created by this publish.
     fn fresh_epoch(&self) -> String {
-        let n = self.nonce.fetch_add(1, Relaxed);
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ (u64::from(std::process::id()) << 40)
-            ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut x = seed;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^= x >> 31;
-        event_id::base36(x)
+        random_epoch(self.nonce.fetch_add(1, Relaxed))
     }
 
     /// Makes sure this node follows every one of `topics` and knows its position, counting the
@@ -791,7 +826,7 @@ impl Core {
             let Some(epoch) = epoch else {
                 // Nothing published in Redis's present history. From the very start there is
                 // nothing to miss; from anything else there is.
-                if !mine.is_some_and(|i| i.seq == 0) {
+                if mine.is_none_or(|i| i.seq != 0) {
                     out.gaps.push(gap(GapReason::Epoch));
                 }
                 continue;

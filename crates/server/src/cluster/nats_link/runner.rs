@@ -229,22 +229,13 @@ impl Runner {
     fn drive(&mut self, conn: &mut Conn, server: &ServerUrl, ever_up: bool) -> End {
         let mut writable = false;
         loop {
-            let was_up = conn.phase == Phase::Up;
             if self.stopping() {
                 // Best effort: what is already queued goes out if the socket takes it now.
                 let _ = self.flush(conn);
-                return End::Stopped { was_up };
+                return End::Stopped {
+                    was_up: conn.phase == Phase::Up,
+                };
             }
-            let fail = |reason: String| {
-                if was_up {
-                    End::Lost {
-                        reason,
-                        ping_timeout: false,
-                    }
-                } else {
-                    End::Failed(reason)
-                }
-            };
             let now = Instant::now();
             let next = match conn.phase {
                 Phase::Up => conn
@@ -256,7 +247,7 @@ impl Runner {
             let wait = next.saturating_duration_since(now).min(MAX_POLL_WAIT);
             if let Err(e) = self.poll.poll(&mut self.events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
-                    return fail(format!("poll: {e}"));
+                    return ended(conn.phase, format!("poll: {e}"));
                 }
             }
             let mut readable = false;
@@ -272,7 +263,9 @@ impl Runner {
             let now = Instant::now();
             if conn.phase == Phase::Connecting && (writable || readable) {
                 match conn.stream.take_error() {
-                    Ok(Some(e)) | Err(e) => return fail(format!("cannot connect: {e}")),
+                    Ok(Some(e)) | Err(e) => {
+                        return ended(conn.phase, format!("cannot connect: {e}"))
+                    }
                     Ok(None) => {}
                 }
                 match conn.stream.peer_addr() {
@@ -283,19 +276,19 @@ impl Runner {
                         readable = true;
                     }
                     Err(e) if e.kind() == io::ErrorKind::NotConnected => {}
-                    Err(e) => return fail(format!("cannot connect: {e}")),
+                    Err(e) => return ended(conn.phase, format!("cannot connect: {e}")),
                 }
             }
             if conn.phase != Phase::Connecting {
                 if readable {
                     if let Err(reason) = self.read(conn, server, ever_up, now) {
-                        return fail(reason);
+                        return ended(conn.phase, reason);
                     }
                 }
                 if writable || woken || !conn.pending.is_empty() {
                     match self.flush(conn) {
                         Ok(blocked) => writable = !blocked,
-                        Err(e) => return fail(format!("write: {e}")),
+                        Err(e) => return ended(conn.phase, format!("write: {e}")),
                     }
                 }
             }
@@ -317,12 +310,12 @@ impl Runner {
                         conn.ping_sent.get_or_insert(now);
                         conn.next_ping = now + self.options.ping_interval;
                         if let Err(e) = self.flush(conn) {
-                            return fail(format!("write: {e}"));
+                            return ended(conn.phase, format!("write: {e}"));
                         }
                     }
                 }
                 phase if now >= conn.deadline => {
-                    return fail(format!("timed out ({phase:?})"));
+                    return ended(conn.phase, format!("timed out ({phase:?})"));
                 }
                 _ => {}
             }
@@ -395,6 +388,14 @@ impl Runner {
                 payload,
                 ..
             } => {
+                // Connected comes before any message of a connection: the few the server
+                // sends before it answers the handshake's PING are dropped, as messages
+                // published while the link was down are (the owner treats every
+                // reconnect as a possible gap).
+                if conn.phase != Phase::Up {
+                    self.shared.metrics.early_messages.fetch_add(1, Relaxed);
+                    return Ok(());
+                }
                 let live = sid
                     .parse::<u64>()
                     .is_ok_and(|sid| self.shared.lock().live_sids.contains(&sid));
@@ -406,9 +407,18 @@ impl Runner {
             ServerOp::Ping => self.queue_control(encode::pong),
             ServerOp::Pong => match conn.phase {
                 Phase::AwaitPong => {
+                    {
+                        let mut state = self.shared.lock();
+                        state.handshake_pings = state.handshake_pings.saturating_sub(1);
+                        if state.handshake_pings > 0 {
+                            return Ok(());
+                        }
+                        // Under the same lock as the count: a subscribe either added a PING
+                        // above or sees `connected` and needs none.
+                        state.connected = true;
+                    }
                     conn.phase = Phase::Up;
                     conn.next_ping = now + self.options.ping_interval;
-                    self.shared.lock().connected = true;
                     let metrics = &self.shared.metrics;
                     metrics.connected.store(1, Relaxed);
                     if ever_up {
@@ -470,6 +480,7 @@ impl Runner {
             .collect();
         subs.sort_unstable();
         state.session = true;
+        state.handshake_pings = 1;
         state.queue_control(&self.shared.metrics, |out| {
             connect.encode(out);
             for (sid, subject) in &subs {
@@ -517,6 +528,19 @@ impl Runner {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// How a connection in `phase` ends on an error: lost if it was up (even if it came up in
+/// the same read that found the error), else failed.
+fn ended(phase: Phase, reason: String) -> End {
+    if phase == Phase::Up {
+        End::Lost {
+            reason,
+            ping_timeout: false,
+        }
+    } else {
+        End::Failed(reason)
     }
 }
 

@@ -255,7 +255,8 @@ impl<S: Socket> Engine<S> {
                     }
                 }
                 "since" => {
-                    event_id::parse(&value).map_err(|e| format!("invalid since {value:?}: {e}"))?;
+                    event_id::validate_cursor(&value)
+                        .map_err(|e| format!("invalid since {value:?}: {e}"))?;
                     p.since = Some(value);
                 }
                 "lastEventId" | "last-event-id" => last_event_id = Some(value),
