@@ -29,6 +29,9 @@
 //!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
+//! - [`group`]: `clarion serve --processes N`: the supervisor of a group of processes sharing
+//!   the ports, the group's merged `/metrics` and `/healthz`, and the port guard that keeps
+//!   any other process off a port one holds.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
 //!
 //! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455, the pub/sub control messages,
@@ -46,6 +49,7 @@ pub mod cluster;
 pub mod config;
 pub mod dashboard;
 pub mod grip;
+pub mod group;
 pub mod hub;
 pub mod log;
 pub mod message;
