@@ -402,13 +402,20 @@ impl RedisBroker {
             position: String::new(),
         };
         out.position = joined_position(&out.names, &positions);
-        if let Since::Id(given) = since {
-            core.metrics.resumes.fetch_add(1, Relaxed);
-            let names = out.names.clone();
-            core.read_missed(given, &names, &positions, &mut out);
-            if !out.gaps.is_empty() {
-                core.metrics.resume_gaps.fetch_add(1, Relaxed);
+        match since {
+            Since::Id(given) => {
+                core.metrics.resumes.fetch_add(1, Relaxed);
+                let names = out.names.clone();
+                core.read_missed(given, &names, &positions, &mut out);
+                if !out.gaps.is_empty() {
+                    core.metrics.resume_gaps.fetch_add(1, Relaxed);
+                }
             }
+            Since::PublisherId(prev) => {
+                let names = out.names.clone();
+                core.read_after_publisher_id(prev, &names, &positions, &mut out);
+            }
+            Since::Now => {}
         }
         Ok(out)
     }
@@ -447,9 +454,16 @@ impl RedisBroker {
             position: String::new(),
         };
         out.position = joined_position(&out.names, &positions);
-        if let Since::Id(given) = since {
-            let names = out.names.clone();
-            core.read_missed(given, &names, &positions, &mut out);
+        match since {
+            Since::Id(given) => {
+                let names = out.names.clone();
+                core.read_missed(given, &names, &positions, &mut out);
+            }
+            Since::PublisherId(prev) => {
+                let names = out.names.clone();
+                core.read_after_publisher_id(prev, &names, &positions, &mut out);
+            }
+            Since::Now => {}
         }
         out
     }

@@ -212,4 +212,39 @@ impl Core {
             }
         }
     }
+
+    /// Adds to `out.replay` what each topic's stream holds after the message whose publisher
+    /// gave it the id `prev` (GRIP's `prev-id`), up to the position the subscriber was counted
+    /// at; nothing when the stream no longer holds that message (as Pushpin: live only).
+    pub(super) fn read_after_publisher_id(
+        &self,
+        prev: &str,
+        names: &[Arc<str>],
+        positions: &[(Option<Arc<str>>, u64)],
+        out: &mut Subscribed,
+    ) {
+        for (name, (epoch, last)) in names.iter().zip(positions) {
+            let Some(epoch) = epoch else { continue };
+            if *last == 0 {
+                continue;
+            }
+            match self.read_range(name, epoch, 1, *last) {
+                Ok((now, msgs)) if now.as_deref() == Some(&**epoch) => {
+                    let found = msgs.iter().rposition(|m| {
+                        m.attachment
+                            .as_ref()
+                            .and_then(|a| a.publisher_id())
+                            .is_some_and(|id| id == prev)
+                    });
+                    if let Some(i) = found {
+                        out.replay.extend(msgs.into_iter().skip(i + 1));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    crate::log::warn(format_args!("broker: cannot read history of {name}: {e}"));
+                }
+            }
+        }
+    }
 }
