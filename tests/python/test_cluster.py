@@ -527,3 +527,26 @@ def test_a_hole_history_cannot_fill_is_announced_live_then_delivery_goes_on(clus
     assert int(after.split("-")[1]) == int(missed[-1].split("-")[1]) + 1
     ws.close()
     sse.close()
+
+
+def test_topics_spread_over_several_redis_servers(cluster):
+    r1, r2 = cluster.redis(), cluster.redis()
+    url = f"{r1.url},{r2.url}"
+    a, b = cluster.start_nodes(2, "--broker", url, "--node-name", "n{i}")
+    topics = [f"room{i}" for i in range(16)]
+    subs = {t: ws_sub(b, t) for t in topics}
+    for t in topics:
+        a.publish(t, f"to {t}")
+    for t, ws in subs.items():
+        assert recv_json(ws)["data"] == f"to {t}"
+    held = [len(r.command_reply("KEYS", "clarion:*")) for r in (r1, r2)]
+    assert all(n > 0 for n in held) and sum(held) == 2 * len(topics), held
+    # One Redis down: its topics answer 503, the other's keep working.
+    r2.kill()
+    answers = {t: a.request("POST", f"/publish/{t}", b"x")[0] for t in topics}
+    assert set(answers.values()) == {200, 503}, answers
+    for t, status in answers.items():
+        if status == 200:
+            assert recv_json(subs[t])["data"] == "x"
+    for ws in subs.values():
+        ws.close()

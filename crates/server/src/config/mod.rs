@@ -302,8 +302,8 @@ settings! {
     auth_expiry_warning: u64 = 30,
         flag "Seconds before exp a WebSocket is warned (expiring message)";
     // # cluster: several processes and machines as one server (docs/cluster.md).
-    /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]` or
-    /// `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
+    /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
+    /// (several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
     /// memory, the fastest and leanest mode). With Redis, message ids are allocated per topic
     /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
     /// fan out to every node but each node keeps its own ids and history.

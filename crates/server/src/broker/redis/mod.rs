@@ -64,7 +64,17 @@ pub type AttachmentDecoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
 /// The clustered broker over Redis.
 pub struct RedisBroker {
     core: Arc<Core>,
-    reader: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// One reader thread per Redis shard.
+    readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// One Redis of the broker: topics whose partition maps to it keep their keys and channel
+/// there (`broker` may list several Redis servers: partition `N` lives on server `N mod k`).
+pub(crate) struct Shard {
+    url: RedisUrl,
+    pool: Pool,
+    /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
+    writer: Mutex<Option<TcpStream>>,
 }
 
 /// What the reader thread and the callers share.
@@ -75,13 +85,10 @@ pub(crate) struct Core {
     inboxes: Vec<Arc<Inbox>>,
     metrics: Arc<Metrics>,
     limits: HistoryLimits,
-    pool: Pool,
-    url: RedisUrl,
+    shards: Vec<Shard>,
     timeout: Duration,
     name: String,
     sha: String,
-    /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
-    writer: Mutex<Option<TcpStream>>,
     stop: AtomicBool,
     start: Instant,
     decode_attachment: Option<AttachmentDecoder>,
@@ -94,8 +101,8 @@ pub(crate) struct Core {
 /// Topics this node follows, under the one lock.
 pub(crate) struct State {
     topics: HashMap<Arc<str>, Topic>,
-    /// The subscriber connection is up.
-    connected: bool,
+    /// Per shard: its subscriber connection is up.
+    connected: Vec<bool>,
 }
 
 /// Where a topic's channel subscription stands.
@@ -128,6 +135,18 @@ struct Topic {
     /// A fill of the hole before `held` has been asked for.
     filling: bool,
     traffic: TopicTraffic,
+}
+
+impl State {
+    /// Whether shard `i`'s subscriber connection is up.
+    fn up(&self, i: usize) -> bool {
+        self.connected.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether every shard's subscriber connection is up.
+    fn all_up(&self) -> bool {
+        self.connected.iter().all(|c| *c)
+    }
 }
 
 impl Topic {
@@ -193,72 +212,89 @@ impl RedisBroker {
         limits: HistoryLimits,
         decode_attachment: Option<AttachmentDecoder>,
     ) -> Result<RedisBroker, String> {
-        let url = RedisUrl::parse(url)?;
         let sha = sha1_hex(SCRIPT.as_bytes());
-        let pool = Pool::new(url.clone(), timeout, node, POOL_SIZE, Arc::clone(&metrics));
-        let loaded = pool
-            .call(&[vec![
-                b"SCRIPT".to_vec(),
-                b"LOAD".to_vec(),
-                SCRIPT.as_bytes().to_vec(),
-            ]])
-            .map_err(|e| format!("broker {}: {e}", url.addr))?;
-        if let Some(Value::Error(e)) = loaded.first() {
-            return Err(format!(
-                "broker {}: cannot load the publish script: {e}",
-                url.addr
-            ));
+        let mut shards = Vec::new();
+        for one in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            let url = RedisUrl::parse(one)?;
+            let pool = Pool::new(url.clone(), timeout, node, POOL_SIZE, Arc::clone(&metrics));
+            let loaded = pool
+                .call(&[vec![
+                    b"SCRIPT".to_vec(),
+                    b"LOAD".to_vec(),
+                    SCRIPT.as_bytes().to_vec(),
+                ]])
+                .map_err(|e| format!("broker {}: {e}", url.addr))?;
+            if let Some(Value::Error(e)) = loaded.first() {
+                return Err(format!(
+                    "broker {}: cannot load the publish script: {e}",
+                    url.addr
+                ));
+            }
+            shards.push(Shard {
+                url,
+                pool,
+                writer: Mutex::new(None),
+            });
+        }
+        if shards.is_empty() {
+            return Err(format!("broker {url:?}: no Redis URL"));
         }
         metrics.broker_configured.store(1, Relaxed);
         let core = Arc::new(Core {
             state: Mutex::new(State {
                 topics: HashMap::new(),
-                connected: false,
+                connected: vec![false; shards.len()],
             }),
             changed: Condvar::new(),
             inboxes,
             metrics,
             limits,
-            pool,
-            url,
+            shards,
             timeout,
             name: node.to_owned(),
             sha,
-            writer: Mutex::new(None),
             stop: AtomicBool::new(false),
             start: Instant::now(),
             decode_attachment,
             nonce: AtomicU64::new(0),
             node_epoch: random_epoch(u64::MAX),
         });
-        let reader = {
-            let core = Arc::clone(&core);
-            std::thread::Builder::new()
-                .name("clarion-redis".into())
-                .spawn(move || link::run(&core))
-                .map_err(|e| format!("cannot start the broker thread: {e}"))?
-        };
-        // Serve nothing before the subscriber connection is up: a subscription arriving first
-        // would be refused as if the broker were down.
+        let mut readers = Vec::new();
+        for shard in 0..core.shards.len() {
+            let c = Arc::clone(&core);
+            let reader = std::thread::Builder::new()
+                .name(format!("clarion-redis-{shard}"))
+                .spawn(move || link::run(&c, shard))
+                .map_err(|e| format!("cannot start the broker thread: {e}"))?;
+            readers.push(reader);
+        }
+        // Serve nothing before every subscriber connection is up: a subscription arriving
+        // first would be refused as if the broker were down.
         let deadline = Instant::now() + timeout;
         let mut st = lock(&core.state);
-        while !st.connected && Instant::now() < deadline {
+        while !st.all_up() && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
             st = core
                 .changed
                 .wait_timeout(st, left)
                 .map_or_else(|p| p.into_inner().0, |(g, _)| g);
         }
-        let up = st.connected;
+        let down: Vec<String> = st
+            .connected
+            .iter()
+            .zip(&core.shards)
+            .filter(|(up, _)| !**up)
+            .map(|(_, s)| s.url.addr.clone())
+            .collect();
         drop(st);
         let broker = RedisBroker {
             core,
-            reader: Mutex::new(Some(reader)),
+            readers: Mutex::new(readers),
         };
-        if !up {
+        if !down.is_empty() {
             return Err(format!(
                 "broker {}: the subscriber connection did not come up within {} ms",
-                broker.core.url.addr,
+                down.join(", "),
                 timeout.as_millis()
             ));
         }
@@ -303,36 +339,22 @@ impl RedisBroker {
                 meta_ttl.to_string().into_bytes(),
             ]);
         }
-        let mut replies = core.pool.call(&commands).map_err(Unavailable::from)?;
-        if replies
-            .iter()
-            .any(|r| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")))
-        {
-            // Redis restarted (or flushed its scripts) since we loaded it: load it again and
-            // run the messages that did not run. NOSCRIPT means the call did nothing.
-            core.pool
-                .call(&[vec![
-                    b"SCRIPT".to_vec(),
-                    b"LOAD".to_vec(),
-                    SCRIPT.as_bytes().to_vec(),
-                ]])
-                .map_err(Unavailable::from)?;
-            let again: Vec<Vec<Vec<u8>>> = commands
-                .iter()
-                .zip(&replies)
-                .filter(|(_, r)| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")))
-                .map(|(c, _)| c.clone())
+        // One pipeline per shard, in order; the replies go back to their messages' places.
+        let mut replies: Vec<Value> = vec![Value::Nil; commands.len()];
+        for (shard, _) in core.shards.iter().enumerate() {
+            let mine: Vec<usize> = (0..msgs.len())
+                .filter(|&i| msgs.get(i).is_some_and(|m| core.shard_of(m.topic) == shard))
                 .collect();
-            let mut redone = core
-                .pool
-                .call(&again)
-                .map_err(Unavailable::from)?
-                .into_iter();
-            for r in &mut replies {
-                if matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")) {
-                    if let Some(v) = redone.next() {
-                        *r = v;
-                    }
+            if mine.is_empty() {
+                continue;
+            }
+            let cmds: Vec<Vec<Vec<u8>>> = mine
+                .iter()
+                .filter_map(|&i| commands.get(i).cloned())
+                .collect();
+            for (i, r) in mine.into_iter().zip(core.run_scripts(shard, &cmds)?) {
+                if let Some(slot) = replies.get_mut(i) {
+                    *slot = r;
                 }
             }
         }
@@ -494,7 +516,7 @@ impl RedisBroker {
 
     /// Whether the subscriber connection is up.
     pub fn connected(&self) -> bool {
-        lock(&self.core.state).connected
+        lock(&self.core.state).all_up()
     }
 
     /// Wakes every worker.
@@ -507,10 +529,12 @@ impl RedisBroker {
     /// Stops the reader thread (bounded by the command timeout).
     pub fn shutdown(&self) {
         self.core.stop.store(true, Relaxed);
-        if let Some(w) = lock(&self.core.writer).as_ref() {
-            let _ = w.shutdown(std::net::Shutdown::Both);
+        for shard in &self.core.shards {
+            if let Some(w) = lock(&shard.writer).as_ref() {
+                let _ = w.shutdown(std::net::Shutdown::Both);
+            }
         }
-        if let Some(h) = lock(&self.reader).take() {
+        for h in lock(&self.readers).drain(..) {
             let _ = h.join();
         }
     }
@@ -559,6 +583,54 @@ impl Core {
         self.start.elapsed().as_secs() as u32
     }
 
+    /// The shard holding `topic`.
+    pub(crate) fn shard_of(&self, topic: &str) -> usize {
+        partition(topic) as usize % self.shards.len().max(1)
+    }
+
+    /// The connection pool of the shard holding `topic`.
+    pub(crate) fn pool_of(&self, topic: &str) -> Result<&Pool, LinkError> {
+        self.shards
+            .get(self.shard_of(topic))
+            .map(|s| &s.pool)
+            .ok_or(LinkError::Down)
+    }
+
+    /// Runs publish script calls on one shard. Redis restarted (or flushed its scripts) since
+    /// we loaded it: load it again and run the calls that answered NOSCRIPT (they did nothing).
+    fn run_scripts(&self, shard: usize, cmds: &[Vec<Vec<u8>>]) -> Result<Vec<Value>, Unavailable> {
+        let pool = &self
+            .shards
+            .get(shard)
+            .ok_or_else(|| Unavailable("no such shard".to_owned()))?
+            .pool;
+        let noscript = |r: &Value| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT"));
+        let mut replies = pool.call(cmds).map_err(Unavailable::from)?;
+        if replies.iter().any(noscript) {
+            pool.call(&[vec![
+                b"SCRIPT".to_vec(),
+                b"LOAD".to_vec(),
+                SCRIPT.as_bytes().to_vec(),
+            ]])
+            .map_err(Unavailable::from)?;
+            let again: Vec<Vec<Vec<u8>>> = cmds
+                .iter()
+                .zip(&replies)
+                .filter(|(_, r)| noscript(r))
+                .map(|(c, _)| c.clone())
+                .collect();
+            let mut redone = pool.call(&again).map_err(Unavailable::from)?.into_iter();
+            for r in &mut replies {
+                if noscript(r) {
+                    if let Some(v) = redone.next() {
+                        *r = v;
+                    }
+                }
+            }
+        }
+        Ok(replies)
+    }
+
     /// A new random epoch for a topic created by this publish.
     fn fresh_epoch(&self) -> String {
         random_epoch(self.nonce.fetch_add(1, Relaxed))
@@ -578,9 +650,9 @@ impl Core {
                 .or_insert_with(|| Topic::new(workers));
             t.joining += 1;
         }
-        let mut to_send: Vec<String> = Vec::new();
+        let mut to_send: Vec<(usize, String)> = Vec::new();
         loop {
-            if !st.connected {
+            if topics.iter().any(|t| !st.up(self.shard_of(t))) {
                 self.abandon(&mut st, topics);
                 return Err(Unavailable(
                     "the broker is unreachable (reconnecting)".to_owned(),
@@ -597,18 +669,22 @@ impl Core {
                     Follow::Idle => {
                         t.follow = Follow::Subscribing;
                         t.unconfirmed += 1;
-                        to_send.push(keys(topic)[2].clone());
+                        to_send.push((self.shard_of(topic), keys(topic)[2].clone()));
                         waiting = true;
                     }
                     _ => waiting = true,
                 }
             }
-            if !to_send.is_empty() {
+            for shard in 0..self.shards.len() {
                 let cmds: Vec<Vec<Vec<u8>>> = to_send
                     .iter()
-                    .map(|c| vec![b"SSUBSCRIBE".to_vec(), c.as_bytes().to_vec()])
+                    .filter(|(s, _)| *s == shard)
+                    .map(|(_, c)| vec![b"SSUBSCRIBE".to_vec(), c.as_bytes().to_vec()])
                     .collect();
-                if let Err(e) = self.send_sub(&cmds) {
+                if cmds.is_empty() {
+                    continue;
+                }
+                if let Err(e) = self.send_sub(shard, &cmds) {
                     self.abandon(&mut st, topics);
                     return Err(Unavailable(format!("the broker is unreachable: {e}")));
                 }
@@ -648,10 +724,11 @@ impl Core {
         let Some(t) = st.topics.get_mut(topic) else {
             return;
         };
-        if t.follow != Follow::Idle && st.connected {
+        let shard = self.shard_of(topic);
+        if t.follow != Follow::Idle && st.connected.get(shard).copied().unwrap_or(false) {
             let channel = keys(topic)[2].clone().into_bytes();
             if self
-                .send_sub(&[vec![b"SUNSUBSCRIBE".to_vec(), channel]])
+                .send_sub(shard, &[vec![b"SUNSUBSCRIBE".to_vec(), channel]])
                 .is_ok()
             {
                 t.unconfirmed += 1;
@@ -666,14 +743,15 @@ impl Core {
     }
 
     /// Writes commands on the subscriber connection.
-    fn send_sub(&self, cmds: &[Vec<Vec<u8>>]) -> std::io::Result<()> {
+    fn send_sub(&self, shard: usize, cmds: &[Vec<Vec<u8>>]) -> std::io::Result<()> {
         use std::io::Write;
         let mut out = Vec::new();
         for c in cmds {
             clarion_proto::resp::encode_command(&mut out, c);
         }
-        match lock(&self.writer).as_mut() {
-            Some(w) => w.write_all(&out),
+        let writer = self.shards.get(shard).map(|s| lock(&s.writer));
+        match writer.as_deref().and_then(Option::as_ref) {
+            Some(mut w) => w.write_all(&out),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 "no subscriber connection",

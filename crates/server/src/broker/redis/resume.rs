@@ -38,7 +38,7 @@ impl Core {
         topic: &str,
     ) -> Result<(Option<Arc<str>>, u64), LinkError> {
         let [meta, _, _] = keys(topic);
-        let r = self.pool.call(&[vec![
+        let r = self.pool_of(topic)?.call(&[vec![
             b"HMGET".to_vec(),
             meta.into_bytes(),
             b"e".to_vec(),
@@ -64,7 +64,7 @@ impl Core {
         to: u64,
     ) -> Result<(Option<String>, Vec<Arc<Published>>), LinkError> {
         let [meta, stream, _] = keys(topic);
-        let replies = self.pool.call(&[
+        let replies = self.pool_of(topic)?.call(&[
             vec![
                 b"XRANGE".to_vec(),
                 stream.into_bytes(),
