@@ -27,7 +27,8 @@
 //!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
-//! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
+//! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging; [`spelling`]: the
+//!   valid name a misspelt variable or value was meant to be.
 //!
 //! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455, the pub/sub control messages,
 //! batches, envelopes and topic rules) live in the sans-IO `clarion_proto` crate; nothing here
@@ -50,5 +51,6 @@ pub mod metrics;
 pub mod publish;
 pub mod reply;
 pub mod server;
+pub mod spelling;
 pub mod tls;
 pub mod worker;
