@@ -83,7 +83,11 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     let (status, body) = answer(&response)?;
     println!("{}", String::from_utf8_lossy(&body).trim_end());
     if !(200..300).contains(&status) {
-        bail!("publish failed with HTTP {status}{}", hint(status, args));
+        let about_size = String::from_utf8_lossy(&body).contains("max_publish_size");
+        bail!(
+            "publish failed with HTTP {status}{}",
+            hint(status, about_size, args)
+        );
     }
     Ok(())
 }
@@ -176,19 +180,20 @@ fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Optio
     }
 }
 
-/// What to try after a refusal, by status.
-fn hint(status: u16, args: &PublishArgs) -> &'static str {
+/// What to try after a refusal, by status (`about_size`: the answer names max_publish_size, so
+/// it came from the API and not from another listener).
+fn hint(status: u16, about_size: bool, args: &PublishArgs) -> &'static str {
     match status {
         401 if args.api_key.is_none() => {
             ": the server requires a key; give it with --api-key or CLARION_API_KEY"
         }
         401 => ": the key given with --api-key (or CLARION_API_KEY) was refused",
         403 => ": the token given with --api-key does not allow this topic",
-        404 | 405 => {
+        413 if about_size => ": the server's max_publish_size is below this message",
+        404 | 405 | 413 => {
             ": is --api (CLARION_API) the server's API listener (api_listen, 127.0.0.1:8081 by \
              default), not its client listener?"
         }
-        413 => ": the server's max_publish_size is below this message",
         _ => "",
     }
 }
@@ -252,7 +257,10 @@ mod tests {
 
     #[test]
     fn topics_are_escaped_in_the_path() {
-        assert_eq!(escape_path("tenant:room/sub@eu-1.x_y"), "tenant:room/sub@eu-1.x_y");
+        assert_eq!(
+            escape_path("tenant:room/sub@eu-1.x_y"),
+            "tenant:room/sub@eu-1.x_y"
+        );
         assert_eq!(escape_path("news?event=evil"), "news%3Fevent%3Devil");
         assert_eq!(escape_path("a b#c\r\n%"), "a%20b%23c%0D%0A%25");
         assert_eq!(escape_path("é"), "%C3%A9");
@@ -260,7 +268,9 @@ mod tests {
 
     /// A server that reads the request head only, answers `answer` and closes, as the API does
     /// for a message over max_publish_size.
-    fn refusing_server(answer: &'static [u8]) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    fn refusing_server(
+        answer: &'static [u8],
+    ) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let handle = std::thread::spawn(move || {
@@ -288,10 +298,14 @@ mod tests {
         for expect in [false, true] {
             let (addr, server) = refusing_server(REFUSAL);
             let mut stream = TcpStream::connect(addr).unwrap();
-            let head = b"POST /publish/news HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n";
+            let head =
+                b"POST /publish/news HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n";
             let response = exchange(&mut stream, head, &body, expect).unwrap();
             let (status, text) = answer(&response).unwrap();
-            assert_eq!((status, &text[..]), (413, &b"{\"error\":\"too large\"}\n"[..]));
+            assert_eq!(
+                (status, &text[..]),
+                (413, &b"{\"error\":\"too large\"}\n"[..])
+            );
             server.join().unwrap();
         }
     }
@@ -313,7 +327,8 @@ mod tests {
             while body < 100_000 {
                 body += s.read(&mut chunk).unwrap();
             }
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nyes").unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nyes")
+                .unwrap();
         });
         let mut stream = TcpStream::connect(addr).unwrap();
         let head = b"POST /publish/news HTTP/1.1\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n";
