@@ -107,7 +107,7 @@ fn exchange(
     if expect {
         stream.set_read_timeout(Some(EXPECT_WAIT))?;
         match read_head(stream, &mut response) {
-            Ok(Some(status)) if status == 100 => response.clear(),
+            Ok(Some(100)) => response.clear(),
             // A final answer: the body is not wanted.
             Ok(Some(_)) => send_body = false,
             // Closed without a word: reading on will say so.

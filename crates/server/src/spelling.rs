@@ -25,24 +25,34 @@ pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 /// Edit distance with adjacent transpositions (optimal string alignment), over bytes.
 fn distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
+    // Out-of-range cells cannot happen (every row has b.len() + 1 cells); reading one as "far"
+    // keeps the function total without indexing.
+    let at = |row: &[usize], j: usize| row.get(j).copied().unwrap_or(usize::MAX / 2);
     // Three rows: two back (for swaps), one back, and the current one.
     let mut two: Vec<usize> = vec![0; b.len() + 1];
     let mut one: Vec<usize> = (0..=b.len()).collect();
     let mut cur: Vec<usize> = vec![0; b.len() + 1];
     for (i, &ca) in a.iter().enumerate() {
-        cur[0] = i + 1;
+        if let Some(first) = cur.first_mut() {
+            *first = i + 1;
+        }
         for (j, &cb) in b.iter().enumerate() {
             let cost = usize::from(ca != cb);
-            let mut d = (one[j] + cost).min(one[j + 1] + 1).min(cur[j] + 1);
-            if i > 0 && j > 0 && a.get(i - 1) == Some(&cb) && b.get(j - 1) == Some(&ca) {
-                d = d.min(two[j - 1] + 1);
+            let mut d = (at(&one, j) + cost)
+                .min(at(&one, j + 1) + 1)
+                .min(at(&cur, j) + 1);
+            let swapped = i > 0 && j > 0 && a.get(i - 1) == Some(&cb) && b.get(j - 1) == Some(&ca);
+            if swapped {
+                d = d.min(at(&two, j - 1) + 1);
             }
-            cur[j + 1] = d;
+            if let Some(cell) = cur.get_mut(j + 1) {
+                *cell = d;
+            }
         }
         std::mem::swap(&mut two, &mut one);
         std::mem::swap(&mut one, &mut cur);
     }
-    one[b.len()]
+    at(&one, b.len())
 }
 
 #[cfg(test)]
