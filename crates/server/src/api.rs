@@ -411,8 +411,12 @@ fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared, permit: &Permit) -> A
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/healthz") => {
             let stopping = shared.stopping.load(Relaxed);
+            // A node whose cluster broker is unreachable cannot publish or follow new topics:
+            // a load balancer should send clients elsewhere (readiness, not liveness).
             let (status, text) = if stopping {
                 (503, "stopping\n")
+            } else if !shared.broker.healthy() {
+                (503, "broker unavailable\n")
             } else {
                 (200, "ok\n")
             };
@@ -496,6 +500,10 @@ fn publish_one(
         event,
         attachment: None,
     }]);
+    let receipts = match receipts {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
     match receipts.first() {
         Some(r) => Answer::json(200, &receipt_json(topic, r)),
         None => Answer::error(500, "publish produced no receipt"),
@@ -523,7 +531,10 @@ fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
             attachment: None,
         })
         .collect();
-    let receipts = shared.broker.publish(&out);
+    let receipts = match shared.broker.publish(&out) {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
     let results: Vec<serde_json::Value> = out
         .iter()
         .zip(&receipts)
@@ -569,8 +580,19 @@ fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Result<Answer,
             attachment: Some(Arc::clone(content)),
         })
         .collect();
-    shared.broker.publish(&outgoing);
+    if let Err(e) = shared.broker.publish(&outgoing) {
+        return Ok(unavailable(&e));
+    }
     Ok(Answer::new(200, "text/plain", &b"Published\n"[..]))
+}
+
+/// `503` for a publish the broker could not take: the message went nowhere.
+fn unavailable(e: &crate::broker::Unavailable) -> Answer {
+    crate::log::warn(format_args!("publish refused: {e}"));
+    Answer::error(
+        503,
+        &format!("broker unavailable, message not published: {e}"),
+    )
 }
 
 fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {

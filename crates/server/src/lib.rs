@@ -12,6 +12,8 @@
 //! - [`broker`]: the seam between publishing and delivery (ids, history, fan-out to workers),
 //!   with its contract; [`broker::local`] is the in-memory, single-process implementation.
 //!   Publishing encodes a message once and hands it to each interested worker once.
+//! - [`cluster`]: what several processes share: [`cluster::nats_link`] is a NATS client
+//!   connection on its own thread.
 //! - [`hub`]: the in-memory state the local broker keeps: topics with subscriber counts per
 //!   worker, their history (what a resuming client missed), and the workers' inboxes.
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
@@ -41,6 +43,7 @@ pub mod api;
 pub mod auth;
 pub mod broker;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod dashboard;
 pub mod grip;

@@ -67,12 +67,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let auth = crate::auth::Auth::from_config(&config).context("cannot set up authentication")?;
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
+    let broker = make_broker(&config, &inboxes, &metrics)?;
     let shared = Arc::new(Shared {
-        broker: Broker::local(
-            inboxes.clone(),
-            Arc::clone(&metrics),
-            config.history_limits(),
-        ),
+        broker,
         config,
         metrics,
         stopping: AtomicBool::new(false),
@@ -136,11 +133,77 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             log::warn(format_args!("a worker panicked during shutdown"));
         }
     }
+    shared.broker.shutdown();
     log::info(format_args!(
         "stopped: {} WebSocket connections closed with 1001",
         shared.metrics.closes(CloseReason::Shutdown)
     ));
     Ok(())
+}
+
+/// The broker the configuration asks for: in memory unless `broker` names Redis or NATS.
+fn make_broker(
+    config: &Config,
+    inboxes: &[Arc<Inbox>],
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Broker> {
+    let Some(url) = config.broker.as_deref() else {
+        return Ok(Broker::local(
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+        ));
+    };
+    let node = config.node();
+    let timeout = std::time::Duration::from_millis(config.broker_timeout_ms.max(1));
+    if url.starts_with("redis://") {
+        let b = crate::broker::RedisBroker::start(
+            url,
+            &node,
+            timeout,
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+            Some(crate::grip::decode_attachment),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("cannot join the cluster")?;
+        log::info(format_args!(
+            "node {node}: joined the cluster through {url}"
+        ));
+        return Ok(Broker::Redis(b));
+    }
+    if url.starts_with("nats://") {
+        let local = crate::broker::LocalBroker::new(
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+        );
+        let b = crate::broker::NatsBroker::start(
+            url,
+            &node,
+            local,
+            Arc::clone(metrics),
+            Some(crate::grip::decode_attachment),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("cannot join the cluster")?;
+        // The link connects in the background; wait a little so the first requests find it up.
+        let deadline = std::time::Instant::now() + timeout;
+        while !b.connected() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if !b.connected() {
+            log::warn(format_args!(
+                "node {node}: NATS at {url} not reachable yet; publishes answer 503 until it is"
+            ));
+        }
+        log::info(format_args!(
+            "node {node}: joined the cluster through {url}"
+        ));
+        return Ok(Broker::Nats(b));
+    }
+    anyhow::bail!("broker {url:?}: expected redis://host:port or nats://host:port")
 }
 
 /// Re-reads the certificate files on SIGHUP, and every `interval` seconds if they changed

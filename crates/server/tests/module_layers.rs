@@ -34,6 +34,11 @@ const RULES: &[(&str, &[&str])] = &[
         &["broker", "grip", "worker", "api", "server", "auth"],
     ),
     ("broker", &["grip", "worker", "api", "server", "auth"]),
+    // Broker connections: below the modes, beside the broker (which will use them).
+    (
+        "cluster",
+        &["broker", "grip", "worker", "api", "server", "dashboard"],
+    ),
     (
         "auth",
         &[

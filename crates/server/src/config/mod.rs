@@ -302,6 +302,20 @@ settings! {
     /// send a `refresh` with a fresh token. Checked by the once-a-second sweep.
     auth_expiry_warning: u64 = 30,
         flag "Seconds before exp a WebSocket is warned (expiring message)";
+    // # cluster: several processes and machines as one server (docs/cluster.md).
+    /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]` or
+    /// `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
+    /// memory, the fastest and leanest mode). With Redis, message ids are allocated per topic
+    /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
+    /// fan out to every node but each node keeps its own ids and history.
+    broker: Option<String> = None, flag "Broker joining this node to others (redis://... or nats://...)";
+    /// This node's name in logs, metrics (`node` label) and the broker's client list. Unset:
+    /// `host:pid`.
+    node_name: Option<String> = None, flag "Node name (default host:pid)";
+    /// Milliseconds a broker command may take before the node gives up on it: a publish then
+    /// answers `503`, and the connection is dropped and made again (with backoff). A stalled
+    /// broker costs each caller at most this long, never unbounded memory.
+    broker_timeout_ms: u64 = 2000, flag "Milliseconds a broker command may take";
 }
 
 /// permessage-deflate mode (see [`Config::compression`]).
@@ -506,6 +520,16 @@ impl Config {
         (self.compression != Compression::Off).then_some(clarion_proto::ws::deflate::Policy {
             server_context_takeover: self.compression == Compression::Dedicated,
             client_max_window_bits: self.compression_client_window_bits,
+        })
+    }
+
+    /// This node's name: `node_name`, or `host:pid`.
+    pub fn node(&self) -> String {
+        self.node_name.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "localhost".to_owned());
+            format!("{host}:{}", std::process::id())
         })
     }
 
