@@ -75,6 +75,10 @@ def test_publish_shows_the_413_the_server_answered(start_server):
         assert p.returncode == 1, p.stderr
         assert json.loads(p.stdout)["error"].endswith("larger than max_publish_size (1000 bytes)")
     assert published(server) == 0 and published(small) == 0
+    # A large message within the limit goes through the 100 Continue.
+    p = run("publish", "--api", server.api, "news", stdin=b"z" * 500_000)
+    assert p.returncode == 0, p.stderr
+    assert published(server) == 1
 
 
 def test_publish_takes_host_port_and_urls(server):
