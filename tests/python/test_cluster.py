@@ -472,3 +472,43 @@ def test_a_pushpin_format_publish_reaches_grip_holds_on_another_node(cluster, tm
     finally:
         backend.shutdown()
         backend.server_close()
+
+
+def test_an_in_band_publish_gets_its_cluster_id_or_a_clear_error(cluster):
+    redis, (a, b) = nodes(cluster, 2, "--allow-client-publish", "--broker-timeout-ms", "500")
+    sub = ws_sub(b, "inband")
+    pub = connect(f"ws://{a.clients}/ws", subprotocols=["clarion.v1"], open_timeout=10)
+    pub.send(json.dumps({"type": "publish", "topic": "inband", "data": "hello"}))
+    reply = recv_json(pub)
+    assert reply["type"] == "published" and reply["id"].endswith("-1"), reply
+    got = recv_json(sub)
+    assert (got["id"], got["data"]) == (reply["id"], "hello")
+    redis.kill()
+    pub.send(json.dumps({"type": "publish", "topic": "inband", "data": "lost"}))
+    err = recv_json(pub)
+    assert err["type"] == "error" and "broker unavailable" in err["error"], err
+    pub.close()
+    sub.close()
+
+
+def test_a_hole_history_cannot_fill_is_announced_live_then_delivery_goes_on(cluster):
+    redis, (a, b) = nodes(cluster, 2, "--history-size", "0")
+    ws = ws_sub(b, "nohist")
+    sse = Sse(b, "nohist")
+    first = a.publish("nohist", "0")["id"]
+    assert recv_json(ws)["id"] == first
+    assert sse.event()[0] == first
+    redis.command_reply("CLIENT", "KILL", "TYPE", "pubsub")
+    missed = [a.publish("nohist", str(i))["id"] for i in range(1, 6)]
+    wait_until(lambda: b.metrics()["clarion_broker_live_gaps_total"] >= 1, 15, "the gap found")
+    after = a.publish("nohist", "after")["id"]
+    gap = recv_json(ws)
+    assert gap == {"type": "gap", "topic": "nohist", "since": first, "reason": "trimmed"}
+    assert recv_json(ws)["id"] == after
+    # SSE: an event named gap, without an id (Last-Event-ID stays on the last message).
+    eid, event, data = sse.event()
+    assert (eid, event, json.loads(data)["reason"]) == (None, "gap", "trimmed")
+    assert sse.event()[0] == after
+    assert int(after.split("-")[1]) == int(missed[-1].split("-")[1]) + 1
+    ws.close()
+    sse.close()

@@ -29,6 +29,9 @@
 //!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
+//! - [`group`]: `clarion serve --processes N`: the supervisor of a group of processes sharing
+//!   the ports, the group's merged `/metrics` and `/healthz`, and the port guard that keeps
+//!   any other process off a port one holds.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging; [`spelling`]: the
 //!   valid name a misspelt variable or value was meant to be.
 //!
@@ -47,6 +50,7 @@ pub mod cluster;
 pub mod config;
 pub mod dashboard;
 pub mod grip;
+pub mod group;
 pub mod hub;
 pub mod log;
 pub mod message;

@@ -1,6 +1,7 @@
 //! The `clarion` binary: parses the command line and hands over to the library.
 
 use clarion::cli::Command;
+use clarion::group::Role;
 
 fn main() -> std::process::ExitCode {
     clarion::log::init();
@@ -15,7 +16,11 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => args
             .resolve()
             .map_err(anyhow::Error::from)
-            .and_then(clarion::server::run),
+            .and_then(|config| match Role::of(&config)? {
+                Role::Single => clarion::server::run(config),
+                Role::Supervisor => clarion::group::supervise(config),
+                Role::Member(member) => clarion::server::run_member(config, member),
+            }),
         Command::Publish(args) => clarion::publish::run(args),
         Command::Cert(args) => args.run(),
         Command::Bench(args) => clarion_bench::run::main(args.clone()),

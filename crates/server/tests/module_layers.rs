@@ -45,6 +45,25 @@ const RULES: &[(&str, &[&str])] = &[
             "hub", "broker", "message", "grip", "worker", "api", "server",
         ],
     ),
+    // The process group supervises processes and merges their metrics text; the server and
+    // the API call into it, so it must name nothing that serves clients.
+    (
+        "group",
+        &[
+            "hub",
+            "broker",
+            "message",
+            "metrics",
+            "grip",
+            "worker",
+            "api",
+            "server",
+            "auth",
+            "dashboard",
+            "tls",
+            "publish",
+        ],
+    ),
 ];
 
 fn sources(path: &Path) -> Vec<PathBuf> {

@@ -316,6 +316,15 @@ settings! {
     /// answers `503`, and the connection is dropped and made again (with backoff). A stalled
     /// broker costs each caller at most this long, never unbounded memory.
     broker_timeout_ms: u64 = 2000, flag "Milliseconds a broker command may take";
+    /// Processes to run on this machine as one server (see [processes.md](processes.md)). Above
+    /// 1, `clarion serve` becomes a small supervisor that starts this many `clarion serve`
+    /// processes with the same configuration, sharing the client, TLS and API ports
+    /// (`SO_REUSEPORT`), each named `<node_name>-<i>`, restarted when one dies, and joined
+    /// through `broker` (required: without it a publish would reach one process's
+    /// subscribers only). The API address then answers `/metrics` and `/healthz` for the whole
+    /// group. For machines where one process cannot hold all connections (its open-files
+    /// limit) or a fault should take down only part of them. At most 256.
+    processes: usize = 1, flag "Processes sharing the ports as one server (needs --broker above 1)";
 }
 
 /// permessage-deflate mode (see [`Config::compression`]).
@@ -451,6 +460,20 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "tls_min_version is \"1.2\" or \"1.3\"".into(),
             ));
+        }
+        if self.processes == 0 || self.processes > limits::GROUP_MAX_PROCESSES {
+            return Err(ConfigError::Invalid(format!(
+                "processes is 1 to {}",
+                limits::GROUP_MAX_PROCESSES
+            )));
+        }
+        if self.processes > 1 && self.broker.is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "processes = {} needs a broker to join them (--broker redis://127.0.0.1:6379, \
+                 `broker` in the file or CLARION_BROKER): without one, a publish on one process \
+                 would reach only that process's subscribers",
+                self.processes
+            )));
         }
         let certs = self.tls_settings().map_or(0, |s| s.certs.len());
         if certs == 0 && (self.tls_listen.is_some() || self.tls_api) {
