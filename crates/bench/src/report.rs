@@ -80,15 +80,18 @@ pub fn html(title: &str, o: &Outcome) -> String {
         |x| x.rss as f64 / 1048576.0,
         " MiB",
     );
-    let rate: Vec<Sample> = s
-        .windows(2)
-        .filter_map(|w| match w {
+    // The rate starts from zero at the first sample, so a run with only its first and final
+    // samples (well under a second) still draws its deliveries.
+    let start = s.first().map(|x| Sample { received: 0, ..*x });
+    let rate: Vec<Sample> = start
+        .into_iter()
+        .chain(s.windows(2).filter_map(|w| match w {
             [a, b] if b.t > a.t => Some(Sample {
                 received: ((b.received.saturating_sub(a.received)) as f64 / (b.t - a.t)) as u64,
                 ..*b
             }),
             _ => None,
-        })
+        }))
         .collect();
     chart(
         &mut out,
@@ -318,6 +321,13 @@ pub(crate) mod tests {
         assert_eq!(page.matches("<polyline").count(), 4);
         assert!(page.contains("<th>server bytes per connection<td>80.0"));
         assert!(!page.contains("Warnings"));
+        // A run over before the sampler's second reading: its first and final samples draw
+        // every chart, deliveries included.
+        let mut short = sample_outcome();
+        short.samples.truncate(2);
+        let page = html("short", &short);
+        assert_eq!(page.matches("<polyline").count(), 4, "{page}");
+        assert!(!page.contains("not enough samples"));
         o.warnings
             .push("server memory per connection: <why>".into());
         assert!(html("run", &o)
