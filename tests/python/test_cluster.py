@@ -439,7 +439,8 @@ def test_a_pushpin_format_publish_reaches_grip_holds_on_another_node(cluster, tm
             body = b"start\n"
             self.send_response(200)
             self.send_header("Grip-Hold", "stream")
-            self.send_header("Grip-Channel", "g")
+            prev = "; prev-id=p1" if self.path.startswith("/app/prev") else ""
+            self.send_header("Grip-Channel", "g" + prev)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -469,6 +470,20 @@ def test_a_pushpin_format_publish_reaches_grip_holds_on_another_node(cluster, tm
             got += chunk
         assert got.endswith(b"4\r\none\n\r\n"), got
         held.close()
+        # prev-id across nodes: a hold after "p1" on b gets what a published after it.
+        items["items"][0].update(id="p2", formats={"http-stream": {"content": "two\n"}})
+        status, _, out = a.request("POST", "/publish/", json.dumps(items).encode(),
+                                   {"Content-Type": "application/json"})
+        assert status == 200, out
+        again = socket.create_connection((host, int(port)), timeout=10)
+        again.sendall(b"GET /app/prev HTTP/1.1\r\nHost: h\r\n\r\n")
+        got = b""
+        while b"two\n" not in got:
+            chunk = again.recv(65536)
+            assert chunk, got
+            got += chunk
+        assert b"one\n" not in got.split(b"start\n", 1)[1], got
+        again.close()
     finally:
         backend.shutdown()
         backend.server_close()
