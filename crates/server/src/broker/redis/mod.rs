@@ -833,3 +833,16 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod size_tests {
+    #[test]
+    fn a_followed_topic_costs_a_small_fixed_record() {
+        // docs/cluster.md quotes this: the record, besides the name and a counter per worker.
+        assert!(
+            std::mem::size_of::<super::Topic>() <= 112,
+            "{}",
+            std::mem::size_of::<super::Topic>()
+        );
+    }
+}
