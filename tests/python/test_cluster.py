@@ -30,8 +30,10 @@ def ws_sub(node, *topics, since=None, envelope=True):
     url = f"ws://{node.clients}/ws?" + "&".join(f"topic={t}" for t in topics)
     if since:
         url += f"&since={since}"
-    ws = connect(url, subprotocols=["clarion.v1"] if envelope else None, open_timeout=10)
-    return ws
+    # legacy=True: the connection is closed by each test itself, not by a `with` block.
+    return connect(
+        url, subprotocols=["clarion.v1"] if envelope else None, open_timeout=10, legacy=True
+    )
 
 
 def recv_json(ws, timeout=10):
@@ -492,7 +494,9 @@ def test_a_pushpin_format_publish_reaches_grip_holds_on_another_node(cluster, tm
 def test_an_in_band_publish_gets_its_cluster_id_or_a_clear_error(cluster):
     redis, (a, b) = nodes(cluster, 2, "--allow-client-publish", "--broker-timeout-ms", "500")
     sub = ws_sub(b, "inband")
-    pub = connect(f"ws://{a.clients}/ws", subprotocols=["clarion.v1"], open_timeout=10)
+    pub = connect(
+        f"ws://{a.clients}/ws", subprotocols=["clarion.v1"], open_timeout=10, legacy=True
+    )
     pub.send(json.dumps({"type": "publish", "topic": "inband", "data": "hello"}))
     reply = recv_json(pub)
     assert reply["type"] == "published" and reply["id"].endswith("-1"), reply
