@@ -91,6 +91,10 @@ pub struct BenchArgs {
     /// The server name to ask for and verify over TLS.
     #[arg(long, default_value = "localhost")]
     pub tls_name: String,
+    /// A text message every WebSocket client sends as soon as it is open: a peer's own
+    /// protocol greeting, such as Centrifuge's connect command `{"id":1,"connect":{}}`.
+    #[arg(long)]
+    pub ws_hello: Option<String>,
 }
 
 /// Presets.
@@ -447,6 +451,7 @@ fn spawn_worker(
         topics,
         connect_rate: per_proc_rate,
         interval_us: a.interval_ms * 1000,
+        hello: a.ws_hello.clone(),
         tls: match &a.tls_ca {
             Some(path) => Some(crate::worker::TlsJob {
                 ca_pem: std::fs::read_to_string(path)
