@@ -431,6 +431,8 @@ def metrics(b, planned=()):
         "deliveries_per_s": b.get("deliveries_per_second"),
         "p50_ms": b["latency"]["p50"] / 1000,
         "p99_ms": b["latency"]["p99"] / 1000,
+        # The worst-treated 1% of subscribers: their mean latency over the run.
+        "conn_mean_p99_ms": (b.get("connection_means") or {}).get("p99", 0) / 1000 or None,
         "opened": b.get("opened"),
         "lost": v["missing"], "dup": v["duplicated"], "reordered": v["reordered"],
     }
@@ -466,6 +468,8 @@ def table(args, results, notes):
             ("cpu_per_million", "server CPU-s / 1M deliveries", 1, True),
             ("deliveries_per_s", "deliveries/s", 0, True),
             ("p50_ms", "p50 ms", 1, True), ("p99_ms", "p99 ms", 1, True)]
+    if args.scenario == "ticker":
+        cols += [("conn_mean_p99_ms", "p99 of per-subscriber mean ms", 1, True)]
     if args.scenario == "churn":
         cols += [("fds_left", "fds left", 0, False), ("rss_left_mib", "RSS left MiB", 1, False)]
     planned = planned_steps(args)

@@ -169,6 +169,9 @@ pub struct Outcome {
     pub latency: Summary,
     /// Messages bunched behind another (ticker feeds).
     pub clumped: u64,
+    /// Each connection's mean latency, microseconds, as percentiles over connections: a wide
+    /// spread means the fan-out favours some subscribers over others every time.
+    pub connection_means: Summary,
     /// Deliveries per second during publishing.
     pub deliveries_per_second: f64,
     /// Server CPU seconds per million deliveries.
@@ -695,11 +698,13 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     let mut latency = Latency::default();
+    let mut means = Latency::default();
     let mut verdict = Verdict::default();
     let mut errors: HashMap<String, u64> = HashMap::new();
     let (mut clumped, mut opened, mut bench_cpu) = (0, 0, 0.0);
     for r in &reports {
         latency.merge(&r.latency);
+        means.merge(&r.connection_means);
         verdict.add(&r.verdict);
         for (k, v) in &r.errors {
             *errors.entry(k.clone()).or_default() += v;
@@ -718,6 +723,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         expected,
         verdict,
         latency: latency.summary(),
+        connection_means: means.summary(),
         clumped,
         deliveries_per_second: delivered as f64 / pub_secs.max(1e-3),
         server_cpu_per_million: pub_cpu

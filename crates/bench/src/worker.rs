@@ -106,6 +106,10 @@ pub struct Report {
     pub latency: Buckets,
     /// Messages that arrived bunched behind another (steady feeds only).
     pub clumped: u64,
+    /// Each connection's mean publish-to-receive latency (one sample per connection that
+    /// received anything): how evenly a fan-out treats its subscribers.
+    #[serde(default)]
+    pub connection_means: Buckets,
     /// Seconds to open all connections.
     pub connect_seconds: f64,
     /// This process's CPU time (user + system), seconds.
@@ -141,6 +145,8 @@ struct Conn {
     buf: Vec<u8>,
     check: SeqChecker,
     clumps: Clumps,
+    /// Latencies of the messages counted, summed (µs): the connection's mean at the end.
+    latency_sum: u64,
 }
 
 const STDIN: Token = Token(usize::MAX - 1);
@@ -297,6 +303,7 @@ pub fn main() -> anyhow::Result<()> {
                             .unwrap_or(0)
             });
             if all || Instant::now() >= *deadline {
+                let mut means = Latency::default();
                 for c in &conns {
                     let expected = topic_names
                         .get(c.topic as usize)
@@ -309,7 +316,12 @@ pub fn main() -> anyhow::Result<()> {
                         report.verdict.missing += expected;
                     }
                     report.clumped += c.clumps.clumped;
+                    let got = c.check.received();
+                    if got > 0 {
+                        means.record(c.latency_sum / got);
+                    }
                 }
+                report.connection_means = means.buckets();
                 for t in &never_opened {
                     report.verdict.missing += topic_names
                         .get(*t as usize)
@@ -374,6 +386,7 @@ fn open(
         buf: Vec::new(),
         check: SeqChecker::default(),
         clumps: Clumps::default(),
+        latency_sum: 0,
     })
 }
 
@@ -728,7 +741,9 @@ fn note(c: &mut Conn, payload: &[u8], cx: &mut Cx<'_>) {
     };
     if let (Some(seq), Some(ts)) = (num(parts.next()), num(parts.next())) {
         c.check.see(seq);
-        cx.latency.record(now_us.saturating_sub(ts));
+        let latency = now_us.saturating_sub(ts);
+        cx.latency.record(latency);
+        c.latency_sum = c.latency_sum.saturating_add(latency);
         c.clumps.see(now_us, interval);
     }
 }
@@ -776,7 +791,9 @@ mod tests {
     #[test]
     fn centrifuge_pushes_are_unwrapped_and_others_kept() {
         assert_eq!(
-            centrifuge_unwrapped(br#"{"push":{"channel":"b","pub":{"data":"7 123 xx","offset":2}}}"#),
+            centrifuge_unwrapped(
+                br#"{"push":{"channel":"b","pub":{"data":"7 123 xx","offset":2}}}"#
+            ),
             b"7 123 xx"
         );
         assert_eq!(
@@ -813,6 +830,7 @@ mod tests {
             buf: Vec::new(),
             check: SeqChecker::default(),
             clumps: Clumps::default(),
+            latency_sum: 0,
         };
         (c, server)
     }
