@@ -4,14 +4,17 @@
 # `clarion bench`, and once they are open (the publishing phase only) runs one of:
 #   perf   `perf record -g` on the server's threads (report: OUT.perf.txt)
 #   strace `strace -c -f` on the server's threads (syscall counts: OUT.strace.txt)
-#   stat   `perf stat` of scheduler and cache events (OUT.stat.txt)
+#   stat   `perf stat`: system calls by kind, context switches (voluntary, preempted)
+#          (OUT.stat.txt)
 #
 #   bash bench/profile_ticker.sh perf OUT -- target/release/clarion serve --listen 127.0.0.1:PORT \
 #        --api-listen 127.0.0.1:API --max-connections-per-address 0
 #   bash bench/profile_ticker.sh strace OUT -- /path/to/uws_server PORT API 1
 #
 # PORT and API are read from the server's arguments (the first two numbers after host:), so
-# the same bench flags fit every peer; N, ROUNDS and HELLO (a --ws-hello) may be set.
+# the same bench flags fit every peer; N, ROUNDS and HELLO (a --ws-hello) may be set, and
+# CLIENT_PREFIX runs the load client under a command (`chrt -b 0`: its processes do not
+# preempt the server when a delivery wakes them, as a client on another machine would not).
 set -euo pipefail
 mode=$1 out=$2
 shift 2
@@ -28,7 +31,7 @@ trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$api") 2>/dev/null && break; sleep 0.1; done
 hello=()
 [ -n "${HELLO:-}" ] && hello=(--ws-hello "$HELLO")
-"$clarion" bench --scenario ticker -n "$n" -m "$rounds" --interval-ms 500 --size 32 --hold 2 \
+${CLIENT_PREFIX:-} "$clarion" bench --scenario ticker -n "$n" -m "$rounds" --interval-ms 500 --size 32 --hold 2 \
     --target "127.0.0.1:$port" --api "127.0.0.1:$api" --server-pid "$server" "${hello[@]}" \
     --json "$out.bench.json" >"$out.bench.txt" 2>&1 &
 bench=$!
@@ -41,8 +44,18 @@ case $mode in
               | head -150 >"$out.perf.txt" || true ;;
     strace) timeout $((secs + 5)) strace -c -f -p "$server" -o "$out.strace.txt" &
             st=$!; sleep "$secs"; kill -INT $st; wait $st || true ;;
-    stat) perf stat -e task-clock,context-switches,cpu-migrations,cache-misses,page-faults \
-              -p "$server" -o "$out.stat.txt" -- sleep "$secs" ;;
+    stat) switches() {  # voluntary and involuntary context switches, all threads summed
+              cat /proc/"$server"/task/*/status | awk '/^voluntary_ctxt/ {v += $2}
+                  /^nonvoluntary_ctxt/ {n += $2} END {print v, n}'; }
+          read -r v0 n0 < <(switches)
+          perf stat -e task-clock,context-switches,cpu-migrations \
+              -e syscalls:sys_enter_sendto,syscalls:sys_enter_writev,syscalls:sys_enter_write \
+              -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom \
+              -e syscalls:sys_enter_futex \
+              -p "$server" -o "$out.stat.txt" -- sleep "$secs"
+          read -r v1 n1 < <(switches)
+          echo "context switches: $((v1 - v0)) voluntary, $((n1 - n0)) involuntary (preempted)" \
+              >>"$out.stat.txt" ;;
     *) echo "mode: perf, strace or stat" >&2; exit 2 ;;
 esac
 wait $bench || true

@@ -316,9 +316,8 @@ pub fn main() -> anyhow::Result<()> {
                         report.verdict.missing += expected;
                     }
                     report.clumped += c.clumps.clumped;
-                    let got = c.check.received();
-                    if got > 0 {
-                        means.record(c.latency_sum / got);
+                    if let Some(mean) = c.latency_sum.checked_div(c.check.received()) {
+                        means.record(mean);
                     }
                 }
                 report.connection_means = means.buckets();
