@@ -398,6 +398,9 @@ def run_one(name, transport, args, port, workdir, tag):
     cmd = [str(CLARION), "bench", "--target", f"127.0.0.1:{port}", "--api", f"127.0.0.1:{port + 1}",
            "--server-pid", ",".join(map(str, pids)), "--transport", transport,
            *(["--ws-hello", HELLO[base]] if base in HELLO else []),
+           # Source addresses of this run's own (127.0.0.B and up), away from the .2 and .3
+           # that another `clarion bench` on the machine uses by default.
+           "--source-base", str(args.source_base),
            "--json", str(out), *bench_args(args)]
     started = time.time()
     try:
@@ -537,6 +540,8 @@ def main():
                     help="keep `curl -N` open on this API path during runs (e.g. /dashboard/feed)")
     ap.add_argument("--watch-peers", default="clarion",
                     help="peers whose runs --watch applies to (comma-separated)")
+    ap.add_argument("--source-base", type=int, default=100,
+                    help="the bench's clients connect from 127.0.0.B and up (default 100)")
     ap.add_argument("--table-from", help="print the table of an earlier --out-json, run nothing")
     ap.add_argument("bench_extra", nargs="*", help="more clarion bench flags, after --")
     args = ap.parse_args()

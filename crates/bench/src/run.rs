@@ -95,6 +95,10 @@ pub struct BenchArgs {
     /// protocol greeting, such as Centrifuge's connect command `{"id":1,"connect":{}}`.
     #[arg(long)]
     pub ws_hello: Option<String>,
+    /// Worker processes connect from 127.0.0.B, 127.0.0.B+1, ...: another B keeps this run's
+    /// source ports apart from another bench's on the same machine.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=250))]
+    pub source_base: u8,
 }
 
 /// Presets.
@@ -445,7 +449,14 @@ fn spawn_worker(
         .collect();
     let job = Job {
         target: a.target,
-        source: format!("127.0.0.{}", 2 + w % 250).parse()?,
+        // 127.0.0.1 to .254, wrapping: never the broadcast .255.
+        source: std::net::Ipv4Addr::new(
+            127,
+            0,
+            0,
+            (1 + (usize::from(a.source_base) - 1 + w) % 254) as u8,
+        )
+        .into(),
         transport: match a.transport {
             TransportArg::Ws => Transport::Ws,
             TransportArg::Sse => Transport::Sse,
