@@ -79,11 +79,13 @@ CLARION_REF = pathlib.Path(os.environ["CLARION_REF_BIN"]) if os.environ.get("CLA
     else None
 VENV_PY = ENV / "venv" / "bin" / "python"
 ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
-       "clarion-grip", "clarion-ref", "uws-cpp", "centrifuge"]
+       "clarion-grip", "clarion-ref", "clarion-redis", "clarion-cluster", "uws-cpp",
+       "centrifuge"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
-    "clarion-grip": {"sse"}, "clarion-ref": {"ws", "sse"}, "uws-cpp": {"ws"},
+    "clarion-grip": {"sse"}, "clarion-ref": {"ws", "sse"},
+    "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"}, "uws-cpp": {"ws"},
     "centrifuge": {"ws"},
 }
 LABELS = {
@@ -93,9 +95,13 @@ LABELS = {
     "pushpin": "Pushpin (GRIP stream, all processes)", "nchan": "nchan (nginx, all processes)",
     "clarion-grip": "Clarion GRIP proxy (GRIP stream)",
     "clarion-ref": "Clarion, reference build (CLARION_REF_BIN)",
+    "clarion-redis": "Clarion, one process with a Redis broker",
+    "clarion-cluster": "Clarion, 3 processes joined by Redis (--processes 3)",
     "uws-cpp": "µWebSockets C++ (built from its repository)",
     "centrifuge": "Centrifuge (Go)",
 }
+# Peers that run with a private redis-server (its CPU is reported apart from the server's).
+WITH_REDIS = {"clarion-redis", "clarion-cluster"}
 # Peers that take a thread count after `@`.
 THREADED = {"clarion", "clarion-ref", "uws-cpp", "centrifuge"}
 # What a client of the peer says first, once its WebSocket is open (`clarion bench --ws-hello`).
@@ -189,7 +195,7 @@ class Server:
     def __init__(self, spec, port, api, workdir):
         name, self.threads = split_peer(spec)
         self.name, self.port, self.api, self.workdir = name, port, api, workdir
-        self.main, self.helpers = None, []
+        self.main, self.helpers, self.redis = None, [], None
         self.log = open(workdir / f"{spec}.log", "w")
 
     def spawn(self, argv, **kw):
@@ -209,6 +215,16 @@ class Server:
             self.main = self.spawn([UWS_BIN, p, a, self.threads or 1])
         elif n == "centrifuge":
             self.main = self.spawn([CENTRIFUGE_BIN, p, a, *([self.threads] if self.threads else [])])
+        elif n in WITH_REDIS:
+            # Redis on api + 5, without persistence: the broker's own cost, not the disk's.
+            self.redis = self.spawn(["redis-server", "--port", a + 5, "--bind", "127.0.0.1",
+                                     "--save", "", "--appendonly", "no"], cwd=self.workdir)
+            wait_port(a + 5)
+            extra = ["--processes", 3] if n == "clarion-cluster" else []
+            self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{p}",
+                                    "--api-listen", f"127.0.0.1:{a}",
+                                    "--max-connections-per-address", 0,
+                                    "--broker", f"redis://127.0.0.1:{a + 5}", *extra])
         elif n in ("ws", "socketio", "uws"):
             self.main = self.spawn(["node", PEERS_DIR / "node_server.js", n, p, a])
         elif n in ("websockets", "socketify"):
@@ -342,7 +358,20 @@ http {{
     def pids(self):
         return descendants(self.main.pid)
 
+    def redis_cpu(self):
+        """CPU seconds the private Redis has used so far (None without one)."""
+        if self.redis is None:
+            return None
+        try:
+            fields = pathlib.Path(f"/proc/{self.redis.pid}/stat").read_text().rsplit(")", 1)[1]
+            utime, stime = fields.split()[11:13]
+            return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def stop(self):
+        if self.redis is not None:
+            self.helpers.append(self.redis)
         for p in [self.main, *self.helpers]:
             if p is None or p.poll() is not None:
                 continue
@@ -403,6 +432,7 @@ def run_one(name, transport, args, port, workdir, tag):
            "--source-base", str(args.source_base),
            "--json", str(out), *bench_args(args)]
     started = time.time()
+    redis_before = server.redis_cpu()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         text = proc.stdout + proc.stderr
@@ -410,12 +440,15 @@ def run_one(name, transport, args, port, workdir, tag):
     except subprocess.TimeoutExpired:
         text, rc = f"timed out after {args.timeout} s", -1
     finally:
+        redis_after = server.redis_cpu()
         if watcher is not None:
             watcher.terminate()
             watcher.wait()
         server.stop()
     result = {"cmd": " ".join(cmd), "returncode": rc, "seconds": round(time.time() - started, 1),
               "pids": len(pids), "output": text[-3000:]}
+    if redis_before is not None and redis_after is not None:
+        result["redis_cpu_s"] = round(redis_after - redis_before, 2)
     if rc == 0 and out.exists():
         result["bench"] = json.loads(out.read_text())
         result["bench"].pop("samples", None)
@@ -590,7 +623,7 @@ def main():
             plan.append((p, t, 19000 + 10 * i))
     # The Node and Python peers live in bench/peers/.env; Pushpin and nchan are Debian packages.
     system = {"pushpin": "pushpin", "nchan": "nginx"}
-    built = ("clarion", "clarion-grip", "clarion-ref", *builders)
+    built = ("clarion", "clarion-grip", "clarion-ref", *WITH_REDIS, *builders)
     missing = [p for p, _, _ in plan if split_peer(p)[0] not in built
                and (not shutil.which(system[p]) if p in system else not ENV.exists())]
     if missing:
@@ -618,6 +651,10 @@ def main():
         notes.append(f"the clarion binary changed during the run ({binary_at_start} -> "
                       f"{binary_at_end}): repeats used different builds")
     for (p, t), runs in results.items():
+        cpu = [r["redis_cpu_s"] for r in runs if "bench" in r and "redis_cpu_s" in r]
+        if cpu:
+            notes.append(f"{label(p)} {t.upper()}: Redis used {median(cpu):.2f} CPU-s per run "
+                         f"(median of {len(cpu)})")
         bad = [r.get("error") for r in runs if "bench" not in r]
         if bad:
             notes.append(f"{label(p)} {t.upper()}: {len(bad)} of {len(runs)} runs failed: {bad[0]}")

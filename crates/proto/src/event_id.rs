@@ -61,6 +61,26 @@ impl fmt::Display for EventId<'_> {
     }
 }
 
+/// Checks a resume position: one id, or (as a clustered server gives a subscription to several
+/// topics, whose ids are per topic) a comma-separated list of `topic:EPOCH-SEQ` or `EPOCH-SEQ`
+/// entries. Topic names hold no commas and ids no colons, so the list splits unambiguously.
+pub fn validate_cursor(s: &str) -> Result<(), InvalidId> {
+    if !s.contains(',') && !s.contains(':') {
+        return parse(s).map(|_| ());
+    }
+    for entry in s.split(',') {
+        let id = match entry.rsplit_once(':') {
+            Some((topic, id)) => {
+                crate::pubsub::validate_topic(topic).map_err(|_| InvalidId)?;
+                id
+            }
+            None => entry,
+        };
+        parse(id)?;
+    }
+    Ok(())
+}
+
 /// Spells a number in base 36 with lowercase letters (how epochs are made from entropy).
 pub fn base36(mut n: u64) -> String {
     const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
@@ -74,6 +94,21 @@ pub fn base36(mut n: u64) -> String {
     }
     out.reverse();
     String::from_utf8(out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod cursor_tests {
+    use super::validate_cursor;
+
+    #[test]
+    fn cursors_are_ids_or_per_topic_lists() {
+        assert!(validate_cursor("k3-1").is_ok());
+        assert!(validate_cursor("a:k3-1,b.c:x-0").is_ok());
+        assert!(validate_cursor("k3-1,x-2").is_ok());
+        assert!(validate_cursor("a:k3-1,").is_err());
+        assert!(validate_cursor("bad topic:k3-1").is_err());
+        assert!(validate_cursor("a:k3").is_err());
+    }
 }
 
 #[cfg(test)]

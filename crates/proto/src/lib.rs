@@ -16,6 +16,9 @@
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
+//! - [`resp`]: RESP2, the Redis protocol, as a client speaks it (the cluster broker).
+//! - [`nats`]: the NATS client protocol (core NATS): client operations, an incremental reader
+//!   of server operations, subject rules and the mapping of topics to subjects.
 //! - [`tls13`]: the TLS 1.3 record layer after the handshake: record protection, alerts, key
 //!   updates and the RFC 8446 §5.5 key usage limits.
 #![forbid(unsafe_code)]
@@ -26,7 +29,9 @@ pub mod auth;
 pub mod event_id;
 pub mod grip;
 pub mod http1;
+pub mod nats;
 pub mod pubsub;
+pub mod resp;
 pub mod sse;
 pub mod tls13;
 pub mod ws;

@@ -26,8 +26,21 @@ use crate::message::Attachment;
 use crate::reply::Answer;
 use crate::worker::Shared;
 
+/// Which view of the server an API listener gives.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    /// A lone server's API: everything about this process.
+    Process,
+    /// The shared API port of a `--processes` group member: publishing as usual (through this
+    /// member), `/metrics` and `/healthz` for the whole group ([`crate::group::scrape`]).
+    Group(Arc<crate::group::Member>),
+    /// A group member's private loopback address, scraped by the group's view: this process
+    /// only, always plain HTTP.
+    Node,
+}
+
 /// Accepts API connections until the process exits.
-pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
+pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope) {
     let active = Arc::new(AtomicUsize::new(0));
     let dashboard = Dashboard::start(&shared);
     for stream in listener.incoming() {
@@ -46,11 +59,12 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
         }
         let (shared, active2) = (Arc::clone(&shared), Arc::clone(&active));
         let dashboard = dashboard.clone();
+        let scope = scope.clone();
         let spawned = std::thread::Builder::new()
             .name("clarion-api".into())
             .stack_size(HELPER_THREAD_STACK)
             .spawn(move || {
-                if let Err(e) = handle(stream, &shared, dashboard.as_deref()) {
+                if let Err(e) = handle(stream, &shared, dashboard.as_deref(), &scope) {
                     log::debug(format_args!("api connection: {e}"));
                 }
                 active2.fetch_sub(1, Relaxed);
@@ -74,24 +88,30 @@ struct Request {
     body: Body,
 }
 
-fn handle(stream: TcpStream, shared: &Shared, dashboard: Option<&Dashboard>) -> io::Result<()> {
+fn handle(
+    stream: TcpStream,
+    shared: &Shared,
+    dashboard: Option<&Dashboard>,
+    scope: &Scope,
+) -> io::Result<()> {
     stream.set_read_timeout(Some(API_IDLE))?;
     stream.set_write_timeout(Some(API_IDLE))?;
     let _ = stream.set_nodelay(true);
-    match shared.tls.as_ref().filter(|_| shared.config.tls_api) {
+    let tls = shared.config.tls_api && !matches!(scope, Scope::Node);
+    match shared.tls.as_ref().filter(|_| tls) {
         // A blocking thread per API connection: rustls' buffered stream is the simple fit.
         Some(tls) => {
             let conn = rustls::ServerConnection::new(Arc::clone(tls.config()))
                 .map_err(io::Error::other)?;
             let mut s = rustls::StreamOwned::new(conn, stream);
-            let res = requests(&mut s, shared, dashboard);
+            let res = requests(&mut s, shared, dashboard, scope);
             s.conn.send_close_notify();
             let _ = s.flush();
             res
         }
         None => {
             let mut stream = stream;
-            requests(&mut stream, shared, dashboard)
+            requests(&mut stream, shared, dashboard, scope)
         }
     }
 }
@@ -101,6 +121,7 @@ fn requests<S: FeedStream>(
     stream: &mut S,
     shared: &Shared,
     dashboard: Option<&Dashboard>,
+    scope: &Scope,
 ) -> io::Result<()> {
     let cfg = &shared.config;
     let limits = cfg.head_limits();
@@ -169,7 +190,7 @@ fn requests<S: FeedStream>(
             Ok(b) => b,
             Err(a) => return a.send(stream, false),
         };
-        let a = dispatch(&req, body, shared, &permit);
+        let a = dispatch(&req, body, shared, &permit, scope);
         a.send(stream, req.keep_alive)?;
         if !req.keep_alive {
             return Ok(());
@@ -402,21 +423,37 @@ fn read_body(
     }
 }
 
-fn dispatch(req: &Request, body: Vec<u8>, shared: &Shared, permit: &Permit) -> Answer {
+fn dispatch(
+    req: &Request,
+    body: Vec<u8>,
+    shared: &Shared,
+    permit: &Permit,
+    scope: &Scope,
+) -> Answer {
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/healthz") => {
             let stopping = shared.stopping.load(Relaxed);
-            let (status, text) = if stopping {
-                (503, "stopping\n")
-            } else {
-                (200, "ok\n")
+            // A node whose cluster broker is unreachable cannot publish or follow new topics:
+            // a load balancer should send clients elsewhere (readiness, not liveness).
+            let (status, text) = match scope {
+                _ if stopping => (503, "stopping\n".to_owned()),
+                Scope::Group(member) => crate::group::scrape::health(member),
+                Scope::Process | Scope::Node if !shared.broker.healthy() => {
+                    (503, "broker unavailable\n".to_owned())
+                }
+                Scope::Process | Scope::Node => (200, "ok\n".to_owned()),
             };
             Answer::new(status, "text/plain; charset=utf-8", text)
         }
         ("GET", "/metrics") => Answer::new(
             200,
             "text/plain; version=0.0.4; charset=utf-8",
-            shared.metrics.render(),
+            match scope {
+                Scope::Group(member) => {
+                    crate::group::scrape::metrics(member, shared.config.processes)
+                }
+                Scope::Process | Scope::Node => shared.metrics.render(),
+            },
         ),
         (_, "/publish") => publish_batch(&body, shared, permit),
         (_, "/publish/") => publish_grip(&body, shared, permit),
@@ -479,6 +516,10 @@ fn publish_one(
         event,
         attachment: None,
     }]);
+    let receipts = match receipts {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
     match receipts.first() {
         Some(r) => Answer::json(200, &receipt_json(topic, r)),
         None => Answer::error(500, "publish produced no receipt"),
@@ -506,7 +547,10 @@ fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
             attachment: None,
         })
         .collect();
-    let receipts = shared.broker.publish(&out);
+    let receipts = match shared.broker.publish(&out) {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
     let results: Vec<serde_json::Value> = out
         .iter()
         .zip(&receipts)
@@ -550,8 +594,19 @@ fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
             attachment: Some(Arc::clone(content)),
         })
         .collect();
-    shared.broker.publish(&outgoing);
+    if let Err(e) = shared.broker.publish(&outgoing) {
+        return unavailable(&e);
+    }
     Answer::new(200, "text/plain", &b"Published\n"[..])
+}
+
+/// `503` for a publish the broker could not take: the message went nowhere.
+fn unavailable(e: &crate::broker::Unavailable) -> Answer {
+    crate::log::warn(format_args!("publish refused: {e}"));
+    Answer::error(
+        503,
+        &format!("broker unavailable, message not published: {e}"),
+    )
 }
 
 fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {

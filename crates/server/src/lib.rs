@@ -12,6 +12,8 @@
 //! - [`broker`]: the seam between publishing and delivery (ids, history, fan-out to workers),
 //!   with its contract; [`broker::local`] is the in-memory, single-process implementation.
 //!   Publishing encodes a message once and hands it to each interested worker once.
+//! - [`cluster`]: what several processes share: [`cluster::nats_link`] is a NATS client
+//!   connection on its own thread.
 //! - [`hub`]: the in-memory state the local broker keeps: topics with subscriber counts per
 //!   worker, their history (what a resuming client missed), and the workers' inboxes.
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
@@ -27,6 +29,9 @@
 //!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
+//! - [`group`]: `clarion serve --processes N`: the supervisor of a group of processes sharing
+//!   the ports, the group's merged `/metrics` and `/healthz`, and the port guard that keeps
+//!   any other process off a port one holds.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
 //!
 //! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455, the pub/sub control messages,
@@ -40,9 +45,11 @@ pub mod api;
 pub mod auth;
 pub mod broker;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod dashboard;
 pub mod grip;
+pub mod group;
 pub mod hub;
 pub mod log;
 pub mod message;

@@ -14,6 +14,9 @@ const DEBUG: u8 = 3;
 
 static LEVEL: AtomicU8 = AtomicU8::new(INFO);
 static START: OnceLock<Instant> = OnceLock::new();
+/// The node name a member of a `--processes` group puts on its lines: the group's processes
+/// share one stderr, and a line must say which one wrote it.
+static NODE: OnceLock<String> = OnceLock::new();
 
 /// Reads `CLARION_LOG` (`warn`, `info`, `debug`); call once at startup.
 pub fn init() {
@@ -26,6 +29,11 @@ pub fn init() {
     LEVEL.store(level, Relaxed);
 }
 
+/// Tags every later line with `[node]`; the first call wins.
+pub fn set_node(node: &str) {
+    let _ = NODE.set(node.to_owned());
+}
+
 /// Whether debug lines are shown (to skip formatting work when they are not).
 pub fn debug_enabled() -> bool {
     LEVEL.load(Relaxed) >= DEBUG
@@ -34,7 +42,10 @@ pub fn debug_enabled() -> bool {
 fn emit(level: u8, tag: &str, args: std::fmt::Arguments<'_>) {
     if LEVEL.load(Relaxed) >= level {
         let t = START.get_or_init(Instant::now).elapsed().as_secs_f64();
-        eprintln!("{t:10.3} {tag} {args}");
+        match NODE.get() {
+            Some(node) => eprintln!("{t:10.3} {tag} [{node}] {args}"),
+            None => eprintln!("{t:10.3} {tag} {args}"),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 use clap::Parser as _;
 use clarion::cli::{Cli, Command};
+use clarion::group::Role;
 
 fn main() -> std::process::ExitCode {
     clarion::log::init();
@@ -10,7 +11,11 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => args
             .resolve()
             .map_err(anyhow::Error::from)
-            .and_then(clarion::server::run),
+            .and_then(|config| match Role::of(&config)? {
+                Role::Single => clarion::server::run(config),
+                Role::Supervisor => clarion::group::supervise(config),
+                Role::Member(member) => clarion::server::run_member(config, member),
+            }),
         Command::Publish(args) => clarion::publish::run(args),
         Command::Cert(args) => args.run(),
         Command::Bench(args) => clarion_bench::run::main(args.clone()),

@@ -59,6 +59,8 @@ pub struct Published {
     /// What a publish in another protocol's format carries for that protocol's connections;
     /// `None` for Clarion's own publishes. Read it back with [`Published::attachment`].
     pub attachment: Option<Arc<dyn Attachment>>,
+    /// Whether this is a gap notice ([`Published::notice`]) rather than a message.
+    pub notice: bool,
 }
 
 /// Content a publish supplies for the connections of one mode, besides the payload every
@@ -71,6 +73,11 @@ pub trait Attachment: Any + Send + Sync {
     /// The id the publisher gave this message in its own format, if any: a subscriber may ask
     /// for everything after it (`Since::PublisherId`).
     fn publisher_id(&self) -> Option<&str>;
+    /// Bytes that carry it to another node through a cluster broker, which gives them back to
+    /// the decoder the server registered for them. `None`: it stays on this node.
+    fn encode(&self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// The compressed frames of one message, each built on first use.
@@ -117,6 +124,45 @@ impl Published {
             encoded: Default::default(),
             deflated: OnceLock::new(),
             attachment: None,
+            notice: false,
+        }
+    }
+
+    /// A gap notice sent live, in order with a topic's messages: a clustered broker found that
+    /// messages between its last delivery and the next one cannot be delivered (they were
+    /// trimmed from the broker's history, or the broker lost its data and began a new epoch).
+    /// It is positioned at `epoch-id`, so a long-poll cursor or a resume after it starts right
+    /// after the missing messages. Every encoding is the notice itself: a text frame holding
+    /// its JSON, an SSE `gap` event without an id, a stream line. GRIP connections do not get
+    /// it (it carries no GRIP content, as Pushpin sends none).
+    pub fn notice(topic: Arc<str>, id: u64, epoch: Arc<str>, at: u32, gap: &Gap) -> Published {
+        let json = gap.json();
+        let frame: Arc<[u8]> = encode_frame(OpCode::Text, json.as_bytes()).into();
+        let mut event = Vec::new();
+        sse::write_event(&mut event, None, Some("gap"), json.as_bytes());
+        let event: Arc<[u8]> = event.into();
+        let mut chunk = Vec::new();
+        write_chunk(&mut chunk, format!("{json}\n").as_bytes());
+        let chunk: Arc<[u8]> = chunk.into();
+        let encoded: [OnceLock<Arc<[u8]>>; ENCODINGS] = [
+            OnceLock::from(Arc::clone(&frame)),
+            OnceLock::from(Arc::clone(&event)),
+            OnceLock::from(event),
+            OnceLock::from(Arc::clone(&chunk)),
+            OnceLock::from(chunk),
+        ];
+        Published {
+            topic,
+            id,
+            epoch,
+            kind: DataKind::Text,
+            event: Some("gap".into()),
+            at,
+            frame,
+            encoded,
+            deflated: OnceLock::new(),
+            attachment: None,
+            notice: true,
         }
     }
 

@@ -143,6 +143,22 @@ pub struct Metrics {
     pub grip_holds: AtomicU64,
     /// Dashboard feeds (open dashboard tabs) being served.
     pub dashboard_feeds: AtomicU64,
+    /// Whether a cluster broker is configured (1) or not (0): the broker families are only
+    /// rendered when it is.
+    pub broker_configured: AtomicU64,
+    /// 1 while the broker's subscriber connection is up and every followed topic re-subscribed.
+    pub broker_connected: AtomicU64,
+    /// Broker commands sent and not answered yet (publishes, history reads).
+    pub broker_in_flight: AtomicU64,
+    /// Times the broker's subscriber connection was made again after it failed.
+    pub broker_reconnects: AtomicU64,
+    /// Broker commands that failed (unreachable, timed out, malformed answer).
+    pub broker_errors: AtomicU64,
+    /// Holes in a topic's live sequence (pub/sub is at-most-once) filled from the broker's history.
+    pub broker_holes_filled: AtomicU64,
+    /// Live gap notices sent to a topic's subscribers (history could not fill a hole, or the
+    /// broker began a new epoch).
+    pub broker_live_gaps: AtomicU64,
     tls_failures: [AtomicU64; TLS_FAILURES.len()],
     auth_failures: [AtomicU64; AUTH_FAILURES.len()],
     closes: [AtomicU64; CloseReason::ALL.len()],
@@ -256,15 +272,6 @@ impl Metrics {
         let sse = self.sse_connections.load(Relaxed);
         let stream = self.stream_connections.load(Relaxed);
         let poll = self.polls_held.load(Relaxed);
-        let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
-        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
-        };
         let _ = writeln!(
             out,
             "# HELP clarion_connections Open client connections by transport.\n\
@@ -461,6 +468,9 @@ impl Metrics {
             "Dashboard feeds (open dashboard tabs) being served.",
             l(&self.dashboard_feeds),
         );
+        if l(&self.broker_configured) > 0 {
+            self.render_broker(&mut out);
+        }
         let per_conn = rss
             .checked_div(http + ws + sse + stream + poll)
             .unwrap_or(0);
@@ -472,6 +482,70 @@ impl Metrics {
         );
         out
     }
+}
+
+impl Metrics {
+    fn render_broker(&self, out: &mut String) {
+        let l = |a: &AtomicU64| a.load(Relaxed);
+        gauge(
+            out,
+            "clarion_broker_connected",
+            "1 while the cluster broker's subscriber connection is up.",
+            l(&self.broker_connected),
+        );
+        gauge(
+            out,
+            "clarion_broker_commands_in_flight",
+            "Broker commands sent and not answered yet.",
+            l(&self.broker_in_flight),
+        );
+        counter(
+            out,
+            "clarion_broker_reconnects_total",
+            "Times the broker's subscriber connection was made again.",
+            l(&self.broker_reconnects),
+        );
+        counter(
+            out,
+            "clarion_broker_errors_total",
+            "Broker commands or connections that failed.",
+            l(&self.broker_errors),
+        );
+        counter(
+            out,
+            "clarion_broker_holes_filled_total",
+            "Holes in a topic's live sequence filled from the broker's history.",
+            l(&self.broker_holes_filled),
+        );
+        counter(
+            out,
+            "clarion_broker_live_gaps_total",
+            "Gap notices sent live (a hole history could not fill, or a new epoch).",
+            l(&self.broker_live_gaps),
+        );
+        let resumes = l(&self.resumes);
+        let gaps = l(&self.resume_gaps);
+        let _ = writeln!(
+            out,
+            "# HELP clarion_broker_recoveries_total Resumes by outcome: exact or with a gap notice.\n\
+             # TYPE clarion_broker_recoveries_total counter\n\
+             clarion_broker_recoveries_total{{result=\"exact\"}} {}\n\
+             clarion_broker_recoveries_total{{result=\"gap\"}} {}",
+            resumes.saturating_sub(gaps),
+            gaps
+        );
+    }
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+    );
 }
 
 /// Resident set size of this process, from `/proc/self/statm`.

@@ -8,6 +8,11 @@
 //! TLS: when certificates are configured, each worker also gets a TLS listener (same
 //! `SO_REUSEPORT` scheme), and a reloader thread re-reads the certificate files on SIGHUP or
 //! when they change, without touching established connections.
+//!
+//! Ports: a lone server first makes sure no other process listens on its ports
+//! ([`crate::group::guard`]); a member of a `--processes` group ([`run_member`]) skips that
+//! check, shares the API port with its siblings too, and opens a private loopback API address
+//! for the group's `/metrics` and `/healthz` ([`crate::group`]).
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -16,8 +21,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::api::Scope;
 use crate::broker::Broker;
 use crate::config::Config;
+use crate::group::Member;
 use crate::hub::Inbox;
 use crate::log;
 use crate::metrics::{CloseReason, Metrics};
@@ -25,11 +32,43 @@ use crate::worker::{bind_listeners, Shared, Worker, WAKER};
 
 /// Runs the server until a termination signal has been handled.
 pub fn run(config: Config) -> anyhow::Result<()> {
+    run_as(config, None)
+}
+
+/// Runs one member of a `--processes` group (see [`crate::group`]): its configuration is the
+/// group's with the member's applied.
+pub fn run_member(config: Config, member: Member) -> anyhow::Result<()> {
+    log::set_node(&member.node);
+    run_as(member.apply(config), Some(Arc::new(member)))
+}
+
+fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
+    if member.is_none() {
+        // A member's siblings hold the ports by design; anyone else is refused.
+        let ports = [
+            (Some(config.listen), "client"),
+            (config.tls_address(), "TLS"),
+            (Some(config.api_listen), "API"),
+        ];
+        for (addr, what) in ports {
+            if let Some(addr) = addr {
+                crate::group::guard::check(addr, what)?;
+            }
+        }
+    }
     let workers = config.worker_count();
     let listeners = bind_listeners(config.listen, workers)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let api = std::net::TcpListener::bind(config.api_listen)
+    let api = bind_api(config.api_listen, member.is_some())
         .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?;
+    // A member's own view, for the group's scrapes: loopback, plain HTTP, a fresh port.
+    let node_api = match member {
+        Some(_) => Some(
+            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+                .context("cannot listen on a private API address")?,
+        ),
+        None => None,
+    };
     let client_addr = listeners.first().map(|l| l.local_addr()).transpose()?;
     let api_addr = api.local_addr()?;
     let tls = match config.tls_settings() {
@@ -67,12 +106,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let auth = crate::auth::Auth::from_config(&config).context("cannot set up authentication")?;
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
+    let broker = make_broker(&config, &inboxes, &metrics)?;
     let shared = Arc::new(Shared {
-        broker: Broker::local(
-            inboxes.clone(),
-            Arc::clone(&metrics),
-            config.history_limits(),
-        ),
+        broker,
         config,
         metrics,
         stopping: AtomicBool::new(false),
@@ -90,6 +126,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     if let Some(tls) = shared.tls.clone() {
         start_reloader(tls, shared.config.tls_reload_interval)?;
     }
+    if let Some(member) = &member {
+        member
+            .watch_supervisor(shared.tls.is_some())
+            .context("cannot watch the group's supervisor")?;
+    }
 
     let mut threads = Vec::with_capacity(workers);
     for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate()
@@ -102,11 +143,23 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .context("cannot start worker thread")?;
         threads.push(t);
     }
-    let api_shared = Arc::clone(&shared);
-    std::thread::Builder::new()
-        .name("clarion-api".into())
-        .spawn(move || crate::api::serve(api, api_shared))
-        .context("cannot start API thread")?;
+    let scope = match &member {
+        Some(m) => Scope::Group(Arc::clone(m)),
+        None => Scope::Process,
+    };
+    let mut node_api_addr = None;
+    let mut apis = vec![(api, scope)];
+    if let Some(l) = node_api {
+        node_api_addr = Some(l.local_addr()?);
+        apis.push((l, Scope::Node));
+    }
+    for (listener, scope) in apis {
+        let api_shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("clarion-api".into())
+            .spawn(move || crate::api::serve(listener, api_shared, scope))
+            .context("cannot start API thread")?;
+    }
 
     let clients = client_addr.map_or_else(|| "-".to_owned(), |a| a.to_string());
     let tls_note = tls_addr.map_or_else(String::new, |a| format!(", TLS clients on {a}"));
@@ -115,10 +168,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         "listening: clients on {clients}{tls_note} ({workers} workers, up to {cap} connections), API on {api_addr}{api_tls}"
     ));
     let tls_field = tls_addr.map_or_else(String::new, |a| format!(" tls={a}"));
+    let node_field = node_api_addr.map_or_else(String::new, |a| format!(" node_api={a}"));
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "clarion ready clients={clients} api={api_addr}{tls_field}"
+        "clarion ready clients={clients} api={api_addr}{tls_field}{node_field}"
     )?;
     out.flush()?;
     drop(out);
@@ -136,11 +190,92 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             log::warn(format_args!("a worker panicked during shutdown"));
         }
     }
+    shared.broker.shutdown();
     log::info(format_args!(
         "stopped: {} WebSocket connections closed with 1001",
         shared.metrics.closes(CloseReason::Shutdown)
     ));
     Ok(())
+}
+
+/// The API listener: a member of a group shares the group's API port with `SO_REUSEPORT`, as
+/// every worker shares the client port; a lone server binds it alone.
+fn bind_api(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<std::net::TcpListener> {
+    if !shared {
+        return std::net::TcpListener::bind(addr);
+    }
+    let mut listeners = bind_listeners(addr, 1)?;
+    let listener = listeners
+        .pop()
+        .ok_or_else(|| std::io::Error::other("no listener"))?;
+    // The API thread accepts with blocking calls.
+    listener.set_nonblocking(false)?;
+    Ok(listener)
+}
+
+/// The broker the configuration asks for: in memory unless `broker` names Redis or NATS.
+fn make_broker(
+    config: &Config,
+    inboxes: &[Arc<Inbox>],
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Broker> {
+    let Some(url) = config.broker.as_deref() else {
+        return Ok(Broker::local(
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+        ));
+    };
+    let node = config.node();
+    let timeout = std::time::Duration::from_millis(config.broker_timeout_ms.max(1));
+    if url.starts_with("redis://") {
+        let b = crate::broker::RedisBroker::start(
+            url,
+            &node,
+            timeout,
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+            Some(crate::grip::decode_attachment),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("cannot join the cluster")?;
+        log::info(format_args!(
+            "node {node}: joined the cluster through {url}"
+        ));
+        return Ok(Broker::Redis(b));
+    }
+    if url.starts_with("nats://") {
+        let local = crate::broker::LocalBroker::new(
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+        );
+        let b = crate::broker::NatsBroker::start(
+            url,
+            &node,
+            local,
+            Arc::clone(metrics),
+            Some(crate::grip::decode_attachment),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("cannot join the cluster")?;
+        // The link connects in the background; wait a little so the first requests find it up.
+        let deadline = std::time::Instant::now() + timeout;
+        while !b.connected() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if !b.connected() {
+            log::warn(format_args!(
+                "node {node}: NATS at {url} not reachable yet; publishes answer 503 until it is"
+            ));
+        }
+        log::info(format_args!(
+            "node {node}: joined the cluster through {url}"
+        ));
+        return Ok(Broker::Nats(b));
+    }
+    anyhow::bail!("broker {url:?}: expected redis://host:port or nats://host:port")
 }
 
 /// Re-reads the certificate files on SIGHUP, and every `interval` seconds if they changed

@@ -34,10 +34,31 @@ const RULES: &[(&str, &[&str])] = &[
         &["broker", "grip", "worker", "api", "server", "auth"],
     ),
     ("broker", &["grip", "worker", "api", "server", "auth"]),
+    // Broker connections: below the modes, beside the broker (which will use them).
+    ("cluster", &["broker", "grip", "worker", "api", "server", "dashboard"]),
     (
         "auth",
         &[
             "hub", "broker", "message", "grip", "worker", "api", "server",
+        ],
+    ),
+    // The process group supervises processes and merges their metrics text; the server and
+    // the API call into it, so it must name nothing that serves clients.
+    (
+        "group",
+        &[
+            "hub",
+            "broker",
+            "message",
+            "metrics",
+            "grip",
+            "worker",
+            "api",
+            "server",
+            "auth",
+            "dashboard",
+            "tls",
+            "publish",
         ],
     ),
 ];

@@ -7,6 +7,7 @@
 //! - [`batch`]: `POST /publish` batch bodies, decoded and validated whole.
 //! - [`envelope`]: the `clarion.v1` message envelope, gap notices, long-poll bodies and JSON
 //!   string escaping.
+//! - [`wire`]: message bodies as nodes exchange them through a cluster broker.
 //!
 //! The format is documented for clients in `docs/protocol.md`. Message ids (`EPOCH-SEQ`) are
 //! [`crate::event_id`]'s.
@@ -15,6 +16,7 @@ pub mod batch;
 pub mod control;
 pub mod envelope;
 pub mod topic;
+pub mod wire;
 
 pub use batch::{decode_batch, BatchError, BatchMessage};
 pub use control::{ControlError, Reply, Request};

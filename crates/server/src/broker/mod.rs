@@ -45,12 +45,16 @@
 //!   the broker while holding their inbox's lock.
 
 pub mod local;
+pub mod nats;
+pub mod redis;
 
 use std::sync::Arc;
 
 use clarion_proto::ws::DataKind;
 
 pub use local::LocalBroker;
+pub use nats::NatsBroker;
+pub use redis::RedisBroker;
 
 use crate::hub::{Inbox, TopicTraffic};
 use crate::message::{Attachment, Gap, Published};
@@ -114,10 +118,20 @@ pub struct TopicStatus {
     pub held: usize,
 }
 
+/// The broker cannot take the request now (a clustered broker that is unreachable or stalled):
+/// a publish is answered `503` with this reason, never `200` for a message that went nowhere.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
 /// The broker in use: shared by the API, every worker, and in-band publishers.
 pub enum Broker {
     /// One process, in memory: ids from a counter, history in this process.
     Local(LocalBroker),
+    /// Many processes through Redis: ids and history per topic in Redis (`docs/cluster.md`).
+    Redis(RedisBroker),
+    /// Many processes through NATS: fan-out only; ids and history per node.
+    Nats(NatsBroker),
 }
 
 impl Broker {
@@ -130,17 +144,42 @@ impl Broker {
         Broker::Local(LocalBroker::new(inboxes, metrics, limits))
     }
 
-    /// The current epoch, the first part of every id issued now.
+    /// The current epoch, the first part of every id issued now. A clustered broker's epochs
+    /// are per topic; its process has its own (unique per process, so it can prefix GRIP
+    /// connection ids), and `EPOCH-0` asks for a topic's history from its start.
     pub fn epoch(&self) -> &str {
         match self {
             Broker::Local(b) => b.epoch(),
+            Broker::Redis(b) => b.epoch(),
+            Broker::Nats(b) => b.epoch(),
         }
     }
 
-    /// Publishes messages in order and returns one receipt per message.
-    pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Vec<Receipt> {
+    /// Publishes messages in order and returns one receipt per message. The in-memory broker
+    /// always can; a clustered one answers [`Unavailable`] when its broker is not reachable.
+    pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
         match self {
-            Broker::Local(b) => b.publish(msgs),
+            Broker::Local(b) => Ok(b.publish(msgs)),
+            Broker::Redis(b) => b.publish(msgs),
+            Broker::Nats(b) => b.publish(msgs),
+        }
+    }
+
+    /// Whether the broker is reachable (always, for the in-memory one): `/healthz` says so.
+    pub fn healthy(&self) -> bool {
+        match self {
+            Broker::Local(_) => true,
+            Broker::Redis(b) => b.connected(),
+            Broker::Nats(b) => b.connected(),
+        }
+    }
+
+    /// Stops a clustered broker's threads and connections (nothing for the in-memory one).
+    pub fn shutdown(&self) {
+        match self {
+            Broker::Local(_) => {}
+            Broker::Redis(b) => b.shutdown(),
+            Broker::Nats(b) => b.shutdown(),
         }
     }
 
@@ -152,9 +191,11 @@ impl Broker {
         topics: &[&str],
         since: Since<'_>,
         pending: &mut Vec<Arc<Published>>,
-    ) -> Subscribed {
+    ) -> Result<Subscribed, Unavailable> {
         match self {
-            Broker::Local(b) => b.subscribe(worker, topics, since, pending),
+            Broker::Local(b) => Ok(b.subscribe(worker, topics, since, pending)),
+            Broker::Redis(b) => b.subscribe(worker, topics, since, pending),
+            Broker::Nats(b) => Ok(b.subscribe(worker, topics, since, pending)),
         }
     }
 
@@ -162,6 +203,8 @@ impl Broker {
     pub fn unsubscribe(&self, worker: usize, topic: &str) {
         match self {
             Broker::Local(b) => b.unsubscribe(worker, topic),
+            Broker::Redis(b) => b.unsubscribe(worker, topic),
+            Broker::Nats(b) => b.unsubscribe(worker, topic),
         }
     }
 
@@ -169,6 +212,8 @@ impl Broker {
     pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
         match self {
             Broker::Local(b) => b.read_since(topics, since),
+            Broker::Redis(b) => b.read_since(topics, since),
+            Broker::Nats(b) => b.read_since(topics, since),
         }
     }
 
@@ -178,6 +223,8 @@ impl Broker {
     pub fn visit_topics(&self, visit: impl FnMut(&Arc<str>, u64, &mut TopicTraffic)) {
         match self {
             Broker::Local(b) => b.visit_topics(visit),
+            Broker::Redis(b) => b.visit_topics(visit),
+            Broker::Nats(b) => b.visit_topics(visit),
         }
     }
 
@@ -185,6 +232,8 @@ impl Broker {
     pub fn topic_status(&self, topic: &str) -> Option<TopicStatus> {
         match self {
             Broker::Local(b) => b.topic_status(topic),
+            Broker::Redis(b) => b.topic_status(topic),
+            Broker::Nats(b) => b.topic_status(topic),
         }
     }
 
@@ -192,6 +241,9 @@ impl Broker {
     pub fn expire(&self) {
         match self {
             Broker::Local(b) => b.expire(),
+            // Redis trims each stream itself (MAXLEN, EXPIRE).
+            Broker::Redis(_) => {}
+            Broker::Nats(b) => b.expire(),
         }
     }
 
@@ -199,6 +251,8 @@ impl Broker {
     pub fn wake_all(&self) {
         match self {
             Broker::Local(b) => b.wake_all(),
+            Broker::Redis(b) => b.wake_all(),
+            Broker::Nats(b) => b.wake_all(),
         }
     }
 }

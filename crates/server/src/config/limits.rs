@@ -78,6 +78,49 @@ pub const READ_BUDGET: usize = 16;
 /// enough for a slow link to drain a Close frame, short enough that dead peers do not pile up.
 pub const CLOSE_LINGER_SECS: u32 = 5;
 
+/// Most processes in one `--processes` group: far past what one machine's cores make useful
+/// (the million-connection plan needs about 52), low enough that a typo cannot fork-bomb it.
+pub const GROUP_MAX_PROCESSES: usize = 256;
+
+/// How long a group's processes have to print their ready line at startup before the
+/// supervisor gives up and stops them all: binding and loading certificates take
+/// milliseconds, a broker connection a little more.
+pub const GROUP_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// First wait before a group process that died is started again, doubled after each quick
+/// death up to [`GROUP_RESTART_MAX_BACKOFF`]: a crash loop costs a few starts a minute, not a
+/// busy CPU, and a one-off crash is repaired at once.
+pub const GROUP_RESTART_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Longest wait between restarts of a group process that keeps dying.
+pub const GROUP_RESTART_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A group process that ran this long before dying is restarted after the first backoff
+/// again: its death was not part of a crash loop.
+pub const GROUP_BACKOFF_RESET: Duration = Duration::from_secs(60);
+
+/// How often a group's supervisor looks at its processes and signals when nothing else wakes
+/// it: a dead process is noticed and a stop begins well within a second, at ten wake-ups a
+/// second of an otherwise idle process.
+pub const GROUP_TICK: Duration = Duration::from_millis(100);
+
+/// How often the supervisor rewrites its nodes file even when nothing changed, so a temp-file
+/// cleaner cannot take the group's metrics list away for good.
+pub const GROUP_NODES_REFRESH: Duration = Duration::from_secs(60);
+
+/// Time the supervisor waits for its processes beyond their own `shutdown_timeout` before it
+/// kills what is left: exiting takes a moment after the last connection closed.
+pub const GROUP_STOP_MARGIN: Duration = Duration::from_secs(5);
+
+/// How long the group's `/metrics` and `/healthz` wait for one process's answer on its private
+/// loopback address; a process that does not answer in time is reported down, so one stuck
+/// process cannot stall a scrape past Prometheus' own 10 s default.
+pub const GROUP_SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Largest metrics text read from one group process: a few hundred families of a few lines;
+/// the bound keeps a confused peer from filling memory.
+pub const GROUP_SCRAPE_MAX_BYTES: usize = 4 * 1024 * 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -301,6 +301,29 @@ settings! {
     /// send a `refresh` with a fresh token. Checked by the once-a-second sweep.
     auth_expiry_warning: u64 = 30,
         flag "Seconds before exp a WebSocket is warned (expiring message)";
+    // # cluster: several processes and machines as one server (docs/cluster.md).
+    /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]` or
+    /// `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
+    /// memory, the fastest and leanest mode). With Redis, message ids are allocated per topic
+    /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
+    /// fan out to every node but each node keeps its own ids and history.
+    broker: Option<String> = None, flag "Broker joining this node to others (redis://... or nats://...)";
+    /// This node's name in logs, metrics (`node` label) and the broker's client list. Unset:
+    /// `host:pid`.
+    node_name: Option<String> = None, flag "Node name (default host:pid)";
+    /// Milliseconds a broker command may take before the node gives up on it: a publish then
+    /// answers `503`, and the connection is dropped and made again (with backoff). A stalled
+    /// broker costs each caller at most this long, never unbounded memory.
+    broker_timeout_ms: u64 = 2000, flag "Milliseconds a broker command may take";
+    /// Processes to run on this machine as one server (see [processes.md](processes.md)). Above
+    /// 1, `clarion serve` becomes a small supervisor that starts this many `clarion serve`
+    /// processes with the same configuration, sharing the client, TLS and API ports
+    /// (`SO_REUSEPORT`), each named `<node_name>-<i>`, restarted when one dies, and joined
+    /// through `broker` (required: without it a publish would reach one process's
+    /// subscribers only). The API address then answers `/metrics` and `/healthz` for the whole
+    /// group. For machines where one process cannot hold all connections (its open-files
+    /// limit) or a fault should take down only part of them. At most 256.
+    processes: usize = 1, flag "Processes sharing the ports as one server (needs --broker above 1)";
 }
 
 /// permessage-deflate mode (see [`Config::compression`]).
@@ -436,6 +459,20 @@ impl Config {
                 "tls_min_version is \"1.2\" or \"1.3\"".into(),
             ));
         }
+        if self.processes == 0 || self.processes > limits::GROUP_MAX_PROCESSES {
+            return Err(ConfigError::Invalid(format!(
+                "processes is 1 to {}",
+                limits::GROUP_MAX_PROCESSES
+            )));
+        }
+        if self.processes > 1 && self.broker.is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "processes = {} needs a broker to join them (--broker redis://127.0.0.1:6379, \
+                 `broker` in the file or CLARION_BROKER): without one, a publish on one process \
+                 would reach only that process's subscribers",
+                self.processes
+            )));
+        }
         let certs = self.tls_settings().map_or(0, |s| s.certs.len());
         if certs == 0 && (self.tls_listen.is_some() || self.tls_api) {
             return Err(ConfigError::Invalid(
@@ -504,6 +541,16 @@ impl Config {
         (self.compression != Compression::Off).then_some(clarion_proto::ws::deflate::Policy {
             server_context_takeover: self.compression == Compression::Dedicated,
             client_max_window_bits: self.compression_client_window_bits,
+        })
+    }
+
+    /// This node's name: `node_name`, or `host:pid`.
+    pub fn node(&self) -> String {
+        self.node_name.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "localhost".to_owned());
+            format!("{host}:{}", std::process::id())
         })
     }
 

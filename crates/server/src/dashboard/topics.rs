@@ -222,7 +222,7 @@ mod tests {
         let broker = Broker::local(vec![inbox], Arc::new(Metrics::default()), limits);
         let send = |topic: &str, n: usize| {
             for _ in 0..n {
-                broker.publish(&[Outgoing {
+                let _ = broker.publish(&[Outgoing {
                     topic,
                     kind: DataKind::Text,
                     payload: b"x",

@@ -10,6 +10,7 @@
 //! worker's engine, in `worker::grip`. The protocol's bytes are parsed by `clarion_proto::grip`.
 
 pub mod backend;
+pub mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -205,6 +206,16 @@ impl Attachment for GripContent {
     fn publisher_id(&self) -> Option<&str> {
         self.id.as_deref()
     }
+
+    /// The content for the other nodes of a cluster ([`wire`]).
+    fn encode(&self) -> Option<Vec<u8>> {
+        Some(self.to_wire())
+    }
+}
+
+/// GRIP content that came from another node (registered with the cluster broker).
+pub fn decode_attachment(bytes: &[u8]) -> Option<Arc<dyn Attachment>> {
+    wire::decode(bytes)
 }
 
 /// Why an item cannot be published.

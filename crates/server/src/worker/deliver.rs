@@ -14,6 +14,7 @@ use super::socket::Socket;
 use super::state::{Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
+use crate::worker::transport::poll::messages_body;
 
 impl<S: Socket> Engine<S> {
     /// Writes every message waiting in the inbox to its local subscribers.
@@ -119,14 +120,31 @@ impl<S: Socket> Engine<S> {
             }
             if !polls.is_empty() {
                 let cursor = run.last().map(|m| m.id_string()).unwrap_or_default();
-                let body: Arc<[u8]> = crate::worker::transport::poll::messages_body(
-                    run.iter().map(|m| m.json()),
-                    &cursor,
-                    &[],
-                )
-                .into();
+                // Live gap notices (clustered brokers) go in "gaps", not among the messages.
+                let gaps: Vec<String> = run
+                    .iter()
+                    .filter(|m| m.notice)
+                    .map(|m| String::from_utf8_lossy(m.payload()).into_owned())
+                    .collect();
+                let body_with = |cursor: &str| -> Arc<[u8]> {
+                    messages_body(
+                        run.iter().filter(|m| !m.notice).map(|m| m.json()),
+                        cursor,
+                        &gaps,
+                    )
+                    .into()
+                };
+                let body = body_with(&cursor);
                 for k in polls.drain(..) {
-                    self.answer_poll(k, &body);
+                    // A poll on several topics of a clustered broker carries one id per topic.
+                    let own = self
+                        .polls
+                        .get(&k)
+                        .and_then(|h| advance_cursor(&h.cursor, &first.topic, &cursor));
+                    match own {
+                        Some(c) => self.answer_poll(k, &body_with(&c)),
+                        None => self.answer_poll(k, &body),
+                    }
                     self.tally.delivered += run.len() as u64;
                 }
             }
@@ -141,6 +159,22 @@ impl<S: Socket> Engine<S> {
 pub(crate) fn fanout_start(turn: u32, len: usize) -> usize {
     let frac = u64::from(turn.wrapping_mul(0x9E37_79B9));
     ((frac * len as u64) >> 32) as usize
+}
+
+/// A per-topic cursor (`topic:EPOCH-SEQ,...`, what a clustered broker gives a subscription to
+/// several topics) with `topic`'s entry moved to `id`; `None` for a plain one-id cursor.
+pub(crate) fn advance_cursor(cursor: &str, topic: &str, id: &str) -> Option<String> {
+    if !cursor.contains(',') {
+        return None;
+    }
+    let entries: Vec<String> = cursor
+        .split(',')
+        .map(|e| match e.rsplit_once(':') {
+            Some((t, _)) if t == topic => format!("{t}:{id}"),
+            _ => e.to_owned(),
+        })
+        .collect();
+    Some(entries.join(","))
 }
 
 /// What a subscriber gets of each message.
@@ -178,7 +212,7 @@ fn opcode_of(kind: DataKind) -> OpCode {
 
 #[cfg(test)]
 mod tests {
-    use super::fanout_start;
+    use super::{advance_cursor, fanout_start};
 
     #[test]
     fn fan_outs_start_all_over_the_list() {
@@ -196,5 +230,14 @@ mod tests {
             tenths[fanout_start(turn, 100) / 10] += 1;
         }
         assert!(tenths.iter().all(|&n| (8..=12).contains(&n)), "{tenths:?}");
+    }
+
+    #[test]
+    fn per_topic_cursors_move_one_topic() {
+        assert_eq!(advance_cursor("e-5", "a", "e-6"), None);
+        assert_eq!(
+            advance_cursor("a:x-1,b.c:y-2,a.b:z-0", "b.c", "y-9").as_deref(),
+            Some("a:x-1,b.c:y-9,a.b:z-0")
+        );
     }
 }

@@ -20,11 +20,16 @@ impl<S: Socket> Engine<S> {
     /// Messages already waiting in this worker's inbox were published before the subscription:
     /// they go to the other subscribers first, before `k` joins the index, so `k` never gets a
     /// message twice (once replayed, once live).
+    ///
+    /// When a clustered broker cannot take the subscription, the client is told: an in-band
+    /// subscribe (`in_band`, on an open WebSocket) gets an error reply and keeps its
+    /// connection; a request whose answer has not started gets `503` with `Retry-After`.
     pub(crate) fn subscribe_conn(
         &mut self,
         k: u32,
         topics: &[&str],
         since: Since<'_>,
+        in_band: bool,
     ) -> Option<Subscribed> {
         let mut pending = Vec::new();
         let sub = self
@@ -34,6 +39,24 @@ impl<S: Socket> Engine<S> {
         if !pending.is_empty() {
             self.deliver_batch(&mut pending);
         }
+        let sub = match sub {
+            Ok(sub) => sub,
+            Err(e) => {
+                let error = format!("broker unavailable, not subscribed: {e}");
+                if in_band {
+                    self.reply(
+                        k,
+                        &clarion_proto::pubsub::Reply::Error {
+                            error: &error,
+                            topic: topics.first().copied(),
+                        },
+                    );
+                } else {
+                    self.respond(k, 503, &[("Retry-After", "5")], &error, false);
+                }
+                return None;
+            }
+        };
         let alive = self
             .conns
             .get(k as usize)

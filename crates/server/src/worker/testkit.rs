@@ -273,7 +273,7 @@ impl Harness {
         payload: &str,
         grip: Option<Arc<crate::grip::GripContent>>,
     ) {
-        self.shared.broker.publish(&[Outgoing {
+        let _ = self.shared.broker.publish(&[Outgoing {
             topic,
             kind: clarion_proto::ws::DataKind::Text,
             payload: payload.as_bytes(),

@@ -157,7 +157,7 @@ impl<S: Socket> Engine<S> {
             if self.subscription(k, &c.name).is_some() {
                 continue;
             }
-            match self.subscribe_conn(k, &[c.name.as_str()], since) {
+            match self.subscribe_conn(k, &[c.name.as_str()], since, false) {
                 Some(sub) => replay.extend(sub.replay),
                 None => return Vec::new(),
             }

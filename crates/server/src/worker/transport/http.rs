@@ -221,7 +221,7 @@ impl<S: Socket> Engine<S> {
         // and must receive its own message.
         let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
         let since = params.since.as_deref().map_or(Since::Now, Since::Id);
-        let Some(sub) = self.subscribe_conn(k, &topics, since) else {
+        let Some(sub) = self.subscribe_conn(k, &topics, since, false) else {
             return;
         };
         let mut frames: Vec<Arc<[u8]>> = vec![out.into()];
@@ -255,7 +255,8 @@ impl<S: Socket> Engine<S> {
                     }
                 }
                 "since" => {
-                    event_id::parse(&value).map_err(|e| format!("invalid since {value:?}: {e}"))?;
+                    event_id::validate_cursor(&value)
+                        .map_err(|e| format!("invalid since {value:?}: {e}"))?;
                     p.since = Some(value);
                 }
                 "lastEventId" | "last-event-id" => last_event_id = Some(value),

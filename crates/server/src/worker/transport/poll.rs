@@ -37,7 +37,7 @@ impl<S: Socket> Engine<S> {
             return;
         }
         self.adopt(k, checked);
-        let Some(sub) = self.subscribe_conn(k, topics, since) else {
+        let Some(sub) = self.subscribe_conn(k, topics, since, false) else {
             return;
         };
         if !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 {
@@ -94,10 +94,12 @@ impl<S: Socket> Engine<S> {
 /// The long-poll answer for what a subscription found: `{"messages":[...],"cursor":..}` plus
 /// `"gaps"` when the resume was incomplete.
 pub(crate) fn poll_body(sub: &Subscribed) -> Vec<u8> {
-    let cursor = sub
-        .replay
-        .last()
-        .map_or_else(|| sub.position.clone(), |m| m.id_string());
+    let mut cursor = sub.position.clone();
+    for m in &sub.replay {
+        // A per-topic cursor (several topics of a clustered broker) moves one topic at a time.
+        cursor = crate::worker::deliver::advance_cursor(&cursor, &m.topic, &m.id_string())
+            .unwrap_or_else(|| m.id_string());
+    }
     let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
     messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
 }

@@ -58,7 +58,7 @@ impl<S: Socket> Engine<S> {
         conn.last_seen = self.now;
         self.set_state(k, state);
         self.adopt(k, checked);
-        let Some(sub) = self.subscribe_conn(k, topics, since) else {
+        let Some(sub) = self.subscribe_conn(k, topics, since, false) else {
             return;
         };
         for g in &sub.gaps {

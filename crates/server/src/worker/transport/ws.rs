@@ -223,7 +223,7 @@ impl<S: Socket> Engine<S> {
                     return self.reply(k, &Reply::Subscribed { topic: &topic });
                 }
                 let since = since.as_deref().map_or(Since::Now, Since::Id);
-                let Some(sub) = self.subscribe_conn(k, &[&topic], since) else {
+                let Some(sub) = self.subscribe_conn(k, &[&topic], since, true) else {
                     return;
                 };
                 self.reply(k, &Reply::Subscribed { topic: &topic });
@@ -303,6 +303,19 @@ impl<S: Socket> Engine<S> {
                     event: None,
                     attachment: None,
                 }]);
+                let receipts = match receipts {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let error = format!("broker unavailable, message not published: {e}");
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic: Some(&topic),
+                            },
+                        );
+                    }
+                };
                 if let Some(r) = receipts.first() {
                     let reply = Reply::Published {
                         topic: &topic,

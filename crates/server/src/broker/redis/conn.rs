@@ -1,0 +1,361 @@
+//! Blocking connections to Redis: the URL, one connection that sends pipelined commands and
+//! reads their replies within a deadline, and the small pool publishers share.
+//!
+//! Every read and write has a timeout (`broker_timeout_ms`), so a stalled Redis costs a caller
+//! at most that long; a connection that failed or timed out is dropped, never reused with a
+//! reply still owed on it. A new connection is attempted at most once per backoff interval, so
+//! a Redis that is down answers callers at once instead of making each wait for a connect.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clarion_proto::resp::{self, Limits, RespError, Value};
+
+use crate::hub::lock;
+use crate::metrics::Metrics;
+
+/// Where Redis is: `redis://[user:password@]host:port[/db]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisUrl {
+    /// `host:port` (the port defaults to 6379).
+    pub addr: String,
+    /// For `AUTH`, when the URL names one.
+    pub username: Option<String>,
+    /// For `AUTH`.
+    pub password: Option<String>,
+    /// For `SELECT`.
+    pub db: u32,
+}
+
+impl RedisUrl {
+    /// Parses the `broker` setting.
+    pub fn parse(url: &str) -> Result<RedisUrl, String> {
+        let rest = url
+            .strip_prefix("redis://")
+            .ok_or_else(|| format!("{url:?}: a Redis broker URL starts with redis://"))?;
+        let (auth, hostpath) = match rest.rsplit_once('@') {
+            Some((a, h)) => (Some(a), h),
+            None => (None, rest),
+        };
+        let (host, db) = match hostpath.split_once('/') {
+            Some((h, "")) => (h, 0),
+            Some((h, d)) => (
+                h,
+                d.parse()
+                    .map_err(|_| format!("{url:?}: the database after / must be a number"))?,
+            ),
+            None => (hostpath, 0),
+        };
+        if host.is_empty() {
+            return Err(format!("{url:?}: no host"));
+        }
+        let has_port = host
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            && !host.ends_with(']');
+        let addr = if has_port {
+            host.to_owned()
+        } else {
+            format!("{host}:6379")
+        };
+        let (username, password) = match auth {
+            None => (None, None),
+            Some(a) => match a.split_once(':') {
+                Some(("", p)) => (None, Some(p.to_owned())),
+                Some((u, p)) => (Some(u.to_owned()), Some(p.to_owned())),
+                None => (None, Some(a.to_owned())),
+            },
+        };
+        Ok(RedisUrl {
+            addr,
+            username,
+            password,
+            db,
+        })
+    }
+}
+
+/// Why a command got no answer. Every variant means the connection is gone.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// Redis could not be reached or the connection broke.
+    #[error("Redis unreachable: {0}")]
+    Io(#[from] io::Error),
+    /// Redis sent something that is not RESP.
+    #[error("Redis sent a malformed reply: {0}")]
+    Protocol(#[from] RespError),
+    /// A connection failed recently; the next attempt waits for the backoff.
+    #[error("Redis unreachable (retrying)")]
+    Down,
+    /// Redis refused the connection setup (AUTH, SELECT).
+    #[error("Redis refused the connection: {0}")]
+    Refused(String),
+}
+
+/// One connection, used by one caller at a time.
+pub struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already parsed.
+    start: usize,
+    limits: Limits,
+}
+
+impl Conn {
+    /// Connects, authenticates and selects the database, within `timeout` per step.
+    pub fn open(url: &RedisUrl, timeout: Duration, name: &str) -> Result<Conn, LinkError> {
+        let addrs: Vec<_> = url.addr.to_socket_addrs()?.collect();
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+        let mut stream = None;
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let stream = stream.ok_or(last)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let mut conn = Conn {
+            stream,
+            buf: Vec::with_capacity(4096),
+            start: 0,
+            limits: Limits::default(),
+        };
+        let mut setup: Vec<Vec<Vec<u8>>> = Vec::new();
+        if let Some(p) = &url.password {
+            let mut auth = vec![b"AUTH".to_vec()];
+            auth.extend(url.username.iter().map(|u| u.as_bytes().to_vec()));
+            auth.push(p.as_bytes().to_vec());
+            setup.push(auth);
+        }
+        if url.db != 0 {
+            setup.push(vec![b"SELECT".to_vec(), url.db.to_string().into_bytes()]);
+        }
+        setup.push(vec![
+            b"CLIENT".to_vec(),
+            b"SETNAME".to_vec(),
+            client_name(name).into_bytes(),
+        ]);
+        for reply in conn.call(&setup)? {
+            if let Value::Error(e) = reply {
+                return Err(LinkError::Refused(e));
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Sends `commands` in one write and reads one reply per command, in order.
+    pub fn call<A: AsRef<[u8]>>(&mut self, commands: &[Vec<A>]) -> Result<Vec<Value>, LinkError> {
+        self.send(commands)?;
+        (0..commands.len()).map(|_| self.read()).collect()
+    }
+
+    /// Sends commands without reading their replies (pub/sub mode, where replies come as pushes).
+    pub fn send<A: AsRef<[u8]>>(&mut self, commands: &[Vec<A>]) -> Result<(), LinkError> {
+        let mut out = Vec::new();
+        for c in commands {
+            resp::encode_command(&mut out, c);
+        }
+        self.stream.write_all(&out)?;
+        Ok(())
+    }
+
+    /// Reads the next value; a read timeout is an error (`WouldBlock`/`TimedOut`).
+    pub fn read(&mut self) -> Result<Value, LinkError> {
+        loop {
+            if let Some(v) = self.parsed()? {
+                return Ok(v);
+            }
+            self.fill()?;
+        }
+    }
+
+    /// The next value if the buffer already holds it, without reading.
+    pub fn parsed(&mut self) -> Result<Option<Value>, LinkError> {
+        let pending = self.buf.get(self.start..).unwrap_or_default();
+        match resp::parse(pending, &self.limits)? {
+            Some((v, used)) => {
+                self.start += used;
+                if self.start == self.buf.len() {
+                    self.buf.clear();
+                    self.start = 0;
+                }
+                Ok(Some(v))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Reads whatever the socket has (waiting up to the read timeout).
+    pub fn fill(&mut self) -> Result<(), LinkError> {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "Redis closed the connection",
+            )
+            .into());
+        }
+        self.buf
+            .extend_from_slice(chunk.get(..n).unwrap_or_default());
+        Ok(())
+    }
+
+    /// Changes the read timeout (the subscriber waits longer than a command does).
+    pub fn set_read_timeout(&self, t: Duration) -> io::Result<()> {
+        self.stream.set_read_timeout(Some(t))
+    }
+
+    /// A handle to write on while another thread reads.
+    pub fn writer(&self) -> io::Result<TcpStream> {
+        self.stream.try_clone()
+    }
+
+    /// Closes both directions, waking a thread blocked reading it.
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// `CLIENT SETNAME` allows no spaces or newlines.
+fn client_name(node: &str) -> String {
+    let clean: String = node
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect();
+    format!("clarion:{clean}")
+}
+
+/// A few connections publishers and resuming subscribers share; each call takes one for its
+/// whole pipeline, so replies never interleave.
+pub struct Pool {
+    url: RedisUrl,
+    timeout: Duration,
+    name: String,
+    slots: Vec<Mutex<Option<Conn>>>,
+    /// When the last connection attempt failed: no new attempt before the backoff has passed.
+    failed_at: Mutex<Option<Instant>>,
+    metrics: Arc<Metrics>,
+}
+
+/// How long after a failed connect callers are answered "down" without a new attempt.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(500);
+
+impl Pool {
+    /// A pool of `size` lazily opened connections.
+    pub fn new(
+        url: RedisUrl,
+        timeout: Duration,
+        name: &str,
+        size: usize,
+        metrics: Arc<Metrics>,
+    ) -> Pool {
+        Pool {
+            url,
+            timeout,
+            name: name.to_owned(),
+            slots: (0..size.max(1)).map(|_| Mutex::new(None)).collect(),
+            failed_at: Mutex::new(None),
+            metrics,
+        }
+    }
+
+    /// Runs `commands` as one pipeline on a free connection (or waits for one), returning one
+    /// reply per command. On any failure the connection is dropped.
+    pub fn call<A: AsRef<[u8]>>(&self, commands: &[Vec<A>]) -> Result<Vec<Value>, LinkError> {
+        self.metrics.broker_in_flight.fetch_add(1, Relaxed);
+        let out = self.call_inner(commands);
+        self.metrics.broker_in_flight.fetch_sub(1, Relaxed);
+        out
+    }
+
+    fn call_inner<A: AsRef<[u8]>>(&self, commands: &[Vec<A>]) -> Result<Vec<Value>, LinkError> {
+        // A free connection if there is one, else wait for one (chosen by a rotating index).
+        let free = self.slots.iter().find_map(|s| s.try_lock().ok());
+        let mut guard = match free {
+            Some(g) => g,
+            None => {
+                let i = self.metrics.broker_in_flight.load(Relaxed) as usize % self.slots.len();
+                match self.slots.get(i) {
+                    Some(slot) => lock(slot),
+                    None => return Err(LinkError::Down),
+                }
+            }
+        };
+        if guard.is_none() {
+            *guard = Some(self.connect()?);
+        }
+        let Some(conn) = guard.as_mut() else {
+            return Err(LinkError::Down);
+        };
+        match conn.call(commands) {
+            Ok(replies) => Ok(replies),
+            Err(e) => {
+                *guard = None;
+                self.metrics.broker_errors.fetch_add(1, Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    fn connect(&self) -> Result<Conn, LinkError> {
+        if lock(&self.failed_at).is_some_and(|t| t.elapsed() < CONNECT_BACKOFF) {
+            return Err(LinkError::Down);
+        }
+        match Conn::open(&self.url, self.timeout, &self.name) {
+            Ok(c) => {
+                *lock(&self.failed_at) = None;
+                Ok(c)
+            }
+            Err(e) => {
+                *lock(&self.failed_at) = Some(Instant::now());
+                self.metrics.broker_errors.fetch_add(1, Relaxed);
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_host_port_auth_and_db() {
+        let u = RedisUrl::parse("redis://127.0.0.1:6380").unwrap();
+        assert_eq!(u.addr, "127.0.0.1:6380");
+        assert_eq!((u.username, u.password, u.db), (None, None, 0));
+        let u = RedisUrl::parse("redis://me:s3cr:et@cache/2").unwrap();
+        assert_eq!(u.addr, "cache:6379");
+        assert_eq!(u.username.as_deref(), Some("me"));
+        assert_eq!(u.password.as_deref(), Some("s3cr:et"));
+        assert_eq!(u.db, 2);
+        let u = RedisUrl::parse("redis://:pw@[::1]:7000/").unwrap();
+        assert_eq!(
+            (u.addr.as_str(), u.password.as_deref()),
+            ("[::1]:7000", Some("pw"))
+        );
+        assert!(RedisUrl::parse("http://x").is_err());
+        assert!(RedisUrl::parse("redis://").is_err());
+        assert!(RedisUrl::parse("redis://h/x").is_err());
+    }
+
+    #[test]
+    fn client_names_have_no_spaces() {
+        assert_eq!(client_name("a b\n"), "clarion:a_b_");
+    }
+}

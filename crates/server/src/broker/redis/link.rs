@@ -1,0 +1,416 @@
+//! The reader thread: owns the subscriber connection, turns live messages into deliveries in
+//! order, fills holes from the streams, and reconnects with backoff.
+//!
+//! Each read is handled in three steps: parse every push it holds; apply them under the state
+//! lock at once (deliveries go to the inboxes under it, see [`super`]); then, without the lock,
+//! ask Redis for what the step found missing (positions of newly confirmed topics, holes) and
+//! apply the answers under the lock again.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clarion_proto::pubsub::wire;
+use clarion_proto::resp::Value;
+
+use super::conn::{Conn, LinkError};
+use super::{keys, topic_of, Core, Follow, State, Topic, MAX_HELD_BACK};
+use crate::hub::lock;
+use crate::message::{GapReason, Published};
+
+/// How long the subscriber connection may be silent before we ask with a `PING`.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// Backoff between reconnection attempts: doubled per failure, with jitter, up to the cap.
+const BACKOFF_START: Duration = Duration::from_millis(100);
+const BACKOFF_CAP: Duration = Duration::from_secs(5);
+
+/// Something to ask Redis after a read, outside the lock.
+enum Todo {
+    /// Learn where a newly (re)subscribed topic stands.
+    Position(Arc<str>),
+    /// Read offsets `from..=to` of the topic's current epoch.
+    Fill {
+        topic: Arc<str>,
+        epoch: Arc<str>,
+        from: u64,
+        to: u64,
+    },
+}
+
+/// The thread's body: sessions until asked to stop.
+pub(super) fn run(core: &Core) {
+    let mut backoff = BACKOFF_START;
+    let mut sessions = 0u64;
+    while !core.stop.load(Relaxed) {
+        let began = Instant::now();
+        let result = session(core, sessions);
+        sessions += 1;
+        disconnected(core);
+        if core.stop.load(Relaxed) {
+            return;
+        }
+        if let Err(e) = result {
+            crate::log::warn(format_args!("broker {}: {e}; reconnecting", core.url.addr));
+        }
+        if began.elapsed() > BACKOFF_CAP {
+            backoff = BACKOFF_START;
+        }
+        let jitter = Duration::from_millis(u64::from(core.nonce.load(Relaxed) as u32 % 100));
+        let until = Instant::now() + backoff + jitter;
+        while Instant::now() < until && !core.stop.load(Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        backoff = (backoff * 2).min(BACKOFF_CAP);
+    }
+}
+
+/// Marks the connection down: callers waiting to follow a topic are answered, and every topic
+/// must be confirmed and positioned again.
+fn disconnected(core: &Core) {
+    let mut st = lock(&core.state);
+    st.connected = false;
+    *lock(&core.writer) = None;
+    for t in st.topics.values_mut() {
+        t.follow = Follow::Idle;
+        t.unconfirmed = 0;
+        t.ready = false;
+    }
+    st.topics.retain(|_, t| !t.unused());
+    core.metrics.broker_connected.store(0, Relaxed);
+    core.changed.notify_all();
+}
+
+/// One connection's life: subscribe to every wanted topic, then read until it fails.
+fn session(core: &Core, sessions: u64) -> Result<(), LinkError> {
+    let mut conn = Conn::open(&core.url, core.timeout, &core.name)?;
+    conn.set_read_timeout(PING_EVERY)?;
+    {
+        let mut st = lock(&core.state);
+        *lock(&core.writer) = Some(conn.writer()?);
+        let mut cmds = Vec::new();
+        for (name, t) in &mut st.topics {
+            t.follow = Follow::Subscribing;
+            t.unconfirmed = 1;
+            cmds.push(vec![
+                b"SSUBSCRIBE".to_vec(),
+                keys(name)[2].clone().into_bytes(),
+            ]);
+        }
+        if !cmds.is_empty() {
+            core.send_sub(&cmds)?;
+        }
+        st.connected = true;
+        core.metrics.broker_connected.store(1, Relaxed);
+        if sessions > 0 {
+            core.metrics.broker_reconnects.fetch_add(1, Relaxed);
+            crate::log::info(format_args!(
+                "broker {}: reconnected, following {} topics again",
+                core.url.addr,
+                st.topics.len()
+            ));
+        }
+        core.changed.notify_all();
+    }
+    let mut ping_sent: Option<Instant> = None;
+    let mut todo = Vec::new();
+    loop {
+        if core.stop.load(Relaxed) {
+            return Ok(());
+        }
+        match conn.fill() {
+            Ok(()) => ping_sent = None,
+            Err(LinkError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                match ping_sent {
+                    Some(at) if at.elapsed() >= core.timeout => {
+                        core.metrics.broker_errors.fetch_add(1, Relaxed);
+                        return Err(LinkError::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "no answer to PING: the broker is stalled",
+                        )));
+                    }
+                    Some(_) => {}
+                    None => {
+                        core.send_sub(&[vec![b"PING".to_vec()]])?;
+                        ping_sent = Some(Instant::now());
+                    }
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        let mut pushes = Vec::new();
+        while let Some(v) = conn.parsed()? {
+            pushes.push(v);
+        }
+        apply(core, pushes, &mut todo);
+        while !todo.is_empty() {
+            let batch = std::mem::take(&mut todo);
+            for t in batch {
+                resolve(core, t, &mut todo)?;
+            }
+        }
+    }
+}
+
+/// Applies one read's pushes under the lock.
+fn apply(core: &Core, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
+    let mut st = lock(&core.state);
+    for v in pushes {
+        let Value::Array(parts) = v else {
+            if let Value::Error(e) = v {
+                crate::log::warn(format_args!("broker {}: {e}", core.url.addr));
+            }
+            continue;
+        };
+        let kind = parts.first().and_then(Value::as_bytes).unwrap_or_default();
+        let channel = parts.get(1).and_then(Value::as_bytes).unwrap_or_default();
+        let Some(topic) = topic_of(channel) else {
+            continue;
+        };
+        match kind {
+            b"smessage" => {
+                let Some(data) = parts.get(2).and_then(Value::as_bytes) else {
+                    continue;
+                };
+                on_message(core, &mut st, topic, data, todo);
+            }
+            b"ssubscribe" => {
+                let Some(name) = st.topics.get_key_value(topic).map(|(n, _)| Arc::clone(n)) else {
+                    continue;
+                };
+                if let Some(t) = st.topics.get_mut(topic) {
+                    t.unconfirmed = t.unconfirmed.saturating_sub(1);
+                    if t.unconfirmed == 0 && t.follow == Follow::Subscribing {
+                        t.follow = Follow::Live;
+                        todo.push(Todo::Position(name));
+                    }
+                }
+            }
+            b"sunsubscribe" => {
+                if let Some(t) = st.topics.get_mut(topic) {
+                    t.unconfirmed = t.unconfirmed.saturating_sub(1);
+                    if t.unconfirmed == 0 && t.follow == Follow::Idle && t.unused() {
+                        st.topics.remove(topic);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One live message of `topic`.
+fn on_message(core: &Core, st: &mut State, topic: &str, data: &[u8], todo: &mut Vec<Todo>) {
+    let Some((name, t)) = st.topics.get_key_value(topic) else {
+        return;
+    };
+    if t.follow != Follow::Live {
+        return;
+    }
+    let name = Arc::clone(name);
+    let (epoch, offset, body) = match wire::split_live(data) {
+        Ok(parts) => parts,
+        Err(e) => {
+            crate::log::warn(format_args!("broker: a message on {topic}: {e}"));
+            return;
+        }
+    };
+    let epoch: Arc<str> = match &t.epoch {
+        Some(e) if **e == *epoch => Arc::clone(e),
+        _ => Arc::from(epoch),
+    };
+    let Some(m) = core.message(&name, &epoch, offset, body) else {
+        return;
+    };
+    let Some(t) = st.topics.get_mut(topic) else {
+        return;
+    };
+    t.traffic.published += 1;
+    t.held.push(Arc::new(m));
+    if t.ready {
+        drain(core, &name, t, todo);
+    } else if t.held.len() > MAX_HELD_BACK {
+        t.held.remove(0);
+    }
+}
+
+/// Delivers what `t` holds back as far as it continues the topic's sequence; asks for a fill
+/// at the first hole; gives up on a hole (with a gap notice) when too much waits behind it.
+fn drain(core: &Core, name: &Arc<str>, t: &mut Topic, todo: &mut Vec<Todo>) {
+    if t.held.len() > 1 {
+        t.held.sort_by_key(|m| m.id);
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(m) = t.held.get(i).cloned() {
+        let same = t.epoch.as_deref() == Some(&*m.epoch);
+        if !same {
+            // Redis lost the topic's history and began a new epoch (or this is the first
+            // message of a topic that had none).
+            if let Some(old) = t.epoch.take() {
+                flush(core, t, &mut out);
+                core.notice(
+                    name,
+                    t,
+                    format!("{old}-{}", t.last),
+                    GapReason::Epoch,
+                    Arc::clone(&m.epoch),
+                    0,
+                );
+            }
+            t.epoch = Some(Arc::clone(&m.epoch));
+            t.last = 0;
+            t.filling = false;
+        }
+        if m.id <= t.last {
+            i += 1;
+            continue;
+        }
+        if m.id == t.last + 1 {
+            t.last = m.id;
+            out.push(m);
+            i += 1;
+            continue;
+        }
+        // A hole before m.
+        if t.held.len() - i > MAX_HELD_BACK {
+            flush(core, t, &mut out);
+            let epoch = Arc::clone(&m.epoch);
+            let at = m.id - 1;
+            core.notice(
+                name,
+                t,
+                format!("{epoch}-{}", t.last),
+                GapReason::Trimmed,
+                epoch,
+                at,
+            );
+            t.last = at;
+            t.filling = false;
+            continue;
+        }
+        if !t.filling {
+            t.filling = true;
+            todo.push(Todo::Fill {
+                topic: Arc::clone(name),
+                epoch: Arc::clone(&m.epoch),
+                from: t.last + 1,
+                to: m.id - 1,
+            });
+        }
+        break;
+    }
+    flush(core, t, &mut out);
+    t.held.drain(..i.min(t.held.len()));
+}
+
+fn flush(core: &Core, t: &Topic, out: &mut Vec<Arc<Published>>) {
+    if !out.is_empty() {
+        core.fan_out(t, out);
+        out.clear();
+    }
+}
+
+/// Asks Redis what a [`Todo`] needs, then applies the answer under the lock.
+fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError> {
+    match job {
+        Todo::Position(topic) => {
+            let remote = core.remote_position(&topic);
+            let mut st = lock(&core.state);
+            let Some(t) = st.topics.get_mut(&*topic) else {
+                return Ok(());
+            };
+            if t.follow != Follow::Live || t.ready {
+                return Ok(());
+            }
+            // Without its position a topic cannot be served: the session ends, and the next
+            // one subscribes and positions every topic again.
+            let (epoch, last) = remote?;
+            match (&t.epoch, epoch) {
+                // Followed before, same history: fill what was published meanwhile.
+                (Some(ours), Some(now)) if **ours == *now => {
+                    if last > t.last && !t.filling {
+                        t.filling = true;
+                        todo.push(Todo::Fill {
+                            topic: Arc::clone(&topic),
+                            epoch: now,
+                            from: t.last + 1,
+                            to: last,
+                        });
+                    }
+                }
+                // Followed before, and Redis now has another history (or none yet): the next
+                // message, of a new epoch, brings the gap notice (see `drain`).
+                (Some(_), _) => {}
+                // New here: everything after Redis's current position is live.
+                (None, now) => {
+                    t.epoch = now;
+                    t.last = last;
+                }
+            }
+            t.ready = true;
+            drain(core, &topic, t, todo);
+            core.changed.notify_all();
+        }
+        Todo::Fill {
+            topic,
+            epoch,
+            from,
+            to,
+        } => {
+            let read = core.read_range(&topic, &epoch, from, to);
+            let mut st = lock(&core.state);
+            let Some(t) = st.topics.get_mut(&*topic) else {
+                return Ok(());
+            };
+            t.filling = false;
+            if t.epoch.as_deref() != Some(&*epoch) || t.last + 1 != from {
+                drain(core, &topic, t, todo);
+                return Ok(());
+            }
+            match read {
+                Ok((Some(now), msgs)) if *now == *epoch => {
+                    let complete = msgs.len() as u64 == to - from + 1
+                        && msgs.first().is_some_and(|m| m.id == from);
+                    if complete {
+                        core.metrics.broker_holes_filled.fetch_add(1, Relaxed);
+                        t.held.extend(msgs);
+                    } else {
+                        core.notice(
+                            &topic,
+                            t,
+                            format!("{epoch}-{}", t.last),
+                            GapReason::Trimmed,
+                            Arc::clone(&epoch),
+                            to,
+                        );
+                        t.last = to;
+                    }
+                }
+                Ok(_) => {
+                    // The epoch changed under us: the next message of the new one says so.
+                }
+                Err(e) => {
+                    crate::log::warn(format_args!("broker: filling {topic}: {e}"));
+                    core.notice(
+                        &topic,
+                        t,
+                        format!("{epoch}-{}", t.last),
+                        GapReason::Trimmed,
+                        Arc::clone(&epoch),
+                        to,
+                    );
+                    t.last = to;
+                }
+            }
+            drain(core, &topic, t, todo);
+        }
+    }
+    Ok(())
+}

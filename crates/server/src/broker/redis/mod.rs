@@ -1,0 +1,940 @@
+//! The Redis broker: many Clarion processes and machines share topics, ids and history
+//! through one Redis (7.0 or later). The design and its guarantees are in `docs/cluster.md`.
+//!
+//! - **Ids per topic.** One script per publish ([`SCRIPT`]) takes the topic's next offset
+//!   (`HINCRBY`), appends the message to the topic's stream with the entry id `OFFSET-0`
+//!   (trimmed to `history_size`, expiring after `history_ttl`), and publishes `EPOCH OFFSET
+//!   BODY` on the topic's sharded channel (`SPUBLISH`). The epoch is a random string created
+//!   with the topic's metadata, so a Redis that lost its data shows up as a new epoch, never
+//!   as reused offsets. A message id is `EPOCH-OFFSET`, the same on every node.
+//! - **Interest.** A node subscribes (`SSUBSCRIBE`) to a topic's channel while it has a
+//!   subscriber to it, so its traffic follows its audience. Keys and channels carry the hash tag
+//!   of one of [`PARTITIONS`] partitions, so a topic's keys and channel live in one slot.
+//! - **Live order.** Each followed topic remembers its epoch and the last offset delivered;
+//!   the next message must be that plus one. A hole (pub/sub is at-most-once: a reconnect, an
+//!   output buffer limit) is filled from the stream, or announced with a gap notice.
+//! - **Resume.** A subscriber is counted (and so receives every later live message) before its
+//!   missed messages are read from the stream up to the offset delivered at that moment; the
+//!   two never overlap, and a stream that cannot cover the range yields a gap notice.
+//!
+//! Threads: callers (API threads, workers) run commands on a small [`conn::Pool`]; one reader
+//! thread ([`link`]) owns the subscriber connection, delivers live messages to the workers'
+//! inboxes under the state lock (the same lock subscribers are counted under, which is what
+//! makes a resume exact), and reconnects with backoff.
+
+pub mod conn;
+mod link;
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use clarion_proto::event_id;
+use clarion_proto::pubsub::wire;
+use clarion_proto::resp::Value;
+
+use self::conn::{LinkError, Pool, RedisUrl};
+use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
+use crate::config::HistoryLimits;
+use crate::hub::{lock, Inbox, TopicTraffic};
+use crate::message::{Attachment, Gap, GapReason, Published};
+use crate::metrics::Metrics;
+
+/// The publish script (see the module doc).
+pub const SCRIPT: &str = include_str!("script.lua");
+
+/// Hash-tag partitions topics are spread over (a Redis Cluster spreads them over its shards).
+pub const PARTITIONS: u32 = 64;
+
+/// Messages a topic may hold back while a hole before them is being filled; past it the hole
+/// is announced as a gap and delivery goes on, so a stalled fill cannot grow memory.
+const MAX_HELD_BACK: usize = 10_000;
+
+/// Connections publishers and resuming subscribers share.
+const POOL_SIZE: usize = 4;
+
+/// Turns the bytes of an attachment back into one (GRIP content travels this way).
+pub type AttachmentDecoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
+
+/// The clustered broker over Redis.
+pub struct RedisBroker {
+    core: Arc<Core>,
+    reader: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What the reader thread and the callers share.
+pub(crate) struct Core {
+    state: Mutex<State>,
+    /// Signalled when a topic becomes ready or the subscriber connection goes up or down.
+    changed: Condvar,
+    inboxes: Vec<Arc<Inbox>>,
+    metrics: Arc<Metrics>,
+    limits: HistoryLimits,
+    pool: Pool,
+    url: RedisUrl,
+    timeout: Duration,
+    name: String,
+    sha: String,
+    /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
+    writer: Mutex<Option<TcpStream>>,
+    stop: AtomicBool,
+    start: Instant,
+    decode_attachment: Option<AttachmentDecoder>,
+    /// Epoch candidates: unique per publish call within this process.
+    nonce: AtomicU64,
+    /// This process's own epoch, for what needs a process-unique prefix (GRIP connection ids).
+    node_epoch: String,
+}
+
+/// Topics this node follows, under the one lock.
+pub(crate) struct State {
+    topics: HashMap<Arc<str>, Topic>,
+    /// The subscriber connection is up.
+    connected: bool,
+}
+
+/// Where a topic's channel subscription stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Follow {
+    /// Not subscribed (or an unsubscribe is on its way).
+    Idle,
+    /// `SSUBSCRIBE` sent, not confirmed yet.
+    Subscribing,
+    /// Confirmed; live messages arrive. Ready once its position is known.
+    Live,
+}
+
+/// One topic this node follows.
+struct Topic {
+    per_worker: Box<[u32]>,
+    total: u64,
+    /// Subscribers on their way in (waiting for the topic to become ready).
+    joining: u32,
+    follow: Follow,
+    /// Subscribe/unsubscribe commands sent and not yet confirmed: only the confirmation of the
+    /// last one says where the subscription stands.
+    unconfirmed: u32,
+    /// The epoch and offset delivered last, known once the topic is ready.
+    epoch: Option<Arc<str>>,
+    last: u64,
+    ready: bool,
+    /// Messages that arrived before the topic was ready, or after a hole being filled.
+    held: Vec<Arc<Published>>,
+    /// A fill of the hole before `held` has been asked for.
+    filling: bool,
+    traffic: TopicTraffic,
+}
+
+impl Topic {
+    fn new(workers: usize) -> Topic {
+        Topic {
+            per_worker: vec![0; workers].into_boxed_slice(),
+            total: 0,
+            joining: 0,
+            follow: Follow::Idle,
+            unconfirmed: 0,
+            epoch: None,
+            last: 0,
+            ready: false,
+            held: Vec::new(),
+            filling: false,
+            traffic: TopicTraffic::default(),
+        }
+    }
+
+    fn unused(&self) -> bool {
+        self.total == 0 && self.joining == 0
+    }
+}
+
+/// The keys and channel of a topic: `clarion:{pN}:m:TOPIC`, `clarion:{pN}:s:TOPIC` and
+/// `clarion:{pN}:TOPIC`, `N` from a stable hash of the name.
+pub fn keys(topic: &str) -> [String; 3] {
+    let p = partition(topic);
+    [
+        format!("clarion:{{p{p}}}:m:{topic}"),
+        format!("clarion:{{p{p}}}:s:{topic}"),
+        format!("clarion:{{p{p}}}:{topic}"),
+    ]
+}
+
+/// FNV-1a: the same partition on every node and every version.
+fn partition(topic: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in topic.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % PARTITIONS
+}
+
+/// The topic a channel name is for.
+fn topic_of(channel: &[u8]) -> Option<&str> {
+    let s = std::str::from_utf8(channel).ok()?;
+    let rest = s.strip_prefix("clarion:{p")?;
+    let (_, topic) = rest.split_once("}:")?;
+    Some(topic)
+}
+
+impl RedisBroker {
+    /// Connects to Redis (the first connection is made now, so a wrong URL or password stops
+    /// startup with its reason) and starts the reader thread.
+    pub fn start(
+        url: &str,
+        node: &str,
+        timeout: Duration,
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<Metrics>,
+        limits: HistoryLimits,
+        decode_attachment: Option<AttachmentDecoder>,
+    ) -> Result<RedisBroker, String> {
+        let url = RedisUrl::parse(url)?;
+        let sha = sha1_hex(SCRIPT.as_bytes());
+        let pool = Pool::new(url.clone(), timeout, node, POOL_SIZE, Arc::clone(&metrics));
+        let loaded = pool
+            .call(&[vec![
+                b"SCRIPT".to_vec(),
+                b"LOAD".to_vec(),
+                SCRIPT.as_bytes().to_vec(),
+            ]])
+            .map_err(|e| format!("broker {}: {e}", url.addr))?;
+        if let Some(Value::Error(e)) = loaded.first() {
+            return Err(format!(
+                "broker {}: cannot load the publish script: {e}",
+                url.addr
+            ));
+        }
+        metrics.broker_configured.store(1, Relaxed);
+        let core = Arc::new(Core {
+            state: Mutex::new(State {
+                topics: HashMap::new(),
+                connected: false,
+            }),
+            changed: Condvar::new(),
+            inboxes,
+            metrics,
+            limits,
+            pool,
+            url,
+            timeout,
+            name: node.to_owned(),
+            sha,
+            writer: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            start: Instant::now(),
+            decode_attachment,
+            nonce: AtomicU64::new(0),
+            node_epoch: random_epoch(u64::MAX),
+        });
+        let reader = {
+            let core = Arc::clone(&core);
+            std::thread::Builder::new()
+                .name("clarion-redis".into())
+                .spawn(move || link::run(&core))
+                .map_err(|e| format!("cannot start the broker thread: {e}"))?
+        };
+        // Serve nothing before the subscriber connection is up: a subscription arriving first
+        // would be refused as if the broker were down.
+        let deadline = Instant::now() + timeout;
+        let mut st = lock(&core.state);
+        while !st.connected && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            st = core
+                .changed
+                .wait_timeout(st, left)
+                .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+        }
+        let up = st.connected;
+        drop(st);
+        let broker = RedisBroker {
+            core,
+            reader: Mutex::new(Some(reader)),
+        };
+        if !up {
+            return Err(format!(
+                "broker {}: the subscriber connection did not come up within {} ms",
+                broker.core.url.addr,
+                timeout.as_millis()
+            ));
+        }
+        Ok(broker)
+    }
+
+    /// Publishes `msgs` in order (one pipeline of script calls). A broker failure answers
+    /// [`Unavailable`]; messages before the failure may have been published.
+    pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
+        let core = &self.core;
+        let limits = &core.limits;
+        let size = if limits.enabled() {
+            limits.per_topic
+        } else {
+            0
+        };
+        let ttl = u64::from(limits.ttl).max(1);
+        let meta_ttl = ttl.max(META_TTL_SECS);
+        let mut commands = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            let [meta, stream, channel] = keys(m.topic);
+            let encoded = m.attachment.as_ref().and_then(|a| a.encode());
+            let mut body = Vec::with_capacity(m.payload.len() + 16);
+            wire::Body {
+                kind: m.kind,
+                event: m.event,
+                attachment: encoded.as_deref(),
+                payload: m.payload,
+            }
+            .encode(&mut body);
+            commands.push(vec![
+                b"EVALSHA".to_vec(),
+                core.sha.clone().into_bytes(),
+                b"2".to_vec(),
+                meta.into_bytes(),
+                stream.into_bytes(),
+                channel.into_bytes(),
+                body,
+                size.to_string().into_bytes(),
+                ttl.to_string().into_bytes(),
+                core.fresh_epoch().into_bytes(),
+                meta_ttl.to_string().into_bytes(),
+            ]);
+        }
+        let mut replies = core.pool.call(&commands).map_err(Unavailable::from)?;
+        if replies
+            .iter()
+            .any(|r| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")))
+        {
+            // Redis restarted (or flushed its scripts) since we loaded it: load it again and
+            // run the messages that did not run. NOSCRIPT means the call did nothing.
+            core.pool
+                .call(&[vec![
+                    b"SCRIPT".to_vec(),
+                    b"LOAD".to_vec(),
+                    SCRIPT.as_bytes().to_vec(),
+                ]])
+                .map_err(Unavailable::from)?;
+            let again: Vec<Vec<Vec<u8>>> = commands
+                .iter()
+                .zip(&replies)
+                .filter(|(_, r)| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")))
+                .map(|(c, _)| c.clone())
+                .collect();
+            let mut redone = core
+                .pool
+                .call(&again)
+                .map_err(Unavailable::from)?
+                .into_iter();
+            for r in &mut replies {
+                if matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")) {
+                    if let Some(v) = redone.next() {
+                        *r = v;
+                    }
+                }
+            }
+        }
+        let mut receipts = Vec::with_capacity(msgs.len());
+        for r in replies {
+            let Value::Array(parts) = r else {
+                let why = match r {
+                    Value::Error(e) => e,
+                    other => format!("unexpected answer {other:?}"),
+                };
+                core.metrics.broker_errors.fetch_add(1, Relaxed);
+                return Err(Unavailable(format!(
+                    "the broker refused the publish: {why}"
+                )));
+            };
+            let epoch = parts.first().and_then(Value::as_str).unwrap_or("0");
+            let offset = parts.get(1).and_then(Value::as_int).unwrap_or(0);
+            let nodes = parts.get(2).and_then(Value::as_int).unwrap_or(0);
+            receipts.push(Receipt {
+                id: format!("{epoch}-{offset}"),
+                subscribers: u64::try_from(nodes).unwrap_or(0),
+            });
+        }
+        core.metrics.published.fetch_add(msgs.len() as u64, Relaxed);
+        Ok(receipts)
+    }
+
+    /// Subscribes one connection of `worker` (see [`super::Broker::subscribe`]): the topics are
+    /// followed first (subscribed at Redis and positioned), then the subscriber is counted and
+    /// what it missed is read from the streams.
+    pub fn subscribe(
+        &self,
+        worker: usize,
+        topics: &[&str],
+        since: Since<'_>,
+        pending: &mut Vec<Arc<Published>>,
+    ) -> Result<Subscribed, Unavailable> {
+        let core = &self.core;
+        core.follow(topics)?;
+        let mut positions = Vec::with_capacity(topics.len());
+        let mut names = Vec::with_capacity(topics.len());
+        {
+            let mut st = lock(&core.state);
+            if let Some(inbox) = core.inboxes.get(worker) {
+                inbox.take(pending);
+            }
+            for &topic in topics {
+                let Some(name) = st.topics.get_key_value(topic).map(|(n, _)| Arc::clone(n)) else {
+                    continue;
+                };
+                if let Some(t) = st.topics.get_mut(topic) {
+                    t.joining = t.joining.saturating_sub(1);
+                    if let Some(n) = t.per_worker.get_mut(worker) {
+                        *n += 1;
+                        t.total += 1;
+                        core.metrics.subscriptions.fetch_add(1, Relaxed);
+                    }
+                    positions.push((t.epoch.clone(), t.last));
+                }
+                names.push(name);
+            }
+        }
+        let mut out = Subscribed {
+            names,
+            replay: Vec::new(),
+            gaps: Vec::new(),
+            position: String::new(),
+        };
+        out.position = joined_position(&out.names, &positions);
+        if let Since::Id(given) = since {
+            core.metrics.resumes.fetch_add(1, Relaxed);
+            let names = out.names.clone();
+            core.read_missed(given, &names, &positions, &mut out);
+            if !out.gaps.is_empty() {
+                core.metrics.resume_gaps.fetch_add(1, Relaxed);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records that `worker` lost a subscriber to `topic`; the last one unsubscribes the node.
+    pub fn unsubscribe(&self, worker: usize, topic: &str) {
+        let core = &self.core;
+        let mut st = lock(&core.state);
+        let Some(t) = st.topics.get_mut(topic) else {
+            return;
+        };
+        if let Some(n) = t.per_worker.get_mut(worker) {
+            if *n > 0 {
+                *n -= 1;
+                t.total -= 1;
+                core.metrics.subscriptions.fetch_sub(1, Relaxed);
+            }
+        }
+        if t.unused() {
+            core.release(&mut st, topic);
+        }
+    }
+
+    /// What a subscriber to `topics` would be replayed since `since`, from the streams.
+    pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
+        let core = &self.core;
+        let names: Vec<Arc<str>> = topics.iter().map(|&t| Arc::from(t)).collect();
+        let mut positions = Vec::with_capacity(topics.len());
+        for &t in topics {
+            positions.push(core.remote_position(t).unwrap_or((None, 0)));
+        }
+        let mut out = Subscribed {
+            names,
+            replay: Vec::new(),
+            gaps: Vec::new(),
+            position: String::new(),
+        };
+        out.position = joined_position(&out.names, &positions);
+        if let Since::Id(given) = since {
+            let names = out.names.clone();
+            core.read_missed(given, &names, &positions, &mut out);
+        }
+        out
+    }
+
+    /// Every topic this node follows (see [`super::Broker::visit_topics`]).
+    pub fn visit_topics(&self, mut visit: impl FnMut(&Arc<str>, u64, &mut TopicTraffic)) {
+        let mut st = lock(&self.core.state);
+        for (name, t) in &mut st.topics {
+            visit(name, t.total, &mut t.traffic);
+        }
+    }
+
+    /// A followed topic's subscribers on this node and traffic (history is in Redis: `held` 0).
+    pub fn topic_status(&self, topic: &str) -> Option<TopicStatus> {
+        let st = lock(&self.core.state);
+        st.topics.get(topic).map(|t| TopicStatus {
+            subscribers: t.total,
+            traffic: t.traffic,
+            held: 0,
+        })
+    }
+
+    /// This process's own epoch: a prefix unique to it (GRIP connection ids), and with `-0` a
+    /// resume "from the very start" of any topic.
+    pub fn epoch(&self) -> &str {
+        &self.core.node_epoch
+    }
+
+    /// Whether the subscriber connection is up.
+    pub fn connected(&self) -> bool {
+        lock(&self.core.state).connected
+    }
+
+    /// Wakes every worker.
+    pub fn wake_all(&self) {
+        for inbox in &self.core.inboxes {
+            inbox.wake();
+        }
+    }
+
+    /// Stops the reader thread (bounded by the command timeout).
+    pub fn shutdown(&self) {
+        self.core.stop.store(true, Relaxed);
+        if let Some(w) = lock(&self.core.writer).as_ref() {
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(h) = lock(&self.reader).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for RedisBroker {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Seconds a topic's metadata (epoch and offset) outlives its last publish, at least: long
+/// enough that a client away for a day resumes with an exact answer (a gap notice, or its
+/// messages) rather than a new epoch.
+const META_TTL_SECS: u64 = 86_400;
+
+/// The position of a subscription: its topic's id, or for several topics one `topic:id` per
+/// topic, comma-separated (topic names hold no commas). A resume from it is exact per topic.
+fn joined_position(names: &[Arc<str>], positions: &[(Option<Arc<str>>, u64)]) -> String {
+    let id = |(e, last): &(Option<Arc<str>>, u64)| match e {
+        Some(e) => format!("{e}-{last}"),
+        None => "0-0".to_owned(),
+    };
+    if let [one] = positions {
+        return id(one);
+    }
+    let ids: Vec<String> = names
+        .iter()
+        .zip(positions)
+        .map(|(n, p)| format!("{n}:{}", id(p)))
+        .collect();
+    ids.join(",")
+}
+
+/// A random epoch (up to 13 base-36 characters, 64 bits): the time and process id mixed with a
+/// per-call counter `n`, so no two calls of a process give the same one.
+fn random_epoch(n: u64) -> String {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 40)
+        ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finaliser: every input bit affects every output bit.
+    let mut x = seed;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    event_id::base36(x)
+}
+
+fn sha1_hex(data: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, data);
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl From<LinkError> for Unavailable {
+    fn from(e: LinkError) -> Unavailable {
+        Unavailable(e.to_string())
+    }
+}
+
+impl Core {
+    fn clock(&self) -> u32 {
+        self.start.elapsed().as_secs() as u32
+    }
+
+    /// A new random epoch for a topic created by this publish.
+    fn fresh_epoch(&self) -> String {
+        random_epoch(self.nonce.fetch_add(1, Relaxed))
+    }
+
+    /// Makes sure this node follows every one of `topics` and knows its position, counting the
+    /// caller as joining each (the count is turned into a subscriber by the caller, or undone
+    /// here on failure).
+    fn follow(&self, topics: &[&str]) -> Result<(), Unavailable> {
+        let deadline = Instant::now() + self.timeout;
+        let mut st = lock(&self.state);
+        let workers = self.inboxes.len();
+        for &topic in topics {
+            let t = st
+                .topics
+                .entry(Arc::from(topic))
+                .or_insert_with(|| Topic::new(workers));
+            t.joining += 1;
+        }
+        let mut to_send: Vec<String> = Vec::new();
+        loop {
+            if !st.connected {
+                self.abandon(&mut st, topics);
+                return Err(Unavailable(
+                    "the broker is unreachable (reconnecting)".to_owned(),
+                ));
+            }
+            let mut waiting = false;
+            to_send.clear();
+            for &topic in topics {
+                let Some(t) = st.topics.get_mut(topic) else {
+                    continue;
+                };
+                match t.follow {
+                    Follow::Live if t.ready => {}
+                    Follow::Idle => {
+                        t.follow = Follow::Subscribing;
+                        t.unconfirmed += 1;
+                        to_send.push(keys(topic)[2].clone());
+                        waiting = true;
+                    }
+                    _ => waiting = true,
+                }
+            }
+            if !to_send.is_empty() {
+                let cmds: Vec<Vec<Vec<u8>>> = to_send
+                    .iter()
+                    .map(|c| vec![b"SSUBSCRIBE".to_vec(), c.as_bytes().to_vec()])
+                    .collect();
+                if let Err(e) = self.send_sub(&cmds) {
+                    self.abandon(&mut st, topics);
+                    return Err(Unavailable(format!("the broker is unreachable: {e}")));
+                }
+            }
+            if !waiting {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.abandon(&mut st, topics);
+                self.metrics.broker_errors.fetch_add(1, Relaxed);
+                return Err(Unavailable(
+                    "the broker did not confirm the subscription in time".to_owned(),
+                ));
+            }
+            st = self
+                .changed
+                .wait_timeout(st, deadline - now)
+                .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+        }
+    }
+
+    /// Undoes the joining counts of a failed [`Core::follow`].
+    fn abandon(&self, st: &mut State, topics: &[&str]) {
+        for &topic in topics {
+            if let Some(t) = st.topics.get_mut(topic) {
+                t.joining = t.joining.saturating_sub(1);
+                if t.unused() {
+                    self.release(st, topic);
+                }
+            }
+        }
+    }
+
+    /// Stops following a topic nobody here wants any more.
+    fn release(&self, st: &mut State, topic: &str) {
+        let Some(t) = st.topics.get_mut(topic) else {
+            return;
+        };
+        if t.follow != Follow::Idle && st.connected {
+            let channel = keys(topic)[2].clone().into_bytes();
+            if self
+                .send_sub(&[vec![b"SUNSUBSCRIBE".to_vec(), channel]])
+                .is_ok()
+            {
+                t.unconfirmed += 1;
+            }
+        }
+        t.follow = Follow::Idle;
+        t.ready = false;
+        t.held.clear();
+        if t.unconfirmed == 0 {
+            st.topics.remove(topic);
+        }
+    }
+
+    /// Writes commands on the subscriber connection.
+    fn send_sub(&self, cmds: &[Vec<Vec<u8>>]) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut out = Vec::new();
+        for c in cmds {
+            clarion_proto::resp::encode_command(&mut out, c);
+        }
+        match lock(&self.writer).as_mut() {
+            Some(w) => w.write_all(&out),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "no subscriber connection",
+            )),
+        }
+    }
+
+    /// The epoch and last offset Redis holds for `topic` (`None` epoch: never published, or
+    /// lost).
+    fn remote_position(&self, topic: &str) -> Result<(Option<Arc<str>>, u64), LinkError> {
+        let [meta, _, _] = keys(topic);
+        let r = self.pool.call(&[vec![
+            b"HMGET".to_vec(),
+            meta.into_bytes(),
+            b"e".to_vec(),
+            b"s".to_vec(),
+        ]])?;
+        let (epoch, last) = match r.first() {
+            Some(Value::Array(v)) => (
+                v.first().and_then(Value::as_str).map(Arc::from),
+                v.get(1).and_then(Value::as_int).unwrap_or(0),
+            ),
+            _ => (None, 0),
+        };
+        Ok((epoch, u64::try_from(last).unwrap_or(0)))
+    }
+
+    /// Reads `topic`'s stream entries with offsets `from..=to`, as messages of `epoch`, and the
+    /// epoch Redis holds now. Entries that do not decode are skipped (and so show as a gap).
+    fn read_range(
+        &self,
+        topic: &Arc<str>,
+        epoch: &Arc<str>,
+        from: u64,
+        to: u64,
+    ) -> Result<(Option<String>, Vec<Arc<Published>>), LinkError> {
+        let [meta, stream, _] = keys(topic);
+        let replies = self.pool.call(&[
+            vec![
+                b"XRANGE".to_vec(),
+                stream.into_bytes(),
+                format!("{from}-0").into_bytes(),
+                format!("{to}-0").into_bytes(),
+            ],
+            vec![b"HGET".to_vec(), meta.into_bytes(), b"e".to_vec()],
+        ])?;
+        let now_epoch = replies.get(1).and_then(Value::as_str).map(str::to_owned);
+        let mut out = Vec::new();
+        if let Some(Value::Array(entries)) = replies.first() {
+            for entry in entries {
+                let Value::Array(parts) = entry else { continue };
+                let Some(offset) = parts
+                    .first()
+                    .and_then(Value::as_str)
+                    .and_then(|id| id.strip_suffix("-0"))
+                    .and_then(|n| n.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                let Some(Value::Array(fields)) = parts.get(1) else {
+                    continue;
+                };
+                let Some(body) = fields.get(1).and_then(Value::as_bytes) else {
+                    continue;
+                };
+                if let Some(m) = self.message(topic, epoch, offset, body) {
+                    out.push(Arc::new(m));
+                }
+            }
+        }
+        Ok((now_epoch, out))
+    }
+
+    /// A message from its body as Redis holds it.
+    fn message(
+        &self,
+        topic: &Arc<str>,
+        epoch: &Arc<str>,
+        offset: u64,
+        body: &[u8],
+    ) -> Option<Published> {
+        let b = match wire::decode(body) {
+            Ok(b) => b,
+            Err(e) => {
+                crate::log::warn(format_args!(
+                    "broker: message {epoch}-{offset} on {topic}: {e}"
+                ));
+                return None;
+            }
+        };
+        let mut m = Published::new(
+            Arc::clone(topic),
+            offset,
+            Arc::clone(epoch),
+            b.kind,
+            b.event.map(Into::into),
+            self.clock(),
+            b.payload,
+        );
+        if let (Some(bytes), Some(decode)) = (b.attachment, self.decode_attachment) {
+            m.attachment = decode(bytes);
+        }
+        Some(m)
+    }
+
+    /// Fills `out` with what a subscriber resuming from `given` missed on each topic, up to the
+    /// position it was counted at. `given` holds one id, or one per topic (comma-separated);
+    /// each id applies to the topic whose epoch it carries (epochs are random per topic).
+    fn read_missed(
+        &self,
+        given: &str,
+        names: &[Arc<str>],
+        positions: &[(Option<Arc<str>>, u64)],
+        out: &mut Subscribed,
+    ) {
+        // Each entry is `EPOCH-SEQ` or `topic:EPOCH-SEQ` (ids hold no colon).
+        let ids: Vec<(Option<&str>, event_id::EventId<'_>)> = given
+            .split(',')
+            .filter_map(|s| {
+                let s = s.trim();
+                match s.rsplit_once(':') {
+                    Some((t, id)) => Some((Some(t), event_id::parse(id).ok()?)),
+                    None => Some((None, event_id::parse(s).ok()?)),
+                }
+            })
+            .collect();
+        for (name, (epoch, last)) in names.iter().zip(positions) {
+            let gap = |reason| Gap {
+                topic: Arc::clone(name),
+                since: given.to_owned(),
+                reason,
+            };
+            // This topic's entry: named for it, else the unnamed id of its epoch, else an
+            // unnamed id from the very start (`…-0`).
+            let named = ids
+                .iter()
+                .find(|(t, _)| *t == Some(&**name))
+                .map(|(_, i)| *i);
+            let unnamed = || {
+                let mut plain = ids.iter().filter(|(t, _)| t.is_none()).map(|(_, i)| *i);
+                let all: Vec<_> = plain.by_ref().collect();
+                all.iter()
+                    .find(|i| Some(i.epoch) == epoch.as_deref())
+                    .or_else(|| all.iter().find(|i| i.seq == 0))
+                    .copied()
+            };
+            let mine = named.or_else(unnamed);
+            let Some(epoch) = epoch else {
+                // Nothing published in Redis's present history. From the very start there is
+                // nothing to miss; from anything else there is.
+                if mine.is_none_or(|i| i.seq != 0) {
+                    out.gaps.push(gap(GapReason::Epoch));
+                }
+                continue;
+            };
+            let from = mine.and_then(|i| (i.epoch == &**epoch || i.seq == 0).then_some(i.seq));
+            let (reason, from) = match from {
+                Some(seq) if seq <= *last => (None, seq),
+                _ => (Some(GapReason::Epoch), 0),
+            };
+            if from == *last {
+                if let Some(r) = reason {
+                    out.gaps.push(gap(r));
+                }
+                continue;
+            }
+            match self.read_range(name, epoch, from + 1, *last) {
+                Ok((now, msgs)) => {
+                    let complete = now.as_deref() == Some(&**epoch)
+                        && msgs.first().is_some_and(|m| m.id == from + 1)
+                        && msgs.len() as u64 == *last - from;
+                    match reason {
+                        Some(r) => out.gaps.push(gap(r)),
+                        None if !complete => out.gaps.push(gap(GapReason::Trimmed)),
+                        None => {}
+                    }
+                    if now.as_deref() == Some(&**epoch) {
+                        out.replay.extend(msgs);
+                    }
+                }
+                Err(e) => {
+                    crate::log::warn(format_args!("broker: cannot read history of {name}: {e}"));
+                    out.gaps.push(gap(GapReason::Trimmed));
+                }
+            }
+        }
+    }
+
+    /// Hands `msgs` (of one topic, in order) to every worker with a subscriber to it. Called
+    /// with the state lock held, which is what orders deliveries with subscriptions.
+    fn fan_out(&self, t: &Topic, msgs: &[Arc<Published>]) {
+        for (w, n) in t.per_worker.iter().enumerate() {
+            if *n > 0 {
+                if let Some(inbox) = self.inboxes.get(w) {
+                    inbox.push(msgs.iter().cloned());
+                }
+            }
+        }
+    }
+
+    /// A live gap notice for `t`'s subscribers, positioned at `epoch-at`.
+    fn notice(
+        &self,
+        name: &Arc<str>,
+        t: &Topic,
+        since: String,
+        reason: GapReason,
+        epoch: Arc<str>,
+        at: u64,
+    ) {
+        self.metrics.broker_live_gaps.fetch_add(1, Relaxed);
+        let gap = Gap {
+            topic: Arc::clone(name),
+            since,
+            reason,
+        };
+        let m = Arc::new(Published::notice(
+            Arc::clone(name),
+            at,
+            epoch,
+            self.clock(),
+            &gap,
+        ));
+        self.fan_out(t, &[m]);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_a_partition_tag_and_channels_name_their_topic() {
+        let [m, s, c] = keys("news.eu");
+        let tag = &m[..m.find("}:").unwrap() + 1];
+        assert!(s.starts_with(tag) && c.starts_with(tag));
+        assert_eq!(topic_of(c.as_bytes()), Some("news.eu"));
+        assert_eq!(topic_of(b"other:{p1}:x"), None);
+        // Stable across versions: the hash is part of the data layout in Redis.
+        assert_eq!(partition("news.eu"), partition("news.eu"));
+        assert!((0..1000).map(|i| partition(&format!("t{i}"))).max() < Some(PARTITIONS));
+    }
+
+    #[test]
+    fn the_script_hash_is_sha1_hex() {
+        assert_eq!(sha1_hex(b"abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+    }
+
+    #[test]
+    fn positions_join_per_topic() {
+        let names: Vec<Arc<str>> = vec!["a".into(), "b.c".into()];
+        assert_eq!(
+            joined_position(&names, &[(Some("ab".into()), 3), (None, 0)]),
+            "a:ab-3,b.c:0-0"
+        );
+        assert_eq!(
+            joined_position(&names[..1], &[(Some("ab".into()), 3)]),
+            "ab-3"
+        );
+    }
+}

@@ -1,0 +1,20 @@
+-- Publishes one message to one topic, atomically (docs/cluster.md).
+-- KEYS[1] the topic's metadata hash (epoch `e`, last offset `s`), KEYS[2] its stream.
+-- ARGV: 1 channel, 2 body, 3 history size, 4 history seconds, 5 a fresh epoch, 6 meta seconds.
+-- Returns {epoch, offset, nodes that received it}.
+local epoch = redis.call('HGET', KEYS[1], 'e')
+if not epoch then
+  -- A new history: whatever stream a lost or expired epoch left behind is not part of it.
+  epoch = ARGV[5]
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'e', epoch)
+end
+local offset = redis.call('HINCRBY', KEYS[1], 's', 1)
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+if tonumber(ARGV[3]) > 0 then
+  -- Entry ids are OFFSET-0, so a resume reads exactly the offsets it missed.
+  redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[3], offset .. '-0', 'd', ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
+local nodes = redis.call('SPUBLISH', ARGV[1], epoch .. ' ' .. offset .. ' ' .. ARGV[2])
+return {epoch, offset, nodes}
