@@ -573,6 +573,8 @@ def main():
                     help="keep `curl -N` open on this API path during runs (e.g. /dashboard/feed)")
     ap.add_argument("--watch-peers", default="clarion",
                     help="peers whose runs --watch applies to (comma-separated)")
+    ap.add_argument("--port-base", type=int, default=19000,
+                    help="peer i listens on PORT_BASE + 10 i and the next ports (default 19000)")
     ap.add_argument("--source-base", type=int, default=100,
                     help="the bench's clients connect from 127.0.0.B and up (default 100)")
     ap.add_argument("--table-from", help="print the table of an earlier --out-json, run nothing")
@@ -620,7 +622,7 @@ def main():
             if t not in TRANSPORTS[base]:
                 notes.append(f"{label(p)}: skipped for {t.upper()} (it does not serve it here)")
                 continue
-            plan.append((p, t, 19000 + 10 * i))
+            plan.append((p, t, args.port_base + 10 * i))
     # The Node and Python peers live in bench/peers/.env; Pushpin and nchan are Debian packages.
     system = {"pushpin": "pushpin", "nchan": "nginx"}
     built = ("clarion", "clarion-grip", "clarion-ref", *WITH_REDIS, *builders)
