@@ -28,6 +28,23 @@ the peers, ratios are against it when plain `clarion` is not in the run.
 before/after comparison of a change in one run, under the same machine noise. It is skipped with
 a note when the variable is not set.
 
+`uws-cpp` is µWebSockets C++ itself (bench/peers/uws_server.cpp), built at run time by
+bench/peers/build_uws.sh from a checkout of uNetworking/uWebSockets (and uSockets) named by
+`UWS_SRC` (and `USOCKETS_SRC`), outside this repository; skipped with a note when they are not
+set. `centrifuge` is github.com/centrifugal/centrifuge, the Go library Centrifugo is built on
+(bench/peers/centrifuge/, fetched from the Go module proxy and built at run time; skipped when
+`go` is missing): its clients send `{"id":1,"connect":{}}` (the bench's `--ws-hello`) and are
+subscribed server-side.
+
+A peer may name its thread count after `@`: `clarion@1` is `clarion serve --workers 1`,
+`uws-cpp@2` runs two µWebSockets event loops, `centrifuge@1` sets GOMAXPROCS=1 (also
+`clarion-ref@N`). Without it each runs as it does by default (Clarion: one worker per core;
+µWebSockets: one loop; Centrifuge: GOMAXPROCS = cores). Compare peers at equal counts:
+
+    UWS_SRC=/work/peers/uWebSockets python3 bench/compare.py --scenario ticker -n 15000 \
+        --repeats 3 --peers clarion,clarion@1,uws-cpp@1,uws-cpp@2,centrifuge@1,centrifuge@2 \
+        -- -m 30 --interval-ms 500 --size 32
+
 `--watch PATH` keeps one `curl -N http://API/PATH` open on the API listener of each peer named in
 `--watch-peers` (default `clarion`) for the whole of its runs, and closes it after: the cost of a
 long-lived reader of the API, such as the dashboard's feed, measured against the same server
@@ -62,12 +79,14 @@ CLARION_REF = pathlib.Path(os.environ["CLARION_REF_BIN"]) if os.environ.get("CLA
     else None
 VENV_PY = ENV / "venv" / "bin" / "python"
 ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
-       "clarion-grip", "clarion-ref", "clarion-redis", "clarion-cluster"]
+       "clarion-grip", "clarion-ref", "clarion-redis", "clarion-cluster", "uws-cpp",
+       "centrifuge"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
     "clarion-grip": {"sse"}, "clarion-ref": {"ws", "sse"},
-    "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"},
+    "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"}, "uws-cpp": {"ws"},
+    "centrifuge": {"ws"},
 }
 LABELS = {
     "clarion": "Clarion", "uws": "uWebSockets.js (npm uwebsockets)",
@@ -78,9 +97,57 @@ LABELS = {
     "clarion-ref": "Clarion, reference build (CLARION_REF_BIN)",
     "clarion-redis": "Clarion, one process with a Redis broker",
     "clarion-cluster": "Clarion, 3 processes joined by Redis (--processes 3)",
+    "uws-cpp": "µWebSockets C++ (built from its repository)",
+    "centrifuge": "Centrifuge (Go)",
 }
 # Peers that run with a private redis-server (its CPU is reported apart from the server's).
 WITH_REDIS = {"clarion-redis", "clarion-cluster"}
+# Peers that take a thread count after `@`.
+THREADED = {"clarion", "clarion-ref", "uws-cpp", "centrifuge"}
+# What a client of the peer says first, once its WebSocket is open (`clarion bench --ws-hello`).
+HELLO = {"centrifuge": '{"id":1,"connect":{}}'}
+UWS_BIN = ENV / "uws_server"
+CENTRIFUGE_BIN = ENV / "centrifuge-peer"
+
+
+def split_peer(spec):
+    """`name@threads` -> (name, threads or None)."""
+    name, _, threads = spec.partition("@")
+    if threads and (name not in THREADED or not threads.isdigit() or int(threads) < 1):
+        raise SystemExit(f"{spec}: a thread count is for {', '.join(sorted(THREADED))} only")
+    return name, int(threads) if threads else None
+
+
+def label(spec):
+    name, threads = split_peer(spec)
+    if threads is None:
+        return LABELS[name]
+    return f"{LABELS[name]}, {threads} thread{'s' if threads > 1 else ''}"
+
+
+def build_uws():
+    """Builds µWebSockets C++ from UWS_SRC into .env; None when done, or why it was skipped."""
+    if not os.environ.get("UWS_SRC"):
+        return "skipped (set UWS_SRC to a checkout of github.com/uNetworking/uWebSockets)"
+    r = subprocess.run(["sh", str(PEERS_DIR / "build_uws.sh"), str(UWS_BIN)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        return f"skipped ({why})"
+    return None
+
+
+def build_centrifuge():
+    """Builds the Centrifuge peer with the Go toolchain; None when done, or why it was skipped."""
+    if not shutil.which("go"):
+        return "skipped (no Go toolchain: https://go.dev/dl/)"
+    ENV.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["go", "build", "-o", str(CENTRIFUGE_BIN), "."],
+                       cwd=PEERS_DIR / "centrifuge", capture_output=True, text=True)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        return f"skipped (go build failed: {why})"
+    return None
 # The per-process open-files limit here is 20,000 (hard); servers get all of it.
 NOFILE = 20000
 
@@ -125,10 +192,11 @@ class Server:
     """One peer, started on (port, api): `main` is the server process (whose descendants are
     counted), `helpers` are not counted."""
 
-    def __init__(self, name, port, api, workdir):
+    def __init__(self, spec, port, api, workdir):
+        name, self.threads = split_peer(spec)
         self.name, self.port, self.api, self.workdir = name, port, api, workdir
         self.main, self.helpers, self.redis = None, [], None
-        self.log = open(workdir / f"{name}.log", "w")
+        self.log = open(workdir / f"{spec}.log", "w")
 
     def spawn(self, argv, **kw):
         return subprocess.Popen([str(a) for a in argv], stdout=self.log, stderr=subprocess.STDOUT,
@@ -139,9 +207,14 @@ class Server:
         p, a, n = self.port, self.api, self.name
         if n in ("clarion", "clarion-ref"):
             binary = CLARION if n == "clarion" else CLARION_REF
+            workers = ["--workers", self.threads] if self.threads else []
             self.main = self.spawn([binary, "serve", "--listen", f"127.0.0.1:{p}",
                                     "--api-listen", f"127.0.0.1:{a}",
-                                    "--max-connections-per-address", 0])
+                                    "--max-connections-per-address", 0, *workers])
+        elif n == "uws-cpp":
+            self.main = self.spawn([UWS_BIN, p, a, self.threads or 1])
+        elif n == "centrifuge":
+            self.main = self.spawn([CENTRIFUGE_BIN, p, a, *([self.threads] if self.threads else [])])
         elif n in WITH_REDIS:
             # Redis on api + 5, without persistence: the broker's own cost, not the disk's.
             self.redis = self.spawn(["redis-server", "--port", a + 5, "--bind", "127.0.0.1",
@@ -333,6 +406,7 @@ def bench_args(args):
 
 def run_one(name, transport, args, port, workdir, tag):
     server = Server(name, port, port + 1, workdir)
+    base, _ = split_peer(name)
     try:
         server.start()
     except (RuntimeError, OSError) as e:
@@ -340,7 +414,7 @@ def run_one(name, transport, args, port, workdir, tag):
     out = workdir / f"{tag}.json"
     pids = server.pids()
     watcher = None
-    if args.watch and name in args.watch_peers:
+    if args.watch and (name in args.watch_peers or base in args.watch_peers):
         # A reader of the API for the whole run (the dashboard's feed, say); not counted in the
         # server's CPU (curl is its own process), only what serving it costs the server is.
         watcher = subprocess.Popen(["curl", "-sN", "-o", "/dev/null",
@@ -352,6 +426,10 @@ def run_one(name, transport, args, port, workdir, tag):
             return {"error": f"--watch {args.watch}: curl exited with {watcher.returncode}"}
     cmd = [str(CLARION), "bench", "--target", f"127.0.0.1:{port}", "--api", f"127.0.0.1:{port + 1}",
            "--server-pid", ",".join(map(str, pids)), "--transport", transport,
+           *(["--ws-hello", HELLO[base]] if base in HELLO else []),
+           # Source addresses of this run's own (127.0.0.B and up), away from the .2 and .3
+           # that another `clarion bench` on the machine uses by default.
+           "--source-base", str(args.source_base),
            "--json", str(out), *bench_args(args)]
     started = time.time()
     redis_before = server.redis_cpu()
@@ -389,6 +467,8 @@ def metrics(b, planned=()):
         "deliveries_per_s": b.get("deliveries_per_second"),
         "p50_ms": b["latency"]["p50"] / 1000,
         "p99_ms": b["latency"]["p99"] / 1000,
+        # The worst-treated 1% of subscribers: their mean latency over the run.
+        "conn_mean_p99_ms": (b.get("connection_means") or {}).get("p99", 0) / 1000 or None,
         "opened": b.get("opened"),
         "lost": v["missing"], "dup": v["duplicated"], "reordered": v["reordered"],
     }
@@ -424,6 +504,8 @@ def table(args, results, notes):
             ("cpu_per_million", "server CPU-s / 1M deliveries", 1, True),
             ("deliveries_per_s", "deliveries/s", 0, True),
             ("p50_ms", "p50 ms", 1, True), ("p99_ms", "p99 ms", 1, True)]
+    if args.scenario == "ticker":
+        cols += [("conn_mean_p99_ms", "p99 of per-subscriber mean ms", 1, True)]
     if args.scenario == "churn":
         cols += [("fds_left", "fds left", 0, False), ("rss_left_mib", "RSS left MiB", 1, False)]
     planned = planned_steps(args)
@@ -442,18 +524,20 @@ def table(args, results, notes):
             med[key] = {c: median([m.get(c) for m in ms]) for c in
                         [c[0] for c in cols] + step_keys + ["lost", "dup", "reordered", "opened"]}
             med[key]["runs"] = len(ms)
-        base_name = next((b for b in ("clarion", "clarion-grip") if (b, transport) in med),
-                         "clarion")
+        # Plain Clarion first, then Clarion at any thread count, then the GRIP proxy.
+        base_name = next((b for b in ("clarion", *[k[0] for k in keys if
+                                                  split_peer(k[0])[0] == "clarion"],
+                                      "clarion-grip") if (b, transport) in med), "clarion")
         base = med.get((base_name, transport), {})
         head = ["server"] + [f"user-space B/conn at {int(k.split('@')[1]):,}" for k in step_keys] \
             + [c[1] for c in cols] + ["opened", "lost / dup / reordered", "runs"]
         lines.append(f"\n**{args.scenario}, {transport.upper()}, -n {args.n}** (medians; "
-                     f"ratio to {LABELS[base_name]} in brackets)\n")
+                     f"ratio to {label(base_name)} in brackets)\n")
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for key in keys:
             m = med[key]
-            row = [LABELS[key[0]]]
+            row = [label(key[0])]
             for c in step_keys + [c[0] for c in cols]:
                 digits = next((d for k, _, d, _ in cols if k == c), 0)
                 ratio_ok = next((r for k, _, _, r in cols if k == c), True)
@@ -489,6 +573,10 @@ def main():
                     help="keep `curl -N` open on this API path during runs (e.g. /dashboard/feed)")
     ap.add_argument("--watch-peers", default="clarion",
                     help="peers whose runs --watch applies to (comma-separated)")
+    ap.add_argument("--port-base", type=int, default=19000,
+                    help="peer i listens on PORT_BASE + 10 i and the next ports (default 19000)")
+    ap.add_argument("--source-base", type=int, default=100,
+                    help="the bench's clients connect from 127.0.0.B and up (default 100)")
     ap.add_argument("--table-from", help="print the table of an earlier --out-json, run nothing")
     ap.add_argument("bench_extra", nargs="*", help="more clarion bench flags, after --")
     args = ap.parse_args()
@@ -507,24 +595,39 @@ def main():
     if not CLARION.exists():
         raise SystemExit("build first: cargo build --release")
     notes, plan = [], []
+    for p in peers:
+        if split_peer(p)[0] not in TRANSPORTS:
+            raise SystemExit(f"unknown peer {p}; known: {','.join(ALL)}")
+    # Peers built at run time, from sources outside the repository or the Go module proxy.
+    builders = {"uws-cpp": build_uws, "centrifuge": build_centrifuge}
+    unbuilt = {}
+    for b in dict.fromkeys(split_peer(p)[0] for p in peers):
+        if b in builders:
+            print(f"building {b} ...", flush=True)
+            why = builders[b]()
+            if why:
+                unbuilt[b] = why
+                notes.append(f"{LABELS[b]}: {why}")
     for t in args.transports:
         for i, p in enumerate(peers):
-            if p not in TRANSPORTS:
-                raise SystemExit(f"unknown peer {p}; known: {','.join(ALL)}")
-            if p == "clarion-ref" and CLARION_REF is None:
+            base = split_peer(p)[0]
+            if base in unbuilt:
+                continue
+            if base == "clarion-ref" and CLARION_REF is None:
                 if t == args.transports[0]:
-                    notes.append(f"{LABELS[p]}: skipped (CLARION_REF_BIN is not set)")
+                    notes.append(f"{label(p)}: skipped (CLARION_REF_BIN is not set)")
                 continue
-            if p == "clarion-ref" and not CLARION_REF.exists():
+            if base == "clarion-ref" and not CLARION_REF.exists():
                 raise SystemExit(f"CLARION_REF_BIN: no such file: {CLARION_REF}")
-            if t not in TRANSPORTS[p]:
-                notes.append(f"{LABELS[p]}: skipped for {t.upper()} (it does not serve it here)")
+            if t not in TRANSPORTS[base]:
+                notes.append(f"{label(p)}: skipped for {t.upper()} (it does not serve it here)")
                 continue
-            plan.append((p, t, 19000 + 10 * ALL.index(p)))
+            plan.append((p, t, args.port_base + 10 * i))
     # The Node and Python peers live in bench/peers/.env; Pushpin and nchan are Debian packages.
     system = {"pushpin": "pushpin", "nchan": "nginx"}
-    missing = [p for p, _, _ in plan if p not in ("clarion", "clarion-grip", "clarion-ref")
-               and p not in WITH_REDIS and (not shutil.which(system[p]) if p in system else not ENV.exists())]
+    built = ("clarion", "clarion-grip", "clarion-ref", *WITH_REDIS, *builders)
+    missing = [p for p, _, _ in plan if split_peer(p)[0] not in built
+               and (not shutil.which(system[p]) if p in system else not ENV.exists())]
     if missing:
         raise SystemExit("peers are not installed: bash bench/peers/setup.sh")
     binary_at_start = hashlib.sha256(CLARION.read_bytes()).hexdigest()[:16]
@@ -552,11 +655,11 @@ def main():
     for (p, t), runs in results.items():
         cpu = [r["redis_cpu_s"] for r in runs if "bench" in r and "redis_cpu_s" in r]
         if cpu:
-            notes.append(f"{LABELS[p]} {t.upper()}: Redis used {median(cpu):.2f} CPU-s per run "
+            notes.append(f"{label(p)} {t.upper()}: Redis used {median(cpu):.2f} CPU-s per run "
                          f"(median of {len(cpu)})")
         bad = [r.get("error") for r in runs if "bench" not in r]
         if bad:
-            notes.append(f"{LABELS[p]} {t.upper()}: {len(bad)} of {len(runs)} runs failed: {bad[0]}")
+            notes.append(f"{label(p)} {t.upper()}: {len(bad)} of {len(runs)} runs failed: {bad[0]}")
     md = table(args, results, notes)
     print(md)
     out_json.write_text(json.dumps({

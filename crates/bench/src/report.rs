@@ -202,6 +202,16 @@ pub fn print_text(a: &BenchArgs, o: &Outcome) {
         l.p999 as f64 / 1e3,
         l.max as f64 / 1e3
     );
+    let m = &o.connection_means;
+    if m.count > 0 {
+        println!(
+            "per-connection   mean latency (ms) over connections: p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",
+            m.p50 as f64 / 1e3,
+            m.p90 as f64 / 1e3,
+            m.p99 as f64 / 1e3,
+            m.max as f64 / 1e3
+        );
+    }
     if a.interval_ms > 0 {
         println!("clumps           {} messages arrived bunched", o.clumped);
     }
@@ -290,6 +300,7 @@ pub(crate) mod tests {
             expected: 4,
             verdict: Default::default(),
             latency: Default::default(),
+            connection_means: Default::default(),
             clumped: 0,
             deliveries_per_second: 1.0,
             server_cpu_per_million: None,

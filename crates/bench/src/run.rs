@@ -92,6 +92,14 @@ pub struct BenchArgs {
     /// The server name to ask for and verify over TLS.
     #[arg(long, default_value = "localhost")]
     pub tls_name: String,
+    /// A text message every WebSocket client sends as soon as it is open: a peer's own
+    /// protocol greeting, such as Centrifuge's connect command `{"id":1,"connect":{}}`.
+    #[arg(long)]
+    pub ws_hello: Option<String>,
+    /// Worker processes connect from 127.0.0.B, 127.0.0.B+1, ...: another B keeps this run's
+    /// source ports apart from another bench's on the same machine.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=250))]
+    pub source_base: u8,
 }
 
 /// Presets.
@@ -166,6 +174,9 @@ pub struct Outcome {
     pub latency: Summary,
     /// Messages bunched behind another (ticker feeds).
     pub clumped: u64,
+    /// Each connection's mean latency, microseconds, as percentiles over connections: a wide
+    /// spread means the fan-out favours some subscribers over others every time.
+    pub connection_means: Summary,
     /// Deliveries per second during publishing.
     pub deliveries_per_second: f64,
     /// Server CPU seconds per million deliveries.
@@ -441,7 +452,14 @@ fn spawn_worker(
         .collect();
     let job = Job {
         target: a.target,
-        source: format!("127.0.0.{}", 2 + w % 250).parse()?,
+        // 127.0.0.1 to .254, wrapping: never the broadcast .255.
+        source: std::net::Ipv4Addr::new(
+            127,
+            0,
+            0,
+            (1 + (usize::from(a.source_base) - 1 + w) % 254) as u8,
+        )
+        .into(),
         transport: match a.transport {
             TransportArg::Ws => Transport::Ws,
             TransportArg::Sse => Transport::Sse,
@@ -450,6 +468,7 @@ fn spawn_worker(
         topics,
         connect_rate: per_proc_rate,
         interval_us: a.interval_ms * 1000,
+        hello: a.ws_hello.clone(),
         tls: match &a.tls_ca {
             Some(path) => Some(crate::worker::TlsJob {
                 ca_pem: std::fs::read_to_string(path)
@@ -704,11 +723,13 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     let _ = sampler.join();
     let mut samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
     let mut latency = Latency::default();
+    let mut means = Latency::default();
     let mut verdict = Verdict::default();
     let mut errors: HashMap<String, u64> = HashMap::new();
     let (mut clumped, mut opened, mut bench_cpu) = (0, 0, 0.0);
     for r in &reports {
         latency.merge(&r.latency);
+        means.merge(&r.connection_means);
         verdict.add(&r.verdict);
         for (k, v) in &r.errors {
             *errors.entry(k.clone()).or_default() += v;
@@ -737,6 +758,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         expected,
         verdict,
         latency: latency.summary(),
+        connection_means: means.summary(),
         clumped,
         deliveries_per_second: delivered as f64 / pub_secs.max(1e-3),
         server_cpu_per_million: pub_cpu

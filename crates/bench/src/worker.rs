@@ -50,6 +50,9 @@ pub struct Job {
     pub connect_rate: u32,
     /// Interval of a steady feed in microseconds, for clump detection (0: none).
     pub interval_us: u64,
+    /// A text message each WebSocket sends once open (a peer's protocol greeting).
+    #[serde(default)]
+    pub hello: Option<String>,
     /// Connect over TLS, trusting this CA.
     #[serde(default)]
     pub tls: Option<TlsJob>,
@@ -103,6 +106,10 @@ pub struct Report {
     pub latency: Buckets,
     /// Messages that arrived bunched behind another (steady feeds only).
     pub clumped: u64,
+    /// Each connection's mean publish-to-receive latency (one sample per connection that
+    /// received anything): how evenly a fan-out treats its subscribers.
+    #[serde(default)]
+    pub connection_means: Buckets,
     /// Seconds to open all connections.
     pub connect_seconds: f64,
     /// This process's CPU time (user + system), seconds.
@@ -142,6 +149,8 @@ struct Conn {
     buf: Vec<u8>,
     check: SeqChecker,
     clumps: Clumps,
+    /// Latencies of the messages counted, summed (µs): the connection's mean at the end.
+    latency_sum: u64,
 }
 
 const STDIN: Token = Token(usize::MAX - 1);
@@ -300,6 +309,7 @@ pub fn main() -> anyhow::Result<()> {
                             .unwrap_or(0)
             });
             if all || Instant::now() >= *deadline {
+                let mut means = Latency::default();
                 for c in &conns {
                     let expected = topic_names
                         .get(c.topic as usize)
@@ -312,7 +322,11 @@ pub fn main() -> anyhow::Result<()> {
                         report.verdict.missing += expected;
                     }
                     report.clumped += c.clumps.clumped;
+                    if let Some(mean) = c.latency_sum.checked_div(c.check.received()) {
+                        means.record(mean);
+                    }
                 }
+                report.connection_means = means.buckets();
                 for t in &never_opened {
                     report.verdict.missing += topic_names
                         .get(*t as usize)
@@ -377,6 +391,7 @@ fn open(
         buf: Vec::new(),
         check: SeqChecker::default(),
         clumps: Clumps::default(),
+        latency_sum: 0,
     })
 }
 
@@ -510,7 +525,7 @@ fn consume(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<usize, String>
         let rest = input.get(at..).unwrap_or_default();
         let used = match (cx.job.transport, &c.phase) {
             (Transport::Poll, _) => poll_answer(c, rest, cx)?,
-            (transport, Phase::Head) => handshake_answer(c, rest, transport)?,
+            (transport, Phase::Head) => handshake_answer(c, rest, transport, cx.job)?,
             (Transport::Ws, _) => ws_frame(c, rest, cx)?,
             (Transport::Sse, _) => sse_event(c, rest, cx),
         };
@@ -527,6 +542,7 @@ fn handshake_answer(
     c: &mut Conn,
     input: &[u8],
     transport: Transport,
+    job: &Job,
 ) -> Result<Option<usize>, String> {
     let Some(head) = parse_response_head(input, MAX_HEADERS, MAX_HEAD)
         .map_err(|e| format!("bad answer: {e}"))?
@@ -544,6 +560,10 @@ fn handshake_answer(
         return Err("event stream is not close-delimited".into());
     }
     c.phase = Phase::Open;
+    if let (Transport::Ws, Some(hello)) = (transport, job.hello.as_deref()) {
+        send(c, &masked(OpCode::Text, hello.as_bytes()))
+            .map_err(|e| format!("send hello: {}", e.kind()))?;
+    }
     Ok(Some(head.head_len))
 }
 
@@ -565,6 +585,16 @@ fn ws_frame(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usize>
         return Ok(None);
     };
     match h.opcode {
+        // Centrifuge's JSON protocol pings with an empty object and wants one back.
+        OpCode::Text if payload == b"{}" => {
+            let _ = send(c, &masked(OpCode::Text, b"{}"));
+        }
+        // Centrifuge sends several replies and pushes in one frame, one per line.
+        OpCode::Text if payload.starts_with(b"{") => {
+            for line in payload.split(|&b| b == b'\n') {
+                note(c, line, cx);
+            }
+        }
         OpCode::Text | OpCode::Binary => note(c, payload, cx),
         OpCode::Close => return Err("closed by server".into()),
         OpCode::Ping => {
@@ -686,11 +716,29 @@ pub fn socketio_unwrapped(payload: &[u8]) -> &[u8] {
         .unwrap_or(payload)
 }
 
+/// The data of a Centrifuge publication push (`{"push":{"channel":..,"pub":{"data":"PAYLOAD",
+/// ..}}}` in its JSON protocol, data published as a JSON string); any other payload as it is.
+/// Benchmark payloads need no JSON escapes, so none are undone.
+pub fn centrifuge_unwrapped(payload: &[u8]) -> &[u8] {
+    const DATA: &[u8] = b"\"pub\":{\"data\":\"";
+    if !payload.starts_with(b"{\"push\":") {
+        return payload;
+    }
+    let Some(start) = find(payload, DATA).map(|i| i + DATA.len()) else {
+        return payload;
+    };
+    let rest = payload.get(start..).unwrap_or_default();
+    match rest.iter().position(|&b| b == b'"') {
+        Some(end) => rest.get(..end).unwrap_or(payload),
+        None => payload,
+    }
+}
+
 /// A benchmark payload starts with `SEQ PUBLISH_UNIX_MICROS ` (possibly inside a Socket.IO
-/// event frame).
+/// event frame or a Centrifuge push); anything else (a peer's protocol replies) is ignored.
 fn note(c: &mut Conn, payload: &[u8], cx: &mut Cx<'_>) {
     let (now_us, interval) = (cx.now_us, cx.job.interval_us);
-    let payload = socketio_unwrapped(payload);
+    let payload = centrifuge_unwrapped(socketio_unwrapped(payload));
     let mut parts = payload.splitn(3, |&b| b == b' ');
     let num = |p: Option<&[u8]>| {
         p.and_then(|s| std::str::from_utf8(s).ok())
@@ -698,7 +746,9 @@ fn note(c: &mut Conn, payload: &[u8], cx: &mut Cx<'_>) {
     };
     if let (Some(seq), Some(ts)) = (num(parts.next()), num(parts.next())) {
         c.check.see(seq);
-        cx.latency.record(now_us.saturating_sub(ts));
+        let latency = now_us.saturating_sub(ts);
+        cx.latency.record(latency);
+        c.latency_sum = c.latency_sum.saturating_add(latency);
         c.clumps.see(now_us, interval);
     }
 }
@@ -744,6 +794,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn centrifuge_pushes_are_unwrapped_and_others_kept() {
+        assert_eq!(
+            centrifuge_unwrapped(
+                br#"{"push":{"channel":"b","pub":{"data":"7 123 xx","offset":2}}}"#
+            ),
+            b"7 123 xx"
+        );
+        assert_eq!(
+            centrifuge_unwrapped(br#"{"push":{"channel":"b","pub":{"data":"7 1"}}}"#),
+            b"7 1"
+        );
+        let reply: &[u8] = br#"{"id":1,"connect":{"client":"x","subs":{"b":{}}}}"#;
+        assert_eq!(centrifuge_unwrapped(reply), reply);
+        let cut: &[u8] = br#"{"push":{"channel":"b","pub":{"data":"7 1"#;
+        assert_eq!(centrifuge_unwrapped(cut), cut);
+    }
+
+    #[test]
     fn socketio_event_frames_are_unwrapped_and_others_kept() {
         assert_eq!(socketio_unwrapped(br#"42["m","7 123 xx"]"#), b"7 123 xx");
         assert_eq!(socketio_unwrapped(b"7 123 xx"), b"7 123 xx");
@@ -767,6 +835,7 @@ mod tests {
             buf: Vec::new(),
             check: SeqChecker::default(),
             clumps: Clumps::default(),
+            latency_sum: 0,
         };
         (c, server)
     }
@@ -779,6 +848,7 @@ mod tests {
             topics: vec!["t".into()],
             connect_rate: 0,
             interval_us: 0,
+            hello: None,
             tls: None,
         }
     }
@@ -786,10 +856,13 @@ mod tests {
     /// Feeds `input` to `c` as [`drive`] does for one read, at every split point, and returns
     /// the messages it checked and what it kept.
     fn feed(c: &mut Conn, transport: Transport, input: &[u8]) -> Result<Vec<u8>, String> {
-        let job = job(transport);
+        feed_job(c, &job(transport), input)
+    }
+
+    fn feed_job(c: &mut Conn, job: &Job, input: &[u8]) -> Result<Vec<u8>, String> {
         let mut latency = Latency::default();
         let mut cx = Cx {
-            job: &job,
+            job,
             topic: "t",
             now_us: 10,
             latency: &mut latency,
@@ -830,6 +903,38 @@ mod tests {
             feed(&mut c, Transport::Ws, &close).unwrap_err(),
             "closed by server"
         );
+    }
+
+    #[test]
+    fn a_centrifuge_session_greets_answers_pings_and_counts_pushes() {
+        let mut j = job(Transport::Ws);
+        j.hello = Some(r#"{"id":1,"connect":{}}"#.into());
+        let (mut c, mut server) = conn(Phase::Head);
+        let head = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n";
+        assert!(feed_job(&mut c, &j, head).unwrap().is_empty());
+        // The greeting went out as one masked text frame.
+        let mut hello = [0u8; 6 + 21];
+        server.read_exact(&mut hello).unwrap();
+        assert_eq!(hello[..2], [0x81, 0x80 | 21]);
+        let unmasked: Vec<u8> = (0..21).map(|i| hello[6 + i] ^ hello[2 + i % 4]).collect();
+        assert_eq!(unmasked, br#"{"id":1,"connect":{}}"#);
+        // A connect reply and a push in one frame, then a push alone, then a ping.
+        let mut input = encode_frame(
+            OpCode::Text,
+            b"{\"id\":1,\"connect\":{\"client\":\"c\"}}\n{\"push\":{\"channel\":\"t\",\"pub\":{\"data\":\"0 5 a\"}}}",
+        );
+        input.extend(encode_frame(
+            OpCode::Text,
+            br#"{"push":{"channel":"t","pub":{"data":"1 5 b","offset":2}}}"#,
+        ));
+        input.extend(encode_frame(OpCode::Text, b"{}"));
+        assert!(feed_job(&mut c, &j, &input).unwrap().is_empty());
+        assert_eq!(c.check.received(), 2);
+        assert!(c.check.finish(2).perfect());
+        let mut pong = [0u8; 8];
+        server.read_exact(&mut pong).unwrap();
+        assert_eq!(pong[..2], [0x81, 0x82]);
+        assert_eq!([pong[6] ^ pong[2], pong[7] ^ pong[3]], *b"{}");
     }
 
     #[test]

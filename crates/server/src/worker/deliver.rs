@@ -38,8 +38,14 @@ impl<S: Socket> Engine<S> {
         let mut frames: Vec<&Arc<[u8]>> = Vec::new();
         for run in batch.chunk_by(|a, b| a.topic == b.topic) {
             let Some(first) = run.first() else { continue };
+            // Each fan-out starts somewhere else in the list, so that over a ticker's messages
+            // no subscriber is always first (or always last, a whole fan-out behind).
+            let subs = self.index.subscribers(&first.topic);
+            let start = fanout_start(self.fanout_turn, subs.len());
+            self.fanout_turn = self.fanout_turn.wrapping_add(1);
             targets.clear();
-            targets.extend_from_slice(self.index.subscribers(&first.topic));
+            targets.extend_from_slice(subs.get(start..).unwrap_or_default());
+            targets.extend_from_slice(subs.get(..start).unwrap_or_default());
             for &k in &targets {
                 let dedicated = self
                     .conns
@@ -147,6 +153,14 @@ impl<S: Socket> Engine<S> {
     }
 }
 
+/// Where fan-out number `turn` starts in a list of `len` subscribers: `len` times the
+/// fractional part of `turn` × the golden ratio, a sequence that spreads successive starts
+/// evenly over the list whatever its length (each new start falls into the largest gap left).
+pub(crate) fn fanout_start(turn: u32, len: usize) -> usize {
+    let frac = u64::from(turn.wrapping_mul(0x9E37_79B9));
+    ((frac * len as u64) >> 32) as usize
+}
+
 /// A per-topic cursor (`topic:EPOCH-SEQ,...`, what a clustered broker gives a subscription to
 /// several topics) with `topic`'s entry moved to `id`; `None` for a plain one-id cursor.
 pub(crate) fn advance_cursor(cursor: &str, topic: &str, id: &str) -> Option<String> {
@@ -198,7 +212,25 @@ fn opcode_of(kind: DataKind) -> OpCode {
 
 #[cfg(test)]
 mod tests {
-    use super::advance_cursor;
+    use super::{advance_cursor, fanout_start};
+
+    #[test]
+    fn fan_outs_start_all_over_the_list() {
+        assert_eq!(fanout_start(0, 10), 0);
+        assert_eq!(fanout_start(7, 0), 0);
+        for len in [1usize, 2, 3, 100, 15_000] {
+            for turn in [0u32, 1, 2, 1000, u32::MAX] {
+                assert!(fanout_start(turn, len) < len);
+            }
+        }
+        // Over 100 fan-outs to 100 subscribers, the start visits every tenth of the list
+        // about equally (a fixed start would put all 100 in the first).
+        let mut tenths = [0u32; 10];
+        for turn in 0..100 {
+            tenths[fanout_start(turn, 100) / 10] += 1;
+        }
+        assert!(tenths.iter().all(|&n| (8..=12).contains(&n)), "{tenths:?}");
+    }
 
     #[test]
     fn per_topic_cursors_move_one_topic() {

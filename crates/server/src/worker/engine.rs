@@ -65,6 +65,9 @@ pub struct Engine<S = mio::net::TcpStream> {
     /// Connections whose read budget ran out; read again next iteration.
     pub(crate) more_to_read: Vec<u32>,
     pub(crate) tally: Tally,
+    /// Counts fan-outs: each starts at another place in its topic's subscriber list (see
+    /// `deliver::fanout_start`).
+    pub(crate) fanout_turn: u32,
     /// Authenticated connections' expiry and grants, by slab key (auth configured only).
     pub(crate) grants: crate::auth::grants::GrantStore,
     /// The Unix time (seconds) of the coarse clock's second 0, set by the shell: token
@@ -114,6 +117,7 @@ impl<S: Socket> Engine<S> {
             spare: Vec::new(),
             more_to_read: Vec::new(),
             tally: Tally::default(),
+            fanout_turn: 0,
             grants,
             unix_base: 0,
         }
