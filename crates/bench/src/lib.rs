@@ -8,6 +8,8 @@
 //! ([`proc_stat`]). [`report`] prints the summary and writes the HTML report.
 
 pub mod check;
+pub mod million;
+pub mod million_worker;
 pub mod proc_stat;
 pub mod publisher;
 pub mod report;

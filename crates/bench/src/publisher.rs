@@ -46,6 +46,11 @@ impl Api {
             .map(|t| serde_json::json!({ "topic": t, "data": data }))
             .collect();
         let body = serde_json::json!({ "messages": messages }).to_string();
+        self.post(&body)
+    }
+
+    /// Sends one `POST /publish` with this JSON body and waits for its `200`.
+    pub fn post(&mut self, body: &str) -> anyhow::Result<()> {
         let head = format!(
             "POST /publish HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             body.len()
