@@ -569,7 +569,9 @@ fn drive(
         reports.push(r);
         let _ = w.child.wait();
     }
-    let s_end = sample(started, a, live);
+    let mut s_end = sample(started, a, live);
+    // The workers have exited: their own last word on their CPU replaces /proc.
+    s_end.client_cpu = reports.iter().map(|r| r.cpu_seconds).sum();
     let (mut bl, mut cl, mut rtt) = (Latency::default(), Latency::default(), Latency::default());
     let mut o = Outcome {
         connections: n,
