@@ -116,7 +116,7 @@ echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 for p in "$PORT" "$API" "$REDIS_PORT"; do
   if ss -Hltn "sport = :$p" | grep -q .; then echo "million.sh: port $p is in use (--port)" >&2; exit 1; fi
 done
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+nice -n -5 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --loglevel warning --logfile "$RUN/redis.log" &
 REDIS=$!
 for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done

@@ -157,6 +157,8 @@ pub struct Outcome {
     pub messages_per_second: f64,
     /// Broker RSS at the end, bytes.
     pub broker_rss: Option<u64>,
+    /// Publish batches sent again after the server refused them.
+    pub publish_retries: u64,
     /// CPU split during the connect phase.
     pub cpu_connect: CpuSplit,
     /// CPU split during the quiet window.
@@ -319,9 +321,19 @@ fn payload(kind: char, seq: u64, size: usize) -> String {
     data
 }
 
-/// Publishes message `seq` to every topic of `topics`, in batches.
+/// The publishing connection, reopened after a refusal.
+struct Publisher {
+    addr: std::net::SocketAddr,
+    api: Api,
+    /// Publishes retried after a refusal (`503` when the broker did not answer in time).
+    retries: u64,
+}
+
+/// Publishes message `seq` to every topic of `topics`, in batches. A refused batch went nowhere
+/// (the server says so with `503`), so it is sent again, as a publisher would, at most 5 times
+/// a second apart; the retries are reported.
 fn publish(
-    api: &mut Api,
+    p: &mut Publisher,
     topics: &[String],
     kind: char,
     seq: u64,
@@ -333,7 +345,21 @@ fn publish(
             .iter()
             .map(|t| serde_json::json!({ "topic": t, "data": data }))
             .collect();
-        api.post(&serde_json::json!({ "messages": messages }).to_string())?;
+        let body = serde_json::json!({ "messages": messages }).to_string();
+        let mut tries = 0;
+        loop {
+            match p.api.post(&body) {
+                Ok(()) => break,
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    p.retries += 1;
+                    eprintln!("publish refused ({e}); again in 1 s");
+                    std::thread::sleep(Duration::from_secs(1));
+                    p.api = Api::connect(p.addr)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
     Ok(())
 }
@@ -447,8 +473,7 @@ fn drive(
             target: a.target,
             // 127.0.0.2 and up: each worker has its own source address, so its ~19,000
             // connections have a whole ephemeral port range to themselves.
-            source: std::net::Ipv4Addr::new(127, 0, (2 + w / 250) as u8, (2 + w % 250) as u8)
-                .into(),
+            source: std::net::Ipv4Addr::new(127, 0, (w / 250) as u8, (2 + w % 250) as u8).into(),
             first: w,
             stride: procs,
             count: (n + procs - 1 - w) / procs,
@@ -529,7 +554,11 @@ fn drive(
     }
     // The rounds: each interval is cut in one-second slots; slot k publishes the k-th share of
     // the rooms, and the middle slot the message to the topic all follow.
-    let mut api = Api::connect(a.api)?;
+    let mut api = Publisher {
+        addr: a.api,
+        api: Api::connect(a.api)?,
+        retries: 0,
+    };
     let slots = (interval_ms / 1000).max(1);
     let per_slot = (room_names.len() as u64).div_ceil(slots).max(1) as usize;
     let rounds_start = Instant::now();
@@ -624,6 +653,7 @@ fn drive(
         server_cpu_per_million: None,
         messages_per_second: 0.0,
         broker_rss: a.broker_pid.and_then(proc_stat::rss_bytes),
+        publish_retries: api.retries,
         cpu_connect: CpuSplit::default(),
         cpu_quiet: CpuSplit::default(),
         cpu_rounds: CpuSplit::default(),
@@ -850,6 +880,10 @@ pub fn rows(o: &Outcome) -> Vec<(String, String)> {
             format!("{:.0}", o.messages_per_second),
         ),
         ("broker RSS".into(), mib(o.broker_rss)),
+        (
+            "publish batches retried after a refusal".into(),
+            o.publish_retries.to_string(),
+        ),
         ("CPU while connecting".into(), cpu(&o.cpu_connect)),
         ("CPU while quiet".into(), cpu(&o.cpu_quiet)),
         ("CPU during the rounds".into(), cpu(&o.cpu_rounds)),
@@ -1046,6 +1080,7 @@ mod tests {
             server_cpu_per_million: None,
             messages_per_second: 0.0,
             broker_rss: None,
+            publish_retries: 0,
             cpu_connect: CpuSplit::default(),
             cpu_quiet: CpuSplit::default(),
             cpu_rounds: CpuSplit::default(),

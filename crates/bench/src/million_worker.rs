@@ -267,10 +267,18 @@ pub fn main(job: Job) -> anyhow::Result<()> {
             report.opened = opened;
             report.rss_open = crate::proc_stat::rss_bytes(std::process::id()).unwrap_or(0);
         }
-        // Pings: connection k of n is due at k/n of each interval, so they are spread evenly.
+        // Pings: once a second, the next n/60 connections (for a 60 s interval), so each
+        // connection pings once per interval. A burst a second rather than one ping every
+        // 60 µs: the server then answers many in one wake-up of each of its processes, as it
+        // would for a real fleet whose pings are not spaced out by one clock (measured at a
+        // million: pings spread evenly kept ~100 processes runnable on the 2 cores).
         if let Some(t0) = pinging {
             let n = conns.len() as u64;
-            let due = (t0.elapsed().as_micros() as u64 * n) / (s.ping_interval_ms.max(1) * 1000);
+            let second = t0.elapsed().as_secs() + 1;
+            let due = (second * 1000 * n).div_ceil(s.ping_interval_ms.max(1)).min(
+                // never more than one interval's worth ahead
+                n * (1 + t0.elapsed().as_millis() as u64 / s.ping_interval_ms.max(1)),
+            );
             while pings_due_sent < due && n > 0 {
                 let k = (pings_due_sent % n) as usize;
                 pings_due_sent += 1;
