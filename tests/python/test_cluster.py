@@ -30,8 +30,10 @@ def ws_sub(node, *topics, since=None, envelope=True):
     url = f"ws://{node.clients}/ws?" + "&".join(f"topic={t}" for t in topics)
     if since:
         url += f"&since={since}"
-    ws = connect(url, subprotocols=["clarion.v1"] if envelope else None, open_timeout=10)
-    return ws
+    # legacy=True: the connection is closed by each test itself, not by a `with` block.
+    return connect(
+        url, subprotocols=["clarion.v1"] if envelope else None, open_timeout=10, legacy=True
+    )
 
 
 def recv_json(ws, timeout=10):
@@ -439,7 +441,8 @@ def test_a_pushpin_format_publish_reaches_grip_holds_on_another_node(cluster, tm
             body = b"start\n"
             self.send_response(200)
             self.send_header("Grip-Hold", "stream")
-            self.send_header("Grip-Channel", "g")
+            prev = "; prev-id=p1" if self.path.startswith("/app/prev") else ""
+            self.send_header("Grip-Channel", "g" + prev)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -469,6 +472,20 @@ def test_a_pushpin_format_publish_reaches_grip_holds_on_another_node(cluster, tm
             got += chunk
         assert got.endswith(b"4\r\none\n\r\n"), got
         held.close()
+        # prev-id across nodes: a hold after "p1" on b gets what a published after it.
+        items["items"][0].update(id="p2", formats={"http-stream": {"content": "two\n"}})
+        status, _, out = a.request("POST", "/publish/", json.dumps(items).encode(),
+                                   {"Content-Type": "application/json"})
+        assert status == 200, out
+        again = socket.create_connection((host, int(port)), timeout=10)
+        again.sendall(b"GET /app/prev HTTP/1.1\r\nHost: h\r\n\r\n")
+        got = b""
+        while b"two\n" not in got:
+            chunk = again.recv(65536)
+            assert chunk, got
+            got += chunk
+        assert b"one\n" not in got.split(b"start\n", 1)[1], got
+        again.close()
     finally:
         backend.shutdown()
         backend.server_close()
@@ -477,7 +494,9 @@ def test_a_pushpin_format_publish_reaches_grip_holds_on_another_node(cluster, tm
 def test_an_in_band_publish_gets_its_cluster_id_or_a_clear_error(cluster):
     redis, (a, b) = nodes(cluster, 2, "--allow-client-publish", "--broker-timeout-ms", "500")
     sub = ws_sub(b, "inband")
-    pub = connect(f"ws://{a.clients}/ws", subprotocols=["clarion.v1"], open_timeout=10)
+    pub = connect(
+        f"ws://{a.clients}/ws", subprotocols=["clarion.v1"], open_timeout=10, legacy=True
+    )
     pub.send(json.dumps({"type": "publish", "topic": "inband", "data": "hello"}))
     reply = recv_json(pub)
     assert reply["type"] == "published" and reply["id"].endswith("-1"), reply
@@ -512,3 +531,26 @@ def test_a_hole_history_cannot_fill_is_announced_live_then_delivery_goes_on(clus
     assert int(after.split("-")[1]) == int(missed[-1].split("-")[1]) + 1
     ws.close()
     sse.close()
+
+
+def test_topics_spread_over_several_redis_servers(cluster):
+    r1, r2 = cluster.redis(), cluster.redis()
+    url = f"{r1.url},{r2.url}"
+    a, b = cluster.start_nodes(2, "--broker", url, "--node-name", "n{i}")
+    topics = [f"room{i}" for i in range(16)]
+    subs = {t: ws_sub(b, t) for t in topics}
+    for t in topics:
+        a.publish(t, f"to {t}")
+    for t, ws in subs.items():
+        assert recv_json(ws)["data"] == f"to {t}"
+    held = [len(r.command_reply("KEYS", "clarion:*")) for r in (r1, r2)]
+    assert all(n > 0 for n in held) and sum(held) == 2 * len(topics), held
+    # One Redis down: its topics answer 503, the other's keep working.
+    r2.kill()
+    answers = {t: a.request("POST", f"/publish/{t}", b"x")[0] for t in topics}
+    assert set(answers.values()) == {200, 503}, answers
+    for t, status in answers.items():
+        if status == 200:
+            assert recv_json(subs[t])["data"] == "x"
+    for ws in subs.values():
+        ws.close()

@@ -5,7 +5,8 @@
 //! runs out of ephemeral ports; publishes through the server's API ([`publisher`]); and merges
 //! what the workers measured: every delivery checked ([`check`]), latency histograms and clumps
 //! ([`stats`]), and the server's CPU, memory and kernel socket memory from /proc
-//! ([`proc_stat`]). [`report`] prints the summary and writes the HTML report.
+//! ([`proc_stat`]). [`report`] prints the summary and writes the HTML report; [`trust`] says
+//! which figures had too little signal to believe.
 
 pub mod check;
 pub mod million;
@@ -15,6 +16,7 @@ pub mod publisher;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod trust;
 pub mod worker;
 
 pub use run::BenchArgs;

@@ -323,7 +323,7 @@ fn payload(kind: char, seq: u64, size: usize) -> String {
 
 /// The publishing connection, reopened after a refusal.
 struct Publisher {
-    addr: std::net::SocketAddr,
+    addr: crate::publisher::ApiTarget,
     api: Api,
     /// Publishes retried after a refusal (`503` when the broker did not answer in time).
     retries: u64,
@@ -355,7 +355,7 @@ fn publish(
                     p.retries += 1;
                     eprintln!("publish refused ({e}); again in 1 s");
                     std::thread::sleep(Duration::from_secs(1));
-                    p.api = Api::connect(p.addr)?;
+                    p.api = Api::connect(&p.addr)?;
                 }
                 Err(e) => return Err(e),
             }
@@ -555,8 +555,8 @@ fn drive(
     // The rounds: each interval is cut in one-second slots; slot k publishes the k-th share of
     // the rooms, and the middle slot the message to the topic all follow.
     let mut api = Publisher {
-        addr: a.api,
-        api: Api::connect(a.api)?,
+        addr: a.api.clone(),
+        api: Api::connect(&a.api)?,
         retries: 0,
     };
     let slots = (interval_ms / 1000).max(1);

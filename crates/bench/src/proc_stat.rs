@@ -19,6 +19,14 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(pages * 4096)
 }
 
+/// The highest resident set size process `pid` ever had (`VmHWM`), in bytes.
+pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Kernel memory that grows with sockets, machine-wide, in bytes: the slab caches (socket
 /// objects, inodes, dentries: about 4 KiB per TCP socket) plus the pages TCP buffers hold
 /// (`/proc/net/sockstat`). Other activity on the machine moves it too, so compare deltas over
@@ -73,6 +81,7 @@ mod tests {
         let me = std::process::id();
         assert!(cpu_seconds(me).is_some());
         assert!(rss_bytes(me).is_some_and(|r| r > 0));
+        assert!(peak_rss_bytes(me).is_some_and(|p| p >= rss_bytes(me).unwrap_or(0) / 2));
         assert!(tcp_kernel_bytes().is_some());
         assert!(open_fds(me).is_some_and(|n| n >= 3));
     }

@@ -3,22 +3,54 @@
 //! scheduling: the coordinator ([`crate::run`]) decides when to publish.
 
 use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use clarion_proto::http1::base_url::parse_base_url;
 use clarion_proto::http1::{parse_response_head, ResponseBody};
 
 use crate::worker::{unix_micros, MAX_HEAD, MAX_HEADERS};
+
+/// Where the publish API is: `--api` as `host:port` or `http://host:port[/prefix]`, the same
+/// forms `clarion publish --api` takes (one parser, `clarion_proto::http1::base_url`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiTarget {
+    /// The address connected to (the first one a host name resolves to).
+    pub addr: SocketAddr,
+    /// `host:port` as given, for the `Host` header.
+    pub authority: String,
+    /// The path prefix before `/publish` (empty, or `/prefix`).
+    pub prefix: String,
+}
+
+/// Parses `--api`, resolving a host name.
+pub fn parse_api(text: &str) -> Result<ApiTarget, String> {
+    let url = parse_base_url(text).map_err(|e| e.to_string())?;
+    let addr = url
+        .authority
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {}: {e}", url.authority))?
+        .next()
+        .ok_or_else(|| format!("{} has no address", url.authority))?;
+    Ok(ApiTarget {
+        addr,
+        authority: url.authority,
+        prefix: url.prefix,
+    })
+}
 
 /// A keep-alive HTTP/1.1 connection to the publish API.
 pub struct Api {
     stream: TcpStream,
     seq_buf: Vec<u8>,
+    /// The request head up to the length (`POST {prefix}/publish ...Content-Length: `).
+    head: String,
 }
 
 impl Api {
-    pub fn connect(addr: SocketAddr) -> anyhow::Result<Api> {
+    pub fn connect(api: &ApiTarget) -> anyhow::Result<Api> {
+        let addr = api.addr;
         let stream =
             TcpStream::connect(addr).with_context(|| format!("cannot reach the API at {addr}"))?;
         stream.set_nodelay(true)?;
@@ -26,6 +58,11 @@ impl Api {
         Ok(Api {
             stream,
             seq_buf: Vec::new(),
+            head: format!(
+                "POST {}/publish HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+                 Content-Length: ",
+                api.prefix, api.authority
+            ),
         })
     }
 
@@ -51,10 +88,7 @@ impl Api {
 
     /// Sends one `POST /publish` with this JSON body and waits for its `200`.
     pub fn post(&mut self, body: &str) -> anyhow::Result<()> {
-        let head = format!(
-            "POST /publish HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
+        let head = format!("{}{}\r\n\r\n", self.head, body.len());
         self.stream.write_all(head.as_bytes())?;
         self.stream.write_all(body.as_bytes())?;
         // Read one response: head, then Content-Length bytes.
@@ -95,5 +129,29 @@ impl Api {
                 .extend_from_slice(chunk.get(..n).unwrap_or_default());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_takes_both_forms() {
+        let plain = parse_api("127.0.0.1:8081").expect("host:port");
+        assert_eq!(plain.addr, SocketAddr::from(([127, 0, 0, 1], 8081)));
+        assert_eq!(
+            parse_api("http://127.0.0.1:8081/").ok(),
+            Some(plain.clone())
+        );
+        assert_eq!(parse_api("http://127.0.0.1:8081").ok(), Some(plain));
+        let named = parse_api("http://localhost:8081/api/").expect("a name and a prefix");
+        assert!(named.addr.ip().is_loopback());
+        assert_eq!(
+            (named.authority.as_str(), named.prefix.as_str()),
+            ("localhost:8081", "/api")
+        );
+        assert!(parse_api("https://127.0.0.1:8081").is_err());
+        assert!(parse_api("8081").is_err());
     }
 }

@@ -64,6 +64,13 @@ pub fn html(title: &str, o: &Outcome) -> String {
         let _ = write!(out, "<tr><th>{k}<td>{}", escape(&val));
     }
     out.push_str("</table>");
+    if !o.warnings.is_empty() {
+        out.push_str("<h2>Warnings</h2><ul>");
+        for w in &o.warnings {
+            let _ = write!(out, "<li>{}", escape(w));
+        }
+        out.push_str("</ul>");
+    }
     let s = &o.samples;
     chart(&mut out, "Connections open", s, |x| x.opened as f64, "");
     chart(
@@ -73,15 +80,18 @@ pub fn html(title: &str, o: &Outcome) -> String {
         |x| x.rss as f64 / 1048576.0,
         " MiB",
     );
-    let rate: Vec<Sample> = s
-        .windows(2)
-        .filter_map(|w| match w {
+    // The rate starts from zero at the first sample, so a run with only its first and final
+    // samples (well under a second) still draws its deliveries.
+    let start = s.first().map(|x| Sample { received: 0, ..*x });
+    let rate: Vec<Sample> = start
+        .into_iter()
+        .chain(s.windows(2).filter_map(|w| match w {
             [a, b] if b.t > a.t => Some(Sample {
                 received: ((b.received.saturating_sub(a.received)) as f64 / (b.t - a.t)) as u64,
                 ..*b
             }),
             _ => None,
-        })
+        }))
         .collect();
     chart(
         &mut out,
@@ -253,6 +263,9 @@ pub fn print_text(a: &BenchArgs, o: &Outcome) {
         );
     }
     println!("bench CPU        {:.1} s", o.bench_cpu_seconds);
+    for w in &o.warnings {
+        println!("warning          {w}");
+    }
     if let Some(server) = o.server_cpu_seconds {
         if o.bench_cpu_seconds > 2.0 * server && o.bench_cpu_seconds > 1.0 {
             println!(
@@ -264,12 +277,12 @@ pub fn print_text(a: &BenchArgs, o: &Outcome) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn renders_tables_and_charts() {
-        let o = Outcome {
+    /// A small outcome for tests of what is made of one.
+    pub(crate) fn sample_outcome() -> Outcome {
+        Outcome {
             connections: 2,
             opened: 2,
             connect_rate: 10.0,
@@ -296,10 +309,28 @@ mod tests {
                 .collect(),
             steps: Vec::new(),
             churn: None,
-        };
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn renders_tables_and_charts() {
+        let mut o = sample_outcome();
         let page = html("run <1>", &o);
         assert!(page.contains("run &lt;1&gt;"));
         assert_eq!(page.matches("<polyline").count(), 4);
         assert!(page.contains("<th>server bytes per connection<td>80.0"));
+        assert!(!page.contains("Warnings"));
+        // A run over before the sampler's second reading: its first and final samples draw
+        // every chart, deliveries included.
+        let mut short = sample_outcome();
+        short.samples.truncate(2);
+        let page = html("short", &short);
+        assert_eq!(page.matches("<polyline").count(), 4, "{page}");
+        assert!(!page.contains("not enough samples"));
+        o.warnings
+            .push("server memory per connection: <why>".into());
+        assert!(html("run", &o)
+            .contains("<h2>Warnings</h2><ul><li>server memory per connection: &lt;why&gt;"));
     }
 }

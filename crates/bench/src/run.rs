@@ -21,15 +21,16 @@ use crate::worker::{Finish, Job, Progress, Report, Transport};
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// A preset: idle (hold connections), burst (100 messages to one topic), ticker (one
-    /// message every 2 s), topics (chat rooms: many topics, few subscribers each).
+    /// message every 2 s), topics (chat rooms: many topics, few subscribers each), churn
+    /// (connect and disconnect in cycles, then check the server returns to its baseline).
     #[arg(long, value_enum)]
     pub scenario: Option<Scenario>,
     /// The server's client listener.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub target: SocketAddr,
-    /// The server's API listener.
-    #[arg(long, default_value = "127.0.0.1:8081")]
-    pub api: SocketAddr,
+    /// The server's API listener: host:port or http://host:port[/prefix].
+    #[arg(long, default_value = "127.0.0.1:8081", value_parser = crate::publisher::parse_api)]
+    pub api: crate::publisher::ApiTarget,
     /// Sample this server process's CPU, memory and open files; a comma-separated list samples
     /// several processes summed (nginx's master and workers, Pushpin's processes).
     #[arg(long, alias = "server-pids", value_delimiter = ',')]
@@ -191,6 +192,8 @@ pub struct Outcome {
     pub steps: Vec<Step>,
     /// What connect/disconnect cycles left behind (churn scenario).
     pub churn: Option<Churn>,
+    /// Figures measured with too little signal to believe, and why ([`crate::trust`]).
+    pub warnings: Vec<String>,
 }
 
 /// The server's memory once a step's connections are all open.
@@ -557,6 +560,10 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let cpu0 = cpu_of(&pids);
     let rss0 = rss_of(&pids);
+    let before = crate::trust::Before {
+        rss: rss0,
+        peak_rss: proc_stat::sum_over(&pids, proc_stat::peak_rss_bytes),
+    };
     let kern0 = proc_stat::tcp_kernel_bytes();
     let samples = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -589,7 +596,13 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
                 if let Ok(mut v) = samples.lock() {
                     v.push(s);
                 }
-                std::thread::sleep(Duration::from_millis(500));
+                // Fine steps at first, so a run of a few seconds still plots what happened.
+                let every = if started.elapsed() < SAMPLE_FINE_FOR {
+                    100
+                } else {
+                    500
+                };
+                std::thread::sleep(Duration::from_millis(every));
             }
         })
     };
@@ -671,7 +684,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     // Publish: every round, one message to every topic.
     let pub_cpu0 = cpu_of(&pids);
     let pub_start = Instant::now();
-    let mut api = Api::connect(a.api)?;
+    let mut api = Api::connect(&a.api)?;
     for round in 0..a.messages {
         let t0 = Instant::now();
         for chunk in names.chunks(200) {
@@ -714,6 +727,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     };
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
+    let mut samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
     let mut latency = Latency::default();
     let mut verdict = Verdict::default();
     let mut errors: HashMap<String, u64> = HashMap::new();
@@ -730,7 +744,17 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     }
     let expected: u64 = subscribers.iter().map(|s| s * a.messages).sum();
     let delivered = verdict.in_order + verdict.reordered;
-    Ok(Outcome {
+    // The workers' own final counts close the plots, which a run shorter than their progress
+    // interval would otherwise leave at zero.
+    samples.push(Sample {
+        t: started.elapsed().as_secs_f64(),
+        cpu: cpu_of(&pids).unwrap_or(0.0),
+        rss: rss_of(&pids).unwrap_or(0),
+        tcp_kernel: proc_stat::tcp_kernel_bytes().unwrap_or(0),
+        opened,
+        received: delivered + verdict.duplicated,
+    });
+    let mut outcome = Outcome {
         connections: a.connections,
         opened,
         connect_rate: opened as f64 / f64::max(connect_secs, 1e-3),
@@ -750,11 +774,17 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
             (Some(x), Some(y)) => Some(y - x),
             _ => None,
         },
-        samples: samples.lock().map(|s| s.clone()).unwrap_or_default(),
+        samples,
         steps: if staged { steps } else { Vec::new() },
         churn: None,
-    })
+        warnings: Vec::new(),
+    };
+    outcome.warnings = crate::trust::warnings(&outcome, before, pub_cpu);
+    Ok(outcome)
 }
+
+/// How long the sampler reads the server every 100 ms before slowing to every 500 ms.
+const SAMPLE_FINE_FOR: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

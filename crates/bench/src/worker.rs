@@ -109,6 +109,10 @@ pub struct Report {
     pub cpu_seconds: f64,
 }
 
+/// How often a worker reports progress: often enough that a run of a few seconds plots its
+/// connections and deliveries.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
 /// A progress line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Progress {
@@ -269,13 +273,15 @@ pub fn main() -> anyhow::Result<()> {
             && !conns
                 .iter()
                 .any(|c| matches!(c.phase, Phase::Connecting | Phase::Head));
-        if attempted && !ready_sent {
+        let became_ready = attempted && !ready_sent;
+        if became_ready {
             ready_sent = true;
             report.opened = opened;
             report.connect_seconds = started.elapsed().as_secs_f64();
         }
-        if Instant::now() >= next_progress || (attempted && !ready_sent) {
-            next_progress = Instant::now() + Duration::from_secs(1);
+        // Readiness is told at once: the coordinator waits for it before publishing.
+        if Instant::now() >= next_progress || became_ready {
+            next_progress = Instant::now() + PROGRESS_EVERY;
             let received = conns.iter().map(|c| c.check.received()).sum();
             let p = Progress {
                 opened,

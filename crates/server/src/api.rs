@@ -248,7 +248,7 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
         }
         if let Body::Length(n) = req.body {
             if n > shared.config.max_publish_size as u64 {
-                return Some(Answer::error(413, "message larger than max_publish_size"));
+                return Some(too_large(Some(n), shared.config.max_publish_size));
             }
         }
     }
@@ -405,12 +405,7 @@ fn read_body(
                             return Ok(Ok(body));
                         }
                     }
-                    Err(BodyError::TooLarge) => {
-                        return Ok(Err(Answer::error(
-                            413,
-                            "message larger than max_publish_size",
-                        )))
-                    }
+                    Err(BodyError::TooLarge) => return Ok(Err(too_large(None, max))),
                     Err(BodyError::Malformed) => {
                         return Ok(Err(Answer::error(400, "malformed chunked body")))
                     }
@@ -421,6 +416,16 @@ fn read_body(
             }
         }
     }
+}
+
+/// The `413` for a body over `max_publish_size`, stating the limit (and the size, when the
+/// request declared it), so the publisher knows what to cut or which setting to raise.
+fn too_large(declared: Option<u64>, max: usize) -> Answer {
+    let size = declared.map_or_else(String::new, |n| format!(" of {n} bytes"));
+    Answer::error(
+        413,
+        &format!("message{size} larger than max_publish_size ({max} bytes)"),
+    )
 }
 
 fn dispatch(
@@ -456,7 +461,19 @@ fn dispatch(
             },
         ),
         (_, "/publish") => publish_batch(&body, shared, permit),
-        (_, "/publish/") => publish_grip(&body, shared, permit),
+        (_, "/publish/") => publish_grip(&body, shared, permit).unwrap_or_else(|why| {
+            if shared.config.grip_routes.is_some() {
+                return Answer::error(400, &why);
+            }
+            // Outside GRIP mode, an empty topic is the likelier mistake than a bad Pushpin body.
+            Answer::error(
+                400,
+                &format!(
+                    "missing topic: publish to /publish/{{topic}} (or a Pushpin-format \
+                     {{\"items\": [...]}} body to /publish/, which this is not: {why})"
+                ),
+            )
+        }),
         (_, path) => {
             let topic = path.strip_prefix("/publish/").unwrap_or_default();
             if let Err(a) = permit.check(topic, shared) {
@@ -562,22 +579,24 @@ fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
 /// Pushpin's publish API: `{"items": [...]}` with `http-stream`, `http-response` and
 /// `ws-message` formats. Validated whole before anything is published; answered like Pushpin
 /// (`200 Published`).
-fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
+/// `Err` carries the reason a body that is not a valid Pushpin publish was refused (the caller
+/// words the `400`); other refusals are answered here.
+fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Result<Answer, String> {
     let limits = shared.config.grip_publish_limits();
-    let items = match clarion_proto::grip::decode_publish(body, &limits) {
-        Ok(items) => items,
-        Err(e) => return Answer::error(400, &e.to_string()),
-    };
+    let items = clarion_proto::grip::decode_publish(body, &limits).map_err(|e| e.to_string())?;
     let mut contents = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         if let Some(why) = crate::grip::unsupported(item) {
-            return Answer::error(400, &format!("item {i}: {why}"));
+            return Ok(Answer::error(400, &format!("item {i}: {why}")));
         }
         if let Err(e) = validate_topic(&item.channel) {
-            return Answer::error(400, &format!("item {i}: channel {:?}: {e}", item.channel));
+            return Ok(Answer::error(
+                400,
+                &format!("item {i}: channel {:?}: {e}", item.channel),
+            ));
         }
         if let Err(a) = permit.check(&item.channel, shared) {
-            return a;
+            return Ok(a);
         }
         let (content, payload, kind) = crate::grip::GripContent::from_item(item);
         let content: Arc<dyn Attachment> = Arc::new(content);
@@ -595,9 +614,9 @@ fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
         })
         .collect();
     if let Err(e) = shared.broker.publish(&outgoing) {
-        return unavailable(&e);
+        return Ok(unavailable(&e));
     }
-    Answer::new(200, "text/plain", &b"Published\n"[..])
+    Ok(Answer::new(200, "text/plain", &b"Published\n"[..]))
 }
 
 /// `503` for a publish the broker could not take: the message went nowhere.

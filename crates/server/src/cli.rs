@@ -13,7 +13,15 @@ use crate::config::{Config, ConfigError, SETTINGS};
 
 /// Clarion: a lean realtime push server.
 #[derive(Debug, Parser)]
-#[command(name = "clarion", version, about)]
+#[command(
+    name = "clarion",
+    version,
+    about = "Clarion: a lean realtime push server. Clients subscribe to topics over WebSocket, \
+             Server-Sent Events, HTTP streaming or long-polling (plain or TLS); backends publish \
+             over an HTTP API (or `clarion publish`); a GRIP proxy mode stands in for Pushpin.",
+    after_help = "Start with `clarion serve`, then `clarion publish TOPIC MESSAGE`. Settings: \
+                  `clarion serve --help` and docs/configuration.md."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -37,6 +45,67 @@ pub enum Command {
     /// One load-generating process of `clarion bench` (started by it; reads its job on stdin).
     #[command(hide = true)]
     BenchWorker,
+}
+
+/// Parses the command line, or prints why it cannot and exits (status 2). A bad value that
+/// came from a `CLARION_*` variable is blamed on the variable: the user never typed the flag.
+pub fn parse() -> Cli {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => match blame_variable(&e, &args, |name| std::env::var_os(name).is_some()) {
+            Some(message) => {
+                eprint!("{message}");
+                std::process::exit(2)
+            }
+            None => e.exit(),
+        },
+    }
+}
+
+/// For a bad value of a flag that is not on the command line but whose variable is set, clap's
+/// message with the variable named instead of the flag.
+fn blame_variable(
+    e: &clap::Error,
+    args: &[String],
+    is_set: impl Fn(&str) -> bool,
+) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory as _;
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let flag = arg.split_whitespace().next()?;
+    let long = flag.strip_prefix("--")?;
+    let typed = args
+        .iter()
+        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')));
+    if typed {
+        return None;
+    }
+    let cli = Cli::command();
+    let env = std::iter::once(&cli)
+        .chain(cli.get_subcommands())
+        .flat_map(|c| c.get_arguments())
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())?;
+    if !is_set(&env) {
+        return None;
+    }
+    Some(e.to_string().replacen(
+        &format!("'{arg}'"),
+        &format!("{env} (the variable of {flag})"),
+        1,
+    ))
 }
 
 /// `clarion serve` options: `--config FILE`, and a flag for every setting declared in
@@ -164,7 +233,7 @@ pub struct PublishArgs {
     pub topic: String,
     /// The message; `-` or absent reads it from standard input.
     pub message: Option<String>,
-    /// Base URL of the server's API.
+    /// The server's API listener: host:port or http://host:port[/prefix] (plain HTTP).
     #[arg(long, env = "CLARION_API", default_value = "http://127.0.0.1:8081")]
     pub api: String,
     /// Bearer key, if the server requires one.
@@ -255,6 +324,20 @@ mod tests {
     }
 
     #[test]
+    fn listen_flags_take_a_bare_port_and_host_names() {
+        let c = serve(&["--listen", ":18080", "--api-listen", "localhost:18081"])
+            .resolve()
+            .expect("valid");
+        assert_eq!(c.listen, std::net::SocketAddr::from(([0, 0, 0, 0], 18080)));
+        assert!(c.api_listen.ip().is_loopback() && c.api_listen.port() == 18081);
+        let err = Cli::try_parse_from(["clarion", "serve", "--listen", "18080"]).unwrap_err();
+        assert!(
+            err.to_string().contains("give ip:port, host:port or :port"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn file_only_settings_have_no_flag() {
         let cli = Cli::try_parse_from(["clarion", "serve", "--max-headers", "10"]);
         assert!(cli.is_err());
@@ -268,6 +351,31 @@ mod tests {
         assert!(
             err.to_string().contains("--max-backlog <MAX_BACKLOG>"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_bad_variable_is_named_not_its_flag() {
+        let args = ["clarion", "serve"].map(String::from);
+        // What clap reports for CLARION_MAX_BACKLOG=lots is what it reports for the flag.
+        let err = Cli::try_parse_from(["clarion", "serve", "--max-backlog", "lots"]).unwrap_err();
+        let text = blame_variable(&err, &args, |v| v == "CLARION_MAX_BACKLOG").unwrap();
+        assert!(
+            text.contains(
+                "invalid value 'lots' for CLARION_MAX_BACKLOG (the variable of --max-backlog)"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("<MAX_BACKLOG>"), "{text}");
+        // Typed on the command line, or the variable unset: clap's own message stands.
+        let typed = ["clarion", "serve", "--max-backlog=lots"].map(String::from);
+        assert!(blame_variable(&err, &typed, |_| true).is_none());
+        assert!(blame_variable(&err, &args, |_| false).is_none());
+        let err = Cli::try_parse_from(["clarion", "serve", "--compression", "max"]).unwrap_err();
+        let text = blame_variable(&err, &args, |v| v == "CLARION_COMPRESSION").unwrap();
+        assert!(
+            text.contains("for CLARION_COMPRESSION (the variable of --compression)"),
+            "{text}"
         );
     }
 

@@ -32,7 +32,8 @@
 //! - [`group`]: `clarion serve --processes N`: the supervisor of a group of processes sharing
 //!   the ports, the group's merged `/metrics` and `/healthz`, and the port guard that keeps
 //!   any other process off a port one holds.
-//! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging.
+//! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging; [`spelling`]: the
+//!   valid name a misspelt variable or value was meant to be.
 //!
 //! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455, the pub/sub control messages,
 //! batches, envelopes and topic rules) live in the sans-IO `clarion_proto` crate; nothing here
@@ -57,5 +58,6 @@ pub mod metrics;
 pub mod publish;
 pub mod reply;
 pub mod server;
+pub mod spelling;
 pub mod tls;
 pub mod worker;

@@ -18,15 +18,35 @@ static START: OnceLock<Instant> = OnceLock::new();
 /// share one stderr, and a line must say which one wrote it.
 static NODE: OnceLock<String> = OnceLock::new();
 
-/// Reads `CLARION_LOG` (`warn`, `info`, `debug`); call once at startup.
+/// The values `CLARION_LOG` takes (`trace` means `debug`, `error` means `warn`).
+const LEVEL_NAMES: &[&str] = &["warn", "info", "debug", "error", "trace"];
+
+/// The level a `CLARION_LOG` value names (case-insensitive), `None` for anything else.
+fn level_of(value: &str) -> Option<u8> {
+    match value.to_ascii_lowercase().as_str() {
+        "debug" | "trace" => Some(DEBUG),
+        "" | "info" => Some(INFO),
+        "warn" | "error" => Some(WARN),
+        _ => None,
+    }
+}
+
+/// Reads `CLARION_LOG` (`warn`, `info`, `debug`); call once at startup. Another value is warned
+/// about (naming the nearest level) and means `info`.
 pub fn init() {
     START.get_or_init(Instant::now);
-    let level = match std::env::var("CLARION_LOG").as_deref() {
-        Ok("debug") | Ok("trace") => DEBUG,
-        Ok("warn") | Ok("error") => WARN,
-        _ => INFO,
-    };
-    LEVEL.store(level, Relaxed);
+    let value = std::env::var("CLARION_LOG").unwrap_or_default();
+    LEVEL.store(level_of(&value).unwrap_or(INFO), Relaxed);
+    if level_of(&value).is_none() {
+        warn(format_args!("{}", bad_level(&value)));
+    }
+}
+
+/// The warning for a `CLARION_LOG` value that is not a level.
+fn bad_level(value: &str) -> String {
+    let near = crate::spelling::closest(value, LEVEL_NAMES.iter().copied())
+        .map_or_else(String::new, |l| format!(" (did you mean {l}?)"));
+    format!("CLARION_LOG={value:?} is not a level: use warn, info or debug{near}; logging at info")
 }
 
 /// Tags every later line with `[node]`; the first call wins.
@@ -62,4 +82,23 @@ pub fn info(args: std::fmt::Arguments<'_>) {
 /// A per-connection event (refused request, protocol violation).
 pub fn debug(args: std::fmt::Arguments<'_>) {
     emit(DEBUG, "DEBUG", args);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_are_read_and_mistakes_named() {
+        assert_eq!(level_of("DEBUG"), Some(DEBUG));
+        assert_eq!(level_of(""), Some(INFO));
+        assert_eq!(level_of("error"), Some(WARN));
+        assert_eq!(level_of("dbug"), None);
+        assert_eq!(
+            bad_level("dbug"),
+            "CLARION_LOG=\"dbug\" is not a level: use warn, info or debug (did you mean \
+             debug?); logging at info"
+        );
+        assert!(bad_level("verbose").ends_with("use warn, info or debug; logging at info"));
+    }
 }

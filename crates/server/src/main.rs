@@ -1,12 +1,17 @@
 //! The `clarion` binary: parses the command line and hands over to the library.
 
-use clap::Parser as _;
-use clarion::cli::{Cli, Command};
+use clarion::cli::Command;
 use clarion::group::Role;
 
 fn main() -> std::process::ExitCode {
     clarion::log::init();
-    let cli = Cli::parse();
+    let cli = clarion::cli::parse();
+    if matches!(cli.command, Command::Serve(_) | Command::Publish(_)) {
+        let names = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned());
+        for warning in clarion::config::env::unknown_variables(names) {
+            clarion::log::warn(format_args!("{warning}"));
+        }
+    }
     let result = match &cli.command {
         Command::Serve(args) => args
             .resolve()

@@ -1,18 +1,39 @@
 //! `clarion publish`: a minimal HTTP/1.1 client for the publish API, so a shell script or an
 //! operator can publish without curl. Plain `http://` only: the API listens on loopback or a
 //! private network by design.
+//!
+//! Mistakes are caught before anything is sent where the client can know them (the topic is
+//! checked with the server's own rules), and every refusal is shown as the server worded it,
+//! with a hint at the option that fixes it. A message the server refuses before reading it
+//! (too large, no key) is announced with `Expect: 100-continue`, and if the server closes early
+//! anyway, its answer is still read and shown.
 
-use std::io::{Read as _, Write as _};
+use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
+use clarion_proto::http1::base_url::parse_base_url;
 use clarion_proto::http1::{self, HeadWriteError, ResponseBody};
+use clarion_proto::pubsub::validate_topic;
 
 use crate::cli::PublishArgs;
 
+/// Bodies above this many bytes are announced with `Expect: 100-continue`, so a server that
+/// refuses them (`413`, `401`) answers before the body is sent. Below it, a round trip costs
+/// more than sending the body.
+const EXPECT_ABOVE: usize = 64 * 1024;
+/// How long to wait for `100 Continue` before sending the body anyway (RFC 9110 §10.1.1: a
+/// server may not send it).
+const EXPECT_WAIT: Duration = Duration::from_secs(1);
+/// How long a silent server is waited for.
+const ANSWER_WAIT: Duration = Duration::from_secs(30);
+
 /// Publishes one message and prints the server's JSON answer. Fails on a non-2xx status.
 pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
+    // The server's own rule and wording, before anything is read or sent.
+    validate_topic(&args.topic).map_err(|e| anyhow!("invalid topic {:?}: {e}", args.topic))?;
+    let api = parse_base_url(&args.api).map_err(|e| anyhow!("--api (CLARION_API): {e}"))?;
     let message = match args.message.as_deref() {
         Some(m) if m != "-" => m.as_bytes().to_vec(),
         _ => {
@@ -23,28 +44,16 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
             buf
         }
     };
-    let rest = args
-        .api
-        .strip_prefix("http://")
-        .with_context(|| format!("--api must be an http:// URL, got {:?}", args.api))?;
-    let (authority, base) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let base = base.trim_end_matches('/');
-    let mut stream =
-        TcpStream::connect(authority).with_context(|| format!("cannot connect to {authority}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let content_type = if args.binary {
         "application/octet-stream"
     } else {
         "text/plain; charset=utf-8"
     };
-    let target = format!("{base}/publish/{}", args.topic);
+    let target = format!("{}/publish/{}", api.prefix, escape_path(&args.topic));
     let length = message.len().to_string();
     let bearer = args.api_key.as_ref().map(|k| format!("Bearer {k}"));
     let mut headers: Vec<(&str, &[u8])> = vec![
-        ("Host", authority.as_bytes()),
+        ("Host", api.authority.as_bytes()),
         ("Content-Type", content_type.as_bytes()),
         ("Content-Length", length.as_bytes()),
         ("Connection", b"close"),
@@ -52,24 +61,157 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     if let Some(b) = &bearer {
         headers.push(("Authorization", b.as_bytes()));
     }
-    let mut req = Vec::with_capacity(256 + message.len());
-    // A topic or key with a space or a line break would change the request's meaning.
-    http1::write_request_head(&mut req, "POST", &target, &headers, None).map_err(|e| match e {
+    let expect = message.len() > EXPECT_ABOVE;
+    if expect {
+        headers.push(("Expect", b"100-continue"));
+    }
+    let mut head = Vec::with_capacity(256);
+    // A key with a line break would change the request's meaning.
+    http1::write_request_head(&mut head, "POST", &target, &headers, None).map_err(|e| match e {
         HeadWriteError::Target => anyhow!("topic {:?} cannot be sent in a URL", args.topic),
         e => anyhow!("cannot write the request: {e}"),
     })?;
-    req.extend_from_slice(&message);
-    stream.write_all(&req)?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .context("cannot read the answer")?;
+    let mut stream = TcpStream::connect(&api.authority).map_err(|e| {
+        anyhow!(
+            "cannot connect to the API at {} ({e}): is `clarion serve` running, and is this \
+             its API address? Give the server's api_listen (127.0.0.1:8081 by default) with \
+             --api or CLARION_API",
+            api.authority
+        )
+    })?;
+    let response = exchange(&mut stream, &head, &message, expect)?;
     let (status, body) = answer(&response)?;
     println!("{}", String::from_utf8_lossy(&body).trim_end());
     if !(200..300).contains(&status) {
-        bail!("publish failed with HTTP {status}");
+        let about_size = String::from_utf8_lossy(&body).contains("max_publish_size");
+        bail!(
+            "publish failed with HTTP {status}{}",
+            hint(status, about_size, args)
+        );
     }
     Ok(())
+}
+
+/// Sends the request and returns everything the server answered until it closed, without any
+/// `100 Continue` interim answer. When the server closes while the body is still being sent
+/// (it refused the message from its head), its answer is read all the same.
+fn exchange(
+    stream: &mut TcpStream,
+    head: &[u8],
+    body: &[u8],
+    expect: bool,
+) -> anyhow::Result<Vec<u8>> {
+    stream.write_all(head).context("cannot send the request")?;
+    let mut response = Vec::new();
+    let mut send_body = true;
+    if expect {
+        stream.set_read_timeout(Some(EXPECT_WAIT))?;
+        match read_head(stream, &mut response) {
+            Ok(Some(100)) => response.clear(),
+            // A final answer: the body is not wanted.
+            Ok(Some(_)) => send_body = false,
+            // Closed without a word: reading on will say so.
+            Ok(None) => send_body = false,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(e).context("cannot read the answer"),
+        }
+    }
+    let mut cut_short = None;
+    if send_body {
+        if let Err(e) = stream.write_all(body) {
+            // The server stopped reading (it answers 413 and closes, for one): its answer is
+            // what explains why, so read it before reporting the write.
+            if !matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) {
+                return Err(e).context("cannot send the message");
+            }
+            cut_short = Some(e);
+        }
+    }
+    stream.set_read_timeout(Some(ANSWER_WAIT))?;
+    let mut chunk = [0u8; 8192];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => response.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // A reset after the answer arrived ends it as a close would.
+            Err(e) if e.kind() == ErrorKind::ConnectionReset && !response.is_empty() => break,
+            Err(e) => {
+                return Err(match cut_short {
+                    Some(w) => anyhow!(
+                        "the server closed the connection while the message ({} bytes) was \
+                         being sent ({w}), without an answer",
+                        body.len()
+                    ),
+                    None => anyhow!(e).context("cannot read the answer"),
+                })
+            }
+        }
+    }
+    if response.is_empty() {
+        if let Some(w) = cut_short {
+            bail!(
+                "the server closed the connection while the message ({} bytes) was being sent \
+                 ({w}), without an answer",
+                body.len()
+            );
+        }
+    }
+    Ok(response)
+}
+
+/// Reads until a complete answer head is in `buf`; its status, or `None` when the server
+/// closed first.
+fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<u16>> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok(Some(h)) = http1::parse_response_head(buf, MAX_HEADERS, MAX_HEAD) {
+            return Ok(Some(h.status));
+        }
+        if buf.len() > MAX_HEAD {
+            // Not an HTTP head: leave it to `answer` to say so.
+            return Ok(Some(0));
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    }
+}
+
+/// What to try after a refusal, by status (`about_size`: the answer names max_publish_size, so
+/// it came from the API and not from another listener).
+fn hint(status: u16, about_size: bool, args: &PublishArgs) -> &'static str {
+    match status {
+        401 if args.api_key.is_none() => {
+            ": the server requires a key; give it with --api-key or CLARION_API_KEY"
+        }
+        401 => ": the key given with --api-key (or CLARION_API_KEY) was refused",
+        403 => ": the token given with --api-key does not allow this topic",
+        413 if about_size => ": the server's max_publish_size is below this message",
+        404 | 405 | 413 => {
+            ": is --api (CLARION_API) the server's API listener (api_listen, 127.0.0.1:8081 by \
+             default), not its client listener?"
+        }
+        _ => "",
+    }
+}
+
+/// `s` percent-encoded for a URL path: every byte but unreserved characters and `:@/` (RFC
+/// 3986 `pchar` and the segment separator). A valid topic comes out unchanged; anything that
+/// could end the path (`?`, `#`) or split the request (spaces, line breaks) never goes out raw.
+fn escape_path(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':' | b'@' | b'/')
+        {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Largest answer head accepted: the API's are a few hundred bytes.
@@ -112,6 +254,88 @@ fn answer(response: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topics_are_escaped_in_the_path() {
+        assert_eq!(
+            escape_path("tenant:room/sub@eu-1.x_y"),
+            "tenant:room/sub@eu-1.x_y"
+        );
+        assert_eq!(escape_path("news?event=evil"), "news%3Fevent%3Devil");
+        assert_eq!(escape_path("a b#c\r\n%"), "a%20b%23c%0D%0A%25");
+        assert_eq!(escape_path("é"), "%C3%A9");
+    }
+
+    /// A server that reads the request head only, answers `answer` and closes, as the API does
+    /// for a message over max_publish_size.
+    fn refusing_server(
+        answer: &'static [u8],
+    ) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handle = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && head.len() < 4096 {
+                if s.read(&mut byte).unwrap_or(0) == 0 {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            s.write_all(answer).unwrap();
+            // Closing with the body unread makes the kernel reset the connection.
+        });
+        (addr, handle)
+    }
+
+    const REFUSAL: &[u8] = b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 22\r\nConnection: close\r\n\r\n{\"error\":\"too large\"}\n";
+
+    #[test]
+    fn an_answer_given_before_the_body_is_read_is_shown() {
+        let body = vec![b'x'; 32 << 20];
+        for expect in [false, true] {
+            let (addr, server) = refusing_server(REFUSAL);
+            let mut stream = TcpStream::connect(addr).unwrap();
+            let head =
+                b"POST /publish/news HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n";
+            let response = exchange(&mut stream, head, &body, expect).unwrap();
+            let (status, text) = answer(&response).unwrap();
+            assert_eq!(
+                (status, &text[..]),
+                (413, &b"{\"error\":\"too large\"}\n"[..])
+            );
+            server.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_continue_lets_the_body_go() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 65536];
+            while !got.ends_with(b"\r\n\r\n") {
+                let n = s.read(&mut chunk).unwrap();
+                got.extend_from_slice(&chunk[..n]);
+            }
+            s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").unwrap();
+            let mut body = 0;
+            while body < 100_000 {
+                body += s.read(&mut chunk).unwrap();
+            }
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nyes")
+                .unwrap();
+        });
+        let mut stream = TcpStream::connect(addr).unwrap();
+        let head = b"POST /publish/news HTTP/1.1\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n";
+        let response = exchange(&mut stream, head, &[b'y'; 100_000], true).unwrap();
+        assert_eq!(answer(&response).unwrap(), (200, b"yes".to_vec()));
+        server.join().unwrap();
+    }
 
     #[test]
     fn reads_answers_by_their_framing() {

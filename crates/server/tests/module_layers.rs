@@ -35,7 +35,10 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     ("broker", &["grip", "worker", "api", "server", "auth"]),
     // Broker connections: below the modes, beside the broker (which will use them).
-    ("cluster", &["broker", "grip", "worker", "api", "server", "dashboard"]),
+    (
+        "cluster",
+        &["broker", "grip", "worker", "api", "server", "dashboard"],
+    ),
     (
         "auth",
         &[

@@ -1,5 +1,6 @@
 //! HTTP/1.1 (RFC 9112), the parts a push server needs from a client.
 //!
+//! - [`base_url`]: where an HTTP API lives, as users type it (`host:port`, `http://host:port/`).
 //! - [`authorization`]: `Authorization` header credentials (`Bearer`, `Basic`).
 //! - [`head`]: request heads, parsed with limits enforced on partial input, and body framing.
 //! - [`query`]: `key=value` pairs of a query string, percent-decoded.
@@ -9,6 +10,7 @@
 //! - [`hop`]: which header fields a proxy forwards (RFC 9110 hop-by-hop fields).
 
 pub mod authorization;
+pub mod base_url;
 pub mod chunked;
 pub mod head;
 pub mod hop;

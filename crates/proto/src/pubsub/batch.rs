@@ -46,8 +46,11 @@ pub struct BatchMessage {
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
     /// Not JSON, not `{"messages":[...]}`, or a message with a missing, mistyped or unknown field.
-    #[error("invalid batch: {0}")]
+    #[error("invalid batch: {0}; expected {SHAPE}")]
     Json(serde_json::Error),
+    /// Valid JSON of another shape: an array of messages without the object around it, say.
+    #[error("invalid batch: expected {SHAPE}, not {0}")]
+    Shape(&'static str),
     /// A message's topic breaks the topic rules.
     #[error("messages[{index}]: invalid topic {topic:?}: {reason}")]
     Topic {
@@ -82,8 +85,21 @@ pub enum BatchError {
     },
 }
 
+/// What a batch looks like, as the errors state it.
+const SHAPE: &str = r#"an object {"messages": [{"topic": "...", "data": "..."}, ...]}"#;
+
 /// Decodes a `POST /publish` body, validating every message.
 pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, BatchError> {
+    // serde would read an array as the struct's fields in order and blame the first element.
+    let found = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => Some("an array"),
+        Some(b'"') => Some("a string"),
+        Some(b'0'..=b'9' | b'-') => Some("a number"),
+        _ => None,
+    };
+    if let Some(found) = found {
+        return Err(BatchError::Shape(found));
+    }
     let batch: Batch = serde_json::from_slice(body).map_err(BatchError::Json)?;
     let mut out = Vec::with_capacity(batch.messages.len());
     for (index, m) in batch.messages.into_iter().enumerate() {
@@ -168,6 +184,15 @@ mod tests {
             r#"messages[0]: unknown encoding "hex""#
         );
         assert!(text(b"[]").starts_with("invalid batch: "));
+        assert_eq!(
+            text(br#" [{"topic":"a","data":"x"}]"#),
+            r#"invalid batch: expected an object {"messages": [{"topic": "...", "data": "..."}, ...]}, not an array"#
+        );
+        assert!(text(b"{").ends_with(
+            r#"; expected an object {"messages": [{"topic": "...", "data": "..."}, ...]}"#
+        ));
+        assert!(text(b"[1").ends_with("not an array"));
+        assert!(text(b"\"x\"").ends_with("not a string"));
         assert!(matches!(
             decode_batch(br#"{"messages":[{"topic":"","data":"x"}]}"#),
             Err(BatchError::Topic {

@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use clap::builder::ValueParser;
 use clap::parser::MatchesError;
 use clap::ArgMatches;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 
 use super::{Compression, Config, SETTINGS};
 
@@ -56,7 +58,11 @@ macro_rules! settings {
         #[derive(Debug, Clone, serde::Deserialize)]
         #[serde(default, deny_unknown_fields)]
         pub struct Config {
-            $( $(#[doc = $doc])* pub $name: $ty, )*
+            $(
+                $(#[doc = $doc])*
+                #[serde(deserialize_with = "crate::config::declare::from_file")]
+                pub $name: $ty,
+            )*
         }
 
         impl Default for Config {
@@ -180,17 +186,58 @@ macro_rules! plain_flag_values {
         }
     )*};
 }
-plain_flag_values!(
-    usize,
-    u64,
-    u32,
-    u8,
-    bool,
-    String,
-    SocketAddr,
-    PathBuf,
-    Compression
-);
+plain_flag_values!(usize, u64, u32, u8, bool, String, PathBuf, Compression);
+
+/// An address as users type it (see [`parse_listen`]).
+impl FlagValue for SocketAddr {
+    type Parsed = SocketAddr;
+    fn parser() -> ValueParser {
+        ValueParser::new(parse_listen)
+    }
+    fn from_parsed(parsed: SocketAddr) -> SocketAddr {
+        parsed
+    }
+}
+
+/// A listen address: `ip:port` (`[v6]:port`), `:port` or `*:port` for every interface
+/// (`0.0.0.0`), or `host:port` with a name, resolved now. A name with several addresses
+/// (`localhost` is often `::1` and `127.0.0.1`) is bound at its first one, and a warning says
+/// which one and what is left out.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let usage = || format!("{text:?} is not an address: give ip:port, host:port or :port");
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(usage());
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{text:?} has no valid port (0 to 65535 after the last ':')"))?;
+    if host.is_empty() || host == "*" {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    if host.contains(|c: char| c.is_whitespace() || c == '/' || c == '[' || c == ']') {
+        return Err(usage());
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+        .collect();
+    let Some(&first) = addrs.first() else {
+        return Err(format!("{host:?} has no address"));
+    };
+    if addrs.len() > 1 {
+        let all: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+        crate::log::warn(format_args!(
+            "{text} has {} addresses ({}); listening on the first only, {first}: give an \
+             address (ip:port, or :port for all interfaces) to choose",
+            addrs.len(),
+            all.join(", ")
+        ));
+    }
+    Ok(first)
+}
 
 /// A list of names, comma-separated on the command line (`a,b.*`), an array in TOML.
 impl FlagValue for Vec<String> {
@@ -233,6 +280,34 @@ impl<T: FlagValue> FlagValue for Option<T> {
 pub trait TomlValue {
     /// The value as TOML (`none` for an unset optional setting).
     fn toml(&self) -> String;
+
+    /// Reads the value from a config file: as serde derives it, unless the type is typed by
+    /// people in another form too (addresses: see [`parse_listen`]).
+    fn from_file<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error>
+    where
+        Self: Sized + Deserialize<'de>,
+    {
+        Self::deserialize(d)
+    }
+}
+
+/// Reads every setting from a config file (the `deserialize_with` of each `Config` field).
+pub fn from_file<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TomlValue + Deserialize<'de>,
+{
+    T::from_file(d)
+}
+
+/// A value read through [`TomlValue::from_file`], so an optional setting reads its inner value
+/// the same way.
+struct FileValue<T>(T);
+
+impl<'de, T: TomlValue + DeserializeOwned> Deserialize<'de> for FileValue<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::from_file(d).map(FileValue)
+    }
 }
 
 macro_rules! display_toml_values {
@@ -261,6 +336,11 @@ impl TomlValue for SocketAddr {
     fn toml(&self) -> String {
         toml_string(&self.to_string())
     }
+
+    fn from_file<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_listen(&text).map_err(serde::de::Error::custom)
+    }
 }
 
 impl TomlValue for PathBuf {
@@ -280,9 +360,13 @@ impl TomlValue for Compression {
     }
 }
 
-impl<T: TomlValue> TomlValue for Option<T> {
+impl<T: TomlValue + DeserializeOwned> TomlValue for Option<T> {
     fn toml(&self) -> String {
         self.as_ref().map_or_else(|| "none".to_owned(), T::toml)
+    }
+
+    fn from_file<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<FileValue<T>>::deserialize(d).map(|v| v.map(|v| v.0))
     }
 }
 
@@ -423,6 +507,47 @@ mod tests {
                 s.name
             );
         }
+    }
+
+    #[test]
+    fn addresses_are_read_as_people_type_them() {
+        let any = |port| SocketAddr::from(([0, 0, 0, 0], port));
+        assert_eq!(parse_listen(":18080"), Ok(any(18080)));
+        assert_eq!(parse_listen("*:18080"), Ok(any(18080)));
+        assert_eq!(
+            parse_listen(" 127.0.0.1:1 "),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 1)))
+        );
+        assert_eq!(parse_listen("[::1]:2").map(|a| a.is_ipv6()), Ok(true));
+        let local = parse_listen("localhost:18080").unwrap();
+        assert!(local.ip().is_loopback() && local.port() == 18080, "{local}");
+        assert!(parse_listen("localhost")
+            .unwrap_err()
+            .contains("give ip:port, host:port or :port"));
+        assert!(parse_listen(":http").unwrap_err().contains("no valid port"));
+        assert!(parse_listen("no-such-host.invalid:80")
+            .unwrap_err()
+            .contains("cannot resolve"));
+    }
+
+    #[test]
+    fn config_files_take_the_same_address_forms() {
+        let c: Config = toml::from_str(
+            "listen = \":18080\"\napi_listen = \"localhost:18081\"\ntls_listen = \"*:18443\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.listen, SocketAddr::from(([0, 0, 0, 0], 18080)));
+        assert!(c.api_listen.ip().is_loopback() && c.api_listen.port() == 18081);
+        assert_eq!(c.tls_listen, Some(SocketAddr::from(([0, 0, 0, 0], 18443))));
+        // Settings of other types read as before; a bad address names its line.
+        let c: Config = toml::from_str("workers = 3\ntls_cert = \"a.pem\"").unwrap();
+        assert_eq!((c.workers, c.tls_cert), (3, Some(PathBuf::from("a.pem"))));
+        let err = toml::from_str::<Config>("workers = 1\nlisten = \"8080\"").unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+        assert!(
+            err.to_string().contains("give ip:port, host:port or :port"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 #[macro_use]
 pub mod declare;
+pub mod env;
 pub mod limits;
 
 pub use declare::{docs_table, Setting, Source};
@@ -302,8 +303,8 @@ settings! {
     auth_expiry_warning: u64 = 30,
         flag "Seconds before exp a WebSocket is warned (expiring message)";
     // # cluster: several processes and machines as one server (docs/cluster.md).
-    /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]` or
-    /// `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
+    /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
+    /// (several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
     /// memory, the fastest and leanest mode). With Redis, message ids are allocated per topic
     /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
     /// fan out to every node but each node keeps its own ids and history.
@@ -338,24 +339,25 @@ pub enum Compression {
     Dedicated,
 }
 
-/// Why a configuration could not be used.
+/// Why a configuration could not be used. The reasons are part of each message, not error
+/// sources, so a report that walks the chain (`{:#}`) states them once.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read the config file {path}: {reason}")]
     Read {
         /// The file named on the command line.
         path: String,
         /// The operating system's reason.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The file is not valid TOML or names an unknown option.
-    #[error("invalid config {path}: {source}")]
+    #[error("invalid config file {path}: {reason}")]
     Parse {
         /// The file named on the command line.
         path: String,
         /// What the TOML parser found.
-        source: Box<toml::de::Error>,
+        reason: Box<toml::de::Error>,
     },
     /// A value is out of its allowed range.
     #[error("invalid setting: {0}")]
@@ -365,13 +367,13 @@ pub enum ConfigError {
 impl Config {
     /// Reads a TOML file; options it does not name keep their defaults.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|reason| ConfigError::Read {
             path: path.display().to_string(),
-            source,
+            reason,
         })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        toml::from_str(&text).map_err(|reason| ConfigError::Parse {
             path: path.display().to_string(),
-            source: Box::new(source),
+            reason: Box::new(reason),
         })
     }
 
@@ -626,6 +628,14 @@ mod tests {
     #[test]
     fn open_files_limit_is_read() {
         assert!(open_files_limit().is_some_and(|n| n > 0));
+    }
+
+    #[test]
+    fn a_missing_file_is_reported_once() {
+        let err = Config::from_file(Path::new("/nonexistent/clarion.toml")).expect_err("no file");
+        let text = format!("{:#}", anyhow::Error::from(err));
+        assert_eq!(text.matches("No such file").count(), 1, "{text}");
+        assert!(text.starts_with("cannot read the config file /nonexistent/clarion.toml: "));
     }
 
     #[test]

@@ -194,6 +194,19 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
         }
         let now = Instant::now();
         for slot in &mut slots {
+            // A restarted process that never becomes ready is killed, so it is restarted (with
+            // the backoff) rather than left half-started for good.
+            let stuck = slot.node.state == State::Starting
+                && now.saturating_duration_since(slot.started) > GROUP_STARTUP_TIMEOUT;
+            if let Some(child) = slot.child.as_mut().filter(|_| stuck) {
+                log::warn(format_args!(
+                    "process {} (pid {}) not ready within {GROUP_STARTUP_TIMEOUT:?}: killing it",
+                    slot.node.name,
+                    child.id()
+                ));
+                let _ = child.kill();
+                let _ = child.wait();
+            }
             if let Some(status) = exited(slot) {
                 let ran = now.saturating_duration_since(slot.started);
                 let (delay, next) = restart_delay(slot.backoff, ran);

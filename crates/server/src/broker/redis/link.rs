@@ -38,20 +38,23 @@ enum Todo {
     },
 }
 
-/// The thread's body: sessions until asked to stop.
-pub(super) fn run(core: &Core) {
+/// The thread's body for one shard: sessions until asked to stop.
+pub(super) fn run(core: &Core, shard: usize) {
+    let Some(addr) = core.shards.get(shard).map(|s| s.url.addr.clone()) else {
+        return;
+    };
     let mut backoff = BACKOFF_START;
     let mut sessions = 0u64;
     while !core.stop.load(Relaxed) {
         let began = Instant::now();
-        let result = session(core, sessions);
+        let result = session(core, shard, sessions);
         sessions += 1;
-        disconnected(core);
+        disconnected(core, shard);
         if core.stop.load(Relaxed) {
             return;
         }
         if let Err(e) = result {
-            crate::log::warn(format_args!("broker {}: {e}; reconnecting", core.url.addr));
+            crate::log::warn(format_args!("broker {addr}: {e}; reconnecting"));
         }
         if began.elapsed() > BACKOFF_CAP {
             backoff = BACKOFF_START;
@@ -67,29 +70,42 @@ pub(super) fn run(core: &Core) {
 
 /// Marks the connection down: callers waiting to follow a topic are answered, and every topic
 /// must be confirmed and positioned again.
-fn disconnected(core: &Core) {
+fn disconnected(core: &Core, shard: usize) {
     let mut st = lock(&core.state);
-    st.connected = false;
-    *lock(&core.writer) = None;
-    for t in st.topics.values_mut() {
-        t.follow = Follow::Idle;
-        t.unconfirmed = 0;
-        t.ready = false;
+    if let Some(c) = st.connected.get_mut(shard) {
+        *c = false;
     }
-    st.topics.retain(|_, t| !t.unused());
+    if let Some(s) = core.shards.get(shard) {
+        *lock(&s.writer) = None;
+    }
+    for (name, t) in st.topics.iter_mut() {
+        if core.shard_of(name) == shard {
+            t.follow = Follow::Idle;
+            t.unconfirmed = 0;
+            t.ready = false;
+        }
+    }
+    st.topics
+        .retain(|name, t| core.shard_of(name) != shard || !t.unused());
     core.metrics.broker_connected.store(0, Relaxed);
     core.changed.notify_all();
 }
 
 /// One connection's life: subscribe to every wanted topic, then read until it fails.
-fn session(core: &Core, sessions: u64) -> Result<(), LinkError> {
-    let mut conn = Conn::open(&core.url, core.timeout, &core.name)?;
+fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
+    let Some(this) = core.shards.get(shard) else {
+        return Ok(());
+    };
+    let mut conn = Conn::open(&this.url, core.timeout, &core.name)?;
     conn.set_read_timeout(PING_EVERY)?;
     {
         let mut st = lock(&core.state);
-        *lock(&core.writer) = Some(conn.writer()?);
+        *lock(&this.writer) = Some(conn.writer()?);
         let mut cmds = Vec::new();
         for (name, t) in &mut st.topics {
+            if core.shard_of(name) != shard {
+                continue;
+            }
             t.follow = Follow::Subscribing;
             t.unconfirmed = 1;
             cmds.push(vec![
@@ -98,16 +114,19 @@ fn session(core: &Core, sessions: u64) -> Result<(), LinkError> {
             ]);
         }
         if !cmds.is_empty() {
-            core.send_sub(&cmds)?;
+            core.send_sub(shard, &cmds)?;
         }
-        st.connected = true;
-        core.metrics.broker_connected.store(1, Relaxed);
+        if let Some(c) = st.connected.get_mut(shard) {
+            *c = true;
+        }
+        core.metrics
+            .broker_connected
+            .store(u64::from(st.all_up()), Relaxed);
         if sessions > 0 {
             core.metrics.broker_reconnects.fetch_add(1, Relaxed);
             crate::log::info(format_args!(
-                "broker {}: reconnected, following {} topics again",
-                core.url.addr,
-                st.topics.len()
+                "broker {}: reconnected, following its topics again",
+                this.url.addr
             ));
         }
         core.changed.notify_all();
@@ -136,7 +155,7 @@ fn session(core: &Core, sessions: u64) -> Result<(), LinkError> {
                     }
                     Some(_) => {}
                     None => {
-                        core.send_sub(&[vec![b"PING".to_vec()]])?;
+                        core.send_sub(shard, &[vec![b"PING".to_vec()]])?;
                         ping_sent = Some(Instant::now());
                     }
                 }
@@ -164,7 +183,7 @@ fn apply(core: &Core, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
     for v in pushes {
         let Value::Array(parts) = v else {
             if let Value::Error(e) = v {
-                crate::log::warn(format_args!("broker {}: {e}", core.url.addr));
+                crate::log::warn(format_args!("broker: {e}"));
             }
             continue;
         };

@@ -24,6 +24,7 @@
 
 pub mod conn;
 mod link;
+mod resume;
 
 use std::collections::HashMap;
 use std::net::TcpStream;
@@ -37,6 +38,7 @@ use clarion_proto::pubsub::wire;
 use clarion_proto::resp::Value;
 
 use self::conn::{LinkError, Pool, RedisUrl};
+use self::resume::joined_position;
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
 use crate::hub::{lock, Inbox, TopicTraffic};
@@ -62,7 +64,17 @@ pub type AttachmentDecoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
 /// The clustered broker over Redis.
 pub struct RedisBroker {
     core: Arc<Core>,
-    reader: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// One reader thread per Redis shard.
+    readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// One Redis of the broker: topics whose partition maps to it keep their keys and channel
+/// there (`broker` may list several Redis servers: partition `N` lives on server `N mod k`).
+pub(crate) struct Shard {
+    url: RedisUrl,
+    pool: Pool,
+    /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
+    writer: Mutex<Option<TcpStream>>,
 }
 
 /// What the reader thread and the callers share.
@@ -73,13 +85,10 @@ pub(crate) struct Core {
     inboxes: Vec<Arc<Inbox>>,
     metrics: Arc<Metrics>,
     limits: HistoryLimits,
-    pool: Pool,
-    url: RedisUrl,
+    shards: Vec<Shard>,
     timeout: Duration,
     name: String,
     sha: String,
-    /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
-    writer: Mutex<Option<TcpStream>>,
     stop: AtomicBool,
     start: Instant,
     decode_attachment: Option<AttachmentDecoder>,
@@ -92,8 +101,8 @@ pub(crate) struct Core {
 /// Topics this node follows, under the one lock.
 pub(crate) struct State {
     topics: HashMap<Arc<str>, Topic>,
-    /// The subscriber connection is up.
-    connected: bool,
+    /// Per shard: its subscriber connection is up.
+    connected: Vec<bool>,
 }
 
 /// Where a topic's channel subscription stands.
@@ -126,6 +135,18 @@ struct Topic {
     /// A fill of the hole before `held` has been asked for.
     filling: bool,
     traffic: TopicTraffic,
+}
+
+impl State {
+    /// Whether shard `i`'s subscriber connection is up.
+    fn up(&self, i: usize) -> bool {
+        self.connected.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether every shard's subscriber connection is up.
+    fn all_up(&self) -> bool {
+        self.connected.iter().all(|c| *c)
+    }
 }
 
 impl Topic {
@@ -191,72 +212,89 @@ impl RedisBroker {
         limits: HistoryLimits,
         decode_attachment: Option<AttachmentDecoder>,
     ) -> Result<RedisBroker, String> {
-        let url = RedisUrl::parse(url)?;
         let sha = sha1_hex(SCRIPT.as_bytes());
-        let pool = Pool::new(url.clone(), timeout, node, POOL_SIZE, Arc::clone(&metrics));
-        let loaded = pool
-            .call(&[vec![
-                b"SCRIPT".to_vec(),
-                b"LOAD".to_vec(),
-                SCRIPT.as_bytes().to_vec(),
-            ]])
-            .map_err(|e| format!("broker {}: {e}", url.addr))?;
-        if let Some(Value::Error(e)) = loaded.first() {
-            return Err(format!(
-                "broker {}: cannot load the publish script: {e}",
-                url.addr
-            ));
+        let mut shards = Vec::new();
+        for one in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            let url = RedisUrl::parse(one)?;
+            let pool = Pool::new(url.clone(), timeout, node, POOL_SIZE, Arc::clone(&metrics));
+            let loaded = pool
+                .call(&[vec![
+                    b"SCRIPT".to_vec(),
+                    b"LOAD".to_vec(),
+                    SCRIPT.as_bytes().to_vec(),
+                ]])
+                .map_err(|e| format!("broker {}: {e}", url.addr))?;
+            if let Some(Value::Error(e)) = loaded.first() {
+                return Err(format!(
+                    "broker {}: cannot load the publish script: {e}",
+                    url.addr
+                ));
+            }
+            shards.push(Shard {
+                url,
+                pool,
+                writer: Mutex::new(None),
+            });
+        }
+        if shards.is_empty() {
+            return Err(format!("broker {url:?}: no Redis URL"));
         }
         metrics.broker_configured.store(1, Relaxed);
         let core = Arc::new(Core {
             state: Mutex::new(State {
                 topics: HashMap::new(),
-                connected: false,
+                connected: vec![false; shards.len()],
             }),
             changed: Condvar::new(),
             inboxes,
             metrics,
             limits,
-            pool,
-            url,
+            shards,
             timeout,
             name: node.to_owned(),
             sha,
-            writer: Mutex::new(None),
             stop: AtomicBool::new(false),
             start: Instant::now(),
             decode_attachment,
             nonce: AtomicU64::new(0),
             node_epoch: random_epoch(u64::MAX),
         });
-        let reader = {
-            let core = Arc::clone(&core);
-            std::thread::Builder::new()
-                .name("clarion-redis".into())
-                .spawn(move || link::run(&core))
-                .map_err(|e| format!("cannot start the broker thread: {e}"))?
-        };
-        // Serve nothing before the subscriber connection is up: a subscription arriving first
-        // would be refused as if the broker were down.
+        let mut readers = Vec::new();
+        for shard in 0..core.shards.len() {
+            let c = Arc::clone(&core);
+            let reader = std::thread::Builder::new()
+                .name(format!("clarion-redis-{shard}"))
+                .spawn(move || link::run(&c, shard))
+                .map_err(|e| format!("cannot start the broker thread: {e}"))?;
+            readers.push(reader);
+        }
+        // Serve nothing before every subscriber connection is up: a subscription arriving
+        // first would be refused as if the broker were down.
         let deadline = Instant::now() + timeout;
         let mut st = lock(&core.state);
-        while !st.connected && Instant::now() < deadline {
+        while !st.all_up() && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
             st = core
                 .changed
                 .wait_timeout(st, left)
                 .map_or_else(|p| p.into_inner().0, |(g, _)| g);
         }
-        let up = st.connected;
+        let down: Vec<String> = st
+            .connected
+            .iter()
+            .zip(&core.shards)
+            .filter(|(up, _)| !**up)
+            .map(|(_, s)| s.url.addr.clone())
+            .collect();
         drop(st);
         let broker = RedisBroker {
             core,
-            reader: Mutex::new(Some(reader)),
+            readers: Mutex::new(readers),
         };
-        if !up {
+        if !down.is_empty() {
             return Err(format!(
                 "broker {}: the subscriber connection did not come up within {} ms",
-                broker.core.url.addr,
+                down.join(", "),
                 timeout.as_millis()
             ));
         }
@@ -301,36 +339,22 @@ impl RedisBroker {
                 meta_ttl.to_string().into_bytes(),
             ]);
         }
-        let mut replies = core.pool.call(&commands).map_err(Unavailable::from)?;
-        if replies
-            .iter()
-            .any(|r| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")))
-        {
-            // Redis restarted (or flushed its scripts) since we loaded it: load it again and
-            // run the messages that did not run. NOSCRIPT means the call did nothing.
-            core.pool
-                .call(&[vec![
-                    b"SCRIPT".to_vec(),
-                    b"LOAD".to_vec(),
-                    SCRIPT.as_bytes().to_vec(),
-                ]])
-                .map_err(Unavailable::from)?;
-            let again: Vec<Vec<Vec<u8>>> = commands
-                .iter()
-                .zip(&replies)
-                .filter(|(_, r)| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")))
-                .map(|(c, _)| c.clone())
+        // One pipeline per shard, in order; the replies go back to their messages' places.
+        let mut replies: Vec<Value> = vec![Value::Nil; commands.len()];
+        for (shard, _) in core.shards.iter().enumerate() {
+            let mine: Vec<usize> = (0..msgs.len())
+                .filter(|&i| msgs.get(i).is_some_and(|m| core.shard_of(m.topic) == shard))
                 .collect();
-            let mut redone = core
-                .pool
-                .call(&again)
-                .map_err(Unavailable::from)?
-                .into_iter();
-            for r in &mut replies {
-                if matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT")) {
-                    if let Some(v) = redone.next() {
-                        *r = v;
-                    }
+            if mine.is_empty() {
+                continue;
+            }
+            let cmds: Vec<Vec<Vec<u8>>> = mine
+                .iter()
+                .filter_map(|&i| commands.get(i).cloned())
+                .collect();
+            for (i, r) in mine.into_iter().zip(core.run_scripts(shard, &cmds)?) {
+                if let Some(slot) = replies.get_mut(i) {
+                    *slot = r;
                 }
             }
         }
@@ -400,13 +424,20 @@ impl RedisBroker {
             position: String::new(),
         };
         out.position = joined_position(&out.names, &positions);
-        if let Since::Id(given) = since {
-            core.metrics.resumes.fetch_add(1, Relaxed);
-            let names = out.names.clone();
-            core.read_missed(given, &names, &positions, &mut out);
-            if !out.gaps.is_empty() {
-                core.metrics.resume_gaps.fetch_add(1, Relaxed);
+        match since {
+            Since::Id(given) => {
+                core.metrics.resumes.fetch_add(1, Relaxed);
+                let names = out.names.clone();
+                core.read_missed(given, &names, &positions, &mut out);
+                if !out.gaps.is_empty() {
+                    core.metrics.resume_gaps.fetch_add(1, Relaxed);
+                }
             }
+            Since::PublisherId(prev) => {
+                let names = out.names.clone();
+                core.read_after_publisher_id(prev, &names, &positions, &mut out);
+            }
+            Since::Now => {}
         }
         Ok(out)
     }
@@ -445,9 +476,16 @@ impl RedisBroker {
             position: String::new(),
         };
         out.position = joined_position(&out.names, &positions);
-        if let Since::Id(given) = since {
-            let names = out.names.clone();
-            core.read_missed(given, &names, &positions, &mut out);
+        match since {
+            Since::Id(given) => {
+                let names = out.names.clone();
+                core.read_missed(given, &names, &positions, &mut out);
+            }
+            Since::PublisherId(prev) => {
+                let names = out.names.clone();
+                core.read_after_publisher_id(prev, &names, &positions, &mut out);
+            }
+            Since::Now => {}
         }
         out
     }
@@ -478,7 +516,7 @@ impl RedisBroker {
 
     /// Whether the subscriber connection is up.
     pub fn connected(&self) -> bool {
-        lock(&self.core.state).connected
+        lock(&self.core.state).all_up()
     }
 
     /// Wakes every worker.
@@ -491,10 +529,12 @@ impl RedisBroker {
     /// Stops the reader thread (bounded by the command timeout).
     pub fn shutdown(&self) {
         self.core.stop.store(true, Relaxed);
-        if let Some(w) = lock(&self.core.writer).as_ref() {
-            let _ = w.shutdown(std::net::Shutdown::Both);
+        for shard in &self.core.shards {
+            if let Some(w) = lock(&shard.writer).as_ref() {
+                let _ = w.shutdown(std::net::Shutdown::Both);
+            }
         }
-        if let Some(h) = lock(&self.reader).take() {
+        for h in lock(&self.readers).drain(..) {
             let _ = h.join();
         }
     }
@@ -510,24 +550,6 @@ impl Drop for RedisBroker {
 /// enough that a client away for a day resumes with an exact answer (a gap notice, or its
 /// messages) rather than a new epoch.
 const META_TTL_SECS: u64 = 86_400;
-
-/// The position of a subscription: its topic's id, or for several topics one `topic:id` per
-/// topic, comma-separated (topic names hold no commas). A resume from it is exact per topic.
-fn joined_position(names: &[Arc<str>], positions: &[(Option<Arc<str>>, u64)]) -> String {
-    let id = |(e, last): &(Option<Arc<str>>, u64)| match e {
-        Some(e) => format!("{e}-{last}"),
-        None => "0-0".to_owned(),
-    };
-    if let [one] = positions {
-        return id(one);
-    }
-    let ids: Vec<String> = names
-        .iter()
-        .zip(positions)
-        .map(|(n, p)| format!("{n}:{}", id(p)))
-        .collect();
-    ids.join(",")
-}
 
 /// A random epoch (up to 13 base-36 characters, 64 bits): the time and process id mixed with a
 /// per-call counter `n`, so no two calls of a process give the same one.
@@ -561,6 +583,54 @@ impl Core {
         self.start.elapsed().as_secs() as u32
     }
 
+    /// The shard holding `topic`.
+    pub(crate) fn shard_of(&self, topic: &str) -> usize {
+        partition(topic) as usize % self.shards.len().max(1)
+    }
+
+    /// The connection pool of the shard holding `topic`.
+    pub(crate) fn pool_of(&self, topic: &str) -> Result<&Pool, LinkError> {
+        self.shards
+            .get(self.shard_of(topic))
+            .map(|s| &s.pool)
+            .ok_or(LinkError::Down)
+    }
+
+    /// Runs publish script calls on one shard. Redis restarted (or flushed its scripts) since
+    /// we loaded it: load it again and run the calls that answered NOSCRIPT (they did nothing).
+    fn run_scripts(&self, shard: usize, cmds: &[Vec<Vec<u8>>]) -> Result<Vec<Value>, Unavailable> {
+        let pool = &self
+            .shards
+            .get(shard)
+            .ok_or_else(|| Unavailable("no such shard".to_owned()))?
+            .pool;
+        let noscript = |r: &Value| matches!(r, Value::Error(e) if e.starts_with("NOSCRIPT"));
+        let mut replies = pool.call(cmds).map_err(Unavailable::from)?;
+        if replies.iter().any(noscript) {
+            pool.call(&[vec![
+                b"SCRIPT".to_vec(),
+                b"LOAD".to_vec(),
+                SCRIPT.as_bytes().to_vec(),
+            ]])
+            .map_err(Unavailable::from)?;
+            let again: Vec<Vec<Vec<u8>>> = cmds
+                .iter()
+                .zip(&replies)
+                .filter(|(_, r)| noscript(r))
+                .map(|(c, _)| c.clone())
+                .collect();
+            let mut redone = pool.call(&again).map_err(Unavailable::from)?.into_iter();
+            for r in &mut replies {
+                if noscript(r) {
+                    if let Some(v) = redone.next() {
+                        *r = v;
+                    }
+                }
+            }
+        }
+        Ok(replies)
+    }
+
     /// A new random epoch for a topic created by this publish.
     fn fresh_epoch(&self) -> String {
         random_epoch(self.nonce.fetch_add(1, Relaxed))
@@ -580,9 +650,9 @@ impl Core {
                 .or_insert_with(|| Topic::new(workers));
             t.joining += 1;
         }
-        let mut to_send: Vec<String> = Vec::new();
+        let mut to_send: Vec<(usize, String)> = Vec::new();
         loop {
-            if !st.connected {
+            if topics.iter().any(|t| !st.up(self.shard_of(t))) {
                 self.abandon(&mut st, topics);
                 return Err(Unavailable(
                     "the broker is unreachable (reconnecting)".to_owned(),
@@ -599,18 +669,22 @@ impl Core {
                     Follow::Idle => {
                         t.follow = Follow::Subscribing;
                         t.unconfirmed += 1;
-                        to_send.push(keys(topic)[2].clone());
+                        to_send.push((self.shard_of(topic), keys(topic)[2].clone()));
                         waiting = true;
                     }
                     _ => waiting = true,
                 }
             }
-            if !to_send.is_empty() {
+            for shard in 0..self.shards.len() {
                 let cmds: Vec<Vec<Vec<u8>>> = to_send
                     .iter()
-                    .map(|c| vec![b"SSUBSCRIBE".to_vec(), c.as_bytes().to_vec()])
+                    .filter(|(s, _)| *s == shard)
+                    .map(|(_, c)| vec![b"SSUBSCRIBE".to_vec(), c.as_bytes().to_vec()])
                     .collect();
-                if let Err(e) = self.send_sub(&cmds) {
+                if cmds.is_empty() {
+                    continue;
+                }
+                if let Err(e) = self.send_sub(shard, &cmds) {
                     self.abandon(&mut st, topics);
                     return Err(Unavailable(format!("the broker is unreachable: {e}")));
                 }
@@ -650,10 +724,11 @@ impl Core {
         let Some(t) = st.topics.get_mut(topic) else {
             return;
         };
-        if t.follow != Follow::Idle && st.connected {
+        let shard = self.shard_of(topic);
+        if t.follow != Follow::Idle && st.connected.get(shard).copied().unwrap_or(false) {
             let channel = keys(topic)[2].clone().into_bytes();
             if self
-                .send_sub(&[vec![b"SUNSUBSCRIBE".to_vec(), channel]])
+                .send_sub(shard, &[vec![b"SUNSUBSCRIBE".to_vec(), channel]])
                 .is_ok()
             {
                 t.unconfirmed += 1;
@@ -668,199 +743,19 @@ impl Core {
     }
 
     /// Writes commands on the subscriber connection.
-    fn send_sub(&self, cmds: &[Vec<Vec<u8>>]) -> std::io::Result<()> {
+    fn send_sub(&self, shard: usize, cmds: &[Vec<Vec<u8>>]) -> std::io::Result<()> {
         use std::io::Write;
         let mut out = Vec::new();
         for c in cmds {
             clarion_proto::resp::encode_command(&mut out, c);
         }
-        match lock(&self.writer).as_mut() {
-            Some(w) => w.write_all(&out),
+        let writer = self.shards.get(shard).map(|s| lock(&s.writer));
+        match writer.as_deref().and_then(Option::as_ref) {
+            Some(mut w) => w.write_all(&out),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 "no subscriber connection",
             )),
-        }
-    }
-
-    /// The epoch and last offset Redis holds for `topic` (`None` epoch: never published, or
-    /// lost).
-    fn remote_position(&self, topic: &str) -> Result<(Option<Arc<str>>, u64), LinkError> {
-        let [meta, _, _] = keys(topic);
-        let r = self.pool.call(&[vec![
-            b"HMGET".to_vec(),
-            meta.into_bytes(),
-            b"e".to_vec(),
-            b"s".to_vec(),
-        ]])?;
-        let (epoch, last) = match r.first() {
-            Some(Value::Array(v)) => (
-                v.first().and_then(Value::as_str).map(Arc::from),
-                v.get(1).and_then(Value::as_int).unwrap_or(0),
-            ),
-            _ => (None, 0),
-        };
-        Ok((epoch, u64::try_from(last).unwrap_or(0)))
-    }
-
-    /// Reads `topic`'s stream entries with offsets `from..=to`, as messages of `epoch`, and the
-    /// epoch Redis holds now. Entries that do not decode are skipped (and so show as a gap).
-    fn read_range(
-        &self,
-        topic: &Arc<str>,
-        epoch: &Arc<str>,
-        from: u64,
-        to: u64,
-    ) -> Result<(Option<String>, Vec<Arc<Published>>), LinkError> {
-        let [meta, stream, _] = keys(topic);
-        let replies = self.pool.call(&[
-            vec![
-                b"XRANGE".to_vec(),
-                stream.into_bytes(),
-                format!("{from}-0").into_bytes(),
-                format!("{to}-0").into_bytes(),
-            ],
-            vec![b"HGET".to_vec(), meta.into_bytes(), b"e".to_vec()],
-        ])?;
-        let now_epoch = replies.get(1).and_then(Value::as_str).map(str::to_owned);
-        let mut out = Vec::new();
-        if let Some(Value::Array(entries)) = replies.first() {
-            for entry in entries {
-                let Value::Array(parts) = entry else { continue };
-                let Some(offset) = parts
-                    .first()
-                    .and_then(Value::as_str)
-                    .and_then(|id| id.strip_suffix("-0"))
-                    .and_then(|n| n.parse::<u64>().ok())
-                else {
-                    continue;
-                };
-                let Some(Value::Array(fields)) = parts.get(1) else {
-                    continue;
-                };
-                let Some(body) = fields.get(1).and_then(Value::as_bytes) else {
-                    continue;
-                };
-                if let Some(m) = self.message(topic, epoch, offset, body) {
-                    out.push(Arc::new(m));
-                }
-            }
-        }
-        Ok((now_epoch, out))
-    }
-
-    /// A message from its body as Redis holds it.
-    fn message(
-        &self,
-        topic: &Arc<str>,
-        epoch: &Arc<str>,
-        offset: u64,
-        body: &[u8],
-    ) -> Option<Published> {
-        let b = match wire::decode(body) {
-            Ok(b) => b,
-            Err(e) => {
-                crate::log::warn(format_args!(
-                    "broker: message {epoch}-{offset} on {topic}: {e}"
-                ));
-                return None;
-            }
-        };
-        let mut m = Published::new(
-            Arc::clone(topic),
-            offset,
-            Arc::clone(epoch),
-            b.kind,
-            b.event.map(Into::into),
-            self.clock(),
-            b.payload,
-        );
-        if let (Some(bytes), Some(decode)) = (b.attachment, self.decode_attachment) {
-            m.attachment = decode(bytes);
-        }
-        Some(m)
-    }
-
-    /// Fills `out` with what a subscriber resuming from `given` missed on each topic, up to the
-    /// position it was counted at. `given` holds one id, or one per topic (comma-separated);
-    /// each id applies to the topic whose epoch it carries (epochs are random per topic).
-    fn read_missed(
-        &self,
-        given: &str,
-        names: &[Arc<str>],
-        positions: &[(Option<Arc<str>>, u64)],
-        out: &mut Subscribed,
-    ) {
-        // Each entry is `EPOCH-SEQ` or `topic:EPOCH-SEQ` (ids hold no colon).
-        let ids: Vec<(Option<&str>, event_id::EventId<'_>)> = given
-            .split(',')
-            .filter_map(|s| {
-                let s = s.trim();
-                match s.rsplit_once(':') {
-                    Some((t, id)) => Some((Some(t), event_id::parse(id).ok()?)),
-                    None => Some((None, event_id::parse(s).ok()?)),
-                }
-            })
-            .collect();
-        for (name, (epoch, last)) in names.iter().zip(positions) {
-            let gap = |reason| Gap {
-                topic: Arc::clone(name),
-                since: given.to_owned(),
-                reason,
-            };
-            // This topic's entry: named for it, else the unnamed id of its epoch, else an
-            // unnamed id from the very start (`…-0`).
-            let named = ids
-                .iter()
-                .find(|(t, _)| *t == Some(&**name))
-                .map(|(_, i)| *i);
-            let unnamed = || {
-                let mut plain = ids.iter().filter(|(t, _)| t.is_none()).map(|(_, i)| *i);
-                let all: Vec<_> = plain.by_ref().collect();
-                all.iter()
-                    .find(|i| Some(i.epoch) == epoch.as_deref())
-                    .or_else(|| all.iter().find(|i| i.seq == 0))
-                    .copied()
-            };
-            let mine = named.or_else(unnamed);
-            let Some(epoch) = epoch else {
-                // Nothing published in Redis's present history. From the very start there is
-                // nothing to miss; from anything else there is.
-                if mine.is_none_or(|i| i.seq != 0) {
-                    out.gaps.push(gap(GapReason::Epoch));
-                }
-                continue;
-            };
-            let from = mine.and_then(|i| (i.epoch == &**epoch || i.seq == 0).then_some(i.seq));
-            let (reason, from) = match from {
-                Some(seq) if seq <= *last => (None, seq),
-                _ => (Some(GapReason::Epoch), 0),
-            };
-            if from == *last {
-                if let Some(r) = reason {
-                    out.gaps.push(gap(r));
-                }
-                continue;
-            }
-            match self.read_range(name, epoch, from + 1, *last) {
-                Ok((now, msgs)) => {
-                    let complete = now.as_deref() == Some(&**epoch)
-                        && msgs.first().is_some_and(|m| m.id == from + 1)
-                        && msgs.len() as u64 == *last - from;
-                    match reason {
-                        Some(r) => out.gaps.push(gap(r)),
-                        None if !complete => out.gaps.push(gap(GapReason::Trimmed)),
-                        None => {}
-                    }
-                    if now.as_deref() == Some(&**epoch) {
-                        out.replay.extend(msgs);
-                    }
-                }
-                Err(e) => {
-                    crate::log::warn(format_args!("broker: cannot read history of {name}: {e}"));
-                    out.gaps.push(gap(GapReason::Trimmed));
-                }
-            }
         }
     }
 
@@ -935,6 +830,19 @@ mod tests {
         assert_eq!(
             joined_position(&names[..1], &[(Some("ab".into()), 3)]),
             "ab-3"
+        );
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    #[test]
+    fn a_followed_topic_costs_a_small_fixed_record() {
+        // docs/cluster.md quotes this: the record, besides the name and a counter per worker.
+        assert!(
+            std::mem::size_of::<super::Topic>() <= 112,
+            "{}",
+            std::mem::size_of::<super::Topic>()
         );
     }
 }

@@ -1,0 +1,250 @@
+//! What a resuming subscriber missed, read from the topics' streams: positions, ranges of
+//! offsets, and the rule that turns a `since` into a replay and gap notices.
+
+use std::sync::Arc;
+
+use clarion_proto::event_id;
+use clarion_proto::pubsub::wire;
+use clarion_proto::resp::Value;
+
+use super::conn::LinkError;
+use super::{keys, Core};
+use crate::broker::Subscribed;
+use crate::message::{Gap, GapReason, Published};
+
+/// The position of a subscription: its topic's id, or for several topics one `topic:id` per
+/// topic, comma-separated (topic names hold no commas). A resume from it is exact per topic.
+pub(super) fn joined_position(names: &[Arc<str>], positions: &[(Option<Arc<str>>, u64)]) -> String {
+    let id = |(e, last): &(Option<Arc<str>>, u64)| match e {
+        Some(e) => format!("{e}-{last}"),
+        None => "0-0".to_owned(),
+    };
+    if let [one] = positions {
+        return id(one);
+    }
+    let ids: Vec<String> = names
+        .iter()
+        .zip(positions)
+        .map(|(n, p)| format!("{n}:{}", id(p)))
+        .collect();
+    ids.join(",")
+}
+
+impl Core {
+    /// The epoch and last offset Redis holds for `topic` (`None` epoch: never published, or
+    /// lost).
+    pub(super) fn remote_position(
+        &self,
+        topic: &str,
+    ) -> Result<(Option<Arc<str>>, u64), LinkError> {
+        let [meta, _, _] = keys(topic);
+        let r = self.pool_of(topic)?.call(&[vec![
+            b"HMGET".to_vec(),
+            meta.into_bytes(),
+            b"e".to_vec(),
+            b"s".to_vec(),
+        ]])?;
+        let (epoch, last) = match r.first() {
+            Some(Value::Array(v)) => (
+                v.first().and_then(Value::as_str).map(Arc::from),
+                v.get(1).and_then(Value::as_int).unwrap_or(0),
+            ),
+            _ => (None, 0),
+        };
+        Ok((epoch, u64::try_from(last).unwrap_or(0)))
+    }
+
+    /// Reads `topic`'s stream entries with offsets `from..=to`, as messages of `epoch`, and the
+    /// epoch Redis holds now. Entries that do not decode are skipped (and so show as a gap).
+    pub(super) fn read_range(
+        &self,
+        topic: &Arc<str>,
+        epoch: &Arc<str>,
+        from: u64,
+        to: u64,
+    ) -> Result<(Option<String>, Vec<Arc<Published>>), LinkError> {
+        let [meta, stream, _] = keys(topic);
+        let replies = self.pool_of(topic)?.call(&[
+            vec![
+                b"XRANGE".to_vec(),
+                stream.into_bytes(),
+                format!("{from}-0").into_bytes(),
+                format!("{to}-0").into_bytes(),
+            ],
+            vec![b"HGET".to_vec(), meta.into_bytes(), b"e".to_vec()],
+        ])?;
+        let now_epoch = replies.get(1).and_then(Value::as_str).map(str::to_owned);
+        let mut out = Vec::new();
+        if let Some(Value::Array(entries)) = replies.first() {
+            for entry in entries {
+                let Value::Array(parts) = entry else { continue };
+                let Some(offset) = parts
+                    .first()
+                    .and_then(Value::as_str)
+                    .and_then(|id| id.strip_suffix("-0"))
+                    .and_then(|n| n.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                let Some(Value::Array(fields)) = parts.get(1) else {
+                    continue;
+                };
+                let Some(body) = fields.get(1).and_then(Value::as_bytes) else {
+                    continue;
+                };
+                if let Some(m) = self.message(topic, epoch, offset, body) {
+                    out.push(Arc::new(m));
+                }
+            }
+        }
+        Ok((now_epoch, out))
+    }
+
+    /// A message from its body as Redis holds it.
+    pub(super) fn message(
+        &self,
+        topic: &Arc<str>,
+        epoch: &Arc<str>,
+        offset: u64,
+        body: &[u8],
+    ) -> Option<Published> {
+        let b = match wire::decode(body) {
+            Ok(b) => b,
+            Err(e) => {
+                crate::log::warn(format_args!(
+                    "broker: message {epoch}-{offset} on {topic}: {e}"
+                ));
+                return None;
+            }
+        };
+        let mut m = Published::new(
+            Arc::clone(topic),
+            offset,
+            Arc::clone(epoch),
+            b.kind,
+            b.event.map(Into::into),
+            self.clock(),
+            b.payload,
+        );
+        if let (Some(bytes), Some(decode)) = (b.attachment, self.decode_attachment) {
+            m.attachment = decode(bytes);
+        }
+        Some(m)
+    }
+
+    /// Fills `out` with what a subscriber resuming from `given` missed on each topic, up to the
+    /// position it was counted at. `given` holds one id, or one per topic (comma-separated);
+    /// each id applies to the topic whose epoch it carries (epochs are random per topic).
+    pub(super) fn read_missed(
+        &self,
+        given: &str,
+        names: &[Arc<str>],
+        positions: &[(Option<Arc<str>>, u64)],
+        out: &mut Subscribed,
+    ) {
+        // Each entry is `EPOCH-SEQ` or `topic:EPOCH-SEQ` (ids hold no colon).
+        let ids: Vec<(Option<&str>, event_id::EventId<'_>)> = given
+            .split(',')
+            .filter_map(|s| {
+                let s = s.trim();
+                match s.rsplit_once(':') {
+                    Some((t, id)) => Some((Some(t), event_id::parse(id).ok()?)),
+                    None => Some((None, event_id::parse(s).ok()?)),
+                }
+            })
+            .collect();
+        for (name, (epoch, last)) in names.iter().zip(positions) {
+            let gap = |reason| Gap {
+                topic: Arc::clone(name),
+                since: given.to_owned(),
+                reason,
+            };
+            // This topic's entry: named for it, else the unnamed id of its epoch, else an
+            // unnamed id from the very start (`…-0`).
+            let named = ids
+                .iter()
+                .find(|(t, _)| *t == Some(&**name))
+                .map(|(_, i)| *i);
+            let unnamed = || {
+                let plain = || ids.iter().filter(|(t, _)| t.is_none()).map(|(_, i)| *i);
+                plain()
+                    .find(|i| Some(i.epoch) == epoch.as_deref())
+                    .or_else(|| plain().find(|i| i.seq == 0))
+            };
+            let mine = named.or_else(unnamed);
+            let Some(epoch) = epoch else {
+                // Nothing published in Redis's present history. From the very start there is
+                // nothing to miss; from anything else there is.
+                if mine.is_none_or(|i| i.seq != 0) {
+                    out.gaps.push(gap(GapReason::Epoch));
+                }
+                continue;
+            };
+            let from = mine.and_then(|i| (i.epoch == &**epoch || i.seq == 0).then_some(i.seq));
+            let (reason, from) = match from {
+                Some(seq) if seq <= *last => (None, seq),
+                _ => (Some(GapReason::Epoch), 0),
+            };
+            if from == *last {
+                if let Some(r) = reason {
+                    out.gaps.push(gap(r));
+                }
+                continue;
+            }
+            match self.read_range(name, epoch, from + 1, *last) {
+                Ok((now, msgs)) => {
+                    let complete = now.as_deref() == Some(&**epoch)
+                        && msgs.first().is_some_and(|m| m.id == from + 1)
+                        && msgs.len() as u64 == *last - from;
+                    match reason {
+                        Some(r) => out.gaps.push(gap(r)),
+                        None if !complete => out.gaps.push(gap(GapReason::Trimmed)),
+                        None => {}
+                    }
+                    if now.as_deref() == Some(&**epoch) {
+                        out.replay.extend(msgs);
+                    }
+                }
+                Err(e) => {
+                    crate::log::warn(format_args!("broker: cannot read history of {name}: {e}"));
+                    out.gaps.push(gap(GapReason::Trimmed));
+                }
+            }
+        }
+    }
+
+    /// Adds to `out.replay` what each topic's stream holds after the message whose publisher
+    /// gave it the id `prev` (GRIP's `prev-id`), up to the position the subscriber was counted
+    /// at; nothing when the stream no longer holds that message (as Pushpin: live only).
+    pub(super) fn read_after_publisher_id(
+        &self,
+        prev: &str,
+        names: &[Arc<str>],
+        positions: &[(Option<Arc<str>>, u64)],
+        out: &mut Subscribed,
+    ) {
+        for (name, (epoch, last)) in names.iter().zip(positions) {
+            let Some(epoch) = epoch else { continue };
+            if *last == 0 {
+                continue;
+            }
+            match self.read_range(name, epoch, 1, *last) {
+                Ok((now, msgs)) if now.as_deref() == Some(&**epoch) => {
+                    let found = msgs.iter().rposition(|m| {
+                        m.attachment
+                            .as_ref()
+                            .and_then(|a| a.publisher_id())
+                            .is_some_and(|id| id == prev)
+                    });
+                    if let Some(i) = found {
+                        out.replay.extend(msgs.into_iter().skip(i + 1));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    crate::log::warn(format_args!("broker: cannot read history of {name}: {e}"));
+                }
+            }
+        }
+    }
+}
