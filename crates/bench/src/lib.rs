@@ -9,6 +9,8 @@
 //! which figures had too little signal to believe.
 
 pub mod check;
+pub mod million;
+pub mod million_worker;
 pub mod proc_stat;
 pub mod publisher;
 pub mod report;

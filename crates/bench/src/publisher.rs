@@ -83,6 +83,11 @@ impl Api {
             .map(|t| serde_json::json!({ "topic": t, "data": data }))
             .collect();
         let body = serde_json::json!({ "messages": messages }).to_string();
+        self.post(&body)
+    }
+
+    /// Sends one `POST /publish` with this JSON body and waits for its `200`.
+    pub fn post(&mut self, body: &str) -> anyhow::Result<()> {
         let head = format!("{}{}\r\n\r\n", self.head, body.len());
         self.stream.write_all(head.as_bytes())?;
         self.stream.write_all(body.as_bytes())?;

@@ -100,6 +100,10 @@ pub struct BenchArgs {
     /// source ports apart from another bench's on the same machine.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=250))]
     pub source_base: u8,
+    /// Sample this broker process (redis-server) too: its CPU and memory are reported apart
+    /// (the million scenario).
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
 }
 
 /// Presets.
@@ -116,6 +120,10 @@ pub enum Scenario {
     /// Open N connections, deliver one message, close them all; repeat --rounds times, then
     /// check that the server's RSS and open files return to where they started.
     Churn,
+    /// Hold N WebSocket connections (a million on one machine) for --hold seconds: every
+    /// connection pings once a minute, one message a minute to a topic all follow, chat
+    /// traffic on 10,000 rooms; every delivery and pong checked (docs/benchmarks.md, Million).
+    Million,
 }
 
 /// Transports, as a command-line value.
@@ -266,6 +274,9 @@ struct Worker {
 /// Runs a benchmark and prints its report.
 pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     apply_scenario(&mut a);
+    if a.scenario == Some(Scenario::Million) {
+        return crate::million::main(&a);
+    }
     let outcome = if a.scenario == Some(Scenario::Churn) {
         churn(&a)?
     } else {
@@ -334,6 +345,20 @@ fn apply_scenario(a: &mut BenchArgs) {
             // One message per cycle proves each generation of connections was live.
             a.messages = 1;
             a.hold = 0;
+            a.steps.clear();
+        }
+        Some(Scenario::Million) => {
+            // The published million-socket runs: one message a minute per socket, held 10
+            // minutes; 10,000 chat rooms.
+            if a.interval_ms == 0 {
+                a.interval_ms = 60_000;
+            }
+            if a.hold == 0 {
+                a.hold = 600;
+            }
+            if a.topics == 1 {
+                a.topics = 10_000;
+            }
             a.steps.clear();
         }
         None => {}

@@ -171,6 +171,9 @@ pub fn main() -> anyhow::Result<()> {
     let stdin = io::stdin();
     let mut first = String::new();
     stdin.lock().read_line(&mut first)?;
+    if let Ok(job) = serde_json::from_str::<crate::million_worker::Job>(&first) {
+        return crate::million_worker::main(job);
+    }
     let job: Job = serde_json::from_str(&first)?;
     let tls = match &job.tls {
         Some(t) => Some((
@@ -760,7 +763,7 @@ fn masked(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
     encode_client_frame(opcode, payload.get(..125).unwrap_or(payload), mask)
 }
 
-fn rand16() -> [u8; 16] {
+pub(crate) fn rand16() -> [u8; 16] {
     let mut x = unix_micros() ^ u64::from(std::process::id()).rotate_left(32);
     let mut out = [0u8; 16];
     for b in &mut out {

@@ -1,0 +1,723 @@
+//! One load-generating process of the million scenario ([`crate::million`]): a lean WebSocket
+//! client for up to ~19,000 connections (under the 20,000 open-files limit of one process).
+//!
+//! Each connection follows two topics, the one every connection follows and its chat room, and
+//! sends one WebSocket Ping per interval once told to start (the keep-alive load of the published
+//! million-socket runs: every socket sends one message a minute and gets its answer). The Ping
+//! carries its send time, so the Pong that echoes it gives the round trip without any state per
+//! ping. Every delivery is checked per topic (missing, duplicated, reordered).
+//!
+//! Protocol with the coordinator, one JSON object per line: a [`Job`] in; [`Progress`] lines
+//! out; [`Command::Start`] (begin pinging) and [`Command::Finish`] (how many messages were
+//! published) in; a final [`Report`] out. The worker exits when its stdin closes, so a
+//! coordinator that dies takes its workers with it.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use serde::{Deserialize, Serialize};
+
+use clarion_proto::http1::parse_response_head;
+use clarion_proto::ws::frame::{encode_client_frame, parse_header};
+use clarion_proto::ws::OpCode;
+
+use crate::check::{SeqChecker, Verdict};
+use crate::stats::{Buckets, Latency};
+use crate::worker::{own_cpu_seconds, unix_micros, MAX_HEAD, MAX_HEADERS};
+
+/// The job line: a single `million` key tells it apart from an ordinary worker's job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    /// What this worker opens.
+    pub million: Shape,
+}
+
+/// The connections of one worker: global indices `first + k * stride` for `k < count`;
+/// connection `i` follows `all_topic` and room `i % rooms`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Shape {
+    /// The server's client listener.
+    pub target: SocketAddr,
+    /// Local address to connect from (its own ephemeral ports).
+    pub source: IpAddr,
+    /// First global connection index.
+    pub first: u64,
+    /// Distance between this worker's global indices.
+    pub stride: u64,
+    /// Connections to open.
+    pub count: u64,
+    /// Chat rooms in all.
+    pub rooms: u64,
+    /// The topic every connection follows.
+    pub all_topic: String,
+    /// Room topics are this prefix and the room number.
+    pub room_prefix: String,
+    /// New connections per second for this worker (0: as fast as they complete).
+    pub connect_rate: u32,
+    /// Each connection sends one Ping per this many milliseconds once started.
+    pub ping_interval_ms: u64,
+}
+
+/// A coordinator command.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "lowercase")]
+pub enum Command {
+    /// Begin the keep-alive pings.
+    Start,
+    /// Publishing is over: stop pinging, wait for the last deliveries and pongs, report.
+    Finish {
+        /// Messages published to the topic every connection follows.
+        broadcasts: u64,
+        /// Messages published to each room.
+        room_messages: u64,
+        /// Milliseconds to wait for stragglers.
+        deadline_ms: u64,
+    },
+}
+
+/// A progress line.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Progress {
+    /// Connections open.
+    pub opened: u64,
+    /// Messages received and checked (both topics).
+    pub received: u64,
+    /// Pongs received.
+    pub pongs: u64,
+    /// All connections attempted.
+    pub ready: bool,
+    /// This process's RSS before its first connection, bytes.
+    pub rss_before: u64,
+    /// This process's RSS now, bytes.
+    pub rss: u64,
+}
+
+/// What a worker measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    /// Connections that completed their handshake.
+    pub opened: u64,
+    /// Failed attempts and lost connections, by kind ("closed by server" among them).
+    pub errors: HashMap<String, u64>,
+    /// Verdicts of the topic every connection follows.
+    pub broadcast: Verdict,
+    /// Verdicts of the rooms.
+    pub chat: Verdict,
+    /// Publish-to-receive latency of broadcasts, microseconds.
+    pub broadcast_latency: Buckets,
+    /// Publish-to-receive latency of room messages, microseconds.
+    pub chat_latency: Buckets,
+    /// Ping-to-Pong round trips, microseconds.
+    pub ping_rtt: Buckets,
+    /// Pings sent.
+    pub pings: u64,
+    /// Pongs received for them.
+    pub pongs: u64,
+    /// Pings never answered by the end.
+    pub pongs_missing: u64,
+    /// Pings sent while the connection's previous one was still unanswered.
+    pub pongs_late: u64,
+    /// This process's CPU seconds.
+    pub cpu_seconds: f64,
+    /// RSS before the first connection and with all open, bytes.
+    pub rss_before: u64,
+    /// RSS once every connection was attempted.
+    pub rss_open: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Connecting,
+    Head,
+    Open,
+    Dead,
+}
+
+/// One connection: a fixed-size record (the test below keeps it small); heap memory only for a
+/// frame split across reads.
+struct Conn {
+    stream: TcpStream,
+    room: u32,
+    phase: Phase,
+    /// Pings sent and not yet answered.
+    pings_out: u8,
+    buf: Vec<u8>,
+    all: SeqChecker,
+    chat: SeqChecker,
+}
+
+const STDIN: Token = Token(usize::MAX - 1);
+const MAX_IN_FLIGHT: u64 = 256;
+const MAX_FRAME: u64 = 1 << 20;
+
+/// Measurements shared by every connection of the worker.
+#[derive(Default)]
+struct Meters {
+    broadcast: Latency,
+    chat: Latency,
+    rtt: Latency,
+    pongs: u64,
+}
+
+/// Runs a million-scenario worker.
+pub fn main(job: Job) -> anyhow::Result<()> {
+    let s = job.million;
+    let rss_before = crate::proc_stat::rss_bytes(std::process::id()).unwrap_or(0);
+    let mut poll = Poll::new()?;
+    let waker = std::sync::Arc::new(Waker::new(poll.registry(), STDIN)?);
+    let (tx, rx) = mpsc::channel::<Option<Command>>();
+    {
+        let waker = std::sync::Arc::clone(&waker);
+        std::thread::spawn(move || {
+            for line in io::stdin().lock().lines().map_while(Result::ok) {
+                if let Ok(c) = serde_json::from_str::<Command>(&line) {
+                    let _ = tx.send(Some(c));
+                    let _ = waker.wake();
+                }
+            }
+            // The coordinator is gone: so are we.
+            let _ = tx.send(None);
+            let _ = waker.wake();
+        });
+    }
+    let mut conns: Vec<Conn> = Vec::with_capacity(usize::try_from(s.count)?);
+    let mut report = Report {
+        rss_before,
+        ..Report::default()
+    };
+    let mut m = Meters::default();
+    let mut events = Events::with_capacity(4096);
+    let mut read_buf = vec![0u8; 64 * 1024];
+    let started = Instant::now();
+    let mut next_progress = Instant::now();
+    let (mut planned, mut in_flight, mut opened) = (0u64, 0u64, 0u64);
+    let mut ready = false;
+    let mut pinging: Option<Instant> = None;
+    let mut pings_due_sent = 0u64;
+    let mut finish: Option<(u64, u64, Instant)> = None;
+    let out = io::stdout();
+    let mut ports = Ports::new();
+    loop {
+        let allowed = if s.connect_rate == 0 {
+            s.count
+        } else {
+            ((started.elapsed().as_secs_f64() * f64::from(s.connect_rate)) as u64 + 1).min(s.count)
+        };
+        while planned < allowed && in_flight < MAX_IN_FLIGHT {
+            let i = s.first + planned * s.stride;
+            planned += 1;
+            let room = u32::try_from(i % s.rooms.max(1))?;
+            match open(&s, &poll, &mut ports, conns.len(), room) {
+                Ok(c) => {
+                    conns.push(c);
+                    in_flight += 1;
+                }
+                Err(e) => bump(&mut report.errors, format!("connect: {}", e.kind())),
+            }
+        }
+        poll.poll(&mut events, Some(Duration::from_millis(10)))?;
+        let now_us = unix_micros();
+        for ev in events.iter() {
+            if ev.token() == STDIN {
+                continue;
+            }
+            let Some(c) = conns.get_mut(ev.token().0) else {
+                continue;
+            };
+            let before = c.phase;
+            let result = drive(c, &s, &mut read_buf, now_us, &mut m);
+            if let Err(kind) = result {
+                bump(&mut report.errors, kind);
+                c.phase = Phase::Dead;
+                let _ = poll.registry().deregister(&mut c.stream);
+            }
+            match (before, c.phase) {
+                (Phase::Connecting | Phase::Head, Phase::Open) => {
+                    in_flight -= 1;
+                    opened += 1;
+                }
+                (Phase::Connecting | Phase::Head, Phase::Dead) => in_flight -= 1,
+                (Phase::Open, Phase::Dead) => opened -= 1,
+                _ => {}
+            }
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            match cmd {
+                None => return Ok(()),
+                Some(Command::Start) => pinging = pinging.or(Some(Instant::now())),
+                Some(Command::Finish {
+                    broadcasts,
+                    room_messages,
+                    deadline_ms,
+                }) => {
+                    pinging = None;
+                    let deadline = Instant::now() + Duration::from_millis(deadline_ms);
+                    finish = Some((broadcasts, room_messages, deadline));
+                }
+            }
+        }
+        if !ready && planned == s.count && in_flight == 0 {
+            ready = true;
+            report.opened = opened;
+            report.rss_open = crate::proc_stat::rss_bytes(std::process::id()).unwrap_or(0);
+        }
+        // Pings: once a second, the next n/60 connections (for a 60 s interval), so each
+        // connection pings once per interval. A burst a second rather than one ping every
+        // 60 µs: the server then answers many in one wake-up of each of its processes, as it
+        // would for a real fleet whose pings are not spaced out by one clock (measured at a
+        // million: pings spread evenly kept ~100 processes runnable on the 2 cores).
+        if let Some(t0) = pinging {
+            let n = conns.len() as u64;
+            let second = t0.elapsed().as_secs() + 1;
+            let due = (second * 1000 * n).div_ceil(s.ping_interval_ms.max(1)).min(
+                // never more than one interval's worth ahead
+                n * (1 + t0.elapsed().as_millis() as u64 / s.ping_interval_ms.max(1)),
+            );
+            while pings_due_sent < due && n > 0 {
+                let k = (pings_due_sent % n) as usize;
+                pings_due_sent += 1;
+                let Some(c) = conns.get_mut(k) else { continue };
+                if c.phase != Phase::Open {
+                    continue;
+                }
+                if c.pings_out > 0 {
+                    report.pongs_late += 1;
+                }
+                let frame = encode_client_frame(OpCode::Ping, &now_us.to_be_bytes(), mask());
+                match (&c.stream).write(&frame) {
+                    Ok(w) if w == frame.len() => {
+                        c.pings_out = c.pings_out.saturating_add(1);
+                        report.pings += 1;
+                    }
+                    // An idle socket's send buffer is empty: a short write means the server
+                    // stopped reading, which is worth knowing, not hiding.
+                    _ => bump(&mut report.errors, "ping not written".into()),
+                }
+            }
+        }
+        if Instant::now() >= next_progress {
+            next_progress = Instant::now() + Duration::from_secs(1);
+            let p = Progress {
+                opened,
+                received: conns
+                    .iter()
+                    .map(|c| c.all.received() + c.chat.received())
+                    .sum(),
+                pongs: m.pongs,
+                ready,
+                rss_before,
+                rss: crate::proc_stat::rss_bytes(std::process::id()).unwrap_or(0),
+            };
+            let mut o = out.lock();
+            writeln!(o, "{}", serde_json::to_string(&p)?)?;
+            o.flush()?;
+        }
+        if let Some((broadcasts, room_messages, deadline)) = finish {
+            let done = conns.iter().all(|c| {
+                c.phase != Phase::Open
+                    || (c.all.received() >= broadcasts
+                        && c.chat.received() >= room_messages
+                        && c.pings_out == 0)
+            });
+            if done || Instant::now() >= deadline {
+                for c in &conns {
+                    report.broadcast.add(&c.all.finish(broadcasts));
+                    report.chat.add(&c.chat.finish(room_messages));
+                    report.pongs_missing += u64::from(c.pings_out);
+                }
+                let never = s.count.saturating_sub(conns.len() as u64);
+                report.broadcast.missing += never * broadcasts;
+                report.chat.missing += never * room_messages;
+                report.opened = report.opened.max(opened);
+                report.pongs = m.pongs;
+                report.broadcast_latency = m.broadcast.buckets();
+                report.chat_latency = m.chat.buckets();
+                report.ping_rtt = m.rtt.buckets();
+                report.cpu_seconds = own_cpu_seconds();
+                let mut o = out.lock();
+                writeln!(o, "{}", serde_json::to_string(&report)?)?;
+                o.flush()?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn bump(errors: &mut HashMap<String, u64>, kind: String) {
+    *errors.entry(kind).or_default() += 1;
+}
+
+/// Source ports: this worker owns its source address, so it walks a port range itself.
+///
+/// `bind(addr, 0)` would make the kernel search for a free port, and it first searches only half
+/// the ephemeral range (the other half is kept for `connect`): past ~14,000 sockets on one
+/// address every bind scans thousands of ports, the workers spin in the kernel and the server's
+/// handshake timeout closes connections that waited (measured: 200,000 connections stalled at
+/// 150,000). Binding an explicit port is one hash lookup.
+///
+/// The ports are taken *below* the kernel's ephemeral range (10000 up to it): a bound port
+/// holds a bind bucket that `connect` on any address skips, so ~19,000 ports per worker inside
+/// the range would leave the rest of the machine (the bench's own API connection, other
+/// programs) no ephemeral port at all.
+struct Ports {
+    lo: u16,
+    len: u32,
+    next: u32,
+}
+
+/// Lowest source port used: above the well-known and most fixed service ports.
+const FIRST_PORT: u16 = 10_000;
+
+impl Ports {
+    fn new() -> Ports {
+        let range =
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+        let mut it = range
+            .split_whitespace()
+            .filter_map(|v| v.parse::<u16>().ok());
+        let (lo, hi) = match it.next() {
+            // Room below the ephemeral range for a full worker (19,000) and some slack.
+            Some(eph) if eph > FIRST_PORT + 20_000 => (FIRST_PORT, eph - 1),
+            // Otherwise share the ephemeral range, the best there is.
+            Some(eph) => (eph, it.next().unwrap_or(u16::MAX).max(eph)),
+            None => (32768, 60999),
+        };
+        let len = u32::from(hi - lo) + 1;
+        Ports {
+            lo,
+            len,
+            next: u32::from_le_bytes(mask()) % len,
+        }
+    }
+
+    /// Binds `sock` to `source` and the next port that is free; at most 4,096 tries.
+    fn bind(&mut self, sock: &socket2::Socket, source: IpAddr) -> io::Result<()> {
+        let mut last = io::Error::from(io::ErrorKind::AddrInUse);
+        for _ in 0..4096 {
+            let port = self.lo.wrapping_add((self.next % self.len) as u16);
+            self.next = self.next.wrapping_add(1);
+            match sock.bind(&SocketAddr::new(source, port).into()) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+}
+
+fn open(s: &Shape, poll: &Poll, ports: &mut Ports, index: usize, room: u32) -> io::Result<Conn> {
+    // A port whose old connection to the same server is still in TIME_WAIT is refused by
+    // connect (EADDRNOTAVAIL): take the next one.
+    let mut tries = 0;
+    loop {
+        match open_once(s, poll, ports, index, room) {
+            Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable && tries < 64 => tries += 1,
+            other => return other,
+        }
+    }
+}
+
+fn open_once(
+    s: &Shape,
+    poll: &Poll,
+    ports: &mut Ports,
+    index: usize,
+    room: u32,
+) -> io::Result<Conn> {
+    let domain = socket2::Domain::for_address(s.target);
+    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    sock.set_nonblocking(true)?;
+    // A port an earlier run left in TIME_WAIT may be bound again (loopback reuses it safely).
+    sock.set_reuse_address(true)?;
+    ports.bind(&sock, s.source)?;
+    match sock.connect(&s.target.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
+    let _ = sock.set_nodelay(true);
+    let mut stream = TcpStream::from_std(sock.into());
+    poll.registry().register(
+        &mut stream,
+        Token(index),
+        Interest::READABLE | Interest::WRITABLE,
+    )?;
+    Ok(Conn {
+        stream,
+        room,
+        phase: Phase::Connecting,
+        pings_out: 0,
+        buf: Vec::new(),
+        all: SeqChecker::default(),
+        chat: SeqChecker::default(),
+    })
+}
+
+/// Advances one connection; `Err(kind)` when it failed.
+fn drive(
+    c: &mut Conn,
+    s: &Shape,
+    read_buf: &mut [u8],
+    now_us: u64,
+    m: &mut Meters,
+) -> Result<(), String> {
+    if c.phase == Phase::Connecting {
+        match c.stream.take_error() {
+            Ok(Some(e)) | Err(e) => return Err(format!("connect: {}", e.kind())),
+            Ok(None) => {}
+        }
+        if c.stream.peer_addr().is_err() {
+            return Ok(()); // not connected yet
+        }
+        let key = base64::engine::general_purpose::STANDARD.encode(crate::worker::rand16());
+        let request = format!(
+            "GET /ws?topic={}&topic={}{} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n",
+            s.all_topic, s.room_prefix, c.room, s.target
+        );
+        (&c.stream)
+            .write_all(request.as_bytes())
+            .map_err(|e| format!("send request: {}", e.kind()))?;
+        c.phase = Phase::Head;
+    }
+    loop {
+        let n = match (&c.stream).read(read_buf) {
+            Ok(0) => {
+                return Err(if c.phase == Phase::Head {
+                    "closed during handshake".into()
+                } else {
+                    "closed by server".into()
+                })
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("read: {}", e.kind())),
+        };
+        let fresh = read_buf.get(..n).unwrap_or_default();
+        if c.buf.is_empty() {
+            // The usual case: parse in the shared buffer, keep only an incomplete tail.
+            let used = consume(c, fresh, now_us, m)?;
+            if let Some(tail) = fresh.get(used..).filter(|t| !t.is_empty()) {
+                c.buf = tail.to_vec();
+            }
+        } else {
+            let mut buf = std::mem::take(&mut c.buf);
+            buf.extend_from_slice(fresh);
+            let used = consume(c, &buf, now_us, m)?;
+            buf.drain(..used.min(buf.len()));
+            if !buf.is_empty() {
+                c.buf = buf;
+            }
+        }
+    }
+}
+
+/// Handles every complete answer head or frame at the start of `input`; returns the bytes used.
+fn consume(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<usize, String> {
+    let mut at = 0;
+    loop {
+        let rest = input.get(at..).unwrap_or_default();
+        let used = if c.phase == Phase::Head {
+            let Some(head) = parse_response_head(rest, MAX_HEADERS, MAX_HEAD)
+                .map_err(|e| format!("bad answer: {e}"))?
+            else {
+                return Ok(at);
+            };
+            if head.status != 101 {
+                return Err(format!("refused: HTTP {}", head.status));
+            }
+            c.phase = Phase::Open;
+            head.head_len
+        } else {
+            match frame(c, rest, now_us, m)? {
+                Some(n) => n,
+                None => return Ok(at),
+            }
+        };
+        at += used;
+    }
+}
+
+/// One server frame; `None` until it is complete.
+fn frame(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<Option<usize>, String> {
+    let Some(h) = parse_header(input, false, MAX_FRAME).map_err(|e| format!("bad frame: {e}"))?
+    else {
+        return Ok(None);
+    };
+    if h.mask.is_some() {
+        return Err("bad frame: masked by the server".into());
+    }
+    let total = usize::try_from(h.payload_len)
+        .ok()
+        .and_then(|n| n.checked_add(h.header_len))
+        .ok_or("bad frame: too long")?;
+    let Some(payload) = input.get(h.header_len..total) else {
+        return Ok(None);
+    };
+    match h.opcode {
+        OpCode::Text | OpCode::Binary => note(c, payload, now_us, m),
+        OpCode::Close => return Err("closed by server".into()),
+        OpCode::Ping => {
+            let pong =
+                encode_client_frame(OpCode::Pong, payload.get(..125).unwrap_or(payload), mask());
+            let _ = (&c.stream).write(&pong);
+        }
+        OpCode::Pong => {
+            if let Ok(sent) = <[u8; 8]>::try_from(payload) {
+                m.rtt
+                    .record(now_us.saturating_sub(u64::from_be_bytes(sent)));
+            }
+            c.pings_out = c.pings_out.saturating_sub(1);
+            m.pongs += 1;
+        }
+        OpCode::Continuation => {}
+    }
+    Ok(Some(total))
+}
+
+/// A payload is `b SEQ PUBLISH_MICROS ...` (the topic all follow) or `c SEQ PUBLISH_MICROS ...`
+/// (the connection's room).
+fn note(c: &mut Conn, payload: &[u8], now_us: u64, m: &mut Meters) {
+    let mut parts = payload.splitn(4, |&b| b == b' ');
+    let kind = parts.next();
+    let num = |p: Option<&[u8]>| {
+        p.and_then(|s| std::str::from_utf8(s).ok())
+            .and_then(|s| s.parse::<u64>().ok())
+    };
+    let (Some(seq), Some(ts)) = (num(parts.next()), num(parts.next())) else {
+        return;
+    };
+    let lat = now_us.saturating_sub(ts);
+    match kind {
+        Some(b"b") => {
+            c.all.see(seq);
+            m.broadcast.record(lat);
+        }
+        Some(b"c") => {
+            c.chat.see(seq);
+            m.chat.record(lat);
+        }
+        _ => {}
+    }
+}
+
+fn mask() -> [u8; 4] {
+    let r = crate::worker::rand16();
+    [r[0], r[1], r[2], r[3]]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clarion_proto::ws::frame::encode_frame;
+
+    #[test]
+    fn a_connection_record_stays_small() {
+        // A million connections on one machine: the client side must stay well under 1 KB of
+        // user space per connection; the record is most of it (the epoll entry is kernel memory).
+        let size = std::mem::size_of::<Conn>();
+        println!("size_of::<million_worker::Conn>() = {size}");
+        assert!(size <= 192, "{size}");
+    }
+
+    fn conn() -> (Conn, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let c = Conn {
+            stream: TcpStream::from_std(client),
+            room: 3,
+            phase: Phase::Head,
+            pings_out: 1,
+            buf: Vec::new(),
+            all: SeqChecker::default(),
+            chat: SeqChecker::default(),
+        };
+        (c, server)
+    }
+
+    #[test]
+    fn both_topics_are_checked_apart_and_pongs_are_timed() {
+        let (mut c, mut server) = conn();
+        let mut m = Meters::default();
+        let mut input = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n".to_vec();
+        input.extend(encode_frame(OpCode::Text, b"b 0 5 xx"));
+        input.extend(encode_frame(OpCode::Text, b"c 0 5 xx"));
+        input.extend(encode_frame(OpCode::Text, b"c 2 5 xx"));
+        input.extend(encode_frame(OpCode::Text, b"b 0 5 xx"));
+        input.extend(encode_frame(OpCode::Pong, &7u64.to_be_bytes()));
+        input.extend(encode_frame(OpCode::Ping, b"p"));
+        let split = input.len() - 1;
+        let used = consume(&mut c, &input[..split], 10, &mut m).unwrap();
+        assert!(c.phase == Phase::Open);
+        let mut rest = input[used..split].to_vec();
+        rest.extend_from_slice(&input[split..]);
+        assert_eq!(consume(&mut c, &rest, 10, &mut m).unwrap(), rest.len());
+        let b = c.all.finish(1);
+        assert_eq!((b.in_order, b.duplicated, b.missing), (1, 1, 0));
+        let ch = c.chat.finish(3);
+        assert_eq!((ch.in_order, ch.missing), (2, 1));
+        assert_eq!((m.pongs, c.pings_out), (1, 0));
+        assert_eq!(m.rtt.summary().max, 3);
+        assert_eq!(m.broadcast.summary().count, 2);
+        // The server's ping got a masked pong.
+        let mut pong = [0u8; 7];
+        server.read_exact(&mut pong).unwrap();
+        assert_eq!(pong[..2], [0x8a, 0x81]);
+        let close = encode_frame(OpCode::Close, &[3, 232]);
+        assert_eq!(
+            consume(&mut c, &close, 10, &mut m).unwrap_err(),
+            "closed by server"
+        );
+    }
+
+    #[test]
+    fn source_ports_skip_those_in_use() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let mut ports = Ports {
+            lo: port,
+            len: 2,
+            next: 0,
+        };
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        ports.bind(&sock, "127.0.0.1".parse().unwrap()).unwrap();
+        let bound = sock.local_addr().unwrap().as_socket().unwrap().port();
+        assert_eq!(bound, port.wrapping_add(1));
+        assert_eq!(ports.next, 2);
+    }
+
+    #[test]
+    fn refused_upgrades_and_commands_parse() {
+        let (mut c, _server) = conn();
+        let mut m = Meters::default();
+        let refused = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(
+            consume(&mut c, refused, 1, &mut m).unwrap_err(),
+            "refused: HTTP 503"
+        );
+        let f: Command = serde_json::from_str(
+            r#"{"cmd":"finish","broadcasts":2,"room_messages":3,"deadline_ms":9}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            f,
+            Command::Finish {
+                room_messages: 3,
+                ..
+            }
+        ));
+        assert!(serde_json::from_str::<Job>(r#"{"target":"127.0.0.1:1"}"#).is_err());
+    }
+}
