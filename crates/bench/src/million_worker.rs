@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 
 use clarion_proto::http1::parse_response_head;
@@ -437,19 +437,7 @@ fn open_once(
     // A port an earlier run left in TIME_WAIT may be bound again (loopback reuses it safely).
     sock.set_reuse_address(true)?;
     ports.bind(&sock, s.source)?;
-    match sock.connect(&s.target.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(e),
-    }
-    let _ = sock.set_nodelay(true);
-    let mut stream = TcpStream::from_std(sock.into());
-    poll.registry().register(
-        &mut stream,
-        Token(index),
-        Interest::READABLE | Interest::WRITABLE,
-    )?;
+    let stream = crate::worker::connect_registered(sock, s.target, poll, index)?;
     Ok(Conn {
         stream,
         room,

@@ -373,19 +373,7 @@ fn open(
     let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     s.set_nonblocking(true)?;
     s.bind(&SocketAddr::new(job.source, 0).into())?;
-    match s.connect(&job.target.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(e),
-    }
-    let _ = s.set_nodelay(true);
-    let mut stream = TcpStream::from_std(s.into());
-    poll.registry().register(
-        &mut stream,
-        Token(index),
-        Interest::READABLE | Interest::WRITABLE,
-    )?;
+    let stream = connect_registered(s, job.target, poll, index)?;
     Ok(Conn {
         stream,
         tls,
@@ -789,6 +777,30 @@ pub fn unix_micros() -> u64 {
 /// CPU time (user + system) of this process, from /proc.
 pub fn own_cpu_seconds() -> f64 {
     crate::proc_stat::cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
+/// Starts a non-blocking connect of a bound socket to `target` and registers it with `poll`
+/// under `index`, for reading and writing (the write readiness says the connect finished).
+pub(crate) fn connect_registered(
+    s: socket2::Socket,
+    target: SocketAddr,
+    poll: &Poll,
+    index: usize,
+) -> io::Result<TcpStream> {
+    match s.connect(&target.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
+    let _ = s.set_nodelay(true);
+    let mut stream = TcpStream::from_std(s.into());
+    poll.registry().register(
+        &mut stream,
+        Token(index),
+        Interest::READABLE | Interest::WRITABLE,
+    )?;
+    Ok(stream)
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ pub mod redis;
 
 use std::sync::Arc;
 
+use clarion_proto::pubsub::wire;
 use clarion_proto::ws::DataKind;
 
 pub use local::LocalBroker;
@@ -71,6 +72,23 @@ pub struct Outgoing<'a> {
     pub event: Option<&'a str>,
     /// Content for the connections of another protocol's mode (see [`Attachment`]).
     pub attachment: Option<Arc<dyn Attachment>>,
+}
+
+impl Outgoing<'_> {
+    /// The message as nodes exchange it through a cluster broker ([`wire`]), its attachment
+    /// encoded by its own mode.
+    pub fn wire_body(&self) -> Vec<u8> {
+        let attachment = self.attachment.as_ref().and_then(|a| a.encode());
+        let mut body = Vec::with_capacity(self.payload.len() + 16);
+        wire::Body {
+            kind: self.kind,
+            event: self.event,
+            attachment: attachment.as_deref(),
+            payload: self.payload,
+        }
+        .encode(&mut body);
+        body
+    }
 }
 
 /// What a publish did.

@@ -106,19 +106,11 @@ impl NatsBroker {
                     .subjects
                     .subject(m.topic)
                     .map_err(|e| Unavailable(e.to_string()))?;
-                let encoded = m.attachment.as_ref().and_then(|a| a.encode());
-                let mut body = Vec::with_capacity(m.payload.len() + 16);
-                wire::Body {
-                    kind: m.kind,
-                    event: m.event,
-                    attachment: encoded.as_deref(),
-                    payload: m.payload,
-                }
-                .encode(&mut body);
-                link.publish(&subject, &body).map_err(|e| match e {
-                    LinkError::Down => Unavailable("NATS is unreachable".to_owned()),
-                    other => Unavailable(format!("NATS refused the publish: {other}")),
-                })?;
+                link.publish(&subject, &m.wire_body())
+                    .map_err(|e| match e {
+                        LinkError::Down => Unavailable("NATS is unreachable".to_owned()),
+                        other => Unavailable(format!("NATS refused the publish: {other}")),
+                    })?;
             }
         }
         Ok(self.local.publish(msgs))

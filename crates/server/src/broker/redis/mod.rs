@@ -34,7 +34,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use clarion_proto::event_id;
-use clarion_proto::pubsub::wire;
 use clarion_proto::resp::Value;
 
 use self::conn::{LinkError, Pool, RedisUrl};
@@ -316,15 +315,7 @@ impl RedisBroker {
         let mut commands = Vec::with_capacity(msgs.len());
         for m in msgs {
             let [meta, stream, channel] = keys(m.topic);
-            let encoded = m.attachment.as_ref().and_then(|a| a.encode());
-            let mut body = Vec::with_capacity(m.payload.len() + 16);
-            wire::Body {
-                kind: m.kind,
-                event: m.event,
-                attachment: encoded.as_deref(),
-                payload: m.payload,
-            }
-            .encode(&mut body);
+            let body = m.wire_body();
             commands.push(vec![
                 b"EVALSHA".to_vec(),
                 core.sha.clone().into_bytes(),
@@ -424,20 +415,12 @@ impl RedisBroker {
             position: String::new(),
         };
         out.position = joined_position(&out.names, &positions);
-        match since {
-            Since::Id(given) => {
-                core.metrics.resumes.fetch_add(1, Relaxed);
-                let names = out.names.clone();
-                core.read_missed(given, &names, &positions, &mut out);
-                if !out.gaps.is_empty() {
-                    core.metrics.resume_gaps.fetch_add(1, Relaxed);
-                }
-            }
-            Since::PublisherId(prev) => {
-                let names = out.names.clone();
-                core.read_after_publisher_id(prev, &names, &positions, &mut out);
-            }
-            Since::Now => {}
+        if matches!(since, Since::Id(_)) {
+            core.metrics.resumes.fetch_add(1, Relaxed);
+        }
+        core.read_since_into(since, &positions, &mut out);
+        if matches!(since, Since::Id(_)) && !out.gaps.is_empty() {
+            core.metrics.resume_gaps.fetch_add(1, Relaxed);
         }
         Ok(out)
     }
@@ -476,17 +459,7 @@ impl RedisBroker {
             position: String::new(),
         };
         out.position = joined_position(&out.names, &positions);
-        match since {
-            Since::Id(given) => {
-                let names = out.names.clone();
-                core.read_missed(given, &names, &positions, &mut out);
-            }
-            Since::PublisherId(prev) => {
-                let names = out.names.clone();
-                core.read_after_publisher_id(prev, &names, &positions, &mut out);
-            }
-            Since::Now => {}
-        }
+        core.read_since_into(since, &positions, &mut out);
         out
     }
 

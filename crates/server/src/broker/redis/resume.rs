@@ -247,4 +247,22 @@ impl Core {
             }
         }
     }
+
+    /// What a subscriber of `out.names` (counted at `positions`) missed since `since`: the
+    /// one rule for subscribing and for reading.
+    pub(super) fn read_since_into(
+        &self,
+        since: crate::broker::Since<'_>,
+        positions: &[(Option<Arc<str>>, u64)],
+        out: &mut Subscribed,
+    ) {
+        let names = out.names.clone();
+        match since {
+            crate::broker::Since::Id(given) => self.read_missed(given, &names, positions, out),
+            crate::broker::Since::PublisherId(prev) => {
+                self.read_after_publisher_id(prev, &names, positions, out);
+            }
+            crate::broker::Since::Now => {}
+        }
+    }
 }
