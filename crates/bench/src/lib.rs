@@ -10,11 +10,14 @@
 
 pub mod check;
 pub mod million;
+pub mod million_report;
 pub mod million_worker;
+pub mod peer_formats;
 pub mod proc_stat;
 pub mod publisher;
 pub mod report;
 pub mod run;
+pub mod scenario;
 pub mod stats;
 pub mod trust;
 pub mod worker;

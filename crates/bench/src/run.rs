@@ -273,7 +273,7 @@ struct Worker {
 
 /// Runs a benchmark and prints its report.
 pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
-    apply_scenario(&mut a);
+    crate::scenario::apply_scenario(&mut a);
     if a.scenario == Some(Scenario::Million) {
         return crate::million::main(&a);
     }
@@ -313,59 +313,6 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
         eprintln!("LOSSES: not every message reached every subscriber once, in order");
     }
     Ok(())
-}
-
-fn apply_scenario(a: &mut BenchArgs) {
-    match a.scenario {
-        Some(Scenario::Idle) => {
-            a.hold = a.hold.max(10);
-            a.messages = 1;
-        }
-        Some(Scenario::Burst) => {
-            a.topics = 1;
-            a.messages = 100;
-            a.interval_ms = 0;
-        }
-        Some(Scenario::Ticker) => {
-            a.interval_ms = 2000;
-            if a.messages == 100 {
-                a.messages = 30;
-            }
-        }
-        Some(Scenario::Topics) => {
-            // Chat rooms, as in Pushpin's benchmark: 10,000 topics. One server process holds
-            // at most ~20,000 sockets here, so rooms have 1-2 members uniformly, or from one
-            // to hundreds with `--distribution skewed`.
-            if a.topics == 1 {
-                a.topics = 10_000;
-            }
-            a.messages = a.messages.min(20);
-        }
-        Some(Scenario::Churn) => {
-            // One message per cycle proves each generation of connections was live.
-            a.messages = 1;
-            a.hold = 0;
-            a.steps.clear();
-        }
-        Some(Scenario::Million) => {
-            // The published million-socket runs: one message a minute per socket, held 10
-            // minutes; 10,000 chat rooms.
-            if a.interval_ms == 0 {
-                a.interval_ms = 60_000;
-            }
-            if a.hold == 0 {
-                a.hold = 600;
-            }
-            if a.topics == 1 {
-                a.topics = 10_000;
-            }
-            a.steps.clear();
-        }
-        None => {}
-    }
-    if let Some(&last) = stages(&a.steps, a.connections).last() {
-        a.connections = last;
-    }
 }
 
 /// Connect/disconnect cycles: `--rounds` full runs of N connections (each ends with every
@@ -852,7 +799,7 @@ mod tests {
             let mut a = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
                 .map(|c| c.bench);
             if let Ok(a) = a.as_mut() {
-                apply_scenario(a);
+                crate::scenario::apply_scenario(a);
             }
             a
         };

@@ -118,6 +118,8 @@ pub struct Report {
 
 /// How often a worker reports progress: often enough that a run of a few seconds plots its
 /// connections and deliveries.
+pub use crate::peer_formats::{centrifuge_unwrapped, socketio_unwrapped};
+
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// A progress line.
@@ -692,39 +694,6 @@ fn flush_tls(c: &mut Conn) -> io::Result<()> {
     Ok(())
 }
 
-/// The payload inside a Socket.IO event frame (`42["NAME","PAYLOAD"]`, what a Socket.IO server
-/// sends for `emit(NAME, PAYLOAD)` over its websocket transport); any other payload as it is.
-/// Benchmark payloads need no JSON escapes, so none are undone.
-pub fn socketio_unwrapped(payload: &[u8]) -> &[u8] {
-    let Some(rest) = payload.strip_prefix(b"42[\"") else {
-        return payload;
-    };
-    let Some(start) = rest.windows(3).position(|w| w == b"\",\"") else {
-        return payload;
-    };
-    rest.get(start + 3..)
-        .and_then(|r| r.strip_suffix(b"\"]"))
-        .unwrap_or(payload)
-}
-
-/// The data of a Centrifuge publication push (`{"push":{"channel":..,"pub":{"data":"PAYLOAD",
-/// ..}}}` in its JSON protocol, data published as a JSON string); any other payload as it is.
-/// Benchmark payloads need no JSON escapes, so none are undone.
-pub fn centrifuge_unwrapped(payload: &[u8]) -> &[u8] {
-    const DATA: &[u8] = b"\"pub\":{\"data\":\"";
-    if !payload.starts_with(b"{\"push\":") {
-        return payload;
-    }
-    let Some(start) = find(payload, DATA).map(|i| i + DATA.len()) else {
-        return payload;
-    };
-    let rest = payload.get(start..).unwrap_or_default();
-    match rest.iter().position(|&b| b == b'"') {
-        Some(end) => rest.get(..end).unwrap_or(payload),
-        None => payload,
-    }
-}
-
 /// A benchmark payload starts with `SEQ PUBLISH_UNIX_MICROS ` (possibly inside a Socket.IO
 /// event frame or a Centrifuge push); anything else (a peer's protocol replies) is ignored.
 fn note(c: &mut Conn, payload: &[u8], cx: &mut Cx<'_>) {
@@ -763,7 +732,7 @@ pub(crate) fn rand16() -> [u8; 16] {
     out
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
