@@ -24,7 +24,7 @@ use mio::{Events, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 
 use clarion_proto::http1::parse_response_head;
-use clarion_proto::ws::frame::{encode_client_frame, parse_header};
+use clarion_proto::ws::frame::encode_client_frame;
 use clarion_proto::ws::OpCode;
 
 use crate::check::{SeqChecker, Verdict};
@@ -537,21 +537,15 @@ fn consume(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<us
 
 /// One server frame; `None` until it is complete.
 fn frame(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<Option<usize>, String> {
-    let Some(h) = parse_header(input, false, MAX_FRAME).map_err(|e| format!("bad frame: {e}"))?
+    let Some(crate::worker::ServerFrame {
+        opcode,
+        payload,
+        len: total,
+    }) = crate::worker::server_frame(input, MAX_FRAME)?
     else {
         return Ok(None);
     };
-    if h.mask.is_some() {
-        return Err("bad frame: masked by the server".into());
-    }
-    let total = usize::try_from(h.payload_len)
-        .ok()
-        .and_then(|n| n.checked_add(h.header_len))
-        .ok_or("bad frame: too long")?;
-    let Some(payload) = input.get(h.header_len..total) else {
-        return Ok(None);
-    };
-    match h.opcode {
+    match opcode {
         OpCode::Text | OpCode::Binary => note(c, payload, now_us, m),
         OpCode::Close => return Err("closed by server".into()),
         OpCode::Ping => {

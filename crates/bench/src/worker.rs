@@ -560,11 +560,11 @@ fn handshake_answer(
     Ok(Some(head.head_len))
 }
 
-/// One WebSocket frame from the server; `None` until it is complete.
-fn ws_frame(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usize>, String> {
-    // Server frames are unmasked (RFC 6455 section 5.1); a masked one is a broken server.
-    let Some(h) = parse_header(input, false, MAX_FRAME).map_err(|e| format!("bad frame: {e}"))?
-    else {
+/// The opcode, payload and length of the complete server frame at the start of `input`, or
+/// `None` until it is complete. Server frames are unmasked (RFC 6455 section 5.1); a masked one
+/// is a broken server.
+pub(crate) fn server_frame(input: &[u8], max: u64) -> Result<Option<ServerFrame<'_>>, String> {
+    let Some(h) = parse_header(input, false, max).map_err(|e| format!("bad frame: {e}"))? else {
         return Ok(None);
     };
     if h.mask.is_some() {
@@ -574,10 +574,32 @@ fn ws_frame(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usize>
         .ok()
         .and_then(|n| n.checked_add(h.header_len))
         .ok_or("bad frame: too long")?;
-    let Some(payload) = input.get(h.header_len..total) else {
+    Ok(input.get(h.header_len..total).map(|payload| ServerFrame {
+        opcode: h.opcode,
+        payload,
+        len: total,
+    }))
+}
+
+/// A complete frame from the server.
+pub(crate) struct ServerFrame<'a> {
+    pub(crate) opcode: OpCode,
+    pub(crate) payload: &'a [u8],
+    /// Bytes it took, header included.
+    pub(crate) len: usize,
+}
+
+/// One WebSocket frame from the server; `None` until it is complete.
+fn ws_frame(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usize>, String> {
+    let Some(ServerFrame {
+        opcode,
+        payload,
+        len: total,
+    }) = server_frame(input, MAX_FRAME)?
+    else {
         return Ok(None);
     };
-    match h.opcode {
+    match opcode {
         // Centrifuge's JSON protocol pings with an empty object and wants one back.
         OpCode::Text if payload == b"{}" => {
             let _ = send(c, &masked(OpCode::Text, b"{}"));
