@@ -3,6 +3,7 @@
 #
 #   bench/million.sh                      # 1,000,000 WebSockets held 10 minutes
 #   bench/million.sh -n 200000 --hold 120 # the same path, quickly
+#   bench/million.sh --tls -n 500000      # the same over TLS 1.3 (`clarion cert --dev`)
 #
 # It raises the kernel limits it needs (printing each change; nothing is restored silently:
 # the end of the run prints the commands that put the old values back), starts a private
@@ -14,11 +15,12 @@
 #
 # Options: -n N, --hold SECONDS (600), --interval SECONDS (60: pings, broadcast and room
 # messages once per interval), --rate CONNECTIONS_PER_SECOND (5000), --rooms N (10000),
-# --per-process N (18500), --tag NAME (results file names), --bin PATH
-# (target/release/clarion), --port PORT (28080; the API is PORT+1, Redis PORT-1701).
+# --per-process N (18500), --tls (clients connect over TLS 1.3 to a `--tls-listen` port, with a
+# development certificate made for the run), --tag NAME (results file names), --bin PATH
+# (target/release/clarion), --port PORT (28080; the API is PORT+1, TLS PORT+2, Redis PORT-1701).
 set -euo pipefail
 
-N=1000000 HOLD=600 INTERVAL=60 RATE=5000 ROOMS=10000 PER_PROC=18500 TAG="" PORT=28080
+N=1000000 HOLD=600 INTERVAL=60 RATE=5000 ROOMS=10000 PER_PROC=18500 TAG="" PORT=28080 TLS=0
 BIN=${CLARION_BIN:-target/release/clarion}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -31,12 +33,13 @@ while [ $# -gt 0 ]; do
     --tag) TAG=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
     --port) PORT=$2; shift 2 ;;
+    --tls) TLS=1; shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "million.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 API=$((PORT + 1)) REDIS_PORT=$((PORT - 1701))
-TAG=${TAG:-${N}-$(date -u +%Y%m%d-%H%M)}
+TAG=${TAG:-${N}$([ "$TLS" = 1 ] && echo -tls)-$(date -u +%Y%m%d-%H%M)}
 OUT=bench/results
 mkdir -p "$OUT"
 RUN=$(mktemp -d /tmp/clarion-million.XXXXXX)
@@ -107,13 +110,15 @@ fi
 ulimit -n "$(ulimit -Hn)"
 echo "open files per process: $(ulimit -n)"
 AVAIL_KB=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
-NEED_KB=$(( N * 12 ))  # ~10.3 KB of kernel memory per loopback pair, ~1.5 KB of user space
+# ~10.3 KB of kernel memory per loopback pair and ~1.5 KB of user space; over TLS the server
+# keeps ~1.5 KB more and the bench's rustls clients ~6 KB.
+NEED_KB=$(( N * (TLS ? 20 : 12) ))
 echo "memory: $((AVAIL_KB / 1024)) MiB available, about $((NEED_KB / 1024)) MiB needed"
 [ "$AVAIL_KB" -gt "$NEED_KB" ] || { echo "million.sh: not enough memory for $N connections" >&2; exit 1; }
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 
 # --- redis and the server group ------------------------------------------------------------
-for p in "$PORT" "$API" "$REDIS_PORT"; do
+for p in "$PORT" "$API" "$((PORT + 2))" "$REDIS_PORT"; do
   if ss -Hltn "sport = :$p" | grep -q .; then echo "million.sh: port $p is in use (--port)" >&2; exit 1; fi
 done
 nice -n -5 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
@@ -124,8 +129,16 @@ redis-cli -p "$REDIS_PORT" ping >/dev/null || { echo "million.sh: redis-server d
 
 PROCS=$(( (N + PER_PROC - 1) / PER_PROC )); [ "$PROCS" -ge 2 ] || PROCS=2
 echo "starting clarion serve --processes $PROCS (at most ~$PER_PROC connections each)"
+# Over TLS the clients use the TLS port (PORT+2); the clear-text one stays open and unused.
+TLS_SERVE=() TLS_BENCH=() TARGET_PORT=$PORT
+if [ "$TLS" = 1 ]; then
+  "$BIN" cert --dev --dir "$RUN/tls" >/dev/null
+  TARGET_PORT=$((PORT + 2))
+  TLS_SERVE=(--tls-listen "127.0.0.1:$TARGET_PORT" --tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem")
+  TLS_BENCH=(--tls-ca "$RUN/tls/ca.pem" --tls-name localhost)
+fi
 CLARION_LOG=warn "$BIN" serve --processes "$PROCS" --broker "redis://127.0.0.1:$REDIS_PORT" \
-  --listen "127.0.0.1:$PORT" --api-listen "127.0.0.1:$API" \
+  --listen "127.0.0.1:$PORT" --api-listen "127.0.0.1:$API" "${TLS_SERVE[@]}" \
   --max-connections-per-address 0 >"$RUN/server.out" 2>"$OUT/million-$TAG.server.log" &
 SUP=$!
 for _ in $(seq 1 1200); do grep -q "clarion ready" "$RUN/server.out" 2>/dev/null && break; kill -0 "$SUP" || break; sleep 0.1; done
@@ -135,7 +148,8 @@ CHILDREN=$(pgrep -P "$SUP" -d, || true)
 
 # --- the run ---------------------------------------------------------------------------------
 set +e
-"$BIN" bench --scenario million -n "$N" --target "127.0.0.1:$PORT" --api "127.0.0.1:$API" \
+"$BIN" bench --scenario million -n "$N" --target "127.0.0.1:$TARGET_PORT" --api "127.0.0.1:$API" \
+  "${TLS_BENCH[@]}" \
   --server-pid "$SUP,$CHILDREN" --broker-pid "$REDIS" --hold "$HOLD" \
   --interval-ms $((INTERVAL * 1000)) --connect-rate "$RATE" --topics "$ROOMS" --drain 60 \
   --json "$OUT/million-$TAG.json" --report "$OUT/million-$TAG.html" \

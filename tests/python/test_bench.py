@@ -5,13 +5,16 @@ report losses when the server cuts its subscribers."""
 import json
 import subprocess
 
+import pytest
+
 from conftest import _binary
+from test_tls import make_dev_cert, tls_args
 
 
-def bench(server, *args):
+def bench(server, *args, target=None):
     path = f"/tmp/clarion-bench-{server.port}.json"
     proc = subprocess.run(
-        [_binary(), "bench", "--target", server.clients, "--api", server.api,
+        [_binary(), "bench", "--target", target or server.clients, "--api", server.api,
          "--server-pid", str(server.proc.pid), "--json", path, *map(str, args)],
         capture_output=True, text=True, timeout=120,
     )
@@ -79,3 +82,25 @@ def test_steps_report_memory_per_connection_at_each(start_server):
     assert all(s["server_bytes_per_connection"] is not None for s in result["steps"])
     assert result["verdict"]["in_order"] == 800
     assert "step     400" in text
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["ws", "wss"])
+def test_the_million_path_small_holds_every_connection_and_checks_every_delivery(
+        start_server, tmp_path, tls):
+    # `bench/million.sh`'s path at 600 connections: two topics per connection (everyone's and a
+    # room), keep-alive pings, two rounds, over clear text and TLS 1.3.
+    extra = tls_args(make_dev_cert(tmp_path)) if tls else []
+    server = start_server("--max-connections-per-address", 0, *extra)
+    ca = ["--tls-ca", str(tmp_path / "ca.pem")] if tls else []
+    result, text = bench(server, "--scenario", "million", "-n", 600, "--hold", 4,
+                         "--interval-ms", 2000, "--topics", 30, "--drain", 20, *ca,
+                         target=server.tls if tls else None)
+    assert result["opened"] == 600 and result["tls"] == tls, text
+    assert result["closed_by_server"] == 0 and not result["errors"], text
+    assert result["rounds"] == 2
+    for kind, expected in (("broadcast", 600 * 2), ("chat", 600 * 2)):
+        v = result[kind]
+        assert (v["in_order"], v["missing"], v["duplicated"], v["reordered"]) == \
+            (expected, 0, 0, 0), text
+    assert result["pings"] >= 600 and result["pongs"] == result["pings"], text
+    assert ("over TLS 1.3" in text) == tls

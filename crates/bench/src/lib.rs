@@ -6,7 +6,8 @@
 //! what the workers measured: every delivery checked ([`check`]), latency histograms and clumps
 //! ([`stats`]), and the server's CPU, memory and kernel socket memory from /proc
 //! ([`proc_stat`]). [`report`] prints the summary and writes the HTML report; [`trust`] says
-//! which figures had too little signal to believe.
+//! which figures had too little signal to believe. Both workers speak TLS through
+//! [`tls_client`].
 
 pub mod check;
 pub mod million;
@@ -19,6 +20,7 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod stats;
+pub mod tls_client;
 pub mod trust;
 pub mod worker;
 

@@ -90,6 +90,8 @@ pub struct Outcome {
     pub connections: u64,
     /// Connections open once all were attempted.
     pub opened: u64,
+    /// Whether the connections were WebSockets over TLS (`--tls-ca`).
+    pub tls: bool,
     /// Worker processes.
     pub workers: u64,
     /// Seconds to open them, and the rate.
@@ -468,6 +470,7 @@ fn drive(
     let s0 = sample(started, a, live);
     let mut fleet = Fleet(Vec::new());
     let rate = a.connect_rate.div_ceil(procs as u32);
+    let tls = a.tls_job()?;
     for w in 0..procs {
         let shape = Shape {
             target: a.target,
@@ -482,6 +485,7 @@ fn drive(
             room_prefix: room_prefix.to_owned(),
             connect_rate: rate,
             ping_interval_ms: interval_ms,
+            tls: tls.clone(),
         };
         fleet.0.push(spawn(&exe, w as usize, shape, live)?);
     }
@@ -605,6 +609,7 @@ fn drive(
     let mut o = Outcome {
         connections: n,
         opened: 0,
+        tls: a.tls_ca.is_some(),
         workers: procs,
         connect_seconds,
         connect_rate: s_open.opened as f64 / connect_seconds.max(1e-3),
@@ -739,6 +744,7 @@ mod tests {
         let o = Outcome {
             connections: 2,
             opened: 2,
+            tls: true,
             workers: 1,
             connect_seconds: 1.0,
             connect_rate: 2.0,

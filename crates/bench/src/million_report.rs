@@ -38,8 +38,15 @@ pub fn rows(o: &Outcome) -> Vec<(String, String)> {
         (
             "connections open".into(),
             format!(
-                "{} / {} ({} worker processes)",
-                o.opened, o.connections, o.workers
+                "{} / {} {}({} worker processes)",
+                o.opened,
+                o.connections,
+                if o.tls {
+                    "WebSockets over TLS 1.3 "
+                } else {
+                    ""
+                },
+                o.workers
             ),
         ),
         (

@@ -29,6 +29,7 @@ use clarion_proto::ws::OpCode;
 
 use crate::check::{SeqChecker, Verdict};
 use crate::stats::{Buckets, Latency};
+use crate::tls_client::{TlsClient, TlsJob, TlsSetup};
 use crate::worker::{own_cpu_seconds, unix_micros, MAX_HEAD, MAX_HEADERS};
 
 /// The job line: a single `million` key tells it apart from an ordinary worker's job.
@@ -62,6 +63,9 @@ pub struct Shape {
     pub connect_rate: u32,
     /// Each connection sends one Ping per this many milliseconds once started.
     pub ping_interval_ms: u64,
+    /// Connect over TLS, trusting this CA.
+    #[serde(default)]
+    pub tls: Option<TlsJob>,
 }
 
 /// A coordinator command.
@@ -143,6 +147,8 @@ enum Phase {
 /// frame split across reads.
 struct Conn {
     stream: TcpStream,
+    /// The TLS client state, when the run is over TLS.
+    tls: Option<TlsClient>,
     room: u32,
     phase: Phase,
     /// Pings sent and not yet answered.
@@ -168,6 +174,7 @@ struct Meters {
 /// Runs a million-scenario worker.
 pub fn main(job: Job) -> anyhow::Result<()> {
     let s = job.million;
+    let tls = s.tls.as_ref().map(TlsJob::setup).transpose()?;
     let rss_before = crate::proc_stat::rss_bytes(std::process::id()).unwrap_or(0);
     let mut poll = Poll::new()?;
     let waker = std::sync::Arc::new(Waker::new(poll.registry(), STDIN)?);
@@ -194,6 +201,8 @@ pub fn main(job: Job) -> anyhow::Result<()> {
     let mut m = Meters::default();
     let mut events = Events::with_capacity(4096);
     let mut read_buf = vec![0u8; 64 * 1024];
+    // Plaintext of one read over TLS, before it is parsed.
+    let mut plain = Vec::with_capacity(64 * 1024);
     let started = Instant::now();
     let mut next_progress = Instant::now();
     let (mut planned, mut in_flight, mut opened) = (0u64, 0u64, 0u64);
@@ -213,7 +222,7 @@ pub fn main(job: Job) -> anyhow::Result<()> {
             let i = s.first + planned * s.stride;
             planned += 1;
             let room = u32::try_from(i % s.rooms.max(1))?;
-            match open(&s, &poll, &mut ports, conns.len(), room) {
+            match open(&s, &poll, &mut ports, conns.len(), room, tls.as_ref()) {
                 Ok(c) => {
                     conns.push(c);
                     in_flight += 1;
@@ -231,7 +240,7 @@ pub fn main(job: Job) -> anyhow::Result<()> {
                 continue;
             };
             let before = c.phase;
-            let result = drive(c, &s, &mut read_buf, now_us, &mut m);
+            let result = drive(c, &s, &mut read_buf, &mut plain, now_us, &mut m);
             if let Err(kind) = result {
                 bump(&mut report.errors, kind);
                 c.phase = Phase::Dead;
@@ -290,7 +299,11 @@ pub fn main(job: Job) -> anyhow::Result<()> {
                     report.pongs_late += 1;
                 }
                 let frame = encode_client_frame(OpCode::Ping, &now_us.to_be_bytes(), mask());
-                match (&c.stream).write(&frame) {
+                let written = match c.tls.as_mut() {
+                    None => (&c.stream).write(&frame),
+                    Some(t) => t.send(&c.stream, &frame).map(|()| frame.len()),
+                };
+                match written {
                     Ok(w) if w == frame.len() => {
                         c.pings_out = c.pings_out.saturating_add(1);
                         report.pings += 1;
@@ -303,6 +316,10 @@ pub fn main(job: Job) -> anyhow::Result<()> {
         }
         if Instant::now() >= next_progress {
             next_progress = Instant::now() + Duration::from_secs(1);
+            // Like the server's sweep: keys expanded for a message are dropped a second later.
+            for t in conns.iter_mut().filter_map(|c| c.tls.as_mut()) {
+                t.compact();
+            }
             let p = Progress {
                 opened,
                 received: conns
@@ -412,12 +429,19 @@ impl Ports {
     }
 }
 
-fn open(s: &Shape, poll: &Poll, ports: &mut Ports, index: usize, room: u32) -> io::Result<Conn> {
+fn open(
+    s: &Shape,
+    poll: &Poll,
+    ports: &mut Ports,
+    index: usize,
+    room: u32,
+    tls: Option<&TlsSetup>,
+) -> io::Result<Conn> {
     // A port whose old connection to the same server is still in TIME_WAIT is refused by
     // connect (EADDRNOTAVAIL): take the next one.
     let mut tries = 0;
     loop {
-        match open_once(s, poll, ports, index, room) {
+        match open_once(s, poll, ports, index, room, tls) {
             Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable && tries < 64 => tries += 1,
             other => return other,
         }
@@ -430,7 +454,9 @@ fn open_once(
     ports: &mut Ports,
     index: usize,
     room: u32,
+    tls: Option<&TlsSetup>,
 ) -> io::Result<Conn> {
+    let tls = tls.map(TlsClient::new).transpose()?;
     let domain = socket2::Domain::for_address(s.target);
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     sock.set_nonblocking(true)?;
@@ -440,6 +466,7 @@ fn open_once(
     let stream = crate::worker::connect_registered(sock, s.target, poll, index)?;
     Ok(Conn {
         stream,
+        tls,
         room,
         phase: Phase::Connecting,
         pings_out: 0,
@@ -454,6 +481,7 @@ fn drive(
     c: &mut Conn,
     s: &Shape,
     read_buf: &mut [u8],
+    plain: &mut Vec<u8>,
     now_us: u64,
     m: &mut Meters,
 ) -> Result<(), String> {
@@ -471,10 +499,13 @@ fn drive(
              Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n",
             s.all_topic, s.room_prefix, c.room, s.target
         );
-        (&c.stream)
-            .write_all(request.as_bytes())
-            .map_err(|e| format!("send request: {}", e.kind()))?;
+        send(c, request.as_bytes()).map_err(|e| format!("send request: {}", e.kind()))?;
         c.phase = Phase::Head;
+    }
+    // TLS records rustls could not write yet (the handshake, or a request behind it).
+    if let Some(t) = c.tls.as_mut() {
+        t.flush(&c.stream)
+            .map_err(|e| format!("write: {}", e.kind()))?;
     }
     loop {
         let n = match (&c.stream).read(read_buf) {
@@ -491,21 +522,46 @@ fn drive(
             Err(e) => return Err(format!("read: {}", e.kind())),
         };
         let fresh = read_buf.get(..n).unwrap_or_default();
-        if c.buf.is_empty() {
-            // The usual case: parse in the shared buffer, keep only an incomplete tail.
-            let used = consume(c, fresh, now_us, m)?;
-            if let Some(tail) = fresh.get(used..).filter(|t| !t.is_empty()) {
-                c.buf = tail.to_vec();
-            }
-        } else {
-            let mut buf = std::mem::take(&mut c.buf);
-            buf.extend_from_slice(fresh);
-            let used = consume(c, &buf, now_us, m)?;
-            buf.drain(..used.min(buf.len()));
-            if !buf.is_empty() {
-                c.buf = buf;
+        match c.tls.as_mut() {
+            None => feed(c, fresh, now_us, m)?,
+            Some(t) => {
+                plain.clear();
+                let closed = t.receive(&c.stream, fresh, plain)?;
+                feed(c, plain, now_us, m)?;
+                if closed {
+                    return Err("closed by server".into());
+                }
             }
         }
+    }
+}
+
+/// Parses `fresh` input after whatever an earlier read left incomplete.
+fn feed(c: &mut Conn, fresh: &[u8], now_us: u64, m: &mut Meters) -> Result<(), String> {
+    if c.buf.is_empty() {
+        // The usual case: parse in the shared buffer, keep only an incomplete tail.
+        let used = consume(c, fresh, now_us, m)?;
+        if let Some(tail) = fresh.get(used..).filter(|t| !t.is_empty()) {
+            c.buf = tail.to_vec();
+        }
+    } else {
+        let mut buf = std::mem::take(&mut c.buf);
+        buf.extend_from_slice(fresh);
+        let used = consume(c, &buf, now_us, m)?;
+        buf.drain(..used.min(buf.len()));
+        if !buf.is_empty() {
+            c.buf = buf;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` (through TLS when the connection has it). Requests, pongs and pings are small
+/// and an idle socket's buffer empty, so a plain write completes.
+fn send(c: &mut Conn, bytes: &[u8]) -> io::Result<()> {
+    match c.tls.as_mut() {
+        None => (&c.stream).write_all(bytes),
+        Some(t) => t.send(&c.stream, bytes),
     }
 }
 
@@ -524,6 +580,10 @@ fn consume(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<us
                 return Err(format!("refused: HTTP {}", head.status));
             }
             c.phase = Phase::Open;
+            // Answered: the session tickets have been read, the lean record layer can take over.
+            if let Some(t) = c.tls.as_mut() {
+                t.settle();
+            }
             head.head_len
         } else {
             match frame(c, rest, now_us, m)? {
@@ -551,7 +611,7 @@ fn frame(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<Opti
         OpCode::Ping => {
             let pong =
                 encode_client_frame(OpCode::Pong, payload.get(..125).unwrap_or(payload), mask());
-            let _ = (&c.stream).write(&pong);
+            let _ = send(c, &pong);
         }
         OpCode::Pong => {
             if let Ok(sent) = <[u8; 8]>::try_from(payload) {
@@ -618,6 +678,7 @@ mod tests {
         let (server, _) = listener.accept().unwrap();
         let c = Conn {
             stream: TcpStream::from_std(client),
+            tls: None,
             room: 3,
             phase: Phase::Head,
             pings_out: 1,

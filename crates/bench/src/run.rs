@@ -106,6 +106,20 @@ pub struct BenchArgs {
     pub broker_pid: Option<u32>,
 }
 
+impl BenchArgs {
+    /// TLS for the workers' connections, from `--tls-ca` and `--tls-name`.
+    pub fn tls_job(&self) -> anyhow::Result<Option<crate::tls_client::TlsJob>> {
+        let Some(path) = &self.tls_ca else {
+            return Ok(None);
+        };
+        Ok(Some(crate::tls_client::TlsJob {
+            ca_pem: std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+            server_name: self.tls_name.clone(),
+        }))
+    }
+}
+
 /// Presets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
@@ -441,14 +455,7 @@ fn spawn_worker(
         connect_rate: per_proc_rate,
         interval_us: a.interval_ms * 1000,
         hello: a.ws_hello.clone(),
-        tls: match &a.tls_ca {
-            Some(path) => Some(crate::worker::TlsJob {
-                ca_pem: std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?,
-                server_name: a.tls_name.clone(),
-            }),
-            None => None,
-        },
+        tls: a.tls_job()?,
     };
     let mut child = Command::new(exe)
         .args(["bench-worker"])

@@ -58,31 +58,8 @@ pub struct Job {
     pub tls: Option<TlsJob>,
 }
 
-/// TLS for every connection of a worker.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TlsJob {
-    /// PEM certificates to trust.
-    pub ca_pem: String,
-    /// The name to ask for (SNI) and verify.
-    pub server_name: String,
-}
-
-impl TlsJob {
-    fn client_config(&self) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
-        use rustls::pki_types::pem::PemObject as _;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
-            roots.add(cert?)?;
-        }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(std::sync::Arc::new(config))
-    }
-}
+pub use crate::tls_client::TlsJob;
+use crate::tls_client::{TlsClient, TlsSetup};
 
 /// The coordinator's last word: messages published per topic, and how long to wait for them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -143,7 +120,7 @@ enum Phase {
 struct Conn {
     stream: TcpStream,
     /// The TLS client state, when the job is over TLS.
-    tls: Option<Box<rustls::ClientConnection>>,
+    tls: Option<TlsClient>,
     topic: u32,
     phase: Phase,
     /// Bytes of a head, frame or event split across reads: empty (no allocation) otherwise,
@@ -177,13 +154,7 @@ pub fn main() -> anyhow::Result<()> {
         return crate::million_worker::main(job);
     }
     let job: Job = serde_json::from_str(&first)?;
-    let tls = match &job.tls {
-        Some(t) => Some((
-            t.client_config()?,
-            rustls::pki_types::ServerName::try_from(t.server_name.clone())?,
-        )),
-        None => None,
-    };
+    let tls = job.tls.as_ref().map(TlsJob::setup).transpose()?;
     let mut poll = Poll::new()?;
     let waker = std::sync::Arc::new(Waker::new(poll.registry(), STDIN)?);
     let (tx, rx) = mpsc::channel::<Finish>();
@@ -351,12 +322,6 @@ pub fn main() -> anyhow::Result<()> {
     }
 }
 
-/// The TLS setup shared by a worker's connections.
-type TlsSetup = (
-    std::sync::Arc<rustls::ClientConfig>,
-    rustls::pki_types::ServerName<'static>,
-);
-
 fn open(
     job: &Job,
     poll: &Poll,
@@ -364,13 +329,7 @@ fn open(
     topic: u32,
     tls: Option<&TlsSetup>,
 ) -> io::Result<Conn> {
-    let tls = match tls {
-        Some((config, name)) => Some(Box::new(
-            rustls::ClientConnection::new(std::sync::Arc::clone(config), name.clone())
-                .map_err(io::Error::other)?,
-        )),
-        None => None,
-    };
+    let tls = tls.map(TlsClient::new).transpose()?;
     let domain = socket2::Domain::for_address(job.target);
     let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     s.set_nonblocking(true)?;
@@ -428,7 +387,10 @@ fn drive(
         c.phase = Phase::Head;
     }
     // TLS records rustls could not write yet (the handshake, or a request behind it).
-    flush_tls(c).map_err(|e| format!("write: {}", e.kind()))?;
+    if let Some(t) = c.tls.as_mut() {
+        t.flush(&c.stream)
+            .map_err(|e| format!("write: {}", e.kind()))?;
+    }
     let topic = topics.get(c.topic as usize).map_or("", String::as_str);
     let mut cx = Cx {
         job,
@@ -462,21 +424,7 @@ fn drive(
             }
             continue;
         };
-        let mut rest = fresh;
-        while !rest.is_empty() {
-            t.read_tls(&mut rest)
-                .map_err(|e| format!("tls read: {}", e.kind()))?;
-            t.process_new_packets().map_err(|e| format!("tls: {e}"))?;
-            match t.reader().read_to_end(&mut c.buf) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                    eof = true;
-                }
-                Err(e) => return Err(format!("tls read: {}", e.kind())),
-            }
-        }
-        flush_tls(c).map_err(|e| format!("write: {}", e.kind()))?;
+        eof |= t.receive(&c.stream, fresh, &mut c.buf)?;
         consume_buffered(c, &mut cx)?;
     }
     if eof {
@@ -553,6 +501,10 @@ fn handshake_answer(
         return Err("event stream is not close-delimited".into());
     }
     c.phase = Phase::Open;
+    // Answered: the session tickets have been read, the lean record layer can take over.
+    if let Some(t) = c.tls.as_mut() {
+        t.settle();
+    }
     if let (Transport::Ws, Some(hello)) = (transport, job.hello.as_deref()) {
         send(c, &masked(OpCode::Text, hello.as_bytes()))
             .map_err(|e| format!("send hello: {}", e.kind()))?;
@@ -688,32 +640,12 @@ fn poll_answer(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usi
 }
 
 /// Writes `bytes` to the connection (through TLS when it has it). Requests are small and the
-/// socket is fresh, so a plain write completes; TLS records rustls cannot write yet are kept by
-/// it and flushed on the next event.
+/// socket is fresh, so a plain write completes.
 fn send(c: &mut Conn, bytes: &[u8]) -> io::Result<()> {
     match c.tls.as_mut() {
         None => (&c.stream).write_all(bytes),
-        Some(t) => {
-            t.writer().write_all(bytes)?;
-            flush_tls(c)
-        }
+        Some(t) => t.send(&c.stream, bytes),
     }
-}
-
-/// Writes whatever TLS records are waiting, as far as the socket takes them.
-fn flush_tls(c: &mut Conn) -> io::Result<()> {
-    let Some(t) = c.tls.as_mut() else {
-        return Ok(());
-    };
-    while t.wants_write() {
-        match t.write_tls(&mut &c.stream) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// A benchmark payload starts with `SEQ PUBLISH_UNIX_MICROS ` (possibly inside a Socket.IO

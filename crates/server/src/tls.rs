@@ -153,7 +153,7 @@ impl Tls {
         config.send_tls13_tickets = 1;
         config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         // After the handshake, established TLS 1.3 connections hand their traffic keys to
-        // Clarion's own record layer (`clarion_proto::tls13`, via `worker::tls_records`), which
+        // Clarion's own record layer (`clarion_proto::tls13`, via `clarion_proto::tls13::handoff`), which
         // keeps far less per connection than a whole rustls connection.
         config.enable_secret_extraction = true;
         Ok(Tls {

@@ -12,12 +12,15 @@
 //! - [`keys`]: cipher suites, traffic secrets, key/IV derivation and key updates (§7).
 //! - [`limits`]: how much one key may protect (§5.5) and the accounting against it.
 //! - [`records`]: [`Records`], one connection's two directions, and [`RecordError`].
+//! - `handoff` (feature `rustls`): taking an established connection over from rustls.
 //!
 //! Nothing here reads a clock or touches a socket.
 
 pub mod alert;
 #[doc(hidden)]
 pub mod fuzz;
+#[cfg(feature = "rustls")]
+pub mod handoff;
 pub mod keys;
 pub mod limits;
 pub mod records;

@@ -250,6 +250,19 @@ impl<S: Socket> Conn<S> {
             return Ok(0);
         }
         let offset = write_some(&self.stream, data)?;
+        Ok(self.keep_unsent(data, offset))
+    }
+
+    /// Whether a message may be written straight to the socket (by [`Conn::send`] or with a
+    /// fan-out's other writes): clear text, nothing waiting before it.
+    pub fn sends_directly(&self) -> bool {
+        self.tls.is_none() && self.out.is_none()
+    }
+
+    /// After `offset` bytes of `data` were written straight to the socket (nothing was
+    /// waiting), keeps the rest (a reference, not a copy) for the writable event. Returns
+    /// `offset`.
+    pub fn keep_unsent(&mut self, data: &Arc<[u8]>, offset: usize) -> usize {
         if offset < data.len() {
             let mut b = Box::<Backlog>::default();
             b.bytes = data.len() - offset;
@@ -259,7 +272,7 @@ impl<S: Socket> Conn<S> {
             });
             self.out = Some(b);
         }
-        Ok(offset)
+        offset
     }
 
     /// Writes several frames with as few `writev` calls as the kernel allows (a burst of

@@ -28,8 +28,9 @@ impl<S: Socket> Engine<S> {
     }
 
     /// Delivers `batch` (in publish order) to local subscribers and empties it. A single message
-    /// is written straight away; a run of messages to one topic goes to each subscriber in one
-    /// `writev`. Held long-polls are answered with the whole run.
+    /// is written straight away, or, when the worker has an io_uring, to all its subscribers in
+    /// one submission; a run of messages to one topic goes to each subscriber in one `writev`.
+    /// Held long-polls are answered with the whole run.
     pub(crate) fn deliver_batch(&mut self, batch: &mut Vec<Arc<Published>>) {
         // Runs are taken in publish order, so a subscriber of several topics still receives
         // everything in order.
@@ -46,6 +47,7 @@ impl<S: Socket> Engine<S> {
             targets.clear();
             targets.extend_from_slice(subs.get(start..).unwrap_or_default());
             targets.extend_from_slice(subs.get(..start).unwrap_or_default());
+            let batched = self.batch.is_some() && targets.len() > 1;
             for &k in &targets {
                 let dedicated = self
                     .conns
@@ -110,7 +112,13 @@ impl<S: Socket> Engine<S> {
                     let refs: Vec<&Arc<[u8]>> = own.iter().collect();
                     self.deliver_all(k, &refs);
                 } else if let [msg] = run {
-                    self.deliver(k, pick(msg, form, &settings));
+                    let frame = pick(msg, form, &settings);
+                    if batched && conn.sends_directly() {
+                        // Written with the rest of the fan-out, below.
+                        self.fanout.push((k, Arc::clone(frame)));
+                    } else {
+                        self.deliver(k, frame);
+                    }
                 } else {
                     frames.clear();
                     frames.extend(run.iter().map(|m| pick(m, form, &settings)));
@@ -118,6 +126,8 @@ impl<S: Socket> Engine<S> {
                 }
                 self.tally.delivered += run.len() as u64;
             }
+            // Before the next run: a subscriber of both topics gets this run's message first.
+            self.write_fanout();
             if !polls.is_empty() {
                 let cursor = run.last().map(|m| m.id_string()).unwrap_or_default();
                 // Live gap notices (clustered brokers) go in "gaps", not among the messages.

@@ -30,7 +30,7 @@ pub(crate) struct Tally {
 }
 
 /// One worker's connections and everything they share.
-pub struct Engine<S = mio::net::TcpStream> {
+pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) id: usize,
     pub(crate) conns: Slab<Conn<S>>,
     pub(crate) index: TopicIndex,
@@ -68,6 +68,11 @@ pub struct Engine<S = mio::net::TcpStream> {
     /// Counts fan-outs: each starts at another place in its topic's subscriber list (see
     /// `deliver::fanout_start`).
     pub(crate) fanout_turn: u32,
+    /// What writes a fan-out in one submission (the real socket's io_uring), when there is one:
+    /// single-message deliveries are then gathered in `fanout` and written together.
+    pub(crate) batch: Option<S::Batch>,
+    pub(crate) fanout: Vec<(u32, Arc<[u8]>)>,
+    pub(crate) fanout_results: Vec<std::io::Result<usize>>,
     /// Authenticated connections' expiry and grants, by slab key (auth configured only).
     pub(crate) grants: crate::auth::grants::GrantStore,
     /// The Unix time (seconds) of the coarse clock's second 0, set by the shell: token
@@ -118,6 +123,9 @@ impl<S: Socket> Engine<S> {
             more_to_read: Vec::new(),
             tally: Tally::default(),
             fanout_turn: 0,
+            batch: None,
+            fanout: Vec::new(),
+            fanout_results: Vec::new(),
             grants,
             unix_base: 0,
         }

@@ -312,6 +312,41 @@ impl<S: Socket> Engine<S> {
         self.wrote(k, written, cap);
     }
 
+    /// Writes the single-message deliveries gathered in `fanout` (subscribers with nothing
+    /// waiting) in one submission, then treats each result as [`Self::deliver`] would: a short
+    /// write keeps the rest for the writable event, a failed one drops the connection.
+    pub(crate) fn write_fanout(&mut self) {
+        if self.fanout.is_empty() {
+            return;
+        }
+        let mut sends = std::mem::take(&mut self.fanout);
+        let mut results = std::mem::take(&mut self.fanout_results);
+        results.clear();
+        // Every gathered key is a live connection: nothing between gathering and here closes one.
+        sends.retain(|(k, _)| self.conns.contains(*k as usize));
+        {
+            let items: Vec<(&S, &[u8])> = sends
+                .iter()
+                .filter_map(|(k, data)| Some((&self.conns.get(*k as usize)?.stream, &data[..])))
+                .collect();
+            S::write_many(&mut self.batch, &items, &mut results);
+        }
+        let cap = Some(self.shared.config.max_backlog);
+        for ((k, data), result) in sends.drain(..).zip(results.drain(..)) {
+            let Some(conn) = self.conns.get_mut(k as usize) else {
+                continue;
+            };
+            let written = match result {
+                Ok(n) => Ok(conn.keep_unsent(&data, n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(conn.keep_unsent(&data, 0)),
+                Err(e) => Err(e),
+            };
+            self.wrote(k, written, cap);
+        }
+        self.fanout = sends;
+        self.fanout_results = results;
+    }
+
     /// Delivers several frames to one subscriber, coalesced into as few writes as possible.
     pub(crate) fn deliver_all(&mut self, k: u32, frames: &[&Arc<[u8]>]) {
         self.write_all_to(k, frames, Some(self.shared.config.max_backlog));

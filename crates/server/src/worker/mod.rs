@@ -39,8 +39,8 @@ mod tests;
 mod tests_auth;
 mod timers;
 pub mod tls;
-mod tls_records;
 pub(crate) mod transport;
+pub mod uring;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -149,7 +149,17 @@ impl Worker {
             }
             None => None,
         };
+        let use_uring = shared.config.io_uring;
         let mut engine = Engine::new(id, inbox, shared);
+        if use_uring {
+            match uring::SendRing::new() {
+                Ok(ring) => engine.batch = Some(ring),
+                Err(e) if id == 0 => log::info(format_args!(
+                    "io_uring unavailable ({e}): each delivery is its own send"
+                )),
+                Err(_) => {}
+            }
+        }
         // The clock's second 0 is now: token times (wall-clock) map onto the coarse clock.
         engine.set_unix_base(crate::auth::unix_now());
         Ok(Worker {

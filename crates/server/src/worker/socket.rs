@@ -1,7 +1,7 @@
-//! What the engine needs of a client socket: non-blocking reads and writes (vectored too), and
-//! shutting the write side. `mio`'s `TcpStream` is the real one; tests use an in-memory pipe
-//! (see `testkit`). The engine is generic over it and monomorphized, so the real build calls
-//! the socket directly, as before.
+//! What the engine needs of a client socket: non-blocking reads and writes (vectored too, and to
+//! many sockets at once), and shutting the write side. `mio`'s `TcpStream` is the real one;
+//! tests use an in-memory pipe (see `testkit`). The engine is generic over it and monomorphized,
+//! so the real build calls the socket directly, as before.
 //!
 //! Nothing here knows about connections or protocols.
 
@@ -20,9 +20,28 @@ pub trait Socket {
     fn shutdown_write(&self) -> io::Result<()>;
     /// The peer's address, for forwarding headers.
     fn peer_ip(&self) -> Option<IpAddr>;
+
+    /// What a worker keeps to write to many sockets in one submission (the real socket's
+    /// io_uring, [`super::uring::SendRing`]); `()` where there is no such thing.
+    type Batch;
+
+    /// Writes one buffer to each of several sockets (a fan-out), appending one result per item
+    /// to `out`, in order. The default is one `write` each, whatever `batch` holds.
+    fn write_many(
+        batch: &mut Option<Self::Batch>,
+        items: &[(&Self, &[u8])],
+        out: &mut Vec<io::Result<usize>>,
+    ) where
+        Self: Sized,
+    {
+        let _ = batch;
+        out.extend(items.iter().map(|(s, b)| s.write(b)));
+    }
 }
 
 impl Socket for mio::net::TcpStream {
+    type Batch = super::uring::SendRing;
+
     #[inline]
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         // `&TcpStream` implements `Read` and `Write`: no `&mut` needed.
@@ -45,5 +64,13 @@ impl Socket for mio::net::TcpStream {
 
     fn peer_ip(&self) -> Option<IpAddr> {
         self.peer_addr().ok().map(|a| a.ip())
+    }
+
+    fn write_many(
+        batch: &mut Option<Self::Batch>,
+        items: &[(&Self, &[u8])],
+        out: &mut Vec<io::Result<usize>>,
+    ) {
+        super::uring::write_many(batch, items, out);
     }
 }

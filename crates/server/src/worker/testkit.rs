@@ -54,6 +54,8 @@ pub struct Pipe {
 pub struct MemSocket(Rc<RefCell<Pipe>>);
 
 impl Socket for MemSocket {
+    type Batch = ();
+
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut p = self.0.borrow_mut();
         if p.inbound.is_empty() {
@@ -134,6 +136,11 @@ impl Client {
     /// Whether the server shut its write side.
     pub fn write_shut(&self) -> bool {
         self.pipe.borrow().write_shut
+    }
+
+    /// The peer reset the connection: every later write fails.
+    pub fn reset(&self) {
+        self.pipe.borrow_mut().write_shut = true;
     }
 
     /// Limits how many more bytes the kernel accepts from the server (`None`: no limit).

@@ -226,6 +226,49 @@ fn slow_consumer_is_closed_with_1008() {
 }
 
 #[test]
+fn a_fanout_written_in_one_submission_keeps_short_writes_and_drops_dead_sockets() {
+    // As with io_uring: the fan-out's single-message deliveries are gathered and written
+    // together, then each result is handled as a single write's would be.
+    let mut h = Harness::new(Config::default());
+    h.engine.batch = Some(());
+    let clients: Vec<Client> = (0..4)
+        .map(|_| {
+            let c = open_ws(&mut h);
+            h.send_frame(&c, OpCode::Text, br#"{"type":"subscribe","topic":"t"}"#);
+            c.take();
+            c
+        })
+        .collect();
+    clients[1].set_window(Some(3)); // takes part of the frame
+    clients[2].set_window(Some(0)); // takes nothing (EAGAIN)
+    clients[3].reset(); // gone
+    h.publish("t", "hello");
+    let got = |c: &Client| -> Vec<Vec<u8>> {
+        server_frames(&c.take())
+            .into_iter()
+            .map(|(_, payload)| payload)
+            .collect()
+    };
+    assert_eq!(got(&clients[0]), [b"hello".to_vec()]);
+    assert!(!h.is_open(&clients[3]));
+    assert!(h.engine.fanout.is_empty());
+    // The rest goes out on the writable event, then the next message after it.
+    let head = clients[1].take();
+    assert_eq!(head.len(), 3);
+    for c in &clients[1..3] {
+        c.set_window(None);
+        h.writable(c);
+    }
+    h.publish("t", "again");
+    let mut one = head;
+    one.extend(clients[1].take());
+    let frames: Vec<Vec<u8>> = server_frames(&one).into_iter().map(|f| f.1).collect();
+    assert_eq!(frames, [b"hello".to_vec(), b"again".to_vec()]);
+    assert_eq!(got(&clients[2]), [b"hello".to_vec(), b"again".to_vec()]);
+    assert_eq!(got(&clients[0]), [b"again".to_vec()]);
+}
+
+#[test]
 fn shutdown_closes_websockets_with_1001_and_ends_streams() {
     let mut h = Harness::new(Config::default());
     let ws = open_ws(&mut h);

@@ -5,7 +5,7 @@
 //! ciphertext the kernel has not taken yet; both are freed as soon as they empty.
 //!
 //! Once a TLS 1.3 handshake completes, the records move to proto's record layer (handed over
-//! in [`super::tls_records`]), which keeps only raw keys while the connection is idle; TLS 1.2
+//! in [`clarion_proto::tls13::handoff`]), which keeps only raw keys while the connection is idle; TLS 1.2
 //! connections stay with rustls.
 //!
 //! No socket is touched here: the caller writes what lands in `out`.
@@ -13,9 +13,12 @@
 use std::sync::Arc;
 
 use rustls::server::{ServerConfig, UnbufferedServerConnection};
-use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
+use rustls::unbuffered::{ConnectionState, EncryptError};
 
-use super::tls_records::{self, Records};
+use clarion_proto::tls13::handoff::{self, encode, KernelKeys};
+
+/// The record layer of an established TLS 1.3 server connection.
+type Records = clarion_proto::tls13::Records<KernelKeys<rustls::server::ServerConnectionData>>;
 
 /// Plaintext bytes per TLS record (RFC 8446 §5.1).
 pub const MAX_RECORD: usize = 16 * 1024;
@@ -182,7 +185,7 @@ impl Session {
             return;
         };
         self.engine = match conn.dangerous_into_kernel_connection() {
-            Ok((secrets, kernel)) => match tls_records::take_over(secrets, kernel) {
+            Ok((secrets, kernel)) => match handoff::take_over(secrets, kernel) {
                 Some(r) => Engine::Lean(r),
                 None => Engine::Switching,
             },
@@ -318,33 +321,6 @@ fn drive(
         }
         if stop {
             return (used, Ok(outcome));
-        }
-    }
-}
-
-/// Encodes one queued handshake or alert record into `out`.
-fn encode(
-    e: &mut rustls::unbuffered::EncodeTlsData<'_, rustls::server::ServerConnectionData>,
-    out: &mut Vec<u8>,
-) -> Result<(), rustls::Error> {
-    let start = out.len();
-    let mut room = 4096;
-    loop {
-        out.resize(start + room, 0);
-        match e.encode(out.get_mut(start..).unwrap_or_default()) {
-            Ok(n) => {
-                out.truncate(start + n);
-                return Ok(());
-            }
-            Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size }))
-                if required_size > room =>
-            {
-                room = required_size;
-            }
-            Err(err) => {
-                out.truncate(start);
-                return Err(rustls::Error::General(err.to_string()));
-            }
         }
     }
 }

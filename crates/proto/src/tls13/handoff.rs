@@ -1,27 +1,26 @@
-//! The hand-off of an established TLS 1.3 connection from rustls to proto's record layer
-//! ([`clarion_proto::tls13`]): once rustls has finished the handshake, the connection's keys
-//! and sequence numbers move there (rustls' kernel-TLS hand-off), and rustls keeps only what
-//! deriving the next keys needs, behind [`KernelKeys`].
+//! The hand-off of an established TLS 1.3 connection from rustls to this record layer (feature
+//! `rustls`): once rustls has finished the handshake, the connection's keys and sequence numbers
+//! move here (rustls' kernel-TLS hand-off), and rustls keeps only what deriving the next keys
+//! needs, behind [`KernelKeys`]. The same for either side: the server hands over when its
+//! handshake ends, the bench's client once its upgrade is answered.
 //!
 //! Everything about records (protection, alerts, KeyUpdate, the RFC 8446 §5.5 limits) is in
-//! proto; this file only translates rustls' types.
+//! [`super::records`]; this file only translates rustls' types.
 
-use clarion_proto::tls13::{self, CipherSuite, KeyError, KeySchedule, TrafficKey};
 use rustls::kernel::KernelConnection;
-use rustls::server::ServerConnectionData;
+use rustls::unbuffered::{EncodeError, EncodeTlsData, InsufficientSizeError};
 use rustls::{ConnectionTrafficSecrets, ExtractedSecrets};
 
-/// The record layer of an established TLS 1.3 server connection.
-pub type Records = tls13::Records<KernelKeys>;
+use super::{CipherSuite, KeyError, KeySchedule, Records, TrafficKey};
 
 /// The next traffic keys, derived by rustls from the secrets it keeps ("traffic upd",
-/// RFC 8446 §7.2).
-pub struct KernelKeys {
-    kernel: KernelConnection<ServerConnectionData>,
+/// RFC 8446 §7.2); `D` is rustls' client or server connection data.
+pub struct KernelKeys<D> {
+    kernel: KernelConnection<D>,
     suite: CipherSuite,
 }
 
-impl KeySchedule for KernelKeys {
+impl<D> KeySchedule for KernelKeys<D> {
     fn next_send_key(&mut self) -> Result<TrafficKey, KeyError> {
         let (_, secrets) = self
             .kernel
@@ -39,18 +38,18 @@ impl KeySchedule for KernelKeys {
     }
 }
 
-/// Takes over from rustls; `None` for suites or versions proto does not handle.
-pub fn take_over(
+/// Takes over from rustls; `None` for suites or versions this layer does not handle.
+pub fn take_over<D>(
     secrets: ExtractedSecrets,
-    kernel: KernelConnection<ServerConnectionData>,
-) -> Option<Records> {
+    kernel: KernelConnection<D>,
+) -> Option<Records<KernelKeys<D>>> {
     if kernel.protocol_version() != rustls::ProtocolVersion::TLSv1_3 {
         return None;
     }
     let suite = suite(&secrets.tx.1)?;
     let send = (traffic_key(suite, &secrets.tx.1).ok()?, secrets.tx.0);
     let receive = (traffic_key(suite, &secrets.rx.1).ok()?, secrets.rx.0);
-    Some(tls13::Records::new(
+    Some(Records::new(
         suite,
         KernelKeys { kernel, suite },
         send,
@@ -80,5 +79,30 @@ fn traffic_key(
             TrafficKey::new(suite, key.as_ref(), iv.as_ref())
         }
         _ => Err(KeyError::Length),
+    }
+}
+
+/// Encodes one record rustls queued during a handshake (or an alert) onto the end of `out`:
+/// the step both sides repeat while driving rustls' unbuffered API.
+pub fn encode<D>(e: &mut EncodeTlsData<'_, D>, out: &mut Vec<u8>) -> Result<(), rustls::Error> {
+    let start = out.len();
+    let mut room = 4096;
+    loop {
+        out.resize(start + room, 0);
+        match e.encode(out.get_mut(start..).unwrap_or_default()) {
+            Ok(n) => {
+                out.truncate(start + n);
+                return Ok(());
+            }
+            Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size }))
+                if required_size > room =>
+            {
+                room = required_size;
+            }
+            Err(err) => {
+                out.truncate(start);
+                return Err(rustls::Error::General(err.to_string()));
+            }
+        }
     }
 }
