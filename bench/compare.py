@@ -26,9 +26,9 @@ the peers, ratios are against it when plain `clarion` is not in the run.
 `clarion-ref` is another build of Clarion, given by the `CLARION_REF_BIN` environment variable
 (say, a release build of the commit before a change), run with the same flags as `clarion`: a
 before/after comparison of a change in one run, under the same machine noise. It is skipped with
-a note when the variable is not set. `clarion-send` is the same binary as `clarion` with
-`--io-uring=false`: every delivery its own `send` system call instead of a fan-out submitted
-through io_uring.
+a note when the variable is not set. `clarion-send` and `clarion-uring` are the same binary as
+`clarion` with `--io-uring=false` (every delivery its own `send`, the default) and
+`--io-uring=true` (a fan-out submitted through io_uring).
 
 `uws-cpp` is µWebSockets C++ itself (bench/peers/uws_server.cpp), built at run time by
 bench/peers/build_uws.sh from a checkout of uNetworking/uWebSockets (and uSockets) named by
@@ -81,12 +81,13 @@ CLARION_REF = pathlib.Path(os.environ["CLARION_REF_BIN"]) if os.environ.get("CLA
     else None
 VENV_PY = ENV / "venv" / "bin" / "python"
 ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
-       "clarion-grip", "clarion-ref", "clarion-send", "clarion-redis", "clarion-cluster",
+       "clarion-grip", "clarion-ref", "clarion-send", "clarion-uring", "clarion-redis", "clarion-cluster",
        "uws-cpp", "centrifuge"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
     "clarion-grip": {"sse"}, "clarion-ref": {"ws", "sse"}, "clarion-send": {"ws", "sse"},
+    "clarion-uring": {"ws", "sse"},
     "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"}, "uws-cpp": {"ws"},
     "centrifuge": {"ws"},
 }
@@ -98,6 +99,7 @@ LABELS = {
     "clarion-grip": "Clarion GRIP proxy (GRIP stream)",
     "clarion-ref": "Clarion, reference build (CLARION_REF_BIN)",
     "clarion-send": "Clarion, one send per delivery (--io-uring=false)",
+    "clarion-uring": "Clarion, fan-outs through io_uring (--io-uring)",
     "clarion-redis": "Clarion, one process with a Redis broker",
     "clarion-cluster": "Clarion, 3 processes joined by Redis (--processes 3)",
     "uws-cpp": "µWebSockets C++ (built from its repository)",
@@ -106,7 +108,7 @@ LABELS = {
 # Peers that run with a private redis-server (its CPU is reported apart from the server's).
 WITH_REDIS = {"clarion-redis", "clarion-cluster"}
 # Peers that take a thread count after `@`.
-THREADED = {"clarion", "clarion-ref", "clarion-send", "uws-cpp", "centrifuge"}
+THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "uws-cpp", "centrifuge"}
 # What a client of the peer says first, once its WebSocket is open (`clarion bench --ws-hello`).
 HELLO = {"centrifuge": '{"id":1,"connect":{}}'}
 UWS_BIN = ENV / "uws_server"
@@ -208,10 +210,11 @@ class Server:
 
     def start(self):
         p, a, n = self.port, self.api, self.name
-        if n in ("clarion", "clarion-ref", "clarion-send"):
+        if n in ("clarion", "clarion-ref", "clarion-send", "clarion-uring"):
             binary = CLARION_REF if n == "clarion-ref" else CLARION
             workers = ["--workers", self.threads] if self.threads else []
-            plain = ["--io-uring=false"] if n == "clarion-send" else []
+            plain = {"clarion-send": ["--io-uring=false"],
+                     "clarion-uring": ["--io-uring=true"]}.get(n, [])
             self.main = self.spawn([binary, "serve", "--listen", f"127.0.0.1:{p}",
                                     "--api-listen", f"127.0.0.1:{a}",
                                     "--max-connections-per-address", 0, *workers, *plain])

@@ -1,10 +1,12 @@
-//! A fan-out's writes submitted together: one `io_uring_enter` for up to 4,096 sends instead of
-//! one `send` system call per subscriber (issue 22).
+//! A fan-out's writes submitted together (`io_uring = true`, off by default): one
+//! `io_uring_enter` for up to 4,096 sends instead of one `send` system call per subscriber
+//! (issue 22).
 //!
 //! A ticker message to N subscribers is N small writes to N sockets: nothing to coalesce, so
 //! the cost is N system calls. Measured on this machine's kernel (6.18) with `bench/sendpath`,
 //! a batch of `IORING_OP_SEND`s costs the sender about 0.75× the CPU of the same sends made one
-//! by one, receiving side included (15,000 loopback sockets, 32-byte messages).
+//! by one, receiving side included (15,000 loopback sockets, 32-byte messages); inside the
+//! server's ticker the gain did not show (docs/benchmarks.md), hence off by default.
 //!
 //! Every send carries `MSG_DONTWAIT`, so the kernel completes it while submitting (a full
 //! socket answers `EAGAIN`, as a plain non-blocking `send` would, and the engine keeps the rest
@@ -12,8 +14,8 @@
 //! returns, so the buffers and descriptors it was given need to live only for the call. This is
 //! the only `unsafe` in the server: pushing a submission whose buffer the kernel reads later.
 //!
-//! Where io_uring is unavailable (old kernels, `kernel.io_uring_disabled`, container seccomp
-//! profiles) or turned off (`io_uring = false`), the worker has no ring and writes one socket at
+//! Where io_uring is turned off (the default) or unavailable (old kernels,
+//! `kernel.io_uring_disabled`, container seccomp profiles), the worker has no ring and writes one socket at
 //! a time, as before. A ring that fails mid-flight is dropped (sends it never submitted are
 //! discarded with it) and its unanswered items are written the plain way.
 #![allow(unsafe_code)]
