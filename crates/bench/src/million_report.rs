@@ -20,6 +20,11 @@ fn ms(us: u64) -> String {
     format!("{:.1}", us as f64 / 1000.0)
 }
 
+/// `p50 / p99 / max` of a latency summary, in milliseconds.
+fn latency(l: &crate::stats::Summary) -> String {
+    format!("{} / {} / {}", ms(l.p50), ms(l.p99), ms(l.max))
+}
+
 /// The summary rows, shared by the text and HTML reports.
 pub fn rows(o: &Outcome) -> Vec<(String, String)> {
     let cpu = |c: &CpuSplit| {
@@ -97,30 +102,15 @@ pub fn rows(o: &Outcome) -> Vec<(String, String)> {
         ),
         (
             "broadcast to all: p50 / p99 / max ms".into(),
-            format!(
-                "{} / {} / {}",
-                ms(o.broadcast_latency.p50),
-                ms(o.broadcast_latency.p99),
-                ms(o.broadcast_latency.max)
-            ),
+            latency(&o.broadcast_latency),
         ),
         (
             "room messages: p50 / p99 / max ms".into(),
-            format!(
-                "{} / {} / {}",
-                ms(o.chat_latency.p50),
-                ms(o.chat_latency.p99),
-                ms(o.chat_latency.max)
-            ),
+            latency(&o.chat_latency),
         ),
         (
             "ping round trip: p50 / p99 / max ms".into(),
-            format!(
-                "{} / {} / {}",
-                ms(o.ping_rtt.p50),
-                ms(o.ping_rtt.p99),
-                ms(o.ping_rtt.max)
-            ),
+            latency(&o.ping_rtt),
         ),
         (
             "server user-space bytes/conn (all processes)".into(),

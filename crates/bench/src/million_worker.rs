@@ -429,6 +429,8 @@ impl Ports {
     }
 }
 
+/// Opens connection `index`. A source port whose old connection to the same server is still in
+/// TIME_WAIT is refused by connect (EADDRNOTAVAIL): the next port is tried, up to 64 times.
 fn open(
     s: &Shape,
     poll: &Poll,
@@ -437,36 +439,16 @@ fn open(
     room: u32,
     tls: Option<&TlsSetup>,
 ) -> io::Result<Conn> {
-    // A port whose old connection to the same server is still in TIME_WAIT is refused by
-    // connect (EADDRNOTAVAIL): take the next one.
     let mut tries = 0;
-    loop {
-        match open_once(s, poll, ports, index, room, tls) {
+    let stream = loop {
+        match connect_from(s, poll, ports, index) {
             Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable && tries < 64 => tries += 1,
-            other => return other,
+            other => break other?,
         }
-    }
-}
-
-fn open_once(
-    s: &Shape,
-    poll: &Poll,
-    ports: &mut Ports,
-    index: usize,
-    room: u32,
-    tls: Option<&TlsSetup>,
-) -> io::Result<Conn> {
-    let tls = tls.map(TlsClient::new).transpose()?;
-    let domain = socket2::Domain::for_address(s.target);
-    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-    sock.set_nonblocking(true)?;
-    // A port an earlier run left in TIME_WAIT may be bound again (loopback reuses it safely).
-    sock.set_reuse_address(true)?;
-    ports.bind(&sock, s.source)?;
-    let stream = crate::worker::connect_registered(sock, s.target, poll, index)?;
+    };
     Ok(Conn {
         stream,
-        tls,
+        tls: tls.map(TlsClient::new).transpose()?,
         room,
         phase: Phase::Connecting,
         pings_out: 0,
@@ -474,6 +456,17 @@ fn open_once(
         all: SeqChecker::default(),
         chat: SeqChecker::default(),
     })
+}
+
+/// One attempt: a socket bound to the worker's next source port, connecting.
+fn connect_from(s: &Shape, poll: &Poll, ports: &mut Ports, index: usize) -> io::Result<TcpStream> {
+    let domain = socket2::Domain::for_address(s.target);
+    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    sock.set_nonblocking(true)?;
+    // A port an earlier run left in TIME_WAIT may be bound again (loopback reuses it safely).
+    sock.set_reuse_address(true)?;
+    ports.bind(&sock, s.source)?;
+    crate::worker::connect_registered(sock, s.target, poll, index)
 }
 
 /// Advances one connection; `Err(kind)` when it failed.
