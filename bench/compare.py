@@ -82,14 +82,14 @@ CLARION_REF = pathlib.Path(os.environ["CLARION_REF_BIN"]) if os.environ.get("CLA
 VENV_PY = ENV / "venv" / "bin" / "python"
 ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
        "clarion-grip", "clarion-ref", "clarion-send", "clarion-uring", "clarion-redis", "clarion-cluster",
-       "uws-cpp", "centrifuge"]
+       "uws-cpp", "uws-cpp-group", "centrifuge"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
     "clarion-grip": {"sse"}, "clarion-ref": {"ws", "sse"}, "clarion-send": {"ws", "sse"},
     "clarion-uring": {"ws", "sse"},
     "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"}, "uws-cpp": {"ws"},
-    "centrifuge": {"ws"},
+    "uws-cpp-group": {"ws"}, "centrifuge": {"ws"},
 }
 LABELS = {
     "clarion": "Clarion", "uws": "uWebSockets.js (npm uwebsockets)",
@@ -101,14 +101,18 @@ LABELS = {
     "clarion-send": "Clarion, one send per delivery (--io-uring=false)",
     "clarion-uring": "Clarion, fan-outs through io_uring (--io-uring)",
     "clarion-redis": "Clarion, one process with a Redis broker",
-    "clarion-cluster": "Clarion, 3 processes joined by Redis (--processes 3)",
+    "clarion-cluster": "Clarion, processes joined by Redis (--processes)",
     "uws-cpp": "µWebSockets C++ (built from its repository)",
+    "uws-cpp-group": "µWebSockets C++, a process per loop, each told of every publish",
     "centrifuge": "Centrifuge (Go)",
 }
 # Peers that run with a private redis-server (its CPU is reported apart from the server's).
 WITH_REDIS = {"clarion-redis", "clarion-cluster"}
 # Peers that take a thread count after `@`.
 THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "uws-cpp", "centrifuge"}
+# Peers that take a process count after `@` (default 3), one event loop each: past one
+# process's open-files limit (20,000 here), a server is several processes.
+GROUPS = {"clarion-cluster", "uws-cpp-group"}
 # What a client of the peer says first, once its WebSocket is open (`clarion bench --ws-hello`).
 HELLO = {"centrifuge": '{"id":1,"connect":{}}'}
 UWS_BIN = ENV / "uws_server"
@@ -118,13 +122,16 @@ CENTRIFUGE_BIN = ENV / "centrifuge-peer"
 def split_peer(spec):
     """`name@threads` -> (name, threads or None)."""
     name, _, threads = spec.partition("@")
-    if threads and (name not in THREADED or not threads.isdigit() or int(threads) < 1):
-        raise SystemExit(f"{spec}: a thread count is for {', '.join(sorted(THREADED))} only")
+    if threads and (name not in THREADED | GROUPS or not threads.isdigit() or int(threads) < 1):
+        raise SystemExit(f"{spec}: a thread or process count is for "
+                         f"{', '.join(sorted(THREADED | GROUPS))} only")
     return name, int(threads) if threads else None
 
 
 def label(spec):
     name, threads = split_peer(spec)
+    if name in GROUPS:
+        return f"{LABELS[name]}, {threads or 3} processes"
     if threads is None:
         return LABELS[name]
     return f"{LABELS[name]}, {threads} thread{'s' if threads > 1 else ''}"
@@ -220,6 +227,19 @@ class Server:
                                     "--max-connections-per-address", 0, *workers, *plain])
         elif n == "uws-cpp":
             self.main = self.spawn([UWS_BIN, p, a, self.threads or 1])
+        elif n == "uws-cpp-group":
+            # Every process takes clients on the shared port (uSockets listens with
+            # SO_REUSEPORT) and publishes on its own API port (api + 5000 + i, away from the
+            # other peers' PORT_BASE + 10 i); the translator on the API port hands each publish
+            # batch to all of them (a helper, not counted). One shell is the parent of the
+            # group, so the group's CPU is its descendants'.
+            ports = [a + 5000 + i for i in range(self.threads or 3)]
+            group = " & ".join(f'"$0" {p} {q} 1' for q in ports) + " & wait"
+            self.main = self.spawn(["sh", "-c", group, UWS_BIN])
+            for q in ports:
+                wait_port(q)
+            self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "translator.py",
+                                            "fanout", a, ",".join(map(str, ports))]))
         elif n == "centrifuge":
             self.main = self.spawn([CENTRIFUGE_BIN, p, a, *([self.threads] if self.threads else [])])
         elif n in WITH_REDIS:
@@ -227,7 +247,7 @@ class Server:
             self.redis = self.spawn(["redis-server", "--port", a + 5, "--bind", "127.0.0.1",
                                      "--save", "", "--appendonly", "no"], cwd=self.workdir)
             wait_port(a + 5)
-            extra = ["--processes", 3] if n == "clarion-cluster" else []
+            extra = ["--processes", self.threads or 3] if n == "clarion-cluster" else []
             self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{p}",
                                     "--api-listen", f"127.0.0.1:{a}",
                                     "--max-connections-per-address", 0,
@@ -471,6 +491,11 @@ def metrics(b, planned=()):
         "kernel_per_conn": b.get("kernel_bytes_per_connection"),
         "connect_rate": b.get("connect_rate"),
         "cpu_per_million": b.get("server_cpu_per_million"),
+        # The load client's own CPU over the same window (every worker process), per million
+        # messages it received: a client that costs as much as the server competes with it
+        # for the cores.
+        "client_cpu_per_million": (b["bench_publish_cpu_seconds"] / v["in_order"] * 1e6)
+        if b.get("bench_publish_cpu_seconds") is not None and v.get("in_order") else None,
         "deliveries_per_s": b.get("deliveries_per_second"),
         "p50_ms": b["latency"]["p50"] / 1000,
         "p99_ms": b["latency"]["p99"] / 1000,
@@ -509,6 +534,7 @@ def table(args, results, notes):
             ("kernel_per_conn", "kernel B/conn", 0, False),
             ("connect_rate", "connects/s", 0, True),
             ("cpu_per_million", "server CPU-s / 1M deliveries", 1, True),
+            ("client_cpu_per_million", "client CPU-s / 1M", 1, False),
             ("deliveries_per_s", "deliveries/s", 0, True),
             ("p50_ms", "p50 ms", 1, True), ("p99_ms", "p99 ms", 1, True)]
     if args.scenario == "ticker":
@@ -606,7 +632,7 @@ def main():
         if split_peer(p)[0] not in TRANSPORTS:
             raise SystemExit(f"unknown peer {p}; known: {','.join(ALL)}")
     # Peers built at run time, from sources outside the repository or the Go module proxy.
-    builders = {"uws-cpp": build_uws, "centrifuge": build_centrifuge}
+    builders = {"uws-cpp": build_uws, "uws-cpp-group": build_uws, "centrifuge": build_centrifuge}
     unbuilt = {}
     for b in dict.fromkeys(split_peer(p)[0] for p in peers):
         if b in builders:

@@ -4,11 +4,15 @@ which the benchmark does not count as the server's.
 
     python3 bench/peers/translator.py pushpin API_PORT 5561
     python3 bench/peers/translator.py nchan API_PORT NGINX_PUB_PORT
+    python3 bench/peers/translator.py fanout API_PORT PORT1,PORT2,...
 
 - pushpin: one `POST /publish/` per batch to Pushpin's HTTP publish endpoint, one item per
   message with an `http-stream` format holding the SSE event (`data: DATA\\n\\n`), in order.
 - nchan: one `POST /pub?id=TOPIC` per message (nchan's publisher location), in order.
-Both over one keep-alive connection; any answer but 2xx fails the batch (the bench sees 502).
+- fanout: the same batch to every one of several servers that speak it themselves (a group of
+  µWebSockets processes, which share nothing: each must be told of every publish), one after
+  the other, each over its own keep-alive connection.
+Any answer but 2xx fails the batch (the bench sees 502).
 """
 
 import asyncio
@@ -46,8 +50,9 @@ class Upstream:
 
 
 def main():
-    kind, api_port, upstream_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    up = Upstream(upstream_port)
+    kind, api_port = sys.argv[1], int(sys.argv[2])
+    ups = [Upstream(int(p)) for p in sys.argv[3].split(",")]
+    up = ups[0]
 
     def to_pushpin(messages):
         items = [{"channel": t, "formats": {"http-stream": {"content": f"data: {d}\n\n"}}}
@@ -58,7 +63,12 @@ def main():
         for t, d in messages:
             up.post("/pub?id=" + urllib.parse.quote(t, safe=""), d.encode(), "text/plain")
 
-    forward = {"pushpin": to_pushpin, "nchan": to_nchan}[kind]
+    def to_all(messages):
+        body = json.dumps({"messages": [{"topic": t, "data": d} for t, d in messages]}).encode()
+        for u in ups:
+            u.post("/publish", body, "application/json")
+
+    forward = {"pushpin": to_pushpin, "nchan": to_nchan, "fanout": to_all}[kind]
 
     async def publish(messages):
         # Blocking is fine here: the bench publishes over one connection, batch after batch.

@@ -19,6 +19,7 @@ pub mod publisher;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod source_ports;
 pub mod stats;
 pub mod tls_client;
 pub mod trust;

@@ -28,6 +28,7 @@ use clarion_proto::ws::frame::encode_client_frame;
 use clarion_proto::ws::OpCode;
 
 use crate::check::{SeqChecker, Verdict};
+use crate::source_ports::SourcePorts;
 use crate::stats::{Buckets, Latency};
 use crate::tls_client::{TlsClient, TlsJob, TlsSetup};
 use crate::worker::{own_cpu_seconds, unix_micros, MAX_HEAD, MAX_HEADERS};
@@ -211,7 +212,7 @@ pub fn main(job: Job) -> anyhow::Result<()> {
     let mut pings_due_sent = 0u64;
     let mut finish: Option<(u64, u64, Instant)> = None;
     let out = io::stdout();
-    let mut ports = Ports::new();
+    let mut ports = SourcePorts::new();
     loop {
         let allowed = if s.connect_rate == 0 {
             s.count
@@ -370,71 +371,12 @@ fn bump(errors: &mut HashMap<String, u64>, kind: String) {
     *errors.entry(kind).or_default() += 1;
 }
 
-/// Source ports: this worker owns its source address, so it walks a port range itself.
-///
-/// `bind(addr, 0)` would make the kernel search for a free port, and it first searches only half
-/// the ephemeral range (the other half is kept for `connect`): past ~14,000 sockets on one
-/// address every bind scans thousands of ports, the workers spin in the kernel and the server's
-/// handshake timeout closes connections that waited (measured: 200,000 connections stalled at
-/// 150,000). Binding an explicit port is one hash lookup.
-///
-/// The ports are taken *below* the kernel's ephemeral range (10000 up to it): a bound port
-/// holds a bind bucket that `connect` on any address skips, so ~19,000 ports per worker inside
-/// the range would leave the rest of the machine (the bench's own API connection, other
-/// programs) no ephemeral port at all.
-struct Ports {
-    lo: u16,
-    len: u32,
-    next: u32,
-}
-
-/// Lowest source port used: above the well-known and most fixed service ports.
-const FIRST_PORT: u16 = 10_000;
-
-impl Ports {
-    fn new() -> Ports {
-        let range =
-            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
-        let mut it = range
-            .split_whitespace()
-            .filter_map(|v| v.parse::<u16>().ok());
-        let (lo, hi) = match it.next() {
-            // Room below the ephemeral range for a full worker (19,000) and some slack.
-            Some(eph) if eph > FIRST_PORT + 20_000 => (FIRST_PORT, eph - 1),
-            // Otherwise share the ephemeral range, the best there is.
-            Some(eph) => (eph, it.next().unwrap_or(u16::MAX).max(eph)),
-            None => (32768, 60999),
-        };
-        let len = u32::from(hi - lo) + 1;
-        Ports {
-            lo,
-            len,
-            next: u32::from_le_bytes(mask()) % len,
-        }
-    }
-
-    /// Binds `sock` to `source` and the next port that is free; at most 4,096 tries.
-    fn bind(&mut self, sock: &socket2::Socket, source: IpAddr) -> io::Result<()> {
-        let mut last = io::Error::from(io::ErrorKind::AddrInUse);
-        for _ in 0..4096 {
-            let port = self.lo.wrapping_add((self.next % self.len) as u16);
-            self.next = self.next.wrapping_add(1);
-            match sock.bind(&SocketAddr::new(source, port).into()) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = e,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last)
-    }
-}
-
 /// Opens connection `index`. A source port whose old connection to the same server is still in
 /// TIME_WAIT is refused by connect (EADDRNOTAVAIL): the next port is tried, up to 64 times.
 fn open(
     s: &Shape,
     poll: &Poll,
-    ports: &mut Ports,
+    ports: &mut SourcePorts,
     index: usize,
     room: u32,
     tls: Option<&TlsSetup>,
@@ -459,7 +401,12 @@ fn open(
 }
 
 /// One attempt: a socket bound to the worker's next source port, connecting.
-fn connect_from(s: &Shape, poll: &Poll, ports: &mut Ports, index: usize) -> io::Result<TcpStream> {
+fn connect_from(
+    s: &Shape,
+    poll: &Poll,
+    ports: &mut SourcePorts,
+    index: usize,
+) -> io::Result<TcpStream> {
     let domain = socket2::Domain::for_address(s.target);
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     sock.set_nonblocking(true)?;
@@ -645,7 +592,7 @@ fn note(c: &mut Conn, payload: &[u8], now_us: u64, m: &mut Meters) {
     }
 }
 
-fn mask() -> [u8; 4] {
+pub(crate) fn mask() -> [u8; 4] {
     let r = crate::worker::rand16();
     [r[0], r[1], r[2], r[3]]
 }
@@ -715,23 +662,6 @@ mod tests {
             consume(&mut c, &close, 10, &mut m).unwrap_err(),
             "closed by server"
         );
-    }
-
-    #[test]
-    fn source_ports_skip_those_in_use() {
-        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = held.local_addr().unwrap().port();
-        let mut ports = Ports {
-            lo: port,
-            len: 2,
-            next: 0,
-        };
-        let sock =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        ports.bind(&sock, "127.0.0.1".parse().unwrap()).unwrap();
-        let bound = sock.local_addr().unwrap().as_socket().unwrap().port();
-        assert_eq!(bound, port.wrapping_add(1));
-        assert_eq!(ports.next, 2);
     }
 
     #[test]

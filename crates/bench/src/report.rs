@@ -272,7 +272,13 @@ pub fn print_text(a: &BenchArgs, o: &Outcome) {
             }
         );
     }
-    println!("bench CPU        {:.1} s", o.bench_cpu_seconds);
+    match o.bench_publish_cpu_seconds {
+        Some(p) => println!(
+            "bench CPU        {:.1} s ({p:.1} s while publishing)",
+            o.bench_cpu_seconds
+        ),
+        None => println!("bench CPU        {:.1} s", o.bench_cpu_seconds),
+    }
     for w in &o.warnings {
         println!("warning          {w}");
     }
@@ -307,6 +313,7 @@ pub(crate) mod tests {
             server_bytes_per_connection: Some(80.0),
             kernel_bytes_per_connection: None,
             bench_cpu_seconds: 0.1,
+            bench_publish_cpu_seconds: None,
             server_cpu_seconds: None,
             samples: (0..5)
                 .map(|i| Sample {

@@ -209,6 +209,9 @@ pub struct Outcome {
     pub kernel_bytes_per_connection: Option<f64>,
     /// The workers' own CPU seconds.
     pub bench_cpu_seconds: f64,
+    /// The load client's CPU seconds while publishing and draining (the window of
+    /// `server_cpu_per_million`).
+    pub bench_publish_cpu_seconds: Option<f64>,
     /// Server CPU seconds over the run.
     pub server_cpu_seconds: Option<f64>,
     /// Samples over time.
@@ -360,6 +363,11 @@ fn churn(a: &BenchArgs) -> anyhow::Result<Outcome> {
                     *t.errors.entry(k).or_default() += v;
                 }
                 t.bench_cpu_seconds += o.bench_cpu_seconds;
+                t.bench_publish_cpu_seconds =
+                    match (t.bench_publish_cpu_seconds, o.bench_publish_cpu_seconds) {
+                        (Some(x), Some(y)) => Some(x + y),
+                        _ => None,
+                    };
                 t.server_cpu_seconds = match (t.server_cpu_seconds, o.server_cpu_seconds) {
                     (Some(x), Some(y)) => Some(x + y),
                     _ => None,
@@ -656,6 +664,8 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     }
     // Publish: every round, one message to every topic.
     let pub_cpu0 = cpu_of(&pids);
+    let worker_pids: Vec<u32> = workers.iter().map(|w| w.child.id()).collect();
+    let bench_cpu0 = cpu_of(&worker_pids);
     let pub_start = Instant::now();
     let mut api = Api::connect(&a.api)?;
     for round in 0..a.messages {
@@ -746,6 +756,9 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         server_bytes_per_connection: per_connection(rss0, rss_open, opened),
         kernel_bytes_per_connection: per_connection(kern0, kern_open, opened),
         bench_cpu_seconds: bench_cpu,
+        // Each worker's last report comes as it ends: its CPU then, less its CPU when
+        // publishing began.
+        bench_publish_cpu_seconds: bench_cpu0.map(|c0| (bench_cpu - c0).max(0.0)),
         server_cpu_seconds: match (cpu0, cpu_of(&pids)) {
             (Some(x), Some(y)) => Some(y - x),
             _ => None,
@@ -817,5 +830,10 @@ mod tests {
         assert_eq!(a.as_ref().map(|a| a.server_pid.clone()), Some(vec![9]));
         assert_eq!(a.map(|a| (a.messages, a.rounds)), Some((1, 5)));
         assert!(parse(&["--server-pid", "x"]).is_err());
+        // The ticker's pace is 2 s unless --interval-ms says otherwise (it once overrode it).
+        let a = parse(&["--scenario", "ticker"]).ok();
+        assert_eq!(a.map(|a| (a.interval_ms, a.messages)), Some((2000, 30)));
+        let a = parse(&["--scenario", "ticker", "--interval-ms", "500", "-m", "30"]).ok();
+        assert_eq!(a.map(|a| (a.interval_ms, a.messages)), Some((500, 30)));
     }
 }

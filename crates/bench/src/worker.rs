@@ -21,6 +21,7 @@ use clarion_proto::ws::frame::{encode_client_frame, parse_header};
 use clarion_proto::ws::OpCode;
 
 use crate::check::{SeqChecker, Verdict};
+use crate::source_ports::SourcePorts;
 use crate::stats::{Buckets, Clumps, Latency};
 
 /// How clients subscribe.
@@ -110,11 +111,19 @@ pub struct Progress {
     pub ready: bool,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Connecting,
     Head,
     Open,
     Dead,
+}
+
+impl Phase {
+    /// Connecting, or waiting for the handshake's answer.
+    fn handshaking(self) -> bool {
+        matches!(self, Phase::Connecting | Phase::Head)
+    }
 }
 
 struct Conn {
@@ -183,6 +192,7 @@ pub fn main() -> anyhow::Result<()> {
         })
         .collect();
     let mut conns: Vec<Conn> = Vec::with_capacity(plan.len());
+    let mut ports = SourcePorts::new();
     let mut report = Report::default();
     let mut latency = Latency::default();
     let mut events = Events::with_capacity(4096);
@@ -205,16 +215,19 @@ pub fn main() -> anyhow::Result<()> {
         };
         // Handshakes in flight are capped, as a real client fleet's would be spread out: a
         // server is entitled to refuse a storm of simultaneous handshakes (Clarion's
-        // `max_handshakes`).
-        let mut in_flight = conns
-            .iter()
-            .filter(|c| matches!(c.phase, Phase::Connecting | Phase::Head))
-            .count();
+        // `max_handshakes`). Counted only while connections remain to be opened: once they
+        // are, an iteration's work is its events alone (a scan of every connection per wake-up
+        // would make the client, not the server, the cost of a ticker).
+        let mut in_flight = if planned < allowed {
+            conns.iter().filter(|c| c.phase.handshaking()).count()
+        } else {
+            0
+        };
         while planned < allowed && in_flight < MAX_IN_FLIGHT {
             in_flight += 1;
             let topic = plan.get(planned).copied().unwrap_or(0);
             planned += 1;
-            match open(&job, &poll, conns.len(), topic, tls.as_ref()) {
+            match open(&job, &poll, &mut ports, conns.len(), topic, tls.as_ref()) {
                 Ok(c) => conns.push(c),
                 Err(e) => {
                     *report
@@ -241,29 +254,34 @@ pub fn main() -> anyhow::Result<()> {
             let Some(c) = conns.get_mut(ev.token().0) else {
                 continue;
             };
-            if let Err(kind) = drive(c, &job, &topic_names, &mut read_buf, now_us, &mut latency) {
+            let closing = ev.is_read_closed() || ev.is_error();
+            let step = drive(
+                c,
+                &job,
+                &topic_names,
+                &mut read_buf,
+                now_us,
+                &mut latency,
+                closing,
+            );
+            if let Err(kind) = step {
                 *report.errors.entry(kind).or_default() += 1;
                 c.phase = Phase::Dead;
                 let _ = poll.registry().deregister(&mut c.stream);
             }
         }
-        let opened = conns
-            .iter()
-            .filter(|c| matches!(c.phase, Phase::Open))
-            .count() as u64;
-        let attempted = planned == plan.len()
-            && !conns
-                .iter()
-                .any(|c| matches!(c.phase, Phase::Connecting | Phase::Head));
-        let became_ready = attempted && !ready_sent;
+        let opened = || conns.iter().filter(|c| c.phase == Phase::Open).count() as u64;
+        let became_ready =
+            !ready_sent && planned == plan.len() && !conns.iter().any(|c| c.phase.handshaking());
         if became_ready {
             ready_sent = true;
-            report.opened = opened;
+            report.opened = opened();
             report.connect_seconds = started.elapsed().as_secs_f64();
         }
         // Readiness is told at once: the coordinator waits for it before publishing.
         if Instant::now() >= next_progress || became_ready {
             next_progress = Instant::now() + PROGRESS_EVERY;
+            let opened = opened();
             let received = conns.iter().map(|c| c.check.received()).sum();
             let p = Progress {
                 opened,
@@ -310,7 +328,7 @@ pub fn main() -> anyhow::Result<()> {
                         .copied()
                         .unwrap_or(0);
                 }
-                report.opened = report.opened.max(opened);
+                report.opened = report.opened.max(opened());
                 report.latency = latency.buckets();
                 report.cpu_seconds = own_cpu_seconds();
                 let mut o = out.lock();
@@ -325,6 +343,7 @@ pub fn main() -> anyhow::Result<()> {
 fn open(
     job: &Job,
     poll: &Poll,
+    ports: &mut SourcePorts,
     index: usize,
     topic: u32,
     tls: Option<&TlsSetup>,
@@ -333,7 +352,11 @@ fn open(
     let domain = socket2::Domain::for_address(job.target);
     let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     s.set_nonblocking(true)?;
-    s.bind(&SocketAddr::new(job.source, 0).into())?;
+    // A port an earlier run left in TIME_WAIT may be bound again (loopback reuses it safely);
+    // the worker picks the port (see `SourcePorts`: with port 0 the kernel's search went
+    // past every port in TIME_WAIT, milliseconds per connection after a previous run).
+    s.set_reuse_address(true)?;
+    ports.bind(&s, job.source)?;
     let stream = connect_registered(s, job.target, poll, index)?;
     Ok(Conn {
         stream,
@@ -347,7 +370,8 @@ fn open(
     })
 }
 
-/// Advances one connection; `Err(kind)` when it failed.
+/// Advances one connection; `Err(kind)` when it failed. `closing`: the readiness event also
+/// reported the peer's end of stream or an error, so reading goes on to find it.
 fn drive(
     c: &mut Conn,
     job: &Job,
@@ -355,6 +379,7 @@ fn drive(
     read_buf: &mut [u8],
     now_us: u64,
     latency: &mut Latency,
+    closing: bool,
 ) -> Result<(), String> {
     if matches!(c.phase, Phase::Connecting) {
         match c.stream.take_error() {
@@ -410,6 +435,11 @@ fn drive(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(format!("read: {}", e.kind())),
         };
+        // A plain read that did not fill the buffer emptied the socket: what arrives later
+        // raises a new edge, so the `WouldBlock` read that would confirm it is skipped (half
+        // the client's system calls in a ticker). Not over TLS, nor when the event reported
+        // the end of stream, which then still has to be read.
+        let drained = n < read_buf.len() && c.tls.is_none() && !closing;
         let fresh = read_buf.get(..n).unwrap_or_default();
         let Some(t) = c.tls.as_mut() else {
             if c.buf.is_empty() {
@@ -421,6 +451,9 @@ fn drive(
             } else {
                 c.buf.extend_from_slice(fresh);
                 consume_buffered(c, &mut cx)?;
+            }
+            if drained {
+                break;
             }
             continue;
         };
