@@ -27,8 +27,8 @@ the peers, ratios are against it when plain `clarion` is not in the run.
 (say, a release build of the commit before a change), run with the same flags as `clarion`: a
 before/after comparison of a change in one run, under the same machine noise. It is skipped with
 a note when the variable is not set. `clarion-send` and `clarion-uring` are the same binary as
-`clarion` with `--io-uring=false` (every delivery its own `send`, the default) and
-`--io-uring=true` (a fan-out submitted through io_uring).
+`clarion` with `--io-uring=false` (every delivery its own `send`) and `--io-uring=true` (a
+fan-out submitted through io_uring, the default).
 
 `uws-cpp` is µWebSockets C++ itself (bench/peers/uws_server.cpp), built at run time by
 bench/peers/build_uws.sh from a checkout of uNetworking/uWebSockets (and uSockets) named by
@@ -46,6 +46,19 @@ A peer may name its thread count after `@`: `clarion@1` is `clarion serve --work
     UWS_SRC=/work/peers/uWebSockets python3 bench/compare.py --scenario ticker -n 15000 \
         --repeats 3 --peers clarion,clarion@1,uws-cpp@1,uws-cpp@2,centrifuge@1,centrifuge@2 \
         -- -m 30 --interval-ms 500 --size 32
+
+`clarion-cluster@P` is Clarion as P processes joined by a private Redis (`--processes P
+--broker`, default 3); `uws-cpp-group@P` is P µWebSockets C++ processes, one loop each, sharing
+the client port with SO_REUSEPORT, each told of every publish by `translator.py fanout` (a
+helper, not counted; Redis's CPU is reported apart). Use them past one process's open-files
+limit, e.g. the ticker to 100,000:
+
+    UWS_SRC=/work/peers/uWebSockets python3 bench/compare.py --scenario ticker -n 100000 \
+        --repeats 3 --peers clarion-cluster@6,uws-cpp-group@6 -- -m 20 --interval-ms 1000
+
+Besides the server's CPU per delivery, the table gives the load client's CPU per message it
+received over the same window ("client CPU-s / 1M"): on two cores a client as costly as the
+server takes the cores from it.
 
 `--watch PATH` keeps one `curl -N http://API/PATH` open on the API listener of each peer named in
 `--watch-peers` (default `clarion`) for the whole of its runs, and closes it after: the cost of a

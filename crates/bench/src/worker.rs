@@ -877,6 +877,45 @@ mod tests {
     }
 
     #[test]
+    fn a_short_read_ends_the_turn_unless_the_stream_is_ending() {
+        let (mut c, mut server) = conn(Phase::Open);
+        let job = job(Transport::Ws);
+        let topics = vec!["t".to_string()];
+        let mut buf = vec![0u8; 4096];
+        let mut latency = Latency::default();
+        server
+            .write_all(&encode_frame(OpCode::Text, b"0 5 a"))
+            .unwrap();
+        server
+            .write_all(&encode_frame(OpCode::Close, &[3, 232]))
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Both frames came in one short read: the close is seen in the same turn.
+        let r = drive(&mut c, &job, &topics, &mut buf, 10, &mut latency, false);
+        assert_eq!(r.unwrap_err(), "closed by server");
+        assert_eq!(c.check.received(), 1);
+
+        // A frame then the end of stream, read in a buffer that holds only the frame: a short
+        // read, but the event said the stream is ending, so reading goes on and finds it.
+        let (mut c, mut server) = conn(Phase::Open);
+        let frame = encode_frame(OpCode::Text, b"0 5 a");
+        server.write_all(&frame).unwrap();
+        server.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut small = vec![0u8; frame.len() + 1];
+        let r = drive(&mut c, &job, &topics, &mut small, 10, &mut latency, true);
+        assert_eq!(r.unwrap_err(), "closed by server");
+        // Without that flag the short read ends the turn: the end of stream waits for its
+        // own event.
+        let (mut c, mut server) = conn(Phase::Open);
+        server.write_all(&frame).unwrap();
+        server.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(drive(&mut c, &job, &topics, &mut small, 10, &mut latency, false).is_ok());
+        assert_eq!(c.check.received(), 1);
+    }
+
+    #[test]
     fn a_centrifuge_session_greets_answers_pings_and_counts_pushes() {
         let mut j = job(Transport::Ws);
         j.hello = Some(r#"{"id":1,"connect":{}}"#.into());
