@@ -51,7 +51,7 @@ case $mode in
           perf stat -e task-clock,context-switches,cpu-migrations \
               -e syscalls:sys_enter_sendto,syscalls:sys_enter_writev,syscalls:sys_enter_write \
               -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom \
-              -e syscalls:sys_enter_futex \
+              -e syscalls:sys_enter_futex,syscalls:sys_enter_io_uring_enter \
               -p "$server" -o "$out.stat.txt" -- sleep "$secs"
           read -r v1 n1 < <(switches)
           echo "context switches: $((v1 - v0)) voluntary, $((n1 - n0)) involuntary (preempted)" \
