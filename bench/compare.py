@@ -126,6 +126,7 @@ THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "uws-cpp"
 # Peers that take a process count after `@` (default 3), one event loop each: past one
 # process's open-files limit (20,000 here), a server is several processes.
 GROUPS = {"clarion-cluster", "uws-cpp-group"}
+GROUP_SIZE = 3
 # What a client of the peer says first, once its WebSocket is open (`clarion bench --ws-hello`).
 HELLO = {"centrifuge": '{"id":1,"connect":{}}'}
 UWS_BIN = ENV / "uws_server"
@@ -144,7 +145,7 @@ def split_peer(spec):
 def label(spec):
     name, threads = split_peer(spec)
     if name in GROUPS:
-        return f"{LABELS[name]}, {threads or 3} processes"
+        return f"{LABELS[name]}, {threads or GROUP_SIZE} processes"
     if threads is None:
         return LABELS[name]
     return f"{LABELS[name]}, {threads} thread{'s' if threads > 1 else ''}"
@@ -246,7 +247,7 @@ class Server:
             # other peers' PORT_BASE + 10 i); the translator on the API port hands each publish
             # batch to all of them (a helper, not counted). One shell is the parent of the
             # group, so the group's CPU is its descendants'.
-            ports = [a + 5000 + i for i in range(self.threads or 3)]
+            ports = [a + 5000 + i for i in range(self.threads or GROUP_SIZE)]
             group = " & ".join(f'"$0" {p} {q} 1' for q in ports) + " & wait"
             self.main = self.spawn(["sh", "-c", group, UWS_BIN])
             for q in ports:
@@ -260,7 +261,7 @@ class Server:
             self.redis = self.spawn(["redis-server", "--port", a + 5, "--bind", "127.0.0.1",
                                      "--save", "", "--appendonly", "no"], cwd=self.workdir)
             wait_port(a + 5)
-            extra = ["--processes", self.threads or 3] if n == "clarion-cluster" else []
+            extra = ["--processes", self.threads or GROUP_SIZE] if n == "clarion-cluster" else []
             self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{p}",
                                     "--api-listen", f"127.0.0.1:{a}",
                                     "--max-connections-per-address", 0,

@@ -371,8 +371,7 @@ fn bump(errors: &mut HashMap<String, u64>, kind: String) {
     *errors.entry(kind).or_default() += 1;
 }
 
-/// Opens connection `index`. A source port whose old connection to the same server is still in
-/// TIME_WAIT is refused by connect (EADDRNOTAVAIL): the next port is tried, up to 64 times.
+/// Opens connection `index` from the worker's source address.
 fn open(
     s: &Shape,
     poll: &Poll,
@@ -381,15 +380,8 @@ fn open(
     room: u32,
     tls: Option<&TlsSetup>,
 ) -> io::Result<Conn> {
-    let mut tries = 0;
-    let stream = loop {
-        match connect_from(s, poll, ports, index) {
-            Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable && tries < 64 => tries += 1,
-            other => break other?,
-        }
-    };
     Ok(Conn {
-        stream,
+        stream: ports.connect(s.source, s.target, poll, index)?,
         tls: tls.map(TlsClient::new).transpose()?,
         room,
         phase: Phase::Connecting,
@@ -398,22 +390,6 @@ fn open(
         all: SeqChecker::default(),
         chat: SeqChecker::default(),
     })
-}
-
-/// One attempt: a socket bound to the worker's next source port, connecting.
-fn connect_from(
-    s: &Shape,
-    poll: &Poll,
-    ports: &mut SourcePorts,
-    index: usize,
-) -> io::Result<TcpStream> {
-    let domain = socket2::Domain::for_address(s.target);
-    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-    sock.set_nonblocking(true)?;
-    // A port an earlier run left in TIME_WAIT may be bound again (loopback reuses it safely).
-    sock.set_reuse_address(true)?;
-    ports.bind(&sock, s.source)?;
-    crate::worker::connect_registered(sock, s.target, poll, index)
 }
 
 /// Advances one connection; `Err(kind)` when it failed.
@@ -592,7 +568,7 @@ fn note(c: &mut Conn, payload: &[u8], now_us: u64, m: &mut Meters) {
     }
 }
 
-pub(crate) fn mask() -> [u8; 4] {
+fn mask() -> [u8; 4] {
     let r = crate::worker::rand16();
     [r[0], r[1], r[2], r[3]]
 }

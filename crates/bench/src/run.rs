@@ -363,15 +363,12 @@ fn churn(a: &BenchArgs) -> anyhow::Result<Outcome> {
                     *t.errors.entry(k).or_default() += v;
                 }
                 t.bench_cpu_seconds += o.bench_cpu_seconds;
-                t.bench_publish_cpu_seconds =
-                    match (t.bench_publish_cpu_seconds, o.bench_publish_cpu_seconds) {
-                        (Some(x), Some(y)) => Some(x + y),
-                        _ => None,
-                    };
-                t.server_cpu_seconds = match (t.server_cpu_seconds, o.server_cpu_seconds) {
-                    (Some(x), Some(y)) => Some(x + y),
-                    _ => None,
-                };
+                let sum = |(x, y): (f64, f64)| x + y;
+                t.bench_publish_cpu_seconds = t
+                    .bench_publish_cpu_seconds
+                    .zip(o.bench_publish_cpu_seconds)
+                    .map(sum);
+                t.server_cpu_seconds = t.server_cpu_seconds.zip(o.server_cpu_seconds).map(sum);
                 t.samples = o.samples;
                 t
             }

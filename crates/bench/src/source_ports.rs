@@ -1,7 +1,11 @@
-//! Source ports for the bench workers' connections, chosen by the worker, not the kernel.
+//! The bench workers' outgoing connections, from source ports the worker chooses, not the
+//! kernel.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+
+use mio::net::TcpStream;
+use mio::{Interest, Poll, Token};
 
 /// Source ports: a bench worker owns its source address, so it walks a port range itself.
 ///
@@ -42,12 +46,64 @@ impl SourcePorts {
         SourcePorts {
             lo,
             len,
-            next: u32::from_le_bytes(crate::million_worker::mask()) % len,
+            next: {
+                let r = crate::worker::rand16();
+                u32::from_le_bytes([r[0], r[1], r[2], r[3]]) % len
+            },
         }
     }
 
+    /// Starts a non-blocking connection from `source` to `target`, registered with `poll` under
+    /// `index` for reading and writing (the write readiness says the connect finished). A port
+    /// whose old connection to the same server is still in TIME_WAIT may be bound again
+    /// (loopback reuses it safely) but is refused by connect (EADDRNOTAVAIL): the next port is
+    /// tried, up to 64 times.
+    pub(crate) fn connect(
+        &mut self,
+        source: IpAddr,
+        target: SocketAddr,
+        poll: &Poll,
+        index: usize,
+    ) -> io::Result<TcpStream> {
+        let mut tries = 0;
+        loop {
+            match self.connect_once(source, target, poll, index) {
+                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable && tries < 64 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn connect_once(
+        &mut self,
+        source: IpAddr,
+        target: SocketAddr,
+        poll: &Poll,
+        index: usize,
+    ) -> io::Result<TcpStream> {
+        let domain = socket2::Domain::for_address(target);
+        let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+        s.set_nonblocking(true)?;
+        s.set_reuse_address(true)?;
+        self.bind(&s, source)?;
+        match s.connect(&target.into()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        let _ = s.set_nodelay(true);
+        let mut stream = TcpStream::from_std(s.into());
+        poll.registry().register(
+            &mut stream,
+            Token(index),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        Ok(stream)
+    }
+
     /// Binds `sock` to `source` and the next port that is free; at most 4,096 tries.
-    pub(crate) fn bind(&mut self, sock: &socket2::Socket, source: IpAddr) -> io::Result<()> {
+    fn bind(&mut self, sock: &socket2::Socket, source: IpAddr) -> io::Result<()> {
         let mut last = io::Error::from(io::ErrorKind::AddrInUse);
         for _ in 0..4096 {
             let port = self.lo.wrapping_add((self.next % self.len) as u16);

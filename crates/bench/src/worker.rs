@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 
 use clarion_proto::http1::{parse_response_head, ResponseBody};
@@ -349,15 +349,7 @@ fn open(
     tls: Option<&TlsSetup>,
 ) -> io::Result<Conn> {
     let tls = tls.map(TlsClient::new).transpose()?;
-    let domain = socket2::Domain::for_address(job.target);
-    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-    s.set_nonblocking(true)?;
-    // A port an earlier run left in TIME_WAIT may be bound again (loopback reuses it safely);
-    // the worker picks the port (see `SourcePorts`: with port 0 the kernel's search went
-    // past every port in TIME_WAIT, milliseconds per connection after a previous run).
-    s.set_reuse_address(true)?;
-    ports.bind(&s, job.source)?;
-    let stream = connect_registered(s, job.target, poll, index)?;
+    let stream = ports.connect(job.source, job.target, poll, index)?;
     Ok(Conn {
         stream,
         tls,
@@ -733,30 +725,6 @@ pub fn unix_micros() -> u64 {
 /// CPU time (user + system) of this process, from /proc.
 pub fn own_cpu_seconds() -> f64 {
     crate::proc_stat::cpu_seconds(std::process::id()).unwrap_or(0.0)
-}
-
-/// Starts a non-blocking connect of a bound socket to `target` and registers it with `poll`
-/// under `index`, for reading and writing (the write readiness says the connect finished).
-pub(crate) fn connect_registered(
-    s: socket2::Socket,
-    target: SocketAddr,
-    poll: &Poll,
-    index: usize,
-) -> io::Result<TcpStream> {
-    match s.connect(&target.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(e),
-    }
-    let _ = s.set_nodelay(true);
-    let mut stream = TcpStream::from_std(s.into());
-    poll.registry().register(
-        &mut stream,
-        Token(index),
-        Interest::READABLE | Interest::WRITABLE,
-    )?;
-    Ok(stream)
 }
 
 #[cfg(test)]
