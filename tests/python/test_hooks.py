@@ -20,6 +20,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from cluster_util import cluster  # noqa: F401  (the fixture)
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SECRET = "hook-secret-for-tests"
 JWT_SECRET = "an-hs256-secret-that-is-long-enough-0123"
@@ -285,3 +287,157 @@ def test_bad_backend_answers_are_refused_and_logged(start_server, answer, why):
     assert code == 0
     assert why in err, err
     b.close()
+
+
+class Receiver:
+    """A webhook receiver: verifies each signature, answers the first `fail_first` requests
+    500, and keeps every request's events (retries included)."""
+
+    def __init__(self, fail_first=0, secret=SECRET):
+        import hashlib
+        import hmac
+
+        self.requests = []
+        self.failed = 0
+        outer = self
+
+        def verified(header, body):
+            fields = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+            mac = hmac.new(secret.encode(), fields["t"].encode() + b"." + body, hashlib.sha256)
+            return hmac.compare_digest(mac.hexdigest(), fields["v1"])
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                assert verified(self.headers["Clarion-Signature"], body)
+                if outer.failed < fail_first:
+                    outer.failed += 1
+                    status = 500
+                else:
+                    status = 200
+                outer.requests.append((status, json.loads(body)["events"]))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/events"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def delivered(self):
+        """Events of accepted requests, deduplicated by id, in arrival order."""
+        seen, out = set(), []
+        for status, events in self.requests:
+            for e in events:
+                if status == 200 and e["id"] not in seen:
+                    seen.add(e["id"])
+                    out.append(e)
+        return out
+
+    def wait_for(self, pred, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred(self.delivered()):
+                return self.delivered()
+            time.sleep(0.05)
+        raise AssertionError(f"not delivered: {self.requests}")
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_webhook_batches_in_order_with_ids_retried_after_a_500(start_server):
+    r = Receiver(fail_first=1)
+    s = start_server("--webhook-url", r.url, "--hook-secret", SECRET, "--webhook-batch-ms", "200")
+
+    async def run():
+        async with connect(f"ws://{s.clients}/ws?topic=room"):
+            async with connect(f"ws://{s.clients}/ws?topic=room"):
+                pass
+        with httpx.Client(timeout=5) as c:
+            with c.stream("GET", f"http://{s.clients}/sse?topic=other") as resp:
+                assert resp.status_code == 200
+
+    asyncio.run(run())
+    events = r.wait_for(lambda ev: sum(e["type"] == "disconnected" for e in ev) == 3
+                        and sum(e["type"] == "topic_vacated" for e in ev) == 2)
+    # The first request failed with 500 and was sent again with the same ids.
+    assert r.requests[0][0] == 500
+    first_ids = [e["id"] for e in r.requests[0][1]]
+    assert [e["id"] for e in r.requests[1][1]][: len(first_ids)] == first_ids
+    # Batched: fewer requests than events.
+    assert len(r.requests) < len(events)
+    kinds = [(e["type"], e.get("topic") or e.get("transport") or e.get("reason")) for e in events]
+    assert kinds.index(("topic_occupied", "room")) < kinds.index(("topic_vacated", "room"))
+    conns = {}
+    for e in events:
+        if e["type"] == "connected":
+            conns[e["conn"]] = e
+        elif e["type"] == "disconnected":
+            assert e["conn"] in conns, "disconnected follows its connected"
+            assert e["duration"] >= 0 and e["reason"]
+    assert len(conns) == 3
+    assert sorted(c["transport"] for c in conns.values()) == ["sse", "ws", "ws"]
+    assert len({e["id"] for e in events}) == len(events)
+    assert sum(e["type"] == "topic_occupied" for e in events) == 2
+    m = s.metrics()
+    assert m["clarion_webhook_retries_total"] >= 1
+    assert m["clarion_webhook_dropped_total"] == 0
+    r.close()
+
+
+def test_webhook_identity_from_the_connect_hook(start_server, example):
+    r = Receiver()
+    s = start_server(*hook_args(example, "--hook-secret", SECRET, "--webhook-url", r.url))
+
+    async def run():
+        async with connect(f"ws://{s.clients}/ws", additional_headers={"Cookie": "session=s-alice"}):
+            pass
+
+    asyncio.run(run())
+    events = r.wait_for(lambda ev: any(e["type"] == "disconnected" for e in ev))
+    assert [e["sub"] for e in events if e["type"] in ("connected", "disconnected")] == ["alice"] * 2
+    r.close()
+
+
+def test_topic_vacated_fires_once_across_two_nodes(cluster):
+    r = Receiver()
+    redis = cluster.redis()
+    a, b = cluster.start_nodes(2, "--broker", redis.url, "--node-name", "n{i}",
+                               "--webhook-url", r.url, "--hook-secret", SECRET,
+                               "--webhook-batch-ms", "20")
+
+    def count(ev, kind):
+        return sum(e["type"] == kind and e["topic"] == "shared" for e in ev)
+
+    async def run():
+        wa = await connect(f"ws://{a.clients}/ws?topic=shared")
+        r.wait_for(lambda ev: count(ev, "topic_occupied") == 1)
+        wb = await connect(f"ws://{b.clients}/ws?topic=shared")
+        await asyncio.sleep(0.5)
+        await wa.close()
+        await asyncio.sleep(0.5)
+        assert count(r.delivered(), "topic_vacated") == 0, "b still holds the topic"
+        await wb.close()
+        r.wait_for(lambda ev: count(ev, "topic_vacated") == 1)
+        await asyncio.sleep(0.5)
+        # Both last subscribers leaving at once: still exactly one.
+        wa = await connect(f"ws://{a.clients}/ws?topic=both")
+        wb = await connect(f"ws://{b.clients}/ws?topic=both")
+        await asyncio.sleep(0.5)
+        await asyncio.gather(wa.close(), wb.close())
+        await asyncio.sleep(1.0)
+
+    asyncio.run(run())
+    ev = r.delivered()
+    assert count(ev, "topic_occupied") == 1 and count(ev, "topic_vacated") == 1
+    both = [e["type"] for e in ev if e.get("topic") == "both"]
+    assert both == ["topic_occupied", "topic_vacated"], both
+    r.close()

@@ -341,6 +341,88 @@ pub fn verify_signature(secret: &[u8], header: &str, body: &[u8], now: u64, max_
             == 0
 }
 
+/// An event for the application's webhook (`webhook_url`). Each is sent once encoded with an
+/// id for deduplication and the Unix time it happened. New kinds (presence `join`/`leave`)
+/// are new variants: receivers ignore types they do not know, as the docs ask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A connection was accepted (WebSocket, SSE or NDJSON stream).
+    Connected {
+        /// The connection's id, the same in its `disconnected` event.
+        conn: &'a str,
+        /// Who it is (token or `connect` hook), if known.
+        sub: Option<&'a str>,
+        /// `ws`, `sse` or `stream`.
+        transport: &'a str,
+    },
+    /// That connection ended.
+    Disconnected {
+        /// See [`Event::Connected`].
+        conn: &'a str,
+        /// See [`Event::Connected`].
+        sub: Option<&'a str>,
+        /// Why (`client_close`, `disconnected`, `idle_timeout`, `token_expired`, `shutdown`, ...).
+        reason: &'a str,
+        /// Seconds it was connected.
+        duration: u64,
+    },
+    /// A topic got its first subscriber (cluster-wide with the Redis broker).
+    TopicOccupied {
+        /// The topic.
+        topic: &'a str,
+    },
+    /// A topic lost its last subscriber (cluster-wide with the Redis broker).
+    TopicVacated {
+        /// The topic.
+        topic: &'a str,
+    },
+}
+
+impl Event<'_> {
+    /// The event as one JSON object: `{"id":..,"type":..,"time":..,...}`.
+    pub fn encode(&self, id: &str, time: u64) -> String {
+        let v = match self {
+            Event::Connected {
+                conn,
+                sub,
+                transport,
+            } => serde_json::json!({
+                "id": id, "type": "connected", "time": time,
+                "conn": conn, "sub": sub, "transport": transport,
+            }),
+            Event::Disconnected {
+                conn,
+                sub,
+                reason,
+                duration,
+            } => serde_json::json!({
+                "id": id, "type": "disconnected", "time": time,
+                "conn": conn, "sub": sub, "reason": reason, "duration": duration,
+            }),
+            Event::TopicOccupied { topic } => serde_json::json!({
+                "id": id, "type": "topic_occupied", "time": time, "topic": topic,
+            }),
+            Event::TopicVacated { topic } => serde_json::json!({
+                "id": id, "type": "topic_vacated", "time": time, "topic": topic,
+            }),
+        };
+        v.to_string()
+    }
+}
+
+/// A webhook request body from encoded events: `{"events":[e1,e2,...]}`.
+pub fn encode_batch<'e>(events: impl IntoIterator<Item = &'e str>) -> Vec<u8> {
+    let mut out = b"{\"events\":[".to_vec();
+    for (i, e) in events.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(e.as_bytes());
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -471,6 +553,35 @@ mod tests {
         assert_eq!(v["info"]["a"], 1);
         assert_eq!(v["data"], "d");
         assert_eq!(v["sub"], "u");
+    }
+
+    #[test]
+    fn events_encode_into_batches() {
+        let a = Event::Connected {
+            conn: "n-1",
+            sub: Some("alice"),
+            transport: "ws",
+        }
+        .encode("n-7", 1700);
+        let b = Event::Disconnected {
+            conn: "n-1",
+            sub: None,
+            reason: "client_close",
+            duration: 3,
+        }
+        .encode("n-8", 1703);
+        let c = Event::TopicVacated { topic: "t" }.encode("n-9", 1703);
+        let v: Value = serde_json::from_slice(&encode_batch([&*a, &*b, &*c])).unwrap();
+        let e = v["events"].as_array().unwrap();
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0]["type"], "connected");
+        assert_eq!(e[0]["sub"], "alice");
+        assert_eq!(e[1]["reason"], "client_close");
+        assert_eq!(e[1]["duration"], 3);
+        assert_eq!(e[1]["sub"], Value::Null);
+        assert_eq!(e[2]["type"], "topic_vacated");
+        assert_eq!(e[2]["id"], "n-9");
+        assert_eq!(encode_batch([]), b"{\"events\":[]}");
     }
 
     #[test]

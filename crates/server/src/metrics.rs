@@ -53,7 +53,8 @@ impl CloseReason {
         CloseReason::TokenExpired,
     ];
 
-    fn label(self) -> &'static str {
+    /// The `reason` label (also the webhook's `disconnected` reason).
+    pub fn label(self) -> &'static str {
         match self {
             CloseReason::ClientClose => "client_close",
             CloseReason::Disconnected => "disconnected",
@@ -182,6 +183,16 @@ pub struct HookCounters {
     pub latency_us: [AtomicU64; 3],
     /// Calls queued or in flight now.
     pub in_flight: AtomicU64,
+    /// Webhook events delivered (2xx), in batches.
+    pub webhook_sent: AtomicU64,
+    /// Webhook requests answered 2xx.
+    pub webhook_batches: AtomicU64,
+    /// Webhook requests that failed and were tried again.
+    pub webhook_retries: AtomicU64,
+    /// Webhook events dropped: the queue was full (or the server stopped while retrying).
+    pub webhook_dropped: AtomicU64,
+    /// Webhook events waiting to be sent.
+    pub webhook_queued: AtomicU64,
 }
 
 /// Why TLS handshakes fail, as `clarion_tls_handshake_failures_total` labels them:
@@ -321,6 +332,20 @@ impl Metrics {
             "clarion_hook_in_flight",
             "Hook calls queued or in flight.",
             h.in_flight.load(Relaxed),
+        );
+        for (name, help, v) in [
+            ("clarion_webhook_events_total", "Webhook events delivered.", &h.webhook_sent),
+            ("clarion_webhook_requests_total", "Webhook requests answered 2xx.", &h.webhook_batches),
+            ("clarion_webhook_retries_total", "Webhook requests tried again.", &h.webhook_retries),
+            ("clarion_webhook_dropped_total", "Webhook events dropped (queue full).", &h.webhook_dropped),
+        ] {
+            counter(out, name, help, v.load(Relaxed));
+        }
+        gauge(
+            out,
+            "clarion_webhook_queued",
+            "Webhook events waiting to be sent.",
+            h.webhook_queued.load(Relaxed),
         );
     }
 

@@ -356,6 +356,18 @@ settings! {
     /// Largest hook answer in bytes (a publish hook's replacement data included); larger
     /// answers are a failure. Answers are small JSON objects.
     hook_max_answer: usize = 64 * 1024, file;
+    /// The application's webhook (`http://host:port/path`): `connected`, `disconnected`,
+    /// `topic_occupied` and `topic_vacated` events, batched, signed with `hook_secret`, retried
+    /// until answered 2xx. Unset by default: no events, and no cost.
+    webhook_url: Option<String> = None, flag "URL of the application's webhook (events out)";
+    /// Milliseconds an event waits for others to share its request: a tenth of a second keeps
+    /// presence-like views current while turning a reconnect storm into a few requests.
+    webhook_batch_ms: u64 = 100, flag "Milliseconds an event waits for its batch";
+    /// Most events in one webhook request (sent at once when reached).
+    webhook_batch_max: usize = 1000, flag "Most events per webhook request";
+    /// Most events waiting (while the application is slow or down); newer events are dropped
+    /// and counted past it. About 200 bytes each: 100,000 is ~20 MB at worst.
+    webhook_queue: usize = 100_000, flag "Most webhook events queued (drops past it)";
     // # cluster: several processes and machines as one server (docs/cluster.md).
     /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
     /// (several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in

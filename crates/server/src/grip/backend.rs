@@ -203,6 +203,16 @@ fn run(rx: &Mutex<Receiver<Job>>, limits: Limits) {
     }
 }
 
+/// One exchange on the calling thread, for a thread of its own that waits anyway (the webhook
+/// sender): the same connection reuse, limits and answer parsing as the pool's threads.
+pub fn exchange_blocking(
+    job: &Job,
+    idle: &mut HashMap<String, TcpStream>,
+    limits: Limits,
+) -> Result<Response, Failure> {
+    exchange(job, idle, limits)
+}
+
 /// Tries each target in turn; a reused keep-alive connection that fails before answering is
 /// retried once on a fresh one (the backend may have closed it while idle).
 fn exchange(

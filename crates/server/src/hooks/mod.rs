@@ -22,6 +22,9 @@ use crate::grip::backend::{Backend, Job, Limits, Mailbox};
 use crate::hub::{lock, Inbox};
 use crate::metrics::Metrics;
 
+pub mod occupancy;
+pub mod webhook;
+
 /// Which hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Hook {
@@ -113,6 +116,8 @@ pub struct Hooks {
     cache: Mutex<HashMap<(Hook, Vec<u8>), Cached>>,
     next: AtomicU64,
     metrics: Arc<Metrics>,
+    /// Events out, when `webhook_url` is set.
+    pub webhooks: Option<webhook::Webhooks>,
 }
 
 impl Hooks {
@@ -128,22 +133,56 @@ impl Hooks {
             parse(&config.hook_subscribe_url)?,
             parse(&config.hook_publish_url)?,
         );
-        if connect.is_none() && subscribe.is_none() && publish.is_none() {
+        let any_hook = connect.is_some() || subscribe.is_some() || publish.is_some();
+        if !any_hook && config.webhook_url.is_none() {
             return Ok(None);
         }
         let limits = Limits {
             timeout: Duration::from_millis(config.hook_timeout_ms),
             max_body: config.hook_max_answer,
         };
-        let backend = Backend::start_named(config.hook_threads, limits, "hook")
+        // Without a hook URL (webhooks only) the pool has no threads and is never used.
+        let threads = if any_hook { config.hook_threads } else { 0 };
+        let backend = Backend::start_named(threads, limits, "hook")
             .map_err(|e| format!("cannot start hook threads: {e}"))?;
         let mailboxes = inboxes
             .iter()
             .map(|i| Arc::new(Mailbox::new(Arc::clone(i))))
             .collect();
-        Ok(Some(Hooks::new(
+        let mut hooks = Hooks::new(
             config, connect, subscribe, publish, backend, mailboxes, metrics,
-        )))
+        );
+        if let Some(url) = &config.webhook_url {
+            let node = config.node();
+            let prefix = format!("{node}.{:x}", crate::auth::unix_now());
+            let redis = config
+                .broker
+                .as_deref()
+                .filter(|b| b.starts_with("redis://"))
+                .and_then(|b| b.split(',').next());
+            let cluster: Option<Box<dyn webhook::Occupancy>> = match redis {
+                Some(url) => Some(Box::new(occupancy::RedisOccupancy::new(
+                    url.trim(),
+                    prefix.clone(),
+                    Duration::from_millis(config.broker_timeout_ms),
+                )?)),
+                None => None,
+            };
+            let settings = webhook::Settings {
+                target: Target::parse(url)?,
+                secret: config.hook_secret.clone().map(String::into_bytes),
+                max: config.webhook_queue,
+                batch_max: config.webhook_batch_max,
+                batch_wait: Duration::from_millis(config.webhook_batch_ms),
+                limits,
+                prefix,
+            };
+            hooks.webhooks = Some(
+                webhook::Webhooks::start(settings, metrics, cluster)
+                    .map_err(|e| format!("cannot start the webhook thread: {e}"))?,
+            );
+        }
+        Ok(Some(hooks))
     }
 
     /// Hooks over an existing pool (tests give a pool without threads).
@@ -179,6 +218,7 @@ impl Hooks {
             cache: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             metrics: Arc::clone(metrics),
+            webhooks: None,
         }
     }
 

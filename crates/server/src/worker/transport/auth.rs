@@ -112,6 +112,11 @@ impl<S: Socket> Engine<S> {
     /// Records what connection `k` (now a subscription) was allowed by: its token's expiry
     /// and grants, or the deadline to authenticate by when it is `Pending`.
     pub(crate) fn adopt(&mut self, k: u32, checked: Checked) {
+        let sub = match &checked {
+            Checked::Allowed(Some(c)) => c.sub.clone(),
+            _ => None,
+        };
+        self.hook_adopted(k, sub);
         match checked {
             Checked::Allowed(Some(claims)) => {
                 let deadline = self.deadline_of(claims.exp);

@@ -39,6 +39,8 @@ pub(crate) struct HookTable {
     verdicts: HashMap<u32, Verdict>,
     ids: HashMap<u32, Arc<Ident>>,
     extra: HashMap<u32, Vec<String>>,
+    /// Connections the webhook was told about (`connected`), for their `disconnected`.
+    live: HashMap<u32, Live>,
     /// The request head being routed, copied only when a `connect` hook is configured (it is
     /// what a waiting request is routed from again).
     pub(crate) head: Vec<u8>,
@@ -47,19 +49,33 @@ pub(crate) struct HookTable {
 impl HookTable {
     /// Forgets connection `k` (it closed; its slab key will be reused).
     pub(crate) fn forget(&mut self, k: u32) {
-        if self.waits.is_empty() && self.ids.is_empty() && self.extra.is_empty() {
+        if self.waits.is_empty()
+            && self.ids.is_empty()
+            && self.extra.is_empty()
+            && self.live.is_empty()
+        {
             return;
         }
+        self.live.remove(&k);
         self.waits.remove(&k);
         self.verdicts.remove(&k);
         self.ids.remove(&k);
         self.extra.remove(&k);
     }
 
-    /// Connections waiting for a hook (tests and gauges).
+    /// Connections waiting for a hook.
+    #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
         self.waits.len()
     }
+}
+
+/// A connection the webhook was told about.
+struct Live {
+    conn: Arc<str>,
+    sub: Option<String>,
+    /// The worker second it was accepted.
+    since: u32,
 }
 
 /// Who the `connect` hook said a connection is.
@@ -465,6 +481,62 @@ impl<S: Socket> Engine<S> {
         };
         self.hooks.waits.insert(k, wait);
         Gate::Waiting
+    }
+
+    /// Tells the webhook that connection `k` was accepted as `sub` (WebSockets and streams;
+    /// a long-poll is a request, not a connection, and is not reported).
+    pub(crate) fn hook_adopted(&mut self, k: u32, sub: Option<String>) {
+        let Some(w) = self.shared.hooks.as_ref().and_then(|h| h.webhooks.as_ref()) else {
+            return;
+        };
+        let transport = match self.conns.get(k as usize).map(|c| c.state) {
+            Some(State::Ws(_)) => "ws",
+            Some(State::Sse(_)) => "sse",
+            Some(State::Stream(_)) => "stream",
+            _ => return,
+        };
+        let sub = self
+            .hooks
+            .ids
+            .get(&k)
+            .and_then(|i| i.sub.clone())
+            .or(sub);
+        let conn = w.conn_id();
+        let event = clarion_proto::hooks::Event::Connected {
+            conn: &conn,
+            sub: sub.as_deref(),
+            transport,
+        };
+        w.emit(&event, self.unix_now());
+        let since = self.now;
+        self.hooks.live.insert(k, Live { conn, sub, since });
+    }
+
+    /// Tells the webhook that connection `k` ended, if it was told it began.
+    pub(crate) fn hook_gone(&mut self, k: u32, reason: crate::metrics::CloseReason) {
+        if self.hooks.live.is_empty() {
+            return;
+        }
+        let Some(live) = self.hooks.live.remove(&k) else {
+            return;
+        };
+        let Some(w) = self.shared.hooks.as_ref().and_then(|h| h.webhooks.as_ref()) else {
+            return;
+        };
+        let event = clarion_proto::hooks::Event::Disconnected {
+            conn: &live.conn,
+            sub: live.sub.as_deref(),
+            reason: reason.label(),
+            duration: u64::from(self.now.saturating_sub(live.since)),
+        };
+        w.emit(&event, self.unix_now());
+    }
+
+    /// A connection of this worker joined or left `topic` (occupancy webhooks).
+    pub(crate) fn hook_topic(&self, topic: &Arc<str>, joined: bool) {
+        if let Some(w) = self.shared.hooks.as_ref().and_then(|h| h.webhooks.as_ref()) {
+            w.topic(topic, joined, self.unix_now());
+        }
     }
 
     /// Applies the hook answers this worker received.
