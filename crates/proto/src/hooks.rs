@@ -131,7 +131,10 @@ fn reason_of(m: &Map<String, Value>, default: &str) -> Result<String, AnswerErro
     Ok(r.get(..end).unwrap_or_default().to_owned())
 }
 
-fn list<'m>(m: &'m Map<String, Value>, key: &'static str) -> Result<Option<Vec<&'m str>>, AnswerError> {
+fn list<'m>(
+    m: &'m Map<String, Value>,
+    key: &'static str,
+) -> Result<Option<Vec<&'m str>>, AnswerError> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) if a.len() > MAX_LIST => Err(AnswerError::TooLong(key)),
@@ -144,7 +147,10 @@ fn list<'m>(m: &'m Map<String, Value>, key: &'static str) -> Result<Option<Vec<&
     }
 }
 
-fn patterns(m: &Map<String, Value>, key: &'static str) -> Result<Option<Vec<Pattern>>, AnswerError> {
+fn patterns(
+    m: &Map<String, Value>,
+    key: &'static str,
+) -> Result<Option<Vec<Pattern>>, AnswerError> {
     let Some(items) = list(m, key)? else {
         return Ok(None);
     };
@@ -328,7 +334,9 @@ pub fn verify_signature(secret: &[u8], header: &str, body: &[u8], now: u64, max_
     if now.abs_diff(t) > max_age {
         return false;
     }
-    let Some(want) = signature(secret, t, body).split_once(",v1=").map(|(_, h)| h.to_owned())
+    let Some(want) = signature(secret, t, body)
+        .split_once(",v1=")
+        .map(|(_, h)| h.to_owned())
     else {
         return false;
     };
@@ -424,6 +432,7 @@ pub fn encode_batch<'e>(events: impl IntoIterator<Item = &'e str>) -> Vec<u8> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -496,12 +505,18 @@ mod tests {
             let e = decode_connect(body).unwrap_err().to_string();
             assert!(e.contains(want), "{body:?}: {e}");
         }
-        let big = format!(r#"{{"allow":true,"sub":"{}"}}"#, "a".repeat(MAX_SUB_LEN + 1));
+        let big = format!(
+            r#"{{"allow":true,"sub":"{}"}}"#,
+            "a".repeat(MAX_SUB_LEN + 1)
+        );
         assert_eq!(
             decode_connect(big.as_bytes()),
             Err(AnswerError::TooLong("sub"))
         );
-        let many = format!(r#"{{"allow":true,"topics":[{}"a"]}}"#, "\"a\",".repeat(MAX_LIST));
+        let many = format!(
+            r#"{{"allow":true,"topics":[{}"a"]}}"#,
+            "\"a\",".repeat(MAX_LIST)
+        );
         assert_eq!(
             decode_connect(many.as_bytes()),
             Err(AnswerError::TooLong("topics"))
@@ -526,7 +541,9 @@ mod tests {
         );
         assert_eq!(
             decode_check(br#"{"allow":false,"reason":"no"}"#, 10).unwrap(),
-            Check::Refuse { reason: "no".into() }
+            Check::Refuse {
+                reason: "no".into()
+            }
         );
     }
 
@@ -548,7 +565,13 @@ mod tests {
         assert_eq!(v["query"]["topic"], "a");
         assert_eq!(v["headers"]["user-agent"], "t");
         assert_eq!(v["token_sub"], Value::Null);
-        let c = encode_check("publish", Some("u"), Some(r#"{"a":1}"#), "t", Some(("d", None)));
+        let c = encode_check(
+            "publish",
+            Some("u"),
+            Some(r#"{"a":1}"#),
+            "t",
+            Some(("d", None)),
+        );
         let v: Value = serde_json::from_slice(&c).unwrap();
         assert_eq!(v["info"]["a"], 1);
         assert_eq!(v["data"], "d");
@@ -596,6 +619,12 @@ mod tests {
         assert!(!verify_signature(b"other", &s, b"{}", 1_700_000_010, 300));
         assert!(!verify_signature(b"secret", &s, b"{ }", 1_700_000_010, 300));
         assert!(!verify_signature(b"secret", &s, b"{}", 1_700_001_000, 300));
-        assert!(!verify_signature(b"secret", "garbage", b"{}", 1_700_000_000, 300));
+        assert!(!verify_signature(
+            b"secret",
+            "garbage",
+            b"{}",
+            1_700_000_000,
+            300
+        ));
     }
 }

@@ -303,7 +303,11 @@ impl Metrics {
         );
         for (i, hook) in HOOKS.iter().enumerate() {
             for (j, outcome) in HOOK_OUTCOMES.iter().enumerate() {
-                let n = h.calls.get(i).and_then(|c| c.get(j)).map_or(0, |c| c.load(Relaxed));
+                let n = h
+                    .calls
+                    .get(i)
+                    .and_then(|c| c.get(j))
+                    .map_or(0, |c| c.load(Relaxed));
                 let _ = writeln!(
                     out,
                     "clarion_hook_calls_total{{hook=\"{hook}\",outcome=\"{outcome}\"}} {n}"
@@ -334,10 +338,26 @@ impl Metrics {
             h.in_flight.load(Relaxed),
         );
         for (name, help, v) in [
-            ("clarion_webhook_events_total", "Webhook events delivered.", &h.webhook_sent),
-            ("clarion_webhook_requests_total", "Webhook requests answered 2xx.", &h.webhook_batches),
-            ("clarion_webhook_retries_total", "Webhook requests tried again.", &h.webhook_retries),
-            ("clarion_webhook_dropped_total", "Webhook events dropped (queue full).", &h.webhook_dropped),
+            (
+                "clarion_webhook_events_total",
+                "Webhook events delivered.",
+                &h.webhook_sent,
+            ),
+            (
+                "clarion_webhook_requests_total",
+                "Webhook requests answered 2xx.",
+                &h.webhook_batches,
+            ),
+            (
+                "clarion_webhook_retries_total",
+                "Webhook requests tried again.",
+                &h.webhook_retries,
+            ),
+            (
+                "clarion_webhook_dropped_total",
+                "Webhook events dropped (queue full).",
+                &h.webhook_dropped,
+            ),
         ] {
             counter(out, name, help, v.load(Relaxed));
         }

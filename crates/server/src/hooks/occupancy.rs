@@ -80,7 +80,11 @@ impl Occupancy for RedisOccupancy {
             b"1".to_vec(),
             format!("clarion:hooks:occupancy:{topic}").into_bytes(),
             self.node.as_bytes().to_vec(),
-            if occupied { b"1".to_vec() } else { b"0".to_vec() },
+            if occupied {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
+            },
             b"clarion:hooks:alive:".to_vec(),
         ];
         match self.call(&[refresh, eval]).as_deref() {

@@ -69,12 +69,24 @@ fn connect_waits_then_allows_with_identity_and_grants() {
     h.publish("news", "m2");
     assert_eq!(texts(&c), ["m1", "m2"]);
     // A granted topic needs no hook; one outside the grants asks the subscribe hook.
-    h.send_frame(&c, OpCode::Text, br#"{"type":"subscribe","topic":"chat.b"}"#);
+    h.send_frame(
+        &c,
+        OpCode::Text,
+        br#"{"type":"subscribe","topic":"chat.b"}"#,
+    );
     assert!(texts(&c)[0].contains("subscribed"));
     assert!(h.next_hook_call().is_none());
-    h.send_frame(&c, OpCode::Text, br#"{"type":"subscribe","topic":"secret"}"#);
+    h.send_frame(
+        &c,
+        OpCode::Text,
+        br#"{"type":"subscribe","topic":"secret"}"#,
+    );
     // A later message waits behind the hook call, in order.
-    h.send_frame(&c, OpCode::Text, br#"{"type":"subscribe","topic":"chat.c"}"#);
+    h.send_frame(
+        &c,
+        OpCode::Text,
+        br#"{"type":"subscribe","topic":"chat.c"}"#,
+    );
     assert!(texts(&c).is_empty());
     let job = h.next_hook_call().expect("subscribe hook called");
     let body = body_of(&job);
@@ -83,8 +95,14 @@ fn connect_waits_then_allows_with_identity_and_grants() {
     h.answer_hook(&job, 200, br#"{"allow":false,"reason":"not yours"}"#);
     let out = texts(&c);
     assert_eq!(out.len(), 2, "{out:?}");
-    assert!(out[0].contains("not yours") && out[0].contains("secret"), "{out:?}");
-    assert!(out[1].contains("subscribed") && out[1].contains("chat.c"), "{out:?}");
+    assert!(
+        out[0].contains("not yours") && out[0].contains("secret"),
+        "{out:?}"
+    );
+    assert!(
+        out[1].contains("subscribed") && out[1].contains("chat.c"),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -110,7 +128,10 @@ fn connect_refusal_and_failure_answer_before_any_upgrade() {
     let job = h.next_hook_call().unwrap();
     h.answer_hook(&job, 302, b"");
     assert!(c.take_text().starts_with("HTTP/1.1 503 "));
-    assert_eq!(h.shared.metrics.hooks.calls[0][2].load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(
+        h.shared.metrics.hooks.calls[0][2].load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
 }
 
 #[test]
@@ -123,7 +144,10 @@ fn every_http_transport_waits_for_connect() {
         ("/poll?topic=a&timeout=5", ""),
     ] {
         let c = h.connect();
-        h.send(&c, format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        h.send(
+            &c,
+            format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        );
         assert_eq!(c.take_text(), "");
         let job = h.next_hook_call().unwrap();
         let transport = body_of(&job)["transport"].clone();
@@ -133,7 +157,10 @@ fn every_http_transport_waits_for_connect() {
         if want.is_empty() {
             assert_eq!(out, "", "a long-poll is held");
         } else {
-            assert!(out.starts_with("HTTP/1.1 200 ") && out.contains(want), "{out}");
+            assert!(
+                out.starts_with("HTTP/1.1 200 ") && out.contains(want),
+                "{out}"
+            );
         }
         clients.push(c);
     }
@@ -146,9 +173,18 @@ fn every_http_transport_waits_for_connect() {
 #[test]
 fn publish_data_is_replaced_and_answers_for_gone_connections_are_ignored() {
     let mut h = Harness::new(config());
-    let c = open(&mut h, "/ws?topic=room", "s=1", r#"{"allow":true,"sub":"bob"}"#);
+    let c = open(
+        &mut h,
+        "/ws?topic=room",
+        "s=1",
+        r#"{"allow":true,"sub":"bob"}"#,
+    );
     assert!(c.take_text().starts_with("HTTP/1.1 101 "));
-    h.send_frame(&c, OpCode::Text, br#"{"type":"publish","topic":"room","data":"hello"}"#);
+    h.send_frame(
+        &c,
+        OpCode::Text,
+        br#"{"type":"publish","topic":"room","data":"hello"}"#,
+    );
     let job = h.next_hook_call().unwrap();
     assert_eq!(body_of(&job)["data"], "hello");
     h.answer_hook(&job, 200, br#"{"allow":true,"data":"[filtered]"}"#);
@@ -190,7 +226,10 @@ fn cached_answers_are_reused_and_refusals_only_briefly() {
     assert!(texts(&c)[0].contains("refused"));
     h.send_frame(&d, OpCode::Text, br#"{"type":"subscribe","topic":"x"}"#);
     assert!(texts(&d)[0].contains("refused"));
-    assert!(h.next_hook_call().is_none(), "the refusal came from the cache");
+    assert!(
+        h.next_hook_call().is_none(),
+        "the refusal came from the cache"
+    );
     h.engine.set_unix_base(h.engine.unix_base + 3);
     h.send_frame(&d, OpCode::Text, br#"{"type":"subscribe","topic":"x"}"#);
     assert!(h.next_hook_call().is_some(), "the cached refusal expired");

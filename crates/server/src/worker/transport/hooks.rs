@@ -495,12 +495,7 @@ impl<S: Socket> Engine<S> {
             Some(State::Stream(_)) => "stream",
             _ => return,
         };
-        let sub = self
-            .hooks
-            .ids
-            .get(&k)
-            .and_then(|i| i.sub.clone())
-            .or(sub);
+        let sub = self.hooks.ids.get(&k).and_then(|i| i.sub.clone()).or(sub);
         let conn = w.conn_id();
         let event = clarion_proto::hooks::Event::Connected {
             conn: &conn,
@@ -564,7 +559,12 @@ impl<S: Socket> Engine<S> {
             return;
         };
         let k = a.key;
-        if self.hooks.waits.get(&k).is_none_or(|w| w.ticket != a.ticket) {
+        if self
+            .hooks
+            .waits
+            .get(&k)
+            .is_none_or(|w| w.ticket != a.ticket)
+        {
             return;
         }
         let Some(w) = self.hooks.waits.remove(&k) else {
@@ -659,9 +659,7 @@ impl<S: Socket> Engine<S> {
                 for (i, t) in w.queued.iter().enumerate() {
                     if let Some(again) = self.hooks.waits.get_mut(&k) {
                         // A queued message is waiting again: the rest stay behind it.
-                        again
-                            .queued
-                            .extend(w.queued.iter().skip(i).map(|t| t.clone()));
+                        again.queued.extend(w.queued.iter().skip(i).cloned());
                         break;
                     }
                     self.on_control(k, t);

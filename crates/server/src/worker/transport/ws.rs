@@ -180,12 +180,21 @@ impl<S: Socket> Engine<S> {
                     Gate::Waiting => return,
                     Gate::Refused(error) => {
                         let topic = Some(&*topic);
-                        return self.reply(k, &Reply::Error { error: &error, topic });
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic,
+                            },
+                        );
                     }
                     Gate::Approved(_) => true,
                     Gate::Pass => false,
                 };
-                if let Err(r) = self.ws_may_subscribe(k, &topic).or_else(|r| if approved { Ok(()) } else { Err(r) }) {
+                if let Err(r) =
+                    self.ws_may_subscribe(k, &topic)
+                        .or_else(|r| if approved { Ok(()) } else { Err(r) })
+                {
                     r.count(&self.shared.metrics);
                     return self.reply(
                         k,
@@ -295,12 +304,24 @@ impl<S: Socket> Engine<S> {
                     Gate::Waiting => return,
                     Gate::Refused(error) => {
                         let topic = Some(&*topic);
-                        return self.reply(k, &Reply::Error { error: &error, topic });
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic,
+                            },
+                        );
                     }
                     Gate::Approved(data) => Some(data),
                     Gate::Pass => None,
                 };
-                if let Err(r) = self.ws_may_publish(k, &topic).or_else(|r| if replaced.is_some() { Ok(()) } else { Err(r) }) {
+                if let Err(r) = self.ws_may_publish(k, &topic).or_else(|r| {
+                    if replaced.is_some() {
+                        Ok(())
+                    } else {
+                        Err(r)
+                    }
+                }) {
                     r.count(&self.shared.metrics);
                     let error = if r.status == 403 {
                         "the token does not allow publishing to this topic"
