@@ -16,6 +16,8 @@
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
+//! - [`hooks`]: backend hooks: the JSON of `connect`/`subscribe`/`publish` calls and answers,
+//!   and their HMAC-SHA256 signature.
 //! - [`resp`]: RESP2, the Redis protocol, as a client speaks it (the cluster broker).
 //! - [`nats`]: the NATS client protocol (core NATS): client operations, an incremental reader
 //!   of server operations, subject rules and the mapping of topics to subjects.
@@ -28,6 +30,7 @@
 pub mod auth;
 pub mod event_id;
 pub mod grip;
+pub mod hooks;
 pub mod http1;
 pub mod nats;
 pub mod pubsub;

@@ -51,6 +51,7 @@ pub mod config;
 pub mod dashboard;
 pub mod grip;
 pub mod group;
+pub mod hooks;
 pub mod hub;
 pub mod log;
 pub mod message;

@@ -107,6 +107,9 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
     let broker = make_broker(&config, &inboxes, &metrics)?;
+    let hooks = crate::hooks::Hooks::from_config(&config, &inboxes, &metrics)
+        .map_err(|e| anyhow::anyhow!(e))
+        .context("cannot set up hooks")?;
     let shared = Arc::new(Shared {
         broker,
         config,
@@ -118,6 +121,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         tls,
         grip,
         auth,
+        hooks,
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.

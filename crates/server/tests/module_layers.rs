@@ -34,6 +34,8 @@ const RULES: &[(&str, &[&str])] = &[
         &["broker", "grip", "worker", "api", "server", "auth"],
     ),
     ("broker", &["grip", "worker", "api", "server", "auth"]),
+    // Backend hooks: the pool and the cache, beside GRIP (whose pool they share).
+    ("hooks", &["worker", "api", "server", "dashboard"]),
     // Broker connections: below the modes, beside the broker (which will use them).
     (
         "cluster",

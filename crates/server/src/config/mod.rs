@@ -308,6 +308,66 @@ settings! {
     /// send a `refresh` with a fresh token. Checked by the once-a-second sweep.
     auth_expiry_warning: u64 = 30,
         flag "Seconds before exp a WebSocket is warned (expiring message)";
+    // # hooks: asking the application over HTTP (docs/hooks.md).
+    /// The application's `connect` hook (`http://host:port/path`): asked before a connection
+    /// on any transport is accepted, with its cookies, query, selected headers and address; its
+    /// answer allows or refuses it and may give its identity and topic grants. Unset by
+    /// default: no hook (connections are decided by `auth_*` alone).
+    hook_connect_url: Option<String> = None, flag "URL of the application's connect hook";
+    /// The `subscribe` hook: asked when a connection subscribes to a topic its grants (token or
+    /// `connect` answer) do not cover. Unset by default: such topics follow the `auth_*` rules.
+    hook_subscribe_url: Option<String> = None, flag "URL of the application's subscribe hook";
+    /// The `publish` hook: asked when a WebSocket client publishes to a topic its grants do
+    /// not cover; may replace the data. Unset by default.
+    hook_publish_url: Option<String> = None, flag "URL of the application's publish hook";
+    /// Shared secret for the `Clarion-Signature` header (HMAC-SHA256 over timestamp and body)
+    /// on every hook request, so the application can trust the caller. Unset by default:
+    /// requests are not signed (fine on loopback only).
+    hook_secret: Option<String> = None, secret "Secret for signing hook requests";
+    /// Milliseconds a hook call may take (connect, request, whole answer); then the failure
+    /// policy applies. Long enough for a database lookup, short enough that a client's
+    /// handshake does not hang on a dead backend.
+    hook_timeout_ms: u64 = 3000, flag "Milliseconds a hook call may take";
+    /// Threads making hook calls, each one call at a time with a keep-alive connection. The
+    /// workers never wait on them. At least 1.
+    hook_threads: usize = 16, flag "Threads making hook calls";
+    /// Hook calls queued or in flight at once, over every worker; above it a call fails at once
+    /// (failure policy) instead of queueing behind a slow backend without bound.
+    hook_max_in_flight: usize = 1024, flag "Most hook calls queued or in flight";
+    /// Request headers passed to the `connect` hook (names, comma-separated). Cookies and the
+    /// query are always passed; `Authorization` only if listed.
+    hook_headers: Vec<String> = vec!["user-agent".to_owned(), "origin".to_owned()],
+        flag "Request headers passed to the connect hook";
+    /// When a request carries a valid JWT: `skip` the `connect` hook (the token decides) or
+    /// `call` it anyway (with `token_sub`; its answer decides).
+    hook_connect_with_token: String = "skip".to_owned(),
+        flag "With a valid token: skip or call the connect hook";
+    /// When a hook cannot answer (down, slow, overloaded, broken answer): `refuse` (`503` with
+    /// `Retry-After`, or an error reply clients retry) or `token` (allow when the request also
+    /// carries a valid JWT, with that token's grants; refuse otherwise).
+    hook_on_failure: String = "refuse".to_owned(), flag "When a hook fails: refuse or token";
+    /// Seconds an answer is reused for the same question (the same `connect` request; the same
+    /// identity and topic for `subscribe`/`publish`). `0` by default: the application decides
+    /// every time, since its answer may change at any moment.
+    hook_cache_ttl: u64 = 0, flag "Seconds a hook answer is cached (0: off)";
+    /// Longest a refusal is cached, whatever `hook_cache_ttl` says: a user who has just been
+    /// granted access should not wait long.
+    hook_cache_refusal_ttl: u64 = 5, flag "Most seconds a hook refusal is cached";
+    /// Largest hook answer in bytes (a publish hook's replacement data included); larger
+    /// answers are a failure. Answers are small JSON objects.
+    hook_max_answer: usize = 64 * 1024, file;
+    /// The application's webhook (`http://host:port/path`): `connected`, `disconnected`,
+    /// `topic_occupied` and `topic_vacated` events, batched, signed with `hook_secret`, retried
+    /// until answered 2xx. Unset by default: no events, and no cost.
+    webhook_url: Option<String> = None, flag "URL of the application's webhook (events out)";
+    /// Milliseconds an event waits for others to share its request: a tenth of a second keeps
+    /// presence-like views current while turning a reconnect storm into a few requests.
+    webhook_batch_ms: u64 = 100, flag "Milliseconds an event waits for its batch";
+    /// Most events in one webhook request (sent at once when reached).
+    webhook_batch_max: usize = 1000, flag "Most events per webhook request";
+    /// Most events waiting (while the application is slow or down); newer events are dropped
+    /// and counted past it. About 200 bytes each: 100,000 is ~20 MB at worst.
+    webhook_queue: usize = 100_000, flag "Most webhook events queued (drops past it)";
     // # cluster: several processes and machines as one server (docs/cluster.md).
     /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
     /// (several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
@@ -455,6 +515,19 @@ impl Config {
         if self.grip_backend_threads == 0 || self.grip_backend_timeout == 0 {
             return Err(ConfigError::Invalid(
                 "grip_backend_threads and grip_backend_timeout must be at least 1".into(),
+            ));
+        }
+        if self.hook_threads == 0 || self.hook_timeout_ms == 0 || self.hook_max_in_flight == 0 {
+            return Err(ConfigError::Invalid(
+                "hook_threads, hook_timeout_ms and hook_max_in_flight must be at least 1".into(),
+            ));
+        }
+        if !matches!(self.hook_connect_with_token.as_str(), "skip" | "call")
+            || !matches!(self.hook_on_failure.as_str(), "refuse" | "token")
+        {
+            return Err(ConfigError::Invalid(
+                "hook_connect_with_token is skip or call; hook_on_failure is refuse or token"
+                    .into(),
             ));
         }
         if self.dashboard_max_feeds == 0 || self.dashboard_window < 10 {

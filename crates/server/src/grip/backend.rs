@@ -81,6 +81,8 @@ pub struct Answer {
     pub ticket: u64,
     /// The answer, or why there is none.
     pub result: Result<Response, Failure>,
+    /// Microseconds the exchange took (0 when it never started).
+    pub elapsed_us: u64,
 }
 
 /// Where a worker receives its answers.
@@ -131,12 +133,17 @@ pub struct Limits {
 impl Backend {
     /// Starts `threads` threads.
     pub fn start(threads: usize, limits: Limits) -> io::Result<Backend> {
+        Backend::start_named(threads, limits, "grip")
+    }
+
+    /// Starts `threads` threads named `clarion-<name>-<i>` (the hook pool shares this code).
+    pub fn start_named(threads: usize, limits: Limits, name: &str) -> io::Result<Backend> {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..threads {
             let rx = Arc::clone(&rx);
             std::thread::Builder::new()
-                .name(format!("clarion-grip-{i}"))
+                .name(format!("clarion-{name}-{i}"))
                 .stack_size(crate::config::limits::HELPER_THREAD_STACK)
                 .spawn(move || run(&rx, limits))?;
         }
@@ -165,6 +172,7 @@ impl Backend {
                     key: job.key,
                     ticket: job.ticket,
                     result: Err(Failure::Unreachable("backend pool stopped".into())),
+                    elapsed_us: 0,
                 });
             }
         }
@@ -178,7 +186,9 @@ fn run(rx: &Mutex<Receiver<Job>>, limits: Limits) {
             Ok(j) => j,
             Err(_) => return,
         };
+        let started = Instant::now();
         let result = exchange(&job, &mut idle, limits);
+        let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         if let Err(f) = &result {
             log::debug(format_args!("backend {:?}: {f:?}", job.targets));
         }
@@ -187,9 +197,20 @@ fn run(rx: &Mutex<Receiver<Job>>, limits: Limits) {
                 key: job.key,
                 ticket: job.ticket,
                 result,
+                elapsed_us,
             });
         }
     }
+}
+
+/// One exchange on the calling thread, for a thread of its own that waits anyway (the webhook
+/// sender): the same connection reuse, limits and answer parsing as the pool's threads.
+pub fn exchange_blocking(
+    job: &Job,
+    idle: &mut HashMap<String, TcpStream>,
+    limits: Limits,
+) -> Result<Response, Failure> {
+    exchange(job, idle, limits)
 }
 
 /// Tries each target in turn; a reused keep-alive connection that fails before answering is

@@ -78,6 +78,8 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     /// The Unix time (seconds) of the coarse clock's second 0, set by the shell: token
     /// expiry is wall-clock time, the sweep runs on `now`.
     pub(crate) unix_base: u64,
+    /// Requests and messages waiting for a backend hook, and what hooks said (hooks only).
+    pub(crate) hooks: crate::worker::transport::hooks::HookTable,
 }
 
 impl<S: Socket> Engine<S> {
@@ -128,6 +130,7 @@ impl<S: Socket> Engine<S> {
             fanout_results: Vec::new(),
             grants,
             unix_base: 0,
+            hooks: Default::default(),
         }
     }
 
@@ -170,6 +173,7 @@ impl<S: Socket> Engine<S> {
     pub fn handle_inbox(&mut self, now: u32) {
         self.now = now;
         self.grip_answers();
+        self.hook_answers();
         self.drain_inbox();
     }
 
@@ -200,6 +204,7 @@ impl<S: Socket> Engine<S> {
         self.inflaters.remove(&k);
         self.deflaters.remove(&k);
         self.grants.clear(k);
+        self.hooks.forget(k);
     }
 
     /// The current Unix time, from the coarse clock.

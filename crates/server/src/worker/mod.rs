@@ -37,6 +37,8 @@ mod testkit;
 mod tests;
 #[cfg(test)]
 mod tests_auth;
+#[cfg(test)]
+mod tests_hooks;
 mod timers;
 pub mod tls;
 pub(crate) mod transport;
@@ -87,6 +89,8 @@ pub struct Shared {
     pub grip: Option<crate::grip::Proxy>,
     /// JWT authentication, when a key is configured (see [`crate::auth`]).
     pub auth: Option<crate::auth::Auth>,
+    /// Backend hooks, when one is configured (see [`crate::hooks`]).
+    pub hooks: Option<crate::hooks::Hooks>,
 }
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the

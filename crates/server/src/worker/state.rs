@@ -229,6 +229,7 @@ impl<S: Socket> Engine<S> {
     /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the
     /// connection leaves every topic now, and is dropped once the peer has read and closed.
     pub(crate) fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
+        self.hook_gone(k, reason);
         self.leave_all_topics(k);
         self.forget_side_state(k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
@@ -263,6 +264,7 @@ impl<S: Socket> Engine<S> {
 
     /// Removes a connection at once (EOF, reset, or end of closing).
     pub(crate) fn drop_conn(&mut self, k: u32, reason: CloseReason) {
+        self.hook_gone(k, reason);
         self.leave_all_topics(k);
         self.forget_side_state(k);
         let Some(conn) = self.conns.try_remove(k as usize) else {

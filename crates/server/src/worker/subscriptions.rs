@@ -69,6 +69,7 @@ impl<S: Socket> Engine<S> {
         }
         for name in &sub.names {
             let tid = self.index.add(Arc::clone(name), k);
+            self.hook_topic(name, true);
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.subs.push(tid);
             }
@@ -89,6 +90,7 @@ impl<S: Socket> Engine<S> {
         }
         if let Some(name) = self.index.remove(tid, k) {
             self.shared.broker.unsubscribe(self.id, &name);
+            self.hook_topic(&name, false);
         }
     }
 
@@ -99,6 +101,7 @@ impl<S: Socket> Engine<S> {
         for tid in conn.subs.take_all() {
             if let Some(name) = self.index.remove(tid, k) {
                 self.shared.broker.unsubscribe(self.id, &name);
+                self.hook_topic(&name, false);
             }
         }
     }

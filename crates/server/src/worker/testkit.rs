@@ -159,6 +159,8 @@ pub struct Harness {
     pub now: u32,
     /// Jobs submitted to the GRIP backend pool (GRIP harnesses only).
     jobs: Option<Receiver<Job>>,
+    /// Calls made to backend hooks (harnesses whose config names a hook).
+    hook_jobs: Option<Receiver<Job>>,
     /// Owns the waker's registration; never polled.
     _poll: mio::Poll,
 }
@@ -197,6 +199,15 @@ impl Harness {
             None => (None, None),
         };
         let config_copy = config.clone();
+        let any_hook = config.hook_connect_url.is_some()
+            || config.hook_subscribe_url.is_some()
+            || config.hook_publish_url.is_some();
+        let (hooks, hook_jobs) = if any_hook {
+            let (h, j) = crate::hooks::Hooks::detached(&config, &inbox, &metrics);
+            (Some(h), Some(j))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             broker,
             config,
@@ -208,6 +219,7 @@ impl Harness {
             tls: None,
             grip,
             auth: crate::auth::Auth::from_config(&config_copy).unwrap(),
+            hooks,
         });
         let mut engine = Engine::new(0, inbox, Arc::clone(&shared));
         engine.set_unix_base(UNIX_BASE);
@@ -216,6 +228,7 @@ impl Harness {
             shared,
             now: 0,
             jobs,
+            hook_jobs,
             _poll: poll,
         }
     }
@@ -306,6 +319,31 @@ impl Harness {
         self.jobs.as_ref()?.try_recv().ok()
     }
 
+    /// The next call made to a backend hook, if any.
+    pub fn next_hook_call(&mut self) -> Option<Job> {
+        self.hook_jobs.as_ref()?.try_recv().ok()
+    }
+
+    /// Answers hook call `job` with `status` and `body`, through the engine's answer handler.
+    pub fn answer_hook(&mut self, job: &Job, status: u16, body: &[u8]) {
+        if let Some(h) = self.shared.hooks.as_ref() {
+            h.done();
+        }
+        let answer = Answer {
+            key: job.key,
+            ticket: job.ticket,
+            result: Ok(Response {
+                status,
+                reason: "OK".into(),
+                headers: Vec::new(),
+                body: body.to_vec(),
+            }),
+            elapsed_us: 0,
+        };
+        self.engine.now = self.now;
+        self.engine.on_hook_answer(answer);
+    }
+
     /// Answers `job` as the backend would, through the engine's answer handler.
     pub fn answer(&mut self, job: &Job, status: u16, headers: &[(&str, &str)], body: &[u8]) {
         // A pool without threads never answers by itself; nothing else is in the mailbox.
@@ -321,6 +359,7 @@ impl Harness {
                     .collect(),
                 body: body.to_vec(),
             }),
+            elapsed_us: 0,
         };
         self.engine.now = self.now;
         self.engine.on_answer(answer);
@@ -332,6 +371,7 @@ impl Harness {
             key: job.key,
             ticket: job.ticket,
             result: Err(failure),
+            elapsed_us: 0,
         };
         self.engine.now = self.now;
         self.engine.on_answer(answer);

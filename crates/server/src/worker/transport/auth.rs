@@ -36,6 +36,9 @@ pub(crate) enum Checked {
     Pending,
     /// Refused; the answer was sent.
     Refused,
+    /// The application's `connect` hook is being asked; the request is routed again with its
+    /// answer (`super::hooks`).
+    Waiting,
 }
 
 impl<S: Socket> Engine<S> {
@@ -50,6 +53,9 @@ impl<S: Socket> Engine<S> {
         ws_without_topics: bool,
         keep: bool,
     ) -> Checked {
+        if let Some(checked) = self.hook_connect(k, head, topics, keep) {
+            return checked;
+        }
         let shared = Arc::clone(&self.shared);
         let Some(auth) = shared.auth.as_ref() else {
             return Checked::Allowed(None);
@@ -106,6 +112,11 @@ impl<S: Socket> Engine<S> {
     /// Records what connection `k` (now a subscription) was allowed by: its token's expiry
     /// and grants, or the deadline to authenticate by when it is `Pending`.
     pub(crate) fn adopt(&mut self, k: u32, checked: Checked) {
+        let sub = match &checked {
+            Checked::Allowed(Some(c)) => c.sub.clone(),
+            _ => None,
+        };
+        self.hook_adopted(k, sub);
         match checked {
             Checked::Allowed(Some(claims)) => {
                 let deadline = self.deadline_of(claims.exp);
@@ -117,7 +128,7 @@ impl<S: Socket> Engine<S> {
                     .saturating_add(self.shared.config.handshake_timeout as u32);
                 self.grants.require(k, by);
             }
-            Checked::Allowed(None) | Checked::Refused => {}
+            Checked::Allowed(None) | Checked::Refused | Checked::Waiting => {}
         }
     }
 
@@ -131,7 +142,11 @@ impl<S: Socket> Engine<S> {
     /// Whether WebSocket `k` may subscribe to `topic` now.
     pub(crate) fn ws_may_subscribe(&self, k: u32, topic: &str) -> Result<(), Refusal> {
         let Some(auth) = self.shared.auth.as_ref() else {
-            return Ok(());
+            // Without JWTs, only grants a `connect` hook gave limit a connection.
+            return match self.grants.grants(k) {
+                Some(g) if !g.may_subscribe(topic) => Err(Refusal::FORBIDDEN),
+                _ => Ok(()),
+            };
         };
         if self.grants.pending(k) {
             return Err(Refusal::MISSING);
@@ -142,7 +157,11 @@ impl<S: Socket> Engine<S> {
     /// Whether WebSocket `k` may publish to `topic` in-band (client publishing is on).
     pub(crate) fn ws_may_publish(&self, k: u32, topic: &str) -> Result<(), Refusal> {
         if self.shared.auth.is_none() {
-            return Ok(());
+            // Without JWTs, only grants a `connect` hook gave limit a connection.
+            return match self.grants.grants(k) {
+                Some(g) if !g.may_publish(topic) => Err(Refusal::FORBIDDEN),
+                _ => Ok(()),
+            };
         }
         match self.grants.grants(k) {
             Some(g) if g.may_publish(topic) => Ok(()),
@@ -213,10 +232,11 @@ impl<S: Socket> Engine<S> {
     /// a held long-poll: `401`).
     pub(crate) fn auth_sweep(&mut self) {
         let shared = Arc::clone(&self.shared);
-        let Some(auth) = shared.auth.as_ref() else {
+        // A `connect` hook's `expires_at` ends connections as a token's `exp` does.
+        if shared.auth.is_none() && shared.hooks.is_none() {
             return;
-        };
-        let warning = u32::try_from(auth.warning).unwrap_or(u32::MAX);
+        }
+        let warning = u32::try_from(shared.config.auth_expiry_warning).unwrap_or(u32::MAX);
         let due = self.grants.due(self.now, warning);
         for (k, deadline) in due.warn {
             if !matches!(

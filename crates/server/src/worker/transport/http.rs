@@ -70,6 +70,7 @@ impl<S: Socket> Engine<S> {
                     return used;
                 }
                 let used = head.head_len;
+                self.hook_keep_head(data.get(..used).unwrap_or_default());
                 self.route(k, &head);
                 Some(used)
             }
@@ -182,7 +183,7 @@ impl<S: Socket> Engine<S> {
         let checked = if endpoint == Endpoint::PubSub {
             let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
             match self.check_request(k, head, &topics, topics.is_empty(), keep) {
-                Checked::Refused => return,
+                Checked::Refused | Checked::Waiting => return,
                 c => c,
             }
         } else {
@@ -213,13 +214,15 @@ impl<S: Socket> Engine<S> {
         mode.deflate = deflate.as_ref().map(|(agreed, _)| Ext::new(agreed));
         self.set_state(k, State::Ws(mode));
         self.adopt(k, checked);
-        if params.topics.is_empty() {
+        let extra = self.hook_topics(k);
+        let mut topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
+        with_hook_topics(&mut topics, &extra, self.shared.config.max_subscriptions);
+        if topics.is_empty() {
             self.send(k, &Arc::from(out));
             return;
         }
         // Subscribe before the 101 goes out: a client that has read it may publish at once
         // and must receive its own message.
-        let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
         let since = params.since.as_deref().map_or(Since::Now, Since::Id);
         let Some(sub) = self.subscribe_conn(k, &topics, since, false) else {
             return;
@@ -361,11 +364,13 @@ impl<S: Socket> Engine<S> {
             .timeout
             .unwrap_or(cfg.poll_timeout)
             .min(cfg.poll_max_timeout) as u32;
-        let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
+        let mut topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
         let checked = match self.check_request(k, head, &topics, false, keep) {
-            Checked::Refused => return,
+            Checked::Refused | Checked::Waiting => return,
             c => c,
         };
+        let extra = self.hook_topics(k);
+        with_hook_topics(&mut topics, &extra, self.shared.config.max_subscriptions);
         let since = params.since.as_deref().map_or(Since::Now, Since::Id);
         match state {
             State::Poll(mode) => self.open_poll(k, &topics, since, hold, mode, checked),
@@ -414,5 +419,18 @@ impl<S: Socket> Engine<S> {
         out.extend_from_slice(body.as_bytes());
         out.push(b'\n');
         self.finish_answer(k, out.into(), keep, status);
+    }
+}
+
+/// Adds the topics a `connect` hook subscribed the connection to (`extra`) to those it asked
+/// for, without duplicates and within `max` subscriptions.
+fn with_hook_topics<'t>(topics: &mut Vec<&'t str>, extra: &'t [String], max: usize) {
+    for t in extra {
+        if topics.len() >= max {
+            break;
+        }
+        if !topics.contains(&t.as_str()) {
+            topics.push(t);
+        }
     }
 }

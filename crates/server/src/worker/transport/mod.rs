@@ -7,6 +7,7 @@
 //! worker's write path and time is the engine's `now`.
 
 pub mod auth;
+pub mod hooks;
 pub mod http;
 pub mod poll;
 pub mod stream;

@@ -17,11 +17,13 @@ use clarion_proto::pubsub::control::{self, Reply, Request};
 use clarion_proto::pubsub::validate_topic;
 
 use crate::broker::{Outgoing, Since};
+use crate::hooks::Hook;
 use crate::log;
 use crate::message::{compress_frame, frame_payload, Encoding};
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, WsRole};
+use crate::worker::transport::hooks::Gate;
 use crate::worker::Engine;
 
 impl<S: Socket> Engine<S> {
@@ -147,6 +149,9 @@ impl<S: Socket> Engine<S> {
     }
 
     pub(crate) fn on_control(&mut self, k: u32, text: &[u8]) {
+        if self.hook_queue(k, text) {
+            return;
+        }
         let request = match control::parse(text) {
             Ok(r) => r,
             Err(why) => {
@@ -170,7 +175,26 @@ impl<S: Socket> Engine<S> {
                         },
                     );
                 }
-                if let Err(r) = self.ws_may_subscribe(k, &topic) {
+                let gate = self.hook_gate(k, Hook::Subscribe, &topic, text, None);
+                let approved = match gate {
+                    Gate::Waiting => return,
+                    Gate::Refused(error) => {
+                        let topic = Some(&*topic);
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic,
+                            },
+                        );
+                    }
+                    Gate::Approved(_) => true,
+                    Gate::Pass => false,
+                };
+                if let Err(r) =
+                    self.ws_may_subscribe(k, &topic)
+                        .or_else(|r| if approved { Ok(()) } else { Err(r) })
+                {
                     r.count(&self.shared.metrics);
                     return self.reply(
                         k,
@@ -269,7 +293,35 @@ impl<S: Socket> Engine<S> {
                         },
                     );
                 }
-                if let Err(r) = self.ws_may_publish(k, &topic) {
+                let gate = self.hook_gate(
+                    k,
+                    Hook::Publish,
+                    &topic,
+                    text,
+                    Some((&data, encoding.as_deref())),
+                );
+                let replaced = match gate {
+                    Gate::Waiting => return,
+                    Gate::Refused(error) => {
+                        let topic = Some(&*topic);
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic,
+                            },
+                        );
+                    }
+                    Gate::Approved(data) => Some(data),
+                    Gate::Pass => None,
+                };
+                if let Err(r) = self.ws_may_publish(k, &topic).or_else(|r| {
+                    if replaced.is_some() {
+                        Ok(())
+                    } else {
+                        Err(r)
+                    }
+                }) {
                     r.count(&self.shared.metrics);
                     let error = if r.status == 403 {
                         "the token does not allow publishing to this topic"
@@ -284,7 +336,11 @@ impl<S: Socket> Engine<S> {
                         },
                     );
                 }
-                let (kind, payload) = match control::decode_data(&data, encoding.as_deref()) {
+                let decoded = match replaced.flatten() {
+                    Some(d) => control::decode_data(&d, None),
+                    None => control::decode_data(&data, encoding.as_deref()),
+                };
+                let (kind, payload) = match decoded {
                     Ok(decoded) => decoded,
                     Err(e) => {
                         return self.reply(

@@ -1,0 +1,357 @@
+//! Webhooks: events out to the application (`connected`, `disconnected`, `topic_occupied`,
+//! `topic_vacated`), batched, signed, retried (`docs/hooks.md`).
+//!
+//! Workers only append encoded events to one bounded queue (a lock and a push; when it is
+//! full the event is dropped and counted). One sender thread takes a batch when it holds
+//! `webhook_batch_max` events or `webhook_batch_ms` after the first one arrived, posts it, and
+//! retries the same batch (same event ids) with doubling backoff until the application answers
+//! 2xx: delivery is at-least-once and in order, and ids let the receiver drop duplicates.
+//!
+//! Topic occupancy is counted here per process (connection subscriptions per topic), so a
+//! topic held by several workers is occupied once. With the Redis broker, `cluster` turns the
+//! process's transitions into cluster-wide ones (see [`super::occupancy`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::TcpStream;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use clarion_proto::hooks::{encode_batch, signature, Event};
+use clarion_proto::http1::{self, Version};
+
+use super::Target;
+use crate::grip::backend::{exchange_blocking, Job, Limits};
+use crate::hub::lock;
+use crate::metrics::Metrics;
+
+/// The first retry waits this long; each failure doubles it, up to [`RETRY_MAX`]. Short enough
+/// that a restarting backend gets its events within a second, capped so a long outage is polled
+/// every few seconds rather than hammered.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// See [`RETRY_FIRST`].
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Where topic transitions are decided across processes (the Redis broker's nodes), if at all.
+pub trait Occupancy: Send + Sync {
+    /// This process's subscriptions to `topic` went from none to some (`true`) or back
+    /// (`false`); the answer is whether the whole cluster made that transition now.
+    fn transition(&self, topic: &str, occupied: bool) -> bool;
+    /// Called at least every few seconds: keeps this node counted as alive.
+    fn keep_alive(&self);
+}
+
+/// How often the sender wakes when idle, to keep the node's liveness fresh (a third of
+/// [`super::occupancy::ALIVE_TTL`]).
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(5);
+
+struct Queue {
+    events: VecDeque<String>,
+    /// Topic transitions still to settle with the cluster (decided on the sender thread, which
+    /// may wait on Redis; workers never do).
+    transitions: VecDeque<(Arc<str>, bool)>,
+    first_at: Option<Instant>,
+    stopping: bool,
+}
+
+struct Inner {
+    target: Target,
+    secret: Option<Vec<u8>>,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    max: usize,
+    batch_max: usize,
+    batch_wait: Duration,
+    limits: Limits,
+    prefix: String,
+    next: AtomicU64,
+    metrics: Arc<Metrics>,
+    /// Connection subscriptions per topic in this process.
+    topics: Mutex<HashMap<Arc<str>, u32>>,
+    cluster: Option<Box<dyn Occupancy>>,
+}
+
+/// The webhook queue and its sender.
+pub struct Webhooks {
+    inner: Arc<Inner>,
+}
+
+/// How the webhook is set up.
+pub struct Settings {
+    /// The URL.
+    pub target: Target,
+    /// Signs each batch.
+    pub secret: Option<Vec<u8>>,
+    /// Most events queued.
+    pub max: usize,
+    /// Most events per request.
+    pub batch_max: usize,
+    /// Longest an event waits for its batch.
+    pub batch_wait: Duration,
+    /// One request's limits.
+    pub limits: Limits,
+    /// Unique per process run: starts every id.
+    pub prefix: String,
+}
+
+impl Webhooks {
+    /// Starts the sender thread.
+    pub fn start(
+        s: Settings,
+        metrics: &Arc<Metrics>,
+        cluster: Option<Box<dyn Occupancy>>,
+    ) -> std::io::Result<Webhooks> {
+        let inner = Arc::new(Inner {
+            target: s.target,
+            secret: s.secret,
+            queue: Mutex::new(Queue {
+                events: VecDeque::new(),
+                transitions: VecDeque::new(),
+                first_at: None,
+                stopping: false,
+            }),
+            wake: Condvar::new(),
+            max: s.max,
+            batch_max: s.batch_max.max(1),
+            batch_wait: s.batch_wait,
+            limits: s.limits,
+            prefix: s.prefix,
+            next: AtomicU64::new(1),
+            metrics: Arc::clone(metrics),
+            topics: Mutex::new(HashMap::new()),
+            cluster,
+        });
+        let run = Arc::clone(&inner);
+        std::thread::Builder::new()
+            .name("clarion-webhook".into())
+            .stack_size(crate::config::limits::HELPER_THREAD_STACK)
+            .spawn(move || sender(&run))?;
+        Ok(Webhooks { inner })
+    }
+
+    /// A new connection id (unique per process run).
+    pub fn conn_id(&self) -> Arc<str> {
+        let n = self.inner.next.fetch_add(1, Relaxed);
+        format!("{}-c{n}", self.inner.prefix).into()
+    }
+
+    /// Queues `event` at `time` (Unix seconds); dropped and counted when the queue is full.
+    pub fn emit(&self, event: &Event<'_>, time: u64) {
+        let n = self.inner.next.fetch_add(1, Relaxed);
+        let id = format!("{}-{n}", self.inner.prefix);
+        let text = event.encode(&id, time);
+        self.push(text);
+    }
+
+    fn push(&self, text: String) {
+        let w = &self.inner.metrics.hooks;
+        let mut q = lock(&self.inner.queue);
+        if q.events.len() >= self.inner.max {
+            drop(q);
+            w.webhook_dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        q.events.push_back(text);
+        w.webhook_queued.store(q.events.len() as u64, Relaxed);
+        if q.first_at.is_none() {
+            q.first_at = Some(Instant::now());
+            self.inner.wake.notify_one();
+        } else if q.events.len() >= self.inner.batch_max {
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// A connection subscribed to `topic` (`joined`) or left it; emits `topic_occupied` /
+    /// `topic_vacated` when this process's count goes from 0 or to 0 (and, in a cluster, the
+    /// cluster's).
+    pub fn topic(&self, topic: &Arc<str>, joined: bool, time: u64) {
+        let mut topics = lock(&self.inner.topics);
+        let transition = if joined {
+            let n = topics.entry(Arc::clone(topic)).or_insert(0);
+            *n += 1;
+            *n == 1
+        } else {
+            match topics.get_mut(topic) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    topics.remove(topic);
+                    true
+                }
+                None => false,
+            }
+        };
+        if !transition {
+            return;
+        }
+        if self.inner.cluster.is_some() {
+            // Settled with the cluster on the sender thread, in order, under the same lock as
+            // the count so two transitions of one topic cannot swap.
+            let mut q = lock(&self.inner.queue);
+            q.transitions.push_back((Arc::clone(topic), joined));
+            drop(topics);
+            if q.first_at.is_none() {
+                q.first_at = Some(Instant::now());
+            }
+            self.inner.wake.notify_one();
+            return;
+        }
+        drop(topics);
+        let event = if joined {
+            Event::TopicOccupied { topic }
+        } else {
+            Event::TopicVacated { topic }
+        };
+        self.emit(&event, time);
+    }
+
+    /// Stops the sender after it has tried what is queued (bounded by one request's timeout).
+    pub fn stop(&self) {
+        lock(&self.inner.queue).stopping = true;
+        self.inner.wake.notify_one();
+    }
+}
+
+fn unix_now() -> u64 {
+    crate::auth::unix_now()
+}
+
+fn sender(inner: &Inner) {
+    let mut idle: HashMap<String, TcpStream> = HashMap::new();
+    let w = &inner.metrics.hooks;
+    loop {
+        let (batch, transitions) = {
+            let mut q = lock(&inner.queue);
+            loop {
+                if q.stopping && q.events.is_empty() && q.transitions.is_empty() {
+                    return;
+                }
+                match q.first_at {
+                    None => {
+                        let (g, timed_out) = inner
+                            .wake
+                            .wait_timeout(q, KEEP_ALIVE_EVERY)
+                            .map(|(g, t)| (g, t.timed_out()))
+                            .unwrap_or_else(|e| {
+                                let (g, t) = e.into_inner();
+                                (g, t.timed_out())
+                            });
+                        q = g;
+                        if timed_out {
+                            if let Some(c) = &inner.cluster {
+                                drop(q);
+                                c.keep_alive();
+                                q = lock(&inner.queue);
+                            }
+                        }
+                    }
+                    Some(first) => {
+                        let due = first + inner.batch_wait;
+                        let now = Instant::now();
+                        if q.events.len() >= inner.batch_max || now >= due || q.stopping {
+                            break;
+                        }
+                        q = inner
+                            .wake
+                            .wait_timeout(q, due - now)
+                            .map(|(g, _)| g)
+                            .unwrap_or_else(|e| e.into_inner().0);
+                    }
+                }
+            }
+            let n = q.events.len().min(inner.batch_max);
+            let batch: Vec<String> = q.events.drain(..n).collect();
+            let transitions: Vec<(Arc<str>, bool)> = q.transitions.drain(..).collect();
+            q.first_at = (!q.events.is_empty()).then(Instant::now);
+            w.webhook_queued.store(q.events.len() as u64, Relaxed);
+            (batch, transitions)
+        };
+        let mut batch = batch;
+        if let Some(cluster) = &inner.cluster {
+            for (topic, occupied) in transitions {
+                if cluster.transition(&topic, occupied) {
+                    let n = inner.next.fetch_add(1, Relaxed);
+                    let id = format!("{}-{n}", inner.prefix);
+                    let event = if occupied {
+                        Event::TopicOccupied { topic: &topic }
+                    } else {
+                        Event::TopicVacated { topic: &topic }
+                    };
+                    batch.push(event.encode(&id, unix_now()));
+                }
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let body = encode_batch(batch.iter().map(String::as_str));
+        let mut wait = RETRY_FIRST;
+        loop {
+            match post(inner, &body, &mut idle) {
+                Ok(()) => {
+                    w.webhook_sent.fetch_add(batch.len() as u64, Relaxed);
+                    w.webhook_batches.fetch_add(1, Relaxed);
+                    break;
+                }
+                Err(why) => {
+                    crate::log::warn(format_args!(
+                        "webhook: {why}; retrying {} events in {} ms",
+                        batch.len(),
+                        wait.as_millis()
+                    ));
+                    w.webhook_retries.fetch_add(1, Relaxed);
+                    if lock(&inner.queue).stopping {
+                        w.webhook_dropped.fetch_add(batch.len() as u64, Relaxed);
+                        break;
+                    }
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+}
+
+fn post(inner: &Inner, body: &[u8], idle: &mut HashMap<String, TcpStream>) -> Result<(), String> {
+    let t = &inner.target;
+    let mut request = Vec::with_capacity(256 + body.len());
+    let head = (|| {
+        http1::write_request_line(&mut request, "POST", &t.path, Version::Http11)?;
+        http1::write_header(&mut request, "Host", t.host.as_bytes())?;
+        http1::write_header(&mut request, "Content-Type", b"application/json")?;
+        http1::write_header(&mut request, "User-Agent", b"clarion-webhooks")?;
+        http1::write_header(
+            &mut request,
+            "Content-Length",
+            body.len().to_string().as_bytes(),
+        )?;
+        if let Some(secret) = &inner.secret {
+            let sig = signature(secret, unix_now(), body);
+            http1::write_header(
+                &mut request,
+                clarion_proto::hooks::SIGNATURE_HEADER,
+                sig.as_bytes(),
+            )?;
+        }
+        http1::end_head(&mut request);
+        Ok::<(), http1::HeadWriteError>(())
+    })();
+    head.map_err(|e| format!("cannot write the request: {e}"))?;
+    request.extend_from_slice(body);
+    let job = Job {
+        reply: None,
+        key: 0,
+        ticket: 0,
+        targets: Arc::clone(&t.addr),
+        request,
+        head_only: false,
+    };
+    match exchange_blocking(&job, idle, inner.limits) {
+        Ok(r) if (200..300).contains(&r.status) => Ok(()),
+        Ok(r) => Err(format!("the webhook answered {}", r.status)),
+        Err(f) => Err(format!("{f:?}")),
+    }
+}
