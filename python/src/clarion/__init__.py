@@ -5,6 +5,8 @@
 - :class:`Client` and :class:`AsyncClient` publish through the server's HTTP API
   (``POST /publish/{topic}``, ``POST /publish``), mapping every error status to a typed
   exception (:mod:`clarion.errors`).
+- :class:`Subscriber` (asyncio) and :class:`SyncSubscriber` follow topics over one WebSocket,
+  reconnecting with backoff and resuming every topic exactly (:mod:`clarion.subscriber`).
 - :mod:`clarion.testing` starts a server on free loopback ports for a test suite and stops it;
   the ``clarion_server`` pytest fixture is registered automatically.
 """
@@ -31,12 +33,15 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .client import AsyncClient, Client, Message, Receipt
+    from .subscriber import Delivery, Gap, Subscriber, SubscriptionRefused, SyncSubscriber
 
     __version__: str
 
 # The clients (and httpx under them) are imported on first use, so that `python -m clarion`
 # starts the server without paying for them (about 130 ms).
 _LAZY = {"AsyncClient", "Client", "Message", "Receipt"}
+# The subscriber (and websockets under it), likewise.
+_LAZY_SUBSCRIBER = {"Delivery", "Gap", "Subscriber", "SubscriptionRefused", "SyncSubscriber"}
 
 
 def __getattr__(name: str) -> Any:
@@ -44,6 +49,10 @@ def __getattr__(name: str) -> Any:
         from . import client
 
         return getattr(client, name)
+    if name in _LAZY_SUBSCRIBER:
+        from . import subscriber
+
+        return getattr(subscriber, name)
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -61,7 +70,9 @@ __all__ = [
     "ClarionError",
     "Client",
     "ConnectionFailed",
+    "Delivery",
     "Forbidden",
+    "Gap",
     "Message",
     "MethodNotAllowed",
     "NotFound",
@@ -69,6 +80,9 @@ __all__ = [
     "Receipt",
     "RequestHeadTooLarge",
     "ServerError",
+    "Subscriber",
+    "SubscriptionRefused",
+    "SyncSubscriber",
     "Timeout",
     "TransportError",
     "Unauthorized",

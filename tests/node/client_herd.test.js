@@ -1,0 +1,87 @@
+// 1,000 subscriber clients (node/client with the default backoff) on `clarion serve --processes 2
+// --broker redis://...`, ten topics, a publisher that keeps publishing. The whole group is
+// stopped (SIGTERM: every client gets Close 1001 at the same moment) and started again on the
+// same ports. Every client must resume and receive every message of its topic once, in order;
+// the reconnects must be spread (the 1001 draws the first wait from [0, restartDelayMs)), and
+// the restarted group must refuse no connection. Prints the histogram of reconnect times and
+// the time from the restart to the last client resumed (docs/benchmarks.md quotes them).
+'use strict';
+
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const WebSocket = require('ws');
+const { waitFor } = require('./helpers');
+const { SECRET, clientModule, killAll, startRedis, Node, publisher } = require('./client_util');
+
+after(killAll);
+
+const CLIENTS = Number(process.env.HERD_CLIENTS || 1000);
+const TOPICS = 10;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function refused(api) {
+  const text = await (await fetch(`http://${api}/metrics`)).text();
+  return text.split('\n').filter((l) => l.startsWith('clarion_connections_refused_total') && !/ 0$/.test(l));
+}
+
+test(`${CLIENTS} clients resume after a group restart, spread, nothing lost, nothing refused`, { timeout: 120000 }, async (t) => {
+  const { ClarionClient, DEFAULTS } = await import(clientModule);
+  const redis = await startRedis();
+  const group = await new Node(['--processes', '2', '--broker', redis.url, '--api-key', SECRET]).start();
+  const clients = [];
+  const got = [];
+  const lostAt = new Array(CLIENTS).fill(0);
+  const backAt = new Array(CLIENTS).fill(0);
+  const errors = [];
+  for (let i = 0; i < CLIENTS; i++) {
+    const client = new ClarionClient(`ws://${group.clients}/ws`, { WebSocket });
+    got.push([]);
+    client.on('disconnected', () => {
+      if (!lostAt[i]) lostAt[i] = Date.now();
+    });
+    client.on('error', (e) => errors.push(e.kind));
+    const sub = client.subscribe(`herd.${i % TOPICS}`, { onMessage: (m) => got[i].push(m.id) });
+    sub.on('subscribed', () => {
+      if (lostAt[i] && !backAt[i]) backAt[i] = Date.now();
+    });
+    clients.push({ client, sub });
+    if (i % 100 === 99) await sleep(20);
+  }
+  await waitFor(() => clients.every((c) => c.sub.state === 'subscribed'), 30000, 'all subscribed');
+  const pubs = [];
+  for (let k = 0; k < TOPICS; k++) pubs.push(publisher(() => [group.api], `herd.${k}`, 100));
+  await sleep(1000);
+  const stoppedAt = Date.now();
+  await group.stop(); // SIGTERM: Close 1001 to every client
+  await group.start();
+  const restartedAt = Date.now();
+  t.diagnostic(`group stopped in ${restartedAt - stoppedAt} ms (restart included)`);
+  await waitFor(() => backAt.every((x) => x), 60000, 'every client resumed');
+  const allBack = Math.max(...backAt);
+  await sleep(1500);
+  await Promise.all(pubs.map((p) => p.stop()));
+  const last = pubs.map((p) => p.ids[p.ids.length - 1]);
+  await waitFor(() => got.every((g, i) => g[g.length - 1] === last[i % TOPICS]), 20000, 'the last messages');
+  const refusals = await refused(group.api);
+  clients.forEach((c) => c.client.close());
+  await group.kill9();
+  redis.child.kill('SIGKILL');
+
+  // Nothing lost or repeated: each client has exactly its topic's ids from its first one on.
+  for (let i = 0; i < CLIENTS; i++) {
+    const ids = pubs[i % TOPICS].ids;
+    const start = ids.indexOf(got[i][0]);
+    assert.ok(start >= 0 && start <= 12, `client ${i} started at ${start}`);
+    assert.deepEqual(got[i], ids.slice(start), `client ${i}`);
+  }
+  // Spread: reconnects after the 1001, in seconds from the stop, as a histogram.
+  const secs = backAt.map((x) => (x - stoppedAt) / 1000);
+  const hist = new Array(Math.ceil(DEFAULTS.restartDelayMs / 1000) + 3).fill(0);
+  for (const s of secs) hist[Math.min(hist.length - 1, Math.floor(s))]++;
+  t.diagnostic(`resubscribed per second after the stop: ${hist.map((n, s) => `${s}s:${n}`).join(' ')}`);
+  t.diagnostic(`from the restart to all ${CLIENTS} resumed: ${((allBack - restartedAt) / 1000).toFixed(2)} s; errors: ${errors.length}`);
+  assert.deepEqual(refusals, [], 'the herd caused refusals');
+  // No second of the restart window got more than a quarter of the clients.
+  assert.ok(Math.max(...hist) <= CLIENTS / 4, `not spread: ${hist}`);
+  assert.ok(secs.filter((s) => s >= DEFAULTS.restartDelayMs / 2000).length >= CLIENTS / 4, `not spread: ${hist}`);
+});
