@@ -180,6 +180,32 @@ def test_processes_stop_when_the_supervisor_is_killed(group):
     assert wait_for(lambda: not any(alive(p) for p in pids), timeout=20), pids
 
 
+def test_processes_stop_when_the_supervisor_is_killed_and_nobody_reads_stderr(broker):
+    # The log shipper (here: this test) went away before the supervisor died: every line the
+    # members log on the way out meets a closed pipe, and must not stop them from stopping.
+    proc = subprocess.Popen(
+        [_binary(), "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
+         "--processes", "3", "--broker", broker, "--shutdown-timeout", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CLARION_")},
+    )
+    pids = []
+    try:
+        assert "clarion ready" in proc.stdout.readline()
+        pids = wait_for(lambda: (lambda c: c if len(c) == 3 else None)(children(proc.pid)))
+        assert pids, children(proc.pid)
+        proc.stderr.close()
+        proc.kill()
+        proc.wait(timeout=10)
+        assert wait_for(lambda: not any(alive(p) for p in pids), timeout=20), pids
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids or []:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_a_second_server_on_a_held_port_refuses_to_start(server, group):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
 

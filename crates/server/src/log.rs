@@ -62,11 +62,21 @@ pub fn debug_enabled() -> bool {
 fn emit(level: u8, tag: &str, args: std::fmt::Arguments<'_>) {
     if LEVEL.load(Relaxed) >= level {
         let t = START.get_or_init(Instant::now).elapsed().as_secs_f64();
-        match NODE.get() {
-            Some(node) => eprintln!("{t:10.3} {tag} [{node}] {args}"),
-            None => eprintln!("{t:10.3} {tag} {args}"),
-        }
+        let line = match NODE.get() {
+            Some(node) => format!("{t:10.3} {tag} [{node}] {args}\n"),
+            None => format!("{t:10.3} {tag} {args}\n"),
+        };
+        write_line(&mut std::io::stderr().lock(), &line);
     }
+}
+
+/// Writes one log line in one `write` (the processes of a group share a stderr, and a line
+/// must not interleave with another's). A stderr nobody reads any more (a closed pipe, a log
+/// shipper that went away) loses the line and nothing else: `eprintln!` would panic here and
+/// take down whichever thread logged, a worker with its connections or the thread that stops
+/// a group member when its supervisor dies.
+fn write_line(out: &mut impl std::io::Write, line: &str) {
+    let _ = out.write_all(line.as_bytes());
 }
 
 /// Something an operator should look at.
@@ -87,6 +97,23 @@ pub fn debug(args: std::fmt::Arguments<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A writer whose reader is gone, like a stderr pipe after its reader exited.
+    struct Closed;
+
+    impl std::io::Write for Closed {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_line_to_a_closed_stderr_is_lost_without_a_panic() {
+        write_line(&mut Closed, "0.000 INFO  stopping\n");
+    }
 
     #[test]
     fn levels_are_read_and_mistakes_named() {
