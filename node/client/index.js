@@ -241,7 +241,7 @@ export class ClarionClient {
     } else {
       delay = this.random() * Math.min(o.maxDelayMs, o.initialDelayMs * o.factor ** this.attempt);
     }
-    if (conn && conn.retryAfterMs) delay = Math.max(delay, conn.retryAfterMs * (0.5 + this.random()));
+    if (conn && conn.retryAfterMs) delay = Math.max(delay, conn.retryAfterMs * (1 + this.random()));
     this.attempt++;
     this._schedule(delay);
   }

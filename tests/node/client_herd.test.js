@@ -17,6 +17,9 @@ after(killAll);
 
 const CLIENTS = Number(process.env.HERD_CLIENTS || 1000);
 const TOPICS = 10;
+// The first wait after the 1001 is drawn from [0, RESTART_MS): the client's default unless set
+// (HERD_RESTART_MS=1000 shows how fast the group takes the whole herd back).
+const RESTART_MS = Number(process.env.HERD_RESTART_MS || 0);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function refused(api) {
@@ -34,7 +37,7 @@ test(`${CLIENTS} clients resume after a group restart, spread, nothing lost, not
   const backAt = new Array(CLIENTS).fill(0);
   const errors = [];
   for (let i = 0; i < CLIENTS; i++) {
-    const client = new ClarionClient(`ws://${group.clients}/ws`, { WebSocket });
+    const client = new ClarionClient(`ws://${group.clients}/ws`, { WebSocket, ...(RESTART_MS ? { restartDelayMs: RESTART_MS } : {}) });
     got.push([]);
     client.on('disconnected', () => {
       if (!lostAt[i]) lostAt[i] = Date.now();
@@ -74,14 +77,20 @@ test(`${CLIENTS} clients resume after a group restart, spread, nothing lost, not
     assert.ok(start >= 0 && start <= 12, `client ${i} started at ${start}`);
     assert.deepEqual(got[i], ids.slice(start), `client ${i}`);
   }
-  // Spread: reconnects after the 1001, in seconds from the stop, as a histogram.
-  const secs = backAt.map((x) => (x - stoppedAt) / 1000);
-  const hist = new Array(Math.ceil(DEFAULTS.restartDelayMs / 1000) + 3).fill(0);
-  for (const s of secs) hist[Math.min(hist.length - 1, Math.floor(s))]++;
-  t.diagnostic(`resubscribed per second after the stop: ${hist.map((n, s) => `${s}s:${n}`).join(' ')}`);
+  // Spread: reconnects after the 1001, by tenths of the restart window from the stop.
+  const windowMs = RESTART_MS || DEFAULTS.restartDelayMs;
+  const step = windowMs / 10;
+  const hist = new Array(13).fill(0);
+  for (const x of backAt) hist[Math.min(12, Math.floor((x - stoppedAt) / step))]++;
+  t.diagnostic(`resubscribed per ${step} ms after the stop: ${hist.map((n, i) => `${(i * step) / 1000}s:${n}`).join(' ')}`);
   t.diagnostic(`from the restart to all ${CLIENTS} resumed: ${((allBack - restartedAt) / 1000).toFixed(2)} s; errors: ${errors.length}`);
   assert.deepEqual(refusals, [], 'the herd caused refusals');
-  // No second of the restart window got more than a quarter of the clients.
-  assert.ok(Math.max(...hist) <= CLIENTS / 4, `not spread: ${hist}`);
-  assert.ok(secs.filter((s) => s >= DEFAULTS.restartDelayMs / 2000).length >= CLIENTS / 4, `not spread: ${hist}`);
+  // No tenth of the restart window got more than a quarter of the clients, and at least a
+  // quarter came in its second half.
+  // (With HERD_RESTART_MS the window is a measurement, shorter than the restart itself: only
+  // the default window is held to being spread.)
+  if (!RESTART_MS) {
+    assert.ok(Math.max(...hist) <= CLIENTS / 4, `not spread: ${hist}`);
+    assert.ok(backAt.filter((x) => x - stoppedAt >= windowMs / 2).length >= CLIENTS / 4, `not spread: ${hist}`);
+  }
 });
