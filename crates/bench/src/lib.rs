@@ -11,9 +11,12 @@
 
 pub mod check;
 pub mod million;
+pub mod million_outcome;
 pub mod million_report;
 pub mod million_worker;
+pub mod outcome;
 pub mod peer_formats;
+pub mod plan;
 pub mod proc_stat;
 pub mod publisher;
 pub mod report;
@@ -23,6 +26,7 @@ pub mod source_ports;
 pub mod stats;
 pub mod tls_client;
 pub mod trust;
+pub mod wire;
 pub mod worker;
 
-pub use run::BenchArgs;
+pub use plan::BenchArgs;
