@@ -1,19 +1,49 @@
-//! The `clarion` binary: parses the command line and hands over to the library.
+//! The `clarion` binary: parses the command line and hands over to the server library
+//! (`serve`, `publish`, `cert`) or to the load generator (`bench`). It is the only crate that
+//! links both, so the server library never depends on the bench.
 
-use clarion::cli::Command;
+use clap::{Parser, Subcommand};
+
+use clarion::cli::Command as Server;
 use clarion::group::Role;
+
+/// Clarion's whole command line: the server's commands and the load generator.
+#[derive(Debug, Parser)]
+#[command(name = "clarion", version, about = clarion::cli::ABOUT, after_help = clarion::cli::AFTER_HELP)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Subcommands.
+// Parsed once at startup; boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Server(Server),
+    /// Load-test a running server: many connections, every delivery checked (docs/benchmarks.md).
+    Bench(clarion_bench::BenchArgs),
+    /// One load-generating process of `clarion bench` (started by it; reads its job on stdin).
+    #[command(hide = true)]
+    BenchWorker,
+}
 
 fn main() -> std::process::ExitCode {
     clarion::log::init();
-    let cli = clarion::cli::parse();
-    if matches!(cli.command, Command::Serve(_) | Command::Publish(_)) {
+    let cli: Cli = clarion::cli::parse();
+    if matches!(
+        cli.command,
+        Command::Server(Server::Serve(_) | Server::Publish(_))
+    ) {
         let names = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned());
         for warning in clarion::config::env::unknown_variables(names) {
             clarion::log::warn(format_args!("{warning}"));
         }
     }
     let result = match &cli.command {
-        Command::Serve(args) => args
+        Command::Server(Server::Serve(args)) => args
             .resolve()
             .map_err(anyhow::Error::from)
             .and_then(|config| match Role::of(&config)? {
@@ -21,8 +51,8 @@ fn main() -> std::process::ExitCode {
                 Role::Supervisor => clarion::group::supervise(config),
                 Role::Member(member) => clarion::server::run_member(config, member),
             }),
-        Command::Publish(args) => clarion::publish::run(args),
-        Command::Cert(args) => args.run(),
+        Command::Server(Server::Publish(args)) => clarion::publish::run(args),
+        Command::Server(Server::Cert(args)) => args.run(),
         Command::Bench(args) => clarion_bench::run::main(args.clone()),
         Command::BenchWorker => clarion_bench::worker::main(),
     };
