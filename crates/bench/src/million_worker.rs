@@ -33,7 +33,7 @@ use crate::source_ports::SourcePorts;
 use crate::stats::unix_micros;
 use crate::stats::{Buckets, Latency};
 use crate::tls_client::{TlsClient, TlsJob, TlsSetup};
-use crate::wire::{rand16, server_frame, ServerFrame, MAX_HEAD, MAX_HEADERS};
+use crate::wire::{self, rand16, Step, MAX_HEAD, MAX_HEADERS};
 
 /// The job line: a single `million` key tells it apart from an ordinary worker's job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -515,23 +515,16 @@ fn consume(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<us
 
 /// One server frame; `None` until it is complete.
 fn frame(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<Option<usize>, String> {
-    let Some(ServerFrame {
-        opcode,
-        payload,
-        len: total,
-    }) = server_frame(input, MAX_FRAME)?
-    else {
+    let Some((step, total)) = wire::step(input, MAX_FRAME)? else {
         return Ok(None);
     };
-    match opcode {
-        OpCode::Text | OpCode::Binary => note(c, payload, now_us, m),
-        OpCode::Close => return Err("closed by server".into()),
-        OpCode::Ping => {
-            let pong =
-                encode_client_frame(OpCode::Pong, payload.get(..125).unwrap_or(payload), mask());
-            let _ = send(c, &pong);
+    match step {
+        Step::Text(payload) | Step::Binary(payload) => note(c, payload, now_us, m),
+        Step::Closed => return Err("closed by server".into()),
+        Step::Ping(payload) => {
+            let _ = send(c, &wire::pong(payload, mask()));
         }
-        OpCode::Pong => {
+        Step::Pong(payload) => {
             if let Ok(sent) = <[u8; 8]>::try_from(payload) {
                 m.rtt
                     .record(now_us.saturating_sub(u64::from_be_bytes(sent)));
@@ -539,7 +532,7 @@ fn frame(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<Opti
             c.pings_out = c.pings_out.saturating_sub(1);
             m.pongs += 1;
         }
-        OpCode::Continuation => {}
+        Step::Nothing => {}
     }
     Ok(Some(total))
 }

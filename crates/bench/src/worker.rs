@@ -24,7 +24,7 @@ use crate::check::{SeqChecker, Verdict};
 use crate::proc_stat::own_cpu_seconds;
 use crate::source_ports::SourcePorts;
 use crate::stats::{unix_micros, Buckets, Clumps, Latency};
-use crate::wire::{find, rand16, server_frame, ServerFrame, MAX_HEAD, MAX_HEADERS};
+use crate::wire::{self, find, rand16, Step, MAX_HEAD, MAX_HEADERS};
 
 /// How clients subscribe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -537,33 +537,27 @@ fn handshake_answer(
 
 /// One WebSocket frame from the server; `None` until it is complete.
 fn ws_frame(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usize>, String> {
-    let Some(ServerFrame {
-        opcode,
-        payload,
-        len: total,
-    }) = server_frame(input, MAX_FRAME)?
-    else {
+    let Some((step, total)) = wire::step(input, MAX_FRAME)? else {
         return Ok(None);
     };
-    match opcode {
+    match step {
         // Centrifuge's JSON protocol pings with an empty object and wants one back.
-        OpCode::Text if payload == b"{}" => {
+        Step::Text(b"{}") => {
             let _ = send(c, &masked(OpCode::Text, b"{}"));
         }
         // Centrifuge sends several replies and pushes in one frame, one per line.
-        OpCode::Text if payload.starts_with(b"{") => {
+        Step::Text(payload) if payload.starts_with(b"{") => {
             for line in payload.split(|&b| b == b'\n') {
                 note(c, line, cx);
             }
         }
-        OpCode::Text | OpCode::Binary => note(c, payload, cx),
-        OpCode::Close => return Err("closed by server".into()),
-        OpCode::Ping => {
-            // Answer pings, or the server's idle timeout closes us.
-            let pong = masked(OpCode::Pong, payload);
-            let _ = send(c, &pong);
+        Step::Text(payload) | Step::Binary(payload) => note(c, payload, cx),
+        Step::Closed => return Err("closed by server".into()),
+        Step::Ping(payload) => {
+            let r = rand16();
+            let _ = send(c, &wire::pong(payload, [r[0], r[1], r[2], r[3]]));
         }
-        OpCode::Pong | OpCode::Continuation => {}
+        Step::Pong(_) | Step::Nothing => {}
     }
     Ok(Some(total))
 }
