@@ -2,33 +2,11 @@
 //! (`serve`, `publish`, `cert`) or to the load generator (`bench`). It is the only crate that
 //! links both, so the server library never depends on the bench.
 
-use clap::{Parser, Subcommand};
+mod command;
 
 use clarion::cli::Command as Server;
 use clarion::group::Role;
-
-/// Clarion's whole command line: the server's commands and the load generator.
-#[derive(Debug, Parser)]
-#[command(name = "clarion", version, about = clarion::cli::ABOUT, after_help = clarion::cli::AFTER_HELP)]
-struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// Subcommands.
-// Parsed once at startup; boxing the larger variant would buy nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Subcommand)]
-enum Command {
-    #[command(flatten)]
-    Server(Server),
-    /// Load-test a running server: many connections, every delivery checked (docs/benchmarks.md).
-    Bench(clarion_bench::BenchArgs),
-    /// One load-generating process of `clarion bench` (started by it; reads its job on stdin).
-    #[command(hide = true)]
-    BenchWorker,
-}
+use command::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
     clarion::log::init();
