@@ -1,19 +1,30 @@
 //! `clarion bench`: a load generator that proves Clarion's numbers.
 //!
-//! The coordinator ([`run`]) spreads connections over worker processes ([`worker`]), each bound
-//! to its own loopback source address so no process nears the open-files limit and no address
-//! runs out of ephemeral ports; publishes through the server's API ([`publisher`]); and merges
-//! what the workers measured: every delivery checked ([`check`]), latency histograms and clumps
-//! ([`stats`]), and the server's CPU, memory and kernel socket memory from /proc
-//! ([`proc_stat`]). [`report`] prints the summary and writes the HTML report; [`trust`] says
-//! which figures had too little signal to believe. Both workers speak TLS through
-//! [`tls_client`].
+//! Layout, bottom to top (a file names only files above it in this list; the workspace's
+//! file-cycle test keeps it so):
+//! - what is measured and how it is checked: [`stats`] (latency histograms, clumps, the clock),
+//!   [`check`] (every delivery: missing, duplicated, reordered), [`proc_stat`] (a process's
+//!   CPU and memory, the kernel's socket memory, from /proc);
+//! - what a load connection reads and writes: [`wire`] (answer-head limits, the server-frame
+//!   reader over the tested parser, random keys), [`peer_formats`] (peers' envelopes),
+//!   [`source_ports`] (loopback source addresses and ports), [`tls_client`];
+//! - [`publisher`] (the server's publish API), [`plan`] (the options: what to run) and
+//!   [`scenario`] (the presets' shapes), [`outcome`] and [`million_outcome`] (what a run
+//!   measured);
+//! - the load processes: [`worker`] and [`million_worker`], each many connections on one poll;
+//! - [`report`], [`million_report`] and [`trust`] (text, JSON and HTML, and which figures had
+//!   too little signal to believe);
+//! - the coordinators: [`run`] and [`million`] start the workers, publish and merge what they
+//!   measured.
 
 pub mod check;
 pub mod million;
+pub mod million_outcome;
 pub mod million_report;
 pub mod million_worker;
+pub mod outcome;
 pub mod peer_formats;
+pub mod plan;
 pub mod proc_stat;
 pub mod publisher;
 pub mod report;
@@ -23,6 +34,7 @@ pub mod source_ports;
 pub mod stats;
 pub mod tls_client;
 pub mod trust;
+pub mod wire;
 pub mod worker;
 
-pub use run::BenchArgs;
+pub use plan::BenchArgs;

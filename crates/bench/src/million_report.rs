@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::check::Verdict;
-use crate::million::{CpuSplit, Outcome, Sample};
+use crate::million_outcome::{CpuSplit, Outcome, Sample};
 
 fn mib(b: Option<u64>) -> String {
     b.map_or_else(

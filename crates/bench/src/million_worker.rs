@@ -28,10 +28,12 @@ use clarion_proto::ws::frame::encode_client_frame;
 use clarion_proto::ws::OpCode;
 
 use crate::check::{SeqChecker, Verdict};
+use crate::proc_stat::own_cpu_seconds;
 use crate::source_ports::SourcePorts;
+use crate::stats::unix_micros;
 use crate::stats::{Buckets, Latency};
 use crate::tls_client::{TlsClient, TlsJob, TlsSetup};
-use crate::worker::{own_cpu_seconds, unix_micros, MAX_HEAD, MAX_HEADERS};
+use crate::wire::{self, rand16, Step, MAX_HEAD, MAX_HEADERS};
 
 /// The job line: a single `million` key tells it apart from an ordinary worker's job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -409,7 +411,7 @@ fn drive(
         if c.stream.peer_addr().is_err() {
             return Ok(()); // not connected yet
         }
-        let key = base64::engine::general_purpose::STANDARD.encode(crate::worker::rand16());
+        let key = base64::engine::general_purpose::STANDARD.encode(rand16());
         let request = format!(
             "GET /ws?topic={}&topic={}{} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\n\
              Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n",
@@ -513,23 +515,16 @@ fn consume(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<us
 
 /// One server frame; `None` until it is complete.
 fn frame(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<Option<usize>, String> {
-    let Some(crate::worker::ServerFrame {
-        opcode,
-        payload,
-        len: total,
-    }) = crate::worker::server_frame(input, MAX_FRAME)?
-    else {
+    let Some((step, total)) = wire::step(input, MAX_FRAME)? else {
         return Ok(None);
     };
-    match opcode {
-        OpCode::Text | OpCode::Binary => note(c, payload, now_us, m),
-        OpCode::Close => return Err("closed by server".into()),
-        OpCode::Ping => {
-            let pong =
-                encode_client_frame(OpCode::Pong, payload.get(..125).unwrap_or(payload), mask());
-            let _ = send(c, &pong);
+    match step {
+        Step::Text(payload) | Step::Binary(payload) => note(c, payload, now_us, m),
+        Step::Closed => return Err("closed by server".into()),
+        Step::Ping(payload) => {
+            let _ = send(c, &wire::pong(payload, mask()));
         }
-        OpCode::Pong => {
+        Step::Pong(payload) => {
             if let Ok(sent) = <[u8; 8]>::try_from(payload) {
                 m.rtt
                     .record(now_us.saturating_sub(u64::from_be_bytes(sent)));
@@ -537,7 +532,7 @@ fn frame(c: &mut Conn, input: &[u8], now_us: u64, m: &mut Meters) -> Result<Opti
             c.pings_out = c.pings_out.saturating_sub(1);
             m.pongs += 1;
         }
-        OpCode::Continuation => {}
+        Step::Nothing => {}
     }
     Ok(Some(total))
 }
@@ -569,7 +564,7 @@ fn note(c: &mut Conn, payload: &[u8], now_us: u64, m: &mut Meters) {
 }
 
 fn mask() -> [u8; 4] {
-    let r = crate::worker::rand16();
+    let r = rand16();
     [r[0], r[1], r[2], r[3]]
 }
 

@@ -1,7 +1,7 @@
 //! What other servers wrap a benchmark payload in: a Socket.IO event frame, a Centrifuge push.
 //! The bench reads the payload out of them so peers are measured like Clarion.
 
-use crate::worker::find;
+use crate::wire::find;
 
 /// The payload inside a Socket.IO event frame (`42["NAME","PAYLOAD"]`, what a Socket.IO server
 /// sends for `emit(NAME, PAYLOAD)` over its websocket transport); any other payload as it is.

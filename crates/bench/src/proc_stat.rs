@@ -72,6 +72,11 @@ fn clock_ticks() -> f64 {
     100.0
 }
 
+/// CPU time (user + system) of this process, from /proc.
+pub fn own_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,8 @@ use anyhow::{bail, Context as _};
 use clarion_proto::http1::base_url::parse_base_url;
 use clarion_proto::http1::{parse_response_head, ResponseBody};
 
-use crate::worker::{unix_micros, MAX_HEAD, MAX_HEADERS};
+use crate::stats::unix_micros;
+use crate::wire::{MAX_HEAD, MAX_HEADERS};
 
 /// Where the publish API is: `--api` as `host:port` or `http://host:port[/prefix]`, the same
 /// forms `clarion publish --api` takes (one parser, `clarion_proto::http1::base_url`).

@@ -5,7 +5,8 @@
 
 use std::fmt::Write as _;
 
-use crate::run::{BenchArgs, Outcome, Sample};
+use crate::outcome::{Outcome, Sample};
+use crate::plan::BenchArgs;
 
 const W: f64 = 640.0;
 const H: f64 = 200.0;

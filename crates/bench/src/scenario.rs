@@ -1,6 +1,6 @@
 //! The scenario presets: what `--scenario` sets before the run, unless a flag says otherwise.
 
-use crate::run::{stages, BenchArgs, Scenario};
+use crate::plan::{stages, BenchArgs, Scenario};
 
 pub(crate) fn apply_scenario(a: &mut BenchArgs) {
     match a.scenario {

@@ -47,7 +47,7 @@ impl SourcePorts {
             lo,
             len,
             next: {
-                let r = crate::worker::rand16();
+                let r = crate::wire::rand16();
                 u32::from_le_bytes([r[0], r[1], r[2], r[3]]) % len
             },
         }

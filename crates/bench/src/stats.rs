@@ -2,6 +2,8 @@
 //! bunched together instead of at the rate they were sent (Socket.IO's failure mode in
 //! µWebSockets' Raspberry Pi benchmark).
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +99,13 @@ impl Clumps {
         }
         self.last = Some(at_us);
     }
+}
+
+/// Microseconds since the Unix epoch (publisher and clients share the machine's clock).
+pub fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 #[cfg(test)]

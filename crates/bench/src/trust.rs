@@ -2,7 +2,7 @@
 //! clock ticks of CPU, a few pages of RSS) or on a server that reuses memory an earlier run left
 //! behind is printed with a warning saying why and what to do, instead of as a plain number.
 
-use crate::run::Outcome;
+use crate::outcome::Outcome;
 
 /// A page: the step in which RSS grows.
 const PAGE: f64 = 4096.0;

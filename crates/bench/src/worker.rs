@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use mio::net::TcpStream;
@@ -17,12 +17,14 @@ use mio::{Events, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 
 use clarion_proto::http1::{parse_response_head, ResponseBody};
-use clarion_proto::ws::frame::{encode_client_frame, parse_header};
+use clarion_proto::ws::frame::encode_client_frame;
 use clarion_proto::ws::OpCode;
 
 use crate::check::{SeqChecker, Verdict};
+use crate::proc_stat::own_cpu_seconds;
 use crate::source_ports::SourcePorts;
-use crate::stats::{Buckets, Clumps, Latency};
+use crate::stats::{unix_micros, Buckets, Clumps, Latency};
+use crate::wire::{self, find, rand16, Step, MAX_HEAD, MAX_HEADERS};
 
 /// How clients subscribe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,10 +145,6 @@ struct Conn {
 
 const STDIN: Token = Token(usize::MAX - 1);
 
-/// Most header fields in an answer the bench reads.
-pub(crate) const MAX_HEADERS: usize = 32;
-/// Largest answer head: Clarion's are a few hundred bytes.
-pub(crate) const MAX_HEAD: usize = 16 * 1024;
 /// Largest frame payload accepted from the server: far above any benchmark message, low
 /// enough that a broken length cannot make a connection buffer without bound.
 const MAX_FRAME: u64 = 64 * 1024 * 1024;
@@ -537,64 +535,29 @@ fn handshake_answer(
     Ok(Some(head.head_len))
 }
 
-/// The opcode, payload and length of the complete server frame at the start of `input`, or
-/// `None` until it is complete. Server frames are unmasked (RFC 6455 section 5.1); a masked one
-/// is a broken server.
-pub(crate) fn server_frame(input: &[u8], max: u64) -> Result<Option<ServerFrame<'_>>, String> {
-    let Some(h) = parse_header(input, false, max).map_err(|e| format!("bad frame: {e}"))? else {
-        return Ok(None);
-    };
-    if h.mask.is_some() {
-        return Err("bad frame: masked by the server".into());
-    }
-    let total = usize::try_from(h.payload_len)
-        .ok()
-        .and_then(|n| n.checked_add(h.header_len))
-        .ok_or("bad frame: too long")?;
-    Ok(input.get(h.header_len..total).map(|payload| ServerFrame {
-        opcode: h.opcode,
-        payload,
-        len: total,
-    }))
-}
-
-/// A complete frame from the server.
-pub(crate) struct ServerFrame<'a> {
-    pub(crate) opcode: OpCode,
-    pub(crate) payload: &'a [u8],
-    /// Bytes it took, header included.
-    pub(crate) len: usize,
-}
-
 /// One WebSocket frame from the server; `None` until it is complete.
 fn ws_frame(c: &mut Conn, input: &[u8], cx: &mut Cx<'_>) -> Result<Option<usize>, String> {
-    let Some(ServerFrame {
-        opcode,
-        payload,
-        len: total,
-    }) = server_frame(input, MAX_FRAME)?
-    else {
+    let Some((step, total)) = wire::step(input, MAX_FRAME)? else {
         return Ok(None);
     };
-    match opcode {
+    match step {
         // Centrifuge's JSON protocol pings with an empty object and wants one back.
-        OpCode::Text if payload == b"{}" => {
+        Step::Text(b"{}") => {
             let _ = send(c, &masked(OpCode::Text, b"{}"));
         }
         // Centrifuge sends several replies and pushes in one frame, one per line.
-        OpCode::Text if payload.starts_with(b"{") => {
+        Step::Text(payload) if payload.starts_with(b"{") => {
             for line in payload.split(|&b| b == b'\n') {
                 note(c, line, cx);
             }
         }
-        OpCode::Text | OpCode::Binary => note(c, payload, cx),
-        OpCode::Close => return Err("closed by server".into()),
-        OpCode::Ping => {
-            // Answer pings, or the server's idle timeout closes us.
-            let pong = masked(OpCode::Pong, payload);
-            let _ = send(c, &pong);
+        Step::Text(payload) | Step::Binary(payload) => note(c, payload, cx),
+        Step::Closed => return Err("closed by server".into()),
+        Step::Ping(payload) => {
+            let r = rand16();
+            let _ = send(c, &wire::pong(payload, [r[0], r[1], r[2], r[3]]));
         }
-        OpCode::Pong | OpCode::Continuation => {}
+        Step::Pong(_) | Step::Nothing => {}
     }
     Ok(Some(total))
 }
@@ -697,34 +660,6 @@ fn masked(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
     let r = rand16();
     let mask = [r[0], r[1], r[2], r[3]];
     encode_client_frame(opcode, payload.get(..125).unwrap_or(payload), mask)
-}
-
-pub(crate) fn rand16() -> [u8; 16] {
-    let mut x = unix_micros() ^ u64::from(std::process::id()).rotate_left(32);
-    let mut out = [0u8; 16];
-    for b in &mut out {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
-    out
-}
-
-pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Microseconds since the Unix epoch (publisher and clients share the machine's clock).
-pub fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
-
-/// CPU time (user + system) of this process, from /proc.
-pub fn own_cpu_seconds() -> f64 {
-    crate::proc_stat::cpu_seconds(std::process::id()).unwrap_or(0.0)
 }
 
 #[cfg(test)]

@@ -11,17 +11,19 @@ use clap::{Arg, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{Config, ConfigError, SETTINGS};
 
-/// Clarion: a lean realtime push server.
+/// `clarion --help`'s first paragraph (the binary's command line, which adds `bench`, says it too).
+pub const ABOUT: &str = "Clarion: a lean realtime push server. Clients subscribe to topics over \
+                         WebSocket, Server-Sent Events, HTTP streaming or long-polling (plain or \
+                         TLS); backends publish over an HTTP API (or `clarion publish`); a GRIP \
+                         proxy mode stands in for Pushpin.";
+
+/// `clarion --help`'s last paragraph.
+pub const AFTER_HELP: &str = "Start with `clarion serve`, then `clarion publish TOPIC MESSAGE`. \
+                              Settings: `clarion serve --help` and docs/configuration.md.";
+
+/// Clarion's server commands. The `clarion` binary adds `bench` beside them.
 #[derive(Debug, Parser)]
-#[command(
-    name = "clarion",
-    version,
-    about = "Clarion: a lean realtime push server. Clients subscribe to topics over WebSocket, \
-             Server-Sent Events, HTTP streaming or long-polling (plain or TLS); backends publish \
-             over an HTTP API (or `clarion publish`); a GRIP proxy mode stands in for Pushpin.",
-    after_help = "Start with `clarion serve`, then `clarion publish TOPIC MESSAGE`. Settings: \
-                  `clarion serve --help` and docs/configuration.md."
-)]
+#[command(name = "clarion", version, about = ABOUT, after_help = AFTER_HELP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -40,20 +42,16 @@ pub enum Command {
     /// Make certificates: `clarion cert --dev` writes a local CA and a certificate for
     /// localhost, for trying https:// and wss:// on this machine.
     Cert(CertArgs),
-    /// Load-test a running server: many connections, every delivery checked (docs/benchmarks.md).
-    Bench(clarion_bench::BenchArgs),
-    /// One load-generating process of `clarion bench` (started by it; reads its job on stdin).
-    #[command(hide = true)]
-    BenchWorker,
 }
 
 /// Parses the command line, or prints why it cannot and exits (status 2). A bad value that
 /// came from a `CLARION_*` variable is blamed on the variable: the user never typed the flag.
-pub fn parse() -> Cli {
+/// `C` is the whole command line: [`Cli`], or the binary's, which adds `bench` to it.
+pub fn parse<C: Parser>() -> C {
     let args: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    match Cli::try_parse_from(&args) {
+    match C::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => match blame_variable(&e, &args, |name| std::env::var_os(name).is_some()) {
             Some(message) => {

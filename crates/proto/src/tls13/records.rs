@@ -12,6 +12,7 @@
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
 
+pub use super::alert::RecordError;
 use super::alert::{Alert, AlertDescription};
 use super::keys::{CipherSuite, KeyError, KeySchedule, TrafficKey, IV_LEN};
 use super::limits::{KeyLimits, Usage};
@@ -19,78 +20,6 @@ use super::wire::{
     split_inner, ContentType, HandshakeType, KeyUpdateRequest, RecordHeader, HEADER_LEN,
     KEY_UPDATE_LEN, MAX_PLAINTEXT, TAG_LEN,
 };
-
-/// Why a connection's records could not be read or written; each maps to the fatal alert
-/// we send ([`RecordError::alert`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum RecordError {
-    /// A record failed authentication (tampered, or not from this connection), or is too
-    /// short to carry a tag.
-    #[error("bad record MAC")]
-    BadMac,
-    /// A record longer than TLS allows (§5.2, §5.4).
-    #[error("record overflow")]
-    Overflow,
-    /// A record of a type TLS 1.3 does not allow here (§5): anything but application data
-    /// outside the encryption, or an undefined type inside it.
-    #[error("unexpected record type {0}")]
-    UnexpectedType(u8),
-    /// A record header whose version is not TLS's at all.
-    #[error("not a TLS record")]
-    NotTls,
-    /// A protected record with no non-zero byte, hence no content type (§5.4).
-    #[error("record without a content type")]
-    NoContentType,
-    /// An alert record that is not exactly one alert (§5.1).
-    #[error("malformed alert")]
-    BadAlert,
-    /// A post-handshake message other than KeyUpdate (we neither request certificates nor
-    /// accept tickets), a zero-length handshake record, a KeyUpdate not at the end of its
-    /// record, or another record type between the fragments of a message (§5.1).
-    #[error("unexpected handshake message")]
-    UnexpectedHandshake,
-    /// A KeyUpdate whose length is not 1 (`decode_error`).
-    #[error("malformed key update")]
-    BadKeyUpdateLength,
-    /// A KeyUpdate whose request is neither 0 nor 1 (§4.6.3: `illegal_parameter`).
-    #[error("key update with an illegal request value")]
-    BadKeyUpdate,
-    /// The peer kept using a key past its §5.5 limit instead of updating it.
-    #[error("the peer's key is past its usage limit")]
-    PeerKeyExhausted,
-    /// The peer sent an alert other than close_notify.
-    #[error("alert from the peer: {:?}", .0.description)]
-    PeerAlert(Alert),
-    /// The next keys could not be derived.
-    #[error("key update failed: {0}")]
-    KeyUpdate(KeyError),
-    /// Our sending key has no room left for this record under its §5.5 limit (reached only
-    /// after a failed key update: the writer updates long before).
-    #[error("our sending key is at its usage limit")]
-    KeyExhausted,
-}
-
-impl RecordError {
-    /// The alert to send for this error (none for an alert the peer sent).
-    pub fn alert(&self) -> Option<Alert> {
-        use AlertDescription as D;
-        let description = match self {
-            RecordError::BadMac => D::BadRecordMac,
-            RecordError::Overflow => D::RecordOverflow,
-            RecordError::UnexpectedType(_)
-            | RecordError::NoContentType
-            | RecordError::UnexpectedHandshake
-            | RecordError::PeerKeyExhausted => D::UnexpectedMessage,
-            RecordError::NotTls | RecordError::BadAlert | RecordError::BadKeyUpdateLength => {
-                D::DecodeError
-            }
-            RecordError::BadKeyUpdate => D::IllegalParameter,
-            RecordError::KeyUpdate(_) | RecordError::KeyExhausted => D::InternalError,
-            RecordError::PeerAlert(_) => return None,
-        };
-        Some(Alert::fatal(description))
-    }
-}
 
 /// What reading records produced besides plaintext.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! and the inner plaintext's content type and zero padding (§5.4), plus the one
 //! post-handshake message this layer handles, KeyUpdate (§4.6.3). No cryptography here.
 
-use super::records::RecordError;
+use super::alert::RecordError;
 
 /// Bytes in a record header: type, legacy version, length.
 pub const HEADER_LEN: usize = 5;

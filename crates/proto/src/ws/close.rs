@@ -1,6 +1,6 @@
 //! Close codes (RFC 6455 section 7.4) and Close frame payloads (section 5.5.1).
 
-use super::frame::{encode_header, OpCode};
+use super::frame::{encode_header, FrameError, OpCode};
 
 /// A WebSocket close status code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +153,16 @@ pub fn encode_close_frame(code: CloseCode, reason: &str) -> Vec<u8> {
     out
 }
 
+impl FrameError {
+    /// The close code that fails the connection for this error.
+    pub fn close_code(&self) -> CloseCode {
+        match self {
+            FrameError::TooBig => CloseCode::TooBig,
+            _ => CloseCode::Protocol,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +227,11 @@ mod tests {
             .flatten()
             .map(|(_, r)| r.len());
         assert_eq!(reason, Some(122));
+    }
+
+    #[test]
+    fn frame_errors_fail_with_their_close_code() {
+        assert_eq!(FrameError::TooBig.close_code(), CloseCode::TooBig);
+        assert_eq!(FrameError::Unmasked.close_code(), CloseCode::Protocol);
     }
 }

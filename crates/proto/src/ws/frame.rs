@@ -4,8 +4,6 @@
 //! it are present: a 10 GB length is refused right after the length field, not after the server
 //! has tried to buffer it.
 
-use super::close::CloseCode;
-
 /// Frame opcodes defined by RFC 6455. The others (3-7, 0xB-0xF) are reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -85,16 +83,6 @@ pub enum FrameError {
     /// A payload larger than the limit.
     #[error("message too big")]
     TooBig,
-}
-
-impl FrameError {
-    /// The close code that fails the connection for this error.
-    pub fn close_code(&self) -> CloseCode {
-        match self {
-            FrameError::TooBig => CloseCode::TooBig,
-            _ => CloseCode::Protocol,
-        }
-    }
 }
 
 /// Parses a frame header at the start of `buf`; `Ok(None)` if more bytes are needed. Any RSV
@@ -353,8 +341,6 @@ mod tests {
         for (buf, err) in cases {
             assert_eq!(parse_header(buf, true, MAX), Err(*err), "{buf:?}");
         }
-        assert_eq!(FrameError::TooBig.close_code(), CloseCode::TooBig);
-        assert_eq!(FrameError::Unmasked.close_code(), CloseCode::Protocol);
     }
 
     #[test]

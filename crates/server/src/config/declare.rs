@@ -389,7 +389,7 @@ impl TomlValue for Vec<crate::tls::CertFiles> {
 
 /// The marker before the generated table in `docs/configuration.md`.
 pub const TABLE_BEGIN: &str = "<!-- settings table: generated from crates/server/src/config/mod.rs; \
-                               regenerate with `UPDATE_DOCS=1 cargo test -p clarion --lib config` -->";
+                               regenerate with `UPDATE_DOCS=1 cargo test -p clarion-server --lib config` -->";
 /// The marker after it.
 pub const TABLE_END: &str = "<!-- end of settings table -->";
 
@@ -453,7 +453,7 @@ mod tests {
         panic!(
             "docs/configuration.md's settings table differs from the declarations in \
              crates/server/src/config/mod.rs.\nRegenerate it with \
-             `UPDATE_DOCS=1 cargo test -p clarion --lib config`; the table should read:\n\n\
+             `UPDATE_DOCS=1 cargo test -p clarion-server --lib config`; the table should read:\n\n\
              {expected}"
         );
     }

@@ -22,55 +22,6 @@ use super::socket::Socket;
 use super::state::State;
 use super::tls::{Session, MAX_RECORD};
 
-/// The permessage-deflate parameters of one connection, packed into one byte so that
-/// negotiating compression costs an idle connection nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Ext(u8);
-
-impl Ext {
-    const WINDOW: u8 = 0b0000_0111;
-    const CLIENT_CONTEXT: u8 = 0b0000_1000;
-    const SMALL_SERVER_WINDOW: u8 = 0b0001_0000;
-    const DEDICATED: u8 = 0b0010_0000;
-
-    /// Packs what was agreed.
-    pub fn new(a: &clarion_proto::ws::deflate::Agreed) -> Ext {
-        let mut v = a.client_max_window_bits.clamp(8, 15) - 8;
-        if !a.client_no_context_takeover {
-            v |= Self::CLIENT_CONTEXT;
-        }
-        if a.server_max_window_bits < 15 {
-            v |= Self::SMALL_SERVER_WINDOW;
-        }
-        if !a.server_no_context_takeover {
-            v |= Self::DEDICATED;
-        }
-        Ext(v)
-    }
-
-    /// The client's LZ77 window, 8 to 15 bits: what its inflater needs.
-    pub fn client_window_bits(self) -> u8 {
-        8 + (self.0 & Self::WINDOW)
-    }
-
-    /// The client compresses with context carried between messages: its inflater must live
-    /// as long as the connection (once it sends a compressed message).
-    pub fn client_keeps_context(self) -> bool {
-        self.0 & Self::CLIENT_CONTEXT != 0
-    }
-
-    /// The client limited the server's window below 15 bits: use the 9-bit encodings, which are
-    /// valid for any limit from 9 up.
-    pub fn small_server_window(self) -> bool {
-        self.0 & Self::SMALL_SERVER_WINDOW != 0
-    }
-
-    /// The server keeps compression context for this connection (dedicated mode).
-    pub fn dedicated(self) -> bool {
-        self.0 & Self::DEDICATED != 0
-    }
-}
-
 /// The topics a connection subscribes to, as ids in its worker's topic index. Most push clients
 /// follow exactly one topic, so one id is stored inline and only more than one allocates.
 #[derive(Debug, Default)]

@@ -14,7 +14,7 @@ use super::socket::Socket;
 use super::state::{Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
-use crate::worker::transport::poll::messages_body;
+use crate::worker::transport::poll::{advance_cursor, messages_body};
 
 impl<S: Socket> Engine<S> {
     /// Writes every message waiting in the inbox to its local subscribers.
@@ -169,22 +169,6 @@ impl<S: Socket> Engine<S> {
 pub(crate) fn fanout_start(turn: u32, len: usize) -> usize {
     let frac = u64::from(turn.wrapping_mul(0x9E37_79B9));
     ((frac * len as u64) >> 32) as usize
-}
-
-/// A per-topic cursor (`topic:EPOCH-SEQ,...`, what a clustered broker gives a subscription to
-/// several topics) with `topic`'s entry moved to `id`; `None` for a plain one-id cursor.
-pub(crate) fn advance_cursor(cursor: &str, topic: &str, id: &str) -> Option<String> {
-    if !cursor.contains(',') {
-        return None;
-    }
-    let entries: Vec<String> = cursor
-        .split(',')
-        .map(|e| match e.rsplit_once(':') {
-            Some((t, _)) if t == topic => format!("{t}:{id}"),
-            _ => e.to_owned(),
-        })
-        .collect();
-    Some(entries.join(","))
 }
 
 /// What a subscriber gets of each message.

@@ -97,9 +97,24 @@ pub(crate) fn poll_body(sub: &Subscribed) -> Vec<u8> {
     let mut cursor = sub.position.clone();
     for m in &sub.replay {
         // A per-topic cursor (several topics of a clustered broker) moves one topic at a time.
-        cursor = crate::worker::deliver::advance_cursor(&cursor, &m.topic, &m.id_string())
-            .unwrap_or_else(|| m.id_string());
+        cursor = advance_cursor(&cursor, &m.topic, &m.id_string()).unwrap_or_else(|| m.id_string());
     }
     let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
     messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
+}
+
+/// A per-topic cursor (`topic:EPOCH-SEQ,...`, what a clustered broker gives a subscription to
+/// several topics) with `topic`'s entry moved to `id`; `None` for a plain one-id cursor.
+pub(crate) fn advance_cursor(cursor: &str, topic: &str, id: &str) -> Option<String> {
+    if !cursor.contains(',') {
+        return None;
+    }
+    let entries: Vec<String> = cursor
+        .split(',')
+        .map(|e| match e.rsplit_once(':') {
+            Some((t, _)) if t == topic => format!("{t}:{id}"),
+            _ => e.to_owned(),
+        })
+        .collect();
+    Some(entries.join(","))
 }

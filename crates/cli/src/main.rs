@@ -1,19 +1,27 @@
-//! The `clarion` binary: parses the command line and hands over to the library.
+//! The `clarion` binary: parses the command line and hands over to the server library
+//! (`serve`, `publish`, `cert`) or to the load generator (`bench`). It is the only crate that
+//! links both, so the server library never depends on the bench.
 
-use clarion::cli::Command;
+mod command;
+
+use clarion::cli::Command as Server;
 use clarion::group::Role;
+use command::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
     clarion::log::init();
-    let cli = clarion::cli::parse();
-    if matches!(cli.command, Command::Serve(_) | Command::Publish(_)) {
+    let cli: Cli = clarion::cli::parse();
+    if matches!(
+        cli.command,
+        Command::Server(Server::Serve(_) | Server::Publish(_))
+    ) {
         let names = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned());
         for warning in clarion::config::env::unknown_variables(names) {
             clarion::log::warn(format_args!("{warning}"));
         }
     }
     let result = match &cli.command {
-        Command::Serve(args) => args
+        Command::Server(Server::Serve(args)) => args
             .resolve()
             .map_err(anyhow::Error::from)
             .and_then(|config| match Role::of(&config)? {
@@ -21,8 +29,8 @@ fn main() -> std::process::ExitCode {
                 Role::Supervisor => clarion::group::supervise(config),
                 Role::Member(member) => clarion::server::run_member(config, member),
             }),
-        Command::Publish(args) => clarion::publish::run(args),
-        Command::Cert(args) => args.run(),
+        Command::Server(Server::Publish(args)) => clarion::publish::run(args),
+        Command::Server(Server::Cert(args)) => args.run(),
         Command::Bench(args) => clarion_bench::run::main(args.clone()),
         Command::BenchWorker => clarion_bench::worker::main(),
     };
