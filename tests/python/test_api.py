@@ -3,6 +3,7 @@
 import base64
 import json
 import socket
+import time
 
 import pytest
 
@@ -108,3 +109,23 @@ def test_api_key(start_server):
     assert server.request("POST", "/publish/t", b"x", {"Authorization": "Bearer s3cret"})[0] == 200
     # Health checks stay open to probes.
     assert server.request("GET", "/healthz")[0] == 200
+
+
+def test_metrics_auth_puts_metrics_behind_the_key_or_an_admin_token(start_server):
+    import jwt
+
+    secret = "metrics-auth-secret-of-32-bytes!!"
+    open_server = start_server("--api-key", "k")
+    assert open_server.request("GET", "/metrics")[0] == 200
+    s = start_server("--api-key", "k", "--metrics-auth", "--auth-secret", secret)
+    status, _, body = s.request("GET", "/metrics")
+    assert status == 401 and b"metrics_auth" in body, body
+    assert s.request("GET", "/metrics", headers={"Authorization": "Bearer wrong"})[0] == 401
+    assert s.request("GET", "/metrics", headers={"Authorization": "Bearer k"})[0] == 200
+    exp = int(time.time()) + 60
+    admin = jwt.encode({"exp": exp, "clarion": {"admin": True}}, secret)
+    user = jwt.encode({"exp": exp, "clarion": {"subscribe": ["*"]}}, secret)
+    assert s.request("GET", "/metrics", headers={"Authorization": f"Bearer {admin}"})[0] == 200
+    assert s.request("GET", "/metrics", headers={"Authorization": f"Bearer {user}"})[0] == 401
+    # /healthz stays open for load balancers.
+    assert s.request("GET", "/healthz")[0] == 200

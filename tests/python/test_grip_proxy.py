@@ -653,3 +653,77 @@ def test_shutdown_ends_streams_and_answers_polls(proxy, backend):
     status, _, body = poll.response()
     assert (status, body) == (200, b"timeout body\n")
     assert server.proc.wait(timeout=15) == 0
+
+
+FORGED = {
+    "Meta-User": "admin",
+    "Meta_Role": "root",
+    "Connection-Id": "victim-conn-42",
+    "Connection_Id": "victim-conn-43",
+    "Grip_Sig": "forged-sig",
+    "Grip-Last": "forged-last",
+}
+
+
+def test_a_client_cannot_forge_what_clarion_tells_the_backend(proxy, backend):
+    # Every request the backend gets, with every header value (duplicates included).
+    got = []
+
+    def recorded(route):
+        def handle(h, body):
+            got.append((h.path, body, list(h.headers.items())))
+            return route(h, body)
+
+        return handle
+
+    backend.routes["/app/ws"] = recorded(
+        ws_backend(backend, extra_headers={"Set-Meta-User": "alice"}, on_text=lambda t: [("TEXT", b"m:ok")])
+    )
+    backend.routes["/app/plain"] = recorded(lambda h, body: (200, {}, b"plain"))
+    server = proxy()
+
+    async def run():
+        headers = {**FORGED, "Content-Type": "text/evil", "Accept": "evil/accept"}
+        async with connect(f"ws://{server.clients}/app/ws/room", additional_headers=headers) as ws:
+            assert await ws.recv() == "welcome"
+            await ws.send("hi")
+            assert await asyncio.wait_for(ws.recv(), 5) == "ok"
+
+    asyncio.run(run())
+    backend.wait_for(lambda m, p, h, b: p == "/app/ws/room" and (b"CLOSE" in b or b"DISCONNECT" in b))
+    raw = Raw(server)
+    raw.send(
+        b"GET /app/plain HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(f"{k}: {v}\r\n".encode() for k, v in FORGED.items())
+        + b"Content-Type: text/mine\r\nContent-Length: 0\r\n\r\n"
+    )
+    assert raw.response()[0] == 200
+    raw.close()
+
+    bridge = [r for r in got if r[0] == "/app/ws/room"]
+    plain = [r for r in got if r[0] == "/app/plain"]
+    assert len(bridge) >= 3 and len(plain) == 1, [(p, b) for p, b, _ in got]
+    for path, body, items in got:
+        values = [v for _, v in items]
+        for forged in FORGED.values():
+            assert forged not in values, (path, body, items)
+        names = [k.lower().replace("_", "-") for k, _ in items]
+        assert names.count("connection-id") == (1 if path == "/app/ws/room" else 0), items
+        assert names.count("content-type") <= 1, items
+    for _, _, items in bridge:
+        h = dict((k.lower(), v) for k, v in items)
+        assert h["content-type"] == h["accept"] == "application/websocket-events", items
+        assert h.get("meta-user") in (None, "alice"), items
+    assert dict((k.lower(), v) for k, v in plain[0][2])["content-type"] == "text/mine"
+
+
+def test_two_host_headers_are_refused(proxy, backend):
+    server = proxy()
+    for addr in (server.clients, server.api):
+        host, port = addr.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(b"GET /app/x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+            answer = s.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        assert b"more than one Host header field" in answer, answer
+    assert not [r for r in backend.seen if r[1] == "/app/x"]

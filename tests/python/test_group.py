@@ -279,3 +279,16 @@ def test_a_publish_on_the_group_api_reaches_subscribers_on_every_process(group):
         sock.close()
     delivered = group.metrics()["clarion_messages_delivered_total"]
     assert delivered == 45, delivered
+
+
+def test_metrics_auth_covers_the_group_and_the_scrape_still_works(start_server, broker):
+    server = start_server("--processes", 2, "--broker", broker, "--api-key", "k", "--metrics-auth")
+    assert wait_for(lambda: group_healthy(server, 2)), server.request("GET", "/healthz")
+    assert server.request("GET", "/metrics")[0] == 401
+    status, _, body = server.request("GET", "/metrics", headers={"Authorization": "Bearer k"})
+    assert status == 200, body
+    text = body.decode()
+    assert "clarion_group_processes 2" in text, text[:500]
+    assert text.count('clarion_group_node_up{node="') == 2 and ' 0\n' not in "".join(
+        line + "\n" for line in text.splitlines() if line.startswith("clarion_group_node_up")
+    ), text

@@ -450,6 +450,16 @@ fn dispatch(
             };
             Answer::new(status, "text/plain; charset=utf-8", text)
         }
+        ("GET", "/metrics")
+            if shared.config.metrics_auth
+                && !matches!(scope, Scope::Node)
+                && !admin_ok(req.authorization.as_deref(), shared) =>
+        {
+            Answer::error(
+                401,
+                "/metrics needs the API key or an admin token (metrics_auth is on)",
+            )
+        }
         ("GET", "/metrics") => Answer::new(
             200,
             "text/plain; version=0.0.4; charset=utf-8",

@@ -249,12 +249,18 @@ fn malformed_tokens_and_bad_grants_are_refused() {
         ver.verify(&[0xff, b'.', b'.'], NOW),
         Err(TokenError::Malformed)
     );
-    let crit = hs_token(
+    for header in [
         r#"{"alg":"HS256","crit":["x"]}"#,
-        r#"{"exp":4102444800}"#,
-        b"current-secret",
-    );
-    assert_eq!(ver.verify(crit.as_bytes(), NOW), Err(TokenError::Malformed));
+        r#"{"alg":"HS256","crit":null}"#,
+        r#"{"alg":"HS256","crit":[]}"#,
+    ] {
+        let crit = hs_token(header, r#"{"exp":4102444800}"#, b"current-secret");
+        assert_eq!(
+            ver.verify(crit.as_bytes(), NOW),
+            Err(TokenError::Malformed),
+            "{header}"
+        );
+    }
     let mut open = hs();
     open.audience = None;
     open.issuer = None;

@@ -51,8 +51,15 @@ struct Header<'a> {
     alg: &'a str,
     #[serde(default)]
     kid: Option<String>,
-    #[serde(default)]
-    crit: Option<serde_json::Value>,
+    /// Whether the header names `crit` at all: `"crit": null` is refused like any other value
+    /// (an `Option` would read it as absent).
+    #[serde(default, deserialize_with = "present")]
+    crit: bool,
+}
+
+/// True for a field that is present, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(|_| true)
 }
 
 /// A NumericDate: RFC 7519 allows fractions; they are truncated.
@@ -127,7 +134,7 @@ impl Verifier {
         if header.alg != self.algorithm.name() {
             return Err(TokenError::Algorithm);
         }
-        if header.crit.is_some() {
+        if header.crit {
             // RFC 7515 §4.1.11: extensions this verifier does not understand.
             return Err(TokenError::Malformed);
         }

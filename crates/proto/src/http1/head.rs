@@ -78,13 +78,17 @@ pub enum HeadError {
     /// A transfer coding other than `chunked`.
     #[error("unsupported transfer coding")]
     UnsupportedTransferEncoding,
+    /// More than one `Host` field (RFC 9112 section 3.2: answered 400), which two servers on
+    /// the path could read differently.
+    #[error("more than one Host header field")]
+    DuplicateHost,
 }
 
 impl HeadError {
     /// The HTTP status that answers this error.
     pub fn status(&self) -> u16 {
         match self {
-            HeadError::Malformed | HeadError::BadContentLength => 400,
+            HeadError::Malformed | HeadError::BadContentLength | HeadError::DuplicateHost => 400,
             HeadError::RequestLineTooLong => 414,
             HeadError::HeadTooLarge | HeadError::TooManyHeaders => 431,
             HeadError::UnsupportedVersion => 505,
@@ -150,6 +154,13 @@ pub fn parse_head<'a>(
     else {
         return Err(HeadError::Malformed);
     };
+    let hosts = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"));
+    if hosts.count() > 1 {
+        return Err(HeadError::DuplicateHost);
+    }
     let headers = req.headers.iter().map(|h| (h.name, h.value)).collect();
     Ok(Some(RequestHead {
         method,
@@ -320,6 +331,18 @@ mod tests {
         assert!(!h.has_token("connection", "close"));
         assert!(h.keep_alive());
         assert_eq!(h.body(), Ok(Body::None));
+    }
+
+    #[test]
+    fn two_host_fields_are_refused() {
+        for s in [
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\nhOST: a\r\n\r\n",
+        ] {
+            assert_eq!(parse(s).err(), Some(HeadError::DuplicateHost), "{s:?}");
+        }
+        assert_eq!(HeadError::DuplicateHost.status(), 400);
+        assert!(parse("GET / HTTP/1.1\r\nHost: a\r\nX-Host: b\r\n\r\n").is_ok());
     }
 
     #[test]

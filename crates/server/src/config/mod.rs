@@ -261,6 +261,14 @@ settings! {
     /// Seconds of once-a-second samples the dashboard keeps for its plots, so a page opened
     /// now shows the last minutes at once (about 100 bytes a sample). At least 10.
     dashboard_window: u64 = 600, flag "Seconds of history the dashboard's plots show";
+    /// Require the API key (or a token whose `clarion` claim has `"admin": true`) for
+    /// `GET /metrics`, as for the dashboard. Off by default so that a Prometheus on the same
+    /// private network scrapes without credentials; turn it on when the API listener is
+    /// reachable by people who should not see what `/metrics` shows: connection and topic
+    /// counts, message rates, node names, hook and webhook outcomes (never topic names,
+    /// message contents or tokens). A group's per-process listeners (loopback, ephemeral
+    /// ports, scraped by the group) answer without it.
+    metrics_auth: bool = false, switch "Require the API key or an admin token for /metrics";
     // # auth: JWT authentication and topic permissions (docs/auth.md).
     /// JWT authentication (see [auth.md](auth.md)): the HS256 secret tokens are signed with.
     /// Setting it (or `auth_public_key` or `auth_jwks`) turns authentication on: topics not

@@ -55,12 +55,42 @@ pub(crate) struct Waiting {
 }
 
 /// Client headers never forwarded: hop-by-hop ones (including those the request's `Connection`
-/// names), the body framing (set again), and any `Grip-Sig` a client made up.
-pub(crate) fn forwardable(hop: &HopByHop<'_>, name: &str) -> bool {
+/// names), the body framing (set again), the fields Clarion writes on the same request
+/// (`ours`), and every field that carries identity or instructions between Clarion and the
+/// backend (see [`is_ours_to_set`]).
+pub(crate) fn forwardable(hop: &HopByHop<'_>, name: &str, ours: &[(&str, &str)]) -> bool {
     hop.forwards(name)
         && !name.eq_ignore_ascii_case("content-length")
         && !name.eq_ignore_ascii_case("host")
-        && !name.eq_ignore_ascii_case("grip-sig")
+        && !is_ours_to_set(name)
+        && !ours.iter().any(|(n, _)| same_field(n, name))
+}
+
+/// Fields only Clarion may send a backend: `Meta-*` (a WebSocket-over-HTTP connection's meta),
+/// `Connection-Id`, `Grip-*` (`Grip-Sig` proves the request came through Clarion). A backend
+/// that takes the first of two values, or a framework that reads `Meta_User` as `Meta-User`
+/// (CGI, WSGI and Rack turn both into `HTTP_META_USER`), would otherwise let a client speak
+/// for Clarion; so the underscore spellings go too.
+fn is_ours_to_set(name: &str) -> bool {
+    let starts = |prefix: &str| {
+        name.len() > prefix.len()
+            && name
+                .get(..prefix.len())
+                .is_some_and(|p| same_field(p, prefix))
+    };
+    starts("meta-") || starts("grip-") || same_field(name, "connection-id")
+}
+
+/// Whether two field names are the same once case and `_`/`-` are ignored.
+fn same_field(a: &str, b: &str) -> bool {
+    let norm = |c: u8| {
+        if c == b'_' {
+            b'-'
+        } else {
+            c.to_ascii_lowercase()
+        }
+    };
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| norm(x) == norm(y))
 }
 
 impl<S: Socket> Engine<S> {
@@ -154,7 +184,7 @@ impl<S: Socket> Engine<S> {
         let request_start = |method: &str, extra: &[(&str, &str)]| {
             let mut out = Vec::with_capacity(512);
             http1::write_request_line(&mut out, method, &path, Version::Http11)?;
-            write_client_headers(&mut out, head, host_header, &client_ip, scheme)?;
+            write_client_headers(&mut out, head, host_header, &client_ip, scheme, extra)?;
             for (name, value) in extra {
                 http1::write_header(&mut out, name, value.as_bytes())?;
             }
@@ -565,6 +595,7 @@ fn write_client_headers(
     host: &str,
     client_ip: &str,
     scheme: &str,
+    ours: &[(&str, &str)],
 ) -> Result<(), HeadWriteError> {
     http1::write_header(out, "Host", host.as_bytes())?;
     let hop = HopByHop::new(&head.headers);
@@ -578,7 +609,7 @@ fn write_client_headers(
         ]
         .iter()
         .any(|h| name.eq_ignore_ascii_case(h));
-        if forwardable(&hop, name) && !replaced {
+        if forwardable(&hop, name, ours) && !replaced {
             http1::write_header(out, name, String::from_utf8_lossy(value).as_bytes())?;
         }
     }
@@ -606,7 +637,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let mut out = Vec::new();
-        write_client_headers(&mut out, &head, "back", "127.0.0.1", "http").unwrap();
+        write_client_headers(&mut out, &head, "back", "127.0.0.1", "http", &[]).unwrap();
         assert_eq!(
             out,
             b"Host: back\r\nX-Kept: k\r\nX-Forwarded-For: 10.0.0.1, 127.0.0.1\r\n\
@@ -615,9 +646,50 @@ mod tests {
         // A host_header that would inject a header is refused, not written.
         let mut out = Vec::new();
         assert_eq!(
-            write_client_headers(&mut out, &head, "back\r\nX-Evil: 1", "127.0.0.1", "http"),
+            write_client_headers(
+                &mut out,
+                &head,
+                "back\r\nX-Evil: 1",
+                "127.0.0.1",
+                "http",
+                &[]
+            ),
             Err(HeadWriteError::Value)
         );
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_client_cannot_speak_for_clarion() {
+        let raw = b"GET /ws HTTP/1.1\r\nHost: front\r\nMeta-User: admin\r\nmeta_role: root\r\n\
+                    Connection-Id: victim-42\r\nConnection_ID: victim-43\r\nGrip_Sig: forged\r\n\
+                    grip-last: x\r\nContent-Type: text/evil\r\nAccept: a/b\r\n\
+                    Metadata: kept\r\nX-Meta-Kept: k\r\n\r\n";
+        let head = http1::parse_head(raw, &http1::HeadLimits::default())
+            .unwrap()
+            .unwrap();
+        // What a WebSocket-over-HTTP request writes itself goes out once, with its value.
+        let ours = [
+            ("Connection-Id", "real"),
+            ("Content-Type", "application/websocket-events"),
+            ("Accept", "application/websocket-events"),
+        ];
+        let mut out = Vec::new();
+        write_client_headers(&mut out, &head, "back", "127.0.0.1", "http", &ours).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "Host: back\r\nMetadata: kept\r\nX-Meta-Kept: k\r\nX-Forwarded-For: 127.0.0.1\r\n\
+             X-Forwarded-Proto: http\r\nGrip-Feature: status\r\n"
+        );
+        // A plain forwarded request keeps the client's own Content-Type and Accept.
+        let mut out = Vec::new();
+        write_client_headers(&mut out, &head, "back", "127.0.0.1", "http", &[]).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("Content-Type: text/evil\r\nAccept: a/b\r\n"),
+            "{out}"
+        );
+        assert!(!out.to_ascii_lowercase().contains("meta-user") && !out.contains("meta_role"));
+        assert!(!out.contains("victim") && !out.contains("forged") && !out.contains("grip-last"));
     }
 }
