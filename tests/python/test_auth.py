@@ -419,3 +419,48 @@ def test_websocket_warned_refreshed_then_closed_4001(start_server):
         assert e.value.response.status_code == 401
 
     asyncio.run(run())
+
+
+def test_the_token_cookie_is_refused_from_another_sites_page(start_server):
+    """Cross-site WebSocket hijacking: a page on evil.example opens a WebSocket to Clarion and
+    the browser attaches the user's cookie. Only the server's own origin and allowed_origins
+    may use the cookie; tokens a page cannot make a browser send are unaffected."""
+    tok = hs(grants(["private"]))
+    cookie = {"Cookie": f"clarion_token={tok}"}
+    plain = start_server("--auth-secret", SECRET)
+    listed = start_server("--auth-secret", SECRET, "--allowed-origins", "https://app.example,https://b.example")
+
+    async def upgrade(server, headers):
+        try:
+            async with connect(f"ws://{server.clients}/ws?topic=private", additional_headers=headers):
+                return 101, None
+        except InvalidStatus as e:
+            return e.response.status_code, json.loads(e.response.body or b"{}")
+
+    async def run():
+        evil = {**cookie, "Origin": "https://evil.example"}
+        for server in (plain, listed):
+            status, body = await upgrade(server, evil)
+            assert status == 403, (status, body)
+            assert body == {"error": "the token cookie is not accepted from this page's origin (allowed_origins)"}
+            # `Origin: null` (a sandboxed frame) is nobody's own origin.
+            assert (await upgrade(server, {**cookie, "Origin": "null"}))[0] == 403
+            # The server's own pages, and clients that are not pages.
+            assert (await upgrade(server, {**cookie, "Origin": f"http://{server.clients}"}))[0] == 101
+            assert (await upgrade(server, cookie))[0] == 101
+            # A token the page could not have made the browser send still counts.
+            assert (await upgrade(server, {"Origin": "https://evil.example", "Authorization": f"Bearer {tok}"}))[0] == 101
+            async with connect(f"ws://{server.clients}/ws?topic=private&token={tok}",
+                               additional_headers={"Origin": "https://evil.example"}):
+                pass
+        assert (await upgrade(listed, {**cookie, "Origin": "https://app.example"}))[0] == 101
+        assert (await upgrade(listed, {**cookie, "Origin": "https://B.example"}))[0] == 101
+        assert (await upgrade(plain, {**cookie, "Origin": "https://app.example"}))[0] == 403
+
+    asyncio.run(run())
+    # Credentialed cross-site SSE is refused the same way; the page's own is not.
+    status, body = sse_first_event(plain, "/sse?topic=private", {"Origin": "https://evil.example"},
+                                   cookies={"clarion_token": tok})
+    assert status == 403 and "allowed_origins" in body["error"], body
+    assert sse_first_event(plain, "/sse?topic=private", cookies={"clarion_token": tok})[0] == 200
+    assert plain.metrics()['clarion_auth_failures_total{reason="origin"}'] >= 3

@@ -211,9 +211,10 @@ pub const TLS_FAILURES: [&str; 6] = [
 /// Why a client was refused by authentication, as `clarion_auth_failures_total` labels it: the
 /// token checks (`malformed`, `algorithm`, `unknown_key`, `signature`, `claims`, `expired`,
 /// `not_yet_valid`, `audience`, `issuer`), `missing` (no token where one is needed),
-/// `forbidden` (a valid token without the topic) and `expired_connection` (a long-lived
-/// connection ended at its token's `exp`). The last entry catches unknown labels.
-pub const AUTH_FAILURES: [&str; 12] = [
+/// `forbidden` (a valid token without the topic), `expired_connection` (a long-lived
+/// connection ended at its token's `exp`) and `origin` (the token cookie from a page of
+/// another site, see `allowed_origins`).
+pub const AUTH_FAILURES: [&str; 13] = [
     "malformed",
     "algorithm",
     "unknown_key",
@@ -226,6 +227,7 @@ pub const AUTH_FAILURES: [&str; 12] = [
     "missing",
     "forbidden",
     "expired_connection",
+    "origin",
 ];
 
 /// The counter of `label` in a labelled family (`counters` in the order of `labels`).

@@ -60,6 +60,8 @@ pub struct Auth {
     pub query_token: bool,
     /// The cookie that may carry a token.
     pub cookie: Option<String>,
+    /// Origins whose pages may send the cookie (`*`: any); the server's own always may.
+    pub allowed_origins: Vec<String>,
     /// Seconds before `exp` a WebSocket is warned.
     pub warning: u64,
 }
@@ -88,6 +90,12 @@ impl Refusal {
         status: 403,
         reason: "the token does not grant this topic",
         label: "forbidden",
+    };
+    /// The token cookie sent by a page of another site (see `allowed_origins`).
+    pub const FOREIGN_ORIGIN: Refusal = Refusal {
+        status: 403,
+        reason: "the token cookie is not accepted from this page's origin (allowed_origins)",
+        label: "origin",
     };
 
     /// A token that failed verification.
@@ -226,17 +234,19 @@ impl Auth {
             anonymous: config.auth_anonymous,
             query_token: config.auth_query_token,
             cookie: Some(config.auth_cookie.clone()).filter(|c| !c.is_empty()),
+            allowed_origins: config.allowed_origins.clone(),
             warning: config.auth_expiry_warning,
         }))
     }
 
     /// The token a request carries: `Authorization: Bearer`, else the cookie, else (when
-    /// allowed) the `token` query parameter.
-    pub fn token_of<'h>(&self, head: &RequestHead<'h>) -> Option<Cow<'h, str>> {
+    /// allowed) the `token` query parameter. The cookie from a page of a site not allowed
+    /// ([`Auth::page_may_use_cookie`]) is refused, not skipped: the page meant it to count.
+    pub fn token_of<'h>(&self, head: &RequestHead<'h>) -> Result<Option<Cow<'h, str>>, Refusal> {
         if let Some(Ok(Credentials::Bearer(t))) =
             head.header_str("authorization").map(parse_authorization)
         {
-            return Some(Cow::Borrowed(t));
+            return Ok(Some(Cow::Borrowed(t)));
         }
         if let Some(name) = &self.cookie {
             let found = head
@@ -246,17 +256,39 @@ impl Auth {
                 .filter_map(|(_, v)| std::str::from_utf8(v).ok())
                 .find_map(|v| cookie_value(v, name));
             if let Some(t) = found {
-                return Some(Cow::Borrowed(t));
+                if !self.page_may_use_cookie(head) {
+                    return Err(Refusal::FOREIGN_ORIGIN);
+                }
+                return Ok(Some(Cow::Borrowed(t)));
             }
         }
         if self.query_token {
             for (k, v) in http1::query_pairs(head.query()).flatten() {
                 if k == "token" {
-                    return Some(v);
+                    return Ok(Some(v));
                 }
             }
         }
-        None
+        Ok(None)
+    }
+
+    /// Whether the cookie of a request may count: no `Origin` (not sent by a page, or a
+    /// same-origin GET), the server's own origin (the `Origin`'s host and port are the
+    /// request's `Host`), or one of `allowed_origins`. `Origin: null` (a sandboxed page, a
+    /// file) is never the server's own.
+    fn page_may_use_cookie(&self, head: &RequestHead<'_>) -> bool {
+        let Some(origin) = head.header_str("origin") else {
+            return true;
+        };
+        let allowed = |o: &String| o == "*" || o.eq_ignore_ascii_case(origin.trim());
+        if self.allowed_origins.iter().any(allowed) {
+            return true;
+        }
+        let authority = origin.trim().split_once("://").map(|(_, a)| a);
+        match (authority, head.header_str("host")) {
+            (Some(a), Some(host)) => !a.is_empty() && a.eq_ignore_ascii_case(host.trim()),
+            _ => false,
+        }
     }
 
     /// Verifies `token` at `now` (seconds since the Unix epoch).
@@ -270,7 +302,7 @@ impl Auth {
     /// verify is refused even where anonymous access would do: a client that sent one expects
     /// it to count.
     pub fn identify(&self, head: &RequestHead<'_>, now: u64) -> Result<Identity, Refusal> {
-        match self.token_of(head) {
+        match self.token_of(head)? {
             None if self.anonymous => Ok(Identity::Anonymous),
             None => Err(Refusal::MISSING),
             Some(t) => self.verify(&t, now).map(Identity::Token),

@@ -312,6 +312,16 @@ settings! {
     auth_query_token: bool = true, switch "Accept a token in the ?token= query parameter";
     /// The cookie that may carry a token; empty for none.
     auth_cookie: String = "clarion_token".to_owned(), flag "Cookie that may carry a token";
+    /// Origins (`https://app.example.com`: scheme, host and port as a browser writes them;
+    /// comma-separated on the command line) whose pages may connect with the token cookie. A
+    /// browser sends cookies with any page's WebSocket and with credentialed requests, so a
+    /// request that carries the cookie with an `Origin` of another site is refused `403`
+    /// (cross-site WebSocket hijacking). Not affected: requests without `Origin` (not from a
+    /// page, or a same-origin GET), the server's own origin (`Origin` naming the `Host`), and
+    /// tokens in `Authorization`, the query or the `auth` message, which a page cannot make a
+    /// browser send. `*` allows every origin. Empty by default: only the server's own pages.
+    allowed_origins: Vec<String> = Vec::new(),
+        flag "Origins whose pages may use the token cookie (comma-separated; * for any)";
     /// Seconds before a WebSocket's token expires that it gets an `expiring` message, time to
     /// send a `refresh` with a fresh token. Checked by the once-a-second sweep.
     auth_expiry_warning: u64 = 30,

@@ -192,10 +192,10 @@ impl<S: Socket> Engine<S> {
         let hooks = shared.hooks.as_ref()?;
         hooks.connect.as_ref()?;
         let now = self.unix_now();
-        let token = shared
-            .auth
-            .as_ref()
-            .and_then(|a| a.token_of(head).map(|t| a.verify(&t, now)));
+        let token = shared.auth.as_ref().and_then(|a| match a.token_of(head) {
+            Ok(t) => t.map(|t| a.verify(&t, now)),
+            Err(refused) => Some(Err(refused)),
+        });
         let valid: Option<Claims> = match token {
             // A bad token is refused by the ordinary check, hook or not.
             Some(Err(_)) => return None,
