@@ -229,6 +229,7 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
     let allowed: &[&str] = match req.path.as_str() {
         "/healthz" | "/metrics" => &["GET"],
         _ if publish => &["POST"],
+        p if p.starts_with("/topics/") => &["GET"],
         _ => return Some(Answer::error(404, "not found")),
     };
     if !allowed.contains(&req.method.as_str()) {
@@ -310,6 +311,91 @@ fn permit(req: &Request, shared: &Shared) -> Result<Permit, Answer> {
         refusal.reason
     };
     Err(Answer::error(401, why))
+}
+
+/// `GET /topics/{topic}/presence[?limit=N&after=SUB]` (a page of members with the counts) and
+/// `GET /topics/{topic}/presence/count`. Allowed to whoever may subscribe to the topic: the
+/// API key, an admin token, or a token (or public topic) that grants it; without
+/// authentication, as the rest of the API (the API key when one is set).
+fn presence(req: &Request, shared: &Shared) -> Answer {
+    let rest = req.path.strip_prefix("/topics/").unwrap_or_default();
+    let (topic, count_only) = if let Some(t) = rest.strip_suffix("/presence/count") {
+        (t, true)
+    } else if let Some(t) = rest.strip_suffix("/presence") {
+        (t, false)
+    } else {
+        return Answer::error(404, "not found");
+    };
+    if let Err(e) = clarion_proto::pubsub::validate_topic(topic) {
+        return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
+    }
+    let header = req.authorization.as_deref();
+    let key = shared.config.api_key.as_deref();
+    let by_key = key.is_some_and(|key| authorized(header, key));
+    if !by_key {
+        if let Some(auth) = shared.auth.as_ref() {
+            let grants = match token_of(header).map(|t| auth.verify(&t, crate::auth::unix_now())) {
+                Some(Ok(claims)) if claims.admin => None,
+                Some(Ok(claims)) => Some(Some(claims.grants)),
+                Some(Err(r)) => {
+                    r.count(&shared.metrics);
+                    return Answer::error(401, r.reason);
+                }
+                None => Some(None),
+            };
+            if let Some(grants) = grants {
+                if let Err(r) = auth.may_subscribe(grants.as_ref(), topic) {
+                    r.count(&shared.metrics);
+                    let why = if r.status == 403 {
+                        "the token does not grant this topic"
+                    } else {
+                        "the API key or a token that grants this topic is required"
+                    };
+                    return Answer::error(r.status, why);
+                }
+            }
+        } else if key.is_some() {
+            return Answer::error(401, "missing or wrong bearer key");
+        }
+    }
+    let Some(p) = shared.presence.as_ref() else {
+        return Answer::error(404, "presence is not kept on this server (presence_topics)");
+    };
+    if !p.tracks(topic) {
+        return Answer::error(
+            404,
+            &format!("presence is not kept for {topic:?} (presence_topics)"),
+        );
+    }
+    if count_only {
+        let (count, connections) = p.count(topic);
+        let body =
+            format!("{{\"topic\":\"{topic}\",\"count\":{count},\"connections\":{connections}}}\n");
+        return Answer::new(200, "application/json", body);
+    }
+    let mut limit = p.max_members;
+    let mut after = None;
+    for pair in http1::query_pairs(&req.query) {
+        let Ok((k, v)) = pair else {
+            return Answer::error(400, "invalid query string");
+        };
+        match &*k {
+            "limit" => match v.parse::<usize>() {
+                Ok(n) if n >= 1 => limit = n.min(p.max_members),
+                _ => {
+                    return Answer::error(
+                        400,
+                        &format!("invalid limit {v:?}: 1 to {}", p.max_members),
+                    )
+                }
+            },
+            "after" => after = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    let mut body = p.list(topic, after.as_deref(), limit).api_json(topic);
+    body.push('\n');
+    Answer::new(200, "application/json", body)
 }
 
 /// Whether a dashboard request's credentials open it. Without authentication configured, as the
@@ -484,6 +570,7 @@ fn dispatch(
                 ),
             )
         }),
+        (_, path) if path.starts_with("/topics/") => presence(req, shared),
         (_, path) => {
             let topic = path.strip_prefix("/publish/").unwrap_or_default();
             if let Err(a) = permit.check(topic, shared) {
@@ -521,6 +608,9 @@ fn publish_one(
     if let Some(Err(e)) = event.map(validate_event_name) {
         return Answer::error(400, &format!("invalid event name: {e}"));
     }
+    if let Some(a) = reserved_event(topic, event, shared) {
+        return a;
+    }
     let binary = content_type.is_some_and(|ct| {
         ct.split(';')
             .next()
@@ -553,6 +643,20 @@ fn publish_one(
     }
 }
 
+/// On a presence topic the SSE event names `presence`, `join` and `leave` are the server's
+/// (an EventSource listening for `join` must not mistake a message for a member): `400`.
+fn reserved_event(topic: &str, event: Option<&str>, shared: &Shared) -> Option<Answer> {
+    let event = event?;
+    let reserved = matches!(event, "presence" | "join" | "leave")
+        && shared.presence.as_ref().is_some_and(|p| p.tracks(topic));
+    reserved.then(|| {
+        Answer::error(
+            400,
+            &format!("the event name {event:?} is reserved for presence on this topic"),
+        )
+    })
+}
+
 fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
     let batch = match decode_batch(body) {
         Ok(b) => b,
@@ -561,6 +665,9 @@ fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
     // All or nothing: a batch with one forbidden topic publishes nothing.
     for m in &batch {
         if let Err(a) = permit.check(&m.topic, shared) {
+            return a;
+        }
+        if let Some(a) = reserved_event(&m.topic, m.event.as_deref(), shared) {
             return a;
         }
     }

@@ -56,6 +56,7 @@ pub mod hub;
 pub mod log;
 pub mod message;
 pub mod metrics;
+pub mod presence;
 pub mod publish;
 pub mod reply;
 pub mod server;

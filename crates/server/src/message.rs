@@ -61,6 +61,9 @@ pub struct Published {
     pub attachment: Option<Arc<dyn Attachment>>,
     /// Whether this is a gap notice ([`Published::notice`]) rather than a message.
     pub notice: bool,
+    /// Whether this is a presence event ([`Published::presence`]): delivered only to the
+    /// subscribers that asked for them, never kept in history.
+    pub presence: bool,
 }
 
 /// Content a publish supplies for the connections of one mode, besides the payload every
@@ -125,6 +128,7 @@ impl Published {
             deflated: OnceLock::new(),
             attachment: None,
             notice: false,
+            presence: false,
         }
     }
 
@@ -163,6 +167,44 @@ impl Published {
             deflated: OnceLock::new(),
             attachment: None,
             notice: true,
+            presence: false,
+        }
+    }
+
+    /// A presence event (`join`, `leave`) for the subscribers of `topic` that asked for them.
+    /// `json` is its whole text (`{"type":"join","topic":..,"member":{..}}`) and every encoding
+    /// is that text: a text frame, an SSE event named after its type without an id (so
+    /// `Last-Event-ID` stays on the last message), a stream line. `version` is the room's
+    /// version after the change: a subscriber whose member list was read at a later version
+    /// skips it.
+    pub fn presence(topic: Arc<str>, version: u64, kind: &str, json: &str) -> Published {
+        let frame: Arc<[u8]> = encode_frame(OpCode::Text, json.as_bytes()).into();
+        let mut event = Vec::new();
+        sse::write_event(&mut event, None, Some(kind), json.as_bytes());
+        let event: Arc<[u8]> = event.into();
+        let mut chunk = Vec::new();
+        write_chunk(&mut chunk, format!("{json}\n").as_bytes());
+        let chunk: Arc<[u8]> = chunk.into();
+        let encoded: [OnceLock<Arc<[u8]>>; ENCODINGS] = [
+            OnceLock::from(Arc::clone(&frame)),
+            OnceLock::from(Arc::clone(&event)),
+            OnceLock::from(event),
+            OnceLock::from(Arc::clone(&chunk)),
+            OnceLock::from(chunk),
+        ];
+        Published {
+            topic,
+            id: version,
+            epoch: Arc::from(""),
+            kind: DataKind::Text,
+            event: Some(kind.into()),
+            at: 0,
+            frame,
+            encoded,
+            deflated: OnceLock::new(),
+            attachment: None,
+            notice: false,
+            presence: true,
         }
     }
 

@@ -160,6 +160,14 @@ pub struct Metrics {
     /// Live gap notices sent to a topic's subscribers (history could not fill a hole, or the
     /// broker began a new epoch).
     pub broker_live_gaps: AtomicU64,
+    /// Presence members (distinct identities) in this process's rooms, summed over rooms.
+    pub presence_members: AtomicU64,
+    /// Connections in presence rooms (members' connections and anonymous ones).
+    pub presence_connections: AtomicU64,
+    /// Presence `join` events sent (a member's first connection to a room).
+    pub presence_joins: AtomicU64,
+    /// Presence `leave` events sent (a member's last connection left a room).
+    pub presence_leaves: AtomicU64,
     tls_failures: [AtomicU64; TLS_FAILURES.len()],
     auth_failures: [AtomicU64; AUTH_FAILURES.len()],
     closes: [AtomicU64; CloseReason::ALL.len()],
@@ -580,6 +588,7 @@ impl Metrics {
         if l(&self.broker_configured) > 0 {
             self.render_broker(&mut out);
         }
+        self.render_presence(&mut out);
         let per_conn = rss
             .checked_div(http + ws + sse + stream + poll)
             .unwrap_or(0);
@@ -594,6 +603,31 @@ impl Metrics {
 }
 
 impl Metrics {
+    fn render_presence(&self, out: &mut String) {
+        let l = |a: &AtomicU64| a.load(Relaxed);
+        gauge(
+            out,
+            "clarion_presence_members",
+            "Presence members (distinct identities) summed over this process's rooms.",
+            l(&self.presence_members),
+        );
+        gauge(
+            out,
+            "clarion_presence_connections",
+            "Connections in presence rooms, with or without an identity.",
+            l(&self.presence_connections),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP clarion_presence_events_total Presence events sent, by type.\n\
+             # TYPE clarion_presence_events_total counter\n\
+             clarion_presence_events_total{{type=\"join\"}} {}\n\
+             clarion_presence_events_total{{type=\"leave\"}} {}",
+            l(&self.presence_joins),
+            l(&self.presence_leaves)
+        );
+    }
+
     fn render_broker(&self, out: &mut String) {
         let l = |a: &AtomicU64| a.load(Relaxed);
         gauge(

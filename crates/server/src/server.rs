@@ -110,6 +110,9 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     let hooks = crate::hooks::Hooks::from_config(&config, &inboxes, &metrics)
         .map_err(|e| anyhow::anyhow!(e))
         .context("cannot set up hooks")?;
+    let presence = crate::presence::Presence::from_config(&config, Arc::clone(&metrics))
+        .map_err(|e| anyhow::anyhow!(e))?
+        .map(Arc::new);
     let shared = Arc::new(Shared {
         broker,
         config,
@@ -122,6 +125,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         grip,
         auth,
         hooks,
+        presence,
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.

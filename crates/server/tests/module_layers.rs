@@ -39,6 +39,11 @@ const RULES: &[(&str, &[&str])] = &[
         &["broker", "grip", "worker", "api", "server", "auth"],
     ),
     ("broker", &["grip", "worker", "api", "server", "auth"]),
+    // Presence: rooms over the broker's fan-out; the workers and the API read it.
+    (
+        "presence",
+        &["grip", "worker", "api", "server", "dashboard", "hooks"],
+    ),
     // Backend hooks: the pool and the cache, beside GRIP (whose pool they share).
     ("hooks", &["worker", "api", "server", "dashboard"]),
     // Broker connections: below the modes, beside the broker (which will use them).

@@ -75,6 +75,9 @@ pub struct Claims {
     pub grants: Grants,
     /// The `clarion` claim's `admin` flag: the holder may open the dashboard (false when absent).
     pub admin: bool,
+    /// The `clarion` claim's `info` object as compact JSON: what presence shows of this member
+    /// (`None` when absent or `null`).
+    pub info: Option<String>,
 }
 
 /// Why a token was refused. [`TokenError::reason`] is the metrics label and the short reason

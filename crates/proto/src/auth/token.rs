@@ -95,6 +95,8 @@ struct ClarionClaim {
     publish: Vec<String>,
     #[serde(default)]
     admin: bool,
+    #[serde(default)]
+    info: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -222,8 +224,14 @@ impl Verifier {
                 .map(|p| Pattern::parse(p).map_err(|_| TokenError::Claims("invalid topic pattern")))
                 .collect()
         };
+        let info = match c.info {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v @ serde_json::Value::Object(_)) => Some(v.to_string()),
+            Some(_) => return Err(TokenError::Claims("clarion.info must be a JSON object")),
+        };
         Ok(Claims {
             sub: raw.sub,
+            info,
             exp,
             nbf,
             iat,

@@ -21,6 +21,10 @@ pub enum Request<'a> {
         /// Resume after this message id: missed messages are replayed first.
         #[serde(default, borrow)]
         since: Option<Cow<'a, str>>,
+        /// Also receive the topic's member list now and its `join`/`leave` events (presence
+        /// topics only).
+        #[serde(default)]
+        presence: bool,
     },
     /// Stop receiving a topic's messages.
     Unsubscribe {
@@ -39,6 +43,15 @@ pub enum Request<'a> {
         /// `"base64"` for binary data; absent for text.
         #[serde(default, borrow)]
         encoding: Option<Cow<'a, str>>,
+    },
+    /// Ask for a presence topic's members (one page, after the identity `after`).
+    Presence {
+        /// The topic.
+        #[serde(borrow)]
+        topic: Cow<'a, str>,
+        /// Continue after this identity (the `next` of the previous page).
+        #[serde(default, borrow)]
+        after: Option<Cow<'a, str>>,
     },
     /// Authenticate with a token (JWT), instead of putting it in the URL; only where the
     /// server has authentication configured.
@@ -170,14 +183,32 @@ mod tests {
             parse(br#"{"type":"subscribe","topic":"a"}"#).unwrap(),
             Request::Subscribe {
                 topic: "a".into(),
-                since: None
+                since: None,
+                presence: false,
             }
         );
+        assert_eq!(
+            parse(br#"{"type":"subscribe","topic":"a","presence":true}"#).unwrap(),
+            Request::Subscribe {
+                topic: "a".into(),
+                since: None,
+                presence: true,
+            }
+        );
+        assert_eq!(
+            parse(br#"{"type":"presence","topic":"a","after":"bob"}"#).unwrap(),
+            Request::Presence {
+                topic: "a".into(),
+                after: Some("bob".into()),
+            }
+        );
+        assert!(parse(br#"{"type":"subscribe","topic":"a","presence":"yes"}"#).is_err());
         assert_eq!(
             parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#).unwrap(),
             Request::Subscribe {
                 topic: "a".into(),
-                since: Some("e-5".into())
+                since: Some("e-5".into()),
+                presence: false,
             }
         );
         assert_eq!(

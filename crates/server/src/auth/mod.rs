@@ -64,6 +64,8 @@ pub struct Auth {
     pub allowed_origins: Vec<String>,
     /// Seconds before `exp` a WebSocket is warned.
     pub warning: u64,
+    /// Largest `clarion.info` accepted, in bytes of JSON (`presence_max_info`).
+    pub max_info: usize,
 }
 
 /// Why a request or message was refused: the HTTP status (401 or 403), the short reason the
@@ -90,6 +92,12 @@ impl Refusal {
         status: 403,
         reason: "the token does not grant this topic",
         label: "forbidden",
+    };
+    /// The token's `clarion.info` is larger than `presence_max_info`.
+    pub const INFO_TOO_LARGE: Refusal = Refusal {
+        status: 401,
+        reason: "the token's clarion.info is larger than presence_max_info",
+        label: "claims",
     };
     /// The token cookie sent by a page of another site (see `allowed_origins`).
     pub const FOREIGN_ORIGIN: Refusal = Refusal {
@@ -236,6 +244,7 @@ impl Auth {
             cookie: Some(config.auth_cookie.clone()).filter(|c| !c.is_empty()),
             allowed_origins: config.allowed_origins.clone(),
             warning: config.auth_expiry_warning,
+            max_info: config.presence_max_info,
         }))
     }
 
@@ -293,9 +302,18 @@ impl Auth {
 
     /// Verifies `token` at `now` (seconds since the Unix epoch).
     pub fn verify(&self, token: &str, now: u64) -> Result<Claims, Refusal> {
-        self.verifier
+        let claims = self
+            .verifier
             .verify(token.as_bytes(), now)
-            .map_err(Refusal::token)
+            .map_err(Refusal::token)?;
+        if claims
+            .info
+            .as_ref()
+            .is_some_and(|i| i.len() > self.max_info)
+        {
+            return Err(Refusal::INFO_TOO_LARGE);
+        }
+        Ok(claims)
     }
 
     /// Who sent `head`: anonymous, or the holder of a valid token. A token that does not

@@ -251,6 +251,19 @@ impl LocalBroker {
         receipts
     }
 
+    /// Hands `event` (a presence event, [`Published::presence`]) to every worker with a
+    /// subscriber of its topic, in order with the topic's messages; never kept in history.
+    pub fn announce(&self, event: Arc<Published>) {
+        let st = lock(&self.state);
+        if let Some(e) = st.hub.topic(&event.topic) {
+            for w in e.workers_with_subscribers() {
+                if let Some(inbox) = self.inboxes.get(w) {
+                    inbox.push(std::iter::once(Arc::clone(&event)));
+                }
+            }
+        }
+    }
+
     /// Trims history by age and memory. Called on every publish and once a second by a worker.
     pub fn expire(&self) {
         if self.limits.enabled() {

@@ -226,6 +226,18 @@ impl Broker {
         }
     }
 
+    /// Hands a presence event ([`Published::presence`]) to this process's workers that have a
+    /// subscriber of its topic, behind every message already handed to them: so it arrives in
+    /// order with the topic's messages. Not kept in history, never sent to other nodes (the
+    /// caller orders events; see `crate::presence`).
+    pub fn announce(&self, event: Arc<Published>) {
+        match self {
+            Broker::Local(b) => b.announce(event),
+            Broker::Redis(b) => b.announce(event),
+            Broker::Nats(b) => b.announce(event),
+        }
+    }
+
     /// What a subscriber to `topics` would be replayed since `since`, without subscribing.
     pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
         match self {

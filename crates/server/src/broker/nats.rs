@@ -164,6 +164,11 @@ impl NatsBroker {
         }
     }
 
+    /// Hands a presence event to this node's subscribers of its topic.
+    pub fn announce(&self, event: Arc<Published>) {
+        self.local.announce(event);
+    }
+
     /// The local history's answer.
     pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
         self.local.read_since(topics, since)

@@ -386,6 +386,26 @@ settings! {
     /// Most events waiting (while the application is slow or down); newer events are dropped
     /// and counted past it. About 200 bytes each: 100,000 is ~20 MB at worst.
     webhook_queue: usize = 100_000, flag "Most webhook events queued (drops past it)";
+    // # presence: who is in a topic (docs/presence.md).
+    /// Topics whose members are tracked (comma-separated patterns on the command line, an
+    /// array in TOML; the same rules as `auth_public_topics`: `room`, `chat.*`, `*`). A
+    /// connection subscribed to one is a member under its identity (the token's `sub`, or the
+    /// `sub` a `connect` hook gave); several connections of one identity are one member.
+    /// Empty by default: no topic pays anything for presence.
+    presence_topics: Vec<String> = Vec::new(),
+        flag "Topics whose members are tracked (comma-separated patterns)";
+    /// Largest `info` a member may carry, in bytes of JSON (the token's `clarion.info`
+    /// object, shown to everyone in the topic). A token with a larger one is refused (`401`):
+    /// every join, leave and member list repeats it, so it must stay small.
+    presence_max_info: usize = 512, flag "Largest member info, bytes of JSON";
+    /// Most members in one member list: a page of `GET /topics/{topic}/presence`, the list a
+    /// subscriber gets when it asks for presence events, and the answer to a `presence`
+    /// message (each says `"more":true` and how to get the next page when there are more).
+    /// Bounds the bytes one request can make the server write and hold.
+    presence_max_members: usize = 1000, flag "Most members in one member list";
+    /// Most presence topics one connection may be in at once: each costs a room entry and, with
+    /// events, a listener entry; a connection past it is refused the subscription.
+    presence_max_topics: usize = 32, flag "Most presence topics per connection";
     // # cluster: several processes and machines as one server (docs/cluster.md).
     /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
     /// (several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
@@ -534,6 +554,21 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "grip_backend_threads and grip_backend_timeout must be at least 1".into(),
             ));
+        }
+        if self.presence_max_members == 0 || self.presence_max_topics == 0 {
+            return Err(ConfigError::Invalid(
+                "presence_max_members and presence_max_topics must be at least 1".into(),
+            ));
+        }
+        if self.presence_max_info > 16 * 1024 {
+            return Err(ConfigError::Invalid(
+                "presence_max_info is at most 16384 bytes (it travels with every join and leave)"
+                    .into(),
+            ));
+        }
+        for p in &self.presence_topics {
+            clarion_proto::auth::Pattern::parse(p)
+                .map_err(|e| ConfigError::Invalid(format!("presence_topics {p:?}: {e}")))?;
         }
         if self.hook_threads == 0 || self.hook_timeout_ms == 0 || self.hook_max_in_flight == 0 {
             return Err(ConfigError::Invalid(

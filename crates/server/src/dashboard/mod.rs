@@ -105,7 +105,10 @@ impl Dashboard {
 
     /// Whether `path` is one of the dashboard's routes.
     pub fn owns(path: &str) -> bool {
-        path == "/dashboard" || path.starts_with("/dashboard/") || path.starts_with("/topics/")
+        let presence = path.ends_with("/presence") || path.ends_with("/presence/count");
+        path == "/dashboard"
+            || path.starts_with("/dashboard/")
+            || (path.starts_with("/topics/") && !presence)
     }
 
     /// Answers one request on a dashboard route. `Ok(false)` when the connection must close

@@ -37,8 +37,12 @@ impl<S: Socket> Engine<S> {
         let mut targets: Vec<u32> = Vec::new();
         let mut polls: Vec<u32> = Vec::new();
         let mut frames: Vec<&Arc<[u8]>> = Vec::new();
-        for run in batch.chunk_by(|a, b| a.topic == b.topic) {
+        for run in batch.chunk_by(|a, b| a.topic == b.topic && a.presence == b.presence) {
             let Some(first) = run.first() else { continue };
+            if first.presence {
+                self.deliver_presence(run);
+                continue;
+            }
             // Each fan-out starts somewhere else in the list, so that over a ticker's messages
             // no subscriber is always first (or always last, a whole fan-out behind).
             let subs = self.index.subscribers(&first.topic);

@@ -80,6 +80,8 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) unix_base: u64,
     /// Requests and messages waiting for a backend hook, and what hooks said (hooks only).
     pub(crate) hooks: crate::worker::transport::hooks::HookTable,
+    /// Connections in presence rooms: identities, rooms, event listeners.
+    pub(crate) presence: crate::worker::presence::PresenceConns,
 }
 
 impl<S: Socket> Engine<S> {
@@ -131,6 +133,7 @@ impl<S: Socket> Engine<S> {
             grants,
             unix_base: 0,
             hooks: Default::default(),
+            presence: Default::default(),
         }
     }
 
@@ -205,6 +208,7 @@ impl<S: Socket> Engine<S> {
         self.deflaters.remove(&k);
         self.grants.clear(k);
         self.hooks.forget(k);
+        self.presence_forget(k);
     }
 
     /// The current Unix time, from the coarse clock.

@@ -27,6 +27,7 @@ mod engine;
 pub(crate) mod grip;
 pub mod index;
 mod io;
+mod presence;
 mod shutdown;
 pub mod socket;
 pub mod state;
@@ -91,6 +92,8 @@ pub struct Shared {
     pub auth: Option<crate::auth::Auth>,
     /// Backend hooks, when one is configured (see [`crate::hooks`]).
     pub hooks: Option<crate::hooks::Hooks>,
+    /// Presence, when `presence_topics` names any (see [`crate::presence`]).
+    pub presence: Option<Arc<crate::presence::Presence>>,
 }
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the

@@ -31,6 +31,9 @@ impl<S: Socket> Engine<S> {
         since: Since<'_>,
         in_band: bool,
     ) -> Option<Subscribed> {
+        if !self.presence_admits(k, topics, in_band) {
+            return None;
+        }
         let mut pending = Vec::new();
         let sub = self
             .shared
@@ -73,6 +76,7 @@ impl<S: Socket> Engine<S> {
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.subs.push(tid);
             }
+            self.presence_entered(k, name, tid);
         }
         Some(sub)
     }
@@ -89,6 +93,7 @@ impl<S: Socket> Engine<S> {
             conn.subs.remove(tid);
         }
         if let Some(name) = self.index.remove(tid, k) {
+            self.presence_left(k, &name, tid);
             self.shared.broker.unsubscribe(self.id, &name);
             self.hook_topic(&name, false);
         }
@@ -100,6 +105,7 @@ impl<S: Socket> Engine<S> {
         };
         for tid in conn.subs.take_all() {
             if let Some(name) = self.index.remove(tid, k) {
+                self.presence_left(k, &name, tid);
                 self.shared.broker.unsubscribe(self.id, &name);
                 self.hook_topic(&name, false);
             }

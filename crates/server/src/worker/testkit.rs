@@ -220,6 +220,12 @@ impl Harness {
             grip,
             auth: crate::auth::Auth::from_config(&config_copy).unwrap(),
             hooks,
+            presence: crate::presence::Presence::from_config(
+                &config_copy,
+                Arc::new(crate::metrics::Metrics::default()),
+            )
+            .unwrap()
+            .map(Arc::new),
         });
         let mut engine = Engine::new(0, inbox, Arc::clone(&shared));
         engine.set_unix_base(UNIX_BASE);

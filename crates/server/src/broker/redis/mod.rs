@@ -200,6 +200,11 @@ fn topic_of(channel: &[u8]) -> Option<&str> {
 }
 
 impl RedisBroker {
+    /// Hands a presence event to this node's workers with a subscriber of its topic.
+    pub fn announce(&self, event: Arc<Published>) {
+        self.core.announce(event);
+    }
+
     /// Connects to Redis (the first connection is made now, so a wrong URL or password stops
     /// startup with its reason) and starts the reader thread.
     pub fn start(
@@ -729,6 +734,14 @@ impl Core {
                 std::io::ErrorKind::NotConnected,
                 "no subscriber connection",
             )),
+        }
+    }
+
+    /// Hands a presence event to this node's workers with a subscriber of its topic.
+    pub(crate) fn announce(&self, event: Arc<Published>) {
+        let st = lock(&self.state);
+        if let Some(t) = st.topics.get(&*event.topic) {
+            self.fan_out(t, &[event]);
         }
     }
 

@@ -112,10 +112,14 @@ impl<S: Socket> Engine<S> {
     /// Records what connection `k` (now a subscription) was allowed by: its token's expiry
     /// and grants, or the deadline to authenticate by when it is `Pending`.
     pub(crate) fn adopt(&mut self, k: u32, checked: Checked) {
-        let sub = match &checked {
-            Checked::Allowed(Some(c)) => c.sub.clone(),
-            _ => None,
+        let (sub, info) = match &checked {
+            Checked::Allowed(Some(c)) => (c.sub.clone(), c.info.clone()),
+            _ => (None, None),
         };
+        if self.shared.presence.is_some() {
+            let sub = self.hook_sub(k).or(sub.as_deref().map(Arc::from));
+            self.presence_identify(k, sub.as_deref(), info.as_deref());
+        }
         self.hook_adopted(k, sub);
         match checked {
             Checked::Allowed(Some(claims)) => {

@@ -270,6 +270,7 @@ impl<S: Socket> Engine<S> {
                         iat: None,
                         grants,
                         admin: false,
+                        info: None,
                     }),
                     (None, Some(mut token)) => {
                         if let Some(e) = a.expires_at {
@@ -505,6 +506,14 @@ impl<S: Socket> Engine<S> {
         w.emit(&event, self.unix_now());
         let since = self.now;
         self.hooks.live.insert(k, Live { conn, sub, since });
+    }
+
+    /// The identity a `connect` hook gave connection `k`, if any.
+    pub(crate) fn hook_sub(&self, k: u32) -> Option<Arc<str>> {
+        if self.hooks.ids.is_empty() {
+            return None;
+        }
+        self.hooks.ids.get(&k)?.sub.as_deref().map(Arc::from)
     }
 
     /// Tells the webhook that connection `k` ended, if it was told it began.

@@ -51,6 +51,8 @@ struct Params<'q> {
     format: Option<Cow<'q, str>>,
     /// `timeout=` (long-poll), in seconds.
     timeout: Option<u64>,
+    /// `presence=1`: member lists and `join`/`leave` events of the presence topics.
+    presence: bool,
 }
 
 impl<S: Socket> Engine<S> {
@@ -166,6 +168,13 @@ impl<S: Socket> Engine<S> {
                     self.respond(k, 400, &[], why, keep);
                     return;
                 }
+                Ok(p) if p.presence && self.presence_url_refusal(&p.topics, envelope).is_some() => {
+                    let why = self
+                        .presence_url_refusal(&p.topics, envelope)
+                        .unwrap_or_default();
+                    self.respond(k, 400, &[], why, keep);
+                    return;
+                }
                 Ok(p) => p,
                 Err(why) => {
                     self.respond(k, 400, &[], &why, keep);
@@ -177,6 +186,7 @@ impl<S: Socket> Engine<S> {
                 since: None,
                 format: None,
                 timeout: None,
+                presence: false,
             },
         };
         // Authentication before the 101: a refused upgrade gets its status instead.
@@ -232,6 +242,9 @@ impl<S: Socket> Engine<S> {
             frames.push(encode_frame(OpCode::Text, g.json().as_bytes()).into());
         }
         self.send_resume(k, frames, &sub.replay, Encoding::WsEnvelope);
+        if params.presence {
+            self.presence_listen(k, &sub.names);
+        }
     }
 
     /// The `topic=`, `since=`/`lastEventId=` (or `Last-Event-ID`), `format=` and `timeout=`
@@ -246,6 +259,7 @@ impl<S: Socket> Engine<S> {
             since: None,
             format: None,
             timeout: None,
+            presence: false,
         };
         let mut last_event_id = None;
         for pair in http1::query_pairs(head.query()) {
@@ -263,6 +277,13 @@ impl<S: Socket> Engine<S> {
                     p.since = Some(value);
                 }
                 "lastEventId" | "last-event-id" => last_event_id = Some(value),
+                "presence" => {
+                    p.presence = match &*value {
+                        "1" | "true" => true,
+                        "0" | "false" => false,
+                        _ => return Err(format!("invalid presence {value:?}: 1 or 0")),
+                    }
+                }
                 "format" => p.format = Some(value),
                 "timeout" => {
                     let secs = value
@@ -350,6 +371,12 @@ impl<S: Socket> Engine<S> {
             let why = "format=raw carries no ids, so it cannot resume; use the default json lines";
             return self.respond(k, 400, &[], why, keep);
         }
+        if params.presence {
+            let typed = state != State::Stream(StreamMode::Raw);
+            if let Some(why) = self.presence_url_refusal(&params.topics, typed) {
+                return self.respond(k, 400, &[], why, keep);
+            }
+        }
         if endpoint == Endpoint::Stream && head.minor_version == 0 {
             return self.respond(
                 k,
@@ -373,8 +400,20 @@ impl<S: Socket> Engine<S> {
         with_hook_topics(&mut topics, &extra, self.shared.config.max_subscriptions);
         let since = params.since.as_deref().map_or(Since::Now, Since::Id);
         match state {
-            State::Poll(mode) => self.open_poll(k, &topics, since, hold, mode, checked),
-            _ => self.open_stream(k, &topics, since, state, checked),
+            State::Poll(mode) => {
+                let wait = crate::worker::transport::poll::PollWait {
+                    hold,
+                    presence: params.presence,
+                };
+                self.open_poll(k, &topics, since, wait, mode, checked)
+            }
+            _ => {
+                self.open_stream(k, &topics, since, state, checked);
+                if params.presence {
+                    let names: Vec<Arc<str>> = topics.iter().map(|t| Arc::from(*t)).collect();
+                    self.presence_listen(k, &names);
+                }
+            }
         }
     }
 

@@ -16,10 +16,20 @@ use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, State};
 use crate::worker::Engine;
 
+/// How a long-poll asked to wait: seconds to hold, and whether its answers carry presence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PollWait {
+    pub(crate) hold: u32,
+    pub(crate) presence: bool,
+}
+
 /// A long-poll being held: when it expires, and the cursor its empty answer carries.
 pub(crate) struct PollHold {
     pub(crate) deadline: u32,
     pub(crate) cursor: String,
+    /// The answer carries the member lists of the poll's presence topics (`presence=1`), and
+    /// a `join` or `leave` in one of them answers it.
+    pub(crate) presence: bool,
 }
 
 impl<S: Socket> Engine<S> {
@@ -29,10 +39,11 @@ impl<S: Socket> Engine<S> {
         k: u32,
         topics: &[&str],
         since: Since<'_>,
-        hold: u32,
+        wait: PollWait,
         mode: PollMode,
         checked: crate::worker::transport::auth::Checked,
     ) {
+        let PollWait { hold, presence } = wait;
         if self.set_state(k, State::Poll(mode)).is_none() {
             return;
         }
@@ -40,23 +51,33 @@ impl<S: Socket> Engine<S> {
         let Some(sub) = self.subscribe_conn(k, topics, since, false) else {
             return;
         };
-        if !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 {
-            let body = poll_body(&sub);
-            self.answer_poll(k, &Arc::from(body));
-            return;
-        }
+        // A first presence poll (no position yet) is answered at once with the member lists;
+        // later ones wait for a message or a change.
+        let first_look = presence && matches!(since, Since::Now);
+        let now = !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 || first_look;
+        let body = now.then(|| poll_body(&sub));
         self.polls.insert(
             k,
             PollHold {
                 deadline: self.now.saturating_add(hold),
                 cursor: sub.position,
+                presence,
             },
         );
+        if let Some(body) = body {
+            self.answer_poll(k, &Arc::from(body));
+        }
     }
 
     /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
     /// closes it): it leaves its topics, since the next poll says where to resume.
     pub(crate) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
+        let with_presence = self
+            .polls
+            .get(&k)
+            .is_some_and(|h| h.presence)
+            .then(|| self.presence_in_poll(k, body));
+        let body = with_presence.as_ref().unwrap_or(body);
         self.leave_all_topics(k);
         self.polls.remove(&k);
         // The next request on this connection brings its own token.

@@ -165,7 +165,11 @@ impl<S: Socket> Engine<S> {
             }
         };
         match request {
-            Request::Subscribe { topic, since } => {
+            Request::Subscribe {
+                topic,
+                since,
+                presence,
+            } => {
                 if let Err(e) = validate_topic(&topic) {
                     return self.reply(
                         k,
@@ -242,9 +246,25 @@ impl<S: Socket> Engine<S> {
                         );
                     }
                 }
+                if presence {
+                    if let Some(error) = self.presence_refusal(&topic, envelope) {
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error,
+                                topic: Some(&topic),
+                            },
+                        );
+                    }
+                }
                 if already {
                     // Already receiving it live: replaying would duplicate.
-                    return self.reply(k, &Reply::Subscribed { topic: &topic });
+                    self.reply(k, &Reply::Subscribed { topic: &topic });
+                    if presence {
+                        let name: Arc<str> = Arc::from(&*topic);
+                        self.presence_listen(k, &[name]);
+                    }
+                    return;
                 }
                 let since = since.as_deref().map_or(Since::Now, Since::Id);
                 let Some(sub) = self.subscribe_conn(k, &[&topic], since, true) else {
@@ -262,6 +282,12 @@ impl<S: Socket> Engine<S> {
                     self.write_all_to(k, &frames, None);
                     self.tally.delivered += sub.replay.len() as u64;
                 }
+                if presence {
+                    self.presence_listen(k, &sub.names);
+                }
+            }
+            Request::Presence { topic, after } => {
+                self.presence_query(k, &topic, after.as_deref());
             }
             Request::Unsubscribe { topic } => {
                 if let Some(tid) = self.subscription(k, &topic) {

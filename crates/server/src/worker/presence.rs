@@ -1,0 +1,360 @@
+//! A worker's side of presence ([`crate::presence`]): which of its connections are in which
+//! rooms under which identity, which of them asked for `join`/`leave` events, and writing
+//! member lists and events in each transport's format.
+//!
+//! Only connections in rooms have entries here; a server without `presence_topics` never
+//! touches these tables. A long-poll is not a member (between its requests it is not
+//! connected, so it would leave and join again on every poll); it may read the member lists.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use clarion_proto::http1;
+use clarion_proto::pubsub::Reply;
+use clarion_proto::sse;
+use clarion_proto::ws::frame::encode_frame;
+use clarion_proto::ws::OpCode;
+
+use super::socket::Socket;
+use super::state::{Kind, State, WsMode, WsRole};
+use super::Engine;
+use crate::message::Published;
+use crate::presence::Member;
+
+/// One worker's presence tables.
+#[derive(Default)]
+pub(crate) struct PresenceConns {
+    /// The identity of each connection that has one (set when it authenticates).
+    who: HashMap<u32, Arc<Member>>,
+    /// The rooms (topic ids) each connection is in.
+    rooms: HashMap<u32, Vec<u32>>,
+    /// Per room, the connections that asked for events, each with the room version its member
+    /// list was read at (events up to it are already in that list).
+    listeners: HashMap<u32, Vec<(u32, u64)>>,
+}
+
+impl PresenceConns {
+    /// How many rooms connection `k` is in.
+    fn rooms_of(&self, k: u32) -> usize {
+        self.rooms.get(&k).map_or(0, Vec::len)
+    }
+}
+
+/// Why a request for presence is refused (`400`, or an error reply in-band).
+pub(crate) const NOT_CONFIGURED: &str = "presence is not kept on this server (presence_topics)";
+/// Presence events on a transport whose messages carry no type.
+const UNTYPED: &str =
+    "presence events need typed messages: the clarion.v1 subprotocol, SSE, or JSON lines";
+
+impl<S: Socket> Engine<S> {
+    /// Records connection `k`'s identity for the rooms it will join: the `sub` a `connect`
+    /// hook gave, else its token's, with the token's `clarion.info`. An identity already used
+    /// in rooms stays until the connection leaves them (a refreshed token with another `sub`
+    /// does not make it someone else in the middle).
+    pub(crate) fn presence_identify(&mut self, k: u32, sub: Option<&str>, info: Option<&str>) {
+        if self.shared.presence.is_none() {
+            return;
+        }
+        if self.presence.rooms_of(k) > 0 {
+            return;
+        }
+        match sub {
+            Some(sub) => {
+                let member = Member {
+                    sub: sub.into(),
+                    info: info.map(Into::into),
+                };
+                self.presence.who.insert(k, Arc::new(member));
+            }
+            None => {
+                self.presence.who.remove(&k);
+            }
+        }
+    }
+
+    /// Whether connection `k` may enter the rooms among `topics` (its room limit). Answers
+    /// the refusal itself (an error reply in-band, else `400`) and returns `false`.
+    pub(crate) fn presence_admits(&mut self, k: u32, topics: &[&str], in_band: bool) -> bool {
+        let Some(p) = self.shared.presence.as_ref() else {
+            return true;
+        };
+        if !self.member_kind(k) {
+            return true;
+        }
+        let new = topics.iter().filter(|t| p.tracks(t)).count();
+        if new == 0 || self.presence.rooms_of(k) + new <= p.max_topics {
+            return true;
+        }
+        let error = format!(
+            "too many presence topics: at most {} per connection (presence_max_topics)",
+            p.max_topics
+        );
+        if in_band {
+            let topic = topics.first().copied();
+            self.reply(
+                k,
+                &Reply::Error {
+                    error: &error,
+                    topic,
+                },
+            );
+        } else {
+            self.respond(k, 400, &[], &error, false);
+        }
+        false
+    }
+
+    /// Whether connection `k` is the kind that is a member of the rooms it subscribes to
+    /// (WebSockets and streams; not long-polls, not GRIP connections).
+    fn member_kind(&self, k: u32) -> bool {
+        let Some(c) = self.conns.get(k as usize) else {
+            return false;
+        };
+        matches!(
+            c.state,
+            State::Ws(WsMode {
+                role: WsRole::PubSub | WsRole::Envelope,
+                ..
+            }) | State::Sse(_)
+                | State::Stream(crate::worker::state::StreamMode::Ndjson)
+                | State::Stream(crate::worker::state::StreamMode::Raw)
+        )
+    }
+
+    /// Connection `k` subscribed to `name` (index id `tid`): if it is a room, `k` enters it.
+    pub(crate) fn presence_entered(&mut self, k: u32, name: &Arc<str>, tid: u32) {
+        let shared = Arc::clone(&self.shared);
+        let Some(p) = shared.presence.as_ref() else {
+            return;
+        };
+        if !p.tracks(name) || !self.member_kind(k) {
+            return;
+        }
+        let rooms = self.presence.rooms.entry(k).or_default();
+        if rooms.contains(&tid) {
+            return;
+        }
+        rooms.push(tid);
+        let who = self.presence.who.get(&k).cloned();
+        p.join(&shared.broker, name, who.as_deref());
+    }
+
+    /// Connection `k` left topic `name` (index id `tid`): it leaves the room, if it was in it.
+    pub(crate) fn presence_left(&mut self, k: u32, name: &Arc<str>, tid: u32) {
+        if self.presence.rooms.is_empty() {
+            return;
+        }
+        let Some(rooms) = self.presence.rooms.get_mut(&k) else {
+            return;
+        };
+        let Some(i) = rooms.iter().position(|t| *t == tid) else {
+            return;
+        };
+        rooms.swap_remove(i);
+        if rooms.is_empty() {
+            self.presence.rooms.remove(&k);
+        }
+        if let Some(list) = self.presence.listeners.get_mut(&tid) {
+            list.retain(|(c, _)| *c != k);
+            if list.is_empty() {
+                self.presence.listeners.remove(&tid);
+            }
+        }
+        let who = self.presence.who.get(&k).cloned();
+        if let Some(p) = self.shared.presence.as_ref() {
+            p.leave(&self.shared.broker, name, who.as_deref());
+        }
+    }
+
+    /// Forgets connection `k`'s identity (it is gone; it left its rooms already).
+    pub(crate) fn presence_forget(&mut self, k: u32) {
+        if !self.presence.who.is_empty() {
+            self.presence.who.remove(&k);
+        }
+    }
+
+    /// Connection `k` asked for events of the rooms among `names`: each room's member list is
+    /// written now (in the transport's format), and its later events follow in order.
+    pub(crate) fn presence_listen(&mut self, k: u32, names: &[Arc<str>]) {
+        let Some(p) = self.shared.presence.clone() else {
+            return;
+        };
+        let mut out: Vec<Arc<[u8]>> = Vec::new();
+        for name in names {
+            let Some(tid) = self.subscription(k, name) else {
+                continue;
+            };
+            if !p.tracks(name) {
+                continue;
+            }
+            let listing = p.list(name, None, p.max_members);
+            let list = self.presence.listeners.entry(tid).or_default();
+            match list.iter_mut().find(|(c, _)| *c == k) {
+                Some(entry) => entry.1 = listing.version,
+                None => list.push((k, listing.version)),
+            }
+            if let Some(bytes) = self.presence_encode(k, "presence", &listing.message_json(name)) {
+                out.push(bytes);
+            }
+        }
+        if !out.is_empty() {
+            let refs: Vec<&Arc<[u8]>> = out.iter().collect();
+            self.write_all_to(k, &refs, None);
+        }
+    }
+
+    /// Why a request for `topic`'s presence events is refused, if it is: presence off, not a
+    /// presence topic, or a transport that carries no types (plain WebSockets, raw streams).
+    pub(crate) fn presence_refusal(&self, topic: &str, typed: bool) -> Option<&'static str> {
+        match self.shared.presence.as_ref() {
+            None => Some(NOT_CONFIGURED),
+            Some(p) if !p.tracks(topic) => Some("presence is not kept for this topic"),
+            Some(_) if !typed => Some(UNTYPED),
+            Some(_) => None,
+        }
+    }
+
+    /// Why `presence=1` on a request for `topics` is refused, if it is: as
+    /// [`Engine::presence_refusal`], and at least one of the topics must be a presence topic.
+    pub(crate) fn presence_url_refusal(
+        &self,
+        topics: &[std::borrow::Cow<'_, str>],
+        typed: bool,
+    ) -> Option<&'static str> {
+        let p = match self.shared.presence.as_ref() {
+            None => return Some(NOT_CONFIGURED),
+            Some(p) => p,
+        };
+        if !typed {
+            return Some(UNTYPED);
+        }
+        if !topics.iter().any(|t| p.tracks(t)) {
+            return Some("presence is not kept for any of these topics (presence_topics)");
+        }
+        None
+    }
+
+    /// Long-poll `k`'s answer `body` with the member lists of its presence topics added
+    /// (`"presence":[{"type":"presence",...},...]`), read now.
+    pub(crate) fn presence_in_poll(&self, k: u32, body: &Arc<[u8]>) -> Arc<[u8]> {
+        let Some(p) = self.shared.presence.as_ref() else {
+            return Arc::clone(body);
+        };
+        let names: Vec<Arc<str>> = self
+            .conns
+            .get(k as usize)
+            .map(|c| c.subs.ids())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|tid| self.index.name_of(tid))
+            .filter(|n| p.tracks(n))
+            .collect();
+        let Some(open) = body.strip_suffix(b"}\n") else {
+            return Arc::clone(body);
+        };
+        let mut out = open.to_vec();
+        out.extend_from_slice(b",\"presence\":[");
+        for (i, name) in names.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let listing = p.list(name, None, p.max_members);
+            out.extend_from_slice(listing.message_json(name).as_bytes());
+        }
+        out.extend_from_slice(b"]}\n");
+        out.into()
+    }
+
+    /// An in-band `presence` message: room `topic`'s members after `after`.
+    pub(crate) fn presence_query(&mut self, k: u32, topic: &str, after: Option<&str>) {
+        let error = match self.shared.presence.clone() {
+            None => NOT_CONFIGURED,
+            Some(p) if !p.tracks(topic) => "presence is not kept for this topic",
+            Some(p) => {
+                if let Err(r) = self.ws_may_subscribe(k, topic) {
+                    r.count(&self.shared.metrics);
+                    let topic = Some(topic);
+                    return self.reply(
+                        k,
+                        &Reply::Error {
+                            error: r.reason,
+                            topic,
+                        },
+                    );
+                }
+                let json = p.list(topic, after, p.max_members).message_json(topic);
+                let frame: Arc<[u8]> = encode_frame(OpCode::Text, json.as_bytes()).into();
+                return self.send(k, &frame);
+            }
+        };
+        let topic = Some(topic);
+        self.reply(k, &Reply::Error { error, topic });
+    }
+
+    /// `json` (a member list or an event of type `kind`) in connection `k`'s format: a text
+    /// frame, an SSE event named `kind` without an id, a stream line. `None` for a connection
+    /// that does not take them.
+    fn presence_encode(&self, k: u32, kind: &str, json: &str) -> Option<Arc<[u8]>> {
+        let c = self.conns.get(k as usize)?;
+        let mut out = Vec::with_capacity(json.len() + 32);
+        match c.state.kind() {
+            Kind::Ws => return Some(encode_frame(OpCode::Text, json.as_bytes()).into()),
+            Kind::Sse => sse::write_event(&mut out, None, Some(kind), json.as_bytes()),
+            Kind::Stream => http1::write_chunk(&mut out, format!("{json}\n").as_bytes()),
+            _ => return None,
+        }
+        Some(out.into())
+    }
+
+    /// Delivers a run of presence events of one room to the connections that asked for them,
+    /// each getting those after the version its member list was read at.
+    pub(crate) fn deliver_presence(&mut self, run: &[Arc<Published>]) {
+        let Some(first) = run.first() else {
+            return;
+        };
+        let Some(tid) = self.index.id_of(&first.topic) else {
+            return;
+        };
+        if !self.polls.is_empty() {
+            // Held long-polls that asked for presence are answered with the new member lists.
+            let polls: Vec<u32> = self
+                .index
+                .subscribers(&first.topic)
+                .iter()
+                .copied()
+                .filter(|k| self.polls.get(k).is_some_and(|h| h.presence))
+                .collect();
+            for k in polls {
+                let cursor = self.polls.get(&k).map(|h| h.cursor.clone());
+                let body = crate::worker::transport::poll::messages_body(
+                    std::iter::empty(),
+                    &cursor.unwrap_or_default(),
+                    &[],
+                );
+                self.answer_poll(k, &Arc::from(body));
+            }
+        }
+        let Some(listeners) = self.presence.listeners.get(&tid).cloned() else {
+            return;
+        };
+        let mut frames: Vec<&Arc<[u8]>> = Vec::with_capacity(run.len());
+        for (k, seen) in listeners {
+            frames.clear();
+            let encoding = match self.conns.get(k as usize).map(|c| c.state.kind()) {
+                Some(Kind::Ws) => None,
+                Some(Kind::Sse) => Some(crate::message::Encoding::Sse),
+                Some(Kind::Stream) => Some(crate::message::Encoding::NdjsonChunk),
+                _ => continue,
+            };
+            for m in run.iter().filter(|m| m.id > seen) {
+                frames.push(match encoding {
+                    None => &m.frame,
+                    Some(e) => m.encoded(e),
+                });
+            }
+            if !frames.is_empty() {
+                self.deliver_all(k, &frames);
+            }
+        }
+    }
+}

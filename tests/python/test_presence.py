@@ -1,0 +1,338 @@
+"""Presence against the real binary (docs/presence.md): member lists and join/leave events over
+WebSocket, SSE, JSON lines and long-polls; one identity with several connections is one member;
+a member that vanishes (reset, or silent until the idle timeout) leaves; the API's lists and
+counts with pagination; who may read them; every refusal."""
+
+import asyncio
+import json
+import socket
+import struct
+import time
+
+import httpx
+import jwt
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+import rawws
+
+SECRET = "a-presence-test-secret-long-enough-0123456"
+API_KEY = "presence-api-key"
+KEYED = {"Authorization": f"Bearer {API_KEY}"}
+
+
+def token(sub, topics=("room.*",), info=None, **extra):
+    claim = {"subscribe": list(topics)}
+    if info is not None:
+        claim["info"] = info
+    body = {"sub": sub, "exp": int(time.time()) + 300, "clarion": claim, **extra}
+    return jwt.encode(body, SECRET, algorithm="HS256")
+
+
+@pytest.fixture
+def authed(start_server):
+    return start_server(
+        "--auth-secret",
+        SECRET,
+        "--api-key",
+        API_KEY,
+        "--presence-topics",
+        "room.*,small",
+        "--presence-max-members",
+        "2",
+        "--presence-max-topics",
+        "2",
+        "--ping-interval",
+        "1",
+        "--idle-timeout",
+        "3",
+    )
+
+
+def ws(server, sub, topic="room.a", info=None, presence=True, topics=None):
+    q = f"token={token(sub, info=info, topics=topics or ('room.*',))}&topic={topic}"
+    if presence:
+        q += "&presence=1"
+    return connect(f"ws://{server.clients}/ws?{q}", subprotocols=["clarion.v1"])
+
+
+async def next_json(c, kind=None, timeout=5):
+    """The next text frame as JSON (skipping other types when `kind` is given)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {kind} message"
+        m = json.loads(await asyncio.wait_for(c.recv(), left))
+        if kind is None or m["type"] == kind:
+            return m
+
+
+async def nothing_for(c, seconds):
+    with pytest.raises(asyncio.TimeoutError):
+        m = await asyncio.wait_for(c.recv(), seconds)
+        pytest.fail(f"unexpected {m}")
+
+
+def members(listing):
+    return [m["sub"] for m in listing["members"]]
+
+
+def test_members_join_and_leave_in_order_over_websocket(authed):
+    async def main():
+        async with ws(authed, "alice", info={"name": "Alice"}) as a:
+            first = await next_json(a)
+            assert first == {
+                "type": "presence",
+                "topic": "room.a",
+                "count": 1,
+                "connections": 1,
+                "members": [{"sub": "alice", "info": {"name": "Alice"}}],
+                "more": False,
+            }
+            async with ws(authed, "bob", presence=False) as b:
+                joined = await next_json(a)
+                assert joined == {"type": "join", "topic": "room.a", "member": {"sub": "bob"}}
+                # A message published after the join arrives after it: one order.
+                authed.publish("room.a", "hello", headers=KEYED)
+                m = await next_json(a)
+                assert m["type"] == "message" and m["data"] == "hello"
+                await next_json(b, "message")
+            left = await next_json(a)
+            assert left == {"type": "leave", "topic": "room.a", "member": {"sub": "bob"}}
+            # Presence events are not history: a resume replays the message only.
+            async with connect(
+                f"ws://{authed.clients}/ws?token={token('carol')}&topic=room.a&since={m['id'].split('-')[0]}-0",
+                subprotocols=["clarion.v1"],
+            ) as c:
+                got = await next_json(c)
+                assert got["type"] in ("message", "gap"), got
+                if got["type"] == "gap":
+                    got = await next_json(c)
+                assert got["data"] == "hello"
+                await nothing_for(c, 0.5)
+
+    asyncio.run(main())
+
+
+def test_one_identity_with_three_connections_is_one_member(authed):
+    async def main():
+        async with ws(authed, "watcher", topic="room.b") as w:
+            await next_json(w, "presence")
+            tabs = [await ws(authed, "dana", topic="room.b", presence=False).__aenter__() for _ in range(3)]
+            assert (await next_json(w))["type"] == "join"
+            await nothing_for(w, 0.5)
+            status, _, body = authed.request("GET", "/topics/room.b/presence", headers=KEYED)
+            assert status == 200
+            got = json.loads(body)
+            assert got["count"] == 2 and got["connections"] == 4
+            assert {"sub": "dana", "connections": 3} in got["members"]
+            for t in tabs[:2]:
+                await t.close()
+            await nothing_for(w, 0.5)
+            await tabs[2].close()
+            left = await next_json(w)
+            assert left["type"] == "leave" and left["member"]["sub"] == "dana"
+
+    asyncio.run(main())
+
+
+def test_a_member_that_vanishes_leaves(authed):
+    """A reset (no close frame) leaves at once; a client that goes silent (no FIN, no pong)
+    leaves when the idle timeout (3 s here) closes it."""
+
+    async def main():
+        async with ws(authed, "watcher", topic="room.c") as w:
+            await next_json(w, "presence")
+            for how in ("reset", "silent"):
+                path = f"/ws?token={token(how)}&topic=room.c"
+                s, head, _ = rawws.connect(authed.clients, path)
+                assert " 101 " in head.split("\r\n")[0], head
+                assert (await next_json(w))["member"]["sub"] == how
+                started = time.monotonic()
+                if how == "reset":
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    s.close()
+                # else: the socket stays open and never answers a ping.
+                left = await next_json(w, "leave", timeout=8)
+                took = time.monotonic() - started
+                assert left["member"]["sub"] == how
+                if how == "reset":
+                    assert took < 1.0, took
+                else:
+                    assert 1.5 < took < 6.0, took
+                    s.close()
+
+    asyncio.run(main())
+
+
+def test_sse_streams_and_polls_carry_presence(authed):
+    url = f"http://{authed.clients}"
+    with httpx.Client(timeout=10) as http:
+        with http.stream(
+            "GET", f"{url}/sse?topic=room.d&presence=1&token={token('sse-user')}"
+        ) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+
+            def event():
+                name = data = None
+                for line in lines:
+                    if line.startswith("event:"):
+                        name = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data = json.loads(line[5:].strip())
+                    elif line.startswith("id:"):
+                        pytest.fail("presence events carry no id (Last-Event-ID stays on messages)")
+                    elif line == "" and data is not None:
+                        return name, data
+
+            name, listing = event()
+            assert name == "presence" and members(listing) == ["sse-user"]
+
+            # A long-poll's first look answers at once with the member lists.
+            first = http.get(f"{url}/poll?topic=room.d&presence=1&token={token('poller')}").json()
+            assert first["messages"] == [] and members(first["presence"][0]) == ["sse-user"]
+
+            async def join_while_polling():
+                async with httpx.AsyncClient(timeout=10) as ah:
+                    held = asyncio.create_task(
+                        ah.get(
+                            f"{url}/poll?topic=room.d&presence=1&timeout=10"
+                            f"&since={first['cursor']}&token={token('poller')}"
+                        )
+                    )
+                    await asyncio.sleep(0.5)
+                    assert not held.done()
+                    async with ws(authed, "erin", topic="room.d", presence=False):
+                        answer = (await held).json()
+                        assert answer["messages"] == []
+                        assert members(answer["presence"][0]) == ["erin", "sse-user"]
+
+            asyncio.run(join_while_polling())
+            assert event() == ("join", {"type": "join", "topic": "room.d", "member": {"sub": "erin"}})
+            assert event()[0] == "leave"
+
+    # JSON lines carry the same objects.
+    with httpx.Client(timeout=10) as http:
+        with http.stream("GET", f"{url}/stream?topic=room.d&presence=1&token={token('nd')}") as r:
+            line = json.loads(next(r.iter_lines()))
+            assert line["type"] == "presence" and members(line) == ["nd"]
+
+
+def test_the_api_lists_pages_and_counts(authed):
+    async def main():
+        conns = [await ws(authed, s, topic="room.e", presence=False).__aenter__() for s in ("c", "a", "b")]
+        anon_status, _, _ = authed.request("GET", "/topics/room.e/presence")
+        assert anon_status == 401
+        status, _, body = authed.request("GET", "/topics/room.e/presence", headers=KEYED)
+        page = json.loads(body)
+        assert status == 200 and members(page) == ["a", "b"] and page["next"] == "b"
+        assert page["count"] == 3
+        _, _, body = authed.request("GET", "/topics/room.e/presence?after=b", headers=KEYED)
+        page = json.loads(body)
+        assert members(page) == ["c"] and "next" not in page
+        _, _, body = authed.request("GET", "/topics/room.e/presence?limit=1", headers=KEYED)
+        assert members(json.loads(body)) == ["a"]
+        status, _, body = authed.request("GET", "/topics/room.e/presence/count", headers=KEYED)
+        assert json.loads(body) == {"topic": "room.e", "count": 3, "connections": 3}
+        # A token that may subscribe may read; one that may not is refused.
+        ok = {"Authorization": f"Bearer {token('x')}"}
+        assert authed.request("GET", "/topics/room.e/presence/count", headers=ok)[0] == 200
+        no = {"Authorization": f"Bearer {token('x', topics=('other',))}"}
+        assert authed.request("GET", "/topics/room.e/presence", headers=no)[0] == 403
+        assert authed.request("GET", "/topics/news/presence", headers=KEYED)[0] == 404
+        assert authed.request("GET", "/topics/room.e/presence?limit=0", headers=KEYED)[0] == 400
+        assert authed.request("POST", "/topics/room.e/presence", b"", KEYED)[0] == 405
+        m = authed.metrics()
+        assert m["clarion_presence_members"] == 3
+        assert m["clarion_presence_connections"] == 3
+        assert m['clarion_presence_events_total{type="join"}'] >= 3
+        for c in conns:
+            await c.close()
+
+    asyncio.run(main())
+
+
+def test_presence_message_and_subscribe_option_in_band(authed):
+    async def main():
+        q = f"token={token('frank', topics=('room.*', 'news'))}"
+        async with connect(f"ws://{authed.clients}/ws?{q}", subprotocols=["clarion.v1"]) as c:
+            await c.send(json.dumps({"type": "presence", "topic": "room.f"}))
+            got = await next_json(c)
+            assert got["type"] == "presence" and got["members"] == [] and got["count"] == 0
+            await c.send(json.dumps({"type": "subscribe", "topic": "room.f", "presence": True}))
+            assert await next_json(c) == {"type": "subscribed", "topic": "room.f"}
+            listing = await next_json(c)
+            assert listing["type"] == "presence" and members(listing) == ["frank"]
+            # Not granted: the answer says so, the connection stays.
+            await c.send(json.dumps({"type": "presence", "topic": "small"}))
+            err = await next_json(c)
+            assert err["type"] == "error" and err["topic"] == "small"
+            assert "grant" in err["error"]
+            await c.send(json.dumps({"type": "subscribe", "topic": "news", "presence": True}))
+            err = await next_json(c)
+            assert err["type"] == "error" and "not kept for this topic" in err["error"]
+            # presence_max_topics = 2: a third presence topic is refused.
+            await c.send(json.dumps({"type": "subscribe", "topic": "room.g"}))
+            await next_json(c, "subscribed")
+            await c.send(json.dumps({"type": "subscribe", "topic": "room.h"}))
+            err = await next_json(c)
+            assert err["type"] == "error" and "presence_max_topics" in err["error"]
+
+    asyncio.run(main())
+
+
+def test_refusals_are_clear(authed):
+    url = f"http://{authed.clients}"
+    # A plain WebSocket carries no types: events would look like messages.
+    with pytest.raises(InvalidStatus) as e:
+        asyncio.run(connect(f"ws://{authed.clients}/ws?topic=room.a&presence=1&token={token('g')}").__aenter__())
+    assert e.value.response.status_code == 400
+    r = httpx.get(f"{url}/sse?topic=news&presence=1&token={token('g', topics=('news',))}")
+    assert r.status_code == 400 and "not kept" in r.text
+    r = httpx.get(f"{url}/stream?topic=room.a&presence=1&format=raw&token={token('g')}")
+    assert r.status_code == 400
+    r = httpx.get(f"{url}/sse?topic=room.a&presence=maybe&token={token('g')}")
+    assert r.status_code == 400
+    # An info past presence_max_info is refused with the token.
+    big = token("g", info={"bio": "x" * 600})
+    r = httpx.get(f"{url}/sse?topic=room.a&token={big}")
+    assert r.status_code == 401 and "presence_max_info" in r.text
+    not_object = token("g", info=["a"])
+    assert httpx.get(f"{url}/sse?topic=room.a&token={not_object}").status_code == 401
+    # The server's event names are reserved on presence topics only.
+    status, _, body = authed.request(
+        "POST", "/publish/room.a?event=join", b"x", {"Content-Type": "text/plain", **KEYED}
+    )
+    assert status == 400 and b"reserved" in body
+    status, _, _ = authed.request(
+        "POST", "/publish/news?event=join", b"x", {"Content-Type": "text/plain", **KEYED}
+    )
+    assert status == 200
+    # Without the token for the topic the upgrade is refused.
+    with pytest.raises(InvalidStatus) as e:
+        asyncio.run(ws(authed, "h", topic="small").__aenter__())
+    assert e.value.response.status_code == 403
+
+
+def test_without_presence_topics_nothing_is_tracked(server):
+    r = httpx.get(f"http://{server.clients}/sse?topic=room&presence=1")
+    assert r.status_code == 400 and "presence_topics" in r.text
+    assert server.request("GET", "/topics/room/presence")[0] == 404
+
+
+def test_anonymous_connections_are_counted_not_listed(start_server):
+    s = start_server("--presence-topics", "*")
+
+    async def main():
+        async with connect(f"ws://{s.clients}/ws?topic=lobby&presence=1", subprotocols=["clarion.v1"]) as a:
+            first = await next_json(a)
+            assert first["members"] == [] and first["connections"] == 1
+            async with connect(f"ws://{s.clients}/ws?topic=lobby"):
+                await asyncio.sleep(0.3)
+                _, _, body = s.request("GET", "/topics/lobby/presence/count")
+                assert json.loads(body) == {"topic": "lobby", "count": 0, "connections": 2}
+            await nothing_for(a, 0.3)
+
+    asyncio.run(main())
