@@ -5,6 +5,7 @@ counts with pagination; who may read them; every refusal."""
 
 import asyncio
 import json
+import signal
 import socket
 import struct
 import time
@@ -334,5 +335,139 @@ def test_anonymous_connections_are_counted_not_listed(start_server):
                 _, _, body = s.request("GET", "/topics/lobby/presence/count")
                 assert json.loads(body) == {"topic": "lobby", "count": 0, "connections": 2}
             await nothing_for(a, 0.3)
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------
+# Across a cluster (Redis): one membership, dead nodes reaped, Redis restarts rebuilt.
+
+from cluster_util import cluster, wait_until  # noqa: E402,F401 (fixture)
+
+
+def node_args(redis):
+    return (
+        "--broker", redis.url, "--node-name", "n{i}", "--auth-secret", SECRET,
+        "--api-key", API_KEY, "--presence-topics", "room.*",
+    )
+
+
+def api_presence(node, topic):
+    status, _, body = node.request("GET", f"/topics/{topic}/presence", headers=KEYED)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_two_nodes_see_one_membership(cluster):
+    redis = cluster.redis()
+    a, b = cluster.start_nodes(2, *node_args(redis))
+
+    async def main():
+        async with ws(a, "watcher-a", topic="room.x") as wa, ws(b, "watcher-b", topic="room.x") as wb:
+            await next_json(wa, "presence")
+            await next_json(wb, "presence")
+            # One identity on both nodes is one member; each node's watcher sees one join.
+            async with ws(a, "zoe", topic="room.x", presence=False), ws(b, "zoe", topic="room.x", presence=False):
+                for w in (wa, wb):
+                    got = await next_json(w, "join")
+                    while got["member"]["sub"] != "zoe":
+                        got = await next_json(w, "join")
+                # The second node's change may still be on its way: wait for it, bounded.
+                listing = wait_until(
+                    lambda: (got := api_presence(b, "room.x"))["connections"] == 4 and got,
+                    what="both of zoe's connections counted",
+                )
+                assert members(listing) == ["watcher-a", "watcher-b", "zoe"]
+                assert {"sub": "zoe", "connections": 2} in listing["members"]
+                await nothing_for(wa, 0.3)
+            for w in (wa, wb):
+                left = await next_json(w, "leave")
+                assert left["member"]["sub"] == "zoe"
+            # The in-band list and the count agree, from either node.
+            await wb.send(json.dumps({"type": "presence", "topic": "room.x"}))
+            assert members(await next_json(wb, "presence")) == ["watcher-a", "watcher-b"]
+            _, _, body = a.request("GET", "/topics/room.x/presence/count", headers=KEYED)
+            assert json.loads(body) == {"topic": "room.x", "count": 2, "connections": 2}
+
+    asyncio.run(main())
+
+
+def test_a_killed_node_s_members_leave_everywhere(cluster):
+    """kill -9 of a node: its members leave on the others within the documented bound
+    (liveness 10 s + one 2 s round), with leave events; a restarted node starts clean."""
+    redis = cluster.redis()
+    a, b = cluster.start_nodes(2, *node_args(redis))
+
+    async def main():
+        async with ws(a, "watcher", topic="room.k") as w:
+            await next_json(w, "presence")
+            victims = [await ws(b, f"v{i}", topic="room.k", presence=False).__aenter__() for i in range(3)]
+            for _ in range(3):
+                await next_json(w, "join")
+            killed = time.monotonic()
+            b.kill9()
+            gone = set()
+            while len(gone) < 3:
+                left = await next_json(w, "leave", timeout=20)
+                gone.add(left["member"]["sub"])
+            took = time.monotonic() - killed
+            assert gone == {"v0", "v1", "v2"}
+            assert took < 15, took
+            assert members(api_presence(a, "room.k")) == ["watcher"]
+            for v in victims:
+                with pytest.raises(Exception):
+                    await v.recv()
+
+    asyncio.run(main())
+
+
+def test_a_redis_restart_rebuilds_presence_from_live_connections(cluster):
+    redis = cluster.redis()
+    a, b = cluster.start_nodes(2, *node_args(redis))
+
+    async def main():
+        conns = [
+            await ws(a, "ann", topic="room.r", presence=False).__aenter__(),
+            await ws(b, "ben", topic="room.r", presence=False).__aenter__(),
+            await ws(b, "ann", topic="room.r", presence=False).__aenter__(),
+        ]
+        wait_until(lambda: members(api_presence(a, "room.r")) == ["ann", "ben"], what="membership")
+        redis.restart()  # without persistence: every key is gone
+        a.wait_healthy()
+        b.wait_healthy()
+
+        def rebuilt():
+            try:
+                got = api_presence(a, "room.r")
+            except AssertionError:
+                return False
+            return got if members(got) == ["ann", "ben"] and got["connections"] == 3 else False
+
+        got = wait_until(rebuilt, timeout=15, what="presence rebuilt after the Redis restart")
+        assert {"sub": "ann", "connections": 2} in got["members"]
+        # A member that leaves afterwards leaves for real (no ghost from before the restart).
+        await conns[1].close()
+        wait_until(lambda: members(api_presence(b, "room.r")) == ["ann"], what="ben left")
+        for c in (conns[0], conns[2]):
+            await c.close()
+        wait_until(lambda: api_presence(a, "room.r")["connections"] == 0, what="room empty")
+
+    asyncio.run(main())
+
+
+def test_a_node_that_stops_takes_its_members_out_at_once(cluster):
+    redis = cluster.redis()
+    a, b = cluster.start_nodes(2, *node_args(redis))
+
+    async def main():
+        async with ws(a, "watcher", topic="room.s") as w:
+            await next_json(w, "presence")
+            c = await ws(b, "leaver", topic="room.s", presence=False).__aenter__()
+            await next_json(w, "join")
+            started = time.monotonic()
+            b.proc.send_signal(signal.SIGTERM)  # not stop(): it would block this event loop
+            left = await next_json(w, "leave", timeout=10)
+            assert left["member"]["sub"] == "leaver" and time.monotonic() - started < 5
+            del c
 
     asyncio.run(main())

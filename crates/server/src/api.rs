@@ -368,7 +368,10 @@ fn presence(req: &Request, shared: &Shared) -> Answer {
         );
     }
     if count_only {
-        let (count, connections) = p.count(topic);
+        let (count, connections) = match p.count(&shared.broker, topic) {
+            Ok(c) => c,
+            Err(why) => return Answer::error(503, &why),
+        };
         let body =
             format!("{{\"topic\":\"{topic}\",\"count\":{count},\"connections\":{connections}}}\n");
         return Answer::new(200, "application/json", body);
@@ -393,7 +396,10 @@ fn presence(req: &Request, shared: &Shared) -> Answer {
             _ => {}
         }
     }
-    let mut body = p.list(topic, after.as_deref(), limit).api_json(topic);
+    let mut body = match p.list(&shared.broker, topic, after.as_deref(), limit) {
+        Ok(listing) => listing.api_json(topic),
+        Err(why) => return Answer::error(503, &why),
+    };
     body.push('\n');
     Answer::new(200, "application/json", body)
 }

@@ -110,7 +110,8 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     let hooks = crate::hooks::Hooks::from_config(&config, &inboxes, &metrics)
         .map_err(|e| anyhow::anyhow!(e))
         .context("cannot set up hooks")?;
-    let presence = crate::presence::Presence::from_config(&config, Arc::clone(&metrics))
+    let clustered = matches!(broker, Broker::Redis(_));
+    let presence = crate::presence::Presence::from_config(&config, Arc::clone(&metrics), clustered)
         .map_err(|e| anyhow::anyhow!(e))?
         .map(Arc::new);
     let shared = Arc::new(Shared {
@@ -140,6 +141,20 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
             .context("cannot watch the group's supervisor")?;
     }
 
+    let presence_stop = Arc::new(AtomicBool::new(false));
+    let mut presence_thread = None;
+    if shared.presence.as_ref().is_some_and(|p| p.clustered()) {
+        let (s, stop) = (Arc::clone(&shared), Arc::clone(&presence_stop));
+        let t = std::thread::Builder::new()
+            .name("clarion-presence".into())
+            .spawn(move || {
+                if let Some(p) = s.presence.as_ref() {
+                    p.run(&s.broker, &stop);
+                }
+            })
+            .context("cannot start the presence thread")?;
+        presence_thread = Some(t);
+    }
     let mut threads = Vec::with_capacity(workers);
     for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate()
     {
@@ -197,6 +212,13 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         if t.join().is_err() {
             log::warn(format_args!("a worker panicked during shutdown"));
         }
+    }
+    presence_stop.store(true, Relaxed);
+    if let Some(t) = presence_thread {
+        let _ = t.join();
+    }
+    if let Some(p) = shared.presence.as_ref() {
+        p.leave_cluster(&shared.broker);
     }
     shared.broker.shutdown();
     log::info(format_args!(

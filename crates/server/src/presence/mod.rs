@@ -14,14 +14,25 @@
 //!
 //! Topics that are not rooms pay nothing: the workers ask [`Presence::tracks`] once per
 //! subscription, and only connections in rooms have an entry in a worker's side table.
+//!
+//! **With the Redis broker** the rooms are the cluster's, in Redis
+//! ([`crate::broker::redis::presence`]). This process still keeps its own connections' part
+//! of each room (to write it again after Redis lost it), but instead of announcing events it
+//! queues each change for the presence thread ([`Presence::run`]), which applies them in order
+//! in batches; the script publishes the events on the topic's channel, and they come back to
+//! every node through the broker's reader, in order with the topic's messages. Member lists
+//! and counts are read from Redis. With NATS (or one process) rooms are per process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use clarion_proto::auth::Pattern;
 
+use crate::broker::redis::presence::{RoomChange, RoomState, KEEPALIVE};
 use crate::broker::Broker;
 use crate::config::Config;
 use crate::hub::lock;
@@ -81,11 +92,34 @@ pub struct Presence {
     pub max_topics: usize,
     rooms: Mutex<HashMap<Arc<str>, Room>>,
     metrics: Arc<Metrics>,
+    /// With the Redis broker: changes waiting for the presence thread.
+    cluster: Option<Cluster>,
 }
+
+/// The queue between the workers and the presence thread (Redis broker only).
+struct Cluster {
+    changes: Mutex<Vec<RoomChange>>,
+    wake: Condvar,
+    /// A change could not be applied (Redis down), or Redis lost this node's part: the next
+    /// round writes every room again instead of the queued changes.
+    dirty: AtomicBool,
+    /// Rounds of the presence thread, for tests and the log.
+    rounds: AtomicU64,
+}
+
+/// Longest a change waits for others to share its round trip: a connect storm becomes a few
+/// pipelines, a single join is seen by others within a few milliseconds.
+const BATCH_WAIT: Duration = Duration::from_millis(5);
 
 impl Presence {
     /// Presence as `config` describes it; `None` when `presence_topics` is empty.
-    pub fn from_config(config: &Config, metrics: Arc<Metrics>) -> Result<Option<Presence>, String> {
+    ///
+    /// `clustered`: the broker is Redis, which holds the rooms.
+    pub fn from_config(
+        config: &Config,
+        metrics: Arc<Metrics>,
+        clustered: bool,
+    ) -> Result<Option<Presence>, String> {
         if config.presence_topics.is_empty() {
             return Ok(None);
         }
@@ -100,7 +134,21 @@ impl Presence {
             max_topics: config.presence_max_topics,
             rooms: Mutex::new(HashMap::new()),
             metrics,
+            cluster: clustered.then(|| Cluster {
+                changes: Mutex::new(Vec::new()),
+                wake: Condvar::new(),
+                dirty: AtomicBool::new(false),
+                rounds: AtomicU64::new(0),
+            }),
         }))
+    }
+
+    /// Queues changes for the presence thread (cluster mode).
+    fn queue(&self, changes: impl IntoIterator<Item = RoomChange>) {
+        if let Some(c) = &self.cluster {
+            lock(&c.changes).extend(changes);
+            c.wake.notify_one();
+        }
     }
 
     /// Whether `topic` is a room.
@@ -115,6 +163,21 @@ impl Presence {
         let room = rooms.entry(Arc::clone(topic)).or_default();
         room.connections += 1;
         self.metrics.presence_connections.fetch_add(1, Relaxed);
+        if self.cluster.is_some() {
+            let mut changes = vec![RoomChange::Connections {
+                topic: Arc::clone(topic),
+                n: room.connections,
+            }];
+            if let Some(who) = who {
+                changes.push(RoomChange::Add {
+                    topic: Arc::clone(topic),
+                    sub: Arc::clone(&who.sub),
+                    n: 1,
+                    info: who.info.clone(),
+                });
+            }
+            self.queue(changes);
+        }
         let Some(who) = who else {
             room.anonymous += 1;
             return;
@@ -133,6 +196,10 @@ impl Presence {
         room.version += 1;
         self.metrics.presence_members.fetch_add(1, Relaxed);
         self.metrics.presence_joins.fetch_add(1, Relaxed);
+        if self.cluster.is_some() {
+            // Redis announces it to every node.
+            return;
+        }
         let json = event_json("join", topic, &who.sub, who.info.as_deref());
         broker.announce(Arc::new(Published::presence(
             Arc::clone(topic),
@@ -155,6 +222,22 @@ impl Presence {
         }
         room.connections -= 1;
         self.metrics.presence_connections.fetch_sub(1, Relaxed);
+        if self.cluster.is_some() {
+            let mut changes = Vec::with_capacity(2);
+            if let Some(who) = who.filter(|w| room.members.contains_key(&w.sub)) {
+                changes.push(RoomChange::Remove {
+                    topic: Arc::clone(topic),
+                    sub: Arc::clone(&who.sub),
+                    n: 1,
+                });
+            }
+            changes.push(RoomChange::Connections {
+                topic: Arc::clone(topic),
+                n: room.connections,
+            });
+            self.queue(changes);
+        }
+        let announce = self.cluster.is_none();
         match who {
             None => room.anonymous = room.anonymous.saturating_sub(1),
             Some(who) => {
@@ -165,13 +248,15 @@ impl Presence {
                         room.version += 1;
                         self.metrics.presence_members.fetch_sub(1, Relaxed);
                         self.metrics.presence_leaves.fetch_add(1, Relaxed);
-                        let json = event_json("leave", name, &who.sub, info.as_deref());
-                        broker.announce(Arc::new(Published::presence(
-                            Arc::clone(name),
-                            room.version,
-                            "leave",
-                            &json,
-                        )));
+                        if announce {
+                            let json = event_json("leave", name, &who.sub, info.as_deref());
+                            broker.announce(Arc::new(Published::presence(
+                                Arc::clone(name),
+                                room.version,
+                                "leave",
+                                &json,
+                            )));
+                        }
                     }
                 }
             }
@@ -183,8 +268,36 @@ impl Presence {
 
     /// Room `topic`'s members after identity `after` (from the start when `None`), at most
     /// `limit` of them (capped at `presence_max_members`).
-    pub fn list(&self, topic: &str, after: Option<&str>, limit: usize) -> Listing {
+    pub fn list(
+        &self,
+        broker: &Broker,
+        topic: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Listing, String> {
         let limit = limit.clamp(1, self.max_members);
+        if let (Some(_), Broker::Redis(b)) = (&self.cluster, broker) {
+            let page = b
+                .presence_list(topic, after, limit)
+                .map_err(|e| format!("presence unavailable: {e}"))?;
+            let next = if page.more {
+                page.members.last().map(|(s, _, _)| Arc::clone(s))
+            } else {
+                None
+            };
+            return Ok(Listing {
+                version: page.version,
+                count: page.count,
+                connections: page.connections,
+                members: page.members,
+                next,
+            });
+        }
+        Ok(self.list_here(topic, after, limit))
+    }
+
+    /// [`Presence::list`] of this process's own part.
+    fn list_here(&self, topic: &str, after: Option<&str>, limit: usize) -> Listing {
         let rooms = lock(&self.rooms);
         let Some(room) = rooms.get(topic) else {
             return Listing {
@@ -222,11 +335,127 @@ impl Presence {
     }
 
     /// Room `topic`'s counts: members and connections.
-    pub fn count(&self, topic: &str) -> (u64, u64) {
+    pub fn count(&self, broker: &Broker, topic: &str) -> Result<(u64, u64), String> {
+        if let (Some(_), Broker::Redis(b)) = (&self.cluster, broker) {
+            return b
+                .presence_count(topic)
+                .map_err(|e| format!("presence unavailable: {e}"));
+        }
         let rooms = lock(&self.rooms);
-        rooms.get(topic).map_or((0, 0), |r| {
+        Ok(rooms.get(topic).map_or((0, 0), |r| {
             (r.members.len() as u64, u64::from(r.connections))
-        })
+        }))
+    }
+
+    /// Whether rooms live in Redis (and [`Presence::run`] must run).
+    pub fn clustered(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The presence thread (Redis broker only), until `stop`: first takes this node's previous
+    /// life out of every room (a restarted process has the same name), then applies queued
+    /// changes in batches, refreshes this node's liveness, reaps dead nodes, and writes every
+    /// room again whenever Redis lost this node's part or a change could not be applied.
+    pub fn run(&self, broker: &Broker, stop: &AtomicBool) {
+        let (Some(c), Broker::Redis(b)) = (&self.cluster, broker) else {
+            return;
+        };
+        // Whatever a previous process of this name left behind; then this one's rooms.
+        c.dirty.store(true, Relaxed);
+        let node = b.node_name().to_owned();
+        let mut fresh = b.presence_reap(&node).is_ok();
+        let mut next_beat = Instant::now();
+        while !stop.load(Relaxed) {
+            let batch = {
+                let mut q = lock(&c.changes);
+                if q.is_empty() {
+                    let wait = next_beat.saturating_duration_since(Instant::now());
+                    q = c
+                        .wake
+                        .wait_timeout(q, wait.min(Duration::from_millis(200)))
+                        .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+                }
+                if !q.is_empty() {
+                    drop(q);
+                    std::thread::sleep(BATCH_WAIT);
+                    q = lock(&c.changes);
+                }
+                std::mem::take(&mut *q)
+            };
+            if Instant::now() >= next_beat {
+                next_beat = Instant::now() + KEEPALIVE;
+                match b.presence_keepalive() {
+                    Ok(lost) => {
+                        if lost && fresh {
+                            fresh = false;
+                        } else if lost {
+                            crate::log::warn(format_args!(
+                                "presence: Redis lost this node's rooms (restarted, or this node was cut off); writing them again"
+                            ));
+                            c.dirty.store(true, Relaxed);
+                        }
+                        if let Err(e) = b.presence_reap_dead() {
+                            crate::log::warn(format_args!("presence: reaping: {e}"));
+                        }
+                    }
+                    Err(e) => {
+                        crate::log::warn(format_args!("presence: keepalive: {e}"));
+                        c.dirty.store(true, Relaxed);
+                    }
+                }
+            }
+            if c.dirty.load(Relaxed) {
+                // Every room as it is now covers the changes taken above.
+                let rooms = self.states();
+                match b.presence_sync(&rooms) {
+                    Ok(()) => {
+                        c.dirty.store(false, Relaxed);
+                        fresh = false;
+                    }
+                    Err(e) => crate::log::warn(format_args!("presence: writing rooms: {e}")),
+                }
+            } else if !batch.is_empty() {
+                if let Err(e) = b.presence_apply(&batch) {
+                    crate::log::warn(format_args!("presence: {e}; will write every room again"));
+                    c.dirty.store(true, Relaxed);
+                }
+            }
+            c.rounds.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// At shutdown (Redis broker): this node leaves every room at once, after its
+    /// connections are gone, so other nodes see its members leave now rather than when its
+    /// liveness expires.
+    pub fn leave_cluster(&self, broker: &Broker) {
+        if let (Some(_), Broker::Redis(b)) = (&self.cluster, broker) {
+            let node = b.node_name().to_owned();
+            if let Err(e) = b.presence_reap(&node) {
+                crate::log::warn(format_args!("presence: leaving: {e}"));
+            }
+        }
+    }
+
+    /// This process's part of every room, for a `sync`, and the queue emptied in the same
+    /// step: changes are queued under the rooms lock, so every change still queued is in
+    /// these states and must not be applied again on top of them.
+    fn states(&self) -> Vec<RoomState> {
+        let rooms = lock(&self.rooms);
+        if let Some(c) = &self.cluster {
+            lock(&c.changes).clear();
+        }
+        rooms
+            .iter()
+            .map(|(topic, r)| RoomState {
+                topic: Arc::clone(topic),
+                connections: r.connections,
+                members: r
+                    .members
+                    .iter()
+                    .map(|(s, e)| (Arc::clone(s), e.conns, e.info.clone()))
+                    .collect(),
+            })
+            .collect()
     }
 }
 
@@ -328,7 +557,9 @@ mod tests {
             Arc::clone(&metrics),
             config.history_limits(),
         );
-        let p = Presence::from_config(&config, metrics).unwrap().unwrap();
+        let p = Presence::from_config(&config, metrics, false)
+            .unwrap()
+            .unwrap();
         (p, broker, inboxes, polls)
     }
 
@@ -368,7 +599,7 @@ mod tests {
         assert_eq!(v["type"], "join");
         assert_eq!(v["member"]["sub"], "alice");
         assert_eq!(v["member"]["info"]["name"], "A \"q\"");
-        assert_eq!(p.count("room.1"), (1, 3));
+        assert_eq!(p.count(&broker, "room.1").unwrap(), (1, 3));
         p.leave(&broker, &topic, Some(&alice));
         assert!(events(&inboxes[0]).is_empty());
         p.leave(&broker, &topic, Some(&alice));
@@ -379,7 +610,7 @@ mod tests {
         p.leave(&broker, &topic, None);
         // Empty rooms are forgotten; extra leaves are harmless.
         p.leave(&broker, &topic, None);
-        assert_eq!(p.count("room.1"), (0, 0));
+        assert_eq!(p.count(&broker, "room.1").unwrap(), (0, 0));
         assert_eq!(p.metrics.presence_members.load(Relaxed), 0);
         assert_eq!(p.metrics.presence_connections.load(Relaxed), 0);
     }
@@ -391,12 +622,14 @@ mod tests {
         for s in ["carol", "alice", "bob"] {
             p.join(&broker, &topic, Some(&member(s)));
         }
-        let first = p.list("room.x", None, 100);
+        let first = p.list(&broker, "room.x", None, 100).unwrap();
         let names: Vec<&str> = first.members.iter().map(|m| &*m.0).collect();
         assert_eq!(names, ["alice", "bob"]);
         assert_eq!(first.next.as_deref(), Some("bob"));
         assert_eq!(first.count, 3);
-        let second = p.list("room.x", first.next.as_deref(), 100);
+        let second = p
+            .list(&broker, "room.x", first.next.as_deref(), 100)
+            .unwrap();
         assert_eq!(second.members.len(), 1);
         assert_eq!(second.next, None);
         let v: serde_json::Value = serde_json::from_str(&first.message_json("room.x")).unwrap();
@@ -408,7 +641,7 @@ mod tests {
         assert_eq!(v["members"][0]["connections"], 1);
         assert_eq!(v["count"], 3);
         assert!(v.get("next").is_none());
-        assert_eq!(p.list("nothing", None, 5).count, 0);
+        assert_eq!(p.list(&broker, "nothing", None, 5).unwrap().count, 0);
     }
 
     #[test]

@@ -187,13 +187,24 @@ impl<S: Socket> Engine<S> {
             if !p.tracks(name) {
                 continue;
             }
-            let listing = p.list(name, None, p.max_members);
+            // Without a list (Redis unreachable) the subscriber is told, and gets every event.
+            let (version, kind, json) = match p.list(&self.shared.broker, name, None, p.max_members)
+            {
+                Ok(listing) => (listing.version, "presence", listing.message_json(name)),
+                Err(error) => {
+                    let reply = Reply::Error {
+                        error: &error,
+                        topic: Some(name),
+                    };
+                    (0, "error", reply.to_json())
+                }
+            };
             let list = self.presence.listeners.entry(tid).or_default();
             match list.iter_mut().find(|(c, _)| *c == k) {
-                Some(entry) => entry.1 = listing.version,
-                None => list.push((k, listing.version)),
+                Some(entry) => entry.1 = version,
+                None => list.push((k, version)),
             }
-            if let Some(bytes) = self.presence_encode(k, "presence", &listing.message_json(name)) {
+            if let Some(bytes) = self.presence_encode(k, kind, &json) {
                 out.push(bytes);
             }
         }
@@ -258,8 +269,15 @@ impl<S: Socket> Engine<S> {
             if i > 0 {
                 out.push(b',');
             }
-            let listing = p.list(name, None, p.max_members);
-            out.extend_from_slice(listing.message_json(name).as_bytes());
+            let json = match p.list(&self.shared.broker, name, None, p.max_members) {
+                Ok(listing) => listing.message_json(name),
+                Err(error) => Reply::Error {
+                    error: &error,
+                    topic: Some(name),
+                }
+                .to_json(),
+            };
+            out.extend_from_slice(json.as_bytes());
         }
         out.extend_from_slice(b"]}\n");
         out.into()
@@ -282,7 +300,19 @@ impl<S: Socket> Engine<S> {
                         },
                     );
                 }
-                let json = p.list(topic, after, p.max_members).message_json(topic);
+                let json = match p.list(&self.shared.broker, topic, after, p.max_members) {
+                    Ok(listing) => listing.message_json(topic),
+                    Err(error) => {
+                        let topic = Some(topic);
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic,
+                            },
+                        );
+                    }
+                };
                 let frame: Arc<[u8]> = encode_frame(OpCode::Text, json.as_bytes()).into();
                 return self.send(k, &frame);
             }

@@ -223,6 +223,7 @@ impl Harness {
             presence: crate::presence::Presence::from_config(
                 &config_copy,
                 Arc::new(crate::metrics::Metrics::default()),
+                false,
             )
             .unwrap()
             .map(Arc::new),

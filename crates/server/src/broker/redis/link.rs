@@ -197,6 +197,15 @@ fn apply(core: &Core, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
                 let Some(data) = parts.get(2).and_then(Value::as_bytes) else {
                     continue;
                 };
+                if data.first() == Some(&b'!') {
+                    // A presence event: in channel order, outside the message sequence.
+                    if let Some((name, t)) = st.topics.get_key_value(topic) {
+                        if t.follow == Follow::Live {
+                            core.presence_event(name, t, data);
+                        }
+                    }
+                    continue;
+                }
                 on_message(core, &mut st, topic, data, todo);
             }
             b"ssubscribe" => {

@@ -24,6 +24,7 @@
 
 pub mod conn;
 mod link;
+pub mod presence;
 mod resume;
 
 use std::collections::HashMap;
@@ -577,6 +578,16 @@ impl Core {
     /// Runs publish script calls on one shard. Redis restarted (or flushed its scripts) since
     /// we loaded it: load it again and run the calls that answered NOSCRIPT (they did nothing).
     fn run_scripts(&self, shard: usize, cmds: &[Vec<Vec<u8>>]) -> Result<Vec<Value>, Unavailable> {
+        self.run_script_calls(shard, SCRIPT, cmds)
+    }
+
+    /// Runs `EVALSHA` calls of `script` on one shard, loading it again where Redis lost it.
+    pub(crate) fn run_script_calls(
+        &self,
+        shard: usize,
+        script: &str,
+        cmds: &[Vec<Vec<u8>>],
+    ) -> Result<Vec<Value>, Unavailable> {
         let pool = &self
             .shards
             .get(shard)
@@ -588,7 +599,7 @@ impl Core {
             pool.call(&[vec![
                 b"SCRIPT".to_vec(),
                 b"LOAD".to_vec(),
-                SCRIPT.as_bytes().to_vec(),
+                script.as_bytes().to_vec(),
             ]])
             .map_err(Unavailable::from)?;
             let again: Vec<Vec<Vec<u8>>> = cmds

@@ -1,0 +1,481 @@
+//! Presence in Redis (docs/presence.md, "Across a cluster"): the cluster's rooms, changed only
+//! by [`SCRIPT`], which publishes `join`/`leave` on the topic's own channel so events take
+//! their place among the topic's messages.
+//!
+//! Per topic, in the topic's partition (so every key and the channel share a slot): the members
+//! with their connections on all nodes, their info, each node's connections, the room's
+//! version, and per node its own members (what a node's death takes away). Per node, in the
+//! first Redis: a liveness key refreshed every [`KEEPALIVE`] and expiring after [`ALIVE_TTL`],
+//! and the set of rooms it is in. A node whose liveness key expired (killed, cut off from
+//! Redis) is *reaped* by the first live node that notices: each of its rooms loses its members,
+//! with `leave` events. A node that finds its own liveness key gone (Redis restarted, or it was
+//! reaped while cut off) writes its rooms again from its connections (`sync`).
+//!
+//! Called from the presence thread (changes, liveness, reaping) and from workers and the API
+//! (member lists, counts), on the broker's connection pools.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clarion_proto::resp::Value;
+
+use super::{keys, partition, sha1_hex, RedisBroker, Topic};
+use crate::broker::Unavailable;
+use crate::message::Published;
+
+/// The presence script (see the module doc).
+pub const SCRIPT: &str = include_str!("presence.lua");
+/// How often a node refreshes its liveness key and looks for dead nodes.
+pub const KEEPALIVE: Duration = Duration::from_secs(2);
+/// How long a node counts as alive after its last refresh: several refreshes, so a slow
+/// moment does not make a live node look dead. A dead node's members leave within about
+/// `ALIVE_TTL + KEEPALIVE` (docs/presence.md).
+pub const ALIVE_TTL: Duration = Duration::from_secs(10);
+
+/// One change a node makes to a room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoomChange {
+    /// `n` more connections of member `sub` (with `info`, JSON or empty).
+    Add {
+        topic: Arc<str>,
+        sub: Arc<str>,
+        n: u32,
+        info: Option<Arc<str>>,
+    },
+    /// `n` fewer connections of member `sub`.
+    Remove {
+        topic: Arc<str>,
+        sub: Arc<str>,
+        n: u32,
+    },
+    /// This node now has `n` connections in the room (members' and anonymous).
+    Connections { topic: Arc<str>, n: u32 },
+}
+
+impl RoomChange {
+    fn topic(&self) -> &str {
+        match self {
+            RoomChange::Add { topic, .. }
+            | RoomChange::Remove { topic, .. }
+            | RoomChange::Connections { topic, .. } => topic,
+        }
+    }
+}
+
+/// One node's whole part of a room, for `sync`.
+#[derive(Debug, Clone)]
+pub struct RoomState {
+    pub topic: Arc<str>,
+    pub connections: u32,
+    /// Member, connections on this node, info.
+    pub members: Vec<(Arc<str>, u32, Option<Arc<str>>)>,
+}
+
+/// A page of a room's members, as Redis had it at `version`.
+#[derive(Debug, Clone, Default)]
+pub struct RoomPage {
+    pub version: u64,
+    pub count: u64,
+    pub connections: u64,
+    /// Member, info, connections on all nodes.
+    pub members: Vec<(Arc<str>, Option<Arc<str>>, u32)>,
+    pub more: bool,
+}
+
+/// The keys the script takes for `topic`, with node `node`'s members last.
+fn room_keys(topic: &str, node: &str) -> [String; 5] {
+    let p = partition(topic);
+    [
+        format!("clarion:{{p{p}}}:pm:{topic}"),
+        format!("clarion:{{p{p}}}:pi:{topic}"),
+        format!("clarion:{{p{p}}}:pc:{topic}"),
+        format!("clarion:{{p{p}}}:pv:{topic}"),
+        // `|` cannot be in a topic, so no topic and node pair names another's key.
+        format!("clarion:{{p{p}}}:pn:{topic}|{node}"),
+    ]
+}
+
+fn alive_key(node: &str) -> String {
+    format!("clarion:presence:alive:{node}")
+}
+
+fn rooms_key(node: &str) -> String {
+    format!("clarion:presence:rooms:{node}")
+}
+
+const NODES: &str = "clarion:presence:nodes";
+
+impl RedisBroker {
+    /// This node's name, as other nodes know it.
+    pub fn node_name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// One script call for `topic` on behalf of `node`.
+    fn presence_call(&self, op: &str, topic: &str, node: &str, args: &[&[u8]]) -> Vec<Vec<u8>> {
+        let [m, i, c, v, n] = room_keys(topic, node);
+        let channel = keys(topic)[2].clone();
+        let mut cmd: Vec<Vec<u8>> = vec![
+            b"EVALSHA".to_vec(),
+            sha1_hex(SCRIPT.as_bytes()).into_bytes(),
+            b"5".to_vec(),
+            m.into_bytes(),
+            i.into_bytes(),
+            c.into_bytes(),
+            v.into_bytes(),
+            n.into_bytes(),
+            op.as_bytes().to_vec(),
+            channel.into_bytes(),
+            node.as_bytes().to_vec(),
+            topic.as_bytes().to_vec(),
+        ];
+        cmd.extend(args.iter().map(|a| a.to_vec()));
+        cmd
+    }
+
+    /// Runs script calls, each on the shard of its topic, in order per shard.
+    fn presence_run(&self, calls: Vec<(String, Vec<Vec<u8>>)>) -> Result<(), Unavailable> {
+        let shards = self.core.shards.len().max(1);
+        let mut per_shard: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); shards];
+        for (topic, cmd) in calls {
+            if let Some(list) = per_shard.get_mut(self.core.shard_of(&topic)) {
+                list.push(cmd);
+            }
+        }
+        for (shard, cmds) in per_shard.iter().enumerate() {
+            if cmds.is_empty() {
+                continue;
+            }
+            for r in self.core.run_script_calls(shard, SCRIPT, cmds)? {
+                if let Value::Error(e) = r {
+                    return Err(Unavailable(format!("presence script: {e}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies this node's changes, in order.
+    pub fn presence_apply(&self, changes: &[RoomChange]) -> Result<(), Unavailable> {
+        let node = self.node_name().to_owned();
+        let calls = changes
+            .iter()
+            .map(|c| {
+                let cmd = match c {
+                    RoomChange::Add {
+                        topic,
+                        sub,
+                        n,
+                        info,
+                    } => {
+                        let n = n.to_string();
+                        let info = info.as_deref().unwrap_or_default();
+                        let args: [&[u8]; 3] = [sub.as_bytes(), n.as_bytes(), info.as_bytes()];
+                        self.presence_call("add", topic, &node, &args)
+                    }
+                    RoomChange::Remove { topic, sub, n } => {
+                        let n = n.to_string();
+                        let args: [&[u8]; 3] = [sub.as_bytes(), n.as_bytes(), b""];
+                        self.presence_call("remove", topic, &node, &args)
+                    }
+                    RoomChange::Connections { topic, n } => {
+                        let n = n.to_string();
+                        self.presence_call("conns", topic, &node, &[n.as_bytes()])
+                    }
+                };
+                (c.topic().to_owned(), cmd)
+            })
+            .collect();
+        self.presence_run(calls)?;
+        // The node's room list, for reaping: a room is listed while the node has connections.
+        let mut sadd = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
+        let mut srem = vec![b"SREM".to_vec(), rooms_key(&node).into_bytes()];
+        for c in changes {
+            if let RoomChange::Connections { topic, n } = c {
+                if *n > 0 {
+                    sadd.push(topic.as_bytes().to_vec());
+                } else {
+                    srem.push(topic.as_bytes().to_vec());
+                }
+            }
+        }
+        let cmds: Vec<Vec<Vec<u8>>> = [sadd, srem].into_iter().filter(|c| c.len() > 2).collect();
+        if !cmds.is_empty() {
+            self.node_pool()?.call(&cmds).map_err(Unavailable::from)?;
+        }
+        Ok(())
+    }
+
+    /// Writes this node's whole part of every room again (after Redis lost it, or after this
+    /// node was reaped while cut off), and forgets rooms it is no longer in.
+    pub fn presence_sync(&self, rooms: &[RoomState]) -> Result<(), Unavailable> {
+        let node = self.node_name().to_owned();
+        let listed = self.presence_rooms_of(&node)?;
+        let mut calls = Vec::new();
+        for r in rooms {
+            let conns = r.connections.to_string();
+            let counts: Vec<String> = r.members.iter().map(|(_, n, _)| n.to_string()).collect();
+            let mut args: Vec<&[u8]> = vec![conns.as_bytes()];
+            for ((sub, _, info), n) in r.members.iter().zip(&counts) {
+                args.push(sub.as_bytes());
+                args.push(n.as_bytes());
+                args.push(info.as_deref().unwrap_or_default().as_bytes());
+            }
+            calls.push((
+                r.topic.to_string(),
+                self.presence_call("sync", &r.topic, &node, &args),
+            ));
+        }
+        for gone in listed
+            .iter()
+            .filter(|t| !rooms.iter().any(|r| *r.topic == **t))
+        {
+            calls.push((gone.clone(), self.presence_call("reap", gone, &node, &[])));
+        }
+        self.presence_run(calls)?;
+        let mut cmds = vec![vec![b"DEL".to_vec(), rooms_key(&node).into_bytes()]];
+        if !rooms.is_empty() {
+            let mut sadd = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
+            sadd.extend(rooms.iter().map(|r| r.topic.as_bytes().to_vec()));
+            cmds.push(sadd);
+        }
+        self.node_pool()?.call(&cmds).map_err(Unavailable::from)?;
+        Ok(())
+    }
+
+    /// Refreshes this node's liveness key; `true` when it had expired or never existed (Redis
+    /// restarted, or this node was reaped while cut off): its rooms must be written again.
+    pub fn presence_keepalive(&self) -> Result<bool, Unavailable> {
+        let node = self.node_name();
+        let ttl = ALIVE_TTL.as_secs().to_string();
+        let replies = self
+            .node_pool()?
+            .call(&[
+                vec![
+                    b"SET".to_vec(),
+                    alive_key(node).into_bytes(),
+                    b"1".to_vec(),
+                    b"EX".to_vec(),
+                    ttl.into_bytes(),
+                    b"GET".to_vec(),
+                ],
+                vec![
+                    b"SADD".to_vec(),
+                    NODES.as_bytes().to_vec(),
+                    node.as_bytes().to_vec(),
+                ],
+            ])
+            .map_err(Unavailable::from)?;
+        match replies.first() {
+            Some(Value::Nil) => Ok(true),
+            Some(Value::Error(e)) => Err(Unavailable(format!("presence keepalive: {e}"))),
+            _ => Ok(false),
+        }
+    }
+
+    /// Reaps every node whose liveness key expired (one node does each: a short lock),
+    /// returning how many rooms lost members.
+    pub fn presence_reap_dead(&self) -> Result<usize, Unavailable> {
+        let pool = self.node_pool()?;
+        let nodes = pool
+            .call(&[vec![b"SMEMBERS".to_vec(), NODES.as_bytes().to_vec()]])
+            .map_err(Unavailable::from)?;
+        let names: Vec<String> = match nodes.first() {
+            Some(Value::Array(v)) => v
+                .iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut reaped = 0;
+        for n in names.iter().filter(|n| **n != self.node_name()) {
+            let alive = pool
+                .call(&[vec![b"EXISTS".to_vec(), alive_key(n).into_bytes()]])
+                .map_err(Unavailable::from)?;
+            if !matches!(alive.first(), Some(Value::Integer(0))) {
+                continue;
+            }
+            let lock_key = format!("clarion:presence:reaping:{n}");
+            let got = pool
+                .call(&[vec![
+                    b"SET".to_vec(),
+                    lock_key.into_bytes(),
+                    self.node_name().as_bytes().to_vec(),
+                    b"NX".to_vec(),
+                    b"EX".to_vec(),
+                    b"30".to_vec(),
+                ]])
+                .map_err(Unavailable::from)?;
+            if !matches!(got.first(), Some(Value::Simple(_))) {
+                continue;
+            }
+            reaped += self.presence_reap(n)?;
+        }
+        Ok(reaped)
+    }
+
+    /// Takes node `node` out of every room it is in (a dead node, or this node's previous
+    /// life at startup), with `leave` events for the members only it held.
+    pub fn presence_reap(&self, node: &str) -> Result<usize, Unavailable> {
+        let rooms = self.presence_rooms_of(node)?;
+        let calls = rooms
+            .iter()
+            .map(|t| (t.clone(), self.presence_call("reap", t, node, &[])))
+            .collect();
+        self.presence_run(calls)?;
+        self.node_pool()?
+            .call(&[
+                vec![b"DEL".to_vec(), rooms_key(node).into_bytes()],
+                vec![
+                    b"SREM".to_vec(),
+                    NODES.as_bytes().to_vec(),
+                    node.as_bytes().to_vec(),
+                ],
+            ])
+            .map_err(Unavailable::from)?;
+        if !rooms.is_empty() {
+            crate::log::info(format_args!(
+                "presence: node {node} is gone; its members left {} rooms",
+                rooms.len()
+            ));
+        }
+        Ok(rooms.len())
+    }
+
+    fn presence_rooms_of(&self, node: &str) -> Result<Vec<String>, Unavailable> {
+        let r = self
+            .node_pool()?
+            .call(&[vec![b"SMEMBERS".to_vec(), rooms_key(node).into_bytes()]])
+            .map_err(Unavailable::from)?;
+        Ok(match r.first() {
+            Some(Value::Array(v)) => v
+                .iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// The pool of the first Redis, which holds the per-node keys.
+    fn node_pool(&self) -> Result<&super::conn::Pool, Unavailable> {
+        self.core
+            .shards
+            .first()
+            .map(|s| &s.pool)
+            .ok_or_else(|| Unavailable("no Redis configured".to_owned()))
+    }
+
+    /// A page of `topic`'s members after `after`.
+    pub fn presence_list(
+        &self,
+        topic: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<RoomPage, Unavailable> {
+        let limit = limit.to_string();
+        let args: [&[u8]; 2] = [after.unwrap_or_default().as_bytes(), limit.as_bytes()];
+        let cmd = self.presence_call("list", topic, self.node_name(), &args);
+        let reply = self
+            .core
+            .run_script_calls(self.core.shard_of(topic), SCRIPT, &[cmd])?;
+        let Some(Value::Array(v)) = reply.into_iter().next() else {
+            return Err(Unavailable("presence list: unexpected answer".to_owned()));
+        };
+        let int = |i: usize| v.get(i).and_then(Value::as_int).unwrap_or(0);
+        let mut page = RoomPage {
+            version: u64::try_from(int(0)).unwrap_or(0),
+            count: u64::try_from(int(1)).unwrap_or(0),
+            connections: u64::try_from(int(2)).unwrap_or(0),
+            members: Vec::new(),
+            more: int(3) == 1,
+        };
+        for m in v.get(4..).unwrap_or_default().chunks(3) {
+            let [sub, info, n] = m else { break };
+            let Some(sub) = sub.as_str() else { continue };
+            let info = info.as_str().filter(|i| !i.is_empty()).map(Arc::from);
+            let n = n.as_int().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+            page.members.push((Arc::from(sub), info, n));
+        }
+        Ok(page)
+    }
+
+    /// `topic`'s members and connections across the cluster.
+    pub fn presence_count(&self, topic: &str) -> Result<(u64, u64), Unavailable> {
+        let cmd = self.presence_call("count", topic, self.node_name(), &[]);
+        let reply = self
+            .core
+            .run_script_calls(self.core.shard_of(topic), SCRIPT, &[cmd])?;
+        match reply.first() {
+            Some(Value::Array(v)) => {
+                let int = |i: usize| {
+                    v.get(i)
+                        .and_then(Value::as_int)
+                        .and_then(|n| u64::try_from(n).ok())
+                        .unwrap_or(0)
+                };
+                Ok((int(0), int(1)))
+            }
+            _ => Err(Unavailable("presence count: unexpected answer".to_owned())),
+        }
+    }
+}
+
+/// A presence event from a topic's channel (`!VERSION JSON`, what [`SCRIPT`] publishes), as
+/// the message the workers deliver; `None` when it is not one.
+pub(crate) fn event_of(name: &Arc<str>, data: &[u8]) -> Option<Published> {
+    let rest = data.strip_prefix(b"!")?;
+    let text = std::str::from_utf8(rest).ok()?;
+    let (version, json) = text.split_once(' ')?;
+    let version = version.parse::<u64>().ok()?;
+    let kind = if json.starts_with("{\"type\":\"join\"") {
+        "join"
+    } else if json.starts_with("{\"type\":\"leave\"") {
+        "leave"
+    } else {
+        return None;
+    };
+    Some(Published::presence(Arc::clone(name), version, kind, json))
+}
+
+impl super::Core {
+    /// Hands a presence event that came on `topic`'s channel to this node's subscribers of it
+    /// (under the state lock, like a message).
+    pub(super) fn presence_event(&self, name: &Arc<str>, t: &Topic, data: &[u8]) {
+        match event_of(name, data) {
+            Some(m) => self.fan_out(t, &[Arc::new(m)]),
+            None => crate::log::warn(format_args!(
+                "broker: a presence event on {name} that cannot be read"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_topic_partition_and_never_collide() {
+        let ks = room_keys("chat:a", "web-1:42");
+        let tag = &ks[0][..ks[0].find("}:").unwrap() + 1];
+        assert!(ks.iter().all(|k| k.starts_with(tag)));
+        assert!(keys("chat:a")[2].starts_with(tag));
+        assert_ne!(room_keys("a", "b:c")[4], room_keys("a:b", "c")[4]);
+    }
+
+    #[test]
+    fn channel_events_are_read_back() {
+        let name: Arc<str> = "room".into();
+        let m = event_of(
+            &name,
+            br#"!1700000000000001 {"type":"join","topic":"room","member":{"sub":"a"}}"#,
+        )
+        .unwrap();
+        assert!(m.presence && m.id == 1_700_000_000_000_001);
+        assert_eq!(m.event.as_deref(), Some("join"));
+        assert!(event_of(&name, b"!x {}").is_none());
+        assert!(event_of(&name, b"e 1 body").is_none());
+        assert!(event_of(&name, br#"!5 {"type":"other"}"#).is_none());
+    }
+}
