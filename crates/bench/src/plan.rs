@@ -93,6 +93,10 @@ pub struct BenchArgs {
     /// (the million scenario).
     #[arg(long)]
     pub broker_pid: Option<u32>,
+    /// Give every WebSocket and SSE connection a token of its own identity (`sub`), signed
+    /// HS256 with this secret (the server's `auth_secret`): each is then a presence member.
+    #[arg(long)]
+    pub jwt_secret: Option<String>,
 }
 
 impl BenchArgs {

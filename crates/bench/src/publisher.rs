@@ -23,6 +23,8 @@ pub struct ApiTarget {
     pub authority: String,
     /// The path prefix before `/publish` (empty, or `/prefix`).
     pub prefix: String,
+    /// An `Authorization` value for publishing (a server with authentication).
+    pub authorization: Option<String>,
 }
 
 /// Parses `--api`, resolving a host name.
@@ -38,6 +40,7 @@ pub fn parse_api(text: &str) -> Result<ApiTarget, String> {
         addr,
         authority: url.authority,
         prefix: url.prefix,
+        authorization: None,
     })
 }
 
@@ -61,8 +64,13 @@ impl Api {
             seq_buf: Vec::new(),
             head: format!(
                 "POST {}/publish HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-                 Content-Length: ",
-                api.prefix, api.authority
+                 {}Content-Length: ",
+                api.prefix,
+                api.authority,
+                api.authorization
+                    .as_deref()
+                    .map(|a| format!("Authorization: {a}\r\n"))
+                    .unwrap_or_default()
             ),
         })
     }

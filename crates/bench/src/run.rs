@@ -173,6 +173,7 @@ fn spawn_worker(
         interval_us: a.interval_ms * 1000,
         hello: a.ws_hello.clone(),
         tls: a.tls_job()?,
+        jwt_secret: a.jwt_secret.clone(),
     };
     let mut child = Command::new(exe)
         .args(["bench-worker"])
@@ -376,7 +377,11 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     let worker_pids: Vec<u32> = workers.iter().map(|w| w.child.id()).collect();
     let bench_cpu0 = cpu_of(&worker_pids);
     let pub_start = Instant::now();
-    let mut api = Api::connect(&a.api)?;
+    let mut target = a.api.clone();
+    if let Some(secret) = &a.jwt_secret {
+        target.authorization = Some(format!("Bearer {}", crate::wire::admin_token(secret)));
+    }
+    let mut api = Api::connect(&target)?;
     for round in 0..a.messages {
         let t0 = Instant::now();
         for chunk in names.chunks(200) {

@@ -106,6 +106,40 @@ pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// A token for `--jwt-secret`: HS256 over `{"sub":"m<random>","exp":<a day>,"clarion":{"subscribe":["*"]}}`,
+/// so each load connection is a member of its own identity (presence) and may follow any topic.
+pub fn member_token(secret: &str) -> String {
+    let sub: String = rand16()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    hs256(
+        secret,
+        &format!(r#""sub":"m{sub}","clarion":{{"subscribe":["*"]}}"#),
+    )
+}
+
+/// A token whose `clarion` claim has `admin` (it may publish anywhere), for `--jwt-secret`.
+pub fn admin_token(secret: &str) -> String {
+    hs256(secret, r#""sub":"bench","clarion":{"admin":true}"#)
+}
+
+/// An HS256 JWT over `{claims,"exp":<a day from now>}`.
+fn hs256(secret: &str, claims: &str) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        + 86_400;
+    let head = b64.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let body = b64.encode(format!("{{{claims},\"exp\":{exp}}}"));
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    let sig = ring::hmac::sign(&key, format!("{head}.{body}").as_bytes());
+    format!("{head}.{body}.{}", b64.encode(sig.as_ref()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

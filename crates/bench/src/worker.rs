@@ -59,6 +59,9 @@ pub struct Job {
     /// Connect over TLS, trusting this CA.
     #[serde(default)]
     pub tls: Option<TlsJob>,
+    /// Sign each connection a token of its own identity with this HS256 secret.
+    #[serde(default)]
+    pub jwt_secret: Option<String>,
 }
 
 pub use crate::tls_client::TlsJob;
@@ -380,18 +383,23 @@ fn drive(
             return Ok(()); // not connected yet
         }
         let topic = topics.get(c.topic as usize).map_or("", String::as_str);
+        let token = job
+            .jwt_secret
+            .as_deref()
+            .map(|s| format!("&token={}", crate::wire::member_token(s)))
+            .unwrap_or_default();
         let request = match job.transport {
             Transport::Ws => {
                 let key = base64::engine::general_purpose::STANDARD.encode(rand16());
                 format!(
-                    "GET /ws?topic={topic} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\n\
+                    "GET /ws?topic={topic}{token} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\n\
                      Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
                      Sec-WebSocket-Key: {key}\r\n\r\n",
                     job.target
                 )
             }
             Transport::Sse => format!(
-                "GET /sse?topic={topic} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
+                "GET /sse?topic={topic}{token} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
                 job.target
             ),
             // The first poll returns at once with a cursor; every later one resumes from the
@@ -724,6 +732,7 @@ mod tests {
             interval_us: 0,
             hello: None,
             tls: None,
+            jwt_secret: None,
         }
     }
 

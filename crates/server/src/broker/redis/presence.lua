@@ -4,8 +4,8 @@
 --       3 connections per node (node -> connections, members' and anonymous),
 --       4 the room's version, 5 one node's members (sub -> its connections on that node).
 -- ARGV: 1 operation, 2 the topic's channel, 3 the node, 4 the topic, then per operation:
---   add/remove: 5 sub, 6 connections to add (or remove), 7 info JSON ('' none)
---   conns:      5 the node's connections in the room
+--   apply:      5 the node's connections in the room now ('' unchanged), then triples
+--               sub, connections to add (negative: remove), info JSON ('' none)
 --   sync:       5 the node's connections, then triples sub, connections, info
 --   reap:       (KEYS[5] is the dead node's members; ARGV[3] the dead node)
 --   list:       5 after ('' from the start), 6 limit
@@ -66,12 +66,9 @@ local function total_connections()
   return sum
 end
 
-if op == 'add' then
-  move(ARGV[5], tonumber(ARGV[6]), ARGV[7])
-elseif op == 'remove' then
-  move(ARGV[5], -tonumber(ARGV[6]), ARGV[7])
-elseif op == 'conns' then
-  conns(ARGV[5])
+if op == 'apply' then
+  for i = 6, #ARGV, 3 do move(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
+  if ARGV[5] ~= '' then conns(ARGV[5]) end
 elseif op == 'sync' then
   local want = {}
   for i = 6, #ARGV, 3 do want[ARGV[i]] = tonumber(ARGV[i + 1]) end

@@ -52,16 +52,6 @@ pub enum RoomChange {
     Connections { topic: Arc<str>, n: u32 },
 }
 
-impl RoomChange {
-    fn topic(&self) -> &str {
-        match self {
-            RoomChange::Add { topic, .. }
-            | RoomChange::Remove { topic, .. }
-            | RoomChange::Connections { topic, .. } => topic,
-        }
-    }
-}
-
 /// One node's whole part of a room, for `sync`.
 #[derive(Debug, Clone)]
 pub struct RoomState {
@@ -95,6 +85,12 @@ fn room_keys(topic: &str, node: &str) -> [String; 5] {
     ]
 }
 
+/// The script's SHA-1, computed once.
+fn script_sha() -> &'static str {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHA.get_or_init(|| sha1_hex(SCRIPT.as_bytes()))
+}
+
 fn alive_key(node: &str) -> String {
     format!("clarion:presence:alive:{node}")
 }
@@ -117,7 +113,7 @@ impl RedisBroker {
         let channel = keys(topic)[2].clone();
         let mut cmd: Vec<Vec<u8>> = vec![
             b"EVALSHA".to_vec(),
-            sha1_hex(SCRIPT.as_bytes()).into_bytes(),
+            script_sha().as_bytes().to_vec(),
             b"5".to_vec(),
             m.into_bytes(),
             i.into_bytes(),
@@ -155,35 +151,65 @@ impl RedisBroker {
         Ok(())
     }
 
-    /// Applies this node's changes, in order.
+    /// Applies this node's changes: one script call per room, its members' changes netted
+    /// (a connection that came and went within the batch costs nothing) and its last
+    /// connection count.
     pub fn presence_apply(&self, changes: &[RoomChange]) -> Result<(), Unavailable> {
         let node = self.node_name().to_owned();
-        let calls = changes
+        // Per room, in first-seen order: its connections now, and per member the net change
+        // with the info of its first addition.
+        type Net = (Option<u32>, Vec<(Arc<str>, i64, Option<Arc<str>>)>);
+        let mut rooms: Vec<(Arc<str>, Net)> = Vec::new();
+        let mut index: std::collections::HashMap<Arc<str>, usize> = Default::default();
+        for c in changes {
+            let topic = match c {
+                RoomChange::Add { topic, .. }
+                | RoomChange::Remove { topic, .. }
+                | RoomChange::Connections { topic, .. } => topic,
+            };
+            let i = *index.entry(Arc::clone(topic)).or_insert_with(|| {
+                rooms.push((Arc::clone(topic), (None, Vec::new())));
+                rooms.len() - 1
+            });
+            let Some((_, (conns, members))) = rooms.get_mut(i) else {
+                continue;
+            };
+            let (sub, delta, info) = match c {
+                RoomChange::Connections { n, .. } => {
+                    *conns = Some(*n);
+                    continue;
+                }
+                RoomChange::Add { sub, n, info, .. } => (sub, i64::from(*n), info),
+                RoomChange::Remove { sub, n, .. } => (sub, -i64::from(*n), &None),
+            };
+            match members.iter_mut().find(|(s, _, _)| s == sub) {
+                Some(m) => {
+                    m.1 += delta;
+                    if m.2.is_none() {
+                        m.2 = info.clone();
+                    }
+                }
+                None => members.push((Arc::clone(sub), delta, info.clone())),
+            }
+        }
+        let calls = rooms
             .iter()
-            .map(|c| {
-                let cmd = match c {
-                    RoomChange::Add {
-                        topic,
-                        sub,
-                        n,
-                        info,
-                    } => {
-                        let n = n.to_string();
-                        let info = info.as_deref().unwrap_or_default();
-                        let args: [&[u8]; 3] = [sub.as_bytes(), n.as_bytes(), info.as_bytes()];
-                        self.presence_call("add", topic, &node, &args)
+            .map(|(topic, (conns, members))| {
+                let conns = conns.map(|n| n.to_string()).unwrap_or_default();
+                let deltas: Vec<String> = members.iter().map(|m| m.1.to_string()).collect();
+                let mut args: Vec<&[u8]> = vec![conns.as_bytes()];
+                for ((sub, delta, info), d) in members.iter().zip(&deltas) {
+                    if *delta == 0 {
+                        continue;
                     }
-                    RoomChange::Remove { topic, sub, n } => {
-                        let n = n.to_string();
-                        let args: [&[u8]; 3] = [sub.as_bytes(), n.as_bytes(), b""];
-                        self.presence_call("remove", topic, &node, &args)
-                    }
-                    RoomChange::Connections { topic, n } => {
-                        let n = n.to_string();
-                        self.presence_call("conns", topic, &node, &[n.as_bytes()])
-                    }
-                };
-                (c.topic().to_owned(), cmd)
+                    args.push(sub.as_bytes());
+                    args.push(d.as_bytes());
+                    args.push(info.as_deref().unwrap_or_default().as_bytes());
+                }
+                (
+                    topic.to_string(),
+                    self.presence_call("apply", topic, &node, &args),
+                )
             })
             .collect();
         self.presence_run(calls)?;
