@@ -65,6 +65,9 @@ export class PresenceError extends Error {
   }
 }
 
+// Subscriptions without presence share this empty member map; nothing writes to it.
+const NO_MEMBERS = new Map();
+
 /** One topic the app follows; `lastId` is where it resumes. */
 export class Subscription {
   constructor(client, topic, since, presence) {
@@ -76,7 +79,7 @@ export class Subscription {
     this._on = new Map();
     this.presence = !!presence;
     // Presence: sub -> info (undefined without one), kept by every list, join and leave.
-    this.members = new Map();
+    this.members = NO_MEMBERS;
     // From the last member list (members.size is the live number of listed members).
     this.count = 0;
     this.connections = 0;
@@ -119,6 +122,8 @@ export class Subscription {
   _change(type, member) {
     if (!member || typeof member.sub !== 'string') return;
     const map = this._pages || this.members;
+    // Before the first list (never expected): that list will include the change.
+    if (map === NO_MEMBERS) return;
     if (type === 'join') map.set(member.sub, member.info);
     else map.delete(member.sub);
     // While pages are assembled the change is part of the list the app will get.
@@ -225,7 +230,9 @@ export class ClarionClient {
 
   _shift(conn, topic, test) {
     const q = conn.expect && conn.expect.get(topic);
-    if (q && q.length && test(q[0])) return q.shift();
+    if (!q || !test(q[0])) return;
+    if (q.length === 1) conn.expect.delete(topic);
+    return q.shift();
   }
 
   /** Opens the connection (subscribe() does it by itself). */

@@ -344,9 +344,11 @@ class Subscriber:
 
     def _shift(self, topic: Any, test: Callable[[Any], bool]) -> Any:
         queue = self._expect.get(topic) if isinstance(topic, str) else None
-        if queue and test(queue[0]):
-            return queue.pop(0)
-        return None
+        if not queue or not test(queue[0]):
+            return None
+        if len(queue) == 1:
+            del self._expect[topic]
+        return queue.pop(0)
 
     def _unanswered(self) -> None:
         """Fails the presence() queries the ended connection will never answer."""
