@@ -65,7 +65,7 @@ export class PresenceError extends Error {
   }
 }
 
-// Subscriptions without presence share this empty member map; nothing writes to it.
+// What a subscription without presence shows as its members.
 const NO_MEMBERS = new Map();
 
 /** One topic the app follows; `lastId` is where it resumes. */
@@ -77,15 +77,32 @@ export class Subscription {
     // 'pending' until the server confirms, 'subscribed', 'failed' (refused for good), 'closed'.
     this.state = 'pending';
     this._on = new Map();
-    this.presence = !!presence;
-    // Presence: sub -> info (undefined without one), kept by every list, join and leave.
-    this.members = NO_MEMBERS;
-    // From the last member list (members.size is the live number of listed members).
-    this.count = 0;
-    this.connections = 0;
-    // A list is being assembled from pages (more: true): the map it will become.
-    this._pages = null;
-    this._listed = false;
+    // Presence state, only on presence subscriptions (one field for the others).
+    this._p = null;
+    if (presence) this._presence();
+  }
+
+  _presence() {
+    // members: sub -> info (undefined without one), kept by every list, join and leave; count
+    // and connections: from the last list; pages: the map a list assembled from pages (more:
+    // true) will become; listed: a list has been shown.
+    this._p = { members: new Map(), count: 0, connections: 0, pages: null, listed: false };
+  }
+
+  get presence() {
+    return !!this._p;
+  }
+
+  get members() {
+    return this._p ? this._p.members : NO_MEMBERS;
+  }
+
+  get count() {
+    return this._p ? this._p.count : 0;
+  }
+
+  get connections() {
+    return this._p ? this._p.connections : 0;
   }
 
   /** Adds a listener for `message`, `gap`, `subscribed`, `error`, and with presence `presence`,
@@ -96,38 +113,38 @@ export class Subscription {
 
   // A member list (or one page of it) for this subscription.
   _list(conn, m) {
-    const map = this._pages || new Map();
+    const p = this._p;
+    const map = p.pages || new Map();
     for (const x of Array.isArray(m.members) ? m.members : []) if (x && typeof x.sub === 'string') map.set(x.sub, x.info);
-    this.count = m.count;
-    this.connections = m.connections;
+    p.count = m.count;
+    p.connections = m.connections;
     if (m.more && typeof m.next === 'string' && conn.ws) {
       // Truncated at presence_max_members: ask for the rest before showing anything.
-      this._pages = map;
+      p.pages = map;
       return this.client._ask(conn, this.topic, m.next, 'P');
     }
-    this._pages = null;
-    const old = this.members;
-    const again = this._listed;
-    this.members = map;
-    this._listed = true;
+    p.pages = null;
+    const old = p.members;
+    const again = p.listed;
+    p.members = map;
+    p.listed = true;
     // A fresh list (after a reconnect) is the truth: tell the app what changed meanwhile.
     if (again) {
       for (const [sub, info] of old) if (!map.has(sub)) this._member('leave', { sub, info });
       for (const [sub, info] of map) if (!old.has(sub)) this._member('join', { sub, info });
     }
-    this.client._emit(this._on, 'presence', { topic: this.topic, count: this.count, connections: this.connections, members: map });
+    this.client._emit(this._on, 'presence', { topic: this.topic, count: p.count, connections: p.connections, members: map });
   }
 
   // A join or leave from the server.
   _change(type, member) {
     if (!member || typeof member.sub !== 'string') return;
-    const map = this._pages || this.members;
-    // Before the first list (never expected): that list will include the change.
-    if (map === NO_MEMBERS) return;
+    const p = this._p;
+    const map = p.pages || p.members;
     if (type === 'join') map.set(member.sub, member.info);
     else map.delete(member.sub);
     // While pages are assembled the change is part of the list the app will get.
-    if (!this._pages) this._member(type, member);
+    if (!p.pages) this._member(type, member);
   }
 
   _member(type, { sub, info }) {
@@ -185,9 +202,9 @@ export class ClarionClient {
     if (this.state === 'closed') throw new Error('client is closed');
     let sub = this.subs.get(topic);
     if (sub) {
-      if (options.presence && !sub.presence) {
+      if (options.presence && !sub._p) {
         // Presence asked for later: subscribing again (resuming at lastId) brings the list.
-        sub.presence = true;
+        sub._presence();
         if (this.state === 'connected') this._sendSubscribe(sub);
       }
       return sub;
@@ -223,6 +240,7 @@ export class ClarionClient {
   // The server answers a connection's requests in order: per topic, the answers still due are
   // 'S' (subscribed or an error), 'P' (a list for the subscription) and presence() promises.
   _expect(conn, topic, what) {
+    if (!conn.expect) conn.expect = new Map();
     let q = conn.expect.get(topic);
     if (!q) conn.expect.set(topic, (q = []));
     q.push(what);
@@ -231,7 +249,10 @@ export class ClarionClient {
   _shift(conn, topic, test) {
     const q = conn.expect && conn.expect.get(topic);
     if (!q || !test(q[0])) return;
-    if (q.length === 1) conn.expect.delete(topic);
+    if (q.length === 1) {
+      conn.expect.delete(topic);
+      if (!conn.expect.size) conn.expect = null;
+    }
     return q.shift();
   }
 
@@ -309,7 +330,7 @@ export class ClarionClient {
     const conn = this.conn;
     if (!conn || !conn.ready) return;
     sub.state = 'pending';
-    sub._pages = null;
+    if (sub._p) sub._p.pages = null;
     const msg = { type: 'subscribe', topic: sub.topic };
     if (sub.presence) msg.presence = true;
     if (conn.ws) {
@@ -455,7 +476,7 @@ function unanswered(conn) {
   for (const [topic, q] of conn.expect) {
     for (const x of q) if (x.reject) x.reject(new PresenceError('disconnected', 'the connection ended before the answer', topic));
   }
-  conn.expect.clear();
+  conn.expect = null;
 }
 
 function presenceChange(client, conn, m) {
@@ -550,7 +571,6 @@ class WsConn {
     this.client = client;
     this.url = url;
     this.ready = false;
-    this.expect = new Map();
     const ws = (this.ws = new client.WebSocket(url, 'clarion.v1'));
     ws.binaryType = 'arraybuffer';
     ws.onopen = () => this.alive() && client._onOpen(this);
