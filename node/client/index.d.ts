@@ -62,11 +62,63 @@ export interface ClientEvents {
   closed: Record<string, never>;
 }
 
+/** Presence: a member of a topic, one per identity (the token's `sub`), however many
+ * connections it has. `info` is the token's `clarion.info` object, when it has one. */
+export interface Member {
+  sub: string;
+  info?: Record<string, unknown>;
+}
+
+/** A `join` or `leave` of a presence subscription (the member, with the topic). */
+export interface MemberEvent extends Member {
+  topic: string;
+}
+
+/** A complete member list of a presence subscription: after subscribing, and again after every
+ * reconnect. It replaced `subscription.members`; `join`/`leave` events for what changed
+ * meanwhile came just before it. `members` is that same Map. */
+export interface PresenceList {
+  topic: string;
+  /** Listed members (identities) when the list was made. */
+  count: number;
+  /** Connections on the topic, anonymous ones included (they are counted, never listed). */
+  connections: number;
+  members: ReadonlyMap<string, Record<string, unknown> | undefined>;
+}
+
+/** One page of members from `client.presence()`, sorted by `sub`. */
+export interface PresencePage {
+  topic: string;
+  count: number;
+  connections: number;
+  members: Member[];
+  /** True when more members follow: ask again with `{ after: next }`. */
+  more: boolean;
+  /** The last `sub` of this page, when `more`. */
+  next?: string;
+}
+
+/** How `client.presence()` fails. `server`: the server's error reply (not a presence topic,
+ * the token does not grant it, presence_max_topics, presence not configured); `disconnected`:
+ * no connection, or it ended before the answer; `unsupported`: the SSE transport (no in-band
+ * query there). */
+export declare class PresenceError extends Error {
+  readonly name: 'PresenceError';
+  readonly kind: 'server' | 'disconnected' | 'unsupported';
+  readonly topic: string;
+}
+
 export interface SubscriptionEvents {
   message: Message;
   gap: Gap;
   subscribed: { topic: string };
   error: ClarionError;
+  /** With `presence: true`: a full member list arrived (initial, or after a reconnect). */
+  presence: PresenceList;
+  /** With `presence: true`: a member joined (live, or found in a fresh list after a reconnect). */
+  join: MemberEvent;
+  /** With `presence: true`: a member left (live, or missing from a fresh list after a reconnect). */
+  leave: MemberEvent;
 }
 
 /** The WebSocket constructor the client uses: the global one, or `ws`'s on Node 20. */
@@ -103,6 +155,10 @@ export const DEFAULTS: Readonly<Required<Pick<ClientOptions,
 export interface SubscribeOptions {
   /** Resume after this id (from an earlier run of the app). */
   since?: string;
+  /** Keep the topic's members (a `presence_topics` topic): `members`, and `presence`, `join`,
+   * `leave` events. A topic that keeps no presence fails the subscription (`error` event,
+   * kind `subscription`). Passing it for a topic already followed adds presence to it. */
+  presence?: boolean;
   onMessage?: (m: Message) => void;
   onGap?: (g: Gap) => void;
   onError?: (e: ClarionError) => void;
@@ -113,6 +169,14 @@ export declare class Subscription {
   /** The id of the last message delivered: where the next resume starts. */
   readonly lastId: string | null;
   readonly state: 'pending' | 'subscribed' | 'failed' | 'closed';
+  /** Whether the subscription keeps members. */
+  readonly presence: boolean;
+  /** The current members (sub -> info), live: replaced by every full list, changed by every
+   * join and leave. Empty until the first list. */
+  readonly members: ReadonlyMap<string, Record<string, unknown> | undefined>;
+  /** `count` and `connections` of the last full list (not moved by join/leave). */
+  readonly count: number;
+  readonly connections: number;
   on<K extends keyof SubscriptionEvents>(event: K, fn: (value: SubscriptionEvents[K]) => void): () => void;
   unsubscribe(): void;
 }
@@ -123,6 +187,9 @@ export declare class ClarionClient {
   readonly state: State;
   on<K extends keyof ClientEvents>(event: K, fn: (value: ClientEvents[K]) => void): () => void;
   subscribe(topic: string, options?: SubscribeOptions): Subscription;
+  /** One page of `topic`'s members (WebSocket transport), followed or not; `after` is the
+   * previous page's `next`. Rejects with a PresenceError. */
+  presence(topic: string, options?: { after?: string }): Promise<PresencePage>;
   connect(): void;
   /** Ends the connection and every timer; the client cannot be used again. */
   close(): void;

@@ -6,7 +6,8 @@
 // events. Reconnects wait an exponential backoff with full jitter. Tokens come from the app's
 // `getToken()`: before connecting, on the server's `expiring` warning, and after a refusal.
 // Nothing the server sends and nothing an app callback throws escapes into the app: both
-// become `error` events. docs/clients.md describes the states and every server answer.
+// become `error` events. With `presence: true` a subscription also keeps the topic's members
+// (docs/clients.md, "Presence"). docs/clients.md describes the states and every server answer.
 
 /** Close codes and what they mean to the client (docs/protocol.md, docs/auth.md). */
 const AWAY = 1001;
@@ -52,20 +53,102 @@ function notAfter(b, a) {
   return y.length < x.length || (y.length === x.length && y <= x);
 }
 
+/** What `client.presence()` rejects with: `kind` is 'server' (the server's error reply: not a
+ * presence topic, not granted, a limit), 'disconnected' (no connection, or it ended before the
+ * answer) or 'unsupported' (the SSE transport has no in-band member query). */
+export class PresenceError extends Error {
+  constructor(kind, message, topic) {
+    super(message);
+    this.name = 'PresenceError';
+    this.kind = kind;
+    this.topic = topic;
+  }
+}
+
+// What a subscription without presence shows as its members.
+const NO_MEMBERS = new Map();
+
 /** One topic the app follows; `lastId` is where it resumes. */
 export class Subscription {
-  constructor(client, topic, since) {
+  constructor(client, topic, since, presence) {
     this.client = client;
     this.topic = topic;
     this.lastId = since || null;
     // 'pending' until the server confirms, 'subscribed', 'failed' (refused for good), 'closed'.
     this.state = 'pending';
     this._on = new Map();
+    // Presence state, only on presence subscriptions (one field for the others).
+    this._p = null;
+    if (presence) this._presence();
   }
 
-  /** Adds a listener for `message`, `gap`, `subscribed` or `error`; returns its remover. */
+  _presence() {
+    // members: sub -> info (undefined without one), kept by every list, join and leave; count
+    // and connections: from the last list; pages: the map a list assembled from pages (more:
+    // true) will become; listed: a list has been shown.
+    this._p = { members: new Map(), count: 0, connections: 0, pages: null, listed: false };
+  }
+
+  get presence() {
+    return !!this._p;
+  }
+
+  get members() {
+    return this._p ? this._p.members : NO_MEMBERS;
+  }
+
+  get count() {
+    return this._p ? this._p.count : 0;
+  }
+
+  get connections() {
+    return this._p ? this._p.connections : 0;
+  }
+
+  /** Adds a listener for `message`, `gap`, `subscribed`, `error`, and with presence `presence`,
+   * `join`, `leave`; returns its remover. */
   on(event, fn) {
     return on(this._on, event, fn);
+  }
+
+  // A member list (or one page of it) for this subscription.
+  _list(conn, m) {
+    const p = this._p;
+    const map = p.pages || new Map();
+    for (const x of Array.isArray(m.members) ? m.members : []) if (x && typeof x.sub === 'string') map.set(x.sub, x.info);
+    p.count = m.count;
+    p.connections = m.connections;
+    if (m.more && typeof m.next === 'string' && conn.ws) {
+      // Truncated at presence_max_members: ask for the rest before showing anything.
+      p.pages = map;
+      return this.client._ask(conn, this.topic, m.next, 'P');
+    }
+    p.pages = null;
+    const old = p.members;
+    const again = p.listed;
+    p.members = map;
+    p.listed = true;
+    // A fresh list (after a reconnect) is the truth: tell the app what changed meanwhile.
+    if (again) {
+      for (const [sub, info] of old) if (!map.has(sub)) this._member('leave', { sub, info });
+      for (const [sub, info] of map) if (!old.has(sub)) this._member('join', { sub, info });
+    }
+    this.client._emit(this._on, 'presence', { topic: this.topic, count: p.count, connections: p.connections, members: map });
+  }
+
+  // A join or leave from the server.
+  _change(type, member) {
+    if (!member || typeof member.sub !== 'string') return;
+    const p = this._p;
+    const map = p.pages || p.members;
+    if (type === 'join') map.set(member.sub, member.info);
+    else map.delete(member.sub);
+    // While pages are assembled the change is part of the list the app will get.
+    if (!p.pages) this._member(type, member);
+  }
+
+  _member(type, { sub, info }) {
+    this.client._emit(this._on, type, { topic: this.topic, sub, info });
   }
 
   /** Stops following the topic. */
@@ -118,8 +201,15 @@ export class ClarionClient {
   subscribe(topic, options = {}) {
     if (this.state === 'closed') throw new Error('client is closed');
     let sub = this.subs.get(topic);
-    if (sub) return sub;
-    sub = new Subscription(this, topic, options.since);
+    if (sub) {
+      if (options.presence && !sub._p) {
+        // Presence asked for later: subscribing again (resuming at lastId) brings the list.
+        sub._presence();
+        if (this.state === 'connected') this._sendSubscribe(sub);
+      }
+      return sub;
+    }
+    sub = new Subscription(this, topic, options.since, options.presence);
     if (options.onMessage) sub.on('message', options.onMessage);
     if (options.onGap) sub.on('gap', options.onGap);
     if (options.onError) sub.on('error', options.onError);
@@ -127,6 +217,43 @@ export class ClarionClient {
     if (this.state === 'connected') this._sendSubscribe(sub);
     else if (this.state === 'idle') this.connect();
     return sub;
+  }
+
+  /** One page of `topic`'s members (`after`: the `next` of the previous page), asked over the
+   * WebSocket; any topic the token may subscribe to, followed or not. */
+  presence(topic, options = {}) {
+    const conn = this.conn;
+    if (!conn || !conn.ready) return Promise.reject(new PresenceError('disconnected', 'not connected', topic));
+    if (!conn.ws) return Promise.reject(new PresenceError('unsupported', 'member pages need the WebSocket transport', topic));
+    return new Promise((resolve, reject) => this._ask(conn, topic, options.after, { resolve, reject }));
+  }
+
+  // Sends a presence query; its answer goes to `what` (a promise's resolve/reject, or 'P': the
+  // subscription's own list).
+  _ask(conn, topic, after, what) {
+    this._expect(conn, topic, what);
+    const m = { type: 'presence', topic };
+    if (after != null) m.after = String(after);
+    conn.send(m);
+  }
+
+  // The server answers a connection's requests in order: per topic, the answers still due are
+  // 'S' (subscribed or an error), 'P' (a list for the subscription) and presence() promises.
+  _expect(conn, topic, what) {
+    if (!conn.expect) conn.expect = new Map();
+    let q = conn.expect.get(topic);
+    if (!q) conn.expect.set(topic, (q = []));
+    q.push(what);
+  }
+
+  _shift(conn, topic, test) {
+    const q = conn.expect && conn.expect.get(topic);
+    if (!q || !test(q[0])) return;
+    if (q.length === 1) {
+      conn.expect.delete(topic);
+      if (!conn.expect.size) conn.expect = null;
+    }
+    return q.shift();
   }
 
   /** Opens the connection (subscribe() does it by itself). */
@@ -145,6 +272,7 @@ export class ClarionClient {
     if (conn) {
       clearTimeout(conn.timeout);
       conn.drop(1000, 'client closed');
+      unanswered(conn);
     }
     for (const sub of this.subs.values()) sub.state = 'closed';
     this._setState('closed');
@@ -202,7 +330,13 @@ export class ClarionClient {
     const conn = this.conn;
     if (!conn || !conn.ready) return;
     sub.state = 'pending';
+    if (sub._p) sub._p.pages = null;
     const msg = { type: 'subscribe', topic: sub.topic };
+    if (sub.presence) msg.presence = true;
+    if (conn.ws) {
+      this._expect(conn, sub.topic, 'S');
+      if (sub.presence) this._expect(conn, sub.topic, 'P');
+    }
     if (sub.lastId) msg.since = sub.lastId;
     else if (sub.everSubscribed) {
       // Nothing arrived on this topic before the connection was lost: there is no id to resume
@@ -224,7 +358,10 @@ export class ClarionClient {
   _lost({ reason, code, closeReason }) {
     const conn = this.conn;
     this.conn = null;
-    if (conn) clearTimeout(conn.timeout);
+    if (conn) {
+      clearTimeout(conn.timeout);
+      unanswered(conn);
+    }
     if (this.state === 'closed') return;
     const lived = this.openedAt ? Date.now() - this.openedAt : 0;
     if (lived >= this.options.stableMs) this.attempt = 0;
@@ -333,8 +470,21 @@ export class ClarionClient {
   }
 }
 
-// What the client does with each message type. A new server feature (presence's join/leave
-// events, for one) adds its handler here; a type not in this table is a protocol error.
+// Rejects the presence() promises a connection will never answer.
+function unanswered(conn) {
+  if (!conn.expect) return;
+  for (const [topic, q] of conn.expect) {
+    for (const x of q) if (x.reject) x.reject(new PresenceError('disconnected', 'the connection ended before the answer', topic));
+  }
+  conn.expect = null;
+}
+
+function presenceChange(client, conn, m) {
+  const sub = client.subs.get(m.topic);
+  if (sub && sub.presence) sub._change(m.type, m.member);
+}
+
+// What the client does with each message type; a type not in this table is a protocol error.
 const CONTROL = {
   message(client, conn, m) {
     const sub = client.subs.get(m.topic);
@@ -357,12 +507,25 @@ const CONTROL = {
     if (sub) client._gap(sub, m);
   },
   subscribed(client, conn, m) {
+    client._shift(conn, m.topic, (x) => x === 'S');
     const sub = client.subs.get(m.topic);
     if (!sub) return;
     sub.state = 'subscribed';
     client._emit(sub._on, 'subscribed', { topic: m.topic });
   },
   unsubscribed() {},
+  // A member list: a presence() answer, or the subscription's (on subscribe, after a reconnect).
+  presence(client, conn, m) {
+    const head = client._shift(conn, m.topic, (x) => x !== 'S');
+    if (head && head !== 'P') {
+      const { type, ...page } = m;
+      return head.resolve(page);
+    }
+    const sub = client.subs.get(m.topic);
+    if (sub && sub.presence) sub._list(conn, m);
+  },
+  join: presenceChange,
+  leave: presenceChange,
   authenticated(client, conn) {
     if (!conn.ready) client._ready(conn);
   },
@@ -378,14 +541,18 @@ const CONTROL = {
       .catch((err) => client._error('token', 'getToken failed on expiring', err));
   },
   error(client, conn, m) {
-    const sub = m.topic ? client.subs.get(m.topic) : null;
     const text = String(m.error || '');
+    const head = client._shift(conn, m.topic, () => true);
+    if (head && head.reject) return head.reject(new PresenceError('server', text, m.topic));
+    // A refused subscribe: no member list follows it.
+    if (head === 'S') client._shift(conn, m.topic, (x) => x === 'P');
+    const sub = m.topic ? client.subs.get(m.topic) : null;
     if (!sub) {
       // A refused auth/refresh: drop the token and start again with a fresh one.
       if (!conn.ready || /token/.test(text)) return conn.fail('unauthorized', text);
       return void client._error('server', text);
     }
-    if (/grant|token|invalid topic|max_subscriptions|more than/.test(text)) {
+    if (/grant|token|invalid topic|max_subscriptions|more than|presence/.test(text)) {
       // Refused for good (403 and friends): that subscription fails, the others go on.
       sub.state = 'failed';
       client.subs.delete(sub.topic);
@@ -469,7 +636,7 @@ class SseConn {
   }
 
   send(m) {
-    if (m.type === 'subscribe') this.open(m.topic, m.since);
+    if (m.type === 'subscribe') this.open(m.topic, m.since, m.presence);
     else if (m.type === 'unsubscribe') {
       const c = this.streams.get(m.topic);
       if (c) c.abort();
@@ -477,13 +644,16 @@ class SseConn {
     }
   }
 
-  async open(topic, since) {
+  async open(topic, since, presence) {
     const ctl = new AbortController();
+    const old = this.streams.get(topic);
+    if (old) old.abort();
     this.streams.set(topic, ctl);
     const u = new URL(this.url);
     u.searchParams.append('topic', topic);
     u.searchParams.set('format', 'json');
     if (since) u.searchParams.set('since', since);
+    if (presence) u.searchParams.set('presence', '1');
     const headers = { Accept: 'text/event-stream' };
     if (this.client.token) headers.Authorization = `Bearer ${this.client.token}`;
     let res;
@@ -496,6 +666,12 @@ class SseConn {
     if (res.status === 403) {
       ctl.abort();
       return CONTROL.error(this.client, this, { topic, error: 'the token does not grant this topic' });
+    }
+    if (res.status === 400) {
+      // Presence refused (not a presence topic), an invalid topic: the server says which.
+      const text = await res.text().catch(() => '');
+      if (!this.alive()) return;
+      return CONTROL.error(this.client, this, { topic, error: text.trim() || 'HTTP 400' });
     }
     if (res.status !== 200 || !res.body) {
       ctl.abort();

@@ -26,6 +26,22 @@ async def async_use(server: ClarionServer) -> int:
         return r.subscribers
 
 
+async def presence_use(url: str) -> List[str]:
+    async with clarion.Subscriber(url, get_token=lambda: "jwt") as s:
+        try:
+            page: clarion.Presence = await s.presence("room.a", after="bob")
+        except clarion.PresenceError as e:
+            return [e.kind, e.topic, e.reason]
+        names = [m.sub for m in page.members if page.more or m.info is None]
+        room = s.subscribe("room.a", presence=True)
+        async for item in room:
+            if isinstance(item, (clarion.Join, clarion.Leave)):
+                names.append(item.member.sub)
+            elif isinstance(item, clarion.Presence):
+                return names + list(room.members) + [str(room.count)]
+        return names
+
+
 def main() -> None:
     with ClarionServer(["--api-key", "k"]) as server:
         print(sync_use(server), asyncio.run(async_use(server)), clarion.find_clarion_bin(), clarion.__version__)

@@ -6,7 +6,8 @@
   (``POST /publish/{topic}``, ``POST /publish``), mapping every error status to a typed
   exception (:mod:`clarion.errors`).
 - :class:`Subscriber` (asyncio) and :class:`SyncSubscriber` follow topics over one WebSocket,
-  reconnecting with backoff and resuming every topic exactly (:mod:`clarion.subscriber`).
+  reconnecting with backoff and resuming every topic exactly, and keep presence topics' members
+  (:mod:`clarion.subscriber`).
 - :mod:`clarion.testing` starts a server on free loopback ports for a test suite and stops it;
   the ``clarion_server`` pytest fixture is registered automatically.
 """
@@ -33,7 +34,18 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .client import AsyncClient, Client, Message, Receipt
-    from .subscriber import Delivery, Gap, Subscriber, SubscriptionRefused, SyncSubscriber
+    from .subscriber import (
+        Delivery,
+        Gap,
+        Join,
+        Leave,
+        Member,
+        Presence,
+        PresenceError,
+        Subscriber,
+        SubscriptionRefused,
+        SyncSubscriber,
+    )
 
     __version__: str
 
@@ -41,7 +53,18 @@ if TYPE_CHECKING:
 # starts the server without paying for them (about 130 ms).
 _LAZY = {"AsyncClient", "Client", "Message", "Receipt"}
 # The subscriber (and websockets under it), likewise.
-_LAZY_SUBSCRIBER = {"Delivery", "Gap", "Subscriber", "SubscriptionRefused", "SyncSubscriber"}
+_LAZY_SUBSCRIBER = {
+    "Delivery",
+    "Gap",
+    "Join",
+    "Leave",
+    "Member",
+    "Presence",
+    "PresenceError",
+    "Subscriber",
+    "SubscriptionRefused",
+    "SyncSubscriber",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -73,10 +96,15 @@ __all__ = [
     "Delivery",
     "Forbidden",
     "Gap",
+    "Join",
+    "Leave",
+    "Member",
     "Message",
     "MethodNotAllowed",
     "NotFound",
     "PayloadTooLarge",
+    "Presence",
+    "PresenceError",
     "Receipt",
     "RequestHeadTooLarge",
     "ServerError",

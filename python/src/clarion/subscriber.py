@@ -7,8 +7,11 @@ the server cannot replay everything, :class:`Gap` items that say what was lost. 
 an exponential backoff with full jitter; tokens come from ``get_token`` before every connection
 and on the server's ``expiring`` warning. Nothing the server sends and nothing a callback raises
 escapes into the app except a subscription refused for good (:class:`SubscriptionRefused`).
-:class:`SyncSubscriber` is the same for code without an event loop. docs/clients.md has the
-states and what the client does after each server answer.
+:class:`SyncSubscriber` is the same for code without an event loop. With ``presence=True``
+a subscription also keeps the topic's members (:attr:`Subscription.members`) and yields
+:class:`Presence` lists and :class:`Join` / :class:`Leave` items; :meth:`Subscriber.presence`
+asks for one page of members. docs/clients.md has the states, what the client does after each
+server answer, and presence across reconnects.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import base64
 import json
 import random as _random
 import threading
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import ClarionError
 
@@ -47,6 +51,64 @@ class Gap:
     topic: str
     since: Optional[str]
     reason: str
+
+
+@dataclass(frozen=True)
+class Member:
+    """A member of a presence topic: one per identity (the token's ``sub``), however many
+    connections it has; ``info`` is the token's ``clarion.info`` object when it has one."""
+
+    sub: str
+    info: Optional[Dict[str, Any]] = field(default=None, hash=False)
+
+
+@dataclass(frozen=True)
+class Presence:
+    """A member list of ``topic``, sorted by ``sub``.
+
+    Yielded by a presence subscription when a complete list arrived (after subscribing, and
+    again after every reconnect; every page already assembled, so ``more`` is ``False``), and
+    returned by :meth:`Subscriber.presence` as one page: ``more`` says that members follow after
+    ``next``. ``count`` is the members (identities), ``connections`` every connection on the
+    topic, anonymous ones included (counted, never listed)."""
+
+    topic: str
+    count: int
+    connections: int
+    members: Tuple[Member, ...]
+    more: bool = False
+    next: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Join:
+    """``member`` joined ``topic`` (live, or found in a fresh list after a reconnect)."""
+
+    topic: str
+    member: Member
+
+
+@dataclass(frozen=True)
+class Leave:
+    """``member`` left ``topic`` (live, or missing from a fresh list after a reconnect)."""
+
+    topic: str
+    member: Member
+
+
+Item = Union[Delivery, Gap, Presence, Join, Leave]
+
+
+class PresenceError(ClarionError):
+    """A member query failed. ``kind``: ``"server"`` (the server's error reply: not a presence
+    topic, the token does not grant it, ``presence_max_topics``, presence not configured) or
+    ``"disconnected"`` (no connection, or it ended before the answer)."""
+
+    def __init__(self, kind: str, topic: str, reason: str) -> None:
+        super().__init__(f"{topic}: {reason}")
+        self.kind = kind
+        self.topic = topic
+        self.reason = reason
 
 
 class SubscriptionRefused(ClarionError):
@@ -77,21 +139,95 @@ def _not_after(b: str, a: str) -> bool:
     return ea == eb and sa.isdigit() and sb.isdigit() and int(sb) <= int(sa)
 
 
-class Subscription:
-    """One followed topic: an async iterator of :class:`Delivery` and :class:`Gap` items."""
+def _member(value: Any) -> Optional[Member]:
+    if not isinstance(value, dict) or not isinstance(value.get("sub"), str):
+        return None
+    info = value.get("info")
+    return Member(value["sub"], info if isinstance(info, dict) else None)
 
-    def __init__(self, client: "Subscriber", topic: str, since: Optional[str]) -> None:
+
+def _page(m: Dict[str, Any]) -> Presence:
+    members = tuple(x for x in map(_member, m.get("members") or ()) if x is not None)
+    nxt = m.get("next")
+    return Presence(
+        str(m.get("topic", "")),
+        int(m.get("count") or 0),
+        int(m.get("connections") or 0),
+        members,
+        bool(m.get("more")),
+        nxt if isinstance(nxt, str) else None,
+    )
+
+
+class Subscription:
+    """One followed topic: an async iterator of :class:`Delivery` and :class:`Gap` items, and
+    with ``presence=True`` of :class:`Presence`, :class:`Join` and :class:`Leave` items."""
+
+    def __init__(self, client: "Subscriber", topic: str, since: Optional[str], presence: bool = False) -> None:
         self.client = client
         self.topic = topic
         self.last_id = since
         self.state = "pending"
+        self.presence = presence
+        #: ``count`` and ``connections`` of the last complete list (join/leave do not move them).
+        self.count = 0
+        self.connections = 0
+        self._members: Dict[str, Optional[Dict[str, Any]]] = {}
+        self._pages: Optional[Dict[str, Optional[Dict[str, Any]]]] = None
+        self._listed = False
         self._queue: "asyncio.Queue[Any]" = asyncio.Queue()
         self._ever = False
+
+    @property
+    def members(self) -> Mapping[str, Optional[Dict[str, Any]]]:
+        """The current members, ``sub`` -> ``info`` (read-only, live): replaced by every complete
+        list, changed by every join and leave. Empty until the first list. It is up to date
+        with the items the client has received, which may be ahead of the items the app has
+        taken from the iterator."""
+        return MappingProxyType(self._members)
+
+    def _list(self, m: Dict[str, Any]) -> Optional[str]:
+        """Takes a list (or one page of it); returns the ``after`` of the page still to ask."""
+        page = _page(m)
+        members = self._pages if self._pages is not None else {}
+        for x in page.members:
+            members[x.sub] = x.info
+        self.count, self.connections = page.count, page.connections
+        if page.more and page.next is not None:
+            self._pages = members
+            return page.next
+        self._pages = None
+        old, again = self._members, self._listed
+        self._members, self._listed = members, True
+        if again:
+            # A fresh list (after a reconnect) is the truth: say what changed meanwhile.
+            for sub, info in old.items():
+                if sub not in members:
+                    self._queue.put_nowait(Leave(self.topic, Member(sub, info)))
+            for sub, info in members.items():
+                if sub not in old:
+                    self._queue.put_nowait(Join(self.topic, Member(sub, info)))
+        listed = tuple(Member(sub, info) for sub, info in sorted(members.items()))
+        self._queue.put_nowait(Presence(self.topic, self.count, self.connections, listed))
+        return None
+
+    def _change(self, kind: str, value: Any) -> None:
+        member = _member(value)
+        if member is None:
+            return
+        target = self._pages if self._pages is not None else self._members
+        if kind == "join":
+            target[member.sub] = member.info
+        else:
+            target.pop(member.sub, None)
+        # While pages are assembled the change is part of the list the app will get.
+        if self._pages is None:
+            self._queue.put_nowait((Join if kind == "join" else Leave)(self.topic, member))
 
     def __aiter__(self) -> "Subscription":
         return self
 
-    async def __anext__(self) -> Union[Delivery, Gap]:
+    async def __anext__(self) -> Item:
         item = await self._queue.get()
         if item is _END:
             self._queue.put_nowait(_END)
@@ -154,6 +290,10 @@ class Subscriber:
         self._attempt = 0
         self._url_index = 0
         self._closed = False
+        # Per topic, the answers the current connection still owes, in the order the requests
+        # went out (the server answers in that order): "S" (subscribed or an error), "P" (a
+        # list for the subscription) and the futures of presence() queries.
+        self._expect: Dict[str, List[Any]] = {}
 
     async def __aenter__(self) -> "Subscriber":
         return self
@@ -161,18 +301,62 @@ class Subscriber:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def subscribe(self, topic: str, since: Optional[str] = None) -> Subscription:
-        """Follows ``topic`` (after ``since`` when given); starts the connection if needed."""
+    def subscribe(self, topic: str, since: Optional[str] = None, *, presence: bool = False) -> Subscription:
+        """Follows ``topic`` (after ``since`` when given); starts the connection if needed.
+
+        With ``presence``, the subscription keeps the topic's members (a ``presence_topics``
+        topic; another one is refused with :class:`SubscriptionRefused`). Asking for presence on
+        a topic already followed adds it."""
         if self._closed:
             raise ClarionError("subscriber is closed")
         sub = self.subs.get(topic)
         if sub is None:
-            sub = self.subs[topic] = Subscription(self, topic, since)
+            sub = self.subs[topic] = Subscription(self, topic, since, presence)
+            if self._ready:
+                asyncio.ensure_future(self._send_subscribe(sub))
+        elif presence and not sub.presence:
+            sub.presence = True
             if self._ready:
                 asyncio.ensure_future(self._send_subscribe(sub))
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
         return sub
+
+    async def presence(self, topic: str, after: Optional[str] = None) -> Presence:
+        """One page of ``topic``'s members (any topic the token may subscribe to, followed or
+        not), sorted by ``sub``; ``after`` is the previous page's ``next``. Raises
+        :class:`PresenceError`."""
+        if self._ws is None or not self._ready:
+            raise PresenceError("disconnected", topic, "not connected")
+        future: "asyncio.Future[Presence]" = asyncio.get_running_loop().create_future()
+        await self._ask(topic, after, future)
+        return await future
+
+    async def _ask(self, topic: str, after: Optional[str], what: Any) -> None:
+        self._expect.setdefault(topic, []).append(what)
+        msg = {"type": "presence", "topic": topic}
+        if after is not None:
+            msg["after"] = str(after)
+        try:
+            await self._ws.send(json.dumps(msg))
+        except Exception:
+            pass  # the connection is going away: _unanswered() settles what it owed
+
+    def _shift(self, topic: Any, test: Callable[[Any], bool]) -> Any:
+        queue = self._expect.get(topic) if isinstance(topic, str) else None
+        if not queue or not test(queue[0]):
+            return None
+        if len(queue) == 1:
+            del self._expect[topic]
+        return queue.pop(0)
+
+    def _unanswered(self) -> None:
+        """Fails the presence() queries the ended connection will never answer."""
+        expect, self._expect = self._expect, {}
+        for topic, queue in expect.items():
+            for what in queue:
+                if isinstance(what, asyncio.Future) and not what.done():
+                    what.set_exception(PresenceError("disconnected", topic, "the connection ended before the answer"))
 
     async def close(self) -> None:
         """Ends the connection and every iterator (they stop). Idempotent."""
@@ -259,6 +443,7 @@ class Subscriber:
             finally:
                 self._ws = None
                 self._ready = False
+                self._unanswered()
             if self._closed:
                 return
             if code and code not in _KNOWN_CLOSES:
@@ -290,7 +475,12 @@ class Subscriber:
         ws = self._ws
         if ws is None or not self._ready:
             return
-        msg: Dict[str, str] = {"type": "subscribe", "topic": sub.topic}
+        msg: Dict[str, Any] = {"type": "subscribe", "topic": sub.topic}
+        sub._pages = None
+        self._expect.setdefault(sub.topic, []).append("S")
+        if sub.presence:
+            msg["presence"] = True
+            self._expect[sub.topic].append("P")
         if sub.last_id:
             msg["since"] = sub.last_id
         elif sub._ever:
@@ -322,8 +512,7 @@ class Subscriber:
         if not isinstance(m, dict) or not isinstance(m.get("type"), str):
             raise _Drop("protocol", "the server sent JSON without a type")
         kind = m["type"]
-        # Presence (join/leave) and other new message types get their branch here; a type not
-        # handled below is a protocol error.
+        # A type not handled below is a protocol error.
         if kind == "message":
             sub = self.subs.get(m.get("topic", ""))
             mid = m.get("id")
@@ -340,7 +529,24 @@ class Subscriber:
             sub = self.subs.get(m.get("topic", ""))
             if sub is not None:
                 sub._queue.put_nowait(Gap(sub.topic, m.get("since"), str(m.get("reason"))))
+        elif kind == "presence":
+            head = self._shift(m.get("topic"), lambda x: x != "S")
+            if isinstance(head, asyncio.Future):
+                if not head.done():
+                    head.set_result(_page(m))
+                return
+            sub = self.subs.get(m.get("topic", ""))
+            if sub is not None and sub.presence:
+                after = sub._list(m)
+                if after is not None:
+                    # Truncated at presence_max_members: ask for the rest before yielding.
+                    await self._ask(sub.topic, after, "P")
+        elif kind in ("join", "leave"):
+            sub = self.subs.get(m.get("topic", ""))
+            if sub is not None and sub.presence:
+                sub._change(kind, m.get("member"))
         elif kind == "subscribed":
+            self._shift(m.get("topic"), lambda x: x == "S")
             sub = self.subs.get(m.get("topic", ""))
             if sub is not None:
                 sub.state = "subscribed"
@@ -367,13 +573,20 @@ class Subscriber:
 
     async def _on_error(self, m: Dict[str, Any]) -> None:
         text = str(m.get("error", ""))
+        head = self._shift(m.get("topic"), lambda x: True)
+        if isinstance(head, asyncio.Future):
+            if not head.done():
+                head.set_exception(PresenceError("server", str(m.get("topic")), text))
+            return
+        if head == "S":  # a refused subscribe: no member list follows it
+            self._shift(m.get("topic"), lambda x: x == "P")
         sub = self.subs.get(m.get("topic") or "")
         if sub is None:
             if not self._ready or "token" in text:
                 raise _Drop("unauthorized", text)
             self._emit("error", kind="server", message=text)
             return
-        if any(k in text for k in ("grant", "token", "invalid topic", "max_subscriptions", "more than")):
+        if any(k in text for k in ("grant", "token", "invalid topic", "max_subscriptions", "more than", "presence")):
             # Refused for good (403 and friends): that subscription fails, the others go on.
             sub.state = "failed"
             del self.subs[sub.topic]
@@ -408,15 +621,19 @@ class SyncSubscriber:
     def state(self) -> str:
         return self.client.state
 
-    def subscribe(self, topic: str, since: Optional[str] = None, timeout: Optional[float] = None) -> Iterator[Union[Delivery, Gap]]:
-        """Yields the topic's items; with ``timeout``, raises ``TimeoutError`` when none comes."""
+    def subscribe(
+        self, topic: str, since: Optional[str] = None, timeout: Optional[float] = None, *, presence: bool = False
+    ) -> Iterator[Item]:
+        """Yields the topic's items; with ``timeout``, raises ``TimeoutError`` when none comes.
+        ``presence``: as :meth:`Subscriber.subscribe` (``client.subs[topic].members`` is the
+        member map)."""
 
         async def make() -> Subscription:
-            return self.client.subscribe(topic, since)
+            return self.client.subscribe(topic, since, presence=presence)
 
         sub = asyncio.run_coroutine_threadsafe(make(), self._loop).result()
 
-        def items() -> Iterator[Union[Delivery, Gap]]:
+        def items() -> Iterator[Item]:
             while True:
                 future = asyncio.run_coroutine_threadsafe(sub.__anext__(), self._loop)
                 try:
@@ -429,6 +646,15 @@ class SyncSubscriber:
 
         return items()
 
+    def presence(self, topic: str, after: Optional[str] = None, timeout: Optional[float] = 10.0) -> Presence:
+        """:meth:`Subscriber.presence`, waiting at most ``timeout`` seconds."""
+        future = asyncio.run_coroutine_threadsafe(self.client.presence(topic, after), self._loop)
+        try:
+            return future.result(timeout)
+        except BaseException:
+            future.cancel()
+            raise
+
     def close(self) -> None:
         if not self._loop.is_running():
             return
@@ -437,4 +663,17 @@ class SyncSubscriber:
         self._thread.join(10)
 
 
-__all__ = ["Delivery", "Gap", "Subscriber", "Subscription", "SubscriptionRefused", "SyncSubscriber"]
+__all__ = [
+    "Delivery",
+    "Gap",
+    "Item",
+    "Join",
+    "Leave",
+    "Member",
+    "Presence",
+    "PresenceError",
+    "Subscriber",
+    "Subscription",
+    "SubscriptionRefused",
+    "SyncSubscriber",
+]
