@@ -79,6 +79,16 @@ async def member_event(c, kind, sub, timeout=5):
             return m
 
 
+async def no_event_about(c, sub, seconds):
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            m = json.loads(await asyncio.wait_for(c.recv(), left))
+        except asyncio.TimeoutError:
+            return
+        assert m.get("member", {}).get("sub") != sub, m
+
+
 async def nothing_for(c, seconds):
     with pytest.raises(asyncio.TimeoutError):
         m = await asyncio.wait_for(c.recv(), seconds)
@@ -255,6 +265,14 @@ def test_the_api_lists_pages_and_counts(authed):
         assert authed.request("GET", "/topics/news/presence", headers=KEYED)[0] == 404
         assert authed.request("GET", "/topics/room.e/presence?limit=0", headers=KEYED)[0] == 400
         assert authed.request("POST", "/topics/room.e/presence", b"", KEYED)[0] == 405
+        # The dashboard's topic view shows the occupancy and members.
+        status, _, body = authed.request("GET", "/topics/room.e?limit=1", headers=KEYED)
+        view = json.loads(body)
+        assert status == 200 and view["presence"]["count"] == 3
+        # (the first 20, capped by presence_max_members = 2)
+        assert [m["sub"] for m in view["presence"]["members"]] == ["a", "b"]
+        _, _, body = authed.request("GET", "/topics/news", headers=KEYED)
+        assert json.loads(body)["presence"] is None
         m = authed.metrics()
         assert m["clarion_presence_members"] == 3
         assert m["clarion_presence_connections"] == 3
@@ -387,7 +405,8 @@ def test_two_nodes_see_one_membership(cluster):
                 )
                 assert members(listing) == ["watcher-a", "watcher-b", "zoe"]
                 assert {"sub": "zoe", "connections": 2} in listing["members"]
-                await nothing_for(wa, 0.3)
+                # Zoe's second connection made no second join.
+                await no_event_about(wa, "zoe", 0.3)
             for w in (wa, wb):
                 await member_event(w, "leave", "zoe")
             # The in-band list and the count agree, from either node.

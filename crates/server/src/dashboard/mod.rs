@@ -251,10 +251,26 @@ fn topic_answer(topic: &str, limit: usize, shared: &Shared) -> Answer {
             })
         })
         .collect();
+    // A presence topic's occupancy and first members (docs/presence.md).
+    let presence = shared
+        .presence
+        .as_ref()
+        .filter(|p| p.tracks(topic))
+        .map(|p| match p.list(&shared.broker, topic, None, 20) {
+            Ok(l) => serde_json::json!({
+                "count": l.count,
+                "connections": l.connections,
+                "members": l.members.iter().map(|(sub, _, n)| {
+                    serde_json::json!({"sub": &**sub, "connections": n})
+                }).collect::<Vec<_>>(),
+            }),
+            Err(why) => serde_json::json!({ "error": why }),
+        });
     json(
         200,
         &serde_json::json!({
             "topic": topic,
+            "presence": presence,
             "known": status.is_some(),
             "subscribers": status.map_or(0, |s| s.subscribers),
             "published": status.map_or(0, |s| s.traffic.published),

@@ -23,7 +23,9 @@
 //! every node through the broker's reader, in order with the topic's messages. Member lists
 //! and counts are read from Redis. With NATS (or one process) rooms are per process.
 
-use std::collections::{BTreeMap, HashMap};
+mod members;
+
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -38,6 +40,7 @@ use crate::config::Config;
 use crate::hub::lock;
 use crate::message::Published;
 use crate::metrics::Metrics;
+use members::{Entry, Members};
 
 /// Who a connection is in the rooms it joins: set once per connection, shared by its rooms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,23 +52,16 @@ pub struct Member {
     pub info: Option<Arc<str>>,
 }
 
-/// One member of a room.
-#[derive(Debug)]
-struct Entry {
-    /// Its connections in the room (on this process).
-    conns: u32,
-    /// The info of its first connection.
-    info: Option<Arc<str>>,
-}
-
 /// One room: its members in identity order (so a listing pages by identity), and the
 /// connections without an identity.
 #[derive(Debug, Default)]
 struct Room {
-    members: BTreeMap<Arc<str>, Entry>,
+    members: Members,
     anonymous: u32,
     connections: u32,
     version: u64,
+    /// Subscribers on this process that asked for events: without any, no event is made.
+    listeners: u32,
 }
 
 /// A page of a room's member list, as it stood at `version`.
@@ -167,6 +163,7 @@ impl Presence {
             let mut changes = vec![RoomChange::Connections {
                 topic: Arc::clone(topic),
                 n: room.connections,
+                listening: room.listeners > 0,
             }];
             if let Some(who) = who {
                 changes.push(RoomChange::Add {
@@ -196,8 +193,8 @@ impl Presence {
         room.version += 1;
         self.metrics.presence_members.fetch_add(1, Relaxed);
         self.metrics.presence_joins.fetch_add(1, Relaxed);
-        if self.cluster.is_some() {
-            // Redis announces it to every node.
+        if self.cluster.is_some() || room.listeners == 0 {
+            // Redis announces it to every node; nobody here listens.
             return;
         }
         let json = event_json("join", topic, &who.sub, who.info.as_deref());
@@ -224,7 +221,7 @@ impl Presence {
         self.metrics.presence_connections.fetch_sub(1, Relaxed);
         if self.cluster.is_some() {
             let mut changes = Vec::with_capacity(2);
-            if let Some(who) = who.filter(|w| room.members.contains_key(&w.sub)) {
+            if let Some(who) = who.filter(|w| room.members.contains(&w.sub)) {
                 changes.push(RoomChange::Remove {
                     topic: Arc::clone(topic),
                     sub: Arc::clone(&who.sub),
@@ -234,10 +231,11 @@ impl Presence {
             changes.push(RoomChange::Connections {
                 topic: Arc::clone(topic),
                 n: room.connections,
+                listening: room.listeners > 0,
             });
             self.queue(changes);
         }
-        let announce = self.cluster.is_none();
+        let announce = self.cluster.is_none() && room.listeners > 0;
         match who {
             None => room.anonymous = room.anonymous.saturating_sub(1),
             Some(who) => {
@@ -275,10 +273,50 @@ impl Presence {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Listing, String> {
+        self.read(broker, topic, after, limit, false)
+    }
+
+    /// A subscriber of this process asks for room `topic`'s events: its first member list,
+    /// read once events are sure to be made for it (until [`Presence::unlisten`]).
+    pub fn listen(&self, broker: &Broker, topic: &str, limit: usize) -> Result<Listing, String> {
+        {
+            let mut rooms = lock(&self.rooms);
+            if let Some(room) = rooms.get_mut(topic) {
+                room.listeners += 1;
+                if room.listeners == 1 {
+                    let (n, topic) = (room.connections, rooms.get_key_value(topic));
+                    if let Some((name, _)) = topic {
+                        self.queue([RoomChange::Connections {
+                            topic: Arc::clone(name),
+                            n,
+                            listening: true,
+                        }]);
+                    }
+                }
+            }
+        }
+        self.read(broker, topic, None, limit, true)
+    }
+
+    /// A subscriber that asked for room `topic`'s events left it.
+    pub fn unlisten(&self, topic: &str) {
+        if let Some(room) = lock(&self.rooms).get_mut(topic) {
+            room.listeners = room.listeners.saturating_sub(1);
+        }
+    }
+
+    fn read(
+        &self,
+        broker: &Broker,
+        topic: &str,
+        after: Option<&str>,
+        limit: usize,
+        listen: bool,
+    ) -> Result<Listing, String> {
         let limit = limit.clamp(1, self.max_members);
         if let (Some(_), Broker::Redis(b)) = (&self.cluster, broker) {
             let page = b
-                .presence_list(topic, after, limit)
+                .presence_list(topic, after, limit, listen)
                 .map_err(|e| format!("presence unavailable: {e}"))?;
             let next = if page.more {
                 page.members.last().map(|(s, _, _)| Arc::clone(s))
@@ -308,12 +346,7 @@ impl Presence {
                 next: None,
             };
         };
-        let range = match after {
-            Some(a) => room
-                .members
-                .range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
-            None => room.members.range::<str, _>(..),
-        };
+        let range = room.members.after(after);
         let mut members = Vec::with_capacity(limit.min(room.members.len()));
         let mut next = None;
         for (sub, e) in range {
@@ -449,9 +482,10 @@ impl Presence {
             .map(|(topic, r)| RoomState {
                 topic: Arc::clone(topic),
                 connections: r.connections,
+                listening: r.listeners > 0,
                 members: r
                     .members
-                    .iter()
+                    .after(None)
                     .map(|(s, e)| (Arc::clone(s), e.conns, e.info.clone()))
                     .collect(),
             })
@@ -589,9 +623,14 @@ mod tests {
             .subscribe(0, &["room.1"], crate::broker::Since::Now, &mut pending)
             .unwrap();
         let alice = member("alice");
-        p.join(&broker, &topic, Some(&alice));
-        p.join(&broker, &topic, Some(&alice));
+        // Without a subscriber asking for events none are made.
         p.join(&broker, &topic, None);
+        assert!(events(&inboxes[0]).is_empty());
+        p.leave(&broker, &topic, None);
+        p.join(&broker, &topic, None);
+        p.listen(&broker, "room.1", 10).unwrap();
+        p.join(&broker, &topic, Some(&alice));
+        p.join(&broker, &topic, Some(&alice));
         let got = events(&inboxes[0]);
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].0, 1);
@@ -607,6 +646,7 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert!(got[0].1.contains("\"type\":\"leave\""));
         assert_eq!(got[0].0, 2);
+        p.unlisten("room.1");
         p.leave(&broker, &topic, None);
         // Empty rooms are forgotten; extra leaves are harmless.
         p.leave(&broker, &topic, None);
@@ -652,6 +692,8 @@ mod tests {
         broker
             .subscribe(1, &["room.2"], crate::broker::Since::Now, &mut pending)
             .unwrap();
+        p.join(&broker, &topic, None);
+        p.listen(&broker, "room.2", 10).unwrap();
         p.join(&broker, &topic, Some(&member("bob")));
         assert!(events(&inboxes[0]).is_empty());
         assert_eq!(events(&inboxes[1]).len(), 1);

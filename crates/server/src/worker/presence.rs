@@ -24,19 +24,66 @@ use crate::presence::Member;
 /// One worker's presence tables.
 #[derive(Default)]
 pub(crate) struct PresenceConns {
-    /// The identity of each connection that has one (set when it authenticates).
-    who: HashMap<u32, Arc<Member>>,
-    /// The rooms (topic ids) each connection is in.
-    rooms: HashMap<u32, Vec<u32>>,
+    /// Connections with an identity or in a room: 48 bytes each.
+    conns: HashMap<u32, Slot>,
     /// Per room, the connections that asked for events, each with the room version its member
     /// list was read at (events up to it are already in that list).
     listeners: HashMap<u32, Vec<(u32, u64)>>,
 }
 
+/// One connection's part: its identity, and the rooms (topic ids) it is in, the first inline
+/// (most connections are in one).
+#[derive(Default)]
+struct Slot {
+    member: Option<Member>,
+    first: Option<std::num::NonZeroU32>,
+    more: Option<Box<Vec<u32>>>,
+}
+
+impl Slot {
+    fn rooms(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.as_ref().map_or(0, |m| m.len())
+    }
+
+    fn has(&self, tid: u32) -> bool {
+        self.first.is_some_and(|f| f.get() == tid + 1)
+            || self.more.as_ref().is_some_and(|m| m.contains(&tid))
+    }
+
+    fn add(&mut self, tid: u32) {
+        match self.first {
+            None => self.first = std::num::NonZeroU32::new(tid.saturating_add(1)),
+            Some(_) => self.more.get_or_insert_with(Default::default).push(tid),
+        }
+    }
+
+    /// Removes `tid`; whether it was there.
+    fn take(&mut self, tid: u32) -> bool {
+        if self.first.is_some_and(|f| f.get() == tid + 1) {
+            self.first = self
+                .more
+                .as_mut()
+                .and_then(|m| m.pop())
+                .and_then(|t| std::num::NonZeroU32::new(t.saturating_add(1)));
+        } else if let Some(m) = self.more.as_mut() {
+            let Some(i) = m.iter().position(|t| *t == tid) else {
+                return false;
+            };
+            m.swap_remove(i);
+        } else {
+            return false;
+        }
+        if self.more.as_ref().is_some_and(|m| m.is_empty()) {
+            self.more = None;
+        }
+        true
+    }
+}
+
 impl PresenceConns {
     /// How many rooms connection `k` is in.
     fn rooms_of(&self, k: u32) -> usize {
-        self.rooms.get(&k).map_or(0, Vec::len)
+        self.conns.get(&k).map_or(0, Slot::rooms)
     }
 }
 
@@ -64,11 +111,20 @@ impl<S: Socket> Engine<S> {
                     sub: sub.into(),
                     info: info.map(Into::into),
                 };
-                self.presence.who.insert(k, Arc::new(member));
+                self.presence.conns.entry(k).or_default().member = Some(member);
             }
             None => {
-                self.presence.who.remove(&k);
+                self.presence.conns.remove(&k);
             }
+        }
+    }
+
+    /// Forgets connection `k`'s identity if it joined no room with its first subscription
+    /// and cannot join one later (an SSE or JSON-lines stream subscribes once): an
+    /// authenticated stream to other topics keeps nothing here.
+    pub(crate) fn presence_settle(&mut self, k: u32) {
+        if self.presence.conns.get(&k).is_some_and(|s| s.rooms() == 0) {
+            self.presence.conns.remove(&k);
         }
     }
 
@@ -130,46 +186,49 @@ impl<S: Socket> Engine<S> {
         if !p.tracks(name) || !self.member_kind(k) {
             return;
         }
-        let rooms = self.presence.rooms.entry(k).or_default();
-        if rooms.contains(&tid) {
+        let slot = self.presence.conns.entry(k).or_default();
+        if slot.has(tid) {
             return;
         }
-        rooms.push(tid);
-        let who = self.presence.who.get(&k).cloned();
-        p.join(&shared.broker, name, who.as_deref());
+        slot.add(tid);
+        p.join(&shared.broker, name, slot.member.as_ref());
     }
 
     /// Connection `k` left topic `name` (index id `tid`): it leaves the room, if it was in it.
     pub(crate) fn presence_left(&mut self, k: u32, name: &Arc<str>, tid: u32) {
-        if self.presence.rooms.is_empty() {
+        if self.presence.conns.is_empty() {
             return;
         }
-        let Some(rooms) = self.presence.rooms.get_mut(&k) else {
+        let Some(slot) = self.presence.conns.get_mut(&k) else {
             return;
         };
-        let Some(i) = rooms.iter().position(|t| *t == tid) else {
+        if !slot.take(tid) {
             return;
-        };
-        rooms.swap_remove(i);
-        if rooms.is_empty() {
-            self.presence.rooms.remove(&k);
+        }
+        if let Some(p) = self.shared.presence.as_ref() {
+            p.leave(&self.shared.broker, name, slot.member.as_ref());
+        }
+        if slot.rooms() == 0 && slot.member.is_none() {
+            self.presence.conns.remove(&k);
         }
         if let Some(list) = self.presence.listeners.get_mut(&tid) {
+            let before = list.len();
             list.retain(|(c, _)| *c != k);
+            if list.len() < before {
+                if let Some(p) = self.shared.presence.as_ref() {
+                    p.unlisten(name);
+                }
+            }
             if list.is_empty() {
                 self.presence.listeners.remove(&tid);
             }
-        }
-        let who = self.presence.who.get(&k).cloned();
-        if let Some(p) = self.shared.presence.as_ref() {
-            p.leave(&self.shared.broker, name, who.as_deref());
         }
     }
 
     /// Forgets connection `k`'s identity (it is gone; it left its rooms already).
     pub(crate) fn presence_forget(&mut self, k: u32) {
-        if !self.presence.who.is_empty() {
-            self.presence.who.remove(&k);
+        if !self.presence.conns.is_empty() {
+            self.presence.conns.remove(&k);
         }
     }
 
@@ -188,8 +247,17 @@ impl<S: Socket> Engine<S> {
                 continue;
             }
             // Without a list (Redis unreachable) the subscriber is told, and gets every event.
-            let (version, kind, json) = match p.list(&self.shared.broker, name, None, p.max_members)
-            {
+            let new = !self
+                .presence
+                .listeners
+                .get(&tid)
+                .is_some_and(|l| l.iter().any(|(c, _)| *c == k));
+            let read = if new {
+                p.listen(&self.shared.broker, name, p.max_members)
+            } else {
+                p.list(&self.shared.broker, name, None, p.max_members)
+            };
+            let (version, kind, json) = match read {
                 Ok(listing) => (listing.version, "presence", listing.message_json(name)),
                 Err(error) => {
                     let reply = Reply::Error {

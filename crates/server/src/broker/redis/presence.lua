@@ -2,16 +2,22 @@
 -- each runs atomically and its events take their place in the topic's channel order.
 -- KEYS: 1 members (sub -> connections on all nodes), 2 infos (sub -> info JSON),
 --       3 connections per node (node -> connections, members' and anonymous),
---       4 the room's version, 5 one node's members (sub -> its connections on that node).
+--       4 the room's version, 5 one node's members (sub -> its connections on that node),
+--       6 the nodes with a subscriber that asked for events (node -> 1).
 -- ARGV: 1 operation, 2 the topic's channel, 3 the node, 4 the topic, then per operation:
---   apply:      5 the node's connections in the room now ('' unchanged), then triples
---               sub, connections to add (negative: remove), info JSON ('' none)
---   sync:       5 the node's connections, then triples sub, connections, info
+--   apply:      5 the node's connections in the room now ('' unchanged), 6 '1' when the node
+--               has a subscriber that asked for events, then triples sub, connections to add
+--               (negative: remove), info JSON ('' none)
+--   sync:       5 the node's connections, 6 as for apply, then triples sub, connections, info
 --   reap:       (KEYS[5] is the dead node's members; ARGV[3] the dead node)
---   list:       5 after ('' from the start), 6 limit
+--   list:       5 after ('' from the start), 6 limit, 7 '1': a subscriber of this node now
+--               asks for events (recorded before the list is read)
 --   count:      nothing more
--- An event is published as '!VERSION JSON'; versions come from the server clock and only grow,
--- so a member list read at version V contains every event up to V.
+-- An event is published as '!VERSION JSON', and only while some node has a subscriber that
+-- asked for events (nobody else would read it); versions come from the server clock and only
+-- grow, so a member list read at version V contains every event up to V. A node's listener
+-- mark stays until the room has no connection left: a few events too many rather than one too
+-- few.
 local op = ARGV[1]
 
 local function version()
@@ -25,6 +31,7 @@ local function version()
 end
 
 local function event(kind, sub, info)
+  if redis.call('EXISTS', KEYS[6]) == 0 then return end
   local json = '{"type":"' .. kind .. '","topic":' .. cjson.encode(ARGV[4]) ..
     ',"member":{"sub":' .. cjson.encode(sub)
   if info and info ~= '' then json = json .. ',"info":' .. info end
@@ -52,11 +59,18 @@ local function move(sub, n, info)
   end
 end
 
+local function listening(flag)
+  if flag == '1' then redis.call('HSET', KEYS[6], ARGV[3], 1) end
+end
+
+-- This node's connections in the room; it leaves the listeners with its last one, and an
+-- empty room keeps no listener mark.
 local function conns(n)
   if tonumber(n) > 0 then
     redis.call('HSET', KEYS[3], ARGV[3], n)
   else
     redis.call('HDEL', KEYS[3], ARGV[3])
+    if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('DEL', KEYS[6]) end
   end
 end
 
@@ -67,17 +81,19 @@ local function total_connections()
 end
 
 if op == 'apply' then
-  for i = 6, #ARGV, 3 do move(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
+  listening(ARGV[6])
+  for i = 7, #ARGV, 3 do move(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
   if ARGV[5] ~= '' then conns(ARGV[5]) end
 elseif op == 'sync' then
+  listening(ARGV[6])
   local want = {}
-  for i = 6, #ARGV, 3 do want[ARGV[i]] = tonumber(ARGV[i + 1]) end
+  for i = 7, #ARGV, 3 do want[ARGV[i]] = tonumber(ARGV[i + 1]) end
   local have = redis.call('HGETALL', KEYS[5])
   for i = 1, #have, 2 do
     local sub = have[i]
     if not want[sub] then move(sub, -tonumber(have[i + 1]), '') end
   end
-  for i = 6, #ARGV, 3 do
+  for i = 7, #ARGV, 3 do
     local now = tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '0')
     move(ARGV[i], want[ARGV[i]] - now, ARGV[i + 2])
   end
@@ -88,6 +104,7 @@ elseif op == 'reap' then
   redis.call('DEL', KEYS[5])
   conns('0')
 elseif op == 'list' then
+  listening(ARGV[7])
   local subs = redis.call('HKEYS', KEYS[1])
   table.sort(subs)
   local limit = tonumber(ARGV[6])

@@ -48,8 +48,13 @@ pub enum RoomChange {
         sub: Arc<str>,
         n: u32,
     },
-    /// This node now has `n` connections in the room (members' and anonymous).
-    Connections { topic: Arc<str>, n: u32 },
+    /// This node now has `n` connections in the room (members' and anonymous), and whether
+    /// one of them asked for events.
+    Connections {
+        topic: Arc<str>,
+        n: u32,
+        listening: bool,
+    },
 }
 
 /// One node's whole part of a room, for `sync`.
@@ -57,6 +62,7 @@ pub enum RoomChange {
 pub struct RoomState {
     pub topic: Arc<str>,
     pub connections: u32,
+    pub listening: bool,
     /// Member, connections on this node, info.
     pub members: Vec<(Arc<str>, u32, Option<Arc<str>>)>,
 }
@@ -72,8 +78,8 @@ pub struct RoomPage {
     pub more: bool,
 }
 
-/// The keys the script takes for `topic`, with node `node`'s members last.
-fn room_keys(topic: &str, node: &str) -> [String; 5] {
+/// The keys the script takes for `topic`, with node `node`'s members fifth.
+fn room_keys(topic: &str, node: &str) -> [String; 6] {
     let p = partition(topic);
     [
         format!("clarion:{{p{p}}}:pm:{topic}"),
@@ -82,6 +88,7 @@ fn room_keys(topic: &str, node: &str) -> [String; 5] {
         format!("clarion:{{p{p}}}:pv:{topic}"),
         // `|` cannot be in a topic, so no topic and node pair names another's key.
         format!("clarion:{{p{p}}}:pn:{topic}|{node}"),
+        format!("clarion:{{p{p}}}:pl:{topic}"),
     ]
 }
 
@@ -109,17 +116,18 @@ impl RedisBroker {
 
     /// One script call for `topic` on behalf of `node`.
     fn presence_call(&self, op: &str, topic: &str, node: &str, args: &[&[u8]]) -> Vec<Vec<u8>> {
-        let [m, i, c, v, n] = room_keys(topic, node);
+        let [m, i, c, v, n, l] = room_keys(topic, node);
         let channel = keys(topic)[2].clone();
         let mut cmd: Vec<Vec<u8>> = vec![
             b"EVALSHA".to_vec(),
             script_sha().as_bytes().to_vec(),
-            b"5".to_vec(),
+            b"6".to_vec(),
             m.into_bytes(),
             i.into_bytes(),
             c.into_bytes(),
             v.into_bytes(),
             n.into_bytes(),
+            l.into_bytes(),
             op.as_bytes().to_vec(),
             channel.into_bytes(),
             node.as_bytes().to_vec(),
@@ -158,7 +166,7 @@ impl RedisBroker {
         let node = self.node_name().to_owned();
         // Per room, in first-seen order: its connections now, and per member the net change
         // with the info of its first addition.
-        type Net = (Option<u32>, Vec<(Arc<str>, i64, Option<Arc<str>>)>);
+        type Net = (Option<(u32, bool)>, Vec<(Arc<str>, i64, Option<Arc<str>>)>);
         let mut rooms: Vec<(Arc<str>, Net)> = Vec::new();
         let mut index: std::collections::HashMap<Arc<str>, usize> = Default::default();
         for c in changes {
@@ -175,8 +183,8 @@ impl RedisBroker {
                 continue;
             };
             let (sub, delta, info) = match c {
-                RoomChange::Connections { n, .. } => {
-                    *conns = Some(*n);
+                RoomChange::Connections { n, listening, .. } => {
+                    *conns = Some((*n, *listening));
                     continue;
                 }
                 RoomChange::Add { sub, n, info, .. } => (sub, i64::from(*n), info),
@@ -195,9 +203,14 @@ impl RedisBroker {
         let calls = rooms
             .iter()
             .map(|(topic, (conns, members))| {
-                let conns = conns.map(|n| n.to_string()).unwrap_or_default();
+                let listening: &[u8] = if conns.is_some_and(|c| c.1) {
+                    b"1"
+                } else {
+                    b""
+                };
+                let conns = conns.map(|c| c.0.to_string()).unwrap_or_default();
                 let deltas: Vec<String> = members.iter().map(|m| m.1.to_string()).collect();
-                let mut args: Vec<&[u8]> = vec![conns.as_bytes()];
+                let mut args: Vec<&[u8]> = vec![conns.as_bytes(), listening];
                 for ((sub, delta, info), d) in members.iter().zip(&deltas) {
                     if *delta == 0 {
                         continue;
@@ -217,7 +230,7 @@ impl RedisBroker {
         let mut sadd = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
         let mut srem = vec![b"SREM".to_vec(), rooms_key(&node).into_bytes()];
         for c in changes {
-            if let RoomChange::Connections { topic, n } = c {
+            if let RoomChange::Connections { topic, n, .. } = c {
                 if *n > 0 {
                     sadd.push(topic.as_bytes().to_vec());
                 } else {
@@ -241,7 +254,8 @@ impl RedisBroker {
         for r in rooms {
             let conns = r.connections.to_string();
             let counts: Vec<String> = r.members.iter().map(|(_, n, _)| n.to_string()).collect();
-            let mut args: Vec<&[u8]> = vec![conns.as_bytes()];
+            let listening: &[u8] = if r.listening { b"1" } else { b"" };
+            let mut args: Vec<&[u8]> = vec![conns.as_bytes(), listening];
             for ((sub, _, info), n) in r.members.iter().zip(&counts) {
                 args.push(sub.as_bytes());
                 args.push(n.as_bytes());
@@ -391,15 +405,18 @@ impl RedisBroker {
             .ok_or_else(|| Unavailable("no Redis configured".to_owned()))
     }
 
-    /// A page of `topic`'s members after `after`.
+    /// A page of `topic`'s members after `after`; `listen`: a subscriber of this node asks
+    /// for events, so events are published from now on (recorded before the list is read).
     pub fn presence_list(
         &self,
         topic: &str,
         after: Option<&str>,
         limit: usize,
+        listen: bool,
     ) -> Result<RoomPage, Unavailable> {
         let limit = limit.to_string();
-        let args: [&[u8]; 2] = [after.unwrap_or_default().as_bytes(), limit.as_bytes()];
+        let flag: &[u8] = if listen { b"1" } else { b"" };
+        let args: [&[u8]; 3] = [after.unwrap_or_default().as_bytes(), limit.as_bytes(), flag];
         let cmd = self.presence_call("list", topic, self.node_name(), &args);
         let reply = self
             .core
@@ -484,6 +501,7 @@ mod tests {
     #[test]
     fn keys_share_the_topic_partition_and_never_collide() {
         let ks = room_keys("chat:a", "web-1:42");
+        assert_eq!(ks.len(), 6);
         let tag = &ks[0][..ks[0].find("}:").unwrap() + 1];
         assert!(ks.iter().all(|k| k.starts_with(tag)));
         assert!(keys("chat:a")[2].starts_with(tag));

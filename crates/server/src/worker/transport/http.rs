@@ -405,7 +405,8 @@ impl<S: Socket> Engine<S> {
                     hold,
                     presence: params.presence,
                 };
-                self.open_poll(k, &topics, since, wait, mode, checked)
+                self.open_poll(k, &topics, since, wait, mode, checked);
+                self.presence_settle(k);
             }
             _ => {
                 self.open_stream(k, &topics, since, state, checked);
@@ -413,6 +414,7 @@ impl<S: Socket> Engine<S> {
                     let names: Vec<Arc<str>> = topics.iter().map(|t| Arc::from(*t)).collect();
                     self.presence_listen(k, &names);
                 }
+                self.presence_settle(k);
             }
         }
     }
