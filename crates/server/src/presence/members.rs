@@ -21,7 +21,7 @@ pub(super) struct Entry {
 #[derive(Debug)]
 pub(super) enum Members {
     Small(Vec<(Arc<str>, Entry)>),
-    Large(Box<BTreeMap<Arc<str>, Entry>>),
+    Large(BTreeMap<Arc<str>, Entry>),
 }
 
 impl Default for Members {
@@ -68,7 +68,7 @@ impl Members {
             Members::Small(v) => {
                 let mut m: BTreeMap<Arc<str>, Entry> = std::mem::take(v).into_iter().collect();
                 m.insert(sub, e);
-                *self = Members::Large(Box::new(m));
+                *self = Members::Large(m);
             }
             Members::Large(m) => {
                 m.insert(sub, e);

@@ -37,7 +37,7 @@ pub(crate) struct PresenceConns {
 struct Slot {
     member: Option<Member>,
     first: Option<std::num::NonZeroU32>,
-    more: Option<Box<Vec<u32>>>,
+    more: Option<Box<[u32]>>,
 }
 
 impl Slot {
@@ -53,23 +53,31 @@ impl Slot {
     fn add(&mut self, tid: u32) {
         match self.first {
             None => self.first = std::num::NonZeroU32::new(tid.saturating_add(1)),
-            Some(_) => self.more.get_or_insert_with(Default::default).push(tid),
+            Some(_) => {
+                // Rarely more than one room: the list is exact, grown by one.
+                let mut v = self.more.take().map(Vec::from).unwrap_or_default();
+                v.push(tid);
+                self.more = Some(v.into_boxed_slice());
+            }
         }
     }
 
     /// Removes `tid`; whether it was there.
     fn take(&mut self, tid: u32) -> bool {
         if self.first.is_some_and(|f| f.get() == tid + 1) {
-            self.first = self
-                .more
-                .as_mut()
-                .and_then(|m| m.pop())
+            let mut v = self.more.take().map(Vec::from).unwrap_or_default();
+            self.first = v
+                .pop()
                 .and_then(|t| std::num::NonZeroU32::new(t.saturating_add(1)));
-        } else if let Some(m) = self.more.as_mut() {
-            let Some(i) = m.iter().position(|t| *t == tid) else {
+            self.more = Some(v.into_boxed_slice());
+        } else if let Some(m) = self.more.take() {
+            let mut v = Vec::from(m);
+            let Some(i) = v.iter().position(|t| *t == tid) else {
+                self.more = Some(v.into_boxed_slice());
                 return false;
             };
-            m.swap_remove(i);
+            v.swap_remove(i);
+            self.more = Some(v.into_boxed_slice());
         } else {
             return false;
         }
@@ -454,5 +462,27 @@ impl<S: Socket> Engine<S> {
                 self.deliver_all(k, &frames);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Slot;
+
+    #[test]
+    fn a_slot_holds_one_room_inline_and_more_beside() {
+        let mut s = Slot::default();
+        assert_eq!(s.rooms(), 0);
+        for t in [0, 7, 3] {
+            s.add(t);
+        }
+        assert_eq!(s.rooms(), 3);
+        assert!(s.has(0) && s.has(7) && s.has(3) && !s.has(1));
+        assert!(s.take(0), "the inline room, replaced by one from beside it");
+        assert!(!s.take(0));
+        assert!(s.has(7) && s.has(3));
+        assert!(s.take(7) && s.take(3));
+        assert_eq!(s.rooms(), 0);
+        assert!(s.more.is_none() && s.first.is_none());
     }
 }
