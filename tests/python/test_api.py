@@ -129,3 +129,69 @@ def test_metrics_auth_puts_metrics_behind_the_key_or_an_admin_token(start_server
     assert s.request("GET", "/metrics", headers={"Authorization": f"Bearer {user}"})[0] == 401
     # /healthz stays open for load balancers.
     assert s.request("GET", "/healthz")[0] == 200
+
+
+def _timed(server, method, path, body=None, headers=None):
+    """(status, seconds) of one API request on a fresh connection from 127.0.0.1."""
+    started = time.monotonic()
+    status, _, _ = server.request(method, path, body, headers)
+    return status, time.monotonic() - started
+
+
+def test_a_slowloris_on_the_api_does_not_stop_publishing_or_health_checks(start_server):
+    """300 connections from five addresses each send half a request head and then a byte every
+    2 s, more than the pool holds: a publisher with the key and a health checker still get 200
+    quickly (the per-address cap and the reserve), and the trickling connections are cut at
+    the request deadline (10 s) with 408."""
+    key = {"Authorization": "Bearer the-key"}
+    s = start_server("--api-key", "the-key")
+    host, port = s.api.rsplit(":", 1)
+    slow = []
+    for i in range(300):
+        src = f"127.0.0.{2 + i % 5}"
+        c = socket.socket()
+        c.bind((src, 0))
+        c.settimeout(15)
+        try:
+            c.connect((host, int(port)))
+            c.sendall(b"POST /publish/x HTTP/1.1\r\nHost: a\r\n")
+        except OSError:
+            c.close()
+            continue
+        slow.append(c)
+    assert len(slow) == 300
+    started = time.monotonic()
+    worst = 0.0
+    try:
+        while time.monotonic() - started < 12:
+            for c in slow:
+                try:
+                    c.send(b"X")
+                except OSError:
+                    pass
+            for _ in range(4):
+                st, took = _timed(s, "POST", "/publish/news", b"hi", {"Content-Type": "text/plain", **key})
+                assert st == 200, st
+                worst = max(worst, took)
+                st, took = _timed(s, "GET", "/healthz")
+                assert st == 200, st
+                worst = max(worst, took)
+                time.sleep(0.5)
+        assert worst < 0.5, worst
+        # Without credentials, past the caps, the answer is 503 at once, not a hang.
+        st, took = _timed(s, "POST", "/publish/news", b"hi", {"Content-Type": "text/plain"})
+        assert st in (401, 503), st
+        assert took < 2, took
+        # The trickling heads were cut at the deadline with 408 (or their connection closed).
+        answered = 0
+        for c in slow:
+            try:
+                data = c.recv(200)
+            except OSError:
+                data = b""
+            if data.startswith(b"HTTP/1.1 408"):
+                answered += 1
+        assert answered > 200, answered
+    finally:
+        for c in slow:
+            c.close()

@@ -30,6 +30,23 @@ pub const API_MAX_CONNECTIONS: usize = 256;
 /// their connection busy or reconnect cheaply, and a stalled one must not hold a thread.
 pub const API_IDLE: Duration = Duration::from_secs(30);
 
+/// A request on the API must arrive whole (head and body) within this of its first byte, so a
+/// client that trickles bytes cannot hold a thread for long (slowloris); a publisher on a
+/// healthy network sends a request in milliseconds.
+pub const API_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+
+/// API connections from one client address at once: a few backends publish over a few
+/// connections each; one address cannot take the whole pool.
+pub const API_MAX_PER_ADDRESS: usize = 64;
+
+/// Connections admitted past the caps above, each for one request that must arrive within
+/// [`API_RESERVE_DEADLINE`] and be `/healthz` or carry the API key or a valid token: a health
+/// checker and an authenticated publisher still get through while the pool is taken.
+pub const API_RESERVE: usize = 32;
+
+/// How long a reserve connection's request may take to arrive.
+pub const API_RESERVE_DEADLINE: Duration = Duration::from_secs(1);
+
 /// Most items in one Pushpin-format (GRIP) publish. Publishers batch at most a few hundred;
 /// the cap bounds the work one request can ask for, with ample room (the body is bounded by
 /// `max_publish_size` as well). `clarion_proto::grip::decode_publish` takes it from here.
@@ -136,6 +153,10 @@ mod tests {
         for quoted in [
             format!("gets {CLOSE_LINGER_SECS} seconds to read our last bytes"),
             format!("at most {API_MAX_CONNECTIONS} connections at once"),
+            format!("at most {API_MAX_PER_ADDRESS} from one address"),
+            format!("within {} seconds of its first byte", API_REQUEST_DEADLINE.as_secs()),
+            format!("{API_RESERVE} more connections may each make one request"),
+            format!("arrives within {} second", API_RESERVE_DEADLINE.as_secs()),
             format!("idle for {} seconds", API_IDLE.as_secs()),
             format!("at most {GRIP_PUBLISH_MAX_ITEMS} items"),
             format!("at most {GRIP_WS_MAX_EVENTS} events"),

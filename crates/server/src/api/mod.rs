@@ -6,9 +6,9 @@
 //! [`API_MAX_CONNECTIONS`]) rather than the client event loops. It shares the request-head
 //! parser and limits with the client listener, and answers errors as JSON `{"error": "..."}`.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::http1::authorization::{
@@ -19,12 +19,17 @@ use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_topic};
 use clarion_proto::ws::DataKind;
 
 use crate::broker::{Outgoing, Receipt};
-use crate::config::limits::{API_ACCEPT_RETRY, API_IDLE, API_MAX_CONNECTIONS, HELPER_THREAD_STACK};
+use crate::config::limits::{
+    API_ACCEPT_RETRY, API_IDLE, API_MAX_CONNECTIONS, API_MAX_PER_ADDRESS, API_REQUEST_DEADLINE,
+    API_RESERVE_DEADLINE, HELPER_THREAD_STACK,
+};
 use crate::dashboard::{Dashboard, FeedStream};
 use crate::log;
 use crate::message::Attachment;
 use crate::reply::Answer;
 use crate::worker::Shared;
+
+mod triage;
 
 /// Which view of the server an API listener gives.
 #[derive(Debug, Clone)]
@@ -39,10 +44,56 @@ pub enum Scope {
     Node,
 }
 
-/// Accepts API connections until the process exits.
+thread_local! {
+    /// When the request being read on this API thread must have arrived whole (`None` while
+    /// waiting for a request to begin). One thread serves one connection, so this is that
+    /// connection's.
+    static DEADLINE: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Connections being served by the pool, in all and per client address.
+#[derive(Default)]
+struct Occupancy {
+    pool: usize,
+    per_address: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// Accepts API connections until the process exits. A connection takes a place in the pool
+/// (at most [`API_MAX_CONNECTIONS`], [`API_MAX_PER_ADDRESS`] from one address); past either
+/// cap it waits in the triage ([`triage`]) until its head shows a health check or credentials,
+/// which get one request served ([`API_RESERVE`] at once); the rest are answered `503`.
 pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let taken = Arc::new(std::sync::Mutex::new(Occupancy::default()));
     let dashboard = Dashboard::start(&shared);
+    // The triage reads plain HTTP heads; a TLS API keeps the plain cap (503 past it).
+    let tls = shared.config.tls_api && shared.tls.is_some() && !matches!(scope, Scope::Node);
+    let overflow = if tls {
+        None
+    } else {
+        let (s1, s2, d, sc) = (
+            Arc::clone(&shared),
+            Arc::clone(&shared),
+            dashboard.clone(),
+            scope.clone(),
+        );
+        let admits = move |head: &http1::RequestHead<'_>| {
+            copy_request(head).is_ok_and(|r| reserve_may_serve(&r, &s1))
+        };
+        let serve: triage::Serve = Box::new(move |stream, first| {
+            if let Err(e) = handle(stream, &s2, d.as_deref(), &sc, true, first) {
+                log::debug(format_args!("api connection: {e}"));
+            }
+        });
+        match triage::Triage::start(shared.config.head_limits(), admits, serve) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                log::warn(format_args!(
+                    "api: no triage thread ({e}); past the cap, 503"
+                ));
+                None
+            }
+        }
+    };
     for stream in listener.incoming() {
         let stream = match stream {
             Ok(s) => s,
@@ -52,25 +103,55 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope) {
                 continue;
             }
         };
-        if active.fetch_add(1, Relaxed) >= API_MAX_CONNECTIONS {
-            active.fetch_sub(1, Relaxed);
-            let _ = Answer::error(503, "too many API connections").send(&mut &stream, false);
+        let ip = stream
+            .peer_addr()
+            .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+        let room = {
+            let mut t = crate::hub::lock(&taken);
+            let from_ip = t.per_address.get(&ip).copied().unwrap_or(0);
+            let room = t.pool < API_MAX_CONNECTIONS && from_ip < API_MAX_PER_ADDRESS;
+            if room {
+                t.pool += 1;
+                *t.per_address.entry(ip).or_default() += 1;
+            }
+            room
+        };
+        if !room {
+            match &overflow {
+                Some(t) => t.admit(stream),
+                None => {
+                    let _ =
+                        Answer::error(503, "too many API connections").send(&mut &stream, false);
+                }
+            }
             continue;
         }
-        let (shared, active2) = (Arc::clone(&shared), Arc::clone(&active));
+        let (shared, taken2) = (Arc::clone(&shared), Arc::clone(&taken));
         let dashboard = dashboard.clone();
         let scope = scope.clone();
+        let release = move |t: &std::sync::Mutex<Occupancy>| {
+            let mut t = crate::hub::lock(t);
+            t.pool = t.pool.saturating_sub(1);
+            if let Some(n) = t.per_address.get_mut(&ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    t.per_address.remove(&ip);
+                }
+            }
+        };
         let spawned = std::thread::Builder::new()
             .name("clarion-api".into())
             .stack_size(HELPER_THREAD_STACK)
             .spawn(move || {
-                if let Err(e) = handle(stream, &shared, dashboard.as_deref(), &scope) {
+                let first = Vec::new();
+                if let Err(e) = handle(stream, &shared, dashboard.as_deref(), &scope, false, first)
+                {
                     log::debug(format_args!("api connection: {e}"));
                 }
-                active2.fetch_sub(1, Relaxed);
+                release(&taken2);
             });
         if let Err(e) = spawned {
-            active.fetch_sub(1, Relaxed);
+            release(&taken);
             log::warn(format_args!("cannot start API thread: {e}"));
         }
     }
@@ -93,7 +174,12 @@ fn handle(
     shared: &Shared,
     dashboard: Option<&Dashboard>,
     scope: &Scope,
+    reserve: bool,
+    first: Vec<u8>,
 ) -> io::Result<()> {
+    // A reserve connection's one request must arrive within its short deadline, counted from
+    // the accept (its TLS handshake included).
+    DEADLINE.set(reserve.then(|| std::time::Instant::now() + API_RESERVE_DEADLINE));
     stream.set_read_timeout(Some(API_IDLE))?;
     stream.set_write_timeout(Some(API_IDLE))?;
     let _ = stream.set_nodelay(true);
@@ -104,14 +190,14 @@ fn handle(
             let conn = rustls::ServerConnection::new(Arc::clone(tls.config()))
                 .map_err(io::Error::other)?;
             let mut s = rustls::StreamOwned::new(conn, stream);
-            let res = requests(&mut s, shared, dashboard, scope);
+            let res = requests(&mut s, shared, dashboard, scope, reserve, first);
             s.conn.send_close_notify();
             let _ = s.flush();
             res
         }
         None => {
             let mut stream = stream;
-            requests(&mut stream, shared, dashboard, scope)
+            requests(&mut stream, shared, dashboard, scope, reserve, first)
         }
     }
 }
@@ -122,20 +208,34 @@ fn requests<S: FeedStream>(
     shared: &Shared,
     dashboard: Option<&Dashboard>,
     scope: &Scope,
+    reserve: bool,
+    first: Vec<u8>,
 ) -> io::Result<()> {
     let cfg = &shared.config;
     let limits = cfg.head_limits();
-    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut buf: Vec<u8> = first;
     loop {
-        // Read one request head.
+        // Read one request head: once its first byte is here, all of it (and its body) must
+        // arrive within the request deadline.
+        if !reserve {
+            // A new request: its deadline starts with its first byte.
+            DEADLINE.set(None);
+        }
         let (req, head_len) = loop {
+            if !buf.is_empty() && DEADLINE.get().is_none() {
+                DEADLINE.set(Some(std::time::Instant::now() + API_REQUEST_DEADLINE));
+            }
             match http1::parse_head(&buf, &limits) {
                 Ok(Some(h)) => break (copy_request(&h), h.head_len),
-                Ok(None) => {
-                    if !read_more(stream, &mut buf)? {
-                        return Ok(());
+                Ok(None) => match read_more(stream, &mut buf) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut && !buf.is_empty() => {
+                        return Answer::error(408, "the request did not arrive in time")
+                            .send(stream, false);
                     }
-                }
+                    Err(e) => return Err(e),
+                },
                 Err(e) => {
                     let a = Answer::error(e.status(), &e.to_string());
                     return a.send(stream, false);
@@ -143,10 +243,18 @@ fn requests<S: FeedStream>(
             }
         };
         buf.drain(..head_len);
-        let req = match req {
+        let mut req = match req {
             Ok(r) => r,
             Err(a) => return a.send(stream, false),
         };
+        if reserve {
+            // Past the pool's caps: one request, and only a health check or a caller with
+            // credentials.
+            if !reserve_may_serve(&req, shared) {
+                return Answer::error(503, "too many API connections").send(stream, false);
+            }
+            req.keep_alive = false;
+        }
         if let Some(dashboard) = dashboard.filter(|_| Dashboard::owns(&req.path)) {
             let key_ok = admin_ok(req.authorization.as_deref(), shared);
             let dreq = crate::dashboard::Request {
@@ -186,10 +294,16 @@ fn requests<S: FeedStream>(
         if req.expect_continue && req.body != Body::None {
             stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
-        let body = match read_body(stream, &mut buf, req.body, cfg.max_publish_size)? {
-            Ok(b) => b,
-            Err(a) => return a.send(stream, false),
+        let body = match read_body(stream, &mut buf, req.body, cfg.max_publish_size) {
+            Ok(Ok(b)) => b,
+            Ok(Err(a)) => return a.send(stream, false),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Answer::error(408, "the request did not arrive in time")
+                    .send(stream, false);
+            }
+            Err(e) => return Err(e),
         };
+        DEADLINE.set(None);
         let a = dispatch(&req, body, shared, &permit, scope);
         a.send(stream, req.keep_alive)?;
         if !req.keep_alive {
@@ -214,12 +328,51 @@ fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer> {
     })
 }
 
-/// Reads once more into `buf`; `false` at EOF.
-fn read_more(stream: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<bool> {
+/// Reads once more into `buf`; `false` at EOF. Waits at most until the request's deadline
+/// (then `TimedOut`), else [`API_IDLE`].
+fn read_more<S: FeedStream>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<bool> {
+    let wait = match DEADLINE.get() {
+        Some(d) => {
+            let left = d.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            left.min(API_IDLE)
+        }
+        None => API_IDLE,
+    };
+    stream.socket().set_read_timeout(Some(wait))?;
     let mut chunk = [0u8; 8192];
-    let n = stream.read(&mut chunk)?;
+    let n = match stream.read(&mut chunk) {
+        Ok(n) => n,
+        // A read timeout is WouldBlock on Unix: report the deadline (or the idle limit).
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            return Err(io::ErrorKind::TimedOut.into())
+        }
+        Err(e) => return Err(e),
+    };
     buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
     Ok(n > 0)
+}
+
+/// Whether a request on a reserve connection is served: `/healthz`, or a caller with the API
+/// key or a valid token; with neither a key nor authentication configured (an open API), any
+/// request that arrived in time.
+fn reserve_may_serve(req: &Request, shared: &Shared) -> bool {
+    if req.path == "/healthz" {
+        return true;
+    }
+    let header = req.authorization.as_deref();
+    let key = shared.config.api_key.as_deref();
+    if key.is_some_and(|k| authorized(header, k)) {
+        return true;
+    }
+    match shared.auth.as_ref() {
+        Some(auth) => {
+            token_of(header).is_some_and(|t| auth.verify(&t, crate::auth::unix_now()).is_ok())
+        }
+        None => key.is_none(),
+    }
 }
 
 /// Answers that need no body: unknown routes, wrong methods, missing credentials, oversized
@@ -467,8 +620,8 @@ fn authorized(header: Option<&str>, key: &str) -> bool {
     }
 }
 
-fn read_body(
-    stream: &mut impl Read,
+fn read_body<S: FeedStream>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     framing: Body,
     max: usize,
