@@ -241,6 +241,28 @@ def test_sse_streams_and_polls_carry_presence(authed):
             assert line["type"] == "presence" and members(line) == ["nd"]
 
 
+def test_a_held_poll_is_answered_by_a_join_with_nobody_else_watching(authed):
+    url = f"http://{authed.clients}"
+
+    async def main():
+        async with httpx.AsyncClient(timeout=10) as http:
+            first = (await http.get(f"{url}/poll?topic=room.p&presence=1&token={token('p')}")).json()
+            held = asyncio.create_task(
+                http.get(
+                    f"{url}/poll?topic=room.p&presence=1&timeout=8&since={first['cursor']}"
+                    f"&token={token('p')}"
+                )
+            )
+            await asyncio.sleep(0.5)
+            started = time.monotonic()
+            async with ws(authed, "quinn", topic="room.p", presence=False):
+                answer = (await held).json()
+                assert time.monotonic() - started < 2
+                assert members(answer["presence"][0]) == ["quinn"]
+
+    asyncio.run(main())
+
+
 def test_the_api_lists_pages_and_counts(authed):
     async def main():
         conns = [await ws(authed, s, topic="room.e", presence=False).__aenter__() for s in ("c", "a", "b")]

@@ -259,7 +259,7 @@ impl Presence {
                 }
             }
         }
-        if room.connections == 0 {
+        if room.connections == 0 && room.listeners == 0 {
             rooms.remove(&**topic);
         }
     }
@@ -278,30 +278,40 @@ impl Presence {
 
     /// A subscriber of this process asks for room `topic`'s events: its first member list,
     /// read once events are sure to be made for it (until [`Presence::unlisten`]).
-    pub fn listen(&self, broker: &Broker, topic: &str, limit: usize) -> Result<Listing, String> {
-        {
-            let mut rooms = lock(&self.rooms);
-            if let Some(room) = rooms.get_mut(topic) {
-                room.listeners += 1;
-                if room.listeners == 1 {
-                    let (n, topic) = (room.connections, rooms.get_key_value(topic));
-                    if let Some((name, _)) = topic {
-                        self.queue([RoomChange::Connections {
-                            topic: Arc::clone(name),
-                            n,
-                            listening: true,
-                        }]);
-                    }
-                }
-            }
-        }
+    pub fn listen(
+        &self,
+        broker: &Broker,
+        topic: &Arc<str>,
+        limit: usize,
+    ) -> Result<Listing, String> {
+        self.watch(topic);
         self.read(broker, topic, None, limit, true)
     }
 
-    /// A subscriber that asked for room `topic`'s events left it.
+    /// Events of room `topic` are wanted here from now on (a subscriber, or a held long-poll
+    /// that is answered by the next change), until [`Presence::unlisten`].
+    pub fn watch(&self, topic: &Arc<str>) {
+        let mut rooms = lock(&self.rooms);
+        let room = rooms.entry(Arc::clone(topic)).or_default();
+        room.listeners += 1;
+        if room.listeners == 1 {
+            let n = room.connections;
+            self.queue([RoomChange::Connections {
+                topic: Arc::clone(topic),
+                n,
+                listening: true,
+            }]);
+        }
+    }
+
+    /// A subscriber (or held poll) that wanted room `topic`'s events is gone.
     pub fn unlisten(&self, topic: &str) {
-        if let Some(room) = lock(&self.rooms).get_mut(topic) {
+        let mut rooms = lock(&self.rooms);
+        if let Some(room) = rooms.get_mut(topic) {
             room.listeners = room.listeners.saturating_sub(1);
+            if room.listeners == 0 && room.connections == 0 {
+                rooms.remove(topic);
+            }
         }
     }
 
@@ -628,7 +638,7 @@ mod tests {
         assert!(events(&inboxes[0]).is_empty());
         p.leave(&broker, &topic, None);
         p.join(&broker, &topic, None);
-        p.listen(&broker, "room.1", 10).unwrap();
+        p.listen(&broker, &topic, 10).unwrap();
         p.join(&broker, &topic, Some(&alice));
         p.join(&broker, &topic, Some(&alice));
         let got = events(&inboxes[0]);
@@ -693,7 +703,7 @@ mod tests {
             .subscribe(1, &["room.2"], crate::broker::Since::Now, &mut pending)
             .unwrap();
         p.join(&broker, &topic, None);
-        p.listen(&broker, "room.2", 10).unwrap();
+        p.listen(&broker, &topic, 10).unwrap();
         p.join(&broker, &topic, Some(&member("bob")));
         assert!(events(&inboxes[0]).is_empty());
         assert_eq!(events(&inboxes[1]).len(), 1);

@@ -29,6 +29,8 @@ pub(crate) struct PresenceConns {
     /// Per room, the connections that asked for events, each with the room version its member
     /// list was read at (events up to it are already in that list).
     listeners: HashMap<u32, Vec<(u32, u64)>>,
+    /// Held long-polls that watch their rooms' events, with those rooms.
+    watching_polls: HashMap<u32, Vec<Arc<str>>>,
 }
 
 /// One connection's part: its identity, and the rooms (topic ids) it is in, the first inline
@@ -238,6 +240,9 @@ impl<S: Socket> Engine<S> {
         if !self.presence.conns.is_empty() {
             self.presence.conns.remove(&k);
         }
+        if !self.presence.watching_polls.is_empty() {
+            self.presence_poll_watch(k, &[], false);
+        }
     }
 
     /// Connection `k` asked for events of the rooms among `names`: each room's member list is
@@ -357,6 +362,26 @@ impl<S: Socket> Engine<S> {
         }
         out.extend_from_slice(b"]}\n");
         out.into()
+    }
+
+    /// A held long-poll with `presence=1` starts (`on`) or stops wanting the events of the
+    /// rooms among `names`. Only a poll that was held counts: one answered at once never
+    /// watched.
+    pub(crate) fn presence_poll_watch(&mut self, k: u32, names: &[Arc<str>], on: bool) {
+        let Some(p) = self.shared.presence.clone() else {
+            return;
+        };
+        if on {
+            let rooms: Vec<Arc<str>> = names.iter().filter(|n| p.tracks(n)).cloned().collect();
+            for name in &rooms {
+                p.watch(name);
+            }
+            self.presence.watching_polls.insert(k, rooms);
+        } else if let Some(rooms) = self.presence.watching_polls.remove(&k) {
+            for name in &rooms {
+                p.unlisten(name);
+            }
+        }
     }
 
     /// An in-band `presence` message: room `topic`'s members after `after`.

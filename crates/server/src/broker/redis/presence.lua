@@ -16,8 +16,8 @@
 -- An event is published as '!VERSION JSON', and only while some node has a subscriber that
 -- asked for events (nobody else would read it); versions come from the server clock and only
 -- grow, so a member list read at version V contains every event up to V. A node's listener
--- mark stays until the room has no connection left: a few events too many rather than one too
--- few.
+-- mark stays until the node is reaped, and the marks expire a day after the last was set: a
+-- few events too many rather than one too few.
 local op = ARGV[1]
 
 local function version()
@@ -60,17 +60,18 @@ local function move(sub, n, info)
 end
 
 local function listening(flag)
-  if flag == '1' then redis.call('HSET', KEYS[6], ARGV[3], 1) end
+  if flag == '1' then
+    redis.call('HSET', KEYS[6], ARGV[3], 1)
+    redis.call('EXPIRE', KEYS[6], 86400)
+  end
 end
 
--- This node's connections in the room; it leaves the listeners with its last one, and an
--- empty room keeps no listener mark.
+-- This node's connections in the room.
 local function conns(n)
   if tonumber(n) > 0 then
     redis.call('HSET', KEYS[3], ARGV[3], n)
   else
     redis.call('HDEL', KEYS[3], ARGV[3])
-    if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('DEL', KEYS[6]) end
   end
 end
 
@@ -103,6 +104,7 @@ elseif op == 'reap' then
   for i = 1, #have, 2 do move(have[i], -tonumber(have[i + 1]), '') end
   redis.call('DEL', KEYS[5])
   conns('0')
+  redis.call('HDEL', KEYS[6], ARGV[3])
 elseif op == 'list' then
   listening(ARGV[7])
   local subs = redis.call('HKEYS', KEYS[1])

@@ -66,17 +66,20 @@ impl<S: Socket> Engine<S> {
         );
         if let Some(body) = body {
             self.answer_poll(k, &Arc::from(body));
+        } else if presence {
+            // Held until a message or a change of its rooms: their events are wanted.
+            self.presence_poll_watch(k, &sub.names, true);
         }
     }
 
     /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
     /// closes it): it leaves its topics, since the next poll says where to resume.
     pub(crate) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
-        let with_presence = self
-            .polls
-            .get(&k)
-            .is_some_and(|h| h.presence)
-            .then(|| self.presence_in_poll(k, body));
+        let presence = self.polls.get(&k).is_some_and(|h| h.presence);
+        let with_presence = presence.then(|| self.presence_in_poll(k, body));
+        if presence {
+            self.presence_poll_watch(k, &[], false);
+        }
         let body = with_presence.as_ref().unwrap_or(body);
         self.leave_all_topics(k);
         self.polls.remove(&k);
