@@ -356,8 +356,8 @@ fn read_more<S: FeedStream>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<boo
 }
 
 /// Whether a request on a reserve connection is served: `/healthz`, or a caller with the API
-/// key or a valid token; with neither a key nor authentication configured (an open API), any
-/// request that arrived in time.
+/// key or a valid token. An open API (neither configured) has no credentials to tell its
+/// publishers from anyone else: past its caps only `/healthz` is served.
 fn reserve_may_serve(req: &Request, shared: &Shared) -> bool {
     if req.path == "/healthz" {
         return true;
@@ -367,12 +367,9 @@ fn reserve_may_serve(req: &Request, shared: &Shared) -> bool {
     if key.is_some_and(|k| authorized(header, k)) {
         return true;
     }
-    match shared.auth.as_ref() {
-        Some(auth) => {
-            token_of(header).is_some_and(|t| auth.verify(&t, crate::auth::unix_now()).is_ok())
-        }
-        None => key.is_none(),
-    }
+    shared.auth.as_ref().is_some_and(|auth| {
+        token_of(header).is_some_and(|t| auth.verify(&t, crate::auth::unix_now()).is_ok())
+    })
 }
 
 /// Answers that need no body: unknown routes, wrong methods, missing credentials, oversized
