@@ -24,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
                 }
                 Request::Auth { .. } => "auth",
                 Request::Refresh { .. } => "refresh",
+                Request::Presence { .. } => "presence",
             };
             assert_eq!(ty, want);
         }
