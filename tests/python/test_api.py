@@ -91,7 +91,7 @@ def test_chunked_body_and_expect_continue(server):
     host, port = server.api.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5)
     sock.sendall(
-        b"POST /publish/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"POST /publish/c HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
         b"Expect: 100-continue\r\n\r\n"
     )
     head, _ = rawws.read_head(sock)
@@ -195,3 +195,41 @@ def test_a_slowloris_on_the_api_does_not_stop_publishing_or_health_checks(start_
     finally:
         for c in slow:
             c.close()
+
+
+def test_a_browser_on_another_site_cannot_publish_or_read_through_a_rebound_name(start_server):
+    """CSRF: a page of another origin (its browser sends Origin, Sec-Fetch-Site) may not publish,
+    with or without credentials the browser would attach; DNS rebinding: a name that is not the
+    API's gets 421 before anything is read or published."""
+    key = {"Authorization": "Bearer the-key"}
+    text = {"Content-Type": "text/plain"}
+    s = start_server("--api-key", "the-key", "--allowed-origins", "https://app.example")
+    own = f"http://{s.api}"
+    cases = [
+        ({"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Origin": "http://localhost:1", "Sec-Fetch-Site": "same-site"}, 403),
+        ({"Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Origin": "null"}, 403),
+        ({"Origin": own, "Sec-Fetch-Site": "same-origin"}, 200),  # the dashboard's own page
+        ({"Origin": "https://app.example", "Sec-Fetch-Site": "cross-site"}, 200),  # allowed
+        ({}, 200),  # not a browser: a backend, curl
+    ]
+    for headers, want in cases:
+        status, _, body = s.request("POST", "/publish/news", b"x", {**text, **key, **headers})
+        assert status == want, (headers, status, body)
+        if want == 403:
+            assert b"allowed_origins" in body
+    # A rebound name: refused whatever the method, with or without the key.
+    for method, path in [("GET", "/topics/news"), ("POST", "/publish/news"), ("GET", "/healthz")]:
+        status, _, body = s.request(method, path, b"x" if method == "POST" else None,
+                                    {**text, **key, "Host": "rebound.evil.example"})
+        assert status == 421, (path, status, body)
+    for name in ["localhost", "127.0.0.1", "[::1]"]:
+        port = s.api.rsplit(":", 1)[1]
+        status, _, _ = s.request("GET", "/healthz", None, {"Host": f"{name}:{port}"})
+        assert status == 200, name
+    # api_hosts adds names.
+    t = start_server("--api-hosts", "clarion.internal")
+    assert t.request("GET", "/healthz", None, {"Host": "clarion.internal:8081"})[0] == 200
+    assert t.request("GET", "/healthz", None, {"Host": "other.internal"})[0] == 421
+    assert s.metrics()['clarion_auth_failures_total{reason="origin"}'] >= 4

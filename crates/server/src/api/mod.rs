@@ -164,6 +164,10 @@ struct Request {
     query: String,
     content_type: Option<String>,
     authorization: Option<String>,
+    /// `Host`, `Origin` and `Sec-Fetch-Site`: whether a browser sent it from another site.
+    host: Option<String>,
+    origin: Option<String>,
+    fetch_site: Option<String>,
     expect_continue: bool,
     keep_alive: bool,
     body: Body,
@@ -247,6 +251,15 @@ fn requests<S: FeedStream>(
             Ok(r) => r,
             Err(a) => return a.send(stream, false),
         };
+        let local = stream.socket().local_addr().ok();
+        if let Some(a) = browser_check(&req, shared, local) {
+            let keep = req.keep_alive && req.body == Body::None;
+            a.send(stream, keep)?;
+            if !keep {
+                return Ok(());
+            }
+            continue;
+        }
         if reserve {
             // Past the pool's caps: one request, and only a health check or a caller with
             // credentials.
@@ -322,6 +335,9 @@ fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer> {
         query: h.query().to_owned(),
         content_type: h.header_str("content-type").map(str::to_owned),
         authorization: h.header_str("authorization").map(str::to_owned),
+        host: h.header_str("host").map(str::to_owned),
+        origin: h.header_str("origin").map(str::to_owned),
+        fetch_site: h.header_str("sec-fetch-site").map(str::to_owned),
         expect_continue: h.has_token("expect", "100-continue"),
         keep_alive: h.keep_alive(),
         body,
@@ -353,6 +369,84 @@ fn read_more<S: FeedStream>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<boo
     };
     buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
     Ok(n > 0)
+}
+
+/// What a browser must not do on the API (docs/security.md): reach it under a name that is not
+/// the API's (DNS rebinding: `421`), or make a state-changing request from another site's page
+/// (CSRF: `403`), whatever credentials it carries along (a cached dashboard login, say).
+/// Requests not from a browser carry no `Origin` or `Sec-Fetch-Site` and pass.
+fn browser_check(
+    req: &Request,
+    shared: &Shared,
+    local: Option<std::net::SocketAddr>,
+) -> Option<Answer> {
+    let host = req.host.as_deref().map(str::trim).unwrap_or_default();
+    let name = host_name(host);
+    let allowed: &[String] = &shared.config.api_hosts;
+    let loopback_api = local.is_some_and(|a| a.ip().is_loopback());
+    let listed = allowed.iter().any(|h| h.eq_ignore_ascii_case(name));
+    // A browser always sends `Host`; a request without one (HTTP/1.0 probes) is no rebinding.
+    let known = name.is_empty()
+        || listed
+        || (allowed.is_empty() && !loopback_api)
+        || is_loopback_name(name);
+    if !known {
+        return Some(Answer::error(
+            421,
+            &format!("this API does not answer to {name:?} (api_hosts)"),
+        ));
+    }
+    if req.method == "GET" || req.method == "HEAD" {
+        return None;
+    }
+    let origins = &shared.config.allowed_origins;
+    let origin_ok = |o: &str| {
+        let o = o.trim();
+        origins
+            .iter()
+            .any(|a| a == "*" || a.eq_ignore_ascii_case(o))
+            || o.split_once("://")
+                .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host))
+    };
+    let foreign_site = req
+        .fetch_site
+        .as_deref()
+        .is_some_and(|s| !matches!(s.trim(), "same-origin" | "none"));
+    let foreign_origin = req.origin.as_deref().is_some_and(|o| !origin_ok(o));
+    let allowed_anyway = req.origin.as_deref().is_some_and(origin_ok);
+    if foreign_origin || (foreign_site && !allowed_anyway) {
+        shared.metrics.auth_failed("origin");
+        return Some(Answer::error(
+            403,
+            "a page of another origin may not publish here (allowed_origins)",
+        ));
+    }
+    None
+}
+
+/// The name part of a `Host` value: `[::1]` of `[::1]:8081`, `localhost` of `localhost:8081`.
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(n, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            n
+        } else {
+            host
+        }
+    })
+}
+
+/// `localhost`, `*.localhost`, `127.x.y.z`, `[::1]`: names that can only mean this machine.
+fn is_loopback_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "localhost"
+        || lower.ends_with(".localhost")
+        || lower == "[::1]"
+        || lower
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Whether a request on a reserve connection is served: `/healthz`, or a caller with the API
@@ -903,4 +997,36 @@ fn unavailable(e: &crate::broker::Unavailable) -> Answer {
 
 fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {
     serde_json::json!({ "topic": topic, "id": r.id, "subscribers": r.subscribers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{host_name, is_loopback_name};
+
+    #[test]
+    fn host_names_and_loopback_names() {
+        assert_eq!(host_name("127.0.0.1:8081"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:8081"), "[::1]");
+        assert_eq!(host_name("localhost"), "localhost");
+        assert_eq!(host_name("evil.example:80"), "evil.example");
+        for n in [
+            "localhost",
+            "LOCALHOST",
+            "a.localhost",
+            "127.0.0.1",
+            "127.9.8.7",
+            "[::1]",
+        ] {
+            assert!(is_loopback_name(n), "{n}");
+        }
+        for n in [
+            "evil.example",
+            "localhost.evil.example",
+            "10.0.0.1",
+            "0.0.0.0",
+            "",
+        ] {
+            assert!(!is_loopback_name(n), "{n}");
+        }
+    }
 }

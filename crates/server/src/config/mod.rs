@@ -173,6 +173,13 @@ settings! {
     /// Health and metrics stay open for probes and scrapers. Unset by default: the API listens
     /// on loopback.
     api_key: Option<String> = None, secret "Bearer key the publish API requires";
+    /// Host names (as in the `Host` header, without the port; comma-separated on the command
+    /// line) the API answers to. On a loopback API, loopback names (`localhost`, `127.x.y.z`,
+    /// `[::1]`) are always allowed and any other name is answered `421`: a page on a site whose
+    /// name an attacker points at 127.0.0.1 (DNS rebinding) cannot read or publish. On another
+    /// address every name is accepted unless this lists some. Empty by default.
+    api_hosts: Vec<String> = Vec::new(),
+        flag "Host names the API answers to besides loopback ones (comma-separated)";
     /// Longest request line; `414` over it. What common proxies accept.
     max_request_line: usize = 8 * 1024, file;
     /// Most request headers; `431` over it. Browsers send about 15.
@@ -320,6 +327,8 @@ settings! {
     /// page, or a same-origin GET), the server's own origin (`Origin` naming the `Host`), and
     /// tokens in `Authorization`, the query or the `auth` message, which a page cannot make a
     /// browser send. `*` allows every origin. Empty by default: only the server's own pages.
+    /// The same list says whose pages may publish through the API from a browser (the
+    /// dashboard's own page always may; other pages get `403`, docs/security.md).
     allowed_origins: Vec<String> = Vec::new(),
         flag "Origins whose pages may use the token cookie (comma-separated; * for any)";
     /// Seconds before a WebSocket's token expires that it gets an `expiring` message, time to
