@@ -279,6 +279,16 @@ def test_redis_down_publishes_503_connections_stay_and_the_node_recovers(cluster
     ws.send(json.dumps({"type": "subscribe", "topic": "other"}))
     err = recv_json(ws)
     assert err["type"] == "error" and "broker unavailable" in err["error"], err
+    # An EventSource gives up for good on any status but 200: SSE gets a 200 stream that says
+    # when to come back (retry:) and why, and ends, so the browser reconnects by itself.
+    with socket.create_connection(("127.0.0.1", b.port), timeout=10) as s:
+        s.sendall(b"GET /sse?topic=other HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert b"retry: 5000" in answer and b"event: unavailable" in answer, answer
+    assert b"broker unavailable" in answer
     redis.start()
     b.wait_healthy(timeout=20)
     wait_until(lambda: _try_publish(a, "d", "two"), 20, "publish after Redis is back")

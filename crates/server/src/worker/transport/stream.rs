@@ -4,6 +4,7 @@
 //!
 //! Deliveries to open streams are made by [`crate::worker`]'s fan-out with the shared encodings.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::{http1, sse};
@@ -76,6 +77,34 @@ impl<S: Socket> Engine<S> {
             _ => Encoding::NdjsonChunk,
         };
         self.send_resume(k, vec![out.into()], &sub.replay, encoding);
+    }
+
+    /// An SSE request that cannot be subscribed now (the cluster's broker is reconnecting): a
+    /// browser's `EventSource` gives up for good on any answer but `200`, so it gets a `200`
+    /// stream that says when to come back (`retry:`, the same 5 s as `Retry-After`) and why
+    /// (an `unavailable` event), and ends; the EventSource reconnects by itself, with its
+    /// `Last-Event-ID`, and resumes exactly.
+    pub(crate) fn sse_unavailable(&mut self, k: u32, why: &str) {
+        self.shared.metrics.http_errors.fetch_add(1, Relaxed);
+        let origin = self.shared.config.cors_allow_origin.clone();
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Content-Type", "text/event-stream; charset=utf-8"),
+            ("Cache-Control", "no-cache"),
+            ("Connection", "close"),
+        ];
+        if !origin.is_empty() {
+            headers.push(("Access-Control-Allow-Origin", &origin));
+        }
+        let mut out = Vec::with_capacity(256 + why.len());
+        http1::write_response_head(&mut out, 200, &headers, None);
+        sse::write_retry(&mut out, 5000);
+        let json = clarion_proto::pubsub::Reply::Error {
+            error: why,
+            topic: None,
+        }
+        .to_json();
+        sse::write_event(&mut out, None, Some("unavailable"), json.as_bytes());
+        self.start_closing(k, Some(out.into()), crate::metrics::CloseReason::HttpError);
     }
 
     /// Writes `first` (a head, gap notices) and the replayed messages in one go. The replay may
