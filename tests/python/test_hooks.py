@@ -117,8 +117,13 @@ def test_backend_verifies_signatures(start_server, example):
     # A server with the wrong secret: the backend refuses to trust it (401), which is a hook
     # failure for Clarion: 503 with Retry-After, and the reason logged.
     s = start_server(*hook_args(example, "--hook-secret", "wrong"))
-    r = httpx.get(f"http://{s.clients}/sse?topic=chat.a", cookies={"session": "s-alice"}, timeout=5)
+    r = httpx.get(f"http://{s.clients}/stream?topic=chat.a", cookies={"session": "s-alice"}, timeout=5)
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    # SSE: an EventSource gives up for good on a 503, so it gets a 200 stream that says when
+    # to come back and why, and ends.
+    r = httpx.get(f"http://{s.clients}/sse?topic=chat.a", cookies={"session": "s-alice"}, timeout=5)
+    assert r.status_code == 200 and "retry: 5000" in r.text
+    assert "event: unavailable" in r.text and "retry later" in r.text
     _, err = s.stop()
     assert "connect hook failed: the hook answered 401" in err
 
@@ -278,7 +283,7 @@ def test_bad_backend_answers_are_refused_and_logged(start_server, answer, why):
     b = Backend(lambda kind, req: answer)
     s = start_server(*hook_args(b.url))
     for _ in range(2):
-        r = httpx.get(f"http://{s.clients}/sse?topic=a", timeout=5)
+        r = httpx.get(f"http://{s.clients}/poll?topic=a&timeout=1", timeout=5)
         assert r.status_code == 503
         assert r.json() == {"error": "the application could not be asked; retry later"}
     # Still serving.

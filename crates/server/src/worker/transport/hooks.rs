@@ -292,7 +292,12 @@ impl<S: Socket> Engine<S> {
                     return Some(Checked::Allowed(valid));
                 }
                 let why = "the application could not be asked; retry later";
-                self.hook_refuse(k, 503, why, keep);
+                if transport_of(head, &shared.config) == "sse" {
+                    // An EventSource gives up for good on a 503: tell it when to come back.
+                    self.sse_unavailable(k, why);
+                } else {
+                    self.hook_refuse(k, 503, why, keep);
+                }
                 Some(Checked::Refused)
             }
         }
