@@ -140,44 +140,26 @@ impl Published {
     /// its JSON, an SSE `gap` event without an id, a stream line. GRIP connections do not get
     /// it (it carries no GRIP content, as Pushpin sends none).
     pub fn notice(topic: Arc<str>, id: u64, epoch: Arc<str>, at: u32, gap: &Gap) -> Published {
-        let json = gap.json();
-        let frame: Arc<[u8]> = encode_frame(OpCode::Text, json.as_bytes()).into();
-        let mut event = Vec::new();
-        sse::write_event(&mut event, None, Some("gap"), json.as_bytes());
-        let event: Arc<[u8]> = event.into();
-        let mut chunk = Vec::new();
-        write_chunk(&mut chunk, format!("{json}\n").as_bytes());
-        let chunk: Arc<[u8]> = chunk.into();
-        let encoded: [OnceLock<Arc<[u8]>>; ENCODINGS] = [
-            OnceLock::from(Arc::clone(&frame)),
-            OnceLock::from(Arc::clone(&event)),
-            OnceLock::from(event),
-            OnceLock::from(Arc::clone(&chunk)),
-            OnceLock::from(chunk),
-        ];
-        Published {
-            topic,
-            id,
-            epoch,
-            kind: DataKind::Text,
-            event: Some("gap".into()),
-            at,
-            frame,
-            encoded,
-            deflated: OnceLock::new(),
-            attachment: None,
-            notice: true,
-            presence: false,
-        }
+        let mut m = Published::typed(topic, id, epoch, "gap", &gap.json());
+        m.at = at;
+        m.notice = true;
+        m
     }
 
     /// A presence event (`join`, `leave`) for the subscribers of `topic` that asked for them.
-    /// `json` is its whole text (`{"type":"join","topic":..,"member":{..}}`) and every encoding
-    /// is that text: a text frame, an SSE event named after its type without an id (so
-    /// `Last-Event-ID` stays on the last message), a stream line. `version` is the room's
-    /// version after the change: a subscriber whose member list was read at a later version
-    /// skips it.
+    /// `json` is its whole text (`{"type":"join","topic":..,"member":{..}}`), encoded as a gap
+    /// notice is. `version` is the room's version after the change: a subscriber whose member
+    /// list was read at a later version skips it.
     pub fn presence(topic: Arc<str>, version: u64, kind: &str, json: &str) -> Published {
+        let mut m = Published::typed(topic, version, Arc::from(""), kind, json);
+        m.presence = true;
+        m
+    }
+
+    /// A message of the server's own, typed by its JSON: every encoding is that text (a text
+    /// frame, an SSE event named `kind` without an id, so `Last-Event-ID` stays on the last
+    /// message, a stream line).
+    fn typed(topic: Arc<str>, id: u64, epoch: Arc<str>, kind: &str, json: &str) -> Published {
         let frame: Arc<[u8]> = encode_frame(OpCode::Text, json.as_bytes()).into();
         let mut event = Vec::new();
         sse::write_event(&mut event, None, Some(kind), json.as_bytes());
@@ -194,8 +176,8 @@ impl Published {
         ];
         Published {
             topic,
-            id: version,
-            epoch: Arc::from(""),
+            id,
+            epoch,
             kind: DataKind::Text,
             event: Some(kind.into()),
             at: 0,
@@ -204,7 +186,7 @@ impl Published {
             deflated: OnceLock::new(),
             attachment: None,
             notice: false,
-            presence: true,
+            presence: false,
         }
     }
 

@@ -5,31 +5,36 @@
 //! listener uses plain blocking I/O with one thread per connection (at most
 //! [`API_MAX_CONNECTIONS`]) rather than the client event loops. It shares the request-head
 //! parser and limits with the client listener, and answers errors as JSON `{"error": "..."}`.
+//!
+//! This file holds the connection (accept, the pool's caps, reading a request within its
+//! deadline) and the routing; `access` says who may ask what, `publish` and `presence`
+//! answer their endpoints, `triage` holds connections past the caps.
 
 use std::io::{self, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use clarion_proto::http1::authorization::{
-    constant_time_eq, parse_authorization, AuthorizationError, Credentials,
-};
 use clarion_proto::http1::{self, Body, BodyError, ChunkedDecoder};
-use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_topic};
-use clarion_proto::ws::DataKind;
 
-use crate::broker::{Outgoing, Receipt};
 use crate::config::limits::{
     API_ACCEPT_RETRY, API_IDLE, API_MAX_CONNECTIONS, API_MAX_PER_ADDRESS, API_REQUEST_DEADLINE,
     API_RESERVE_DEADLINE, HELPER_THREAD_STACK,
 };
 use crate::dashboard::{Dashboard, FeedStream};
 use crate::log;
-use crate::message::Attachment;
 use crate::reply::Answer;
 use crate::worker::Shared;
 
+mod access;
+mod presence;
+mod publish;
+mod request;
 mod triage;
+
+use access::{admin_ok, authorized, browser_check, permit, reserve_may_serve, Permit};
+use publish::{publish_batch, publish_grip, publish_one};
+use request::{copy_request, Request};
 
 /// Which view of the server an API listener gives.
 #[derive(Debug, Clone)]
@@ -157,22 +162,6 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope) {
     }
 }
 
-/// A request's head, copied out of the read buffer.
-struct Request {
-    method: String,
-    path: String,
-    query: String,
-    content_type: Option<String>,
-    authorization: Option<String>,
-    /// `Host`, `Origin` and `Sec-Fetch-Site`: whether a browser sent it from another site.
-    host: Option<String>,
-    origin: Option<String>,
-    fetch_site: Option<String>,
-    expect_continue: bool,
-    keep_alive: bool,
-    body: Body,
-}
-
 fn handle(
     stream: TcpStream,
     shared: &Shared,
@@ -235,8 +224,7 @@ fn requests<S: FeedStream>(
                     Ok(true) => {}
                     Ok(false) => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::TimedOut && !buf.is_empty() => {
-                        return Answer::error(408, "the request did not arrive in time")
-                            .send(stream, false);
+                        return too_late().send(stream, false);
                     }
                     Err(e) => return Err(e),
                 },
@@ -311,8 +299,7 @@ fn requests<S: FeedStream>(
             Ok(Ok(b)) => b,
             Ok(Err(a)) => return a.send(stream, false),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                return Answer::error(408, "the request did not arrive in time")
-                    .send(stream, false);
+                return too_late().send(stream, false);
             }
             Err(e) => return Err(e),
         };
@@ -323,25 +310,6 @@ fn requests<S: FeedStream>(
             return Ok(());
         }
     }
-}
-
-fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer> {
-    let body = h
-        .body()
-        .map_err(|e| Answer::error(e.status(), &e.to_string()))?;
-    Ok(Request {
-        method: h.method.to_owned(),
-        path: h.path().to_owned(),
-        query: h.query().to_owned(),
-        content_type: h.header_str("content-type").map(str::to_owned),
-        authorization: h.header_str("authorization").map(str::to_owned),
-        host: h.header_str("host").map(str::to_owned),
-        origin: h.header_str("origin").map(str::to_owned),
-        fetch_site: h.header_str("sec-fetch-site").map(str::to_owned),
-        expect_continue: h.has_token("expect", "100-continue"),
-        keep_alive: h.keep_alive(),
-        body,
-    })
 }
 
 /// Reads once more into `buf`; `false` at EOF. Waits at most until the request's deadline
@@ -369,101 +337,6 @@ fn read_more<S: FeedStream>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<boo
     };
     buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
     Ok(n > 0)
-}
-
-/// What a browser must not do on the API (docs/security.md): reach it under a name that is not
-/// the API's (DNS rebinding: `421`), or make a state-changing request from another site's page
-/// (CSRF: `403`), whatever credentials it carries along (a cached dashboard login, say).
-/// Requests not from a browser carry no `Origin` or `Sec-Fetch-Site` and pass.
-fn browser_check(
-    req: &Request,
-    shared: &Shared,
-    local: Option<std::net::SocketAddr>,
-) -> Option<Answer> {
-    let host = req.host.as_deref().map(str::trim).unwrap_or_default();
-    let name = host_name(host);
-    let allowed: &[String] = &shared.config.api_hosts;
-    let loopback_api = local.is_some_and(|a| a.ip().is_loopback());
-    let listed = allowed.iter().any(|h| h.eq_ignore_ascii_case(name));
-    // A browser always sends `Host`; a request without one (HTTP/1.0 probes) is no rebinding.
-    let known = name.is_empty()
-        || listed
-        || (allowed.is_empty() && !loopback_api)
-        || is_loopback_name(name);
-    if !known {
-        return Some(Answer::error(
-            421,
-            &format!("this API does not answer to {name:?} (api_hosts)"),
-        ));
-    }
-    if req.method == "GET" || req.method == "HEAD" {
-        return None;
-    }
-    let origins = &shared.config.allowed_origins;
-    let origin_ok = |o: &str| {
-        let o = o.trim();
-        origins
-            .iter()
-            .any(|a| a == "*" || a.eq_ignore_ascii_case(o))
-            || o.split_once("://")
-                .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host))
-    };
-    let foreign_site = req
-        .fetch_site
-        .as_deref()
-        .is_some_and(|s| !matches!(s.trim(), "same-origin" | "none"));
-    let foreign_origin = req.origin.as_deref().is_some_and(|o| !origin_ok(o));
-    let allowed_anyway = req.origin.as_deref().is_some_and(origin_ok);
-    if foreign_origin || (foreign_site && !allowed_anyway) {
-        shared.metrics.auth_failed("origin");
-        return Some(Answer::error(
-            403,
-            "a page of another origin may not publish here (allowed_origins)",
-        ));
-    }
-    None
-}
-
-/// The name part of a `Host` value: `[::1]` of `[::1]:8081`, `localhost` of `localhost:8081`.
-fn host_name(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.split_inclusive(']').next().unwrap_or(host);
-    }
-    host.rsplit_once(':').map_or(host, |(n, port)| {
-        if port.bytes().all(|b| b.is_ascii_digit()) {
-            n
-        } else {
-            host
-        }
-    })
-}
-
-/// `localhost`, `*.localhost`, `127.x.y.z`, `[::1]`: names that can only mean this machine.
-fn is_loopback_name(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    lower == "localhost"
-        || lower.ends_with(".localhost")
-        || lower == "[::1]"
-        || lower
-            .parse::<std::net::Ipv4Addr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Whether a request on a reserve connection is served: `/healthz`, or a caller with the API
-/// key or a valid token. An open API (neither configured) has no credentials to tell its
-/// publishers from anyone else: past its caps only `/healthz` is served.
-fn reserve_may_serve(req: &Request, shared: &Shared) -> bool {
-    if req.path == "/healthz" {
-        return true;
-    }
-    let header = req.authorization.as_deref();
-    let key = shared.config.api_key.as_deref();
-    if key.is_some_and(|k| authorized(header, k)) {
-        return true;
-    }
-    shared.auth.as_ref().is_some_and(|auth| {
-        token_of(header).is_some_and(|t| auth.verify(&t, crate::auth::unix_now()).is_ok())
-    })
 }
 
 /// Answers that need no body: unknown routes, wrong methods, missing credentials, oversized
@@ -498,217 +371,6 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
         }
     }
     None
-}
-
-/// What a publish request may publish to.
-enum Permit {
-    /// Any topic: the API key, or no authentication configured.
-    All,
-    /// The topics a client token's `publish` list covers.
-    Token(clarion_proto::auth::Grants),
-}
-
-impl Permit {
-    /// `Ok` when `topic` may be published to, else the `403` answer.
-    fn check(&self, topic: &str, shared: &Shared) -> Result<(), Answer> {
-        match self {
-            Permit::All => Ok(()),
-            Permit::Token(g) if g.may_publish(topic) => Ok(()),
-            Permit::Token(_) => {
-                shared.metrics.auth_failed("forbidden");
-                Err(Answer::error(
-                    403,
-                    &format!("the token does not allow publishing to {topic:?}"),
-                ))
-            }
-        }
-    }
-}
-
-/// With authentication configured, a publish request needs the API key (when one is set), a
-/// token with the `admin` claim (any topic), or a token whose `publish` list will be checked
-/// against each topic (as `Bearer`, or as the password of `Basic` credentials); `401` otherwise.
-/// Without authentication, everything is as before (`precheck` checks the API key).
-fn permit(req: &Request, shared: &Shared) -> Result<Permit, Answer> {
-    let publish = req.path == "/publish" || req.path.starts_with("/publish/");
-    let Some(auth) = shared.auth.as_ref().filter(|_| publish) else {
-        return Ok(Permit::All);
-    };
-    let header = req.authorization.as_deref();
-    if let Some(key) = shared.config.api_key.as_deref() {
-        if authorized(header, key) {
-            return Ok(Permit::All);
-        }
-    }
-    let refusal = match token_of(header) {
-        Some(token) => match auth.verify(&token, crate::auth::unix_now()) {
-            Ok(claims) if claims.admin => return Ok(Permit::All),
-            Ok(claims) => return Ok(Permit::Token(claims.grants)),
-            Err(r) => r,
-        },
-        None => crate::auth::Refusal::MISSING,
-    };
-    refusal.count(&shared.metrics);
-    let why = if refusal == crate::auth::Refusal::MISSING {
-        "the API key or a token is required"
-    } else {
-        refusal.reason
-    };
-    Err(Answer::error(401, why))
-}
-
-/// `GET /topics/{topic}/presence[?limit=N&after=SUB]` (a page of members with the counts) and
-/// `GET /topics/{topic}/presence/count`. Allowed to whoever may subscribe to the topic: the
-/// API key, an admin token, or a token (or public topic) that grants it; without
-/// authentication, as the rest of the API (the API key when one is set).
-fn presence(req: &Request, shared: &Shared) -> Answer {
-    let rest = req.path.strip_prefix("/topics/").unwrap_or_default();
-    let (topic, count_only) = if let Some(t) = rest.strip_suffix("/presence/count") {
-        (t, true)
-    } else if let Some(t) = rest.strip_suffix("/presence") {
-        (t, false)
-    } else {
-        return Answer::error(404, "not found");
-    };
-    if let Err(e) = clarion_proto::pubsub::validate_topic(topic) {
-        return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
-    }
-    let header = req.authorization.as_deref();
-    let key = shared.config.api_key.as_deref();
-    let by_key = key.is_some_and(|key| authorized(header, key));
-    if !by_key {
-        if let Some(auth) = shared.auth.as_ref() {
-            let grants = match token_of(header).map(|t| auth.verify(&t, crate::auth::unix_now())) {
-                Some(Ok(claims)) if claims.admin => None,
-                Some(Ok(claims)) => Some(Some(claims.grants)),
-                Some(Err(r)) => {
-                    r.count(&shared.metrics);
-                    return Answer::error(401, r.reason);
-                }
-                None => Some(None),
-            };
-            if let Some(grants) = grants {
-                if let Err(r) = auth.may_subscribe(grants.as_ref(), topic) {
-                    r.count(&shared.metrics);
-                    let why = if r.status == 403 {
-                        "the token does not grant this topic"
-                    } else {
-                        "the API key or a token that grants this topic is required"
-                    };
-                    return Answer::error(r.status, why);
-                }
-            }
-        } else if key.is_some() {
-            return Answer::error(401, "missing or wrong bearer key");
-        }
-    }
-    let Some(p) = shared.presence.as_ref() else {
-        return Answer::error(404, "presence is not kept on this server (presence_topics)");
-    };
-    if !p.tracks(topic) {
-        return Answer::error(
-            404,
-            &format!("presence is not kept for {topic:?} (presence_topics)"),
-        );
-    }
-    if count_only {
-        let (count, connections) = match p.count(&shared.broker, topic) {
-            Ok(c) => c,
-            Err(why) => return Answer::error(503, &why),
-        };
-        let body =
-            format!("{{\"topic\":\"{topic}\",\"count\":{count},\"connections\":{connections}}}\n");
-        return Answer::new(200, "application/json", body);
-    }
-    let mut limit = p.max_members;
-    let mut after = None;
-    for pair in http1::query_pairs(&req.query) {
-        let Ok((k, v)) = pair else {
-            return Answer::error(400, "invalid query string");
-        };
-        match &*k {
-            "limit" => match v.parse::<usize>() {
-                Ok(n) if n >= 1 => limit = n.min(p.max_members),
-                _ => {
-                    return Answer::error(
-                        400,
-                        &format!("invalid limit {v:?}: 1 to {}", p.max_members),
-                    )
-                }
-            },
-            "after" => after = Some(v.into_owned()),
-            _ => {}
-        }
-    }
-    let mut body = match p.list(&shared.broker, topic, after.as_deref(), limit) {
-        Ok(listing) => listing.api_json(topic),
-        Err(why) => return Answer::error(503, &why),
-    };
-    body.push('\n');
-    Answer::new(200, "application/json", body)
-}
-
-/// Whether a dashboard request's credentials open it. Without authentication configured, as the
-/// rest of the API: the API key when one is set, else anyone. With authentication configured,
-/// the API key (when set) or a token whose `clarion` claim has `"admin": true`, sent as `Bearer`
-/// or as the password of `Basic` credentials (what a browser's sign-in prompt sends).
-fn admin_ok(header: Option<&str>, shared: &Shared) -> bool {
-    let key = shared.config.api_key.as_deref();
-    let Some(auth) = shared.auth.as_ref() else {
-        return key.is_none_or(|key| authorized(header, key));
-    };
-    if key.is_some_and(|key| authorized(header, key)) {
-        return true;
-    }
-    let Some(token) = token_of(header) else {
-        return false;
-    };
-    match auth.verify(&token, crate::auth::unix_now()) {
-        Ok(claims) if claims.admin => true,
-        Ok(_) => {
-            shared.metrics.auth_failed("forbidden");
-            false
-        }
-        Err(refusal) => {
-            refusal.count(&shared.metrics);
-            false
-        }
-    }
-}
-
-/// The token an `Authorization` header carries: `Bearer TOKEN`, or the password of `Basic`
-/// credentials (a browser on the dashboard signs in that way).
-fn token_of(header: Option<&str>) -> Option<std::borrow::Cow<'_, str>> {
-    match header.map(parse_authorization) {
-        Some(Ok(Credentials::Bearer(token))) => Some(token.into()),
-        Some(Ok(Credentials::Basic { password })) => {
-            String::from_utf8(password).ok().map(Into::into)
-        }
-        _ => None,
-    }
-}
-
-/// Whether `Authorization` carries the API key: `Bearer KEY`; or, as GRIP publishers send it, a
-/// `Bearer` JWT signed with the key (HS256, unexpired), or `Basic` with the key as password.
-fn authorized(header: Option<&str>, key: &str) -> bool {
-    match header.map(parse_authorization) {
-        Some(Ok(Credentials::Bearer(token))) => {
-            if constant_time_eq(token.as_bytes(), key.as_bytes()) {
-                return true;
-            }
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            clarion_proto::grip::sig::verify(token, key.as_bytes(), now).is_ok()
-        }
-        Some(Ok(Credentials::Basic { password })) => constant_time_eq(&password, key.as_bytes()),
-        // Malformed Basic credentials have always counted as an empty password (which only an
-        // empty key matches).
-        Some(Err(AuthorizationError::Base64 | AuthorizationError::NoPassword)) => {
-            constant_time_eq(b"", key.as_bytes())
-        }
-        Some(Err(AuthorizationError::Scheme)) | None => false,
-    }
 }
 
 fn read_body<S: FeedStream>(
@@ -752,6 +414,11 @@ fn read_body<S: FeedStream>(
             }
         }
     }
+}
+
+/// The `408` for a request that did not arrive whole by its deadline.
+pub(super) fn too_late() -> Answer {
+    Answer::error(408, "the request did not arrive in time")
 }
 
 /// The `413` for a body over `max_publish_size`, stating the limit (and the size, when the
@@ -820,7 +487,7 @@ fn dispatch(
                 ),
             )
         }),
-        (_, path) if path.starts_with("/topics/") => presence(req, shared),
+        (_, path) if path.starts_with("/topics/") => presence::answer(req, shared),
         (_, path) => {
             let topic = path.strip_prefix("/publish/").unwrap_or_default();
             if let Err(a) = permit.check(topic, shared) {
@@ -841,192 +508,6 @@ fn dispatch(
                 &body,
                 shared,
             )
-        }
-    }
-}
-
-fn publish_one(
-    topic: &str,
-    event: Option<&str>,
-    content_type: Option<&str>,
-    body: &[u8],
-    shared: &Shared,
-) -> Answer {
-    if let Err(e) = validate_topic(topic) {
-        return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
-    }
-    if let Some(Err(e)) = event.map(validate_event_name) {
-        return Answer::error(400, &format!("invalid event name: {e}"));
-    }
-    if let Some(a) = reserved_event(topic, event, shared) {
-        return a;
-    }
-    let binary = content_type.is_some_and(|ct| {
-        ct.split(';')
-            .next()
-            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/octet-stream"))
-    });
-    let kind = if binary {
-        DataKind::Binary
-    } else if std::str::from_utf8(body).is_ok() {
-        DataKind::Text
-    } else {
-        return Answer::error(
-            400,
-            "text message is not valid UTF-8 (send binary as application/octet-stream)",
-        );
-    };
-    let receipts = shared.broker.publish(&[Outgoing {
-        topic,
-        kind,
-        payload: body,
-        event,
-        attachment: None,
-    }]);
-    let receipts = match receipts {
-        Ok(r) => r,
-        Err(e) => return unavailable(&e),
-    };
-    match receipts.first() {
-        Some(r) => Answer::json(200, &receipt_json(topic, r)),
-        None => Answer::error(500, "publish produced no receipt"),
-    }
-}
-
-/// On a presence topic the SSE event names `presence`, `join` and `leave` are the server's
-/// (an EventSource listening for `join` must not mistake a message for a member): `400`.
-fn reserved_event(topic: &str, event: Option<&str>, shared: &Shared) -> Option<Answer> {
-    let event = event?;
-    let reserved = matches!(event, "presence" | "join" | "leave")
-        && shared.presence.as_ref().is_some_and(|p| p.tracks(topic));
-    reserved.then(|| {
-        Answer::error(
-            400,
-            &format!("the event name {event:?} is reserved for presence on this topic"),
-        )
-    })
-}
-
-fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
-    let batch = match decode_batch(body) {
-        Ok(b) => b,
-        Err(why) => return Answer::error(400, &why.to_string()),
-    };
-    // All or nothing: a batch with one forbidden topic publishes nothing.
-    for m in &batch {
-        if let Err(a) = permit.check(&m.topic, shared) {
-            return a;
-        }
-        if let Some(a) = reserved_event(&m.topic, m.event.as_deref(), shared) {
-            return a;
-        }
-    }
-    let out: Vec<Outgoing<'_>> = batch
-        .iter()
-        .map(|m| Outgoing {
-            topic: &m.topic,
-            kind: m.kind,
-            payload: &m.payload,
-            event: m.event.as_deref(),
-            attachment: None,
-        })
-        .collect();
-    let receipts = match shared.broker.publish(&out) {
-        Ok(r) => r,
-        Err(e) => return unavailable(&e),
-    };
-    let results: Vec<serde_json::Value> = out
-        .iter()
-        .zip(&receipts)
-        .map(|(m, r)| receipt_json(m.topic, r))
-        .collect();
-    Answer::json(200, &serde_json::json!({ "results": results }))
-}
-
-/// Pushpin's publish API: `{"items": [...]}` with `http-stream`, `http-response` and
-/// `ws-message` formats. Validated whole before anything is published; answered like Pushpin
-/// (`200 Published`).
-/// `Err` carries the reason a body that is not a valid Pushpin publish was refused (the caller
-/// words the `400`); other refusals are answered here.
-fn publish_grip(body: &[u8], shared: &Shared, permit: &Permit) -> Result<Answer, String> {
-    let limits = shared.config.grip_publish_limits();
-    let items = clarion_proto::grip::decode_publish(body, &limits).map_err(|e| e.to_string())?;
-    let mut contents = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        if let Some(why) = crate::grip::unsupported(item) {
-            return Ok(Answer::error(400, &format!("item {i}: {why}")));
-        }
-        if let Err(e) = validate_topic(&item.channel) {
-            return Ok(Answer::error(
-                400,
-                &format!("item {i}: channel {:?}: {e}", item.channel),
-            ));
-        }
-        if let Err(a) = permit.check(&item.channel, shared) {
-            return Ok(a);
-        }
-        let (content, payload, kind) = crate::grip::GripContent::from_item(item);
-        let content: Arc<dyn Attachment> = Arc::new(content);
-        contents.push((content, payload, kind));
-    }
-    let outgoing: Vec<Outgoing<'_>> = items
-        .iter()
-        .zip(&contents)
-        .map(|(item, (content, payload, kind))| Outgoing {
-            topic: &item.channel,
-            kind: *kind,
-            payload: payload.as_slice(),
-            event: None,
-            attachment: Some(Arc::clone(content)),
-        })
-        .collect();
-    if let Err(e) = shared.broker.publish(&outgoing) {
-        return Ok(unavailable(&e));
-    }
-    Ok(Answer::new(200, "text/plain", &b"Published\n"[..]))
-}
-
-/// `503` for a publish the broker could not take: the message went nowhere.
-fn unavailable(e: &crate::broker::Unavailable) -> Answer {
-    crate::log::warn(format_args!("publish refused: {e}"));
-    Answer::error(
-        503,
-        &format!("broker unavailable, message not published: {e}"),
-    )
-}
-
-fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {
-    serde_json::json!({ "topic": topic, "id": r.id, "subscribers": r.subscribers })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{host_name, is_loopback_name};
-
-    #[test]
-    fn host_names_and_loopback_names() {
-        assert_eq!(host_name("127.0.0.1:8081"), "127.0.0.1");
-        assert_eq!(host_name("[::1]:8081"), "[::1]");
-        assert_eq!(host_name("localhost"), "localhost");
-        assert_eq!(host_name("evil.example:80"), "evil.example");
-        for n in [
-            "localhost",
-            "LOCALHOST",
-            "a.localhost",
-            "127.0.0.1",
-            "127.9.8.7",
-            "[::1]",
-        ] {
-            assert!(is_loopback_name(n), "{n}");
-        }
-        for n in [
-            "evil.example",
-            "localhost.evil.example",
-            "10.0.0.1",
-            "0.0.0.0",
-            "",
-        ] {
-            assert!(!is_loopback_name(n), "{n}");
         }
     }
 }

@@ -196,8 +196,12 @@ fn into_std(s: TcpStream) -> std::net::TcpStream {
 }
 
 /// Answers `status` and closes, without waiting on a client that does not read.
-fn refuse(mut s: std::net::TcpStream, status: u16, why: &str) {
+fn refuse(s: std::net::TcpStream, status: u16, why: &str) {
+    refuse_with(s, &Answer::error(status, why));
+}
+
+fn refuse_with(mut s: std::net::TcpStream, a: &Answer) {
     let _ = s.set_nonblocking(true);
-    let _ = s.write_all(&Answer::error(status, why).bytes(false));
+    let _ = s.write_all(&a.bytes(false));
     let _ = s.shutdown(std::net::Shutdown::Both);
 }

@@ -16,7 +16,7 @@ use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::OpCode;
 
 use super::socket::Socket;
-use super::state::{Kind, State, WsMode, WsRole};
+use super::state::{Kind, State, StreamMode, WsMode, WsRole};
 use super::Engine;
 use crate::message::Published;
 use crate::presence::Member;
@@ -182,8 +182,7 @@ impl<S: Socket> Engine<S> {
                 role: WsRole::PubSub | WsRole::Envelope,
                 ..
             }) | State::Sse(_)
-                | State::Stream(crate::worker::state::StreamMode::Ndjson)
-                | State::Stream(crate::worker::state::StreamMode::Raw)
+                | State::Stream(StreamMode::Ndjson | StreamMode::Raw)
         )
     }
 

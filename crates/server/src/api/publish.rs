@@ -1,0 +1,172 @@
+//! Publishing through the API: one message (`POST /publish/{topic}`), a JSON batch
+//! (`POST /publish`) and Pushpin's format (`POST /publish/`), each checked against what the
+//! caller may publish to, and their answers.
+
+use std::sync::Arc;
+
+use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_topic};
+use clarion_proto::ws::DataKind;
+
+use super::access::Permit;
+use crate::broker::{Outgoing, Receipt};
+use crate::message::Attachment;
+use crate::reply::Answer;
+use crate::worker::Shared;
+
+pub(super) fn publish_one(
+    topic: &str,
+    event: Option<&str>,
+    content_type: Option<&str>,
+    body: &[u8],
+    shared: &Shared,
+) -> Answer {
+    if let Err(e) = validate_topic(topic) {
+        return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
+    }
+    if let Some(Err(e)) = event.map(validate_event_name) {
+        return Answer::error(400, &format!("invalid event name: {e}"));
+    }
+    if let Some(a) = reserved_event(topic, event, shared) {
+        return a;
+    }
+    let binary = content_type.is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/octet-stream"))
+    });
+    let kind = if binary {
+        DataKind::Binary
+    } else if std::str::from_utf8(body).is_ok() {
+        DataKind::Text
+    } else {
+        return Answer::error(
+            400,
+            "text message is not valid UTF-8 (send binary as application/octet-stream)",
+        );
+    };
+    let receipts = shared.broker.publish(&[Outgoing {
+        topic,
+        kind,
+        payload: body,
+        event,
+        attachment: None,
+    }]);
+    let receipts = match receipts {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
+    match receipts.first() {
+        Some(r) => Answer::json(200, &receipt_json(topic, r)),
+        None => Answer::error(500, "publish produced no receipt"),
+    }
+}
+
+/// On a presence topic the SSE event names `presence`, `join` and `leave` are the server's
+/// (an EventSource listening for `join` must not mistake a message for a member): `400`.
+pub(super) fn reserved_event(topic: &str, event: Option<&str>, shared: &Shared) -> Option<Answer> {
+    let event = event?;
+    let reserved = matches!(event, "presence" | "join" | "leave")
+        && shared.presence.as_ref().is_some_and(|p| p.tracks(topic));
+    reserved.then(|| {
+        Answer::error(
+            400,
+            &format!("the event name {event:?} is reserved for presence on this topic"),
+        )
+    })
+}
+
+pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
+    let batch = match decode_batch(body) {
+        Ok(b) => b,
+        Err(why) => return Answer::error(400, &why.to_string()),
+    };
+    // All or nothing: a batch with one forbidden topic publishes nothing.
+    for m in &batch {
+        if let Err(a) = permit.check(&m.topic, shared) {
+            return a;
+        }
+        if let Some(a) = reserved_event(&m.topic, m.event.as_deref(), shared) {
+            return a;
+        }
+    }
+    let out: Vec<Outgoing<'_>> = batch
+        .iter()
+        .map(|m| Outgoing {
+            topic: &m.topic,
+            kind: m.kind,
+            payload: &m.payload,
+            event: m.event.as_deref(),
+            attachment: None,
+        })
+        .collect();
+    let receipts = match shared.broker.publish(&out) {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
+    let results: Vec<serde_json::Value> = out
+        .iter()
+        .zip(&receipts)
+        .map(|(m, r)| receipt_json(m.topic, r))
+        .collect();
+    Answer::json(200, &serde_json::json!({ "results": results }))
+}
+
+/// Pushpin's publish API: `{"items": [...]}` with `http-stream`, `http-response` and
+/// `ws-message` formats. Validated whole before anything is published; answered like Pushpin
+/// (`200 Published`).
+/// `Err` carries the reason a body that is not a valid Pushpin publish was refused (the caller
+/// words the `400`); other refusals are answered here.
+pub(super) fn publish_grip(
+    body: &[u8],
+    shared: &Shared,
+    permit: &Permit,
+) -> Result<Answer, String> {
+    let limits = shared.config.grip_publish_limits();
+    let items = clarion_proto::grip::decode_publish(body, &limits).map_err(|e| e.to_string())?;
+    let mut contents = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        if let Some(why) = crate::grip::unsupported(item) {
+            return Ok(Answer::error(400, &format!("item {i}: {why}")));
+        }
+        if let Err(e) = validate_topic(&item.channel) {
+            return Ok(Answer::error(
+                400,
+                &format!("item {i}: channel {:?}: {e}", item.channel),
+            ));
+        }
+        if let Err(a) = permit.check(&item.channel, shared) {
+            return Ok(a);
+        }
+        let (content, payload, kind) = crate::grip::GripContent::from_item(item);
+        let content: Arc<dyn Attachment> = Arc::new(content);
+        contents.push((content, payload, kind));
+    }
+    let outgoing: Vec<Outgoing<'_>> = items
+        .iter()
+        .zip(&contents)
+        .map(|(item, (content, payload, kind))| Outgoing {
+            topic: &item.channel,
+            kind: *kind,
+            payload: payload.as_slice(),
+            event: None,
+            attachment: Some(Arc::clone(content)),
+        })
+        .collect();
+    if let Err(e) = shared.broker.publish(&outgoing) {
+        return Ok(unavailable(&e));
+    }
+    Ok(Answer::new(200, "text/plain", &b"Published\n"[..]))
+}
+
+/// `503` for a publish the broker could not take: the message went nowhere.
+pub(super) fn unavailable(e: &crate::broker::Unavailable) -> Answer {
+    crate::log::warn(format_args!("publish refused: {e}"));
+    Answer::error(
+        503,
+        &format!("broker unavailable, message not published: {e}"),
+    )
+}
+
+pub(super) fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {
+    serde_json::json!({ "topic": topic, "id": r.id, "subscribers": r.subscribers })
+}
