@@ -11,10 +11,10 @@ share the machine's noise, medians over REPEATS:
 
 Reported per kind: the server's CPU (its processes' utime + stime over the whole run, from
 /proc) and Redis's, per connection (a join and a leave each); the server's resident memory
-while every connection is held (so presence minus baseline, over N, is bytes per member in
-Clarion's processes); and, for presence, how long after the last connection was counted by the
-server every room's membership in Redis was exact (N members in ROOMS rooms), and how long
-after the last disconnect every room was empty.
+while every connection is held, the median of samples over the hold and the peak (presence
+minus baseline, over N, is bytes per member in Clarion's processes); and, for presence, how
+long after the last connection was counted by the server every room's membership in Redis was
+exact (N members in ROOMS rooms), and how long after the last disconnect every room was empty.
 
     cargo build --release -p clarion
     python3 bench/presence/storm.py           # N=100000 ROOMS=10000 RATE=5000 PROCESSES=6 REPEATS=3
@@ -178,7 +178,7 @@ def one_run(kind, workdir):
         pids = children(server.pid)
         r = Redis(rport)
         cpu0, rcpu0 = cpu_seconds(pids), cpu_seconds([redis.pid])
-        marks = {"rss": 0}
+        marks = {"rss_samples": []}
         stop = threading.Event()
 
         def monitor():
@@ -202,8 +202,8 @@ def one_run(kind, workdir):
                 marks["max_conns"] = max(marks.get("max_conns", 0), conns)
                 if conns >= N and full is None:
                     full = marks["full"] = now
-                if full is not None and "rss" in marks and conns >= N:
-                    marks["rss"] = max(marks["rss"], rss_bytes(pids))
+                if full is not None and conns >= N:
+                    marks["rss_samples"].append(rss_bytes(pids))
                 if kind == "presence" and full is not None and exact is None:
                     if counts[1] == N and counts[0] == ROOMS and counts[2] == N:
                         exact = marks["exact"] = now
@@ -240,7 +240,11 @@ def one_run(kind, workdir):
             "redis_cpu_s": rcpu,
             "server_us_per_conn": cpu / N * 1e6,
             "redis_us_per_conn": rcpu / N * 1e6,
-            "rss_held": marks.get("rss", 0),
+            # Held memory: the median of the samples taken while every connection was held
+            # (the peak, also reported, includes what the storm's last moments allocated and
+            # freed).
+            "rss_held": statistics.median(marks["rss_samples"]) if marks["rss_samples"] else 0,
+            "rss_peak": max(marks["rss_samples"], default=0),
             "exact_after_s": marks["exact"] - marks["full"] if "exact" in marks and "full" in marks else None,
             "empty_after_s": marks["settled"] - marks["empty"] if "settled" in marks and "empty" in marks else None,
             "max_conns": marks.get("max_conns"),
@@ -283,6 +287,9 @@ def main():
         "redis_us_per_conn": {k: med(k, "redis_us_per_conn") for k in runs},
         "server_cpu_ratio": p_cpu / b_cpu if b_cpu else None,
         "bytes_per_member": (p_rss - b_rss) / N if p_rss and b_rss else None,
+        "bytes_per_member_peak": (med("presence", "rss_peak") - med("baseline", "rss_peak")) / N
+        if p_rss and b_rss
+        else None,
         "exact_after_s": med("presence", "exact_after_s"),
         "empty_after_s": med("presence", "empty_after_s"),
         "runs": runs,

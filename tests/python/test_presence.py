@@ -389,6 +389,28 @@ def test_anonymous_connections_are_counted_not_listed(start_server):
     asyncio.run(main())
 
 
+def test_anonymous_connections_are_listed_when_configured(start_server):
+    s = start_server("--presence-topics", "*", "--presence-list-anonymous")
+
+    async def main():
+        async with connect(f"ws://{s.clients}/ws?topic=lobby&presence=1", subprotocols=["clarion.v1"]) as a:
+            first = await next_json(a)
+            assert first["count"] == 1 and first["members"][0]["sub"].startswith("~")
+            me = first["members"][0]["sub"]
+            async with connect(f"ws://{s.clients}/ws?topic=lobby"):
+                joined = await next_json(a, "join")
+                other = joined["member"]["sub"]
+                assert other.startswith("~") and other != me
+                _, _, body = s.request("GET", "/topics/lobby/presence")
+                listed = json.loads(body)
+                assert listed["count"] == 2 and listed["connections"] == 2
+                assert sorted(m["sub"] for m in listed["members"]) == sorted([me, other])
+            left = await next_json(a, "leave")
+            assert left["member"]["sub"] == other
+
+    asyncio.run(main())
+
+
 # --------------------------------------------------------------------------------------------
 # Across a cluster (Redis): one membership, dead nodes reaped, Redis restarts rebuilt.
 

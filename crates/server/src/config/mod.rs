@@ -415,6 +415,12 @@ settings! {
     /// Most presence topics one connection may be in at once: each costs a room entry and, with
     /// events, a listener entry; a connection past it is refused the subscription.
     presence_max_topics: usize = 32, flag "Most presence topics per connection";
+    /// Whether a connection without an identity (no token, a token without `sub`) is listed
+    /// as a member of its own, under an identity made for it (`~` and hex digits, unique to
+    /// the connection), with `join` and `leave` events. Off by default: such connections are
+    /// counted in `connections` but not listed.
+    presence_list_anonymous: bool = false,
+        switch "List connections without an identity as members (`~...` identities)";
     // # cluster: several processes and machines as one server (docs/cluster.md).
     /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
     /// (several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in

@@ -13,16 +13,21 @@
 //! gets both skips it, see `worker::presence`).
 //!
 //! Topics that are not rooms pay nothing: the workers ask [`Presence::tracks`] once per
-//! subscription, and only connections in rooms have an entry in a worker's side table.
+//! subscription, and only connections in rooms (or identified ones that may join one) have a
+//! slot in this module's per-worker tables ([`conns`]).
 //!
 //! **With the Redis broker** the rooms are the cluster's, in Redis
-//! ([`crate::broker::redis::presence`]). This process still keeps its own connections' part
-//! of each room (to write it again after Redis lost it), but instead of announcing events it
-//! queues each change for the presence thread ([`Presence::run`]), which applies them in order
-//! in batches; the script publishes the events on the topic's channel, and they come back to
-//! every node through the broker's reader, in order with the topic's messages. Member lists
-//! and counts are read from Redis. With NATS (or one process) rooms are per process.
+//! ([`crate::broker::redis::presence`]): member lists, counts, versions and events are Redis's,
+//! and this process keeps per member only its connections' slots (identity and rooms), plus per
+//! room its connection and listener counts. Instead of announcing events it queues each change
+//! for the presence thread ([`Presence::run`]), which applies them in order in batches; the
+//! script publishes the events on the topic's channel, and they come back to every node through
+//! the broker's reader, in order with the topic's messages. When Redis lost this node's part,
+//! the thread rebuilds it from the slots. With NATS (or one process) rooms are per process,
+//! with their members kept here.
 
+mod conns;
+mod ident;
 mod members;
 
 use std::collections::HashMap;
@@ -40,28 +45,30 @@ use crate::config::Config;
 use crate::hub::lock;
 use crate::message::Published;
 use crate::metrics::Metrics;
+pub use ident::Ident;
 use members::{Entry, Members};
 
-/// Who a connection is in the rooms it joins: set once per connection, shared by its rooms.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    /// The identity (`sub`).
-    pub sub: Arc<str>,
-    /// What everyone in the room is shown of it: a JSON object's text, bounded by
-    /// `presence_max_info`.
-    pub info: Option<Arc<str>>,
-}
-
-/// One room: its members in identity order (so a listing pages by identity), and the
-/// connections without an identity.
+/// One room on this process: its connections and the subscribers here that asked for events;
+/// without Redis also its members and version (with Redis those are Redis's).
 #[derive(Debug, Default)]
 struct Room {
-    members: Members,
-    anonymous: u32,
     connections: u32,
-    version: u64,
     /// Subscribers on this process that asked for events: without any, no event is made.
     listeners: u32,
+    local: Option<Box<Local>>,
+}
+
+/// A room's members in identity order (so a listing pages by identity), and its version.
+#[derive(Debug, Default)]
+struct Local {
+    members: Members,
+    version: u64,
+}
+
+/// What the lock guards: the rooms, and each connection's part.
+struct Tables {
+    rooms: HashMap<Arc<str>, Room>,
+    conns: conns::Conns,
 }
 
 /// A page of a room's member list, as it stood at `version`.
@@ -86,10 +93,13 @@ pub struct Presence {
     pub max_members: usize,
     /// Most rooms one connection may be in (`presence_max_topics`).
     pub max_topics: usize,
-    rooms: Mutex<HashMap<Arc<str>, Room>>,
+    tables: Mutex<Tables>,
     metrics: Arc<Metrics>,
     /// With the Redis broker: changes waiting for the presence thread.
     cluster: Option<Cluster>,
+    /// `presence_list_anonymous`: the identities made for connections without one, a
+    /// random prefix for this process and a counter.
+    anonymous: Option<(u32, AtomicU64)>,
 }
 
 /// The queue between the workers and the presence thread (Redis broker only).
@@ -128,7 +138,10 @@ impl Presence {
             patterns,
             max_members: config.presence_max_members,
             max_topics: config.presence_max_topics,
-            rooms: Mutex::new(HashMap::new()),
+            tables: Mutex::new(Tables {
+                rooms: HashMap::new(),
+                conns: conns::Conns::new(config.connection_cap()),
+            }),
             metrics,
             cluster: clustered.then(|| Cluster {
                 changes: Mutex::new(Vec::new()),
@@ -136,7 +149,19 @@ impl Presence {
                 dirty: AtomicBool::new(false),
                 rounds: AtomicU64::new(0),
             }),
+            anonymous: config
+                .presence_list_anonymous
+                .then(|| (process_prefix(), AtomicU64::new(1))),
         }))
+    }
+
+    /// An identity for a connection that has none (`presence_list_anonymous`): `~`, this
+    /// process's prefix and a counter, so it is unique across the cluster and short enough to
+    /// be kept inline.
+    fn anonymous_ident(&self) -> Option<Ident> {
+        let (prefix, next) = self.anonymous.as_ref()?;
+        let n = next.fetch_add(1, Relaxed);
+        Some(Ident::new(&format!("~{prefix:08x}.{n:x}"), None))
     }
 
     /// Queues changes for the presence thread (cluster mode).
@@ -152,68 +177,151 @@ impl Presence {
         clarion_proto::auth::pattern::any_matches(&self.patterns, topic)
     }
 
-    /// A connection (`who`, or anonymous) entered room `topic`. Its identity's first connection
-    /// announces a `join` through `broker`.
-    pub fn join(&self, broker: &Broker, topic: &Arc<str>, who: Option<&Member>) {
-        let mut rooms = lock(&self.rooms);
+    /// Records connection `k` of `worker` as `sub` (with `info`) for the rooms it will enter,
+    /// or as nobody. An identity already used in rooms stays until the connection leaves them
+    /// (a refreshed token with another `sub` does not make it someone else in the middle).
+    pub fn identify(&self, worker: usize, k: u32, sub: Option<&str>, info: Option<&str>) {
+        let mut t = lock(&self.tables);
+        if t.conns.get(worker, k).is_some_and(|s| s.rooms() > 0) {
+            return;
+        }
+        match sub {
+            Some(sub) => t.conns.slot(worker, k).ident = Some(Ident::new(sub, info)),
+            None => {
+                t.conns.take(worker, k);
+            }
+        }
+    }
+
+    /// Forgets connection `k`'s identity if it is in no room (a stream that subscribed to
+    /// other topics cannot join one later).
+    pub fn settle(&self, worker: usize, k: u32) {
+        let mut t = lock(&self.tables);
+        if t.conns.get(worker, k).is_some_and(|s| s.rooms() == 0) {
+            t.conns.take(worker, k);
+        }
+    }
+
+    /// How many rooms connection `k` is in.
+    pub fn rooms_of(&self, worker: usize, k: u32) -> usize {
+        lock(&self.tables)
+            .conns
+            .get(worker, k)
+            .map_or(0, |s| s.rooms())
+    }
+
+    /// Connection `k` subscribed to room `topic`: it enters, under its identity if it has one.
+    /// Its identity's first connection announces a `join` through `broker`.
+    pub fn enter(&self, broker: &Broker, worker: usize, k: u32, topic: &Arc<str>) {
+        let mut t = lock(&self.tables);
+        let Tables { rooms, conns } = &mut *t;
+        let slot = conns.slot(worker, k);
+        if slot.has(topic) {
+            return;
+        }
+        if slot.ident.is_none() {
+            slot.ident = self.anonymous_ident();
+        }
+        slot.add(Arc::clone(topic));
+        self.join(rooms, broker, topic, slot.ident.as_ref());
+    }
+
+    /// Connection `k` left topic `topic`: it leaves the room, if it was in it.
+    pub fn exit(&self, broker: &Broker, worker: usize, k: u32, topic: &Arc<str>) {
+        let mut t = lock(&self.tables);
+        let Tables { rooms, conns } = &mut *t;
+        let Some(slot) = conns.get(worker, k).filter(|s| s.has(topic)) else {
+            return;
+        };
+        let who = slot.ident.clone();
+        conns.slot(worker, k).take(topic);
+        conns.tidy(worker, k);
+        self.leave(rooms, broker, topic, who.as_ref());
+    }
+
+    /// Connection `k` is gone: it leaves whatever rooms it was still in, and is forgotten.
+    pub fn forget(&self, broker: &Broker, worker: usize, k: u32) {
+        let mut t = lock(&self.tables);
+        let Tables { rooms, conns } = &mut *t;
+        let slot = conns.take(worker, k);
+        for topic in slot.names() {
+            self.leave(rooms, broker, topic, slot.ident.as_ref());
+        }
+    }
+
+    /// A connection (`who`, or anonymous) entered room `topic`.
+    fn join(
+        &self,
+        rooms: &mut HashMap<Arc<str>, Room>,
+        broker: &Broker,
+        topic: &Arc<str>,
+        who: Option<&Ident>,
+    ) {
         let room = rooms.entry(Arc::clone(topic)).or_default();
         room.connections += 1;
         self.metrics.presence_connections.fetch_add(1, Relaxed);
         if self.cluster.is_some() {
+            // Redis counts the member's connections over the cluster and announces the join.
             let mut changes = vec![RoomChange::Connections {
                 topic: Arc::clone(topic),
                 n: room.connections,
                 listening: room.listeners > 0,
             }];
             if let Some(who) = who {
+                self.metrics.presence_members.fetch_add(1, Relaxed);
                 changes.push(RoomChange::Add {
                     topic: Arc::clone(topic),
-                    sub: Arc::clone(&who.sub),
+                    sub: who.sub().into(),
                     n: 1,
-                    info: who.info.clone(),
+                    info: who.info().map(Into::into),
                 });
             }
             self.queue(changes);
+            return;
         }
+        let listening = room.listeners > 0;
+        let local = room.local.get_or_insert_with(Default::default);
         let Some(who) = who else {
-            room.anonymous += 1;
             return;
         };
-        if let Some(e) = room.members.get_mut(&who.sub) {
+        if let Some(e) = local.members.get_mut(who.sub()) {
             e.conns += 1;
             return;
         }
-        room.members.insert(
-            Arc::clone(&who.sub),
+        let info: Option<Arc<str>> = who.info().map(Into::into);
+        local.members.insert(
+            who.sub().into(),
             Entry {
                 conns: 1,
-                info: who.info.clone(),
+                info: info.clone(),
             },
         );
-        room.version += 1;
+        local.version += 1;
         self.metrics.presence_members.fetch_add(1, Relaxed);
         self.metrics.presence_joins.fetch_add(1, Relaxed);
-        if self.cluster.is_some() || room.listeners == 0 {
-            // Redis announces it to every node; nobody here listens.
-            return;
+        if listening {
+            let json = event_json("join", topic, who.sub(), info.as_deref());
+            broker.announce(Arc::new(Published::presence(
+                Arc::clone(topic),
+                local.version,
+                "join",
+                &json,
+            )));
         }
-        let json = event_json("join", topic, &who.sub, who.info.as_deref());
-        broker.announce(Arc::new(Published::presence(
-            Arc::clone(topic),
-            room.version,
-            "join",
-            &json,
-        )));
     }
 
     /// A connection left room `topic`. Its identity's last connection announces a `leave`;
     /// the room is forgotten when empty.
-    pub fn leave(&self, broker: &Broker, topic: &Arc<str>, who: Option<&Member>) {
-        let mut rooms = lock(&self.rooms);
+    fn leave(
+        &self,
+        rooms: &mut HashMap<Arc<str>, Room>,
+        broker: &Broker,
+        topic: &Arc<str>,
+        who: Option<&Ident>,
+    ) {
         let Some(room) = rooms.get_mut(topic) else {
             return;
         };
-        let name = topic;
         if room.connections == 0 {
             return;
         }
@@ -221,10 +329,11 @@ impl Presence {
         self.metrics.presence_connections.fetch_sub(1, Relaxed);
         if self.cluster.is_some() {
             let mut changes = Vec::with_capacity(2);
-            if let Some(who) = who.filter(|w| room.members.contains(&w.sub)) {
+            if let Some(who) = who {
+                self.metrics.presence_members.fetch_sub(1, Relaxed);
                 changes.push(RoomChange::Remove {
                     topic: Arc::clone(topic),
-                    sub: Arc::clone(&who.sub),
+                    sub: who.sub().into(),
                     n: 1,
                 });
             }
@@ -234,27 +343,22 @@ impl Presence {
                 listening: room.listeners > 0,
             });
             self.queue(changes);
-        }
-        let announce = self.cluster.is_none() && room.listeners > 0;
-        match who {
-            None => room.anonymous = room.anonymous.saturating_sub(1),
-            Some(who) => {
-                if let Some(e) = room.members.get_mut(&who.sub) {
-                    e.conns = e.conns.saturating_sub(1);
-                    if e.conns == 0 {
-                        let info = room.members.remove(&who.sub).and_then(|e| e.info);
-                        room.version += 1;
-                        self.metrics.presence_members.fetch_sub(1, Relaxed);
-                        self.metrics.presence_leaves.fetch_add(1, Relaxed);
-                        if announce {
-                            let json = event_json("leave", name, &who.sub, info.as_deref());
-                            broker.announce(Arc::new(Published::presence(
-                                Arc::clone(name),
-                                room.version,
-                                "leave",
-                                &json,
-                            )));
-                        }
+        } else if let (Some(who), Some(local)) = (who, room.local.as_mut()) {
+            if let Some(e) = local.members.get_mut(who.sub()) {
+                e.conns = e.conns.saturating_sub(1);
+                if e.conns == 0 {
+                    let info = local.members.remove(who.sub()).and_then(|e| e.info);
+                    local.version += 1;
+                    self.metrics.presence_members.fetch_sub(1, Relaxed);
+                    self.metrics.presence_leaves.fetch_add(1, Relaxed);
+                    if room.listeners > 0 {
+                        let json = event_json("leave", topic, who.sub(), info.as_deref());
+                        broker.announce(Arc::new(Published::presence(
+                            Arc::clone(topic),
+                            local.version,
+                            "leave",
+                            &json,
+                        )));
                     }
                 }
             }
@@ -291,8 +395,8 @@ impl Presence {
     /// Events of room `topic` are wanted here from now on (a subscriber, or a held long-poll
     /// that is answered by the next change), until [`Presence::unlisten`].
     pub fn watch(&self, topic: &Arc<str>) {
-        let mut rooms = lock(&self.rooms);
-        let room = rooms.entry(Arc::clone(topic)).or_default();
+        let mut t = lock(&self.tables);
+        let room = t.rooms.entry(Arc::clone(topic)).or_default();
         room.listeners += 1;
         if room.listeners == 1 {
             let n = room.connections;
@@ -306,11 +410,11 @@ impl Presence {
 
     /// A subscriber (or held poll) that wanted room `topic`'s events is gone.
     pub fn unlisten(&self, topic: &str) {
-        let mut rooms = lock(&self.rooms);
-        if let Some(room) = rooms.get_mut(topic) {
+        let mut t = lock(&self.tables);
+        if let Some(room) = t.rooms.get_mut(topic) {
             room.listeners = room.listeners.saturating_sub(1);
             if room.listeners == 0 && room.connections == 0 {
-                rooms.remove(topic);
+                t.rooms.remove(topic);
             }
         }
     }
@@ -346,35 +450,31 @@ impl Presence {
 
     /// [`Presence::list`] of this process's own part.
     fn list_here(&self, topic: &str, after: Option<&str>, limit: usize) -> Listing {
-        let rooms = lock(&self.rooms);
-        let Some(room) = rooms.get(topic) else {
-            return Listing {
-                version: 0,
-                count: 0,
-                connections: 0,
-                members: Vec::new(),
-                next: None,
-            };
+        let t = lock(&self.tables);
+        let room = t.rooms.get(topic);
+        let mut listing = Listing {
+            version: 0,
+            count: 0,
+            connections: room.map_or(0, |r| u64::from(r.connections)),
+            members: Vec::new(),
+            next: None,
         };
-        let range = room.members.after(after);
-        let mut members = Vec::with_capacity(limit.min(room.members.len()));
-        let mut next = None;
-        for (sub, e) in range {
-            if members.len() == limit {
-                next = members
-                    .last()
-                    .map(|(s, _, _): &(Arc<str>, _, _)| Arc::clone(s));
+        let Some(local) = room.and_then(|r| r.local.as_ref()) else {
+            return listing;
+        };
+        listing.version = local.version;
+        listing.count = local.members.len() as u64;
+        listing.members.reserve(limit.min(local.members.len()));
+        for (sub, e) in local.members.after(after) {
+            if listing.members.len() == limit {
+                listing.next = listing.members.last().map(|m| Arc::clone(&m.0));
                 break;
             }
-            members.push((Arc::clone(sub), e.info.clone(), e.conns));
+            listing
+                .members
+                .push((Arc::clone(sub), e.info.clone(), e.conns));
         }
-        Listing {
-            version: room.version,
-            count: room.members.len() as u64,
-            connections: u64::from(room.connections),
-            members,
-            next,
-        }
+        listing
     }
 
     /// Room `topic`'s counts: members and connections.
@@ -384,9 +484,10 @@ impl Presence {
                 .presence_count(topic)
                 .map_err(|e| format!("presence unavailable: {e}"));
         }
-        let rooms = lock(&self.rooms);
-        Ok(rooms.get(topic).map_or((0, 0), |r| {
-            (r.members.len() as u64, u64::from(r.connections))
+        let t = lock(&self.tables);
+        Ok(t.rooms.get(topic).map_or((0, 0), |r| {
+            let members = r.local.as_ref().map_or(0, |l| l.members.len());
+            (members as u64, u64::from(r.connections))
         }))
     }
 
@@ -483,23 +584,54 @@ impl Presence {
     /// step: changes are queued under the rooms lock, so every change still queued is in
     /// these states and must not be applied again on top of them.
     fn states(&self) -> Vec<RoomState> {
-        let rooms = lock(&self.rooms);
+        let t = lock(&self.tables);
         if let Some(c) = &self.cluster {
             lock(&c.changes).clear();
         }
-        rooms
+        // Members per room, from each connection's identity: (sub, connections, info).
+        type Part = HashMap<String, (u32, Option<Arc<str>>)>;
+        let mut parts: HashMap<&str, Part> = HashMap::new();
+        for slot in t.conns.in_rooms() {
+            let Some(who) = &slot.ident else {
+                continue;
+            };
+            for topic in slot.names() {
+                let part = parts.entry(&**topic).or_default();
+                part.entry(who.sub().to_owned())
+                    .or_insert_with(|| (0, who.info().map(Into::into)))
+                    .0 += 1;
+            }
+        }
+        t.rooms
             .iter()
             .map(|(topic, r)| RoomState {
                 topic: Arc::clone(topic),
                 connections: r.connections,
                 listening: r.listeners > 0,
-                members: r
-                    .members
-                    .after(None)
-                    .map(|(s, e)| (Arc::clone(s), e.conns, e.info.clone()))
+                members: parts
+                    .remove(&**topic)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(sub, (n, info))| (sub.into(), n, info))
                     .collect(),
             })
             .collect()
+    }
+}
+
+/// 32 random bits naming this process's anonymous identities (the clock and the process id
+/// if the system has no randomness to give).
+fn process_prefix() -> u32 {
+    use ring::rand::SecureRandom as _;
+    let mut b = [0u8; 4];
+    match ring::rand::SystemRandom::new().fill(&mut b) {
+        Ok(()) => u32::from_le_bytes(b),
+        Err(_) => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            t ^ std::process::id().rotate_left(16)
+        }
     }
 }
 
@@ -607,11 +739,12 @@ mod tests {
         (p, broker, inboxes, polls)
     }
 
-    fn member(sub: &str) -> Member {
-        Member {
-            sub: sub.into(),
-            info: Some("{\"name\":\"A \\\"q\\\"\"}".into()),
-        }
+    const INFO: &str = "{\"name\":\"A \\\"q\\\"\"}";
+
+    /// Connection `k` of worker 0 as `sub`, in room `topic`.
+    fn enter(p: &Presence, broker: &Broker, k: u32, sub: Option<&str>, topic: &Arc<str>) {
+        p.identify(0, k, sub, sub.map(|_| INFO));
+        p.enter(broker, 0, k, topic);
     }
 
     fn events(inbox: &Inbox) -> Vec<(u64, String)> {
@@ -632,15 +765,16 @@ mod tests {
         broker
             .subscribe(0, &["room.1"], crate::broker::Since::Now, &mut pending)
             .unwrap();
-        let alice = member("alice");
         // Without a subscriber asking for events none are made.
-        p.join(&broker, &topic, None);
+        enter(&p, &broker, 1, None, &topic);
         assert!(events(&inboxes[0]).is_empty());
-        p.leave(&broker, &topic, None);
-        p.join(&broker, &topic, None);
+        p.exit(&broker, 0, 1, &topic);
+        enter(&p, &broker, 1, None, &topic);
         p.listen(&broker, &topic, 10).unwrap();
-        p.join(&broker, &topic, Some(&alice));
-        p.join(&broker, &topic, Some(&alice));
+        enter(&p, &broker, 2, Some("alice"), &topic);
+        enter(&p, &broker, 3, Some("alice"), &topic);
+        // Entering twice counts once.
+        p.enter(&broker, 0, 3, &topic);
         let got = events(&inboxes[0]);
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].0, 1);
@@ -649,28 +783,86 @@ mod tests {
         assert_eq!(v["member"]["sub"], "alice");
         assert_eq!(v["member"]["info"]["name"], "A \"q\"");
         assert_eq!(p.count(&broker, "room.1").unwrap(), (1, 3));
-        p.leave(&broker, &topic, Some(&alice));
+        assert_eq!(p.rooms_of(0, 2), 1);
+        p.exit(&broker, 0, 2, &topic);
         assert!(events(&inboxes[0]).is_empty());
-        p.leave(&broker, &topic, Some(&alice));
+        // A connection that is gone leaves what it was still in.
+        p.forget(&broker, 0, 3);
         let got = events(&inboxes[0]);
         assert_eq!(got.len(), 1);
         assert!(got[0].1.contains("\"type\":\"leave\""));
         assert_eq!(got[0].0, 2);
         p.unlisten("room.1");
-        p.leave(&broker, &topic, None);
+        p.exit(&broker, 0, 1, &topic);
         // Empty rooms are forgotten; extra leaves are harmless.
-        p.leave(&broker, &topic, None);
+        p.exit(&broker, 0, 1, &topic);
+        p.forget(&broker, 0, 1);
         assert_eq!(p.count(&broker, "room.1").unwrap(), (0, 0));
         assert_eq!(p.metrics.presence_members.load(Relaxed), 0);
         assert_eq!(p.metrics.presence_connections.load(Relaxed), 0);
+        assert_eq!(lock(&p.tables).conns.in_rooms().count(), 0);
+    }
+
+    #[test]
+    fn an_identity_in_use_stays_and_one_not_used_is_settled() {
+        let (p, broker, _inboxes, _polls) = setup(1);
+        let topic: Arc<str> = "room.s".into();
+        enter(&p, &broker, 4, Some("dana"), &topic);
+        // A refreshed token naming someone else does not change who is in the room.
+        p.identify(0, 4, Some("eve"), None);
+        let list = p.list(&broker, "room.s", None, 10).unwrap();
+        assert_eq!(&*list.members[0].0, "dana");
+        p.exit(&broker, 0, 4, &topic);
+        assert_eq!(p.count(&broker, "room.s").unwrap(), (0, 0));
+        // Identified, in no room: kept until settled.
+        p.identify(0, 5, Some("fay"), None);
+        assert!(lock(&p.tables)
+            .conns
+            .get(0, 5)
+            .is_some_and(|s| s.ident.is_some()));
+        p.settle(0, 5);
+        assert!(lock(&p.tables)
+            .conns
+            .get(0, 5)
+            .is_some_and(|s| s.ident.is_none()));
+    }
+
+    #[test]
+    fn anonymous_connections_are_listed_when_configured() {
+        let config = Config {
+            presence_topics: vec!["room.*".into()],
+            presence_list_anonymous: true,
+            ..Config::default()
+        };
+        let p = Presence::from_config(&config, Arc::new(Metrics::default()), false)
+            .unwrap()
+            .unwrap();
+        let (_, broker, _inboxes, _polls) = setup(1);
+        let (a, b): (Arc<str>, Arc<str>) = ("room.a".into(), "room.b".into());
+        enter(&p, &broker, 1, None, &a);
+        enter(&p, &broker, 2, None, &a);
+        p.enter(&broker, 0, 2, &b);
+        let list = p.list(&broker, "room.a", None, 10).unwrap();
+        assert_eq!((list.count, list.connections), (2, 2));
+        assert!(list
+            .members
+            .iter()
+            .all(|m| m.0.starts_with('~') && m.2 == 1));
+        assert_ne!(list.members[0].0, list.members[1].0);
+        // One connection keeps one identity in all its rooms.
+        let in_b = p.list(&broker, "room.b", None, 10).unwrap();
+        assert!(list.members.iter().any(|m| m.0 == in_b.members[0].0));
+        p.forget(&broker, 0, 2);
+        assert_eq!(p.count(&broker, "room.a").unwrap(), (1, 1));
+        assert_eq!(p.count(&broker, "room.b").unwrap(), (0, 0));
     }
 
     #[test]
     fn listings_page_in_identity_order() {
         let (p, broker, _inboxes, _polls) = setup(1);
         let topic: Arc<str> = "room.x".into();
-        for s in ["carol", "alice", "bob"] {
-            p.join(&broker, &topic, Some(&member(s)));
+        for (k, s) in ["carol", "alice", "bob"].into_iter().enumerate() {
+            enter(&p, &broker, k as u32, Some(s), &topic);
         }
         let first = p.list(&broker, "room.x", None, 100).unwrap();
         let names: Vec<&str> = first.members.iter().map(|m| &*m.0).collect();
@@ -702,9 +894,9 @@ mod tests {
         broker
             .subscribe(1, &["room.2"], crate::broker::Since::Now, &mut pending)
             .unwrap();
-        p.join(&broker, &topic, None);
+        enter(&p, &broker, 1, None, &topic);
         p.listen(&broker, &topic, 10).unwrap();
-        p.join(&broker, &topic, Some(&member("bob")));
+        enter(&p, &broker, 2, Some("bob"), &topic);
         assert!(events(&inboxes[0]).is_empty());
         assert_eq!(events(&inboxes[1]).len(), 1);
     }

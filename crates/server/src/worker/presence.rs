@@ -1,9 +1,9 @@
-//! A worker's side of presence ([`crate::presence`]): which of its connections are in which
-//! rooms under which identity, which of them asked for `join`/`leave` events, and writing
-//! member lists and events in each transport's format.
+//! A worker's side of presence ([`crate::presence`]): telling it which connections enter and
+//! leave rooms under which identity (it keeps each connection's part), which of them asked for
+//! `join`/`leave` events, and writing member lists and events in each transport's format.
 //!
-//! Only connections in rooms have entries here; a server without `presence_topics` never
-//! touches these tables. A long-poll is not a member (between its requests it is not
+//! Only listeners have entries here; a server without `presence_topics` never touches these
+//! tables. A long-poll is not a member (between its requests it is not
 //! connected, so it would leave and join again on every poll); it may read the member lists.
 
 use std::collections::HashMap;
@@ -19,82 +19,15 @@ use super::socket::Socket;
 use super::state::{Kind, State, StreamMode, WsMode, WsRole};
 use super::Engine;
 use crate::message::Published;
-use crate::presence::Member;
 
 /// One worker's presence tables.
 #[derive(Default)]
 pub(crate) struct PresenceConns {
-    /// Connections with an identity or in a room: 48 bytes each.
-    conns: HashMap<u32, Slot>,
     /// Per room, the connections that asked for events, each with the room version its member
     /// list was read at (events up to it are already in that list).
     listeners: HashMap<u32, Vec<(u32, u64)>>,
     /// Held long-polls that watch their rooms' events, with those rooms.
     watching_polls: HashMap<u32, Vec<Arc<str>>>,
-}
-
-/// One connection's part: its identity, and the rooms (topic ids) it is in, the first inline
-/// (most connections are in one).
-#[derive(Default)]
-struct Slot {
-    member: Option<Member>,
-    first: Option<std::num::NonZeroU32>,
-    more: Option<Box<[u32]>>,
-}
-
-impl Slot {
-    fn rooms(&self) -> usize {
-        usize::from(self.first.is_some()) + self.more.as_ref().map_or(0, |m| m.len())
-    }
-
-    fn has(&self, tid: u32) -> bool {
-        self.first.is_some_and(|f| f.get() == tid + 1)
-            || self.more.as_ref().is_some_and(|m| m.contains(&tid))
-    }
-
-    fn add(&mut self, tid: u32) {
-        match self.first {
-            None => self.first = std::num::NonZeroU32::new(tid.saturating_add(1)),
-            Some(_) => {
-                // Rarely more than one room: the list is exact, grown by one.
-                let mut v = self.more.take().map(Vec::from).unwrap_or_default();
-                v.push(tid);
-                self.more = Some(v.into_boxed_slice());
-            }
-        }
-    }
-
-    /// Removes `tid`; whether it was there.
-    fn take(&mut self, tid: u32) -> bool {
-        if self.first.is_some_and(|f| f.get() == tid + 1) {
-            let mut v = self.more.take().map(Vec::from).unwrap_or_default();
-            self.first = v
-                .pop()
-                .and_then(|t| std::num::NonZeroU32::new(t.saturating_add(1)));
-            self.more = Some(v.into_boxed_slice());
-        } else if let Some(m) = self.more.take() {
-            let mut v = Vec::from(m);
-            let Some(i) = v.iter().position(|t| *t == tid) else {
-                self.more = Some(v.into_boxed_slice());
-                return false;
-            };
-            v.swap_remove(i);
-            self.more = Some(v.into_boxed_slice());
-        } else {
-            return false;
-        }
-        if self.more.as_ref().is_some_and(|m| m.is_empty()) {
-            self.more = None;
-        }
-        true
-    }
-}
-
-impl PresenceConns {
-    /// How many rooms connection `k` is in.
-    fn rooms_of(&self, k: u32) -> usize {
-        self.conns.get(&k).map_or(0, Slot::rooms)
-    }
 }
 
 /// Why a request for presence is refused (`400`, or an error reply in-band).
@@ -109,23 +42,8 @@ impl<S: Socket> Engine<S> {
     /// in rooms stays until the connection leaves them (a refreshed token with another `sub`
     /// does not make it someone else in the middle).
     pub(crate) fn presence_identify(&mut self, k: u32, sub: Option<&str>, info: Option<&str>) {
-        if self.shared.presence.is_none() {
-            return;
-        }
-        if self.presence.rooms_of(k) > 0 {
-            return;
-        }
-        match sub {
-            Some(sub) => {
-                let member = Member {
-                    sub: sub.into(),
-                    info: info.map(Into::into),
-                };
-                self.presence.conns.entry(k).or_default().member = Some(member);
-            }
-            None => {
-                self.presence.conns.remove(&k);
-            }
+        if let Some(p) = self.shared.presence.as_ref() {
+            p.identify(self.id, k, sub, info);
         }
     }
 
@@ -133,8 +51,8 @@ impl<S: Socket> Engine<S> {
     /// and cannot join one later (an SSE or JSON-lines stream subscribes once): an
     /// authenticated stream to other topics keeps nothing here.
     pub(crate) fn presence_settle(&mut self, k: u32) {
-        if self.presence.conns.get(&k).is_some_and(|s| s.rooms() == 0) {
-            self.presence.conns.remove(&k);
+        if let Some(p) = self.shared.presence.as_ref() {
+            p.settle(self.id, k);
         }
     }
 
@@ -148,7 +66,7 @@ impl<S: Socket> Engine<S> {
             return true;
         }
         let new = topics.iter().filter(|t| p.tracks(t)).count();
-        if new == 0 || self.presence.rooms_of(k) + new <= p.max_topics {
+        if new == 0 || p.rooms_of(self.id, k) + new <= p.max_topics {
             return true;
         }
         let error = format!(
@@ -186,47 +104,31 @@ impl<S: Socket> Engine<S> {
         )
     }
 
-    /// Connection `k` subscribed to `name` (index id `tid`): if it is a room, `k` enters it.
-    pub(crate) fn presence_entered(&mut self, k: u32, name: &Arc<str>, tid: u32) {
-        let shared = Arc::clone(&self.shared);
-        let Some(p) = shared.presence.as_ref() else {
+    /// Connection `k` subscribed to `name`: if it is a room, `k` enters it.
+    pub(crate) fn presence_entered(&mut self, k: u32, name: &Arc<str>) {
+        let Some(p) = self.shared.presence.as_ref() else {
             return;
         };
-        if !p.tracks(name) || !self.member_kind(k) {
-            return;
+        if p.tracks(name) && self.member_kind(k) {
+            p.enter(&self.shared.broker, self.id, k, name);
         }
-        let slot = self.presence.conns.entry(k).or_default();
-        if slot.has(tid) {
-            return;
-        }
-        slot.add(tid);
-        p.join(&shared.broker, name, slot.member.as_ref());
     }
 
-    /// Connection `k` left topic `name` (index id `tid`): it leaves the room, if it was in it.
+    /// Connection `k` left topic `name` (index id `tid`): it leaves the room, if it was in it,
+    /// and stops listening to it.
     pub(crate) fn presence_left(&mut self, k: u32, name: &Arc<str>, tid: u32) {
-        if self.presence.conns.is_empty() {
-            return;
-        }
-        let Some(slot) = self.presence.conns.get_mut(&k) else {
+        let Some(p) = self.shared.presence.as_ref() else {
             return;
         };
-        if !slot.take(tid) {
+        if !p.tracks(name) {
             return;
         }
-        if let Some(p) = self.shared.presence.as_ref() {
-            p.leave(&self.shared.broker, name, slot.member.as_ref());
-        }
-        if slot.rooms() == 0 && slot.member.is_none() {
-            self.presence.conns.remove(&k);
-        }
+        p.exit(&self.shared.broker, self.id, k, name);
         if let Some(list) = self.presence.listeners.get_mut(&tid) {
             let before = list.len();
             list.retain(|(c, _)| *c != k);
             if list.len() < before {
-                if let Some(p) = self.shared.presence.as_ref() {
-                    p.unlisten(name);
-                }
+                p.unlisten(name);
             }
             if list.is_empty() {
                 self.presence.listeners.remove(&tid);
@@ -234,11 +136,12 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// Forgets connection `k`'s identity (it is gone; it left its rooms already).
+    /// Forgets connection `k` (it is gone; it left its rooms already).
     pub(crate) fn presence_forget(&mut self, k: u32) {
-        if !self.presence.conns.is_empty() {
-            self.presence.conns.remove(&k);
-        }
+        let Some(p) = self.shared.presence.as_ref() else {
+            return;
+        };
+        p.forget(&self.shared.broker, self.id, k);
         if !self.presence.watching_polls.is_empty() {
             self.presence_poll_watch(k, &[], false);
         }
@@ -486,27 +389,5 @@ impl<S: Socket> Engine<S> {
                 self.deliver_all(k, &frames);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Slot;
-
-    #[test]
-    fn a_slot_holds_one_room_inline_and_more_beside() {
-        let mut s = Slot::default();
-        assert_eq!(s.rooms(), 0);
-        for t in [0, 7, 3] {
-            s.add(t);
-        }
-        assert_eq!(s.rooms(), 3);
-        assert!(s.has(0) && s.has(7) && s.has(3) && !s.has(1));
-        assert!(s.take(0), "the inline room, replaced by one from beside it");
-        assert!(!s.take(0));
-        assert!(s.has(7) && s.has(3));
-        assert!(s.take(7) && s.take(3));
-        assert_eq!(s.rooms(), 0);
-        assert!(s.more.is_none() && s.first.is_none());
     }
 }

@@ -82,7 +82,7 @@ impl<S: Socket> Engine<S> {
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.subs.push(tid);
             }
-            self.presence_entered(k, name, tid);
+            self.presence_entered(k, name);
         }
         Some(sub)
     }

@@ -485,7 +485,16 @@ impl super::Core {
     /// (under the state lock, like a message).
     pub(super) fn presence_event(&self, name: &Arc<str>, t: &Topic, data: &[u8]) {
         match event_of(name, data) {
-            Some(m) => self.fan_out(t, &[Arc::new(m)]),
+            Some(m) => {
+                // With Redis, the events counted are those this node received.
+                let count = if m.payload().starts_with(b"{\"type\":\"join\"") {
+                    &self.metrics.presence_joins
+                } else {
+                    &self.metrics.presence_leaves
+                };
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.fan_out(t, &[Arc::new(m)]);
+            }
             None => crate::log::warn(format_args!(
                 "broker: a presence event on {name} that cannot be read"
             )),
