@@ -170,9 +170,7 @@ impl TlsClient {
             )
             .map_err(|e| format!("tls: {e}"))?,
             Engine::Lean(r) => {
-                let read = r
-                    .open(&mut buf, plain, &mut inner.unsent)
-                    .map_err(|e| format!("tls: {e}"))?;
+                let read = r.open(&mut buf, plain).map_err(|e| format!("tls: {e}"))?;
                 (read.used, read.peer_closed)
             }
             Engine::Broken => return Err("tls: broken".into()),

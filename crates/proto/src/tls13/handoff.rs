@@ -39,6 +39,11 @@ impl<D> KeySchedule for KernelKeys<D> {
 }
 
 /// Takes over from rustls; `None` for suites or versions this layer does not handle.
+///
+/// rustls must not have read a KeyUpdate that asks for ours: it keeps its answer aside until
+/// it next sends, the kernel hand-off does not carry it, and its sending key has already moved
+/// on, so the peer would never learn our new key. The server hands over at the record that
+/// ends the handshake, before any such request can be read (issue 38).
 pub fn take_over<D>(
     secrets: ExtractedSecrets,
     kernel: KernelConnection<D>,

@@ -9,6 +9,13 @@
 //! Limits: a key is never used past [`KeyLimits`]. Before our sending key would reach its
 //! limit we send a KeyUpdate and move to the next key; a peer that goes past the limit on
 //! its key is refused.
+//!
+//! A peer's request that we update our key too (`update_requested`) is answered with our own
+//! KeyUpdate just before our next application data record (§4.6.3), under the old key and
+//! after every record already sealed under it. Requests that arrive while we are silent get
+//! one answer between them, as the RFC intends: answering each at once would send a peer
+//! that asks often as many KeyUpdates in a row, and rustls and BoringSSL close a connection
+//! after 32 of those without data.
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
 
@@ -89,6 +96,8 @@ pub struct Records<K> {
     /// A record was processed since the last [`Records::compact`].
     active: bool,
     handshake: PartialHandshake,
+    /// The peer asked for our key to be updated and we have not sent a KeyUpdate since.
+    owe_update: bool,
 }
 
 impl<K: KeySchedule> Records<K> {
@@ -109,6 +118,7 @@ impl<K: KeySchedule> Records<K> {
             expanded: None,
             active: false,
             handshake: PartialHandshake::default(),
+            owe_update: false,
         }
     }
 
@@ -149,9 +159,15 @@ impl<K: KeySchedule> Records<K> {
             .ok_or(RecordError::KeyUpdate(KeyError::Unavailable))
     }
 
+    /// Whether the peer asked for a key update that our next application data will answer.
+    pub fn owes_key_update(&self) -> bool {
+        self.owe_update
+    }
+
     /// Seals `data` as application data records appended to `out`, updating our key first
-    /// if these records would take it to its limit.
+    /// if the peer asked for it or if these records would take it to its limit.
     pub fn seal(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+        self.answer_update(out)?;
         for chunk in data.chunks(MAX_PLAINTEXT) {
             let weight = (chunk.len() + 1 + TAG_LEN) as u64;
             let room = self.send.usage.has_room(
@@ -168,8 +184,17 @@ impl<K: KeySchedule> Records<K> {
         Ok(())
     }
 
+    /// Sends the KeyUpdate the peer asked for, if it is still owed.
+    fn answer_update(&mut self, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        if self.owe_update {
+            self.update_send_key(KeyUpdateRequest::NotRequested, out)?;
+        }
+        Ok(())
+    }
+
     /// Sends a KeyUpdate (optionally asking the peer to update too) and moves our sending
-    /// direction to its next key (§4.6.3). The message goes out under the old key.
+    /// direction to its next key (§4.6.3). The message goes out under the old key; it answers
+    /// any request of the peer's.
     pub fn update_send_key(
         &mut self,
         request: KeyUpdateRequest,
@@ -183,6 +208,7 @@ impl<K: KeySchedule> Records<K> {
         self.seal_record(ContentType::Handshake, &request.message(), 0, out)?;
         self.send = Direction::new(next, 0);
         self.expanded = None;
+        self.owe_update = false;
         Ok(())
     }
 
@@ -199,7 +225,8 @@ impl<K: KeySchedule> Records<K> {
     }
 
     /// Seals one record of `kind` carrying `plain` and `padding` zero bytes (§5.4). Any type
-    /// and content may be sent this way; the key's limit is still enforced.
+    /// and content may be sent this way; the key's limit is still enforced, and application
+    /// data still goes after a KeyUpdate the peer asked for.
     pub fn seal_record(
         &mut self,
         kind: ContentType,
@@ -207,6 +234,9 @@ impl<K: KeySchedule> Records<K> {
         padding: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
+        if kind == ContentType::ApplicationData {
+            self.answer_update(out)?;
+        }
         let inner = plain.len() + 1 + padding;
         if inner > MAX_PLAINTEXT + 1 {
             return Err(RecordError::Overflow);
@@ -242,14 +272,11 @@ impl<K: KeySchedule> Records<K> {
     }
 
     /// Opens the whole records at the start of `input` (decrypting in place), appending
-    /// application data to `plain` and anything we must answer (a KeyUpdate) to `out`. A
-    /// partial record at the end is left for the caller to complete.
-    pub fn open(
-        &mut self,
-        input: &mut [u8],
-        plain: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-    ) -> Result<Read, RecordError> {
+    /// application data to `plain`. A partial record at the end is left for the caller to
+    /// complete. Nothing is sent in answer here: a KeyUpdate the peer asks for goes out with
+    /// our next application data ([`Records::owes_key_update`]); on an error, the caller sends
+    /// [`Records::fatal_alert`].
+    pub fn open(&mut self, input: &mut [u8], plain: &mut Vec<u8>) -> Result<Read, RecordError> {
         let mut read = Read::default();
         loop {
             let rest = input.get_mut(read.used..).unwrap_or_default();
@@ -266,7 +293,7 @@ impl<K: KeySchedule> Records<K> {
             if body.len() <= TAG_LEN {
                 return Err(RecordError::BadMac);
             }
-            self.open_record(header, body, plain, out, &mut read)?;
+            self.open_record(header, body, plain, &mut read)?;
             read.used += HEADER_LEN + header.length;
         }
     }
@@ -276,7 +303,6 @@ impl<K: KeySchedule> Records<K> {
         header: RecordHeader,
         body: &mut [u8],
         plain: &mut Vec<u8>,
-        out: &mut Vec<u8>,
         read: &mut Read,
     ) -> Result<(), RecordError> {
         let weight = body.len() as u64;
@@ -302,7 +328,7 @@ impl<K: KeySchedule> Records<K> {
                 a if a.description == AlertDescription::CloseNotify => read.peer_closed = true,
                 a => return Err(RecordError::PeerAlert(a)),
             },
-            ContentType::Handshake => self.handshake(content, out)?,
+            ContentType::Handshake => self.handshake(content)?,
             ContentType::ChangeCipherSpec => return Err(RecordError::UnexpectedType(kind.to_u8())),
         }
         Ok(())
@@ -310,7 +336,7 @@ impl<K: KeySchedule> Records<K> {
 
     /// Post-handshake messages the peer may send us: only KeyUpdate (§4.6.3), possibly split
     /// across records, and always the last message of its record.
-    fn handshake(&mut self, mut content: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+    fn handshake(&mut self, mut content: &[u8]) -> Result<(), RecordError> {
         if content.is_empty() {
             return Err(RecordError::UnexpectedHandshake); // §5.1: no empty fragments.
         }
@@ -345,17 +371,14 @@ impl<K: KeySchedule> Records<K> {
                 // §5.1: the keys change after a KeyUpdate, so it must end its record.
                 return Err(RecordError::UnexpectedHandshake);
             }
-            self.peer_updated(request, out)?;
+            self.peer_updated(request)?;
         }
         Ok(())
     }
 
-    /// The peer moved to its next key; if it asked, we answer with our own KeyUpdate.
-    fn peer_updated(
-        &mut self,
-        request: KeyUpdateRequest,
-        out: &mut Vec<u8>,
-    ) -> Result<(), RecordError> {
+    /// The peer moved to its next key; if it asked, we owe it our own KeyUpdate, which goes
+    /// before our next application data.
+    fn peer_updated(&mut self, request: KeyUpdateRequest) -> Result<(), RecordError> {
         let next = self
             .schedule
             .next_receive_key()
@@ -363,7 +386,7 @@ impl<K: KeySchedule> Records<K> {
         self.receive = Direction::new(next, 0);
         self.expanded = None;
         if request == KeyUpdateRequest::Requested {
-            self.update_send_key(KeyUpdateRequest::NotRequested, out)?;
+            self.owe_update = true;
         }
         Ok(())
     }

@@ -58,12 +58,12 @@ fn pair() -> (Side, Side) {
     pair_with(&KeyLimits::RFC8446)
 }
 
-/// Opens everything in `wire`: (plaintext, answers, outcome).
-fn open(to: &mut Side, wire: &[u8]) -> Result<(Vec<u8>, Vec<u8>, Read), RecordError> {
-    let (mut plain, mut out) = (Vec::new(), Vec::new());
+/// Opens everything in `wire`: (plaintext, outcome).
+fn open(to: &mut Side, wire: &[u8]) -> Result<(Vec<u8>, Read), RecordError> {
+    let mut plain = Vec::new();
     let mut buf = wire.to_vec();
-    let read = to.open(&mut buf, &mut plain, &mut out)?;
-    Ok((plain, out, read))
+    let read = to.open(&mut buf, &mut plain)?;
+    Ok((plain, read))
 }
 
 #[test]
@@ -72,9 +72,9 @@ fn rfc8448_client_record_seals_and_opens() {
     let mut wire = Vec::new();
     client.seal(&payload(), &mut wire).unwrap();
     assert_eq!(wire, hex(CLIENT_APP_RECORD));
-    let (plain, answers, read) = open(&mut server, &wire).unwrap();
+    let (plain, read) = open(&mut server, &wire).unwrap();
     assert_eq!(plain, payload());
-    assert!(answers.is_empty());
+    assert!(!server.owes_key_update());
     assert_eq!(read.used, 72);
 }
 
@@ -89,7 +89,7 @@ fn rfc8448_server_record_seals_and_opens() {
     let mut wire = Vec::new();
     server.close_notify(&mut wire);
     assert_eq!(wire, hex(SERVER_CLOSE_RECORD));
-    assert!(open(&mut client, &wire).unwrap().2.peer_closed);
+    assert!(open(&mut client, &wire).unwrap().1.peer_closed);
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn rfc8448_client_close_notify() {
     let start = wire.len();
     client.close_notify(&mut wire);
     assert_eq!(wire[start..], hex(CLIENT_CLOSE_RECORD));
-    let (plain, _, read) = open(&mut server, &wire).unwrap();
+    let (plain, read) = open(&mut server, &wire).unwrap();
     assert_eq!(plain, payload());
     assert!(read.peer_closed);
     assert_eq!(read.used, wire.len());
@@ -115,12 +115,12 @@ fn partial_records_wait_for_the_rest() {
     client.seal(b"second", &mut wire).unwrap();
     for cut in [0, 1, 4, 5, first - 1] {
         let (mut s, _) = pair();
-        let (plain, _, read) = open(&mut s, &wire[..cut]).unwrap();
+        let (plain, read) = open(&mut s, &wire[..cut]).unwrap();
         assert_eq!((plain.len(), read.used), (0, 0), "cut at {cut}");
     }
-    let (plain, _, read) = open(&mut server, &wire[..first + 3]).unwrap();
+    let (plain, read) = open(&mut server, &wire[..first + 3]).unwrap();
     assert_eq!((plain.as_slice(), read.used), (&b"first"[..], first));
-    let (plain, _, read) = open(&mut server, &wire[first..]).unwrap();
+    let (plain, read) = open(&mut server, &wire[first..]).unwrap();
     assert_eq!(
         (plain.as_slice(), read.used),
         (&b"second"[..], wire.len() - first)
@@ -136,7 +136,7 @@ fn padding_and_large_writes_round_trip() {
         .unwrap();
     let big = vec![7u8; 40_000];
     client.seal(&big, &mut wire).unwrap();
-    let (plain, _, _) = open(&mut server, &wire).unwrap();
+    let (plain, _) = open(&mut server, &wire).unwrap();
     assert_eq!(&plain[..6], b"padded");
     assert_eq!(plain[6..], big[..]);
     // Content plus padding may not pass 2^14 + 1 bytes.
@@ -300,17 +300,68 @@ fn peer_key_update_requested_is_answered_and_followed() {
         .update_send_key(KeyUpdateRequest::Requested, &mut wire)
         .unwrap();
     client.seal(b"under the new key", &mut wire).unwrap();
-    let (plain, answer, _) = open(&mut server, &wire).unwrap();
+    let (plain, _) = open(&mut server, &wire).unwrap();
     assert_eq!(plain, b"under the new key");
-    assert!(!answer.is_empty(), "our own KeyUpdate");
-    // The answer went out under the old key, then the server moved on.
-    let mut wire = answer;
+    assert!(server.owes_key_update());
+    // The answer goes out under the old key, just before the reply under the new one.
+    let mut wire = Vec::new();
     server.seal(b"reply", &mut wire).unwrap();
-    let (plain, answer, _) = open(&mut client, &wire).unwrap();
+    assert_eq!(wire.len(), (5 + 5 + 1 + 16) + (5 + 5 + 1 + 16));
+    assert!(!server.owes_key_update());
+    let (plain, _) = open(&mut client, &wire).unwrap();
     assert_eq!(plain, b"reply");
-    assert!(answer.is_empty(), "not_requested needs no answer");
+    assert!(!client.owes_key_update(), "not_requested needs no answer");
     assert_eq!(server.usage().0.seq, 1, "one record under the new key");
     assert_eq!(server.usage().1.seq, 1);
+}
+
+/// Issue 38 (5): requests that arrive while we are silent, however many and however they are
+/// cut, get one KeyUpdate, sent after everything already sealed under the old key (with the
+/// next sequence numbers) and before our next data; the peer follows every step.
+#[test]
+fn many_update_requests_while_silent_get_one_answer_in_order() {
+    for requests in [1usize, 20, 200] {
+        for step in [usize::MAX, 1, 7, 27] {
+            let why = format!("{requests} requests fed {step} bytes at a time");
+            let (mut server, mut client) = pair();
+            // Records the server sealed before the requests arrived, not yet read by the
+            // client (say, still in the socket's buffer).
+            let mut to_client = Vec::new();
+            server.seal(b"before", &mut to_client).unwrap();
+            let mut wire = Vec::new();
+            for i in 0..requests {
+                client
+                    .update_send_key(KeyUpdateRequest::Requested, &mut wire)
+                    .unwrap();
+                client.seal(&[i as u8], &mut wire).unwrap();
+            }
+            let mut plain = Vec::new();
+            let mut partial = Vec::new();
+            for piece in wire.chunks(step) {
+                partial.extend_from_slice(piece);
+                let read = server.open(&mut partial, &mut plain).unwrap();
+                partial.drain(..read.used);
+            }
+            assert!(partial.is_empty(), "{why}");
+            let sent: Vec<u8> = (0..requests).map(|i| i as u8).collect();
+            assert_eq!(plain, sent, "{why}");
+            assert_eq!(server.usage().1.seq, 1, "{why}: the latest client key");
+            assert!(server.owes_key_update(), "{why}");
+            assert_eq!(server.usage().0.seq, 2, "{why}: ticket and 'before'");
+            let mut wire = to_client;
+            server.seal(b"after", &mut wire).unwrap();
+            server.seal(b"more", &mut wire).unwrap();
+            assert!(!server.owes_key_update(), "{why}");
+            assert_eq!(
+                server.usage().0.seq,
+                2,
+                "{why}: two records under the new key"
+            );
+            let (plain, _) = open(&mut client, &wire).unwrap();
+            assert_eq!(plain, b"beforeaftermore", "{why}");
+            assert_eq!(client.usage().1.seq, 2, "{why}: one update followed");
+        }
+    }
 }
 
 #[test]
@@ -334,9 +385,9 @@ fn a_key_update_split_across_records_is_reassembled() {
         .unwrap();
     c2.seal(b"after", &mut wire).unwrap();
     drop(client);
-    let (plain, answer, _) = open(&mut server, &wire).unwrap();
+    let (plain, _) = open(&mut server, &wire).unwrap();
     assert_eq!(plain, b"after");
-    assert!(answer.is_empty());
+    assert!(!server.owes_key_update());
 }
 
 #[test]
@@ -371,9 +422,9 @@ fn the_writer_updates_its_key_before_the_aes_gcm_limit() {
     }
     // Each key carries two full records and a KeyUpdate (a third would leave no room for
     // the KeyUpdate); the first key had carried the ticket already, so it takes one.
-    let (plain, answer, _) = open(&mut client, &wire).unwrap();
+    let (plain, _) = open(&mut client, &wire).unwrap();
     assert_eq!(plain.len(), 10 * 16_384);
-    assert!(answer.is_empty());
+    assert!(!client.owes_key_update(), "our updates ask for nothing");
     let updates = wire.len() - 10 * (5 + 16_384 + 1 + 16);
     assert_eq!(
         updates,
@@ -437,7 +488,7 @@ fn the_sequence_number_never_reaches_its_limit() {
         server.seal(&[i], &mut wire).unwrap();
         assert!(server.usage().0.seq <= 4);
     }
-    let (plain, _, _) = open(&mut client, &wire).unwrap();
+    let (plain, _) = open(&mut client, &wire).unwrap();
     assert_eq!(plain, (0..10).collect::<Vec<u8>>());
     // Two data records per key, then the KeyUpdate (the first key had sent the ticket, so
     // one): 10 records need 5 updates.

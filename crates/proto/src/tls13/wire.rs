@@ -90,6 +90,17 @@ impl RecordHeader {
         }))
     }
 
+    /// Bytes of the record at the start of `input`, header and body, once all of them are
+    /// there (`Ok(None)` until then); the header is checked as [`RecordHeader::parse`] does.
+    /// Whoever feeds records one at a time (the hand-off from rustls) cuts here.
+    pub fn whole_record(input: &[u8]) -> Result<Option<usize>, RecordError> {
+        let Some(header) = RecordHeader::parse(input)? else {
+            return Ok(None);
+        };
+        let len = HEADER_LEN + header.length;
+        Ok((len <= input.len()).then_some(len))
+    }
+
     /// The header of a protected record whose body is `length` bytes.
     pub fn protected(length: u16) -> [u8; HEADER_LEN] {
         let [hi, lo] = length.to_be_bytes();
@@ -196,6 +207,21 @@ mod tests {
                 let _ = RecordHeader::parse(&[kind, major, 1, 0xff, 0xff]);
             }
         }
+    }
+
+    #[test]
+    fn whole_records_are_measured_only_once_complete() {
+        let mut two = vec![22, 3, 1, 0, 3, 1, 2, 3];
+        two.extend_from_slice(&[23, 3, 3, 0, 0]);
+        for n in 0..8 {
+            assert_eq!(RecordHeader::whole_record(&two[..n]), Ok(None), "{n}");
+        }
+        assert_eq!(RecordHeader::whole_record(&two), Ok(Some(8)));
+        assert_eq!(RecordHeader::whole_record(&two[8..]), Ok(Some(5)));
+        assert_eq!(
+            RecordHeader::whole_record(b"GET / HTTP/1.1"),
+            Err(RecordError::UnexpectedType(b'G'))
+        );
     }
 
     #[test]

@@ -8,6 +8,14 @@
 //! in [`clarion_proto::tls13::handoff`]), which keeps only raw keys while the connection is idle; TLS 1.2
 //! connections stay with rustls.
 //!
+//! The hand-off happens exactly at the record that ends the handshake (the client's Finished):
+//! rustls is given whole records one at a time until then, and never one after it. Whatever
+//! follows in the same read (data, a KeyUpdate sent at once) goes to the lean layer in that
+//! same call. rustls must not see a KeyUpdate: it answers one only when it next sends, so the
+//! answer would be lost at the hand-off while its sending key had already moved on (issue 38).
+//! Its tickets, sent when the Finished arrives, go out before the hand-off, and the lean layer
+//! continues their key and sequence numbers.
+//!
 //! No socket is touched here: the caller writes what lands in `out`.
 
 use std::sync::Arc;
@@ -16,6 +24,7 @@ use rustls::server::{ServerConfig, UnbufferedServerConnection};
 use rustls::unbuffered::{ConnectionState, EncryptError};
 
 use clarion_proto::tls13::handoff::{self, encode, KernelKeys};
+use clarion_proto::tls13::RecordHeader;
 
 /// The record layer of an established TLS 1.3 server connection.
 type Records = clarion_proto::tls13::Records<KernelKeys<rustls::server::ServerConnectionData>>;
@@ -133,23 +142,24 @@ impl Session {
             partial.extend_from_slice(fresh);
         }
         let buf: &mut [u8] = if joined { partial } else { fresh };
-        let (used, result) = match engine {
-            Engine::Rustls(conn) => drive(conn, buf, plain, out, established),
-            Engine::Lean(records) => match records.open(buf, plain, out) {
-                Ok(read) => (
-                    read.used,
-                    Ok(ReadOutcome {
-                        peer_closed: read.peer_closed,
-                        ..ReadOutcome::default()
+        let (mut used, mut result) = process(engine, buf, plain, out, established);
+        if result.is_ok() && !was_established && *established {
+            // The handshake ended at a record boundary inside this input: the records after
+            // it belong to whoever holds the connection now.
+            go_lean(engine);
+            let rest = buf.get_mut(used..).unwrap_or_default();
+            if !rest.is_empty() {
+                let (more, after) = process(engine, rest, plain, out, established);
+                used += more;
+                result = match (result, after) {
+                    (Ok(a), Ok(b)) => Ok(ReadOutcome {
+                        peer_closed: a.peer_closed || b.peer_closed,
+                        ..a
                     }),
-                ),
-                Err(e) => {
-                    records.fatal_alert(&e, out);
-                    (0, Err(rustls::Error::General(e.to_string())))
-                }
-            },
-            Engine::Switching => (0, Err(rustls::Error::HandshakeNotComplete)),
-        };
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                };
+            }
+        }
         // Keep the unprocessed tail (a partial record) and nothing else.
         let tail = buf.get(used..).unwrap_or_default();
         if result.is_err() {
@@ -167,30 +177,7 @@ impl Session {
         }
         let mut outcome = result?;
         outcome.handshake_done = !was_established && *established;
-        if outcome.handshake_done {
-            self.go_lean();
-        }
         Ok(outcome)
-    }
-
-    /// Hands an established TLS 1.3 connection from rustls to the lean record layer. TLS 1.2
-    /// (and anything unexpected) stays with rustls, which is always correct, just larger.
-    fn go_lean(&mut self) {
-        let tls13 = matches!(&self.engine, Engine::Rustls(c)
-            if c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3));
-        if !tls13 {
-            return;
-        }
-        let Engine::Rustls(conn) = std::mem::replace(&mut self.engine, Engine::Switching) else {
-            return;
-        };
-        self.engine = match conn.dangerous_into_kernel_connection() {
-            Ok((secrets, kernel)) => match handoff::take_over(secrets, kernel) {
-                Some(r) => Engine::Lean(r),
-                None => Engine::Switching,
-            },
-            Err(_) => Engine::Switching,
-        };
     }
 
     /// Encrypts `data` (any length; split into records as needed), appending the records to
@@ -257,7 +244,74 @@ impl Session {
     }
 }
 
+/// Runs whichever engine holds the records over `buf`: returns the bytes it consumed and what
+/// happened. A record-layer error appends its alert to `out`.
+fn process(
+    engine: &mut Engine,
+    buf: &mut [u8],
+    plain: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+    established: &mut bool,
+) -> (usize, Result<ReadOutcome, rustls::Error>) {
+    match engine {
+        Engine::Rustls(conn) => drive(conn, buf, plain, out, established),
+        Engine::Lean(records) => match records.open(buf, plain) {
+            Ok(read) => (
+                read.used,
+                Ok(ReadOutcome {
+                    peer_closed: read.peer_closed,
+                    ..ReadOutcome::default()
+                }),
+            ),
+            Err(e) => {
+                records.fatal_alert(&e, out);
+                (0, Err(rustls::Error::General(e.to_string())))
+            }
+        },
+        Engine::Switching => (0, Err(rustls::Error::HandshakeNotComplete)),
+    }
+}
+
+/// Hands an established TLS 1.3 connection from rustls to the lean record layer. TLS 1.2
+/// (and anything unexpected) stays with rustls, which is always correct, just larger.
+///
+/// rustls has read nothing past the client's Finished ([`drive`]) and has encoded everything
+/// it queued (the tickets): `dangerous_into_kernel_connection` refuses a connection with
+/// records still queued, and takes the sequence numbers the tickets left.
+fn go_lean(engine: &mut Engine) {
+    let tls13 = matches!(engine, Engine::Rustls(c)
+        if c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3));
+    if !tls13 {
+        return;
+    }
+    let Engine::Rustls(conn) = std::mem::replace(engine, Engine::Switching) else {
+        return;
+    };
+    *engine = match conn.dangerous_into_kernel_connection() {
+        Ok((secrets, kernel)) => match handoff::take_over(secrets, kernel) {
+            Some(r) => Engine::Lean(r),
+            None => Engine::Switching,
+        },
+        Err(_) => Engine::Switching,
+    };
+}
+
+/// Where the record that starts at `from` ends, if all of it is in `buf`; otherwise the end of
+/// `buf` (a partial record, which rustls keeps waiting for, or bytes that are no record
+/// header, which rustls refuses with the right alert).
+fn record_end(buf: &[u8], from: usize) -> usize {
+    let rest = buf.get(from..).unwrap_or_default();
+    match RecordHeader::whole_record(rest) {
+        Ok(Some(len)) => from + len,
+        _ => buf.len(),
+    }
+}
+
 /// Runs rustls over `buf`: returns the bytes it consumed and what happened.
+///
+/// During the handshake rustls sees whole records one at a time, and none after the one that
+/// completes it: those are the lean layer's (see the module documentation). Once established
+/// (TLS 1.2, which stays with rustls) it sees everything.
 fn drive(
     conn: &mut UnbufferedServerConnection,
     buf: &mut [u8],
@@ -267,15 +321,20 @@ fn drive(
 ) -> (usize, Result<ReadOutcome, rustls::Error>) {
     let mut outcome = ReadOutcome::default();
     let mut used = 0usize;
+    // How far into `buf` rustls may read.
+    let mut end = if *established { buf.len() } else { 0 };
     loop {
-        let rest = buf.get_mut(used..).unwrap_or_default();
+        if end <= used && conn.is_handshaking() {
+            end = record_end(buf, used);
+        }
+        let rest = buf.get_mut(used..end.max(used)).unwrap_or_default();
         let status = conn.process_tls_records(rest);
         let discard = status.discard;
         let state = match status.state {
             Ok(s) => s,
             Err(e) => return (used + discard, Err(e)),
         };
-        let mut stop = false;
+        let (mut stop, mut blocked) = (false, false);
         let step = match state {
             ConnectionState::ReadTraffic(mut r) => {
                 let mut res = Ok(());
@@ -309,7 +368,11 @@ fn drive(
                 stop = true;
                 Ok(())
             }
-            // BlockedHandshake (more bytes needed), Closed, and states of future versions.
+            ConnectionState::BlockedHandshake => {
+                blocked = true;
+                Ok(())
+            }
+            // Closed, and states of future versions.
             _ => {
                 stop = true;
                 Ok(())
@@ -318,6 +381,13 @@ fn drive(
         used += discard;
         if let Err(e) = step {
             return (used, Err(e));
+        }
+        if blocked {
+            if end >= buf.len() {
+                return (used, Ok(outcome)); // Waiting for the peer.
+            }
+            // The next record may complete a handshake message: show rustls that one too.
+            end = record_end(buf, end);
         }
         if stop {
             return (used, Ok(outcome));
@@ -365,6 +435,30 @@ mod tests {
 
     /// A server session and a buffered rustls client trusting the dev CA.
     fn pair() -> (Session, rustls::ClientConnection) {
+        let (server, client) = configs();
+        connect(&server, &client)
+    }
+
+    /// A new server session and client from configurations that may be shared, so that a
+    /// second connection can resume the first's session.
+    fn connect(
+        server: &Arc<ServerConfig>,
+        client: &Arc<rustls::ClientConfig>,
+    ) -> (Session, rustls::ClientConnection) {
+        let name = ServerName::try_from("localhost").unwrap();
+        let client = rustls::ClientConnection::new(Arc::clone(client), name).unwrap();
+        (Session::new(server).unwrap(), client)
+    }
+
+    /// The server's configuration (a dev certificate) and a client's that trusts it.
+    fn configs() -> (Arc<ServerConfig>, Arc<rustls::ClientConfig>) {
+        configs_with(rustls::DEFAULT_VERSIONS)
+    }
+
+    /// The same, the client offering only `versions`.
+    fn configs_with(
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> (Arc<ServerConfig>, Arc<rustls::ClientConfig>) {
         let dev = crate::tls::dev_cert(&[]).unwrap();
         let chain: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(dev.chain_pem.as_bytes())
@@ -385,16 +479,11 @@ mod tests {
             .add(CertificateDer::from_pem_slice(dev.ca_pem.as_bytes()).unwrap())
             .unwrap();
         let client = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(versions)
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let client = rustls::ClientConnection::new(
-            Arc::new(client),
-            ServerName::try_from("localhost").unwrap(),
-        )
-        .unwrap();
-        (Session::new(&Arc::new(server)).unwrap(), client)
+        (Arc::new(server), Arc::new(client))
     }
 
     fn client_out(c: &mut rustls::ClientConnection) -> Vec<u8> {
@@ -487,10 +576,13 @@ mod tests {
         std::io::Write::write_all(&mut c.writer(), b"after update").unwrap();
         let (plain, to_client, _) = feed(&mut s, &client_out(&mut c), 100_000);
         assert_eq!(plain, b"after update");
-        assert!(!to_client.is_empty(), "our own KeyUpdate");
-        assert!(client_read(&mut c, &to_client).is_empty());
+        assert!(
+            to_client.is_empty(),
+            "our KeyUpdate goes with our next data"
+        );
         let mut out = Vec::new();
         s.encrypt(b"new keys", &mut out).unwrap();
+        assert!(out.len() > 5 + 8 + 1 + 16, "our own KeyUpdate first");
         assert_eq!(client_read(&mut c, &out), b"new keys");
         // Several updates in a row, and data both ways after each.
         for i in 0..3u8 {
@@ -502,6 +594,122 @@ mod tests {
             s.encrypt(&[i; 3], &mut out).unwrap();
             assert_eq!(client_read(&mut c, &out), [i; 3]);
         }
+    }
+
+    /// Runs the handshake until the client has read the server's Finished: the client's own
+    /// Finished is still in its buffer, so whatever the client writes next goes with it.
+    fn handshake_until_the_client_finished(s: &mut Session, c: &mut rustls::ClientConnection) {
+        for _ in 0..10 {
+            let (_, to_client, _) = feed(s, &client_out(c), 100_000);
+            c.read_tls(&mut &to_client[..]).unwrap();
+            c.process_new_packets().unwrap();
+            if !c.is_handshaking() {
+                assert!(!s.established(), "the client's Finished has not been sent");
+                return;
+            }
+        }
+        panic!("handshake did not complete");
+    }
+
+    /// Issue 38 (5): a client that asks for key updates at once, its KeyUpdates in the same
+    /// read as its Finished (or cut anywhere), gets every ticket, our answer and our data
+    /// under keys it can follow, and its own data arrives, again and again afterwards.
+    #[test]
+    fn key_updates_sent_with_the_client_finished_are_followed() {
+        for updates in [1, 20, 200] {
+            for step in [100_000, 1, 7, 31] {
+                let why = format!("{updates} updates fed {step} bytes at a time");
+                let (mut s, mut c) = pair();
+                handshake_until_the_client_finished(&mut s, &mut c);
+                for _ in 0..updates {
+                    c.refresh_traffic_keys().unwrap();
+                }
+                std::io::Write::write_all(&mut c.writer(), b"GET / HTTP/1.1\r\n\r\n").unwrap();
+                let (plain, to_client, outcome) = feed(&mut s, &client_out(&mut c), step);
+                assert!(outcome.handshake_done && s.is_lean(), "{why}");
+                assert_eq!(plain, b"GET / HTTP/1.1\r\n\r\n", "{why}");
+                let mut out = to_client;
+                s.encrypt(b"HTTP/1.1 101", &mut out).unwrap();
+                assert_eq!(client_read(&mut c, &out), b"HTTP/1.1 101", "{why}");
+                // Then updates interleaved with traffic both ways.
+                for round in 0..5u8 {
+                    for _ in 0..=round {
+                        c.refresh_traffic_keys().unwrap();
+                    }
+                    std::io::Write::write_all(&mut c.writer(), &[round]).unwrap();
+                    let (plain, to_client, _) = feed(&mut s, &client_out(&mut c), step);
+                    assert_eq!(plain, [round], "{why}");
+                    let mut out = to_client;
+                    s.encrypt(&[round; 2], &mut out).unwrap();
+                    assert_eq!(client_read(&mut c, &out), [round; 2], "{why}");
+                }
+            }
+        }
+    }
+
+    /// The server's NewSessionTickets leave under rustls' keys before the hand-off, then the
+    /// lean layer continues their sequence: a client that read them resumes with them, even
+    /// when its KeyUpdate arrived with its Finished (before it had the tickets).
+    #[test]
+    fn tickets_sent_at_the_hand_off_are_usable_after_an_early_key_update() {
+        let (server, client) = configs();
+        let (mut s, mut c) = connect(&server, &client);
+        handshake_until_the_client_finished(&mut s, &mut c);
+        c.refresh_traffic_keys().unwrap();
+        let (_, to_client, _) = feed(&mut s, &client_out(&mut c), 100_000);
+        let mut out = to_client;
+        s.encrypt(b"first", &mut out).unwrap();
+        assert_eq!(client_read(&mut c, &out), b"first");
+        let (mut s, mut c) = connect(&server, &client);
+        handshake(&mut s, &mut c, 100_000);
+        assert_eq!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
+        assert!(s.is_lean());
+    }
+
+    /// rustls is fed one record at a time until the handshake ends; a handshake message cut
+    /// into many small records (a client's max_fragment_size) still comes together, all of
+    /// it in one read, and the KeyUpdate after the Finished still reaches the lean layer.
+    #[test]
+    fn a_handshake_in_small_records_completes_in_one_read() {
+        let (server, client) = configs();
+        let mut small = (*client).clone();
+        small.max_fragment_size = Some(64);
+        let (mut s, mut c) = connect(&server, &Arc::new(small));
+        let hello = client_out(&mut c);
+        assert!(hello.len() > 3 * 64, "several records");
+        let (_, to_client, _) = feed(&mut s, &hello, 100_000);
+        c.read_tls(&mut &to_client[..]).unwrap();
+        c.process_new_packets().unwrap();
+        assert!(!c.is_handshaking());
+        c.refresh_traffic_keys().unwrap();
+        std::io::Write::write_all(&mut c.writer(), b"small").unwrap();
+        let (plain, to_client, outcome) = feed(&mut s, &client_out(&mut c), 100_000);
+        assert!(outcome.handshake_done && s.is_lean());
+        assert_eq!(plain, b"small");
+        let mut out = to_client;
+        s.encrypt(b"reply", &mut out).unwrap();
+        assert_eq!(client_read(&mut c, &out), b"reply");
+    }
+
+    /// TLS 1.2 stays with rustls: when the handshake ends inside a read (a resumed session,
+    /// where the client's Finished and its first data travel together), the data after the
+    /// Finished is read in that same call, not left waiting for the next one.
+    #[test]
+    fn tls12_data_in_the_read_that_ends_the_handshake_is_not_held_back() {
+        let (server, tls12) = configs_with(&[&rustls::version::TLS12]);
+        let (mut s, mut c) = connect(&server, &tls12);
+        handshake(&mut s, &mut c, 100_000);
+        assert_eq!(s.version(), Some("1.2"));
+        let (mut s, mut c) = connect(&server, &tls12);
+        handshake_until_the_client_finished(&mut s, &mut c);
+        assert_eq!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
+        std::io::Write::write_all(&mut c.writer(), b"resumed").unwrap();
+        let (plain, _, outcome) = feed(&mut s, &client_out(&mut c), 100_000);
+        assert!(outcome.handshake_done && !s.is_lean());
+        assert_eq!(plain, b"resumed");
+        let mut out = Vec::new();
+        s.encrypt(b"still rustls", &mut out).unwrap();
+        assert_eq!(client_read(&mut c, &out), b"still rustls");
     }
 
     #[test]
