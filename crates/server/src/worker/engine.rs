@@ -52,7 +52,7 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     /// Held long-polls, by slab key. Only polls pay for this entry, not idle connections.
     pub(crate) polls: HashMap<u32, PollHold>,
     /// GRIP connections' state beyond their record, by slab key (proxy mode only).
-    pub(crate) grip: HashMap<u32, crate::worker::grip::forward::GripConn>,
+    pub(crate) grip: HashMap<u32, crate::worker::grip::conn::GripConn>,
     /// Inflaters of clients that compress with context takeover, created when such a client
     /// first sends a compressed message.
     pub(crate) inflaters: HashMap<u32, clarion_proto::ws::deflate::Inflater>,

@@ -28,7 +28,6 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use io_uring::{opcode, types, IoUring, Probe};
 
-use super::socket::Socket;
 use crate::log;
 
 /// Submission queue entries: a batch of up to this many sends per `io_uring_enter` (see the
@@ -127,14 +126,19 @@ impl SendRing {
     }
 }
 
-/// [`Socket::write_many`] for real sockets: through the worker's ring when it has one.
-pub fn write_many<S: Socket + AsRawFd>(
+/// The real socket's `write_many` (`worker::socket`): one buffer to each of several sockets,
+/// through the worker's ring when it has one, else (and for what the ring did not take) one
+/// `write` each.
+pub fn write_many<S: AsRawFd>(
     ring: &mut Option<SendRing>,
     items: &[(&S, &[u8])],
     out: &mut Vec<io::Result<usize>>,
-) {
+) where
+    for<'a> &'a S: io::Write,
+{
+    let write = |s: &S, b: &[u8]| io::Write::write(&mut &*s, b);
     let Some(r) = ring.as_mut().filter(|_| items.len() > 1) else {
-        out.extend(items.iter().map(|(s, b)| s.write(b)));
+        out.extend(items.iter().map(|(s, b)| write(s, b)));
         return;
     };
     let fds: Vec<(RawFd, &[u8])> = items.iter().map(|(s, b)| (s.as_raw_fd(), *b)).collect();
@@ -144,7 +148,7 @@ pub fn write_many<S: Socket + AsRawFd>(
             Some(n) if n >= 0 => Ok(n as usize),
             Some(errno) => Err(io::Error::from_raw_os_error(-errno)),
             // Never taken by the kernel: the plain way.
-            None => s.write(b),
+            None => write(s, b),
         });
     }
     if let Some(e) = failed {

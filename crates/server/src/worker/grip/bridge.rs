@@ -18,7 +18,7 @@ use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::handshake;
 use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
-use super::forward::{client_headers, GripConn, Phase};
+use super::conn::{apply_meta, bridge, client_headers, event_request, GripConn, Phase, Upgrade};
 use crate::grip::backend::{Failure, Response};
 use crate::log;
 use crate::metrics::CloseReason;
@@ -26,35 +26,6 @@ use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State, WsMode, WsRole};
 use crate::worker::Engine;
 use clarion_proto::pubsub::validate_topic;
-
-/// A WebSocket upgrade waiting for the backend's OPEN: the client's key and offered
-/// subprotocols, and the bridge to start.
-pub(crate) struct Upgrade {
-    pub(crate) key: Box<[u8]>,
-    pub(crate) offered: Vec<String>,
-    pub(crate) bridge: Box<Bridge>,
-}
-
-pub(crate) struct Bridge {
-    /// The request line and fixed headers of every event request, up to the meta.
-    pub(crate) head: Box<[u8]>,
-    pub(crate) meta: Vec<(String, String)>,
-    /// The `grip` extension's message prefix, when the backend accepted it.
-    pub(crate) prefix: Option<Box<str>>,
-    /// Events waiting for the request in flight to finish.
-    pub(crate) pending: Vec<u8>,
-    pub(crate) in_flight: bool,
-    pub(crate) detached: bool,
-    /// The backend has been told the connection ended (CLOSE or DISCONNECT sent).
-    pub(crate) told: bool,
-    /// The client sent a Close frame (a CLOSE event is queued for the backend).
-    pub(crate) client_closed: bool,
-    /// `Keep-Alive-Interval`: seconds between requests when nothing else is sent.
-    pub(crate) interval: u32,
-    pub(crate) last_request: u32,
-    /// A keep-alive the backend set with a control message: frame and seconds.
-    pub(crate) keep_alive: Option<(Arc<[u8]>, u32, u32)>,
-}
 
 /// Limits on a backend's websocket-events body: message size is bounded by `grip_max_body`.
 pub(crate) fn event_limits(max: usize) -> EventLimits {
@@ -392,65 +363,4 @@ impl<S: Socket> Engine<S> {
         b.last_request = self.now;
         self.submit(k, ticket, route, request, false, true);
     }
-}
-
-/// The bridge of connection `k`, if it is a bridged WebSocket (a function of the table, not of
-/// the worker, so the rest of the worker stays usable while it is borrowed).
-pub(crate) fn bridge(
-    grip: &mut std::collections::HashMap<u32, GripConn>,
-    k: u32,
-) -> Option<&mut Bridge> {
-    match grip.get_mut(&k) {
-        Some(GripConn {
-            phase: Phase::Ws(b),
-            ..
-        }) => Some(b),
-        _ => None,
-    }
-}
-
-/// `Set-Meta-*` headers update the connection's meta (an empty value removes it).
-pub(crate) fn apply_meta(b: &mut Bridge, r: &Response) {
-    for (name, value) in &r.headers {
-        let Some(key) = name
-            .get(..9)
-            .filter(|p| p.eq_ignore_ascii_case("set-meta-"))
-            .and_then(|_| name.get(9..))
-        else {
-            if name.eq_ignore_ascii_case("keep-alive-interval") {
-                b.interval = std::str::from_utf8(value)
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u32>().ok())
-                    .unwrap_or(0);
-            }
-            continue;
-        };
-        let value = String::from_utf8_lossy(value).trim().to_string();
-        if value.contains(['\r', '\n']) || key.is_empty() {
-            continue;
-        }
-        b.meta.retain(|(n, _)| !n.eq_ignore_ascii_case(key));
-        if !value.is_empty() {
-            b.meta.push((key.to_string(), value));
-        }
-    }
-}
-
-/// A WebSocket-over-HTTP request carrying `events`.
-pub(crate) fn event_request(b: &Bridge, sig: Option<&str>, events: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(b.head.len() + 128 + events.len());
-    out.extend_from_slice(&b.head);
-    for (name, value) in &b.meta {
-        // `apply_meta` keeps only values without line breaks; a field that is still not valid
-        // is left out rather than written.
-        let _ = http1::write_header(&mut out, &format!("Meta-{name}"), value.as_bytes());
-    }
-    if let Some(sig) = sig {
-        // A JWT is base64url and dots: always a valid value.
-        let _ = http1::write_header(&mut out, "Grip-Sig", sig.as_bytes());
-    }
-    http1::write_content_length(&mut out, events.len());
-    http1::end_head(&mut out);
-    out.extend_from_slice(events);
-    out
 }

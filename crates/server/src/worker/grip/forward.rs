@@ -15,44 +15,16 @@ use clarion_proto::grip::{self as proto, Event as WsEvent, HoldMode};
 use clarion_proto::http1::{self, Body, HeadWriteError, HopByHop, RequestHead, Version};
 use clarion_proto::ws::handshake;
 
-use super::bridge::{event_request, Bridge, Upgrade};
-use super::hold::{KeepAlive, ResponseHold};
+use super::conn::{
+    client_headers, event_request, Answered, Bridge, GripConn, Phase, Upgrade, Waiting,
+};
+
 use crate::grip::backend::{Answer, Failure, Job, Response};
-use crate::grip::is_grip_header;
 use crate::log;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State};
 use crate::worker::Engine;
 use clarion_proto::pubsub::validate_topic;
-
-/// A GRIP connection's state beyond its record.
-pub(crate) struct GripConn {
-    /// Matches backend answers to this connection (slab keys are reused).
-    pub(crate) ticket: u64,
-    /// Index of its route in the proxy's table.
-    pub(crate) route: u32,
-    pub(crate) phase: Phase,
-}
-
-pub(crate) enum Phase {
-    /// A forwarded request waits for the backend.
-    Waiting(Box<Waiting>),
-    /// A held stream's keep-alive (a stream without one has no entry at all: the record's
-    /// `StreamMode::Grip` state says everything it needs).
-    Stream(Box<KeepAlive>),
-    /// A held long-poll.
-    Response(Box<ResponseHold>),
-    /// A WebSocket bridged with WebSocket-over-HTTP.
-    Ws(Box<Bridge>),
-}
-
-pub(crate) struct Waiting {
-    pub(crate) keep: bool,
-    pub(crate) head_only: bool,
-    http10: bool,
-    /// For a WebSocket upgrade: what accepting it needs.
-    pub(crate) upgrade: Option<Upgrade>,
-}
 
 /// Client headers never forwarded: hop-by-hop ones (including those the request's `Connection`
 /// names), the body framing (set again), the fields Clarion writes on the same request
@@ -548,37 +520,6 @@ impl<S: Socket> Engine<S> {
             }
         }
     }
-}
-
-/// A backend's first answer as the client sees it, for starting a hold.
-pub(crate) struct Answered<'a> {
-    /// Status and reason (the backend's, or `Grip-Status`).
-    pub(crate) status: u16,
-    pub(crate) reason: &'a str,
-    /// The backend's headers the client may see ([`client_headers`]).
-    pub(crate) passed: &'a [(&'a str, String)],
-    pub(crate) body: &'a [u8],
-    /// The connection's GRIP ticket and route, for its side entry.
-    pub(crate) ticket: u64,
-    pub(crate) route: u32,
-    /// The client allows keep-alive.
-    pub(crate) keep: bool,
-    /// The status line's version: the client's (HTTP/1.0 clients get HTTP/1.0, as Pushpin
-    /// answers them).
-    pub(crate) version: Version,
-}
-
-/// The backend's headers a client may see: not hop-by-hop, not GRIP instructions, not the
-/// length (set again for what is sent).
-pub(crate) fn client_headers(r: &Response) -> Vec<(&str, String)> {
-    let hop = HopByHop::new(&r.headers);
-    r.headers
-        .iter()
-        .filter(|(n, _)| {
-            hop.forwards(n) && !is_grip_header(n) && !n.eq_ignore_ascii_case("content-length")
-        })
-        .map(|(n, v)| (n.as_str(), String::from_utf8_lossy(v).into_owned()))
-        .collect()
 }
 
 /// The answer's body when a request cannot be forwarded.

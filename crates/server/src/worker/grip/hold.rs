@@ -16,8 +16,8 @@ use clarion_proto::grip::{self as proto, Event as WsEvent};
 use clarion_proto::http1;
 use clarion_proto::ws::CloseCode;
 
-use super::bridge::{bridge, event_request};
-use super::forward::{Answered, GripConn, Phase};
+use super::conn::{bridge, event_request, Answered, GripConn, KeepAlive, Phase, ResponseHold};
+
 use crate::broker::Since;
 use crate::grip::backend::Failure;
 use crate::grip::{response_bytes, GripContent, StreamPart, WsPart};
@@ -26,21 +26,6 @@ use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, PollMode, State, StreamMode};
 use crate::worker::Engine;
-
-/// When a held long-poll times out, what it then answers, and the backend's headers (a
-/// published `http-response` is sent with them, its own headers overriding).
-pub(crate) struct ResponseHold {
-    pub(crate) deadline: u32,
-    pub(crate) timeout: Arc<[u8]>,
-    pub(crate) headers: Box<[(Box<str>, Box<str>)]>,
-}
-
-pub(crate) struct KeepAlive {
-    pub(crate) data: Arc<[u8]>,
-    pub(crate) every: u32,
-    pub(crate) interval: bool,
-    pub(crate) last: u32,
-}
 
 impl<S: Socket> Engine<S> {
     /// Starts a `Grip-Hold: stream`: the answer's head and body go out (chunked for HTTP/1.1
