@@ -180,6 +180,15 @@ fn handle(
     match shared.tls.as_ref().filter(|_| tls) {
         // A blocking thread per API connection: rustls' buffered stream is the simple fit.
         Some(tls) => {
+            let mut first_byte = [0u8; 1];
+            match stream.peek(&mut first_byte)? {
+                0 => return Ok(()),
+                _ if crate::tls::starts_plain_http(first_byte[0]) => {
+                    shared.metrics.tls_failed("plaintext");
+                    return refuse_plaintext(stream);
+                }
+                _ => {}
+            }
             let conn = rustls::ServerConnection::new(Arc::clone(tls.config()))
                 .map_err(io::Error::other)?;
             let mut s = rustls::StreamOwned::new(conn, stream);
@@ -193,6 +202,27 @@ fn handle(
             requests(&mut stream, shared, dashboard, scope, reserve, first)
         }
     }
+}
+
+/// Answers a plain HTTP request on the TLS API listener as the TLS client listener does: `400`
+/// in plain text. The request is read first and the connection drained after the answer (for
+/// at most [`API_REQUEST_DEADLINE`]), so closing does not reset it before the client has read
+/// the answer.
+fn refuse_plaintext(mut stream: TcpStream) -> io::Result<()> {
+    use std::io::Read as _;
+    log::debug(format_args!("plain HTTP on the TLS API listener"));
+    let mut sink = [0u8; 4096];
+    let _ = stream.read(&mut sink)?;
+    let answer = Answer::new(
+        400,
+        "text/plain; charset=utf-8",
+        crate::tls::PLAINTEXT_REFUSAL,
+    );
+    answer.send(&mut stream, false)?;
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let until = std::time::Instant::now() + API_REQUEST_DEADLINE;
+    while std::time::Instant::now() < until && matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    Ok(())
 }
 
 /// Serves requests on one connection until it closes or asks to.
