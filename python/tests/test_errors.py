@@ -60,7 +60,7 @@ def test_unauthorized(keyed, kwargs):
     with clarion.Client(keyed.api_url, **kwargs) as c:
         with pytest.raises(clarion.Unauthorized) as e:
             c.publish("k", "x")
-    assert e.value.status == 401 and "bearer" in e.value.message
+    assert e.value.status == 401 and "expected the API key (api_key)" in e.value.message
 
 
 def test_bad_requests(keyed):

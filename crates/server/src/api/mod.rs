@@ -32,7 +32,7 @@ mod publish;
 mod request;
 mod triage;
 
-use access::{admin_ok, authorized, browser_check, permit, reserve_may_serve, Permit};
+use access::{admin_ok, authorized, browser_check, permit, refused, reserve_may_serve, Permit};
 use publish::{publish_batch, publish_grip, publish_one};
 use request::{copy_request, Request};
 
@@ -391,7 +391,7 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
             .filter(|_| shared.auth.is_none())
         {
             if !authorized(req.authorization.as_deref(), key) {
-                return Some(Answer::error(401, "missing or wrong bearer key"));
+                return Some(refused(req.authorization.as_deref(), None, shared));
             }
         }
         if let Body::Length(n) = req.body {
