@@ -6,6 +6,7 @@ import socket
 import time
 
 import pytest
+import websockets.sync.client
 
 import rawws
 from conftest import seq
@@ -85,6 +86,25 @@ def test_publish_errors(start_server):
     assert server.request("POST", "/publish/t", b"x" * 101)[0] == 413
     assert server.request("GET", "/publish/t")[0] == 405
     assert server.request("GET", "/nothing")[0] == 404
+
+
+def test_topics_in_the_api_path_are_percent_decoded_as_on_the_client_listener(server):
+    # One decoder for both listeners: the API quotes the topic as the client listener does.
+    status, _, body = server.request("POST", "/publish/bad%20topic", b"x")
+    api_error = json.loads(body)["error"]
+    assert status == 400 and api_error.startswith('invalid topic "bad topic": '), api_error
+    raw = b"GET /sse?topic=bad%20topic HTTP/1.1\r\nHost: x\r\n\r\n"
+    host, port = server.clients.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        head, rest = rawws.read_head(sock)
+    assert head.startswith("HTTP/1.1 400 ") and api_error.encode() in rest, (head, rest)
+    # An escaped valid topic is the topic itself.
+    with websockets.sync.client.connect(f"ws://{server.clients}/ws?topic=news/eu") as ws:
+        assert server.publish("news%2Feu", "decoded")["topic"] == "news/eu"
+        assert ws.recv(timeout=10) == "decoded"
+    status, _, body = server.request("POST", "/publish/t%zz", b"x")
+    assert status == 400 and b"invalid percent escape in the path" in body, body
 
 
 def test_chunked_body_and_expect_continue(server):
