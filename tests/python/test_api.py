@@ -107,6 +107,22 @@ def test_topics_in_the_api_path_are_percent_decoded_as_on_the_client_listener(se
     assert status == 400 and b"invalid percent escape in the path" in body, body
 
 
+def test_every_api_answer_ends_with_a_newline(server):
+    # curl prints the body as is: without a final newline the shell prompt runs into it.
+    batch = json.dumps({"messages": [{"topic": "a", "data": "x"}]}).encode()
+    for method, path, body in [
+        ("POST", "/publish/news", b"x"),
+        ("POST", "/publish", batch),
+        ("POST", "/publish/bad%20topic", b"x"),
+        ("GET", "/publish/news", None),
+        ("GET", "/healthz", None),
+        ("GET", "/metrics", None),
+        ("GET", "/nowhere", None),
+    ]:
+        _, _, out = server.request(method, path, body)
+        assert out.endswith(b"\n"), (method, path, out)
+
+
 def test_chunked_body_and_expect_continue(server):
     host, port = server.api.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5)
