@@ -9,7 +9,7 @@ import pytest
 import websockets.sync.client
 
 import rawws
-from conftest import seq
+from conftest import dashboard_stats, seq
 
 
 def test_healthz(server):
@@ -269,3 +269,19 @@ def test_a_browser_on_another_site_cannot_publish_or_read_through_a_rebound_name
     assert t.request("GET", "/healthz", None, {"Host": "clarion.internal:8081"})[0] == 200
     assert t.request("GET", "/healthz", None, {"Host": "other.internal"})[0] == 421
     assert s.metrics()['clarion_auth_failures_total{reason="origin"}'] >= 4
+
+
+def test_a_fresh_dashboard_feed_lists_the_busiest_topics_in_its_first_sample(server):
+    with websockets.sync.client.connect(f"ws://{server.clients}/ws?topic=lively") as ws:
+        server.publish("lively", "x")
+        ws.recv(timeout=10)
+        # The sampler has been running without a feed open: its latest sample has no topics.
+        time.sleep(1.5)
+        started = time.monotonic()
+        [first] = dashboard_stats(server.api)
+        assert time.monotonic() - started < 1.5
+        assert isinstance(first["top_topics"], list), first["top_topics"]
+        assert [t["topic"] for t in first["top_topics"]] == ["lively"]
+        assert first["top_topics"][0]["subscribers"] == 1
+        # Which server the figures are of, said plainly.
+        assert first["scope"].startswith("one process (") and "no broker" in first["scope"]

@@ -69,7 +69,11 @@ struct Occupancy {
 /// which get one request served ([`API_RESERVE`] at once); the rest are answered `503`.
 pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope) {
     let taken = Arc::new(std::sync::Mutex::new(Occupancy::default()));
-    let dashboard = Dashboard::start(&shared);
+    let group = match &scope {
+        Scope::Group(member) => Some(Arc::clone(member)),
+        Scope::Process | Scope::Node => None,
+    };
+    let dashboard = Dashboard::start(&shared, group);
     // The triage reads plain HTTP heads; a TLS API keeps the plain cap (503 past it).
     let tls = shared.config.tls_api && shared.tls.is_some() && !matches!(scope, Scope::Node);
     let overflow = if tls {
@@ -287,7 +291,11 @@ fn requests<S: FeedStream>(
             req.keep_alive = false;
         }
         if let Some(dashboard) = dashboard.filter(|_| Dashboard::owns(&req.path)) {
-            let key_ok = admin_ok(req.authorization.as_deref(), shared);
+            // A member's own sample on its private loopback address is read by the group's
+            // dashboard, which checked the credentials (as `/metrics` there).
+            let private =
+                matches!(scope, Scope::Node) && req.path == crate::dashboard::group::SAMPLE_PATH;
+            let key_ok = private || admin_ok(req.authorization.as_deref(), shared);
             let dreq = crate::dashboard::Request {
                 method: &req.method,
                 path: &req.path,
