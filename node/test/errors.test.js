@@ -56,6 +56,16 @@ test('404 NotFound for a wrong base URL', async () => {
   await assert.rejects(c.publish('t', 'x'), clarion.NotFound);
 });
 
+test('publishing to the client listener is NotFound, saying which listener to use', async () => {
+  const c = new clarion.Client({ baseUrl: `http://${server.clients}`, apiKey: KEY });
+  for (const publish of [() => c.publish('t', 'x'), () => c.publishBatch([['t', 'x']])]) {
+    await assert.rejects(
+      publish(),
+      (e) => e instanceof clarion.NotFound && e.status === 404 && /this is the client listener/.test(e.serverMessage) && /api_listen/.test(e.serverMessage),
+    );
+  }
+});
+
 test('transport errors: refused, and a timeout', async () => {
   const held = [];
   const idle = net.createServer((s) => held.push(s)); // accepts, never answers

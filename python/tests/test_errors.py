@@ -60,7 +60,7 @@ def test_unauthorized(keyed, kwargs):
     with clarion.Client(keyed.api_url, **kwargs) as c:
         with pytest.raises(clarion.Unauthorized) as e:
             c.publish("k", "x")
-    assert e.value.status == 401 and "bearer" in e.value.message
+    assert e.value.status == 401 and "expected the API key (api_key)" in e.value.message
 
 
 def test_bad_requests(keyed):
@@ -105,6 +105,17 @@ def test_not_found_and_method(keyed):
     with pytest.raises(clarion.MethodNotAllowed) as e:
         _check(httpx.get(keyed.api_url + "/publish/t"))
     assert e.value.message == "use POST"
+
+
+def test_publishing_to_the_client_listener_says_which_listener_to_use(keyed):
+    # Not PayloadTooLarge: the client listener says what it is and where the API is.
+    for publish in (lambda c: c.publish("t", "x"), lambda c: c.publish_batch([("t", "x")])):
+        with clarion.Client(f"http://{keyed.clients}", api_key=KEY) as c:
+            with pytest.raises(clarion.NotFound) as e:
+                publish(c)
+        assert e.value.status == 404
+        assert "this is the client listener" in e.value.message, e.value.message
+        assert "api_listen" in e.value.message, e.value.message
 
 
 def test_unavailable_when_api_connections_are_exhausted(clarion_server):

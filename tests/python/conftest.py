@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -129,3 +130,24 @@ def seq(message_id: str) -> int:
     epoch, _, n = message_id.partition("-")
     assert epoch and n.isdigit(), message_id
     return int(n)
+
+
+def dashboard_stats(addr, count=1, timeout=10):
+    """The first `count` `stats` events of a fresh dashboard feed on the API at `addr`."""
+    host, port = addr.rsplit(":", 1)
+    out = []
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(b"GET /dashboard/feed HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        buf = b""
+        while len(out) < count:
+            chunk = sock.recv(65536)
+            assert chunk, buf
+            buf += chunk
+            while b"\n\n" in buf:
+                event, _, buf = buf.partition(b"\n\n")
+                lines = event.decode().split("\n")
+                if "event: stats" in lines:
+                    data = next(l for l in lines if l.startswith("data: "))
+                    out.append(json.loads(data[len("data: "):]))
+    return out
+

@@ -6,9 +6,10 @@ import socket
 import time
 
 import pytest
+import websockets.sync.client
 
 import rawws
-from conftest import seq
+from conftest import dashboard_stats, seq
 
 
 def test_healthz(server):
@@ -85,6 +86,41 @@ def test_publish_errors(start_server):
     assert server.request("POST", "/publish/t", b"x" * 101)[0] == 413
     assert server.request("GET", "/publish/t")[0] == 405
     assert server.request("GET", "/nothing")[0] == 404
+
+
+def test_topics_in_the_api_path_are_percent_decoded_as_on_the_client_listener(server):
+    # One decoder for both listeners: the API quotes the topic as the client listener does.
+    status, _, body = server.request("POST", "/publish/bad%20topic", b"x")
+    api_error = json.loads(body)["error"]
+    assert status == 400 and api_error.startswith('invalid topic "bad topic": '), api_error
+    raw = b"GET /sse?topic=bad%20topic HTTP/1.1\r\nHost: x\r\n\r\n"
+    host, port = server.clients.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        head, rest = rawws.read_head(sock)
+    assert head.startswith("HTTP/1.1 400 ") and api_error.encode() in rest, (head, rest)
+    # An escaped valid topic is the topic itself.
+    with websockets.sync.client.connect(f"ws://{server.clients}/ws?topic=news/eu") as ws:
+        assert server.publish("news%2Feu", "decoded")["topic"] == "news/eu"
+        assert ws.recv(timeout=10) == "decoded"
+    status, _, body = server.request("POST", "/publish/t%zz", b"x")
+    assert status == 400 and b"invalid percent escape in the path" in body, body
+
+
+def test_every_api_answer_ends_with_a_newline(server):
+    # curl prints the body as is: without a final newline the shell prompt runs into it.
+    batch = json.dumps({"messages": [{"topic": "a", "data": "x"}]}).encode()
+    for method, path, body in [
+        ("POST", "/publish/news", b"x"),
+        ("POST", "/publish", batch),
+        ("POST", "/publish/bad%20topic", b"x"),
+        ("GET", "/publish/news", None),
+        ("GET", "/healthz", None),
+        ("GET", "/metrics", None),
+        ("GET", "/nowhere", None),
+    ]:
+        _, _, out = server.request(method, path, body)
+        assert out.endswith(b"\n"), (method, path, out)
 
 
 def test_chunked_body_and_expect_continue(server):
@@ -233,3 +269,19 @@ def test_a_browser_on_another_site_cannot_publish_or_read_through_a_rebound_name
     assert t.request("GET", "/healthz", None, {"Host": "clarion.internal:8081"})[0] == 200
     assert t.request("GET", "/healthz", None, {"Host": "other.internal"})[0] == 421
     assert s.metrics()['clarion_auth_failures_total{reason="origin"}'] >= 4
+
+
+def test_a_fresh_dashboard_feed_lists_the_busiest_topics_in_its_first_sample(server):
+    with websockets.sync.client.connect(f"ws://{server.clients}/ws?topic=lively") as ws:
+        server.publish("lively", "x")
+        ws.recv(timeout=10)
+        # The sampler has been running without a feed open: its latest sample has no topics.
+        time.sleep(1.5)
+        started = time.monotonic()
+        [first] = dashboard_stats(server.api)
+        assert time.monotonic() - started < 1.5
+        assert isinstance(first["top_topics"], list), first["top_topics"]
+        assert [t["topic"] for t in first["top_topics"]] == ["lively"]
+        assert first["top_topics"][0]["subscribers"] == 1
+        # Which server the figures are of, said plainly.
+        assert first["scope"].startswith("one process (") and "no broker" in first["scope"]

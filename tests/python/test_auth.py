@@ -339,8 +339,42 @@ def test_a_bad_key_file_stops_startup_naming_it(keys):
 def test_with_auth_on_the_publish_api_needs_a_credential(start_server):
     s = start_server("--auth-secret", SECRET)
     st, _, out = s.request("POST", "/publish/news", b"x")
-    assert (st, json.loads(out)) == (401, {"error": "the API key or a token is required"})
+    assert st == 401 and json.loads(out)["error"].startswith("no credentials: expected a token"), out
     assert s.request("GET", "/healthz")[0] == 200
+
+
+def test_a_wrong_api_key_says_which_credential_was_expected(start_server):
+    # With auth on, a mistyped API key used to read "malformed token"; without auth, "missing or
+    # wrong bearer key". Both now say what was wrong and which credential the API expected.
+    wrong = {"Authorization": "Bearer not-the-key"}
+    s = start_server("--auth-secret", SECRET, "--api-key", "right-key")
+    st, _, out = s.request("POST", "/publish/news", b"x", wrong)
+    assert st == 401
+    assert json.loads(out)["error"] == (
+        "the bearer is neither the API key nor a token: expected the API key (api_key) as "
+        "`Authorization: Bearer KEY`, or a token (a JWT signed HS256 with auth_secret) as "
+        "`Authorization: Bearer TOKEN`"
+    )
+    s = start_server("--auth-secret", SECRET)
+    st, _, out = s.request("POST", "/publish/news", b"x", wrong)
+    assert st == 401 and json.loads(out)["error"] == (
+        "the bearer is neither the API key nor a token: expected a token (a JWT signed HS256 "
+        "with auth_secret) as `Authorization: Bearer TOKEN`"
+    )
+    expired = {"Authorization": f"Bearer {hs(exp_in=-5)}"}
+    st, _, out = s.request("POST", "/publish/news", b"x", expired)
+    assert (st, json.loads(out)) == (401, {"error": "token expired"})
+    forged = {"Authorization": f"Bearer {hs(secret='another-secret')}"}
+    st, _, out = s.request("POST", "/publish/news", b"x", forged)
+    assert st == 401 and json.loads(out)["error"].startswith(
+        "bad token signature: expected a token (a JWT signed HS256 with auth_secret)"
+    ), out
+    s = start_server("--api-key", "right-key")
+    for headers, what in ((wrong, "wrong API key"), ({}, "no credentials")):
+        st, _, out = s.request("POST", "/publish/news", b"x", headers)
+        assert st == 401 and json.loads(out)["error"] == (
+            f"{what}: expected the API key (api_key) as `Authorization: Bearer KEY`"
+        ), out
 
 
 def test_with_auth_on_the_dashboard_needs_the_key_or_an_admin_token(start_server):

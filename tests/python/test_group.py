@@ -17,7 +17,7 @@ import pytest
 
 import rawws
 from cluster_util import Redis
-from conftest import _binary
+from conftest import _binary, dashboard_stats
 
 
 @pytest.fixture(scope="module")
@@ -292,3 +292,29 @@ def test_metrics_auth_covers_the_group_and_the_scrape_still_works(start_server, 
     assert text.count('clarion_group_node_up{node="') == 2 and ' 0\n' not in "".join(
         line + "\n" for line in text.splitlines() if line.startswith("clarion_group_node_up")
     ), text
+
+
+def test_the_dashboard_feed_shows_the_whole_group(start_server, broker):
+    # Whichever process accepts the feed, it shows the group: totals as /metrics merges them,
+    # and one row per process (four opens used to show 4, 4, 2, 2 of 6 connections).
+    server = start_server("--processes", 2, "--broker", broker, "--node-name", "dash", "--shutdown-timeout", 3)
+    assert wait_for(lambda: group_healthy(server, 2)), server.request("GET", "/healthz")
+    socks = [rawws.connect(server.clients, "/ws?topic=spread") for _ in range(20)]
+
+    def spread():
+        per_node = node_values(server.metrics(), "clarion_connections", transport="ws")
+        return per_node if sum(per_node.values()) == 20 else None
+
+    per_node = wait_for(spread, timeout=10)
+    assert per_node and all(v > 0 for v in per_node.values()) and len(per_node) == 2, per_node
+    for _ in range(4):
+        [stats] = dashboard_stats(server.api)
+        assert stats["connections_total"] == 20, stats
+        rows = {n["name"]: n["connections"] for n in stats["nodes"]}
+        assert rows == {name: int(v) for name, v in per_node.items()}, (rows, per_node)
+        assert all(n["state"] == "up" and n["pid"] > 0 for n in stats["nodes"]), stats["nodes"]
+        assert [t["topic"] for t in stats["top_topics"]] == ["spread"], stats["top_topics"]
+        assert stats["top_topics"][0]["subscribers"] == 20
+        assert "group of 2 processes" in stats["scope"], stats["scope"]
+    for sock, _, _ in socks:
+        sock.close()

@@ -1,5 +1,6 @@
 """HTTP/1.1 answers on the client listener, over raw sockets."""
 
+import re
 import socket
 import time
 
@@ -48,6 +49,33 @@ def test_error_statuses(server, raw, status):
     got, head, sock = rawws.http(server.clients, raw)
     sock.close()
     assert got == status, head
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"POST /publish/news HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        b"POST /publish HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /publish/news HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+)
+def test_api_requests_on_the_client_listener_say_which_listener_to_use(server, raw):
+    host, port = server.clients.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        head, rest = rawws.read_head(sock)
+        length = int(re.search(r"Content-Length: (\d+)", head).group(1))
+        while len(rest) < length:
+            chunk = sock.recv(4096)
+            assert chunk, (head, rest)
+            rest += chunk
+    assert head.startswith("HTTP/1.1 404 "), head
+    assert rest[:length].decode() == (
+        "this is the client listener; publish to the API listener "
+        "(api_listen, 127.0.0.1:8081 by default)\n"
+    )
 
 
 def test_426_names_the_supported_version(server):

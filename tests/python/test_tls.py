@@ -4,6 +4,7 @@ SNI, and certificates reloaded while connections stay up."""
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import socket
@@ -283,3 +284,69 @@ def test_the_api_can_be_served_over_tls(start_server, dev):
     assert s.publish("a", "secure publish")["subscribers"] == 0
     status, _, _ = s.request("GET", "/healthz")
     assert status == 200
+
+
+def run_publish(*args, env=None, timeout=60):
+    """`clarion publish ARGS` with only the given CLARION_* variables: (exit code, stdout and
+    stderr, seconds)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
+    full_env.update(env or {})
+    started = time.monotonic()
+    p = subprocess.run(
+        [_binary(), "publish", *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
+    return p.returncode, p.stdout + p.stderr, time.monotonic() - started
+
+
+def test_clarion_publish_reaches_a_tls_api_with_the_dev_ca(start_server, dev):
+    s = start_server(*tls_args(dev, "--tls-api"))
+    port = s.api.rsplit(":", 1)[1]
+    # --cacert, CLARION_CACERT, and the system bundle (SSL_CERT_FILE standing in for it).
+    for i, (args, env) in enumerate(
+        [
+            (["--cacert", dev["ca"]], {}),
+            ([], {"CLARION_CACERT": dev["ca"]}),
+            ([], {"SSL_CERT_FILE": dev["ca"]}),
+        ]
+    ):
+        code, out, _ = run_publish(
+            "--api", f"https://localhost:{port}", *args, "news", f"over tls {i}", env=env
+        )
+        assert code == 0, out
+        assert json.loads(out.splitlines()[0])["id"], out
+    # An https:// API whose CA is not trusted: the certificate is refused, and the hint names --cacert.
+    code, out, took = run_publish("--api", f"https://localhost:{port}", "news", "x")
+    assert code != 0 and "--cacert" in out, out
+    # A plain request to the TLS API fails fast and says to use https://.
+    for api in (f"127.0.0.1:{port}", f"http://127.0.0.1:{port}"):
+        code, out, took = run_publish("--api", api, "news", "plain")
+        assert code != 0 and took < 10, (took, out)
+        assert "speaks TLS" in out and "https://" in out and "--cacert" in out, out
+
+
+def test_every_tls_listener_answers_plain_http_with_400_in_plain_text(start_server, dev):
+    s = start_server(*tls_args(dev, "--tls-api"))
+    answers = []
+    for addr in (s.tls, s.api):
+        host, port = addr.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            got = b""
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        head, _, body = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 "), got
+        answers.append(body)
+    assert answers[0] == answers[1] == b"this port speaks TLS: use https:// or wss://\n"
+    # curl sees an HTTP answer, not "Received HTTP/0.9".
+    if shutil.which("curl"):
+        p = subprocess.run(
+            ["curl", "-sS", "-o", "-", "-w", "%{http_code}", f"http://{s.api}/healthz"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        assert p.stdout.endswith("400") and "speaks TLS" in p.stdout, (p.stdout, p.stderr)

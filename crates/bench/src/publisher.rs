@@ -30,6 +30,12 @@ pub struct ApiTarget {
 /// Parses `--api`, resolving a host name.
 pub fn parse_api(text: &str) -> Result<ApiTarget, String> {
     let url = parse_base_url(text).map_err(|e| e.to_string())?;
+    if url.tls {
+        // The bench publishes over plain keep-alive connections to keep its timing simple.
+        return Err(format!(
+            "{text}: the bench publishes over plain HTTP only; give the API's http:// address"
+        ));
+    }
     let addr = url
         .authority
         .to_socket_addrs()

@@ -231,9 +231,14 @@ pub struct PublishArgs {
     pub topic: String,
     /// The message; `-` or absent reads it from standard input.
     pub message: Option<String>,
-    /// The server's API listener: host:port or http://host:port[/prefix] (plain HTTP).
+    /// The server's API listener: host:port, http://host:port[/prefix], or https://host:port
+    /// for an API served over TLS (`serve --tls-api`).
     #[arg(long, env = "CLARION_API", default_value = "http://127.0.0.1:8081")]
     pub api: String,
+    /// For https://: PEM file of the CA certificates to trust instead of the system's
+    /// (`clarion cert --dev` writes clarion-dev-tls/ca.pem).
+    #[arg(long, env = "CLARION_CACERT", value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
     /// Bearer key, if the server requires one.
     #[arg(long, env = "CLARION_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,

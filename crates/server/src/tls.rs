@@ -103,6 +103,16 @@ impl ResolvesServerCert for Resolver {
     }
 }
 
+/// The body of the `400` a plain HTTP request gets on any TLS listener (clients' and the
+/// API's), in plain text as nginx answers it: a TLS alert would reach nobody who can read it.
+pub const PLAINTEXT_REFUSAL: &str = "this port speaks TLS: use https:// or wss://\n";
+
+/// Whether the first byte a client sent starts a plain HTTP request (a method is upper-case
+/// letters) rather than a TLS record (a ClientHello starts with record type 22).
+pub fn starts_plain_http(first: u8) -> bool {
+    first.is_ascii_uppercase()
+}
+
 /// TLS protocol settings (from [`crate::config::Config`]).
 #[derive(Debug, Clone)]
 pub struct Settings {

@@ -1,29 +1,41 @@
-//! Where an HTTP API lives, as users type it: `host:port`, `http://host:port` or
-//! `http://host:port/prefix/`. `clarion publish --api` and `clarion bench --api` take the same
-//! forms through this one parser; resolving the host is the caller's business (this module does
-//! no I/O).
+//! Where an HTTP API lives, as users type it: `host:port`, `http://host:port`,
+//! `https://host:port` or `http://host:port/prefix/`. `clarion publish --api` and `clarion bench
+//! --api` take the same forms through this one parser; resolving the host, and refusing
+//! `https://` where TLS is not spoken, is the caller's business (this module does no I/O).
 
 /// A parsed API location: the authority to connect to and send as `Host`, and the path prefix
 /// every request target starts with (empty, or `/prefix` without a trailing slash).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BaseUrl {
-    /// `host:port` (`[v6]:port` for IPv6 literals), as given; port 80 added for `http://host`.
+    /// `host:port` (`[v6]:port` for IPv6 literals), as given; port 80 added for `http://host`,
+    /// 443 for `https://host`.
     pub authority: String,
     /// The path prefix, `""` or `/something` (never ending in `/`).
     pub prefix: String,
+    /// `https://`: the API is reached over TLS.
+    pub tls: bool,
+}
+
+impl BaseUrl {
+    /// The host alone, without the port or an IPv6 literal's brackets: the name a TLS
+    /// certificate must cover.
+    pub fn host(&self) -> &str {
+        let a = self.authority.as_str();
+        let host = a.rfind(':').map_or(a, |i| &a[..i]);
+        host.strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host)
+    }
 }
 
 /// Why an API location was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BaseUrlError {
     /// Empty input.
-    #[error("the API address is empty (give host:port or http://host:port)")]
+    #[error("the API address is empty (give host:port, http://host:port or https://host:port)")]
     Empty,
-    /// `https://`: the clients that use this parser speak plain HTTP only.
-    #[error("https:// is not supported here: give the API's plain http:// address (host:port)")]
-    Https,
     /// Another scheme (`ws://`, `ftp://`).
-    #[error("unsupported scheme {0:?}: give host:port or http://host:port")]
+    #[error("unsupported scheme {0:?}: give host:port, http://host:port or https://host:port")]
     Scheme(String),
     /// A bare `host` without `:port` (with `http://` the port defaults to 80).
     #[error("{0:?} has no port: give host:port or http://host:port")]
@@ -36,7 +48,7 @@ pub enum BaseUrlError {
     Malformed(String),
 }
 
-/// Parses `host:port`, `http://host[:port][/prefix][/]`.
+/// Parses `host:port`, `http://host[:port][/prefix][/]` and the same with `https://`.
 pub fn parse_base_url(input: &str) -> Result<BaseUrl, BaseUrlError> {
     let s = input.trim();
     if s.is_empty() {
@@ -47,8 +59,7 @@ pub fn parse_base_url(input: &str) -> Result<BaseUrl, BaseUrlError> {
         None => (None, s),
     };
     match scheme.as_deref() {
-        None | Some("http") => {}
-        Some("https") => return Err(BaseUrlError::Https),
+        None | Some("http") | Some("https") => {}
         Some(other) => return Err(BaseUrlError::Scheme(other.to_owned())),
     }
     let (authority, path) = match rest.find('/') {
@@ -66,6 +77,7 @@ pub fn parse_base_url(input: &str) -> Result<BaseUrl, BaseUrlError> {
     if scheme.is_none() && !path.is_empty() {
         return Err(malformed());
     }
+    let tls = scheme.as_deref() == Some("https");
     // The port follows the last ':' outside an IPv6 literal's brackets.
     let host_end = if authority.starts_with('[') {
         authority.find(']').map(|i| i + 1).ok_or_else(malformed)?
@@ -81,6 +93,7 @@ pub fn parse_base_url(input: &str) -> Result<BaseUrl, BaseUrlError> {
             Ok(n) if n > 0 && !p.starts_with('+') => authority.to_owned(),
             _ => return Err(BaseUrlError::Port(input.to_owned())),
         },
+        None if port.is_empty() && tls => format!("{host}:443"),
         None if port.is_empty() && scheme.is_some() => format!("{host}:80"),
         None if port.is_empty() => return Err(BaseUrlError::NoPort(input.to_owned())),
         None => return Err(malformed()),
@@ -88,6 +101,7 @@ pub fn parse_base_url(input: &str) -> Result<BaseUrl, BaseUrlError> {
     Ok(BaseUrl {
         authority,
         prefix: path.trim_end_matches('/').to_owned(),
+        tls,
     })
 }
 
@@ -119,9 +133,20 @@ mod tests {
     }
 
     #[test]
+    fn https_is_parsed_with_its_port_and_host() {
+        let b = parse_base_url("https://localhost:8443/api/").unwrap();
+        assert_eq!(
+            (b.authority.as_str(), b.prefix.as_str(), b.tls, b.host()),
+            ("localhost:8443", "/api", true, "localhost")
+        );
+        let b = parse_base_url("HTTPS://[::1]").unwrap();
+        assert_eq!((b.authority.as_str(), b.host()), ("[::1]:443", "::1"));
+        assert!(!parse_base_url("127.0.0.1:8081").unwrap().tls);
+    }
+
+    #[test]
     fn what_cannot_work_is_refused_with_its_reason() {
         assert_eq!(parse_base_url(""), Err(BaseUrlError::Empty));
-        assert_eq!(parse_base_url("https://h:1"), Err(BaseUrlError::Https));
         assert_eq!(
             parse_base_url("ws://h:1"),
             Err(BaseUrlError::Scheme("ws".into()))

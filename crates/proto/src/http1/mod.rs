@@ -21,7 +21,7 @@ pub mod write;
 pub use chunked::{BodyError, ChunkedDecoder};
 pub use head::{parse_head, Body, HeadError, HeadLimits, RequestHead};
 pub use hop::{is_connection_field, HopByHop};
-pub use query::{query_pairs, QueryError};
+pub use query::{decode_path, query_pairs, PathError, QueryError};
 pub use response::{
     parse_response_head, reason, write_chunk, ResponseBody, ResponseError, ResponseHead, LAST_CHUNK,
 };

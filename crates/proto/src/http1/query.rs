@@ -1,5 +1,7 @@
-//! Query strings: `key=value` pairs separated by `&`, percent-decoded (`+` is a space, as HTML
-//! forms and most client libraries encode it).
+//! Percent-decoding, the one decoder for every listener: query strings (`key=value` pairs
+//! separated by `&`, with `+` a space, as HTML forms and most client libraries encode it) and
+//! request paths (where `+` is itself). A topic arrives in either (`?topic=` on the client
+//! listener, `/publish/{topic}` on the API) and is decoded here before it is checked or quoted.
 
 use std::borrow::Cow;
 
@@ -26,8 +28,32 @@ pub fn query_pairs(
     })
 }
 
+/// Why a request path could not be percent-decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// A `%` not followed by two hex digits.
+    #[error("invalid percent escape in the path")]
+    BadEscape,
+    /// The decoded bytes are not UTF-8.
+    #[error("the path is not UTF-8 once percent-decoded")]
+    NotUtf8,
+}
+
+/// `path` percent-decoded (`%20` is a space; `+` stays `+`).
+pub fn decode_path(path: &str) -> Result<Cow<'_, str>, PathError> {
+    decode_with(path, false).map_err(|e| match e {
+        QueryError::BadEscape => PathError::BadEscape,
+        QueryError::NotUtf8 => PathError::NotUtf8,
+    })
+}
+
 fn decode(s: &str) -> Result<Cow<'_, str>, QueryError> {
-    if !s.bytes().any(|b| b == b'%' || b == b'+') {
+    decode_with(s, true)
+}
+
+/// Percent-decodes `s`; `plus_is_space` for query strings.
+fn decode_with(s: &str, plus_is_space: bool) -> Result<Cow<'_, str>, QueryError> {
+    if !s.bytes().any(|b| b == b'%' || (plus_is_space && b == b'+')) {
         return Ok(Cow::Borrowed(s));
     }
     let bytes = s.as_bytes();
@@ -35,7 +61,7 @@ fn decode(s: &str) -> Result<Cow<'_, str>, QueryError> {
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {
         match b {
-            b'+' => out.push(b' '),
+            b'+' if plus_is_space => out.push(b' '),
             b'%' => {
                 let hi = bytes.get(i + 1).and_then(|&c| hex(c));
                 let lo = bytes.get(i + 2).and_then(|&c| hex(c));
@@ -64,6 +90,7 @@ fn hex(c: u8) -> Option<u8> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -75,6 +102,18 @@ mod tests {
 
     fn ok(k: &str, v: &str) -> Result<(String, String), QueryError> {
         Ok((k.to_owned(), v.to_owned()))
+    }
+
+    #[test]
+    fn paths_decode_escapes_but_not_plus() {
+        assert_eq!(decode_path("/publish/a+b").unwrap(), "/publish/a+b");
+        assert_eq!(
+            decode_path("/publish/bad%20topic").unwrap(),
+            "/publish/bad topic"
+        );
+        assert_eq!(decode_path("/publish/a%2Fb%3a").unwrap(), "/publish/a/b:");
+        assert_eq!(decode_path("/p/%4"), Err(PathError::BadEscape));
+        assert_eq!(decode_path("/p/%ff"), Err(PathError::NotUtf8));
     }
 
     #[test]

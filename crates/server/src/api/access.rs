@@ -154,12 +154,55 @@ pub(super) fn permit(req: &Request, shared: &Shared) -> Result<Permit, Answer> {
         None => crate::auth::Refusal::MISSING,
     };
     refusal.count(&shared.metrics);
-    let why = if refusal == crate::auth::Refusal::MISSING {
-        "the API key or a token is required"
-    } else {
-        refusal.reason
+    Err(refused(header, Some(refusal), shared))
+}
+
+/// The `401` for credentials the API did not accept: what was wrong, and which credential it
+/// expected (names of settings and algorithms, nothing secret). `refusal` is the token's, with
+/// authentication configured.
+pub(super) fn refused(
+    header: Option<&str>,
+    refusal: Option<crate::auth::Refusal>,
+    shared: &Shared,
+) -> Answer {
+    use crate::auth::Refusal;
+    let what = match refusal {
+        None if header.is_none() => "no credentials",
+        Some(Refusal::MISSING) => "no credentials",
+        // Not even shaped like a JWT: most likely a mistyped or stale API key.
+        Some(r) if r.label == "malformed" => "the bearer is neither the API key nor a token",
+        None => "wrong API key",
+        // A token signed otherwise than configured: the expected signer helps.
+        Some(r) if matches!(r.label, "algorithm" | "unknown_key" | "signature") => r.reason,
+        // The right kind of credential with a flaw of its own (expired, audience...).
+        Some(r) => return Answer::error(401, r.reason),
     };
-    Err(Answer::error(401, why))
+    Answer::error(401, &format!("{what}: expected {}", expected(shared)))
+}
+
+/// Which credentials this API accepts, in words.
+fn expected(shared: &Shared) -> String {
+    let c = &shared.config;
+    let key = "the API key (api_key) as `Authorization: Bearer KEY`";
+    let Some(auth) = shared.auth.as_ref() else {
+        return key.to_owned();
+    };
+    let signer = if c.auth_secret.is_some() {
+        "auth_secret"
+    } else if c.auth_jwks.is_some() {
+        "a key of auth_jwks"
+    } else {
+        "the private half of auth_public_key"
+    };
+    let token = format!(
+        "a token (a JWT signed {} with {signer}) as `Authorization: Bearer TOKEN`",
+        auth.verifier.algorithm
+    );
+    if c.api_key.is_some() {
+        format!("{key}, or {token}")
+    } else {
+        token
+    }
 }
 
 /// Whether a dashboard request's credentials open it. Without authentication configured, as the

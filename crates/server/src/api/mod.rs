@@ -32,7 +32,7 @@ mod publish;
 mod request;
 mod triage;
 
-use access::{admin_ok, authorized, browser_check, permit, reserve_may_serve, Permit};
+use access::{admin_ok, authorized, browser_check, permit, refused, reserve_may_serve, Permit};
 use publish::{publish_batch, publish_grip, publish_one};
 use request::{copy_request, Request};
 
@@ -69,7 +69,11 @@ struct Occupancy {
 /// which get one request served ([`API_RESERVE`] at once); the rest are answered `503`.
 pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope) {
     let taken = Arc::new(std::sync::Mutex::new(Occupancy::default()));
-    let dashboard = Dashboard::start(&shared);
+    let group = match &scope {
+        Scope::Group(member) => Some(Arc::clone(member)),
+        Scope::Process | Scope::Node => None,
+    };
+    let dashboard = Dashboard::start(&shared, group);
     // The triage reads plain HTTP heads; a TLS API keeps the plain cap (503 past it).
     let tls = shared.config.tls_api && shared.tls.is_some() && !matches!(scope, Scope::Node);
     let overflow = if tls {
@@ -180,6 +184,15 @@ fn handle(
     match shared.tls.as_ref().filter(|_| tls) {
         // A blocking thread per API connection: rustls' buffered stream is the simple fit.
         Some(tls) => {
+            let mut first_byte = [0u8; 1];
+            match stream.peek(&mut first_byte)? {
+                0 => return Ok(()),
+                _ if crate::tls::starts_plain_http(first_byte[0]) => {
+                    shared.metrics.tls_failed("plaintext");
+                    return refuse_plaintext(stream);
+                }
+                _ => {}
+            }
             let conn = rustls::ServerConnection::new(Arc::clone(tls.config()))
                 .map_err(io::Error::other)?;
             let mut s = rustls::StreamOwned::new(conn, stream);
@@ -193,6 +206,27 @@ fn handle(
             requests(&mut stream, shared, dashboard, scope, reserve, first)
         }
     }
+}
+
+/// Answers a plain HTTP request on the TLS API listener as the TLS client listener does: `400`
+/// in plain text. The request is read first and the connection drained after the answer (for
+/// at most [`API_REQUEST_DEADLINE`]), so closing does not reset it before the client has read
+/// the answer.
+fn refuse_plaintext(mut stream: TcpStream) -> io::Result<()> {
+    use std::io::Read as _;
+    log::debug(format_args!("plain HTTP on the TLS API listener"));
+    let mut sink = [0u8; 4096];
+    let _ = stream.read(&mut sink)?;
+    let answer = Answer::new(
+        400,
+        "text/plain; charset=utf-8",
+        crate::tls::PLAINTEXT_REFUSAL,
+    );
+    answer.send(&mut stream, false)?;
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let until = std::time::Instant::now() + API_REQUEST_DEADLINE;
+    while std::time::Instant::now() < until && matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    Ok(())
 }
 
 /// Serves requests on one connection until it closes or asks to.
@@ -257,7 +291,11 @@ fn requests<S: FeedStream>(
             req.keep_alive = false;
         }
         if let Some(dashboard) = dashboard.filter(|_| Dashboard::owns(&req.path)) {
-            let key_ok = admin_ok(req.authorization.as_deref(), shared);
+            // A member's own sample on its private loopback address is read by the group's
+            // dashboard, which checked the credentials (as `/metrics` there).
+            let private =
+                matches!(scope, Scope::Node) && req.path == crate::dashboard::group::SAMPLE_PATH;
+            let key_ok = private || admin_ok(req.authorization.as_deref(), shared);
             let dreq = crate::dashboard::Request {
                 method: &req.method,
                 path: &req.path,
@@ -361,7 +399,7 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
             .filter(|_| shared.auth.is_none())
         {
             if !authorized(req.authorization.as_deref(), key) {
-                return Some(Answer::error(401, "missing or wrong bearer key"));
+                return Some(refused(req.authorization.as_deref(), None, shared));
             }
         }
         if let Body::Length(n) = req.body {

@@ -3,7 +3,7 @@
 
 use clarion_proto::http1;
 
-use super::access::{authorized, token_of};
+use super::access::{authorized, refused, token_of};
 use super::request::Request;
 use crate::reply::Answer;
 use crate::worker::Shared;
@@ -34,7 +34,7 @@ pub(super) fn answer(req: &Request, shared: &Shared) -> Answer {
                 Some(Ok(claims)) => Some(Some(claims.grants)),
                 Some(Err(r)) => {
                     r.count(&shared.metrics);
-                    return Answer::error(401, r.reason);
+                    return refused(header, Some(r), shared);
                 }
                 None => Some(None),
             };
@@ -50,7 +50,7 @@ pub(super) fn answer(req: &Request, shared: &Shared) -> Answer {
                 }
             }
         } else if key.is_some() {
-            return Answer::error(401, "missing or wrong bearer key");
+            return refused(header, None, shared);
         }
     }
     let Some(p) = shared.presence.as_ref() else {

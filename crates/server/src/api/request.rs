@@ -8,6 +8,7 @@ use crate::reply::Answer;
 /// A request's head, copied out of the read buffer.
 pub(super) struct Request {
     pub(super) method: String,
+    /// Percent-decoded.
     pub(super) path: String,
     pub(super) query: String,
     pub(super) content_type: Option<String>,
@@ -21,13 +22,17 @@ pub(super) struct Request {
     pub(super) body: Body,
 }
 
+/// The head copied, its path percent-decoded once (by the decoder the client listener's query
+/// strings go through), so a topic in `/publish/{topic}` or `/topics/{topic}` is checked and
+/// quoted as the client listener sees it in `?topic=`.
 pub(super) fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer> {
     let body = h
         .body()
         .map_err(|e| Answer::error(e.status(), &e.to_string()))?;
+    let path = http1::decode_path(h.path()).map_err(|e| Answer::error(400, &e.to_string()))?;
     Ok(Request {
         method: h.method.to_owned(),
-        path: h.path().to_owned(),
+        path: path.into_owned(),
         query: h.query().to_owned(),
         content_type: h.header_str("content-type").map(str::to_owned),
         authorization: h.header_str("authorization").map(str::to_owned),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clarion_proto::http1;
 
-use super::sample::Sampler;
+use super::sample::{Sampler, PERIOD};
 use super::FeedStream;
 use crate::worker::Shared;
 
@@ -40,19 +40,38 @@ pub fn run<S: FeedStream>(stream: &mut S, sampler: &Sampler, shared: &Shared) ->
         ],
         None,
     );
-    stream.write_all(&head)?;
-    let window = sampler.window_json();
-    stream.write_all(format!("retry: {RETRY_MS}\nevent: window\ndata: {window}\n\n").as_bytes())?;
-    stream.flush()?;
+    // A watcher before the first sample is asked for, so that sample lists the busiest topics.
     sampler.watchers.fetch_add(1, Relaxed);
-    let res = events(stream, sampler, shared);
+    let res = start_and_follow(stream, &head, sampler, shared);
     sampler.watchers.fetch_sub(1, Relaxed);
     res
 }
 
-fn events<S: FeedStream>(stream: &mut S, sampler: &Sampler, shared: &Shared) -> io::Result<()> {
-    stream.socket().set_read_timeout(Some(WAIT))?;
+fn start_and_follow<S: FeedStream>(
+    stream: &mut S,
+    head: &[u8],
+    sampler: &Sampler,
+    shared: &Shared,
+) -> io::Result<()> {
+    stream.write_all(head)?;
+    let window = sampler.window_json();
+    stream.write_all(format!("retry: {RETRY_MS}\nevent: window\ndata: {window}\n\n").as_bytes())?;
     let mut seen = 0u64;
+    if let Some((seq, json)) = sampler.first(PERIOD, true) {
+        seen = seq;
+        stream.write_all(format!("event: stats\ndata: {json}\n\n").as_bytes())?;
+    }
+    stream.flush()?;
+    events(stream, sampler, shared, seen)
+}
+
+fn events<S: FeedStream>(
+    stream: &mut S,
+    sampler: &Sampler,
+    shared: &Shared,
+    mut seen: u64,
+) -> io::Result<()> {
+    stream.socket().set_read_timeout(Some(WAIT))?;
     let mut received = 0usize;
     let mut scratch = [0u8; 512];
     loop {

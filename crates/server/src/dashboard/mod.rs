@@ -6,6 +6,8 @@
 //! - `GET /dashboard/feed`: Server-Sent Events, one `stats` event a second (the page plots and
 //!   tables), after one `window` event with the last minutes of samples so plots start full.
 //! - `GET /dashboard/topics?q=TEXT&limit=N`: topics whose name contains `q`, busiest first.
+//! - `GET /dashboard/sample[?topics=1]`: the latest sample as JSON; the group's dashboard reads
+//!   each member's on its private address ([`group`]).
 //! - `GET /topics/{topic}?limit=N`: one topic's subscribers, rate and recent history.
 //! - Publishing from the page uses the API's own `POST /publish/{topic}`.
 //!
@@ -20,6 +22,7 @@
 //! 0 bytes is the tab going away).
 
 pub mod feed;
+pub mod group;
 pub mod page;
 pub mod sample;
 pub mod topics;
@@ -92,11 +95,15 @@ pub struct Dashboard {
 impl Dashboard {
     /// The dashboard for `shared`'s server, with its sampler thread started; `None` when the
     /// `dashboard` setting is off.
-    pub fn start(shared: &Arc<Shared>) -> Option<Arc<Dashboard>> {
+    /// With `group` (the shared API port of a `--processes` member), it shows the whole group.
+    pub fn start(
+        shared: &Arc<Shared>,
+        group: Option<Arc<crate::group::Member>>,
+    ) -> Option<Arc<Dashboard>> {
         if !shared.config.dashboard {
             return None;
         }
-        let samples = sample::Sampler::start(Arc::clone(shared))?;
+        let samples = sample::Sampler::start(Arc::clone(shared), group)?;
         Some(Arc::new(Dashboard {
             samples,
             feeds: AtomicUsize::new(0),
@@ -140,6 +147,16 @@ impl Dashboard {
         let answer = match req.path {
             "/dashboard" | "/dashboard/" => page::answer(),
             "/dashboard/feed" => return self.feed(stream, shared),
+            group::SAMPLE_PATH => {
+                let topics = http1::query_pairs(req.query)
+                    .flatten()
+                    .any(|(k, v)| k == "topics" && v == "1");
+                match self.samples.first(sample::PERIOD, topics) {
+                    Some((_, json)) => Answer::new(200, "application/json", format!("{json}\n"))
+                        .with_header("Cache-Control", "no-store"),
+                    None => error(503, "no sample yet"),
+                }
+            }
             "/dashboard/topics" => {
                 let q = Query::parse(req.query);
                 match q {

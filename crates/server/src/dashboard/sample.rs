@@ -1,7 +1,12 @@
 //! The once-a-second samples behind the dashboard: one thread reads the process's counters,
 //! turns totals into rates, keeps the last `dashboard_window` seconds for the plots, and (only
-//! while a feed is open) computes the busiest topics. Every open feed sends the same rendered
-//! sample, so ten open tabs cost one computation a second, not ten.
+//! while a feed is open, or the group asked for them) computes the busiest topics. Every open
+//! feed sends the same rendered sample, so ten open tabs cost one computation a second, not ten.
+//! A feed that opens while the latest sample has no busiest topics asks for a sample at once,
+//! so a fresh page never shows the list empty.
+//!
+//! On the shared API port of a `--processes` group, the sample is the group's: each tick asks
+//! every member's private address for its own sample ([`super::group`]) and merges them.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
@@ -11,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use super::topics;
+use crate::group::Member;
 use crate::hub::lock;
 use crate::log;
 use crate::metrics::{process_cpu_seconds, process_rss_bytes, CloseReason, Metrics};
@@ -76,37 +82,73 @@ struct Point {
     rss: u64,
 }
 
+impl Point {
+    /// The plotted figures of a rendered sample.
+    fn of(sample: &Value) -> Point {
+        let u = |k: &str| sample.get(k).and_then(Value::as_u64).unwrap_or(0);
+        Point {
+            t: u("t"),
+            connections: u("connections_total"),
+            deliveries: sample
+                .get("delivered_per_s")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0),
+            rss: u("rss_bytes"),
+        }
+    }
+}
+
 /// The latest sample, as every feed sends it, and the plot window.
 struct Latest {
     /// Increases with every sample; a feed waits for it to change.
     seq: u64,
     /// The `stats` event's JSON.
     json: Arc<str>,
+    /// Whether `json` lists the busiest topics (computed only while someone looks).
+    has_top: bool,
+    /// A sample is wanted now, not at the next tick (a feed opened without busiest topics).
+    wanted: bool,
     points: VecDeque<Point>,
 }
+
+/// How long the busiest topics keep being computed after the group last asked for them: three
+/// of the group's once-a-second asks, so one late ask does not drop them.
+const TOPICS_ASKED_FOR: Duration = Duration::from_secs(3);
 
 /// The sampler's shared state.
 pub struct Sampler {
     latest: Mutex<Latest>,
     ticked: Condvar,
+    /// Wakes the sampler thread before its tick.
+    wake: Condvar,
     window: usize,
     /// Feeds open (the busiest topics are computed only while one is).
     pub(super) watchers: std::sync::atomic::AtomicUsize,
+    /// When the group's dashboard last asked this member for its busiest topics.
+    topics_asked: Mutex<Option<Instant>>,
+    /// On a group's shared API port: the member, whose sample is the group's.
+    group: Option<Arc<Member>>,
 }
 
 impl Sampler {
-    /// Starts the sampler thread; `None` (logged) if it cannot start.
-    pub fn start(shared: Arc<Shared>) -> Option<Arc<Sampler>> {
+    /// Starts the sampler thread; `None` (logged) if it cannot start. With `group`, each sample
+    /// is the whole group's.
+    pub fn start(shared: Arc<Shared>, group: Option<Arc<Member>>) -> Option<Arc<Sampler>> {
         let window = usize::try_from(shared.config.dashboard_window).unwrap_or(usize::MAX);
         let sampler = Arc::new(Sampler {
             latest: Mutex::new(Latest {
                 seq: 0,
                 json: "{}".into(),
+                has_top: false,
+                wanted: false,
                 points: VecDeque::with_capacity(window.min(4096)),
             }),
             ticked: Condvar::new(),
+            wake: Condvar::new(),
             window,
             watchers: std::sync::atomic::AtomicUsize::new(0),
+            topics_asked: Mutex::new(None),
+            group,
         });
         let s = Arc::clone(&sampler);
         let started = std::thread::Builder::new()
@@ -128,25 +170,43 @@ impl Sampler {
         let mut at = Instant::now();
         let mut rates = topics::Rates::default();
         loop {
-            std::thread::sleep(PERIOD.saturating_sub(at.elapsed()));
+            let l = lock(&self.latest);
+            let (mut l, _) = self
+                .wake
+                .wait_timeout_while(l, PERIOD.saturating_sub(at.elapsed()), |l| !l.wanted)
+                .unwrap_or_else(|p| p.into_inner());
+            l.wanted = false;
+            drop(l);
             let now = Instant::now();
             let secs = now.duration_since(at).as_secs_f64().max(0.001);
             at = now;
-            let t = totals(&shared.metrics);
-            let top = if self.watchers.load(Relaxed) > 0 {
-                Some(rates.sample(&shared.broker, now, TOP_TOPICS))
-            } else {
-                None
+            let watched = self.watchers.load(Relaxed) > 0;
+            let (json, point, has_top) = match &self.group {
+                Some(member) => {
+                    let (value, has_top) = super::group::sample(member, watched);
+                    let point = Point::of(&value);
+                    (value.to_string(), point, has_top)
+                }
+                None => {
+                    let t = totals(&shared.metrics);
+                    let asked = lock(&self.topics_asked)
+                        .is_some_and(|a| now.saturating_duration_since(a) < TOPICS_ASKED_FOR);
+                    let top =
+                        (watched || asked).then(|| rates.sample(&shared.broker, now, TOP_TOPICS));
+                    let has_top = top.is_some();
+                    let node = Node {
+                        name: shared.config.node(),
+                        last_report: now,
+                    };
+                    let (json, point) = render(shared, &before, &t, secs, start, top, &[node], now);
+                    before = t;
+                    (json, point, has_top)
+                }
             };
-            let node = Node {
-                name: format!("this process (pid {})", std::process::id()),
-                last_report: now,
-            };
-            let (json, point) = render(shared, &before, &t, secs, start, top, &[node], now);
-            before = t;
             let mut l = lock(&self.latest);
             l.seq += 1;
             l.json = json.into();
+            l.has_top = has_top;
             if l.points.len() >= self.window {
                 l.points.pop_front();
             }
@@ -154,6 +214,24 @@ impl Sampler {
             drop(l);
             self.ticked.notify_all();
         }
+    }
+
+    /// The latest sample; with `topics`, one that lists the busiest topics: the latest when it
+    /// does, else a fresh one asked for now, waiting up to `timeout`. Asking with `topics` (a
+    /// feed opening, or the group's dashboard) keeps them computed for [`TOPICS_ASKED_FOR`].
+    pub fn first(&self, timeout: Duration, topics: bool) -> Option<(u64, Arc<str>)> {
+        if topics {
+            *lock(&self.topics_asked) = Some(Instant::now());
+        }
+        let mut l = lock(&self.latest);
+        if l.seq > 0 && (l.has_top || !topics) {
+            return Some((l.seq, Arc::clone(&l.json)));
+        }
+        let seen = l.seq;
+        l.wanted = true;
+        drop(l);
+        self.wake.notify_all();
+        self.next(seen, timeout)
     }
 
     /// The plot window as a `window` event's JSON.
@@ -232,6 +310,7 @@ fn render(
         .iter()
         .map(|r| m.tls_failures(r))
         .sum();
+    let scope = scope_text(shared, nodes.first().map_or("", |n| n.name.as_str()));
     let nodes: Vec<Value> = nodes
         .iter()
         .map(|n| {
@@ -239,11 +318,13 @@ fn render(
                 "name": n.name,
                 "state": match n.state(now) { NodeState::Up => "up", NodeState::Stale => "stale" },
                 "last_report_ms": now.saturating_duration_since(n.last_report).as_millis() as u64,
+                "pid": std::process::id(),
                 "connections": total,
                 "rss_bytes": rss,
             })
         })
         .collect();
+
     let t = unix_ms();
     let value = json!({
         "t": t,
@@ -278,6 +359,7 @@ fn render(
         "dashboard_feeds": l(&m.dashboard_feeds),
         "top_topics": top.map(|rows| rows.iter().map(topics::TopicRow::json).collect::<Vec<_>>()),
         "nodes": nodes,
+        "scope": scope,
     });
     let point = Point {
         t,
@@ -286,6 +368,25 @@ fn render(
         rss,
     };
     (value.to_string(), point)
+}
+
+/// Which server the figures are of, said plainly: one process, or one node of a cluster
+/// whose other nodes this one does not list.
+fn scope_text(shared: &Shared, node: &str) -> String {
+    let broker = shared.config.broker.as_deref().map(|url| {
+        if url.starts_with("nats") {
+            "NATS"
+        } else {
+            "Redis"
+        }
+    });
+    match broker {
+        None => format!("one process ({node}), no broker: every figure is this server's"),
+        Some(b) => format!(
+            "node {node} of a {b} cluster: the figures are this node's only; the other nodes \
+             are not listed here (open their dashboards, or scrape each node's /metrics)"
+        ),
+    }
 }
 
 #[cfg(test)]

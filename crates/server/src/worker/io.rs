@@ -79,7 +79,11 @@ impl<S: Socket> Engine<S> {
         let data = fresh.get_mut(..n).unwrap_or_default();
         // A plain HTTP request on the TLS port (a ClientHello starts with record type 22):
         // answer it in plain text, as nginx does, instead of a TLS alert nobody can read.
-        if session.untouched() && data.first().is_some_and(|b| b.is_ascii_uppercase()) {
+        if session.untouched()
+            && data
+                .first()
+                .is_some_and(|&b| crate::tls::starts_plain_http(b))
+        {
             self.read_buf = fresh;
             self.refuse_plaintext(k);
             return;
@@ -142,7 +146,7 @@ impl<S: Socket> Engine<S> {
         m.tls_failed("plaintext");
         m.http_errors.fetch_add(1, Relaxed);
         log::debug(format_args!("plain HTTP on the TLS listener"));
-        let body = "this port speaks TLS: use https:// or wss://\n";
+        let body = crate::tls::PLAINTEXT_REFUSAL;
         let mut out = Vec::with_capacity(160);
         clarion_proto::http1::write_response_head(
             &mut out,

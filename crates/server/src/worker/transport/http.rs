@@ -81,8 +81,15 @@ impl<S: Socket> Engine<S> {
 
     fn route(&mut self, k: u32, head: &RequestHead<'_>) {
         let keep = head.keep_alive();
+        let path = head.path();
         match head.body() {
             Ok(Body::None) => {}
+            // Publishing (or any request with a body) sent here instead of to the API: say
+            // which listener this is. Closing avoids reading the body.
+            Ok(_) if !self.is_client_endpoint(path) => {
+                self.respond(k, 404, &[], WRONG_LISTENER, false);
+                return;
+            }
             Ok(_) => {
                 // Nothing on the client listener takes a body; closing avoids reading it.
                 self.respond(k, 413, &[], "request bodies are not accepted here", false);
@@ -93,7 +100,6 @@ impl<S: Socket> Engine<S> {
                 return;
             }
         }
-        let path = head.path();
         let cfg = &self.shared.config;
         let wants_sse = head
             .header_str("accept")
@@ -116,6 +122,9 @@ impl<S: Socket> Engine<S> {
             }
         } else if cfg.echo_path.as_deref() == Some(path) {
             Endpoint::Echo
+        } else if is_api_path(path) {
+            self.respond(k, 404, &[], WRONG_LISTENER, keep);
+            return;
         } else {
             self.respond(k, 404, &[], "not found", keep);
             return;
@@ -249,6 +258,15 @@ impl<S: Socket> Engine<S> {
 
     /// The `topic=`, `since=`/`lastEventId=` (or `Last-Event-ID`), `format=` and `timeout=`
     /// parameters, validated. Other parameters are ignored (cache busters such as `_=123`).
+    /// Whether `path` is one of the client listener's endpoints.
+    fn is_client_endpoint(&self, path: &str) -> bool {
+        let c = &self.shared.config;
+        [&c.ws_path, &c.sse_path, &c.poll_path, &c.stream_path]
+            .iter()
+            .any(|p| p.as_str() == path)
+            || c.echo_path.as_deref() == Some(path)
+    }
+
     fn params<'q>(
         &self,
         head: &RequestHead<'q>,
@@ -461,6 +479,21 @@ impl<S: Socket> Engine<S> {
         out.push(b'\n');
         self.finish_answer(k, out.into(), keep, status);
     }
+}
+
+/// The answer to an API request (publishing, health, metrics, the dashboard) sent to the client
+/// listener: which listener this is and where to go instead.
+const WRONG_LISTENER: &str = "this is the client listener; publish to the API listener \
+                              (api_listen, 127.0.0.1:8081 by default)";
+
+/// Whether `path` is one the API listener serves (and the client listener does not).
+fn is_api_path(path: &str) -> bool {
+    let under = |p: &str| path == p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/'));
+    under("/publish")
+        || under("/topics")
+        || under("/dashboard")
+        || path == "/healthz"
+        || path == "/metrics"
 }
 
 /// Adds the topics a `connect` hook subscribed the connection to (`extra`) to those it asked

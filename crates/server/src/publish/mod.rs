@@ -1,6 +1,6 @@
 //! `clarion publish`: a minimal HTTP/1.1 client for the publish API, so a shell script or an
-//! operator can publish without curl. Plain `http://` only: the API listens on loopback or a
-//! private network by design.
+//! operator can publish without curl. `http://` by default (the API listens on loopback or a
+//! private network by design), `https://` for an API served over TLS ([`link`]).
 //!
 //! Mistakes are caught before anything is sent where the client can know them (the topic is
 //! checked with the server's own rules), and every refusal is shown as the server worded it,
@@ -11,6 +11,9 @@
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::Duration;
+
+mod link;
+use link::{looks_like_tls, Link};
 
 use anyhow::{anyhow, bail, Context as _};
 use clarion_proto::http1::base_url::parse_base_url;
@@ -71,7 +74,7 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
         HeadWriteError::Target => anyhow!("topic {:?} cannot be sent in a URL", args.topic),
         e => anyhow!("cannot write the request: {e}"),
     })?;
-    let mut stream = TcpStream::connect(&api.authority).map_err(|e| {
+    let socket = TcpStream::connect(&api.authority).map_err(|e| {
         anyhow!(
             "cannot connect to the API at {} ({e}): is `clarion serve` running, and is this \
              its API address? Give the server's api_listen (127.0.0.1:8081 by default) with \
@@ -79,11 +82,34 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
             api.authority
         )
     })?;
-    let response = exchange(&mut stream, &head, &message, expect)?;
+    let tls = api.tls.then(|| (api.host(), args.cacert.as_deref()));
+    let mut stream = Link::new(socket, tls)?;
+    let response = exchange(&mut stream, &head, &message, expect).map_err(|e| {
+        match (api.tls, &args.cacert) {
+            (false, _) => e,
+            (true, None) => anyhow!(
+                "{e:#}: is the API listener serving TLS (serve --tls-api)? If its certificate \
+                 is signed by a private CA (such as `clarion cert --dev`'s), give that CA with \
+                 --cacert (CLARION_CACERT)"
+            ),
+            (true, Some(ca)) => anyhow!(
+                "{e:#}: is the API listener serving TLS (serve --tls-api), and is {} \
+                 (--cacert, CLARION_CACERT) the CA that signed its certificate?",
+                ca.display()
+            ),
+        }
+    })?;
+    if !api.tls && looks_like_tls(&response) {
+        bail!("{SPEAKS_TLS}");
+    }
     let (status, body) = answer(&response)?;
-    println!("{}", String::from_utf8_lossy(&body).trim_end());
+    let text = String::from_utf8_lossy(&body);
+    if status == 400 && !api.tls && text.contains("speaks TLS") {
+        bail!("{SPEAKS_TLS}");
+    }
+    println!("{}", text.trim_end());
     if !(200..300).contains(&status) {
-        let about_size = String::from_utf8_lossy(&body).contains("max_publish_size");
+        let about_size = text.contains("max_publish_size");
         bail!(
             "publish failed with HTTP {status}{}",
             hint(status, about_size, args)
@@ -92,15 +118,15 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a plain request that met a TLS listener is told.
+const SPEAKS_TLS: &str = "the API at --api (CLARION_API) speaks TLS (serve --tls-api): give \
+                          it as https://HOST:PORT, with --cacert CA.pem (CLARION_CACERT) when its \
+                          certificate is signed by a private CA such as `clarion cert --dev`'s";
+
 /// Sends the request and returns everything the server answered until it closed, without any
 /// `100 Continue` interim answer. When the server closes while the body is still being sent
 /// (it refused the message from its head), its answer is read all the same.
-fn exchange(
-    stream: &mut TcpStream,
-    head: &[u8],
-    body: &[u8],
-    expect: bool,
-) -> anyhow::Result<Vec<u8>> {
+fn exchange(stream: &mut Link, head: &[u8], body: &[u8], expect: bool) -> anyhow::Result<Vec<u8>> {
     stream.write_all(head).context("cannot send the request")?;
     let mut response = Vec::new();
     let mut send_body = true;
@@ -134,8 +160,27 @@ fn exchange(
             Ok(0) => break,
             Ok(n) => response.extend_from_slice(chunk.get(..n).unwrap_or_default()),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            // A reset after the answer arrived ends it as a close would.
-            Err(e) if e.kind() == ErrorKind::ConnectionReset && !response.is_empty() => break,
+            // A reset after the answer arrived ends it as a close would; so does a TLS server
+            // that closes without its close_notify.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof
+                ) && !response.is_empty() =>
+            {
+                break
+            }
+            // A TLS listener waiting for a handshake that never comes: say so, not EAGAIN.
+            Err(e)
+                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+                    && cut_short.is_none() =>
+            {
+                bail!(
+                    "no answer within {} s: is --api (CLARION_API) the server's API listener? \
+                     An API served over TLS (serve --tls-api) is given as https://HOST:PORT",
+                    ANSWER_WAIT.as_secs()
+                )
+            }
             Err(e) => {
                 return Err(match cut_short {
                     Some(w) => anyhow!(
@@ -162,7 +207,7 @@ fn exchange(
 
 /// Reads until a complete answer head is in `buf`; its status, or `None` when the server
 /// closed first.
-fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<u16>> {
+fn read_head(stream: &mut Link, buf: &mut Vec<u8>) -> std::io::Result<Option<u16>> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Ok(Some(h)) = http1::parse_response_head(buf, MAX_HEADERS, MAX_HEAD) {
@@ -297,7 +342,7 @@ mod tests {
         let body = vec![b'x'; 32 << 20];
         for expect in [false, true] {
             let (addr, server) = refusing_server(REFUSAL);
-            let mut stream = TcpStream::connect(addr).unwrap();
+            let mut stream = Link::Plain(TcpStream::connect(addr).unwrap());
             let head =
                 b"POST /publish/news HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n";
             let response = exchange(&mut stream, head, &body, expect).unwrap();
@@ -330,7 +375,7 @@ mod tests {
             s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nyes")
                 .unwrap();
         });
-        let mut stream = TcpStream::connect(addr).unwrap();
+        let mut stream = Link::Plain(TcpStream::connect(addr).unwrap());
         let head = b"POST /publish/news HTTP/1.1\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n";
         let response = exchange(&mut stream, head, &[b'y'; 100_000], true).unwrap();
         assert_eq!(answer(&response).unwrap(), (200, b"yes".to_vec()));
