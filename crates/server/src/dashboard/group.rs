@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use super::sample::TOP_TOPICS;
+use super::topics::TOP_TOPICS;
 use crate::group::nodes::{self, State};
 use crate::group::scrape;
 use crate::group::Member;

@@ -25,8 +25,7 @@ use crate::worker::Shared;
 /// How often the sampler runs: the feed's period.
 pub const PERIOD: Duration = Duration::from_secs(1);
 
-/// Busiest topics sent with each sample: a screenful, and the bound on the sampler's heap.
-pub const TOP_TOPICS: usize = 20;
+pub use super::topics::TOP_TOPICS;
 
 /// A node the dashboard lists: today this process only. Cluster brokers will report theirs
 /// with `last_report` set when their report arrives.

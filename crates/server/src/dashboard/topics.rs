@@ -8,8 +8,6 @@
 //! the walk is O(topics · log 20) with no allocation per topic. Names are `Arc<str>` shared
 //! with the broker (a reference count, not a copy). A search walks the table the same way on
 //! request, bounded to `limit` results.
-//!
-//! [`TOP_TOPICS`]: super::sample::TOP_TOPICS
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -17,6 +15,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
+
+/// Busiest topics sent with each sample: a screenful, and the bound on the sampler's heap.
+pub const TOP_TOPICS: usize = 20;
 
 use crate::broker::Broker;
 use crate::hub::TopicTraffic;
