@@ -23,6 +23,7 @@
 //! makes a resume exact), and reconnects with backoff.
 
 pub mod conn;
+mod layout;
 mod link;
 pub mod presence;
 mod resume;
@@ -38,6 +39,8 @@ use clarion_proto::event_id;
 use clarion_proto::resp::Value;
 
 use self::conn::{LinkError, Pool, RedisUrl};
+pub use self::layout::{keys, PARTITIONS};
+use self::layout::{partition, topic_of};
 use self::resume::joined_position;
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
@@ -47,9 +50,6 @@ use crate::metrics::Metrics;
 
 /// The publish script (see the module doc).
 pub const SCRIPT: &str = include_str!("script.lua");
-
-/// Hash-tag partitions topics are spread over (a Redis Cluster spreads them over its shards).
-pub const PARTITIONS: u32 = 64;
 
 /// Messages a topic may hold back while a hole before them is being filled; past it the hole
 /// is announced as a gap and delivery goes on, so a stalled fill cannot grow memory.
@@ -169,35 +169,6 @@ impl Topic {
     fn unused(&self) -> bool {
         self.total == 0 && self.joining == 0
     }
-}
-
-/// The keys and channel of a topic: `clarion:{pN}:m:TOPIC`, `clarion:{pN}:s:TOPIC` and
-/// `clarion:{pN}:TOPIC`, `N` from a stable hash of the name.
-pub fn keys(topic: &str) -> [String; 3] {
-    let p = partition(topic);
-    [
-        format!("clarion:{{p{p}}}:m:{topic}"),
-        format!("clarion:{{p{p}}}:s:{topic}"),
-        format!("clarion:{{p{p}}}:{topic}"),
-    ]
-}
-
-/// FNV-1a: the same partition on every node and every version.
-fn partition(topic: &str) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in topic.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h % PARTITIONS
-}
-
-/// The topic a channel name is for.
-fn topic_of(channel: &[u8]) -> Option<&str> {
-    let s = std::str::from_utf8(channel).ok()?;
-    let rest = s.strip_prefix("clarion:{p")?;
-    let (_, topic) = rest.split_once("}:")?;
-    Some(topic)
 }
 
 impl RedisBroker {
@@ -799,18 +770,6 @@ impl Core {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_share_a_partition_tag_and_channels_name_their_topic() {
-        let [m, s, c] = keys("news.eu");
-        let tag = &m[..m.find("}:").unwrap() + 1];
-        assert!(s.starts_with(tag) && c.starts_with(tag));
-        assert_eq!(topic_of(c.as_bytes()), Some("news.eu"));
-        assert_eq!(topic_of(b"other:{p1}:x"), None);
-        // Stable across versions: the hash is part of the data layout in Redis.
-        assert_eq!(partition("news.eu"), partition("news.eu"));
-        assert!((0..1000).map(|i| partition(&format!("t{i}"))).max() < Some(PARTITIONS));
-    }
 
     #[test]
     fn the_script_hash_is_sha1_hex() {
