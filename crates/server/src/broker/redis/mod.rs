@@ -27,9 +27,9 @@ mod layout;
 mod link;
 pub mod presence;
 mod resume;
+pub mod stream;
 
 use std::collections::HashMap;
-use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
@@ -42,6 +42,7 @@ use self::conn::{LinkError, Pool, RedisUrl};
 pub use self::layout::{keys, PARTITIONS};
 use self::layout::{partition, topic_of};
 use self::resume::joined_position;
+use self::stream::{RedisTls, Writer};
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
 use crate::hub::{lock, Inbox, TopicTraffic};
@@ -74,7 +75,7 @@ pub(crate) struct Shard {
     url: RedisUrl,
     pool: Pool,
     /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
-    writer: Mutex<Option<TcpStream>>,
+    writer: Mutex<Option<Writer>>,
 }
 
 /// What the reader thread and the callers share.
@@ -86,6 +87,8 @@ pub(crate) struct Core {
     metrics: Arc<Metrics>,
     limits: HistoryLimits,
     shards: Vec<Shard>,
+    /// For `rediss://` shards.
+    tls: Option<Arc<RedisTls>>,
     timeout: Duration,
     name: String,
     sha: String,
@@ -178,9 +181,14 @@ impl RedisBroker {
     }
 
     /// Connects to Redis (the first connection is made now, so a wrong URL or password stops
-    /// startup with its reason) and starts the reader thread.
+    /// startup with its reason) and starts the reader thread. A TLS failure does not stop
+    /// startup: the node starts without the broker (publishes `503`, `/healthz` says so) and
+    /// retries with backoff, logging why each attempt failed, so a certificate fixed on
+    /// either side is picked up without a restart.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         url: &str,
+        tls: Option<Arc<RedisTls>>,
         node: &str,
         timeout: Duration,
         inboxes: Vec<Arc<Inbox>>,
@@ -190,16 +198,34 @@ impl RedisBroker {
     ) -> Result<RedisBroker, String> {
         let sha = sha1_hex(SCRIPT.as_bytes());
         let mut shards = Vec::new();
+        let mut tls_down = Vec::new();
         for one in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
             let url = RedisUrl::parse(one)?;
-            let pool = Pool::new(url.clone(), timeout, node, POOL_SIZE, Arc::clone(&metrics));
-            let loaded = pool
-                .call(&[vec![
-                    b"SCRIPT".to_vec(),
-                    b"LOAD".to_vec(),
-                    SCRIPT.as_bytes().to_vec(),
-                ]])
-                .map_err(|e| format!("broker {}: {e}", url.addr))?;
+            let pool = Pool::new(
+                url.clone(),
+                tls.clone(),
+                timeout,
+                node,
+                POOL_SIZE,
+                Arc::clone(&metrics),
+            );
+            let load = [vec![
+                b"SCRIPT".to_vec(),
+                b"LOAD".to_vec(),
+                SCRIPT.as_bytes().to_vec(),
+            ]];
+            let loaded = match pool.call(&load) {
+                // Loaded again on first use (NOSCRIPT) once TLS works.
+                Err(LinkError::Tls(e)) => {
+                    crate::log::warn(format_args!(
+                        "broker {}: {e}; starting without it, retrying",
+                        url.addr
+                    ));
+                    tls_down.push(url.addr.clone());
+                    Vec::new()
+                }
+                other => other.map_err(|e| format!("broker {}: {e}", url.addr))?,
+            };
             if let Some(Value::Error(e)) = loaded.first() {
                 return Err(format!(
                     "broker {}: cannot load the publish script: {e}",
@@ -226,6 +252,7 @@ impl RedisBroker {
             metrics,
             limits,
             shards,
+            tls,
             timeout,
             name: node.to_owned(),
             sha,
@@ -248,7 +275,13 @@ impl RedisBroker {
         // first would be refused as if the broker were down.
         let deadline = Instant::now() + timeout;
         let mut st = lock(&core.state);
-        while !st.all_up() && Instant::now() < deadline {
+        let waited = |st: &State| {
+            core.shards
+                .iter()
+                .enumerate()
+                .all(|(i, s)| st.up(i) || tls_down.contains(&s.url.addr))
+        };
+        while !waited(&st) && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
             st = core
                 .changed
@@ -259,7 +292,7 @@ impl RedisBroker {
             .connected
             .iter()
             .zip(&core.shards)
-            .filter(|(up, _)| !**up)
+            .filter(|(up, s)| !**up && !tls_down.contains(&s.url.addr))
             .map(|(_, s)| s.url.addr.clone())
             .collect();
         drop(st);
@@ -481,7 +514,7 @@ impl RedisBroker {
         self.core.stop.store(true, Relaxed);
         for shard in &self.core.shards {
             if let Some(w) = lock(&shard.writer).as_ref() {
-                let _ = w.shutdown(std::net::Shutdown::Both);
+                w.shutdown();
             }
         }
         for h in lock(&self.readers).drain(..) {
@@ -704,14 +737,13 @@ impl Core {
 
     /// Writes commands on the subscriber connection.
     fn send_sub(&self, shard: usize, cmds: &[Vec<Vec<u8>>]) -> std::io::Result<()> {
-        use std::io::Write;
         let mut out = Vec::new();
         for c in cmds {
             clarion_proto::resp::encode_command(&mut out, c);
         }
         let writer = self.shards.get(shard).map(|s| lock(&s.writer));
         match writer.as_deref().and_then(Option::as_ref) {
-            Some(mut w) => w.write_all(&out),
+            Some(w) => w.write_all(&out),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 "no subscriber connection",
