@@ -258,9 +258,13 @@ fn make_broker(
     };
     let node = config.node();
     let timeout = std::time::Duration::from_millis(config.broker_timeout_ms.max(1));
-    if url.starts_with("redis://") {
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let tls = crate::broker::redis::stream::for_config(config)
+            .map_err(anyhow::Error::msg)
+            .context("cannot set up TLS to Redis")?;
         let b = crate::broker::RedisBroker::start(
             url,
+            tls,
             &node,
             timeout,
             inboxes.to_vec(),
@@ -270,9 +274,16 @@ fn make_broker(
         )
         .map_err(anyhow::Error::msg)
         .context("cannot join the cluster")?;
-        log::info(format_args!(
-            "node {node}: joined the cluster through {url}"
-        ));
+        if b.connected() {
+            log::info(format_args!(
+                "node {node}: joined the cluster through {url}"
+            ));
+        } else {
+            log::warn(format_args!(
+                "node {node}: started without the broker at {url} (see above); publishes \
+                 answer 503 until it is reachable"
+            ));
+        }
         return Ok(Broker::Redis(b));
     }
     if url.starts_with("nats://") {

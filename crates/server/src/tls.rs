@@ -222,7 +222,11 @@ fn load_set(certs: &[CertFiles], provider: &CryptoProvider) -> Result<CertSet, T
     Ok(CertSet { keys })
 }
 
-fn load_pair(files: &CertFiles, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
+/// Reads one certificate chain and its key (also the Redis client certificate).
+pub(crate) fn load_pair(
+    files: &CertFiles,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
     let file_err = |path: &Path, why: String| TlsError::File {
         path: path.display().to_string(),
         why,

@@ -423,11 +423,11 @@ settings! {
         switch "List connections without an identity as members (`~...` identities)";
     // # cluster: several processes and machines as one server (docs/cluster.md).
     /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
-    /// (several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
+    /// (`rediss://` for TLS, see `redis_tls_*`; several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
     /// memory, the fastest and leanest mode). With Redis, message ids are allocated per topic
     /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
     /// fan out to every node but each node keeps its own ids and history.
-    broker: Option<String> = None, flag "Broker joining this node to others (redis://... or nats://...)";
+    broker: Option<String> = None, flag "Broker joining this node to others (redis://, rediss:// or nats://...)";
     /// This node's name in logs, metrics (`node` label) and the broker's client list. Unset:
     /// `host:pid`.
     node_name: Option<String> = None, flag "Node name (default host:pid)";
@@ -435,6 +435,20 @@ settings! {
     /// answers `503`, and the connection is dropped and made again (with backoff). A stalled
     /// broker costs each caller at most this long, never unbounded memory.
     broker_timeout_ms: u64 = 2000, flag "Milliseconds a broker command may take";
+    /// PEM file of the CA certificates a `rediss://` broker's certificate must chain to,
+    /// instead of the system's (`SSL_CERT_FILE`, else the usual bundle paths such as
+    /// `/etc/ssl/certs/ca-certificates.crt`). For a Redis with a private CA.
+    redis_tls_ca: Option<PathBuf> = None, flag "CA certificates (PEM) for rediss:// brokers";
+    /// Client certificate chain (PEM) for a `rediss://` broker that asks for one (mutual TLS,
+    /// `tls-auth-clients yes`). Goes with `redis_tls_key`.
+    redis_tls_cert: Option<PathBuf> = None, flag "Client certificate (PEM) for rediss:// brokers";
+    /// The private key (PEM) of `redis_tls_cert`.
+    redis_tls_key: Option<PathBuf> = None, flag "Private key (PEM) for --redis-tls-cert";
+    /// The name a `rediss://` broker's certificate is verified against (and sent as SNI),
+    /// instead of the URL's host: for connecting by an IP address the certificate does not
+    /// list. Verification itself is never turned off.
+    redis_tls_server_name: Option<String> = None,
+        flag "Name to verify a rediss:// broker's certificate against (default: the URL's host)";
     /// Processes to run on this machine as one server (see [processes.md](processes.md)). Above
     /// 1, `clarion serve` becomes a small supervisor that starts this many `clarion serve`
     /// processes with the same configuration, sharing the client, TLS and API ports
@@ -558,6 +572,24 @@ impl Config {
         {
             return Err(ConfigError::Invalid(
                 "ping_interval must be below idle_timeout".into(),
+            ));
+        }
+        if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "redis_tls_cert and redis_tls_key go together: set both for mutual TLS with \
+                 Redis, or neither"
+                    .into(),
+            ));
+        }
+        let redis_tls = self.redis_tls_ca.is_some()
+            || self.redis_tls_cert.is_some()
+            || self.redis_tls_server_name.is_some();
+        if redis_tls && !self.broker.as_deref().unwrap_or("").contains("rediss://") {
+            // The operator expects an encryption the URLs do not ask for.
+            return Err(ConfigError::Invalid(
+                "redis_tls_* is set but no broker URL is rediss://: use rediss:// for TLS to \
+                 Redis, or remove the redis_tls_* settings"
+                    .into(),
             ));
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {

@@ -9,13 +9,14 @@
 //! does not hold a topic occupied forever (the topic's next transition notices). Called only
 //! on the webhook sender thread, never on a worker.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clarion_proto::resp::Value;
 
 use super::webhook::Occupancy;
 use crate::broker::redis::conn::{Conn, RedisUrl};
+use crate::broker::redis::stream::RedisTls;
 use crate::hub::lock;
 
 const SCRIPT: &str = include_str!("occupancy.lua");
@@ -26,6 +27,8 @@ pub const ALIVE_TTL: Duration = Duration::from_secs(15);
 /// The Redis side of occupancy.
 pub struct RedisOccupancy {
     url: RedisUrl,
+    /// For a `rediss://` broker.
+    tls: Option<Arc<RedisTls>>,
     node: String,
     timeout: Duration,
     conn: Mutex<Option<Conn>>,
@@ -33,9 +36,15 @@ pub struct RedisOccupancy {
 
 impl RedisOccupancy {
     /// Occupancy over the Redis at `url` (the broker's first), for node `node`.
-    pub fn new(url: &str, node: String, timeout: Duration) -> Result<RedisOccupancy, String> {
+    pub fn new(
+        url: &str,
+        tls: Option<Arc<RedisTls>>,
+        node: String,
+        timeout: Duration,
+    ) -> Result<RedisOccupancy, String> {
         Ok(RedisOccupancy {
             url: RedisUrl::parse(url)?,
+            tls,
             node,
             timeout,
             conn: Mutex::new(None),
@@ -46,7 +55,13 @@ impl RedisOccupancy {
         let mut conn = lock(&self.conn);
         for _ in 0..2 {
             if conn.is_none() {
-                *conn = Conn::open(&self.url, self.timeout, "hooks").ok();
+                *conn = match Conn::open(&self.url, self.tls.as_deref(), self.timeout, "hooks") {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        crate::log::warn(format_args!("webhook occupancy: redis: {e}"));
+                        None
+                    }
+                };
             }
             let c = conn.as_mut()?;
             match c.call(commands) {

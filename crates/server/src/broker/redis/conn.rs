@@ -1,12 +1,13 @@
 //! Blocking connections to Redis: the URL, one connection that sends pipelined commands and
-//! reads their replies within a deadline, and the small pool publishers share.
+//! reads their replies within a deadline, and the small pool publishers share. The bytes go
+//! over plain TCP or TLS ([`super::stream`]).
 //!
 //! Every read and write has a timeout (`broker_timeout_ms`), so a stalled Redis costs a caller
 //! at most that long; a connection that failed or timed out is dropped, never reused with a
 //! reply still owed on it. A new connection is attempted at most once per backoff interval, so
 //! a Redis that is down answers callers at once instead of making each wait for a connect.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -14,14 +15,19 @@ use std::time::{Duration, Instant};
 
 use clarion_proto::resp::{self, Limits, RespError, Value};
 
+use super::stream::{self, RedisTls, Stream, Writer};
 use crate::hub::lock;
 use crate::metrics::Metrics;
 
-/// Where Redis is: `redis://[user:password@]host:port[/db]`.
+/// Where Redis is: `redis://[user:password@]host:port[/db]`, or `rediss://...` for TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisUrl {
     /// `host:port` (the port defaults to 6379).
     pub addr: String,
+    /// The host alone (an IPv6 address without its brackets): the name TLS verifies.
+    pub host: String,
+    /// `rediss://`: TLS, verified.
+    pub tls: bool,
     /// For `AUTH`, when the URL names one.
     pub username: Option<String>,
     /// For `AUTH`.
@@ -33,9 +39,15 @@ pub struct RedisUrl {
 impl RedisUrl {
     /// Parses the `broker` setting.
     pub fn parse(url: &str) -> Result<RedisUrl, String> {
-        let rest = url
-            .strip_prefix("redis://")
-            .ok_or_else(|| format!("{url:?}: a Redis broker URL starts with redis://"))?;
+        let (tls, rest) = match url.strip_prefix("rediss://") {
+            Some(rest) => (true, rest),
+            None => (
+                false,
+                url.strip_prefix("redis://").ok_or_else(|| {
+                    format!("{url:?}: a Redis broker URL starts with redis:// or rediss://")
+                })?,
+            ),
+        };
         let (auth, hostpath) = match rest.rsplit_once('@') {
             Some((a, h)) => (Some(a), h),
             None => (None, rest),
@@ -56,11 +68,16 @@ impl RedisUrl {
             .rsplit_once(':')
             .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
             && !host.ends_with(']');
-        let addr = if has_port {
-            host.to_owned()
+        let (addr, bare) = if has_port {
+            let bare = host.rsplit_once(':').map_or(host, |(h, _)| h);
+            (host.to_owned(), bare)
         } else {
-            format!("{host}:6379")
+            (format!("{host}:6379"), host)
         };
+        let bare = bare.trim_start_matches('[').trim_end_matches(']');
+        if bare.is_empty() {
+            return Err(format!("{url:?}: no host"));
+        }
         let (username, password) = match auth {
             None => (None, None),
             Some(a) => match a.split_once(':') {
@@ -71,6 +88,8 @@ impl RedisUrl {
         };
         Ok(RedisUrl {
             addr,
+            host: bare.to_owned(),
+            tls,
             username,
             password,
             db,
@@ -93,11 +112,17 @@ pub enum LinkError {
     /// Redis refused the connection setup (AUTH, SELECT).
     #[error("Redis refused the connection: {0}")]
     Refused(String),
+    /// The TLS handshake or a TLS record failed: the reason says what (the certificate, the
+    /// port, the client certificate).
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// One connection, used by one caller at a time.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
+    /// With TLS, the verified host: failures of the TLS layer are reported as such.
+    tls_host: Option<String>,
     buf: Vec<u8>,
     /// Bytes of `buf` already parsed.
     start: usize,
@@ -105,8 +130,14 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Connects, authenticates and selects the database, within `timeout` per step.
-    pub fn open(url: &RedisUrl, timeout: Duration, name: &str) -> Result<Conn, LinkError> {
+    /// Connects (with TLS for `rediss://`, verified with `tls`), authenticates and selects the
+    /// database, within `timeout` per step.
+    pub fn open(
+        url: &RedisUrl,
+        tls: Option<&RedisTls>,
+        timeout: Duration,
+        name: &str,
+    ) -> Result<Conn, LinkError> {
         let addrs: Vec<_> = url.addr.to_socket_addrs()?.collect();
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
         let mut stream = None;
@@ -123,8 +154,21 @@ impl Conn {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
+        let stream = match (url.tls, tls) {
+            (false, _) => Stream::plain(stream),
+            (true, Some(settings)) => {
+                Stream::tls(stream, settings, &url.host).map_err(LinkError::Tls)?
+            }
+            (true, None) => {
+                return Err(LinkError::Tls(format!(
+                    "{}: rediss:// without TLS settings",
+                    url.addr
+                )))
+            }
+        };
         let mut conn = Conn {
             stream,
+            tls_host: url.tls.then(|| url.host.clone()),
             buf: Vec::with_capacity(4096),
             start: 0,
             limits: Limits::default(),
@@ -144,6 +188,8 @@ impl Conn {
             b"SETNAME".to_vec(),
             client_name(name).into_bytes(),
         ]);
+        // With TLS 1.3 a server that refuses our client certificate says so after the
+        // handshake: the first reply is where that shows.
         for reply in conn.call(&setup)? {
             if let Value::Error(e) = reply {
                 return Err(LinkError::Refused(e));
@@ -164,8 +210,7 @@ impl Conn {
         for c in commands {
             resp::encode_command(&mut out, c);
         }
-        self.stream.write_all(&out)?;
-        Ok(())
+        self.stream.write_all(&out).map_err(|e| self.io_error(e))
     }
 
     /// Reads the next value; a read timeout is an error (`WouldBlock`/`TimedOut`).
@@ -201,7 +246,7 @@ impl Conn {
             self.start = 0;
         }
         let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk)?;
+        let n = self.stream.read(&mut chunk).map_err(|e| self.io_error(e))?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -216,17 +261,28 @@ impl Conn {
 
     /// Changes the read timeout (the subscriber waits longer than a command does).
     pub fn set_read_timeout(&self, t: Duration) -> io::Result<()> {
-        self.stream.set_read_timeout(Some(t))
+        self.stream.set_read_timeout(t)
     }
 
     /// A handle to write on while another thread reads.
-    pub fn writer(&self) -> io::Result<TcpStream> {
-        self.stream.try_clone()
+    pub fn writer(&self) -> io::Result<Writer> {
+        self.stream.writer()
     }
 
     /// Closes both directions, waking a thread blocked reading it.
     pub fn shutdown(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        self.stream.shutdown();
+    }
+
+    /// An I/O error, or with TLS the TLS failure it carries (an alert, a bad record).
+    fn io_error(&self, e: io::Error) -> LinkError {
+        let from_tls = e
+            .get_ref()
+            .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some());
+        match &self.tls_host {
+            Some(host) if from_tls => LinkError::Tls(stream::explain(host, &e)),
+            _ => LinkError::Io(e),
+        }
     }
 }
 
@@ -243,6 +299,7 @@ fn client_name(node: &str) -> String {
 /// whole pipeline, so replies never interleave.
 pub struct Pool {
     url: RedisUrl,
+    tls: Option<Arc<RedisTls>>,
     timeout: Duration,
     name: String,
     slots: Vec<Mutex<Option<Conn>>>,
@@ -258,6 +315,7 @@ impl Pool {
     /// A pool of `size` lazily opened connections.
     pub fn new(
         url: RedisUrl,
+        tls: Option<Arc<RedisTls>>,
         timeout: Duration,
         name: &str,
         size: usize,
@@ -265,6 +323,7 @@ impl Pool {
     ) -> Pool {
         Pool {
             url,
+            tls,
             timeout,
             name: name.to_owned(),
             slots: (0..size.max(1)).map(|_| Mutex::new(None)).collect(),
@@ -315,7 +374,7 @@ impl Pool {
         if lock(&self.failed_at).is_some_and(|t| t.elapsed() < CONNECT_BACKOFF) {
             return Err(LinkError::Down);
         }
-        match Conn::open(&self.url, self.timeout, &self.name) {
+        match Conn::open(&self.url, self.tls.as_deref(), self.timeout, &self.name) {
             Ok(c) => {
                 *lock(&self.failed_at) = None;
                 Ok(c)
@@ -349,9 +408,45 @@ mod tests {
             (u.addr.as_str(), u.password.as_deref()),
             ("[::1]:7000", Some("pw"))
         );
+        assert!(!u.tls);
+        assert_eq!(u.host, "::1");
         assert!(RedisUrl::parse("http://x").is_err());
+        assert!(RedisUrl::parse("redis://[]:7000").is_err());
         assert!(RedisUrl::parse("redis://").is_err());
         assert!(RedisUrl::parse("redis://h/x").is_err());
+    }
+
+    #[test]
+    fn rediss_urls_ask_for_tls_and_name_the_host_to_verify() {
+        let u = RedisUrl::parse("rediss://default:pw@cache.example.com:6380/1").unwrap();
+        assert!(u.tls);
+        assert_eq!(
+            (u.addr.as_str(), u.host.as_str()),
+            ("cache.example.com:6380", "cache.example.com")
+        );
+        assert_eq!(
+            (u.username.as_deref(), u.password.as_deref(), u.db),
+            (Some("default"), Some("pw"), 1)
+        );
+        let u = RedisUrl::parse("rediss://10.0.0.7").unwrap();
+        assert_eq!(
+            (u.addr.as_str(), u.host.as_str(), u.tls),
+            ("10.0.0.7:6379", "10.0.0.7", true)
+        );
+        let u = RedisUrl::parse("rediss://[fd00::7]:6380").unwrap();
+        assert_eq!(
+            (u.addr.as_str(), u.host.as_str()),
+            ("[fd00::7]:6380", "fd00::7")
+        );
+        let u = RedisUrl::parse("rediss://[fd00::7]").unwrap();
+        assert_eq!(
+            (u.addr.as_str(), u.host.as_str()),
+            ("[fd00::7]:6379", "fd00::7")
+        );
+        assert!(RedisUrl::parse("redis://h").is_ok_and(|u| !u.tls));
+        assert!(RedisUrl::parse("rediss://").is_err());
+        assert!(RedisUrl::parse("redisss://h").is_err());
+        assert!(RedisUrl::parse("rediss://h:6380/x").is_err());
     }
 
     #[test]

@@ -96,7 +96,7 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
     let Some(this) = core.shards.get(shard) else {
         return Ok(());
     };
-    let mut conn = Conn::open(&this.url, core.timeout, &core.name)?;
+    let mut conn = Conn::open(&this.url, core.tls.as_deref(), core.timeout, &core.name)?;
     conn.set_read_timeout(PING_EVERY)?;
     {
         let mut st = lock(&core.state);

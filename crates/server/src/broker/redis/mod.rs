@@ -23,12 +23,13 @@
 //! makes a resume exact), and reconnects with backoff.
 
 pub mod conn;
+mod layout;
 mod link;
 pub mod presence;
 mod resume;
+pub mod stream;
 
 use std::collections::HashMap;
-use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
@@ -38,7 +39,10 @@ use clarion_proto::event_id;
 use clarion_proto::resp::Value;
 
 use self::conn::{LinkError, Pool, RedisUrl};
+pub use self::layout::{keys, PARTITIONS};
+use self::layout::{partition, topic_of};
 use self::resume::joined_position;
+use self::stream::{RedisTls, Writer};
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
 use crate::hub::{lock, Inbox, TopicTraffic};
@@ -47,9 +51,6 @@ use crate::metrics::Metrics;
 
 /// The publish script (see the module doc).
 pub const SCRIPT: &str = include_str!("script.lua");
-
-/// Hash-tag partitions topics are spread over (a Redis Cluster spreads them over its shards).
-pub const PARTITIONS: u32 = 64;
 
 /// Messages a topic may hold back while a hole before them is being filled; past it the hole
 /// is announced as a gap and delivery goes on, so a stalled fill cannot grow memory.
@@ -74,7 +75,7 @@ pub(crate) struct Shard {
     url: RedisUrl,
     pool: Pool,
     /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
-    writer: Mutex<Option<TcpStream>>,
+    writer: Mutex<Option<Writer>>,
 }
 
 /// What the reader thread and the callers share.
@@ -86,6 +87,8 @@ pub(crate) struct Core {
     metrics: Arc<Metrics>,
     limits: HistoryLimits,
     shards: Vec<Shard>,
+    /// For `rediss://` shards.
+    tls: Option<Arc<RedisTls>>,
     timeout: Duration,
     name: String,
     sha: String,
@@ -171,35 +174,6 @@ impl Topic {
     }
 }
 
-/// The keys and channel of a topic: `clarion:{pN}:m:TOPIC`, `clarion:{pN}:s:TOPIC` and
-/// `clarion:{pN}:TOPIC`, `N` from a stable hash of the name.
-pub fn keys(topic: &str) -> [String; 3] {
-    let p = partition(topic);
-    [
-        format!("clarion:{{p{p}}}:m:{topic}"),
-        format!("clarion:{{p{p}}}:s:{topic}"),
-        format!("clarion:{{p{p}}}:{topic}"),
-    ]
-}
-
-/// FNV-1a: the same partition on every node and every version.
-fn partition(topic: &str) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in topic.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h % PARTITIONS
-}
-
-/// The topic a channel name is for.
-fn topic_of(channel: &[u8]) -> Option<&str> {
-    let s = std::str::from_utf8(channel).ok()?;
-    let rest = s.strip_prefix("clarion:{p")?;
-    let (_, topic) = rest.split_once("}:")?;
-    Some(topic)
-}
-
 impl RedisBroker {
     /// Hands a presence event to this node's workers with a subscriber of its topic.
     pub fn announce(&self, event: Arc<Published>) {
@@ -207,9 +181,14 @@ impl RedisBroker {
     }
 
     /// Connects to Redis (the first connection is made now, so a wrong URL or password stops
-    /// startup with its reason) and starts the reader thread.
+    /// startup with its reason) and starts the reader thread. A TLS failure does not stop
+    /// startup: the node starts without the broker (publishes `503`, `/healthz` says so) and
+    /// retries with backoff, logging why each attempt failed, so a certificate fixed on
+    /// either side is picked up without a restart.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         url: &str,
+        tls: Option<Arc<RedisTls>>,
         node: &str,
         timeout: Duration,
         inboxes: Vec<Arc<Inbox>>,
@@ -219,16 +198,34 @@ impl RedisBroker {
     ) -> Result<RedisBroker, String> {
         let sha = sha1_hex(SCRIPT.as_bytes());
         let mut shards = Vec::new();
+        let mut tls_down = Vec::new();
         for one in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
             let url = RedisUrl::parse(one)?;
-            let pool = Pool::new(url.clone(), timeout, node, POOL_SIZE, Arc::clone(&metrics));
-            let loaded = pool
-                .call(&[vec![
-                    b"SCRIPT".to_vec(),
-                    b"LOAD".to_vec(),
-                    SCRIPT.as_bytes().to_vec(),
-                ]])
-                .map_err(|e| format!("broker {}: {e}", url.addr))?;
+            let pool = Pool::new(
+                url.clone(),
+                tls.clone(),
+                timeout,
+                node,
+                POOL_SIZE,
+                Arc::clone(&metrics),
+            );
+            let load = [vec![
+                b"SCRIPT".to_vec(),
+                b"LOAD".to_vec(),
+                SCRIPT.as_bytes().to_vec(),
+            ]];
+            let loaded = match pool.call(&load) {
+                // Loaded again on first use (NOSCRIPT) once TLS works.
+                Err(LinkError::Tls(e)) => {
+                    crate::log::warn(format_args!(
+                        "broker {}: {e}; starting without it, retrying",
+                        url.addr
+                    ));
+                    tls_down.push(url.addr.clone());
+                    Vec::new()
+                }
+                other => other.map_err(|e| format!("broker {}: {e}", url.addr))?,
+            };
             if let Some(Value::Error(e)) = loaded.first() {
                 return Err(format!(
                     "broker {}: cannot load the publish script: {e}",
@@ -255,6 +252,7 @@ impl RedisBroker {
             metrics,
             limits,
             shards,
+            tls,
             timeout,
             name: node.to_owned(),
             sha,
@@ -277,7 +275,13 @@ impl RedisBroker {
         // first would be refused as if the broker were down.
         let deadline = Instant::now() + timeout;
         let mut st = lock(&core.state);
-        while !st.all_up() && Instant::now() < deadline {
+        let waited = |st: &State| {
+            core.shards
+                .iter()
+                .enumerate()
+                .all(|(i, s)| st.up(i) || tls_down.contains(&s.url.addr))
+        };
+        while !waited(&st) && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
             st = core
                 .changed
@@ -288,7 +292,7 @@ impl RedisBroker {
             .connected
             .iter()
             .zip(&core.shards)
-            .filter(|(up, _)| !**up)
+            .filter(|(up, s)| !**up && !tls_down.contains(&s.url.addr))
             .map(|(_, s)| s.url.addr.clone())
             .collect();
         drop(st);
@@ -510,7 +514,7 @@ impl RedisBroker {
         self.core.stop.store(true, Relaxed);
         for shard in &self.core.shards {
             if let Some(w) = lock(&shard.writer).as_ref() {
-                let _ = w.shutdown(std::net::Shutdown::Both);
+                w.shutdown();
             }
         }
         for h in lock(&self.readers).drain(..) {
@@ -733,14 +737,13 @@ impl Core {
 
     /// Writes commands on the subscriber connection.
     fn send_sub(&self, shard: usize, cmds: &[Vec<Vec<u8>>]) -> std::io::Result<()> {
-        use std::io::Write;
         let mut out = Vec::new();
         for c in cmds {
             clarion_proto::resp::encode_command(&mut out, c);
         }
         let writer = self.shards.get(shard).map(|s| lock(&s.writer));
         match writer.as_deref().and_then(Option::as_ref) {
-            Some(mut w) => w.write_all(&out),
+            Some(w) => w.write_all(&out),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 "no subscriber connection",
@@ -799,18 +802,6 @@ impl Core {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_share_a_partition_tag_and_channels_name_their_topic() {
-        let [m, s, c] = keys("news.eu");
-        let tag = &m[..m.find("}:").unwrap() + 1];
-        assert!(s.starts_with(tag) && c.starts_with(tag));
-        assert_eq!(topic_of(c.as_bytes()), Some("news.eu"));
-        assert_eq!(topic_of(b"other:{p1}:x"), None);
-        // Stable across versions: the hash is part of the data layout in Redis.
-        assert_eq!(partition("news.eu"), partition("news.eu"));
-        assert!((0..1000).map(|i| partition(&format!("t{i}"))).max() < Some(PARTITIONS));
-    }
 
     #[test]
     fn the_script_hash_is_sha1_hex() {

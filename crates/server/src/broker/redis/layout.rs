@@ -1,0 +1,54 @@
+//! Where a topic lives in Redis: its keys and channel, and the partition (hash tag) that keeps
+//! them in one slot. Part of the data layout: changing a name or the hash strands the data of
+//! nodes running the old version.
+
+/// Hash-tag partitions topics are spread over (a Redis Cluster spreads them over its shards).
+pub const PARTITIONS: u32 = 64;
+
+/// The keys and channel of a topic: `clarion:{pN}:m:TOPIC`, `clarion:{pN}:s:TOPIC` and
+/// `clarion:{pN}:TOPIC`, `N` from a stable hash of the name.
+pub fn keys(topic: &str) -> [String; 3] {
+    let p = partition(topic);
+    [
+        format!("clarion:{{p{p}}}:m:{topic}"),
+        format!("clarion:{{p{p}}}:s:{topic}"),
+        format!("clarion:{{p{p}}}:{topic}"),
+    ]
+}
+
+/// FNV-1a: the same partition on every node and every version.
+pub(super) fn partition(topic: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in topic.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % PARTITIONS
+}
+
+/// The topic a channel name is for.
+pub(super) fn topic_of(channel: &[u8]) -> Option<&str> {
+    let s = std::str::from_utf8(channel).ok()?;
+    let rest = s.strip_prefix("clarion:{p")?;
+    let (_, topic) = rest.split_once("}:")?;
+    Some(topic)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn keys_share_a_partition_tag_and_channels_name_their_topic() {
+        let [m, s, c] = keys("news.eu");
+        let tag = &m[..m.find("}:").unwrap() + 1];
+        assert!(s.starts_with(tag) && c.starts_with(tag));
+        assert_eq!(topic_of(c.as_bytes()), Some("news.eu"));
+        assert_eq!(topic_of(b"other:{p1}:x"), None);
+        // Stable across versions: the hash is part of the data layout in Redis.
+        assert_eq!(partition("news.eu"), partition("news.eu"));
+        assert!((0..1000).map(|i| partition(&format!("t{i}"))).max() < Some(PARTITIONS));
+    }
+}
