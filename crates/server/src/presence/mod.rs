@@ -257,15 +257,14 @@ impl Presence {
         topic: &Arc<str>,
         who: Option<&Ident>,
     ) {
-        let room = rooms.entry(Arc::clone(topic)).or_default();
-        room.connections += 1;
         self.metrics.presence_connections.fetch_add(1, Relaxed);
         if self.cluster.is_some() {
-            // Redis counts the member's connections over the cluster and announces the join.
+            // Redis counts the connections and the member's over the cluster and announces the
+            // join; only a room with listeners here has an entry (its flag goes along).
             let mut changes = vec![RoomChange::Connections {
                 topic: Arc::clone(topic),
-                n: room.connections,
-                listening: room.listeners > 0,
+                delta: 1,
+                listening: rooms.get(topic).is_some_and(|r| r.listeners > 0),
             }];
             if let Some(who) = who {
                 self.metrics.presence_members.fetch_add(1, Relaxed);
@@ -279,6 +278,8 @@ impl Presence {
             self.queue(changes);
             return;
         }
+        let room = rooms.entry(Arc::clone(topic)).or_default();
+        room.connections += 1;
         let listening = room.listeners > 0;
         let local = room.local.get_or_insert_with(Default::default);
         let Some(who) = who else {
@@ -319,15 +320,9 @@ impl Presence {
         topic: &Arc<str>,
         who: Option<&Ident>,
     ) {
-        let Some(room) = rooms.get_mut(topic) else {
-            return;
-        };
-        if room.connections == 0 {
-            return;
-        }
-        room.connections -= 1;
-        self.metrics.presence_connections.fetch_sub(1, Relaxed);
         if self.cluster.is_some() {
+            // The connection's slot said it was in the room: Redis takes it out.
+            self.metrics.presence_connections.fetch_sub(1, Relaxed);
             let mut changes = Vec::with_capacity(2);
             if let Some(who) = who {
                 self.metrics.presence_members.fetch_sub(1, Relaxed);
@@ -339,11 +334,21 @@ impl Presence {
             }
             changes.push(RoomChange::Connections {
                 topic: Arc::clone(topic),
-                n: room.connections,
-                listening: room.listeners > 0,
+                delta: -1,
+                listening: rooms.get(topic).is_some_and(|r| r.listeners > 0),
             });
             self.queue(changes);
-        } else if let (Some(who), Some(local)) = (who, room.local.as_mut()) {
+            return;
+        }
+        let Some(room) = rooms.get_mut(topic) else {
+            return;
+        };
+        if room.connections == 0 {
+            return;
+        }
+        room.connections -= 1;
+        self.metrics.presence_connections.fetch_sub(1, Relaxed);
+        if let (Some(who), Some(local)) = (who, room.local.as_mut()) {
             if let Some(e) = local.members.get_mut(who.sub()) {
                 e.conns = e.conns.saturating_sub(1);
                 if e.conns == 0 {
@@ -399,10 +404,9 @@ impl Presence {
         let room = t.rooms.entry(Arc::clone(topic)).or_default();
         room.listeners += 1;
         if room.listeners == 1 {
-            let n = room.connections;
             self.queue([RoomChange::Connections {
                 topic: Arc::clone(topic),
-                n,
+                delta: 0,
                 listening: true,
             }]);
         }
@@ -588,29 +592,33 @@ impl Presence {
         if let Some(c) = &self.cluster {
             lock(&c.changes).clear();
         }
-        // Members per room, from each connection's identity: (sub, connections, info).
-        type Part = HashMap<String, (u32, Option<Arc<str>>)>;
-        let mut parts: HashMap<&str, Part> = HashMap::new();
+        // Per room, from each connection's slot: its connections, and its members (sub,
+        // connections, info).
+        type Part = (u32, HashMap<String, (u32, Option<Arc<str>>)>);
+        let mut parts: HashMap<&Arc<str>, Part> = HashMap::new();
         for slot in t.conns.in_rooms() {
-            let Some(who) = &slot.ident else {
-                continue;
-            };
             for topic in slot.names() {
-                let part = parts.entry(&**topic).or_default();
-                part.entry(who.sub().to_owned())
-                    .or_insert_with(|| (0, who.info().map(Into::into)))
-                    .0 += 1;
+                let (conns, members) = parts.entry(topic).or_default();
+                *conns += 1;
+                if let Some(who) = &slot.ident {
+                    members
+                        .entry(who.sub().to_owned())
+                        .or_insert_with(|| (0, who.info().map(Into::into)))
+                        .0 += 1;
+                }
             }
         }
-        t.rooms
-            .iter()
-            .map(|(topic, r)| RoomState {
+        // Rooms listened to here with no connection here are written too (for their flag).
+        for topic in t.rooms.keys() {
+            parts.entry(topic).or_default();
+        }
+        parts
+            .into_iter()
+            .map(|(topic, (connections, members))| RoomState {
                 topic: Arc::clone(topic),
-                connections: r.connections,
-                listening: r.listeners > 0,
-                members: parts
-                    .remove(&**topic)
-                    .unwrap_or_default()
+                connections,
+                listening: t.rooms.get(topic).is_some_and(|r| r.listeners > 0),
+                members: members
                     .into_iter()
                     .map(|(sub, (n, info))| (sub.into(), n, info))
                     .collect(),

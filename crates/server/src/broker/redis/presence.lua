@@ -5,9 +5,10 @@
 --       4 the room's version, 5 one node's members (sub -> its connections on that node),
 --       6 the nodes with a subscriber that asked for events (node -> 1).
 -- ARGV: 1 operation, 2 the topic's channel, 3 the node, 4 the topic, then per operation:
---   apply:      5 the node's connections in the room now ('' unchanged), 6 '1' when the node
---               has a subscriber that asked for events, then triples sub, connections to add
---               (negative: remove), info JSON ('' none)
+--   apply:      5 the change in the node's connections in the room ('' none), 6 '1' when the
+--               node has a subscriber that asked for events, then triples sub, connections to
+--               add (negative: remove), info JSON ('' none); returns the node's connections in
+--               the room after the change, or -1 when 5 was ''
 --   sync:       5 the node's connections, 6 as for apply, then triples sub, connections, info
 --   reap:       (KEYS[5] is the dead node's members; ARGV[3] the dead node)
 --   list:       5 after ('' from the start), 6 limit, 7 '1': a subscriber of this node now
@@ -75,6 +76,16 @@ local function conns(n)
   end
 end
 
+-- This node's connections in the room, moved by `d`; what they are now.
+local function conns_by(d)
+  local n = redis.call('HINCRBY', KEYS[3], ARGV[3], d)
+  if n <= 0 then
+    redis.call('HDEL', KEYS[3], ARGV[3])
+    return 0
+  end
+  return n
+end
+
 local function total_connections()
   local sum = 0
   for _, n in ipairs(redis.call('HVALS', KEYS[3])) do sum = sum + tonumber(n) end
@@ -84,7 +95,8 @@ end
 if op == 'apply' then
   listening(ARGV[6])
   for i = 7, #ARGV, 3 do move(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
-  if ARGV[5] ~= '' then conns(ARGV[5]) end
+  if ARGV[5] == '' then return -1 end
+  return conns_by(tonumber(ARGV[5]))
 elseif op == 'sync' then
   listening(ARGV[6])
   local want = {}

@@ -48,11 +48,11 @@ pub enum RoomChange {
         sub: Arc<str>,
         n: u32,
     },
-    /// This node now has `n` connections in the room (members' and anonymous), and whether
-    /// one of them asked for events.
+    /// This node has `delta` more connections in the room (members' and anonymous; negative:
+    /// fewer), and whether one of its subscribers asked for events.
     Connections {
         topic: Arc<str>,
-        n: u32,
+        delta: i32,
         listening: bool,
     },
 }
@@ -137,26 +137,34 @@ impl RedisBroker {
         cmd
     }
 
-    /// Runs script calls, each on the shard of its topic, in order per shard.
-    fn presence_run(&self, calls: Vec<(String, Vec<Vec<u8>>)>) -> Result<(), Unavailable> {
+    /// Runs script calls, each on the shard of its topic, in order per shard; their replies in
+    /// the calls' order.
+    fn presence_run(&self, calls: Vec<(String, Vec<Vec<u8>>)>) -> Result<Vec<Value>, Unavailable> {
         let shards = self.core.shards.len().max(1);
-        let mut per_shard: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); shards];
-        for (topic, cmd) in calls {
-            if let Some(list) = per_shard.get_mut(self.core.shard_of(&topic)) {
+        let mut per_shard: Vec<(Vec<usize>, Vec<Vec<Vec<u8>>>)> = vec![Default::default(); shards];
+        let n = calls.len();
+        for (i, (topic, cmd)) in calls.into_iter().enumerate() {
+            if let Some((at, list)) = per_shard.get_mut(self.core.shard_of(&topic)) {
+                at.push(i);
                 list.push(cmd);
             }
         }
-        for (shard, cmds) in per_shard.iter().enumerate() {
+        let mut replies = vec![Value::Nil; n];
+        for (shard, (at, cmds)) in per_shard.iter().enumerate() {
             if cmds.is_empty() {
                 continue;
             }
-            for r in self.core.run_script_calls(shard, SCRIPT, cmds)? {
-                if let Value::Error(e) = r {
+            let got = self.core.run_script_calls(shard, SCRIPT, cmds)?;
+            for (i, r) in at.iter().zip(got) {
+                if let Value::Error(e) = &r {
                     return Err(Unavailable(format!("presence script: {e}")));
+                }
+                if let Some(slot) = replies.get_mut(*i) {
+                    *slot = r;
                 }
             }
         }
-        Ok(())
+        Ok(replies)
     }
 
     /// Applies this node's changes: one script call per room, its members' changes netted
@@ -164,9 +172,9 @@ impl RedisBroker {
     /// connection count.
     pub fn presence_apply(&self, changes: &[RoomChange]) -> Result<(), Unavailable> {
         let node = self.node_name().to_owned();
-        // Per room, in first-seen order: its connections now, and per member the net change
-        // with the info of its first addition.
-        type Net = (Option<(u32, bool)>, Vec<(Arc<str>, i64, Option<Arc<str>>)>);
+        // Per room, in first-seen order: the net change in its connections with whether it is
+        // listened to, and per member the net change with the info of its first addition.
+        type Net = (Option<(i64, bool)>, Vec<(Arc<str>, i64, Option<Arc<str>>)>);
         let mut rooms: Vec<(Arc<str>, Net)> = Vec::new();
         let mut index: std::collections::HashMap<Arc<str>, usize> = Default::default();
         for c in changes {
@@ -183,8 +191,11 @@ impl RedisBroker {
                 continue;
             };
             let (sub, delta, info) = match c {
-                RoomChange::Connections { n, listening, .. } => {
-                    *conns = Some((*n, *listening));
+                RoomChange::Connections {
+                    delta, listening, ..
+                } => {
+                    let before = conns.map_or(0, |c| c.0);
+                    *conns = Some((before + i64::from(*delta), *listening));
                     continue;
                 }
                 RoomChange::Add { sub, n, info, .. } => (sub, i64::from(*n), info),
@@ -208,7 +219,10 @@ impl RedisBroker {
                 } else {
                     b""
                 };
-                let conns = conns.map(|c| c.0.to_string()).unwrap_or_default();
+                let conns = conns
+                    .filter(|c| c.0 != 0)
+                    .map(|c| c.0.to_string())
+                    .unwrap_or_default();
                 let deltas: Vec<String> = members.iter().map(|m| m.1.to_string()).collect();
                 let mut args: Vec<&[u8]> = vec![conns.as_bytes(), listening];
                 for ((sub, delta, info), d) in members.iter().zip(&deltas) {
@@ -225,17 +239,16 @@ impl RedisBroker {
                 )
             })
             .collect();
-        self.presence_run(calls)?;
-        // The node's room list, for reaping: a room is listed while the node has connections.
+        let replies = self.presence_run(calls)?;
+        // The node's room list, for reaping: a room is listed while the node has connections
+        // (each apply that moved them says how many are left).
         let mut sadd = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
         let mut srem = vec![b"SREM".to_vec(), rooms_key(&node).into_bytes()];
-        for c in changes {
-            if let RoomChange::Connections { topic, n, .. } = c {
-                if *n > 0 {
-                    sadd.push(topic.as_bytes().to_vec());
-                } else {
-                    srem.push(topic.as_bytes().to_vec());
-                }
+        for ((topic, _), reply) in rooms.iter().zip(&replies) {
+            match reply {
+                Value::Integer(n) if *n > 0 => sadd.push(topic.as_bytes().to_vec()),
+                Value::Integer(0) => srem.push(topic.as_bytes().to_vec()),
+                _ => {}
             }
         }
         let cmds: Vec<Vec<Vec<u8>>> = [sadd, srem].into_iter().filter(|c| c.len() > 2).collect();

@@ -5,7 +5,9 @@ Per message: the publish's round trip (the API answers after Redis ran the publi
 and the delivery (publish sent to the message read on node 2); CPU of both nodes and of Redis
 per message. Three runs per mode, interleaved; the medians are printed.
 
-    CLARION_BIN=$PWD/target/release/clarion .ci/.venv/bin/python tests/python/bench_redis_tls.py [N]
+    CLARION_BIN=$PWD/target/release/clarion .ci/.venv/bin/python bench/redis/tls.py [N]
+
+(It borrows the test suite's Redis and cluster helpers from tests/python.)
 """
 
 import http.client
@@ -16,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "python"))
 
 from cluster_util import Cluster  # noqa: E402
 from test_cluster import ws_sub  # noqa: E402
