@@ -107,6 +107,9 @@ struct Latest {
     has_top: bool,
     /// A sample is wanted now, not at the next tick (a feed opened without busiest topics).
     wanted: bool,
+    /// When `json` was made (a group's view is made only while someone looks, so it may be
+    /// old).
+    made: Instant,
     points: VecDeque<Point>,
 }
 
@@ -140,6 +143,7 @@ impl Sampler {
                 json: "{}".into(),
                 has_top: false,
                 wanted: false,
+                made: Instant::now(),
                 points: VecDeque::with_capacity(window.min(4096)),
             }),
             ticked: Condvar::new(),
@@ -174,12 +178,17 @@ impl Sampler {
                 .wake
                 .wait_timeout_while(l, PERIOD.saturating_sub(at.elapsed()), |l| !l.wanted)
                 .unwrap_or_else(|p| p.into_inner());
-            l.wanted = false;
+            let wanted = std::mem::take(&mut l.wanted);
             drop(l);
             let now = Instant::now();
             let secs = now.duration_since(at).as_secs_f64().max(0.001);
             at = now;
             let watched = self.watchers.load(Relaxed) > 0;
+            if self.group.is_some() && !watched && !wanted {
+                // The group's view asks every member: only while a feed is open or a sample
+                // was asked for, so an idle group costs no requests, threads or memory for it.
+                continue;
+            }
             let (json, point, has_top) = match &self.group {
                 Some(member) => {
                     let (value, has_top) = super::group::sample(member, watched);
@@ -206,6 +215,7 @@ impl Sampler {
             l.seq += 1;
             l.json = json.into();
             l.has_top = has_top;
+            l.made = now;
             if l.points.len() >= self.window {
                 l.points.pop_front();
             }
@@ -223,7 +233,8 @@ impl Sampler {
             *lock(&self.topics_asked) = Some(Instant::now());
         }
         let mut l = lock(&self.latest);
-        if l.seq > 0 && (l.has_top || !topics) {
+        let fresh = l.made.elapsed() < PERIOD * 2;
+        if l.seq > 0 && (l.has_top || !topics) && fresh {
             return Some((l.seq, Arc::clone(&l.json)));
         }
         let seen = l.seq;
