@@ -314,3 +314,14 @@ def test_an_auth_policy_without_a_key_is_refused():
         assert p.returncode == 1, p.stderr
         err = p.stderr.decode()
         assert "authentication is off" in err and "auth_secret, auth_public_key or auth_jwks" in err, err
+
+
+def test_cert_dev_twice_keeps_the_files_and_succeeds(tmp_path):
+    assert run("cert", "--dev", "--dir", tmp_path).returncode == 0
+    before = (tmp_path / "key.pem").read_bytes()
+    again = run("cert", "--dev", "--dir", tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert b"already exist and are kept (--force makes new ones)" in again.stdout, again.stdout
+    assert (tmp_path / "key.pem").read_bytes() == before
+    assert run("cert", "--dev", "--dir", tmp_path, "--force").returncode == 0
+    assert (tmp_path / "key.pem").read_bytes() != before

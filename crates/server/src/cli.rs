@@ -239,8 +239,20 @@ impl CertArgs {
         use anyhow::Context as _;
         let files = ["ca.pem", "cert.pem", "key.pem"].map(|f| self.dir.join(f));
         if !self.force {
-            if let Some(f) = files.iter().find(|f| f.exists()) {
-                anyhow::bail!("{} exists (use --force to replace)", f.display());
+            let existing: Vec<String> = files
+                .iter()
+                .filter(|f| f.exists())
+                .map(|f| f.display().to_string())
+                .collect();
+            if !existing.is_empty() {
+                // Running it again is the common case, not a failure: the files are there.
+                println!(
+                    "{} already exist{} and {} kept (--force makes new ones)",
+                    existing.join(", "),
+                    if existing.len() == 1 { "s" } else { "" },
+                    if existing.len() == 1 { "is" } else { "are" },
+                );
+                return Ok(());
             }
         }
         let dev = crate::tls::dev_cert(&self.names).context("cannot make the certificate")?;
