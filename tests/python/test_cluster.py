@@ -13,6 +13,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from cluster_util import cluster, wait_until  # noqa: F401  (the fixture)
+from conftest import ROOT
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -399,6 +400,26 @@ def test_nats_fans_out_to_every_node_and_subscribes_by_interest(cluster):
     ws_b.close()
     sse_c.close()
     wait_until(lambda: not any(nats.subjects().get("n2", [])), 10, "b unsubscribed")
+
+
+def test_nats_receipt_counts_this_nodes_subscribers_as_documented(cluster):
+    # Core NATS does not say who received a message: the receipt's `subscribers` is the
+    # publishing node's own (docs/cluster.md, "What a receipt's subscribers counts"), so 0 while
+    # the only subscriber is on another node, which still gets the message.
+    nats, (a, b) = nats_nodes(cluster, 2)
+    ws_b = ws_sub(b, "receipt")
+    wait_until(lambda: bool(nats.subjects().get("n2")), 10, "b subscribed at NATS")
+    assert a.publish("receipt", "to b")["subscribers"] == 0
+    assert [m["data"] for m in recv_messages(ws_b, 1)] == ["to b"]
+    ws_a = ws_sub(a, "receipt")
+    assert a.publish("receipt", "to both")["subscribers"] == 1
+    ws_a.close()
+    ws_b.close()
+    doc = (ROOT / "docs" / "cluster.md").read_text()
+    assert "What a receipt's `subscribers` counts" in doc
+    # A clean shutdown is not a lost connection (issue 36: it used to warn on every stop).
+    code, stderr = a.stop()
+    assert code == 0 and "NATS connection lost" not in stderr and "WARN" not in stderr, stderr
 
 
 def test_nats_resume_on_the_same_node_is_exact_and_on_another_says_epoch(cluster):

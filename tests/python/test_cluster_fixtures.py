@@ -65,7 +65,7 @@ def test_nodes_start_die_and_come_back(cluster):
     b.wait_healthy()
     assert a.publish("t", "hello")["id"]
     # The arguments reached each node, with its number in place of {i}.
-    assert "(1 workers, up to 101 connections)" in a.log_text()
+    assert "(1 worker, up to 101 connections)" in a.log_text()
     assert "(2 workers, up to 102 connections)" in b.log_text()
 
     port, api = a.port, a.api

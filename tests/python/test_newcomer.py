@@ -87,7 +87,8 @@ def test_publish_takes_host_port_and_urls(server):
         p = run("publish", "--api", api, "news", "hi")
         assert p.returncode == 0, (api, p.stderr)
     p = run("publish", "--api", f"https://{server.api}", "news", "hi")
-    assert p.returncode == 1 and b"https:// is not supported" in p.stderr
+    # https:// is spoken (issue 36); to a plain API it says to use http://.
+    assert p.returncode == 1 and b"answered in plain HTTP, not TLS: give it as http://" in p.stderr, p.stderr
     assert published(server) == 4
 
 
@@ -249,3 +250,78 @@ def test_readme_and_docs_link_only_to_files_in_the_repository():
 def test_the_dev_certificate_directory_is_ignored_by_git():
     ignored = subprocess.run(["git", "check-ignore", "-q", "clarion-dev-tls/key.pem"], cwd=ROOT)
     assert ignored.returncode == 0
+
+
+# The second hour (issue 36).
+
+
+def test_serve_help_shows_defaults_and_variables_and_h_is_a_short_summary():
+    long = run("serve", "--help").stdout.decode()
+    # Every setting with its default, and its variable without a trailing `=` (clap's
+    # `[env: CLARION_X=]` read as "set to empty").
+    assert "=]" not in long, [l for l in long.splitlines() if "=]" in l][:3]
+    assert "[default: 0.0.0.0:8080] [env: CLARION_LISTEN]" in long
+    assert "[default: 127.0.0.1:8081] [env: CLARION_API_LISTEN]" in long
+    assert "--max-backlog" in long and "[env: CLARION_MAX_BACKLOG]" in long
+    assert long.count("[default: ") >= 60
+    short = run("serve", "-h").stdout.decode()
+    assert len(short.splitlines()) < 40, short
+    for flag in ("--listen", "--api-listen", "--tls-listen", "--tls-cert", "--api-key", "--broker",
+                 "--processes", "--config"):
+        assert flag in short, (flag, short)
+    assert "--max-backlog" not in short
+    assert "docs/configuration.md" in short and "serve --help" in short
+    assert "--listen :PORT --api-listen 127.0.0.1:PORT" in short and "CLARION_API" in short
+
+
+def test_port_flags_point_at_listen():
+    for flag in ("--port", "-p"):
+        p = run("serve", flag, "9000")
+        assert p.returncode == 2
+        assert b"--listen :PORT" in p.stderr and b"--api-listen 127.0.0.1:PORT" in p.stderr, p.stderr
+
+
+def test_a_typo_in_the_config_file_suggests_the_setting(tmp_path):
+    config = tmp_path / "clarion.toml"
+    config.write_text('listen = ":0"\nmax_conections_per_address = 5\n')
+    p = run("serve", "--config", config)
+    assert p.returncode == 1
+    err = p.stderr.decode()
+    assert f"invalid config file {config}: unknown setting `max_conections_per_address` (line 2): " \
+        "did you mean `max_connections_per_address`?" in err, err
+    # Not serde's list of every key there is.
+    assert "expected one of" not in err and "grip_routes" not in err, err
+
+
+def test_the_startup_line_says_what_is_on(start_server):
+    s = start_server("--workers", 1, "--auth-secret", "s3cret", "--auth-public-topics", "news,chat.*",
+                     "--auth-anonymous=false", "--node-name", "alpha")
+    _, stderr = s.stop()
+    line = next(l for l in stderr.splitlines() if "serving:" in l)
+    assert f"clients on {s.clients}, API on {s.api} (1 worker, " in line, line
+    assert "broker: none (node alpha)" in line, line
+    assert "auth: HS256 tokens, public topics: news, chat.*, anonymous connections: refused" in line
+    assert "1 process" in line and "s3cret" not in line, line
+    plain = start_server("--workers", 2)
+    _, stderr = plain.stop()
+    line = next(l for l in stderr.splitlines() if "serving:" in l)
+    assert "(2 workers, " in line and "auth: off (API key: none)" in line, line
+
+
+def test_an_auth_policy_without_a_key_is_refused():
+    for args in (["--auth-public-topics", "news"], ["--auth-anonymous=false"]):
+        p = run("serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", *args)
+        assert p.returncode == 1, p.stderr
+        err = p.stderr.decode()
+        assert "authentication is off" in err and "auth_secret, auth_public_key or auth_jwks" in err, err
+
+
+def test_cert_dev_twice_keeps_the_files_and_succeeds(tmp_path):
+    assert run("cert", "--dev", "--dir", tmp_path).returncode == 0
+    before = (tmp_path / "key.pem").read_bytes()
+    again = run("cert", "--dev", "--dir", tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert b"already exist and are kept (--force makes new ones)" in again.stdout, again.stdout
+    assert (tmp_path / "key.pem").read_bytes() == before
+    assert run("cert", "--dev", "--dir", tmp_path, "--force").returncode == 0
+    assert (tmp_path / "key.pem").read_bytes() != before

@@ -21,6 +21,19 @@ pub const ABOUT: &str = "Clarion: a lean realtime push server. Clients subscribe
 pub const AFTER_HELP: &str = "Start with `clarion serve`, then `clarion publish TOPIC MESSAGE`. \
                               Settings: `clarion serve --help` and docs/configuration.md.";
 
+/// The end of `clarion serve -h`: the common settings were shown, here is where the rest are.
+const SERVE_SHORT_HELP: &str = "Ports: --listen :PORT --api-listen 127.0.0.1:PORT [--tls-listen \
+                                :PORT], and CLARION_API=127.0.0.1:PORT for `clarion publish`.\n\
+                                These are the common settings; `clarion serve --help` lists \
+                                every one with its default and variable, and \
+                                docs/configuration.md explains each.";
+
+/// The end of `clarion serve --help`.
+const SERVE_LONG_HELP: &str = "Every setting is also a key of the TOML file given with --config \
+                               (the same name with underscores) and a CLARION_* variable; flags \
+                               beat variables, which beat the file. docs/configuration.md \
+                               explains each setting and its default.";
+
 /// Clarion's server commands. The `clarion` binary adds `bench` beside them.
 #[derive(Debug, Parser)]
 #[command(name = "clarion", version, about = ABOUT, after_help = AFTER_HELP)]
@@ -36,6 +49,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server (defaults: clients on 0.0.0.0:8080, API on 127.0.0.1:8081).
+    #[command(after_help = SERVE_SHORT_HELP, after_long_help = SERVE_LONG_HELP)]
     Serve(ServeArgs),
     /// Publish one message through a running server's API.
     Publish(PublishArgs),
@@ -53,14 +67,49 @@ pub fn parse<C: Parser>() -> C {
         .collect();
     match C::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => match blame_variable(&e, &args, |name| std::env::var_os(name).is_some()) {
-            Some(message) => {
-                eprint!("{message}");
-                std::process::exit(2)
+        Err(e) => {
+            let message = blame_variable(&e, &args, |name| std::env::var_os(name).is_some())
+                .or_else(|| port_hint(&e));
+            match message {
+                Some(message) => {
+                    eprint!("{message}");
+                    std::process::exit(2)
+                }
+                None => e.exit(),
             }
-            None => e.exit(),
-        },
+        }
     }
+}
+
+/// The flags people type to change a port, which `serve` spells otherwise.
+const PORT_FLAGS: &[&str] = &[
+    "--port",
+    "-p",
+    "--api-port",
+    "--tls-port",
+    "--host",
+    "--bind",
+];
+
+/// For an unknown `--port` (or the like): clap's message, with how ports are changed here.
+fn port_hint(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let flag = arg.split('=').next().unwrap_or(arg);
+    if !PORT_FLAGS.contains(&flag) {
+        return None;
+    }
+    let text = e.to_string();
+    let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    Some(format!(
+        "{first}\n\n  tip: ports and addresses are set with --listen :PORT (clients), --api-listen \
+         127.0.0.1:PORT (the API) and --tls-listen :PORT (TLS clients)\n{rest}"
+    ))
 }
 
 /// For a bad value of a flag that is not on the command line but whose variable is set, clap's
@@ -154,7 +203,9 @@ impl Args for ServeArgs {
             .long("config")
             .env("CLARION_CONFIG")
             .value_name("CONFIG")
-            .help("TOML configuration file")
+            .hide_env(true)
+            .help_heading("Listeners")
+            .help("TOML configuration file, beneath flags and variables [env: CLARION_CONFIG]")
             .value_parser(clap::value_parser!(PathBuf));
         cmd.arg(config)
             .args(SETTINGS.iter().filter_map(|s| s.arg()))
@@ -188,8 +239,20 @@ impl CertArgs {
         use anyhow::Context as _;
         let files = ["ca.pem", "cert.pem", "key.pem"].map(|f| self.dir.join(f));
         if !self.force {
-            if let Some(f) = files.iter().find(|f| f.exists()) {
-                anyhow::bail!("{} exists (use --force to replace)", f.display());
+            let existing: Vec<String> = files
+                .iter()
+                .filter(|f| f.exists())
+                .map(|f| f.display().to_string())
+                .collect();
+            if !existing.is_empty() {
+                // Running it again is the common case, not a failure: the files are there.
+                println!(
+                    "{} already exist{} and {} kept (--force makes new ones)",
+                    existing.join(", "),
+                    if existing.len() == 1 { "s" } else { "" },
+                    if existing.len() == 1 { "is" } else { "are" },
+                );
+                return Ok(());
             }
         }
         let dev = crate::tls::dev_cert(&self.names).context("cannot make the certificate")?;
@@ -380,6 +443,20 @@ mod tests {
             text.contains("for CLARION_COMPRESSION (the variable of --compression)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn port_flags_point_at_listen() {
+        for flag in ["--port", "--port=9000", "-p"] {
+            let err = Cli::try_parse_from(["clarion", "serve", flag, "9000"]).unwrap_err();
+            let text = port_hint(&err).unwrap();
+            assert!(
+                text.contains("--listen :PORT") && text.contains("--api-listen"),
+                "{text}"
+            );
+        }
+        let err = Cli::try_parse_from(["clarion", "serve", "--nope"]).unwrap_err();
+        assert!(port_hint(&err).is_none());
     }
 
     #[test]

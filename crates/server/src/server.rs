@@ -187,8 +187,15 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     let clients = client_addr.map_or_else(|| "-".to_owned(), |a| a.to_string());
     let tls_note = tls_addr.map_or_else(String::new, |a| format!(", TLS clients on {a}"));
     let api_tls = if shared.config.tls_api { " (TLS)" } else { "" };
+    let threads_note = if workers == 1 {
+        "1 worker".to_owned()
+    } else {
+        format!("{workers} workers")
+    };
     log::info(format_args!(
-        "listening: clients on {clients}{tls_note} ({workers} workers, up to {cap} connections), API on {api_addr}{api_tls}"
+        "serving: clients on {clients}{tls_note}, API on {api_addr}{api_tls} ({threads_note}, up to \
+         {cap} connections); {}",
+        what_is_on(&shared, member.as_deref())
     ));
     let tls_field = tls_addr.map_or_else(String::new, |a| format!(" tls={a}"));
     let node_field = node_api_addr.map_or_else(String::new, |a| format!(" node_api={a}"));
@@ -226,6 +233,44 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         shared.metrics.closes(CloseReason::Shutdown)
     ));
     Ok(())
+}
+
+/// The rest of the startup line: broker and node, auth, processes. Nothing secret: a broker
+/// URL's credentials and path are left out, keys are only said to be set.
+fn what_is_on(shared: &Shared, member: Option<&Member>) -> String {
+    let c = &shared.config;
+    let node = c.node();
+    let broker = match c.broker.as_deref() {
+        None => format!("broker: none (node {node})"),
+        Some(url) => {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+            let authority = rest.split(['/', '?']).next().unwrap_or_default();
+            let host = authority.rsplit('@').next().unwrap_or_default();
+            format!("broker: {scheme}://{host} (node {node})")
+        }
+    };
+    let key = if c.api_key.is_some() { "set" } else { "none" };
+    let auth = match shared.auth.as_ref() {
+        None => format!("auth: off (API key: {key})"),
+        Some(a) => {
+            let public = if c.auth_public_topics.is_empty() {
+                "none".to_owned()
+            } else {
+                c.auth_public_topics.join(", ")
+            };
+            let anonymous = if a.anonymous { "allowed" } else { "refused" };
+            format!(
+                "auth: {} tokens, public topics: {public}, anonymous connections: {anonymous} \
+                 (API key: {key})",
+                a.verifier.algorithm
+            )
+        }
+    };
+    let processes = match member {
+        Some(m) => format!("process {} of {}", m.index + 1, c.processes),
+        None => "1 process".to_owned(),
+    };
+    format!("{broker}; {auth}; {processes}")
 }
 
 /// The API listener: a member of a group shares the group's API port with `SO_REUSEPORT`, as

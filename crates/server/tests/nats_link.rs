@@ -123,6 +123,7 @@ impl Log {
             let seen = match event {
                 LinkEvent::Connected => Seen::Connected,
                 LinkEvent::Disconnected { reason } => Seen::Disconnected(reason.to_owned()),
+                LinkEvent::Stopped => Seen::Disconnected("link shut down".to_owned()),
                 LinkEvent::Message { subject, payload } => {
                     Seen::Message(subject.to_owned(), payload.to_vec())
                 }

@@ -138,6 +138,32 @@ impl Refusal {
     }
 }
 
+/// The first `auth_*` policy setting changed from its default, for a configuration without a
+/// key: a policy that would silently do nothing.
+fn policy_without_key(config: &Config) -> Option<&'static str> {
+    let d = Config::default();
+    let changed = [
+        (
+            "auth_public_topics",
+            config.auth_public_topics != d.auth_public_topics,
+        ),
+        ("auth_anonymous", config.auth_anonymous != d.auth_anonymous),
+        ("auth_audience", config.auth_audience != d.auth_audience),
+        ("auth_issuer", config.auth_issuer != d.auth_issuer),
+        ("auth_leeway", config.auth_leeway != d.auth_leeway),
+        (
+            "auth_query_token",
+            config.auth_query_token != d.auth_query_token,
+        ),
+        ("auth_cookie", config.auth_cookie != d.auth_cookie),
+        (
+            "auth_expiry_warning",
+            config.auth_expiry_warning != d.auth_expiry_warning,
+        ),
+    ];
+    changed.iter().find(|(_, c)| *c).map(|(name, _)| *name)
+}
+
 /// Who a request or connection is: nobody, or the holder of a verified token.
 #[derive(Debug, Clone)]
 pub enum Identity {
@@ -168,6 +194,13 @@ impl Auth {
                     return Err(AuthConfigError::Invalid(
                         "auth_previous_secret and auth_algorithm need auth_secret, auth_public_key or auth_jwks".into(),
                     ));
+                }
+                if let Some(name) = policy_without_key(config) {
+                    return Err(AuthConfigError::Invalid(format!(
+                        "{name} is set, but authentication is off: it needs a key to check \
+                         tokens with (auth_secret, auth_public_key or auth_jwks). Without one \
+                         every topic is open to anyone; set a key, or remove {name}"
+                    )));
                 }
                 return Ok(None);
             }

@@ -70,6 +70,12 @@ impl NatsBroker {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     crate::log::warn(format_args!("broker: NATS connection lost: {reason}"));
                 }
+                // A clean shutdown is no loss: nothing to warn about.
+                LinkEvent::Stopped => {
+                    metrics
+                        .broker_connected
+                        .store(0, std::sync::atomic::Ordering::Relaxed);
+                }
             })
         };
         let link = NatsLink::start(url, node, handler, link_metrics)

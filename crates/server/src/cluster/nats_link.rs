@@ -46,6 +46,9 @@ pub enum LinkEvent<'a> {
         /// Why, for logs and `/healthz`.
         reason: &'a str,
     },
+    /// The link's owner shut it down while a connection was up (a clean stop, not a loss):
+    /// the last event.
+    Stopped,
     /// A message on one of our subscriptions.
     Message {
         /// The subject it was published to.
@@ -379,8 +382,8 @@ impl NatsLink {
     }
 
     /// Stops the link thread and waits for it: at most about one poll interval, plus the
-    /// event callback if it is running (a [`LinkEvent::Disconnected`] is the last event when
-    /// a connection was up).
+    /// event callback if it is running (a [`LinkEvent::Stopped`] is the last event when a
+    /// connection was up).
     pub fn shutdown(self) {
         drop(self);
     }

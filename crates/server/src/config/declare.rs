@@ -132,11 +132,23 @@ impl Setting {
     /// The clap argument for `clarion serve`, unless the setting is file-only.
     pub fn arg(&self) -> Option<clap::Arg> {
         let (parser, env) = (self.parser?, self.env()?);
+        // clap would print `[env: NAME=]` for an unset variable, which reads as "set to
+        // empty", and no default (a clap default would override the file): both are written
+        // into the help text instead.
+        let default = self.value_in(&Config::default());
+        let default = match default.as_str() {
+            "none" => "unset".to_owned(),
+            d => d.trim_matches('"').to_owned(),
+        };
+        let common = COMMON.iter().find(|(name, _)| *name == self.name);
         let arg = clap::Arg::new(self.name)
             .long(self.name.replace('_', "-"))
-            .env(env)
+            .env(&env)
+            .hide_env(true)
             .value_name(self.name.to_ascii_uppercase())
-            .help(self.help)
+            .help(format!("{} [default: {default}] [env: {env}]", self.help))
+            .help_heading(common.map_or(MORE_HEADING, |(_, heading)| *heading))
+            .hide_short_help(common.is_none())
             .value_parser(parser());
         Some(match self.source {
             Source::Switch => arg.num_args(0..=1).default_missing_value("true"),
@@ -161,6 +173,24 @@ impl Setting {
         lines.join(" ")
     }
 }
+
+/// The settings `clarion serve -h` shows, under their headings: the ten a newcomer changes
+/// first. `--help` shows every setting; the rest come under [`MORE_HEADING`].
+pub const COMMON: &[(&str, &str)] = &[
+    ("listen", "Listeners"),
+    ("api_listen", "Listeners"),
+    ("tls_listen", "Listeners"),
+    ("tls_cert", "Listeners"),
+    ("tls_key", "Listeners"),
+    ("api_key", "Access"),
+    ("auth_secret", "Access"),
+    ("broker", "Scale"),
+    ("processes", "Scale"),
+    ("workers", "Scale"),
+];
+
+/// The heading of every setting not in [`COMMON`] (shown by `--help` only).
+pub const MORE_HEADING: &str = "More settings (docs/configuration.md explains each)";
 
 /// A setting type a flag or environment variable can set: how clap parses it, and how the
 /// parsed value becomes the setting's (an optional setting becomes `Some`).

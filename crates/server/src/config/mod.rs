@@ -15,6 +15,7 @@ use serde::Deserialize;
 #[macro_use]
 pub mod declare;
 pub mod env;
+mod file;
 pub mod limits;
 
 pub use declare::{docs_table, Setting, Source};
@@ -492,6 +493,14 @@ pub enum ConfigError {
         /// What the TOML parser found.
         reason: Box<toml::de::Error>,
     },
+    /// The file names a key that is no setting.
+    #[error("invalid config file {path}: {why}")]
+    UnknownKey {
+        /// The file named on the command line.
+        path: String,
+        /// The key, its line and the closest setting.
+        why: String,
+    },
     /// A value is out of its allowed range.
     #[error("invalid setting: {0}")]
     Invalid(String),
@@ -504,9 +513,15 @@ impl Config {
             path: path.display().to_string(),
             reason,
         })?;
-        toml::from_str(&text).map_err(|reason| ConfigError::Parse {
-            path: path.display().to_string(),
-            reason: Box::new(reason),
+        toml::from_str(&text).map_err(|reason| {
+            let path = path.display().to_string();
+            match file::unknown_setting(&text, &reason) {
+                Some(why) => ConfigError::UnknownKey { path, why },
+                None => ConfigError::Parse {
+                    path,
+                    reason: Box::new(reason),
+                },
+            }
         })
     }
 

@@ -11,7 +11,6 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use super::topics::TOP_TOPICS;
 use crate::group::nodes::{self, State};
 use crate::group::scrape;
 use crate::group::Member;
@@ -43,8 +42,9 @@ pub struct Part {
     pub sample: Option<Value>,
 }
 
-/// The group's sample now, and whether it lists the busiest topics (asked for when `topics`).
-pub fn sample(member: &Member, topics: bool) -> (Value, bool) {
+/// The group's sample now, and whether it lists the busiest topics (asked for when `topics`,
+/// at most `top` of them).
+pub fn sample(member: &Member, topics: bool, top: usize) -> (Value, bool) {
     let list = nodes::read(&member.dir).unwrap_or_default();
     let path = if topics {
         format!("{SAMPLE_PATH}?topics=1")
@@ -79,7 +79,7 @@ pub fn sample(member: &Member, topics: bool) -> (Value, bool) {
             })
             .collect()
     });
-    let value = merge(&parts, list.len());
+    let value = merge(&parts, list.len(), top);
     let has_top = value.get("top_topics").is_some_and(Value::is_array);
     (value, has_top)
 }
@@ -88,8 +88,9 @@ pub fn sample(member: &Member, topics: bool) -> (Value, bool) {
 /// objects field by field), `t` and `uptime_s` their largest, RSS per connection recomputed, a
 /// `nodes` row per member (answered or not), and the busiest topics merged by name (subscribers
 /// added; rate and count the largest, since each member sees the same topic's messages through
-/// the broker). `top_topics` is `null` unless every member that answered listed its own.
-pub fn merge(parts: &[Part], processes: usize) -> Value {
+/// the broker), at most `top`. `top_topics` is `null` unless every member that answered listed
+/// its own.
+pub fn merge(parts: &[Part], processes: usize, top: usize) -> Value {
     let answered: Vec<&Value> = parts.iter().filter_map(|p| p.sample.as_ref()).collect();
     let mut out = Map::new();
     for s in &answered {
@@ -140,7 +141,7 @@ pub fn merge(parts: &[Part], processes: usize) -> Value {
         .map(|s| s.get("top_topics").and_then(Value::as_array))
         .collect();
     let top = match lists {
-        Some(lists) if !answered.is_empty() => Value::Array(merge_topics(&lists)),
+        Some(lists) if !answered.is_empty() => Value::Array(merge_topics(&lists, top)),
         _ => Value::Null,
     };
     out.insert("top_topics".into(), top);
@@ -177,8 +178,8 @@ fn add(into: &mut Value, v: &Value) {
     }
 }
 
-/// The members' busiest topics as one list, busiest first, at most [`TOP_TOPICS`].
-fn merge_topics(lists: &[&Vec<Value>]) -> Vec<Value> {
+/// The members' busiest topics as one list, busiest first, at most `top`.
+fn merge_topics(lists: &[&Vec<Value>], top: usize) -> Vec<Value> {
     let mut by_name: HashMap<String, (u64, f64, u64)> = HashMap::new();
     for row in lists.iter().flat_map(|l| l.iter()) {
         let Some(name) = row.get("topic").and_then(Value::as_str) else {
@@ -199,7 +200,7 @@ fn merge_topics(lists: &[&Vec<Value>]) -> Vec<Value> {
             .then(Ordering::Equal)
     });
     rows.into_iter()
-        .take(TOP_TOPICS)
+        .take(top)
         .map(|(name, (subscribers, rate, published))| {
             json!({ "topic": name, "subscribers": subscribers, "rate": rate, "published": published })
         })
@@ -254,6 +255,7 @@ mod tests {
                 part("g-2", None),
             ],
             3,
+            20,
         );
         assert_eq!(m["connections_total"], 6);
         assert_eq!(m["connections"], json!({ "ws": 3, "sse": 3 }));
@@ -293,10 +295,10 @@ mod tests {
         let a = member(1, 1, 0.0, json!([]));
         let b = member(1, 1, 0.0, Value::Null);
         assert_eq!(
-            merge(&[part("a", Some(a.clone())), part("b", Some(b))], 2)["top_topics"],
+            merge(&[part("a", Some(a.clone())), part("b", Some(b))], 2, 20)["top_topics"],
             Value::Null
         );
-        assert_eq!(merge(&[part("a", Some(a))], 1)["top_topics"], json!([]));
-        assert_eq!(merge(&[part("a", None)], 1)["top_topics"], Value::Null);
+        assert_eq!(merge(&[part("a", Some(a))], 1, 20)["top_topics"], json!([]));
+        assert_eq!(merge(&[part("a", None)], 1, 20)["top_topics"], Value::Null);
     }
 }

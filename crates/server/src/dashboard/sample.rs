@@ -191,7 +191,7 @@ impl Sampler {
             }
             let (json, point, has_top) = match &self.group {
                 Some(member) => {
-                    let (value, has_top) = super::group::sample(member, watched);
+                    let (value, has_top) = super::group::sample(member, watched, TOP_TOPICS);
                     let point = Point::of(&value);
                     (value.to_string(), point, has_top)
                 }

@@ -85,8 +85,17 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     let tls = api.tls.then(|| (api.host(), args.cacert.as_deref()));
     let mut stream = Link::new(socket, tls)?;
     let response = exchange(&mut stream, &head, &message, expect).map_err(|e| {
+        let plain_answer = e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<std::io::Error>())
+            .filter_map(|io| io.get_ref()?.downcast_ref::<rustls::Error>())
+            .any(|t| matches!(t, rustls::Error::InvalidMessage(_)));
         match (api.tls, &args.cacert) {
             (false, _) => e,
+            (true, _) if plain_answer => anyhow!(
+                "the API at --api (CLARION_API) answered in plain HTTP, not TLS: give it as \
+                 http://HOST:PORT (an API is served over TLS only with serve --tls-api)"
+            ),
             (true, None) => anyhow!(
                 "{e:#}: is the API listener serving TLS (serve --tls-api)? If its certificate \
                  is signed by a private CA (such as `clarion cert --dev`'s), give that CA with \

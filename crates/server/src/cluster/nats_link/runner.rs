@@ -154,9 +154,7 @@ impl Runner {
                 End::Stopped { was_up } => {
                     if was_up {
                         metrics.disconnects.fetch_add(1, Relaxed);
-                        (self.on_event)(LinkEvent::Disconnected {
-                            reason: "link shut down",
-                        });
+                        (self.on_event)(LinkEvent::Stopped);
                     }
                     return;
                 }
