@@ -141,7 +141,9 @@ impl RedisBroker {
     /// the calls' order.
     fn presence_run(&self, calls: Vec<(String, Vec<Vec<u8>>)>) -> Result<Vec<Value>, Unavailable> {
         let shards = self.core.shards.len().max(1);
-        let mut per_shard: Vec<(Vec<usize>, Vec<Vec<Vec<u8>>>)> = vec![Default::default(); shards];
+        // Per shard: the calls' places in `calls`, and the calls.
+        type Batch = (Vec<usize>, Vec<Vec<Vec<u8>>>);
+        let mut per_shard: Vec<Batch> = vec![Default::default(); shards];
         let n = calls.len();
         for (i, (topic, cmd)) in calls.into_iter().enumerate() {
             if let Some((at, list)) = per_shard.get_mut(self.core.shard_of(&topic)) {
