@@ -178,10 +178,14 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     }
     for (listener, scope) in apis {
         let api_shared = Arc::clone(&shared);
+        let (set_up, api_ready) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("clarion-api".into())
-            .spawn(move || crate::api::serve(listener, api_shared, scope))
+            .spawn(move || crate::api::serve(listener, api_shared, scope, set_up))
             .context("cannot start API thread")?;
+        // Ready means ready: its threads and descriptors are made (a test counting them, or a
+        // probe, sees the server as it stays).
+        let _ = api_ready.recv_timeout(std::time::Duration::from_secs(10));
     }
 
     let clients = client_addr.map_or_else(|| "-".to_owned(), |a| a.to_string());

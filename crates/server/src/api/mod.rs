@@ -13,6 +13,7 @@
 use std::io::{self, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use clarion_proto::http1::{self, Body, BodyError, ChunkedDecoder};
@@ -67,7 +68,7 @@ struct Occupancy {
 /// (at most [`API_MAX_CONNECTIONS`], [`API_MAX_PER_ADDRESS`] from one address); past either
 /// cap it waits in the triage ([`triage`]) until its head shows a health check or credentials,
 /// which get one request served ([`API_RESERVE`] at once); the rest are answered `503`.
-pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope) {
+pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope, set_up: Sender<()>) {
     let taken = Arc::new(std::sync::Mutex::new(Occupancy::default()));
     let group = match &scope {
         Scope::Group(member) => Some(Arc::clone(member)),
@@ -103,6 +104,9 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope) {
             }
         }
     };
+    // The dashboard's sampler and the triage poller exist before the server says it is ready.
+    let _ = set_up.send(());
+    drop(set_up);
     for stream in listener.incoming() {
         let stream = match stream {
             Ok(s) => s,
