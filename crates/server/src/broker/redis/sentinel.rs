@@ -34,6 +34,9 @@ const SENTINEL_PORT: u16 = 26379;
 /// before trying the next sentinel after one failed.
 const WATCH_TICK: Duration = Duration::from_millis(250);
 
+/// How long the watcher's sentinel may be silent before it is asked with a `PING`.
+const WATCH_PING_AFTER: Duration = Duration::from_secs(1);
+
 /// Credentials for the sentinels themselves (`redis_sentinel_username`,
 /// `redis_sentinel_password`): the URL's are Redis's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -439,6 +442,10 @@ impl Sentinel {
         let mut conn = Conn::open(&self.with_auth(at), tls, timeout, name)?;
         conn.send(&[vec![b"SUBSCRIBE".as_slice(), b"+switch-master".as_slice()]])?;
         conn.set_read_timeout(WATCH_TICK)?;
+        // A sentinel that stops answering (stalled, or a dead host whose socket stays open) is
+        // noticed by a PING after a quiet second, and left when no answer comes in `timeout`.
+        let mut heard = Instant::now();
+        let mut pinged = false;
         while !stop.load(Relaxed) {
             let msg = match conn.read() {
                 Ok(v) => v,
@@ -448,10 +455,23 @@ impl Sentinel {
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
-                    continue
+                    let quiet = heard.elapsed();
+                    if pinged && quiet >= WATCH_PING_AFTER + timeout {
+                        return Err(LinkError::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "no answer to PING",
+                        )));
+                    }
+                    if !pinged && quiet >= WATCH_PING_AFTER {
+                        conn.send(&[vec![b"PING".as_slice()]])?;
+                        pinged = true;
+                    }
+                    continue;
                 }
                 Err(e) => return Err(e),
             };
+            heard = Instant::now();
+            pinged = false;
             let Value::Array(parts) = msg else {
                 continue;
             };
