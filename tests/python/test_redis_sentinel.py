@@ -10,11 +10,19 @@ The set-up: a master, one replica and three sentinels (quorum 2, `down-after-mil
 1000, `failover-timeout` 2000), all redis-server processes on free loopback ports."""
 
 import json
+import socket
 import time
 
 import pytest
 
-from cluster_util import Broker, Redis, RedisError, cluster, wait_until  # noqa: F401 (fixture)
+from cluster_util import (  # noqa: F401 (fixture)
+    Broker,
+    Redis,
+    RedisError,
+    _RespReader,
+    cluster,
+    wait_until,
+)
 from test_cluster import recv_json, recv_messages, ws_sub
 
 pytestmark = pytest.mark.timeout(120)
@@ -22,8 +30,26 @@ pytestmark = pytest.mark.timeout(120)
 MASTER = "mymaster"
 
 
+def _call(port, password, *args, timeout=5.0):
+    """One command on a new connection, after `AUTH` when there is a password; its reply."""
+    out = b""
+    for cmd in ([("AUTH", password)] if password else []) + [args]:
+        out += f"*{len(cmd)}\r\n".encode()
+        for a in cmd:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += f"${len(a)}\r\n".encode() + a + b"\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(out)
+        reader = _RespReader(sock)
+        if password:
+            reader.reply()
+        return reader.reply()
+
+
 class Replica(Redis):
-    """A redis-server replicating `master` (and, like any Redis here, able to be promoted)."""
+    """A redis-server, replicating `master` if given (and, like any Redis here, able to be
+    promoted); with `password`, it requires it and uses it with its master."""
 
     def __init__(self, workdir, master=None, password=None):
         self.master = master
@@ -34,7 +60,12 @@ class Replica(Redis):
         cmd = super().command()
         if self.master is not None:
             cmd += ["--replicaof", "127.0.0.1", str(self.master.port)]
+        if self.password:
+            cmd += ["--requirepass", self.password, "--masterauth", self.password]
         return cmd
+
+    def command_reply(self, *args, timeout=5.0):
+        return _call(self.port, self.password, *args, timeout=timeout)
 
     def role(self):
         """`master`, `slave`, or "" while it cannot answer (Sentinel kills clients as it
@@ -52,7 +83,8 @@ class Replica(Redis):
 
 
 class Sentinel(Broker):
-    """A redis-server in sentinel mode monitoring `master` (its own writable config file)."""
+    """A redis-server in sentinel mode monitoring `master` (its own writable config file),
+    with `password` required of its clients (and used with the other sentinels)."""
 
     name = "redis-sentinel"
     binary = Redis.binary
@@ -74,26 +106,25 @@ class Sentinel(Broker):
                 f"sentinel failover-timeout {MASTER} 2000",
                 f"sentinel parallel-syncs {MASTER} 1",
             ]
+            if self.master.password:
+                lines.append(f"sentinel auth-pass {MASTER} {self.master.password}")
             if self.password:
-                lines.append(f"requirepass {self.password}")
+                lines += [f"requirepass {self.password}", f"sentinel sentinel-pass {self.password}"]
             conf.write_text("\n".join(lines) + "\n")
         return [self.binary, str(conf), "--sentinel"]
 
+    def command_reply(self, *args, timeout=5.0):
+        return _call(self.port, self.password, *args, timeout=timeout)
+
     def ping(self):
-        try:
-            return Redis.command_reply(self, "PING", timeout=1.0) == "PONG"
-        except RedisError:
-            return True  # NOAUTH: it answers
-
-    def master_addr(self):
-        return Redis.command_reply(self, "SENTINEL", "get-master-addr-by-name", MASTER)
+        return self.command_reply("PING", timeout=1.0) == "PONG"
 
 
-def _sentinel_set(cluster, password=None):
+def _sentinel_set(cluster, password=None, redis_password=None):
     """A master, a replica in sync and three sentinels that know both and each other."""
-    master = Replica(cluster.dir)
+    master = Replica(cluster.dir, password=redis_password)
     cluster.brokers.append(master)
-    replica = Replica(cluster.dir, master)
+    replica = Replica(cluster.dir, master, password=redis_password)
     cluster.brokers.append(replica)
     wait_until(replica.in_sync, 10, "replica in sync")
     sentinels = []
@@ -101,18 +132,19 @@ def _sentinel_set(cluster, password=None):
         s = Sentinel(cluster.dir, master, password)
         cluster.brokers.append(s)
         sentinels.append(s)
-    if password is None:
 
-        def ready():
-            for s in sentinels:
-                known = Redis.command_reply(s, "SENTINEL", "sentinels", MASTER)
-                replicas = Redis.command_reply(s, "SENTINEL", "replicas", MASTER)
-                if len(known) < 2 or len(replicas) < 1:
-                    return False
-            return True
+    def ready():
+        for s in sentinels:
+            known = s.command_reply("SENTINEL", "sentinels", MASTER)
+            replicas = s.command_reply("SENTINEL", "replicas", MASTER)
+            if len(known) < 2 or len(replicas) < 1:
+                return False
+        return True
 
-        wait_until(ready, 20, "sentinels know each other and the replica", 0.2)
+    wait_until(ready, 20, "sentinels know each other and the replica", 0.2)
     url = "redis+sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in sentinels)
+    if redis_password:
+        url = url.replace("://", f"://:{redis_password}@", 1)
     return master, replica, sentinels, f"{url}/{MASTER}"
 
 
@@ -180,7 +212,7 @@ def test_nodes_follow_a_clean_failover_and_a_killed_master(cluster):
     assert [m["id"] for m in got] == published
 
     # A clean switch: the replica becomes the master.
-    Redis.command_reply(sentinels[0], "SENTINEL", "failover", MASTER)
+    sentinels[0].command_reply("SENTINEL", "failover", MASTER)
     wait_until(lambda: replica.role() == "master", 15, "replica promoted")
     took_clean, more = _publish_until_delivered(a, ws, "f", published, _moved(a, b, 1))
     got += more
@@ -236,12 +268,14 @@ def test_a_wrong_master_name_stops_startup_with_a_clear_error(cluster):
     assert 'no sentinel names the master "nosuchmaster"' in str(e.value), str(e.value)
 
 
-def test_sentinels_with_a_password_are_asked_with_redis_sentinel_password(cluster):
-    _, _, sentinels, url = _sentinel_set(cluster, password="s3cret")
+def test_passwords_for_sentinels_and_for_redis(cluster):
+    # The URL's password is Redis's; `redis_sentinel_password` is the sentinels'.
+    _, _, sentinels, url = _sentinel_set(cluster, password="s3cret", redis_password="r3dis")
+    assert url.startswith("redis+sentinel://:r3dis@127.0.0.1:")
     # Without the password, the sentinels refuse and startup stops saying so.
     with pytest.raises(RuntimeError) as e:
         cluster.node("--broker", url, "--node-name", "x")
-    assert "NOAUTH" in str(e.value) or "auth" in str(e.value).lower(), str(e.value)
+    assert "NOAUTH Authentication required" in str(e.value), str(e.value)
     env = {"CLARION_REDIS_SENTINEL_PASSWORD": "s3cret"}
     a = cluster.node("--broker", url, "--node-name", "a", env=env)
     b = cluster.node("--broker", url, "--node-name", "b", env=env)
