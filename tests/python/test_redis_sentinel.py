@@ -10,7 +10,7 @@ The set-up: a master, one replica and three sentinels (quorum 2, `down-after-mil
 1000, `failover-timeout` 2000), all redis-server processes on free loopback ports."""
 
 import json
-import socket
+import ssl
 import time
 
 import pytest
@@ -24,13 +24,14 @@ from cluster_util import (  # noqa: F401 (fixture)
     wait_until,
 )
 from test_cluster import recv_json, recv_messages, ws_sub
+from test_redis_tls import TlsRedis, pki  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(120)
 
 MASTER = "mymaster"
 
 
-def _call(port, password, *args, timeout=5.0):
+def _call(broker, password, *args, timeout=5.0):
     """One command on a new connection, after `AUTH` when there is a password; its reply."""
     out = b""
     for cmd in ([("AUTH", password)] if password else []) + [args]:
@@ -38,7 +39,7 @@ def _call(port, password, *args, timeout=5.0):
         for a in cmd:
             a = a if isinstance(a, bytes) else str(a).encode()
             out += f"${len(a)}\r\n".encode() + a + b"\r\n"
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with broker._connect(timeout) as sock:
         sock.settimeout(timeout)
         sock.sendall(out)
         reader = _RespReader(sock)
@@ -65,7 +66,7 @@ class Replica(Redis):
         return cmd
 
     def command_reply(self, *args, timeout=5.0):
-        return _call(self.port, self.password, *args, timeout=timeout)
+        return _call(self, self.password, *args, timeout=timeout)
 
     def role(self):
         """`master`, `slave`, or "" while it cannot answer (Sentinel kills clients as it
@@ -89,9 +90,10 @@ class Sentinel(Broker):
     name = "redis-sentinel"
     binary = Redis.binary
 
-    def __init__(self, workdir, master, password=None):
+    def __init__(self, workdir, master, password=None, tls=None):
         self.master = master
         self.password = password
+        self.tls = tls  # (ca, cert, key): TLS only, to clients and to the Redis servers
         super().__init__(workdir)
 
     def command(self):
@@ -110,26 +112,66 @@ class Sentinel(Broker):
                 lines.append(f"sentinel auth-pass {MASTER} {self.master.password}")
             if self.password:
                 lines += [f"requirepass {self.password}", f"sentinel sentinel-pass {self.password}"]
+            if self.tls:
+                ca, cert, key = self.tls
+                lines[0] = f"port 0\ntls-port {self.port}"
+                lines += [
+                    f"tls-cert-file {cert}",
+                    f"tls-key-file {key}",
+                    f"tls-ca-cert-file {ca}",
+                    "tls-auth-clients no",
+                    "tls-replication yes",
+                ]
             conf.write_text("\n".join(lines) + "\n")
         return [self.binary, str(conf), "--sentinel"]
 
     def command_reply(self, *args, timeout=5.0):
-        return _call(self.port, self.password, *args, timeout=timeout)
+        return _call(self, self.password, *args, timeout=timeout)
+
+    def _connect(self, timeout):
+        sock = super()._connect(timeout)
+        if not self.tls:
+            return sock
+        ctx = ssl.create_default_context(cafile=str(self.tls[0]))
+        return ctx.wrap_socket(sock, server_hostname="127.0.0.1")
 
     def ping(self):
         return self.command_reply("PING", timeout=1.0) == "PONG"
 
 
-def _sentinel_set(cluster, password=None, redis_password=None):
-    """A master, a replica in sync and three sentinels that know both and each other."""
-    master = Replica(cluster.dir, password=redis_password)
-    cluster.brokers.append(master)
-    replica = Replica(cluster.dir, master, password=redis_password)
-    cluster.brokers.append(replica)
+class TlsReplica(TlsRedis):
+    """A TLS-only redis-server, replicating `master` over TLS if given."""
+
+    def __init__(self, workdir, pki, master=None):
+        self.master = master
+        self.password = None
+        super().__init__(workdir, pki.ca, *pki.server)
+
+    def command(self):
+        cmd = [*super().command(), "--tls-replication", "yes"]
+        if self.master is not None:
+            cmd += ["--replicaof", "127.0.0.1", str(self.master.port)]
+        return cmd
+
+    role = Replica.role
+    in_sync = Replica.in_sync
+
+
+def _sentinel_set(cluster, password=None, redis_password=None, pki=None):
+    """A master, a replica in sync and three sentinels that know both and each other (all
+    TLS-only with `pki`)."""
+    if pki is None:
+        master = Replica(cluster.dir, password=redis_password)
+        replica = Replica(cluster.dir, master, password=redis_password)
+    else:
+        master = TlsReplica(cluster.dir, pki)
+        replica = TlsReplica(cluster.dir, pki, master)
+    cluster.brokers += [master, replica]
     wait_until(replica.in_sync, 10, "replica in sync")
     sentinels = []
     for _ in range(3):
-        s = Sentinel(cluster.dir, master, password)
+        tls = (pki.ca, *pki.server) if pki else None
+        s = Sentinel(cluster.dir, master, password, tls)
         cluster.brokers.append(s)
         sentinels.append(s)
 
@@ -142,7 +184,8 @@ def _sentinel_set(cluster, password=None, redis_password=None):
         return True
 
     wait_until(ready, 20, "sentinels know each other and the replica", 0.2)
-    url = "redis+sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in sentinels)
+    scheme = "rediss+sentinel" if pki else "redis+sentinel"
+    url = f"{scheme}://" + ",".join(f"127.0.0.1:{s.port}" for s in sentinels)
     if redis_password:
         url = url.replace("://", f"://:{redis_password}@", 1)
     return master, replica, sentinels, f"{url}/{MASTER}"
@@ -282,3 +325,18 @@ def test_passwords_for_sentinels_and_for_redis(cluster):
     ws = ws_sub(b, "p")
     mid = a.publish("p", "hello")["id"]
     assert recv_json(ws)["id"] == mid
+
+
+def test_rediss_sentinel_speaks_tls_to_sentinels_and_redis_and_follows_a_failover(cluster, pki):
+    _, replica, sentinels, url = _sentinel_set(cluster, pki=pki)
+    assert url.startswith("rediss+sentinel://")
+    args = ("--broker", url, "--redis-tls-ca", pki.ca)
+    a = cluster.node(*args, "--node-name", "a")
+    b = cluster.node(*args, "--node-name", "b")
+    ws = ws_sub(b, "t")
+    published = [a.publish("t", "before")["id"]]
+    got = recv_messages(ws, 1)
+    sentinels[0].command_reply("SENTINEL", "failover", MASTER)
+    wait_until(lambda: replica.role() == "master", 15, "replica promoted")
+    _, more = _publish_until_delivered(a, ws, "t", published, _moved(a, b, 1))
+    _no_silent_loss(published, got + more)
