@@ -307,13 +307,14 @@ fn make_broker(
     };
     let node = config.node();
     let timeout = std::time::Duration::from_millis(config.broker_timeout_ms.max(1));
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
+    if crate::broker::redis::sentinel::is_redis_url(url) {
         let tls = crate::broker::redis::stream::for_config(config)
             .map_err(anyhow::Error::msg)
             .context("cannot set up TLS to Redis")?;
         let b = crate::broker::RedisBroker::start(
             url,
             tls,
+            &crate::broker::redis::sentinel::SentinelAuth::for_config(config),
             &node,
             timeout,
             inboxes.to_vec(),

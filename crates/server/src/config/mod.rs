@@ -424,11 +424,13 @@ settings! {
         switch "List connections without an identity as members (`~...` identities)";
     // # cluster: several processes and machines as one server (docs/cluster.md).
     /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
-    /// (`rediss://` for TLS, see `redis_tls_*`; several, comma-separated, spread topics over them) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
+    /// (`rediss://` for TLS, see `redis_tls_*`; several, comma-separated, spread topics over them;
+    /// `redis+sentinel://host1:26379,host2:26379/NAME[/db]` for the master Sentinel names, see
+    /// `redis_sentinel_*`) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
     /// memory, the fastest and leanest mode). With Redis, message ids are allocated per topic
     /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
     /// fan out to every node but each node keeps its own ids and history.
-    broker: Option<String> = None, flag "Broker joining this node to others (redis://, rediss:// or nats://...)";
+    broker: Option<String> = None, flag "Broker joining this node to others (redis://, rediss://, redis+sentinel:// or nats://...)";
     /// This node's name in logs, metrics (`node` label) and the broker's client list. Unset:
     /// `host:pid`.
     node_name: Option<String> = None, flag "Node name (default host:pid)";
@@ -450,6 +452,12 @@ settings! {
     /// list. Verification itself is never turned off.
     redis_tls_server_name: Option<String> = None,
         flag "Name to verify a rediss:// broker's certificate against (default: the URL's host)";
+    /// ACL user for the sentinels of a `redis+sentinel://` broker, with
+    /// `redis_sentinel_password`. The URL's credentials are Redis's; the sentinels get these.
+    redis_sentinel_username: Option<String> = None, flag "ACL user for a redis+sentinel:// broker's sentinels";
+    /// Password for the sentinels of a `redis+sentinel://` broker (`requirepass` in
+    /// sentinel.conf). Unset: the sentinels are asked without `AUTH`.
+    redis_sentinel_password: Option<String> = None, secret "Password for a redis+sentinel:// broker's sentinels";
     /// Processes to run on this machine as one server (see [processes.md](processes.md)). Above
     /// 1, `clarion serve` becomes a small supervisor that starts this many `clarion serve`
     /// processes with the same configuration, sharing the client, TLS and API ports
@@ -599,7 +607,8 @@ impl Config {
         let redis_tls = self.redis_tls_ca.is_some()
             || self.redis_tls_cert.is_some()
             || self.redis_tls_server_name.is_some();
-        if redis_tls && !self.broker.as_deref().unwrap_or("").contains("rediss://") {
+        let broker = self.broker.as_deref().unwrap_or("");
+        if redis_tls && !broker.contains("rediss://") && !broker.contains("rediss+sentinel://") {
             // The operator expects an encryption the URLs do not ask for.
             return Err(ConfigError::Invalid(
                 "redis_tls_* is set but no broker URL is rediss://: use rediss:// for TLS to \

@@ -158,12 +158,17 @@ impl Hooks {
             let redis = config
                 .broker
                 .as_deref()
-                .filter(|b| b.starts_with("redis://") || b.starts_with("rediss://"))
-                .and_then(|b| b.split(',').next());
+                .filter(|b| crate::broker::redis::sentinel::is_redis_url(b))
+                .and_then(|b| {
+                    crate::broker::redis::sentinel::split_urls(b)
+                        .into_iter()
+                        .next()
+                });
             let cluster: Option<Box<dyn webhook::Occupancy>> = match redis {
                 Some(url) => Some(Box::new(occupancy::RedisOccupancy::new(
                     url.trim(),
                     crate::broker::redis::stream::for_config(config)?,
+                    &crate::broker::redis::sentinel::SentinelAuth::for_config(config),
                     prefix.clone(),
                     Duration::from_millis(config.broker_timeout_ms),
                 )?)),

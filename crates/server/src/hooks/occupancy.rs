@@ -15,7 +15,8 @@ use std::time::Duration;
 use clarion_proto::resp::Value;
 
 use super::webhook::Occupancy;
-use crate::broker::redis::conn::{Conn, RedisUrl};
+use crate::broker::redis::conn::Conn;
+use crate::broker::redis::sentinel::{Endpoint, SentinelAuth};
 use crate::broker::redis::stream::RedisTls;
 use crate::hub::lock;
 
@@ -26,7 +27,8 @@ pub const ALIVE_TTL: Duration = Duration::from_secs(15);
 
 /// The Redis side of occupancy.
 pub struct RedisOccupancy {
-    url: RedisUrl,
+    /// The broker's first Redis (behind Sentinel: its master, wherever it is now).
+    endpoint: Endpoint,
     /// For a `rediss://` broker.
     tls: Option<Arc<RedisTls>>,
     node: String,
@@ -39,11 +41,12 @@ impl RedisOccupancy {
     pub fn new(
         url: &str,
         tls: Option<Arc<RedisTls>>,
+        sentinel_auth: &SentinelAuth,
         node: String,
         timeout: Duration,
     ) -> Result<RedisOccupancy, String> {
         Ok(RedisOccupancy {
-            url: RedisUrl::parse(url)?,
+            endpoint: Endpoint::parse(url, sentinel_auth)?,
             tls,
             node,
             timeout,
@@ -55,8 +58,11 @@ impl RedisOccupancy {
         let mut conn = lock(&self.conn);
         for _ in 0..2 {
             if conn.is_none() {
-                *conn = match Conn::open(&self.url, self.tls.as_deref(), self.timeout, "hooks") {
-                    Ok(c) => Some(c),
+                let opened = self
+                    .endpoint
+                    .open(self.tls.as_deref(), self.timeout, "hooks");
+                *conn = match opened {
+                    Ok((c, _)) => Some(c),
                     Err(e) => {
                         crate::log::warn(format_args!("webhook occupancy: redis: {e}"));
                         None
@@ -69,6 +75,7 @@ impl RedisOccupancy {
                 Err(e) => {
                     crate::log::warn(format_args!("webhook occupancy: redis: {e}"));
                     *conn = None;
+                    self.endpoint.lost(self.endpoint.generation());
                 }
             }
         }

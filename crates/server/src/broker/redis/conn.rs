@@ -1,5 +1,5 @@
-//! Blocking connections to Redis: the URL, one connection that sends pipelined commands and
-//! reads their replies within a deadline, and the small pool publishers share. The bytes go
+//! Blocking connections to Redis: the URL, and one connection that sends pipelined commands and
+//! reads their replies within a deadline (the pool publishers share is [`super::pool`]). The bytes go
 //! over plain TCP or TLS ([`super::stream`]).
 //!
 //! Every read and write has a timeout (`broker_timeout_ms`), so a stalled Redis costs a caller
@@ -9,15 +9,11 @@
 
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clarion_proto::resp::{self, Limits, RespError, Value};
 
 use super::stream::{self, RedisTls, Stream, Writer};
-use crate::hub::lock;
-use crate::metrics::Metrics;
 
 /// Where Redis is: `redis://[user:password@]host:port[/db]`, or `rediss://...` for TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +93,12 @@ impl RedisUrl {
     }
 }
 
+/// An argument [`Conn::send`] replaces with the replication id of the server it talks to
+/// (`master_replid`, empty if unknown): the publish script keeps it with each topic, and a
+/// topic last written under another id (a promoted replica, a restarted server) starts a new
+/// epoch, since the offsets handed out last there may have been lost.
+pub const REPLID_ARG: &[u8] = b"\0clarion:replid";
+
 /// Why a command got no answer. Every variant means the connection is gone.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -116,6 +118,12 @@ pub enum LinkError {
     /// port, the client certificate).
     #[error("{0}")]
     Tls(String),
+    /// No sentinel named a usable master: the reason from each.
+    #[error("{0}")]
+    NoMaster(String),
+    /// Sentinel named another master: connections to the old one are dropped.
+    #[error("{0}: Sentinel named a new master")]
+    Moved(String),
 }
 
 /// One connection, used by one caller at a time.
@@ -127,6 +135,8 @@ pub struct Conn {
     /// Bytes of `buf` already parsed.
     start: usize,
     limits: Limits,
+    /// The server's `master_replid` when the connection was made (see [`REPLID_ARG`]).
+    replid: String,
 }
 
 impl Conn {
@@ -172,6 +182,7 @@ impl Conn {
             buf: Vec::with_capacity(4096),
             start: 0,
             limits: Limits::default(),
+            replid: String::new(),
         };
         let mut setup: Vec<Vec<Vec<u8>>> = Vec::new();
         if let Some(p) = &url.password {
@@ -188,9 +199,19 @@ impl Conn {
             b"SETNAME".to_vec(),
             client_name(name).into_bytes(),
         ]);
+        setup.push(vec![b"INFO".to_vec(), b"replication".to_vec()]);
         // With TLS 1.3 a server that refuses our client certificate says so after the
         // handshake: the first reply is where that shows.
-        for reply in conn.call(&setup)? {
+        let mut replies = conn.call(&setup)?;
+        // INFO may be refused (an ACL): the epochs then do not follow failovers.
+        if let Some(info) = replies.pop() {
+            conn.replid = info
+                .as_str()
+                .and_then(replid_of)
+                .unwrap_or_default()
+                .to_owned();
+        }
+        for reply in replies {
             if let Value::Error(e) = reply {
                 return Err(LinkError::Refused(e));
             }
@@ -208,7 +229,18 @@ impl Conn {
     pub fn send<A: AsRef<[u8]>>(&mut self, commands: &[Vec<A>]) -> Result<(), LinkError> {
         let mut out = Vec::new();
         for c in commands {
-            resp::encode_command(&mut out, c);
+            if c.iter().any(|a| a.as_ref() == REPLID_ARG) {
+                let args: Vec<&[u8]> = c
+                    .iter()
+                    .map(|a| match a.as_ref() {
+                        REPLID_ARG => self.replid.as_bytes(),
+                        other => other,
+                    })
+                    .collect();
+                resp::encode_command(&mut out, &args);
+            } else {
+                resp::encode_command(&mut out, c);
+            }
         }
         self.stream.write_all(&out).map_err(|e| self.io_error(e))
     }
@@ -286,6 +318,13 @@ impl Conn {
     }
 }
 
+/// The `master_replid` line of an `INFO replication` answer.
+fn replid_of(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_replid:"))
+        .map(str::trim)
+}
+
 /// `CLIENT SETNAME` allows no spaces or newlines.
 fn client_name(node: &str) -> String {
     let clean: String = node
@@ -295,102 +334,9 @@ fn client_name(node: &str) -> String {
     format!("clarion:{clean}")
 }
 
-/// A few connections publishers and resuming subscribers share; each call takes one for its
-/// whole pipeline, so replies never interleave.
-pub struct Pool {
-    url: RedisUrl,
-    tls: Option<Arc<RedisTls>>,
-    timeout: Duration,
-    name: String,
-    slots: Vec<Mutex<Option<Conn>>>,
-    /// When the last connection attempt failed: no new attempt before the backoff has passed.
-    failed_at: Mutex<Option<Instant>>,
-    metrics: Arc<Metrics>,
-}
-
-/// How long after a failed connect callers are answered "down" without a new attempt.
-const CONNECT_BACKOFF: Duration = Duration::from_millis(500);
-
-impl Pool {
-    /// A pool of `size` lazily opened connections.
-    pub fn new(
-        url: RedisUrl,
-        tls: Option<Arc<RedisTls>>,
-        timeout: Duration,
-        name: &str,
-        size: usize,
-        metrics: Arc<Metrics>,
-    ) -> Pool {
-        Pool {
-            url,
-            tls,
-            timeout,
-            name: name.to_owned(),
-            slots: (0..size.max(1)).map(|_| Mutex::new(None)).collect(),
-            failed_at: Mutex::new(None),
-            metrics,
-        }
-    }
-
-    /// Runs `commands` as one pipeline on a free connection (or waits for one), returning one
-    /// reply per command. On any failure the connection is dropped.
-    pub fn call<A: AsRef<[u8]>>(&self, commands: &[Vec<A>]) -> Result<Vec<Value>, LinkError> {
-        self.metrics.broker_in_flight.fetch_add(1, Relaxed);
-        let out = self.call_inner(commands);
-        self.metrics.broker_in_flight.fetch_sub(1, Relaxed);
-        out
-    }
-
-    fn call_inner<A: AsRef<[u8]>>(&self, commands: &[Vec<A>]) -> Result<Vec<Value>, LinkError> {
-        // A free connection if there is one, else wait for one (chosen by a rotating index).
-        let free = self.slots.iter().find_map(|s| s.try_lock().ok());
-        let mut guard = match free {
-            Some(g) => g,
-            None => {
-                let i = self.metrics.broker_in_flight.load(Relaxed) as usize % self.slots.len();
-                match self.slots.get(i) {
-                    Some(slot) => lock(slot),
-                    None => return Err(LinkError::Down),
-                }
-            }
-        };
-        if guard.is_none() {
-            *guard = Some(self.connect()?);
-        }
-        let Some(conn) = guard.as_mut() else {
-            return Err(LinkError::Down);
-        };
-        match conn.call(commands) {
-            Ok(replies) => Ok(replies),
-            Err(e) => {
-                *guard = None;
-                self.metrics.broker_errors.fetch_add(1, Relaxed);
-                Err(e)
-            }
-        }
-    }
-
-    fn connect(&self) -> Result<Conn, LinkError> {
-        if lock(&self.failed_at).is_some_and(|t| t.elapsed() < CONNECT_BACKOFF) {
-            return Err(LinkError::Down);
-        }
-        match Conn::open(&self.url, self.tls.as_deref(), self.timeout, &self.name) {
-            Ok(c) => {
-                *lock(&self.failed_at) = None;
-                Ok(c)
-            }
-            Err(e) => {
-                *lock(&self.failed_at) = Some(Instant::now());
-                self.metrics.broker_errors.fetch_add(1, Relaxed);
-                Err(e)
-            }
-        }
-    }
-}
-
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -447,6 +393,13 @@ mod tests {
         assert!(RedisUrl::parse("rediss://").is_err());
         assert!(RedisUrl::parse("redisss://h").is_err());
         assert!(RedisUrl::parse("rediss://h:6380/x").is_err());
+    }
+
+    #[test]
+    fn the_replication_id_comes_from_info() {
+        let info = "# Replication\r\nrole:master\r\nmaster_replid:ab12\r\nmaster_replid2:00\r\n";
+        assert_eq!(replid_of(info), Some("ab12"));
+        assert_eq!(replid_of("# Sentinel\r\n"), None);
     }
 
     #[test]

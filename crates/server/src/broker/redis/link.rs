@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use clarion_proto::pubsub::wire;
 use clarion_proto::resp::Value;
 
-use super::conn::{Conn, LinkError};
+use super::conn::LinkError;
 use super::{keys, topic_of, Core, Follow, State, Topic, MAX_HELD_BACK};
 use crate::hub::lock;
 use crate::message::{GapReason, Published};
@@ -40,9 +40,10 @@ enum Todo {
 
 /// The thread's body for one shard: sessions until asked to stop.
 pub(super) fn run(core: &Core, shard: usize) {
-    let Some(addr) = core.shards.get(shard).map(|s| s.url.addr.clone()) else {
+    let Some(this) = core.shards.get(shard) else {
         return;
     };
+    let addr = &this.label;
     let mut backoff = BACKOFF_START;
     let mut sessions = 0u64;
     while !core.stop.load(Relaxed) {
@@ -61,7 +62,12 @@ pub(super) fn run(core: &Core, shard: usize) {
         }
         let jitter = Duration::from_millis(u64::from(core.nonce.load(Relaxed) as u32 % 100));
         let until = Instant::now() + backoff + jitter;
-        while Instant::now() < until && !core.stop.load(Relaxed) {
+        // Sentinel naming a new master ends the wait: it is where the topics are now.
+        let master = this.endpoint.generation();
+        while Instant::now() < until
+            && !core.stop.load(Relaxed)
+            && this.endpoint.generation() == master
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         backoff = (backoff * 2).min(BACKOFF_CAP);
@@ -96,7 +102,10 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
     let Some(this) = core.shards.get(shard) else {
         return Ok(());
     };
-    let mut conn = Conn::open(&this.url, core.tls.as_deref(), core.timeout, &core.name)?;
+    let (mut conn, master) = this
+        .endpoint
+        .open(core.tls.as_deref(), core.timeout, &core.name)?;
+    this.session.store(master, Relaxed);
     conn.set_read_timeout(PING_EVERY)?;
     {
         let mut st = lock(&core.state);
@@ -126,7 +135,7 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
             core.metrics.broker_reconnects.fetch_add(1, Relaxed);
             crate::log::info(format_args!(
                 "broker {}: reconnected, following its topics again",
-                this.url.addr
+                this.label
             ));
         }
         core.changed.notify_all();
@@ -139,12 +148,19 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
         }
         match conn.fill() {
             Ok(()) => ping_sent = None,
+            Err(_) if this.endpoint.generation() != master => {
+                // Closed by the Sentinel watcher: the master moved.
+                return Err(LinkError::Moved(this.endpoint.label()));
+            }
             Err(LinkError::Io(e))
                 if matches!(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
+                if this.endpoint.generation() != master {
+                    return Err(LinkError::Moved(this.endpoint.label()));
+                }
                 match ping_sent {
                     Some(at) if at.elapsed() >= core.timeout => {
                         core.metrics.broker_errors.fetch_add(1, Relaxed);

@@ -17,7 +17,7 @@
 //!   missed messages are read from the stream up to the offset delivered at that moment; the
 //!   two never overlap, and a stream that cannot cover the range yields a gap notice.
 //!
-//! Threads: callers (API threads, workers) run commands on a small [`conn::Pool`]; one reader
+//! Threads: callers (API threads, workers) run commands on a small [`pool::Pool`]; one reader
 //! thread ([`link`]) owns the subscriber connection, delivers live messages to the workers'
 //! inboxes under the state lock (the same lock subscribers are counted under, which is what
 //! makes a resume exact), and reconnects with backoff.
@@ -25,8 +25,11 @@
 pub mod conn;
 mod layout;
 mod link;
+pub mod pool;
 pub mod presence;
 mod resume;
+pub mod sentinel;
+mod shard;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -38,11 +41,14 @@ use std::time::{Duration, Instant};
 use clarion_proto::event_id;
 use clarion_proto::resp::Value;
 
-use self::conn::{LinkError, Pool, RedisUrl};
+use self::conn::LinkError;
 pub use self::layout::{keys, PARTITIONS};
 use self::layout::{partition, topic_of};
+use self::pool::Pool;
 use self::resume::joined_position;
-use self::stream::{RedisTls, Writer};
+use self::sentinel::SentinelAuth;
+use self::shard::Shard;
+use self::stream::RedisTls;
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
 use crate::hub::{lock, Inbox, TopicTraffic};
@@ -56,26 +62,14 @@ pub const SCRIPT: &str = include_str!("script.lua");
 /// is announced as a gap and delivery goes on, so a stalled fill cannot grow memory.
 const MAX_HELD_BACK: usize = 10_000;
 
-/// Connections publishers and resuming subscribers share.
-const POOL_SIZE: usize = 4;
-
 /// Turns the bytes of an attachment back into one (GRIP content travels this way).
 pub type AttachmentDecoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
 
 /// The clustered broker over Redis.
 pub struct RedisBroker {
     core: Arc<Core>,
-    /// One reader thread per Redis shard.
+    /// One reader thread per Redis shard, and a Sentinel watcher per shard behind Sentinel.
     readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
-}
-
-/// One Redis of the broker: topics whose partition maps to it keep their keys and channel
-/// there (`broker` may list several Redis servers: partition `N` lives on server `N mod k`).
-pub(crate) struct Shard {
-    url: RedisUrl,
-    pool: Pool,
-    /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
-    writer: Mutex<Option<Writer>>,
 }
 
 /// What the reader thread and the callers share.
@@ -189,6 +183,7 @@ impl RedisBroker {
     pub fn start(
         url: &str,
         tls: Option<Arc<RedisTls>>,
+        sentinel_auth: &SentinelAuth,
         node: &str,
         timeout: Duration,
         inboxes: Vec<Arc<Inbox>>,
@@ -199,44 +194,20 @@ impl RedisBroker {
         let sha = sha1_hex(SCRIPT.as_bytes());
         let mut shards = Vec::new();
         let mut tls_down = Vec::new();
-        for one in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
-            let url = RedisUrl::parse(one)?;
-            let pool = Pool::new(
-                url.clone(),
+        for one in sentinel::split_urls(url) {
+            let opened = Shard::open(
+                &one,
+                SCRIPT,
+                sentinel_auth,
                 tls.clone(),
-                timeout,
                 node,
-                POOL_SIZE,
-                Arc::clone(&metrics),
-            );
-            let load = [vec![
-                b"SCRIPT".to_vec(),
-                b"LOAD".to_vec(),
-                SCRIPT.as_bytes().to_vec(),
-            ]];
-            let loaded = match pool.call(&load) {
-                // Loaded again on first use (NOSCRIPT) once TLS works.
-                Err(LinkError::Tls(e)) => {
-                    crate::log::warn(format_args!(
-                        "broker {}: {e}; starting without it, retrying",
-                        url.addr
-                    ));
-                    tls_down.push(url.addr.clone());
-                    Vec::new()
-                }
-                other => other.map_err(|e| format!("broker {}: {e}", url.addr))?,
-            };
-            if let Some(Value::Error(e)) = loaded.first() {
-                return Err(format!(
-                    "broker {}: cannot load the publish script: {e}",
-                    url.addr
-                ));
+                timeout,
+                &metrics,
+            )?;
+            if opened.tls_down {
+                tls_down.push(opened.shard.label.clone());
             }
-            shards.push(Shard {
-                url,
-                pool,
-                writer: Mutex::new(None),
-            });
+            shards.push(opened.shard);
         }
         if shards.is_empty() {
             return Err(format!("broker {url:?}: no Redis URL"));
@@ -271,6 +242,24 @@ impl RedisBroker {
                 .map_err(|e| format!("cannot start the broker thread: {e}"))?;
             readers.push(reader);
         }
+        for shard in 0..core.shards.len() {
+            let c = Arc::clone(&core);
+            if core
+                .shards
+                .get(shard)
+                .is_some_and(|s| s.endpoint.is_sentinel())
+            {
+                let watcher = std::thread::Builder::new()
+                    .name(format!("clarion-sentinel-{shard}"))
+                    .spawn(move || {
+                        if let Some(s) = c.shards.get(shard) {
+                            s.watch(c.tls.as_deref(), c.timeout, &c.name, &c.stop);
+                        }
+                    })
+                    .map_err(|e| format!("cannot start the sentinel thread: {e}"))?;
+                readers.push(watcher);
+            }
+        }
         // Serve nothing before every subscriber connection is up: a subscription arriving
         // first would be refused as if the broker were down.
         let deadline = Instant::now() + timeout;
@@ -279,7 +268,7 @@ impl RedisBroker {
             core.shards
                 .iter()
                 .enumerate()
-                .all(|(i, s)| st.up(i) || tls_down.contains(&s.url.addr))
+                .all(|(i, s)| st.up(i) || tls_down.contains(&s.label))
         };
         while !waited(&st) && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -292,8 +281,8 @@ impl RedisBroker {
             .connected
             .iter()
             .zip(&core.shards)
-            .filter(|(up, s)| !**up && !tls_down.contains(&s.url.addr))
-            .map(|(_, s)| s.url.addr.clone())
+            .filter(|(up, s)| !**up && !tls_down.contains(&s.label))
+            .map(|(_, s)| s.label.clone())
             .collect();
         drop(st);
         let broker = RedisBroker {
@@ -338,6 +327,7 @@ impl RedisBroker {
                 ttl.to_string().into_bytes(),
                 core.fresh_epoch().into_bytes(),
                 meta_ttl.to_string().into_bytes(),
+                conn::REPLID_ARG.to_vec(),
             ]);
         }
         // One pipeline per shard, in order; the replies go back to their messages' places.

@@ -108,6 +108,9 @@ fn rooms_key(node: &str) -> String {
 
 const NODES: &str = "clarion:presence:nodes";
 
+/// One shard's script calls, with the places of their replies among all the calls.
+type ShardCalls = (Vec<usize>, Vec<Vec<Vec<u8>>>);
+
 impl RedisBroker {
     /// This node's name, as other nodes know it.
     pub fn node_name(&self) -> &str {
@@ -141,9 +144,7 @@ impl RedisBroker {
     /// the calls' order.
     fn presence_run(&self, calls: Vec<(String, Vec<Vec<u8>>)>) -> Result<Vec<Value>, Unavailable> {
         let shards = self.core.shards.len().max(1);
-        // Per shard: the calls' places in `calls`, and the calls.
-        type Batch = (Vec<usize>, Vec<Vec<Vec<u8>>>);
-        let mut per_shard: Vec<Batch> = vec![Default::default(); shards];
+        let mut per_shard: Vec<ShardCalls> = vec![Default::default(); shards];
         let n = calls.len();
         for (i, (topic, cmd)) in calls.into_iter().enumerate() {
             if let Some((at, list)) = per_shard.get_mut(self.core.shard_of(&topic)) {
@@ -412,7 +413,7 @@ impl RedisBroker {
     }
 
     /// The pool of the first Redis, which holds the per-node keys.
-    fn node_pool(&self) -> Result<&super::conn::Pool, Unavailable> {
+    fn node_pool(&self) -> Result<&super::pool::Pool, Unavailable> {
         self.core
             .shards
             .first()

@@ -1,13 +1,24 @@
 -- Publishes one message to one topic, atomically (docs/cluster.md).
 -- KEYS[1] the topic's metadata hash (epoch `e`, last offset `s`), KEYS[2] its stream.
--- ARGV: 1 channel, 2 body, 3 history size, 4 history seconds, 5 a fresh epoch, 6 meta seconds.
+-- ARGV: 1 channel, 2 body, 3 history size, 4 history seconds, 5 a fresh epoch, 6 meta seconds,
+-- 7 this server's replication id (`master_replid`, '' if unknown), which the metadata keeps as `r`.
 -- Returns {epoch, offset, nodes that received it}.
-local epoch = redis.call('HGET', KEYS[1], 'e')
+local meta = redis.call('HMGET', KEYS[1], 'e', 'r')
+local epoch = meta[1]
+if epoch and ARGV[7] ~= '' and meta[2] and meta[2] ~= ARGV[7] then
+  -- Written under another replication history: this server was promoted (a failover) or
+  -- restarted. Asynchronous replication may have lost the last offsets handed out there, and
+  -- an offset must never name two messages: a new epoch, announced as a gap.
+  epoch = false
+end
 if not epoch then
   -- A new history: whatever stream a lost or expired epoch left behind is not part of it.
   epoch = ARGV[5]
   redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[1], 'e', epoch)
+  redis.call('HSET', KEYS[1], 'e', epoch, 's', 0)
+end
+if ARGV[7] ~= '' and meta[2] ~= ARGV[7] then
+  redis.call('HSET', KEYS[1], 'r', ARGV[7])
 end
 local offset = redis.call('HINCRBY', KEYS[1], 's', 1)
 redis.call('EXPIRE', KEYS[1], ARGV[6])

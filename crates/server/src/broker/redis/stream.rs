@@ -145,7 +145,7 @@ pub fn for_config(config: &crate::config::Config) -> Result<Option<Arc<RedisTls>
         server_name: config.redis_tls_server_name.clone(),
     };
     let urls = config.broker.as_deref().unwrap_or_default();
-    if !urls.split(',').any(|u| u.trim().starts_with("rediss://")) {
+    if !urls.split(',').any(|u| u.trim().starts_with("rediss")) {
         return Ok(None);
     }
     RedisTls::load(&files).map(|t| Some(Arc::new(t)))

@@ -1,0 +1,120 @@
+//! One Redis of the broker: where it is (a fixed address or the master behind Sentinel), the
+//! pool publishers share, and the writing half of its subscriber connection; plus the thread
+//! that follows Sentinel's announcements for it. Topics and their state are not here
+//! ([`super`] owns them; [`super::link`] reads the subscriber connection).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clarion_proto::resp::Value;
+
+use super::conn::LinkError;
+use super::pool::Pool;
+use super::sentinel::{Endpoint, SentinelAuth};
+use super::stream::{RedisTls, Writer};
+use crate::hub::lock;
+use crate::metrics::Metrics;
+
+/// One Redis of the broker: topics whose partition maps to it keep their keys and channel
+/// there (`broker` may list several Redis servers: partition `N` lives on server `N mod k`).
+pub(crate) struct Shard {
+    pub(super) endpoint: Arc<Endpoint>,
+    /// What logs call it.
+    pub(super) label: String,
+    pub(super) pool: Pool,
+    /// Writes `SSUBSCRIBE`/`SUNSUBSCRIBE` on the subscriber connection while the reader reads.
+    pub(super) writer: Mutex<Option<Writer>>,
+    /// The master generation the subscriber connection was opened under: a watcher that
+    /// learns of a newer one closes it, and the reader follows its topics on the new master.
+    pub(super) session: AtomicU64,
+}
+
+/// A shard, and whether TLS to it failed (it then starts down, retrying).
+/// Connections publishers and resuming subscribers share, per shard.
+const POOL_SIZE: usize = 4;
+
+pub(super) struct Opened {
+    pub(super) shard: Shard,
+    pub(super) tls_down: bool,
+}
+
+impl Shard {
+    /// Connects to one URL of the `broker` setting and loads the publish script. A wrong
+    /// address, password or master name stops startup with its reason; a TLS failure does not.
+    pub(super) fn open(
+        url: &str,
+        script: &str,
+        sentinel_auth: &SentinelAuth,
+        tls: Option<Arc<RedisTls>>,
+        node: &str,
+        timeout: Duration,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Opened, String> {
+        let endpoint = Arc::new(Endpoint::parse(url, sentinel_auth)?);
+        let label = endpoint.label();
+        let pool = Pool::new(
+            Arc::clone(&endpoint),
+            tls,
+            timeout,
+            node,
+            POOL_SIZE,
+            Arc::clone(metrics),
+        );
+        let load = [vec![
+            b"SCRIPT".to_vec(),
+            b"LOAD".to_vec(),
+            script.as_bytes().to_vec(),
+        ]];
+        let mut tls_down = false;
+        let loaded = match pool.call(&load) {
+            // Loaded again on first use (NOSCRIPT) once TLS works.
+            Err(LinkError::Tls(e)) => {
+                crate::log::warn(format_args!(
+                    "broker {label}: {e}; starting without it, retrying"
+                ));
+                tls_down = true;
+                Vec::new()
+            }
+            other => other.map_err(|e| format!("broker {label}: {e}"))?,
+        };
+        if let Some(Value::Error(e)) = loaded.first() {
+            return Err(format!(
+                "broker {label}: cannot load the publish script: {e}"
+            ));
+        }
+        Ok(Opened {
+            shard: Shard {
+                endpoint,
+                label,
+                pool,
+                writer: Mutex::new(None),
+                session: AtomicU64::new(0),
+            },
+            tls_down,
+        })
+    }
+}
+
+impl Shard {
+    /// Behind Sentinel, follows `+switch-master` until `stop` (the body of a thread): on a
+    /// new master the subscriber connection is closed (the reader opens one to the new master
+    /// and subscribes again), and the pool drops its connections on their next use.
+    pub(super) fn watch(
+        &self,
+        tls: Option<&RedisTls>,
+        timeout: Duration,
+        name: &str,
+        stop: &AtomicBool,
+    ) {
+        let moved = || {
+            if self.session.load(Relaxed) != self.endpoint.generation() {
+                if let Some(w) = lock(&self.writer).as_ref() {
+                    w.shutdown();
+                }
+            }
+        };
+        self.endpoint.watch(tls, timeout, name, stop, &moved);
+    }
+}
