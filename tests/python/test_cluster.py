@@ -262,6 +262,35 @@ def _try_publish(node, topic, data):
     return json.loads(body)["id"] if status == 200 else None
 
 
+def test_a_node_started_before_its_redis_waits_for_it(cluster):
+    """Nodes and Redis may start in any order: a node whose Redis is not there yet starts,
+    says so (healthz 503, publishes 503), and serves once Redis comes up."""
+    redis = cluster.redis()
+    redis.kill()
+    node = cluster.node("--broker", redis.url, "--broker-timeout-ms", "500")
+    assert node.healthz()[0] == 503
+    assert node.request("POST", "/publish/early", b"x")[0] == 503
+    assert "starting without it" in node.log_text()
+    redis.start()
+    node.wait_healthy(timeout=20)
+    # The node's pool may still be in its backoff (up to 5 s): a client retries, as a refused
+    # subscription's Retry-After says.
+    subscribed = []
+
+    def subscribe():
+        try:
+            subscribed.append(ws_sub(node, "early"))
+            return True
+        except InvalidStatus:
+            return False
+
+    wait_until(subscribe, 20, "a subscription once Redis is up", 0.2)
+    ws = subscribed[0]
+    wait_until(lambda: _try_publish(node, "early", "hello"), 20, "publish once Redis is up")
+    got = recv_json(ws, timeout=10)
+    assert got["data"] == "hello", got
+
+
 def test_redis_down_publishes_503_connections_stay_and_the_node_recovers(cluster):
     redis, (a, b) = nodes(cluster, 2, "--broker-timeout-ms", "500")
     ws = ws_sub(b, "d")

@@ -194,7 +194,7 @@ impl RedisBroker {
     ) -> Result<RedisBroker, String> {
         let sha = sha1_hex(SCRIPT.as_bytes());
         let mut shards = Vec::new();
-        let mut tls_down = Vec::new();
+        let mut down_at_start = Vec::new();
         for one in sentinel::split_urls(url) {
             let opened = Shard::open(
                 &one,
@@ -205,8 +205,8 @@ impl RedisBroker {
                 timeout,
                 &metrics,
             )?;
-            if opened.tls_down {
-                tls_down.push(opened.shard.label.clone());
+            if opened.down_at_start {
+                down_at_start.push(opened.shard.label.clone());
             }
             shards.push(opened.shard);
         }
@@ -269,7 +269,7 @@ impl RedisBroker {
             core.shards
                 .iter()
                 .enumerate()
-                .all(|(i, s)| st.up(i) || tls_down.contains(&s.label))
+                .all(|(i, s)| st.up(i) || down_at_start.contains(&s.label))
         };
         while !waited(&st) && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -282,7 +282,7 @@ impl RedisBroker {
             .connected
             .iter()
             .zip(&core.shards)
-            .filter(|(up, s)| !**up && !tls_down.contains(&s.label))
+            .filter(|(up, s)| !**up && !down_at_start.contains(&s.label))
             .map(|(_, s)| s.label.clone())
             .collect();
         drop(st);

@@ -37,7 +37,9 @@ const POOL_SIZE: usize = 4;
 
 pub(super) struct Opened {
     pub(super) shard: Shard,
-    pub(super) tls_down: bool,
+    /// Its Redis could not be reached (or TLS with it failed) at startup: the node starts
+    /// without it and keeps trying.
+    pub(super) down_at_start: bool,
 }
 
 impl Shard {
@@ -67,14 +69,17 @@ impl Shard {
             b"LOAD".to_vec(),
             script.as_bytes().to_vec(),
         ]];
-        let mut tls_down = false;
+        let mut down_at_start = false;
         let loaded = match pool.call(&load) {
-            // Loaded again on first use (NOSCRIPT) once TLS works.
-            Err(LinkError::Tls(e)) => {
+            // Unreachable, or TLS failing: the node starts without this Redis (publishes 503,
+            // /healthz says so) and keeps trying, so nodes and Redis may start in any order;
+            // the script is loaded again on first use (NOSCRIPT). A refusal (AUTH, SELECT) or a
+            // wrong sentinel master name is a setting to fix: it stops the start.
+            Err(e @ (LinkError::Tls(_) | LinkError::Io(_) | LinkError::Down)) => {
                 crate::log::warn(format_args!(
                     "broker {label}: {e}; starting without it, retrying"
                 ));
-                tls_down = true;
+                down_at_start = true;
                 Vec::new()
             }
             other => other.map_err(|e| format!("broker {label}: {e}"))?,
@@ -92,7 +97,7 @@ impl Shard {
                 writer: Mutex::new(None),
                 session: AtomicU64::new(0),
             },
-            tls_down,
+            down_at_start,
         })
     }
 }
