@@ -273,8 +273,8 @@ def test_a_node_started_before_its_redis_waits_for_it(cluster):
     assert "starting without it" in node.log_text()
     redis.start()
     node.wait_healthy(timeout=20)
-    # The node's pool may still be in its backoff (up to 5 s): a client retries, as a refused
-    # subscription's Retry-After says.
+    # The first subscription may still be refused for a moment (the pool waits 500 ms after a
+    # failed connect before it tries again): a client retries, as the refusal's Retry-After says.
     subscribed = []
 
     def subscribe():
