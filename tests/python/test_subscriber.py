@@ -96,6 +96,9 @@ class Publisher:
 
     def __init__(self, apis, topic):
         self.apis, self.topic, self.ids, self.errors = apis, topic, [], 0
+        # Messages whose publish failed on the client's side and was sent again: the first
+        # attempt may have been published (its answer lost with a killed node or a timeout).
+        self.unsure = set()
         self.running = True
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -111,6 +114,7 @@ class Publisher:
                     n += 1
             except OSError:
                 self.errors += 1
+                self.unsure.add(str(n))
                 i += 1
             time.sleep(0.02)
 
@@ -119,10 +123,14 @@ class Publisher:
         self.thread.join(10)
 
 
-def check_in_order(ids, got):
+def check_in_order(ids, got, unsure=()):
     assert not [g for g in got if isinstance(g, Gap)], got
     seen = [(d.id, d.data) for d in got]
     assert len({i for i, _ in seen}) == len(seen), "duplicates"
+    # A publish the publisher sent twice because it saw no answer may be in the stream twice;
+    # the copy it has no receipt for is the server doing what it was asked, not a duplicate.
+    receipts = set(ids)
+    seen = [(i, d) for i, d in seen if i in receipts or d not in unsure]
     expected = [(i, str(n)) for n, i in enumerate(ids)]
     start = expected.index(seen[0])
     assert seen == expected[start:], f"got {len(seen)} of {len(expected) - start}"
@@ -186,7 +194,7 @@ def test_async_subscriber_survives_cut_expiry_move_and_kill9_on_a_redis_cluster(
 
     got, pub = asyncio.run(main())
     relay.close()
-    check_in_order(pub.ids, got)
+    check_in_order(pub.ids, got, pub.unsure)
     assert len(got) >= 100
     assert len(tokens) >= 3, "the token was never refreshed"
     assert not [d for n, d in events if n == "disconnected" and d["code"] == 4001], events
