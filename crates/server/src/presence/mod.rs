@@ -301,13 +301,14 @@ impl Presence {
         self.metrics.presence_members.fetch_add(1, Relaxed);
         self.metrics.presence_joins.fetch_add(1, Relaxed);
         if listening {
-            let json = event_json("join", topic, who.sub(), info.as_deref());
-            broker.announce(Arc::new(Published::presence(
-                Arc::clone(topic),
+            announce(
+                broker,
+                topic,
                 local.version,
                 "join",
-                &json,
-            )));
+                who.sub(),
+                info.as_deref(),
+            );
         }
     }
 
@@ -357,13 +358,8 @@ impl Presence {
                     self.metrics.presence_members.fetch_sub(1, Relaxed);
                     self.metrics.presence_leaves.fetch_add(1, Relaxed);
                     if room.listeners > 0 {
-                        let json = event_json("leave", topic, who.sub(), info.as_deref());
-                        broker.announce(Arc::new(Published::presence(
-                            Arc::clone(topic),
-                            local.version,
-                            "leave",
-                            &json,
-                        )));
+                        let info = info.as_deref();
+                        announce(broker, topic, local.version, "leave", who.sub(), info);
                     }
                 }
             }
@@ -625,6 +621,24 @@ impl Presence {
             })
             .collect()
     }
+}
+
+/// Hands a `join` or `leave` of `sub` in room `topic`, at `version`, to the broker's fan-out.
+fn announce(
+    broker: &Broker,
+    topic: &Arc<str>,
+    version: u64,
+    kind: &str,
+    sub: &str,
+    info: Option<&str>,
+) {
+    let json = event_json(kind, topic, sub, info);
+    broker.announce(Arc::new(Published::presence(
+        Arc::clone(topic),
+        version,
+        kind,
+        &json,
+    )));
 }
 
 /// 32 random bits naming this process's anonymous identities (the clock and the process id

@@ -426,24 +426,40 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    #[test]
-    fn a_handshake_with_the_wrong_ca_says_verification_failed() {
-        let dir = temp("wrongca");
-        let server = crate::tls::dev_cert(&[]).unwrap();
-        let other = crate::tls::dev_cert(&[]).unwrap();
-        let (chain, key, ca) = (dir.join("c.pem"), dir.join("k.pem"), dir.join("ca.pem"));
-        std::fs::write(&chain, &server.chain_pem).unwrap();
-        std::fs::write(&key, &server.key_pem).unwrap();
-        std::fs::write(&ca, &other.ca_pem).unwrap();
+    /// A TLS server's configuration serving `chain`/`key` (written to files in `dir`), and the
+    /// path of a file holding `ca` for the client to trust.
+    fn server_config(
+        dir: &Path,
+        chain: &str,
+        key: &str,
+        ca: &str,
+    ) -> (rustls::ServerConfig, std::path::PathBuf) {
+        let (chain_file, key_file, ca_file) =
+            (dir.join("c.pem"), dir.join("k.pem"), dir.join("ca.pem"));
+        std::fs::write(&chain_file, chain).unwrap();
+        std::fs::write(&key_file, key).unwrap();
+        std::fs::write(&ca_file, ca).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let pair = crate::tls::CertFiles { cert: chain, key };
+        let pair = crate::tls::CertFiles {
+            cert: chain_file,
+            key: key_file.clone(),
+        };
         let ck = crate::tls::load_pair(&pair, &provider).unwrap();
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
-            .with_single_cert(ck.cert.clone(), pem_key(&dir.join("k.pem")))
+            .with_single_cert(ck.cert.clone(), pem_key(&key_file))
             .unwrap();
+        (config, ca_file)
+    }
+
+    #[test]
+    fn a_handshake_with_the_wrong_ca_says_verification_failed() {
+        let dir = temp("wrongca");
+        let server = crate::tls::dev_cert(&[]).unwrap();
+        let other = crate::tls::dev_cert(&[]).unwrap();
+        let (config, ca) = server_config(&dir, &server.chain_pem, &server.key_pem, &other.ca_pem);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let srv = std::thread::spawn(move || {
@@ -471,19 +487,7 @@ mod tests {
     fn a_writer_is_not_held_up_by_the_reader_waiting_on_the_same_session() {
         let dir = temp("shared");
         let dev = crate::tls::dev_cert(&[]).unwrap();
-        let (chain, key, ca) = (dir.join("c.pem"), dir.join("k.pem"), dir.join("ca.pem"));
-        std::fs::write(&chain, &dev.chain_pem).unwrap();
-        std::fs::write(&key, &dev.key_pem).unwrap();
-        std::fs::write(&ca, &dev.ca_pem).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let pair = crate::tls::CertFiles { cert: chain, key };
-        let ck = crate::tls::load_pair(&pair, &provider).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(ck.cert.clone(), pem_key(&dir.join("k.pem")))
-            .unwrap();
+        let (config, ca) = server_config(&dir, &dev.chain_pem, &dev.key_pem, &dev.ca_pem);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         // An echo server: what it reads, it writes back.
