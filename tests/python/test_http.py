@@ -163,6 +163,42 @@ def test_connection_limit_answers_503(start_server):
     assert server.metrics()['clarion_connections_refused_total{reason="capacity"}'] >= 1
 
 
+def test_an_event_stream_refused_at_capacity_is_told_to_come_back(start_server):
+    # A browser's EventSource gives up for good on a 503; refused at capacity, a request for an
+    # event stream whose head has arrived gets the 200 stream that says when to come back.
+    # The server is stopped while the requests are sent, so both heads have arrived when it
+    # accepts (as under load, when connections wait in the accept queue).
+    import signal
+
+    server = start_server("--max-connections", 1)
+    held = rawws.connect(server.clients, "/ws?topic=t")[0]
+    host, port = server.clients.rsplit(":", 1)
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        sse = socket.create_connection((host, int(port)), timeout=10)
+        sse.sendall(b"GET /sse?topic=t HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        ws = socket.create_connection((host, int(port)), timeout=10)
+        ws.sendall(upgrade())
+        time.sleep(0.2)
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+
+    def whole(sock):
+        got = b""
+        while chunk := sock.recv(4096):
+            got += chunk
+        sock.close()
+        return got
+
+    answer = whole(sse)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert b"text/event-stream" in answer and b"event: unavailable" in answer, answer
+    assert b"server at its connection limit" in answer
+    assert 4000 <= int(answer.split(b"retry: ")[1].split(b"\n")[0]) <= 6000, answer
+    assert whole(ws).startswith(b"HTTP/1.1 503 ")
+    held.close()
+
+
 def test_per_address_limit_answers_429_and_frees_on_close(start_server):
     server = start_server("--max-connections-per-address", 3)
     held = [rawws.connect(server.clients, "/ws?topic=t")[0] for _ in range(3)]

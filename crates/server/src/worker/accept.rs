@@ -1,9 +1,9 @@
 //! Admission: a connection the shell accepted becomes a record in the slab, or is refused at
 //! once when a limit is reached (capacity, handshakes in progress, per-address), with the
-//! refusal written before the request is read.
+//! refusal written before the request is parsed: only what has already arrived is looked at,
+//! to answer an `EventSource` in a way it retries.
 //!
-//! This module never reads from a client; the listener itself belongs to the shell in
-//! [`super`].
+//! The listener itself belongs to the shell in [`super`].
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -12,13 +12,16 @@ use std::sync::Arc;
 use super::conn::Conn;
 use super::socket::Socket;
 use super::state::State;
+use super::transport::stream::{asks_for_event_stream, sse_unavailable_answer};
 use super::{tls, Engine};
 use crate::hub::lock;
 use crate::log;
 
 impl<S: Socket> Engine<S> {
     /// Takes a new connection, or refuses it at once when a limit is reached: the refusal is
-    /// written immediately (the request is never read) and the connection closes like any other,
+    /// written immediately (a `503`/`429`, or for a request already seen to ask for an event
+    /// stream the `200` answer that makes an `EventSource` retry; the request is not waited
+    /// for) and the connection closes like any other,
     /// so a flood costs a slab entry for at most `CLOSE_LINGER_SECS`.
     ///
     /// `register` makes the socket known to the shell's poller under the given slab key.
@@ -65,6 +68,12 @@ impl<S: Socket> Engine<S> {
                 entry.insert(conn);
             }
             Some((status, why)) => {
+                // Whatever of the request has already arrived (often all of it: under load a
+                // connection waits in the accept queue) tells an EventSource apart, which gives
+                // up for good on a 503 but retries a 200 stream that says when to come back.
+                let mut first = [0u8; 1024];
+                let sse = matches!(stream.read(&mut first), Ok(n) if n > 0
+                    && asks_for_event_stream(first.get(..n).unwrap_or_default()));
                 entry.insert(Conn::new(
                     stream,
                     State::Closing { write_shut: false },
@@ -72,6 +81,11 @@ impl<S: Socket> Engine<S> {
                     peer,
                 ));
                 log::debug(format_args!("refused at accept: {why}"));
+                if sse {
+                    let answer = sse_unavailable_answer(&self.shared.config.cors_allow_origin, why);
+                    self.write_to(k, &Arc::from(answer), None);
+                    return;
+                }
                 let mut out = Vec::with_capacity(160);
                 let headers = [
                     ("Retry-After", "5"),

@@ -21,6 +21,9 @@ use crate::message::{GapReason, Published};
 /// How long the subscriber connection may be silent before we ask with a `PING`.
 const PING_EVERY: Duration = Duration::from_secs(1);
 
+/// How often the reader lets go of topics left empty (see [`super::leave`]).
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
 /// Backoff between reconnection attempts: doubled per failure, with jitter, up to the cap.
 const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_CAP: Duration = Duration::from_secs(5);
@@ -132,6 +135,7 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
             .broker_connected
             .store(u64::from(st.all_up()), Relaxed);
         if sessions > 0 {
+            this.pool.renew();
             core.metrics.broker_reconnects.fetch_add(1, Relaxed);
             crate::log::info(format_args!(
                 "broker {}: reconnected, following its topics again",
@@ -142,9 +146,16 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
     }
     let mut ping_sent: Option<Instant> = None;
     let mut todo = Vec::new();
+    let mut swept = Instant::now();
     loop {
         if core.stop.load(Relaxed) {
             return Ok(());
+        }
+        // Topics left empty long enough are let go of here, between reads, gathered over
+        // [`SWEEP_EVERY`] so that a mass disconnect makes few commands ([`super::leave`]).
+        if swept.elapsed() >= SWEEP_EVERY {
+            swept = Instant::now();
+            core.sweep_leaving(&mut lock(&core.state), swept);
         }
         match conn.fill() {
             Ok(()) => ping_sent = None,

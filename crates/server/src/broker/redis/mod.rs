@@ -24,6 +24,7 @@
 
 pub mod conn;
 mod layout;
+mod leave;
 mod link;
 pub mod pool;
 mod position;
@@ -33,7 +34,7 @@ pub mod sentinel;
 mod shard;
 pub mod stream;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
@@ -101,6 +102,8 @@ pub(crate) struct State {
     topics: HashMap<Arc<str>, Topic>,
     /// Per shard: its subscriber connection is up.
     connected: Vec<bool>,
+    /// Topics whose last subscriber here left, and when: let go of lazily ([`leave`]).
+    leaving: VecDeque<(Arc<str>, Instant)>,
 }
 
 /// Where a topic's channel subscription stands.
@@ -218,6 +221,7 @@ impl RedisBroker {
             state: Mutex::new(State {
                 topics: HashMap::new(),
                 connected: vec![false; shards.len()],
+                leaving: VecDeque::new(),
             }),
             changed: Condvar::new(),
             inboxes,
@@ -426,20 +430,20 @@ impl RedisBroker {
         Ok(out)
     }
 
-    /// Records that `worker` lost a subscriber to `topic`; the last one unsubscribes the node.
+    /// Records that `worker` lost a subscriber to `topic`; after the last one the node lets go
+    /// of the topic, lazily ([`leave`]).
     pub fn unsubscribe(&self, worker: usize, topic: &str) {
         let core = &self.core;
         let mut st = lock(&core.state);
         let Some(t) = st.topics.get_mut(topic) else {
             return;
         };
-        if let Some(n) = t.per_worker.get_mut(worker) {
-            if *n > 0 {
-                *n -= 1;
-                t.total -= 1;
-                core.metrics.subscriptions.fetch_sub(1, Relaxed);
-            }
-        }
+        let Some(n) = t.per_worker.get_mut(worker).filter(|n| **n > 0) else {
+            return;
+        };
+        *n -= 1;
+        t.total -= 1;
+        core.metrics.subscriptions.fetch_sub(1, Relaxed);
         if t.unused() {
             core.release(&mut st, topic);
         }
@@ -700,29 +704,6 @@ impl Core {
                     self.release(st, topic);
                 }
             }
-        }
-    }
-
-    /// Stops following a topic nobody here wants any more.
-    fn release(&self, st: &mut State, topic: &str) {
-        let Some(t) = st.topics.get_mut(topic) else {
-            return;
-        };
-        let shard = self.shard_of(topic);
-        if t.follow != Follow::Idle && st.connected.get(shard).copied().unwrap_or(false) {
-            let channel = keys(topic)[2].clone().into_bytes();
-            if self
-                .send_sub(shard, &[vec![b"SUNSUBSCRIBE".to_vec(), channel]])
-                .is_ok()
-            {
-                t.unconfirmed += 1;
-            }
-        }
-        t.follow = Follow::Idle;
-        t.ready = false;
-        t.held.clear();
-        if t.unconfirmed == 0 {
-            st.topics.remove(topic);
         }
     }
 

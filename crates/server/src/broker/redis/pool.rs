@@ -3,6 +3,7 @@
 //! failed, or reached a server that refuses writes as a replica, is dropped and the endpoint is
 //! told; a connection opened to an older master is dropped on its next use.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,8 +23,13 @@ pub struct Pool {
     tls: Option<Arc<RedisTls>>,
     timeout: Duration,
     name: String,
-    /// Connections, each with the generation of the master it was opened to.
-    slots: Vec<Mutex<Option<(Conn, u64)>>>,
+    /// Connections, each with the generation of the master it was opened to and the
+    /// [`Pool::renewals`] it was opened under.
+    slots: Vec<Mutex<Option<(Conn, u64, u64)>>>,
+    /// Bumped each time the shard's subscriber connection comes back after losing Redis: a
+    /// connection opened before is most likely dead (Redis restarted, or the network cut it),
+    /// and a publish should not be the one to find out and answer `503`.
+    renewals: AtomicU64,
     /// When the last connection attempt failed (and the master's generation then): no new
     /// attempt before the backoff has passed, unless Sentinel has named a new master since.
     failed_at: Mutex<Option<(Instant, u64)>>,
@@ -50,8 +56,17 @@ impl Pool {
             name: name.to_owned(),
             slots: (0..size.max(1)).map(|_| Mutex::new(None)).collect(),
             failed_at: Mutex::new(None),
+            renewals: AtomicU64::new(0),
             metrics,
         }
+    }
+
+    /// Redis answers again (the subscriber connection reconnected): connections opened before
+    /// are opened anew on their next use, and the backoff after a failed connect is over, so
+    /// that once `/healthz` says the broker is back a publish is served.
+    pub fn renew(&self) {
+        self.renewals.fetch_add(1, Relaxed);
+        *lock(&self.failed_at) = None;
     }
 
     /// Runs `commands` as one pipeline on a free connection (or waits for one), returning one
@@ -77,13 +92,17 @@ impl Pool {
             }
         };
         let current = self.endpoint.generation();
-        if guard.as_ref().is_some_and(|(_, g)| *g != current) {
+        let renewals = self.renewals.load(Relaxed);
+        if guard
+            .as_ref()
+            .is_some_and(|(_, g, r)| *g != current || *r != renewals)
+        {
             *guard = None;
         }
         if guard.is_none() {
             *guard = Some(self.connect()?);
         }
-        let Some((conn, generation)) = guard.as_mut() else {
+        let Some((conn, generation, _)) = guard.as_mut() else {
             return Err(LinkError::Down);
         };
         let generation = *generation;
@@ -106,8 +125,9 @@ impl Pool {
         }
     }
 
-    fn connect(&self) -> Result<(Conn, u64), LinkError> {
+    fn connect(&self) -> Result<(Conn, u64, u64), LinkError> {
         let generation = self.endpoint.generation();
+        let renewals = self.renewals.load(Relaxed);
         if lock(&self.failed_at)
             .is_some_and(|(t, g)| t.elapsed() < CONNECT_BACKOFF && g == generation)
         {
@@ -117,9 +137,9 @@ impl Pool {
             .endpoint
             .open(self.tls.as_deref(), self.timeout, &self.name)
         {
-            Ok(c) => {
+            Ok((conn, generation)) => {
                 *lock(&self.failed_at) = None;
-                Ok(c)
+                Ok((conn, generation, renewals))
             }
             Err(e) => {
                 *lock(&self.failed_at) = Some((Instant::now(), generation));

@@ -81,29 +81,13 @@ impl<S: Socket> Engine<S> {
 
     /// An SSE request that cannot be subscribed now (the cluster's broker is reconnecting): a
     /// browser's `EventSource` gives up for good on any answer but `200`, so it gets a `200`
-    /// stream that says when to come back (`retry:`, the same 5 s as `Retry-After`) and why
-    /// (an `unavailable` event), and ends; the EventSource reconnects by itself, with its
-    /// `Last-Event-ID`, and resumes exactly.
+    /// stream that says when to come back (`retry:`, 4 to 6 s: the 5 s of `Retry-After` with
+    /// jitter, so the browsers turned away during an outage do not all come back in the same
+    /// millisecond) and why (an `unavailable` event), and ends; the EventSource reconnects by
+    /// itself, with its `Last-Event-ID`, and resumes exactly.
     pub(crate) fn sse_unavailable(&mut self, k: u32, why: &str) {
         self.shared.metrics.http_errors.fetch_add(1, Relaxed);
-        let origin = self.shared.config.cors_allow_origin.clone();
-        let mut headers: Vec<(&str, &str)> = vec![
-            ("Content-Type", "text/event-stream; charset=utf-8"),
-            ("Cache-Control", "no-cache"),
-            ("Connection", "close"),
-        ];
-        if !origin.is_empty() {
-            headers.push(("Access-Control-Allow-Origin", &origin));
-        }
-        let mut out = Vec::with_capacity(256 + why.len());
-        http1::write_response_head(&mut out, 200, &headers, None);
-        sse::write_retry(&mut out, 5000);
-        let json = clarion_proto::pubsub::Reply::Error {
-            error: why,
-            topic: None,
-        }
-        .to_json();
-        sse::write_event(&mut out, None, Some("unavailable"), json.as_bytes());
+        let out = sse_unavailable_answer(&self.shared.config.cors_allow_origin, why);
         self.start_closing(k, Some(out.into()), crate::metrics::CloseReason::HttpError);
     }
 
@@ -120,5 +104,97 @@ impl<S: Socket> Engine<S> {
         frames.extend(replay.iter().map(|m| m.encoded(encoding)));
         self.write_all_to(k, &frames, None);
         self.tally.delivered += replay.len() as u64;
+    }
+}
+
+/// The whole answer to an SSE request that cannot be served now (see
+/// [`Engine::sse_unavailable`]): a `200` event stream with `retry:` and an `unavailable`
+/// event saying `why`, to be followed by the end of the connection.
+pub(crate) fn sse_unavailable_answer(cors_allow_origin: &str, why: &str) -> Vec<u8> {
+    let mut headers: Vec<(&str, &str)> = vec![
+        ("Content-Type", "text/event-stream; charset=utf-8"),
+        ("Cache-Control", "no-cache"),
+        ("Connection", "close"),
+    ];
+    if !cors_allow_origin.is_empty() {
+        headers.push(("Access-Control-Allow-Origin", cors_allow_origin));
+    }
+    let mut out = Vec::with_capacity(256 + why.len());
+    http1::write_response_head(&mut out, 200, &headers, None);
+    sse::write_retry(&mut out, unavailable_retry_ms());
+    let json = clarion_proto::pubsub::Reply::Error {
+        error: why,
+        topic: None,
+    }
+    .to_json();
+    sse::write_event(&mut out, None, Some("unavailable"), json.as_bytes());
+    out
+}
+
+/// The `retry:` of an SSE answer that could not be subscribed: 5 s ± 1 s, at random.
+fn unavailable_retry_ms() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // Every RandomState has fresh keys: a hash of nothing is a cheap random number.
+    let h = std::collections::hash_map::RandomState::new().build_hasher();
+    4000 + h.finish() % 2001
+}
+
+/// Whether the start of a request (whatever of it has arrived) asks for an event stream: a
+/// `GET` of `/sse`, or an `Accept: text/event-stream` header.
+pub(crate) fn asks_for_event_stream(head: &[u8]) -> bool {
+    let sse_path = head
+        .strip_prefix(b"GET /sse")
+        .is_some_and(|rest| matches!(rest.first(), Some(b' ' | b'?')));
+    sse_path
+        || head.split(|&b| b == b'\n').skip(1).any(|h| {
+            h.to_ascii_lowercase()
+                .starts_with(b"accept: text/event-stream")
+        })
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    #[test]
+    fn event_stream_requests_are_told_apart_from_the_first_bytes() {
+        assert!(asks_for_event_stream(
+            b"GET /sse?topic=a HTTP/1.1\r\nHost: x\r\n\r\n"
+        ));
+        assert!(asks_for_event_stream(b"GET /sse HTTP/1.1\r\n"));
+        assert!(asks_for_event_stream(
+            b"GET /x?topic=a HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n"
+        ));
+        assert!(!asks_for_event_stream(b"GET /ssex HTTP/1.1\r\n\r\n"));
+        assert!(!asks_for_event_stream(
+            b"GET /ws?topic=a HTTP/1.1\r\nUpgrade: websocket\r\n"
+        ));
+        assert!(!asks_for_event_stream(b"POST /sse HTTP/1.1\r\n"));
+        assert!(!asks_for_event_stream(b""));
+    }
+
+    #[test]
+    fn the_unavailable_answer_is_a_200_stream_with_a_jittered_retry() {
+        let retries: std::collections::HashSet<u64> = (0..20)
+            .map(|_| {
+                let out =
+                    String::from_utf8(sse_unavailable_answer("*", "full")).unwrap_or_default();
+                assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
+                assert!(out.contains("event: unavailable\n"), "{out}");
+                assert!(out.contains("Access-Control-Allow-Origin: *"), "{out}");
+                let retry = out.split("retry: ").nth(1).unwrap_or_default();
+                retry
+                    .split('\n')
+                    .next()
+                    .unwrap_or_default()
+                    .parse()
+                    .unwrap_or(0)
+            })
+            .collect();
+        assert!(
+            retries.iter().all(|r| (4000..=6000).contains(r)),
+            "{retries:?}"
+        );
+        assert!(retries.len() > 1, "jitter: {retries:?}");
     }
 }
