@@ -16,6 +16,7 @@
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
+//! - [`h2`]: HTTP/2: HPACK header compression (RFC 7541) with its Huffman code.
 //! - [`hooks`]: backend hooks: the JSON of `connect`/`subscribe`/`publish` calls and answers,
 //!   and their HMAC-SHA256 signature.
 //! - [`resp`]: RESP2, the Redis protocol, as a client speaks it (the cluster broker).
@@ -30,6 +31,7 @@
 pub mod auth;
 pub mod event_id;
 pub mod grip;
+pub mod h2;
 pub mod hooks;
 pub mod http1;
 pub mod nats;

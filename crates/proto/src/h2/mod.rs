@@ -1,0 +1,14 @@
+//! HTTP/2 (RFC 9113), sans-IO: what the server needs to speak it on its own event loop.
+//!
+//! - [`frame`]: frames: reading with every check the format allows, writing what a server
+//!   sends.
+//! - [`hpack`]: header compression (RFC 7541), bounded against HPACK bombs.
+//! - [`huffman`]: HPACK's static Huffman code.
+//!
+//! Why not the `h2` crate: it is written for tokio's `AsyncRead`/`AsyncWrite` and its own
+//! task model, while Clarion's workers run their own epoll/io_uring loops over a slab of
+//! connections with per-connection state counted in bytes; see docs/architecture.md.
+
+pub mod frame;
+pub mod hpack;
+pub mod huffman;
