@@ -5,6 +5,11 @@
 //! of every worker that has a subscriber. Holding the lock while enqueueing is what makes
 //! delivery order equal publish order on every worker (see the contract in [`crate::broker`]).
 //!
+//! With `history_dir` ([`crate::durable`]), the lock also covers the log: a publish writes its
+//! messages to the log with one `write(2)` after giving them ids and before keeping, delivering
+//! or acknowledging them, so no client ever sees an id the log does not hold. A write that
+//! fails answers the publish `503` and delivers nothing (its ids are skipped, never reused).
+//!
 //! Lock order: `LocalBroker::state` before any `Inbox::queue`. Workers never call the broker
 //! while holding their inbox lock.
 
@@ -14,8 +19,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clarion_proto::event_id;
 
-use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus};
+use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
+use crate::durable::{self, HistoryLog};
 use crate::hub::{lock, Hub, Inbox, TopicEntry, TopicTraffic};
 use crate::message::Published;
 use crate::metrics::Metrics;
@@ -25,7 +31,17 @@ struct State {
     hub: Hub,
     /// The `SEQ` of the next message.
     next_id: u64,
+    /// The durable log, with `history_dir`.
+    log: Option<HistoryLog>,
+    /// Whether `history_dir` is set: then a publish without a log (after the graceful stop
+    /// closed it) is refused rather than kept only in memory.
+    durable: bool,
 }
+
+/// The hub clock's value at start. Recovered messages are older than the process, so their
+/// times must fit below it; 2^30 s is 34 years, far beyond any `history_ttl` in use, and
+/// leaves 100 years above.
+const CLOCK_BASE: u32 = 1 << 30;
 
 /// The single-process broker.
 pub struct LocalBroker {
@@ -50,12 +66,69 @@ impl LocalBroker {
             state: Mutex::new(State {
                 hub: Hub::new(inboxes.len()),
                 next_id: 1,
+                log: None,
+                durable: false,
             }),
             inboxes,
             metrics,
             limits,
             epoch: new_epoch().into(),
             start: Instant::now(),
+        }
+    }
+
+    /// A broker whose history is kept in `settings.dir` and recovered from it (see
+    /// [`crate::durable`]). The error says which directory and what failed.
+    pub fn durable(
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<Metrics>,
+        limits: HistoryLimits,
+        settings: durable::Settings,
+        decode_attachment: Option<super::redis::AttachmentDecoder>,
+    ) -> Result<LocalBroker, String> {
+        let loaded = durable::load::open(
+            settings,
+            durable::load::Context {
+                workers: inboxes.len(),
+                limits: &limits,
+                metrics: &metrics,
+                decode_attachment,
+                clock_now: CLOCK_BASE,
+                new_epoch: new_epoch(),
+            },
+        )?;
+        Ok(LocalBroker {
+            state: Mutex::new(State {
+                hub: loaded.hub,
+                next_id: loaded.next_id,
+                log: Some(loaded.log),
+                durable: true,
+            }),
+            inboxes,
+            metrics,
+            limits,
+            epoch: loaded.epoch,
+            start: Instant::now(),
+        })
+    }
+
+    /// A graceful stop: syncs the durable log and marks it cleanly stopped; publishes after
+    /// this are refused. Nothing without `history_dir`.
+    pub fn close(&self) {
+        let mut st = lock(&self.state);
+        let next_id = st.next_id;
+        if let Some(mut log) = st.log.take() {
+            match log.close(next_id) {
+                Ok(()) => crate::log::info(format_args!(
+                    "history_dir: synced and marked cleanly stopped at id {}-{}",
+                    self.epoch,
+                    next_id - 1
+                )),
+                Err(e) => crate::log::warn(format_args!(
+                    "history_dir: the clean stop could not be recorded ({e}); the next start \
+                     treats this stop as a crash"
+                )),
+            }
         }
     }
 
@@ -72,7 +145,7 @@ impl LocalBroker {
     }
 
     fn clock(&self) -> u32 {
-        self.start.elapsed().as_secs() as u32
+        CLOCK_BASE.saturating_add(self.start.elapsed().as_secs() as u32)
     }
 
     /// Subscribes one connection of `worker` to `topics` (valid, distinct names) and computes
@@ -189,15 +262,25 @@ impl LocalBroker {
             .remove_subscriber(worker, topic, &self.metrics);
     }
 
-    /// Publishes messages in order, under one lock acquisition, waking each interested worker
-    /// once, and keeps them in history. Returns one receipt per message.
+    /// [`LocalBroker::try_publish`] for a broker without `history_dir`, which cannot fail.
+    #[cfg(test)]
     pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Vec<Receipt> {
+        self.try_publish(msgs).unwrap_or_default()
+    }
+
+    /// Publishes messages in order, under one lock acquisition, waking each interested worker
+    /// once, and keeps them in history. Returns one receipt per message, or [`Unavailable`]
+    /// when `history_dir` is set and the messages could not be written to it (then none of
+    /// them is delivered or kept).
+    pub fn try_publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
         let now = self.clock();
         let keep = self.limits.enabled();
         let workers = self.inboxes.len();
         let mut receipts = Vec::with_capacity(msgs.len());
         // Per worker, the messages it must deliver, so each inbox is locked and woken once.
         let mut per_worker: Vec<Vec<Arc<Published>>> = vec![Vec::new(); workers];
+        // The messages to keep, written to the durable log before anything else sees them.
+        let mut batch: Vec<(Arc<str>, Arc<Published>)> = Vec::with_capacity(msgs.len());
         let mut st = lock(&self.state);
         for m in msgs {
             let id = st.next_id;
@@ -233,10 +316,31 @@ impl LocalBroker {
                 }
             }
             if keep {
-                st.hub.keep(&name, published, &self.limits, &self.metrics);
+                batch.push((name, published));
             } else {
                 st.hub.skip(&name, id);
             }
+        }
+        if st.durable {
+            let written = match st.log.as_mut() {
+                Some(log) => {
+                    let list: Vec<Arc<Published>> =
+                        batch.iter().map(|(_, p)| Arc::clone(p)).collect();
+                    log.append(&list).map_err(|e| e.to_string())
+                }
+                None => Err("the server is stopping".to_owned()),
+            };
+            if let Err(e) = written {
+                for (name, _) in &batch {
+                    st.hub.forget_if_unused(name, &self.metrics);
+                }
+                drop(st);
+                crate::log::warn(format_args!("history_dir: a publish was refused: {e}"));
+                return Err(Unavailable(format!("history could not be written: {e}")));
+            }
+        }
+        for (name, published) in batch {
+            st.hub.keep(&name, published, &self.limits, &self.metrics);
         }
         for (inbox, list) in self.inboxes.iter().zip(per_worker) {
             if !list.is_empty() {
@@ -246,9 +350,17 @@ impl LocalBroker {
         if keep {
             st.hub.enforce_limits(&self.limits, now, &self.metrics);
         }
+        let State { hub, log, .. } = &mut *st;
+        if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
+            if let Err(e) = l.rotate(hub.oldest_held(), hub.held_bytes() as u64, || {
+                hub.held_in_order()
+            }) {
+                crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
+            }
+        }
         drop(st);
         self.metrics.published.fetch_add(msgs.len() as u64, Relaxed);
-        receipts
+        Ok(receipts)
     }
 
     /// Hands `event` (a presence event, [`Published::presence`]) to every worker with a
