@@ -155,9 +155,11 @@ fn frame(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
     body(out);
     let len = (out.len() - start - FRAME) as u32;
     let crc = crc32c(out.get(start + FRAME..).unwrap_or_default());
-    if let Some(f) = out.get_mut(start + 1..start + FRAME) {
-        f[..4].copy_from_slice(&len.to_le_bytes());
-        f[4..].copy_from_slice(&crc.to_le_bytes());
+    if let Some(f) = out.get_mut(start + 1..start + 5) {
+        f.copy_from_slice(&len.to_le_bytes());
+    }
+    if let Some(f) = out.get_mut(start + 5..start + FRAME) {
+        f.copy_from_slice(&crc.to_le_bytes());
     }
 }
 
@@ -327,6 +329,8 @@ fn resync(buf: &[u8], from: usize) -> Option<usize> {
 }
 
 /// CRC-32C (Castagnoli), as iSCSI and ext4 use it: reflected polynomial 0x82F63B78.
+// The index is masked to 0..=255 and the table has 256 entries.
+#[allow(clippy::indexing_slicing)]
 pub fn crc32c(data: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &b in data {
@@ -335,6 +339,8 @@ pub fn crc32c(data: &[u8]) -> u32 {
     !crc
 }
 
+// `i` runs over 0..256, the table's length.
+#[allow(clippy::indexing_slicing)]
 const TABLE: [u32; 256] = {
     let mut t = [0u32; 256];
     let mut i = 0;
@@ -369,8 +375,8 @@ mod tests {
             topic: "news",
             body: wire::Body {
                 kind: DataKind::Text,
-                event: if id % 2 == 0 { Some("tick") } else { None },
-                attachment: if id % 3 == 0 { Some(b"grip") } else { None },
+                event: if id.is_multiple_of(2) { Some("tick") } else { None },
+                attachment: if id.is_multiple_of(3) { Some(b"grip") } else { None },
                 payload: payload.as_bytes(),
             },
         }
@@ -450,9 +456,10 @@ mod tests {
         for cut in 1..buf.len() {
             let s = scan(&buf[..cut]);
             assert!(s.damage.is_empty(), "cut at {cut}: {:?}", s.damage);
-            let whole = s.records.last().map_or(0, |(o, _)| {
-                *o + decode(&buf[*o..]).unwrap().1
-            });
+            let whole = s
+                .records
+                .last()
+                .map_or(0, |(o, _)| *o + decode(&buf[*o..]).unwrap().1);
             match s.tail {
                 None => assert_eq!(whole, cut),
                 Some(t) => {

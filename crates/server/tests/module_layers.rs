@@ -39,7 +39,10 @@ const RULES: &[(&str, &[&str])] = &[
         &["broker", "grip", "worker", "api", "server", "auth"],
     ),
     // Durable history: files under the hub's history, below the broker that calls it.
-    ("durable", &["broker", "grip", "worker", "api", "server", "auth"]),
+    (
+        "durable",
+        &["broker", "grip", "worker", "api", "server", "auth"],
+    ),
     ("broker", &["grip", "worker", "api", "server", "auth"]),
     // Presence: rooms over the broker's fan-out; the workers and the API read it.
     (

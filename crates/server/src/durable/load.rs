@@ -12,6 +12,9 @@ use crate::hub::Hub;
 use crate::message::{Attachment, Published};
 use crate::metrics::Metrics;
 
+/// Turns an attachment's bytes back into one (GRIP's decoder).
+pub type Decoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
+
 /// The hub and ids a process with durable history starts with.
 pub struct Loaded {
     /// History as recovered, within the limits.
@@ -33,7 +36,7 @@ pub struct Context<'a> {
     /// The broker's metrics.
     pub metrics: &'a Metrics,
     /// Decodes GRIP content back into an attachment.
-    pub decode_attachment: Option<fn(&[u8]) -> Option<Arc<dyn Attachment>>>,
+    pub decode_attachment: Option<Decoder>,
     /// The hub clock's reading now (seconds).
     pub clock_now: u32,
     /// A fresh epoch, used when the previous one cannot continue.
@@ -44,8 +47,7 @@ pub struct Context<'a> {
 /// failed (it stops the start).
 pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
     let dir = settings.dir.display().to_string();
-    let contents =
-        super::read_dir(&settings.dir).map_err(|e| format!("history_dir {dir}: {e}"))?;
+    let contents = super::read_dir(&settings.dir).map_err(|e| format!("history_dir {dir}: {e}"))?;
     let boot = super::boot_id();
     let now_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -77,7 +77,9 @@ pub struct Recovered<'a> {
 enum Entry<'a> {
     Message(Message<'a>),
     /// Records lost here; `cut` when the log simply ends inside its last record.
-    Lost { cut: bool },
+    Lost {
+        cut: bool,
+    },
 }
 
 /// Recovers the history a directory's files hold.
@@ -251,7 +253,11 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
     }
     out.topic_floors = firsts
         .into_iter()
-        .filter(|(t, _)| per_topic.get(t).is_some_and(|n| *n >= input.limits.per_topic))
+        .filter(|(t, _)| {
+            per_topic
+                .get(t)
+                .is_some_and(|n| *n >= input.limits.per_topic)
+        })
         .map(|(t, first)| (t.to_owned(), first - 1))
         .collect();
     out.topic_floors.sort();
@@ -276,4 +282,264 @@ fn report(reports: &mut Vec<String>, name: &str, d: &Damage) {
         "{name}: {} bytes at offset {} unreadable ({})",
         d.len, d.offset, d.error
     ));
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use clarion_proto::history_log::{encode_clean, encode_header, encode_message, Clean, Header};
+    use clarion_proto::pubsub::wire;
+    use clarion_proto::ws::DataKind;
+
+    const NOW: u64 = 1_800_000_000;
+    const LIMITS: HistoryLimits = HistoryLimits {
+        per_topic: 1000,
+        ttl: 3600,
+        max_bytes: 1 << 30,
+    };
+
+    /// A segment written by epoch `ep` under boot `boot`, holding messages `ids` (topic by
+    /// parity), published `age` seconds ago.
+    fn seg(ep: &str, boot: &str, ids: std::ops::RangeInclusive<u64>) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_header(
+            &Header {
+                epoch: ep,
+                boot_id: boot,
+                floor: 0,
+            },
+            &mut out,
+        );
+        for id in ids {
+            encode_message(
+                &Message {
+                    id,
+                    unix_secs: NOW - 10,
+                    epoch: ep,
+                    topic: if id % 2 == 0 { "even" } else { "odd" },
+                    body: wire::Body {
+                        kind: DataKind::Text,
+                        event: None,
+                        attachment: None,
+                        payload: b"x",
+                    },
+                },
+                &mut out,
+            );
+        }
+        out
+    }
+
+    fn clean(ep: &str, next_id: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_clean(&Clean { epoch: ep, next_id }, &mut out);
+        out
+    }
+
+    fn run<'a>(
+        files: &'a [Vec<u8>],
+        clean: Option<&'a [u8]>,
+        boot: Option<&'a str>,
+    ) -> Recovered<'a> {
+        recover(&Input {
+            segments: files
+                .iter()
+                .enumerate()
+                .map(|(i, b)| SegmentFile {
+                    seq: i as u64 + 1,
+                    name: format!("{}.seg", i + 1),
+                    bytes: b,
+                })
+                .collect(),
+            clean,
+            boot_id: boot,
+            now_unix: NOW,
+            limits: LIMITS,
+        })
+    }
+
+    fn ids(r: &Recovered<'_>) -> Vec<u64> {
+        r.messages.iter().map(|m| m.id).collect()
+    }
+
+    #[test]
+    fn an_empty_directory_begins_a_new_epoch_at_id_1() {
+        let r = run(&[], None, Some("b1"));
+        assert_eq!((r.epoch, r.next_id, r.floor), (None, 1, 0));
+        assert!(r.reports.is_empty());
+    }
+
+    #[test]
+    fn a_clean_stop_continues_the_epoch_whatever_the_boot() {
+        let files = [seg("e1", "b1", 1..=5), seg("e1", "b1", 6..=9)];
+        let c = clean("e1", 10);
+        for boot in [Some("b1"), Some("b2"), None] {
+            let r = run(&files, Some(&c), boot);
+            assert_eq!(r.epoch.as_deref(), Some("e1"));
+            assert_eq!((r.next_id, r.floor), (10, 0));
+            assert_eq!(ids(&r), (1..=9).collect::<Vec<_>>());
+            assert!(r.reports.is_empty(), "{:?}", r.reports);
+        }
+    }
+
+    #[test]
+    fn a_crash_under_the_same_boot_continues_and_a_new_boot_begins_a_new_epoch() {
+        let files = [seg("e1", "b1", 1..=5)];
+        let r = run(&files, None, Some("b1"));
+        assert_eq!((r.epoch.as_deref(), r.next_id), (Some("e1"), 6));
+        assert!(r.reports.is_empty());
+        for boot in [Some("b2"), None] {
+            let r = run(&files, None, boot);
+            assert_eq!(r.epoch, None, "writes after the last fsync may be lost");
+            assert_eq!(r.next_id, 6, "the sequence still grows past what is held");
+            assert_eq!(
+                ids(&r),
+                vec![1, 2, 3, 4, 5],
+                "what is held keeps its own ids"
+            );
+            assert!(r.reports[0].contains("boot id changed"));
+        }
+        // A segment written without a boot id never counts as the same boot.
+        let no_boot = [seg("e1", "", 1..=2)];
+        let r = run(&no_boot, None, Some(""));
+        assert_eq!(r.epoch, None);
+    }
+
+    #[test]
+    fn a_write_cut_short_by_a_crash_is_dropped_and_its_id_may_be_reissued() {
+        let mut f = seg("e1", "b1", 1..=5);
+        let n = f.len();
+        f.truncate(n - 3);
+        let files = [f];
+        let r = run(&files, None, Some("b1"));
+        assert_eq!((r.epoch.as_deref(), r.next_id, r.floor), (Some("e1"), 5, 0));
+        assert_eq!(ids(&r), vec![1, 2, 3, 4]);
+        assert!(r.reports[0].contains("1.seg"));
+    }
+
+    #[test]
+    fn a_cut_tail_after_a_clean_stop_is_a_gap_up_to_the_last_id_issued() {
+        let mut f = seg("e1", "b1", 1..=5);
+        let n = f.len();
+        f.truncate(n - 3);
+        let files = [f];
+        let c = clean("e1", 6);
+        let r = run(&files, Some(&c), Some("b1"));
+        assert_eq!((r.epoch.as_deref(), r.next_id), (Some("e1"), 6));
+        assert_eq!((r.floor, r.damage_floor), (5, 5));
+    }
+
+    #[test]
+    fn damage_at_the_end_after_a_crash_begins_a_new_epoch() {
+        let mut f = seg("e1", "b1", 1..=5);
+        let n = f.len();
+        f[n - 1] ^= 1;
+        let files = [f];
+        let r = run(&files, None, Some("b1"));
+        assert_eq!(r.epoch, None);
+        assert!(r.reports.iter().any(|l| l.contains("checksum")));
+    }
+
+    #[test]
+    fn damage_inside_the_log_raises_every_floor_to_the_next_intact_id() {
+        let mut f = seg("e1", "b1", 1..=8);
+        // Flip a byte inside record 4's payload area (records: header, then 1..=8).
+        let scan = history_log::scan(&f);
+        let (o4, _) = scan.records[4];
+        let (o5, _) = scan.records[5];
+        f[(o4 + o5) / 2] ^= 0xFF;
+        let files = [f, seg("e1", "b1", 9..=10)];
+        let r = run(&files, None, Some("b1"));
+        assert_eq!(r.epoch.as_deref(), Some("e1"));
+        assert_eq!(ids(&r), vec![1, 2, 3, 5, 6, 7, 8, 9, 10]);
+        assert_eq!((r.floor, r.damage_floor, r.next_id), (4, 4, 11));
+        assert!(r.reports[0].starts_with("1.seg:"), "{:?}", r.reports);
+    }
+
+    #[test]
+    fn a_missing_segment_is_damage_between_its_neighbours() {
+        let files = [
+            seg("e1", "b1", 1..=3),
+            seg("e1", "b1", 4..=6),
+            seg("e1", "b1", 7..=9),
+        ];
+        let kept = [(1u64, &files[0]), (3, &files[2])];
+        let r = recover(&Input {
+            segments: kept
+                .iter()
+                .map(|(seq, b)| SegmentFile {
+                    seq: *seq,
+                    name: format!("{seq}.seg"),
+                    bytes: b,
+                })
+                .collect(),
+            clean: None,
+            boot_id: Some("b1"),
+            now_unix: NOW,
+            limits: LIMITS,
+        });
+        assert_eq!(r.floor, 6);
+        assert!(r.reports[0].contains("missing"));
+    }
+
+    #[test]
+    fn a_floor_in_a_header_is_carried_over() {
+        let mut f = Vec::new();
+        encode_header(
+            &Header {
+                epoch: "e1",
+                boot_id: "b1",
+                floor: 42,
+            },
+            &mut f,
+        );
+        let files = [f];
+        let c = clean("e1", 50);
+        let r = run(&files, Some(&c), Some("b1"));
+        assert_eq!((r.floor, r.damage_floor, r.next_id), (49, 42, 50));
+    }
+
+    #[test]
+    fn limits_apply_and_full_topics_get_a_floor() {
+        let files = [seg("e1", "b1", 1..=10)];
+        let c = clean("e1", 11);
+        let mut input = Input {
+            segments: vec![SegmentFile {
+                seq: 1,
+                name: "1.seg".into(),
+                bytes: &files[0],
+            }],
+            clean: Some(&c),
+            boot_id: Some("b1"),
+            now_unix: NOW,
+            limits: HistoryLimits {
+                per_topic: 3,
+                ..LIMITS
+            },
+        };
+        let r = recover(&input);
+        assert_eq!(ids(&r), vec![5, 6, 7, 8, 9, 10]);
+        assert_eq!(
+            r.topic_floors,
+            vec![("even".to_owned(), 5), ("odd".to_owned(), 4)]
+        );
+        assert_eq!(r.floor, 4);
+        // Older than the ttl: nothing is held, and every resume before the end is a gap.
+        input.limits = HistoryLimits { ttl: 5, ..LIMITS };
+        let r = recover(&input);
+        assert!(r.messages.is_empty());
+        assert_eq!((r.floor, r.next_id), (10, 11));
+    }
+
+    #[test]
+    fn a_clean_file_of_another_epoch_is_not_trusted_and_copies_are_held_once() {
+        let files = [seg("e1", "b1", 1..=4), seg("e1", "b1", 3..=6)];
+        let c = clean("e0", 100);
+        let r = run(&files, Some(&c), Some("b2"));
+        assert_eq!(r.epoch, None);
+        assert_eq!(ids(&r), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(r.next_id, 7);
+        assert!(r.reports[0].contains("clean-stop file"));
+    }
 }
