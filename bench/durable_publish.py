@@ -7,6 +7,12 @@ fsync every second, and on disk with an fsync before every answer.
     cargo build --release -p clarion
     python3 bench/durable_publish.py --messages 5000 --repeats 3
 
+With `--recovery`, it measures instead how long a restart takes with a full history: fill
+history to `history_memory` (64 MiB by default) in batches of 100, stop gracefully, start again
+on the same directory, and time the start until the ready line, three times:
+
+    python3 bench/durable_publish.py --recovery --size 300
+
 Each repeat runs every variant in turn (interleaved, so drift on a shared machine hits all
 alike) on a fresh server and an empty directory, with no subscriber (the cost measured is the
 publish path and the history write, not the fan-out; bench/compare.py measures delivery with
@@ -80,12 +86,60 @@ def run(name, extra, n, size, workdir):
         shutil.rmtree(hist, ignore_errors=True)
 
 
+def recovery(size, topics=1000, total=200_000):
+    """Seconds from exec to the ready line for a restart on a full history directory."""
+    import json
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="clarion-durable-recovery-"))
+    hist = workdir / "h"
+    args = [CLARION, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
+            "--history-dir", str(hist), "--history-size", "1000"]
+
+    def start():
+        t = time.perf_counter()
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        return p, time.perf_counter() - t, dict(f.split("=", 1) for f in line.split()[2:])["api"]
+
+    try:
+        p, t0, api = start()
+        host, port = api.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        data = "x" * size
+        for b in range(total // 100):
+            msgs = [{"topic": f"t{(b * 100 + i) % topics}", "data": data} for i in range(100)]
+            conn.request("POST", "/publish", json.dumps({"messages": msgs}).encode(),
+                         {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 200
+        conn.close()
+        p.terminate()
+        p.wait()
+        disk = sum(f.stat().st_size for f in hist.glob("*.seg"))
+        times = []
+        for _ in range(3):
+            p, t, _ = start()
+            times.append(t)
+            p.terminate()
+            _, err = p.communicate()
+        held = [l for l in err.splitlines() if "messages recovered" in l]
+        print(f"empty start {t0 * 1000:.0f} ms; {total} published of {size} B; on disk "
+              f"{disk / 2**20:.1f} MiB; restarts {', '.join(f'{x * 1000:.0f}' for x in times)} ms")
+        print(held[-1] if held else err)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=5000)
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--recovery", action="store_true", help="time a restart on full history")
     a = ap.parse_args()
+    if a.recovery:
+        recovery(a.size)
+        return
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="clarion-durable-bench-"))
     results = {v: [] for v in VARIANTS}
     try:
