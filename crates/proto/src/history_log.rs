@@ -375,8 +375,16 @@ mod tests {
             topic: "news",
             body: wire::Body {
                 kind: DataKind::Text,
-                event: if id.is_multiple_of(2) { Some("tick") } else { None },
-                attachment: if id.is_multiple_of(3) { Some(b"grip") } else { None },
+                event: if id.is_multiple_of(2) {
+                    Some("tick")
+                } else {
+                    None
+                },
+                attachment: if id.is_multiple_of(3) {
+                    Some(b"grip")
+                } else {
+                    None
+                },
                 payload: payload.as_bytes(),
             },
         }
