@@ -14,9 +14,10 @@
 //! and its body starts with a type byte:
 //!
 //! - `1` **header**, the first record of every segment: `ELEN u8, EPOCH, BLEN u8, BOOT_ID,
-//!   FLOOR u64 LE` (the epoch the writing process issued ids in, the kernel boot id it ran
-//!   under, and the damage floor carried over from earlier recoveries: any topic may have lost
-//!   messages with ids up to it).
+//!   FLOOR u64 LE, SYNCED u8` (the epoch the writing process issued ids in, the kernel boot id
+//!   it ran under, the damage floor carried over from earlier recoveries: any topic may have
+//!   lost messages with ids up to it; and `1` when every record is `fsync`ed before its publish
+//!   is acknowledged or delivered).
 //! - `2` **message**: `ID u64 LE, UNIX_SECS u64 LE, ELEN u8, EPOCH, TLEN u16 LE, TOPIC, WIRE`
 //!   where `WIRE` is the message body as cluster nodes exchange it ([`crate::pubsub::wire`]:
 //!   kind, event name, attachment, payload).
@@ -49,6 +50,8 @@ pub struct Header<'a> {
     pub boot_id: &'a str,
     /// Ids up to this may be missing for any topic (damage found by an earlier recovery).
     pub floor: u64,
+    /// Every record is `fsync`ed before its publish is acknowledged or delivered.
+    pub synced: bool,
 }
 
 /// One message record.
@@ -113,6 +116,7 @@ pub fn encode_header(h: &Header<'_>, out: &mut Vec<u8>) {
         short_str(b, h.epoch);
         short_str(b, h.boot_id);
         b.extend_from_slice(&h.floor.to_le_bytes());
+        b.push(u8::from(h.synced));
     });
 }
 
@@ -192,10 +196,16 @@ fn decode_body(body: &[u8]) -> Option<Record<'_>> {
             let (epoch, rest) = take_short_str(rest)?;
             let (boot_id, rest) = take_short_str(rest)?;
             let (floor, rest) = take_u64(rest)?;
-            rest.is_empty().then_some(Record::Header(Header {
+            let synced = match rest {
+                [0] => false,
+                [1] => true,
+                _ => return None,
+            };
+            Some(Record::Header(Header {
                 epoch,
                 boot_id,
                 floor,
+                synced,
             }))
         }
         MESSAGE => {
@@ -397,6 +407,7 @@ mod tests {
                 epoch: "ep1",
                 boot_id: "boot",
                 floor: 7,
+                synced: true,
             },
             &mut out,
         );
@@ -434,7 +445,8 @@ mod tests {
             Record::Header(Header {
                 epoch: "ep1",
                 boot_id: "boot",
-                floor: 7
+                floor: 7,
+                synced: true
             })
         );
         assert_eq!(s.records[6].1, Record::Message(msg(6, "payload 6")));

@@ -166,8 +166,10 @@ settings! {
     history_dir: Option<PathBuf> = None, flag "Directory where history is kept on disk (unset = memory only)";
     /// Milliseconds between `fsync`s of the history log, with `history_dir`. Every publish is
     /// written (`write(2)`) before it is acknowledged, so a crash of the process loses nothing;
-    /// this bounds what a power loss or kernel crash may lose. `0` syncs every publish before
-    /// acknowledging it (nothing is lost even then, at the cost of one `fsync` per batch).
+    /// this bounds what a power loss or kernel crash may lose (and such a loss begins a new
+    /// epoch). `0` syncs every publish before acknowledging it: nothing is lost even then and
+    /// the epoch continues, at the cost of one `fsync` per publish batch (~3.6x a publish's
+    /// CPU here, docs/benchmarks.md).
     history_fsync_ms: u64 = 1000, flag "Milliseconds between fsyncs of the history log (0 = every publish)";
     /// Bytes after which the history log begins a new segment file (16 MiB). Disk use is at
     /// most about twice what history holds plus three segments; smaller segments free disk

@@ -192,6 +192,7 @@ impl HistoryLog {
                 epoch: &self.epoch,
                 boot_id: &self.boot_id,
                 floor: self.damage_floor,
+                synced: self.settings.fsync_ms == 0,
             },
             &mut self.buf,
         );

@@ -86,7 +86,7 @@ enum Entry<'a> {
 pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
     let mut out = Recovered::default();
     let mut entries: Vec<Entry<'a>> = Vec::new();
-    let mut last_header: Option<(&'a str, &'a str)> = None;
+    let mut last_header: Option<(&'a str, &'a str, bool)> = None;
     let mut prev_seq: Option<u64> = None;
     let count = input.segments.len();
     for (i, seg) in input.segments.iter().enumerate() {
@@ -112,7 +112,7 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
         for (n, (_, r)) in scan.records.iter().enumerate() {
             match r {
                 Record::Header(h) if n == 0 => {
-                    header = Some((h.epoch, h.boot_id));
+                    header = Some((h.epoch, h.boot_id, h.synced));
                     out.damage_floor = out.damage_floor.max(h.floor);
                 }
                 Record::Message(m) => entries.push(Entry::Message(*m)),
@@ -153,7 +153,7 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
             Record::Clean(c) => Some(c),
             _ => None,
         })
-        .filter(|c| last_header.is_some_and(|(e, _)| e == c.epoch));
+        .filter(|c| last_header.is_some_and(|(e, _, _)| e == c.epoch));
     if input.clean.is_some() && clean.is_none() {
         out.reports.push(
             "the clean-stop file does not match the log: treating the stop as unclean".into(),
@@ -163,15 +163,23 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
     out.next_id = max_id + 1;
     // The id after the last one that may have been issued (known only when continuing).
     let mut end = None;
+    // Whether what the end of the log lost was never acknowledged (every write was synced).
+    let mut tail_unacknowledged = false;
     match (last_header, clean) {
-        (Some((epoch, _)), Some(c)) => {
+        (Some((epoch, _, _)), Some(c)) => {
             out.epoch = Some(epoch.to_owned());
             out.next_id = out.next_id.max(c.next_id);
             end = Some(c.next_id.max(max_id + 1));
         }
-        (Some((epoch, boot)), None) => {
+        (Some((epoch, boot, synced)), None) => {
             let same_boot = !boot.is_empty() && input.boot_id == Some(boot);
-            if !same_boot {
+            if synced {
+                // Every record a client may have seen was on disk before it was delivered:
+                // whatever the end of the log lost, cut or damaged, was never acknowledged.
+                out.epoch = Some(epoch.to_owned());
+                end = Some(max_id + 1);
+                tail_unacknowledged = true;
+            } else if !same_boot {
                 out.reports.push(
                     "unclean stop and the machine restarted since (boot id changed): messages \
                      written after the last fsync may be lost, so a new epoch begins"
@@ -209,7 +217,7 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
                 let lost_to = match (after, end) {
                     (Some(a), _) => a - 1,
                     // A cut at the end after an unclean stop lost nothing acknowledged.
-                    (None, _) if *cut && clean.is_none() => continue,
+                    (None, _) if (*cut || tail_unacknowledged) && clean.is_none() => continue,
                     (None, Some(end)) => end - 1,
                     (None, None) => max_id,
                 };
@@ -308,6 +316,7 @@ mod tests {
                 epoch: ep,
                 boot_id: boot,
                 floor: 0,
+                synced: false,
             },
             &mut out,
         );
@@ -491,6 +500,7 @@ mod tests {
                 epoch: "e1",
                 boot_id: "b1",
                 floor: 42,
+                synced: false,
             },
             &mut f,
         );
@@ -541,5 +551,30 @@ mod tests {
         assert_eq!(ids(&r), vec![1, 2, 3, 4, 5, 6]);
         assert_eq!(r.next_id, 7);
         assert!(r.reports[0].contains("clean-stop file"));
+    }
+
+    #[test]
+    fn a_log_synced_before_every_ack_continues_after_a_power_loss() {
+        // The same messages under a header that says every record was fsync'd before its ack.
+        let plain = seg("e1", "b1", 1..=5);
+        let scan = history_log::scan(&plain);
+        let mut f = Vec::new();
+        encode_header(
+            &Header {
+                epoch: "e1",
+                boot_id: "b1",
+                floor: 0,
+                synced: true,
+            },
+            &mut f,
+        );
+        f.extend_from_slice(&plain[scan.records[1].0..]);
+        let n = f.len();
+        f[n - 1] ^= 1;
+        let files = [f];
+        let r = run(&files, None, Some("b2"));
+        assert_eq!(r.epoch.as_deref(), Some("e1"), "{:?}", r.reports);
+        assert_eq!((r.next_id, r.floor), (5, 0));
+        assert_eq!(ids(&r), vec![1, 2, 3, 4]);
     }
 }
