@@ -718,6 +718,14 @@ mod tests {
     }
 
     fn durable_broker(dir: &std::path::Path, limits: HistoryLimits) -> (LocalBroker, mio::Poll) {
+        durable_broker_with(dir, limits, None)
+    }
+
+    fn durable_broker_with(
+        dir: &std::path::Path,
+        limits: HistoryLimits,
+        decode: Option<super::super::redis::AttachmentDecoder>,
+    ) -> (LocalBroker, mio::Poll) {
         let poll = mio::Poll::new().expect("poll");
         let inbox = Arc::new(Inbox::new(
             mio::Waker::new(poll.registry(), mio::Token(0)).expect("waker"),
@@ -733,7 +741,7 @@ mod tests {
             Arc::new(Metrics::default()),
             limits,
             settings,
-            None,
+            decode,
         )
         .unwrap();
         (b, poll)
@@ -803,6 +811,60 @@ mod tests {
         assert_eq!(s.gaps[0].reason, GapReason::Trimmed);
         let next = b.try_publish(&[text("a", "after")]).unwrap();
         assert_eq!(seq(&next[0].id), 2001);
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An attachment that travels as its own bytes (as GRIP content does).
+    struct Tag(String);
+
+    impl crate::message::Attachment for Tag {
+        fn cost(&self) -> usize {
+            self.0.len()
+        }
+        fn publisher_id(&self) -> Option<&str> {
+            Some(&self.0)
+        }
+        fn encode(&self) -> Option<Vec<u8>> {
+            Some(self.0.as_bytes().to_vec())
+        }
+    }
+
+    fn decode_tag(b: &[u8]) -> Option<Arc<dyn crate::message::Attachment>> {
+        Some(Arc::new(Tag(String::from_utf8(b.to_vec()).ok()?)))
+    }
+
+    #[test]
+    fn durable_history_keeps_attachments_and_event_names() {
+        let dir = std::env::temp_dir().join(format!("clarion-durable-att-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let limits = HistoryLimits {
+            per_topic: 100,
+            ttl: 3600,
+            max_bytes: 1 << 20,
+        };
+        let (b, _poll) = durable_broker_with(&dir, limits, Some(decode_tag));
+        for i in 0..5 {
+            let p = format!("m{i}");
+            let tag = format!("p{i}");
+            b.try_publish(&[Outgoing {
+                topic: "g",
+                kind: DataKind::Binary,
+                payload: p.as_bytes(),
+                event: Some("tick"),
+                attachment: Some(Arc::new(Tag(tag))),
+            }])
+            .unwrap();
+        }
+        b.close();
+        drop(b);
+        let (b, _poll) = durable_broker_with(&dir, limits, Some(decode_tag));
+        let s = b.read_since(&["g"], Since::PublisherId("p2"));
+        assert_eq!(payloads(&s.replay), vec!["m3", "m4"]);
+        let m = &s.replay[0];
+        assert_eq!(m.kind, DataKind::Binary);
+        assert_eq!(m.event.as_deref(), Some("tick"));
+        assert_eq!(m.attachment::<Tag>().map(|t| t.0.as_str()), Some("p3"));
         drop(b);
         let _ = std::fs::remove_dir_all(&dir);
     }
