@@ -94,13 +94,15 @@ CLARION_REF = pathlib.Path(os.environ["CLARION_REF_BIN"]) if os.environ.get("CLA
     else None
 VENV_PY = ENV / "venv" / "bin" / "python"
 ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
-       "clarion-grip", "clarion-ref", "clarion-send", "clarion-uring", "clarion-redis", "clarion-cluster",
+       "clarion-grip", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
+       "clarion-durable-sync", "clarion-redis", "clarion-cluster",
        "uws-cpp", "uws-cpp-group", "centrifuge"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
     "clarion-grip": {"sse"}, "clarion-ref": {"ws", "sse"}, "clarion-send": {"ws", "sse"},
-    "clarion-uring": {"ws", "sse"},
+    "clarion-uring": {"ws", "sse"}, "clarion-durable": {"ws", "sse"},
+    "clarion-durable-sync": {"ws", "sse"},
     "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"}, "uws-cpp": {"ws"},
     "uws-cpp-group": {"ws"}, "centrifuge": {"ws"},
 }
@@ -113,6 +115,8 @@ LABELS = {
     "clarion-ref": "Clarion, reference build (CLARION_REF_BIN)",
     "clarion-send": "Clarion, one send per delivery (--io-uring=false)",
     "clarion-uring": "Clarion, fan-outs through io_uring (--io-uring)",
+    "clarion-durable": "Clarion, history on disk (--history-dir, fsync every 1 s)",
+    "clarion-durable-sync": "Clarion, history on disk, fsync before every ack (--history-fsync-ms 0)",
     "clarion-redis": "Clarion, one process with a Redis broker",
     "clarion-cluster": "Clarion, processes joined by Redis (--processes)",
     "uws-cpp": "µWebSockets C++ (built from its repository)",
@@ -122,7 +126,11 @@ LABELS = {
 # Peers that run with a private redis-server (its CPU is reported apart from the server's).
 WITH_REDIS = {"clarion-redis", "clarion-cluster"}
 # Peers that take a thread count after `@`.
-THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "uws-cpp", "centrifuge"}
+THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
+            "clarion-durable-sync", "uws-cpp", "centrifuge"}
+# Peers that are the Clarion binary with extra flags.
+CLARION_VARIANTS = ("clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
+                    "clarion-durable-sync")
 # Peers that take a process count after `@` (default 3), one event loop each: past one
 # process's open-files limit (20,000 here), a server is several processes.
 GROUPS = {"clarion-cluster", "uws-cpp-group"}
@@ -231,11 +239,17 @@ class Server:
 
     def start(self):
         p, a, n = self.port, self.api, self.name
-        if n in ("clarion", "clarion-ref", "clarion-send", "clarion-uring"):
+        if n in CLARION_VARIANTS:
             binary = CLARION_REF if n == "clarion-ref" else CLARION
             workers = ["--workers", self.threads] if self.threads else []
             plain = {"clarion-send": ["--io-uring=false"],
                      "clarion-uring": ["--io-uring=true"]}.get(n, [])
+            if n.startswith("clarion-durable"):
+                # A fresh, empty history directory for every start.
+                hist = tempfile.mkdtemp(prefix=f"{n}-", dir=self.workdir)
+                plain = ["--history-dir", hist]
+                if n == "clarion-durable-sync":
+                    plain += ["--history-fsync-ms", "0"]
             self.main = self.spawn([binary, "serve", "--listen", f"127.0.0.1:{p}",
                                     "--api-listen", f"127.0.0.1:{a}",
                                     "--max-connections-per-address", 0, *workers, *plain])
@@ -672,7 +686,7 @@ def main():
             plan.append((p, t, args.port_base + 10 * i))
     # The Node and Python peers live in bench/peers/.env; Pushpin and nchan are Debian packages.
     system = {"pushpin": "pushpin", "nchan": "nginx"}
-    built = ("clarion", "clarion-grip", "clarion-ref", *WITH_REDIS, *builders)
+    built = (*CLARION_VARIANTS, "clarion-grip", *WITH_REDIS, *builders)
     missing = [p for p, _, _ in plan if split_peer(p)[0] not in built
                and (not shutil.which(system[p]) if p in system else not ENV.exists())]
     if missing:

@@ -17,6 +17,8 @@
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
 //! - [`h2`]: HTTP/2: HPACK header compression (RFC 7541) with its Huffman code.
+//! - [`history_log`]: the record format of durable history files (`history_dir`): framing
+//!   with CRC-32C, and a scanner that separates intact records from damage.
 //! - [`hooks`]: backend hooks: the JSON of `connect`/`subscribe`/`publish` calls and answers,
 //!   and their HMAC-SHA256 signature.
 //! - [`resp`]: RESP2, the Redis protocol, as a client speaks it (the cluster broker).
@@ -32,6 +34,7 @@ pub mod auth;
 pub mod event_id;
 pub mod grip;
 pub mod h2;
+pub mod history_log;
 pub mod hooks;
 pub mod http1;
 pub mod nats;

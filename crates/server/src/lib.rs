@@ -16,6 +16,8 @@
 //!   connection on its own thread.
 //! - [`hub`]: the in-memory state the local broker keeps: topics with subscriber counts per
 //!   worker, their history (what a resuming client missed), and the workers' inboxes.
+//! - [`durable`]: durable history (`history_dir`): the in-memory broker's history also kept in
+//!   segment files, recovered at start (the record format is `clarion_proto::history_log`).
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
 //!   stream lines), each built once.
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
@@ -49,6 +51,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod dashboard;
+pub mod durable;
 pub mod grip;
 pub mod group;
 pub mod hooks;

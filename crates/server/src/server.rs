@@ -299,6 +299,18 @@ fn make_broker(
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Broker> {
     let Some(url) = config.broker.as_deref() else {
+        if let Some(settings) = config.durable_history() {
+            let local = crate::broker::LocalBroker::durable(
+                inboxes.to_vec(),
+                Arc::clone(metrics),
+                config.history_limits(),
+                settings,
+                Some(crate::grip::decode_attachment),
+            )
+            .map_err(anyhow::Error::msg)
+            .context("cannot open the history directory")?;
+            return Ok(Broker::Local(local));
+        }
         return Ok(Broker::local(
             inboxes.to_vec(),
             Arc::clone(metrics),

@@ -38,6 +38,11 @@ const RULES: &[(&str, &[&str])] = &[
         "hub",
         &["broker", "grip", "worker", "api", "server", "auth"],
     ),
+    // Durable history: files under the hub's history, below the broker that calls it.
+    (
+        "durable",
+        &["broker", "grip", "worker", "api", "server", "auth"],
+    ),
     ("broker", &["grip", "worker", "api", "server", "auth"]),
     // Presence: rooms over the broker's fan-out; the workers and the API read it.
     (

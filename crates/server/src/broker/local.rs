@@ -5,6 +5,11 @@
 //! of every worker that has a subscriber. Holding the lock while enqueueing is what makes
 //! delivery order equal publish order on every worker (see the contract in [`crate::broker`]).
 //!
+//! With `history_dir` ([`crate::durable`]), the lock also covers the log: a publish writes its
+//! messages to the log with one `write(2)` after giving them ids and before keeping, delivering
+//! or acknowledging them, so no client ever sees an id the log does not hold. A write that
+//! fails answers the publish `503` and delivers nothing (its ids are skipped, never reused).
+//!
 //! Lock order: `LocalBroker::state` before any `Inbox::queue`. Workers never call the broker
 //! while holding their inbox lock.
 
@@ -14,8 +19,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clarion_proto::event_id;
 
-use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus};
+use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
+use crate::durable::{self, HistoryLog};
 use crate::hub::{lock, Hub, Inbox, TopicEntry, TopicTraffic};
 use crate::message::Published;
 use crate::metrics::Metrics;
@@ -25,7 +31,17 @@ struct State {
     hub: Hub,
     /// The `SEQ` of the next message.
     next_id: u64,
+    /// The durable log, with `history_dir`.
+    log: Option<Box<HistoryLog>>,
+    /// Whether `history_dir` is set: then a publish without a log (after the graceful stop
+    /// closed it) is refused rather than kept only in memory.
+    durable: bool,
 }
+
+/// The hub clock's value at start. Recovered messages are older than the process, so their
+/// times must fit below it; 2^30 s is 34 years, far beyond any `history_ttl` in use, and
+/// leaves 100 years above.
+const CLOCK_BASE: u32 = 1 << 30;
 
 /// The single-process broker.
 pub struct LocalBroker {
@@ -50,12 +66,69 @@ impl LocalBroker {
             state: Mutex::new(State {
                 hub: Hub::new(inboxes.len()),
                 next_id: 1,
+                log: None,
+                durable: false,
             }),
             inboxes,
             metrics,
             limits,
             epoch: new_epoch().into(),
             start: Instant::now(),
+        }
+    }
+
+    /// A broker whose history is kept in `settings.dir` and recovered from it (see
+    /// [`crate::durable`]). The error says which directory and what failed.
+    pub fn durable(
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<Metrics>,
+        limits: HistoryLimits,
+        settings: durable::Settings,
+        decode_attachment: Option<super::redis::AttachmentDecoder>,
+    ) -> Result<LocalBroker, String> {
+        let loaded = durable::load::open(
+            settings,
+            durable::load::Context {
+                workers: inboxes.len(),
+                limits: &limits,
+                metrics: &metrics,
+                decode_attachment,
+                clock_now: CLOCK_BASE,
+                new_epoch: new_epoch(),
+            },
+        )?;
+        Ok(LocalBroker {
+            state: Mutex::new(State {
+                hub: loaded.hub,
+                next_id: loaded.next_id,
+                log: Some(Box::new(loaded.log)),
+                durable: true,
+            }),
+            inboxes,
+            metrics,
+            limits,
+            epoch: loaded.epoch,
+            start: Instant::now(),
+        })
+    }
+
+    /// A graceful stop: syncs the durable log and marks it cleanly stopped; publishes after
+    /// this are refused. Nothing without `history_dir`.
+    pub fn close(&self) {
+        let mut st = lock(&self.state);
+        let next_id = st.next_id;
+        if let Some(mut log) = st.log.take() {
+            match log.close(next_id) {
+                Ok(()) => crate::log::info(format_args!(
+                    "history_dir: synced and marked cleanly stopped at id {}-{}",
+                    self.epoch,
+                    next_id - 1
+                )),
+                Err(e) => crate::log::warn(format_args!(
+                    "history_dir: the clean stop could not be recorded ({e}); the next start \
+                     treats this stop as a crash"
+                )),
+            }
         }
     }
 
@@ -72,7 +145,7 @@ impl LocalBroker {
     }
 
     fn clock(&self) -> u32 {
-        self.start.elapsed().as_secs() as u32
+        CLOCK_BASE.saturating_add(self.start.elapsed().as_secs() as u32)
     }
 
     /// Subscribes one connection of `worker` to `topics` (valid, distinct names) and computes
@@ -189,15 +262,25 @@ impl LocalBroker {
             .remove_subscriber(worker, topic, &self.metrics);
     }
 
-    /// Publishes messages in order, under one lock acquisition, waking each interested worker
-    /// once, and keeps them in history. Returns one receipt per message.
+    /// [`LocalBroker::try_publish`] for a broker without `history_dir`, which cannot fail.
+    #[cfg(test)]
     pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Vec<Receipt> {
+        self.try_publish(msgs).unwrap_or_default()
+    }
+
+    /// Publishes messages in order, under one lock acquisition, waking each interested worker
+    /// once, and keeps them in history. Returns one receipt per message, or [`Unavailable`]
+    /// when `history_dir` is set and the messages could not be written to it (then none of
+    /// them is delivered or kept).
+    pub fn try_publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
         let now = self.clock();
         let keep = self.limits.enabled();
         let workers = self.inboxes.len();
         let mut receipts = Vec::with_capacity(msgs.len());
         // Per worker, the messages it must deliver, so each inbox is locked and woken once.
         let mut per_worker: Vec<Vec<Arc<Published>>> = vec![Vec::new(); workers];
+        // The messages to keep, written to the durable log before anything else sees them.
+        let mut batch: Vec<(Arc<str>, Arc<Published>)> = Vec::with_capacity(msgs.len());
         let mut st = lock(&self.state);
         for m in msgs {
             let id = st.next_id;
@@ -233,10 +316,31 @@ impl LocalBroker {
                 }
             }
             if keep {
-                st.hub.keep(&name, published, &self.limits, &self.metrics);
+                batch.push((name, published));
             } else {
                 st.hub.skip(&name, id);
             }
+        }
+        if st.durable {
+            let written = match st.log.as_mut() {
+                Some(log) => {
+                    let list: Vec<Arc<Published>> =
+                        batch.iter().map(|(_, p)| Arc::clone(p)).collect();
+                    log.append(&list).map_err(|e| e.to_string())
+                }
+                None => Err("the server is stopping".to_owned()),
+            };
+            if let Err(e) = written {
+                for (name, _) in &batch {
+                    st.hub.forget_if_unused(name, &self.metrics);
+                }
+                drop(st);
+                crate::log::warn(format_args!("history_dir: a publish was refused: {e}"));
+                return Err(Unavailable(format!("history could not be written: {e}")));
+            }
+        }
+        for (name, published) in batch {
+            st.hub.keep(&name, published, &self.limits, &self.metrics);
         }
         for (inbox, list) in self.inboxes.iter().zip(per_worker) {
             if !list.is_empty() {
@@ -246,9 +350,17 @@ impl LocalBroker {
         if keep {
             st.hub.enforce_limits(&self.limits, now, &self.metrics);
         }
+        let State { hub, log, .. } = &mut *st;
+        if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
+            if let Err(e) = l.rotate(hub.oldest_held(), hub.held_bytes() as u64, || {
+                hub.held_in_order()
+            }) {
+                crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
+            }
+        }
         drop(st);
         self.metrics.published.fetch_add(msgs.len() as u64, Relaxed);
-        receipts
+        Ok(receipts)
     }
 
     /// Hands `event` (a presence event, [`Published::presence`]) to every worker with a
@@ -603,5 +715,157 @@ mod tests {
         assert_eq!(metrics.topics.load(Relaxed), 2);
         // A publish after the read still reaches nobody: no subscriber was counted.
         assert_eq!(hub.publish(&[text("a", "3")])[0].subscribers, 0);
+    }
+
+    fn durable_broker(dir: &std::path::Path, limits: HistoryLimits) -> (LocalBroker, mio::Poll) {
+        durable_broker_with(dir, limits, None)
+    }
+
+    fn durable_broker_with(
+        dir: &std::path::Path,
+        limits: HistoryLimits,
+        decode: Option<super::super::redis::AttachmentDecoder>,
+    ) -> (LocalBroker, mio::Poll) {
+        let poll = mio::Poll::new().expect("poll");
+        let inbox = Arc::new(Inbox::new(
+            mio::Waker::new(poll.registry(), mio::Token(0)).expect("waker"),
+        ));
+        let settings = crate::config::HistoryDisk {
+            dir: dir.to_owned(),
+            // The fsync thread runs too (every 20 ms).
+            fsync_ms: 20,
+            segment_bytes: 4096,
+        };
+        let b = LocalBroker::durable(
+            vec![inbox],
+            Arc::new(Metrics::default()),
+            limits,
+            settings,
+            decode,
+        )
+        .unwrap();
+        (b, poll)
+    }
+
+    fn disk_bytes(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    }
+
+    #[test]
+    fn durable_history_comes_back_with_the_same_epoch_ids_and_bodies_and_stays_bounded() {
+        let dir = std::env::temp_dir().join(format!("clarion-durable-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let limits = HistoryLimits {
+            per_topic: 20,
+            ttl: 3600,
+            max_bytes: 1 << 20,
+        };
+        let (b, _poll) = durable_broker(&dir, limits);
+        let mut receipts = Vec::new();
+        for i in 0..2000 {
+            let p = format!("message {i}");
+            receipts.extend(
+                b.try_publish(&[text(if i % 2 == 0 { "a" } else { "b" }, &p)])
+                    .unwrap(),
+            );
+        }
+        let epoch = b.epoch().to_owned();
+        // 2,000 records of ~45 bytes would be 90 KB; 40 held stay within two segments' worth
+        // beside twice what history holds.
+        assert!(
+            disk_bytes(&dir) < 2 * (1 << 20) / 100 + 3 * 4096,
+            "{}",
+            disk_bytes(&dir)
+        );
+        b.close();
+        assert!(
+            b.try_publish(&[text("a", "late")]).is_err(),
+            "refused after the stop"
+        );
+        drop(b);
+        let (b, _poll) = durable_broker(&dir, limits);
+        assert_eq!(b.epoch(), epoch);
+        let s = b.read_since(&["a"], Since::Id(&receipts[1979].id));
+        assert!(s.gaps.is_empty());
+        assert_eq!(
+            payloads(&s.replay),
+            (1980..2000)
+                .step_by(2)
+                .map(|i| format!("message {i}"))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            s.replay.iter().map(|m| m.id_string()).collect::<Vec<_>>(),
+            receipts[1980..]
+                .iter()
+                .step_by(2)
+                .map(|r| r.id.clone())
+                .collect::<Vec<_>>()
+        );
+        // Before what is held: a gap, as in memory.
+        let s = b.read_since(&["a"], Since::Id(&receipts[10].id));
+        assert_eq!(s.gaps.len(), 1);
+        assert_eq!(s.gaps[0].reason, GapReason::Trimmed);
+        let next = b.try_publish(&[text("a", "after")]).unwrap();
+        assert_eq!(seq(&next[0].id), 2001);
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An attachment that travels as its own bytes (as GRIP content does).
+    struct Tag(String);
+
+    impl crate::message::Attachment for Tag {
+        fn cost(&self) -> usize {
+            self.0.len()
+        }
+        fn publisher_id(&self) -> Option<&str> {
+            Some(&self.0)
+        }
+        fn encode(&self) -> Option<Vec<u8>> {
+            Some(self.0.as_bytes().to_vec())
+        }
+    }
+
+    fn decode_tag(b: &[u8]) -> Option<Arc<dyn crate::message::Attachment>> {
+        Some(Arc::new(Tag(String::from_utf8(b.to_vec()).ok()?)))
+    }
+
+    #[test]
+    fn durable_history_keeps_attachments_and_event_names() {
+        let dir = std::env::temp_dir().join(format!("clarion-durable-att-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let limits = HistoryLimits {
+            per_topic: 100,
+            ttl: 3600,
+            max_bytes: 1 << 20,
+        };
+        let (b, _poll) = durable_broker_with(&dir, limits, Some(decode_tag));
+        for i in 0..5 {
+            let p = format!("m{i}");
+            let tag = format!("p{i}");
+            b.try_publish(&[Outgoing {
+                topic: "g",
+                kind: DataKind::Binary,
+                payload: p.as_bytes(),
+                event: Some("tick"),
+                attachment: Some(Arc::new(Tag(tag))),
+            }])
+            .unwrap();
+        }
+        b.close();
+        drop(b);
+        let (b, _poll) = durable_broker_with(&dir, limits, Some(decode_tag));
+        let s = b.read_since(&["g"], Since::PublisherId("p2"));
+        assert_eq!(payloads(&s.replay), vec!["m3", "m4"]);
+        let m = &s.replay[0];
+        assert_eq!(m.kind, DataKind::Binary);
+        assert_eq!(m.event.as_deref(), Some("tick"));
+        assert_eq!(m.attachment::<Tag>().map(|t| t.0.as_str()), Some("p3"));
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -177,7 +177,7 @@ impl Broker {
     /// always can; a clustered one answers [`Unavailable`] when its broker is not reachable.
     pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
         match self {
-            Broker::Local(b) => Ok(b.publish(msgs)),
+            Broker::Local(b) => b.try_publish(msgs),
             Broker::Redis(b) => b.publish(msgs),
             Broker::Nats(b) => b.publish(msgs),
         }
@@ -192,10 +192,12 @@ impl Broker {
         }
     }
 
-    /// Stops a clustered broker's threads and connections (nothing for the in-memory one).
+    /// Stops a clustered broker's threads and connections; closes the in-memory one's durable
+    /// log (`history_dir`). Called once every worker has stopped.
     pub fn shutdown(&self) {
         match self {
-            Broker::Local(_) => {}
+            // With `history_dir`: sync the log and record the clean stop.
+            Broker::Local(b) => b.close(),
             Broker::Redis(b) => b.shutdown(),
             Broker::Nats(b) => b.shutdown(),
         }

@@ -149,6 +149,27 @@ impl Config {
                 self.processes
             )));
         }
+        if self.history_dir.is_some() {
+            if self.broker.is_some() {
+                return Err(ConfigError::Invalid(
+                    "history_dir is for a server without a broker: with Redis, history lives in \
+                     Redis (make Redis durable with AOF); NATS nodes keep history in memory"
+                        .into(),
+                ));
+            }
+            if !self.history_limits().enabled() {
+                return Err(ConfigError::Invalid(
+                    "history_dir needs history: history_size, history_ttl and history_memory \
+                     must all be above 0"
+                        .into(),
+                ));
+            }
+            if self.history_segment_bytes < 4096 {
+                return Err(ConfigError::Invalid(
+                    "history_segment_bytes is at least 4096".into(),
+                ));
+            }
+        }
         let certs = self.tls_settings().map_or(0, |s| s.certs.len());
         if certs == 0 && (self.tls_listen.is_some() || self.tls_api) {
             return Err(ConfigError::Invalid(

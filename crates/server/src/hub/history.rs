@@ -129,6 +129,42 @@ impl Hub {
         metrics.history_bytes.store(self.held_bytes as u64, Relaxed);
     }
 
+    /// Every message held, in increasing id (what durable history rewrites into a new segment).
+    pub fn held_in_order(&self) -> Vec<Arc<Published>> {
+        let mut all: Vec<Arc<Published>> = self
+            .topics
+            .values()
+            .flat_map(|e| e.history.iter().cloned())
+            .collect();
+        all.sort_unstable_by_key(|m| m.id);
+        all
+    }
+
+    /// The smallest id held in any topic's history (`u64::MAX` when none is held).
+    pub fn oldest_held(&self) -> u64 {
+        self.topics
+            .values()
+            .filter_map(|e| e.history.front().map(|m| m.id))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Raises every topic's floor, and that of topics created later, to at least `floor`: any
+    /// message up to it may be missing (durable history found it lost or trimmed).
+    pub fn raise_floors(&mut self, floor: u64) {
+        for e in self.topics.values_mut() {
+            e.floor = e.floor.max(floor);
+        }
+        self.forgotten_floor = self.forgotten_floor.max(floor);
+    }
+
+    /// Raises one topic's floor to at least `floor`.
+    pub fn raise_topic_floor(&mut self, topic: &str, floor: u64) {
+        if let Some(e) = self.topics.get_mut(topic) {
+            e.floor = e.floor.max(floor);
+        }
+    }
+
     /// Entries of the publish-order queue (live or stale), for tests of its bound.
     #[cfg(test)]
     pub(crate) fn order_len(&self) -> usize {

@@ -138,7 +138,7 @@ impl Hub {
     }
 
     /// Drops a topic that has neither subscribers nor history.
-    pub(super) fn forget_if_unused(&mut self, topic: &str, metrics: &Metrics) {
+    pub(crate) fn forget_if_unused(&mut self, topic: &str, metrics: &Metrics) {
         let unused = self
             .topics
             .get(topic)

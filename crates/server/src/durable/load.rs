@@ -1,0 +1,131 @@
+//! Startup with `history_dir`: read the directory, recover ([`super::recover`]), rebuild the
+//! hub's history from it, and start a fresh log holding exactly that history.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::recover::{self, Input, SegmentFile};
+use super::{HistoryLog, Settings, Start};
+use crate::config::HistoryLimits;
+use crate::hub::Hub;
+use crate::message::{Attachment, Published};
+use crate::metrics::Metrics;
+
+/// Turns an attachment's bytes back into one (GRIP's decoder).
+pub type Decoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
+
+/// The hub and ids a process with durable history starts with.
+pub struct Loaded {
+    /// History as recovered, within the limits.
+    pub hub: Hub,
+    /// The epoch to issue ids in (the previous run's when it can continue).
+    pub epoch: Arc<str>,
+    /// The `SEQ` of the next id.
+    pub next_id: u64,
+    /// The log, holding exactly `hub`'s history.
+    pub log: HistoryLog,
+}
+
+/// What the hub's clock and the host look like at start.
+pub struct Context<'a> {
+    /// Event-loop threads.
+    pub workers: usize,
+    /// The history limits.
+    pub limits: &'a HistoryLimits,
+    /// The broker's metrics.
+    pub metrics: &'a Metrics,
+    /// Decodes GRIP content back into an attachment.
+    pub decode_attachment: Option<Decoder>,
+    /// The hub clock's reading now (seconds).
+    pub clock_now: u32,
+    /// A fresh epoch, used when the previous one cannot continue.
+    pub new_epoch: String,
+}
+
+/// Opens `settings.dir` and rebuilds history from it. The error names the directory and what
+/// failed (it stops the start).
+pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
+    let dir = settings.dir.display().to_string();
+    let contents = super::read_dir(&settings.dir).map_err(|e| format!("history_dir {dir}: {e}"))?;
+    let boot = super::boot_id();
+    let now_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let input = Input {
+        segments: contents
+            .segments
+            .iter()
+            .map(|(seq, name, bytes)| SegmentFile {
+                seq: *seq,
+                name: name.clone(),
+                bytes,
+            })
+            .collect(),
+        clean: contents.clean.as_deref(),
+        boot_id: boot.as_deref(),
+        now_unix,
+        limits: *cx.limits,
+    };
+    let rec = recover::recover(&input);
+    for r in &rec.reports {
+        crate::log::warn(format_args!("history_dir {dir}: {r}"));
+    }
+    let continued = rec.epoch.is_some();
+    let epoch: Arc<str> = rec.epoch.clone().unwrap_or(cx.new_epoch).into();
+    let mut hub = Hub::new(cx.workers);
+    let mut epochs: HashMap<&str, Arc<str>> = HashMap::new();
+    epochs.insert(&epoch, Arc::clone(&epoch));
+    for m in &rec.messages {
+        let age = now_unix.saturating_sub(m.unix_secs);
+        let at = cx
+            .clock_now
+            .saturating_sub(u32::try_from(age).unwrap_or(u32::MAX));
+        let e = Arc::clone(epochs.entry(m.epoch).or_insert_with(|| m.epoch.into()));
+        let (name, _) = hub.topic_mut(m.topic, cx.metrics);
+        let mut p = Published::new(
+            Arc::clone(&name),
+            m.id,
+            e,
+            m.body.kind,
+            m.body.event.map(Into::into),
+            at,
+            m.body.payload,
+        );
+        p.attachment = match (m.body.attachment, cx.decode_attachment) {
+            (Some(bytes), Some(decode)) => decode(bytes),
+            _ => None,
+        };
+        hub.keep(&name, Arc::new(p), cx.limits, cx.metrics);
+    }
+    hub.raise_floors(rec.floor);
+    for (t, f) in &rec.topic_floors {
+        hub.raise_topic_floor(t, *f);
+    }
+    hub.enforce_limits(cx.limits, cx.clock_now, cx.metrics);
+    let held = hub.held_in_order();
+    let log = HistoryLog::start(
+        settings,
+        Start {
+            epoch: Arc::clone(&epoch),
+            boot_id: boot.clone().unwrap_or_default(),
+            damage_floor: rec.damage_floor,
+            origin: now_unix as i64 - i64::from(cx.clock_now),
+            old: contents.segments.iter().map(|s| s.0).collect(),
+            held: &held,
+        },
+    )
+    .map_err(|e| format!("history_dir {dir}: {e}"))?;
+    crate::log::info(format_args!(
+        "history_dir {dir}: {} messages recovered; {} epoch {epoch}, next id {}",
+        held.len(),
+        if continued { "continuing" } else { "new" },
+        rec.next_id
+    ));
+    Ok(Loaded {
+        hub,
+        epoch,
+        next_id: rec.next_id,
+        log,
+    })
+}

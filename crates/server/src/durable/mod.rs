@@ -1,0 +1,370 @@
+//! Durable history (`history_dir`): the file I/O that keeps the in-memory broker's history on
+//! disk, so that a restart (graceful or `kill -9`) resumes clients exactly. The record format
+//! is sans-IO in [`clarion_proto::history_log`]; what a directory's files mean after a crash is
+//! decided sans-IO in [`recover`]. This module only reads, writes, syncs and deletes files; the
+//! broker (`broker::local`) calls it under its lock, so the log's order is the publish order.
+//!
+//! # On disk
+//!
+//! `history_dir` holds `NNNNNNNNNNNNNNNNNNNN.seg` segment files, written in increasing numbers,
+//! and `clean` after a graceful stop. A process never appends to a segment an earlier one
+//! wrote: at start it recovers what the files hold, writes it into a fresh segment (fsync'd),
+//! and deletes the older files. Each publish batch is encoded into one buffer and written with
+//! one `write(2)` **before** the publish is acknowledged or delivered; an `fsync` follows every
+//! `history_fsync_ms` (or every write, with `0`). When a segment reaches
+//! `history_segment_bytes` the next one begins; segments whose messages have all left history
+//! are deleted, and when the files hold more than twice what history holds (plus two segments)
+//! the held messages are rewritten into the new segment and every older one is deleted. So disk
+//! use follows the same limits as memory (`history_size`, `history_ttl`, `history_memory`).
+
+pub mod load;
+pub mod recover;
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clarion_proto::history_log::{self, Header};
+use clarion_proto::pubsub::wire;
+
+pub use crate::config::HistoryDisk as Settings;
+use crate::hub::lock;
+use crate::message::Published;
+
+/// The files of a history directory, as read at start.
+pub struct DirContents {
+    /// `(number, name, bytes)` of every segment, in increasing number.
+    pub segments: Vec<(u64, String, Vec<u8>)>,
+    /// The clean-stop file's bytes, if there is one.
+    pub clean: Option<Vec<u8>>,
+}
+
+const CLEAN: &str = "clean";
+const SUFFIX: &str = ".seg";
+
+/// Creates `dir` if needed, checks that it can be written, and reads its files. An error here
+/// stops the start with the path in the message.
+pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
+    fs::create_dir_all(dir)?;
+    let probe = dir.join(".write-test");
+    File::create(&probe)?.write_all(b"ok")?;
+    fs::remove_file(&probe)?;
+    let mut segments = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(seq) = name
+            .strip_suffix(SUFFIX)
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        segments.push((seq, name, fs::read(entry.path())?));
+    }
+    segments.sort_unstable_by_key(|s| s.0);
+    let clean = match fs::read(dir.join(CLEAN)) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    Ok(DirContents { segments, clean })
+}
+
+/// This boot's id, or `None` where the kernel does not say.
+pub fn boot_id() -> Option<String> {
+    let id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| id.to_owned())
+}
+
+/// A closed segment.
+struct Closed {
+    path: PathBuf,
+    /// The largest id in it (ids only grow within and across segments).
+    last_id: u64,
+    bytes: u64,
+}
+
+/// What the fsync thread shares with the writer.
+struct SyncShared {
+    /// A handle on the segment being written.
+    file: Mutex<Option<File>>,
+    /// Written since the last sync.
+    dirty: AtomicBool,
+    stop: AtomicBool,
+}
+
+/// The log a running process appends to.
+pub struct HistoryLog {
+    settings: Settings,
+    epoch: Arc<str>,
+    boot_id: String,
+    damage_floor: u64,
+    /// Unix seconds = `origin + at` for a message's hub clock `at`.
+    origin: i64,
+    file: File,
+    seq: u64,
+    active_bytes: u64,
+    active_last_id: u64,
+    closed: VecDeque<Closed>,
+    closed_bytes: u64,
+    buf: Vec<u8>,
+    sync: Arc<SyncShared>,
+    syncer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Where a fresh log starts.
+pub struct Start<'a> {
+    /// The epoch of this run.
+    pub epoch: Arc<str>,
+    /// This boot's id (empty when unknown).
+    pub boot_id: String,
+    /// The damage floor to carry in headers.
+    pub damage_floor: u64,
+    /// Unix seconds at hub clock 0.
+    pub origin: i64,
+    /// Segment numbers already in the directory, to delete once the snapshot is safe.
+    pub old: Vec<u64>,
+    /// What history holds now, in increasing id.
+    pub held: &'a [Arc<Published>],
+}
+
+impl HistoryLog {
+    /// Writes `start.held` into a new segment, syncs it, and deletes the older files: from here
+    /// the directory holds exactly what history holds.
+    pub fn start(settings: Settings, start: Start<'_>) -> io::Result<HistoryLog> {
+        let seq = start.old.iter().max().map_or(1, |m| m + 1);
+        let path = segment_path(&settings.dir, seq);
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)?;
+        let sync = Arc::new(SyncShared {
+            file: Mutex::new(Some(file.try_clone()?)),
+            dirty: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let mut log = HistoryLog {
+            epoch: start.epoch,
+            boot_id: start.boot_id,
+            damage_floor: start.damage_floor,
+            origin: start.origin,
+            file,
+            seq,
+            active_bytes: 0,
+            active_last_id: 0,
+            closed: VecDeque::new(),
+            closed_bytes: 0,
+            buf: Vec::new(),
+            sync,
+            syncer: None,
+            settings,
+        };
+        log.write_header()?;
+        log.append(start.held)?;
+        log.file.sync_data()?;
+        sync_dir(&log.settings.dir)?;
+        for old in start.old {
+            remove(&segment_path(&log.settings.dir, old))?;
+        }
+        remove(&log.settings.dir.join(CLEAN))?;
+        sync_dir(&log.settings.dir)?;
+        if log.settings.fsync_ms > 0 {
+            let shared = Arc::clone(&log.sync);
+            let every = Duration::from_millis(log.settings.fsync_ms);
+            log.syncer = Some(
+                std::thread::Builder::new()
+                    .name("history-fsync".into())
+                    .spawn(move || sync_loop(&shared, every))?,
+            );
+        }
+        Ok(log)
+    }
+
+    fn write_header(&mut self) -> io::Result<()> {
+        self.buf.clear();
+        history_log::encode_header(
+            &Header {
+                epoch: &self.epoch,
+                boot_id: &self.boot_id,
+                floor: self.damage_floor,
+                synced: self.settings.fsync_ms == 0,
+            },
+            &mut self.buf,
+        );
+        self.file.write_all(&self.buf)?;
+        self.active_bytes += self.buf.len() as u64;
+        Ok(())
+    }
+
+    /// Writes `msgs` (in increasing id) with one `write(2)`; with `history_fsync_ms = 0`, syncs
+    /// them too. On an error the segment is cut back to its last whole record.
+    pub fn append(&mut self, msgs: &[Arc<Published>]) -> io::Result<()> {
+        if msgs.is_empty() {
+            return Ok(());
+        }
+        self.buf.clear();
+        for m in msgs {
+            let a = m.attachment.as_ref().and_then(|a| a.encode());
+            let unix = (self.origin + i64::from(m.at)).max(0) as u64;
+            history_log::encode_message(
+                &history_log::Message {
+                    id: m.id,
+                    unix_secs: unix,
+                    epoch: &m.epoch,
+                    topic: &m.topic,
+                    body: wire::Body {
+                        kind: m.kind,
+                        event: m.event.as_deref(),
+                        attachment: a.as_deref(),
+                        payload: m.payload(),
+                    },
+                },
+                &mut self.buf,
+            );
+        }
+        let written = self.file.write_all(&self.buf).and_then(|()| {
+            if self.settings.fsync_ms == 0 {
+                self.file.sync_data()
+            } else {
+                self.sync.dirty.store(true, Relaxed);
+                Ok(())
+            }
+        });
+        if let Err(e) = written {
+            // Whatever part of the batch reached the file is not a whole record: cut it off
+            // so later records follow intact ones.
+            let _ = self.file.set_len(self.active_bytes);
+            return Err(e);
+        }
+        self.active_bytes += self.buf.len() as u64;
+        if let Some(last) = msgs.last() {
+            self.active_last_id = self.active_last_id.max(last.id);
+        }
+        Ok(())
+    }
+
+    /// Bytes of every segment file.
+    pub fn disk_bytes(&self) -> u64 {
+        self.closed_bytes + self.active_bytes
+    }
+
+    /// Whether the segment being written is full.
+    pub fn wants_rotation(&self) -> bool {
+        self.active_bytes >= self.settings.segment_bytes
+    }
+
+    /// Begins a new segment; deletes closed segments whose messages are all below
+    /// `oldest_held`; and when the files hold more than twice `held_bytes` plus two segments,
+    /// writes `held()` (what history holds, in increasing id) into the new segment and deletes
+    /// every older one.
+    pub fn rotate(
+        &mut self,
+        oldest_held: u64,
+        held_bytes: u64,
+        held: impl FnOnce() -> Vec<Arc<Published>>,
+    ) -> io::Result<()> {
+        self.file.sync_data()?;
+        let seq = self.seq + 1;
+        let path = segment_path(&self.settings.dir, seq);
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)?;
+        *lock(&self.sync.file) = Some(file.try_clone()?);
+        self.closed.push_back(Closed {
+            path: segment_path(&self.settings.dir, self.seq),
+            last_id: self.active_last_id,
+            bytes: self.active_bytes,
+        });
+        self.closed_bytes += self.active_bytes;
+        self.file = file;
+        self.seq = seq;
+        self.active_bytes = 0;
+        self.write_header()?;
+        while let Some(c) = self.closed.front().filter(|c| c.last_id < oldest_held) {
+            remove(&c.path)?;
+            self.closed_bytes -= c.bytes;
+            self.closed.pop_front();
+        }
+        if self.disk_bytes() > 2 * held_bytes + 2 * self.settings.segment_bytes {
+            self.append(&held())?;
+            self.file.sync_data()?;
+            for c in self.closed.drain(..) {
+                remove(&c.path)?;
+            }
+            self.closed_bytes = 0;
+        }
+        sync_dir(&self.settings.dir)
+    }
+
+    /// A graceful stop: syncs the log and leaves the clean-stop file saying that every id
+    /// below `next_id` is on disk.
+    pub fn close(&mut self, next_id: u64) -> io::Result<()> {
+        self.stop_syncer();
+        self.file.sync_data()?;
+        self.buf.clear();
+        history_log::encode_clean(
+            &history_log::Clean {
+                epoch: &self.epoch,
+                next_id,
+            },
+            &mut self.buf,
+        );
+        let tmp = self.settings.dir.join("clean.tmp");
+        let mut f = File::create(&tmp)?;
+        f.write_all(&self.buf)?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.settings.dir.join(CLEAN))?;
+        sync_dir(&self.settings.dir)
+    }
+
+    fn stop_syncer(&mut self) {
+        self.sync.stop.store(true, Relaxed);
+        if let Some(t) = self.syncer.take() {
+            // It notices within one interval; the last sync is the caller's.
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for HistoryLog {
+    fn drop(&mut self) {
+        self.stop_syncer();
+    }
+}
+
+/// The fsync thread: syncs the segment being written every `every` when something was written.
+fn sync_loop(shared: &SyncShared, every: Duration) {
+    while !shared.stop.load(Relaxed) {
+        std::thread::sleep(every);
+        if shared.dirty.swap(false, Relaxed) {
+            let file = lock(&shared.file).as_ref().and_then(|f| f.try_clone().ok());
+            if let Some(f) = file {
+                if let Err(e) = f.sync_data() {
+                    crate::log::warn(format_args!("history_dir: fsync failed: {e}"));
+                }
+            }
+        }
+    }
+}
+
+fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:020}{SUFFIX}"))
+}
+
+fn remove(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Makes file creations and deletions in `dir` durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
