@@ -4,9 +4,10 @@
 //!
 //! Per topic, in the topic's partition (so every key and the channel share a slot): the members
 //! with their connections on all nodes, their info, each node's connections, the room's
-//! version, and per node its own members (what a node's death takes away). Per node, in the
-//! first Redis: a liveness key refreshed every [`KEEPALIVE`] and expiring after [`ALIVE_TTL`],
-//! and the set of rooms it is in. A node whose liveness key expired (killed, cut off from
+//! version, and per node its own members (what a node's death takes away). Per node, in
+//! partition 0 (tag `{p0}`: one slot of a Redis Cluster, the first Redis of a list): a
+//! liveness key refreshed every [`KEEPALIVE`] and expiring after [`ALIVE_TTL`], and the set of
+//! rooms it is in. A node whose liveness key expired (killed, cut off from
 //! Redis) is *reaped* by the first live node that notices: each of its rooms loses its members,
 //! with `leave` events. A node that finds its own liveness key gone (Redis restarted, or it was
 //! reaped while cut off) writes its rooms again from its connections (`sync`).
