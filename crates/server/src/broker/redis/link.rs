@@ -53,8 +53,12 @@ pub(super) fn run(core: &Core, shard: usize) {
     while !core.stop.load(Relaxed) {
         if !this.endpoint.assigned() {
             // A free place of a Redis Cluster's shard table: nothing to follow until the
-            // topology gives it a master.
-            std::thread::sleep(Duration::from_millis(50));
+            // topology gives it a master (a refresh signals `changed`). Waiting on it rather
+            // than polling: most places stay free, and a poll each would cost CPU per second.
+            let st = lock(&core.state);
+            if !this.endpoint.assigned() && !core.stop.load(Relaxed) {
+                let _ = core.changed.wait_timeout(st, BACKOFF_CAP);
+            }
             continue;
         }
         let began = Instant::now();
@@ -220,6 +224,7 @@ fn apply(core: &Core, shard: usize, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
                 // answers it; the topic is subscribed again once the route is known.
                 for (name, t) in st.topics.iter_mut() {
                     if partition_slot(partition(name)) == slot
+                        && core.shard_of(name) == shard
                         && t.follow == Follow::Subscribing
                         && t.unconfirmed > 0
                     {

@@ -114,12 +114,22 @@ impl Core {
         let mut asked: Vec<String> = Vec::new();
         let mut candidates = Vec::new();
         candidates.extend(first.and_then(|a| topo.url.node(a)));
-        candidates.extend(
-            self.shards
-                .iter()
-                .filter_map(|s| s.endpoint.master_addr())
-                .filter_map(|a| topo.url.node(&a)),
-        );
+        // Masters whose subscriber connection is up first: a dead one (a failover in
+        // progress) may cost a connect timeout on a real network.
+        let up: Vec<bool> = {
+            let st = lock(&self.state);
+            (0..self.shards.len()).map(|i| st.up(i)).collect()
+        };
+        for want_up in [true, false] {
+            candidates.extend(
+                self.shards
+                    .iter()
+                    .zip(&up)
+                    .filter(|(_, u)| **u == want_up)
+                    .filter_map(|(s, _)| s.endpoint.master_addr())
+                    .filter_map(|a| topo.url.node(&a)),
+            );
+        }
         candidates.extend(topo.url.seeds.iter().cloned());
         let mut why = Vec::new();
         let mut owners = None;
@@ -332,11 +342,15 @@ impl Core {
         }
     }
 
-    /// Wakes the topology thread so it sees `stop`.
+    /// Wakes the topology thread and the readers of free places so they see `stop`.
     pub(super) fn stop_topology(&self) {
         if let Some(topo) = &self.cluster {
-            let _w = lock(&topo.wanted);
-            topo.wake.notify_all();
+            {
+                let _w = lock(&topo.wanted);
+                topo.wake.notify_all();
+            }
+            let _st = lock(&self.state);
+            self.changed.notify_all();
         }
     }
 
