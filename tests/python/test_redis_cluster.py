@@ -70,8 +70,10 @@ class RedisCluster:
     """Six cluster nodes made into three masters with a replica each."""
 
     def __init__(self, c):
-        self.nodes = [ClusterRedis(c.dir) for _ in range(6)]
-        c.brokers += self.nodes
+        self.nodes = []
+        for _ in range(6):
+            self.nodes.append(ClusterRedis(c.dir))
+            c.brokers.append(self.nodes[-1])  # killed at the end even if a later one fails
         out = subprocess.run(
             [REDIS_CLI, "--cluster", "create",
              *[f"127.0.0.1:{n.port}" for n in self.nodes],
