@@ -48,7 +48,8 @@ A peer may name its thread count after `@`: `clarion@1` is `clarion serve --work
         -- -m 30 --interval-ms 500 --size 32
 
 `clarion-cluster@P` is Clarion as P processes joined by a private Redis (`--processes P
---broker`, default 3); `uws-cpp-group@P` is P µWebSockets C++ processes, one loop each, sharing
+--broker`, default 3); `clarion-rcluster@P` the same over a private Redis Cluster of three
+masters (`--broker redis+cluster://...`); `uws-cpp-group@P` is P µWebSockets C++ processes, one loop each, sharing
 the client port with SO_REUSEPORT, each told of every publish by `translator.py fanout` (a
 helper, not counted; Redis's CPU is reported apart). Use them past one process's open-files
 limit, e.g. the ticker to 100,000:
@@ -95,7 +96,7 @@ CLARION_REF = pathlib.Path(os.environ["CLARION_REF_BIN"]) if os.environ.get("CLA
 VENV_PY = ENV / "venv" / "bin" / "python"
 ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
        "clarion-grip", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
-       "clarion-durable-sync", "clarion-redis", "clarion-cluster",
+       "clarion-durable-sync", "clarion-redis", "clarion-cluster", "clarion-rcluster",
        "uws-cpp", "uws-cpp-group", "centrifuge"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
@@ -103,7 +104,8 @@ TRANSPORTS = {
     "clarion-grip": {"sse"}, "clarion-ref": {"ws", "sse"}, "clarion-send": {"ws", "sse"},
     "clarion-uring": {"ws", "sse"}, "clarion-durable": {"ws", "sse"},
     "clarion-durable-sync": {"ws", "sse"},
-    "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"}, "uws-cpp": {"ws"},
+    "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"},
+    "clarion-rcluster": {"ws", "sse"}, "uws-cpp": {"ws"},
     "uws-cpp-group": {"ws"}, "centrifuge": {"ws"},
 }
 LABELS = {
@@ -119,12 +121,13 @@ LABELS = {
     "clarion-durable-sync": "Clarion, history on disk, fsync before every ack (--history-fsync-ms 0)",
     "clarion-redis": "Clarion, one process with a Redis broker",
     "clarion-cluster": "Clarion, processes joined by Redis (--processes)",
+    "clarion-rcluster": "Clarion, processes joined by a Redis Cluster of 3 masters (--processes)",
     "uws-cpp": "µWebSockets C++ (built from its repository)",
     "uws-cpp-group": "µWebSockets C++, a process per loop, each told of every publish",
     "centrifuge": "Centrifuge (Go)",
 }
 # Peers that run with a private redis-server (its CPU is reported apart from the server's).
-WITH_REDIS = {"clarion-redis", "clarion-cluster"}
+WITH_REDIS = {"clarion-redis", "clarion-cluster", "clarion-rcluster"}
 # Peers that take a thread count after `@`.
 THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
             "clarion-durable-sync", "uws-cpp", "centrifuge"}
@@ -133,7 +136,7 @@ CLARION_VARIANTS = ("clarion", "clarion-ref", "clarion-send", "clarion-uring", "
                     "clarion-durable-sync")
 # Peers that take a process count after `@` (default 3), one event loop each: past one
 # process's open-files limit (20,000 here), a server is several processes.
-GROUPS = {"clarion-cluster", "uws-cpp-group"}
+GROUPS = {"clarion-cluster", "clarion-rcluster", "uws-cpp-group"}
 GROUP_SIZE = 3
 # What a client of the peer says first, once its WebSocket is open (`clarion bench --ws-hello`).
 HELLO = {"centrifuge": '{"id":1,"connect":{}}'}
@@ -230,6 +233,7 @@ class Server:
         name, self.threads = split_peer(spec)
         self.name, self.port, self.api, self.workdir = name, port, api, workdir
         self.main, self.helpers, self.redis = None, [], None
+        self.redis_cluster = []
         self.log = open(workdir / f"{spec}.log", "w")
 
     def spawn(self, argv, **kw):
@@ -270,6 +274,34 @@ class Server:
                                             "fanout", a, ",".join(map(str, ports))]))
         elif n == "centrifuge":
             self.main = self.spawn([CENTRIFUGE_BIN, p, a, *([self.threads] if self.threads else [])])
+        elif n == "clarion-rcluster":
+            # Three cluster masters on api + 5..7 (no replicas, no persistence), made into one
+            # Redis Cluster; the broker URL names them as seeds.
+            ports = [a + 5 + i for i in range(3)]
+            for q in ports:
+                d = pathlib.Path(self.workdir) / f"rc{q}"
+                d.mkdir(exist_ok=True)
+                (d / "nodes.conf").unlink(missing_ok=True)  # a new cluster every run
+                self.redis_cluster.append(self.spawn(
+                    ["redis-server", "--port", q, "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--cluster-enabled", "yes",
+                     "--cluster-config-file", d / "nodes.conf"], cwd=d))
+                wait_port(q)
+            subprocess.run(["redis-cli", "--cluster", "create",
+                            *[f"127.0.0.1:{q}" for q in ports], "--cluster-yes"],
+                           stdout=self.log, stderr=subprocess.STDOUT, check=True, timeout=60)
+            for _ in range(200):
+                info = subprocess.run(["redis-cli", "-p", str(ports[0]), "cluster", "info"],
+                                      capture_output=True, text=True).stdout
+                if "cluster_state:ok" in info:
+                    break
+                time.sleep(0.05)
+            self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{p}",
+                                    "--api-listen", f"127.0.0.1:{a}",
+                                    "--max-connections-per-address", 0,
+                                    "--processes", self.threads or GROUP_SIZE,
+                                    "--broker", "redis+cluster://"
+                                    + ",".join(f"127.0.0.1:{q}" for q in ports)])
         elif n in WITH_REDIS:
             # Redis on api + 5, without persistence: the broker's own cost, not the disk's.
             self.redis = self.spawn(["redis-server", "--port", a + 5, "--bind", "127.0.0.1",
@@ -414,19 +446,25 @@ http {{
         return descendants(self.main.pid)
 
     def redis_cpu(self):
-        """CPU seconds the private Redis has used so far (None without one)."""
-        if self.redis is None:
+        """CPU seconds the private Redis (all its cluster masters) has used so far (None
+        without one)."""
+        procs = self.redis_cluster or ([self.redis] if self.redis is not None else [])
+        if not procs:
             return None
-        try:
-            fields = pathlib.Path(f"/proc/{self.redis.pid}/stat").read_text().rsplit(")", 1)[1]
-            utime, stime = fields.split()[11:13]
-            return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return None
+        total = 0.0
+        for proc in procs:
+            try:
+                fields = pathlib.Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1]
+                utime, stime = fields.split()[11:13]
+                total += (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                return None
+        return total
 
     def stop(self):
         if self.redis is not None:
             self.helpers.append(self.redis)
+        self.helpers.extend(self.redis_cluster)
         for p in [self.main, *self.helpers]:
             if p is None or p.poll() is not None:
                 continue

@@ -107,7 +107,11 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
     let broker = make_broker(&config, &inboxes, &metrics)?;
-    let hooks = crate::hooks::Hooks::from_config(&config, &inboxes, &metrics)
+    let router = match &broker {
+        Broker::Redis(b) => Some(b.router()),
+        _ => None,
+    };
+    let hooks = crate::hooks::Hooks::from_config(&config, &inboxes, &metrics, router)
         .map_err(|e| anyhow::anyhow!(e))
         .context("cannot set up hooks")?;
     let clustered = matches!(broker, Broker::Redis(_));

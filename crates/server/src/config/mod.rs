@@ -444,11 +444,12 @@ settings! {
     /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
     /// (`rediss://` for TLS, see `redis_tls_*`; several, comma-separated, spread topics over them;
     /// `redis+sentinel://host1:26379,host2:26379/NAME[/db]` for the master Sentinel names, see
-    /// `redis_sentinel_*`) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
+    /// `redis_sentinel_*`; `redis+cluster://host1:7000,host2:7001` (`rediss+cluster://`) for a
+    /// Redis Cluster's seed nodes) or `nats://host:port`. Unset: this process is the whole server (ids, history and fan-out in
     /// memory, the fastest and leanest mode). With Redis, message ids are allocated per topic
     /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
     /// fan out to every node but each node keeps its own ids and history.
-    broker: Option<String> = None, flag "Broker joining this node to others (redis://, rediss://, redis+sentinel:// or nats://...)";
+    broker: Option<String> = None, flag "Broker joining this node to others (redis://, rediss://, redis+sentinel://, redis+cluster:// or nats://...)";
     /// This node's name in logs, metrics (`node` label) and the broker's client list. Unset:
     /// `host:pid`.
     node_name: Option<String> = None, flag "Node name (default host:pid)";

@@ -126,6 +126,7 @@ impl Hooks {
         config: &Config,
         inboxes: &[Arc<Inbox>],
         metrics: &Arc<Metrics>,
+        redis: Option<crate::broker::redis::topology::Router>,
     ) -> Result<Option<Hooks>, String> {
         let parse = |u: &Option<String>| u.as_deref().map(Target::parse).transpose();
         let (connect, subscribe, publish) = (
@@ -155,25 +156,10 @@ impl Hooks {
         if let Some(url) = &config.webhook_url {
             let node = config.node();
             let prefix = format!("{node}.{:x}", crate::auth::unix_now());
-            let redis = config
-                .broker
-                .as_deref()
-                .filter(|b| crate::broker::redis::sentinel::is_redis_url(b))
-                .and_then(|b| {
-                    crate::broker::redis::sentinel::split_urls(b)
-                        .into_iter()
-                        .next()
-                });
-            let cluster: Option<Box<dyn webhook::Occupancy>> = match redis {
-                Some(url) => Some(Box::new(occupancy::RedisOccupancy::new(
-                    url.trim(),
-                    crate::broker::redis::stream::for_config(config)?,
-                    &crate::broker::redis::sentinel::SentinelAuth::for_config(config),
-                    prefix.clone(),
-                    Duration::from_millis(config.broker_timeout_ms),
-                )?)),
-                None => None,
-            };
+            let cluster: Option<Box<dyn webhook::Occupancy>> = redis.map(|router| {
+                Box::new(occupancy::RedisOccupancy::new(router, prefix.clone()))
+                    as Box<dyn webhook::Occupancy>
+            });
             let settings = webhook::Settings {
                 target: Target::parse(url)?,
                 secret: config.hook_secret.clone().map(String::into_bytes),

@@ -4,21 +4,21 @@
 //! Redis runs scripts one at a time, so when the last subscribers on two nodes leave at once,
 //! exactly one of them sees the set become empty and emits `topic_vacated`.
 //!
-//! A node keeps a liveness key (`clarion:hooks:alive:<node>`, expiring after
-//! [`ALIVE_TTL`]) fresh; the script drops members whose key has expired, so a node that died
-//! does not hold a topic occupied forever (the topic's next transition notices). Called only
+//! The set lives in the topic's partition (`clarion:{pN}:hooks:occupancy:<topic>`), and a
+//! node keeps a liveness key per partition (`clarion:{pN}:hooks:alive:<node>`, expiring after
+//! [`ALIVE_TTL`]) fresh, so the script only touches keys of one slot (a Redis Cluster refuses
+//! anything else); it drops members whose key has expired, so a node that died does not hold
+//! a topic occupied forever (the topic's next transition notices). The commands go through
+//! the broker's routing (its pools; a Redis Cluster's redirections are followed). Called only
 //! on the webhook sender thread, never on a worker.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clarion_proto::resp::Value;
 
 use super::webhook::Occupancy;
-use crate::broker::redis::conn::Conn;
-use crate::broker::redis::sentinel::{Endpoint, SentinelAuth};
-use crate::broker::redis::stream::RedisTls;
-use crate::hub::lock;
+use crate::broker::redis::topology::Router;
+use crate::broker::redis::{partition, PARTITIONS};
 
 const SCRIPT: &str = include_str!("occupancy.lua");
 /// How long a node counts as alive after its last refresh: a few refresh periods, so a busy
@@ -27,91 +27,55 @@ pub const ALIVE_TTL: Duration = Duration::from_secs(15);
 
 /// The Redis side of occupancy.
 pub struct RedisOccupancy {
-    /// The broker's first Redis (behind Sentinel: its master, wherever it is now).
-    endpoint: Endpoint,
-    /// For a `rediss://` broker.
-    tls: Option<Arc<RedisTls>>,
+    /// The broker's routing to its Redis.
+    router: Router,
     node: String,
-    timeout: Duration,
-    conn: Mutex<Option<Conn>>,
 }
 
 impl RedisOccupancy {
-    /// Occupancy over the Redis at `url` (the broker's first), for node `node`.
-    pub fn new(
-        url: &str,
-        tls: Option<Arc<RedisTls>>,
-        sentinel_auth: &SentinelAuth,
-        node: String,
-        timeout: Duration,
-    ) -> Result<RedisOccupancy, String> {
-        Ok(RedisOccupancy {
-            endpoint: Endpoint::parse(url, sentinel_auth)?,
-            tls,
-            node,
-            timeout,
-            conn: Mutex::new(None),
-        })
+    /// Occupancy over the broker's Redis, for node `node`.
+    pub fn new(router: Router, node: String) -> RedisOccupancy {
+        RedisOccupancy { router, node }
     }
 
-    fn call(&self, commands: &[Vec<Vec<u8>>]) -> Option<Vec<Value>> {
-        let mut conn = lock(&self.conn);
-        for _ in 0..2 {
-            if conn.is_none() {
-                let opened = self
-                    .endpoint
-                    .open(self.tls.as_deref(), self.timeout, "hooks");
-                *conn = match opened {
-                    Ok((c, _)) => Some(c),
-                    Err(e) => {
-                        crate::log::warn(format_args!("webhook occupancy: redis: {e}"));
-                        None
-                    }
-                };
-            }
-            let c = conn.as_mut()?;
-            match c.call(commands) {
-                Ok(v) => return Some(v),
-                Err(e) => {
-                    crate::log::warn(format_args!("webhook occupancy: redis: {e}"));
-                    *conn = None;
-                    self.endpoint.lost(self.endpoint.generation());
-                }
-            }
-        }
-        None
+    fn alive_prefix(p: u32) -> String {
+        format!("clarion:{{p{p}}}:hooks:alive:")
     }
 
-    fn alive_key(&self) -> Vec<u8> {
-        format!("clarion:hooks:alive:{}", self.node).into_bytes()
+    fn refresh(&self, p: u32) -> Vec<Vec<u8>> {
+        vec![
+            b"SET".to_vec(),
+            format!("{}{}", Self::alive_prefix(p), self.node).into_bytes(),
+            b"1".to_vec(),
+            b"EX".to_vec(),
+            ALIVE_TTL.as_secs().to_string().into_bytes(),
+        ]
     }
 }
 
 impl Occupancy for RedisOccupancy {
     fn transition(&self, topic: &str, occupied: bool) -> bool {
-        let refresh = vec![
-            b"SET".to_vec(),
-            self.alive_key(),
-            b"1".to_vec(),
-            b"EX".to_vec(),
-            ALIVE_TTL.as_secs().to_string().into_bytes(),
-        ];
+        let p = partition(topic);
         let eval = vec![
             b"EVAL".to_vec(),
             SCRIPT.as_bytes().to_vec(),
             b"1".to_vec(),
-            format!("clarion:hooks:occupancy:{topic}").into_bytes(),
+            format!("clarion:{{p{p}}}:hooks:occupancy:{topic}").into_bytes(),
             self.node.as_bytes().to_vec(),
             if occupied {
                 b"1".to_vec()
             } else {
                 b"0".to_vec()
             },
-            b"clarion:hooks:alive:".to_vec(),
+            Self::alive_prefix(p).into_bytes(),
         ];
-        match self.call(&[refresh, eval]).as_deref() {
-            Some([_, Value::Integer(1)]) => true,
-            Some([_, Value::Integer(_)]) => false,
+        match self
+            .router
+            .call(SCRIPT, &[(p, self.refresh(p)), (p, eval)])
+            .as_deref()
+        {
+            Ok([_, Value::Integer(1)]) => true,
+            Ok([_, Value::Integer(_)]) => false,
             other => {
                 // Redis unreachable: the process's own transition is reported, so the
                 // application hears of it (possibly twice across nodes) rather than never.
@@ -124,13 +88,10 @@ impl Occupancy for RedisOccupancy {
     }
 
     fn keep_alive(&self) {
-        let refresh = vec![
-            b"SET".to_vec(),
-            self.alive_key(),
-            b"1".to_vec(),
-            b"EX".to_vec(),
-            ALIVE_TTL.as_secs().to_string().into_bytes(),
-        ];
-        let _ = self.call(&[refresh]);
+        let calls: Vec<(u32, Vec<Vec<u8>>)> =
+            (0..PARTITIONS).map(|p| (p, self.refresh(p))).collect();
+        if let Err(e) = self.router.call(SCRIPT, &calls) {
+            crate::log::warn(format_args!("webhook occupancy: redis: {}", e.0));
+        }
     }
 }

@@ -124,6 +124,10 @@ pub enum LinkError {
     /// Sentinel named another master: connections to the old one are dropped.
     #[error("{0}: Sentinel named a new master")]
     Moved(String),
+    /// A routed command got no answer (the connection failed, or in a Redis Cluster the
+    /// slot kept moving or the cluster is down): the reason.
+    #[error("{0}")]
+    Routed(String),
 }
 
 /// One connection, used by one caller at a time.
@@ -289,6 +293,11 @@ impl Conn {
         self.buf
             .extend_from_slice(chunk.get(..n).unwrap_or_default());
         Ok(())
+    }
+
+    /// The server's `master_replid` when the connection was made (empty if unknown).
+    pub fn replid(&self) -> &str {
+        &self.replid
     }
 
     /// Changes the read timeout (the subscriber waits longer than a command does).

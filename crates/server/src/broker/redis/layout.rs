@@ -17,7 +17,7 @@ pub fn keys(topic: &str) -> [String; 3] {
 }
 
 /// FNV-1a: the same partition on every node and every version.
-pub(super) fn partition(topic: &str) -> u32 {
+pub fn partition(topic: &str) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in topic.bytes() {
         h ^= u32::from(b);

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use clarion_proto::pubsub::wire;
 use clarion_proto::resp::Value;
 
+use super::cluster::{partition_slot, redirect, Redirect};
 use super::conn::LinkError;
+use super::layout::partition;
 use super::{keys, topic_of, Core, Follow, State, Topic, MAX_HELD_BACK};
 use crate::hub::lock;
 use crate::message::{GapReason, Published};
@@ -32,6 +34,9 @@ const BACKOFF_CAP: Duration = Duration::from_secs(5);
 enum Todo {
     /// Learn where a newly (re)subscribed topic stands.
     Position(Arc<str>),
+    /// Ask the cluster where the slots are now (a slot moved away from this master); first
+    /// the node a `MOVED` named, if one did.
+    Refresh(Option<String>),
     /// Read offsets `from..=to` of the topic's current epoch.
     Fill {
         topic: Arc<str>,
@@ -46,10 +51,19 @@ pub(super) fn run(core: &Core, shard: usize) {
     let Some(this) = core.shards.get(shard) else {
         return;
     };
-    let addr = &this.label;
     let mut backoff = BACKOFF_START;
     let mut sessions = 0u64;
     while !core.stop.load(Relaxed) {
+        if !this.endpoint.assigned() {
+            // A free place of a Redis Cluster's shard table: nothing to follow until the
+            // topology gives it a master (a refresh signals `changed`). Waiting on it rather
+            // than polling: most places stay free, and a poll each would cost CPU per second.
+            let st = lock(&core.state);
+            if !this.endpoint.assigned() && !core.stop.load(Relaxed) {
+                let _ = core.changed.wait_timeout(st, BACKOFF_CAP);
+            }
+            continue;
+        }
         let began = Instant::now();
         let result = session(core, shard, sessions);
         sessions += 1;
@@ -58,7 +72,12 @@ pub(super) fn run(core: &Core, shard: usize) {
             return;
         }
         if let Err(e) = result {
-            crate::log::warn(format_args!("broker {addr}: {e}; reconnecting"));
+            crate::log::warn(format_args!(
+                "broker {}: {e}; reconnecting",
+                this.endpoint.label()
+            ));
+            // In a Redis Cluster the master may be gone for good (a failover).
+            core.want_refresh();
         }
         if began.elapsed() > BACKOFF_CAP {
             backoff = BACKOFF_START;
@@ -133,13 +152,13 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
         }
         core.metrics
             .broker_connected
-            .store(u64::from(st.all_up()), Relaxed);
+            .store(u64::from(core.all_up(&st)), Relaxed);
         if sessions > 0 {
             this.pool.renew();
             core.metrics.broker_reconnects.fetch_add(1, Relaxed);
             crate::log::info(format_args!(
                 "broker {}: reconnected, following its topics again",
-                this.label
+                this.endpoint.label()
             ));
         }
         core.changed.notify_all();
@@ -194,7 +213,7 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
         while let Some(v) = conn.parsed()? {
             pushes.push(v);
         }
-        apply(core, pushes, &mut todo);
+        apply(core, shard, pushes, &mut todo);
         while !todo.is_empty() {
             let batch = std::mem::take(&mut todo);
             for t in batch {
@@ -204,12 +223,27 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
     }
 }
 
-/// Applies one read's pushes under the lock.
-fn apply(core: &Core, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
+/// Applies one read's pushes under the lock. Pushes about a topic this shard no longer
+/// serves (a Redis Cluster moved its slot) are ignored: its new master's are the ones that
+/// count.
+fn apply(core: &Core, shard: usize, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
     let mut st = lock(&core.state);
     for v in pushes {
         let Value::Array(parts) = v else {
-            if let Value::Error(e) = v {
+            if let Some(Redirect::Moved { slot, addr }) = redirect(&v) {
+                // An SSUBSCRIBE sent to a master that no longer serves its slot: the error
+                // answers it; the topic is subscribed again once the route is known.
+                for (name, t) in st.topics.iter_mut() {
+                    if partition_slot(partition(name)) == slot
+                        && core.shard_of(name) == shard
+                        && t.follow == Follow::Subscribing
+                        && t.unconfirmed > 0
+                    {
+                        t.unconfirmed -= 1;
+                    }
+                }
+                todo.push(Todo::Refresh(Some(addr)));
+            } else if let Value::Error(e) = v {
                 crate::log::warn(format_args!("broker: {e}"));
             }
             continue;
@@ -219,6 +253,9 @@ fn apply(core: &Core, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
         let Some(topic) = topic_of(channel) else {
             continue;
         };
+        if core.shard_of(topic) != shard {
+            continue;
+        }
         match kind {
             b"smessage" => {
                 let Some(data) = parts.get(2).and_then(Value::as_bytes) else {
@@ -249,6 +286,18 @@ fn apply(core: &Core, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
             }
             b"sunsubscribe" => {
                 if let Some(t) = st.topics.get_mut(topic) {
+                    if t.unconfirmed == 0 && t.follow != Follow::Idle {
+                        // Not asked for: Redis dropped the subscription because the slot
+                        // moved to another master (a resharding). Subscribe where it is now
+                        // and fill the hole from the stream.
+                        t.follow = Follow::Subscribing;
+                        t.ready = false;
+                        t.filling = false;
+                        if !todo.iter().any(|t| matches!(t, Todo::Refresh(None))) {
+                            todo.push(Todo::Refresh(None));
+                        }
+                        continue;
+                    }
                     t.unconfirmed = t.unconfirmed.saturating_sub(1);
                     if t.unconfirmed == 0 && t.follow == Follow::Idle && t.unused() {
                         st.topics.remove(topic);
@@ -375,6 +424,18 @@ fn flush(core: &Core, t: &Topic, out: &mut Vec<Arc<Published>>) {
 /// Asks Redis what a [`Todo`] needs, then applies the answer under the lock.
 fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError> {
     match job {
+        Todo::Refresh(first) => {
+            if core.cluster.is_none() {
+                let mut st = lock(&core.state);
+                let same: Vec<usize> = (0..super::PARTITIONS)
+                    .map(|p| core.shard_of_partition(p))
+                    .collect();
+                core.rehome(&mut st, &same);
+            } else if let Err(e) = core.refresh_topology(first.as_deref()) {
+                crate::log::warn(format_args!("broker cluster: {e}"));
+                core.want_refresh();
+            }
+        }
         Todo::Position(topic) => {
             let remote = core.remote_position(&topic);
             let mut st = lock(&core.state);

@@ -22,7 +22,9 @@
 //! inboxes under the state lock (the same lock subscribers are counted under, which is what
 //! makes a resume exact), and reconnects with backoff.
 
+mod cluster;
 pub mod conn;
+mod epoch;
 mod layout;
 mod leave;
 mod link;
@@ -33,6 +35,7 @@ mod resume;
 pub mod sentinel;
 mod shard;
 pub mod stream;
+pub mod topology;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
@@ -40,13 +43,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use clarion_proto::event_id;
 use clarion_proto::resp::Value;
 
 use self::conn::LinkError;
-pub use self::layout::{keys, PARTITIONS};
-use self::layout::{partition, topic_of};
-use self::pool::Pool;
+use self::epoch::{random_epoch, sha1_hex};
+use self::layout::topic_of;
+pub use self::layout::{keys, partition, PARTITIONS};
 use self::position::joined_position;
 use self::sentinel::SentinelAuth;
 use self::shard::Shard;
@@ -83,6 +85,8 @@ pub(crate) struct Core {
     metrics: Arc<Metrics>,
     limits: HistoryLimits,
     shards: Vec<Shard>,
+    /// With a Redis Cluster: the route from partitions to places of `shards`.
+    cluster: Option<topology::Topology>,
     /// For `rediss://` shards.
     tls: Option<Arc<RedisTls>>,
     timeout: Duration,
@@ -143,11 +147,6 @@ impl State {
     fn up(&self, i: usize) -> bool {
         self.connected.get(i).copied().unwrap_or(false)
     }
-
-    /// Whether every shard's subscriber connection is up.
-    fn all_up(&self) -> bool {
-        self.connected.iter().all(|c| *c)
-    }
 }
 
 impl Topic {
@@ -198,9 +197,16 @@ impl RedisBroker {
         let sha = sha1_hex(SCRIPT.as_bytes());
         let mut shards = Vec::new();
         let mut down_at_start = Vec::new();
-        for one in sentinel::split_urls(url) {
+        let urls = sentinel::split_urls(url);
+        let cluster = shard::cluster_url(&urls)?;
+        if cluster.is_some() {
+            shards = (0..PARTITIONS)
+                .map(|_| Shard::place(tls.clone(), node, timeout, &metrics))
+                .collect();
+        }
+        for one in urls.iter().filter(|_| cluster.is_none()) {
             let opened = Shard::open(
-                &one,
+                one,
                 SCRIPT,
                 sentinel_auth,
                 tls.clone(),
@@ -228,6 +234,7 @@ impl RedisBroker {
             metrics,
             limits,
             shards,
+            cluster: cluster.map(topology::Topology::new),
             tls,
             timeout,
             name: node.to_owned(),
@@ -239,6 +246,16 @@ impl RedisBroker {
             node_epoch: random_epoch(u64::MAX),
         });
         let mut readers = Vec::new();
+        if core.cluster.is_some() {
+            core.first_topology(url, &mut down_at_start)?;
+            let c = Arc::clone(&core);
+            readers.push(
+                std::thread::Builder::new()
+                    .name("clarion-topology".to_owned())
+                    .spawn(move || c.watch_topology())
+                    .map_err(|e| format!("cannot start the topology thread: {e}"))?,
+            );
+        }
         for shard in 0..core.shards.len() {
             let c = Arc::clone(&core);
             let reader = std::thread::Builder::new()
@@ -273,7 +290,7 @@ impl RedisBroker {
             core.shards
                 .iter()
                 .enumerate()
-                .all(|(i, s)| st.up(i) || down_at_start.contains(&s.label))
+                .all(|(i, s)| st.up(i) || down_at_start.contains(&s.label) || !core.in_use(i))
         };
         while !waited(&st) && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -282,12 +299,11 @@ impl RedisBroker {
                 .wait_timeout(st, left)
                 .map_or_else(|p| p.into_inner().0, |(g, _)| g);
         }
-        let down: Vec<String> = st
-            .connected
-            .iter()
-            .zip(&core.shards)
-            .filter(|(up, s)| !**up && !down_at_start.contains(&s.label))
-            .map(|(_, s)| s.label.clone())
+        let down: Vec<String> = (0..core.shards.len())
+            .filter(|&i| !st.up(i) && core.in_use(i))
+            .filter_map(|i| core.shards.get(i))
+            .filter(|s| !down_at_start.contains(&s.label))
+            .map(|s| s.endpoint.label())
             .collect();
         drop(st);
         let broker = RedisBroker {
@@ -316,11 +332,12 @@ impl RedisBroker {
         };
         let ttl = u64::from(limits.ttl).max(1);
         let meta_ttl = ttl.max(META_TTL_SECS);
+        let replids = core.accepted_replids();
         let mut commands = Vec::with_capacity(msgs.len());
         for m in msgs {
             let [meta, stream, channel] = keys(m.topic);
             let body = m.wire_body();
-            commands.push(vec![
+            let mut cmd = vec![
                 b"EVALSHA".to_vec(),
                 core.sha.clone().into_bytes(),
                 b"2".to_vec(),
@@ -333,27 +350,12 @@ impl RedisBroker {
                 core.fresh_epoch().into_bytes(),
                 meta_ttl.to_string().into_bytes(),
                 conn::REPLID_ARG.to_vec(),
-            ]);
+            ];
+            cmd.extend(replids.iter().cloned());
+            commands.push((partition(m.topic), cmd));
         }
         // One pipeline per shard, in order; the replies go back to their messages' places.
-        let mut replies: Vec<Value> = vec![Value::Nil; commands.len()];
-        for (shard, _) in core.shards.iter().enumerate() {
-            let mine: Vec<usize> = (0..msgs.len())
-                .filter(|&i| msgs.get(i).is_some_and(|m| core.shard_of(m.topic) == shard))
-                .collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let cmds: Vec<Vec<Vec<u8>>> = mine
-                .iter()
-                .filter_map(|&i| commands.get(i).cloned())
-                .collect();
-            for (i, r) in mine.into_iter().zip(core.run_scripts(shard, &cmds)?) {
-                if let Some(slot) = replies.get_mut(i) {
-                    *slot = r;
-                }
-            }
-        }
+        let replies = core.run_routed(SCRIPT, &commands)?;
         let mut receipts = Vec::with_capacity(msgs.len());
         for r in replies {
             let Value::Array(parts) = r else {
@@ -492,9 +494,14 @@ impl RedisBroker {
         &self.core.node_epoch
     }
 
+    /// Commands routed by topic partition through this broker's Redis (or Redis Cluster).
+    pub fn router(&self) -> topology::Router {
+        topology::Router(Arc::clone(&self.core))
+    }
+
     /// Whether the subscriber connection is up.
     pub fn connected(&self) -> bool {
-        lock(&self.core.state).all_up()
+        self.core.all_up(&lock(&self.core.state))
     }
 
     /// Wakes every worker.
@@ -507,6 +514,7 @@ impl RedisBroker {
     /// Stops the reader thread (bounded by the command timeout).
     pub fn shutdown(&self) {
         self.core.stop.store(true, Relaxed);
+        self.core.stop_topology();
         for shard in &self.core.shards {
             if let Some(w) = lock(&shard.writer).as_ref() {
                 w.shutdown();
@@ -529,27 +537,6 @@ impl Drop for RedisBroker {
 /// messages) rather than a new epoch.
 const META_TTL_SECS: u64 = 86_400;
 
-/// A random epoch (up to 13 base-36 characters, 64 bits): the time and process id mixed with a
-/// per-call counter `n`, so no two calls of a process give the same one.
-fn random_epoch(n: u64) -> String {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        ^ (u64::from(std::process::id()) << 40)
-        ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    // splitmix64's finaliser: every input bit affects every output bit.
-    let mut x = seed;
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^= x >> 31;
-    event_id::base36(x)
-}
-
-fn sha1_hex(data: &[u8]) -> String {
-    let d = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, data);
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl From<LinkError> for Unavailable {
     fn from(e: LinkError) -> Unavailable {
         Unavailable(e.to_string())
@@ -563,24 +550,30 @@ impl Core {
 
     /// The shard holding `topic`.
     pub(crate) fn shard_of(&self, topic: &str) -> usize {
-        partition(topic) as usize % self.shards.len().max(1)
+        self.shard_of_partition(partition(topic))
     }
 
-    /// The connection pool of the shard holding `topic`.
-    pub(crate) fn pool_of(&self, topic: &str) -> Result<&Pool, LinkError> {
-        self.shards
-            .get(self.shard_of(topic))
-            .map(|s| &s.pool)
-            .ok_or(LinkError::Down)
+    /// The shard holding partition `p`: `p mod k` of `k` Redis servers, or in a Redis Cluster
+    /// the place of the master serving its slot.
+    pub(crate) fn shard_of_partition(&self, p: u32) -> usize {
+        match &self.cluster {
+            Some(topo) => topo.place(p),
+            None => p as usize % self.shards.len().max(1),
+        }
     }
 
-    /// Runs publish script calls on one shard. Redis restarted (or flushed its scripts) since
-    /// we loaded it: load it again and run the calls that answered NOSCRIPT (they did nothing).
-    fn run_scripts(&self, shard: usize, cmds: &[Vec<Vec<u8>>]) -> Result<Vec<Value>, Unavailable> {
-        self.run_script_calls(shard, SCRIPT, cmds)
+    /// Whether shard `i` serves any topic (in a Redis Cluster most places are free).
+    fn in_use(&self, i: usize) -> bool {
+        self.cluster.as_ref().is_none_or(|t| t.in_use(i))
     }
 
-    /// Runs `EVALSHA` calls of `script` on one shard, loading it again where Redis lost it.
+    /// Whether the subscriber connection of every shard in use is up.
+    fn all_up(&self, st: &State) -> bool {
+        (0..self.shards.len()).all(|i| st.up(i) || !self.in_use(i))
+    }
+
+    /// Runs `EVALSHA` calls of `script` on one shard, loading it again where Redis lost it
+    /// (restarted or flushed its scripts: the calls that answered NOSCRIPT did nothing).
     pub(crate) fn run_script_calls(
         &self,
         shard: usize,
@@ -774,11 +767,6 @@ impl Core {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_script_hash_is_sha1_hex() {
-        assert_eq!(sha1_hex(b"abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
-    }
 
     #[test]
     fn positions_join_per_topic() {

@@ -4,9 +4,10 @@
 //!
 //! Per topic, in the topic's partition (so every key and the channel share a slot): the members
 //! with their connections on all nodes, their info, each node's connections, the room's
-//! version, and per node its own members (what a node's death takes away). Per node, in the
-//! first Redis: a liveness key refreshed every [`KEEPALIVE`] and expiring after [`ALIVE_TTL`],
-//! and the set of rooms it is in. A node whose liveness key expired (killed, cut off from
+//! version, and per node its own members (what a node's death takes away). Per node, in
+//! partition 0 (tag `{p0}`: one slot of a Redis Cluster, the first Redis of a list): a
+//! liveness key refreshed every [`KEEPALIVE`] and expiring after [`ALIVE_TTL`], and the set of
+//! rooms it is in. A node whose liveness key expired (killed, cut off from
 //! Redis) is *reaped* by the first live node that notices: each of its rooms loses its members,
 //! with `leave` events. A node that finds its own liveness key gone (Redis restarted, or it was
 //! reaped while cut off) writes its rooms again from its connections (`sync`).
@@ -98,18 +99,17 @@ fn script_sha() -> &'static str {
     SHA.get_or_init(|| sha1_hex(SCRIPT.as_bytes()))
 }
 
+// Per-node keys live in partition 0 (tag `{p0}`), so they are in one slot of a Redis Cluster
+// (and on the first Redis of a list, as partition 0 maps there).
 fn alive_key(node: &str) -> String {
-    format!("clarion:presence:alive:{node}")
+    format!("clarion:{{p0}}:presence:alive:{node}")
 }
 
 fn rooms_key(node: &str) -> String {
-    format!("clarion:presence:rooms:{node}")
+    format!("clarion:{{p0}}:presence:rooms:{node}")
 }
 
-const NODES: &str = "clarion:presence:nodes";
-
-/// One shard's script calls, with the places of their replies among all the calls.
-type ShardCalls = (Vec<usize>, Vec<Vec<Vec<u8>>>);
+const NODES: &str = "clarion:{p0}:presence:nodes";
 
 impl RedisBroker {
     /// This node's name, as other nodes know it.
@@ -143,29 +143,13 @@ impl RedisBroker {
     /// Runs script calls, each on the shard of its topic, in order per shard; their replies in
     /// the calls' order.
     fn presence_run(&self, calls: Vec<(String, Vec<Vec<u8>>)>) -> Result<Vec<Value>, Unavailable> {
-        let shards = self.core.shards.len().max(1);
-        let mut per_shard: Vec<ShardCalls> = vec![Default::default(); shards];
-        let n = calls.len();
-        for (i, (topic, cmd)) in calls.into_iter().enumerate() {
-            if let Some((at, list)) = per_shard.get_mut(self.core.shard_of(&topic)) {
-                at.push(i);
-                list.push(cmd);
-            }
-        }
-        let mut replies = vec![Value::Nil; n];
-        for (shard, (at, cmds)) in per_shard.iter().enumerate() {
-            if cmds.is_empty() {
-                continue;
-            }
-            let got = self.core.run_script_calls(shard, SCRIPT, cmds)?;
-            for (i, r) in at.iter().zip(got) {
-                if let Value::Error(e) = &r {
-                    return Err(Unavailable(format!("presence script: {e}")));
-                }
-                if let Some(slot) = replies.get_mut(*i) {
-                    *slot = r;
-                }
-            }
+        let routed: Vec<(u32, Vec<Vec<u8>>)> = calls
+            .into_iter()
+            .map(|(topic, cmd)| (partition(&topic), cmd))
+            .collect();
+        let replies = self.core.run_routed(SCRIPT, &routed)?;
+        if let Some(Value::Error(e)) = replies.iter().find(|r| matches!(r, Value::Error(_))) {
+            return Err(Unavailable(format!("presence script: {e}")));
         }
         Ok(replies)
     }
@@ -256,7 +240,7 @@ impl RedisBroker {
         }
         let cmds: Vec<Vec<Vec<u8>>> = [sadd, srem].into_iter().filter(|c| c.len() > 2).collect();
         if !cmds.is_empty() {
-            self.node_pool()?.call(&cmds).map_err(Unavailable::from)?;
+            self.node_call(cmds)?;
         }
         Ok(())
     }
@@ -295,7 +279,7 @@ impl RedisBroker {
             sadd.extend(rooms.iter().map(|r| r.topic.as_bytes().to_vec()));
             cmds.push(sadd);
         }
-        self.node_pool()?.call(&cmds).map_err(Unavailable::from)?;
+        self.node_call(cmds)?;
         Ok(())
     }
 
@@ -304,24 +288,21 @@ impl RedisBroker {
     pub fn presence_keepalive(&self) -> Result<bool, Unavailable> {
         let node = self.node_name();
         let ttl = ALIVE_TTL.as_secs().to_string();
-        let replies = self
-            .node_pool()?
-            .call(&[
-                vec![
-                    b"SET".to_vec(),
-                    alive_key(node).into_bytes(),
-                    b"1".to_vec(),
-                    b"EX".to_vec(),
-                    ttl.into_bytes(),
-                    b"GET".to_vec(),
-                ],
-                vec![
-                    b"SADD".to_vec(),
-                    NODES.as_bytes().to_vec(),
-                    node.as_bytes().to_vec(),
-                ],
-            ])
-            .map_err(Unavailable::from)?;
+        let replies = self.node_call(vec![
+            vec![
+                b"SET".to_vec(),
+                alive_key(node).into_bytes(),
+                b"1".to_vec(),
+                b"EX".to_vec(),
+                ttl.into_bytes(),
+                b"GET".to_vec(),
+            ],
+            vec![
+                b"SADD".to_vec(),
+                NODES.as_bytes().to_vec(),
+                node.as_bytes().to_vec(),
+            ],
+        ])?;
         match replies.first() {
             Some(Value::Nil) => Ok(true),
             Some(Value::Error(e)) => Err(Unavailable(format!("presence keepalive: {e}"))),
@@ -332,10 +313,7 @@ impl RedisBroker {
     /// Reaps every node whose liveness key expired (one node does each: a short lock),
     /// returning how many rooms lost members.
     pub fn presence_reap_dead(&self) -> Result<usize, Unavailable> {
-        let pool = self.node_pool()?;
-        let nodes = pool
-            .call(&[vec![b"SMEMBERS".to_vec(), NODES.as_bytes().to_vec()]])
-            .map_err(Unavailable::from)?;
+        let nodes = self.node_call(vec![vec![b"SMEMBERS".to_vec(), NODES.as_bytes().to_vec()]])?;
         let names: Vec<String> = match nodes.first() {
             Some(Value::Array(v)) => v
                 .iter()
@@ -345,23 +323,20 @@ impl RedisBroker {
         };
         let mut reaped = 0;
         for n in names.iter().filter(|n| **n != self.node_name()) {
-            let alive = pool
-                .call(&[vec![b"EXISTS".to_vec(), alive_key(n).into_bytes()]])
-                .map_err(Unavailable::from)?;
+            let alive =
+                self.node_call(vec![vec![b"EXISTS".to_vec(), alive_key(n).into_bytes()]])?;
             if !matches!(alive.first(), Some(Value::Integer(0))) {
                 continue;
             }
-            let lock_key = format!("clarion:presence:reaping:{n}");
-            let got = pool
-                .call(&[vec![
-                    b"SET".to_vec(),
-                    lock_key.into_bytes(),
-                    self.node_name().as_bytes().to_vec(),
-                    b"NX".to_vec(),
-                    b"EX".to_vec(),
-                    b"30".to_vec(),
-                ]])
-                .map_err(Unavailable::from)?;
+            let lock_key = format!("clarion:{{p0}}:presence:reaping:{n}");
+            let got = self.node_call(vec![vec![
+                b"SET".to_vec(),
+                lock_key.into_bytes(),
+                self.node_name().as_bytes().to_vec(),
+                b"NX".to_vec(),
+                b"EX".to_vec(),
+                b"30".to_vec(),
+            ]])?;
             if !matches!(got.first(), Some(Value::Simple(_))) {
                 continue;
             }
@@ -379,16 +354,14 @@ impl RedisBroker {
             .map(|t| (t.clone(), self.presence_call("reap", t, node, &[])))
             .collect();
         self.presence_run(calls)?;
-        self.node_pool()?
-            .call(&[
-                vec![b"DEL".to_vec(), rooms_key(node).into_bytes()],
-                vec![
-                    b"SREM".to_vec(),
-                    NODES.as_bytes().to_vec(),
-                    node.as_bytes().to_vec(),
-                ],
-            ])
-            .map_err(Unavailable::from)?;
+        self.node_call(vec![
+            vec![b"DEL".to_vec(), rooms_key(node).into_bytes()],
+            vec![
+                b"SREM".to_vec(),
+                NODES.as_bytes().to_vec(),
+                node.as_bytes().to_vec(),
+            ],
+        ])?;
         if !rooms.is_empty() {
             crate::log::info(format_args!(
                 "presence: node {node} is gone; its members left {} rooms",
@@ -399,10 +372,10 @@ impl RedisBroker {
     }
 
     fn presence_rooms_of(&self, node: &str) -> Result<Vec<String>, Unavailable> {
-        let r = self
-            .node_pool()?
-            .call(&[vec![b"SMEMBERS".to_vec(), rooms_key(node).into_bytes()]])
-            .map_err(Unavailable::from)?;
+        let r = self.node_call(vec![vec![
+            b"SMEMBERS".to_vec(),
+            rooms_key(node).into_bytes(),
+        ]])?;
         Ok(match r.first() {
             Some(Value::Array(v)) => v
                 .iter()
@@ -412,13 +385,10 @@ impl RedisBroker {
         })
     }
 
-    /// The pool of the first Redis, which holds the per-node keys.
-    fn node_pool(&self) -> Result<&super::pool::Pool, Unavailable> {
-        self.core
-            .shards
-            .first()
-            .map(|s| &s.pool)
-            .ok_or_else(|| Unavailable("no Redis configured".to_owned()))
+    /// Commands on the per-node keys (partition 0), following redirections.
+    fn node_call(&self, cmds: Vec<Vec<Vec<u8>>>) -> Result<Vec<Value>, Unavailable> {
+        let calls: Vec<(u32, Vec<Vec<u8>>)> = cmds.into_iter().map(|c| (0, c)).collect();
+        self.core.run_routed(SCRIPT, &calls)
     }
 
     /// A page of `topic`'s members after `after`; `listen`: a subscriber of this node asks
@@ -434,9 +404,7 @@ impl RedisBroker {
         let flag: &[u8] = if listen { b"1" } else { b"" };
         let args: [&[u8]; 3] = [after.unwrap_or_default().as_bytes(), limit.as_bytes(), flag];
         let cmd = self.presence_call("list", topic, self.node_name(), &args);
-        let reply = self
-            .core
-            .run_script_calls(self.core.shard_of(topic), SCRIPT, &[cmd])?;
+        let reply = self.core.run_routed(SCRIPT, &[(partition(topic), cmd)])?;
         let Some(Value::Array(v)) = reply.into_iter().next() else {
             return Err(Unavailable("presence list: unexpected answer".to_owned()));
         };
@@ -461,9 +429,7 @@ impl RedisBroker {
     /// `topic`'s members and connections across the cluster.
     pub fn presence_count(&self, topic: &str) -> Result<(u64, u64), Unavailable> {
         let cmd = self.presence_call("count", topic, self.node_name(), &[]);
-        let reply = self
-            .core
-            .run_script_calls(self.core.shard_of(topic), SCRIPT, &[cmd])?;
+        let reply = self.core.run_routed(SCRIPT, &[(partition(topic), cmd)])?;
         match reply.first() {
             Some(Value::Array(v)) => {
                 let int = |i: usize| {

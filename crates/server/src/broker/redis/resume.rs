@@ -20,12 +20,15 @@ impl Core {
         topic: &str,
     ) -> Result<(Option<Arc<str>>, u64), LinkError> {
         let [meta, _, _] = keys(topic);
-        let r = self.pool_of(topic)?.call(&[vec![
-            b"HMGET".to_vec(),
-            meta.into_bytes(),
-            b"e".to_vec(),
-            b"s".to_vec(),
-        ]])?;
+        let r = self.routed_call(
+            topic,
+            vec![vec![
+                b"HMGET".to_vec(),
+                meta.into_bytes(),
+                b"e".to_vec(),
+                b"s".to_vec(),
+            ]],
+        )?;
         let (epoch, last) = match r.first() {
             Some(Value::Array(v)) => (
                 v.first().and_then(Value::as_str).map(Arc::from),
@@ -46,15 +49,18 @@ impl Core {
         to: u64,
     ) -> Result<(Option<String>, Vec<Arc<Published>>), LinkError> {
         let [meta, stream, _] = keys(topic);
-        let replies = self.pool_of(topic)?.call(&[
+        let replies = self.routed_call(
+            topic,
             vec![
-                b"XRANGE".to_vec(),
-                stream.into_bytes(),
-                format!("{from}-0").into_bytes(),
-                format!("{to}-0").into_bytes(),
+                vec![
+                    b"XRANGE".to_vec(),
+                    stream.into_bytes(),
+                    format!("{from}-0").into_bytes(),
+                    format!("{to}-0").into_bytes(),
+                ],
+                vec![b"HGET".to_vec(), meta.into_bytes(), b"e".to_vec()],
             ],
-            vec![b"HGET".to_vec(), meta.into_bytes(), b"e".to_vec()],
-        ])?;
+        )?;
         let now_epoch = replies.get(1).and_then(Value::as_str).map(str::to_owned);
         let mut out = Vec::new();
         if let Some(Value::Array(entries)) = replies.first() {
@@ -80,6 +86,21 @@ impl Core {
             }
         }
         Ok((now_epoch, out))
+    }
+
+    /// Commands on `topic`'s keys at the master serving them (following redirections). An
+    /// error reply (a refusal) counts as a failure: a position or range must not be taken
+    /// from it.
+    fn routed_call(&self, topic: &str, cmds: Vec<Vec<Vec<u8>>>) -> Result<Vec<Value>, LinkError> {
+        let p = super::layout::partition(topic);
+        let calls: Vec<(u32, Vec<Vec<u8>>)> = cmds.into_iter().map(|c| (p, c)).collect();
+        let replies = self
+            .run_routed(super::SCRIPT, &calls)
+            .map_err(|e| LinkError::Routed(e.0))?;
+        if let Some(Value::Error(e)) = replies.iter().find(|r| matches!(r, Value::Error(_))) {
+            return Err(LinkError::Routed(format!("Redis refused a read: {e}")));
+        }
+        Ok(replies)
     }
 
     /// A message from its body as Redis holds it.

@@ -1,11 +1,20 @@
 -- Publishes one message to one topic, atomically (docs/cluster.md).
 -- KEYS[1] the topic's metadata hash (epoch `e`, last offset `s`), KEYS[2] its stream.
 -- ARGV: 1 channel, 2 body, 3 history size, 4 history seconds, 5 a fresh epoch, 6 meta seconds,
--- 7 this server's replication id (`master_replid`, '' if unknown), which the metadata keeps as `r`.
+-- 7 this server's replication id (`master_replid`, '' if unknown), which the metadata keeps as `r`;
+-- 8.. (Redis Cluster) the replication ids of the cluster's masters serving slots now.
 -- Returns {epoch, offset, nodes that received it}.
 local meta = redis.call('HMGET', KEYS[1], 'e', 'r')
 local epoch = meta[1]
-if epoch and ARGV[7] ~= '' and meta[2] and meta[2] ~= ARGV[7] then
+local function current_master(r)
+  for i = 8, #ARGV do
+    if ARGV[i] == r then return true end
+  end
+  return false
+end
+-- Keys a resharding moved here from another master that still serves slots keep its id: the
+-- migration copied them whole, so their history goes on (rewritten to this server's id below).
+if epoch and ARGV[7] ~= '' and meta[2] and meta[2] ~= ARGV[7] and not current_master(meta[2]) then
   -- Written under another replication history: this server was promoted (a failover) or
   -- restarted. Asynchronous replication may have lost the last offsets handed out there, and
   -- an offset must never name two messages: a new epoch, announced as a gap.

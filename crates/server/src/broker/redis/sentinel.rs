@@ -145,13 +145,15 @@ pub fn split_urls(setting: &str) -> Vec<String> {
     out
 }
 
-/// Whether `url` names a Redis broker (any of the four schemes).
+/// Whether `url` names a Redis broker (any of the six schemes).
 pub fn is_redis_url(url: &str) -> bool {
     [
         "redis://",
         "rediss://",
         "redis+sentinel://",
         "rediss+sentinel://",
+        "redis+cluster://",
+        "rediss+cluster://",
     ]
     .iter()
     .any(|s| url.trim_start().starts_with(s))
@@ -214,11 +216,24 @@ fn join_addr(ip: &str, port: u16) -> String {
 /// The Redis one shard of the broker talks to.
 pub struct Endpoint {
     kind: Kind,
+    /// The replication id (`master_replid`) of the server the last connection reached: in a
+    /// Redis Cluster, topics migrated from this master keep their epoch (docs/cluster.md).
+    replid: Mutex<String>,
 }
 
 enum Kind {
     Fixed(RedisUrl),
     Sentinel(Box<Sentinel>),
+    /// One master of a Redis Cluster, wherever the topology puts this place of the shard
+    /// table (`None`: the place is free). See [`super::topology`].
+    Cluster(Box<ClusterPlace>),
+}
+
+/// A place of the shard table in a Redis Cluster.
+struct ClusterPlace {
+    master: Mutex<Option<RedisUrl>>,
+    /// Bumped when the place gets another master.
+    generation: AtomicU64,
 }
 
 struct Sentinel {
@@ -254,7 +269,58 @@ impl Endpoint {
             })),
             None => Kind::Fixed(RedisUrl::parse(url)?),
         };
-        Ok(Endpoint { kind })
+        Ok(Endpoint {
+            kind,
+            replid: Mutex::new(String::new()),
+        })
+    }
+
+    /// A free place of a Redis Cluster's shard table.
+    pub fn cluster_place() -> Endpoint {
+        Endpoint {
+            kind: Kind::Cluster(Box::new(ClusterPlace {
+                master: Mutex::new(None),
+                generation: AtomicU64::new(0),
+            })),
+            replid: Mutex::new(String::new()),
+        }
+    }
+
+    /// Gives a cluster place another master (or frees it); `true` if that changed it.
+    pub fn set_master(&self, url: Option<RedisUrl>) -> bool {
+        let Kind::Cluster(c) = &self.kind else {
+            return false;
+        };
+        let mut m = lock(&c.master);
+        if m.as_ref().map(|u| &u.addr) == url.as_ref().map(|u| &u.addr) {
+            return false;
+        }
+        *m = url;
+        lock(&self.replid).clear();
+        c.generation.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// The address of a cluster place's master.
+    pub fn master_addr(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Cluster(c) => lock(&c.master).as_ref().map(|u| u.addr.clone()),
+            Kind::Fixed(u) => Some(u.addr.clone()),
+            Kind::Sentinel(_) => None,
+        }
+    }
+
+    /// Whether there is a server to connect to (a free cluster place has none).
+    pub fn assigned(&self) -> bool {
+        match &self.kind {
+            Kind::Cluster(c) => lock(&c.master).is_some(),
+            _ => true,
+        }
+    }
+
+    /// The replication id the last connection found (empty if unknown).
+    pub fn replid(&self) -> String {
+        lock(&self.replid).clone()
     }
 
     /// What logs call it: `host:port`, or `sentinel master NAME`.
@@ -262,6 +328,10 @@ impl Endpoint {
         match &self.kind {
             Kind::Fixed(u) => u.addr.clone(),
             Kind::Sentinel(s) => format!("sentinel master {}", s.url.master),
+            Kind::Cluster(c) => match lock(&c.master).as_ref() {
+                Some(u) => format!("cluster master {}", u.addr),
+                None => "cluster (no master here)".to_owned(),
+            },
         }
     }
 
@@ -275,6 +345,7 @@ impl Endpoint {
         match &self.kind {
             Kind::Fixed(_) => 0,
             Kind::Sentinel(s) => s.generation.load(Relaxed),
+            Kind::Cluster(c) => c.generation.load(Relaxed),
         }
     }
 
@@ -287,8 +358,26 @@ impl Endpoint {
         timeout: Duration,
         name: &str,
     ) -> Result<(Conn, u64), LinkError> {
+        let (conn, generation) = self.open_inner(tls, timeout, name)?;
+        if !conn.replid().is_empty() {
+            *lock(&self.replid) = conn.replid().to_owned();
+        }
+        Ok((conn, generation))
+    }
+
+    fn open_inner(
+        &self,
+        tls: Option<&RedisTls>,
+        timeout: Duration,
+        name: &str,
+    ) -> Result<(Conn, u64), LinkError> {
         let s = match &self.kind {
             Kind::Fixed(url) => return Ok((Conn::open(url, tls, timeout, name)?, 0)),
+            Kind::Cluster(c) => {
+                let generation = c.generation.load(Relaxed);
+                let url = lock(&c.master).clone().ok_or(LinkError::Down)?;
+                return Ok((Conn::open(&url, tls, timeout, name)?, generation));
+            }
             Kind::Sentinel(s) => s,
         };
         let generation = s.generation.load(Relaxed);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clarion_proto::resp::Value;
 
+use super::cluster::ClusterUrl;
 use super::conn::LinkError;
 use super::pool::Pool;
 use super::sentinel::{Endpoint, SentinelAuth};
@@ -89,6 +90,23 @@ impl Shard {
                 "broker {label}: cannot load the publish script: {e}"
             ));
         }
+        if !down_at_start {
+            // A cluster node answers only for its own slots: it needs redis+cluster://.
+            let info = pool
+                .call(&[vec![b"INFO".to_vec(), b"cluster".to_vec()]])
+                .map_err(|e| format!("broker {label}: {e}"))?;
+            if info
+                .first()
+                .and_then(Value::as_str)
+                .is_some_and(super::cluster::cluster_enabled)
+            {
+                return Err(format!(
+                    "broker {label}: this Redis is a Redis Cluster node; \
+                     use redis+cluster://{}[,more nodes] (or rediss+cluster://)",
+                    endpoint.master_addr().unwrap_or_default()
+                ));
+            }
+        }
         Ok(Opened {
             shard: Shard {
                 endpoint,
@@ -102,7 +120,49 @@ impl Shard {
     }
 }
 
+/// The Redis Cluster URL of the `broker` setting, if it names one: then it must be the only
+/// URL (the cluster spreads the partitions over its masters itself).
+pub(super) fn cluster_url(urls: &[String]) -> Result<Option<ClusterUrl>, String> {
+    let mut found = None;
+    for u in urls {
+        if let Some(parsed) = ClusterUrl::parse(u) {
+            if urls.len() > 1 {
+                return Err(format!(
+                    "broker {u:?}: a Redis Cluster URL must be the only broker URL \
+                     (list more seed nodes inside it: redis+cluster://h1:7000,h2:7001)"
+                ));
+            }
+            found = Some(parsed?);
+        }
+    }
+    Ok(found)
+}
+
 impl Shard {
+    /// A place of a Redis Cluster's shard table, free until the topology gives it a master.
+    pub(super) fn place(
+        tls: Option<Arc<RedisTls>>,
+        node: &str,
+        timeout: Duration,
+        metrics: &Arc<Metrics>,
+    ) -> Shard {
+        let endpoint = Arc::new(Endpoint::cluster_place());
+        Shard {
+            label: "cluster".to_owned(),
+            pool: Pool::new(
+                Arc::clone(&endpoint),
+                tls,
+                timeout,
+                node,
+                POOL_SIZE,
+                Arc::clone(metrics),
+            ),
+            endpoint,
+            writer: Mutex::new(None),
+            session: AtomicU64::new(0),
+        }
+    }
+
     /// Behind Sentinel, follows `+switch-master` until `stop` (the body of a thread): on a
     /// new master the subscriber connection is closed (the reader opens one to the new master
     /// and subscribes again), and the pool drops its connections on their next use.
