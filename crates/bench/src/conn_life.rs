@@ -831,6 +831,35 @@ mod tests {
     }
 
     #[test]
+    fn random_bytes_end_in_an_error_or_nothing_never_a_panic() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for transport in [Transport::Ws, Transport::Sse, Transport::Poll] {
+            let s = setup(transport, Payloads::Peers);
+            for round in 0..2_000 {
+                let (mut life, mut host) = connected::<1>(&s);
+                // Half the rounds get past the answer first, so frames and events see garbage.
+                if round % 2 == 0 && transport == Transport::Ws {
+                    life.handle_input(&s, "t", UPGRADED, &mut host).unwrap();
+                }
+                let len = (next() % 300) as usize;
+                let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                for chunk in bytes.chunks(1 + (next() % 40) as usize) {
+                    if life.handle_input(&s, "t", chunk, &mut host).is_err() {
+                        assert_eq!(life.phase(), Phase::Dead);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_centrifuge_session_greets_answers_pings_and_counts_pushes() {
         let s = Setup {
             hello: Some(r#"{"id":1,"connect":{}}"#),
