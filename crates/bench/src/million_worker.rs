@@ -7,6 +7,10 @@
 //! carries its send time, so the Pong that echoes it gives the round trip without any state per
 //! ping. Every delivery is checked per topic (missing, duplicated, reordered).
 //!
+//! Each connection's protocol is a [`Life`] with two streams (the topic all follow, the room);
+//! this file is the process around them: sockets, TLS, the poll loop, the ping schedule and the
+//! sums.
+//!
 //! Protocol with the coordinator, one JSON object per line: a [`Job`] in; [`Progress`] lines
 //! out; [`Command::Start`] (begin pinging) and [`Command::Finish`] (how many messages were
 //! published) in; a final [`Report`] out. The worker exits when its stdin closes, so a

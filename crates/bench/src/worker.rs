@@ -1,6 +1,10 @@
 //! One load-generating process: opens its share of the connections from one source address,
 //! reads everything they receive, checks every delivery and measures latency.
 //!
+//! What a connection does with the bytes it reads (the answer, frames, events, polls, the
+//! checks) is its [`Life`]; this file is the process around the lives: sockets, TLS, the poll
+//! loop, the connect pace, and the latency and clump sums.
+//!
 //! It talks to the coordinator over stdin/stdout, one JSON object per line: a [`Job`] in, then
 //! progress lines and a final [`Report`] out; a [`Finish`] on stdin says how many messages each
 //! topic got, and the worker reports once every connection has them (or a deadline passes).
