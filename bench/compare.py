@@ -26,7 +26,13 @@ the peers, ratios are against it when plain `clarion` is not in the run.
 `clarion-ref` is another build of Clarion, given by the `CLARION_REF_BIN` environment variable
 (say, a release build of the commit before a change), run with the same flags as `clarion`: a
 before/after comparison of a change in one run, under the same machine noise. It is skipped with
-a note when the variable is not set. `clarion-send` and `clarion-uring` are the same binary as
+a note when the variable is not set. Every run's load comes from `clarion bench` of the build
+under test (`CLARION_BIN`), so a change to the server is measured with one load generator; with
+`--ref-client`, `clarion-ref`'s runs use the reference build's own `clarion bench` instead, for a
+change to the load generator itself (its CPU is the "client CPU-s / 1M" column):
+
+    CLARION_REF_BIN=/tmp/before/clarion python3 bench/compare.py --scenario ticker -n 15000 \
+        --repeats 3 --peers clarion,clarion-ref --ref-client -- -m 30 --interval-ms 500 --size 32 `clarion-send` and `clarion-uring` are the same binary as
 `clarion` with `--io-uring=false` (every delivery its own `send`) and `--io-uring=true` (a
 fan-out submitted through io_uring, the default).
 
@@ -517,7 +523,10 @@ def run_one(name, transport, args, port, workdir, tag):
         if watcher.poll() is not None:
             server.stop()
             return {"error": f"--watch {args.watch}: curl exited with {watcher.returncode}"}
-    cmd = [str(CLARION), "bench", "--target", f"127.0.0.1:{port}", "--api", f"127.0.0.1:{port + 1}",
+    # The load generator: the build under test's, or with --ref-client the reference build's own
+    # for the reference's runs.
+    client = CLARION_REF if args.ref_client and base == "clarion-ref" else CLARION
+    cmd = [str(client), "bench", "--target", f"127.0.0.1:{port}", "--api", f"127.0.0.1:{port + 1}",
            "--server-pid", ",".join(map(str, pids)), "--transport", transport,
            *(["--ws-hello", HELLO[base]] if base in HELLO else []),
            # Source addresses of this run's own (127.0.0.B and up), away from the .2 and .3
@@ -666,6 +675,9 @@ def main():
     ap.add_argument("--steps", default="1000,5000,15000", help="idle: connection steps")
     ap.add_argument("--rounds", type=int, default=3, help="churn: connect/disconnect cycles")
     ap.add_argument("--timeout", type=int, default=400, help="seconds per bench run")
+    ap.add_argument("--ref-client", action="store_true",
+                    help="clarion-ref's runs use CLARION_REF_BIN's own clarion bench as the load "
+                         "generator (a change to the bench itself)")
     ap.add_argument("--out-json", default=None)
     ap.add_argument("--out-md", default=None)
     ap.add_argument("--watch", default=None, metavar="PATH",

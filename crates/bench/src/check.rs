@@ -32,6 +32,20 @@ impl Verdict {
     }
 }
 
+/// What one arrival was, against the messages before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// The next message expected.
+    InOrder,
+    /// A later message than expected: this many before it are missing for now (they may
+    /// still arrive, out of order).
+    AfterGap(u64),
+    /// A message skipped over earlier, arriving late.
+    Reordered,
+    /// A message already received.
+    Duplicate,
+}
+
 /// Tracks the sequence numbers one connection receives.
 #[derive(Debug, Default, Clone)]
 pub struct SeqChecker {
@@ -44,10 +58,11 @@ pub struct SeqChecker {
 
 impl SeqChecker {
     /// Records the arrival of message `seq`.
-    pub fn see(&mut self, seq: u64) {
+    pub fn see(&mut self, seq: u64) -> Seen {
         if seq == self.next {
             self.next += 1;
             self.v.in_order += 1;
+            Seen::InOrder
         } else if seq > self.next {
             // Everything between is missing for now; it may still arrive out of order.
             let skipped = seq - self.next;
@@ -58,11 +73,14 @@ impl SeqChecker {
             }
             self.next = seq + 1;
             self.v.in_order += 1;
+            Seen::AfterGap(skipped)
         } else if let Ok(i) = self.gaps.binary_search(&seq) {
             self.gaps.remove(i);
             self.v.reordered += 1;
+            Seen::Reordered
         } else {
             self.v.duplicated += 1;
+            Seen::Duplicate
         }
     }
 
@@ -109,6 +127,22 @@ mod tests {
         let v = run(&[0, 2, 1, 2, 3, 3], 4);
         assert_eq!((v.missing, v.duplicated, v.reordered), (0, 2, 1));
         assert!(!v.perfect());
+    }
+
+    #[test]
+    fn each_arrival_says_what_it_was() {
+        let mut c = SeqChecker::default();
+        let seen: Vec<Seen> = [0, 3, 1, 1, 4].iter().map(|&s| c.see(s)).collect();
+        assert_eq!(
+            seen,
+            [
+                Seen::InOrder,
+                Seen::AfterGap(2),
+                Seen::Reordered,
+                Seen::Duplicate,
+                Seen::InOrder
+            ]
+        );
     }
 
     #[test]

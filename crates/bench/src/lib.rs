@@ -8,16 +8,20 @@
 //! - what a load connection reads and writes: [`wire`] (answer-head limits, the server-frame
 //!   reader over the tested parser, random keys), [`peer_formats`] (peers' envelopes),
 //!   [`source_ports`] (loopback source addresses and ports), [`tls_client`];
+//! - [`conn_life`]: one load connection's life without I/O (request, answer, frames, events or
+//!   polls, sequence checks, pongs), the one both workers drive;
 //! - [`publisher`] (the server's publish API), [`plan`] (the options: what to run) and
 //!   [`scenario`] (the presets' shapes), [`outcome`] and [`million_outcome`] (what a run
 //!   measured);
-//! - the load processes: [`worker`] and [`million_worker`], each many connections on one poll;
+//! - the load processes: [`worker`] and [`million_worker`], each many connections on one poll:
+//!   sockets, TLS, timers and the measurements they sum, around a [`conn_life::Life`] each;
 //! - [`report`], [`million_report`] and [`trust`] (text, JSON and HTML, and which figures had
 //!   too little signal to believe);
 //! - the coordinators: [`run`] and [`million`] start the workers, publish and merge what they
 //!   measured.
 
 pub mod check;
+pub mod conn_life;
 pub mod million;
 pub mod million_outcome;
 pub mod million_report;

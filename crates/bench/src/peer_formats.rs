@@ -35,3 +35,34 @@ pub fn centrifuge_unwrapped(payload: &[u8]) -> &[u8] {
         None => payload,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn centrifuge_pushes_are_unwrapped_and_others_kept() {
+        assert_eq!(
+            centrifuge_unwrapped(
+                br#"{"push":{"channel":"b","pub":{"data":"7 123 xx","offset":2}}}"#
+            ),
+            b"7 123 xx"
+        );
+        assert_eq!(
+            centrifuge_unwrapped(br#"{"push":{"channel":"b","pub":{"data":"7 1"}}}"#),
+            b"7 1"
+        );
+        let reply: &[u8] = br#"{"id":1,"connect":{"client":"x","subs":{"b":{}}}}"#;
+        assert_eq!(centrifuge_unwrapped(reply), reply);
+        let cut: &[u8] = br#"{"push":{"channel":"b","pub":{"data":"7 1"#;
+        assert_eq!(centrifuge_unwrapped(cut), cut);
+    }
+
+    #[test]
+    fn socketio_event_frames_are_unwrapped_and_others_kept() {
+        assert_eq!(socketio_unwrapped(br#"42["m","7 123 xx"]"#), b"7 123 xx");
+        assert_eq!(socketio_unwrapped(b"7 123 xx"), b"7 123 xx");
+        assert_eq!(socketio_unwrapped(br#"42["m"]"#), br#"42["m"]"#);
+        assert_eq!(socketio_unwrapped(b"0{\"sid\":\"a\"}"), b"0{\"sid\":\"a\"}");
+    }
+}

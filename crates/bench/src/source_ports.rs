@@ -118,6 +118,16 @@ impl SourcePorts {
     }
 }
 
+/// Whether a connection from [`SourcePorts::connect`] has connected: `Ok(false)` while it is
+/// still connecting, the kind of failure (`connect: ...`) when it could not.
+pub(crate) fn connected(stream: &TcpStream) -> Result<bool, String> {
+    match stream.take_error() {
+        Ok(Some(e)) | Err(e) => return Err(format!("connect: {}", e.kind())),
+        Ok(None) => {}
+    }
+    Ok(stream.peer_addr().is_ok())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -223,6 +223,22 @@ impl TlsClient {
 }
 
 /// Encrypts `plain` onto the end of `out` with whichever engine holds the keys.
+/// Writes `bytes` to a load connection, through its TLS client when it has one. Requests, pongs
+/// and greetings are small and an idle socket's buffer empty, so a plain write completes.
+pub(crate) fn send(
+    stream: &TcpStream,
+    tls: Option<&mut TlsClient>,
+    bytes: &[u8],
+) -> io::Result<()> {
+    match tls {
+        None => {
+            let mut plain = stream;
+            plain.write_all(bytes)
+        }
+        Some(t) => t.send(stream, bytes),
+    }
+}
+
 fn seal(engine: &mut Engine, plain: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
     match engine {
         Engine::Lean(r) => r.seal(plain, out).map_err(io::Error::other),
