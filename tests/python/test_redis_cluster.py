@@ -375,3 +375,85 @@ def test_presence_and_webhook_occupancy_work_on_the_cluster(cluster, rc):
     p0 = rc.owner_of_key("{p0}")
     for n in ("n1", "n2"):
         assert p0.command_reply("EXISTS", f"clarion:{{p0}}:presence:alive:{n}") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# rediss+cluster://: a TLS-only cluster (managed services' usual shape)
+
+
+class TlsClusterRedis(ClusterRedis):
+    """A cluster node with no plaintext port: clients, the cluster bus and replication all over
+    TLS, with a certificate for 127.0.0.1 (the address the nodes announce)."""
+
+    def __init__(self, workdir, pki):
+        self.pki = pki
+        super().__init__(workdir)
+
+    def command(self):
+        cert, key = self.pki.server
+        client_cert, client_key = self.pki.client
+        return [
+            *super().command(),
+            # The cluster bus always asks the connecting node for a certificate.
+            "--tls-client-cert-file", str(client_cert),
+            "--tls-client-key-file", str(client_key),
+            "--port", "0",
+            "--tls-port", str(self.port),
+            "--tls-cert-file", str(cert),
+            "--tls-key-file", str(key),
+            "--tls-ca-cert-file", str(self.pki.ca),
+            "--tls-auth-clients", "no",
+            "--tls-cluster", "yes",
+            "--tls-replication", "yes",
+        ]  # fmt: skip
+
+    def _connect(self, timeout):
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca))
+        return ctx.wrap_socket(super()._connect(timeout), server_hostname="127.0.0.1")
+
+
+def test_a_tls_only_cluster_over_rediss_cluster_urls(cluster, tmp_path):
+    # rediss+cluster:// with the test CA: topics on every master, delivery across nodes and an
+    # exact resume, every connection (seeds, masters found by CLUSTER SLOTS, subscribers) over
+    # TLS; without the CA, the node refuses the cluster's certificates and says so.
+    if not shutil.which("redis-cli"):
+        pytest.skip("note: redis-cli is not installed (.ci/run installs it)")
+    from test_redis_tls import make_pki
+
+    pki = make_pki(tmp_path)
+    nodes = []
+    for _ in range(6):
+        nodes.append(TlsClusterRedis(cluster.dir, pki))
+        cluster.brokers.append(nodes[-1])
+    out = subprocess.run(
+        [REDIS_CLI, "--tls", "--cacert", str(pki.ca), "--cluster", "create",
+         *[f"127.0.0.1:{n.port}" for n in nodes], "--cluster-replicas", "1", "--cluster-yes"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    rc = RedisCluster.__new__(RedisCluster)
+    rc.nodes = nodes
+    wait_until(rc.ok, 20, "cluster_state:ok on every node", 0.1)
+    wait_until(lambda: all(n.linked() for n in nodes), 20, "replicas in sync", 0.1)
+    url = "rediss+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes[:2])
+    a, b = cluster.start_nodes(
+        2, "--broker", url, "--redis-tls-ca", pki.ca, "--node-name", "n{i}"
+    )
+    by_master = rc.topics_per_master(1)
+    assert len(by_master) == 3
+    topics = [t for ts in by_master.values() for t in ts]
+    subs = {t: ws_sub(b, t) for t in topics}
+    ids = {t: [a.publish(t, f"{t}-{k}")["id"] for k in range(3)] for t in topics}
+    for t, ws in subs.items():
+        assert [m["id"] for m in recv_messages(ws, 3)] == ids[t]
+        ws.close()
+    for t in topics:
+        again = ws_sub(a, t, since=ids[t][0])
+        assert [m["id"] for m in recv_messages(again, 2)] == ids[t][1:]
+        again.close()
+    # The same cluster without the CA: no certificate is trusted, and the log says so.
+    bare = cluster.node("--broker", url, "--node-name", "bare", name="bare")
+    wait_until(lambda: "TLS" in bare.log_text(), 15, "a TLS failure in the log")
+    assert bare.healthz()[0] == 503

@@ -146,6 +146,10 @@ class TlsRedis(Redis):
 
 @pytest.fixture
 def pki(tmp_path):
+    return make_pki(tmp_path)
+
+
+def make_pki(tmp_path):
     """A CA, a Redis server certificate for 127.0.0.1 and localhost, a client certificate,
     a second CA nobody uses, and a server certificate for another name."""
     d = tmp_path / "pki"

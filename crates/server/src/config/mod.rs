@@ -728,6 +728,26 @@ mod tests {
     }
 
     #[test]
+    fn redis_tls_settings_need_a_url_that_asks_for_tls() {
+        let with = |broker: &str| Config {
+            broker: Some(broker.to_owned()),
+            redis_tls_ca: Some("/etc/ca.pem".into()),
+            ..Config::default()
+        };
+        for ok in [
+            "rediss://10.0.0.1:6379",
+            "redis://10.0.0.1:6379,rediss://10.0.0.2:6379",
+            "rediss+sentinel://10.0.0.1:26379,10.0.0.2/main",
+            "rediss+cluster://10.0.0.1:7000,10.0.0.2:7000",
+        ] {
+            with(ok).validate().expect(ok);
+        }
+        for refused in ["redis://10.0.0.1:6379", "redis+cluster://10.0.0.1:7000"] {
+            assert!(with(refused).validate().is_err(), "{refused}");
+        }
+    }
+
+    #[test]
     fn unknown_option_is_an_error() {
         assert!(toml::from_str::<Config>("max_backlogg = 1").is_err());
     }

@@ -79,7 +79,9 @@ impl Config {
             || self.redis_tls_cert.is_some()
             || self.redis_tls_server_name.is_some();
         let broker = self.broker.as_deref().unwrap_or("");
-        if redis_tls && !broker.contains("rediss://") && !broker.contains("rediss+sentinel://") {
+        // rediss://, rediss+sentinel:// and rediss+cluster:// all ask for TLS.
+        let tls_url = broker.split(',').any(|u| u.trim().starts_with("rediss"));
+        if redis_tls && !tls_url {
             // The operator expects an encryption the URLs do not ask for.
             return Err(ConfigError::Invalid(
                 "redis_tls_* is set but no broker URL is rediss://: use rediss:// for TLS to \
