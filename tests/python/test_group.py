@@ -172,6 +172,16 @@ def test_sigterm_to_the_supervisor_stops_every_process(group):
     assert "stopped: all 3 processes exited" in stderr
 
 
+def test_sigusr2_to_the_supervisor_restarts_every_process_with_1012(group):
+    pids = children(group.proc.pid)
+    socks = [rawws.connect(group.clients, "/ws?topic=t") for _ in range(6)]
+    code, stderr = group.stop(signal.SIGUSR2, timeout=30)
+    assert code == 0, stderr
+    for sock, _, rest in socks:
+        assert rawws.Reader(sock, rest).close_code() == (1012, "service restart")
+    assert not any(alive(p) for p in pids), pids
+
+
 def test_processes_stop_when_the_supervisor_is_killed(group):
     pids = children(group.proc.pid)
     assert len(pids) == 3

@@ -20,6 +20,49 @@ def test_sigterm_closes_clients_with_1001_and_exits_0(server):
     assert code == 0, stderr
 
 
+def test_sigusr2_restarts_with_1012_spread_over_the_drain_period(start_server):
+    # A restart tells clients to come back (1012 "service restart"; SSE streams a retry: of
+    # 1 to 3 s), a slice at a time over drain_period, so their reconnections arrive as a
+    # steady stream; then the process exits 0.
+    import socket
+    import threading
+    import time
+
+    server = start_server("--drain-period", 2, "--shutdown-timeout", 5)
+    socks = [rawws.connect(server.clients, "/ws?topic=t") for _ in range(40)]
+    host, port = server.clients.rsplit(":", 1)
+    sse = socket.create_connection((host, int(port)), timeout=10)
+    sse.sendall(b"GET /sse?topic=t HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert sse.recv(4096).startswith(b"HTTP/1.1 200 ")
+    closes = []
+
+    def read(sock, rest):
+        code = rawws.Reader(sock, rest).close_code()
+        closes.append((time.monotonic(), code))
+
+    readers = [threading.Thread(target=read, args=(s, r)) for s, _, r in socks]
+    for t in readers:
+        t.start()
+    began = time.monotonic()
+    server.proc.send_signal(signal.SIGUSR2)
+    for t in readers:
+        t.join(timeout=15)
+    assert {code for _, code in closes} == {(1012, "service restart")}
+    assert len(closes) == 40
+    times = sorted(t - began for t, _ in closes)
+    # Spread over the 2 s: the first slice at once, the last near the end, none all together.
+    assert times[0] < 0.5 and times[-1] > 1.4, times
+    assert sum(1 for t in times if t < 1.0) < 35, times
+    tail = b""
+    while chunk := sse.recv(4096):
+        tail += chunk
+    retry = int(tail.split(b"retry: ")[1].split(b"\n")[0])
+    assert 1000 <= retry <= 3000, tail
+    code, stderr = server.stop(signal.SIGTERM, timeout=15)
+    assert code == 0, stderr
+    assert "restart: closing connections with 1012 over 2 s" in stderr
+
+
 def test_sigint_with_a_client_that_never_answers_respects_the_deadline(start_server):
     server = start_server("--shutdown-timeout", 1)
     sock, _, _ = rawws.connect(server.clients, "/ws?topic=t")

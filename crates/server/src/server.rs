@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
 
 use crate::api::Scope;
 use crate::broker::Broker;
@@ -123,6 +123,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         config,
         metrics,
         stopping: AtomicBool::new(false),
+        restarting: AtomicBool::new(false),
         open: AtomicUsize::new(0),
         cap,
         per_address: Default::default(),
@@ -134,7 +135,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR2])
         .context("cannot install signal handlers")?;
     if let Some(tls) = shared.tls.clone() {
         start_reloader(tls, shared.config.tls_reload_interval)?;
@@ -216,9 +217,22 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     drop(out);
 
     if let Some(sig) = signals.forever().next() {
+        // A group member's watcher raises SIGUSR2 before SIGTERM for a restart of the group.
+        let restart = sig == SIGUSR2 || signals.pending().any(|s| s == SIGUSR2);
+        shared.restarting.store(restart, Relaxed);
+        let c = &shared.config;
         log::info(format_args!(
-            "signal {sig}: closing connections (up to {} s)",
-            shared.config.shutdown_timeout
+            "signal {sig}: {}{} (up to {} s)",
+            if restart {
+                "restart: closing connections with 1012"
+            } else {
+                "closing connections"
+            },
+            match c.drain_period {
+                0 => String::new(),
+                d => format!(" over {d} s"),
+            },
+            c.drain_period + c.shutdown_timeout
         ));
     }
     shared.stopping.store(true, Relaxed);
@@ -237,8 +251,13 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     }
     shared.broker.shutdown();
     log::info(format_args!(
-        "stopped: {} WebSocket connections closed with 1001",
-        shared.metrics.closes(CloseReason::Shutdown)
+        "stopped: {} WebSocket connections closed with {}",
+        shared.metrics.closes(CloseReason::Shutdown),
+        if shared.restarting.load(Relaxed) {
+            1012
+        } else {
+            1001
+        }
     ));
     Ok(())
 }

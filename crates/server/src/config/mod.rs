@@ -92,6 +92,12 @@ settings! {
     /// disconnect, and for buffers to drain, before the process exits anyway.
     shutdown_timeout: u64 = 10,
         flag "Seconds a graceful shutdown waits for connections to close";
+    /// Seconds over which a shutdown or restart tells its connections to go, a slice at a
+    /// time, so that their reconnections reach the other nodes (or the next process) as a
+    /// steady stream rather than all in one millisecond. `0` tells them all at once.
+    /// `shutdown_timeout` runs after it.
+    drain_period: u64 = 0,
+        flag "Seconds over which a shutdown tells its connections to go (0: all at once)";
     /// The pub/sub WebSocket endpoint.
     ws_path: String = "/ws".to_owned(), flag "Path of the pub/sub WebSocket endpoint";
     /// permessage-deflate: `off`; `shared` (each published message compressed once, without

@@ -171,7 +171,8 @@ impl Member {
     ///
     /// The same pipe carries the supervisor's SIGHUP: each [`RELOAD`] byte raises SIGHUP here
     /// when `reloads` (a TLS reloader handles it), and is ignored otherwise (SIGHUP's default
-    /// action would end the process).
+    /// action would end the process). A [`RESTART`] byte raises SIGUSR2, which the server
+    /// handles (its stop is then a restart); the end of the pipe follows it.
     pub fn watch_supervisor(&self, reloads: bool) -> std::io::Result<()> {
         std::thread::Builder::new()
             .name("clarion-group-watch".into())
@@ -180,9 +181,12 @@ impl Member {
                 let mut stdin = std::io::stdin().lock();
                 let mut buf = [0u8; 64];
                 while let Ok(n @ 1..) = stdin.read(&mut buf) {
-                    let reload = buf.get(..n).is_some_and(|b| b.contains(&RELOAD));
-                    if reload && reloads {
+                    let got = buf.get(..n).unwrap_or_default();
+                    if got.contains(&RELOAD) && reloads {
                         let _ = signal_hook::low_level::raise(signal_hook::consts::SIGHUP);
+                    }
+                    if got.contains(&RESTART) {
+                        let _ = signal_hook::low_level::raise(signal_hook::consts::SIGUSR2);
                     }
                 }
                 log::info(format_args!(
@@ -198,6 +202,10 @@ impl Member {
 /// The byte a supervisor writes to its members' standard input when it gets SIGHUP: reload
 /// the certificates.
 pub const RELOAD: u8 = b'H';
+
+/// The byte a supervisor writes to its members before it stops them on SIGUSR2: the stop is a
+/// restart (WebSockets get 1012, SSE streams a short `retry:`).
+pub const RESTART: u8 = b'R';
 
 /// The group's base node name: `node_name`, else `host:pid` of the supervisor.
 pub fn base_node_name(config: &Config) -> String {

@@ -21,10 +21,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
 
 use super::nodes::{self, Node, State};
-use super::{base_node_name, guard, Member, RELOAD};
+use super::{base_node_name, guard, Member, RELOAD, RESTART};
 use crate::config::limits::{
     GROUP_BACKOFF_RESET, GROUP_NODES_REFRESH, GROUP_RESTART_BACKOFF, GROUP_RESTART_MAX_BACKOFF,
     GROUP_STARTUP_TIMEOUT, GROUP_STOP_MARGIN, GROUP_TICK,
@@ -98,8 +98,9 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
     let (_api_hold, api) = reserve(config.api_listen, "API")?;
 
     let dir = Dir(make_dir()?);
-    // SIGHUP is passed on (certificate reloads), never the end of the group.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+    // SIGHUP is passed on (certificate reloads), never the end of the group; SIGUSR2 stops
+    // it as a restart (WebSockets get 1012).
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR2])
         .context("cannot install signal handlers")?;
     let base = base_node_name(&config);
     let mut slots: Vec<Slot> = (0..n)
@@ -132,7 +133,8 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
         })
         .collect();
     let (tx, rx) = mpsc::channel::<Ready>();
-    let stop_wait = Duration::from_secs(config.shutdown_timeout) + GROUP_STOP_MARGIN;
+    let stop_wait =
+        Duration::from_secs(config.drain_period + config.shutdown_timeout) + GROUP_STOP_MARGIN;
 
     // Start: every member must come up, or the whole group is refused, as one server would be.
     for slot in &mut slots {
@@ -178,6 +180,14 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
             for slot in &mut slots {
                 if let Some(stdin) = slot.stdin.as_mut() {
                     let _ = stdin.write_all(&[RELOAD]);
+                }
+            }
+        }
+        if pending.contains(&SIGUSR2) {
+            // Each member raises SIGUSR2 on itself before the end of its pipe stops it.
+            for slot in &mut slots {
+                if let Some(stdin) = slot.stdin.as_mut() {
+                    let _ = stdin.write_all(&[RESTART]);
                 }
             }
         }

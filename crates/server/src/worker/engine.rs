@@ -82,6 +82,8 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) hooks: crate::worker::transport::hooks::HookTable,
     /// Connections in presence rooms: identities, rooms, event listeners.
     pub(crate) presence: crate::worker::presence::PresenceConns,
+    /// A shutdown telling its connections to go over `drain_period` ([`super::shutdown`]).
+    pub(crate) drain: Option<Box<super::shutdown::Drain>>,
 }
 
 impl<S: Socket> Engine<S> {
@@ -134,6 +136,7 @@ impl<S: Socket> Engine<S> {
             unix_base: 0,
             hooks: Default::default(),
             presence: Default::default(),
+            drain: None,
         }
     }
 
@@ -186,10 +189,11 @@ impl<S: Socket> Engine<S> {
         self.sweep();
     }
 
-    /// Starts closing every connection (see [`super::shutdown`]).
-    pub fn handle_shutdown(&mut self, now: u32) {
+    /// Tells connections to go, up to `share` (0 to 1) of those open when the shutdown
+    /// began; `1.0` tells every one left (see [`super::shutdown`]).
+    pub fn handle_shutdown(&mut self, now: u32, share: f64) {
         self.now = now;
-        self.begin_shutdown();
+        self.drain_to(share);
     }
 
     /// The loop's end: every connection still here is dropped.

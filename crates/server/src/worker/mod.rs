@@ -77,6 +77,9 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Set once by the signal handler; workers stop accepting and close their connections.
     pub stopping: AtomicBool,
+    /// Set with `stopping` when the stop is a restart (SIGUSR2): WebSockets are closed with
+    /// 1012 "service restart" and SSE streams are told to come back soon, rather than 1001.
+    pub restarting: AtomicBool,
     /// Client connections open across all workers (compared with `cap`).
     pub open: AtomicUsize,
     /// Most client connections at once.
@@ -131,7 +134,12 @@ pub struct Worker {
     /// `accept` failed for lack of descriptors; retry on the next sweep.
     accept_blocked: bool,
     shutdown_deadline: Option<Instant>,
+    /// A drain in progress: when it began and over how long (`drain_period`).
+    drain: Option<(Instant, Duration)>,
 }
+
+/// How often a drain tells its next slice of connections to go.
+const DRAIN_STEP: Duration = Duration::from_millis(25);
 
 impl Worker {
     /// A worker for `listener` (and `tls_listener`); `poll` is the poller whose waker is in
@@ -179,6 +187,7 @@ impl Worker {
             last_sweep: 0,
             accept_blocked: false,
             shutdown_deadline: None,
+            drain: None,
         })
     }
 
@@ -188,6 +197,8 @@ impl Worker {
         loop {
             let timeout = if self.engine.wants_read() {
                 Duration::ZERO
+            } else if self.drain.is_some() {
+                DRAIN_STEP
             } else {
                 Duration::from_secs(1)
             };
@@ -227,6 +238,8 @@ impl Worker {
             let stopping = self.engine.shared.stopping.load(Relaxed);
             if self.shutdown_deadline.is_none() && stopping {
                 self.begin_shutdown(now);
+            } else if self.drain.is_some() {
+                self.drain_step(now);
             }
             if now != self.last_sweep {
                 self.last_sweep = now;
@@ -300,16 +313,36 @@ impl Worker {
         }
     }
 
-    /// Stops accepting and starts closing every connection.
+    /// Stops accepting and starts telling the connections to go: all at once, or over
+    /// `drain_period` (continued by [`Worker::drain_step`]).
     fn begin_shutdown(&mut self, now: u32) {
-        let timeout = Duration::from_secs(self.engine.shared.config.shutdown_timeout);
-        self.shutdown_deadline = Some(Instant::now() + timeout);
+        let c = &self.engine.shared.config;
+        let drain = Duration::from_secs(c.drain_period);
+        let timeout = Duration::from_secs(c.shutdown_timeout);
+        let began = Instant::now();
+        self.shutdown_deadline = Some(began + drain + timeout);
+        self.drain = (!drain.is_zero()).then_some((began, drain));
         for mut l in [self.listener.take(), self.tls_listener.take()]
             .into_iter()
             .flatten()
         {
             let _ = self.poll.registry().deregister(&mut l);
         }
-        self.engine.handle_shutdown(now);
+        self.drain_step(now);
+    }
+
+    /// Tells the share of the connections that the time into the drain calls for.
+    fn drain_step(&mut self, now: u32) {
+        let share = match self.drain {
+            Some((began, period)) => {
+                let share = began.elapsed().as_secs_f64() / period.as_secs_f64();
+                if share >= 1.0 {
+                    self.drain = None;
+                }
+                share.min(1.0)
+            }
+            None => 1.0,
+        };
+        self.engine.handle_shutdown(now, share);
     }
 }

@@ -1,9 +1,14 @@
 //! Graceful shutdown of the connections: each is ended the way its transport allows a client
-//! to resume (WebSockets close with 1001, SSE and streams end, held long-polls are answered
-//! empty, GRIP holds get their backend's answers).
+//! to resume (WebSockets close with 1001, or 1012 "service restart" on a restart; SSE streams
+//! end, told on a restart to come back within 1 to 3 s; streams end; held long-polls are
+//! answered empty; GRIP holds get their backend's answers).
 //!
-//! The listeners and the shutdown deadline belong to the shell in [`super`].
+//! With `drain_period` the shell calls [`Engine::drain_to`] with a growing share, so the
+//! connections are told to go a slice at a time and their reconnections arrive elsewhere as a
+//! steady stream. The listeners and the deadline belong to the shell in [`super`].
 
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::socket::Socket;
@@ -12,38 +17,90 @@ use super::Engine;
 use crate::metrics::CloseReason;
 use crate::worker::transport::poll::messages_body;
 
+/// A drain in progress: how many connections there were, and which were told.
+#[derive(Debug, Default)]
+pub(crate) struct Drain {
+    total: usize,
+    told: HashSet<u32>,
+}
+
 impl<S: Socket> Engine<S> {
-    /// Starts closing every connection the way its transport allows the client to resume.
-    pub(crate) fn begin_shutdown(&mut self) {
-        let keys: Vec<(u32, State)> = self
-            .conns
-            .iter()
-            .map(|(k, c)| (k as u32, c.state))
-            .collect();
+    /// Tells subscribers to go until `share` of those open at the first call have been; at
+    /// `1.0`, every connection left is ended (handshakes and backend requests included).
+    pub(crate) fn drain_to(&mut self, share: f64) {
+        let drain = self.drain.get_or_insert_with(|| {
+            Box::new(Drain {
+                total: self.conns.len(),
+                told: HashSet::new(),
+            })
+        });
+        let keys: Vec<(u32, State)> = if share >= 1.0 {
+            self.conns
+                .iter()
+                .map(|(k, c)| (k as u32, c.state))
+                .filter(|(k, _)| !drain.told.contains(k))
+                .collect()
+        } else {
+            let target = (drain.total as f64 * share).ceil() as usize;
+            let due = target.saturating_sub(drain.told.len());
+            self.conns
+                .iter()
+                .map(|(k, c)| (k as u32, c.state))
+                .filter(|(k, s)| s.subscribed() && !drain.told.contains(k))
+                .take(due)
+                .collect()
+        };
+        drain.told.extend(keys.iter().map(|(k, _)| *k));
         for (k, state) in keys {
-            // The one dispatch on a connection's role at shutdown.
-            match state {
-                s if s.grip_held() => self.grip_shutdown(k),
-                State::Ws(_) => self.close_ws(
-                    k,
-                    clarion_proto::ws::CloseCode::GoingAway,
-                    "server shutting down",
-                    CloseReason::Shutdown,
-                ),
-                // The client reconnects (EventSource does so by itself) and resumes by id.
-                State::Sse(_) => self.start_closing(k, None, CloseReason::Shutdown),
-                State::Stream(_) => {
-                    let last: Arc<[u8]> = Arc::from(clarion_proto::http1::LAST_CHUNK);
-                    self.start_closing(k, Some(last), CloseReason::Shutdown);
-                }
-                State::Poll(_) => {
-                    let cursor = self.polls.get(&k).map(|h| h.cursor.clone());
-                    let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
-                    self.answer_poll(k, &Arc::from(body));
-                }
-                State::Http | State::Proxy => self.drop_conn(k, CloseReason::Shutdown),
-                State::Closing { .. } => {}
-            }
+            self.end_for_shutdown(k, state);
         }
     }
+
+    /// Ends one connection the way its transport allows the client to resume.
+    fn end_for_shutdown(&mut self, k: u32, state: State) {
+        let restart = self.shared.restarting.load(Relaxed);
+        // The one dispatch on a connection's role at shutdown.
+        match state {
+            s if s.grip_held() => self.grip_shutdown(k),
+            State::Ws(_) if restart => self.close_ws(
+                k,
+                clarion_proto::ws::CloseCode::ServiceRestart,
+                "service restart",
+                CloseReason::Shutdown,
+            ),
+            State::Ws(_) => self.close_ws(
+                k,
+                clarion_proto::ws::CloseCode::GoingAway,
+                "server shutting down",
+                CloseReason::Shutdown,
+            ),
+            // The client reconnects (EventSource does so by itself) and resumes by id; on a
+            // restart, soon and not all at once.
+            State::Sse(_) if restart => {
+                let mut out = Vec::new();
+                clarion_proto::sse::write_retry(&mut out, restart_retry_ms());
+                self.start_closing(k, Some(Arc::from(out)), CloseReason::Shutdown);
+            }
+            State::Sse(_) => self.start_closing(k, None, CloseReason::Shutdown),
+            State::Stream(_) => {
+                let last: Arc<[u8]> = Arc::from(clarion_proto::http1::LAST_CHUNK);
+                self.start_closing(k, Some(last), CloseReason::Shutdown);
+            }
+            State::Poll(_) => {
+                let cursor = self.polls.get(&k).map(|h| h.cursor.clone());
+                let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
+                self.answer_poll(k, &Arc::from(body));
+            }
+            State::Http | State::Proxy => self.drop_conn(k, CloseReason::Shutdown),
+            State::Closing { .. } => {}
+        }
+    }
+}
+
+/// The `retry:` an SSE stream gets on a restart: 1 to 3 s, at random, so the browsers come
+/// back to the next process spread out.
+fn restart_retry_ms() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let h = std::collections::hash_map::RandomState::new().build_hasher();
+    1000 + h.finish() % 2001
 }

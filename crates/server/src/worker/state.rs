@@ -155,6 +155,15 @@ impl State {
         )
     }
 
+    /// Whether the connection is a subscriber of some transport (a WebSocket, a stream, a
+    /// held poll), as opposed to a request in progress, a backend request or a closing one.
+    pub fn subscribed(self) -> bool {
+        matches!(
+            self,
+            State::Ws(_) | State::Sse(_) | State::Stream(_) | State::Poll(_)
+        )
+    }
+
     /// The WebSocket options, in `Ws`.
     pub fn ws(self) -> Option<WsMode> {
         match self {

@@ -213,6 +213,7 @@ impl Harness {
             config,
             metrics,
             stopping: AtomicBool::new(false),
+            restarting: AtomicBool::new(false),
             open: AtomicUsize::new(0),
             cap: 1000,
             per_address: Default::default(),
@@ -313,7 +314,15 @@ impl Harness {
     /// Starts a graceful shutdown, as the shell does on a signal.
     pub fn shutdown(&mut self) {
         self.shared.stopping.store(true, Relaxed);
-        self.engine.handle_shutdown(self.now);
+        self.engine.handle_shutdown(self.now, 1.0);
+    }
+
+    /// One step of a drain (a restart when `restart`): tells `share` of the connections open
+    /// at the first step to go, as the shell does over `drain_period`.
+    pub fn drain(&mut self, share: f64, restart: bool) {
+        self.shared.restarting.store(restart, Relaxed);
+        self.shared.stopping.store(true, Relaxed);
+        self.engine.handle_shutdown(self.now, share);
     }
 
     /// Whether the connection still has a record (closing included).

@@ -295,6 +295,49 @@ fn shutdown_closes_websockets_with_1001_and_ends_streams() {
 }
 
 #[test]
+fn a_drain_tells_its_share_at_each_step_and_a_restart_says_1012() {
+    let mut h = Harness::new(Config::default());
+    let ws: Vec<_> = (0..10).map(|_| open_ws(&mut h)).collect();
+    let sse = h.connect();
+    h.send(&sse, b"GET /sse?topic=t HTTP/1.1\r\nHost: x\r\n\r\n");
+    sse.take();
+    // Who has been told so far (10 WebSockets, then the SSE stream), each told once.
+    let mut told = [false; 11];
+    let look = |told: &mut [bool; 11]| {
+        for (i, c) in ws.iter().enumerate() {
+            if let Some(f) = server_frames(&c.take()).first() {
+                assert!(!told[i], "told twice");
+                assert_eq!((f.0, close_code(&f.1)), (CLOSE, 1012));
+                told[i] = true;
+            }
+        }
+        let out = sse.take();
+        if !out.is_empty() {
+            assert!(!told[10], "told twice");
+            // Come back soon, spread out: retry 1 to 3 s, then the end of the stream.
+            let text = String::from_utf8(out).unwrap_or_default();
+            let retry: u64 = text
+                .strip_prefix("retry: ")
+                .and_then(|r| r.trim().parse().ok())
+                .unwrap_or(0);
+            assert!((1000..=3000).contains(&retry), "{text:?}");
+            assert!(sse.write_shut());
+            told[10] = true;
+        }
+        told.iter().filter(|t| **t).count()
+    };
+    // 11 subscribers: a quarter is 3 (rounded up), again a quarter is still 3, half is 6.
+    h.drain(0.25, true);
+    assert_eq!(look(&mut told), 3);
+    h.drain(0.25, true);
+    assert_eq!(look(&mut told), 3);
+    h.drain(0.5, true);
+    assert_eq!(look(&mut told), 6);
+    h.drain(1.0, true);
+    assert_eq!(look(&mut told), 11);
+}
+
+#[test]
 fn grip_bridge_opens_subscribes_and_delivers() {
     let mut h = Harness::with_grip(Config::default(), "* 127.0.0.1:9,over_http\n");
     let c = h.connect();
