@@ -182,6 +182,44 @@ def test_sigusr2_to_the_supervisor_restarts_every_process_with_1012(group):
     assert not any(alive(p) for p in pids), pids
 
 
+def test_sigusr1_replaces_the_processes_one_at_a_time(group):
+    # A rolling restart: each process in turn closes its WebSockets with 1012 and is replaced
+    # by a new one (started from the binary on disk) before the next one's turn, so the group
+    # never has fewer than 2 of its 3 processes serving; every process ends up replaced.
+    before = set(children(group.proc.pid))
+    socks = [rawws.connect(group.clients, "/ws?topic=roll") for _ in range(30)]
+    serving = []
+
+    def up_count():
+        status, _, body = group.request("GET", "/healthz")
+        m = re.search(r"\((\d+) of 3 processes\)", body.decode())
+        serving.append(int(m.group(1)) if m else 0)
+        return serving[-1]
+
+    group.proc.send_signal(signal.SIGUSR1)
+    replaced = wait_for(
+        lambda: (lambda now: now if len(now) == 3 and not now & before and up_count() == 3 else None)(
+            set(children(group.proc.pid))
+        ),
+        timeout=60,
+        step=0.05,
+    )
+    assert replaced, (before, children(group.proc.pid))
+    assert min(serving) >= 2, serving
+    for sock, _, rest in socks:
+        assert rawws.Reader(sock, rest).close_code() == (1012, "service restart")
+    restarts = node_values(group.metrics(), "clarion_group_restarts_total")
+    assert sorted(restarts.values()) == [1, 1, 1], restarts
+    # The group serves on: a new subscriber gets a publish.
+    sock, _, rest = rawws.connect(group.clients, "/ws?topic=after")
+    group.request("POST", "/publish/after", b"hello")
+    assert rawws.Reader(sock, rest).frame()[2] == b"hello"
+    sock.close()
+    code, stderr = group.stop(signal.SIGTERM, timeout=30)
+    assert code == 0, stderr
+    assert "rolling restart done: 3 processes replaced" in stderr
+
+
 def test_processes_stop_when_the_supervisor_is_killed(group):
     pids = children(group.proc.pid)
     assert len(pids) == 3

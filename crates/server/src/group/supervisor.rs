@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 
 use super::nodes::{self, Node, State};
 use super::{base_node_name, guard, Member, RELOAD, RESTART};
@@ -31,6 +31,9 @@ use crate::config::limits::{
 };
 use crate::config::Config;
 use crate::log;
+
+/// The supervisor's binary as it was started (see [`start`]).
+static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// What a member's output reader reports.
 struct Ready {
@@ -55,6 +58,18 @@ struct Slot {
     next_start: Option<Instant>,
 }
 
+/// A rolling restart (SIGUSR1): one member at a time is stopped as a restart (its clients get
+/// 1012 and reconnect to the others through the shared port), started again from the binary
+/// on disk, and waited for until it is ready; then the next.
+struct Rolling {
+    /// The member being replaced.
+    at: usize,
+    /// It has been asked to stop (and not started again yet).
+    stopping: bool,
+    /// Its start generation when it was asked: a later one is its successor.
+    asked: u64,
+}
+
 /// The group's directory, removed when the supervisor ends.
 struct Dir(PathBuf);
 
@@ -67,6 +82,9 @@ impl Drop for Dir {
 /// Runs a group of `config.processes` members until SIGTERM or SIGINT, then stops them all
 /// and returns when they have exited.
 pub fn supervise(config: Config) -> anyhow::Result<()> {
+    if let Ok(exe) = std::env::current_exe() {
+        let _ = EXE.set(exe);
+    }
     let n = config.processes;
     let tls = config.tls_address();
     let ports = [
@@ -100,8 +118,9 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
     let dir = Dir(make_dir()?);
     // SIGHUP is passed on (certificate reloads), never the end of the group; SIGUSR2 stops
     // it as a restart (WebSockets get 1012).
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR2])
-        .context("cannot install signal handlers")?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2])
+            .context("cannot install signal handlers")?;
     let base = base_node_name(&config);
     let mut slots: Vec<Slot> = (0..n)
         .map(|index| {
@@ -173,8 +192,31 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
 
     // Run: restart what dies, until a signal.
     let mut written = Instant::now();
+    let mut rolling: Option<Rolling> = None;
     loop {
         let pending: Vec<i32> = signals.pending().collect();
+        if pending.contains(&SIGUSR1) {
+            if rolling.is_some() {
+                log::info(format_args!(
+                    "SIGUSR1: a rolling restart is already under way"
+                ));
+            } else {
+                log::info(format_args!(
+                    "SIGUSR1: rolling restart of {n} processes, one at a time"
+                ));
+                rolling = Some(Rolling {
+                    at: 0,
+                    stopping: false,
+                    asked: 0,
+                });
+            }
+        }
+        if let Some(r) = rolling.as_mut() {
+            if roll(r, &mut slots) {
+                log::info(format_args!("rolling restart done: {n} processes replaced"));
+                rolling = None;
+            }
+        }
         if pending.contains(&SIGHUP) {
             log::info(format_args!("SIGHUP: passed on to {n} processes"));
             for slot in &mut slots {
@@ -191,7 +233,7 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
                 }
             }
         }
-        if let Some(sig) = pending.iter().find(|s| **s != SIGHUP) {
+        if let Some(sig) = pending.iter().find(|s| **s != SIGHUP && **s != SIGUSR1) {
             log::info(format_args!(
                 "signal {sig}: stopping {n} processes (up to {} s)",
                 stop_wait.as_secs()
@@ -217,19 +259,32 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+            let planned = rolling
+                .as_ref()
+                .is_some_and(|r| r.stopping && r.at == slot.node.index);
             if let Some(status) = exited(slot) {
-                let ran = now.saturating_duration_since(slot.started);
-                let (delay, next) = restart_delay(slot.backoff, ran);
-                log::warn(format_args!(
-                    "process {} {} after {:.1} s; starting it again in {:.2} s",
-                    slot.node.name,
-                    describe(status),
-                    ran.as_secs_f64(),
-                    delay.as_secs_f64()
-                ));
-                slot.next_start = Some(now + delay);
-                slot.backoff = next;
-                changed = true;
+                if planned {
+                    log::info(format_args!(
+                        "process {} {} for the rolling restart; starting its successor",
+                        slot.node.name,
+                        describe(status)
+                    ));
+                    slot.next_start = Some(now);
+                    changed = true;
+                } else {
+                    let ran = now.saturating_duration_since(slot.started);
+                    let (delay, next) = restart_delay(slot.backoff, ran);
+                    log::warn(format_args!(
+                        "process {} {} after {:.1} s; starting it again in {:.2} s",
+                        slot.node.name,
+                        describe(status),
+                        ran.as_secs_f64(),
+                        delay.as_secs_f64()
+                    ));
+                    slot.next_start = Some(now + delay);
+                    slot.backoff = next;
+                    changed = true;
+                }
             }
             if slot.next_start.is_some_and(|t| t <= now) {
                 slot.next_start = None;
@@ -310,7 +365,13 @@ fn make_dir() -> anyhow::Result<PathBuf> {
 fn start(slot: &mut Slot, tx: &mpsc::Sender<Ready>) -> anyhow::Result<()> {
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_else(|| "clarion".into());
-    let mut child = Command::new("/proc/self/exe")
+    // The binary on disk where the supervisor was started from: after an upgrade replaced it,
+    // new members (a rolling restart's, a crashed one's) run the new version.
+    let exe = EXE
+        .get()
+        .filter(|p| p.is_file())
+        .map_or(Path::new("/proc/self/exe"), PathBuf::as_path);
+    let mut child = Command::new(exe)
         .arg0(arg0)
         .args(args)
         .envs(slot.member.env())
@@ -354,6 +415,40 @@ fn start(slot: &mut Slot, tx: &mpsc::Sender<Ready>) -> anyhow::Result<()> {
     }
     slot.child = Some(child);
     Ok(())
+}
+
+/// One step of a rolling restart; `true` once every member has been replaced. The member at
+/// `r.at` is asked to stop as a restart (the [`RESTART`] byte, then the end of its pipe); its
+/// exit is seen by the supervisor's loop, which starts its successor at once; once that one is
+/// ready, the next member's turn comes.
+fn roll(r: &mut Rolling, slots: &mut [Slot]) -> bool {
+    let Some(slot) = slots.get_mut(r.at) else {
+        return true;
+    };
+    if !r.stopping {
+        if slot.node.state != State::Up {
+            // Not up (restarting after a crash): its turn waits until it is.
+            return false;
+        }
+        log::info(format_args!(
+            "rolling restart: stopping process {} (pid {})",
+            slot.node.name, slot.node.pid
+        ));
+        if let Some(stdin) = slot.stdin.as_mut() {
+            let _ = stdin.write_all(&[RESTART]);
+        }
+        slot.stdin = None;
+        r.stopping = true;
+        r.asked = slot.generation;
+        return false;
+    }
+    // Its successor has started and is ready: the next one.
+    if slot.generation > r.asked && slot.child.is_some() && slot.node.state == State::Up {
+        r.at += 1;
+        r.stopping = false;
+        return r.at >= slots.len();
+    }
+    false
 }
 
 /// Records a member's readiness; `false` when it was an earlier start's.
