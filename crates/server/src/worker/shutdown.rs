@@ -17,7 +17,7 @@ use super::Engine;
 use crate::metrics::CloseReason;
 use crate::worker::transport::poll::messages_body;
 
-/// A drain in progress: how many connections there were, and which were told.
+/// A drain in progress: how many subscribers there were, and which connections were told.
 #[derive(Debug, Default)]
 pub(crate) struct Drain {
     total: usize,
@@ -28,9 +28,15 @@ impl<S: Socket> Engine<S> {
     /// Tells subscribers to go until `share` of those open at the first call have been; at
     /// `1.0`, every connection left is ended (handshakes and backend requests included).
     pub(crate) fn drain_to(&mut self, share: f64) {
+        let subscribers = || {
+            self.conns
+                .iter()
+                .filter(|(_, c)| c.state.subscribed())
+                .count()
+        };
         let drain = self.drain.get_or_insert_with(|| {
             Box::new(Drain {
-                total: self.conns.len(),
+                total: subscribers(),
                 told: HashSet::new(),
             })
         });
