@@ -183,6 +183,12 @@ function publisher(apis, topic, everyMs = 20) {
 // Checks what a subscriber got against what was published: every message once and in order,
 // or a gap naming where the loss started. Returns a summary for the assertion message.
 function verify(published, got, gaps) {
+  // The publisher sends a message again when it saw no answer (the node it asked was killed
+  // after Redis took the message): the first copy is then in the stream under an id with no
+  // receipt. It is a second publish, not a second delivery; only copies of a payload that was
+  // published under another id are set aside.
+  const receipts = new Set(published);
+  got = got.filter((m) => receipts.has(m.id) || !/^\d+$/.test(String(m.data)) || published[Number(m.data)] === undefined);
   const expected = published.map((id, n) => `${id}=${n}`);
   const seen = got.map((m) => `${m.id}=${m.data}`);
   const ids = new Set();
