@@ -40,8 +40,9 @@ async function freePort() {
   }
 }
 
-async function startRedis() {
-  const port = await freePort();
+// A private redis-server, on `port` when given (to start it again at the same address).
+async function startRedis(port) {
+  port = port || await freePort();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'clarion-redis-'));
   const child = spawn('/usr/bin/redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
   children.add(child);

@@ -11,34 +11,11 @@ const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
 const fs = require('node:fs');
-const os = require('node:os');
-const path = require('node:path');
-const net = require('node:net');
-const { spawn } = require('node:child_process');
 const { waitFor } = require('./helpers');
-const { relay: startRelay, killAll, freePort, Node } = require('./client_util');
+const { relay: startRelay, killAll, freePort, startRedis, Node } = require('./client_util');
 
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
-const redisChildren = new Set();
-after(() => {
-  killAll();
-  for (const c of redisChildren) c.kill('SIGKILL');
-});
-
-// A redis-server on a fixed port, so it can be killed and started again at the same address.
-async function redisAt(port) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'clarion-redis-'));
-  const child = spawn('/usr/bin/redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
-  redisChildren.add(child);
-  await waitFor(() => new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1', () => {
-      s.end();
-      resolve(true);
-    });
-    s.on('error', () => resolve(false));
-  }), 10000, 'redis-server');
-  return child;
-}
+after(killAll);
 
 const PAGE = `<!doctype html><meta charset="utf-8"><title>outage</title>
 <script>
@@ -61,7 +38,7 @@ test('browser: an EventSource that reconnects while Redis is down keeps retrying
   assert.ok(fs.existsSync(chromiumPath), `no browser at ${chromiumPath}: apt-get install chromium`);
   const { chromium } = require('playwright-core');
   const redisPort = await freePort();
-  let redis = await redisAt(redisPort);
+  let redis = (await startRedis(redisPort)).child;
   const node = await new Node(['--broker', `redis://127.0.0.1:${redisPort}`, '--node-name', 'a']).start();
   const relay = await startRelay(() => node.clients);
   const site = http.createServer((req, res) => {
@@ -87,7 +64,7 @@ test('browser: an EventSource that reconnects while Redis is down keeps retrying
     assert.equal(await read('window.closed'), false, 'the EventSource gave up');
     assert.match((await read('window.unavailable'))[0], /broker unavailable/);
 
-    redis = await redisAt(redisPort);
+    redis = (await startRedis(redisPort)).child;
     await waitFor(async () => (await fetch(`http://${node.api}/healthz`)).status === 200, 20000, 'the node to see Redis back');
     // A later retry subscribes; what is published from then on reaches the page. Publish
     // until it does (the browser comes back within its retry: of 4 to 6 s).

@@ -161,25 +161,20 @@ def test_a_killed_process_is_restarted(group):
     sock.close()
 
 
-def test_sigterm_to_the_supervisor_stops_every_process(group):
+@pytest.mark.parametrize(
+    "sig, close",
+    [(signal.SIGTERM, (1001, "server shutting down")), (signal.SIGUSR2, (1012, "service restart"))],
+)
+def test_a_signal_to_the_supervisor_stops_every_process(group, sig, close):
+    # SIGTERM stops the group; SIGUSR2 stops it as a restart (WebSockets get 1012).
     pids = children(group.proc.pid)
     socks = [rawws.connect(group.clients, "/ws?topic=t") for _ in range(6)]
-    code, stderr = group.stop(signal.SIGTERM, timeout=30)
+    code, stderr = group.stop(sig, timeout=30)
     assert code == 0, stderr
     for sock, _, rest in socks:
-        assert rawws.Reader(sock, rest).close_code() == (1001, "server shutting down")
+        assert rawws.Reader(sock, rest).close_code() == close
     assert not any(alive(p) for p in pids), pids
     assert "stopped: all 3 processes exited" in stderr
-
-
-def test_sigusr2_to_the_supervisor_restarts_every_process_with_1012(group):
-    pids = children(group.proc.pid)
-    socks = [rawws.connect(group.clients, "/ws?topic=t") for _ in range(6)]
-    code, stderr = group.stop(signal.SIGUSR2, timeout=30)
-    assert code == 0, stderr
-    for sock, _, rest in socks:
-        assert rawws.Reader(sock, rest).close_code() == (1012, "service restart")
-    assert not any(alive(p) for p in pids), pids
 
 
 def test_sigusr1_replaces_the_processes_one_at_a_time(group):

@@ -12,3 +12,16 @@
 pub mod frame;
 pub mod hpack;
 pub mod huffman;
+
+#[cfg(test)]
+pub(crate) mod tests {
+    /// Bytes from the RFCs' hex dumps (`"8286 8441"`).
+    #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+}

@@ -16,6 +16,7 @@ use super::state::State;
 use super::Engine;
 use crate::metrics::CloseReason;
 use crate::worker::transport::poll::messages_body;
+use crate::worker::transport::stream::jittered_ms;
 
 /// A drain in progress: how many subscribers there were, and which connections were told.
 #[derive(Debug, Default)]
@@ -84,7 +85,8 @@ impl<S: Socket> Engine<S> {
             // restart, soon and not all at once.
             State::Sse(_) if restart => {
                 let mut out = Vec::new();
-                clarion_proto::sse::write_retry(&mut out, restart_retry_ms());
+                // 1 to 3 s, at random: back to the next process soon, spread out.
+                clarion_proto::sse::write_retry(&mut out, jittered_ms(1000, 2000));
                 self.start_closing(k, Some(Arc::from(out)), CloseReason::Shutdown);
             }
             State::Sse(_) => self.start_closing(k, None, CloseReason::Shutdown),
@@ -101,12 +103,4 @@ impl<S: Socket> Engine<S> {
             State::Closing { .. } => {}
         }
     }
-}
-
-/// The `retry:` an SSE stream gets on a restart: 1 to 3 s, at random, so the browsers come
-/// back to the next process spread out.
-fn restart_retry_ms() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let h = std::collections::hash_map::RandomState::new().build_hasher();
-    1000 + h.finish() % 2001
 }

@@ -121,7 +121,7 @@ pub(crate) fn sse_unavailable_answer(cors_allow_origin: &str, why: &str) -> Vec<
     }
     let mut out = Vec::with_capacity(256 + why.len());
     http1::write_response_head(&mut out, 200, &headers, None);
-    sse::write_retry(&mut out, unavailable_retry_ms());
+    sse::write_retry(&mut out, jittered_ms(4000, 2000));
     let json = clarion_proto::pubsub::Reply::Error {
         error: why,
         topic: None,
@@ -131,12 +131,14 @@ pub(crate) fn sse_unavailable_answer(cors_allow_origin: &str, why: &str) -> Vec<
     out
 }
 
-/// The `retry:` of an SSE answer that could not be subscribed: 5 s ± 1 s, at random.
-fn unavailable_retry_ms() -> u64 {
+/// A `retry:` of `min` to `min + spread` ms at random, so that the clients told to come back
+/// at the same moment do not all come back at the same moment (5 s ± 1 s for an SSE answer
+/// that could not be subscribed).
+pub(crate) fn jittered_ms(min: u64, spread: u64) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     // Every RandomState has fresh keys: a hash of nothing is a cheap random number.
     let h = std::collections::hash_map::RandomState::new().build_hasher();
-    4000 + h.finish() % 2001
+    min + h.finish() % (spread + 1)
 }
 
 /// Whether the start of a request (whatever of it has arrived) asks for an event stream: a
