@@ -18,6 +18,7 @@ pub mod huffman;
 pub mod request;
 pub mod response;
 pub mod server;
+pub mod stream;
 
 #[cfg(test)]
 pub(crate) mod tests {

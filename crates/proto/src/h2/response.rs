@@ -10,45 +10,13 @@
 
 use super::frame::{self, ErrorCode};
 use super::server::Connection;
+use super::stream::{Chunked, Out, NO_USER};
 use crate::http1::{parse_response_head, ChunkedDecoder, ResponseBody};
 
 /// Longest response head taken (ours are a few hundred bytes).
 const MAX_HEAD: usize = 16 * 1024;
 /// Most fields in a response head.
 const MAX_FIELDS: usize = 64;
-
-/// Where a stream's answer is.
-#[derive(Debug, Default)]
-pub(crate) enum Out {
-    /// Waiting for the head; the part of it that has arrived, if it came in pieces.
-    #[default]
-    Head,
-    PartialHead(Box<Vec<u8>>),
-    /// This many body bytes left.
-    Length(u64),
-    /// A chunked body (boxed: rare, and larger than the rest).
-    Chunked(Box<Chunked>),
-    /// Until the layer above ends it.
-    Close,
-    /// Sent in full.
-    Done,
-}
-
-/// A chunked body being de-chunked.
-#[derive(Debug)]
-pub(crate) struct Chunked {
-    decoder: ChunkedDecoder,
-    /// Decoded bytes not sent yet (window closed).
-    pending: Vec<u8>,
-    /// The last chunk has been decoded.
-    complete: bool,
-}
-
-impl Out {
-    pub(crate) fn wants_head(&self) -> bool {
-        matches!(self, Out::Head | Out::PartialHead(_))
-    }
-}
 
 /// What [`Connection::end`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +114,7 @@ impl Connection {
         let s = self.streams.get_mut(i)?;
         let (id, websocket, head_only) = (s.id, s.websocket, s.head_only);
         let kept = match std::mem::take(&mut s.out) {
-            Out::PartialHead(p) => *p,
+            Out::PartialHead(p) => p,
             _ => Vec::new(),
         };
         let joined;
@@ -160,7 +128,7 @@ impl Connection {
             Ok(Some(h)) => h,
             Ok(None) => {
                 if let Some(s) = self.streams.get_mut(i) {
-                    s.out = Out::PartialHead(Box::new(buf.to_vec()));
+                    s.out = Out::PartialHead(buf.to_vec());
                 }
                 return Some(rest.len());
             }
@@ -262,14 +230,14 @@ impl Connection {
             return Ended::Done;
         };
         if s.local_closed {
-            s.user = super::server::NO_USER;
+            s.user = NO_USER;
             self.forget_if_done(stream);
             return Ended::Done;
         }
         match &s.out {
             Out::Close => {
                 frame::write_data(out, stream, b"", true);
-                s.user = super::server::NO_USER;
+                s.user = NO_USER;
                 s.local_closed = true;
                 s.out = Out::Done;
                 self.forget_if_done(stream);

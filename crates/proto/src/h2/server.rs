@@ -19,7 +19,7 @@
 use super::frame::{self, ErrorCode, Frame, FrameError, Setting, MAX_WINDOW, PREFACE};
 use super::hpack::{Decoder, Encoder, HpackError};
 use super::request::{Builder, Request, Trailers};
-use super::response::Out;
+use super::stream::{Out, Stream, NO_USER};
 
 /// What this side advertises and enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,26 +91,6 @@ impl std::fmt::Display for Fatal {
         write!(f, "{:?}: {}", self.code, self.reason)
     }
 }
-
-/// One stream, as long as either side may still send on it.
-#[derive(Debug)]
-pub(crate) struct Stream {
-    pub(crate) id: u32,
-    /// The layer above's handle for it; `NO_USER` until bound, and after it let go.
-    pub(crate) user: u32,
-    pub(crate) send_window: i32,
-    recv_window: i32,
-    remote_closed: bool,
-    pub(crate) local_closed: bool,
-    pub(crate) websocket: bool,
-    pub(crate) head_only: bool,
-    /// Request body bytes still announced by `content-length` (`u64::MAX`: none announced).
-    expect: u64,
-    pub(crate) out: Out,
-}
-
-/// No handle bound.
-pub const NO_USER: u32 = u32::MAX;
 
 #[derive(Debug)]
 struct Block {
@@ -225,10 +205,10 @@ impl Connection {
                     stream: Some(id),
                     code,
                     ..
-                }) if self.block.is_none() => {
+                }) if self.block.is_none() && id != 0 => {
                     // A frame-level stream error (a self-dependency): that frame is skipped.
                     let len = rest.get(..3).map_or(0, |b| {
-                        (usize::from(b[0]) << 16) | (usize::from(b[1]) << 8) | usize::from(b[2])
+                        b.iter().fold(0usize, |n, &x| n << 8 | usize::from(x))
                     });
                     pos += frame::HEADER_LEN + len;
                     self.last_stream = self.last_stream.max(id);
@@ -746,17 +726,11 @@ impl Connection {
         std::mem::take(&mut self.windows_opened)
     }
 
-    /// The handles of the streams that may take response bytes now: bound, not finished, and
-    /// either waiting for their head or with room in both windows.
-    pub fn ready(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        let conn_room = self.send_window > 0;
+    /// The streams served by a handle of the layer above: `(stream, handle)`.
+    pub fn bound(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         self.streams
             .iter()
-            .filter(move |s| {
-                s.user != NO_USER
-                    && !s.local_closed
-                    && (s.out.wants_head() || (conn_room && s.send_window > 0))
-            })
+            .filter(|s| s.user != NO_USER)
             .map(|s| (s.id, s.user))
     }
 }
