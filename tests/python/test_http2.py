@@ -166,6 +166,26 @@ def test_plain_get_gets_status_and_body(start_server, dev, mode):
     assert status == 400
 
 
+def test_answers_larger_than_the_default_windows_arrive_whole(start_server, dev, mode):
+    # 300 KB messages through 64 KB windows: every stream resumes on the client's
+    # WINDOW_UPDATEs, and the long-poll's content-length answer ends with END_STREAM.
+    s = serve(start_server, dev, "--max-message-size", 400_000, "--max-backlog", 1_000_000)
+    c = connect(s, dev, mode)
+    sse, ndjson = c.request("/sse?topic=big"), c.request("/stream?topic=big")
+    poll = c.request("/poll?topic=big&timeout=20")
+    c.pump(lambda: sse in c.headers and ndjson in c.headers, what="the answers")
+    wait_metric(s, 'clarion_connections{transport="poll"}', lambda v: v == 1)
+    sent = [(s.publish("big", f"{i}" + "y" * 300_000)["id"], f"{i}" + "y" * 300_000) for i in range(3)]
+    done = lambda: len(messages(c.body[sse])) == 3 and bytes(c.body[ndjson]).count(b"\n") == 3
+    c.pump(lambda: done() and (poll in c.ended or poll in c.resets), timeout=10, what="all of it")
+    assert poll not in c.resets, c.resets
+    assert messages(c.body[sse]) == sent
+    assert [(l["id"], l["data"]) for l in c.lines(ndjson)] == sent
+    answer = json.loads(bytes(c.body[poll]))
+    assert [(m["id"], m["data"]) for m in answer["messages"]] == sent[:1]
+    assert len(c.body[poll]) == int(c.headers[poll]["content-length"])
+
+
 # 2. Many streams on one connection.
 
 
@@ -268,6 +288,18 @@ def test_websocket_over_h2_with_permessage_deflate(start_server, dev, mode):
     assert len(payload) < len(big) // 4
     message = json.loads(zlib.decompressobj(-15).decompress(payload + b"\x00\x00\xff\xff"))
     assert (message["id"], message["data"]) == (mid, big)
+    # A compressed frame from the client is inflated: a subscribe sent with RSV1.
+    deflate = zlib.compressobj(wbits=-15)
+    sub = json.dumps({"type": "subscribe", "topic": "z2"}).encode()
+    packed = deflate.compress(sub) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    assert packed.endswith(b"\x00\x00\xff\xff")
+    c.send_data(sid, ws_frame(0x1, packed[:-4], rsv1=True))
+    c.pump(lambda: len(ws_frames(c.body[sid])) >= 2, what="subscribed")
+    assert json.loads(ws_frames(c.body[sid])[1][2]) == {"type": "subscribed", "topic": "z2"}
+    # And a ping is answered with a pong on the same stream.
+    c.send_data(sid, ws_frame(0x9, b"hi"))
+    c.pump(lambda: len(ws_frames(c.body[sid])) >= 3, what="pong")
+    assert ws_frames(c.body[sid])[2] == (False, 0xA, b"hi")
 
 
 def test_websocket_over_h2_close_handshake_ends_the_stream(start_server, dev, mode):
