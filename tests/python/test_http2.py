@@ -539,7 +539,9 @@ def raw_sse_streams(s, dev, mode, n=3):
 
 
 def read_to_close(r, timeout=8.0):
-    """Every frame until the server closes: {stream: body}, streams ended, GOAWAY codes, resets."""
+    """Every frame until the server closes: {stream: body}, streams ended, GOAWAY codes, resets.
+    Asserts no stream ends after the GOAWAY: a client that stops reading at a GOAWAY (hyper-h2,
+    and httpx on it) must see its streams end first."""
     bodies, ended, goaways, resets = {}, [], [], []
     deadline = time.monotonic() + timeout
     while (f := r.read(max(0.01, deadline - time.monotonic()))) is not None:
@@ -548,8 +550,10 @@ def read_to_close(r, timeout=8.0):
         if ftype == h2client.DATA:
             bodies[sid] = bodies.get(sid, b"") + payload
             if flags & h2client.END_STREAM:
+                assert not goaways, f"stream {sid} ended after the GOAWAY"
                 ended.append(sid)
         elif ftype == h2client.GOAWAY:
+            assert not goaways, "a second GOAWAY"
             goaways.append(struct.unpack("!I", payload[4:8])[0])
         elif ftype == h2client.RST_STREAM:
             resets.append(sid)
@@ -567,6 +571,19 @@ def test_sigterm_sends_goaway_and_ends_sse_streams(start_server, dev, mode):
     assert all(sse_events(bodies.get(sid, b"")) == [] for sid in sids), bodies
     code, err = s.stop(timeout=10)
     assert code == 0, err
+
+
+def test_sigterm_ends_the_streams_of_a_hyper_h2_client_cleanly(start_server, dev, mode):
+    # hyper-h2 treats the connection as closed from a GOAWAY on: the streams' ends come first.
+    s = serve(start_server, dev, "--shutdown-timeout", 5)
+    c = connect(s, dev, mode)
+    sids = [open_sse(c) for _ in range(3)]
+    s.proc.send_signal(signal.SIGTERM)
+    c.pump(lambda: c.goaway is not None, timeout=8, what="GOAWAY")
+    assert c.goaway[0] == h2client.NO_ERROR
+    assert sorted(c.ended) == sids and not c.resets
+    c.close()
+    assert s.stop(timeout=10)[0] == 0
 
 
 def test_sigusr2_restart_sends_retry_then_ends_sse_streams(start_server, dev, mode):
