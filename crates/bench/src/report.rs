@@ -67,8 +67,15 @@ pub fn html(title: &str, o: &Outcome) -> String {
             (
                 "protocol",
                 format!(
-                    "{}, {} SSE streams per connection, {} connections",
-                    h.protocol, h.streams_per_connection, h.tcp_connections
+                    "{}, {} SSE stream{} per connection, {} connections",
+                    h.protocol,
+                    h.streams_per_connection,
+                    if h.streams_per_connection == 1 {
+                        ""
+                    } else {
+                        "s"
+                    },
+                    h.tcp_connections
                 ),
             ),
         );
@@ -203,8 +210,15 @@ pub fn print_text(a: &BenchArgs, o: &Outcome) {
     );
     if let Some(h) = &o.http2 {
         println!(
-            "protocol         {}, {} SSE streams per connection, {} connections",
-            h.protocol, h.streams_per_connection, h.tcp_connections
+            "protocol         {}, {} SSE stream{} per connection, {} connections",
+            h.protocol,
+            h.streams_per_connection,
+            if h.streams_per_connection == 1 {
+                ""
+            } else {
+                "s"
+            },
+            h.tcp_connections
         );
     }
     if !o.errors.is_empty() {
