@@ -1181,4 +1181,89 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn the_servers_own_connection_state_serves_every_stream_within_its_windows() {
+        use clarion_proto::h2::server::{self, Connection, Settings};
+        // Client and server state machines in memory: what one writes, the other reads.
+        let (mut life, mut host) = {
+            let mut life = H2Life::new(0..3);
+            let mut host = Recorder::default();
+            life.handle_connected(&mut host).unwrap();
+            (life, host)
+        };
+        let mut srv = Connection::new(Settings {
+            max_streams: 2,
+            ..Settings::default()
+        });
+        let mut to_client = Vec::new();
+        srv.start(&mut to_client);
+        let mut requests = Vec::new();
+        {
+            let sent = std::mem::take(&mut host.sent);
+            let mut events = Vec::new();
+            assert_eq!(
+                srv.receive(&sent, &mut to_client, &mut events).unwrap(),
+                sent.len()
+            );
+            assert!(events.is_empty());
+        }
+        life.handle_input(&SETUP, &std::mem::take(&mut to_client), &mut host)
+            .unwrap();
+        // The server allows two streams: the third is not requested.
+        assert_eq!(host.ended, [(2, StreamError::OverLimit(2))]);
+        {
+            let sent = std::mem::take(&mut host.sent);
+            let mut events = Vec::new();
+            srv.receive(&sent, &mut to_client, &mut events).unwrap();
+            for e in events {
+                if let server::Event::Request {
+                    stream, request, ..
+                } = e
+                {
+                    let line = String::from_utf8_lossy(&request.head).into_owned();
+                    requests.push((stream, line.lines().next().unwrap_or("").to_owned()));
+                }
+            }
+        }
+        assert_eq!(
+            requests,
+            [
+                (1, "GET /sse?topic=t0&x=1 HTTP/1.1".to_owned()),
+                (3, "GET /sse?topic=t1&x=1 HTTP/1.1".to_owned())
+            ]
+        );
+        // The answers as the HTTP/1.1 SSE transport writes them, then 2 MiB of events on
+        // stream 1: far past the protocol's default windows of 64 KiB.
+        let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n\
+                     Cache-Control: no-cache\r\n\r\nretry: 1000\n\n";
+        for id in [1, 3] {
+            assert_eq!(srv.respond(id, head, &mut to_client), head.len());
+        }
+        let mut body = Vec::new();
+        let mut n = 0u64;
+        while body.len() < 2 << 20 {
+            body.extend_from_slice(
+                format!("id: {n}\ndata: {n} 5 {}\n\n", "y".repeat(500)).as_bytes(),
+            );
+            n += 1;
+        }
+        assert_eq!(srv.respond(1, &body, &mut to_client), body.len());
+        assert_eq!(srv.respond(3, b"data: 0 5 z\n\n", &mut to_client), 13);
+        life.handle_input(&SETUP, &std::mem::take(&mut to_client), &mut host)
+            .unwrap();
+        let checks: Vec<_> = life.streams().map(|(_, _, c)| c.clone()).collect();
+        assert!(checks[0].finish(n).perfect() && checks[0].received() == n);
+        assert!(checks[1].finish(1).perfect());
+        assert_eq!(life.open_streams(), 2);
+        // What the client gave back (its SETTINGS ack, WINDOW_UPDATEs) is what the server
+        // expects.
+        let sent = std::mem::take(&mut host.sent);
+        assert!(frames(&sent).iter().any(|f| f.0 == 0x8 && f.2 == 0));
+        let mut events = Vec::new();
+        assert_eq!(
+            srv.receive(&sent, &mut to_client, &mut events).unwrap(),
+            sent.len()
+        );
+    }
 }
