@@ -44,7 +44,11 @@ certificate made for the run; ALPN chooses h2), the way browsers speak HTTP/2. H
 against HTTP/2 (issue 32):
 
     python3 bench/compare.py --scenario burst -n 15000 --repeats 3 --transport sse \
-        --peers clarion,clarion-h2,clarion-h2-mux
+        --peers clarion,clarion-h2,clarion-h2-mux --clarion-flags '--max-connections 40000'
+
+(An HTTP/2 connection and each of its streams both count against `max_connections`, by
+default the open-files limit less 64: 15,000 connections of one stream need 30,000, hence
+`--clarion-flags`, which every Clarion variant gets.)
 
 `uws-cpp` is µWebSockets C++ itself (bench/peers/uws_server.cpp), built at run time by
 bench/peers/build_uws.sh from a checkout of uNetworking/uWebSockets (and uSockets) named by
@@ -94,6 +98,7 @@ import json
 import os
 import pathlib
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -152,6 +157,8 @@ LABELS = {
 }
 # Streams per connection of the -mux peers (--h2-streams).
 H2_STREAMS = 100
+# More `clarion serve` flags for every Clarion variant (--clarion-flags).
+CLARION_FLAGS = []
 # Peers that run with a private redis-server (its CPU is reported apart from the server's).
 WITH_REDIS = {"clarion-redis", "clarion-cluster", "clarion-rcluster"}
 # Peers that take a thread count after `@`.
@@ -318,7 +325,8 @@ class Server:
                          "--tls-key", d / "key.pem"]
             self.main = self.spawn([binary, "serve", "--listen", f"127.0.0.1:{listen}",
                                     "--api-listen", f"127.0.0.1:{a}",
-                                    "--max-connections-per-address", 0, *workers, *plain])
+                                    "--max-connections-per-address", 0, *workers, *plain,
+                                    *CLARION_FLAGS])
         elif n == "uws-cpp":
             self.main = self.spawn([UWS_BIN, p, a, self.threads or 1])
         elif n == "uws-cpp-group":
@@ -745,6 +753,9 @@ def main():
                     help="peer i listens on PORT_BASE + 10 i and the next ports (default 19000)")
     ap.add_argument("--source-base", type=int, default=100,
                     help="the bench's clients connect from 127.0.0.B and up (default 100)")
+    ap.add_argument("--clarion-flags", default="",
+                    help="more `clarion serve` flags for every Clarion variant (clarion, "
+                         "clarion-ref, clarion-h2, ...), e.g. '--max-connections 40000'")
     ap.add_argument("--h2-streams", type=int, default=100,
                     help="SSE streams per connection of clarion-h2-mux and clarion-h2-mux-tls")
     ap.add_argument("--table-from", help="print the table of an earlier --out-json, run nothing")
@@ -755,6 +766,7 @@ def main():
     args.watch_peers = [p for p in args.watch_peers.split(",") if p]
     global H2_STREAMS
     H2_STREAMS = args.h2_streams
+    CLARION_FLAGS.extend(shlex.split(args.clarion_flags))
     if args.table_from:
         saved = json.loads(pathlib.Path(args.table_from).read_text())
         args.scenario, args.n = saved["scenario"], saved["n"]
