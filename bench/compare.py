@@ -700,7 +700,8 @@ def table(args, results, notes):
         # Plain Clarion first, then Clarion at any thread count, then the GRIP proxy.
         base_name = next((b for b in ("clarion", *[k[0] for k in keys if
                                                   split_peer(k[0])[0] == "clarion"],
-                                      "clarion-grip") if (b, transport) in med), "clarion")
+                                      "clarion-grip", "clarion-tls")
+                         if (b, transport) in med), "clarion")
         base = med.get((base_name, transport), {})
         head = ["server"] + [f"user-space B/conn at {int(k.split('@')[1]):,}" for k in step_keys] \
             + [c[1] for c in cols] + ["opened", "lost / dup / reordered", "runs"]
