@@ -60,6 +60,14 @@ impl Connection {
                     let last = take as u64 == *left;
                     let n = self.data(i, rest.get(..take).unwrap_or_default(), last, out);
                     used += n;
+                    if !(last && n == take) {
+                        // Not finished, so still at `i`: count what went out, or an answer
+                        // written in pieces (or past a closed window) never reaches its end.
+                        if let Some(Out::Length(left)) = self.streams.get_mut(i).map(|s| &mut s.out)
+                        {
+                            *left -= n as u64;
+                        }
+                    }
                     if n < take {
                         return used;
                     }

@@ -476,3 +476,30 @@ fn garbage_never_panics() {
         let _ = c.receive(&input, &mut out, &mut events);
     }
 }
+
+#[test]
+fn a_length_answer_past_the_window_still_ends_its_stream() {
+    let mut c = Connection::new(Settings::default());
+    let input = client(|v| {
+        write_settings(v, &[Setting::InitialWindowSize(4)]);
+        get(v, 1, "/poll");
+    });
+    run(&mut c, &input);
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789";
+    let mut out = Vec::new();
+    let mut used = c.respond(1, answer, &mut out);
+    while used < answer.len() {
+        let mut wu = Vec::new();
+        frame::write_window_update(&mut wu, 1, 4);
+        run(&mut c, &wu);
+        used += c.respond(1, &answer[used..], &mut out);
+    }
+    let f = frames(&out);
+    let last = f.last().unwrap();
+    assert_eq!(
+        (last.0, last.1 & 0x1),
+        (0x0, 0x1),
+        "END_STREAM on the last DATA"
+    );
+    assert_eq!(c.open_streams(), 0);
+}
