@@ -122,7 +122,7 @@ impl Connection {
         let s = self.streams.get_mut(i)?;
         let (id, websocket, head_only) = (s.id, s.websocket, s.head_only);
         let kept = match std::mem::take(&mut s.out) {
-            Out::PartialHead(p) => p,
+            Out::PartialHead(p) => p.into_vec(),
             _ => Vec::new(),
         };
         let joined;
@@ -136,7 +136,7 @@ impl Connection {
             Ok(Some(h)) => h,
             Ok(None) => {
                 if let Some(s) = self.streams.get_mut(i) {
-                    s.out = Out::PartialHead(buf.to_vec());
+                    s.out = Out::PartialHead(buf.into());
                 }
                 return Some(rest.len());
             }
