@@ -736,7 +736,7 @@ impl Connection {
         self.streams
             .iter()
             .find(|s| s.id == stream)
-            .map_or(true, |s| s.local_closed)
+            .is_none_or(|s| s.local_closed)
     }
 
     /// Whether `stream`'s answer has neither a length nor chunks: it lasts until

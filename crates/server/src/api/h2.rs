@@ -224,7 +224,8 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
     /// Whether another request may still come: the socket is open, and no GOAWAY was sent
     /// with nothing left to serve.
     pub(super) fn may_continue(&self) -> bool {
-        !self.closed && !(self.conn.going_away() && self.queue.is_empty())
+        let spent = self.conn.going_away() && self.queue.is_empty();
+        !self.closed && !spent
     }
 
     /// The request loop is done with the current request: its answer ends here (END_STREAM
