@@ -130,6 +130,8 @@ struct Exchange {
     body: usize,
     /// The stream is gone (the client reset it, or it broke a rule of the protocol).
     reset: bool,
+    /// The client has sent all of its request (END_STREAM).
+    sent_all: bool,
 }
 
 impl Exchange {
@@ -176,6 +178,11 @@ pub(super) struct H2Serial<'a, S: FeedStream> {
     fatal: Option<Fatal>,
     /// An answer lasting until the end holds the connection; no other stream is served.
     held: bool,
+    /// Streams answered before the client had sent all of its request (a `401` or `413`
+    /// before the body), with the bytes dropped since: the rest is read and dropped, up to a
+    /// body's worth, rather than refused with RST_STREAM at once, which some clients (curl)
+    /// take for a failed request even after a whole answer.
+    draining: Vec<(u32, usize)>,
 }
 
 impl<'a, S: FeedStream> H2Serial<'a, S> {
@@ -207,6 +214,7 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
             closed: false,
             fatal: None,
             held: false,
+            draining: Vec::new(),
         };
         h.conn.start(&mut h.out);
         if !h.input.is_empty() {
@@ -243,12 +251,11 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
                 }
             }
         }
-        let code = if self.conn.answered(x.stream) {
-            ErrorCode::NoError
+        if self.conn.answered(x.stream) {
+            self.let_go(&x);
         } else {
-            ErrorCode::Cancel
-        };
-        self.conn.cancel(x.stream, code, &mut self.out);
+            self.conn.cancel(x.stream, ErrorCode::Cancel, &mut self.out);
+        }
         let _ = self.send();
         Some(x.reset)
     }
@@ -287,14 +294,21 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
             if x.reset || !self.conn.answered(x.stream) {
                 return;
             }
-            // Answered: the rest of its request, if any, is not wanted (RFC 9113 §8.1).
-            self.conn
-                .cancel(x.stream, ErrorCode::NoError, &mut self.out);
-            self.current = None;
+            if let Some(x) = self.current.take() {
+                self.let_go(&x);
+            }
         }
         if let Some(x) = self.queue.pop_front() {
             self.queued -= x.held();
             self.current = Some(x);
+        }
+    }
+
+    /// An answered exchange: the rest of its request, if the client is still sending it, is
+    /// not wanted (RFC 9113 §8.1); it is dropped as it comes.
+    fn let_go(&mut self, x: &Exchange) {
+        if !x.reset && !x.sent_all {
+            self.draining.push((x.stream, 0));
         }
     }
 
@@ -407,6 +421,7 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
                     chunked,
                     body: 0,
                     reset: false,
+                    sent_all: end_stream,
                 };
                 self.queued += x.held();
                 self.queue.push_back(x);
@@ -419,6 +434,7 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
                 ..
             } => self.on_data(stream, data, end_stream),
             Event::Reset { stream, .. } => {
+                self.draining.retain(|d| d.0 != stream);
                 if let Some(x) = self.current.as_mut().filter(|x| x.stream == stream) {
                     x.reset = true;
                     x.bytes = Vec::new();
@@ -440,9 +456,10 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
                 Some(x) => x,
                 None => return,
             },
-            // A stream already finished with: its bytes are not wanted.
-            _ => return,
+            // A stream already answered: its bytes are not wanted.
+            _ => return self.drain(stream, data.len(), end_stream),
         };
+        x.sent_all |= end_stream;
         let before = x.held();
         let keep = self.max_body.saturating_sub(x.body).min(data.len());
         x.body = x.body.saturating_add(data.len());
@@ -464,6 +481,23 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
         if queued.is_some() {
             self.queued += x.held() - before;
             self.queue_check(stream);
+        }
+    }
+
+    /// Drops bytes of an answered stream; past a body's worth, asks the client to stop
+    /// (RST_STREAM `NO_ERROR`).
+    fn drain(&mut self, stream: u32, len: usize, end_stream: bool) {
+        let Some(i) = self.draining.iter().position(|d| d.0 == stream) else {
+            return;
+        };
+        let total = self.draining.get(i).map_or(0, |d| d.1).saturating_add(len);
+        if end_stream || total > self.max_body {
+            self.draining.swap_remove(i);
+            if !end_stream {
+                self.conn.cancel(stream, ErrorCode::NoError, &mut self.out);
+            }
+        } else if let Some(d) = self.draining.get_mut(i) {
+            d.1 = total;
         }
     }
 
