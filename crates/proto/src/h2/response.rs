@@ -38,7 +38,9 @@ impl Connection {
         let mut used = 0;
         loop {
             let rest = data.get(used..).unwrap_or_default();
-            let Some(s) = self.streams.get_mut(i) else {
+            // A stream finished by its head alone may have left the list (its slot now
+            // holds another stream).
+            let Some(s) = self.streams.get_mut(i).filter(|s| s.id == stream) else {
                 return data.len();
             };
             if s.local_closed {
@@ -60,13 +62,12 @@ impl Connection {
                     let last = take as u64 == *left;
                     let n = self.data(i, rest.get(..take).unwrap_or_default(), last, out);
                     used += n;
-                    if !(last && n == take) {
-                        // Not finished, so still at `i`: count what went out, or an answer
-                        // written in pieces (or past a closed window) never reaches its end.
-                        if let Some(Out::Length(left)) = self.streams.get_mut(i).map(|s| &mut s.out)
-                        {
-                            *left -= n as u64;
-                        }
+                    if last && n == take {
+                        return data.len(); // Sent in full (the stream may be gone).
+                    }
+                    // The body goes on in a later call: count what went.
+                    if let Some(Out::Length(left)) = self.streams.get_mut(i).map(|s| &mut s.out) {
+                        *left -= n as u64;
                     }
                     if n < take {
                         return used;
