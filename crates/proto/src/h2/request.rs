@@ -1,6 +1,8 @@
 //! A request's header list, checked as RFC 9113 §8.2 and §8.3 require, and rewritten as the
 //! HTTP/1.1 request head that the server's routing already reads: one request per stream, so
-//! the head always says `connection: close`. An extended CONNECT with `:protocol = websocket`
+//! the head says `connection: close` ([`Builder::finish`]); a caller that serves a
+//! connection's streams one after another over one HTTP/1.1 byte stream asks for heads without
+//! it ([`Builder::finish_keep_alive`]). An extended CONNECT with `:protocol = websocket`
 //! (RFC 8441) becomes the HTTP/1.1 upgrade request it stands for.
 //!
 //! Anything that could change the meaning of the rewritten head is refused as malformed rather
@@ -126,6 +128,17 @@ impl Builder {
     /// The request, or why it is malformed (a stream error, `PROTOCOL_ERROR`).
     /// `connect_protocol`: this side advertised `SETTINGS_ENABLE_CONNECT_PROTOCOL`.
     pub fn finish(self, connect_protocol: bool) -> Result<Request, &'static str> {
+        self.build(connect_protocol, true)
+    }
+
+    /// As [`Builder::finish`], but the head does not say `connection: close`: for a caller
+    /// that hands the requests of a connection to one HTTP/1.1 reader, one after another, and
+    /// wants it to go on after each.
+    pub fn finish_keep_alive(self, connect_protocol: bool) -> Result<Request, &'static str> {
+        self.build(connect_protocol, false)
+    }
+
+    fn build(self, connect_protocol: bool, close: bool) -> Result<Request, &'static str> {
         if let Some(why) = self.bad {
             return Err(why);
         }
@@ -169,7 +182,7 @@ impl Builder {
             head.extend_from_slice(b"sec-websocket-key: ");
             head.extend_from_slice(WS_KEY.as_bytes());
             head.extend_from_slice(b"\r\n");
-        } else {
+        } else if close {
             head.extend_from_slice(b"connection: close\r\n");
         }
         head.extend_from_slice(&self.fields);
@@ -241,6 +254,27 @@ mod tests {
              connection: close\r\nlast-event-id: 3\r\n\r\n"
         );
         assert!(!r.websocket && !r.head_only);
+    }
+
+    #[test]
+    fn a_keep_alive_head_leaves_the_connection_open() {
+        let mut b = Builder::new();
+        for (n, v) in GET {
+            b.field(n.as_bytes(), v.as_bytes());
+        }
+        b.field(b"content-length", b"0");
+        let r = b.finish_keep_alive(false).unwrap();
+        assert_eq!(
+            String::from_utf8(r.head).unwrap(),
+            "GET /sse?topic=a HTTP/1.1\r\nhost: example.com\r\ncontent-length: 0\r\n\r\n"
+        );
+        // A client still cannot ask for a close (or anything connection-specific) itself.
+        let mut b = Builder::new();
+        for (n, v) in GET {
+            b.field(n.as_bytes(), v.as_bytes());
+        }
+        b.field(b"connection", b"close");
+        assert!(b.finish_keep_alive(false).is_err());
     }
 
     #[test]

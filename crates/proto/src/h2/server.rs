@@ -34,6 +34,10 @@ pub struct Settings {
     pub header_table: u32,
     /// `SETTINGS_ENABLE_CONNECT_PROTOCOL` (RFC 8441): WebSockets over HTTP/2.
     pub connect_protocol: bool,
+    /// Not advertised: requests become heads without `connection: close`
+    /// ([`Builder::finish_keep_alive`]), for a caller that serves the streams one after
+    /// another over one HTTP/1.1 byte stream.
+    pub keep_alive_heads: bool,
 }
 
 impl Default for Settings {
@@ -44,6 +48,7 @@ impl Default for Settings {
             max_header_list: 16_384,
             header_table: 4_096,
             connect_protocol: true,
+            keep_alive_heads: false,
         }
     }
 }
@@ -495,7 +500,12 @@ impl Connection {
             self.remember_closed(id);
             return Ok(());
         }
-        match builder.finish(self.settings.connect_protocol) {
+        let built = if self.settings.keep_alive_heads {
+            builder.finish_keep_alive(self.settings.connect_protocol)
+        } else {
+            builder.finish(self.settings.connect_protocol)
+        };
+        match built {
             Err(_) => {
                 self.spend(|f| &mut f.resets, out)?;
                 frame::write_rst_stream(out, id, ErrorCode::ProtocolError);
@@ -719,6 +729,22 @@ impl Connection {
     /// Streams either side may still use.
     pub fn open_streams(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Whether this side has sent all of `stream`'s answer (or the stream is gone).
+    pub fn answered(&self, stream: u32) -> bool {
+        self.streams
+            .iter()
+            .find(|s| s.id == stream)
+            .is_none_or(|s| s.local_closed)
+    }
+
+    /// Whether `stream`'s answer has neither a length nor chunks: it lasts until
+    /// [`Connection::end`].
+    pub fn answer_until_end(&self, stream: u32) -> bool {
+        self.streams
+            .iter()
+            .any(|s| s.id == stream && matches!(s.out, Out::Close) && !s.local_closed)
     }
 
     /// Whether a WINDOW_UPDATE or a SETTINGS change opened room to send since the last call.

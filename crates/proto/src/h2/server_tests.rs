@@ -563,3 +563,76 @@ fn a_stream_stays_small() {
     // issue's goal is at most 200 bytes per additional idle stream.
     assert!(std::mem::size_of::<crate::h2::stream::Stream>() <= 56);
 }
+
+#[test]
+fn keep_alive_heads_and_the_answer_accessors_serve_streams_in_turn() {
+    let mut c = Connection::new(Settings {
+        keep_alive_heads: true,
+        connect_protocol: false,
+        ..Settings::default()
+    });
+    let input = client(|v| {
+        get(v, 1, "/dashboard/feed");
+        get(v, 3, "/healthz");
+    });
+    let mut out = Vec::new();
+    let mut events = Vec::new();
+    c.receive(&input, &mut out, &mut events).unwrap();
+    let heads: Vec<Vec<u8>> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Request { request, .. } => Some(request.head.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        heads[1], b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n",
+        "no connection: close"
+    );
+    assert!(!c.answered(1) && !c.answer_until_end(1));
+    // An answer delimited by closing lasts until `end`.
+    c.respond(
+        1,
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: a\n\n",
+        &mut out,
+    );
+    assert!(c.answer_until_end(1) && !c.answered(1));
+    assert_eq!(c.end(1, &mut out), crate::h2::response::Ended::Done);
+    assert!(c.answered(1) && !c.answer_until_end(1));
+    // One with a length is answered at its last byte.
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
+    c.respond(3, &answer[..answer.len() - 1], &mut out);
+    assert!(!c.answered(3) && !c.answer_until_end(3));
+    c.respond(3, &answer[answer.len() - 1..], &mut out);
+    assert!(c.answered(3));
+    assert_eq!(c.open_streams(), 0);
+    // A stream never seen counts as answered: there is nothing to wait for.
+    assert!(c.answered(99));
+}
+
+#[test]
+fn a_length_answer_past_the_window_still_ends_its_stream() {
+    let mut c = Connection::new(Settings::default());
+    let input = client(|v| {
+        write_settings(v, &[Setting::InitialWindowSize(4)]);
+        get(v, 1, "/poll");
+    });
+    run(&mut c, &input);
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789";
+    let mut out = Vec::new();
+    let mut used = c.respond(1, answer, &mut out);
+    while used < answer.len() {
+        let mut wu = Vec::new();
+        frame::write_window_update(&mut wu, 1, 4);
+        run(&mut c, &wu);
+        used += c.respond(1, &answer[used..], &mut out);
+    }
+    let f = frames(&out);
+    let last = f.last().unwrap();
+    assert_eq!(
+        (last.0, last.1 & 0x1),
+        (0x0, 0x1),
+        "END_STREAM on the last DATA"
+    );
+    assert_eq!(c.open_streams(), 0);
+}

@@ -28,11 +28,13 @@ use crate::reply::Answer;
 use crate::worker::Shared;
 
 mod access;
+mod h2;
 mod presence;
 mod publish;
 mod request;
 mod triage;
 
+use self::h2::{H2Serial, Sniffed};
 use access::{admin_ok, authorized, browser_check, permit, refused, reserve_may_serve, Permit};
 use publish::{publish_batch, publish_grip, publish_one};
 use request::{copy_request, Request};
@@ -185,6 +187,9 @@ fn handle(
     stream.set_write_timeout(Some(API_IDLE))?;
     let _ = stream.set_nodelay(true);
     let tls = shared.config.tls_api && !matches!(scope, Scope::Node);
+    // A reserve connection (past the pool's caps) came through the triage, which reads
+    // HTTP/1.1 heads only: its one request is HTTP/1.1.
+    let h2_on = shared.config.http2 && !reserve;
     match shared.tls.as_ref().filter(|_| tls) {
         // A blocking thread per API connection: rustls' buffered stream is the simple fit.
         Some(tls) => {
@@ -200,13 +205,30 @@ fn handle(
             let conn = rustls::ServerConnection::new(Arc::clone(tls.config()))
                 .map_err(io::Error::other)?;
             let mut s = rustls::StreamOwned::new(conn, stream);
-            let res = requests(&mut s, shared, dashboard, scope, reserve, first);
+            // The API's TLS offers what the client listener's does: h2 when http2 is on.
+            let res = if h2_on && h2::negotiated(&mut s)? {
+                serve_h2(&mut s, Vec::new(), shared, dashboard, scope)
+            } else {
+                requests(&mut s, shared, dashboard, scope, reserve, first)
+            };
             s.conn.send_close_notify();
             let _ = s.flush();
             res
         }
         None => {
-            let mut stream = stream;
+            let (mut stream, mut first) = (stream, first);
+            if h2_on {
+                match h2::sniff(&mut stream, &mut first)? {
+                    Sniffed::Http2 => {
+                        return serve_h2(&mut stream, first, shared, dashboard, scope)
+                    }
+                    Sniffed::Broken => {
+                        log::debug(format_args!("api: bad HTTP/2 preface"));
+                        return Ok(());
+                    }
+                    Sniffed::Http1 => {}
+                }
+            }
             requests(&mut stream, shared, dashboard, scope, reserve, first)
         }
     }
@@ -231,6 +253,36 @@ fn refuse_plaintext(mut stream: TcpStream) -> io::Result<()> {
     let until = std::time::Instant::now() + API_REQUEST_DEADLINE;
     while std::time::Instant::now() < until && matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
     Ok(())
+}
+
+/// Serves an HTTP/2 connection ([`H2Serial`]): its requests one after another, each through
+/// [`requests`] as on an HTTP/1.1 connection, until the connection ends. An answer that would
+/// close an HTTP/1.1 connection (an error before the body was read) ends only its stream.
+fn serve_h2<S: FeedStream>(
+    stream: &mut S,
+    first: Vec<u8>,
+    shared: &Shared,
+    dashboard: Option<&Dashboard>,
+    scope: &Scope,
+) -> io::Result<()> {
+    let cfg = &shared.config;
+    let mut h2 = H2Serial::new(stream, cfg.max_head_size, cfg.max_publish_size, first)?;
+    let res = loop {
+        let res = requests(&mut h2, shared, dashboard, scope, false, Vec::new());
+        match h2.finish_current() {
+            // A request was served, or its stream reset under it: on to the next.
+            Some(reset) if h2.may_continue() && (res.is_ok() || reset) => {}
+            _ => break res,
+        }
+    };
+    if let Some(fatal) = h2.fatal() {
+        log::debug(format_args!("api HTTP/2: {fatal}"));
+        if fatal.code != clarion_proto::h2::frame::ErrorCode::NoError {
+            shared.metrics.h2_errors.fetch_add(1, Relaxed);
+        }
+    }
+    h2.close();
+    res
 }
 
 /// Serves requests on one connection until it closes or asks to.
