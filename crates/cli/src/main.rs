@@ -24,10 +24,15 @@ fn main() -> std::process::ExitCode {
         Command::Server(Server::Serve(args)) => args
             .resolve()
             .map_err(anyhow::Error::from)
-            .and_then(|config| match Role::of(&config)? {
-                Role::Single => clarion::server::run(config),
-                Role::Supervisor => clarion::group::supervise(config),
-                Role::Member(member) => clarion::server::run_member(config, member),
+            .and_then(|config| match (Role::of(&config)?, args.upgrade_from()) {
+                (Role::Single, None) => clarion::server::run(config),
+                (Role::Single, Some(pid)) => clarion::server::run_upgrade(config, pid),
+                (_, Some(_)) => Err(anyhow::anyhow!(
+                    "--upgrade-from takes over a single process; a --processes group is \
+                     upgraded with SIGUSR1 to its supervisor"
+                )),
+                (Role::Supervisor, None) => clarion::group::supervise(config),
+                (Role::Member(member), None) => clarion::server::run_member(config, member),
             }),
         Command::Server(Server::Publish(args)) => clarion::publish::run(args),
         Command::Server(Server::Cert(args)) => args.run(),

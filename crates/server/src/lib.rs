@@ -54,6 +54,7 @@ pub mod dashboard;
 pub mod durable;
 pub mod grip;
 pub mod group;
+pub mod handover;
 pub mod hooks;
 pub mod hub;
 pub mod log;

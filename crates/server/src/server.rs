@@ -32,18 +32,33 @@ use crate::worker::{bind_listeners, Shared, Worker, WAKER};
 
 /// Runs the server until a termination signal has been handled.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    run_as(config, None)
+    run_as(config, None, None)
+}
+
+/// Runs the server in place of the running process `pid`, taking its listeners and
+/// connections (see [`crate::handover`]); when it refuses, starts beside it as it restarts.
+pub fn run_upgrade(config: Config, pid: u32) -> anyhow::Result<()> {
+    run_as(config, None, Some(pid))
 }
 
 /// Runs one member of a `--processes` group (see [`crate::group`]): its configuration is the
 /// group's with the member's applied.
 pub fn run_member(config: Config, member: Member) -> anyhow::Result<()> {
     log::set_node(&member.node);
-    run_as(member.apply(config), Some(Arc::new(member)))
+    run_as(member.apply(config), Some(Arc::new(member)), None)
 }
 
-fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
-    if member.is_none() {
+fn run_as(
+    config: Config,
+    member: Option<Arc<Member>>,
+    upgrade_from: Option<u32>,
+) -> anyhow::Result<()> {
+    let mut incoming = match upgrade_from {
+        Some(pid) => crate::handover::incoming::connect(pid, &config)?,
+        None => None,
+    };
+    // The process being replaced holds the ports until it is gone.
+    if member.is_none() && upgrade_from.is_none() {
         // A member's siblings hold the ports by design; anyone else is refused.
         let ports = [
             (Some(config.listen), "client"),
@@ -57,10 +72,22 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         }
     }
     let workers = config.worker_count();
-    let listeners = bind_listeners(config.listen, workers)
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let api = bind_api(config.api_listen, member.is_some())
-        .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?;
+    let taken = incoming
+        .as_mut()
+        .map(|i| std::mem::take(&mut i.client))
+        .filter(|l| l.len() == workers);
+    let listeners = match taken {
+        Some(l) => l,
+        None => bind_listeners(config.listen, workers)
+            .with_context(|| format!("cannot listen on {}", config.listen))?,
+    };
+    let api = match incoming.as_mut().and_then(|i| i.api.take()) {
+        Some(l) => l,
+        None if upgrade_from.is_some() => bind_api_after(config.api_listen, upgrade_from)
+            .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?,
+        None => bind_api(config.api_listen, member.is_some())
+            .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?,
+    };
     // A member's own view, for the group's scrapes: loopback, plain HTTP, a fresh port.
     let node_api = match member {
         Some(_) => Some(
@@ -77,7 +104,12 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let taken_tls = incoming
+        .as_mut()
+        .map(|i| std::mem::take(&mut i.tls))
+        .filter(|l| l.len() == workers);
     let mut tls_listeners: Vec<Option<std::net::TcpListener>> = match config.tls_address() {
+        Some(_) if taken_tls.is_some() => taken_tls.into_iter().flatten().map(Some).collect(),
         Some(addr) => bind_listeners(addr, workers)
             .with_context(|| format!("cannot listen on {addr} (TLS)"))?
             .into_iter()
@@ -106,7 +138,17 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     let auth = crate::auth::Auth::from_config(&config).context("cannot set up authentication")?;
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
-    let broker = make_broker(&config, &inboxes, &metrics)?;
+    let broker = match incoming
+        .as_ref()
+        .and_then(|i| i.broker(&inboxes, &metrics, &config))
+    {
+        Some(b) => b,
+        None => make_broker(&config, &inboxes, &metrics)?,
+    };
+    let mut arriving = match incoming.as_mut() {
+        Some(i) => i.take_connections(&broker, workers)?,
+        None => Vec::new(),
+    };
     let router = match &broker {
         Broker::Redis(b) => Some(b.router()),
         _ => None,
@@ -132,6 +174,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         auth,
         hooks,
         presence,
+        handover: Default::default(),
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.
@@ -160,11 +203,24 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
             .context("cannot start the presence thread")?;
         presence_thread = Some(t);
     }
+    // Copies of the listening sockets for a later hand-over (a lone process only: a group's
+    // members are replaced by their supervisor).
+    let listening = match member {
+        None => Some(crate::handover::Listening {
+            client: dup_all(listeners.iter())?,
+            tls: dup_all(tls_listeners.iter().flatten())?,
+            api: Some(api.try_clone()?.into()),
+        }),
+        Some(_) => None,
+    };
     let mut threads = Vec::with_capacity(workers);
     for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate()
     {
         let tls_listener = tls_listeners.get_mut(id).and_then(Option::take);
-        let worker = Worker::new(id, poll, listener, tls_listener, inbox, Arc::clone(&shared))?;
+        let mut worker = Worker::new(id, poll, listener, tls_listener, inbox, Arc::clone(&shared))?;
+        if let Some(list) = arriving.get_mut(id) {
+            worker.adopt_all(std::mem::take(list));
+        }
         let t = std::thread::Builder::new()
             .name(format!("clarion-worker-{id}"))
             .spawn(move || worker.run())
@@ -193,6 +249,15 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         let _ = api_ready.recv_timeout(std::time::Duration::from_secs(10));
     }
 
+    if let Some(i) = &incoming {
+        // Every connection is registered with a worker: the old process may go.
+        if let Err(e) = i.ack() {
+            log::warn(format_args!("hand-over: the acknowledgement failed: {e}"));
+        }
+    }
+    if let Some(l) = listening {
+        crate::handover::listen(Arc::clone(&shared), l);
+    }
     let clients = client_addr.map_or_else(|| "-".to_owned(), |a| a.to_string());
     let tls_note = tls_addr.map_or_else(String::new, |a| format!(", TLS clients on {a}"));
     let api_tls = if shared.config.tls_api { " (TLS)" } else { "" };
@@ -250,6 +315,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         p.leave_cluster(&shared.broker);
     }
     shared.broker.shutdown();
+    let _ = std::fs::remove_file(crate::handover::socket_path(std::process::id()));
     log::info(format_args!(
         "stopped: {} WebSocket connections closed with {}",
         shared.metrics.closes(CloseReason::Shutdown),
@@ -298,6 +364,36 @@ fn what_is_on(shared: &Shared, member: Option<&Member>) -> String {
         None => "1 process".to_owned(),
     };
     format!("{broker}; {auth}; {processes}")
+}
+
+/// Duplicates listening sockets (the copies keep the same accept queues).
+fn dup_all<'a>(
+    ls: impl Iterator<Item = &'a std::net::TcpListener>,
+) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
+    ls.map(|l| l.try_clone().map(Into::into)).collect()
+}
+
+/// The API listener of a process that replaces `pid` without its sockets (it refused the
+/// hand-over and restarts with a drain): the port is free once that process has exited.
+fn bind_api_after(
+    addr: std::net::SocketAddr,
+    pid: Option<u32>,
+) -> std::io::Result<std::net::TcpListener> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                if let Some(pid) = pid {
+                    log::debug(format_args!("API port busy until process {pid} exits"));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The API listener: a member of a group shares the group's API port with `SO_REUSEPORT`, as
