@@ -5,6 +5,7 @@ restarts with a drain (close 1012, exact resume from `history_dir`)."""
 
 import json
 import os
+import signal
 import socket
 import struct
 import threading
@@ -328,3 +329,36 @@ def test_connections_that_cannot_move_fall_back_and_are_counted(start_server):
     mover.join(timeout=20)
     assert mover.ended is None
     assert mover.still_open()
+
+
+def test_sigusr1_upgrades_a_lone_process_in_place_and_the_pid_file_follows(
+    start_server, tmp_path
+):
+    pid_file = tmp_path / "clarion.pid"
+    old = start_server("--pid-file", pid_file)
+    assert int(pid_file.read_text()) == old.proc.pid
+    client = RawWs(old.clients, 3)
+    client.start()
+    old.publish("t", payload(1))
+    old.proc.send_signal(signal.SIGUSR1)
+    # The successor writes its ready line to the same output as the old process.
+    line = old.proc.stdout.readline()
+    assert line.startswith("clarion ready"), line
+    assert wait_exit(old.proc) == 0
+    new_pid = int(pid_file.read_text())
+    assert new_pid != old.proc.pid
+    try:
+        status, _, _ = old.request("GET", "/healthz")
+        assert status == 200
+        old.publish("t", payload(2))
+        old.publish("t", payload(3))
+        client.join(timeout=20)
+        assert client.ended is None and client.got == [1, 2, 3]
+        assert client.still_open()
+    finally:
+        os.kill(new_pid, signal.SIGTERM)
+    for _ in range(100):
+        if not pid_file.exists():
+            break
+        time.sleep(0.1)
+    assert not pid_file.exists(), "the last process removes the pid file it wrote"

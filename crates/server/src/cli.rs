@@ -186,6 +186,12 @@ impl ServeArgs {
     pub fn upgrade_from(&self) -> Option<u32> {
         self.settings.get_one::<u32>("upgrade-from").copied()
     }
+
+    /// `--pid-file PATH`: where a lone server writes its pid once it serves (a service manager
+    /// follows an upgrade through it).
+    pub fn pid_file(&self) -> Option<PathBuf> {
+        self.settings.get_one::<PathBuf>("pid-file").cloned()
+    }
 }
 
 // clap's derive cannot loop over a table, so `serve`'s arguments are built by hand from it.
@@ -222,8 +228,18 @@ impl Args for ServeArgs {
                  (same flags); it exits once they are served here",
             )
             .value_parser(clap::value_parser!(u32));
+        let pid_file = Arg::new("pid-file")
+            .long("pid-file")
+            .value_name("PATH")
+            .help_heading("Listeners")
+            .help(
+                "Write this process's pid here once it serves (replaced by the new process's \
+                 on an upgrade that keeps connections)",
+            )
+            .value_parser(clap::value_parser!(PathBuf));
         cmd.arg(config)
             .arg(upgrade)
+            .arg(pid_file)
             .args(SETTINGS.iter().filter_map(|s| s.arg()))
     }
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 
 use crate::api::Scope;
 use crate::broker::Broker;
@@ -32,27 +32,36 @@ use crate::worker::{bind_listeners, Shared, Worker, WAKER};
 
 /// Runs the server until a termination signal has been handled.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    run_as(config, None, None)
+    run_as(config, None, &Lone::default())
 }
 
-/// Runs the server in place of the running process `pid`, taking its listeners and
-/// connections (see [`crate::handover`]); when it refuses, starts beside it as it restarts.
-pub fn run_upgrade(config: Config, pid: u32) -> anyhow::Result<()> {
-    run_as(config, None, Some(pid))
+/// What only a lone process (not a `--processes` member) may be asked on its command line.
+#[derive(Debug, Default, Clone)]
+pub struct Lone {
+    /// `--upgrade-from PID`: take over that running server's listeners and connections.
+    pub upgrade_from: Option<u32>,
+    /// `--pid-file PATH`: where to write this process's pid once it serves.
+    pub pid_file: Option<std::path::PathBuf>,
+}
+
+/// Runs a lone server with its command-line extras ([`Lone`]).
+pub fn run_lone(config: Config, lone: &Lone) -> anyhow::Result<()> {
+    run_as(config, None, lone)
 }
 
 /// Runs one member of a `--processes` group (see [`crate::group`]): its configuration is the
 /// group's with the member's applied.
 pub fn run_member(config: Config, member: Member) -> anyhow::Result<()> {
     log::set_node(&member.node);
-    run_as(member.apply(config), Some(Arc::new(member)), None)
+    run_as(
+        member.apply(config),
+        Some(Arc::new(member)),
+        &Lone::default(),
+    )
 }
 
-fn run_as(
-    config: Config,
-    member: Option<Arc<Member>>,
-    upgrade_from: Option<u32>,
-) -> anyhow::Result<()> {
+fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::Result<()> {
+    let (upgrade_from, pid_file) = (lone.upgrade_from, lone.pid_file.as_deref());
     let mut incoming = match upgrade_from {
         Some(pid) => crate::handover::incoming::connect(pid, &config)?,
         None => None,
@@ -180,6 +189,11 @@ fn run_as(
     // Register signals before announcing readiness, so an early SIGTERM is never lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR2])
         .context("cannot install signal handlers")?;
+    if member.is_none() {
+        // A lone process upgrades itself in place on SIGUSR1 (a group's supervisor owns it).
+        signals.add_signal(SIGUSR1)?;
+        crate::handover::remember_binary();
+    }
     if let Some(tls) = shared.tls.clone() {
         start_reloader(tls, shared.config.tls_reload_interval)?;
     }
@@ -249,6 +263,12 @@ fn run_as(
         let _ = api_ready.recv_timeout(std::time::Duration::from_secs(10));
     }
 
+    if let Some(path) = pid_file {
+        // Before the acknowledgement: the old process exits once it has it, and a service
+        // manager that follows the file must find this pid there by then.
+        crate::handover::write_pid_file(path)
+            .with_context(|| format!("cannot write the pid file {}", path.display()))?;
+    }
     if let Some(i) = &incoming {
         // Every connection is registered with a worker: the old process may go.
         if let Err(e) = i.ack() {
@@ -281,7 +301,16 @@ fn run_as(
     out.flush()?;
     drop(out);
 
-    if let Some(sig) = signals.forever().next() {
+    let mut received = None;
+    for sig in signals.forever() {
+        if sig == SIGUSR1 {
+            crate::handover::start_successor();
+            continue;
+        }
+        received = Some(sig);
+        break;
+    }
+    if let Some(sig) = received {
         // A group member's watcher raises SIGUSR2 before SIGTERM for a restart of the group.
         let restart = sig == SIGUSR2 || signals.pending().any(|s| s == SIGUSR2);
         shared.restarting.store(restart, Relaxed);
@@ -316,6 +345,9 @@ fn run_as(
     }
     shared.broker.shutdown();
     let _ = std::fs::remove_file(crate::handover::socket_path(std::process::id()));
+    if let Some(path) = pid_file {
+        crate::handover::remove_pid_file(path);
+    }
     log::info(format_args!(
         "stopped: {} WebSocket connections closed with {}",
         shared.metrics.closes(CloseReason::Shutdown),

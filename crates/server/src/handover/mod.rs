@@ -55,6 +55,96 @@ pub fn socket_path(pid: u32) -> PathBuf {
     std::env::temp_dir().join(format!("clarion-handover-{pid}.sock"))
 }
 
+/// The binary this process was started from, read at start: after an upgrade replaced the
+/// file, SIGUSR1 starts the new version from the same path.
+static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Remembers the binary's path (at start, before it can be replaced).
+pub fn remember_binary() {
+    if let Ok(exe) = std::env::current_exe() {
+        let _ = BINARY.set(exe);
+    }
+}
+
+/// SIGUSR1 to a lone process: starts the binary on disk with this process's arguments and
+/// `--upgrade-from` this pid, which takes the connections over. Its output goes where this
+/// process's goes. A successor that fails to start leaves this process serving.
+pub fn start_successor() {
+    let exe = BINARY
+        .get()
+        .filter(|p| p.is_file())
+        .map_or(std::path::Path::new("/proc/self/exe"), PathBuf::as_path);
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| "clarion".into());
+    let mut kept = Vec::new();
+    let mut skip = false;
+    for a in args {
+        if skip {
+            skip = false;
+            continue;
+        }
+        let text = a.to_string_lossy();
+        if text == "--upgrade-from" {
+            skip = true;
+            continue;
+        }
+        if text.starts_with("--upgrade-from=") {
+            continue;
+        }
+        kept.push(a);
+    }
+    use std::os::unix::process::CommandExt as _;
+    let spawned = std::process::Command::new(exe)
+        .arg0(arg0)
+        .args(kept)
+        .arg("--upgrade-from")
+        .arg(std::process::id().to_string())
+        .stdin(std::process::Stdio::null())
+        .spawn();
+    match spawned {
+        Ok(mut child) => {
+            log::info(format_args!(
+                "SIGUSR1: started {} (pid {}) to take the connections over",
+                exe.display(),
+                child.id()
+            ));
+            // Reaped if it exits while this process still runs (a failed start).
+            let _ = std::thread::Builder::new()
+                .name("clarion-successor".into())
+                .spawn(move || {
+                    if let Ok(status) = child.wait() {
+                        if !status.success() {
+                            log::warn(format_args!(
+                                "the upgrade's new process exited ({status}); still serving"
+                            ));
+                        }
+                    }
+                });
+        }
+        Err(e) => log::warn(format_args!(
+            "SIGUSR1: cannot start {}: {e}; still serving",
+            exe.display()
+        )),
+    }
+}
+
+/// Writes this process's pid to `path` (through a temporary file and a rename, so a reader
+/// never sees it half written).
+pub fn write_pid_file(path: &std::path::Path) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{}\n", std::process::id()))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Removes the pid file at exit, unless it names another process (the one that took over).
+pub fn remove_pid_file(path: &std::path::Path) {
+    let ours =
+        std::fs::read_to_string(path).is_ok_and(|t| t.trim() == std::process::id().to_string());
+    if ours {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// The sockets the old process passes on, duplicated before its workers took theirs.
 pub struct Listening {
     /// One client listener per worker.
