@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -308,26 +309,45 @@ def test_an_incompatible_peer_is_refused_and_the_old_process_restarts_with_1012(
     assert [m["id"] for m in answer["messages"]] == ids[5:]
 
 
-def test_connections_that_cannot_move_fall_back_and_are_counted(start_server):
-    old = start_server("--compression", "dedicated", "--compression-threshold", "0")
-    mover = RawWs(old.clients, 1)
+def test_connections_that_cannot_move_fall_back_and_are_counted(start_server, tmp_path):
+    from test_tls import make_dev_cert
+
+    dev = make_dev_cert(tmp_path / "tls")
+    flags = ["--compression", "dedicated", "--compression-threshold", "0",
+             "--tls-listen", "127.0.0.1:0", "--tls-cert", dev["cert"], "--tls-key", dev["key"]]
+    old = start_server(*flags)
+    mover = RawWs(old.clients, 2)
     stayer = websockets.sync.client.connect(
         f"ws://{old.clients}/ws?topic=t", compression="deflate", open_timeout=10
     )
+    tls = ssl.create_default_context(cafile=dev["ca"])
+    secure = websockets.sync.client.connect(
+        f"wss://localhost:{old.tls.rsplit(':', 1)[1]}/ws?topic=t", ssl=tls, open_timeout=10,
+        compression=None,
+    )
     old.publish("t", payload(1))
     assert stayer.recv(timeout=10) == payload(1)  # its compressor now holds context
+    assert secure.recv(timeout=10) == payload(1)
     mover.start()
-    new = upgrade(old)
-    # The one with a compression context is told to reconnect; the other carries on.
-    with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
-        stayer.recv(timeout=20)
-    assert e.value.rcvd.code == 1012
+    new = upgrade(old, *flags)
+    # The ones with a compression context or TLS are told to reconnect; the other carries on.
+    for ws in (stayer, secure):
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
+            ws.recv(timeout=20)
+        assert e.value.rcvd.code == 1012
     assert wait_exit(old.proc) == 0
     log = old.proc.stderr.read()
-    assert "1 connections moved" in log and "1 stay" in log and "1 deflate_context" in log, log
+    assert "1 connections moved" in log and "2 stay" in log, log
+    assert "1 tls" in log and "1 deflate_context" in log, log
+    # The TLS listener moved too: the secure client reconnects to the same port.
+    again = websockets.sync.client.connect(
+        f"wss://localhost:{new.tls.rsplit(':', 1)[1]}/ws?topic=t", ssl=tls, open_timeout=10
+    )
+    assert new.tls == old.tls
     new.publish("t", payload(2))
+    assert again.recv(timeout=10) == payload(2)
     mover.join(timeout=20)
-    assert mover.ended is None
+    assert mover.ended is None and mover.got == [1, 2]
     assert mover.still_open()
 
 
