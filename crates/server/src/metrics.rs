@@ -132,6 +132,14 @@ pub struct Metrics {
     pub http_errors: AtomicU64,
     /// Open connections accepted on the TLS listener.
     pub tls_connections: AtomicU64,
+    /// Open HTTP/2 connections (their streams are counted by transport, as connections).
+    pub h2_connections: AtomicU64,
+    /// Open HTTP/2 streams.
+    pub h2_streams: AtomicU64,
+    /// HTTP/2 streams opened.
+    pub h2_streams_opened: AtomicU64,
+    /// HTTP/2 connections ended by a protocol error or a flood (GOAWAY with an error code).
+    pub h2_errors: AtomicU64,
     /// TLS handshakes completed.
     pub tls_handshakes: AtomicU64,
     /// TLS connections ended by a record-layer error after their handshake.
@@ -457,6 +465,36 @@ impl Metrics {
             "clarion_tls_connections",
             "Open connections accepted on the TLS listener.",
             l(&self.tls_connections),
+        );
+        let h2 = l(&self.h2_connections);
+        let h2_streams = l(&self.h2_streams);
+        let all = http + ws + sse + stream + poll;
+        let _ = writeln!(
+            out,
+            "# HELP clarion_protocol_connections Open client connections by HTTP version (an \
+             HTTP/2 connection counts once, whatever streams it carries).\n\
+             # TYPE clarion_protocol_connections gauge\n\
+             clarion_protocol_connections{{protocol=\"h1\"}} {}\n\
+             clarion_protocol_connections{{protocol=\"h2\"}} {h2}",
+            all.saturating_sub(h2_streams)
+        );
+        gauge(
+            &mut out,
+            "clarion_h2_streams",
+            "Open HTTP/2 streams (each is also counted in clarion_connections by transport).",
+            h2_streams,
+        );
+        counter(
+            &mut out,
+            "clarion_h2_streams_total",
+            "HTTP/2 streams opened.",
+            l(&self.h2_streams_opened),
+        );
+        counter(
+            &mut out,
+            "clarion_h2_errors_total",
+            "HTTP/2 connections ended by a protocol error or a flood (GOAWAY with an error).",
+            l(&self.h2_errors),
         );
         counter(
             &mut out,

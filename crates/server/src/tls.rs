@@ -123,6 +123,8 @@ pub struct Settings {
     pub strict_sni: bool,
     /// Offer TLS 1.2 as well as 1.3.
     pub tls12: bool,
+    /// Offer HTTP/2 (ALPN `h2`) before HTTP/1.1.
+    pub http2: bool,
 }
 
 /// The loaded TLS setup: a rustls configuration whose certificates can be reloaded.
@@ -153,9 +155,14 @@ impl Tls {
             .with_protocol_versions(versions)?
             .with_no_client_auth()
             .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
-        // Browsers offer h2 and http/1.1; we speak the latter (WebSocket and SSE need nothing
-        // more). A client that offers ALPN without it is refused (`no_application_protocol`).
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // Browsers offer h2 and http/1.1: h2 first when HTTP/2 is on (the client's preface then
+        // tells the worker). A client that offers ALPN with neither is refused
+        // (`no_application_protocol`).
+        config.alpn_protocols = if settings.http2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         // Stateless resumption tickets: a reconnecting client skips the certificate signature,
         // which is most of a handshake's CPU, and the server keeps nothing per session. One
         // ticket is enough for a client that keeps one connection.
@@ -358,6 +365,7 @@ mod tests {
             certs: vec![good.clone()],
             strict_sni: false,
             tls12: true,
+            http2: true,
         })
         .unwrap();
         assert!(!tls.files_changed());
@@ -376,7 +384,8 @@ mod tests {
             Tls::load(Settings {
                 certs: vec![],
                 strict_sni: false,
-                tls12: true
+                tls12: true,
+                http2: true,
             }),
             Err(TlsError::NoCertificate)
         ));

@@ -197,9 +197,11 @@ impl Decoder {
     }
 
     /// Decodes one complete header block, calling `field` for each field in order. The sum of
-    /// [`field_size`] over the list may not exceed `max_list`; past it decoding stops with
-    /// [`HpackError::ListTooLarge`] (the table has still been updated for the fields before,
-    /// as the peer's encoder expects, so the connection can go on).
+    /// [`field_size`] over the list may not exceed `max_list`: past it no more fields are
+    /// handed on, but the block is still decoded to its end so that the dynamic table stays in
+    /// step with the peer's encoder (RFC 9113 §10.5.1), and the result is
+    /// [`HpackError::ListTooLarge`]: the caller answers that stream and the connection goes
+    /// on. Strings are bounded by the block itself.
     pub fn decode(
         &mut self,
         mut block: &[u8],
@@ -207,6 +209,7 @@ impl Decoder {
         mut field: impl FnMut(Field<'_>),
     ) -> Result<(), HpackError> {
         let mut list = 0usize;
+        let mut over = false;
         let mut first = true;
         let mut name_buf = Vec::new();
         let mut value_buf = Vec::new();
@@ -216,8 +219,13 @@ impl Decoder {
                 let (index, rest) = integer(block, 7)?;
                 block = rest;
                 let (n, v) = self.lookup(index)?;
-                list = add(list, field_size(n, v), max_list)?;
-                field((n, v, false));
+                match add(list, field_size(n, v), max_list) {
+                    Ok(total) if !over => {
+                        list = total;
+                        field((n, v, false));
+                    }
+                    _ => over = true,
+                }
             } else if b & 0xe0 == 0x20 {
                 // Dynamic table size update (§6.3): only at the start of a block.
                 let (size, rest) = integer(block, 5)?;
@@ -238,20 +246,29 @@ impl Decoder {
                 block = rest;
                 name_buf.clear();
                 if index == 0 {
-                    block = string(block, max_list, &mut name_buf)?;
+                    block = string(block, usize::MAX, &mut name_buf)?;
                 } else {
                     let (n, _) = self.lookup(index)?;
                     name_buf.extend_from_slice(n);
                 }
                 value_buf.clear();
-                block = string(block, max_list, &mut value_buf)?;
-                list = add(list, field_size(&name_buf, &value_buf), max_list)?;
+                block = string(block, usize::MAX, &mut value_buf)?;
+                let fits = add(list, field_size(&name_buf, &value_buf), max_list);
                 if indexing {
                     self.table.insert(&name_buf, &value_buf);
                 }
-                field((&name_buf, &value_buf, never));
+                match fits {
+                    Ok(total) if !over => {
+                        list = total;
+                        field((&name_buf, &value_buf, never));
+                    }
+                    _ => over = true,
+                }
             }
             first = false;
+        }
+        if over {
+            return Err(HpackError::ListTooLarge);
         }
         Ok(())
     }
@@ -531,10 +548,12 @@ mod tests {
             decode_all(&mut d, &[0x00, 0x05, b'a']),
             Err(HpackError::Truncated)
         );
-        // A string longer than the whole list may be is refused before it is read.
+        // A string longer than the whole list may be is decoded (the block bounds it, and the
+        // table must stay in step) but not handed on.
         let mut big = vec![0x00, 0x7f, 0xff, 0xff, 0x03];
-        big.resize(70_000, b'a');
-        assert_eq!(decode_all(&mut d, &big), Err(HpackError::StringTooLong));
+        big.resize(5 + 65_662, b'a');
+        big.push(0x00);
+        assert_eq!(decode_all(&mut d, &big), Err(HpackError::ListTooLarge));
     }
 
     #[test]

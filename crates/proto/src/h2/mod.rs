@@ -4,6 +4,9 @@
 //!   sends.
 //! - [`hpack`]: header compression (RFC 7541), bounded against HPACK bombs.
 //! - [`huffman`]: HPACK's static Huffman code.
+//! - [`server`]: one server connection: streams, flow control, limits; requests in and
+//!   answers out as HTTP/1.1 bytes ([`request`], [`response`]), so the server's transports
+//!   run over HTTP/2 unchanged.
 //!
 //! Why not the `h2` crate: it is written for tokio's `AsyncRead`/`AsyncWrite` and its own
 //! task model, while Clarion's workers run their own epoll/io_uring loops over a slab of
@@ -12,6 +15,10 @@
 pub mod frame;
 pub mod hpack;
 pub mod huffman;
+pub mod request;
+pub mod response;
+pub mod server;
+pub mod stream;
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -126,8 +126,10 @@ const MAX_IOV: usize = 64;
 /// A client connection. Kept small: 15,000 idle ones must cost less than µWebSockets' 460 bytes
 /// each, kernel excluded.
 pub struct Conn<S = TcpStream> {
-    /// The socket, registered with the worker's poller under the slab key.
-    pub stream: S,
+    /// The socket, registered with the worker's poller under the slab key; `None` for an
+    /// HTTP/2 stream, whose bytes wait in the backlog until its connection frames them (see
+    /// `super::h2`).
+    pub stream: Option<S>,
     /// WebSocket message assembly state (8 bytes; a box only during a fragmented message).
     pub rx: Receiver,
     /// Bytes of a partial request head or frame, kept between reads; `None` almost always.
@@ -168,7 +170,7 @@ impl<S: Socket> Conn<S> {
     /// A fresh connection in `state`.
     pub fn new(stream: S, state: State, now: u32, peer: u32) -> Conn<S> {
         Conn {
-            stream,
+            stream: Some(stream),
             rx: Receiver::default(),
             input: None,
             out: None,
@@ -177,6 +179,50 @@ impl<S: Socket> Conn<S> {
             state,
             peer,
             tls: None,
+        }
+    }
+
+    /// An HTTP/2 stream's record: no socket of its own.
+    pub fn stream_of_h2(state: State, now: u32, peer: u32) -> Conn<S> {
+        Conn {
+            stream: None,
+            rx: Receiver::default(),
+            input: None,
+            out: None,
+            subs: Subs::None,
+            last_seen: now,
+            state,
+            peer,
+            tls: None,
+        }
+    }
+
+    /// The first unsent bytes of the backlog (an HTTP/2 stream's, for framing).
+    pub fn backlog_front(&self) -> Option<&[u8]> {
+        let c = self.out.as_ref()?.chunks.front()?;
+        c.data.get(c.offset..)
+    }
+
+    /// Marks `n` bytes at the front of the backlog as sent.
+    pub fn backlog_consume(&mut self, mut n: usize) {
+        let Some(b) = self.out.as_mut() else {
+            return;
+        };
+        while n > 0 {
+            let Some(front) = b.chunks.front_mut() else {
+                break;
+            };
+            let left = front.data.len() - front.offset;
+            let take = n.min(left);
+            front.offset += take;
+            b.bytes -= take;
+            n -= take;
+            if front.offset == front.data.len() {
+                b.chunks.pop_front();
+            }
+        }
+        if b.chunks.is_empty() {
+            self.out = None;
         }
     }
 
@@ -196,18 +242,18 @@ impl<S: Socket> Conn<S> {
         if self.tls.is_some() {
             return self.send_tls(&[data]);
         }
-        if self.out.is_some() {
+        let Some(stream) = self.stream.as_ref().filter(|_| self.out.is_none()) else {
             self.queue(data);
             return Ok(0);
-        }
-        let offset = write_some(&self.stream, data)?;
+        };
+        let offset = write_some(stream, data)?;
         Ok(self.keep_unsent(data, offset))
     }
 
     /// Whether a message may be written straight to the socket (by [`Conn::send`] or with a
     /// fan-out's other writes): clear text, nothing waiting before it.
     pub fn sends_directly(&self) -> bool {
-        self.tls.is_none() && self.out.is_none()
+        self.tls.is_none() && self.out.is_none() && self.stream.is_some()
     }
 
     /// After `offset` bytes of `data` were written straight to the socket (nothing was
@@ -234,12 +280,12 @@ impl<S: Socket> Conn<S> {
         if self.tls.is_some() {
             return self.send_tls(frames);
         }
-        if self.out.is_some() {
+        let Some(stream) = self.stream.as_ref().filter(|_| self.out.is_none()) else {
             for f in frames {
                 self.queue(f);
             }
             return Ok(0);
-        }
+        };
         // (index of the first frame not fully written, bytes of it already written)
         let (mut i, mut offset, mut written) = (0usize, 0usize, 0usize);
         while i < frames.len() {
@@ -251,7 +297,7 @@ impl<S: Socket> Conn<S> {
                     *slot = IoSlice::new(f.get(start..).unwrap_or_default());
                     n += 1;
                 }
-                self.stream.write_vectored(iov.get(..n).unwrap_or_default())
+                stream.write_vectored(iov.get(..n).unwrap_or_default())
             };
             match res {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -303,7 +349,7 @@ impl<S: Socket> Conn<S> {
         if self.tls.is_some() {
             return self.flush_tls();
         }
-        let Some(b) = self.out.as_mut() else {
+        let (Some(b), Some(stream)) = (self.out.as_mut(), self.stream.as_ref()) else {
             return Ok(0);
         };
         let mut written = 0;
@@ -315,7 +361,7 @@ impl<S: Socket> Conn<S> {
                     *slot = IoSlice::new(c.data.get(c.offset..).unwrap_or_default());
                     n += 1;
                 }
-                self.stream.write_vectored(iov.get(..n).unwrap_or_default())
+                stream.write_vectored(iov.get(..n).unwrap_or_default())
             };
             match res {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -351,8 +397,12 @@ impl<S: Socket> Conn<S> {
     /// Returns the bytes written.
     pub fn write_records(&mut self, records: &[u8]) -> io::Result<usize> {
         let mut offset = 0;
-        if self.tls.as_ref().is_none_or(|t| t.unsent.is_empty()) {
-            offset = write_some(&self.stream, records)?;
+        if let Some(stream) = self
+            .stream
+            .as_ref()
+            .filter(|_| self.tls.as_ref().is_none_or(|t| t.unsent.is_empty()))
+        {
+            offset = write_some(stream, records)?;
         }
         if let Some(rest) = records.get(offset..).filter(|r| !r.is_empty()) {
             if let Some(t) = self.tls.as_mut() {
@@ -396,7 +446,10 @@ impl<S: Socket> Conn<S> {
         let mut written = 0;
         loop {
             if let Some(t) = self.tls.as_mut().filter(|t| !t.unsent.is_empty()) {
-                let n = write_some(&self.stream, &t.unsent)?;
+                let Some(stream) = self.stream.as_ref() else {
+                    return Ok(written);
+                };
+                let n = write_some(stream, &t.unsent)?;
                 written += n;
                 t.unsent.drain(..n.min(t.unsent.len()));
                 if !t.unsent.is_empty() {
@@ -439,9 +492,13 @@ impl<S: Socket> Conn<S> {
         if let Some(t) = self.tls.as_mut() {
             let mut alert = Vec::new();
             t.close_notify(&mut alert);
-            let _ = write_some(&self.stream, &alert);
+            if let Some(stream) = self.stream.as_ref() {
+                let _ = write_some(stream, &alert);
+            }
         }
-        let _ = self.stream.shutdown_write();
+        if let Some(stream) = self.stream.as_ref() {
+            let _ = stream.shutdown_write();
+        }
     }
 
     /// Takes every byte owed to the client that the kernel has not taken (a hand-over carries

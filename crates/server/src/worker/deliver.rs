@@ -93,7 +93,7 @@ impl<S: Socket> Engine<S> {
                         polls.push(k);
                         continue;
                     }
-                    State::Http | State::Proxy | State::Closing { .. } => continue,
+                    State::Http | State::Proxy | State::H2 | State::Closing { .. } => continue,
                 };
                 if conn.state.kind() != Kind::Ws {
                     // Output counts as activity for the keep-alive timer of HTTP streams.

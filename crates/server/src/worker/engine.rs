@@ -84,6 +84,12 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) presence: crate::worker::presence::PresenceConns,
     /// A shutdown telling its connections to go over `drain_period` ([`super::shutdown`]).
     pub(crate) drain: Option<Box<super::shutdown::Drain>>,
+    /// HTTP/2 connections' protocol state, by slab key ([`super::h2`]).
+    pub(crate) h2: HashMap<u32, Box<super::h2::H2>>,
+    /// HTTP/2 stream records: their connection's key and their stream id.
+    pub(crate) h2_streams: HashMap<u32, (u32, u32)>,
+    /// HTTP/2 connections whose streams wrote since the last pump.
+    pub(crate) h2_dirty: Vec<u32>,
 }
 
 impl<S: Socket> Engine<S> {
@@ -137,6 +143,9 @@ impl<S: Socket> Engine<S> {
             hooks: Default::default(),
             presence: Default::default(),
             drain: None,
+            h2: HashMap::new(),
+            h2_streams: HashMap::new(),
+            h2_dirty: Vec::new(),
         }
     }
 
@@ -161,18 +170,24 @@ impl<S: Socket> Engine<S> {
         for k in std::mem::take(&mut self.more_to_read) {
             self.on_readable(k);
         }
+        self.h2_pump();
     }
 
     /// A socket is readable (or hung up): read it.
     pub fn handle_readable(&mut self, k: u32, now: u32) {
         self.now = now;
         self.on_readable(k);
+        self.h2_pump();
     }
 
     /// A socket is writable: write what it owes.
     pub fn handle_writable(&mut self, k: u32, now: u32) {
         self.now = now;
         self.on_writable(k);
+        if self.h2.contains_key(&k) {
+            self.h2_dirty.push(k);
+        }
+        self.h2_pump();
     }
 
     /// Applies backend answers (GRIP) and delivers what the hub handed to this worker.
@@ -181,12 +196,15 @@ impl<S: Socket> Engine<S> {
         self.grip_answers();
         self.hook_answers();
         self.drain_inbox();
+        self.h2_pump();
     }
 
     /// Once per second of `now`: the timers (see [`super::timers`]).
     pub fn handle_tick(&mut self, now: u32) {
         self.now = now;
         self.sweep();
+        self.h2_sweep();
+        self.h2_pump();
     }
 
     /// Tells connections to go, up to `share` (0 to 1) of those open when the shutdown
@@ -194,6 +212,7 @@ impl<S: Socket> Engine<S> {
     pub fn handle_shutdown(&mut self, now: u32, share: f64) {
         self.now = now;
         self.drain_to(share);
+        self.h2_pump();
     }
 
     /// The loop's end: every connection still here is dropped.

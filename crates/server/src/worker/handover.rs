@@ -301,6 +301,10 @@ impl Engine<mio::net::TcpStream> {
             let Some(conn) = self.conns.get(k as usize) else {
                 continue;
             };
+            if conn.stream.is_none() {
+                // An HTTP/2 stream: it stays with its connection (which falls back).
+                continue;
+            }
             if let Some(why) = self.cannot_move(k, conn) {
                 self.shared.handover.fallbacks.add(why);
                 continue;
@@ -324,7 +328,10 @@ impl Engine<mio::net::TcpStream> {
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
                 continue;
             };
-            let _ = registry.deregister(&mut conn.stream);
+            let Some(mut stream) = conn.stream.take() else {
+                continue;
+            };
+            let _ = registry.deregister(&mut stream);
             self.account(conn.state, None, conn.peer);
             let output = conn.take_unsent();
             let input = conn.input.take().map(|b| *b).unwrap_or_default();
@@ -337,7 +344,7 @@ impl Engine<mio::net::TcpStream> {
                 input,
                 output,
                 topics,
-                fd: OwnedFd::from(std::net::TcpStream::from(conn.stream)),
+                fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
         }
         out

@@ -23,11 +23,14 @@ impl<S: Socket> Engine<S> {
             let Some(conn) = self.conns.get_mut(k as usize) else {
                 return;
             };
-            let res = conn.stream.read(&mut self.read_buf);
+            let Some(stream) = conn.stream.as_ref() else {
+                return; // An HTTP/2 stream: its bytes come through its connection.
+            };
+            let res = stream.read(&mut self.read_buf);
             match res {
                 Ok(0) => {
                     let reason = match conn.state.kind() {
-                        Kind::Http | Kind::Closing => CloseReason::HttpDone,
+                        Kind::Http | Kind::Closing | Kind::H2 => CloseReason::HttpDone,
                         Kind::Ws | Kind::Sse | Kind::Stream | Kind::Poll | Kind::Proxy => {
                             CloseReason::Disconnected
                         }
@@ -37,9 +40,13 @@ impl<S: Socket> Engine<S> {
                 }
                 Ok(n) => {
                     self.tally.bytes_in += n as u64;
-                    if let State::Ws(mode) = &mut conn.state {
-                        conn.last_seen = self.now;
-                        mode.pinged = false;
+                    match &mut conn.state {
+                        State::Ws(mode) => {
+                            conn.last_seen = self.now;
+                            mode.pinged = false;
+                        }
+                        State::H2 => conn.last_seen = self.now,
+                        _ => {}
                     }
                     if conn.tls.is_some() {
                         self.on_tls_data(k, n);
@@ -206,10 +213,17 @@ impl<S: Socket> Engine<S> {
             };
             let rest = data.get_mut(pos..).unwrap_or_default();
             match conn.state {
+                State::Http if self.h2_allowed(k) && rest.starts_with(b"PRI ") => {
+                    match self.h2_preface(k, rest) {
+                        Some(used) => pos += used,
+                        None => return pos,
+                    }
+                }
                 State::Http => match self.on_http(k, rest) {
                     Some(used) => pos += used,
                     None => return pos,
                 },
+                State::H2 => return pos + self.on_h2(k, rest),
                 State::Ws(_) => return pos + self.on_frames(k, rest),
                 // Waiting for a backend: a pipelined request waits its turn (bounded), and is
                 // read once the answer is out and the connection is back in `Http`.
@@ -264,6 +278,12 @@ impl<S: Socket> Engine<S> {
             return;
         };
         let pending = conn.backlog_bytes();
+        if conn.stream.is_none() {
+            self.h2_stream_wrote(k);
+        }
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
         match conn.state {
             State::Closing { write_shut: false } if pending == 0 => {
                 conn.state = State::Closing { write_shut: true };
@@ -278,6 +298,15 @@ impl<S: Socket> Engine<S> {
                     "slow consumer",
                     CloseReason::SlowConsumer,
                 );
+            }
+            State::H2 if cap.is_some_and(|cap| pending > cap) => {
+                // Its control answers pile up: the client does not read (a PING or SETTINGS
+                // flood, or a dead peer).
+                log::debug(format_args!(
+                    "HTTP/2 connection not reading: {pending} bytes unsent"
+                ));
+                conn.discard_unstarted();
+                self.start_closing(k, None, CloseReason::SlowConsumer);
             }
             State::Sse(_) | State::Stream(_) if cap.is_some_and(|cap| pending > cap) => {
                 // No way to say why in-band without breaking the stream's framing: close it
@@ -331,7 +360,9 @@ impl<S: Socket> Engine<S> {
         {
             let items: Vec<(&S, &[u8])> = sends
                 .iter()
-                .filter_map(|(k, data)| Some((&self.conns.get(*k as usize)?.stream, &data[..])))
+                .filter_map(|(k, data)| {
+                    Some((self.conns.get(*k as usize)?.stream.as_ref()?, &data[..]))
+                })
                 .collect();
             S::write_many(&mut self.batch, &items, &mut results);
         }

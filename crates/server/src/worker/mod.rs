@@ -25,6 +25,7 @@ pub mod conn;
 mod deliver;
 mod engine;
 pub(crate) mod grip;
+mod h2;
 pub mod handover;
 pub mod index;
 mod io;

@@ -100,6 +100,8 @@ impl<S: Socket> Engine<S> {
                 self.answer_poll(k, &Arc::from(body));
             }
             State::Http | State::Proxy => self.drop_conn(k, CloseReason::Shutdown),
+            // GOAWAY now; the connection closes once its streams (told above) have.
+            State::H2 => self.h2_go_away(k),
             State::Closing { .. } => {}
         }
     }

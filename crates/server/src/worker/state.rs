@@ -27,6 +27,8 @@ pub enum State {
     Stream(StreamMode),
     /// A long-poll request held until a message arrives or its deadline passes.
     Poll(PollMode),
+    /// An HTTP/2 connection: its streams are records of their own (see `super::h2`).
+    H2,
     /// A request forwarded to a GRIP backend, waiting for its answer; the client's further
     /// bytes (a pipelined request) wait in `input`.
     Proxy,
@@ -54,6 +56,8 @@ pub enum Kind {
     Poll,
     /// [`State::Proxy`].
     Proxy,
+    /// [`State::H2`].
+    H2,
     /// [`State::Closing`].
     Closing,
 }
@@ -138,6 +142,7 @@ impl State {
             State::Stream(_) => Kind::Stream,
             State::Poll(_) => Kind::Poll,
             State::Proxy => Kind::Proxy,
+            State::H2 => Kind::H2,
             State::Closing { .. } => Kind::Closing,
         }
     }
@@ -182,6 +187,7 @@ pub(crate) fn gauge(m: &Metrics, state: Kind) -> Option<&AtomicU64> {
         Kind::Sse => Some(&m.sse_connections),
         Kind::Stream => Some(&m.stream_connections),
         Kind::Poll => Some(&m.polls_held),
+        Kind::H2 => Some(&m.h2_connections),
         Kind::Closing => None,
     }
 }
@@ -237,6 +243,9 @@ impl<S: Socket> Engine<S> {
     /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the
     /// connection leaves every topic now, and is dropped once the peer has read and closed.
     pub(crate) fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
+        if self.h2.contains_key(&k) {
+            self.h2_forget(k); // An HTTP/2 connection's streams end with it.
+        }
         self.hook_gone(k, reason);
         self.leave_all_topics(k);
         self.forget_side_state(k);
@@ -272,6 +281,7 @@ impl<S: Socket> Engine<S> {
 
     /// Removes a connection at once (EOF, reset, or end of closing).
     pub(crate) fn drop_conn(&mut self, k: u32, reason: CloseReason) {
+        self.h2_forget(k);
         self.hook_gone(k, reason);
         self.leave_all_topics(k);
         self.forget_side_state(k);

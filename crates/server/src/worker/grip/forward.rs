@@ -140,7 +140,8 @@ impl<S: Socket> Engine<S> {
         let tls = conn.tls.is_some();
         let client_ip = conn
             .stream
-            .peer_ip()
+            .as_ref()
+            .and_then(|s| s.peer_ip())
             .map(|ip| ip.to_string())
             .unwrap_or_default();
         let path = route.backend_path(head.target);

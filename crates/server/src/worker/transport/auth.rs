@@ -293,7 +293,7 @@ impl<S: Socket> Engine<S> {
                     let expired = Refusal::token(clarion_proto::auth::TokenError::Expired);
                     self.refuse_http(k, expired, mode.keep);
                 }
-                State::Http | State::Proxy | State::Closing { .. } => {}
+                State::Http | State::Proxy | State::H2 | State::Closing { .. } => {}
             }
         }
     }

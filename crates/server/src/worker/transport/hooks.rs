@@ -315,7 +315,7 @@ impl<S: Socket> Engine<S> {
         let remote = self
             .conns
             .get(k as usize)
-            .and_then(|c| c.stream.peer_ip())
+            .and_then(|c| c.stream.as_ref()?.peer_ip())
             .map(|ip| ip.to_string())
             .unwrap_or_default();
         let cookies = head

@@ -62,6 +62,14 @@ impl<S: Socket> Engine<S> {
         let limits = self.shared.config.head_limits();
         match http1::parse_head(data, &limits) {
             Ok(None) => None,
+            Err(e) if !is_http1_request_line(data) => {
+                // Not HTTP/1 at all (an HTTP/2 client with a broken preface, another
+                // protocol): no answer could be understood, so the connection just closes.
+                log::debug(format_args!("not an HTTP/1 request: {e}"));
+                self.shared.metrics.http_errors.fetch_add(1, Relaxed);
+                self.start_closing(k, None, CloseReason::HttpError);
+                Some(data.len())
+            }
             Err(e) => {
                 log::debug(format_args!("bad request head: {e}"));
                 self.respond(k, e.status(), &[], &e.to_string(), false);
@@ -507,4 +515,17 @@ fn with_hook_topics<'t>(topics: &mut Vec<&'t str>, extra: &'t [String], max: usi
             topics.push(t);
         }
     }
+}
+
+/// Whether a request head whose parse failed at least claims to be HTTP/1: its first line
+/// (when complete) ends with an `HTTP/1.x` version, or it has not ended yet.
+fn is_http1_request_line(data: &[u8]) -> bool {
+    let Some(end) = data.iter().position(|&b| b == b'\n') else {
+        return true;
+    };
+    let line = data.get(..end).unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line.rsplit(|&b| b == b' ')
+        .next()
+        .is_some_and(|v| v.starts_with(b"HTTP/1."))
 }

@@ -1,0 +1,327 @@
+//! HTTP/2 connections in the engine: the I/O side of [`clarion_proto::h2::server`].
+//!
+//! An HTTP/2 connection is a record in state [`State::H2`] with its protocol state in
+//! [`Engine::h2`]; each of its streams is a record of its own, without a socket, that the
+//! transports serve exactly as they serve an HTTP/1.1 connection: the stream's request is
+//! handed to it as an HTTP/1.1 head, and what it writes (an answer, SSE events, WebSocket
+//! frames) waits in its own backlog, as shared chunks under its own slow-consumer limit. The
+//! pump ([`Engine::h2_pump`]), run at the end of each engine entry point for the connections
+//! whose streams wrote, frames those bytes as far as the flow-control windows allow and writes
+//! them on the connection's socket, at most [`PUMP_BYTES`] ahead of what the kernel took.
+//!
+//! So the HTTP/2 connection needs nothing from the transports, and a stream costs what an
+//! HTTP/1.1 connection costs minus its socket, plus its entry in the protocol state.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use clarion_proto::h2::frame::ErrorCode;
+use clarion_proto::h2::response::Ended;
+use clarion_proto::h2::server::{Connection, Event, Settings};
+use clarion_proto::h2::stream::NO_USER;
+
+use super::conn::Conn;
+use super::socket::Socket;
+use super::state::{Kind, State};
+use super::Engine;
+use crate::log;
+use crate::metrics::CloseReason;
+
+/// Framed bytes a connection may owe its socket before the pump leaves the rest in the
+/// streams' backlogs (where each stream's slow-consumer limit counts them).
+pub(crate) const PUMP_BYTES: usize = 256 * 1024;
+
+/// An HTTP/2 connection's protocol state.
+pub(crate) struct H2 {
+    conn: Connection,
+}
+
+impl<S: Socket> Engine<S> {
+    /// Whether connection `k` may become HTTP/2 (it is a connection of its own, not a stream,
+    /// and HTTP/2 is on).
+    pub(crate) fn h2_allowed(&self, k: u32) -> bool {
+        self.shared.config.http2
+            && self
+                .conns
+                .get(k as usize)
+                .is_some_and(|c| c.stream.is_some())
+    }
+
+    /// Bytes starting with `PRI `: the HTTP/2 preface (prior knowledge, or after ALPN `h2`).
+    /// Turns the connection into an HTTP/2 one and sends this side's SETTINGS. Returns `None`
+    /// while the preface is incomplete, `Some(0)` once switched (the preface is then read as
+    /// HTTP/2), and for anything else hands the bytes to the HTTP/1.1 path.
+    pub(crate) fn h2_preface(&mut self, k: u32, data: &[u8]) -> Option<usize> {
+        let preface = clarion_proto::h2::frame::PREFACE;
+        if data.len() < preface.len() && preface.starts_with(data) {
+            return None;
+        }
+        if !data.starts_with(preface) {
+            // "PRI" is no HTTP/1.1 method of ours: a broken preface. Close, as RFC 9113 §3.4
+            // allows, rather than answer in a protocol the client did not speak.
+            log::debug(format_args!("bad HTTP/2 preface"));
+            self.start_closing(k, None, CloseReason::HttpError);
+            return Some(data.len());
+        }
+        let cfg = &self.shared.config;
+        let conn = Connection::new(Settings {
+            max_streams: cfg.h2_max_streams.clamp(1, u32::MAX as usize) as u32,
+            max_header_list: cfg.max_head_size.min(u32::MAX as usize) as u32,
+            ..Settings::default()
+        });
+        let mut out = Vec::with_capacity(64);
+        conn.start(&mut out);
+        self.h2.insert(k, Box::new(H2 { conn }));
+        self.set_state(k, State::H2);
+        if let Some(c) = self.conns.get_mut(k as usize) {
+            c.last_seen = self.now;
+        }
+        self.send(k, &Arc::from(out));
+        Some(0)
+    }
+
+    /// Frames from the client: returns the bytes used (the rest is an incomplete frame).
+    pub(crate) fn on_h2(&mut self, k: u32, data: &mut [u8]) -> usize {
+        let Some(mut h) = self.h2.remove(&k) else {
+            return data.len();
+        };
+        let (mut out, mut events) = (Vec::new(), Vec::new());
+        let res = h.conn.receive(data, &mut out, &mut events);
+        for ev in events {
+            match ev {
+                Event::Request {
+                    stream, request, ..
+                } => self.h2_open(k, &mut h, stream, request.head, &mut out),
+                Event::Data {
+                    user,
+                    data,
+                    end_stream,
+                    ..
+                } if user != NO_USER => self.h2_body(user, data, end_stream),
+                Event::Data { .. } => {}
+                Event::Reset { user, .. } => {
+                    if let Some(u) = user {
+                        self.h2_stream_gone(u, CloseReason::Disconnected);
+                    }
+                }
+            }
+        }
+        self.h2.insert(k, h);
+        self.h2_dirty.push(k);
+        if !out.is_empty() {
+            self.send(k, &Arc::from(out));
+        }
+        match res {
+            Ok(used) => used,
+            Err(fatal) => {
+                log::debug(format_args!("HTTP/2: {fatal}"));
+                if fatal.code != ErrorCode::NoError {
+                    self.shared.metrics.h2_errors.fetch_add(1, Relaxed);
+                }
+                self.start_closing(k, None, CloseReason::HttpError);
+                data.len()
+            }
+        }
+    }
+
+    /// A new stream: a record of its own, admitted like a connection, given its request.
+    fn h2_open(&mut self, k: u32, h: &mut H2, stream: u32, mut head: Vec<u8>, out: &mut Vec<u8>) {
+        let Some(peer) = self.conns.get(k as usize).map(|c| c.peer) else {
+            return;
+        };
+        if let Some((_, why)) = self.admit(peer) {
+            log::debug(format_args!("HTTP/2 stream refused: {why}"));
+            h.conn.cancel(stream, ErrorCode::RefusedStream, out);
+            return;
+        }
+        let child = self
+            .conns
+            .insert(Conn::stream_of_h2(State::Http, self.now, peer)) as u32;
+        h.conn.bind(stream, child);
+        self.h2_streams.insert(child, (k, stream));
+        let m = &self.shared.metrics;
+        m.h2_streams.fetch_add(1, Relaxed);
+        m.h2_streams_opened.fetch_add(1, Relaxed);
+        self.consume(child, &mut head);
+    }
+
+    /// Request body bytes for a stream (WebSocket frames on a WebSocket stream).
+    fn h2_body(&mut self, child: u32, data: &[u8], end_stream: bool) {
+        let Some(c) = self.conns.get_mut(child as usize) else {
+            return;
+        };
+        if let State::Ws(mode) = &mut c.state {
+            c.last_seen = self.now;
+            mode.pinged = false;
+        }
+        if !data.is_empty() {
+            let mut bytes = data.to_vec();
+            self.consume(child, &mut bytes);
+        }
+        // The client has finished sending: for a WebSocket that is its end (as EOF is on a
+        // connection of its own); a request's body is simply complete.
+        let ws_open = self
+            .conns
+            .get(child as usize)
+            .is_some_and(|c| c.state.kind() == Kind::Ws);
+        if end_stream && ws_open {
+            self.h2_stream_gone(child, CloseReason::Disconnected);
+        }
+    }
+
+    /// A stream record wrote (or started closing): its connection has framing to do.
+    pub(crate) fn h2_stream_wrote(&mut self, child: u32) {
+        if let Some(&(parent, _)) = self.h2_streams.get(&child) {
+            self.h2_dirty.push(parent);
+        }
+    }
+
+    /// Drops a stream's record (its stream is reset, unless already gone).
+    fn h2_stream_gone(&mut self, child: u32, reason: CloseReason) {
+        if self.conns.contains(child as usize) {
+            self.drop_conn(child, reason);
+        }
+    }
+
+    /// A record leaves the slab: a stream record resets its stream if it had not ended; a
+    /// connection takes its streams with it.
+    pub(crate) fn h2_forget(&mut self, k: u32) {
+        if let Some((parent, stream)) = self.h2_streams.remove(&k) {
+            self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
+            if let Some(h) = self.h2.get_mut(&parent) {
+                let mut out = Vec::new();
+                h.conn.cancel(stream, ErrorCode::Cancel, &mut out);
+                if !out.is_empty() {
+                    self.write_to(parent, &Arc::from(out), None);
+                }
+            }
+            return;
+        }
+        if let Some(h) = self.h2.remove(&k) {
+            let children: Vec<u32> = self
+                .h2_streams
+                .iter()
+                .filter(|(_, (p, _))| *p == k)
+                .map(|(c, _)| *c)
+                .collect();
+            drop(h);
+            for c in children {
+                self.drop_conn(c, CloseReason::Disconnected);
+            }
+        }
+    }
+
+    /// Frames what the streams of the connections in `h2_dirty` wrote, within the windows.
+    pub(crate) fn h2_pump(&mut self) {
+        if self.h2_dirty.is_empty() {
+            return;
+        }
+        let mut dirty = std::mem::take(&mut self.h2_dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        for &p in &dirty {
+            self.h2_pump_one(p);
+        }
+        dirty.clear();
+        if self.h2_dirty.is_empty() {
+            self.h2_dirty = dirty;
+        }
+    }
+
+    fn h2_pump_one(&mut self, p: u32) {
+        let owed = match self.conns.get(p as usize) {
+            Some(c) if c.state == State::H2 => c.backlog_bytes(),
+            _ => return,
+        };
+        if owed > PUMP_BYTES {
+            return; // The socket's writable event pumps again.
+        }
+        let Some(mut h) = self.h2.remove(&p) else {
+            return;
+        };
+        h.conn.take_windows_opened();
+        let mut out = Vec::new();
+        let mut finished = Vec::new();
+        let streams: Vec<(u32, u32)> = h.conn.bound().collect();
+        for (stream, child) in streams {
+            // A record dropped while the state was out of the table (during `on_h2`) left its
+            // stream bound; its key may serve another stream or connection by now.
+            let ours = self.h2_streams.get(&child) == Some(&(p, stream));
+            let Some(c) = self.conns.get_mut(child as usize).filter(|_| ours) else {
+                h.conn.cancel(stream, ErrorCode::Cancel, &mut out);
+                continue;
+            };
+            while let Some(front) = c.backlog_front() {
+                let n = h.conn.respond(stream, front, &mut out);
+                let whole = n == front.len();
+                c.backlog_consume(n);
+                if !whole {
+                    break;
+                }
+            }
+            if c.backlog_bytes() == 0 {
+                if c.state.kind() == Kind::Closing {
+                    if h.conn.end(stream, &mut out) == Ended::Done {
+                        finished.push(child);
+                    }
+                } else {
+                    // Decoded bytes of a chunked answer may wait for window.
+                    h.conn.respond(stream, &[], &mut out);
+                }
+            }
+            if owed + out.len() > PUMP_BYTES {
+                break;
+            }
+        }
+        let idle_goaway = h.conn.going_away() && h.conn.open_streams() == 0;
+        self.h2.insert(p, h);
+        for child in finished {
+            self.h2_streams.remove(&child);
+            self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
+            self.conns.try_remove(child as usize);
+        }
+        if !out.is_empty() {
+            self.write_to(p, &Arc::from(out), None);
+        }
+        if idle_goaway {
+            self.start_closing(p, None, CloseReason::HttpDone);
+        }
+    }
+
+    /// Ends an HTTP/2 connection politely (shutdown, idle): GOAWAY now, and the connection
+    /// closes once its streams have.
+    pub(crate) fn h2_go_away(&mut self, k: u32) {
+        let Some(h) = self.h2.get_mut(&k) else {
+            return;
+        };
+        let mut out = Vec::new();
+        h.conn.go_away(ErrorCode::NoError, &mut out);
+        let idle = h.conn.open_streams() == 0;
+        if !out.is_empty() {
+            self.write_to(k, &Arc::from(out), None);
+        }
+        if idle {
+            self.start_closing(k, None, CloseReason::HttpDone);
+        }
+    }
+
+    /// Once a second: the flood budgets start again, and a connection without streams for
+    /// `handshake_timeout` is told to go.
+    pub(crate) fn h2_sweep(&mut self) {
+        let limit = self.shared.config.handshake_timeout as u32;
+        let mut idle = Vec::new();
+        for (&k, h) in self.h2.iter_mut() {
+            h.conn.tick();
+            let quiet = self
+                .conns
+                .get(k as usize)
+                .map_or(0, |c| self.now.saturating_sub(c.last_seen));
+            if h.conn.open_streams() == 0 && quiet >= limit {
+                idle.push(k);
+            }
+        }
+        for k in idle {
+            self.h2_go_away(k);
+        }
+    }
+}
