@@ -442,6 +442,10 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
             }
             let has = r.flag()?;
             let bits = r.u8()?;
+            if !has && bits != 0 {
+                // One encoding per record: no parameters without compression.
+                return Err(Error::Malformed(r.what));
+            }
             ConnState::Ws {
                 role,
                 deflate: has.then_some(bits),
@@ -696,6 +700,13 @@ mod tests {
         // A conns frame announcing more records than descriptors may carry.
         let mut b = b"CLHO\x06\x02\0\0\0".to_vec();
         b.extend_from_slice(&((MAX_FDS + 1) as u16).to_le_bytes());
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        // Deflate parameters without deflate (found by the fuzz target: it would not
+        // re-encode to the same bytes).
+        let mut b = b"CLHO\x06".to_vec();
+        let body = [1u8, 0, 0, 0, 1, 1, 0, 0xb5, 0];
+        b.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        b.extend_from_slice(&body);
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         // A state out of range.
         let mut b = b"CLHO\x06".to_vec();
