@@ -442,3 +442,78 @@ impl Worker {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_carried_state_round_trips_and_the_others_are_not_carried() {
+        let deflate = Ext::from_bits(0b0010_1100);
+        let carried = [
+            State::Http,
+            State::Ws(WsMode::new(WsRole::PubSub)),
+            State::Ws(WsMode {
+                role: WsRole::Envelope,
+                deflate: Some(deflate),
+                pinged: true,
+            }),
+            State::Ws(WsMode::new(WsRole::Echo)),
+            State::Sse(SseMode::Payload),
+            State::Sse(SseMode::Json),
+            State::Stream(StreamMode::Ndjson),
+            State::Stream(StreamMode::Raw),
+            State::Poll(PollMode {
+                keep: true,
+                grip: false,
+            }),
+            State::Poll(PollMode {
+                keep: false,
+                grip: false,
+            }),
+        ];
+        for s in carried {
+            let (kind, option, deflate, pinged) = state_to_wire(s).expect("carried");
+            assert_eq!(state_from_wire(kind, option, deflate, pinged), Some(s));
+        }
+        let not_carried = [
+            State::Ws(WsMode::new(WsRole::Bridge)),
+            State::Stream(StreamMode::Grip {
+                chunked: true,
+                keep: true,
+            }),
+            State::Poll(PollMode {
+                keep: true,
+                grip: true,
+            }),
+            State::Proxy,
+            State::Closing { write_shut: false },
+        ];
+        for s in not_carried {
+            assert_eq!(state_to_wire(s), None, "{s:?}");
+        }
+        assert_eq!(state_from_wire(1, 3, None, false), None);
+        assert_eq!(state_from_wire(9, 0, None, false), None);
+    }
+
+    #[test]
+    fn fallbacks_are_counted_by_reason() {
+        let f = Fallbacks::default();
+        f.add(Fallback::Tls);
+        f.add(Fallback::Tls);
+        f.add(Fallback::DeflateContext);
+        let counts = f.counts();
+        assert_eq!(counts.len(), Fallback::ALL.len());
+        assert!(counts.contains(&(Fallback::Tls, 2)));
+        assert!(counts.contains(&(Fallback::DeflateContext, 1)));
+        assert!(counts.contains(&(Fallback::Other, 0)));
+        let s = Switch::default();
+        s.fallbacks.add(Fallback::Grip);
+        let mut text = String::new();
+        s.render(&mut text);
+        assert!(
+            text.contains("clarion_handover_connections{outcome=\"fallback\",reason=\"grip\"} 1")
+        );
+        assert!(text.contains("clarion_handover_connections{outcome=\"taken\"} 0"));
+    }
+}
