@@ -133,7 +133,10 @@ impl LocalBroker {
     /// A graceful stop: syncs the durable log and marks it cleanly stopped; publishes after
     /// this are refused. Nothing without `history_dir`.
     pub fn close(&self) {
-        let mut st = lock(&self.state);
+        self.close_locked(&mut lock(&self.state));
+    }
+
+    fn close_locked(&self, st: &mut State) {
         let next_id = st.next_id;
         if let Some(mut log) = st.log.take() {
             match log.close(next_id) {
@@ -155,8 +158,10 @@ impl LocalBroker {
     /// process needs to continue the same ids is returned. Everything published before is
     /// already in the workers' inboxes, so once they have drained them no message is in flight.
     pub fn freeze(&self) -> Frozen {
-        self.close();
+        // One lock for all of it: a publish refused after the log closed still uses up an id
+        // (ids are never reused), so the next id must be read where the log was closed.
         let mut st = lock(&self.state);
+        self.close_locked(&mut st);
         let on_disk = st.durable;
         st.durable = true;
         let (forgotten_floor, floors) = st.hub.floors();
