@@ -329,6 +329,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::R
             c.drain_period + c.shutdown_timeout
         ));
     }
+    crate::handover::close_listeners();
     shared.stopping.store(true, Relaxed);
     shared.broker.wake_all();
     for t in threads {

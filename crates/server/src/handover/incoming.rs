@@ -55,6 +55,14 @@ pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
             path.display()
         ),
     };
+    // Only the process named, run by this user, may hand us sockets.
+    let (peer_pid, peer_uid) = super::fds::peer(&sock)?;
+    if peer_pid != pid || peer_uid != super::fds::own_uid() {
+        anyhow::bail!(
+            "{} is held by process {peer_pid} (user {peer_uid}), not by process {pid} of this user",
+            path.display()
+        );
+    }
     sock.set_read_timeout(Some(PEER_TIMEOUT))?;
     sock.set_write_timeout(Some(PEER_TIMEOUT))?;
     let workers = config.worker_count();

@@ -155,6 +155,16 @@ pub struct Listening {
     pub api: Option<OwnedFd>,
 }
 
+/// The copies of the listening sockets, kept for a hand-over; [`close_listeners`] drops them.
+/// A hand-over holds the lock while it sends them, so a stop waits for it.
+static LISTENING: std::sync::Mutex<Option<Listening>> = std::sync::Mutex::new(None);
+
+/// Closes the copies of the listening sockets: a stop must not leave them accepting
+/// connections that nobody serves.
+pub fn close_listeners() {
+    crate::hub::lock(&LISTENING).take();
+}
+
 /// The identity this binary sends in its hello.
 pub fn hello(workers: usize, tls: bool) -> Frame<'static> {
     Frame::Hello(wire::Hello {
@@ -175,6 +185,7 @@ pub(crate) fn send(sock: &UnixStream, frame: &Frame<'_>, fds: &[RawFd]) -> std::
 /// Binds the hand-over socket (0600) and serves hand-over requests on a thread. Errors are
 /// logged: a server without the socket still restarts with a drain.
 pub fn listen(shared: Arc<Shared>, listening: Listening) {
+    *crate::hub::lock(&LISTENING) = Some(listening);
     let path = socket_path(std::process::id());
     let _ = std::fs::remove_file(&path);
     let listener = match bind_private(&path) {
@@ -192,9 +203,28 @@ pub fn listen(shared: Arc<Shared>, listening: Listening) {
         .spawn(move || {
             for sock in listener.incoming() {
                 let Ok(sock) = sock else { continue };
+                // The socket is 0600; this also keeps out root processes of other users' tools.
+                match fds::peer(&sock) {
+                    Ok((_, uid)) if uid == fds::own_uid() => {}
+                    Ok((pid, uid)) => {
+                        log::warn(format_args!(
+                            "hand-over socket: process {pid} of user {uid} refused (not this user)"
+                        ));
+                        continue;
+                    }
+                    Err(e) => {
+                        log::warn(format_args!("hand-over socket: {e}"));
+                        continue;
+                    }
+                }
                 let _ = sock.set_read_timeout(Some(PEER_TIMEOUT));
                 let _ = sock.set_write_timeout(Some(PEER_TIMEOUT));
-                match hand_over(&shared, &listening, sock) {
+                let outcome = match crate::hub::lock(&LISTENING).as_ref() {
+                    Some(listening) => hand_over(&shared, listening, sock),
+                    // Stopping already: the listeners are closed.
+                    None => return,
+                };
+                match outcome {
                     Outcome::NotAPeer(e) => {
                         log::warn(format_args!("hand-over socket: not a Clarion peer: {e}"));
                         continue;
