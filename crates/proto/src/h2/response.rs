@@ -38,7 +38,9 @@ impl Connection {
         let mut used = 0;
         loop {
             let rest = data.get(used..).unwrap_or_default();
-            let Some(s) = self.streams.get_mut(i) else {
+            // A stream finished by its head alone may have left the list (its slot now
+            // holds another stream).
+            let Some(s) = self.streams.get_mut(i).filter(|s| s.id == stream) else {
                 return data.len();
             };
             if s.local_closed {
@@ -60,6 +62,13 @@ impl Connection {
                     let last = take as u64 == *left;
                     let n = self.data(i, rest.get(..take).unwrap_or_default(), last, out);
                     used += n;
+                    if last && n == take {
+                        return data.len(); // Sent in full (the stream may be gone).
+                    }
+                    // The body goes on in a later call: count what went.
+                    if let Some(Out::Length(left)) = self.streams.get_mut(i).map(|s| &mut s.out) {
+                        *left -= n as u64;
+                    }
                     if n < take {
                         return used;
                     }
@@ -114,7 +123,7 @@ impl Connection {
         let s = self.streams.get_mut(i)?;
         let (id, websocket, head_only) = (s.id, s.websocket, s.head_only);
         let kept = match std::mem::take(&mut s.out) {
-            Out::PartialHead(p) => p,
+            Out::PartialHead(p) => p.into_vec(),
             _ => Vec::new(),
         };
         let joined;
@@ -128,7 +137,7 @@ impl Connection {
             Ok(Some(h)) => h,
             Ok(None) => {
                 if let Some(s) = self.streams.get_mut(i) {
-                    s.out = Out::PartialHead(buf.to_vec());
+                    s.out = Out::PartialHead(buf.into());
                 }
                 return Some(rest.len());
             }

@@ -29,7 +29,7 @@ pub(crate) enum Out {
     /// Waiting for the head; the part of it that has arrived, if it came in pieces.
     #[default]
     Head,
-    PartialHead(Vec<u8>),
+    PartialHead(Box<[u8]>),
     /// This many body bytes left.
     Length(u64),
     /// A chunked body (boxed: rare, and larger than the rest).

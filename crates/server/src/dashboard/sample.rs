@@ -342,6 +342,8 @@ fn render(
         "connections": conns.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "connections_total": total,
         "tls_connections": l(&m.tls_connections),
+        "h2_connections": l(&m.h2_connections),
+        "h2_streams": l(&m.h2_streams),
         "subscriptions": l(&m.subscriptions),
         "topics": l(&m.topics),
         "published_total": b.published,

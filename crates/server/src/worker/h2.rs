@@ -34,6 +34,9 @@ pub(crate) const PUMP_BYTES: usize = 256 * 1024;
 /// An HTTP/2 connection's protocol state.
 pub(crate) struct H2 {
     conn: Connection,
+    /// A polite GOAWAY is due: the pump writes it after the streams' last frames, so a client
+    /// that stops reading at a GOAWAY (hyper-h2, and httpx on it) sees its streams end first.
+    goaway_due: bool,
 }
 
 impl<S: Socket> Engine<S> {
@@ -71,7 +74,13 @@ impl<S: Socket> Engine<S> {
         });
         let mut out = Vec::with_capacity(64);
         conn.start(&mut out);
-        self.h2.insert(k, Box::new(H2 { conn }));
+        self.h2.insert(
+            k,
+            Box::new(H2 {
+                conn,
+                goaway_due: false,
+            }),
+        );
         self.set_state(k, State::H2);
         if let Some(c) = self.conns.get_mut(k as usize) {
             c.last_seen = self.now;
@@ -243,6 +252,7 @@ impl<S: Socket> Engine<S> {
         let mut out = Vec::new();
         let mut finished = Vec::new();
         let streams: Vec<(u32, u32)> = h.conn.bound().collect();
+        let mut all = true;
         for (stream, child) in streams {
             // A record dropped while the state was out of the table (during `on_h2`) left its
             // stream bound; its key may serve another stream or connection by now.
@@ -270,8 +280,13 @@ impl<S: Socket> Engine<S> {
                 }
             }
             if owed + out.len() > PUMP_BYTES {
+                all = false;
                 break;
             }
+        }
+        if h.goaway_due && all {
+            h.goaway_due = false;
+            h.conn.go_away(ErrorCode::NoError, &mut out);
         }
         let idle_goaway = h.conn.going_away() && h.conn.open_streams() == 0;
         self.h2.insert(p, h);
@@ -288,20 +303,13 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// Ends an HTTP/2 connection politely (shutdown, idle): GOAWAY now, and the connection
-    /// closes once its streams have.
+    /// Ends an HTTP/2 connection politely (shutdown, idle): GOAWAY from the next pump, after
+    /// the last frames of the streams told to end with it, and the connection closes once its
+    /// streams have.
     pub(crate) fn h2_go_away(&mut self, k: u32) {
-        let Some(h) = self.h2.get_mut(&k) else {
-            return;
-        };
-        let mut out = Vec::new();
-        h.conn.go_away(ErrorCode::NoError, &mut out);
-        let idle = h.conn.open_streams() == 0;
-        if !out.is_empty() {
-            self.write_to(k, &Arc::from(out), None);
-        }
-        if idle {
-            self.start_closing(k, None, CloseReason::HttpDone);
+        if let Some(h) = self.h2.get_mut(&k) {
+            h.goaway_due = true;
+            self.h2_dirty.push(k);
         }
     }
 

