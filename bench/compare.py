@@ -36,6 +36,20 @@ change to the load generator itself (its CPU is the "client CPU-s / 1M" column):
 `clarion` with `--io-uring=false` (every delivery its own `send`) and `--io-uring=true` (a
 fan-out submitted through io_uring, the default).
 
+`clarion-h2` is Clarion with its SSE subscribers as HTTP/2 streams, one per connection (the bench's
+`--http2`: h2c with prior knowledge); `clarion-h2-mux` puts `--h2-streams` of them (default 100)
+on each connection (`--streams-per-conn`), so `-n 15000` is 150 connections. `clarion-tls`,
+`clarion-h2-tls` and `clarion-h2-mux-tls` are the same over TLS 1.3 (a `clarion cert --dev`
+certificate made for the run; ALPN chooses h2), the way browsers speak HTTP/2. HTTP/1.1 SSE
+against HTTP/2 (issue 32):
+
+    python3 bench/compare.py --scenario burst -n 15000 --repeats 3 --transport sse \
+        --peers clarion,clarion-h2,clarion-h2-mux --clarion-flags '--max-connections 40000'
+
+(An HTTP/2 connection and each of its streams both count against `max_connections`, by
+default the open-files limit less 64: 15,000 connections of one stream need 30,000, hence
+`--clarion-flags`, which every Clarion variant gets.)
+
 `uws-cpp` is µWebSockets C++ itself (bench/peers/uws_server.cpp), built at run time by
 bench/peers/build_uws.sh from a checkout of uNetworking/uWebSockets (and uSockets) named by
 `UWS_SRC` (and `USOCKETS_SRC`), outside this repository; skipped with a note when they are not
@@ -84,6 +98,7 @@ import json
 import os
 import pathlib
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -103,7 +118,8 @@ VENV_PY = ENV / "venv" / "bin" / "python"
 ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin", "nchan",
        "clarion-grip", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
        "clarion-durable-sync", "clarion-redis", "clarion-cluster", "clarion-rcluster",
-       "uws-cpp", "uws-cpp-group", "centrifuge"]
+       "uws-cpp", "uws-cpp-group", "centrifuge", "clarion-h2", "clarion-h2-mux", "clarion-tls",
+       "clarion-h2-tls", "clarion-h2-mux-tls"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
@@ -113,6 +129,8 @@ TRANSPORTS = {
     "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"},
     "clarion-rcluster": {"ws", "sse"}, "uws-cpp": {"ws"},
     "uws-cpp-group": {"ws"}, "centrifuge": {"ws"},
+    "clarion-h2": {"sse"}, "clarion-h2-mux": {"sse"}, "clarion-tls": {"ws", "sse"},
+    "clarion-h2-tls": {"sse"}, "clarion-h2-mux-tls": {"sse"},
 }
 LABELS = {
     "clarion": "Clarion", "uws": "uWebSockets.js (npm uwebsockets)",
@@ -131,15 +149,31 @@ LABELS = {
     "uws-cpp": "µWebSockets C++ (built from its repository)",
     "uws-cpp-group": "µWebSockets C++, a process per loop, each told of every publish",
     "centrifuge": "Centrifuge (Go)",
+    "clarion-h2": "Clarion, HTTP/2 (h2c), 1 SSE stream per connection",
+    "clarion-h2-mux": "Clarion, HTTP/2 (h2c), {streams} SSE streams per connection",
+    "clarion-tls": "Clarion, HTTP/1.1 over TLS 1.3",
+    "clarion-h2-tls": "Clarion, HTTP/2 over TLS 1.3, 1 SSE stream per connection",
+    "clarion-h2-mux-tls": "Clarion, HTTP/2 over TLS 1.3, {streams} SSE streams per connection",
 }
+# Streams per connection of the -mux peers (--h2-streams).
+H2_STREAMS = 100
+# More `clarion serve` flags for every Clarion variant (--clarion-flags).
+CLARION_FLAGS = []
 # Peers that run with a private redis-server (its CPU is reported apart from the server's).
 WITH_REDIS = {"clarion-redis", "clarion-cluster", "clarion-rcluster"}
 # Peers that take a thread count after `@`.
 THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
-            "clarion-durable-sync", "uws-cpp", "centrifuge"}
+            "clarion-durable-sync", "uws-cpp", "centrifuge", "clarion-h2", "clarion-h2-mux",
+            "clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls"}
 # Peers that are the Clarion binary with extra flags.
 CLARION_VARIANTS = ("clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
-                    "clarion-durable-sync")
+                    "clarion-durable-sync", "clarion-h2", "clarion-h2-mux", "clarion-tls",
+                    "clarion-h2-tls", "clarion-h2-mux-tls")
+# Clarion peers served over TLS: the client port is the TLS listener (clear text on port + 2).
+CLARION_TLS = {"clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls"}
+# What the load generator adds for a peer that speaks HTTP/2.
+H2_FLAGS = {"clarion-h2": [], "clarion-h2-tls": [], "clarion-h2-mux": ["mux"],
+            "clarion-h2-mux-tls": ["mux"]}
 # Peers that take a process count after `@` (default 3), one event loop each: past one
 # process's open-files limit (20,000 here), a server is several processes.
 GROUPS = {"clarion-cluster", "clarion-rcluster", "uws-cpp-group"}
@@ -161,11 +195,34 @@ def split_peer(spec):
 
 def label(spec):
     name, threads = split_peer(spec)
+    text = LABELS[name].replace("{streams}", str(H2_STREAMS))
     if name in GROUPS:
-        return f"{LABELS[name]}, {threads or GROUP_SIZE} processes"
+        return f"{text}, {threads or GROUP_SIZE} processes"
     if threads is None:
-        return LABELS[name]
-    return f"{LABELS[name]}, {threads} thread{'s' if threads > 1 else ''}"
+        return text
+    return f"{text}, {threads} thread{'s' if threads > 1 else ''}"
+
+
+def dev_cert(workdir):
+    """ca.pem, cert.pem and key.pem from `clarion cert --dev`, made once per run."""
+    d = pathlib.Path(workdir) / "cert"
+    if not (d / "ca.pem").exists():
+        d.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(CLARION), "cert", "--dev", "--dir", str(d)], check=True,
+                       capture_output=True)
+    return d
+
+
+def client_flags(base, workdir):
+    """What `clarion bench` adds for peer `base`: TLS trust and HTTP/2."""
+    flags = []
+    if base in CLARION_TLS:
+        flags += ["--tls-ca", str(dev_cert(workdir) / "ca.pem")]
+    if base in H2_FLAGS:
+        flags.append("--http2")
+        if "mux" in H2_FLAGS[base]:
+            flags += ["--streams-per-conn", str(H2_STREAMS)]
+    return flags
 
 
 def build_uws():
@@ -260,9 +317,16 @@ class Server:
                 plain = ["--history-dir", hist]
                 if n == "clarion-durable-sync":
                     plain += ["--history-fsync-ms", "0"]
-            self.main = self.spawn([binary, "serve", "--listen", f"127.0.0.1:{p}",
+            listen = p
+            if n in CLARION_TLS:
+                d = dev_cert(self.workdir)
+                listen = p + 2
+                plain = ["--tls-listen", f"127.0.0.1:{p}", "--tls-cert", d / "cert.pem",
+                         "--tls-key", d / "key.pem"]
+            self.main = self.spawn([binary, "serve", "--listen", f"127.0.0.1:{listen}",
                                     "--api-listen", f"127.0.0.1:{a}",
-                                    "--max-connections-per-address", 0, *workers, *plain])
+                                    "--max-connections-per-address", 0, *workers, *plain,
+                                    *CLARION_FLAGS])
         elif n == "uws-cpp":
             self.main = self.spawn([UWS_BIN, p, a, self.threads or 1])
         elif n == "uws-cpp-group":
@@ -529,6 +593,7 @@ def run_one(name, transport, args, port, workdir, tag):
     cmd = [str(client), "bench", "--target", f"127.0.0.1:{port}", "--api", f"127.0.0.1:{port + 1}",
            "--server-pid", ",".join(map(str, pids)), "--transport", transport,
            *(["--ws-hello", HELLO[base]] if base in HELLO else []),
+           *client_flags(base, workdir),
            # Source addresses of this run's own (127.0.0.B and up), away from the .2 and .3
            # that another `clarion bench` on the machine uses by default.
            "--source-base", str(args.source_base),
@@ -635,7 +700,8 @@ def table(args, results, notes):
         # Plain Clarion first, then Clarion at any thread count, then the GRIP proxy.
         base_name = next((b for b in ("clarion", *[k[0] for k in keys if
                                                   split_peer(k[0])[0] == "clarion"],
-                                      "clarion-grip") if (b, transport) in med), "clarion")
+                                      "clarion-grip", "clarion-tls")
+                         if (b, transport) in med), "clarion")
         base = med.get((base_name, transport), {})
         head = ["server"] + [f"user-space B/conn at {int(k.split('@')[1]):,}" for k in step_keys] \
             + [c[1] for c in cols] + ["opened", "lost / dup / reordered", "runs"]
@@ -688,16 +754,25 @@ def main():
                     help="peer i listens on PORT_BASE + 10 i and the next ports (default 19000)")
     ap.add_argument("--source-base", type=int, default=100,
                     help="the bench's clients connect from 127.0.0.B and up (default 100)")
+    ap.add_argument("--clarion-flags", default="",
+                    help="more `clarion serve` flags for every Clarion variant (clarion, "
+                         "clarion-ref, clarion-h2, ...), e.g. '--max-connections 40000'")
+    ap.add_argument("--h2-streams", type=int, default=100,
+                    help="SSE streams per connection of clarion-h2-mux and clarion-h2-mux-tls")
     ap.add_argument("--table-from", help="print the table of an earlier --out-json, run nothing")
     ap.add_argument("bench_extra", nargs="*", help="more clarion bench flags, after --")
     args = ap.parse_args()
     args.steps = [int(s) for s in args.steps.split(",") if s]
     args.transports = [t for t in args.transport.split(",") if t]
     args.watch_peers = [p for p in args.watch_peers.split(",") if p]
+    global H2_STREAMS
+    H2_STREAMS = args.h2_streams
+    CLARION_FLAGS.extend(shlex.split(args.clarion_flags))
     if args.table_from:
         saved = json.loads(pathlib.Path(args.table_from).read_text())
         args.scenario, args.n = saved["scenario"], saved["n"]
         args.steps = saved.get("steps", args.steps)
+        H2_STREAMS = saved.get("h2_streams", H2_STREAMS)
         results = {tuple(k.split("/")): v for k, v in saved["runs"].items()}
         args.transports = list(dict.fromkeys(t for _, t in results))
         print(table(args, results, saved.get("notes", [])))
@@ -775,6 +850,7 @@ def main():
     print(md)
     out_json.write_text(json.dumps({
         "scenario": args.scenario, "n": args.n, "repeats": args.repeats, "steps": args.steps,
+        "h2_streams": H2_STREAMS,
         "machine": {"nproc": os.cpu_count(), "kernel": os.uname().release},
         "clarion_sha256": binary_at_start,
         "runs": {f"{p}/{t}": runs for (p, t), runs in results.items()}, "notes": notes,

@@ -24,6 +24,19 @@ With `--tls`, every connection is a TLS 1.3 WebSocket (certificate from `clarion
 trusted by the clients), for Clarion and the peers alike; `--plain` adds the clear-text Clarion
 run for the cost of TLS itself.
 
+With `--h2` (issue 32), the same run measures, over TLS 1.3: an idle HTTP/2 connection holding one
+SSE stream against an idle HTTP/1.1 SSE connection (N of each), and the cost of an additional
+idle stream: `--h2-conns` HTTP/2 connections with one stream each against as many with
+`--h2-streams` each ((RSS difference) / (connections x (streams - 1))). The clients speak
+HTTP/2 themselves (a few frames and a fixed HPACK block, below), ALPN `h2`:
+
+    python3 bench/idle_memory.py --h2 -n 15000 --repeats 3 --server-flags '--max-connections 40000'
+
+An HTTP/2 connection and each of its streams both count against Clarion's `max_connections`
+(by default the open-files limit less 64, 19,936 here), so 15,000 connections of one stream
+need 30,000: `--server-flags` raises the cap (the connections still fit the open-files limit;
+the HTTP/1.1 runs are below either cap).
+
 Results from this machine are recorded in docs/benchmarks.md.
 """
 
@@ -33,6 +46,7 @@ import json
 import os
 import pathlib
 import selectors
+import shlex
 import socket
 import ssl
 import statistics
@@ -45,6 +59,8 @@ import urllib.request
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOPIC = "bench"
 PAGE = os.sysconf("SC_PAGE_SIZE")
+# More `clarion serve` flags for every Clarion run (--server-flags).
+SERVER_FLAGS = []
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -53,7 +69,11 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def client_main(target, source, count, path):
     """Opens `count` connections from `source`, then follows the parent's commands on stdin.
-    A path starting with /sse opens Server-Sent Events streams, anything else WebSockets."""
+    A path starting with /sse opens Server-Sent Events streams, `h2:S:/sse...` HTTP/2
+    connections of S SSE streams each, anything else WebSockets."""
+    if path.startswith("h2:"):
+        _, streams, path = path.split(":", 2)
+        return h2_client_main(target, source, count, int(streams), path)
     host, port = target.rsplit(":", 1)
     socks = []
     sse = path.startswith("/sse")
@@ -120,6 +140,145 @@ def client_main(target, source, count, path):
         s.close()
 
 
+# ---------------------------------------------------------------- HTTP/2 client
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+H2_MAX_WINDOW = 2**31 - 1
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") \
+        + payload
+
+
+def hpack_int(first, prefix_bits, value):
+    """An HPACK integer (RFC 7541 §5.1) with `first`'s high bits as flags."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first | value])
+    out, value = [first | limit], value - limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    return bytes(out + [value])
+
+
+def hpack_literal(name_index, value):
+    """A literal field without indexing, its name from the static table, its value raw."""
+    v = value.encode()
+    return hpack_int(0x00, 4, name_index) + hpack_int(0x00, 7, len(v)) + v
+
+
+def h2_request(authority, path, tls):
+    """The HEADERS block of a GET for `path`: static :method GET and :scheme, literal
+    :authority (index 1), :path (4) and accept (19)."""
+    return (b"\x82" + (b"\x87" if tls else b"\x86") + hpack_literal(1, authority)
+            + hpack_literal(4, path) + hpack_literal(19, "text/event-stream"))
+
+
+def h2_frames(buf):
+    """Complete frames at the start of `buf` as (kind, flags, stream, payload), and the rest."""
+    out = []
+    while len(buf) >= 9:
+        n = int.from_bytes(buf[:3], "big")
+        if len(buf) < 9 + n:
+            break
+        out.append((buf[3], buf[4], int.from_bytes(buf[5:9], "big") & H2_MAX_WINDOW,
+                    buf[9:9 + n]))
+        buf = buf[9 + n:]
+    return out, buf
+
+
+def h2_control(sock, kind, flags, payload):
+    """Answers what a server expects answered: its SETTINGS and PINGs. Raises on GOAWAY."""
+    if kind == 0x4 and not flags & 1:
+        sock.sendall(h2_frame(0x4, 1, 0))
+    elif kind == 0x6 and not flags & 1:
+        sock.sendall(h2_frame(0x6, 1, 0, payload))
+    elif kind == 0x7:
+        raise SystemExit(f"GOAWAY from the server: code {int.from_bytes(payload[4:8], 'big')}")
+
+
+def h2_client_main(target, source, count, streams, path):
+    """`count` HTTP/2 connections of `streams` SSE streams each, every stream answered 200
+    before the next connection; then the parent's commands, as client_main."""
+    host, port = target.rsplit(":", 1)
+    ca = os.environ.get("BENCH_TLS_CA")
+    ctx = None
+    if ca:
+        ctx = ssl.create_default_context(cafile=ca)
+        ctx.set_alpn_protocols(["h2"])
+    block = h2_request(target, path, ctx is not None)
+    socks = []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.connect((host, int(port)))
+        if ctx:
+            s = ctx.wrap_socket(s, server_hostname="localhost")
+            if s.selected_alpn_protocol() != "h2":
+                raise SystemExit(f"ALPN chose {s.selected_alpn_protocol()!r}, not h2")
+        settings = (2).to_bytes(2, "big") + (0).to_bytes(4, "big") \
+            + (4).to_bytes(2, "big") + H2_MAX_WINDOW.to_bytes(4, "big")
+        out = H2_PREFACE + h2_frame(0x4, 0, 0, settings) \
+            + h2_frame(0x8, 0, 0, (H2_MAX_WINDOW - 65535).to_bytes(4, "big"))
+        for i in range(streams):
+            out += h2_frame(0x1, 0x5, 2 * i + 1, block)
+        s.sendall(out)
+        answered, buf = 0, b""
+        while answered < streams:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise SystemExit(f"server closed during handshake after {len(socks)} connections")
+            frames, buf = h2_frames(buf + chunk)
+            for kind, flags, stream, payload in frames:
+                h2_control(s, kind, flags, payload)
+                if kind == 0x1:
+                    # The server's blocks start with table size updates (0x20..0x3f), then
+                    # :status; 0x88 is the static ":status: 200".
+                    fields = payload.lstrip(bytes(range(0x20, 0x40)))
+                    if not fields.startswith(b"\x88"):
+                        raise SystemExit(f"stream {stream} refused: {payload[:16].hex()}")
+                    answered += 1
+                elif kind == 0x3:
+                    raise SystemExit(f"stream {stream} reset: {payload.hex()}")
+        s.setblocking(False)
+        socks.append((s, buf))
+    print(f"ready {len(socks) * streams} {len(socks)}", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "expect":
+            # Messages per stream, counted by their `data:` lines in DATA frames.
+            want, deadline = int(cmd[1]) * len(socks) * streams, time.monotonic() + float(cmd[2])
+            sel = selectors.DefaultSelector()
+            for s, buf in socks:
+                sel.register(s, selectors.EVENT_READ, [buf])
+            got = 0
+            while got < want and time.monotonic() < deadline:
+                for key, _ in sel.select(0.2):
+                    s = key.fileobj
+                    try:
+                        data = s.recv(65536)
+                        while ctx and s.pending():
+                            data += s.recv(65536)
+                    except (BlockingIOError, ssl.SSLWantReadError):
+                        continue
+                    frames, key.data[0] = h2_frames(key.data[0] + data)
+                    for kind, flags, _, payload in frames:
+                        if kind == 0x0:
+                            got += payload.count(b"data: ")
+                        else:
+                            s.setblocking(True)
+                            h2_control(s, kind, flags, payload)
+                            s.setblocking(False)
+            sel.close()
+            print(f"got {got}", flush=True)
+        elif cmd[0] == "quit":
+            break
+    for s, _ in socks:
+        s.close()
+
+
 def handshake_done(head, sse):
     """Whether `head` holds the whole answer head (and, for SSE, the `retry:` block after it)."""
     if b"\r\n\r\n" not in head:
@@ -167,7 +326,7 @@ class Clarion:
         self.proc = subprocess.Popen(
             [binary, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
              # thousands of clients share each loopback source address here
-             "--max-connections-per-address", "0"],
+             "--max-connections-per-address", "0", *SERVER_FLAGS],
             stdout=subprocess.PIPE, text=True,
         )
         fields = dict(p.split("=", 1) for p in self.proc.stdout.readline().split()[2:])
@@ -211,12 +370,35 @@ class ClarionTLS(Clarion):
         self.proc = subprocess.Popen(
             [binary, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
              "--max-connections-per-address", "0", "--tls-listen", "127.0.0.1:0",
-             "--tls-cert", f"{d}/cert.pem", "--tls-key", f"{d}/key.pem"],
+             "--tls-cert", f"{d}/cert.pem", "--tls-key", f"{d}/key.pem", *SERVER_FLAGS],
             stdout=subprocess.PIPE, text=True,
         )
         fields = dict(p.split("=", 1) for p in self.proc.stdout.readline().split()[2:])
         self.clients, self.api = fields["tls"], fields["api"]
         self.path = f"/ws?topic={TOPIC}"
+
+
+class ClarionSSETLS(ClarionTLS):
+    """Clarion with HTTP/1.1 SSE subscribers over TLS 1.3."""
+
+    name = "clarion-sse-tls"
+
+    def __init__(self):
+        super().__init__()
+        self.path = f"/sse?topic={TOPIC}"
+
+
+def clarion_h2(streams):
+    """Clarion with HTTP/2 (TLS 1.3, ALPN h2) connections of `streams` SSE streams each."""
+
+    class ClarionH2(ClarionTLS):
+        name = f"clarion-h2-tls-x{streams}"
+
+        def __init__(self):
+            super().__init__()
+            self.path = f"h2:{streams}:/sse?topic={TOPIC}"
+
+    return ClarionH2
 
 
 _DEV_CERT = None
@@ -320,8 +502,13 @@ def run_once(server_cls, n, procs, idle_seconds, burst):
             for i, count in enumerate(per)
         ]
         started = time.monotonic()
-        opened = sum(int(c.stdout.readline().split()[1]) for c in clients)
-        connect_rate = opened / (time.monotonic() - started)
+        # "ready N" (a connection per subscriber), or "ready STREAMS CONNECTIONS" (HTTP/2).
+        readies = [c.stdout.readline().split()[1:] for c in clients]
+        if any(not r for r in readies):
+            raise RuntimeError(f"{server.name}: a client failed; see its stderr")
+        opened = sum(int(r[0]) for r in readies)
+        conns = sum(int(r[-1]) for r in readies)
+        connect_rate = conns / (time.monotonic() - started)
         time.sleep(2)  # settle
         idle_rss = rss(pids)
         cpu0 = cpu_seconds(pids)
@@ -342,11 +529,13 @@ def run_once(server_cls, n, procs, idle_seconds, burst):
         for c in clients:
             c.wait(timeout=60)
         return {
-            "connections": opened,
+            "connections": conns,
+            "subscribers": opened,
             "connect_rate": connect_rate,
             "base_rss": base_rss,
-            "rss_per_conn": (idle_rss - base_rss) / opened,
-            "rss_per_conn_after_burst": (burst_rss - base_rss) / opened,
+            "idle_rss": idle_rss,
+            "rss_per_conn": (idle_rss - base_rss) / conns,
+            "rss_per_conn_after_burst": (burst_rss - base_rss) / conns,
             "idle_cpu_ms": idle_cpu * 1000,
             "idle_seconds": idle_seconds,
             "delivered": received,
@@ -373,9 +562,22 @@ def main():
                     help="TLS 1.3 WebSockets (Clarion and peers alike)")
     ap.add_argument("--plain", action="store_true",
                     help="with --tls, also measure clear-text Clarion")
+    ap.add_argument("--h2", action="store_true",
+                    help="HTTP/2 over TLS: a connection of one SSE stream against an HTTP/1.1 "
+                         "SSE connection, and the cost of each additional stream")
+    ap.add_argument("--h2-conns", type=int, default=200,
+                    help="--h2: connections of the additional-stream runs")
+    ap.add_argument("--h2-streams", type=int, default=50,
+                    help="--h2: streams per connection of the additional-stream run")
+    ap.add_argument("--server-flags", default="",
+                    help="more `clarion serve` flags for every Clarion run, e.g. "
+                         "'--max-connections 40000'")
     ap.add_argument("--json", help="also write all results to this file")
     args = ap.parse_args()
+    SERVER_FLAGS.extend(shlex.split(args.server_flags))
 
+    if args.h2:
+        return h2_main(args)
     if args.tls:
         classes = [ClarionTLS] + ([Clarion] if args.plain else [])
         classes += [{"socketify": SocketifyTLS}[p] for p in args.peer]
@@ -416,6 +618,50 @@ def main():
         print(f"clarion SSE / WebSocket memory per connection: {ratio:.2f}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+def h2_main(args):
+    """--h2: HTTP/1.1 SSE over TLS against HTTP/2 with one stream per connection (-n of each),
+    then --h2-conns connections of one stream against as many of --h2-streams streams; every
+    kind once per repeat, interleaved."""
+    one, many = clarion_h2(1), clarion_h2(args.h2_streams)
+    plan = [(ClarionSSETLS, args.connections, "h1"), (one, args.connections, "h2"),
+            (one, args.h2_conns, "h2-x1"), (many, args.h2_conns, f"h2-x{args.h2_streams}")]
+    results = {tag: [] for _, _, tag in plan}
+    for r in range(args.repeats):
+        for cls, n, tag in plan:
+            res = run_once(cls, n, args.client_procs, args.idle_seconds, args.burst)
+            results[tag].append(res)
+            print(f"[{r + 1}/{args.repeats}] {tag} ({res['connections']} connections, "
+                  f"{res['subscribers']} streams): {res['rss_per_conn']:.0f} B/conn idle, "
+                  f"{res['rss_per_conn_after_burst']:.0f} after burst, "
+                  f"idle CPU {res['idle_cpu_ms']:.0f} ms, "
+                  f"delivered {res['delivered']}/{res['expected']}", flush=True)
+
+    def med(tag, key):
+        return statistics.median(x[key] for x in results[tag])
+
+    print(f"\nmedians over {args.repeats} runs (TLS 1.3):")
+    print(f"{'run':<10} {'conns':>6} {'streams':>8} {'B/conn idle':>12} {'B/conn burst':>13} "
+          f"{'idle CPU ms':>12} {'connects/s':>11} {'delivered':>10}")
+    for tag in results:
+        print(f"{tag:<10} {med(tag, 'connections'):>6.0f} {med(tag, 'subscribers'):>8.0f} "
+              f"{med(tag, 'rss_per_conn'):>12.0f} {med(tag, 'rss_per_conn_after_burst'):>13.0f} "
+              f"{med(tag, 'idle_cpu_ms'):>12.0f} {med(tag, 'connect_rate'):>11.0f} "
+              f"{min(x['delivered'] / x['expected'] for x in results[tag]):>10.2%}")
+    ratio = med("h2", "rss_per_conn") / med("h1", "rss_per_conn")
+    print(f"HTTP/2 connection with one SSE stream / HTTP/1.1 SSE connection, TLS: {ratio:.2f} "
+          f"(goal <= 1.5)")
+    # Per repeat, so each difference is of two runs close in time; then the median.
+    extra = [(m["idle_rss"] - m["base_rss"] - (o["idle_rss"] - o["base_rss"]))
+             / (m["subscribers"] - o["subscribers"])
+             for o, m in zip(results["h2-x1"], results[f"h2-x{args.h2_streams}"])]
+    print(f"each additional idle stream: {statistics.median(extra):.0f} B "
+          f"(per repeat: {', '.join(f'{x:.0f}' for x in extra)}; goal <= 200)")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(
+            {"results": results, "h2_over_h1_tls": ratio, "bytes_per_extra_stream": extra},
+            indent=1))
 
 
 if __name__ == "__main__":

@@ -104,3 +104,40 @@ def test_the_million_path_small_holds_every_connection_and_checks_every_delivery
             (expected, 0, 0, 0), text
     assert result["pings"] >= 600 and result["pongs"] == result["pings"], text
     assert ("over TLS 1.3" in text) == tls
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "h2"])
+@pytest.mark.parametrize("streams", [1, 10])
+def test_sse_streams_over_http2_are_delivered_exactly(start_server, tmp_path, tls, streams):
+    # `--http2`: 200 SSE subscribers as streams, one or ten per connection, over h2c (prior
+    # knowledge) and h2 (ALPN over TLS 1.3); every delivery checked per stream.
+    extra = tls_args(make_dev_cert(tmp_path)) if tls else []
+    server = start_server("--max-connections-per-address", 0, *extra)
+    ca = ["--tls-ca", str(tmp_path / "ca.pem")] if tls else []
+    result, text = bench(server, "-n", 200, "--transport", "sse", "--http2",
+                         "--streams-per-conn", streams, "--topics", 4, "-m", 20, "--procs", 2,
+                         *ca, target=server.tls if tls else None)
+    v = result["verdict"]
+    assert result["opened"] == 200 and not result["errors"], text
+    assert result["protocol"] == ("h2" if tls else "h2c")
+    assert result["streams_per_connection"] == streams
+    assert result["tcp_connections"] == 200 // streams, text
+    assert (v["in_order"], v["missing"], v["duplicated"], v["reordered"]) == (200 * 20, 0, 0, 0)
+    assert result["latency"]["count"] == 200 * 20
+    assert "LOSSES" not in text and "protocol" in text
+
+
+def test_http2_against_a_port_without_it_fails_clearly(start_server):
+    # A port that answers the h2c preface in HTTP/1.1 (here the API listener; in the field a
+    # proxy or an older build) is one clear error per connection, not a hang or a crash.
+    server = start_server("--max-connections-per-address", 0)
+    result, text = bench(server, "-n", 20, "--transport", "sse", "--http2", "-m", 1,
+                         "--drain", 2, target=server.api)
+    assert result["opened"] == 0, text
+    assert result["errors"] == {
+        "h2: the server answered in HTTP/1.1 (no h2c prior knowledge)": 20}, text
+    assert "LOSSES" in text
+    # HTTP/2 carries SSE streams only.
+    proc = subprocess.run([_binary(), "bench", "--http2", "--transport", "ws"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--http2 opens SSE streams" in proc.stderr

@@ -125,7 +125,8 @@ def test_header_floods_and_giant_lines_are_refused(hostile):
             (b"GET /ws HTTP/1.1\r\n" + b"X-A: b\r\n" * 200 + b"\r\n", b"431"),
             (b"GET /ws HTTP/1.1\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n", b"431"),
             (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n", b"414"),
-            (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(200), b"400"),
+            # A TLS hello on the clear port is not HTTP: closed without an answer.
+            (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(200), None),
         ]
         for _ in range(20):
             for raw, status in cases:
@@ -138,7 +139,10 @@ def test_header_floods_and_giant_lines_are_refused(hostile):
                     got = s.recv(64)
                 except ConnectionResetError:
                     got = b""
-                assert got.startswith(b"HTTP/1.1 " + status), (raw[:30], got)
+                if status is None:
+                    assert got == b"", (raw[:30], got)
+                else:
+                    assert got.startswith(b"HTTP/1.1 " + status), (raw[:30], got)
                 s.close()
 
     run(attack)

@@ -38,7 +38,6 @@ def test_handshake_accept_key(server):
         (upgrade(path="/ws?topic=%zz"), 400),
         (upgrade(path="/ws?topic=" + "x" * 129), 400),
         (b"GET /ws HTTP/2.0\r\n\r\n", 505),
-        (b"NOT HTTP AT ALL\r\n\r\n", 400),
         (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414),
         (b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(100)) + b"\r\n", 431),
         (b"GET / HTTP/1.1\r\nX-Big: " + b"v" * 20000 + b"\r\n\r\n", 431),
@@ -49,6 +48,23 @@ def test_error_statuses(server, raw, status):
     got, head, sock = rawws.http(server.clients, raw)
     sock.close()
     assert got == status, head
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"NOT HTTP AT ALL\r\n\r\n",
+        # An HTTP/2 client's broken preface (h2spec 3.5/2) on the port shared with HTTP/1.1.
+        b"INVALID CONNECTION PREFACE\r\n\r\n",
+        # A TLS ClientHello on the clear port.
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(64)),
+    ],
+)
+def test_bytes_that_are_not_http_close_without_an_answer(server, raw):
+    # No answer could be read by what sent them: neither an HTTP/1.1 error nor HTTP/2 frames.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(raw)
+        assert s.recv(64) == b""
 
 
 @pytest.mark.parametrize(

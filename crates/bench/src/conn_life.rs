@@ -511,7 +511,7 @@ impl<const N: usize> Life<N> {
 }
 
 /// The sequence number and publish time at the start of a payload's space-separated parts.
-fn seq_and_time<'a>(mut parts: impl Iterator<Item = &'a [u8]>) -> Option<(u64, u64)> {
+pub(crate) fn seq_and_time<'a>(mut parts: impl Iterator<Item = &'a [u8]>) -> Option<(u64, u64)> {
     let mut num = || {
         parts
             .next()

@@ -22,6 +22,7 @@
 
 pub mod check;
 pub mod conn_life;
+pub mod h2_life;
 pub mod million;
 pub mod million_outcome;
 pub mod million_report;

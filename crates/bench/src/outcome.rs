@@ -71,6 +71,22 @@ pub struct Outcome {
     pub churn: Option<Churn>,
     /// Figures measured with too little signal to believe, and why ([`crate::trust`]).
     pub warnings: Vec<String>,
+    /// How HTTP/2 carried the subscribers (`--http2`); absent over HTTP/1.1, whose output
+    /// keeps its shape. Flattened: `protocol`, `streams_per_connection`, `tcp_connections`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub http2: Option<Http2>,
+}
+
+/// How an HTTP/2 run carried its subscribers.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Http2 {
+    /// `h2` (TLS, chosen by ALPN) or `h2c` (clear text, prior knowledge).
+    pub protocol: &'static str,
+    /// SSE streams per connection (`--streams-per-conn`); `connections` and `opened` count
+    /// streams.
+    pub streams_per_connection: u32,
+    /// TCP connections that got past the server's SETTINGS.
+    pub tcp_connections: u64,
 }
 
 /// The server's memory once a step's connections are all open.

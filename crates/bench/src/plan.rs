@@ -93,6 +93,15 @@ pub struct BenchArgs {
     /// (the million scenario).
     #[arg(long)]
     pub broker_pid: Option<u32>,
+    /// Subscribe over HTTP/2: SSE streams on connections that ALPN made h2 (with --tls-ca) or
+    /// that start with the h2c preface (prior knowledge, clear text). -n stays the number of
+    /// subscribers (streams).
+    #[arg(long)]
+    pub http2: bool,
+    /// With --http2, SSE streams per connection: `-n 15000 --streams-per-conn 100` opens 150
+    /// connections.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub streams_per_conn: u32,
     /// Give every WebSocket and SSE connection a token of its own identity (`sub`), signed
     /// HS256 with this secret (the server's `auth_secret`): each is then a presence member.
     #[arg(long)]
@@ -100,6 +109,21 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
+    /// Whether the options fit together: HTTP/2 carries SSE streams only, and the million
+    /// scenario speaks HTTP/1.1.
+    pub fn check_http2(&self) -> anyhow::Result<()> {
+        if self.http2 && self.transport != TransportArg::Sse {
+            anyhow::bail!("--http2 opens SSE streams: use it with --transport sse");
+        }
+        if self.http2 && self.scenario == Some(Scenario::Million) {
+            anyhow::bail!("the million scenario does not speak HTTP/2");
+        }
+        if !self.http2 && self.streams_per_conn != 1 {
+            anyhow::bail!("--streams-per-conn needs --http2");
+        }
+        Ok(())
+    }
+
     /// TLS for the workers' connections, from `--tls-ca` and `--tls-name`.
     pub fn tls_job(&self) -> anyhow::Result<Option<crate::tls_client::TlsJob>> {
         let Some(path) = &self.tls_ca else {
@@ -109,6 +133,7 @@ impl BenchArgs {
             ca_pem: std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?,
             server_name: self.tls_name.clone(),
+            h2: self.http2,
         }))
     }
 }
@@ -213,6 +238,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::unwrap_used)]
     fn scenarios_set_their_shape() {
         use clap::Parser as _;
         #[derive(clap::Parser)]
@@ -240,5 +266,16 @@ mod tests {
         assert_eq!(a.map(|a| (a.interval_ms, a.messages)), Some((2000, 30)));
         let a = parse(&["--scenario", "ticker", "--interval-ms", "500", "-m", "30"]).ok();
         assert_eq!(a.map(|a| (a.interval_ms, a.messages)), Some((500, 30)));
+        // HTTP/2: SSE only, streams per connection only with it, never zero.
+        let a = parse(&["--http2", "--transport", "sse", "--streams-per-conn", "100"]).unwrap();
+        assert_eq!((a.http2, a.streams_per_conn), (true, 100));
+        assert!(a.check_http2().is_ok());
+        assert!(parse(&["--streams-per-conn", "0"]).is_err());
+        let a = parse(&["--http2"]).unwrap();
+        assert!(a.check_http2().is_err());
+        let a = parse(&["--transport", "sse", "--streams-per-conn", "2"]).unwrap();
+        assert!(a.check_http2().is_err());
+        let a = parse(&["--transport", "sse"]).unwrap();
+        assert_eq!((a.http2, a.streams_per_conn), (false, 1));
     }
 }

@@ -60,6 +60,26 @@ pub fn html(title: &str, o: &Outcome) -> String {
             format!("{:.1}", o.bench_cpu_seconds),
         ),
     ];
+    let mut rows = rows;
+    if let Some(h) = &o.http2 {
+        rows.insert(
+            0,
+            (
+                "protocol",
+                format!(
+                    "{}, {} SSE stream{} per connection, {} connections",
+                    h.protocol,
+                    h.streams_per_connection,
+                    if h.streams_per_connection == 1 {
+                        ""
+                    } else {
+                        "s"
+                    },
+                    h.tcp_connections
+                ),
+            ),
+        );
+    }
     out.push_str("<table>");
     for (k, val) in rows {
         let _ = write!(out, "<tr><th>{k}<td>{}", escape(&val));
@@ -188,6 +208,19 @@ pub fn print_text(a: &BenchArgs, o: &Outcome) {
         "connections      {}/{} open, {:.0}/s",
         o.opened, o.connections, o.connect_rate
     );
+    if let Some(h) = &o.http2 {
+        println!(
+            "protocol         {}, {} SSE stream{} per connection, {} connections",
+            h.protocol,
+            h.streams_per_connection,
+            if h.streams_per_connection == 1 {
+                ""
+            } else {
+                "s"
+            },
+            h.tcp_connections
+        );
+    }
     if !o.errors.is_empty() {
         println!("errors           {:?}", o.errors);
     }
@@ -329,6 +362,7 @@ pub(crate) mod tests {
             steps: Vec::new(),
             churn: None,
             warnings: Vec::new(),
+            http2: None,
         }
     }
 

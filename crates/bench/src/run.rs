@@ -26,6 +26,7 @@ struct Worker {
 /// Runs a benchmark and prints its report.
 pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     crate::scenario::apply_scenario(&mut a);
+    a.check_http2()?;
     if a.scenario == Some(Scenario::Million) {
         return crate::million::main(&a);
     }
@@ -41,10 +42,17 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
             TransportArg::Sse => "SSE",
             TransportArg::Poll => "long-poll",
         };
-        let title = format!(
-            "clarion bench: {} {transport} connections, {} topics, {} rounds",
-            a.connections, a.topics, a.messages
-        );
+        let title = if a.http2 {
+            format!(
+                "clarion bench: {} SSE streams over HTTP/2, {} per connection, {} topics, {} rounds",
+                a.connections, a.streams_per_conn, a.topics, a.messages
+            )
+        } else {
+            format!(
+                "clarion bench: {} {transport} connections, {} topics, {} rounds",
+                a.connections, a.topics, a.messages
+            )
+        };
         std::fs::write(path, crate::report::html(&title, &outcome))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
@@ -174,6 +182,8 @@ fn spawn_worker(
         hello: a.ws_hello.clone(),
         tls: a.tls_job()?,
         jwt_secret: a.jwt_secret.clone(),
+        http2: a.http2,
+        streams_per_conn: a.streams_per_conn,
     };
     let mut child = Command::new(exe)
         .args(["bench-worker"])
@@ -429,7 +439,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     let mut means = Latency::default();
     let mut verdict = Verdict::default();
     let mut errors: HashMap<String, u64> = HashMap::new();
-    let (mut clumped, mut opened, mut bench_cpu) = (0, 0, 0.0);
+    let (mut clumped, mut opened, mut bench_cpu, mut tcp) = (0, 0, 0.0, 0);
     for r in &reports {
         latency.merge(&r.latency);
         means.merge(&r.connection_means);
@@ -439,6 +449,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         }
         clumped += r.clumped;
         opened += r.opened;
+        tcp += r.tcp_connections;
         bench_cpu += r.cpu_seconds;
     }
     let expected: u64 = subscribers.iter().map(|s| s * a.messages).sum();
@@ -481,6 +492,11 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         steps: if staged { steps } else { Vec::new() },
         churn: None,
         warnings: Vec::new(),
+        http2: a.http2.then(|| crate::outcome::Http2 {
+            protocol: if a.tls_ca.is_some() { "h2" } else { "h2c" },
+            streams_per_connection: a.streams_per_conn,
+            tcp_connections: tcp,
+        }),
     };
     outcome.warnings = crate::trust::warnings(&outcome, before, pub_cpu);
     Ok(outcome)

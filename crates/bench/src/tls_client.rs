@@ -30,6 +30,9 @@ pub struct TlsJob {
     pub ca_pem: String,
     /// The name to ask for (SNI) and verify.
     pub server_name: String,
+    /// Offer ALPN `h2` (then `http/1.1`) and refuse a server that does not choose `h2`.
+    #[serde(default)]
+    pub h2: bool,
 }
 
 /// What every connection of a worker shares: the client configuration and the server name.
@@ -37,6 +40,8 @@ pub struct TlsJob {
 pub struct TlsSetup {
     config: Arc<rustls::ClientConfig>,
     name: rustls::pki_types::ServerName<'static>,
+    /// Every connection must end up with ALPN `h2`.
+    h2: bool,
 }
 
 impl TlsJob {
@@ -52,7 +57,13 @@ impl TlsJob {
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // As a browser does: h2 first when HTTP/2 is wanted, so a server without it is caught
+        // by the check of what it chose rather than by a failed handshake.
+        config.alpn_protocols = if self.h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         // A fleet of distinct clients: no resumption between the bench's own connections.
         config.resumption = rustls::client::Resumption::disabled();
         // For the hand-off to the lean record layer.
@@ -60,6 +71,7 @@ impl TlsJob {
         Ok(TlsSetup {
             config: Arc::new(config),
             name: rustls::pki_types::ServerName::try_from(self.server_name.clone())?,
+            h2: self.h2,
         })
     }
 }
@@ -85,6 +97,8 @@ struct Inner {
     /// Plaintext sent before the handshake completed (the request), encrypted once it has.
     early: Vec<u8>,
     established: bool,
+    /// The handshake must choose ALPN `h2`.
+    h2: bool,
 }
 
 /// One connection's TLS client state: a single pointer in the connection record.
@@ -113,6 +127,7 @@ impl TlsClient {
             unsent,
             early: Vec::new(),
             established,
+            h2: setup.h2,
         })))
     }
 
@@ -179,6 +194,11 @@ impl TlsClient {
         if !buf.is_empty() {
             inner.partial = buf;
         }
+        if inner.established && !was_established && inner.h2 {
+            if let Engine::Rustls(conn) = &inner.engine {
+                check_h2(conn.alpn_protocol())?;
+            }
+        }
         if inner.established && !was_established && !inner.early.is_empty() {
             let early = std::mem::take(&mut inner.early);
             seal(&mut inner.engine, &early, &mut inner.unsent).map_err(|e| format!("tls: {e}"))?;
@@ -222,7 +242,18 @@ impl TlsClient {
     }
 }
 
-/// Encrypts `plain` onto the end of `out` with whichever engine holds the keys.
+/// Whether the ALPN protocol a server chose is `h2`; the error names what it chose instead.
+fn check_h2(chosen: Option<&[u8]>) -> Result<(), String> {
+    match chosen {
+        Some(b"h2") => Ok(()),
+        Some(other) => Err(format!(
+            "tls: the server chose ALPN {}, not h2",
+            String::from_utf8_lossy(other)
+        )),
+        None => Err("tls: the server chose no ALPN protocol, not h2".into()),
+    }
+}
+
 /// Writes `bytes` to a load connection, through its TLS client when it has one. Requests, pongs
 /// and greetings are small and an idle socket's buffer empty, so a plain write completes.
 pub(crate) fn send(
@@ -239,6 +270,7 @@ pub(crate) fn send(
     }
 }
 
+/// Encrypts `plain` onto the end of `out` with whichever engine holds the keys.
 fn seal(engine: &mut Engine, plain: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
     match engine {
         Engine::Lean(r) => r.seal(plain, out).map_err(io::Error::other),
@@ -378,10 +410,19 @@ mod tests {
     fn pair(
         versions: &[&'static rustls::SupportedProtocolVersion],
     ) -> (TlsClient, TcpStream, Server) {
+        pair_with(versions, &[], false)
+    }
+
+    /// A pair whose server offers `server_alpn` and whose client asks for h2 or not.
+    fn pair_with(
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        server_alpn: &[&[u8]],
+        h2: bool,
+    ) -> (TlsClient, TcpStream, Server) {
         use rustls::pki_types::pem::PemObject as _;
         let (ca, chain, key) = certs();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(versions)
             .unwrap()
             .with_no_client_auth()
@@ -392,6 +433,7 @@ mod tests {
                 rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
             )
             .unwrap();
+        config.alpn_protocols = server_alpn.iter().map(|p| p.to_vec()).collect();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         client.set_nonblocking(true).unwrap();
@@ -400,6 +442,7 @@ mod tests {
         let setup = TlsJob {
             ca_pem: ca,
             server_name: "localhost".into(),
+            h2,
         }
         .setup()
         .unwrap();
@@ -493,5 +536,43 @@ mod tests {
     #[test]
     fn tls12_stays_with_rustls_and_still_works() {
         upgrade_then_talk(&[&rustls::version::TLS12], false);
+    }
+
+    #[test]
+    fn h2_is_offered_and_a_server_that_does_not_choose_it_is_refused_clearly() {
+        // A server that speaks h2: the handshake completes, h2 chosen.
+        let (mut c, stream, mut s) = pair_with(&[&rustls::version::TLS13], &[b"h2"], true);
+        let mut plain = Vec::new();
+        c.send(&stream, b"PRI").unwrap();
+        until(&mut c, &stream, &mut s, &mut plain, |_, s, _| {
+            s.plain == b"PRI"
+        });
+        assert_eq!(s.conn.alpn_protocol(), Some(&b"h2"[..]));
+        // One that chooses HTTP/1.1 (the client offered both, as a browser does).
+        for (server, error) in [
+            (
+                &[&b"http/1.1"[..]][..],
+                "tls: the server chose ALPN http/1.1, not h2",
+            ),
+            (&[][..], "tls: the server chose no ALPN protocol, not h2"),
+        ] {
+            let (mut c, stream, mut s) = pair_with(&[&rustls::version::TLS13], server, true);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let e = loop {
+                assert!(Instant::now() < deadline, "stuck");
+                c.flush(&stream).unwrap();
+                s.pump();
+                let mut buf = [0u8; 16384];
+                if let Ok(n) = (&mut &stream).read(&mut buf) {
+                    if let Err(e) = c.receive(&stream, &buf[..n], &mut Vec::new()) {
+                        break e;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            assert_eq!(e, error);
+        }
+        // Without --http2 only http/1.1 is offered.
+        assert_eq!(check_h2(Some(b"h2")), Ok(()));
     }
 }

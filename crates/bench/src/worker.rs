@@ -2,8 +2,9 @@
 //! reads everything they receive, checks every delivery and measures latency.
 //!
 //! What a connection does with the bytes it reads (the answer, frames, events, polls, the
-//! checks) is its [`Life`]; this file is the process around the lives: sockets, TLS, the poll
-//! loop, the connect pace, and the latency and clump sums.
+//! checks) is its [`Life`], or over HTTP/2 its [`H2Life`] (a stream per subscriber); this file
+//! is the process around the lives: sockets, TLS, the poll loop, the connect pace, and the
+//! latency and clump sums.
 //!
 //! It talks to the coordinator over stdin/stdout, one JSON object per line: a [`Job`] in, then
 //! progress lines and a final [`Report`] out; a [`Finish`] on stdin says how many messages each
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::{SeqChecker, Verdict};
 use crate::conn_life::{Event, Host, Life, Payloads, Phase, Setup};
+use crate::h2_life::{H2Host, H2Life, H2Setup, StreamError, StreamPhase};
 use crate::proc_stat::own_cpu_seconds;
 use crate::source_ports::{self, SourcePorts};
 use crate::stats::{unix_micros, Buckets, Clumps, Latency};
@@ -52,6 +54,16 @@ pub struct Job {
     /// Sign each connection a token of its own identity with this HS256 secret.
     #[serde(default)]
     pub jwt_secret: Option<String>,
+    /// Subscribe over HTTP/2 (SSE streams; h2 by ALPN over TLS, h2c prior knowledge without).
+    #[serde(default)]
+    pub http2: bool,
+    /// With `http2`, streams per connection: consecutive entries of `topics` share one.
+    #[serde(default = "one")]
+    pub streams_per_conn: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 pub use crate::tls_client::TlsJob;
@@ -69,8 +81,12 @@ pub struct Finish {
 /// What a worker measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Report {
-    /// Connections that completed their handshake.
+    /// Subscribers whose request was answered (connections, or HTTP/2 streams).
     pub opened: u64,
+    /// TCP connections opened (HTTP/2: past the server's SETTINGS), as `opened` over
+    /// HTTP/1.1.
+    #[serde(default)]
+    pub tcp_connections: u64,
     /// Failed connection attempts and lost connections, by kind.
     pub errors: HashMap<String, u64>,
     /// Delivery verdicts summed over connections.
@@ -104,23 +120,101 @@ pub struct Progress {
     pub ready: bool,
 }
 
-/// One connection: the socket and what the worker measures around its [`Life`].
+/// One connection: the socket and what the worker measures around its life.
 struct Conn {
     stream: TcpStream,
     /// The TLS client state, when the job is over TLS.
     tls: Option<TlsClient>,
-    /// The protocol: its topic is an index into the worker's topic names.
-    life: Life<1>,
+    proto: Proto,
+}
+
+/// What the worker measures of one subscriber.
+#[derive(Debug, Clone, Default)]
+struct Meter {
     clumps: Clumps,
-    /// Latencies of the messages counted, summed (µs): the connection's mean at the end.
+    /// Latencies of the messages counted, summed (µs): the subscriber's mean at the end.
     latency_sum: u64,
 }
 
+/// What a connection speaks; topics are indices into the worker's topic names.
+enum Proto {
+    /// HTTP/1.1 (WebSocket, SSE, long-poll): one subscriber.
+    H1 { life: Life<1>, meter: Meter },
+    /// HTTP/2: a stream per subscriber, `meters[i]` for stream `i`. Boxed: the million
+    /// worker's record size is not at stake here, but the regular one's HTTP/1.1 record is.
+    H2(Box<(H2Life, Vec<Meter>)>),
+}
+
+/// One subscriber of a connection, for the final sums.
+struct Sub<'a> {
+    topic: u32,
+    /// Open now (answered, not ended): it should have every message published.
+    open: bool,
+    check: &'a SeqChecker,
+    meter: &'a Meter,
+}
+
 impl Conn {
-    /// The check of the connection's one topic.
-    fn check(&self) -> &SeqChecker {
-        let [check] = self.life.streams();
-        check
+    fn handshaking(&self) -> bool {
+        match &self.proto {
+            Proto::H1 { life, .. } => life.handshaking(),
+            Proto::H2(h) => h.0.handshaking(),
+        }
+    }
+
+    /// Subscribers answered and not ended.
+    fn opened(&self) -> u64 {
+        match &self.proto {
+            Proto::H1 { life, .. } => u64::from(life.phase() == Phase::Open),
+            Proto::H2(h) => h.0.open_streams() as u64,
+        }
+    }
+
+    /// The connection itself is open (HTTP/1.1: answered; HTTP/2: past the SETTINGS).
+    fn connected(&self) -> bool {
+        match &self.proto {
+            Proto::H1 { life, .. } => life.phase() == Phase::Open,
+            Proto::H2(h) => h.0.phase() == Phase::Open,
+        }
+    }
+
+    /// Messages received and checked, over every subscriber.
+    fn received(&self) -> u64 {
+        self.subs().map(|s| s.check.received()).sum()
+    }
+
+    fn subs(&self) -> Box<dyn Iterator<Item = Sub<'_>> + '_> {
+        match &self.proto {
+            Proto::H1 { life, meter } => {
+                let [check] = life.streams();
+                Box::new(std::iter::once(Sub {
+                    topic: life.topic(),
+                    open: life.phase() == Phase::Open,
+                    check,
+                    meter,
+                }))
+            }
+            Proto::H2(h) => {
+                let alive = h.0.phase() != Phase::Dead;
+                Box::new(
+                    h.0.streams()
+                        .zip(&h.1)
+                        .map(move |((topic, phase, check), meter)| Sub {
+                            topic,
+                            open: alive && phase == StreamPhase::Open,
+                            check,
+                            meter,
+                        }),
+                )
+            }
+        }
+    }
+
+    fn fail(&mut self) {
+        match &mut self.proto {
+            Proto::H1 { life, .. } => life.fail(),
+            Proto::H2(h) => h.0.fail(),
+        }
     }
 }
 
@@ -148,6 +242,16 @@ pub fn main() -> anyhow::Result<()> {
         payloads: Payloads::Peers,
         max_frame: MAX_FRAME,
         hello: job.hello.as_deref(),
+    };
+    let h2 = H2Setup {
+        target: job.target,
+        tls: job.tls.is_some(),
+    };
+    // Subscribers per connection.
+    let per_conn = if job.http2 {
+        job.streams_per_conn.max(1) as usize
+    } else {
+        1
     };
     let tls = job.tls.as_ref().map(TlsJob::setup).transpose()?;
     let mut poll = Poll::new()?;
@@ -177,7 +281,9 @@ pub fn main() -> anyhow::Result<()> {
             })
         })
         .collect();
-    let mut conns: Vec<Conn> = Vec::with_capacity(plan.len());
+    // Connection k carries the subscribers `plan[k * per_conn..]`, `per_conn` of them.
+    let planned_conns = plan.len().div_ceil(per_conn);
+    let mut conns: Vec<Conn> = Vec::with_capacity(planned_conns);
     let mut ports = SourcePorts::new();
     let mut report = Report::default();
     let mut latency = Latency::default();
@@ -196,10 +302,10 @@ pub fn main() -> anyhow::Result<()> {
     loop {
         // Open more connections, at the configured rate.
         let allowed = if job.connect_rate == 0 {
-            plan.len()
+            planned_conns
         } else {
             ((started.elapsed().as_secs_f64() * f64::from(job.connect_rate)) as usize + 1)
-                .min(plan.len())
+                .min(planned_conns)
         };
         // Handshakes in flight are capped, as a real client fleet's would be spread out: a
         // server is entitled to refuse a storm of simultaneous handshakes (Clarion's
@@ -207,22 +313,24 @@ pub fn main() -> anyhow::Result<()> {
         // are, an iteration's work is its events alone (a scan of every connection per wake-up
         // would make the client, not the server, the cost of a ticker).
         let mut in_flight = if planned < allowed {
-            conns.iter().filter(|c| c.life.handshaking()).count()
+            conns.iter().filter(|c| c.handshaking()).count()
         } else {
             0
         };
         while planned < allowed && in_flight < MAX_IN_FLIGHT {
             in_flight += 1;
-            let topic = plan.get(planned).copied().unwrap_or(0);
+            let subs = plan
+                .get(planned * per_conn..((planned + 1) * per_conn).min(plan.len()))
+                .unwrap_or_default();
             planned += 1;
-            match open(&job, &poll, &mut ports, conns.len(), topic, tls.as_ref()) {
+            match open(&job, &poll, &mut ports, conns.len(), subs, tls.as_ref()) {
                 Ok(c) => conns.push(c),
                 Err(e) => {
                     *report
                         .errors
                         .entry(format!("connect: {}", e.kind()))
                         .or_default() += 1;
-                    never_opened.push(topic);
+                    never_opened.extend_from_slice(subs);
                 }
             }
             if job.connect_rate != 0 {
@@ -243,40 +351,40 @@ pub fn main() -> anyhow::Result<()> {
                 continue;
             };
             let closing = ev.is_read_closed() || ev.is_error();
+            let shared = Shared {
+                job: &job,
+                setup: &setup,
+                h2: &h2,
+                topics: &topic_names,
+            };
             let step = drive(
                 c,
-                &job,
-                &setup,
-                &topic_names,
+                &shared,
                 (&mut read_buf, &mut plain),
                 now_us,
-                &mut latency,
+                (&mut latency, &mut report.errors),
                 closing,
             );
             if let Err(kind) = step {
                 *report.errors.entry(kind).or_default() += 1;
-                c.life.fail();
+                c.fail();
                 let _ = poll.registry().deregister(&mut c.stream);
             }
         }
-        let opened = || {
-            conns
-                .iter()
-                .filter(|c| c.life.phase() == Phase::Open)
-                .count() as u64
-        };
+        let opened = || conns.iter().map(Conn::opened).sum::<u64>();
         let became_ready =
-            !ready_sent && planned == plan.len() && !conns.iter().any(|c| c.life.handshaking());
+            !ready_sent && planned == planned_conns && !conns.iter().any(Conn::handshaking);
         if became_ready {
             ready_sent = true;
             report.opened = opened();
+            report.tcp_connections = conns.iter().filter(|c| c.connected()).count() as u64;
             report.connect_seconds = started.elapsed().as_secs_f64();
         }
         // Readiness is told at once: the coordinator waits for it before publishing.
         if Instant::now() >= next_progress || became_ready {
             next_progress = Instant::now() + PROGRESS_EVERY;
             let opened = opened();
-            let received = conns.iter().map(|c| c.check().received()).sum();
+            let received = conns.iter().map(Conn::received).sum();
             let p = Progress {
                 opened,
                 received,
@@ -287,30 +395,25 @@ pub fn main() -> anyhow::Result<()> {
             o.flush()?;
         }
         if let Some((f, deadline)) = &finish {
-            let all = conns.iter().all(|c| {
-                c.life.phase() != Phase::Open
-                    || c.check().received()
-                        >= topic_names
-                            .get(c.life.topic() as usize)
-                            .and_then(|t| f.published.get(t))
-                            .copied()
-                            .unwrap_or(0)
-            });
+            let expected = |topic: u32| {
+                topic_names
+                    .get(topic as usize)
+                    .and_then(|t| f.published.get(t))
+                    .copied()
+                    .unwrap_or(0)
+            };
+            let all = conns
+                .iter()
+                .flat_map(Conn::subs)
+                .all(|s| !s.open || s.check.received() >= expected(s.topic));
             if all || Instant::now() >= *deadline {
                 let mut means = Latency::default();
-                for c in &conns {
-                    let expected = topic_names
-                        .get(c.life.topic() as usize)
-                        .and_then(|t| f.published.get(t))
-                        .copied()
-                        .unwrap_or(0);
-                    if c.life.phase() != Phase::Dead || c.check().received() > 0 {
-                        report.verdict.add(&c.check().finish(expected));
-                    } else {
-                        report.verdict.missing += expected;
-                    }
-                    report.clumped += c.clumps.clumped;
-                    if let Some(mean) = c.latency_sum.checked_div(c.check().received()) {
+                for s in conns.iter().flat_map(Conn::subs) {
+                    // A subscriber that never received anything is all missing (its checker
+                    // says so too).
+                    report.verdict.add(&s.check.finish(expected(s.topic)));
+                    report.clumped += s.meter.clumps.clumped;
+                    if let Some(mean) = s.meter.latency_sum.checked_div(s.check.received()) {
                         means.record(mean);
                     }
                 }
@@ -334,75 +437,120 @@ pub fn main() -> anyhow::Result<()> {
     }
 }
 
+/// Opens connection `index`, for the subscribers following `topics` (one, or a stream each
+/// over HTTP/2).
 fn open(
     job: &Job,
     poll: &Poll,
     ports: &mut SourcePorts,
     index: usize,
-    topic: u32,
+    topics: &[u32],
     tls: Option<&TlsSetup>,
 ) -> io::Result<Conn> {
     let tls = tls.map(TlsClient::new).transpose()?;
     let stream = ports.connect(job.source, job.target, poll, index)?;
-    Ok(Conn {
-        stream,
-        tls,
-        life: Life::new(topic),
-        clumps: Clumps::default(),
-        latency_sum: 0,
-    })
+    let proto = if job.http2 {
+        Proto::H2(Box::new((
+            H2Life::new(topics.iter().copied()),
+            vec![Meter::default(); topics.len()],
+        )))
+    } else {
+        Proto::H1 {
+            life: Life::new(topics.first().copied().unwrap_or(0)),
+            meter: Meter::default(),
+        }
+    };
+    Ok(Conn { stream, tls, proto })
+}
+
+/// What every connection of the worker shares.
+struct Shared<'a> {
+    job: &'a Job,
+    setup: &'a Setup<'a>,
+    h2: &'a H2Setup,
+    /// The worker's topic names, by number.
+    topics: &'a [String],
+}
+
+/// A connection's life, whichever protocol, borrowed apart from its meters.
+enum LifeMut<'a> {
+    H1(&'a mut Life<1>),
+    H2(&'a mut H2Life),
 }
 
 /// Advances one connection; `Err(kind)` when it failed. `closing`: the readiness event also
 /// reported the peer's end of stream or an error, so reading goes on to find it. `bufs`: the
-/// worker's read buffer, and its buffer for the plaintext of a TLS read.
-#[allow(clippy::too_many_arguments)]
+/// worker's read buffer, and its buffer for the plaintext of a TLS read. `sums`: the worker's
+/// latency histogram and error counts (an HTTP/2 stream ends without its connection).
 fn drive(
     c: &mut Conn,
-    job: &Job,
-    setup: &Setup<'_>,
-    topics: &[String],
+    shared: &Shared<'_>,
     (read_buf, plain): (&mut [u8], &mut Vec<u8>),
     now_us: u64,
-    latency: &mut Latency,
+    (latency, errors): (&mut Latency, &mut HashMap<String, u64>),
     closing: bool,
 ) -> Result<(), String> {
-    let topic = topics
-        .get(c.life.topic() as usize)
-        .map_or("", String::as_str);
-    let Conn {
-        stream,
-        tls,
-        life,
-        clumps,
-        latency_sum,
-    } = c;
+    let Conn { stream, tls, proto } = c;
+    let (mut life, meters) = match proto {
+        Proto::H1 { life, meter } => (LifeMut::H1(life), std::slice::from_mut(meter)),
+        Proto::H2(h) => {
+            let (life, meters) = &mut **h;
+            (LifeMut::H2(life), meters.as_mut_slice())
+        }
+    };
+    let (setup, job) = (shared.setup, shared.job);
+    let topic = match &life {
+        LifeMut::H1(l) => shared
+            .topics
+            .get(l.topic() as usize)
+            .map_or("", String::as_str),
+        LifeMut::H2(_) => "",
+    };
     let mut io = Io {
         stream,
         tls,
         now_us,
         interval_us: job.interval_us,
         latency,
-        clumps,
-        latency_sum,
+        meters,
+        errors,
+        topics: shared.topics,
+        jwt_secret: job.jwt_secret.as_deref(),
     };
-    if life.phase() == Phase::Connecting {
+    let connecting = match &life {
+        LifeMut::H1(l) => l.phase() == Phase::Connecting,
+        LifeMut::H2(l) => l.phase() == Phase::Connecting,
+    };
+    if connecting {
         if !source_ports::connected(io.stream)? {
             return Ok(());
         }
-        let token = job
-            .jwt_secret
-            .as_deref()
-            .map(|s| format!("&token={}", crate::wire::member_token(s)))
-            .unwrap_or_default();
-        life.handle_connected(setup, topic, &token, &mut io)
-            .map_err(|e| e.to_string())?;
+        match &mut life {
+            LifeMut::H1(l) => {
+                let token = job
+                    .jwt_secret
+                    .as_deref()
+                    .map(|s| format!("&token={}", crate::wire::member_token(s)))
+                    .unwrap_or_default();
+                l.handle_connected(setup, topic, &token, &mut io)
+                    .map_err(|e| e.to_string())?;
+            }
+            LifeMut::H2(l) => l.handle_connected(&mut io).map_err(|e| e.to_string())?,
+        }
     }
     // TLS records rustls could not write yet (the handshake, or a request behind it).
     if let Some(t) = io.tls.as_mut() {
         t.flush(io.stream)
             .map_err(|e| format!("write: {}", e.kind()))?;
     }
+    let input = |life: &mut LifeMut<'_>, io: &mut Io<'_>, bytes: &[u8]| match life {
+        LifeMut::H1(l) => l
+            .handle_input(setup, topic, bytes, io)
+            .map_err(|e| e.to_string()),
+        LifeMut::H2(l) => l
+            .handle_input(shared.h2, bytes, io)
+            .map_err(|e| e.to_string()),
+    };
     let mut eof = false;
     loop {
         let n = match io.stream.read(read_buf) {
@@ -423,8 +571,7 @@ fn drive(
         let fresh = read_buf.get(..n).unwrap_or_default();
         let Some(t) = io.tls.as_mut() else {
             // The usual case: parsed in the shared buffer.
-            life.handle_input(setup, topic, fresh, &mut io)
-                .map_err(|e| e.to_string())?;
+            input(&mut life, &mut io, fresh)?;
             if drained {
                 break;
             }
@@ -432,11 +579,13 @@ fn drive(
         };
         plain.clear();
         eof |= t.receive(io.stream, fresh, plain)?;
-        life.handle_input(setup, topic, plain, &mut io)
-            .map_err(|e| e.to_string())?;
+        input(&mut life, &mut io, plain)?;
     }
     if eof {
-        return Err(life.handle_end(setup).to_string());
+        return Err(match &mut life {
+            LifeMut::H1(l) => l.handle_end(setup).to_string(),
+            LifeMut::H2(l) => l.handle_end().to_string(),
+        });
     }
     Ok(())
 }
@@ -450,8 +599,12 @@ struct Io<'a> {
     /// Interval of a steady feed (µs), for clump detection (0: none).
     interval_us: u64,
     latency: &'a mut Latency,
-    clumps: &'a mut Clumps,
-    latency_sum: &'a mut u64,
+    /// The connection's subscribers' meters, by stream (one over HTTP/1.1).
+    meters: &'a mut [Meter],
+    errors: &'a mut HashMap<String, u64>,
+    /// The worker's topic names, for HTTP/2 requests.
+    topics: &'a [String],
+    jwt_secret: Option<&'a str>,
 }
 
 impl Host for Io<'_> {
@@ -471,14 +624,35 @@ impl Host for Io<'_> {
                     t.settle();
                 }
             }
-            Event::Delivered { published_us, .. } => {
+            Event::Delivered {
+                stream,
+                published_us,
+                ..
+            } => {
                 let latency = self.now_us.saturating_sub(published_us);
                 self.latency.record(latency);
-                *self.latency_sum = self.latency_sum.saturating_add(latency);
-                self.clumps.see(self.now_us, self.interval_us);
+                if let Some(m) = self.meters.get_mut(stream) {
+                    m.latency_sum = m.latency_sum.saturating_add(latency);
+                    m.clumps.see(self.now_us, self.interval_us);
+                }
             }
             Event::Pong { .. } => {}
         }
+    }
+}
+
+impl H2Host for Io<'_> {
+    fn path(&mut self, topic: u32) -> String {
+        let name = self.topics.get(topic as usize).map_or("", String::as_str);
+        let token = self
+            .jwt_secret
+            .map(|s| format!("&token={}", crate::wire::member_token(s)))
+            .unwrap_or_default();
+        format!("/sse?topic={name}{token}")
+    }
+
+    fn stream_ended(&mut self, _stream: usize, why: StreamError) {
+        *self.errors.entry(why.to_string()).or_default() += 1;
     }
 }
 
@@ -501,9 +675,10 @@ mod tests {
         let c = Conn {
             stream: TcpStream::from_std(client),
             tls: None,
-            life: Life::new(0),
-            clumps: Clumps::default(),
-            latency_sum: 0,
+            proto: Proto::H1 {
+                life: Life::new(0),
+                meter: Meter::default(),
+            },
         };
         (c, server)
     }
@@ -519,6 +694,8 @@ mod tests {
             hello: None,
             tls: None,
             jwt_secret: None,
+            http2: false,
+            streams_per_conn: 1,
         }
     }
 
@@ -534,18 +711,36 @@ mod tests {
 
     /// Drives `c` once with a read buffer of `len` bytes.
     fn drive_with(c: &mut Conn, len: usize, closing: bool) -> Result<(), String> {
-        let job = job();
-        let topics = vec!["t".to_string()];
+        drive_job(c, &job(), len, closing, &mut HashMap::new())
+    }
+
+    /// Drives `c` of `job` once with a read buffer of `len` bytes, counting stream errors in
+    /// `errors`.
+    fn drive_job(
+        c: &mut Conn,
+        job: &Job,
+        len: usize,
+        closing: bool,
+        errors: &mut HashMap<String, u64>,
+    ) -> Result<(), String> {
+        let topics = vec!["t".to_string(), "u".to_string()];
         let mut latency = Latency::default();
         let (mut buf, mut plain) = (vec![0u8; len], Vec::new());
+        let shared = Shared {
+            job,
+            setup: &setup(job),
+            h2: &H2Setup {
+                target: job.target,
+                tls: false,
+            },
+            topics: &topics,
+        };
         drive(
             c,
-            &job,
-            &setup(&job),
-            &topics,
+            &shared,
             (&mut buf, &mut plain),
             10,
-            &mut latency,
+            (&mut latency, errors),
             closing,
         )
     }
@@ -567,8 +762,8 @@ mod tests {
             drive_with(&mut c, 4096, false).unwrap_err(),
             "closed by server"
         );
-        assert_eq!(c.check().received(), 1);
-        assert_eq!(c.life.phase(), Phase::Dead);
+        assert_eq!(c.received(), 1);
+        assert!(!c.handshaking() && c.opened() == 0);
         let mut request = [0u8; 24];
         server.read_exact(&mut request).unwrap();
         assert_eq!(&request, b"GET /ws?topic=t HTTP/1.1");
@@ -582,7 +777,7 @@ mod tests {
             server.write_all(UPGRADED).unwrap();
             settle();
             drive_with(&mut c, 4096, false).unwrap();
-            assert_eq!(c.life.phase(), Phase::Open);
+            assert_eq!(c.opened(), 1);
             server.write_all(&frame).unwrap();
             server.shutdown(std::net::Shutdown::Write).unwrap();
             settle();
@@ -599,11 +794,62 @@ mod tests {
         // own event.
         let (mut c, _server) = subscribed();
         assert!(drive_with(&mut c, frame.len() + 1, false).is_ok());
-        assert_eq!(c.check().received(), 1);
+        assert_eq!(c.received(), 1);
         assert_eq!(
             drive_with(&mut c, frame.len() + 1, true).unwrap_err(),
             "closed by server"
         );
+    }
+
+    #[test]
+    fn an_h2_connection_carries_its_streams_and_counts_their_ends() {
+        use clarion_proto::h2::frame;
+        use clarion_proto::h2::hpack::Encoder;
+        let (mut c, mut server) = conn();
+        c.proto = Proto::H2(Box::new((H2Life::new([0, 1]), vec![Meter::default(); 2])));
+        let job = Job {
+            http2: true,
+            streams_per_conn: 2,
+            ..job()
+        };
+        let mut errors = HashMap::new();
+        // The preface goes out first.
+        drive_job(&mut c, &job, 4096, false, &mut errors).unwrap();
+        let mut preface = [0u8; 24];
+        server.read_exact(&mut preface).unwrap();
+        assert_eq!(&preface, frame::PREFACE);
+        let mut input = Vec::new();
+        frame::write_settings(&mut input, &[]);
+        let mut enc = Encoder::new();
+        let mut ok = Vec::new();
+        enc.encode(
+            [(":status", "200"), ("content-type", "text/event-stream")],
+            &mut ok,
+        );
+        frame::write_headers(&mut input, 1, &ok, false, 16_384);
+        let mut refused = Vec::new();
+        enc.encode([(":status", "403")], &mut refused);
+        frame::write_headers(&mut input, 3, &refused, true, 16_384);
+        frame::write_data(&mut input, 1, b"data: 0 5 a\n\n", false);
+        server.write_all(&input).unwrap();
+        settle();
+        drive_job(&mut c, &job, 4096, false, &mut errors).unwrap();
+        assert_eq!((c.opened(), c.received(), c.connected()), (1, 1, true));
+        assert_eq!(errors.get("h2 stream refused: HTTP 403"), Some(&1));
+        // The requests name each stream's topic.
+        let mut sent = vec![0u8; 4096];
+        let n = server.read(&mut sent).unwrap();
+        assert!(n > 30);
+        let subs: Vec<(u32, bool)> = c.subs().map(|s| (s.topic, s.open)).collect();
+        assert_eq!(subs, [(0, true), (1, false)]);
+        // The end of the connection ends every stream.
+        drop(server);
+        settle();
+        assert_eq!(
+            drive_job(&mut c, &job, 4096, true, &mut errors).unwrap_err(),
+            "closed by server"
+        );
+        assert_eq!(c.opened(), 0);
     }
 
     #[test]

@@ -161,7 +161,7 @@ impl<S: Socket> Engine<S> {
 
     /// Whether some connection's read budget ran out: the shell should not sleep.
     pub fn wants_read(&self) -> bool {
-        !self.more_to_read.is_empty()
+        !self.more_to_read.is_empty() || !self.h2_dirty.is_empty()
     }
 
     /// Reads the connections whose budget ran out last time.

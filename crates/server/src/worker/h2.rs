@@ -30,6 +30,8 @@ use crate::metrics::CloseReason;
 /// Framed bytes a connection may owe its socket before the pump leaves the rest in the
 /// streams' backlogs (where each stream's slow-consumer limit counts them).
 pub(crate) const PUMP_BYTES: usize = 256 * 1024;
+/// Pump passes over one connection per engine entry point (each up to [`PUMP_BYTES`]).
+const MAX_PASSES: usize = 16;
 
 /// An HTTP/2 connection's protocol state.
 pub(crate) struct H2 {
@@ -85,8 +87,16 @@ impl<S: Socket> Engine<S> {
         if let Some(c) = self.conns.get_mut(k as usize) {
             c.last_seen = self.now;
         }
-        self.send(k, &Arc::from(out));
+        self.write_to(k, &Arc::from(out), Some(self.h2_cap()));
         Some(0)
+    }
+
+    /// What an HTTP/2 connection may owe its socket when it answers the client (control
+    /// frames): the pump's framed bytes, plus as much as an HTTP/1.1 connection may owe. Past
+    /// it the client has stopped reading and the connection is closed.
+    fn h2_cap(&self) -> usize {
+        let cfg = &self.shared.config;
+        PUMP_BYTES + cfg.max_backlog + cfg.max_message_size
     }
 
     /// Frames from the client: returns the bytes used (the rest is an incomplete frame).
@@ -118,7 +128,7 @@ impl<S: Socket> Engine<S> {
         self.h2.insert(k, h);
         self.h2_dirty.push(k);
         if !out.is_empty() {
-            self.send(k, &Arc::from(out));
+            self.write_to(k, &Arc::from(out), Some(self.h2_cap()));
         }
         match res {
             Ok(used) => used,
@@ -229,7 +239,22 @@ impl<S: Socket> Engine<S> {
         dirty.sort_unstable();
         dirty.dedup();
         for &p in &dirty {
-            self.h2_pump_one(p);
+            // A pass stops at PUMP_BYTES. If the kernel then took everything, no writable
+            // event will come to continue: pass again until it refuses something (the event
+            // then continues) or nothing is left; past a bound, the next iteration of the
+            // loop continues (it does not sleep while `h2_dirty` holds work).
+            let mut more = true;
+            for _ in 0..MAX_PASSES {
+                more = self.h2_pump_one(p);
+                let owed = self.conns.get(p as usize).map_or(1, |c| c.backlog_bytes());
+                if !more || owed > 0 {
+                    more = false;
+                    break;
+                }
+            }
+            if more {
+                self.h2_dirty.push(p);
+            }
         }
         dirty.clear();
         if self.h2_dirty.is_empty() {
@@ -237,16 +262,18 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    fn h2_pump_one(&mut self, p: u32) {
+    /// One pass over connection `p`'s streams; `true` if it stopped at [`PUMP_BYTES`] with
+    /// streams left to frame.
+    fn h2_pump_one(&mut self, p: u32) -> bool {
         let owed = match self.conns.get(p as usize) {
             Some(c) if c.state == State::H2 => c.backlog_bytes(),
-            _ => return,
+            _ => return false,
         };
         if owed > PUMP_BYTES {
-            return; // The socket's writable event pumps again.
+            return false; // The socket's writable event pumps again.
         }
         let Some(mut h) = self.h2.remove(&p) else {
-            return;
+            return false;
         };
         h.conn.take_windows_opened();
         let mut out = Vec::new();
@@ -301,6 +328,7 @@ impl<S: Socket> Engine<S> {
         if idle_goaway {
             self.start_closing(p, None, CloseReason::HttpDone);
         }
+        !all
     }
 
     /// Ends an HTTP/2 connection politely (shutdown, idle): GOAWAY from the next pump, after

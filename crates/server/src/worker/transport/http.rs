@@ -62,10 +62,11 @@ impl<S: Socket> Engine<S> {
         let limits = self.shared.config.head_limits();
         match http1::parse_head(data, &limits) {
             Ok(None) => None,
-            Err(e) if !is_http1_request_line(data) => {
-                // Not HTTP/1 at all (an HTTP/2 client with a broken preface, another
-                // protocol): no answer could be understood, so the connection just closes.
-                log::debug(format_args!("not an HTTP/1 request: {e}"));
+            Err(e) if !claims_http(data) => {
+                // Not HTTP at all (a TLS handshake on the clear port, an HTTP/2 client with a
+                // broken preface, another protocol): no answer could be read, so the
+                // connection just closes.
+                log::debug(format_args!("not an HTTP request: {e}"));
                 self.shared.metrics.http_errors.fetch_add(1, Relaxed);
                 self.start_closing(k, None, CloseReason::HttpError);
                 Some(data.len())
@@ -517,15 +518,37 @@ fn with_hook_topics<'t>(topics: &mut Vec<&'t str>, extra: &'t [String], max: usi
     }
 }
 
-/// Whether a request head whose parse failed at least claims to be HTTP/1: its first line
-/// (when complete) ends with an `HTTP/1.x` version, or it has not ended yet.
-fn is_http1_request_line(data: &[u8]) -> bool {
-    let Some(end) = data.iter().position(|&b| b == b'\n') else {
-        return true;
-    };
-    let line = data.get(..end).unwrap_or_default();
+/// Whether a request head whose parse failed at least claims to be HTTP: its first line holds
+/// only printable ASCII and, once complete, ends with an `HTTP/` version (a wrong one gets its
+/// `505`). A TLS handshake on the clear port or another binary protocol does not.
+fn claims_http(data: &[u8]) -> bool {
+    let end = data.iter().position(|&b| b == b'\n');
+    let line = data.get(..end.unwrap_or(data.len())).unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    line.rsplit(|&b| b == b' ')
-        .next()
-        .is_some_and(|v| v.starts_with(b"HTTP/1."))
+    if line
+        .iter()
+        .any(|&b| !(b == b'\t' || (0x20..0x7f).contains(&b)))
+    {
+        return false;
+    }
+    end.is_none()
+        || line
+            .rsplit(|&b| b == b' ')
+            .next()
+            .is_some_and(|v| v.starts_with(b"HTTP/"))
+}
+
+#[cfg(test)]
+mod claims_http_tests {
+    use super::claims_http;
+
+    #[test]
+    fn only_what_claims_http_gets_an_http_answer() {
+        assert!(claims_http(b"GET /ws HTTP/2.0\r\n\r\n"));
+        assert!(claims_http(b"GET /ws HTTP/1.1\r\nBad header\r\n\r\n"));
+        assert!(claims_http(b"GET /unfinished"));
+        assert!(!claims_http(b"NOT HTTP AT ALL\r\n\r\n"));
+        assert!(!claims_http(b"INVALID CONNECTION PREFACE\r\n\r\n"));
+        assert!(!claims_http(b"\x16\x03\x01\x02\x00\x01\x00"));
+    }
 }
