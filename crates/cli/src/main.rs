@@ -24,10 +24,22 @@ fn main() -> std::process::ExitCode {
         Command::Server(Server::Serve(args)) => args
             .resolve()
             .map_err(anyhow::Error::from)
-            .and_then(|config| match Role::of(&config)? {
-                Role::Single => clarion::server::run(config),
-                Role::Supervisor => clarion::group::supervise(config),
-                Role::Member(member) => clarion::server::run_member(config, member),
+            .and_then(|config| {
+                let lone = clarion::server::Lone {
+                    upgrade_from: args.upgrade_from(),
+                    pid_file: args.pid_file(),
+                };
+                match Role::of(&config)? {
+                    Role::Single => clarion::server::run_lone(config, &lone),
+                    _ if lone.upgrade_from.is_some() || lone.pid_file.is_some() => {
+                        Err(anyhow::anyhow!(
+                            "--upgrade-from and --pid-file are for a single process; a \
+                             --processes group is upgraded with SIGUSR1 to its supervisor"
+                        ))
+                    }
+                    Role::Supervisor => clarion::group::supervise(config),
+                    Role::Member(member) => clarion::server::run_member(config, member),
+                }
             }),
         Command::Server(Server::Publish(args)) => clarion::publish::run(args),
         Command::Server(Server::Cert(args)) => args.run(),

@@ -17,6 +17,8 @@
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
 //! - [`h2`]: HTTP/2: HPACK header compression (RFC 7541) with its Huffman code.
+//! - [`handover`]: the frames a running server sends the binary that replaces it (listening
+//!   sockets, connection records, where ids stand), versioned, beside `SCM_RIGHTS` descriptors.
 //! - [`history_log`]: the record format of durable history files (`history_dir`): framing
 //!   with CRC-32C, and a scanner that separates intact records from damage.
 //! - [`hooks`]: backend hooks: the JSON of `connect`/`subscribe`/`publish` calls and answers,
@@ -34,6 +36,7 @@ pub mod auth;
 pub mod event_id;
 pub mod grip;
 pub mod h2;
+pub mod handover;
 pub mod history_log;
 pub mod hooks;
 pub mod http1;

@@ -180,6 +180,18 @@ impl ServeArgs {
         c.validate()?;
         Ok(c)
     }
+
+    /// `--upgrade-from PID`: take over the listeners and connections of the running server
+    /// `PID` (see docs/operations.md, "Upgrades that keep connections").
+    pub fn upgrade_from(&self) -> Option<u32> {
+        self.settings.get_one::<u32>("upgrade-from").copied()
+    }
+
+    /// `--pid-file PATH`: where a lone server writes its pid once it serves (a service manager
+    /// follows an upgrade through it).
+    pub fn pid_file(&self) -> Option<PathBuf> {
+        self.settings.get_one::<PathBuf>("pid-file").cloned()
+    }
 }
 
 // clap's derive cannot loop over a table, so `serve`'s arguments are built by hand from it.
@@ -207,7 +219,27 @@ impl Args for ServeArgs {
             .help_heading("Listeners")
             .help("TOML configuration file, beneath flags and variables [env: CLARION_CONFIG]")
             .value_parser(clap::value_parser!(PathBuf));
+        let upgrade = Arg::new("upgrade-from")
+            .long("upgrade-from")
+            .value_name("PID")
+            .help_heading("Listeners")
+            .help(
+                "Take over the listening sockets and connections of the running server PID \
+                 (same flags); it exits once they are served here",
+            )
+            .value_parser(clap::value_parser!(u32));
+        let pid_file = Arg::new("pid-file")
+            .long("pid-file")
+            .value_name("PATH")
+            .help_heading("Listeners")
+            .help(
+                "Write this process's pid here once it serves (replaced by the new process's \
+                 on an upgrade that keeps connections)",
+            )
+            .value_parser(clap::value_parser!(PathBuf));
         cmd.arg(config)
+            .arg(upgrade)
+            .arg(pid_file)
             .args(SETTINGS.iter().filter_map(|s| s.arg()))
     }
 

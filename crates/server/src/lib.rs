@@ -31,6 +31,9 @@
 //!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
 //!   in `worker::tls`.
+//! - [`handover`]: upgrades that keep connections (`--upgrade-from PID`, SIGUSR1): the Unix
+//!   socket, `SCM_RIGHTS`, and the sequence of a hand-over between two processes (the format is
+//!   `clarion_proto::handover`; a worker's part is `worker::handover`).
 //! - [`group`]: `clarion serve --processes N`: the supervisor of a group of processes sharing
 //!   the ports, the group's merged `/metrics` and `/healthz`, and the port guard that keeps
 //!   any other process off a port one holds.
@@ -54,6 +57,7 @@ pub mod dashboard;
 pub mod durable;
 pub mod grip;
 pub mod group;
+pub mod handover;
 pub mod hooks;
 pub mod hub;
 pub mod log;

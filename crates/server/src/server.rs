@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 
 use crate::api::Scope;
 use crate::broker::Broker;
@@ -32,18 +32,42 @@ use crate::worker::{bind_listeners, Shared, Worker, WAKER};
 
 /// Runs the server until a termination signal has been handled.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    run_as(config, None)
+    run_as(config, None, &Lone::default())
+}
+
+/// What only a lone process (not a `--processes` member) may be asked on its command line.
+#[derive(Debug, Default, Clone)]
+pub struct Lone {
+    /// `--upgrade-from PID`: take over that running server's listeners and connections.
+    pub upgrade_from: Option<u32>,
+    /// `--pid-file PATH`: where to write this process's pid once it serves.
+    pub pid_file: Option<std::path::PathBuf>,
+}
+
+/// Runs a lone server with its command-line extras ([`Lone`]).
+pub fn run_lone(config: Config, lone: &Lone) -> anyhow::Result<()> {
+    run_as(config, None, lone)
 }
 
 /// Runs one member of a `--processes` group (see [`crate::group`]): its configuration is the
 /// group's with the member's applied.
 pub fn run_member(config: Config, member: Member) -> anyhow::Result<()> {
     log::set_node(&member.node);
-    run_as(member.apply(config), Some(Arc::new(member)))
+    run_as(
+        member.apply(config),
+        Some(Arc::new(member)),
+        &Lone::default(),
+    )
 }
 
-fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
-    if member.is_none() {
+fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::Result<()> {
+    let (upgrade_from, pid_file) = (lone.upgrade_from, lone.pid_file.as_deref());
+    let mut incoming = match upgrade_from {
+        Some(pid) => crate::handover::incoming::connect(pid, &config)?,
+        None => None,
+    };
+    // The process being replaced holds the ports until it is gone.
+    if member.is_none() && upgrade_from.is_none() {
         // A member's siblings hold the ports by design; anyone else is refused.
         let ports = [
             (Some(config.listen), "client"),
@@ -57,10 +81,22 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         }
     }
     let workers = config.worker_count();
-    let listeners = bind_listeners(config.listen, workers)
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let api = bind_api(config.api_listen, member.is_some())
-        .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?;
+    let taken = incoming
+        .as_mut()
+        .map(|i| std::mem::take(&mut i.client))
+        .filter(|l| l.len() == workers);
+    let listeners = match taken {
+        Some(l) => l,
+        None => bind_listeners(config.listen, workers)
+            .with_context(|| format!("cannot listen on {}", config.listen))?,
+    };
+    let api = match incoming.as_mut().and_then(|i| i.api.take()) {
+        Some(l) => l,
+        None if upgrade_from.is_some() => bind_api_after(config.api_listen, upgrade_from)
+            .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?,
+        None => bind_api(config.api_listen, member.is_some())
+            .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?,
+    };
     // A member's own view, for the group's scrapes: loopback, plain HTTP, a fresh port.
     let node_api = match member {
         Some(_) => Some(
@@ -77,7 +113,12 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let taken_tls = incoming
+        .as_mut()
+        .map(|i| std::mem::take(&mut i.tls))
+        .filter(|l| l.len() == workers);
     let mut tls_listeners: Vec<Option<std::net::TcpListener>> = match config.tls_address() {
+        Some(_) if taken_tls.is_some() => taken_tls.into_iter().flatten().map(Some).collect(),
         Some(addr) => bind_listeners(addr, workers)
             .with_context(|| format!("cannot listen on {addr} (TLS)"))?
             .into_iter()
@@ -106,7 +147,17 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     let auth = crate::auth::Auth::from_config(&config).context("cannot set up authentication")?;
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
-    let broker = make_broker(&config, &inboxes, &metrics)?;
+    let broker = match incoming
+        .as_ref()
+        .and_then(|i| i.broker(&inboxes, &metrics, &config))
+    {
+        Some(b) => b,
+        None => make_broker(&config, &inboxes, &metrics)?,
+    };
+    let mut arriving = match incoming.as_mut() {
+        Some(i) => i.take_connections(&broker, workers)?,
+        None => Vec::new(),
+    };
     let router = match &broker {
         Broker::Redis(b) => Some(b.router()),
         _ => None,
@@ -132,11 +183,17 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         auth,
         hooks,
         presence,
+        handover: Default::default(),
     });
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR2])
         .context("cannot install signal handlers")?;
+    if member.is_none() {
+        // A lone process upgrades itself in place on SIGUSR1 (a group's supervisor owns it).
+        signals.add_signal(SIGUSR1)?;
+        crate::handover::remember_binary();
+    }
     if let Some(tls) = shared.tls.clone() {
         start_reloader(tls, shared.config.tls_reload_interval)?;
     }
@@ -160,11 +217,24 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
             .context("cannot start the presence thread")?;
         presence_thread = Some(t);
     }
+    // Copies of the listening sockets for a later hand-over (a lone process only: a group's
+    // members are replaced by their supervisor).
+    let listening = match member {
+        None => Some(crate::handover::Listening {
+            client: dup_all(listeners.iter())?,
+            tls: dup_all(tls_listeners.iter().flatten())?,
+            api: Some(api.try_clone()?.into()),
+        }),
+        Some(_) => None,
+    };
     let mut threads = Vec::with_capacity(workers);
     for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate()
     {
         let tls_listener = tls_listeners.get_mut(id).and_then(Option::take);
-        let worker = Worker::new(id, poll, listener, tls_listener, inbox, Arc::clone(&shared))?;
+        let mut worker = Worker::new(id, poll, listener, tls_listener, inbox, Arc::clone(&shared))?;
+        if let Some(list) = arriving.get_mut(id) {
+            worker.adopt_all(std::mem::take(list));
+        }
         let t = std::thread::Builder::new()
             .name(format!("clarion-worker-{id}"))
             .spawn(move || worker.run())
@@ -193,6 +263,21 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         let _ = api_ready.recv_timeout(std::time::Duration::from_secs(10));
     }
 
+    if let Some(path) = pid_file {
+        // Before the acknowledgement: the old process exits once it has it, and a service
+        // manager that follows the file must find this pid there by then.
+        crate::handover::write_pid_file(path)
+            .with_context(|| format!("cannot write the pid file {}", path.display()))?;
+    }
+    if let Some(i) = &incoming {
+        // Every connection is registered with a worker: the old process may go.
+        if let Err(e) = i.ack() {
+            log::warn(format_args!("hand-over: the acknowledgement failed: {e}"));
+        }
+    }
+    if let Some(l) = listening {
+        crate::handover::listen(Arc::clone(&shared), l);
+    }
     let clients = client_addr.map_or_else(|| "-".to_owned(), |a| a.to_string());
     let tls_note = tls_addr.map_or_else(String::new, |a| format!(", TLS clients on {a}"));
     let api_tls = if shared.config.tls_api { " (TLS)" } else { "" };
@@ -216,7 +301,16 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
     out.flush()?;
     drop(out);
 
-    if let Some(sig) = signals.forever().next() {
+    let mut received = None;
+    for sig in signals.forever() {
+        if sig == SIGUSR1 {
+            crate::handover::start_successor();
+            continue;
+        }
+        received = Some(sig);
+        break;
+    }
+    if let Some(sig) = received {
         // A group member's watcher raises SIGUSR2 before SIGTERM for a restart of the group.
         let restart = sig == SIGUSR2 || signals.pending().any(|s| s == SIGUSR2);
         shared.restarting.store(restart, Relaxed);
@@ -235,6 +329,7 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
             c.drain_period + c.shutdown_timeout
         ));
     }
+    crate::handover::close_listeners();
     shared.stopping.store(true, Relaxed);
     shared.broker.wake_all();
     for t in threads {
@@ -250,6 +345,10 @@ fn run_as(config: Config, member: Option<Arc<Member>>) -> anyhow::Result<()> {
         p.leave_cluster(&shared.broker);
     }
     shared.broker.shutdown();
+    let _ = std::fs::remove_file(crate::handover::socket_path(std::process::id()));
+    if let Some(path) = pid_file {
+        crate::handover::remove_pid_file(path);
+    }
     log::info(format_args!(
         "stopped: {} WebSocket connections closed with {}",
         shared.metrics.closes(CloseReason::Shutdown),
@@ -298,6 +397,36 @@ fn what_is_on(shared: &Shared, member: Option<&Member>) -> String {
         None => "1 process".to_owned(),
     };
     format!("{broker}; {auth}; {processes}")
+}
+
+/// Duplicates listening sockets (the copies keep the same accept queues).
+fn dup_all<'a>(
+    ls: impl Iterator<Item = &'a std::net::TcpListener>,
+) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
+    ls.map(|l| l.try_clone().map(Into::into)).collect()
+}
+
+/// The API listener of a process that replaces `pid` without its sockets (it refused the
+/// hand-over and restarts with a drain): the port is free once that process has exited.
+fn bind_api_after(
+    addr: std::net::SocketAddr,
+    pid: Option<u32>,
+) -> std::io::Result<std::net::TcpListener> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                if let Some(pid) = pid {
+                    log::debug(format_args!("API port busy until process {pid} exits"));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The API listener: a member of a group shares the group's API port with `SO_REUSEPORT`, as

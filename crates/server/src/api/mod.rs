@@ -564,7 +564,11 @@ fn dispatch(
                 Scope::Group(member) => {
                     crate::group::scrape::metrics(member, shared.config.processes)
                 }
-                Scope::Process | Scope::Node => shared.metrics.render(),
+                Scope::Process | Scope::Node => {
+                    let mut text = shared.metrics.render();
+                    shared.handover.render(&mut text);
+                    text
+                }
             },
         ),
         (_, "/publish") => publish_batch(&body, shared, permit),

@@ -41,7 +41,25 @@ struct State {
 /// The hub clock's value at start. Recovered messages are older than the process, so their
 /// times must fit below it; 2^30 s is 34 years, far beyond any `history_ttl` in use, and
 /// leaves 100 years above.
-const CLOCK_BASE: u32 = 1 << 30;
+pub(crate) const CLOCK_BASE: u32 = 1 << 30;
+
+/// What a hand-over takes from the in-memory broker ([`LocalBroker::freeze`]).
+pub struct Frozen {
+    /// The epoch of every id issued.
+    pub epoch: Arc<str>,
+    /// The `SEQ` of the next id.
+    pub next_id: u64,
+    /// History is in `history_dir` (closed cleanly), not in `held`.
+    pub on_disk: bool,
+    /// Every message held, in id order (empty when `on_disk`).
+    pub held: Vec<Arc<Published>>,
+    /// See [`Hub::floors`].
+    pub forgotten_floor: u64,
+    /// See [`Hub::floors`].
+    pub floors: Vec<(Arc<str>, u64)>,
+    /// The hub clock now, to turn the messages' times into Unix time.
+    pub clock_now: u32,
+}
 
 /// The single-process broker.
 pub struct LocalBroker {
@@ -115,7 +133,10 @@ impl LocalBroker {
     /// A graceful stop: syncs the durable log and marks it cleanly stopped; publishes after
     /// this are refused. Nothing without `history_dir`.
     pub fn close(&self) {
-        let mut st = lock(&self.state);
+        self.close_locked(&mut lock(&self.state));
+    }
+
+    fn close_locked(&self, st: &mut State) {
         let next_id = st.next_id;
         if let Some(mut log) = st.log.take() {
             match log.close(next_id) {
@@ -130,6 +151,63 @@ impl LocalBroker {
                 )),
             }
         }
+    }
+
+    /// A hand-over's start (see `crate::handover`): from here on every publish is refused
+    /// (`503`, as after a graceful stop), the durable log is closed cleanly, and what the next
+    /// process needs to continue the same ids is returned. Everything published before is
+    /// already in the workers' inboxes, so once they have drained them no message is in flight.
+    pub fn freeze(&self) -> Frozen {
+        // One lock for all of it: a publish refused after the log closed still uses up an id
+        // (ids are never reused), so the next id must be read where the log was closed.
+        let mut st = lock(&self.state);
+        self.close_locked(&mut st);
+        let on_disk = st.durable;
+        st.durable = true;
+        let (forgotten_floor, floors) = st.hub.floors();
+        Frozen {
+            epoch: Arc::clone(&self.epoch),
+            next_id: st.next_id,
+            on_disk,
+            held: if on_disk {
+                Vec::new()
+            } else {
+                st.hub.held_in_order()
+            },
+            forgotten_floor,
+            floors,
+            clock_now: self.clock(),
+        }
+    }
+
+    /// A broker that continues a handed-over one: its epoch, its next id and its history
+    /// (`hub`, rebuilt on the hub clock's [`CLOCK_BASE`]).
+    pub fn thawed(
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<Metrics>,
+        limits: HistoryLimits,
+        epoch: Arc<str>,
+        next_id: u64,
+        hub: Hub,
+    ) -> LocalBroker {
+        LocalBroker {
+            state: Mutex::new(State {
+                hub,
+                next_id,
+                log: None,
+                durable: false,
+            }),
+            inboxes,
+            metrics,
+            limits,
+            epoch,
+            start: Instant::now(),
+        }
+    }
+
+    /// The `SEQ` the next message would get.
+    pub fn next_id(&self) -> u64 {
+        lock(&self.state).next_id
     }
 
     /// This server run's epoch, the first part of every message id.

@@ -158,6 +158,30 @@ impl Hub {
         self.forgotten_floor = self.forgotten_floor.max(floor);
     }
 
+    /// The floor of topics created afresh, and every topic's floor above zero: what a hand-over
+    /// carries so that the next process reports the same gaps.
+    pub fn floors(&self) -> (u64, Vec<(Arc<str>, u64)>) {
+        let topics = self
+            .topics
+            .iter()
+            .filter(|(_, e)| e.floor > 0)
+            .map(|(n, e)| (Arc::clone(n), e.floor))
+            .collect();
+        (self.forgotten_floor, topics)
+    }
+
+    /// Sets a handed-over topic's floor, creating the topic when it holds no message (it has
+    /// subscribers that are about to join it again).
+    pub fn restore_topic_floor(&mut self, topic: &str, floor: u64, metrics: &Metrics) {
+        let (_, e) = self.topic_mut(topic, metrics);
+        e.floor = e.floor.max(floor);
+    }
+
+    /// Raises the floor of topics created afresh (a hand-over's, see [`Hub::floors`]).
+    pub fn restore_forgotten_floor(&mut self, floor: u64) {
+        self.forgotten_floor = self.forgotten_floor.max(floor);
+    }
+
     /// Raises one topic's floor to at least `floor`.
     pub fn raise_topic_floor(&mut self, topic: &str, floor: u64) {
         if let Some(e) = self.topics.get_mut(topic) {

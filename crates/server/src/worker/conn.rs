@@ -501,6 +501,19 @@ impl<S: Socket> Conn<S> {
         }
     }
 
+    /// Takes every byte owed to the client that the kernel has not taken (a hand-over carries
+    /// them to the next process), leaving the backlog empty. Clear text only.
+    pub fn take_unsent(&mut self) -> Vec<u8> {
+        let Some(b) = self.out.take() else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(b.bytes);
+        for c in &b.chunks {
+            out.extend_from_slice(c.data.get(c.offset..).unwrap_or_default());
+        }
+        out
+    }
+
     /// Drops queued chunks that have not started to be written (a slow consumer that is being
     /// closed gets its Close frame next, not the rest of its feed). A chunk already partly
     /// written stays, so the frame stream remains well-formed.

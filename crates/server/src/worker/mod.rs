@@ -26,6 +26,7 @@ mod deliver;
 mod engine;
 pub(crate) mod grip;
 mod h2;
+pub mod handover;
 pub mod index;
 mod io;
 mod presence;
@@ -98,6 +99,8 @@ pub struct Shared {
     pub hooks: Option<crate::hooks::Hooks>,
     /// Presence, when `presence_topics` names any (see [`crate::presence`]).
     pub presence: Option<Arc<crate::presence::Presence>>,
+    /// A hand-over to a new binary in progress (see [`handover`]).
+    pub handover: handover::Switch,
 }
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the
@@ -137,6 +140,8 @@ pub struct Worker {
     shutdown_deadline: Option<Instant>,
     /// A drain in progress: when it began and over how long (`drain_period`).
     drain: Option<(Instant, Duration)>,
+    /// This worker has let go of its connections for a hand-over.
+    let_go: bool,
 }
 
 /// How often a drain tells its next slice of connections to go.
@@ -189,6 +194,7 @@ impl Worker {
             accept_blocked: false,
             shutdown_deadline: None,
             drain: None,
+            let_go: false,
         })
     }
 
@@ -236,6 +242,9 @@ impl Worker {
             }
             self.engine.read_more(now);
             self.engine.handle_inbox(now);
+            if !self.let_go && self.engine.shared.handover.requested() {
+                self.let_go(now);
+            }
             let stopping = self.engine.shared.stopping.load(Relaxed);
             if self.shutdown_deadline.is_none() && stopping {
                 self.begin_shutdown(now);

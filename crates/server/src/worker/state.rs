@@ -325,6 +325,17 @@ impl Ext {
         Ext(v)
     }
 
+    /// The packed byte, as a hand-over carries it.
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// Parameters from a packed byte (a hand-over's); bits this version does not define are
+    /// dropped.
+    pub fn from_bits(b: u8) -> Ext {
+        Ext(b & (Self::WINDOW | Self::CLIENT_CONTEXT | Self::SMALL_SERVER_WINDOW | Self::DEDICATED))
+    }
+
     /// The client's LZ77 window, 8 to 15 bits: what its inflater needs.
     pub fn client_window_bits(self) -> u8 {
         8 + (self.0 & Self::WINDOW)

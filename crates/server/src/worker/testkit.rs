@@ -228,6 +228,7 @@ impl Harness {
             )
             .unwrap()
             .map(Arc::new),
+            handover: Default::default(),
         });
         let mut engine = Engine::new(0, inbox, Arc::clone(&shared));
         engine.set_unix_base(UNIX_BASE);

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""An upgrade that keeps connections, at scale: N WebSocket connections (spread over T topics
+and several client processes) receive a steady publishing loop while `clarion serve
+--upgrade-from PID` replaces the server. Reports how long the hand-over took (the old
+process's own log: from the request to the acknowledgement, and how long its broker was
+frozen), the longest delivery latency during the hand-over against the longest in the same
+run's steady state, and checks that every connection stayed open and got every message of its
+topic once, in order.
+
+    cargo build --release -p clarion
+    python3 bench/handover.py --connections 15000 --repeats 3
+
+Latency is publish-to-arrival: the publisher stamps each message with the time of its first
+attempt (a publish refused while the broker is frozen is sent again, keeping its stamp), and
+each client subtracts it on arrival (CLOCK_MONOTONIC is shared by the processes of one host).
+Every loop is bounded: the publisher stops after --seconds, the clients after the last message
+or --seconds + 60.
+"""
+
+import argparse
+import base64
+import http.client
+import multiprocessing as mp
+import os
+import pathlib
+import queue
+import re
+import selectors
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CLARION = os.environ.get("CLARION_BIN", str(ROOT / "target" / "release" / "clarion"))
+
+
+def start(extra):
+    p = subprocess.Popen(
+        [CLARION, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = p.stdout.readline()
+    if not line.startswith("clarion ready"):
+        p.kill()
+        raise RuntimeError(f"server did not start: {line!r} {p.stderr.read()}")
+    fields = dict(part.split("=", 1) for part in line.split()[2:])
+    return p, fields["clients"], fields["api"]
+
+
+def client_proc(addr, first, count, topics, deadline, ready, go, out):
+    """Opens `count` connections (conn i follows topic (first + i) % topics), then reads until
+    every one has `expected[topic]` messages (sent by the parent through `go`) or `deadline`."""
+    host, port = addr.rsplit(":", 1)
+    sel = selectors.DefaultSelector()
+    conns = {}
+    for i in range(count):
+        topic = (first + i) % topics
+        s = socket.create_connection((host, int(port)), timeout=30)
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall(
+            f"GET /ws?topic=t{topic} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = s.recv(4096)
+            if not chunk:
+                raise RuntimeError("closed during the handshake")
+            buf += chunk
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        assert b" 101 " in head, head
+        s.setblocking(False)
+        conns[s.fileno()] = [s, topic, rest, 0]  # socket, topic, buffer, last number seen
+        sel.register(s, selectors.EVENT_READ)
+    ready.put(count)
+    expected = None  # per topic, sent by the parent once publishing is over
+    lat = []  # (publish stamp, latency)
+    errors, ended = 0, 0
+    while time.monotonic() < deadline:
+        if expected is None:
+            try:
+                expected = go.get_nowait()
+            except queue.Empty:
+                pass
+        if expected is not None and all(c[3] == expected[c[1]] for c in conns.values()):
+            break
+        for key, _ in sel.select(timeout=0.2):
+            c = conns[key.fd]
+            try:
+                data = c[0].recv(262144)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                ended += 1
+                sel.unregister(c[0])
+                continue
+            now = time.monotonic()
+            buf = c[2] + data
+            while len(buf) >= 2:
+                n = buf[1] & 0x7F
+                at = 2
+                if n == 126:
+                    if len(buf) < 4:
+                        break
+                    n = struct.unpack("!H", buf[2:4])[0]
+                    at = 4
+                elif n == 127:
+                    if len(buf) < 10:
+                        break
+                    n = struct.unpack("!Q", buf[2:10])[0]
+                    at = 10
+                if len(buf) < at + n:
+                    break
+                op = buf[0] & 0x0F
+                payload = buf[at : at + n]
+                buf = buf[at + n :]
+                if op == 8:
+                    ended += 1
+                    continue
+                if op != 1:
+                    continue
+                num, stamp = payload.split(b":")[:2]
+                num = int(num)
+                if num != c[3] + 1:
+                    errors += 1
+                c[3] = num
+                stamp = float(stamp)
+                lat.append((stamp, now - stamp))
+            c[2] = buf
+    short = sum(1 for c in conns.values() if expected is None or c[3] != expected[c[1]])
+    out.put({"errors": errors, "ended": ended, "short": short, "lat": lat})
+
+
+def publish_loop(api, topics, rate, seconds, counts):
+    """Publishes round-robin over the topics at `rate` per second for `seconds`; each payload is
+    `NUMBER:STAMP:padding`, NUMBER counting per topic. Returns (refused attempts, stamps)."""
+    host, port = api.rsplit(":", 1)
+    refused, t0 = 0, time.monotonic()
+    i = 0
+    while time.monotonic() - t0 < seconds:
+        topic = i % topics
+        counts[topic] += 1
+        stamp = time.monotonic()
+        body = f"{counts[topic]}:{stamp:.6f}:{'x' * 32}".encode()
+        while True:
+            try:
+                c = http.client.HTTPConnection(host, int(port), timeout=10)
+                c.request("POST", f"/publish/t{topic}", body, {"Content-Type": "text/plain"})
+                r = c.getresponse()
+                r.read()
+                c.close()
+                if r.status == 200:
+                    break
+                assert r.status == 503, r.status
+            except OSError:
+                pass
+            refused += 1
+            assert time.monotonic() - stamp < 30, "a publish was refused for 30 s"
+            time.sleep(0.005)
+        i += 1
+        next_at = t0 + i / rate
+        pause = next_at - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+    return refused
+
+
+# The same flags for the old and the new process; one address opens every connection.
+FLAGS = ["--max-connections-per-address", "0"]
+
+
+def one_run(args):
+    old, clients, api = start(FLAGS)
+    try:
+        return measure(args, old, clients, api)
+    finally:
+        old.kill()
+
+
+def measure(args, old, clients, api):
+    ctx = mp.get_context("fork")
+    ready, out = ctx.Queue(), ctx.Queue()
+    gos = []
+    per = args.connections // args.procs
+    deadline = time.monotonic() + args.seconds + 120
+    procs = []
+    for k in range(args.procs):
+        go = ctx.Queue()
+        gos.append(go)
+        p = ctx.Process(
+            target=client_proc,
+            args=(clients, k * per, per, args.topics, deadline, ready, go, out),
+        )
+        p.start()
+        procs.append(p)
+    for _ in procs:
+        ready.get(timeout=300)
+    counts = [0] * args.topics
+    import threading
+
+    result = {}
+
+    def upgrader():
+        time.sleep(args.seconds / 2)
+        result["began"] = time.monotonic()
+        new = subprocess.Popen(
+            [CLARION, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
+             *FLAGS, "--upgrade-from", str(old.pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = new.stdout.readline()
+        assert line.startswith("clarion ready"), (line, new.stderr.read())
+        result["ready"] = time.monotonic()
+        old.wait(timeout=60)
+        result["old_exited"] = time.monotonic()
+        result["new"] = new
+
+    t = threading.Thread(target=upgrader)
+    t.start()
+    try:
+        refused = publish_loop(api, args.topics, args.rate, args.seconds, counts)
+    finally:
+        t.join()
+        for p in procs:
+            if p.is_alive() and time.monotonic() > deadline:
+                p.kill()
+    for go in gos:
+        go.put(counts)
+    outs = [out.get(timeout=args.seconds + 180) for _ in procs]
+    for p in procs:
+        p.join()
+    log = old.stderr.read()
+    m = re.search(r"(\d+) connections moved in (\d+) ms \(frozen for (\d+) ms\)", log)
+    assert m, log
+    moved, took, frozen = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    new = result["new"]
+    new.terminate()
+    new.wait(timeout=30)
+    lat = [x for o in outs for x in o["lat"]]
+    began, acked = result["began"], result["old_exited"]
+    during = [l for s, l in lat if began - 1 <= s <= acked + 1] or [0.0]
+    steady = [l for s, l in lat if s < began - 1] or [0.0]
+    return {
+        "moved": moved,
+        "handover_ms": took,
+        "frozen_ms": frozen,
+        "spawn_to_old_exit_ms": (acked - began) * 1000,
+        "max_latency_during_ms": max(during) * 1000,
+        "max_latency_steady_ms": max(steady) * 1000,
+        "p99_steady_ms": statistics.quantiles(steady, n=100)[98] * 1000 if len(steady) > 100 else 0,
+        "deliveries": len(lat),
+        "expected": sum(counts[(k * per + i) % args.topics] for k in range(args.procs) for i in range(per)),
+        "out_of_order": sum(o["errors"] for o in outs),
+        "ended": sum(o["ended"] for o in outs),
+        "short": sum(o["short"] for o in outs),
+        "refused_publishes": refused,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--connections", type=int, default=15000)
+    ap.add_argument("--procs", type=int, default=6)
+    ap.add_argument("--topics", type=int, default=100)
+    ap.add_argument("--rate", type=float, default=100, help="publishes per second")
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    runs = []
+    for r in range(args.repeats):
+        res = one_run(args)
+        print(f"run {r + 1}: {res}", flush=True)
+        ok = (
+            res["moved"] == args.connections
+            and res["ended"] == 0
+            and res["short"] == 0
+            and res["out_of_order"] == 0
+            and res["deliveries"] == res["expected"]
+        )
+        if not ok:
+            print("FAILED: a connection ended, or a message was lost, repeated or reordered")
+            sys.exit(1)
+        runs.append(res)
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(
+        f"\n{args.connections} connections, {args.topics} topics, {args.rate:g} publishes/s, "
+        f"median of {len(runs)}:\n"
+        f"  hand-over (request to ack, old process's log): {med['handover_ms']:.0f} ms, "
+        f"broker frozen {med['frozen_ms']:.0f} ms\n"
+        f"  new process started to old process exited: {med['spawn_to_old_exit_ms']:.0f} ms\n"
+        f"  longest delivery latency around the hand-over: {med['max_latency_during_ms']:.0f} ms; "
+        f"in the steady state of the same runs: {med['max_latency_steady_ms']:.0f} ms "
+        f"(ratio {med['max_latency_during_ms'] / max(med['max_latency_steady_ms'], 1e-3):.1f}); "
+        f"steady p99 {med['p99_steady_ms']:.0f} ms\n"
+        f"  every connection open, every message once and in order "
+        f"({med['deliveries']:.0f} deliveries per run)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,718 @@
+//! The hand-over format: what a running server sends the binary that replaces it
+//! (`clarion serve --upgrade-from PID`) over a Unix socket, besides the file descriptors that
+//! travel beside it (`SCM_RIGHTS`).
+//!
+//! Pure functions over bytes: the server does the socket I/O and decides what each frame means
+//! for its workers. The peer is another process, possibly another version of Clarion, so the
+//! decoder checks every length against what is left and against [`MAX_BODY`], and never panics.
+//!
+//! Every frame is
+//!
+//! ```text
+//! MAGIC "CLHO" (4 bytes) | TYPE (u8) | LEN (u32 LE, body bytes) | BODY
+//! ```
+//!
+//! and the conversation is: the new process sends **hello**; the old one answers **hello** (or
+//! **refuse**), then **listeners** (the sockets ride with it), then **history** (where the
+//! message ids stand, and, without `history_dir`, the messages themselves); the new process
+//! answers **ready** (or **refuse**); the old one sends **conns** frames (one descriptor per
+//! record rides with each, at most [`MAX_FDS`]) and **end**; the new process answers **ack**
+//! once every connection is registered with its workers, and the old one exits.
+//!
+//! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
+//! process falls back to a restart with drain.
+
+/// The first bytes of every frame.
+pub const MAGIC: [u8; 4] = *b"CLHO";
+/// The format version this code writes and reads.
+pub const VERSION: u16 = 1;
+/// Frame header bytes: magic, type and length.
+pub const HEAD: usize = 9;
+/// The largest body accepted: a history snapshot is bounded by `history_memory`, a batch of
+/// connections by [`MAX_FDS`] times the slow-consumer cap; a length beyond this is a broken peer.
+pub const MAX_BODY: usize = 1 << 30;
+/// Most descriptors sent with one message (the kernel's `SCM_MAX_FD` is 253).
+pub const MAX_FDS: usize = 250;
+
+/// A frame's type byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameType {
+    /// Both sides' identity: format version, binary version, worker count.
+    Hello = 1,
+    /// The sender will not hand over (or take over); the reason says why.
+    Refuse = 2,
+    /// How many listening sockets ride with this frame, and of which kind.
+    Listeners = 3,
+    /// Where message ids stand, and the history to continue from.
+    History = 4,
+    /// The new process holds the history: send the connections.
+    Ready = 5,
+    /// A batch of connection records; one descriptor per record rides with the frame.
+    Conns = 6,
+    /// Every connection has been sent.
+    End = 7,
+    /// The new process serves every connection; the old one may exit.
+    Ack = 8,
+}
+
+impl FrameType {
+    fn from_u8(b: u8) -> Option<FrameType> {
+        Some(match b {
+            1 => FrameType::Hello,
+            2 => FrameType::Refuse,
+            3 => FrameType::Listeners,
+            4 => FrameType::History,
+            5 => FrameType::Ready,
+            6 => FrameType::Conns,
+            7 => FrameType::End,
+            8 => FrameType::Ack,
+            _ => return None,
+        })
+    }
+}
+
+/// Why bytes are not a hand-over frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The frame does not start with [`MAGIC`]: not a Clarion hand-over peer.
+    #[error("not a hand-over frame (bad magic)")]
+    Magic,
+    /// An unknown frame type (a newer format would have said so in its hello).
+    #[error("unknown frame type {0}")]
+    Type(u8),
+    /// The body is longer than [`MAX_BODY`].
+    #[error("frame body of {0} bytes is over the limit")]
+    TooLong(usize),
+    /// The body ends before a field it announces, or a field is out of range.
+    #[error("malformed {0} frame")]
+    Malformed(&'static str),
+    /// Bytes left over after the body's last field.
+    #[error("{0} frame has trailing bytes")]
+    Trailing(&'static str),
+}
+
+/// One side's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello<'a> {
+    /// The format version ([`VERSION`]).
+    pub version: u16,
+    /// The binary's version (`CARGO_PKG_VERSION`), for the log.
+    pub binary: &'a str,
+    /// Event-loop threads: the old process's listeners are one per worker.
+    pub workers: u16,
+    /// Whether a TLS listener is configured.
+    pub tls: bool,
+}
+
+/// How many listening sockets ride with the frame: `client` client listeners, then `tls` TLS
+/// listeners, then `api` API listeners, in that order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listeners {
+    /// Client listeners (one per worker).
+    pub client: u16,
+    /// TLS listeners (one per worker, or none).
+    pub tls: u16,
+    /// The API listener (0 or 1).
+    pub api: u8,
+}
+
+/// Where message ids stand when the old process froze: the new one continues from here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct History<'a> {
+    /// The epoch of every id issued so far.
+    pub epoch: &'a str,
+    /// The `SEQ` of the next id.
+    pub next_id: u64,
+    /// Whether the history is in `history_dir` (closed cleanly by the old process) rather than
+    /// in `records`.
+    pub on_disk: bool,
+    /// The floor of topics created afresh (see the hub).
+    pub forgotten_floor: u64,
+    /// Topics whose floor is above zero, with it.
+    pub floors: Vec<(&'a str, u64)>,
+    /// The held messages as durable history's message records (`history_log`), in id order.
+    pub records: &'a [u8],
+}
+
+/// Which transport a connection is in, with its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnState<'a> {
+    /// Reading HTTP request heads (idle keep-alive, or a request partly received).
+    Http,
+    /// A WebSocket.
+    Ws {
+        /// 0 pub/sub, 1 the `clarion.v1` envelope, 2 echo.
+        role: u8,
+        /// The packed permessage-deflate parameters, when negotiated.
+        deflate: Option<u8>,
+        /// A keep-alive ping is outstanding.
+        pinged: bool,
+    },
+    /// An SSE stream: 0 payload, 1 JSON envelope.
+    Sse(u8),
+    /// A streamed response: 0 NDJSON, 1 raw lines.
+    Stream(u8),
+    /// A held long-poll.
+    Poll {
+        /// The connection returns to HTTP after the answer.
+        keep: bool,
+        /// Seconds left before its deadline.
+        left: u32,
+        /// Where its answer resumes (an id).
+        cursor: &'a str,
+    },
+}
+
+/// One connection as it moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnRecord<'a> {
+    /// The worker that held it (the new process spreads over its own).
+    pub worker: u16,
+    /// Its transport.
+    pub state: ConnState<'a>,
+    /// Seconds since its last activity that counts for timeouts.
+    pub idle: u32,
+    /// The client's address key (for the per-address limit).
+    pub peer: u32,
+    /// Bytes read but not yet consumed (a partial request head or frame).
+    pub input: &'a [u8],
+    /// Bytes owed to the client that the kernel has not taken yet.
+    pub output: &'a [u8],
+    /// Subscribed topics.
+    pub topics: Vec<&'a str>,
+}
+
+/// How many connections moved and how many fell back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct End {
+    /// Connections sent in `conns` frames.
+    pub moved: u32,
+    /// Connections told to reconnect instead.
+    pub fallback: u32,
+}
+
+/// A decoded frame, borrowing from the buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// See [`FrameType::Hello`].
+    Hello(Hello<'a>),
+    /// See [`FrameType::Refuse`].
+    Refuse(&'a str),
+    /// See [`FrameType::Listeners`].
+    Listeners(Listeners),
+    /// See [`FrameType::History`].
+    History(History<'a>),
+    /// See [`FrameType::Ready`].
+    Ready,
+    /// See [`FrameType::Conns`].
+    Conns(Vec<ConnRecord<'a>>),
+    /// See [`FrameType::End`].
+    End(End),
+    /// See [`FrameType::Ack`].
+    Ack,
+}
+
+impl Frame<'_> {
+    /// Descriptors that ride with this frame.
+    pub fn fds(&self) -> usize {
+        match self {
+            Frame::Listeners(l) => usize::from(l.client) + usize::from(l.tls) + usize::from(l.api),
+            Frame::Conns(c) => c.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// Appends `frame`'s encoding to `out`. Lengths beyond a field's width are cut to it (the
+/// caller keeps names, cursors and counts within them, as the server's own limits do).
+pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&MAGIC);
+    let ty = match frame {
+        Frame::Hello(_) => FrameType::Hello,
+        Frame::Refuse(_) => FrameType::Refuse,
+        Frame::Listeners(_) => FrameType::Listeners,
+        Frame::History(_) => FrameType::History,
+        Frame::Ready => FrameType::Ready,
+        Frame::Conns(_) => FrameType::Conns,
+        Frame::End(_) => FrameType::End,
+        Frame::Ack => FrameType::Ack,
+    };
+    out.push(ty as u8);
+    out.extend_from_slice(&[0; 4]);
+    match frame {
+        Frame::Hello(h) => {
+            out.extend_from_slice(&h.version.to_le_bytes());
+            put_str8(out, h.binary);
+            out.extend_from_slice(&h.workers.to_le_bytes());
+            out.push(u8::from(h.tls));
+        }
+        Frame::Refuse(why) => put_str16(out, why),
+        Frame::Listeners(l) => {
+            out.extend_from_slice(&l.client.to_le_bytes());
+            out.extend_from_slice(&l.tls.to_le_bytes());
+            out.push(l.api);
+        }
+        Frame::History(h) => {
+            put_str8(out, h.epoch);
+            out.extend_from_slice(&h.next_id.to_le_bytes());
+            out.push(u8::from(h.on_disk));
+            out.extend_from_slice(&h.forgotten_floor.to_le_bytes());
+            out.extend_from_slice(&(h.floors.len() as u32).to_le_bytes());
+            for (name, floor) in &h.floors {
+                put_str16(out, name);
+                out.extend_from_slice(&floor.to_le_bytes());
+            }
+            put_bytes32(out, h.records);
+        }
+        Frame::Ready | Frame::Ack => {}
+        Frame::Conns(list) => {
+            out.extend_from_slice(&(list.len() as u16).to_le_bytes());
+            for c in list {
+                encode_conn(c, out);
+            }
+        }
+        Frame::End(e) => {
+            out.extend_from_slice(&e.moved.to_le_bytes());
+            out.extend_from_slice(&e.fallback.to_le_bytes());
+        }
+    }
+    let len = (out.len() - start - HEAD) as u32;
+    if let Some(slot) = out.get_mut(start + 5..start + HEAD) {
+        slot.copy_from_slice(&len.to_le_bytes());
+    }
+}
+
+fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(&c.worker.to_le_bytes());
+    match &c.state {
+        ConnState::Http => out.push(0),
+        ConnState::Ws {
+            role,
+            deflate,
+            pinged,
+        } => {
+            out.extend_from_slice(&[1, *role, u8::from(deflate.is_some())]);
+            out.extend_from_slice(&[deflate.unwrap_or(0), u8::from(*pinged)]);
+        }
+        ConnState::Sse(m) => out.extend_from_slice(&[2, *m]),
+        ConnState::Stream(m) => out.extend_from_slice(&[3, *m]),
+        ConnState::Poll { keep, left, cursor } => {
+            out.extend_from_slice(&[4, u8::from(*keep)]);
+            out.extend_from_slice(&left.to_le_bytes());
+            put_str16(out, cursor);
+        }
+    }
+    out.extend_from_slice(&c.idle.to_le_bytes());
+    out.extend_from_slice(&c.peer.to_le_bytes());
+    put_bytes32(out, c.input);
+    put_bytes32(out, c.output);
+    out.extend_from_slice(&(c.topics.len() as u16).to_le_bytes());
+    for t in &c.topics {
+        put_str16(out, t);
+    }
+}
+
+fn put_str8(out: &mut Vec<u8>, s: &str) {
+    let b = s.as_bytes().get(..s.len().min(255)).unwrap_or_default();
+    out.push(b.len() as u8);
+    out.extend_from_slice(b);
+}
+
+fn put_str16(out: &mut Vec<u8>, s: &str) {
+    let b = s.as_bytes().get(..s.len().min(65535)).unwrap_or_default();
+    out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn put_bytes32(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// Decodes the frame at the start of `buf`: `Ok(None)` when more bytes are needed, else the
+/// frame and the bytes it used. Checks the magic and the length before waiting for the body.
+pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, Error> {
+    let Some(head) = buf.get(..HEAD) else {
+        if buf.iter().zip(MAGIC.iter()).any(|(a, b)| a != b) {
+            return Err(Error::Magic);
+        }
+        return Ok(None);
+    };
+    if head.get(..4) != Some(&MAGIC[..]) {
+        return Err(Error::Magic);
+    }
+    let ty_byte = head.get(4).copied().unwrap_or(0);
+    let ty = FrameType::from_u8(ty_byte).ok_or(Error::Type(ty_byte))?;
+    let mut len = [0u8; 4];
+    len.copy_from_slice(head.get(5..9).unwrap_or(&[0; 4]));
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_BODY {
+        return Err(Error::TooLong(len));
+    }
+    let Some(body) = buf.get(HEAD..HEAD + len) else {
+        return Ok(None);
+    };
+    let frame = decode_body(ty, body)?;
+    Ok(Some((frame, HEAD + len)))
+}
+
+fn decode_body(ty: FrameType, body: &[u8]) -> Result<Frame<'_>, Error> {
+    let name = match ty {
+        FrameType::Hello => "hello",
+        FrameType::Refuse => "refuse",
+        FrameType::Listeners => "listeners",
+        FrameType::History => "history",
+        FrameType::Ready => "ready",
+        FrameType::Conns => "conns",
+        FrameType::End => "end",
+        FrameType::Ack => "ack",
+    };
+    let mut r = Reader {
+        buf: body,
+        what: name,
+    };
+    let frame = match ty {
+        FrameType::Hello => Frame::Hello(Hello {
+            version: r.u16()?,
+            binary: r.str8()?,
+            workers: r.u16()?,
+            tls: r.flag()?,
+        }),
+        FrameType::Refuse => Frame::Refuse(r.str16()?),
+        FrameType::Listeners => Frame::Listeners(Listeners {
+            client: r.u16()?,
+            tls: r.u16()?,
+            api: r.u8()?,
+        }),
+        FrameType::History => {
+            let epoch = r.str8()?;
+            let next_id = r.u64()?;
+            let on_disk = r.flag()?;
+            let forgotten_floor = r.u64()?;
+            let n = r.u32()? as usize;
+            // Each floor takes at least 10 bytes: a count beyond that is a lie, not a size to
+            // reserve.
+            let mut floors = Vec::with_capacity(n.min(r.buf.len() / 10));
+            for _ in 0..n {
+                floors.push((r.str16()?, r.u64()?));
+            }
+            let records = r.bytes32()?;
+            Frame::History(History {
+                epoch,
+                next_id,
+                on_disk,
+                forgotten_floor,
+                floors,
+                records,
+            })
+        }
+        FrameType::Ready => Frame::Ready,
+        FrameType::Ack => Frame::Ack,
+        FrameType::Conns => {
+            let n = usize::from(r.u16()?);
+            if n > MAX_FDS {
+                return Err(Error::Malformed(name));
+            }
+            let mut list = Vec::with_capacity(n);
+            for _ in 0..n {
+                list.push(decode_conn(&mut r)?);
+            }
+            Frame::Conns(list)
+        }
+        FrameType::End => Frame::End(End {
+            moved: r.u32()?,
+            fallback: r.u32()?,
+        }),
+    };
+    if !r.buf.is_empty() {
+        return Err(Error::Trailing(name));
+    }
+    Ok(frame)
+}
+
+fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
+    let worker = r.u16()?;
+    let state = match r.u8()? {
+        0 => ConnState::Http,
+        1 => {
+            let role = r.u8()?;
+            if role > 2 {
+                return Err(Error::Malformed(r.what));
+            }
+            let has = r.flag()?;
+            let bits = r.u8()?;
+            if !has && bits != 0 {
+                // One encoding per record: no parameters without compression.
+                return Err(Error::Malformed(r.what));
+            }
+            ConnState::Ws {
+                role,
+                deflate: has.then_some(bits),
+                pinged: r.flag()?,
+            }
+        }
+        2 => ConnState::Sse(r.at_most(1)?),
+        3 => ConnState::Stream(r.at_most(1)?),
+        4 => ConnState::Poll {
+            keep: r.flag()?,
+            left: r.u32()?,
+            cursor: r.str16()?,
+        },
+        _ => return Err(Error::Malformed(r.what)),
+    };
+    let idle = r.u32()?;
+    let peer = r.u32()?;
+    let input = r.bytes32()?;
+    let output = r.bytes32()?;
+    let n = usize::from(r.u16()?);
+    let mut topics = Vec::with_capacity(n.min(r.buf.len() / 2));
+    for _ in 0..n {
+        topics.push(r.str16()?);
+    }
+    Ok(ConnRecord {
+        worker,
+        state,
+        idle,
+        peer,
+        input,
+        output,
+        topics,
+    })
+}
+
+/// A cursor over a body that fails, never panics, when a field runs past the end.
+struct Reader<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        if n > self.buf.len() {
+            return Err(Error::Malformed(self.what));
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Ok(a)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Result<u8, Error> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn at_most(&mut self, max: u8) -> Result<u8, Error> {
+        let v = self.u8()?;
+        if v > max {
+            return Err(Error::Malformed(self.what));
+        }
+        Ok(v)
+    }
+
+    fn flag(&mut self) -> Result<bool, Error> {
+        Ok(self.at_most(1)? == 1)
+    }
+
+    fn u16(&mut self) -> Result<u16, Error> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, Error> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, Error> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn str_of(&mut self, n: usize) -> Result<&'a str, Error> {
+        std::str::from_utf8(self.take(n)?).map_err(|_| Error::Malformed(self.what))
+    }
+
+    fn str8(&mut self) -> Result<&'a str, Error> {
+        let n = usize::from(self.u8()?);
+        self.str_of(n)
+    }
+
+    fn str16(&mut self) -> Result<&'a str, Error> {
+        let n = usize::from(self.u16()?);
+        self.str_of(n)
+    }
+
+    fn bytes32(&mut self) -> Result<&'a [u8], Error> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Frame<'static>> {
+        vec![
+            Frame::Hello(Hello {
+                version: VERSION,
+                binary: "0.9.0",
+                workers: 2,
+                tls: true,
+            }),
+            Frame::Refuse("format version 2, this binary reads 1"),
+            Frame::Listeners(Listeners {
+                client: 2,
+                tls: 0,
+                api: 1,
+            }),
+            Frame::History(History {
+                epoch: "k3x9",
+                next_id: 1001,
+                on_disk: false,
+                forgotten_floor: 7,
+                floors: vec![("news", 12), ("a/b", 3)],
+                records: b"\xC7records",
+            }),
+            Frame::Ready,
+            Frame::Conns(vec![
+                ConnRecord {
+                    worker: 1,
+                    state: ConnState::Ws {
+                        role: 1,
+                        deflate: Some(0b0010_0111),
+                        pinged: true,
+                    },
+                    idle: 3,
+                    peer: 0x7f00_0001,
+                    input: b"\x81\x85partial",
+                    output: b"owed",
+                    topics: vec!["news", "sport"],
+                },
+                ConnRecord {
+                    worker: 0,
+                    state: ConnState::Poll {
+                        keep: true,
+                        left: 25,
+                        cursor: "k3x9-1000",
+                    },
+                    idle: 0,
+                    peer: 1,
+                    input: b"",
+                    output: b"",
+                    topics: vec!["news"],
+                },
+                ConnRecord {
+                    worker: 0,
+                    state: ConnState::Sse(1),
+                    idle: 0,
+                    peer: 1,
+                    input: b"",
+                    output: b"",
+                    topics: vec![],
+                },
+                ConnRecord {
+                    worker: 0,
+                    state: ConnState::Stream(0),
+                    idle: 9,
+                    peer: 2,
+                    input: b"",
+                    output: b"x",
+                    topics: vec!["t"],
+                },
+                ConnRecord {
+                    worker: 3,
+                    state: ConnState::Http,
+                    idle: 1,
+                    peer: 2,
+                    input: b"GET / HT",
+                    output: b"",
+                    topics: vec![],
+                },
+            ]),
+            Frame::End(End {
+                moved: 5,
+                fallback: 2,
+            }),
+            Frame::Ack,
+        ]
+    }
+
+    #[test]
+    fn every_frame_round_trips_and_counts_its_descriptors() {
+        let mut all = Vec::new();
+        for f in samples() {
+            encode(&f, &mut all);
+        }
+        let mut at = 0;
+        for f in samples() {
+            let (got, used) = decode(&all[at..]).unwrap().unwrap();
+            assert_eq!(got, f);
+            assert_eq!(got.fds(), f.fds());
+            at += used;
+        }
+        assert_eq!(at, all.len());
+        assert_eq!(samples()[2].fds(), 3);
+        assert_eq!(samples()[5].fds(), 5);
+    }
+
+    #[test]
+    fn a_short_buffer_asks_for_more_at_every_cut() {
+        let mut buf = Vec::new();
+        encode(&samples()[5], &mut buf);
+        for cut in 0..buf.len() {
+            assert_eq!(decode(&buf[..cut]), Ok(None), "cut at {cut}");
+        }
+        assert!(decode(&buf).unwrap().is_some());
+    }
+
+    #[test]
+    fn bad_magic_type_length_and_trailing_bytes_are_refused() {
+        assert_eq!(decode(b"HTTP/1.1"), Err(Error::Magic));
+        assert_eq!(decode(b"CLX"), Err(Error::Magic));
+        assert_eq!(decode(b"CLHO\x63\0\0\0\0"), Err(Error::Type(0x63)));
+        let mut huge = b"CLHO\x06".to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(decode(&huge), Err(Error::TooLong(u32::MAX as usize)));
+        let mut buf = Vec::new();
+        encode(&Frame::Ack, &mut buf);
+        buf[5] = 1;
+        buf.push(0);
+        assert_eq!(decode(&buf), Err(Error::Trailing("ack")));
+    }
+
+    #[test]
+    fn lying_lengths_inside_a_body_are_malformed_not_panics() {
+        let mut buf = Vec::new();
+        encode(&samples()[5], &mut buf);
+        // Every single-byte corruption of the body decodes or fails cleanly.
+        for i in HEAD..buf.len() {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut b = buf.clone();
+                b[i] = v;
+                let _ = decode(&b);
+            }
+        }
+        // A conns frame announcing more records than descriptors may carry.
+        let mut b = b"CLHO\x06\x02\0\0\0".to_vec();
+        b.extend_from_slice(&((MAX_FDS + 1) as u16).to_le_bytes());
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        // Deflate parameters without deflate (found by the fuzz target: it would not
+        // re-encode to the same bytes).
+        let mut b = b"CLHO\x06".to_vec();
+        let body = [1u8, 0, 0, 0, 1, 1, 0, 0xb5, 0];
+        b.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        b.extend_from_slice(&body);
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        // A state out of range.
+        let mut b = b"CLHO\x06".to_vec();
+        let body = [1u8, 0, 0, 0, 9];
+        b.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        b.extend_from_slice(&body);
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+    }
+}

@@ -1,0 +1,302 @@
+//! The new process's side of a hand-over (`--upgrade-from PID`): connect to the old process,
+//! take its listeners, rebuild the broker where its ids stand, take the connections, and
+//! acknowledge once every one is registered with a worker. See [`super`] for the sequence.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use clarion_proto::handover::{self as wire, ConnState, Frame};
+use clarion_proto::history_log::{self, Record};
+
+use super::fds::Reader;
+use super::{hello, send, socket_path, PEER_TIMEOUT};
+use crate::broker::local::CLOCK_BASE;
+use crate::broker::{Broker, LocalBroker};
+use crate::config::Config;
+use crate::hub::{Hub, Inbox};
+use crate::log;
+use crate::message::Published;
+use crate::metrics::Metrics;
+use crate::worker::handover::{state_from_wire, Arriving};
+
+/// A hand-over under way, once the old process has sent its listeners and its history.
+pub struct Incoming {
+    rd: Reader,
+    /// Client listeners, one per worker.
+    pub client: Vec<std::net::TcpListener>,
+    /// TLS listeners, one per worker, or none.
+    pub tls: Vec<std::net::TcpListener>,
+    /// The API listener.
+    pub api: Option<std::net::TcpListener>,
+    history: HistoryIn,
+}
+
+/// Where ids stand in the old process, and its history when it is not on disk.
+struct HistoryIn {
+    epoch: String,
+    next_id: u64,
+    on_disk: bool,
+    forgotten_floor: u64,
+    floors: Vec<(String, u64)>,
+    records: Vec<u8>,
+}
+
+/// Connects to the process `pid` and takes its listeners and history. `Ok(None)` when it
+/// refused (it restarts with a drain; this process binds its own listeners).
+pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
+    let path = socket_path(pid);
+    let sock = match UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e) => anyhow::bail!(
+            "cannot reach process {pid} at {}: {e} (is it a Clarion server, started by the same \
+             user with the same TMPDIR?)",
+            path.display()
+        ),
+    };
+    // Only the process named, run by this user, may hand us sockets.
+    let (peer_pid, peer_uid) = super::fds::peer(&sock)?;
+    if peer_pid != pid || peer_uid != super::fds::own_uid() {
+        anyhow::bail!(
+            "{} is held by process {peer_pid} (user {peer_uid}), not by process {pid} of this user",
+            path.display()
+        );
+    }
+    sock.set_read_timeout(Some(PEER_TIMEOUT))?;
+    sock.set_write_timeout(Some(PEER_TIMEOUT))?;
+    let workers = config.worker_count();
+    send(&sock, &hello(workers, config.tls_address().is_some()), &[])?;
+    let mut rd = Reader::new(sock);
+    let answer = rd.next(|f, _| match f {
+        Frame::Hello(h) => Ok(Ok((h.version, h.binary.to_owned()))),
+        Frame::Refuse(why) => Ok(Err(why.to_owned())),
+        other => Err(format!("expected hello, got {other:?}")),
+    })?;
+    let (version, binary) = match answer.map_err(anyhow::Error::msg)? {
+        Ok(h) => h,
+        Err(why) => {
+            log::warn(format_args!(
+                "hand-over refused by process {pid}: {why}; it restarts with a drain"
+            ));
+            return Ok(None);
+        }
+    };
+    if version != wire::VERSION {
+        anyhow::bail!("process {pid} answered with hand-over format {version}");
+    }
+    let (counts, fds) = rd
+        .next(|f, fds| match f {
+            Frame::Listeners(l) => Ok((l, fds)),
+            other => Err(format!("expected listeners, got {other:?}")),
+        })?
+        .map_err(anyhow::Error::msg)?;
+    let mut fds = fds.into_iter();
+    let mut take = |n: usize| -> Vec<std::net::TcpListener> {
+        fds.by_ref()
+            .take(n)
+            .map(std::net::TcpListener::from)
+            .collect()
+    };
+    let client = take(usize::from(counts.client));
+    let tls = take(usize::from(counts.tls));
+    let api = take(usize::from(counts.api)).pop();
+    let history = rd
+        .next(|f, _| match f {
+            Frame::History(h) => Ok(HistoryIn {
+                epoch: h.epoch.to_owned(),
+                next_id: h.next_id,
+                on_disk: h.on_disk,
+                forgotten_floor: h.forgotten_floor,
+                floors: h
+                    .floors
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), *v))
+                    .collect(),
+                records: h.records.to_vec(),
+            }),
+            other => Err(format!("expected history, got {other:?}")),
+        })?
+        .map_err(anyhow::Error::msg)?;
+    log::info(format_args!(
+        "hand-over from process {pid} (binary {binary}): {} listeners; ids continue at {}-{}",
+        client.len() + tls.len() + usize::from(api.is_some()),
+        history.epoch,
+        history.next_id
+    ));
+    Ok(Some(Incoming {
+        rd,
+        client,
+        tls,
+        api,
+        history,
+    }))
+}
+
+impl Incoming {
+    /// The in-memory broker continuing the old one's history, when it sent it (without
+    /// `history_dir`); `None` when history is on disk (the usual start reads it).
+    pub fn broker(
+        &self,
+        inboxes: &[Arc<Inbox>],
+        metrics: &Arc<Metrics>,
+        config: &Config,
+    ) -> Option<Broker> {
+        let h = &self.history;
+        if h.on_disk {
+            return None;
+        }
+        let limits = config.history_limits();
+        let mut hub = Hub::new(inboxes.len());
+        let now_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let epoch: Arc<str> = h.epoch.as_str().into();
+        let mut epochs: HashMap<String, Arc<str>> = HashMap::new();
+        epochs.insert(h.epoch.clone(), Arc::clone(&epoch));
+        let scan = history_log::scan(&h.records);
+        if !scan.damage.is_empty() || scan.tail.is_some() {
+            log::warn(format_args!(
+                "hand-over: damaged history records were left out"
+            ));
+        }
+        for (_, r) in &scan.records {
+            let Record::Message(m) = r else { continue };
+            let age = now_unix.saturating_sub(m.unix_secs);
+            let at = CLOCK_BASE.saturating_sub(u32::try_from(age).unwrap_or(u32::MAX));
+            let e = Arc::clone(
+                epochs
+                    .entry(m.epoch.to_owned())
+                    .or_insert_with(|| m.epoch.into()),
+            );
+            let (name, _) = hub.topic_mut(m.topic, metrics);
+            let mut p = Published::new(
+                Arc::clone(&name),
+                m.id,
+                e,
+                m.body.kind,
+                m.body.event.map(Into::into),
+                at,
+                m.body.payload,
+            );
+            p.attachment = m.body.attachment.and_then(crate::grip::decode_attachment);
+            hub.keep(&name, Arc::new(p), &limits, metrics);
+        }
+        hub.restore_forgotten_floor(h.forgotten_floor);
+        for (t, f) in &h.floors {
+            hub.restore_topic_floor(t, *f, metrics);
+        }
+        Some(Broker::Local(LocalBroker::thawed(
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            limits,
+            epoch,
+            h.next_id,
+            hub,
+        )))
+    }
+
+    /// Checks that `broker` continues the old process's ids exactly, then asks for the
+    /// connections and returns them, spread over `workers` workers. On a mismatch the old
+    /// process is told, keeps its connections and restarts with a drain.
+    pub fn take_connections(
+        &mut self,
+        broker: &Broker,
+        workers: usize,
+    ) -> anyhow::Result<Vec<Vec<Arriving>>> {
+        let h = &self.history;
+        let continues = match broker {
+            Broker::Local(b) => b.epoch() == h.epoch && b.next_id() == h.next_id,
+            _ => false,
+        };
+        if !continues {
+            let why = format!(
+                "this process would continue at {}-{}, not at {}-{}",
+                broker.epoch(),
+                match broker {
+                    Broker::Local(b) => b.next_id(),
+                    _ => 0,
+                },
+                h.epoch,
+                h.next_id
+            );
+            let _ = send(self.rd.socket(), &Frame::Refuse(&why), &[]);
+            anyhow::bail!("hand-over: {why}");
+        }
+        send(self.rd.socket(), &Frame::Ready, &[])?;
+        let mut out: Vec<Vec<Arriving>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
+        loop {
+            let batch = self.rd.next(|f, fds| match f {
+                Frame::Conns(list) => Ok(Some(arriving(list, fds))),
+                Frame::End(e) => {
+                    log::info(format_args!(
+                        "hand-over: {} connections coming, {} stay behind and reconnect",
+                        e.moved, e.fallback
+                    ));
+                    Ok(None)
+                }
+                other => Err(format!("expected connections, got {other:?}")),
+            })?;
+            match batch.map_err(anyhow::Error::msg)? {
+                Some(list) => {
+                    for (w, a) in list {
+                        if let Some(slot) = out.get_mut(w % workers.max(1)) {
+                            slot.push(a);
+                        }
+                    }
+                }
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Tells the old process that every connection is served here: it may go.
+    pub fn ack(&self) -> std::io::Result<()> {
+        send(self.rd.socket(), &Frame::Ack, &[])
+    }
+}
+
+/// The records of one batch with their sockets. A record this version cannot rebuild closes
+/// its socket (the client reconnects and resumes).
+fn arriving(list: Vec<wire::ConnRecord<'_>>, fds: Vec<OwnedFd>) -> Vec<(usize, Arriving)> {
+    let mut out = Vec::with_capacity(list.len());
+    for (r, fd) in list.into_iter().zip(fds) {
+        let (kind, option, deflate, pinged, poll) = match r.state {
+            ConnState::Http => (0, 0, None, false, None),
+            ConnState::Ws {
+                role,
+                deflate,
+                pinged,
+            } => (1, role, deflate, pinged, None),
+            ConnState::Sse(m) => (2, m, None, false, None),
+            ConnState::Stream(m) => (3, m, None, false, None),
+            ConnState::Poll { keep, left, cursor } => (
+                4,
+                u8::from(keep),
+                None,
+                false,
+                Some((left, cursor.to_owned())),
+            ),
+        };
+        let Some(state) = state_from_wire(kind, option, deflate, pinged) else {
+            log::warn(format_args!(
+                "hand-over: a connection in an unknown state was closed"
+            ));
+            continue;
+        };
+        out.push((
+            usize::from(r.worker),
+            Arriving {
+                state,
+                poll,
+                idle: r.idle,
+                peer: r.peer,
+                input: r.input.to_vec(),
+                output: r.output.to_vec(),
+                topics: r.topics.iter().map(|t| (*t).to_owned()).collect(),
+                fd,
+            },
+        ));
+    }
+    out
+}

@@ -1,0 +1,519 @@
+//! A worker's part of a hand-over (`clarion serve --upgrade-from PID`, see `crate::handover`):
+//! in the old process, lifting every connection that can move out of the slab with its state;
+//! in the new one, putting such connections back into a slab, registered with the poller and
+//! subscribed again.
+//!
+//! The point at which a worker lets go is safe by construction: the broker was frozen first
+//! (every later publish is refused), so once the worker has drained its inbox each subscriber
+//! has been handed every message of its topics, and what the kernel has not taken yet travels
+//! as the connection's pending output. The new process continues the same ids from the same
+//! history, so a connection re-subscribed there from "now" misses nothing and gets nothing
+//! twice.
+//!
+//! Connections whose state is not carried stay behind and are told to reconnect as in a
+//! restart (close 1012, SSE `retry:`): see [`Fallback`].
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+
+use mio::{Interest, Token};
+
+use super::conn::Conn;
+use super::state::{Ext, Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
+use super::transport::poll::PollHold;
+use super::{Engine, Worker};
+use crate::broker::Since;
+use crate::hub::lock;
+use crate::log;
+
+/// Why a connection could not move; each is counted (`clarion_handover_fallbacks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// A TLS connection: the lean record layer's key schedule is tied to rustls' kernel
+    /// connection, which cannot be rebuilt in another process.
+    Tls,
+    /// A permessage-deflate context (server or client context takeover) is live: zlib's window
+    /// is not serializable.
+    DeflateContext,
+    /// A fragmented WebSocket message is being received.
+    Fragment,
+    /// Waiting for a GRIP backend, or held by one.
+    Grip,
+    /// Authentication, backend hooks or presence keep per-connection state that is not carried.
+    ModeState,
+    /// Closing already, or in a state this version does not carry (HTTP/2, say).
+    Other,
+}
+
+impl Fallback {
+    /// Every reason, in the order of [`Fallbacks::counts`].
+    pub const ALL: [Fallback; 6] = [
+        Fallback::Tls,
+        Fallback::DeflateContext,
+        Fallback::Fragment,
+        Fallback::Grip,
+        Fallback::ModeState,
+        Fallback::Other,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fallback::Tls => "tls",
+            Fallback::DeflateContext => "deflate_context",
+            Fallback::Fragment => "fragment",
+            Fallback::Grip => "grip",
+            Fallback::ModeState => "mode_state",
+            Fallback::Other => "other",
+        }
+    }
+}
+
+/// Counts of connections that fell back, by reason.
+#[derive(Debug, Default)]
+pub struct Fallbacks {
+    counts: [AtomicU64; 6],
+}
+
+impl Fallbacks {
+    fn add(&self, why: Fallback) {
+        if let Some(c) = Fallback::ALL
+            .iter()
+            .position(|f| *f == why)
+            .and_then(|i| self.counts.get(i))
+        {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// (reason, count) for every reason.
+    pub fn counts(&self) -> Vec<(Fallback, u64)> {
+        Fallback::ALL
+            .iter()
+            .zip(&self.counts)
+            .map(|(f, c)| (*f, c.load(Relaxed)))
+            .collect()
+    }
+}
+
+/// One connection lifted out of a worker, with its descriptor.
+pub struct Moving {
+    /// The worker it came from.
+    pub worker: usize,
+    /// Its state.
+    pub state: State,
+    /// For a held poll: seconds left and the cursor its answer resumes from.
+    pub poll: Option<(u32, String)>,
+    /// Seconds since its last counted activity.
+    pub idle: u32,
+    /// Its address key.
+    pub peer: u32,
+    /// Unconsumed input.
+    pub input: Vec<u8>,
+    /// Output the kernel has not taken.
+    pub output: Vec<u8>,
+    /// Its topics.
+    pub topics: Vec<Arc<str>>,
+    /// The socket.
+    pub fd: OwnedFd,
+}
+
+/// What the hand-over asks of the workers, shared through [`super::Shared`].
+#[derive(Default)]
+pub struct Switch {
+    /// Set once the broker is frozen: each worker lets go at its next iteration.
+    requested: AtomicBool,
+    /// Where each worker puts what it lifted.
+    lifted: Mutex<Vec<(usize, Vec<Moving>)>>,
+    /// Workers that have let go.
+    done: std::sync::Condvar,
+    /// Connections that stayed behind, by reason.
+    pub fallbacks: Fallbacks,
+    /// Connections handed to a new process.
+    pub moved_out: AtomicU64,
+    /// Connections taken from an old process.
+    pub taken: AtomicU64,
+}
+
+impl Switch {
+    /// Asks every worker to let go (the caller froze the broker and wakes them).
+    pub fn request(&self) {
+        self.requested.store(true, Relaxed);
+    }
+
+    /// Whether a hand-over asked the workers to let go.
+    pub fn requested(&self) -> bool {
+        self.requested.load(Relaxed)
+    }
+
+    /// Waits until `workers` workers have let go (or `timeout` passed) and takes what they
+    /// lifted; `None` on a timeout.
+    pub fn collect(&self, workers: usize, timeout: std::time::Duration) -> Option<Vec<Moving>> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut g = lock(&self.lifted);
+        while g.len() < workers {
+            let left = deadline.checked_duration_since(std::time::Instant::now())?;
+            g = self
+                .done
+                .wait_timeout(g, left)
+                .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+        }
+        Some(
+            std::mem::take(&mut *g)
+                .into_iter()
+                .flat_map(|(_, v)| v)
+                .collect(),
+        )
+    }
+
+    /// Appends the `clarion_handover_connections` family to a `/metrics` answer.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = write!(
+            out,
+            "# HELP clarion_handover_connections Connections taken from the process this one \
+             replaced (taken), handed to the one that replaces it (moved_out), or left to \
+             reconnect because their state cannot move (fallback, by reason).\n\
+             # TYPE clarion_handover_connections counter\n\
+             clarion_handover_connections{{outcome=\"taken\"}} {}\n\
+             clarion_handover_connections{{outcome=\"moved_out\"}} {}\n",
+            self.taken.load(Relaxed),
+            self.moved_out.load(Relaxed)
+        );
+        for (f, n) in self.fallbacks.counts() {
+            let _ = writeln!(
+                out,
+                "clarion_handover_connections{{outcome=\"fallback\",reason=\"{}\"}} {n}",
+                f.label()
+            );
+        }
+    }
+
+    fn put(&self, worker: usize, list: Vec<Moving>) {
+        self.moved_out.fetch_add(list.len() as u64, Relaxed);
+        lock(&self.lifted).push((worker, list));
+        self.done.notify_all();
+    }
+}
+
+/// A connection arriving from the old process, as the new one rebuilds it.
+pub struct Arriving {
+    /// Its state.
+    pub state: State,
+    /// For a held poll: seconds left and its cursor.
+    pub poll: Option<(u32, String)>,
+    /// Seconds since its last counted activity.
+    pub idle: u32,
+    /// Its address key.
+    pub peer: u32,
+    /// Unconsumed input.
+    pub input: Vec<u8>,
+    /// Output still owed.
+    pub output: Vec<u8>,
+    /// Its topics.
+    pub topics: Vec<String>,
+    /// The socket.
+    pub fd: OwnedFd,
+}
+
+/// The transport byte and options of the format for `state` (`None`: not carried).
+pub fn state_to_wire(state: State) -> Option<(u8, u8, Option<u8>, bool)> {
+    Some(match state {
+        State::Http => (0, 0, None, false),
+        State::Ws(m) => {
+            let role = match m.role {
+                WsRole::PubSub => 0,
+                WsRole::Envelope => 1,
+                WsRole::Echo => 2,
+                WsRole::Bridge => return None,
+            };
+            (1, role, m.deflate.map(Ext::bits), m.pinged)
+        }
+        State::Sse(SseMode::Payload) => (2, 0, None, false),
+        State::Sse(SseMode::Json) => (2, 1, None, false),
+        State::Stream(StreamMode::Ndjson) => (3, 0, None, false),
+        State::Stream(StreamMode::Raw) => (3, 1, None, false),
+        State::Poll(PollMode { keep, grip: false }) => (4, u8::from(keep), None, false),
+        _ => return None,
+    })
+}
+
+/// The state a format's transport byte and options stand for.
+pub fn state_from_wire(kind: u8, option: u8, deflate: Option<u8>, pinged: bool) -> Option<State> {
+    Some(match (kind, option) {
+        (0, _) => State::Http,
+        (1, role) => State::Ws(WsMode {
+            role: match role {
+                0 => WsRole::PubSub,
+                1 => WsRole::Envelope,
+                2 => WsRole::Echo,
+                _ => return None,
+            },
+            deflate: deflate.map(Ext::from_bits),
+            pinged,
+        }),
+        (2, 0) => State::Sse(SseMode::Payload),
+        (2, 1) => State::Sse(SseMode::Json),
+        (3, 0) => State::Stream(StreamMode::Ndjson),
+        (3, 1) => State::Stream(StreamMode::Raw),
+        (4, keep) => State::Poll(PollMode {
+            keep: keep == 1,
+            grip: false,
+        }),
+        _ => return None,
+    })
+}
+
+impl Engine<mio::net::TcpStream> {
+    /// Why connection `k` cannot move, or `None` if it can.
+    fn cannot_move(&self, k: u32, conn: &Conn) -> Option<Fallback> {
+        let s = &self.shared;
+        if conn.tls.is_some() {
+            return Some(Fallback::Tls);
+        }
+        if conn.state.grip_held() || conn.state.kind() == Kind::Proxy || self.grip.contains_key(&k)
+        {
+            return Some(Fallback::Grip);
+        }
+        if s.auth.is_some() || s.hooks.is_some() || s.presence.is_some() {
+            return Some(Fallback::ModeState);
+        }
+        if state_to_wire(conn.state).is_none() {
+            return Some(Fallback::Other);
+        }
+        if conn.rx.in_message() {
+            return Some(Fallback::Fragment);
+        }
+        if self.inflaters.contains_key(&k) || self.deflaters.contains_key(&k) {
+            return Some(Fallback::DeflateContext);
+        }
+        None
+    }
+
+    /// Lifts every connection that can move out of the slab, deregistered from `registry`
+    /// and without closing its socket; the others stay (and are counted in `fallbacks`).
+    pub(crate) fn lift_all(&mut self, registry: &mio::Registry) -> Vec<Moving> {
+        let keys: Vec<u32> = self.conns.iter().map(|(k, _)| k as u32).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let Some(conn) = self.conns.get(k as usize) else {
+                continue;
+            };
+            if conn.stream.is_none() {
+                // An HTTP/2 stream: it stays with its connection (which falls back).
+                continue;
+            }
+            if let Some(why) = self.cannot_move(k, conn) {
+                self.shared.handover.fallbacks.add(why);
+                continue;
+            }
+            let topics: Vec<Arc<str>> = conn
+                .subs
+                .ids()
+                .into_iter()
+                .filter_map(|tid| self.index.name_of(tid))
+                .collect();
+            let poll = self
+                .polls
+                .get(&k)
+                .map(|h| (h.deadline.saturating_sub(self.now), h.cursor.clone()));
+            if self.polls.get(&k).is_some_and(|h| h.presence) {
+                self.shared.handover.fallbacks.add(Fallback::ModeState);
+                continue;
+            }
+            self.leave_all_topics(k);
+            self.forget_side_state(k);
+            let Some(mut conn) = self.conns.try_remove(k as usize) else {
+                continue;
+            };
+            let Some(mut stream) = conn.stream.take() else {
+                continue;
+            };
+            let _ = registry.deregister(&mut stream);
+            self.account(conn.state, None, conn.peer);
+            let output = conn.take_unsent();
+            let input = conn.input.take().map(|b| *b).unwrap_or_default();
+            out.push(Moving {
+                worker: self.id,
+                state: conn.state,
+                poll,
+                idle: self.now.saturating_sub(conn.last_seen),
+                peer: conn.peer,
+                input,
+                output,
+                topics,
+                fd: OwnedFd::from(std::net::TcpStream::from(stream)),
+            });
+        }
+        out
+    }
+
+    /// Takes a handed-over connection: a record in `state`, counted as an accepted one would
+    /// be, registered with `registry`, subscribed again to its topics from now, with its
+    /// pending output queued and its input kept. Returns `false` if it could not be taken (its
+    /// socket is then closed).
+    pub(crate) fn take_arriving(&mut self, a: Arriving, registry: &mio::Registry) -> bool {
+        let std_stream = std::net::TcpStream::from(a.fd);
+        if std_stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut stream = mio::net::TcpStream::from_std(std_stream);
+        let entry = self.conns.vacant_entry();
+        let k = entry.key() as u32;
+        if let Err(e) = registry.register(
+            &mut stream,
+            Token(entry.key()),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            log::warn(format_args!("hand-over: register: {e}"));
+            return false;
+        }
+        let mut conn = Conn::new(stream, a.state, self.now.saturating_sub(a.idle), a.peer);
+        if !a.input.is_empty() {
+            conn.input = Some(Box::new(a.input));
+        }
+        if !a.output.is_empty() {
+            conn.queue(&Arc::from(a.output));
+        }
+        entry.insert(conn);
+        let s = &self.shared;
+        s.open.fetch_add(1, Relaxed);
+        if s.config.max_connections_per_address > 0 {
+            *lock(&s.per_address).entry(a.peer).or_insert(0) += 1;
+        }
+        self.account(State::Closing { write_shut: false }, Some(a.state), a.peer);
+        if let Some((left, cursor)) = a.poll {
+            self.polls.insert(
+                k,
+                PollHold {
+                    deadline: self.now.saturating_add(left),
+                    cursor,
+                    presence: false,
+                },
+            );
+        }
+        if !a.topics.is_empty() {
+            let names: Vec<&str> = a.topics.iter().map(String::as_str).collect();
+            if let Some(sub) = self.subscribe_conn(k, &names, Since::Now, false) {
+                if !sub.replay.is_empty() {
+                    log::warn(format_args!("hand-over: unexpected replay on adoption"));
+                }
+            }
+        }
+        // Bytes that arrived while the connection was moving are read at once.
+        self.more_to_read.push(k);
+        true
+    }
+}
+
+impl Worker {
+    /// The old process's side: stops accepting, delivers what the inbox holds, and lifts the
+    /// connections that can move; the rest stay, to be told to reconnect by the restart that
+    /// follows.
+    pub(super) fn let_go(&mut self, now: u32) {
+        for mut l in [self.listener.take(), self.tls_listener.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        self.engine.handle_inbox(now);
+        self.engine.flush_tally();
+        let lifted = self.engine.lift_all(self.poll.registry());
+        self.engine.shared.handover.put(self.id, lifted);
+        self.let_go = true;
+    }
+
+    /// The new process's side, before the loop runs: takes `arriving` connections.
+    pub fn adopt_all(&mut self, arriving: Vec<Arriving>) -> usize {
+        let mut n = 0;
+        for a in arriving {
+            if self.engine.take_arriving(a, self.poll.registry()) {
+                n += 1;
+            }
+        }
+        self.engine
+            .shared
+            .handover
+            .taken
+            .fetch_add(n as u64, Relaxed);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_carried_state_round_trips_and_the_others_are_not_carried() {
+        let deflate = Ext::from_bits(0b0010_1100);
+        let carried = [
+            State::Http,
+            State::Ws(WsMode::new(WsRole::PubSub)),
+            State::Ws(WsMode {
+                role: WsRole::Envelope,
+                deflate: Some(deflate),
+                pinged: true,
+            }),
+            State::Ws(WsMode::new(WsRole::Echo)),
+            State::Sse(SseMode::Payload),
+            State::Sse(SseMode::Json),
+            State::Stream(StreamMode::Ndjson),
+            State::Stream(StreamMode::Raw),
+            State::Poll(PollMode {
+                keep: true,
+                grip: false,
+            }),
+            State::Poll(PollMode {
+                keep: false,
+                grip: false,
+            }),
+        ];
+        for s in carried {
+            let (kind, option, deflate, pinged) = state_to_wire(s).expect("carried");
+            assert_eq!(state_from_wire(kind, option, deflate, pinged), Some(s));
+        }
+        let not_carried = [
+            State::Ws(WsMode::new(WsRole::Bridge)),
+            State::Stream(StreamMode::Grip {
+                chunked: true,
+                keep: true,
+            }),
+            State::Poll(PollMode {
+                keep: true,
+                grip: true,
+            }),
+            State::Proxy,
+            State::Closing { write_shut: false },
+        ];
+        for s in not_carried {
+            assert_eq!(state_to_wire(s), None, "{s:?}");
+        }
+        assert_eq!(state_from_wire(1, 3, None, false), None);
+        assert_eq!(state_from_wire(9, 0, None, false), None);
+    }
+
+    #[test]
+    fn fallbacks_are_counted_by_reason() {
+        let f = Fallbacks::default();
+        f.add(Fallback::Tls);
+        f.add(Fallback::Tls);
+        f.add(Fallback::DeflateContext);
+        let counts = f.counts();
+        assert_eq!(counts.len(), Fallback::ALL.len());
+        assert!(counts.contains(&(Fallback::Tls, 2)));
+        assert!(counts.contains(&(Fallback::DeflateContext, 1)));
+        assert!(counts.contains(&(Fallback::Other, 0)));
+        let s = Switch::default();
+        s.fallbacks.add(Fallback::Grip);
+        let mut text = String::new();
+        s.render(&mut text);
+        assert!(
+            text.contains("clarion_handover_connections{outcome=\"fallback\",reason=\"grip\"} 1")
+        );
+        assert!(text.contains("clarion_handover_connections{outcome=\"taken\"} 0"));
+    }
+}

@@ -1,0 +1,384 @@
+"""Upgrades that keep connections (`clarion serve --upgrade-from PID`): a new process takes the
+old one's listeners and established connections; clients see no close and no reconnect, and
+every message arrives once, in order. An incompatible peer is refused and the old process
+restarts with a drain (close 1012, exact resume from `history_dir`)."""
+
+import json
+import os
+import signal
+import socket
+import ssl
+import struct
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import httpx
+import pytest
+import websockets.sync.client
+
+import rawws
+from conftest import Server
+
+PAD = "x" * 200  # over compression_threshold: deflate clients get compressed frames
+
+
+def payload(i):
+    return f"m{i}:{PAD}"
+
+
+class Publisher(threading.Thread):
+    """Publishes payload(1..n) to topic `t` at a steady pace, retrying a message the server
+    refused (503 while a hand-over is frozen, or a connection the old process no longer
+    serves); records every id it was given."""
+
+    def __init__(self, api, n, pause=0.004):
+        super().__init__(daemon=True)
+        self.api, self.n, self.pause = api, n, pause
+        self.ids = []
+        self.refused = 0
+        self.progress = threading.Event()
+
+    def run(self):
+        for i in range(1, self.n + 1):
+            deadline = time.monotonic() + 60
+            while True:
+                req = urllib.request.Request(
+                    f"http://{self.api}/publish/t",
+                    data=payload(i).encode(),
+                    method="POST",
+                    headers={"Content-Type": "text/plain"},
+                )
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        self.ids.append(json.loads(r.read())["id"])
+                        break
+                except urllib.error.HTTPError as e:
+                    assert e.code == 503, e.read()
+                except (ConnectionError, urllib.error.URLError):
+                    pass
+                self.refused += 1
+                assert time.monotonic() < deadline, f"message {i} never accepted"
+                time.sleep(0.01)
+            if i == self.n // 3:
+                self.progress.set()
+            time.sleep(self.pause)
+
+
+class Client(threading.Thread):
+    """Reads `n` messages from one connection, recording each payload's number and the time it
+    arrived, and whether the connection ever ended."""
+
+    def __init__(self, name, n):
+        super().__init__(daemon=True)
+        self.name, self.n = name, n
+        self.got = []
+        self.times = []
+        self.ended = None
+        self.ready = threading.Event()
+
+    def note(self, text):
+        self.got.append(int(text.split(":", 1)[0][1:]))
+        self.times.append(time.monotonic())
+
+    def run(self):
+        try:
+            self.read()
+        except Exception as e:  # noqa: BLE001 - any end of the connection is the failure
+            self.ended = repr(e)
+
+
+class RawWs(Client):
+    def __init__(self, addr, n):
+        super().__init__("ws", n)
+        self.sock, head, rest = rawws.connect(addr, "/ws?topic=t", timeout=60)
+        assert " 101 " in head, head
+        assert "permessage-deflate" not in head
+        self.reader = rawws.Reader(self.sock, rest)
+
+    def read(self):
+        self.ready.set()
+        while len(self.got) < self.n:
+            _, op, data = self.reader.frame()
+            if op == 8:
+                raise EOFError(f"close frame {data!r}")
+            if op == 1:
+                self.note(data.decode())
+
+    def still_open(self):
+        # A ping over the same socket is answered by whoever holds it now.
+        self.sock.sendall(rawws.frame(9, b"still"))
+        while True:
+            _, op, data = self.reader.frame()
+            if op == 10:
+                return data == b"still"
+
+
+class DeflateWs(Client):
+    def __init__(self, addr, n):
+        super().__init__("ws-deflate", n)
+        self.ws = websockets.sync.client.connect(
+            f"ws://{addr}/ws?topic=t", compression="deflate", open_timeout=10
+        )
+        ext = self.ws.response.headers.get("Sec-WebSocket-Extensions", "")
+        assert "permessage-deflate" in ext, ext
+
+    def read(self):
+        self.ready.set()
+        while len(self.got) < self.n:
+            self.note(self.ws.recv(timeout=60))
+
+    def still_open(self):
+        self.ws.ping(b"still").wait(10)
+        return True
+
+
+class Sse(Client):
+    def __init__(self, addr, n):
+        super().__init__("sse", n)
+        self.addr = addr
+
+    def read(self):
+        with httpx.Client(timeout=httpx.Timeout(10, read=60)) as c:
+            with c.stream("GET", f"http://{self.addr}/sse?topic=t") as r:
+                assert r.status_code == 200
+                self.ready.set()
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        self.note(line[len("data: "):])
+                        if len(self.got) == self.n:
+                            return
+        raise EOFError("stream ended")
+
+
+class Ndjson(Client):
+    def __init__(self, addr, n):
+        super().__init__("ndjson", n)
+        self.addr = addr
+
+    def read(self):
+        with httpx.Client(timeout=httpx.Timeout(10, read=60)) as c:
+            with c.stream("GET", f"http://{self.addr}/stream?topic=t") as r:
+                assert r.status_code == 200
+                self.ready.set()
+                for line in r.iter_lines():
+                    if line.strip():
+                        self.note(json.loads(line)["data"])
+                        if len(self.got) == self.n:
+                            return
+        raise EOFError("stream ended")
+
+
+class LongPoll(Client):
+    """Polls over one keep-alive socket, each poll from the last cursor."""
+
+    def __init__(self, addr, n):
+        super().__init__("poll", n)
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=60)
+        self.polls = 0
+
+    def read(self):
+        buf, cursor = b"", None
+        self.ready.set()
+        while len(self.got) < self.n:
+            since = f"&since={cursor}" if cursor else ""
+            self.sock.sendall(
+                f"GET /poll?topic=t{since}&timeout=20 HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            )
+            while b"\r\n\r\n" not in buf:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    raise EOFError("poll connection closed")
+                buf += chunk
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = next(
+                int(l.split(b":")[1])
+                for l in head.split(b"\r\n")
+                if l.lower().startswith(b"content-length")
+            )
+            while len(buf) < length:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    raise EOFError("poll connection closed")
+                buf += chunk
+            body, buf = json.loads(buf[:length]), buf[length:]
+            assert not body.get("gaps"), body
+            for m in body["messages"]:
+                self.note(m["data"])
+            cursor = body["cursor"]
+            self.polls += 1
+
+
+def wait_exit(proc, timeout=30):
+    try:
+        return proc.wait(timeout=timeout)
+    except Exception:
+        proc.kill()
+        raise
+
+
+def upgrade(old, *args):
+    return Server(["--upgrade-from", str(old.proc.pid), *args])
+
+
+def check_every_message_once_in_order(clients, n):
+    for c in clients:
+        c.join(timeout=90)
+        assert c.ended is None, (c.name, c.ended, len(c.got))
+        assert c.got == list(range(1, n + 1)), (c.name, len(c.got), c.got[:5], c.got[-5:])
+
+
+def longest_pause(clients):
+    return max(max(b - a for a, b in zip(c.times, c.times[1:])) for c in clients)
+
+
+@pytest.mark.parametrize("history", ["memory", "history_dir"])
+def test_an_upgrade_keeps_every_connection_and_delivers_every_message_once(
+    start_server, tmp_path, history
+):
+    extra = ["--history-dir", str(tmp_path / "hist")] if history == "history_dir" else []
+    old = start_server(*extra)
+    n = 600
+    clients = [
+        RawWs(old.clients, n),
+        DeflateWs(old.clients, n),
+        Sse(old.clients, n),
+        Ndjson(old.clients, n),
+        LongPoll(old.clients, n),
+    ]
+    for c in clients:
+        c.start()
+        assert c.ready.wait(10)
+    time.sleep(0.3)  # every subscription is in place before the first publish
+    pub = Publisher(old.api, n)
+    pub.start()
+    assert pub.progress.wait(30)
+    new = upgrade(old, *extra)
+    code = wait_exit(old.proc)
+    old_log = old.proc.stderr.read()
+    assert code == 0, old_log
+    assert "connections moved" in old_log and "0 stay" in old_log, old_log
+    pub.join(timeout=90)
+    assert len(pub.ids) == n
+    check_every_message_once_in_order(clients, n)
+    # The ids continue the same sequence across the upgrade: one epoch, no id skipped.
+    epochs = {i.split("-")[0] for i in pub.ids}
+    seqs = [int(i.split("-")[1]) for i in pub.ids]
+    assert len(epochs) == 1 and seqs == list(range(seqs[0], seqs[0] + n)), pub.ids
+    # The same sockets still work, answered by the new process.
+    assert clients[0].still_open() and clients[1].still_open()
+    m = new.metrics()
+    assert m['clarion_connections{transport="ws"}'] == 2
+    assert m['clarion_handover_connections{outcome="taken"}'] == 5
+    print(f"longest delivery pause: {longest_pause(clients) * 1000:.0f} ms")
+
+
+def test_an_incompatible_peer_is_refused_and_the_old_process_restarts_with_1012(
+    start_server, tmp_path
+):
+    hist = str(tmp_path / "hist")
+    old = start_server("--history-dir", hist)
+    sock, head, rest = rawws.connect(old.clients, "/ws?topic=t")
+    reader = rawws.Reader(sock, rest)
+    ids = [old.publish("t", f"m{i}")["id"] for i in range(1, 11)]
+    for i in range(1, 11):
+        assert reader.frame()[2] == f"m{i}".encode()
+    # A peer speaking hand-over format 99.
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"clarion-handover-{old.proc.pid}.sock")
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    peer = socket.socket(socket.AF_UNIX)
+    peer.connect(path)
+    body = struct.pack("<H", 99) + bytes([3]) + b"9.9" + struct.pack("<H", 1) + b"\0"
+    peer.sendall(b"CLHO\x01" + struct.pack("<I", len(body)) + body)
+    answer = peer.recv(4096)
+    assert answer[:5] == b"CLHO\x02", answer
+    assert b"format 99" in answer, answer
+    # The fallback: a restart with a drain.
+    assert reader.close_code()[0] == 1012
+    assert wait_exit(old.proc) == 0
+    log = old.proc.stderr.read()
+    assert "hand-over refused" in log, log
+    # The client resumes exactly on the next process (from history_dir).
+    new = start_server("--history-dir", hist)
+    answer = httpx.get(f"http://{new.clients}/poll?topic=t&since={ids[4]}&timeout=0").json()
+    assert "gaps" not in answer, answer
+    assert [m["data"] for m in answer["messages"]] == [f"m{i}" for i in range(6, 11)]
+    assert [m["id"] for m in answer["messages"]] == ids[5:]
+
+
+def test_connections_that_cannot_move_fall_back_and_are_counted(start_server, tmp_path):
+    from test_tls import make_dev_cert
+
+    dev = make_dev_cert(tmp_path / "tls")
+    flags = ["--compression", "dedicated", "--compression-threshold", "0",
+             "--tls-listen", "127.0.0.1:0", "--tls-cert", dev["cert"], "--tls-key", dev["key"]]
+    old = start_server(*flags)
+    mover = RawWs(old.clients, 2)
+    stayer = websockets.sync.client.connect(
+        f"ws://{old.clients}/ws?topic=t", compression="deflate", open_timeout=10
+    )
+    tls = ssl.create_default_context(cafile=dev["ca"])
+    secure = websockets.sync.client.connect(
+        f"wss://localhost:{old.tls.rsplit(':', 1)[1]}/ws?topic=t", ssl=tls, open_timeout=10,
+        compression=None,
+    )
+    old.publish("t", payload(1))
+    assert stayer.recv(timeout=10) == payload(1)  # its compressor now holds context
+    assert secure.recv(timeout=10) == payload(1)
+    mover.start()
+    new = upgrade(old, *flags)
+    # The ones with a compression context or TLS are told to reconnect; the other carries on.
+    for ws in (stayer, secure):
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
+            ws.recv(timeout=20)
+        assert e.value.rcvd.code == 1012
+    assert wait_exit(old.proc) == 0
+    log = old.proc.stderr.read()
+    assert "1 connections moved" in log and "2 stay" in log, log
+    assert "1 tls" in log and "1 deflate_context" in log, log
+    # The TLS listener moved too: the secure client reconnects to the same port.
+    again = websockets.sync.client.connect(
+        f"wss://localhost:{new.tls.rsplit(':', 1)[1]}/ws?topic=t", ssl=tls, open_timeout=10
+    )
+    assert new.tls == old.tls
+    new.publish("t", payload(2))
+    assert again.recv(timeout=10) == payload(2)
+    mover.join(timeout=20)
+    assert mover.ended is None and mover.got == [1, 2]
+    assert mover.still_open()
+
+
+def test_sigusr1_upgrades_a_lone_process_in_place_and_the_pid_file_follows(
+    start_server, tmp_path
+):
+    pid_file = tmp_path / "clarion.pid"
+    old = start_server("--pid-file", pid_file)
+    assert int(pid_file.read_text()) == old.proc.pid
+    client = RawWs(old.clients, 3)
+    client.start()
+    old.publish("t", payload(1))
+    old.proc.send_signal(signal.SIGUSR1)
+    # The successor writes its ready line to the same output as the old process.
+    line = old.proc.stdout.readline()
+    assert line.startswith("clarion ready"), line
+    assert wait_exit(old.proc) == 0
+    new_pid = int(pid_file.read_text())
+    assert new_pid != old.proc.pid
+    try:
+        status, _, _ = old.request("GET", "/healthz")
+        assert status == 200
+        old.publish("t", payload(2))
+        old.publish("t", payload(3))
+        client.join(timeout=20)
+        assert client.ended is None and client.got == [1, 2, 3]
+        assert client.still_open()
+    finally:
+        os.kill(new_pid, signal.SIGTERM)
+    for _ in range(100):
+        if not pid_file.exists():
+            break
+        time.sleep(0.1)
+    assert not pid_file.exists(), "the last process removes the pid file it wrote"
