@@ -219,12 +219,12 @@ settings! {
     /// `SO_REUSEPORT` like `listen`. When a certificate is set without it, `0.0.0.0:8443`.
     tls_listen: Option<SocketAddr> = None,
         flag "TLS client listener address (default 0.0.0.0:8443 once a certificate is given)";
-    /// HTTP/2 on the client listeners: chosen by ALPN (`h2`) on the TLS listener, and by the
-    /// connection preface (prior knowledge, h2c) on the clear one; HTTP/1.1 clients are
+    /// HTTP/2 on the client listeners and the API: chosen by ALPN (`h2`) over TLS, and by the
+    /// connection preface (prior knowledge, h2c) in clear text; HTTP/1.1 clients are
     /// unaffected. Every HTTP transport runs as a stream, WebSockets too (RFC 8441), so a page
     /// with many EventSources shares one connection instead of hitting the browser's six per
     /// origin. See docs/protocol.md, "HTTP/2".
-    http2: bool = true, switch "Speak HTTP/2 on the client listeners (ALPN h2, and h2c)";
+    http2: bool = true, switch "Speak HTTP/2 on the client listeners and the API (ALPN h2, and h2c)";
     /// Streams one HTTP/2 connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`);
     /// more are refused (`REFUSED_STREAM`). Each open stream counts as a connection against
     /// `max_connections` and `max_connections_per_address`. At least 1.
