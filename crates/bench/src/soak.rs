@@ -78,6 +78,9 @@ pub struct SoakOutcome {
     pub timeline: Vec<(u64, u32, u32, u32)>,
     /// Ends and failures of client connections, by kind.
     pub errors: HashMap<String, u64>,
+    /// The first arrivals that were not in order, from every worker (duplicates, late ones,
+    /// holes: a hole may still be an unconfirmed publish).
+    pub odd: Vec<crate::soak_worker::Odd>,
     /// The workers' CPU seconds.
     pub bench_cpu_seconds: f64,
     /// When publishing started and ended, Unix seconds.
@@ -446,7 +449,9 @@ fn merge(a: &BenchArgs, names: &[String], p: &Published, reports: Vec<Report>) -
             *o.errors.entry(k).or_default() += v;
         }
         o.bench_cpu_seconds += r.cpu_seconds;
+        o.odd.extend(r.odd);
     }
+    o.odd.sort_by_key(|x| x.unix_ms);
     o.lost += o.counts.holes_unlisted;
     o.planned_reconnect = planned.summary();
     o.dropped_reconnect = dropped.summary();

@@ -122,6 +122,11 @@ impl ResumeCheck {
         self.next.is_none_or(|n| n > last)
     }
 
+    /// Gap notices received so far.
+    pub fn gap_notices(&self) -> u64 {
+        self.counts.gap_notices
+    }
+
     /// Whether the client received anything.
     pub fn started(&self) -> bool {
         self.next.is_some()

@@ -22,7 +22,7 @@ use mio::{Events, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 
 use crate::proc_stat::own_cpu_seconds;
-use crate::soak_check::{ResumeCheck, SoakCounts};
+use crate::soak_check::{Arrival, ResumeCheck, SoakCounts};
 use crate::soak_life::{request, Got, SoakLife, SoakTransport};
 use crate::source_ports::{self, SourcePorts};
 use crate::stats::{unix_micros, Buckets, Latency};
@@ -107,9 +107,40 @@ pub struct Report {
     pub timeline: Vec<(u64, u32, u32)>,
     /// Ends and failures of connections, by kind.
     pub errors: HashMap<String, u64>,
+    /// The first arrivals that were not in order (duplicates, late, after a hole), with what
+    /// is needed to find out why.
+    pub odd: Vec<Odd>,
     /// This process's CPU seconds.
     pub cpu_seconds: f64,
 }
+
+/// An arrival that was not in order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Odd {
+    /// When, Unix milliseconds.
+    pub unix_ms: u64,
+    /// `duplicate`, `reordered` or `hole N` (N numbers skipped without a gap notice).
+    pub kind: String,
+    /// The topic.
+    pub topic: String,
+    /// The message's number within its topic.
+    pub seq: u64,
+    /// Its id.
+    pub id: String,
+    /// The transport of the connection that carried it.
+    pub transport: SoakTransport,
+    /// The id the client had before it.
+    pub previous_id: Option<String>,
+    /// The id this connection resumed from (`None`: it did not resume).
+    pub resumed_from: Option<String>,
+    /// Milliseconds since this connection was answered.
+    pub connection_age_ms: u64,
+    /// Gap notices this client had received.
+    pub gap_notices: u64,
+}
+
+/// Odd arrivals kept per worker.
+const MAX_ODD: usize = 200;
 
 /// Holes listed per worker.
 pub const MAX_LISTED: usize = 50_000;
@@ -138,6 +169,10 @@ struct Conn {
     /// The request has been written.
     sent: bool,
     started: Instant,
+    /// The id its request resumed from.
+    since: Option<Box<str>>,
+    /// When it was answered.
+    answered_at: Option<Instant>,
 }
 
 /// Why a client is between connections.
@@ -330,6 +365,7 @@ struct Measures {
     /// Unix second -> (reconnects, drops).
     timeline: HashMap<u64, (u32, u32)>,
     errors: HashMap<String, u64>,
+    odd: Vec<Odd>,
 }
 
 impl Measures {
@@ -372,6 +408,7 @@ impl Measures {
         timeline.sort_unstable();
         r.timeline = timeline;
         r.errors = self.errors;
+        r.odd = self.odd;
         r.cpu_seconds = own_cpu_seconds();
         r
     }
@@ -442,6 +479,8 @@ fn tick(
                     life: SoakLife::new(c.transport),
                     sent: false,
                     started: now,
+                    since: None,
+                    answered_at: None,
                 });
             }
             Err(e) => {
@@ -530,6 +569,7 @@ fn drive(
     }
     let mut replies: Vec<Vec<u8>> = Vec::new();
     let mut opened = false;
+    let (since, answered_at) = (conn.since.clone(), conn.answered_at);
     loop {
         let n = match (&conn.stream).read(read_buf) {
             Ok(0) => return Err(conn.life.handle_end().to_string()),
@@ -547,7 +587,27 @@ fn drive(
                     seq,
                     published_us,
                 } => {
-                    check.see(seq);
+                    let kind = match check.see(seq) {
+                        Arrival::InOrder | Arrival::AfterAnnouncedGap(_) => None,
+                        Arrival::Duplicate => Some("duplicate".to_string()),
+                        Arrival::Reordered => Some("reordered".to_string()),
+                        Arrival::AfterHole(n) => Some(format!("hole {n}")),
+                    };
+                    if let (Some(kind), true) = (kind, m.odd.len() < MAX_ODD) {
+                        m.odd.push(Odd {
+                            unix_ms: now_us / 1000,
+                            kind,
+                            topic: topic.to_string(),
+                            seq,
+                            id: id.to_string(),
+                            transport: *transport,
+                            previous_id: last_id.as_deref().map(str::to_string),
+                            resumed_from: since.as_deref().map(str::to_string),
+                            connection_age_ms: answered_at
+                                .map_or(0, |a| now.duration_since(a).as_millis() as u64),
+                            gap_notices: check.gap_notices(),
+                        });
+                    }
                     *last_id = Some(id.into());
                     m.delivered += 1;
                     m.latency.record(now_us.saturating_sub(published_us));
@@ -562,6 +622,7 @@ fn drive(
         let _ = (&conn.stream).write_all(&r);
     }
     if opened {
+        conn.answered_at = Some(now);
         *answered = Some(now);
         let mean = shape.life_ms.max(2);
         *life_ends = Some(now + rng.millis(mean / 2, mean + mean / 2));
