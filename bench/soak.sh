@@ -10,7 +10,7 @@
 # and over several bench processes (each from its own 127.0.0.x), each connection living a
 # random ~--life seconds before its client closes it and reconnects with its last id; --rate
 # messages a second over the topics for --minutes. Meanwhile, on a schedule:
-#   - kill -9 of one server process (a group member, in turn) every 5 minutes (short runs:
+#   - kill -9 of one server process (soak-0, soak-1, soak-2 in turn) every 5 minutes (short runs:
 #     at 20% and 80% of the run);
 #   - one Redis restart (SHUTDOWN, which writes the AOF, then the same command again);
 #   - one rolling upgrade: SIGUSR1 to the supervisor (`rolling_upgrade` below);
@@ -140,15 +140,16 @@ sample() { # sample ELAPSED
 ) >"$RAW/metrics.log" 2>/dev/null &
 SCRAPER=$!
 
-kill9_member() { # kill -9 of one group member, in turn
-  local k=$1 pids pid
-  pids=($(members))
-  [ ${#pids[@]} -gt 0 ] || { event kill9 "no member to kill"; return; }
-  pid=${pids[$((k % ${#pids[@]}))]}
-  local name
-  name=$(curl -s -m 2 "http://127.0.0.1:$API/healthz" | awk -v p="$pid" '$4 == p {print $1}')
+kill9_member() { # kill -9 of group member soak-(K mod 3): each in turn
+  local k=$1 name="soak-$(( $1 % 3 ))" pid
+  pid=$(curl -s -m 2 "http://127.0.0.1:$API/healthz" | awk -v n="$name" '$1 == n && $3 == "pid" {print $4}')
+  if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+    pid=$(members | head -1)
+    name="? (pid $pid)"
+  fi
+  [ -n "$pid" ] || { event kill9 "no member to kill"; return; }
   kill -9 "$pid"
-  event kill9 "pid $pid node ${name:-?}"
+  event kill9 "pid $pid node $name"
 }
 
 restart_redis() { # one Redis restart: SHUTDOWN (the AOF is written), then the same command

@@ -160,6 +160,7 @@ def main():
         "delivery_latency_ms": {"p50": ms(bench["latency"]["p50"]), "p99": ms(bench["latency"]["p99"])},
         "connection_ends": bench["errors"],
         "bench_cpu_seconds": round(bench["bench_cpu_seconds"], 1),
+        "odd_arrivals": bench.get("odd", [])[:200],
         "chaos": chaos,
         "marks": [{"at_s": s["elapsed_s"], "rss_mb": s["rss_mb"], "open_files": int(s["open_files"]), "processes": int(s["processes"])} for s in marks],
         "growth_after_warmup": growth,
@@ -195,6 +196,13 @@ def main():
     if growth:
         md.append(f"Growth from mark {WARMUP_MARKS} (after warm-up) to the last: RSS {growth['rss']:+.1%}, "
                   f"open files {growth['open_files']:+.1%} ({'flat' if flat else 'NOT flat'}: limit {FLAT:.0%}).\n")
+    odd = [o for o in bench.get("odd", []) if o["kind"] in ("duplicate", "reordered")]
+    if odd:
+        md.append(f"First duplicated or reordered arrivals ({len(odd)} kept):\n")
+        md.append("| at (s) | kind | topic | number | id | transport | previous id | resumed from | connection age (ms) | gap notices before |\n|---|---|---|---|---|---|---|---|---|---|")
+        for o in odd[:20]:
+            md.append(f"| {round(o['unix_ms'] / 1000 - t0, 1)} | {o['kind']} | {o['topic']} | {o['seq']} | {o['id']} | {o['transport']} | {o['previous_id']} | {o['resumed_from']} | {o['connection_age_ms']} | {o['gap_notices']} |")
+        md.append("")
     md.append(f"Connection ends by kind: {json.dumps(report['connection_ends'])}. "
               f"Publish errors: {json.dumps(report['publish_errors'])}.\n")
     with open(args.prefix + ".md", "w") as f:

@@ -566,6 +566,7 @@ fn drive(
             .write_all(req.as_bytes())
             .map_err(|e| format!("send request: {}", e.kind()))?;
         conn.sent = true;
+        conn.since = last_id.clone();
     }
     let mut replies: Vec<Vec<u8>> = Vec::new();
     let mut opened = false;
