@@ -15,6 +15,10 @@
 //!   measured);
 //! - the load processes: [`worker`] and [`million_worker`], each many connections on one poll:
 //!   sockets, TLS, timers and the measurements they sum, around a [`conn_life::Life`] each;
+//! - the soak ([`crate::soak`]): [`soak_check`] (one client's deliveries across its reconnects),
+//!   [`soak_life`] (one soak connection without I/O: resume by id, envelopes, SSE events, gap
+//!   notices), [`soak_worker`] (clients that live, die and come back) and [`soak`] (the
+//!   coordinator: publishing, the verdict with unconfirmed publishes set aside);
 //! - [`report`], [`million_report`] and [`trust`] (text, JSON and HTML, and which figures had
 //!   too little signal to believe);
 //! - the coordinators: [`run`] and [`million`] start the workers, publish and merge what they
@@ -35,6 +39,10 @@ pub mod publisher;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod soak;
+pub mod soak_check;
+pub mod soak_life;
+pub mod soak_worker;
 pub mod source_ports;
 pub mod stats;
 pub mod tls_client;

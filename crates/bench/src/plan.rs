@@ -93,6 +93,7 @@ pub struct BenchArgs {
     /// (the million scenario).
     #[arg(long)]
     pub broker_pid: Option<u32>,
+<<<<<<< HEAD
     /// Subscribe over HTTP/2: SSE streams on connections that ALPN made h2 (with --tls-ca) or
     /// that start with the h2c preface (prior knowledge, clear text). -n stays the number of
     /// subscribers (streams).
@@ -102,6 +103,23 @@ pub struct BenchArgs {
     /// connections.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub streams_per_conn: u32,
+=======
+    /// Soak: seconds of publishing (the processes killed and restarted meanwhile are the
+    /// caller's: `bench/soak.sh`).
+    #[arg(long, default_value_t = 60)]
+    pub duration: u64,
+    /// Soak: mean life of a connection in seconds (each is uniform in half to one and a half
+    /// times this); at its end the client closes and reconnects with its last id.
+    #[arg(long, default_value_t = 60)]
+    pub life: u64,
+    /// Soak: messages published per second, all topics together.
+    #[arg(long, default_value_t = 1000)]
+    pub rate: u64,
+    /// Soak: the transports clients use, in turn (WebSocket with `clarion.v1` resuming with
+    /// `since=`, SSE resuming with `Last-Event-ID`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ws,sse")]
+    pub soak_transport: Vec<crate::soak_life::SoakTransport>,
+>>>>>>> soak
     /// Give every WebSocket and SSE connection a token of its own identity (`sub`), signed
     /// HS256 with this secret (the server's `auth_secret`): each is then a presence member.
     #[arg(long)]
@@ -156,6 +174,11 @@ pub enum Scenario {
     /// connection pings once a minute, one message a minute to a topic all follow, chat
     /// traffic on 10,000 rooms; every delivery and pong checked (docs/benchmarks.md, Million).
     Million,
+    /// Logical clients that reconnect after a random life of about --life seconds and resume
+    /// with their last id, --rate messages a second over --topics topics for --duration
+    /// seconds; every message checked per client across its reconnects (bench/soak.sh adds
+    /// the chaos: docs/benchmarks.md, Chaos soak).
+    Soak,
 }
 
 /// Transports, as a command-line value.

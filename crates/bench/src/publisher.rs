@@ -81,6 +81,11 @@ impl Api {
         })
     }
 
+    /// How long to wait for an answer (30 s unless set).
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.stream.set_read_timeout(Some(timeout))
+    }
+
     /// Publishes message `seq` (padded to `size` bytes) to every topic of `topics`.
     pub fn publish_batch(
         &mut self,

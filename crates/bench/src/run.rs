@@ -30,6 +30,9 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     if a.scenario == Some(Scenario::Million) {
         return crate::million::main(&a);
     }
+    if a.scenario == Some(Scenario::Soak) {
+        return crate::soak::main(&a);
+    }
     let outcome = if a.scenario == Some(Scenario::Churn) {
         churn(&a)?
     } else {

@@ -52,6 +52,13 @@ pub(crate) fn apply_scenario(a: &mut BenchArgs) {
             }
             a.steps.clear();
         }
+        Some(Scenario::Soak) => {
+            // Issue 34's soak: 1,000 topics at 1,000 messages a second (one a second each).
+            if a.topics == 1 {
+                a.topics = 1000;
+            }
+            a.steps.clear();
+        }
         None => {}
     }
     if let Some(&last) = stages(&a.steps, a.connections).last() {

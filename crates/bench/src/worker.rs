@@ -235,6 +235,9 @@ pub fn main() -> anyhow::Result<()> {
     if let Ok(job) = serde_json::from_str::<crate::million_worker::Job>(&first) {
         return crate::million_worker::main(job);
     }
+    if let Ok(job) = serde_json::from_str::<crate::soak_worker::Job>(&first) {
+        return crate::soak_worker::main(job);
+    }
     let job: Job = serde_json::from_str(&first)?;
     let setup = Setup {
         transport: job.transport,

@@ -410,8 +410,13 @@ fn drain(core: &Core, name: &Arc<str>, t: &mut Topic, todo: &mut Vec<Todo>) {
         }
         break;
     }
+    let delivered = !out.is_empty();
     flush(core, t, &mut out);
     t.held.drain(..i.min(t.held.len()));
+    if delivered {
+        // A resume may be waiting for this node to reach its id (`Core::catch_up`).
+        core.changed.notify_all();
+    }
 }
 
 fn flush(core: &Core, t: &Topic, out: &mut Vec<Arc<Published>>) {

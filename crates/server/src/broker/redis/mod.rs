@@ -392,6 +392,9 @@ impl RedisBroker {
     ) -> Result<Subscribed, Unavailable> {
         let core = &self.core;
         core.follow(topics)?;
+        if let Since::Id(given) = since {
+            core.catch_up(given, topics);
+        }
         let mut positions = Vec::with_capacity(topics.len());
         let mut names = Vec::with_capacity(topics.len());
         {

@@ -2,6 +2,7 @@
 //! offsets, and the rule that turns a `since` into a replay and gap notices.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use clarion_proto::event_id;
 use clarion_proto::pubsub::wire;
@@ -13,6 +14,46 @@ use crate::broker::Subscribed;
 use crate::message::{Gap, GapReason, Published};
 
 impl Core {
+    /// Waits, at most the broker timeout, until this node has delivered the ids a subscriber
+    /// resumes from. A client can hold an id this node has not delivered yet: it read it a
+    /// moment ago on a node whose link to Redis is faster, or that saw Redis's new epoch first
+    /// (after a Redis restart). Taken as it stands, this node's position would make the id look
+    /// newer than anything published: an `epoch` gap notice, the topic's history replayed and
+    /// then the same messages live, all of which the client already has. Redis is asked first,
+    /// so an id nothing published (a stale or made-up one) costs no wait; the usual resume,
+    /// an id this node has delivered, costs nothing.
+    pub(super) fn catch_up(&self, given: &str, topics: &[&str]) {
+        let deadline = Instant::now() + self.timeout;
+        for &topic in topics {
+            let Some((epoch, seq)) = resume_id(given, topic, topics.len()) else {
+                continue;
+            };
+            let covered = |st: &super::State| {
+                st.topics
+                    .get(topic)
+                    .is_some_and(|t| t.epoch.as_deref() == Some(epoch) && t.last >= seq)
+            };
+            if covered(&crate::hub::lock(&self.state)) {
+                continue;
+            }
+            match self.remote_position(topic) {
+                Ok((Some(e), last)) if &*e == epoch && last >= seq => {}
+                _ => continue,
+            }
+            let mut st = crate::hub::lock(&self.state);
+            while !covered(&st) {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                st = self
+                    .changed
+                    .wait_timeout(st, deadline - now)
+                    .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+            }
+        }
+    }
+
     /// The epoch and last offset Redis holds for `topic` (`None` epoch: never published, or
     /// lost).
     pub(super) fn remote_position(
@@ -267,5 +308,42 @@ impl Core {
             }
             crate::broker::Since::Now => {}
         }
+    }
+}
+
+/// The id `given` holds for `topic` (epoch and offset): the one named for it
+/// (`topic:EPOCH-SEQ`), or the only id given when the subscriber follows one topic.
+fn resume_id<'a>(given: &'a str, topic: &str, topics: usize) -> Option<(&'a str, u64)> {
+    let mut unnamed = None;
+    for s in given.split(',').map(str::trim) {
+        match s.rsplit_once(':') {
+            Some((t, id)) if t == topic => {
+                let id = event_id::parse(id).ok()?;
+                return Some((id.epoch, id.seq));
+            }
+            Some(_) => {}
+            None if topics == 1 && !given.contains(',') => {
+                unnamed = event_id::parse(s).ok().map(|id| (id.epoch, id.seq));
+            }
+            None => {}
+        }
+    }
+    unnamed
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod resume_id_tests {
+    use super::resume_id;
+
+    #[test]
+    fn the_id_of_a_topic_is_named_or_the_only_one() {
+        assert_eq!(resume_id("ab-12", "t", 1), Some(("ab", 12)));
+        assert_eq!(resume_id("u:ab-1, t:cd-7", "t", 2), Some(("cd", 7)));
+        // Unnamed ids of several topics apply by epoch, which this node may not know yet.
+        assert_eq!(resume_id("ab-1,cd-7", "t", 2), None);
+        assert_eq!(resume_id("ab-1", "t", 2), None);
+        assert_eq!(resume_id("not an id", "t", 1), None);
+        assert_eq!(resume_id("u:ab-1", "t", 2), None);
     }
 }
