@@ -93,7 +93,6 @@ pub struct BenchArgs {
     /// (the million scenario).
     #[arg(long)]
     pub broker_pid: Option<u32>,
-<<<<<<< HEAD
     /// Subscribe over HTTP/2: SSE streams on connections that ALPN made h2 (with --tls-ca) or
     /// that start with the h2c preface (prior knowledge, clear text). -n stays the number of
     /// subscribers (streams).
@@ -103,7 +102,6 @@ pub struct BenchArgs {
     /// connections.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub streams_per_conn: u32,
-=======
     /// Soak: seconds of publishing (the processes killed and restarted meanwhile are the
     /// caller's: `bench/soak.sh`).
     #[arg(long, default_value_t = 60)]
@@ -119,7 +117,6 @@ pub struct BenchArgs {
     /// `since=`, SSE resuming with `Last-Event-ID`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "ws,sse")]
     pub soak_transport: Vec<crate::soak_life::SoakTransport>,
->>>>>>> soak
     /// Give every WebSocket and SSE connection a token of its own identity (`sub`), signed
     /// HS256 with this secret (the server's `auth_secret`): each is then a presence member.
     #[arg(long)]
