@@ -128,11 +128,11 @@ def test_sse_streams_over_http2_are_delivered_exactly(start_server, tmp_path, tl
 
 
 def test_http2_against_a_port_without_it_fails_clearly(start_server):
-    # A port that answers the h2c preface in HTTP/1.1 (here the API listener; in the field a
-    # proxy or an older build) is one clear error per connection, not a hang or a crash.
-    server = start_server("--max-connections-per-address", 0)
+    # A port that answers the h2c preface in HTTP/1.1 (here a server with HTTP/2 off; in the
+    # field a proxy or an older build) is one clear error per connection, not a hang or a crash.
+    server = start_server("--max-connections-per-address", 0, "--http2", "false")
     result, text = bench(server, "-n", 20, "--transport", "sse", "--http2", "-m", 1,
-                         "--drain", 2, target=server.api)
+                         "--drain", 2)
     assert result["opened"] == 0, text
     assert result["errors"] == {
         "h2: the server answered in HTTP/1.1 (no h2c prior knowledge)": 20}, text
