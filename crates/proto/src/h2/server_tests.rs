@@ -43,6 +43,18 @@ fn windowed(window: u32, path: &str) -> Connection {
     c
 }
 
+/// A connection whose client sent a GET for each of `paths`, on streams 1, 3, 5...
+fn with_gets(paths: &[&str]) -> Connection {
+    let mut c = Connection::new(Settings::default());
+    let input = client(|v| {
+        for (stream, path) in (1..).step_by(2).zip(paths) {
+            get(v, stream, path);
+        }
+    });
+    run(&mut c, &input);
+    c
+}
+
 /// The client grants `n` more bytes on `stream`.
 fn grant(c: &mut Connection, stream: u32, n: u32) {
     let mut wu = Vec::new();
@@ -175,14 +187,7 @@ fn an_answer_becomes_headers_and_data_within_the_windows() {
 
 #[test]
 fn lengths_end_the_stream_and_chunks_are_undone() {
-    let mut c = Connection::new(Settings::default());
-    run(
-        &mut c,
-        &client(|v| {
-            get(v, 1, "/a");
-            get(v, 3, "/b");
-        }),
-    );
+    let mut c = with_gets(&["/a", "/b"]);
     c.bind(1, 1);
     c.bind(3, 3);
     let mut out = Vec::new();
@@ -256,15 +261,7 @@ fn a_length_body_in_pieces_and_past_the_window_ends_the_stream() {
 
 #[test]
 fn an_answer_ending_with_its_head_leaves_the_other_streams_alone() {
-    let mut c = Connection::new(Settings::default());
-    run(
-        &mut c,
-        &client(|v| {
-            get(v, 1, "/a");
-            get(v, 3, "/b");
-            get(v, 5, "/c");
-        }),
-    );
+    let mut c = with_gets(&["/a", "/b", "/c"]);
     let mut out = Vec::new();
     // Stream 5 waits for the rest of a chunked body.
     let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
