@@ -125,6 +125,15 @@ def server(start_server):
     return start_server()
 
 
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory):
+    """A directory with a development certificate and key (`clarion cert --dev`): cert.pem and
+    key.pem, for localhost."""
+    d = tmp_path_factory.mktemp("devcert")
+    subprocess.run([_binary(), "cert", "--dev", "--dir", str(d)], check=True, capture_output=True)
+    return d
+
+
 def seq(message_id: str) -> int:
     """The SEQ part of an EPOCH-SEQ message id."""
     epoch, _, n = message_id.partition("-")

@@ -7,6 +7,8 @@ import json
 import socket
 import ssl
 import struct
+import subprocess
+import threading
 import time
 
 import h2.config
@@ -293,3 +295,36 @@ class Raw:
             self.sock.close()
         except OSError:
             pass
+
+
+def h1_sse(addr, topic):
+    """An HTTP/1.1 event stream on `addr` (host:port), subscribed once this returns: the socket
+    and what came after the head."""
+    host, port = addr.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(f"GET /sse?topic={topic} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    return sock, head.partition(b"\r\n\r\n")[2]
+
+
+def in_background(argv, timeout=None):
+    """Runs `argv` (text output captured) in a thread; returns a function that waits for it and
+    gives its `CompletedProcess`, or None if it did not finish (its timeout)."""
+    box = {}
+
+    def run():
+        box["p"] = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    t = threading.Thread(target=run)
+    t.start()
+
+    def result():
+        t.join()
+        return box.get("p")
+
+    return result

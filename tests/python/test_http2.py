@@ -61,19 +61,6 @@ def open_sse(c, path="/sse?topic=t", headers=()):
     return sid
 
 
-def h1_sse(s, topic="t"):
-    host, port = s.clients.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(f"GET /sse?topic={topic} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        assert chunk, head
-        head += chunk
-    assert head.startswith(b"HTTP/1.1 200 "), head
-    return sock
-
-
 def h1_read_until(sock, needle, timeout=5.0):
     sock.settimeout(timeout)
     buf = b""
@@ -485,7 +472,7 @@ def test_bad_input_gets_its_answer_and_other_connections_are_untouched(start_ser
     s = serve(start_server, dev, "--h2-max-streams", 4)
     healthy = Client(s.clients)
     sid = open_sse(healthy)
-    h1 = h1_sse(s)
+    h1, _ = h2client.h1_sse(s.clients, "t")
     r = Raw(s.clients, preface=None if case is bad_preface else h2client.PREFACE)
     case(s, r)
     mid = s.publish("t", "after")["id"]

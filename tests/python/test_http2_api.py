@@ -13,9 +13,8 @@ import h2.config
 import h2.connection
 import h2.errors
 import h2.events
-import pytest
 
-from conftest import _binary
+from h2client import h1_sse
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -30,20 +29,6 @@ def curl(*args, timeout=20):
     assert p.returncode == 0, p.stderr
     first, _, rest = p.stdout.decode().partition("\r\n")
     return first.strip(), rest
-
-
-def subscribe(server, topic):
-    """An HTTP/1.1 event stream on the client listener, subscribed once this returns."""
-    host, port = server.clients.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(f"GET /sse?topic={topic} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        assert chunk, head
-        head += chunk
-    assert head.startswith(b"HTTP/1.1 200"), head
-    return sock, head.partition(b"\r\n\r\n")[2]
 
 
 def events(sock, buf, count, within=10):
@@ -136,7 +121,7 @@ def seq(message_id):
 
 
 def test_curl_publishes_with_prior_knowledge_and_a_subscriber_receives_it(server):
-    sub, buf = subscribe(server, "h2t")
+    sub, buf = h1_sse(server.clients, "h2t")
     status, rest = curl("--http2-prior-knowledge", "-XPOST", f"http://{server.api}/publish/h2t", "-d", "x")
     assert status == "HTTP/2 200", (status, rest)
     answer = json.loads(rest.partition("\r\n\r\n")[2])
@@ -155,7 +140,7 @@ def test_healthz_and_metrics_over_h2c(server):
 
 
 def test_streams_multiplexed_on_one_connection_are_all_served_in_the_order_they_opened(server):
-    sub, buf = subscribe(server, "mux")
+    sub, buf = h1_sse(server.clients, "mux")
     c = Client(server.api)
     sids = []
     # Five requests opened at once, their bodies sent afterwards, last stream first; the third
@@ -346,13 +331,6 @@ def test_bad_input_ends_only_its_connection_with_a_goaway(server):
     status, _ = curl("--http2-prior-knowledge", f"http://{server.api}/healthz")
     assert status == "HTTP/2 200"
     assert server.metrics()["clarion_h2_errors_total"] >= 2
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    d = tmp_path_factory.mktemp("h2apicert")
-    subprocess.run([_binary(), "cert", "--dev", "--dir", str(d)], check=True, capture_output=True)
-    return d
 
 
 def test_a_tls_api_negotiates_h2_by_alpn(start_server, cert):

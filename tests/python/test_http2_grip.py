@@ -6,9 +6,10 @@ response (`Grip-Hold: response`) answered by a publish.
 
 import http.server
 import json
-import subprocess
 import threading
 import time
+
+from h2client import in_background
 
 
 class Backend(http.server.BaseHTTPRequestHandler):
@@ -35,22 +36,11 @@ class Backend(http.server.BaseHTTPRequestHandler):
 
 def curl_h2(url, seconds):
     """`curl --http2-prior-knowledge` in the background; a function giving (stdout, stderr)."""
-    box = {}
-
-    def run():
-        p = subprocess.run(
-            ["curl", "-sSN", "-v", "--http2-prior-knowledge", "--max-time", str(seconds), url],
-            capture_output=True,
-            text=True,
-        )
-        box["out"] = (p.stdout, p.stderr)
-
-    t = threading.Thread(target=run)
-    t.start()
+    done = in_background(["curl", "-sSN", "-v", "--http2-prior-knowledge", "--max-time", str(seconds), url])
 
     def result():
-        t.join()
-        return box["out"]
+        p = done()
+        return p.stdout, p.stderr
 
     return result
 

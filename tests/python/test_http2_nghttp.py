@@ -3,44 +3,23 @@ long-poll over h2c (prior knowledge) and over TLS (ALPN h2), with the frames it 
 """
 
 import shutil
-import subprocess
-import threading
 import time
 
 import pytest
 
+from h2client import in_background
+
 NGHTTP = shutil.which("nghttp")
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    from conftest import _binary
-
-    d = tmp_path_factory.mktemp("h2cert")
-    subprocess.run([_binary(), "cert", "--dev", "--dir", str(d)], check=True, capture_output=True)
-    return d
 
 
 def nghttp(url, seconds):
     """Runs `nghttp -v URL` in the background, its request cut after `seconds` (nghttp's own
     timeout, so it exits and flushes what it printed); returns a function giving its output."""
-    box = {}
-
-    def run():
-        p = subprocess.run(
-            [NGHTTP, "-v", "-t", f"{seconds}s", url],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 10,
-        )
-        box["out"] = p.stdout
-
-    t = threading.Thread(target=run)
-    t.start()
+    done = in_background([NGHTTP, "-v", "-t", f"{seconds}s", url], timeout=seconds + 10)
 
     def result():
-        t.join()
-        return box.get("out", "")
+        p = done()
+        return p.stdout if p else ""
 
     return result
 

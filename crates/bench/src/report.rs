@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::outcome::{Outcome, Sample};
+use crate::outcome::{Http2, Outcome, Sample};
 use crate::plan::BenchArgs;
 
 const W: f64 = 640.0;
@@ -62,23 +62,7 @@ pub fn html(title: &str, o: &Outcome) -> String {
     ];
     let mut rows = rows;
     if let Some(h) = &o.http2 {
-        rows.insert(
-            0,
-            (
-                "protocol",
-                format!(
-                    "{}, {} SSE stream{} per connection, {} connections",
-                    h.protocol,
-                    h.streams_per_connection,
-                    if h.streams_per_connection == 1 {
-                        ""
-                    } else {
-                        "s"
-                    },
-                    h.tcp_connections
-                ),
-            ),
-        );
+        rows.insert(0, ("protocol", protocol(h)));
     }
     out.push_str("<table>");
     for (k, val) in rows {
@@ -191,6 +175,21 @@ fn opt(x: Option<f64>) -> String {
     x.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"))
 }
 
+/// The protocol line of an HTTP/2 run: streams per connection and connections.
+fn protocol(h: &Http2) -> String {
+    format!(
+        "{}, {} SSE stream{} per connection, {} connections",
+        h.protocol,
+        h.streams_per_connection,
+        if h.streams_per_connection == 1 {
+            ""
+        } else {
+            "s"
+        },
+        h.tcp_connections
+    )
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -209,17 +208,7 @@ pub fn print_text(a: &BenchArgs, o: &Outcome) {
         o.opened, o.connections, o.connect_rate
     );
     if let Some(h) = &o.http2 {
-        println!(
-            "protocol         {}, {} SSE stream{} per connection, {} connections",
-            h.protocol,
-            h.streams_per_connection,
-            if h.streams_per_connection == 1 {
-                ""
-            } else {
-                "s"
-            },
-            h.tcp_connections
-        );
+        println!("protocol         {}", protocol(h));
     }
     if !o.errors.is_empty() {
         println!("errors           {:?}", o.errors);
@@ -385,5 +374,26 @@ pub(crate) mod tests {
             .push("server memory per connection: <why>".into());
         assert!(html("run", &o)
             .contains("<h2>Warnings</h2><ul><li>server memory per connection: &lt;why&gt;"));
+    }
+
+    #[test]
+    fn an_http2_run_names_its_streams_and_connections() {
+        let mut o = sample_outcome();
+        o.http2 = Some(Http2 {
+            protocol: "h2c",
+            streams_per_connection: 1,
+            tcp_connections: 5,
+        });
+        let line = "<tr><th>protocol<td>h2c, 1 SSE stream per connection, 5 connections";
+        assert!(html("run", &o).contains(line));
+        let many = Http2 {
+            protocol: "h2",
+            streams_per_connection: 100,
+            tcp_connections: 2,
+        };
+        assert_eq!(
+            protocol(&many),
+            "h2, 100 SSE streams per connection, 2 connections"
+        );
     }
 }

@@ -11,18 +11,55 @@ fn client(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     v
 }
 
-fn get(out: &mut Vec<u8>, stream: u32, path: &str) {
+/// A HEADERS frame on `stream` carrying `fields`.
+fn request(out: &mut Vec<u8>, stream: u32, fields: &[(&str, &str)], end_stream: bool) {
     let mut block = Vec::new();
-    Encoder::new().encode(
-        [
+    Encoder::new().encode(fields.iter().copied(), &mut block);
+    write_headers(out, stream, &block, end_stream, 16_384);
+}
+
+fn get(out: &mut Vec<u8>, stream: u32, path: &str) {
+    request(
+        out,
+        stream,
+        &[
             (":method", "GET"),
             (":scheme", "https"),
             (":authority", "x"),
             (":path", path),
         ],
-        &mut block,
+        true,
     );
-    write_headers(out, stream, &block, true, 16_384);
+}
+
+/// A connection whose client set the stream window to `window` and sent a GET on stream 1.
+fn windowed(window: u32, path: &str) -> Connection {
+    let mut c = Connection::new(Settings::default());
+    let input = client(|v| {
+        write_settings(v, &[Setting::InitialWindowSize(window)]);
+        get(v, 1, path);
+    });
+    run(&mut c, &input);
+    c
+}
+
+/// A connection whose client sent a GET for each of `paths`, on streams 1, 3, 5...
+fn with_gets(paths: &[&str]) -> Connection {
+    let mut c = Connection::new(Settings::default());
+    let input = client(|v| {
+        for (stream, path) in (1..).step_by(2).zip(paths) {
+            get(v, stream, path);
+        }
+    });
+    run(&mut c, &input);
+    c
+}
+
+/// The client grants `n` more bytes on `stream`.
+fn grant(c: &mut Connection, stream: u32, n: u32) {
+    let mut wu = Vec::new();
+    frame::write_window_update(&mut wu, stream, n);
+    run(c, &wu);
 }
 
 /// (kind, flags, stream, payload) of every frame in `bytes`.
@@ -117,12 +154,7 @@ fn a_request_is_an_http1_head_at_every_split_point() {
 
 #[test]
 fn an_answer_becomes_headers_and_data_within_the_windows() {
-    let mut c = Connection::new(Settings::default());
-    let input = client(|v| {
-        write_settings(v, &[Setting::InitialWindowSize(10)]);
-        get(v, 1, "/sse?topic=a");
-    });
-    run(&mut c, &input);
+    let mut c = windowed(10, "/sse?topic=a");
     c.bind(1, 7);
     assert_eq!(c.bound().collect::<Vec<_>>(), vec![(1, 7)]);
     let answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: 0123456789abcdef\n\n";
@@ -142,9 +174,7 @@ fn an_answer_becomes_headers_and_data_within_the_windows() {
     );
     assert!(none.is_empty());
     // A WINDOW_UPDATE opens it.
-    let mut wu = Vec::new();
-    frame::write_window_update(&mut wu, 1, 100);
-    run(&mut c, &wu);
+    grant(&mut c, 1, 100);
     assert!(c.take_windows_opened());
     let mut out = Vec::new();
     assert_eq!(c.respond(1, &answer[used..], &mut out), 14);
@@ -157,14 +187,7 @@ fn an_answer_becomes_headers_and_data_within_the_windows() {
 
 #[test]
 fn lengths_end_the_stream_and_chunks_are_undone() {
-    let mut c = Connection::new(Settings::default());
-    run(
-        &mut c,
-        &client(|v| {
-            get(v, 1, "/a");
-            get(v, 3, "/b");
-        }),
-    );
+    let mut c = with_gets(&["/a", "/b"]);
     c.bind(1, 1);
     c.bind(3, 3);
     let mut out = Vec::new();
@@ -195,14 +218,7 @@ fn lengths_end_the_stream_and_chunks_are_undone() {
 
 #[test]
 fn a_length_body_in_pieces_and_past_the_window_ends_the_stream() {
-    let mut c = Connection::new(Settings::default());
-    run(
-        &mut c,
-        &client(|v| {
-            write_settings(v, &[Setting::InitialWindowSize(4)]);
-            get(v, 1, "/a");
-        }),
-    );
+    let mut c = windowed(4, "/a");
     c.bind(1, 1);
     let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789";
     let head_len = answer.len() - 10;
@@ -211,9 +227,7 @@ fn a_length_body_in_pieces_and_past_the_window_ends_the_stream() {
     let mut at = c.respond(1, answer, &mut out);
     assert_eq!(at, head_len + 4);
     for _ in 0..3 {
-        let mut wu = Vec::new();
-        frame::write_window_update(&mut wu, 1, 4);
-        run(&mut c, &wu);
+        grant(&mut c, 1, 4);
         at += c.respond(1, &answer[at..], &mut out);
     }
     assert_eq!(at, answer.len());
@@ -247,15 +261,7 @@ fn a_length_body_in_pieces_and_past_the_window_ends_the_stream() {
 
 #[test]
 fn an_answer_ending_with_its_head_leaves_the_other_streams_alone() {
-    let mut c = Connection::new(Settings::default());
-    run(
-        &mut c,
-        &client(|v| {
-            get(v, 1, "/a");
-            get(v, 3, "/b");
-            get(v, 5, "/c");
-        }),
-    );
+    let mut c = with_gets(&["/a", "/b", "/c"]);
     let mut out = Vec::new();
     // Stream 5 waits for the rest of a chunked body.
     let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -277,9 +283,10 @@ fn an_answer_ending_with_its_head_leaves_the_other_streams_alone() {
 fn a_websocket_upgrade_answer_becomes_a_200() {
     let mut c = Connection::new(Settings::default());
     let input = client(|v| {
-        let mut block = Vec::new();
-        Encoder::new().encode(
-            [
+        request(
+            v,
+            1,
+            &[
                 (":method", "CONNECT"),
                 (":protocol", "websocket"),
                 (":scheme", "https"),
@@ -287,9 +294,8 @@ fn a_websocket_upgrade_answer_becomes_a_200() {
                 (":path", "/ws"),
                 ("sec-websocket-version", "13"),
             ],
-            &mut block,
+            false,
         );
-        write_headers(v, 1, &block, false, 16_384);
         write_data(v, 1, b"\x81\x80mask", false);
     });
     let (_, events, fatal) = run(&mut c, &input);
@@ -415,12 +421,12 @@ fn connection_errors_end_with_the_right_goaway() {
         (
             "empty DATA flood",
             client(|v| {
-                let mut block = Vec::new();
-                Encoder::new().encode(
-                    [(":method", "POST"), (":scheme", "http"), (":path", "/")],
-                    &mut block,
+                request(
+                    v,
+                    1,
+                    &[(":method", "POST"), (":scheme", "http"), (":path", "/")],
+                    false,
                 );
-                write_headers(v, 1, &block, false, 16_384);
                 for _ in 0..600 {
                     write_data(v, 1, b"", false);
                 }
@@ -447,17 +453,17 @@ fn stream_errors_reset_only_their_stream() {
     let input = client(|v| {
         get(v, 1, "/");
         get(v, 3, "/");
-        let mut block = Vec::new();
-        Encoder::new().encode(
-            [
+        request(
+            v,
+            5,
+            &[
                 (":method", "GET"),
                 (":scheme", "http"),
                 (":path", "/"),
                 ("connection", "close"),
             ],
-            &mut block,
-        );
-        write_headers(v, 5, &block, true, 16_384); // malformed
+            true,
+        ); // malformed
         get(v, 7, "/"); // over the limit
         write_data(v, 1, b"x", false); // half-closed (remote)
         frame::write_window_update(v, 3, MAX_WINDOW); // overflow
@@ -476,17 +482,17 @@ fn stream_errors_reset_only_their_stream() {
 #[test]
 fn a_body_must_match_its_content_length() {
     let post = |v: &mut Vec<u8>, len: &str| {
-        let mut block = Vec::new();
-        Encoder::new().encode(
-            [
+        request(
+            v,
+            1,
+            &[
                 (":method", "POST"),
                 (":scheme", "http"),
                 (":path", "/"),
                 ("content-length", len),
             ],
-            &mut block,
+            false,
         );
-        write_headers(v, 1, &block, false, 16_384);
     };
     let mut c = Connection::new(Settings::default());
     let (out, events, _) = run(
@@ -518,17 +524,17 @@ fn an_oversized_header_list_is_answered_431_and_the_connection_goes_on() {
     });
     let big = "x".repeat(300);
     let input = client(|v| {
-        let mut block = Vec::new();
-        Encoder::new().encode(
-            [
+        request(
+            v,
+            1,
+            &[
                 (":method", "GET"),
                 (":scheme", "http"),
                 (":path", "/"),
                 ("big", big.as_str()),
             ],
-            &mut block,
+            true,
         );
-        write_headers(v, 1, &block, true, 16_384);
         get(v, 3, "/");
     });
     let (out, events, fatal) = run(&mut c, &input);
@@ -612,19 +618,12 @@ fn keep_alive_heads_and_the_answer_accessors_serve_streams_in_turn() {
 
 #[test]
 fn a_length_answer_past_the_window_still_ends_its_stream() {
-    let mut c = Connection::new(Settings::default());
-    let input = client(|v| {
-        write_settings(v, &[Setting::InitialWindowSize(4)]);
-        get(v, 1, "/poll");
-    });
-    run(&mut c, &input);
+    let mut c = windowed(4, "/poll");
     let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789";
     let mut out = Vec::new();
     let mut used = c.respond(1, answer, &mut out);
     while used < answer.len() {
-        let mut wu = Vec::new();
-        frame::write_window_update(&mut wu, 1, 4);
-        run(&mut c, &wu);
+        grant(&mut c, 1, 4);
         used += c.respond(1, &answer[used..], &mut out);
     }
     let f = frames(&out);

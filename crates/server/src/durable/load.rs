@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use clarion_proto::history_log::Message;
+
 use super::recover::{self, Input, SegmentFile};
 use super::{HistoryLog, Settings, Start};
 use crate::config::HistoryLimits;
@@ -43,6 +45,41 @@ pub struct Context<'a> {
     pub new_epoch: String,
 }
 
+/// The hub-clock time of a message logged at `unix_secs`, the hub clock reading `clock_now` at
+/// `now_unix`.
+pub fn hub_time(clock_now: u32, now_unix: u64, unix_secs: u64) -> u32 {
+    let age = now_unix.saturating_sub(unix_secs);
+    clock_now.saturating_sub(u32::try_from(age).unwrap_or(u32::MAX))
+}
+
+/// Keeps logged message `m`, of `epoch`, published at hub time `at`, in `hub`'s history, its
+/// attachment (if any) turned back into one by `decode`.
+pub fn keep_logged(
+    hub: &mut Hub,
+    m: &Message<'_>,
+    epoch: Arc<str>,
+    at: u32,
+    decode: Option<Decoder>,
+    limits: &HistoryLimits,
+    metrics: &Metrics,
+) {
+    let (name, _) = hub.topic_mut(m.topic, metrics);
+    let mut p = Published::new(
+        Arc::clone(&name),
+        m.id,
+        epoch,
+        m.body.kind,
+        m.body.event.map(Into::into),
+        at,
+        m.body.payload,
+    );
+    p.attachment = match (m.body.attachment, decode) {
+        (Some(bytes), Some(decode)) => decode(bytes),
+        _ => None,
+    };
+    hub.keep(&name, Arc::new(p), limits, metrics);
+}
+
 /// Opens `settings.dir` and rebuilds history from it. The error names the directory and what
 /// failed (it stops the start).
 pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
@@ -77,26 +114,17 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
     let mut epochs: HashMap<&str, Arc<str>> = HashMap::new();
     epochs.insert(&epoch, Arc::clone(&epoch));
     for m in &rec.messages {
-        let age = now_unix.saturating_sub(m.unix_secs);
-        let at = cx
-            .clock_now
-            .saturating_sub(u32::try_from(age).unwrap_or(u32::MAX));
+        let at = hub_time(cx.clock_now, now_unix, m.unix_secs);
         let e = Arc::clone(epochs.entry(m.epoch).or_insert_with(|| m.epoch.into()));
-        let (name, _) = hub.topic_mut(m.topic, cx.metrics);
-        let mut p = Published::new(
-            Arc::clone(&name),
-            m.id,
+        keep_logged(
+            &mut hub,
+            m,
             e,
-            m.body.kind,
-            m.body.event.map(Into::into),
             at,
-            m.body.payload,
+            cx.decode_attachment,
+            cx.limits,
+            cx.metrics,
         );
-        p.attachment = match (m.body.attachment, cx.decode_attachment) {
-            (Some(bytes), Some(decode)) => decode(bytes),
-            _ => None,
-        };
-        hub.keep(&name, Arc::new(p), cx.limits, cx.metrics);
     }
     hub.raise_floors(rec.floor);
     for (t, f) in &rec.topic_floors {

@@ -15,9 +15,9 @@ use super::{hello, send, socket_path, PEER_TIMEOUT};
 use crate::broker::local::CLOCK_BASE;
 use crate::broker::{Broker, LocalBroker};
 use crate::config::Config;
+use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
-use crate::message::Published;
 use crate::metrics::Metrics;
 use crate::worker::handover::{state_from_wire, Arriving};
 
@@ -162,25 +162,21 @@ impl Incoming {
         }
         for (_, r) in &scan.records {
             let Record::Message(m) = r else { continue };
-            let age = now_unix.saturating_sub(m.unix_secs);
-            let at = CLOCK_BASE.saturating_sub(u32::try_from(age).unwrap_or(u32::MAX));
+            let at = hub_time(CLOCK_BASE, now_unix, m.unix_secs);
             let e = Arc::clone(
                 epochs
                     .entry(m.epoch.to_owned())
                     .or_insert_with(|| m.epoch.into()),
             );
-            let (name, _) = hub.topic_mut(m.topic, metrics);
-            let mut p = Published::new(
-                Arc::clone(&name),
-                m.id,
+            keep_logged(
+                &mut hub,
+                m,
                 e,
-                m.body.kind,
-                m.body.event.map(Into::into),
                 at,
-                m.body.payload,
+                Some(crate::grip::decode_attachment),
+                &limits,
+                metrics,
             );
-            p.attachment = m.body.attachment.and_then(crate::grip::decode_attachment);
-            hub.keep(&name, Arc::new(p), &limits, metrics);
         }
         hub.restore_forgotten_floor(h.forgotten_floor);
         for (t, f) in &h.floors {

@@ -171,14 +171,7 @@ impl<S: Socket> Conn<S> {
     pub fn new(stream: S, state: State, now: u32, peer: u32) -> Conn<S> {
         Conn {
             stream: Some(stream),
-            rx: Receiver::default(),
-            input: None,
-            out: None,
-            subs: Subs::None,
-            last_seen: now,
-            state,
-            peer,
-            tls: None,
+            ..Conn::stream_of_h2(state, now, peer)
         }
     }
 
