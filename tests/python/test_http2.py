@@ -11,7 +11,6 @@ import socket
 import ssl
 import struct
 import subprocess
-import threading
 import time
 import zlib
 
