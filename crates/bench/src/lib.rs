@@ -49,5 +49,6 @@ pub mod tls_client;
 pub mod trust;
 pub mod wire;
 pub mod worker;
+mod worker_proc;
 
 pub use plan::BenchArgs;

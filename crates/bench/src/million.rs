@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -548,19 +548,7 @@ fn spawn(
     shape: Shape,
     live: &Arc<Live>,
 ) -> anyhow::Result<Worker> {
-    let mut child = Command::new(exe)
-        .arg("bench-worker")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start a worker process")?;
-    let mut stdin = child.stdin.take().context("worker stdin")?;
-    writeln!(
-        stdin,
-        "{}",
-        serde_json::to_string(&mw::Job { million: shape })?
-    )?;
-    let stdout = child.stdout.take().context("worker stdout")?;
+    let (child, stdin, stdout) = crate::worker_proc::start(exe, &mw::Job { million: shape })?;
     let (tx, rx) = std::sync::mpsc::channel();
     let live = Arc::clone(live);
     std::thread::spawn(move || {

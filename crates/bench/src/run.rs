@@ -1,8 +1,7 @@
 //! The coordinator: plans the connections, starts the worker processes, publishes, and reports.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,11 +16,7 @@ use crate::publisher::Api;
 use crate::stats::Latency;
 use crate::worker::{Finish, Job, Progress, Report, Transport};
 
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    lines: std::sync::mpsc::Receiver<String>,
-}
+use crate::worker_proc::Worker;
 
 /// Runs a benchmark and prints its report.
 pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
@@ -188,35 +183,7 @@ fn spawn_worker(
         http2: a.http2,
         streams_per_conn: a.streams_per_conn,
     };
-    let mut child = Command::new(exe)
-        .args(["bench-worker"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start a worker process")?;
-    let mut stdin = child.stdin.take().context("worker stdin")?;
-    writeln!(stdin, "{}", serde_json::to_string(&job)?)?;
-    let stdout = child.stdout.take().context("worker stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let slot = Arc::clone(progress);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(p) = serde_json::from_str::<Progress>(&line) {
-                if let Ok(mut all) = slot.lock() {
-                    if let Some(s) = all.get_mut(w) {
-                        *s = p;
-                    }
-                }
-            } else if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(Worker {
-        child,
-        stdin,
-        lines: rx,
-    })
+    crate::worker_proc::spawn(exe, w, &job, progress)
 }
 
 fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {

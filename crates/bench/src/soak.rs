@@ -13,8 +13,7 @@
 //! skipped without a gap notice is lost.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,11 +93,7 @@ impl SoakOutcome {
     }
 }
 
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    lines: std::sync::mpsc::Receiver<String>,
-}
+use crate::worker_proc::Worker;
 
 /// What the publisher knows of each topic.
 #[derive(Default)]
@@ -369,35 +364,7 @@ fn spawn(
     job: &Job,
     progress: &Arc<Mutex<Vec<Progress>>>,
 ) -> anyhow::Result<Worker> {
-    let mut child = Command::new(exe)
-        .arg("bench-worker")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start a soak worker")?;
-    let mut stdin = child.stdin.take().context("worker stdin")?;
-    writeln!(stdin, "{}", serde_json::to_string(job)?)?;
-    let stdout = child.stdout.take().context("worker stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let slot = Arc::clone(progress);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(p) = serde_json::from_str::<Progress>(&line) {
-                if let Ok(mut all) = slot.lock() {
-                    if let Some(s) = all.get_mut(w) {
-                        *s = p;
-                    }
-                }
-            } else if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(Worker {
-        child,
-        stdin,
-        lines: rx,
-    })
+    crate::worker_proc::spawn(exe, w, job, progress).context("cannot start a soak worker")
 }
 
 /// Sums the workers' reports and sets the unconfirmed publishes aside from the holes.
