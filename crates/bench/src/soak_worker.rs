@@ -12,13 +12,12 @@
 //! and the final [`Report`] out once every client has caught up (or the deadline passes).
 
 use std::collections::HashMap;
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
-use mio::{Events, Poll, Token, Waker};
+use mio::{Events, Poll, Token};
 use serde::{Deserialize, Serialize};
 
 use crate::proc_stat::own_cpu_seconds;
@@ -224,19 +223,7 @@ impl Rng {
 pub fn main(job: Job) -> anyhow::Result<()> {
     let shape = job.soak;
     let mut poll = Poll::new()?;
-    let waker = std::sync::Arc::new(Waker::new(poll.registry(), STDIN)?);
-    let (tx, rx) = mpsc::channel::<Finish>();
-    {
-        let waker = std::sync::Arc::clone(&waker);
-        std::thread::spawn(move || {
-            for line in io::stdin().lock().lines().map_while(Result::ok) {
-                if let Ok(f) = serde_json::from_str::<Finish>(&line) {
-                    let _ = tx.send(f);
-                    let _ = waker.wake();
-                }
-            }
-        });
-    }
+    let (_waker, rx) = crate::worker_proc::commands::<Finish>(&poll, STDIN)?;
     let r = rand16();
     let mut rng = Rng(u64::from_le_bytes([
         r[0],

@@ -13,11 +13,10 @@
 use std::collections::HashMap;
 use std::io::{self, BufRead, Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
-use mio::{Events, Poll, Token, Waker};
+use mio::{Events, Poll, Token};
 use serde::{Deserialize, Serialize};
 
 use crate::check::{SeqChecker, Verdict};
@@ -258,19 +257,7 @@ pub fn main() -> anyhow::Result<()> {
     };
     let tls = job.tls.as_ref().map(TlsJob::setup).transpose()?;
     let mut poll = Poll::new()?;
-    let waker = std::sync::Arc::new(Waker::new(poll.registry(), STDIN)?);
-    let (tx, rx) = mpsc::channel::<Finish>();
-    {
-        let waker = std::sync::Arc::clone(&waker);
-        std::thread::spawn(move || {
-            for line in io::stdin().lock().lines().map_while(Result::ok) {
-                if let Ok(f) = serde_json::from_str::<Finish>(&line) {
-                    let _ = tx.send(f);
-                    let _ = waker.wake();
-                }
-            }
-        });
-    }
+    let (_waker, rx) = crate::worker_proc::commands::<Finish>(&poll, STDIN)?;
     let mut topic_ids: HashMap<String, u32> = HashMap::new();
     let mut topic_names: Vec<String> = Vec::new();
     let plan: Vec<u32> = job

@@ -67,3 +67,23 @@ pub(crate) fn spawn<J: Serialize, P: DeserializeOwned + Send + 'static>(
         lines: rx,
     })
 }
+
+/// The worker's side: the coordinator's commands, one JSON object per stdin line, read by a
+/// thread that wakes `poll` (under `token`) after each. Keep the waker as long as the poll.
+pub(crate) fn commands<C: DeserializeOwned + Send + 'static>(
+    poll: &mio::Poll,
+    token: mio::Token,
+) -> std::io::Result<(Arc<mio::Waker>, Receiver<C>)> {
+    let waker = Arc::new(mio::Waker::new(poll.registry(), token)?);
+    let (tx, rx) = std::sync::mpsc::channel::<C>();
+    let wake = Arc::clone(&waker);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if let Ok(c) = serde_json::from_str::<C>(&line) {
+                let _ = tx.send(c);
+                let _ = wake.wake();
+            }
+        }
+    });
+    Ok((waker, rx))
+}
