@@ -278,12 +278,9 @@ impl<S: Socket> Engine<S> {
             return;
         };
         let pending = conn.backlog_bytes();
-        if conn.stream.is_none() {
-            self.h2_stream_wrote(k);
-        }
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
+        // An HTTP/2 stream's bytes wait for its connection's pump (no second lookup for a
+        // connection of its own, on every write).
+        let h2_stream = conn.stream.is_none();
         match conn.state {
             State::Closing { write_shut: false } if pending == 0 => {
                 conn.state = State::Closing { write_shut: true };
@@ -316,6 +313,9 @@ impl<S: Socket> Engine<S> {
                 self.start_closing(k, None, CloseReason::SlowConsumer);
             }
             _ => {}
+        }
+        if h2_stream {
+            self.h2_stream_wrote(k);
         }
     }
 
