@@ -213,7 +213,7 @@ impl<S: Socket> Engine<S> {
             };
             let rest = data.get_mut(pos..).unwrap_or_default();
             match conn.state {
-                State::Http if self.h2_allowed(k) && rest.starts_with(b"PRI ") => {
+                State::Http if rest.starts_with(b"PRI ") && self.h2_allowed(k) => {
                     match self.h2_preface(k, rest) {
                         Some(used) => pos += used,
                         None => return pos,
