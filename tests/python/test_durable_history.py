@@ -177,3 +177,24 @@ def test_history_dir_with_a_broker_is_refused(tmp_path):
     with pytest.raises(RuntimeError) as e:
         Server(["--history-dir", str(tmp_path), "--broker", "redis://127.0.0.1:1"])
     assert "history_dir is for a server without a broker" in str(e.value)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["graceful", "kill9"])
+def test_one_process_per_history_dir(start_server, tmp_path, how):
+    """A second server on a directory in use is refused with the holder's pid and writes
+    nothing there; once the holder has gone (even by `kill -9`) the directory is free."""
+    from conftest import Server
+
+    d = tmp_path / "hist"
+    a = start_durable(start_server, d)
+    ids = publish_many(a, 20)
+    before = {p.name: p.read_bytes() for p in segments(d)}
+    with pytest.raises(RuntimeError) as e:
+        Server(["--history-dir", str(d), "--history-size", "5000"])
+    assert f"in use by process {a.proc.pid}" in str(e.value), e.value
+    assert {p.name: p.read_bytes() for p in segments(d)} == before
+    a.publish("t", "m21")
+    a.stop(how)
+    b = start_durable(start_server, d)
+    got, gaps = poll_all(b, ids[9])
+    assert gaps == [] and [m["data"] for m in got] == [f"m{i}" for i in range(11, 22)]

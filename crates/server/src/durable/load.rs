@@ -141,6 +141,7 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
             origin: now_unix as i64 - i64::from(cx.clock_now),
             old: contents.segments.iter().map(|s| s.0).collect(),
             held: &held,
+            lock: contents.lock,
         },
     )
     .map_err(|e| format!("history_dir {dir}: {e}"))?;

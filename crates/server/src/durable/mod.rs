@@ -41,18 +41,73 @@ pub struct DirContents {
     pub segments: Vec<(u64, String, Vec<u8>)>,
     /// The clean-stop file's bytes, if there is one.
     pub clean: Option<Vec<u8>>,
+    /// The directory's lock, held by this process until its log is closed.
+    pub lock: DirLock,
 }
 
 const CLEAN: &str = "clean";
 const SUFFIX: &str = ".seg";
+const LOCK: &str = "lock";
+/// How long a start waits for another process to let go of the directory: a process handing
+/// over closes its log before the new one reads it, so only an overlap by mistake waits.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
-/// Creates `dir` if needed, checks that it can be written, and reads its files. An error here
-/// stops the start with the path in the message.
+/// One process per directory: an exclusive `flock` on `history_dir/lock`, which holds the pid
+/// of the process that has it (for the error another process gets). The kernel lets go when
+/// the process dies, so a `kill -9` leaves nothing stale behind.
+pub struct DirLock(#[allow(dead_code)] File);
+
+impl DirLock {
+    /// Takes the lock of `dir`, waiting up to `wait` for a holder to let go. The error names
+    /// the process that holds it.
+    pub fn take(dir: &Path, wait: Duration) -> io::Result<DirLock> {
+        use std::io::{Read as _, Seek as _};
+        let path = dir.join(LOCK);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::Error(e)) => return Err(e),
+                Err(fs::TryLockError::WouldBlock) => {}
+            }
+            if std::time::Instant::now() >= deadline {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = match holder.trim() {
+                    "" => "another process".to_owned(),
+                    pid => format!("process {pid}"),
+                };
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "in use by {holder} ({} is locked); give each process its own directory",
+                        path.display()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+        Ok(DirLock(file))
+    }
+}
+
+/// Creates `dir` if needed, checks that it can be written, takes its lock, and reads its
+/// files. An error here stops the start with the path in the message.
 pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
     fs::create_dir_all(dir)?;
     let probe = dir.join(".write-test");
     File::create(&probe)?.write_all(b"ok")?;
     fs::remove_file(&probe)?;
+    let lock = DirLock::take(dir, LOCK_WAIT)?;
     let mut segments = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -71,7 +126,11 @@ pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
     };
-    Ok(DirContents { segments, clean })
+    Ok(DirContents {
+        segments,
+        clean,
+        lock,
+    })
 }
 
 /// This boot's id, or `None` where the kernel does not say.
@@ -115,6 +174,8 @@ pub struct HistoryLog {
     buf: Vec<u8>,
     sync: Arc<SyncShared>,
     syncer: Option<std::thread::JoinHandle<()>>,
+    /// Released when the log is dropped (after [`HistoryLog::close`], or at exit).
+    _lock: DirLock,
 }
 
 /// Where a fresh log starts.
@@ -131,6 +192,8 @@ pub struct Start<'a> {
     pub old: Vec<u64>,
     /// What history holds now, in increasing id.
     pub held: &'a [Arc<Published>],
+    /// The directory's lock (from [`read_dir`]).
+    pub lock: DirLock,
 }
 
 impl HistoryLog {
@@ -163,6 +226,7 @@ impl HistoryLog {
             sync,
             syncer: None,
             settings,
+            _lock: start.lock,
         };
         log.write_header()?;
         log.append(start.held)?;
