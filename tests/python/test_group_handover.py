@@ -147,3 +147,32 @@ def test_a_connection_that_cannot_move_gets_1012_and_resumes_exactly(start_serve
     code, stderr = group.stop(signal.SIGTERM, timeout=30)
     assert code == 0, stderr
     assert "deflate_context" in stderr, stderr
+
+
+def test_a_nats_group_refuses_the_hand_over_and_each_process_restarts_with_a_drain(
+    start_server, tmp_path
+):
+    # NATS subscriptions are not handed over: each old process refuses its successor and
+    # restarts with a drain (1012); the roll goes on and every process is replaced.
+    from cluster_util import Nats
+
+    nats = Nats(tmp_path / "nats")
+    try:
+        group = start_server(
+            "--processes", 3, "--broker", nats.url, "--node-name", "nt", "--shutdown-timeout", 3
+        )
+        assert wait_for(lambda: group_healthy(group, 3)), group.request("GET", "/healthz")
+        clients = [RawWs(group.clients, 1) for _ in range(6)]
+        for c in clients:
+            c.start()
+        roll(group)
+        for c in clients:
+            c.join(timeout=30)
+            assert c.ended and "service restart" in c.ended, c.ended
+        code, stderr = group.stop(signal.SIGTERM, timeout=30)
+        assert code == 0, stderr
+        assert "a NATS broker's subscriptions are not handed over" in stderr, stderr
+        done = "rolling upgrade done: 0 processes handed over (0 connections moved), 3 restarted"
+        assert done in stderr, stderr
+    finally:
+        nats.kill()
