@@ -224,6 +224,13 @@ impl Incoming {
         workers: usize,
     ) -> anyhow::Result<Vec<Vec<Arriving>>> {
         let positions = match &self.history {
+            // Every connection is subscribed again at once: not without the broker (the old
+            // process then restarts with a drain; its clients resume when it is back).
+            Standing::Positions(_) if !broker.healthy() => {
+                let why = "this process cannot reach the broker".to_owned();
+                let _ = send(self.rd.socket(), &Frame::Refuse(&why), &[]);
+                anyhow::bail!("hand-over: {why}");
+            }
             Standing::Positions(p) if matches!(broker, Broker::Redis(_)) => Some(p),
             Standing::Positions(_) => {
                 let why = "the old process has a Redis broker, this one another".to_owned();

@@ -306,6 +306,8 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
         ))
     } else if matches!(shared.broker, Broker::Nats(_)) {
         Some("a NATS broker's subscriptions are not handed over".to_owned())
+    } else if !shared.broker.healthy() {
+        Some("the broker is unreachable: the connections could not be resumed".to_owned())
     } else {
         None
     };
