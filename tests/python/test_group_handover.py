@@ -34,6 +34,23 @@ def redis(tmp_path_factory):
     r.kill()
 
 
+class SseTwoTopics(Sse):
+    """An SSE client of `t` and of `quiet`, a topic nothing is published on: its resume ids
+    name each topic, one of them from before any message."""
+
+    def read(self):
+        with httpx.Client(timeout=httpx.Timeout(10, read=60)) as c:
+            with c.stream("GET", f"http://{self.addr}/sse?topic=t&topic=quiet") as r:
+                assert r.status_code == 200
+                self.ready.set()
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        self.note(line[len("data: "):])
+                        if len(self.got) == self.n:
+                            return
+        raise EOFError("stream ended")
+
+
 def start_group(start_server, redis, *extra):
     group = start_server(
         "--processes", 3, "--broker", redis.url, "--node-name", "up", "--shutdown-timeout", 3, *extra
@@ -70,7 +87,7 @@ def test_a_rolling_upgrade_hands_every_connection_over_under_a_publishing_loop(
 ):
     group = start_group(start_server, redis)
     n = 1500
-    kinds = (RawWs, DeflateWs, Sse, Ndjson, LongPoll)
+    kinds = (RawWs, DeflateWs, Sse, SseTwoTopics, Ndjson, LongPoll)
     clients = [kind(group.clients, n) for kind in kinds for _ in range(3)]
     for c in clients:
         c.start()
