@@ -161,20 +161,23 @@ restart_redis() { # one Redis restart: SHUTDOWN (the AOF is written), then the s
 }
 
 # ---- the rolling upgrade ------------------------------------------------------------------
-# Whatever SIGUSR1 does to the group is what the soak tests: today the supervisor replaces its
-# processes one at a time (each closes its clients with 1012 over --drain-period; they resume
-# elsewhere); when SIGUSR1 hands live connections over to the successor, this step tests that
-# without any change here.
+# Whatever SIGUSR1 does to the group is what the soak tests: the supervisor replaces its
+# processes one at a time, each successor taking the process's listeners and live connections
+# (with the Redis broker); a process whose hand-over is refused or fails restarts with a drain
+# instead (its clients get 1012 over --drain-period and resume elsewhere). The log line says
+# how many were handed over and how many connections moved; older builds log "rolling restart
+# done", which is matched too.
+DONE_RE='rolling (restart|upgrade) done'
 rolling_upgrade() {
   local before
-  before=$(grep -c 'rolling restart done' "$RAW/server.log" || true)
+  before=$(grep -cE "$DONE_RE" "$RAW/server.log" || true)
   event rolling_upgrade_start "SIGUSR1 to supervisor $SUP"
   kill -USR1 "$SUP"
   for _ in $(seq 1 1200); do
-    [ "$(grep -c 'rolling restart done' "$RAW/server.log" || true)" -gt "$before" ] && break
+    [ "$(grep -cE "$DONE_RE" "$RAW/server.log" || true)" -gt "$before" ] && break
     sleep 0.1
   done
-  event rolling_upgrade_done "$(grep 'rolling restart done' "$RAW/server.log" | tail -1 | sed 's/.*rolling/rolling/')"
+  event rolling_upgrade_done "$(grep -E "$DONE_RE" "$RAW/server.log" | tail -1 | sed 's/.*rolling/rolling/')"
 }
 
 # --- the schedule (seconds after publishing starts) -----------------------------------------
@@ -235,7 +238,7 @@ set -e
 sample end
 event end "bench exited with status $RC"
 cat "$RAW/bench.txt" >&2 || true
-grep -E 'killed by signal|starting it again|rolling restart|broker' "$RAW/server.log" >"$RAW/server-events.log" || true
+grep -E 'killed by signal|starting it again|rolling (restart|upgrade)|hand-over|broker' "$RAW/server.log" >"$RAW/server-events.log" || true
 python3 "$HERE/soak_report.py" "$RAW" "$OUT/soak-$TAG" \
   --command "bench/soak.sh --minutes $MINUTES --clients $CLIENTS --rate $RATE --topics $TOPICS --life $LIFE" \
   --bench-status "$RC"

@@ -17,7 +17,9 @@
 //! message ids stand, and, without `history_dir`, the messages themselves); the new process
 //! answers **ready** (or **refuse**); the old one sends **conns** frames (one descriptor per
 //! record rides with each, at most [`MAX_FDS`]) and **end**; the new process answers **ack**
-//! once every connection is registered with its workers, and the old one exits.
+//! once every connection is registered with its workers, and the old one exits. With a
+//! clustered broker, **positions** (the last id delivered per topic) take the place of
+//! **history**, which lives in the broker.
 //!
 //! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
 //! process falls back to a restart with drain.
@@ -53,6 +55,10 @@ pub enum FrameType {
     End = 7,
     /// The new process serves every connection; the old one may exit.
     Ack = 8,
+    /// Instead of **history** with a clustered broker (history lives in the broker): the id
+    /// of the last message the old process delivered on each topic it follows, from which the
+    /// new process resumes each connection as a reconnecting client would.
+    Positions = 9,
 }
 
 impl FrameType {
@@ -66,6 +72,7 @@ impl FrameType {
             6 => FrameType::Conns,
             7 => FrameType::End,
             8 => FrameType::Ack,
+            9 => FrameType::Positions,
             _ => return None,
         })
     }
@@ -210,6 +217,8 @@ pub enum Frame<'a> {
     End(End),
     /// See [`FrameType::Ack`].
     Ack,
+    /// See [`FrameType::Positions`]: (topic, `EPOCH-SEQ` id) pairs.
+    Positions(Vec<(&'a str, &'a str)>),
 }
 
 impl Frame<'_> {
@@ -237,6 +246,7 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
         Frame::Conns(_) => FrameType::Conns,
         Frame::End(_) => FrameType::End,
         Frame::Ack => FrameType::Ack,
+        Frame::Positions(_) => FrameType::Positions,
     };
     out.push(ty as u8);
     out.extend_from_slice(&[0; 4]);
@@ -275,6 +285,13 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
         Frame::End(e) => {
             out.extend_from_slice(&e.moved.to_le_bytes());
             out.extend_from_slice(&e.fallback.to_le_bytes());
+        }
+        Frame::Positions(list) => {
+            out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for (topic, id) in list {
+                put_str16(out, topic);
+                put_str8(out, id);
+            }
         }
     }
     let len = (out.len() - start - HEAD) as u32;
@@ -367,6 +384,7 @@ fn decode_body(ty: FrameType, body: &[u8]) -> Result<Frame<'_>, Error> {
         FrameType::Conns => "conns",
         FrameType::End => "end",
         FrameType::Ack => "ack",
+        FrameType::Positions => "positions",
     };
     let mut r = Reader {
         buf: body,
@@ -424,6 +442,15 @@ fn decode_body(ty: FrameType, body: &[u8]) -> Result<Frame<'_>, Error> {
             moved: r.u32()?,
             fallback: r.u32()?,
         }),
+        FrameType::Positions => {
+            let n = r.u32()? as usize;
+            // Each pair takes at least 3 bytes: a count beyond that is a lie.
+            let mut list = Vec::with_capacity(n.min(r.buf.len() / 3));
+            for _ in 0..n {
+                list.push((r.str16()?, r.str8()?));
+            }
+            Frame::Positions(list)
+        }
     };
     if !r.buf.is_empty() {
         return Err(Error::Trailing(name));
@@ -639,6 +666,8 @@ mod tests {
                 fallback: 2,
             }),
             Frame::Ack,
+            Frame::Positions(vec![("news", "k3x9-41"), ("a/b", "q2-0")]),
+            Frame::Positions(Vec::new()),
         ]
     }
 

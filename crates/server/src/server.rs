@@ -53,11 +53,12 @@ pub fn run_lone(config: Config, lone: &Lone) -> anyhow::Result<()> {
 /// group's with the member's applied.
 pub fn run_member(config: Config, member: Member) -> anyhow::Result<()> {
     log::set_node(&member.node);
-    run_as(
-        member.apply(config),
-        Some(Arc::new(member)),
-        &Lone::default(),
-    )
+    // A rolling upgrade's successor takes over the member its supervisor names.
+    let lone = Lone {
+        upgrade_from: crate::group::upgrade_from(),
+        pid_file: None,
+    };
+    run_as(member.apply(config), Some(Arc::new(member)), &lone)
 }
 
 fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::Result<()> {
@@ -92,8 +93,10 @@ fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::R
     };
     let api = match incoming.as_mut().and_then(|i| i.api.take()) {
         Some(l) => l,
-        None if upgrade_from.is_some() => bind_api_after(config.api_listen, upgrade_from)
-            .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?,
+        None if upgrade_from.is_some() && member.is_none() => {
+            bind_api_after(config.api_listen, upgrade_from)
+                .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?
+        }
         None => bind_api(config.api_listen, member.is_some())
             .with_context(|| format!("cannot listen on {} (API)", config.api_listen))?,
     };
@@ -217,16 +220,13 @@ fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::R
             .context("cannot start the presence thread")?;
         presence_thread = Some(t);
     }
-    // Copies of the listening sockets for a later hand-over (a lone process only: a group's
-    // members are replaced by their supervisor).
-    let listening = match member {
-        None => Some(crate::handover::Listening {
-            client: dup_all(listeners.iter())?,
-            tls: dup_all(tls_listeners.iter().flatten())?,
-            api: Some(api.try_clone()?.into()),
-        }),
-        Some(_) => None,
-    };
+    // Copies of the listening sockets for a later hand-over (to the process that replaces
+    // this one: a lone process's SIGUSR1, or a group's rolling upgrade).
+    let listening = Some(crate::handover::Listening {
+        client: dup_all(listeners.iter())?,
+        tls: dup_all(tls_listeners.iter().flatten())?,
+        api: Some(api.try_clone()?.into()),
+    });
     let mut threads = Vec::with_capacity(workers);
     for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate()
     {
@@ -293,6 +293,15 @@ fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::R
     ));
     let tls_field = tls_addr.map_or_else(String::new, |a| format!(" tls={a}"));
     let node_field = node_api_addr.map_or_else(String::new, |a| format!(" node_api={a}"));
+    // A group's supervisor counts the connections its rolling upgrade moved.
+    let taken = shared
+        .handover
+        .taken
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let node_field = match (&member, &incoming) {
+        (Some(_), Some(_)) => format!("{node_field} handover={taken}"),
+        _ => node_field,
+    };
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

@@ -178,7 +178,7 @@ impl Broker {
     pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
         match self {
             Broker::Local(b) => b.try_publish(msgs),
-            Broker::Redis(b) => b.publish(msgs),
+            Broker::Redis(b) => b.refuse_if_frozen().and_then(|()| b.publish(msgs)),
             Broker::Nats(b) => b.publish(msgs),
         }
     }

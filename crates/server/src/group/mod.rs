@@ -42,6 +42,13 @@ const ENV_DIR: &str = "_CLARION_GROUP_DIR";
 const ENV_LISTEN: &str = "_CLARION_GROUP_LISTEN";
 const ENV_TLS_LISTEN: &str = "_CLARION_GROUP_TLS_LISTEN";
 const ENV_API_LISTEN: &str = "_CLARION_GROUP_API_LISTEN";
+/// Set on a rolling upgrade's successor: the pid of the member it takes the connections of.
+const ENV_UPGRADE_FROM: &str = "_CLARION_GROUP_UPGRADE_FROM";
+
+/// The member this process replaces in a rolling upgrade (`None` at an ordinary start).
+pub fn upgrade_from() -> Option<u32> {
+    std::env::var(ENV_UPGRADE_FROM).ok()?.parse().ok()
+}
 
 /// Why a group could not be formed or joined.
 #[derive(Debug, thiserror::Error)]

@@ -43,6 +43,9 @@ struct Ready {
     generation: u64,
     /// Its private API address, from its ready line.
     api: Option<SocketAddr>,
+    /// A rolling upgrade's successor: the connections it took over (`handover=` in its ready
+    /// line); `None` when it started without them.
+    taken: Option<u64>,
 }
 
 /// One member's place in the group, across its restarts.
@@ -56,18 +59,35 @@ struct Slot {
     started: Instant,
     backoff: Duration,
     next_start: Option<Instant>,
+    /// The member a rolling upgrade's successor takes over from, until it exits.
+    retiring: Option<Retiring>,
+    /// What the last start's ready line said it took over (see [`Ready::taken`]).
+    taken: Option<u64>,
 }
 
-/// A rolling restart (SIGUSR1): one member at a time is stopped as a restart (its clients get
-/// 1012 and reconnect to the others through the shared port), started again from the binary
-/// on disk, and waited for until it is ready; then the next.
+/// A member being replaced by a successor that takes its connections.
+struct Retiring {
+    child: Child,
+    /// Held so the member does not take the end of its pipe for a stop before it hands over.
+    stdin: Option<ChildStdin>,
+}
+
+/// A rolling upgrade (SIGUSR1): one member at a time, its successor is started from the binary
+/// on disk with the member's pid (`_CLARION_GROUP_UPGRADE_FROM`); it takes the member's
+/// listeners and live connections (`crate::handover`), and the member exits. When the member
+/// refuses or the hand-over fails, the member restarts with a drain instead (its clients get
+/// 1012 and reconnect to the others through the shared port). Once the successor is ready and
+/// the member gone, the next one's turn comes.
 struct Rolling {
     /// The member being replaced.
     at: usize,
-    /// It has been asked to stop (and not started again yet).
+    /// Its successor has been started (or, failing that, it has been asked to stop).
     stopping: bool,
     /// Its start generation when it was asked: a later one is its successor.
     asked: u64,
+    /// Successors that took their member's connections over, and how many connections.
+    handed: usize,
+    moved: u64,
 }
 
 /// The group's directory, removed when the supervisor ends.
@@ -148,6 +168,8 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
                 started: Instant::now(),
                 backoff: GROUP_RESTART_BACKOFF,
                 next_start: None,
+                retiring: None,
+                taken: None,
             }
         })
         .collect();
@@ -157,7 +179,7 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
 
     // Start: every member must come up, or the whole group is refused, as one server would be.
     for slot in &mut slots {
-        if let Err(e) = start(slot, &tx) {
+        if let Err(e) = start(slot, &tx, None) {
             stop(&mut slots, &mut signals, stop_wait);
             return Err(e);
         }
@@ -198,22 +220,30 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
         if pending.contains(&SIGUSR1) {
             if rolling.is_some() {
                 log::info(format_args!(
-                    "SIGUSR1: a rolling restart is already under way"
+                    "SIGUSR1: a rolling upgrade is already under way"
                 ));
             } else {
                 log::info(format_args!(
-                    "SIGUSR1: rolling restart of {n} processes, one at a time"
+                    "SIGUSR1: rolling upgrade of {n} processes, one at a time"
                 ));
                 rolling = Some(Rolling {
                     at: 0,
                     stopping: false,
                     asked: 0,
+                    handed: 0,
+                    moved: 0,
                 });
             }
         }
         if let Some(r) = rolling.as_mut() {
-            if roll(r, &mut slots) {
-                log::info(format_args!("rolling restart done: {n} processes replaced"));
+            if roll(r, &mut slots, &tx) {
+                log::info(format_args!(
+                    "rolling upgrade done: {} processes handed over ({} connections moved), {} \
+                     restarted with a drain",
+                    r.handed,
+                    r.moved,
+                    n - r.handed.min(n)
+                ));
                 rolling = None;
             }
         }
@@ -246,6 +276,7 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
         }
         let now = Instant::now();
         for slot in &mut slots {
+            changed |= retired(slot);
             // A restarted process that never becomes ready is killed, so it is restarted (with
             // the backoff) rather than left half-started for good.
             let stuck = slot.node.state == State::Starting
@@ -265,10 +296,23 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
             if let Some(status) = exited(slot) {
                 if planned {
                     log::info(format_args!(
-                        "process {} {} for the rolling restart; starting its successor",
+                        "process {} {} during the rolling upgrade; starting its successor",
                         slot.node.name,
                         describe(status)
                     ));
+                    // A successor that failed before it was ready: the member it was to
+                    // replace restarts with a drain instead (its clients resume elsewhere).
+                    if let Some(r) = slot.retiring.as_mut() {
+                        log::warn(format_args!(
+                            "process {} (pid {}): no hand-over; it restarts with a drain",
+                            slot.node.name,
+                            r.child.id()
+                        ));
+                        if let Some(stdin) = r.stdin.as_mut() {
+                            let _ = stdin.write_all(&[RESTART]);
+                        }
+                        r.stdin = None;
+                    }
                     slot.next_start = Some(now);
                     changed = true;
                 } else {
@@ -289,7 +333,7 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
             if slot.next_start.is_some_and(|t| t <= now) {
                 slot.next_start = None;
                 slot.node.restarts += 1;
-                if let Err(e) = start(slot, &tx) {
+                if let Err(e) = start(slot, &tx, None) {
                     let (delay, next) = restart_delay(slot.backoff, Duration::ZERO);
                     log::warn(format_args!(
                         "cannot start process {} ({e:#}); trying again in {:.2} s",
@@ -361,8 +405,13 @@ fn make_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Starts the slot's member, with a reader thread that reports its ready line.
-fn start(slot: &mut Slot, tx: &mpsc::Sender<Ready>) -> anyhow::Result<()> {
+/// Starts the slot's member, with a reader thread that reports its ready line; with
+/// `upgrade_from`, as the successor that takes that process's connections.
+fn start(
+    slot: &mut Slot,
+    tx: &mpsc::Sender<Ready>,
+    upgrade_from: Option<u32>,
+) -> anyhow::Result<()> {
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_else(|| "clarion".into());
     // The binary on disk where the supervisor was started from: after an upgrade replaced it,
@@ -371,10 +420,12 @@ fn start(slot: &mut Slot, tx: &mpsc::Sender<Ready>) -> anyhow::Result<()> {
         .get()
         .filter(|p| p.is_file())
         .map_or(Path::new("/proc/self/exe"), PathBuf::as_path);
-    let mut child = Command::new(exe)
-        .arg0(arg0)
-        .args(args)
-        .envs(slot.member.env())
+    let mut command = Command::new(exe);
+    command.arg0(arg0).args(args).envs(slot.member.env());
+    if let Some(pid) = upgrade_from {
+        command.env(super::ENV_UPGRADE_FROM, pid.to_string());
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -399,14 +450,16 @@ fn start(slot: &mut Slot, tx: &mpsc::Sender<Ready>) -> anyhow::Result<()> {
                     let Ok(line) = line else { break };
                     if !reported && line.starts_with("clarion ready") {
                         reported = true;
-                        let api = line
-                            .split_whitespace()
-                            .find_map(|f| f.strip_prefix("node_api="))
-                            .and_then(|a| a.parse().ok());
+                        let field = |name: &str| {
+                            line.split_whitespace()
+                                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                                .map(str::to_owned)
+                        };
                         let _ = tx.send(Ready {
                             index,
                             generation,
-                            api,
+                            api: field("node_api").and_then(|a| a.parse().ok()),
+                            taken: field("handover").and_then(|n| n.parse().ok()),
                         });
                     }
                 }
@@ -417,11 +470,13 @@ fn start(slot: &mut Slot, tx: &mpsc::Sender<Ready>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One step of a rolling restart; `true` once every member has been replaced. The member at
-/// `r.at` is asked to stop as a restart (the [`RESTART`] byte, then the end of its pipe); its
-/// exit is seen by the supervisor's loop, which starts its successor at once; once that one is
-/// ready, the next member's turn comes.
-fn roll(r: &mut Rolling, slots: &mut [Slot]) -> bool {
+/// One step of a rolling upgrade; `true` once every member has been replaced. The member at
+/// `r.at` steps aside (it becomes the slot's [`Retiring`]) and its successor starts with its pid
+/// to take its connections over; should the successor not start, the member is asked to stop
+/// as a restart (the [`RESTART`] byte, then the end of its pipe) and the supervisor's loop
+/// starts a fresh one when it has exited. Once the successor is ready and the member gone, the
+/// next member's turn comes.
+fn roll(r: &mut Rolling, slots: &mut [Slot], tx: &mpsc::Sender<Ready>) -> bool {
     let Some(slot) = slots.get_mut(r.at) else {
         return true;
     };
@@ -430,25 +485,74 @@ fn roll(r: &mut Rolling, slots: &mut [Slot]) -> bool {
             // Not up (restarting after a crash): its turn waits until it is.
             return false;
         }
-        log::info(format_args!(
-            "rolling restart: stopping process {} (pid {})",
-            slot.node.name, slot.node.pid
-        ));
-        if let Some(stdin) = slot.stdin.as_mut() {
-            let _ = stdin.write_all(&[RESTART]);
-        }
-        slot.stdin = None;
+        let Some(child) = slot.child.take() else {
+            return false;
+        };
+        let old = child.id();
+        slot.retiring = Some(Retiring {
+            child,
+            stdin: slot.stdin.take(),
+        });
         r.stopping = true;
         r.asked = slot.generation;
+        slot.node.restarts += 1;
+        match start(slot, tx, Some(old)) {
+            Ok(()) => log::info(format_args!(
+                "rolling upgrade: process {} (pid {old}) hands its connections to pid {}",
+                slot.node.name, slot.node.pid
+            )),
+            Err(e) => {
+                log::warn(format_args!(
+                    "rolling upgrade: cannot start the successor of process {} ({e:#}); it \
+                     restarts with a drain",
+                    slot.node.name
+                ));
+                // Back in its slot, asked to stop: its exit starts the replacement.
+                if let Some(mut back) = slot.retiring.take() {
+                    if let Some(stdin) = back.stdin.as_mut() {
+                        let _ = stdin.write_all(&[RESTART]);
+                    }
+                    slot.child = Some(back.child);
+                    slot.stdin = None;
+                    slot.node.pid = old;
+                }
+            }
+        }
         return false;
     }
-    // Its successor has started and is ready: the next one.
-    if slot.generation > r.asked && slot.child.is_some() && slot.node.state == State::Up {
+    // Its successor has started and is ready, and the member it replaced is gone: the next.
+    if slot.generation > r.asked
+        && slot.child.is_some()
+        && slot.node.state == State::Up
+        && slot.retiring.is_none()
+    {
+        if let Some(n) = slot.taken {
+            r.handed += 1;
+            r.moved += n;
+        }
         r.at += 1;
         r.stopping = false;
         return r.at >= slots.len();
     }
     false
+}
+
+/// Reaps the slot's retiring member if it has exited; `true` if it did.
+fn retired(slot: &mut Slot) -> bool {
+    let Some(r) = slot.retiring.as_mut() else {
+        return false;
+    };
+    let Ok(Some(status)) = r.child.try_wait() else {
+        return false;
+    };
+    log::info(format_args!(
+        "process {} (pid {}) {} after the hand-over",
+        slot.node.name,
+        r.child.id(),
+        describe(status)
+    ));
+    slot.retiring = None;
+    true
 }
 
 /// Records a member's readiness; `false` when it was an earlier start's.
@@ -461,6 +565,7 @@ fn mark_ready(slots: &mut [Slot], ready: &Ready) -> bool {
     }
     slot.node.state = State::Up;
     slot.node.api = ready.api;
+    slot.taken = ready.taken;
     log::info(format_args!(
         "process {} ready (pid {})",
         slot.node.name, slot.node.pid
@@ -522,13 +627,20 @@ fn stop(slots: &mut [Slot], signals: &mut signal_hook::iterator::Signals, wait: 
     for slot in slots.iter_mut() {
         slot.stdin = None;
         slot.next_start = None;
+        if let Some(r) = slot.retiring.as_mut() {
+            r.stdin = None;
+        }
     }
     let deadline = Instant::now() + wait;
     loop {
         for slot in slots.iter_mut() {
             let _ = exited(slot);
+            let _ = retired(slot);
         }
-        if slots.iter().all(|s| s.child.is_none()) {
+        if slots
+            .iter()
+            .all(|s| s.child.is_none() && s.retiring.is_none())
+        {
             return;
         }
         let hurry = signals.pending().any(|sig| sig != SIGHUP);
@@ -538,7 +650,8 @@ fn stop(slots: &mut [Slot], signals: &mut signal_hook::iterator::Signals, wait: 
         std::thread::sleep(GROUP_TICK);
     }
     for slot in slots.iter_mut() {
-        if let Some(mut child) = slot.child.take() {
+        let retiring = slot.retiring.take().map(|r| r.child);
+        for mut child in slot.child.take().into_iter().chain(retiring) {
             log::warn(format_args!(
                 "process {} (pid {}) did not stop in time: killing it",
                 slot.node.name,

@@ -30,7 +30,15 @@ pub struct Incoming {
     pub tls: Vec<std::net::TcpListener>,
     /// The API listener.
     pub api: Option<std::net::TcpListener>,
-    history: HistoryIn,
+    history: Standing,
+}
+
+/// What the old process said about its broker.
+enum Standing {
+    /// The in-memory broker: where ids stand, and the history.
+    History(HistoryIn),
+    /// A clustered broker: the id each topic stands at (see [`wire::FrameType::Positions`]).
+    Positions(HashMap<String, String>),
 }
 
 /// Where ids stand in the old process, and its history when it is not on disk.
@@ -103,7 +111,12 @@ pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
     let api = take(usize::from(counts.api)).pop();
     let history = rd
         .next(|f, _| match f {
-            Frame::History(h) => Ok(HistoryIn {
+            Frame::Positions(list) => Ok(Standing::Positions(
+                list.into_iter()
+                    .map(|(t, id)| (t.to_owned(), id.to_owned()))
+                    .collect(),
+            )),
+            Frame::History(h) => Ok(Standing::History(HistoryIn {
                 epoch: h.epoch.to_owned(),
                 next_id: h.next_id,
                 on_disk: h.on_disk,
@@ -114,16 +127,23 @@ pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
                     .map(|(n, v)| ((*n).to_owned(), *v))
                     .collect(),
                 records: h.records.to_vec(),
-            }),
+            })),
             other => Err(format!("expected history, got {other:?}")),
         })?
         .map_err(anyhow::Error::msg)?;
-    log::info(format_args!(
-        "hand-over from process {pid} (binary {binary}): {} listeners; ids continue at {}-{}",
-        client.len() + tls.len() + usize::from(api.is_some()),
-        history.epoch,
-        history.next_id
-    ));
+    let listeners = client.len() + tls.len() + usize::from(api.is_some());
+    match &history {
+        Standing::History(h) => log::info(format_args!(
+            "hand-over from process {pid} (binary {binary}): {listeners} listeners; ids continue \
+             at {}-{}",
+            h.epoch, h.next_id
+        )),
+        Standing::Positions(p) => log::info(format_args!(
+            "hand-over from process {pid} (binary {binary}): {listeners} listeners; {} topics \
+             resume from the broker",
+            p.len()
+        )),
+    }
     Ok(Some(Incoming {
         rd,
         client,
@@ -142,7 +162,10 @@ impl Incoming {
         metrics: &Arc<Metrics>,
         config: &Config,
     ) -> Option<Broker> {
-        let h = &self.history;
+        let Standing::History(h) = &self.history else {
+            // A clustered broker is made as at any start.
+            return None;
+        };
         if h.on_disk {
             return None;
         }
@@ -200,12 +223,30 @@ impl Incoming {
         broker: &Broker,
         workers: usize,
     ) -> anyhow::Result<Vec<Vec<Arriving>>> {
-        let h = &self.history;
-        let continues = match broker {
-            Broker::Local(b) => b.epoch() == h.epoch && b.next_id() == h.next_id,
+        let positions = match &self.history {
+            // Every connection is subscribed again at once: not without the broker (the old
+            // process then restarts with a drain; its clients resume when it is back).
+            Standing::Positions(_) if !broker.healthy() => {
+                let why = "this process cannot reach the broker".to_owned();
+                let _ = send(self.rd.socket(), &Frame::Refuse(&why), &[]);
+                anyhow::bail!("hand-over: {why}");
+            }
+            Standing::Positions(p) if matches!(broker, Broker::Redis(_)) => Some(p),
+            Standing::Positions(_) => {
+                let why = "the old process has a Redis broker, this one another".to_owned();
+                let _ = send(self.rd.socket(), &Frame::Refuse(&why), &[]);
+                anyhow::bail!("hand-over: {why}");
+            }
+            Standing::History(_) => None,
+        };
+        let continues = match (broker, &self.history) {
+            (_, Standing::Positions(_)) => true,
+            (Broker::Local(b), Standing::History(h)) => {
+                b.epoch() == h.epoch && b.next_id() == h.next_id
+            }
             _ => false,
         };
-        if !continues {
+        if let (false, Standing::History(h)) = (continues, &self.history) {
             let why = format!(
                 "this process would continue at {}-{}, not at {}-{}",
                 broker.epoch(),
@@ -223,7 +264,7 @@ impl Incoming {
         let mut out: Vec<Vec<Arriving>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
         loop {
             let batch = self.rd.next(|f, fds| match f {
-                Frame::Conns(list) => Ok(Some(arriving(list, fds))),
+                Frame::Conns(list) => Ok(Some(arriving(list, fds, positions))),
                 Frame::End(e) => {
                     log::info(format_args!(
                         "hand-over: {} connections coming, {} stay behind and reconnect",
@@ -254,7 +295,11 @@ impl Incoming {
 
 /// The records of one batch with their sockets. A record this version cannot rebuild closes
 /// its socket (the client reconnects and resumes).
-fn arriving(list: Vec<wire::ConnRecord<'_>>, fds: Vec<OwnedFd>) -> Vec<(usize, Arriving)> {
+fn arriving(
+    list: Vec<wire::ConnRecord<'_>>,
+    fds: Vec<OwnedFd>,
+    positions: Option<&HashMap<String, String>>,
+) -> Vec<(usize, Arriving)> {
     let mut out = Vec::with_capacity(list.len());
     for (r, fd) in list.into_iter().zip(fds) {
         let (kind, option, deflate, pinged, poll) = match r.state {
@@ -290,9 +335,40 @@ fn arriving(list: Vec<wire::ConnRecord<'_>>, fds: Vec<OwnedFd>) -> Vec<(usize, A
                 input: r.input.to_vec(),
                 output: r.output.to_vec(),
                 topics: r.topics.iter().map(|t| (*t).to_owned()).collect(),
+                resume: positions.map(|p| resume_from(p, &r.topics)),
                 fd,
             },
         ));
     }
     out
+}
+
+/// The ids a connection of `topics` resumes from, one `topic:EPOCH-SEQ` per topic (the form a
+/// client resuming several topics sends); a topic the old process did not report (it could
+/// not have delivered anything on it) resumes from the start of its epoch.
+fn resume_from(positions: &HashMap<String, String>, topics: &[&str]) -> String {
+    let ids: Vec<String> = topics
+        .iter()
+        .map(|t| format!("{t}:{}", positions.get(*t).map_or("0-0", String::as_str)))
+        .collect();
+    ids.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_topic_resumes_from_its_own_id() {
+        let p: HashMap<String, String> = [("a", "k3-7"), ("b:c", "q9-0")]
+            .into_iter()
+            .map(|(t, id)| (t.to_owned(), id.to_owned()))
+            .collect();
+        assert_eq!(resume_from(&p, &["a"]), "a:k3-7");
+        assert_eq!(
+            resume_from(&p, &["b:c", "a", "new"]),
+            "b:c:q9-0,a:k3-7,new:0-0"
+        );
+        assert_eq!(resume_from(&p, &[]), "");
+    }
 }

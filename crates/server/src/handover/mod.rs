@@ -22,7 +22,13 @@
 //! 5. on the new process's ack, the old one restarts as on SIGUSR2: the connections that could
 //!    not move are told to reconnect (close 1012, SSE `retry:`) and it exits.
 //!
-//! A peer with another format version, a cluster broker, a different worker count, or a
+//! With the Redis broker, step 2 also stops live deliveries (the workers' inboxes then hold
+//! all the process delivers), and step 3 sends, instead of history, the id each topic stands
+//! at ([`Frame::Positions`]): the new process subscribes each connection from there, as if
+//! its client had resumed with those ids, so what was published meanwhile (on other processes
+//! of a group) is read back from Redis, once and in order.
+//!
+//! A peer with another format version, a NATS broker, a different worker count, or a
 //! failure before the connections were sent makes the old process fall back to that restart
 //! with every connection; the new process then binds its own listeners beside the old ones.
 
@@ -259,6 +265,13 @@ fn restart_self() {
     let _ = signal_hook::low_level::raise(signal_hook::consts::SIGUSR2);
 }
 
+/// Where the frozen broker stands: the in-memory one's history, or a clustered one's last
+/// delivered id per topic (its history is in Redis).
+enum Frozen {
+    Local(crate::broker::local::Frozen),
+    Redis(Vec<(Arc<str>, String)>),
+}
+
 enum Outcome {
     /// Every connection that could move has moved.
     Done,
@@ -291,8 +304,10 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
         Some(format!(
             "the new process has {workers} workers, this one {ours}: the listeners are one per worker"
         ))
-    } else if !matches!(shared.broker, Broker::Local(_)) {
-        Some("a cluster broker's subscriptions are not handed over".to_owned())
+    } else if matches!(shared.broker, Broker::Nats(_)) {
+        Some("a NATS broker's subscriptions are not handed over".to_owned())
+    } else if !shared.broker.healthy() {
+        Some("the broker is unreachable: the connections could not be resumed".to_owned())
     } else {
         None
     };
@@ -322,18 +337,31 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
     if let Err(e) = send(sock, &lf, &raw) {
         return Outcome::Fallback(format!("listeners: {e}"));
     }
-    // The freeze: no publish gets an id from here on; then every worker lets go.
-    let Broker::Local(local) = &shared.broker else {
-        return Outcome::Fallback("broker changed".into());
+    // The freeze: no publish gets an id from here on (and, with Redis, no live message reaches
+    // a worker); then every worker lets go.
+    let history = match &shared.broker {
+        Broker::Local(local) => Frozen::Local(local.freeze()),
+        Broker::Redis(redis) => Frozen::Redis(redis.freeze()),
+        Broker::Nats(_) => return Outcome::Fallback("broker changed".into()),
     };
-    let frozen = local.freeze();
     let froze_at = Instant::now();
     shared.handover.request();
     shared.broker.wake_all();
     let Some(moving) = shared.handover.collect(ours, LET_GO_TIMEOUT) else {
         return Outcome::Fallback("the workers did not let go in time".into());
     };
-    let history = history_frame_bytes(&frozen);
+    let history = match &history {
+        Frozen::Local(frozen) => history_frame_bytes(frozen),
+        Frozen::Redis(positions) => {
+            let list = positions
+                .iter()
+                .map(|(t, id)| (&**t, id.as_str()))
+                .collect();
+            let mut buf = Vec::new();
+            wire::encode(&Frame::Positions(list), &mut buf);
+            buf
+        }
+    };
     if let Err(e) = fds::send(sock, &history, &[]) {
         return Outcome::Fallback(format!("history: {e}"));
     }

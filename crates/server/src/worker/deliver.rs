@@ -32,6 +32,12 @@ impl<S: Socket> Engine<S> {
     /// one submission; a run of messages to one topic goes to each subscriber in one `writev`.
     /// Held long-polls are answered with the whole run.
     pub(crate) fn deliver_batch(&mut self, batch: &mut Vec<Arc<Published>>) {
+        self.deliver_batch_to(batch, None);
+    }
+
+    /// [`Engine::deliver_batch`], to subscriber `only` alone when given (a connection taken
+    /// over from another process, catching up on what it missed while it moved).
+    pub(crate) fn deliver_batch_to(&mut self, batch: &mut Vec<Arc<Published>>, only: Option<u32>) {
         // Runs are taken in publish order, so a subscriber of several topics still receives
         // everything in order.
         let mut targets: Vec<u32> = Vec::new();
@@ -51,6 +57,9 @@ impl<S: Socket> Engine<S> {
             targets.clear();
             targets.extend_from_slice(subs.get(start..).unwrap_or_default());
             targets.extend_from_slice(subs.get(..start).unwrap_or_default());
+            if let Some(only) = only {
+                targets.retain(|k| *k == only);
+            }
             let batched = self.batch.is_some() && targets.len() > 1;
             for &k in &targets {
                 let dedicated = self

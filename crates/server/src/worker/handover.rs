@@ -27,6 +27,7 @@ use super::{Engine, Worker};
 use crate::broker::Since;
 use crate::hub::lock;
 use crate::log;
+use crate::message::Published;
 
 /// Why a connection could not move; each is counted (`clarion_handover_fallbacks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,6 +215,9 @@ pub struct Arriving {
     pub output: Vec<u8>,
     /// Its topics.
     pub topics: Vec<String>,
+    /// With a clustered broker: the ids it resumes its topics from (`topic:EPOCH-SEQ`, one per
+    /// topic), where the old process stopped delivering.
+    pub resume: Option<String>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -396,8 +400,11 @@ impl Engine<mio::net::TcpStream> {
         }
         if !a.topics.is_empty() {
             let names: Vec<&str> = a.topics.iter().map(String::as_str).collect();
-            if let Some(sub) = self.subscribe_conn(k, &names, Since::Now, false) {
-                if !sub.replay.is_empty() {
+            let since = a.resume.as_deref().map_or(Since::Now, Since::Id);
+            if let Some(sub) = self.subscribe_conn(k, &names, since, false) {
+                if a.resume.is_some() {
+                    self.catch_up_arriving(k, sub);
+                } else if !sub.replay.is_empty() {
                     log::warn(format_args!("hand-over: unexpected replay on adoption"));
                 }
             }
@@ -406,6 +413,42 @@ impl Engine<mio::net::TcpStream> {
         self.more_to_read.push(k);
         true
     }
+}
+
+impl Engine<mio::net::TcpStream> {
+    /// Writes to connection `k` alone, as live deliveries, what it missed while it moved (read
+    /// from the clustered broker by the subscription), then a gap notice per topic the broker
+    /// could not cover, positioned where live delivery continues. Before any later delivery,
+    /// so the order is the order of ids.
+    fn catch_up_arriving(&mut self, k: u32, sub: crate::broker::Subscribed) {
+        let mut batch = sub.replay;
+        for g in &sub.gaps {
+            let Some((epoch, at)) = position_of(&sub.position, &g.topic, sub.names.len()) else {
+                continue;
+            };
+            let notice = Published::notice(Arc::clone(&g.topic), at, epoch.into(), 0, g);
+            batch.push(Arc::new(notice));
+        }
+        if !batch.is_empty() {
+            self.deliver_batch_to(&mut batch, Some(k));
+        }
+    }
+}
+
+/// The epoch and offset `position` (a subscription's, see `Subscribed::position`) gives
+/// `topic`: its `topic:EPOCH-SEQ` entry, or the only id of a one-topic subscription.
+fn position_of<'a>(position: &'a str, topic: &str, topics: usize) -> Option<(&'a str, u64)> {
+    let id = if topics == 1 {
+        position
+    } else {
+        position
+            .split(',')
+            .filter_map(|s| s.rsplit_once(':'))
+            .find(|(t, _)| *t == topic)
+            .map(|(_, id)| id)?
+    };
+    let id = clarion_proto::event_id::parse(id).ok()?;
+    Some((id.epoch, id.seq))
 }
 
 impl Worker {
@@ -494,6 +537,14 @@ mod tests {
         }
         assert_eq!(state_from_wire(1, 3, None, false), None);
         assert_eq!(state_from_wire(9, 0, None, false), None);
+    }
+
+    #[test]
+    fn a_gap_is_positioned_where_its_topic_stands() {
+        assert_eq!(position_of("k3-7", "a", 1), Some(("k3", 7)));
+        assert_eq!(position_of("a:k3-7,b:c:q9-0", "b:c", 2), Some(("q9", 0)));
+        assert_eq!(position_of("a:k3-7", "b", 2), None);
+        assert_eq!(position_of("garbage", "a", 1), None);
     }
 
     #[test]

@@ -25,6 +25,7 @@
 mod cluster;
 pub mod conn;
 mod epoch;
+mod freeze;
 mod layout;
 mod leave;
 mod link;
@@ -99,6 +100,8 @@ pub(crate) struct Core {
     nonce: AtomicU64,
     /// This process's own epoch, for what needs a process-unique prefix (GRIP connection ids).
     node_epoch: String,
+    /// A hand-over froze delivery and publishing ([`freeze`]).
+    frozen: AtomicBool,
 }
 
 /// Topics this node follows, under the one lock.
@@ -244,6 +247,7 @@ impl RedisBroker {
             decode_attachment,
             nonce: AtomicU64::new(0),
             node_epoch: random_epoch(u64::MAX),
+            frozen: AtomicBool::new(false),
         });
         let mut readers = Vec::new();
         if core.cluster.is_some() {
@@ -730,6 +734,9 @@ impl Core {
     /// Hands `msgs` (of one topic, in order) to every worker with a subscriber to it. Called
     /// with the state lock held, which is what orders deliveries with subscriptions.
     fn fan_out(&self, t: &Topic, msgs: &[Arc<Published>]) {
+        if self.frozen.load(Relaxed) {
+            return;
+        }
         for (w, n) in t.per_worker.iter().enumerate() {
             if *n > 0 {
                 if let Some(inbox) = self.inboxes.get(w) {

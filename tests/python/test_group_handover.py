@@ -1,0 +1,195 @@
+"""Rolling upgrade of a `--processes` group with Redis (SIGUSR1 to the supervisor): one process
+at a time, a successor takes the process's listeners and live connections and resumes each from
+where the old process stopped delivering, reading what was published meanwhile (on the other
+processes) from Redis. Clients see no close and no reconnect; every message arrives once, in
+order. Connections whose state cannot move get 1012 and resume exactly elsewhere (issue 34)."""
+
+import re
+import signal
+import time
+
+import httpx
+import pytest
+import websockets.sync.client
+
+from cluster_util import Redis
+from test_group import children, group_healthy, node_values, wait_for
+from test_handover import (
+    DeflateWs,
+    LongPoll,
+    Ndjson,
+    Publisher,
+    RawWs,
+    Sse,
+    check_every_message_once_in_order,
+    longest_pause,
+    payload,
+)
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory):
+    r = Redis(tmp_path_factory.mktemp("redis"))
+    yield r
+    r.kill()
+
+
+class SseTwoTopics(Sse):
+    """An SSE client of `t` and of `quiet`, a topic nothing is published on: its resume ids
+    name each topic, one of them from before any message."""
+
+    def read(self):
+        with httpx.Client(timeout=httpx.Timeout(10, read=60)) as c:
+            with c.stream("GET", f"http://{self.addr}/sse?topic=t&topic=quiet") as r:
+                assert r.status_code == 200
+                self.ready.set()
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        self.note(line[len("data: "):])
+                        if len(self.got) == self.n:
+                            return
+        raise EOFError("stream ended")
+
+
+def start_group(start_server, redis, *extra):
+    group = start_server(
+        "--processes", 3, "--broker", redis.url, "--node-name", "up", "--shutdown-timeout", 3, *extra
+    )
+    assert wait_for(lambda: group_healthy(group, 3)), group.request("GET", "/healthz")
+    return group
+
+
+def roll(group, timeout=120):
+    """SIGUSR1, then waits until three new processes serve; returns the /healthz counts seen."""
+    before = set(children(group.proc.pid))
+    serving = []
+
+    def up_count():
+        _, _, body = group.request("GET", "/healthz")
+        m = re.search(r"\((\d+) of 3 processes\)", body.decode())
+        serving.append(int(m.group(1)) if m else 0)
+        return serving[-1]
+
+    group.proc.send_signal(signal.SIGUSR1)
+    replaced = wait_for(
+        lambda: (lambda now: now if len(now) == 3 and not now & before and up_count() == 3 else None)(
+            set(children(group.proc.pid))
+        ),
+        timeout=timeout,
+        step=0.05,
+    )
+    assert replaced, (before, children(group.proc.pid))
+    return serving
+
+
+def test_a_rolling_upgrade_hands_every_connection_over_under_a_publishing_loop(
+    start_server, redis
+):
+    group = start_group(start_server, redis)
+    n = 1500
+    kinds = (RawWs, DeflateWs, Sse, SseTwoTopics, Ndjson, LongPoll)
+    clients = [kind(group.clients, n) for kind in kinds for _ in range(3)]
+    for c in clients:
+        c.start()
+        assert c.ready.wait(10)
+    time.sleep(0.5)  # every subscription is in place before the first publish
+    per_node = node_values(group.metrics(), "clarion_connections", transport="ws")
+    # Publishes go through the group's API port, so through every process in turn.
+    pub = Publisher(group.api, n, pause=0.008)
+    pub.start()
+    assert pub.progress.wait(60)
+    serving = roll(group)
+    # The whole roll happened under the publishing loop.
+    assert pub.is_alive(), "the roll outlasted the publishing loop: make it longer"
+    # Never fewer than 2 of 3 processes serving.
+    assert min(serving) >= 2, serving
+    pub.join(timeout=120)
+    assert len(pub.ids) == n
+    check_every_message_once_in_order(clients, n)
+    # The same sockets still work, answered by the new processes.
+    for c in clients:
+        if isinstance(c, (RawWs, DeflateWs)):
+            assert c.still_open(), c.name
+    m = group.metrics()
+    restarts = node_values(m, "clarion_group_restarts_total")
+    assert sorted(restarts.values()) == [1, 1, 1], restarts
+    taken = node_values(m, "clarion_handover_connections", outcome="taken")
+    code, stderr = group.stop(signal.SIGTERM, timeout=30)
+    assert code == 0, stderr
+    done = re.search(r"rolling upgrade done: (\d+) processes handed over \((\d+) connections moved\), "
+                     r"(\d+) restarted with a drain", stderr)
+    assert done, stderr
+    assert done.group(1) == "3" and done.group(3) == "0", done.group(0)
+    # Every client connection moved (each lives on one process, replaced once).
+    assert int(done.group(2)) >= len(clients), (done.group(0), taken)
+    print(f"connections per process before: {per_node}; taken: {taken}; "
+          f"longest delivery pause: {longest_pause(clients) * 1000:.0f} ms; "
+          f"publishes refused while frozen: {pub.refused}")
+
+
+def test_a_connection_that_cannot_move_gets_1012_and_resumes_exactly(start_server, redis):
+    # A dedicated compression context cannot move: that WebSocket is told to reconnect (1012)
+    # while the plain one beside it carries on; resuming from its last id it misses nothing.
+    group = start_group(start_server, redis, "--compression", "dedicated",
+                        "--compression-threshold", "0")
+    movers = [RawWs(group.clients, 4) for _ in range(3)]
+    stayers = [
+        websockets.sync.client.connect(
+            f"ws://{group.clients}/ws?topic=t", compression="deflate", open_timeout=10
+        )
+        for _ in range(3)
+    ]
+    time.sleep(0.3)
+    ids = [group.publish("t", payload(1))["id"]]
+    for ws in stayers:
+        assert ws.recv(timeout=10) == payload(1)  # its compressor now holds context
+    for c in movers:
+        c.start()
+    roll(group)
+    for ws in stayers:
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
+            ws.recv(timeout=30)
+        assert e.value.rcvd.code == 1012
+    for i in range(2, 5):
+        ids.append(group.publish("t", payload(i))["id"])
+    # The client that fell back resumes from its last id: exactly what it missed, no gap.
+    answer = httpx.get(f"http://{group.clients}/poll?topic=t&since={ids[0]}&timeout=0").json()
+    assert "gaps" not in answer, answer
+    assert [m["data"] for m in answer["messages"]] == [payload(i) for i in range(2, 5)]
+    assert [m["id"] for m in answer["messages"]] == ids[1:]
+    for c in movers:
+        c.join(timeout=30)
+        assert c.ended is None and c.got == [1, 2, 3, 4], (c.ended, c.got)
+        assert c.still_open()
+    code, stderr = group.stop(signal.SIGTERM, timeout=30)
+    assert code == 0, stderr
+    assert "deflate_context" in stderr, stderr
+
+
+def test_a_nats_group_refuses_the_hand_over_and_each_process_restarts_with_a_drain(
+    start_server, tmp_path
+):
+    # NATS subscriptions are not handed over: each old process refuses its successor and
+    # restarts with a drain (1012); the roll goes on and every process is replaced.
+    from cluster_util import Nats
+
+    nats = Nats(tmp_path / "nats")
+    try:
+        group = start_server(
+            "--processes", 3, "--broker", nats.url, "--node-name", "nt", "--shutdown-timeout", 3
+        )
+        assert wait_for(lambda: group_healthy(group, 3)), group.request("GET", "/healthz")
+        clients = [RawWs(group.clients, 1) for _ in range(6)]
+        for c in clients:
+            c.start()
+        roll(group)
+        for c in clients:
+            c.join(timeout=30)
+            assert c.ended and "service restart" in c.ended, c.ended
+        code, stderr = group.stop(signal.SIGTERM, timeout=30)
+        assert code == 0, stderr
+        assert "a NATS broker's subscriptions are not handed over" in stderr, stderr
+        done = "rolling upgrade done: 0 processes handed over (0 connections moved), 3 restarted"
+        assert done in stderr, stderr
+    finally:
+        nats.kill()
