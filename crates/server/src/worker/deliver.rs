@@ -36,7 +36,8 @@ impl<S: Socket> Engine<S> {
     }
 
     /// [`Engine::deliver_batch`], to subscriber `only` alone when given (a connection taken
-    /// over from another process, catching up on what it missed while it moved).
+    /// over from another process, catching up on what it missed while it moved: `batch` then
+    /// holds only messages of its own topics).
     pub(crate) fn deliver_batch_to(&mut self, batch: &mut Vec<Arc<Published>>, only: Option<u32>) {
         // Runs are taken in publish order, so a subscriber of several topics still receives
         // everything in order.
@@ -49,16 +50,19 @@ impl<S: Socket> Engine<S> {
                 self.deliver_presence(run);
                 continue;
             }
-            // Each fan-out starts somewhere else in the list, so that over a ticker's messages
-            // no subscriber is always first (or always last, a whole fan-out behind).
-            let subs = self.index.subscribers(&first.topic);
-            let start = fanout_start(self.fanout_turn, subs.len());
-            self.fanout_turn = self.fanout_turn.wrapping_add(1);
             targets.clear();
-            targets.extend_from_slice(subs.get(start..).unwrap_or_default());
-            targets.extend_from_slice(subs.get(..start).unwrap_or_default());
             if let Some(only) = only {
-                targets.retain(|k| *k == only);
+                // The batch is what `only`'s own subscription read: no need to look it up among
+                // the topic's subscribers (thousands may be arriving, each with its batch).
+                targets.push(only);
+            } else {
+                // Each fan-out starts somewhere else in the list, so that over a ticker's
+                // messages no subscriber is always first (or always last, a whole fan-out behind).
+                let subs = self.index.subscribers(&first.topic);
+                let start = fanout_start(self.fanout_turn, subs.len());
+                self.fanout_turn = self.fanout_turn.wrapping_add(1);
+                targets.extend_from_slice(subs.get(start..).unwrap_or_default());
+                targets.extend_from_slice(subs.get(..start).unwrap_or_default());
             }
             let batched = self.batch.is_some() && targets.len() > 1;
             for &k in &targets {
