@@ -359,12 +359,13 @@ fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::R
         crate::handover::remove_pid_file(path);
     }
     log::info(format_args!(
-        "stopped: {} WebSocket connections closed with {}",
+        "stopped: {} connections told to go (WebSockets closed with {}, streams ended, \
+         long-polls answered)",
         shared.metrics.closes(CloseReason::Shutdown),
         if shared.restarting.load(Relaxed) {
-            1012
+            "1012"
         } else {
-            1001
+            "1001"
         }
     ));
     Ok(())
