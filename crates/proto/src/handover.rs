@@ -22,6 +22,8 @@
 //! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
 //! process falls back to a restart with drain.
 
+use crate::handover_state::{self, ModeState};
+
 /// The first bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CLHO";
 /// The format version this code writes and reads.
@@ -180,6 +182,9 @@ pub struct ConnRecord<'a> {
     pub output: &'a [u8],
     /// Subscribed topics.
     pub topics: Vec<&'a str>,
+    /// What authentication, hooks and presence keep for it ([`crate::handover_state`]), when
+    /// any of them does.
+    pub mode: Option<ModeState<'a>>,
 }
 
 /// How many connections moved and how many fell back.
@@ -310,6 +315,15 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&(c.topics.len() as u16).to_le_bytes());
     for t in &c.topics {
         put_str16(out, t);
+    }
+    match &c.mode {
+        None => out.push(0),
+        Some(m) => {
+            out.push(1);
+            let mut section = Vec::new();
+            handover_state::encode(m, &mut section);
+            put_bytes32(out, &section);
+        }
     }
 }
 
@@ -470,6 +484,12 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
     for _ in 0..n {
         topics.push(r.str16()?);
     }
+    let mode = if r.flag()? {
+        let section = r.bytes32()?;
+        Some(handover_state::decode(section).map_err(|_| Error::Malformed(r.what))?)
+    } else {
+        None
+    };
     Ok(ConnRecord {
         worker,
         state,
@@ -478,6 +498,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
         input,
         output,
         topics,
+        mode,
     })
 }
 
@@ -592,6 +613,7 @@ mod tests {
                     input: b"\x81\x85partial",
                     output: b"owed",
                     topics: vec!["news", "sport"],
+                    mode: Some(crate::handover_state::tests::full()),
                 },
                 ConnRecord {
                     worker: 0,
@@ -605,6 +627,7 @@ mod tests {
                     input: b"",
                     output: b"",
                     topics: vec!["news"],
+                    mode: Some(ModeState::default()),
                 },
                 ConnRecord {
                     worker: 0,
@@ -614,6 +637,7 @@ mod tests {
                     input: b"",
                     output: b"",
                     topics: vec![],
+                    mode: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -623,6 +647,7 @@ mod tests {
                     input: b"",
                     output: b"x",
                     topics: vec!["t"],
+                    mode: None,
                 },
                 ConnRecord {
                     worker: 3,
@@ -632,6 +657,7 @@ mod tests {
                     input: b"GET / HT",
                     output: b"",
                     topics: vec![],
+                    mode: None,
                 },
             ]),
             Frame::End(End {
