@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use mio::{Interest, Token};
 
 use super::conn::Conn;
+use super::handover_state::CarriedMode;
 use super::state::{Ext, Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::transport::poll::PollHold;
 use super::{Engine, Worker};
@@ -41,7 +42,11 @@ pub enum Fallback {
     Fragment,
     /// Waiting for a GRIP backend, or held by one.
     Grip,
-    /// Authentication, backend hooks or presence keep per-connection state that is not carried.
+    /// Waiting for the answer of a backend hook (`connect`, `subscribe`, `publish`): the call
+    /// belongs to the old process.
+    HookWait,
+    /// Per-connection state of a mode that is not carried: a held long-poll watching presence
+    /// events, or rooms kept in a cluster's Redis.
     ModeState,
     /// Closing already, or in a state this version does not carry (HTTP/2, say).
     Other,
@@ -49,11 +54,12 @@ pub enum Fallback {
 
 impl Fallback {
     /// Every reason, in the order of [`Fallbacks::counts`].
-    pub const ALL: [Fallback; 6] = [
+    pub const ALL: [Fallback; 7] = [
         Fallback::Tls,
         Fallback::DeflateContext,
         Fallback::Fragment,
         Fallback::Grip,
+        Fallback::HookWait,
         Fallback::ModeState,
         Fallback::Other,
     ];
@@ -65,6 +71,7 @@ impl Fallback {
             Fallback::DeflateContext => "deflate_context",
             Fallback::Fragment => "fragment",
             Fallback::Grip => "grip",
+            Fallback::HookWait => "hook_wait",
             Fallback::ModeState => "mode_state",
             Fallback::Other => "other",
         }
@@ -74,7 +81,7 @@ impl Fallback {
 /// Counts of connections that fell back, by reason.
 #[derive(Debug, Default)]
 pub struct Fallbacks {
-    counts: [AtomicU64; 6],
+    counts: [AtomicU64; 7],
 }
 
 impl Fallbacks {
@@ -116,6 +123,8 @@ pub struct Moving {
     pub output: Vec<u8>,
     /// Its topics.
     pub topics: Vec<Arc<str>>,
+    /// What authentication, hooks and presence keep for it.
+    pub mode: Option<CarriedMode>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -214,6 +223,8 @@ pub struct Arriving {
     pub output: Vec<u8>,
     /// Its topics.
     pub topics: Vec<String>,
+    /// What authentication, hooks and presence kept for it.
+    pub mode: Option<CarriedMode>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -273,11 +284,14 @@ impl Engine<mio::net::TcpStream> {
         if conn.tls.is_some() {
             return Some(Fallback::Tls);
         }
+        if self.hooks.waiting_for(k) {
+            return Some(Fallback::HookWait);
+        }
         if conn.state.grip_held() || conn.state.kind() == Kind::Proxy || self.grip.contains_key(&k)
         {
             return Some(Fallback::Grip);
         }
-        if s.auth.is_some() || s.hooks.is_some() || s.presence.is_some() {
+        if s.presence.as_ref().is_some_and(|p| p.clustered()) {
             return Some(Fallback::ModeState);
         }
         if state_to_wire(conn.state).is_none() {
@@ -323,8 +337,13 @@ impl Engine<mio::net::TcpStream> {
                 self.shared.handover.fallbacks.add(Fallback::ModeState);
                 continue;
             }
+            // Taken out quietly: its rooms, rights and webhook identity go with it, and
+            // leaving its topics here tells nobody.
+            let mode = self.take_mode(k);
+            self.handing_over = true;
             self.leave_all_topics(k);
             self.forget_side_state(k);
+            self.handing_over = false;
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
                 continue;
             };
@@ -344,6 +363,7 @@ impl Engine<mio::net::TcpStream> {
                 input,
                 output,
                 topics,
+                mode,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
         }
@@ -394,14 +414,24 @@ impl Engine<mio::net::TcpStream> {
                 },
             );
         }
+        if let Some(m) = &a.mode {
+            self.restore_rights(k, m);
+        }
+        let mut joined = Vec::new();
         if !a.topics.is_empty() {
             let names: Vec<&str> = a.topics.iter().map(String::as_str).collect();
-            if let Some(sub) = self.subscribe_conn(k, &names, Since::Now, false) {
+            // Subscribed again without occupancy webhooks or presence joins: it was there.
+            self.handing_over = true;
+            let sub = self.subscribe_conn(k, &names, Since::Now, false);
+            self.handing_over = false;
+            if let Some(sub) = sub {
                 if !sub.replay.is_empty() {
                     log::warn(format_args!("hand-over: unexpected replay on adoption"));
                 }
+                joined = sub.names;
             }
         }
+        self.restore_rooms(k, a.mode.as_ref(), &joined);
         // Bytes that arrived while the connection was moving are read at once.
         self.more_to_read.push(k);
         true

@@ -109,6 +109,10 @@ impl<S: Socket> Engine<S> {
         let Some(p) = self.shared.presence.as_ref() else {
             return;
         };
+        if self.handing_over {
+            // A connection arriving in a hand-over is put back in its rooms quietly.
+            return;
+        }
         if p.tracks(name) && self.member_kind(k) {
             p.enter(&self.shared.broker, self.id, k, name);
         }
@@ -133,6 +137,38 @@ impl<S: Socket> Engine<S> {
             if list.is_empty() {
                 self.presence.listeners.remove(&tid);
             }
+        }
+    }
+
+    /// The rooms whose events connection `k` receives, each with the version its member list
+    /// was read at (for a hand-over).
+    pub(crate) fn presence_listening(&self, k: u32) -> Vec<(Arc<str>, u64)> {
+        self.presence
+            .listeners
+            .iter()
+            .filter_map(|(tid, list)| {
+                let (_, seen) = list.iter().find(|(c, _)| *c == k)?;
+                Some((self.index.name_of(*tid)?, *seen))
+            })
+            .collect()
+    }
+
+    /// Connection `k`, arrived in a hand-over, receives room `name`'s events after `seen`
+    /// again (it subscribes to the room; its member list is not sent again).
+    pub(crate) fn presence_relisten(&mut self, k: u32, name: &Arc<str>, seen: u64) {
+        let Some(p) = self.shared.presence.clone() else {
+            return;
+        };
+        let Some(tid) = self.subscription(k, name) else {
+            return;
+        };
+        if !p.tracks(name) {
+            return;
+        }
+        let list = self.presence.listeners.entry(tid).or_default();
+        if list.iter().all(|(c, _)| *c != k) {
+            p.watch(name);
+            list.push((k, seen));
         }
     }
 
