@@ -25,7 +25,6 @@ use super::handover_state::CarriedMode;
 use super::state::{Ext, Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::transport::poll::PollHold;
 use super::{Engine, Worker};
-use crate::broker::Since;
 use crate::hub::lock;
 use crate::log;
 
@@ -337,13 +336,7 @@ impl Engine<mio::net::TcpStream> {
                 self.shared.handover.fallbacks.add(Fallback::ModeState);
                 continue;
             }
-            // Taken out quietly: its rooms, rights and webhook identity go with it, and
-            // leaving its topics here tells nobody.
-            let mode = self.take_mode(k);
-            self.handing_over = true;
-            self.leave_all_topics(k);
-            self.forget_side_state(k);
-            self.handing_over = false;
+            let mode = self.release(k);
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
                 continue;
             };
@@ -414,24 +407,7 @@ impl Engine<mio::net::TcpStream> {
                 },
             );
         }
-        if let Some(m) = &a.mode {
-            self.restore_rights(k, m);
-        }
-        let mut joined = Vec::new();
-        if !a.topics.is_empty() {
-            let names: Vec<&str> = a.topics.iter().map(String::as_str).collect();
-            // Subscribed again without occupancy webhooks or presence joins: it was there.
-            self.handing_over = true;
-            let sub = self.subscribe_conn(k, &names, Since::Now, false);
-            self.handing_over = false;
-            if let Some(sub) = sub {
-                if !sub.replay.is_empty() {
-                    log::warn(format_args!("hand-over: unexpected replay on adoption"));
-                }
-                joined = sub.names;
-            }
-        }
-        self.restore_rooms(k, a.mode.as_ref(), &joined);
+        self.resume(k, &a.topics, a.mode.as_ref());
         // Bytes that arrived while the connection was moving are read at once.
         self.more_to_read.push(k);
         true

@@ -14,6 +14,7 @@ use clarion_proto::handover_state::{AuthState, HookLive, HookState, ModeState, P
 
 use super::socket::Socket;
 use super::Engine;
+use crate::broker::Since;
 use crate::log;
 use crate::presence::handover::Carried;
 
@@ -149,9 +150,44 @@ impl CarriedMode {
 }
 
 impl<S: Socket> Engine<S> {
+    /// The old process's side for connection `k`, about to be lifted out: takes what the
+    /// modes keep for it, then leaves its topics and forgets it quietly (no presence `leave`,
+    /// no `topic_vacated`, no `disconnected`).
+    pub(crate) fn release(&mut self, k: u32) -> Option<CarriedMode> {
+        let mode = self.take_mode(k);
+        self.handing_over = true;
+        self.leave_all_topics(k);
+        self.forget_side_state(k);
+        self.handing_over = false;
+        mode
+    }
+
+    /// The new process's side for connection `k`, just put in the slab: its rights first,
+    /// then its topics again from now (without `topic_occupied` or presence `join`: it was
+    /// there), then its rooms and the events it listens to.
+    pub(crate) fn resume(&mut self, k: u32, topics: &[String], mode: Option<&CarriedMode>) {
+        if let Some(m) = mode {
+            self.restore_rights(k, m);
+        }
+        let mut joined = Vec::new();
+        if !topics.is_empty() {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            self.handing_over = true;
+            let sub = self.subscribe_conn(k, &names, Since::Now, false);
+            self.handing_over = false;
+            if let Some(sub) = sub {
+                if !sub.replay.is_empty() {
+                    log::warn(format_args!("hand-over: unexpected replay on adoption"));
+                }
+                joined = sub.names;
+            }
+        }
+        self.restore_rooms(k, mode, &joined);
+    }
+
     /// Takes what the modes keep for connection `k` out, quietly (no event, no webhook): call
     /// before its topics are left. `None` when no mode keeps anything for it.
-    pub(crate) fn take_mode(&mut self, k: u32) -> Option<CarriedMode> {
+    fn take_mode(&mut self, k: u32) -> Option<CarriedMode> {
         let auth = self
             .grants
             .export(k)
@@ -196,7 +232,7 @@ impl<S: Socket> Engine<S> {
 
     /// Puts back what authentication and hooks kept for connection `k`, arriving from the old
     /// process: before it subscribes again (its rights are checked from then on).
-    pub(crate) fn restore_rights(&mut self, k: u32, m: &CarriedMode) {
+    fn restore_rights(&mut self, k: u32, m: &CarriedMode) {
         if let Some(a) = &m.auth {
             let deadline =
                 u32::try_from(a.deadline.saturating_sub(self.unix_base)).unwrap_or(u32::MAX);
@@ -226,7 +262,7 @@ impl<S: Socket> Engine<S> {
     /// Puts connection `k` back in its presence rooms (quietly) and lets it listen to their
     /// events again: after it subscribed to `topics` again. A room this process keeps that the
     /// old one did not (`presence_topics` changed) is entered as a subscription would.
-    pub(crate) fn restore_rooms(&mut self, k: u32, m: Option<&CarriedMode>, topics: &[Arc<str>]) {
+    fn restore_rooms(&mut self, k: u32, m: Option<&CarriedMode>, topics: &[Arc<str>]) {
         let Some(p) = self.shared.presence.clone() else {
             return;
         };
