@@ -296,3 +296,51 @@ def test_auth_hooks_and_presence_move_with_their_connections(start_server):
     assert m['clarion_handover_connections{outcome="taken"}'] == 4
     backend.close()
     receiver.close()
+
+
+def test_a_connection_waiting_for_a_hook_falls_back_and_is_counted(start_server):
+    """A `connect` call in flight belongs to the old process: that connection is told to
+    reconnect (reason `hook_wait`), and its retry is served by the new process."""
+    backend = Backend()
+    slow = threading.Event()
+    handler = backend.server.RequestHandlerClass
+    original = handler.do_POST
+
+    def do_post(self):
+        if not slow.is_set():
+            slow.set()
+            time.sleep(2)
+        original(self)
+
+    handler.do_POST = do_post
+    flags = ["--auth-secret", JWT_SECRET, "--api-key", API_KEY,
+             "--hook-connect-url", f"{backend.url}/hooks/connect"]
+    old = start_server(*flags)
+    cookie = {"Cookie": "session=s-alice"}
+    outcome = {}
+
+    def first_try():
+        try:
+            with websockets.sync.client.connect(
+                f"ws://{old.clients}/ws?topic=t", additional_headers=cookie, open_timeout=10
+            ) as ws:
+                outcome["opened"] = ws.recv(timeout=10)
+        except Exception as e:  # noqa: BLE001 - the fallback ends it one way or another
+            outcome["ended"] = repr(e)
+
+    t = threading.Thread(target=first_try, daemon=True)
+    t.start()
+    assert slow.wait(10)
+    new = upgrade(old, *flags)
+    assert wait_exit(old.proc) == 0
+    log = old.proc.stderr.read()
+    assert "0 connections moved" in log and "1 stay" in log and "(1 hook_wait)" in log, log
+    t.join(timeout=20)
+    assert "ended" in outcome, outcome
+    # Its retry goes to the new process, which asks the hook itself.
+    with websockets.sync.client.connect(
+        f"ws://{new.clients}/ws?topic=t", additional_headers=cookie, open_timeout=10
+    ) as ws:
+        new.publish("t", "after", headers=KEYED)
+        assert ws.recv(timeout=10) == "after"
+    backend.close()
