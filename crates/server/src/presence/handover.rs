@@ -3,9 +3,18 @@
 //! the new process puts it back in them without a `join`, each room continuing at the version
 //! it had, so members stay listed and no subscriber sees a blip.
 //!
-//! Rooms of one process only: a cluster's rooms live in Redis, and a process with the Redis
-//! broker does not hand its connections over (its successor would need this node's liveness
-//! and member counts in Redis moved to its own name; see `docs/operations.md`).
+//! Rooms of one process only (the local broker). A cluster's rooms live in Redis,
+//! keyed by node name, and `worker::handover` makes those connections fall back. Moving them
+//! needs, besides these two functions (which would then touch only the slots and the rooms'
+//! connection and listener counts, queueing nothing for the presence thread):
+//! - the successor's presence thread must not reap its own name at start (`Presence::run`)
+//!   when it took connections over, but write its part once from the adopted slots
+//!   (`presence_sync`, which must then find nothing to announce), and the old process must
+//!   not `leave_cluster` at exit;
+//! - the node's liveness key (`clarion:{p0}:presence:alive:<node>`, `ALIVE_TTL` 10 s) must
+//!   stay fresh across the switch, or another node reaps the members with `leave` events;
+//! - under another node name, one script that renames the node's part of each room (`pn:` keys,
+//!   its connection counts, `presence:rooms:<node>`, the liveness key) without events.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
