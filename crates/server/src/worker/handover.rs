@@ -310,6 +310,8 @@ impl Engine<mio::net::TcpStream> {
     pub(crate) fn lift_all(&mut self, registry: &mio::Registry) -> Vec<Moving> {
         let keys: Vec<u32> = self.conns.iter().map(|(k, _)| k as u32).collect();
         let mut out = Vec::with_capacity(keys.len());
+        let mut listening = self.presence_listening_all();
+        let mut lifted = std::collections::HashSet::new();
         for k in keys {
             let Some(conn) = self.conns.get(k as usize) else {
                 continue;
@@ -336,7 +338,8 @@ impl Engine<mio::net::TcpStream> {
                 self.shared.handover.fallbacks.add(Fallback::ModeState);
                 continue;
             }
-            let mode = self.release(k);
+            let mode = self.release(k, listening.remove(&k).unwrap_or_default());
+            lifted.insert(k);
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
                 continue;
             };
@@ -359,6 +362,9 @@ impl Engine<mio::net::TcpStream> {
                 mode,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
+        }
+        if !lifted.is_empty() {
+            self.presence_drop_listeners(&lifted);
         }
         out
     }

@@ -153,8 +153,16 @@ impl<S: Socket> Engine<S> {
     /// The old process's side for connection `k`, about to be lifted out: takes what the
     /// modes keep for it, then leaves its topics and forgets it quietly (no presence `leave`,
     /// no `topic_vacated`, no `disconnected`).
-    pub(crate) fn release(&mut self, k: u32) -> Option<CarriedMode> {
-        let mode = self.take_mode(k);
+    ///
+    /// `listening`: the rooms it listens to (from [`Engine::presence_listening_all`]); the
+    /// caller ends the listening of every released connection at once
+    /// ([`Engine::presence_drop_listeners`]).
+    pub(crate) fn release(
+        &mut self,
+        k: u32,
+        listening: Vec<(Arc<str>, u64)>,
+    ) -> Option<CarriedMode> {
+        let mode = self.take_mode(k, listening);
         self.handing_over = true;
         self.leave_all_topics(k);
         self.forget_side_state(k);
@@ -187,7 +195,7 @@ impl<S: Socket> Engine<S> {
 
     /// Takes what the modes keep for connection `k` out, quietly (no event, no webhook): call
     /// before its topics are left. `None` when no mode keeps anything for it.
-    fn take_mode(&mut self, k: u32) -> Option<CarriedMode> {
+    fn take_mode(&mut self, k: u32, listening: Vec<(Arc<str>, u64)>) -> Option<CarriedMode> {
         let auth = self
             .grants
             .export(k)
@@ -210,7 +218,6 @@ impl<S: Socket> Engine<S> {
         });
         let presence = match self.shared.presence.clone() {
             Some(p) => {
-                let listening = self.presence_listening(k);
                 let part = p.detach(self.id, k);
                 (part.is_some() || !listening.is_empty()).then(|| CarriedPresence {
                     part: part.unwrap_or(Carried {

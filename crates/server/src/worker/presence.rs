@@ -128,6 +128,11 @@ impl<S: Socket> Engine<S> {
             return;
         }
         p.exit(&self.shared.broker, self.id, k, name);
+        if self.handing_over {
+            // Lifted out in a hand-over: its listening ends with the others' in one pass
+            // (`presence_drop_listeners`).
+            return;
+        }
         if let Some(list) = self.presence.listeners.get_mut(&tid) {
             let before = list.len();
             list.retain(|(c, _)| *c != k);
@@ -140,17 +145,38 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// The rooms whose events connection `k` receives, each with the version its member list
-    /// was read at (for a hand-over).
-    pub(crate) fn presence_listening(&self, k: u32) -> Vec<(Arc<str>, u64)> {
-        self.presence
-            .listeners
-            .iter()
-            .filter_map(|(tid, list)| {
-                let (_, seen) = list.iter().find(|(c, _)| *c == k)?;
-                Some((self.index.name_of(*tid)?, *seen))
-            })
-            .collect()
+    /// The rooms whose events each listening connection receives, each with the version its
+    /// member list was read at (for a hand-over: one pass, not one per connection).
+    pub(crate) fn presence_listening_all(&self) -> HashMap<u32, Vec<(Arc<str>, u64)>> {
+        let mut out: HashMap<u32, Vec<(Arc<str>, u64)>> = HashMap::new();
+        for (tid, list) in &self.presence.listeners {
+            let Some(name) = self.index.name_of(*tid) else {
+                continue;
+            };
+            for (k, seen) in list {
+                out.entry(*k).or_default().push((Arc::clone(&name), *seen));
+            }
+        }
+        out
+    }
+
+    /// Connections `gone` (lifted out in a hand-over) stop listening, in one pass over the
+    /// listener lists.
+    pub(crate) fn presence_drop_listeners(&mut self, gone: &std::collections::HashSet<u32>) {
+        let Some(p) = self.shared.presence.clone() else {
+            return;
+        };
+        let index = &self.index;
+        self.presence.listeners.retain(|tid, list| {
+            let before = list.len();
+            list.retain(|(c, _)| !gone.contains(c));
+            if let Some(name) = index.name_of(*tid) {
+                for _ in list.len()..before {
+                    p.unlisten(&name);
+                }
+            }
+            !list.is_empty()
+        });
     }
 
     /// Connection `k`, arrived in a hand-over, receives room `name`'s events after `seen`
@@ -165,11 +191,13 @@ impl<S: Socket> Engine<S> {
         if !p.tracks(name) {
             return;
         }
-        let list = self.presence.listeners.entry(tid).or_default();
-        if list.iter().all(|(c, _)| *c != k) {
-            p.watch(name);
-            list.push((k, seen));
-        }
+        // `k` has just arrived: it is in no list yet.
+        p.watch(name);
+        self.presence
+            .listeners
+            .entry(tid)
+            .or_default()
+            .push((k, seen));
     }
 
     /// Forgets connection `k` (it is gone; it left its rooms already).

@@ -75,10 +75,17 @@ fn move_conn(old: &mut Harness, from: &Client, new: &mut Harness) -> Client {
             .map(|n| n.to_string())
             .collect()
     };
+    let listening = old
+        .engine
+        .presence_listening_all()
+        .remove(&from.key)
+        .unwrap_or_default();
     let mode = old
         .engine
-        .release(from.key)
+        .release(from.key, listening)
         .expect("auth and presence keep state");
+    old.engine
+        .presence_drop_listeners(&[from.key].into_iter().collect());
     let mut bytes = Vec::new();
     handover_state::encode(&mode.wire(), &mut bytes);
     let mode = CarriedMode::from_wire(&handover_state::decode(&bytes).unwrap());
@@ -197,7 +204,7 @@ fn a_connection_still_to_authenticate_keeps_its_deadline() {
     });
     let c = open(&mut old, "/ws");
     old.advance(4);
-    let mode = old.engine.release(c.key).unwrap();
+    let mode = old.engine.release(c.key, Vec::new()).unwrap();
     let auth = mode.auth.as_ref().unwrap();
     assert!(auth.pending && auth.deadline == UNIX_BASE + 10);
     let mut new = Harness::new(Config {
