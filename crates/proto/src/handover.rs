@@ -319,10 +319,15 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
     match &c.mode {
         None => out.push(0),
         Some(m) => {
+            // Flag, then the section's length (filled in once written) and the section.
             out.push(1);
-            let mut section = Vec::new();
-            handover_state::encode(m, &mut section);
-            put_bytes32(out, &section);
+            let at = out.len();
+            out.extend_from_slice(&[0; 4]);
+            handover_state::encode(m, out);
+            let len = (out.len() - at - 4) as u32;
+            if let Some(slot) = out.get_mut(at..at + 4) {
+                slot.copy_from_slice(&len.to_le_bytes());
+            }
         }
     }
 }
