@@ -12,16 +12,16 @@
 //!
 //! ```text
 //! AUTH?     flag | deadline (u64 LE, Unix seconds) | pending flag | warned flag
-//!                | n (u16) patterns it may subscribe to (str16 each)
-//!                | n (u16) patterns it may publish to (str16 each)
-//! HOOKS?    flag | ident? (flag | sub? | info?) | live? (flag | conn str16 | sub? | age u32)
-//! PRESENCE? flag | ident? (flag | sub str16 | info?)
-//!                | n (u16) rooms: name str16, room version u64
-//!                | n (u16) rooms it listens to: name str16, version its list was read at u64
+//!                | n (u16) patterns it may subscribe to (str each)
+//!                | n (u16) patterns it may publish to (str each)
+//! HOOKS?    flag | ident? (flag | sub? | info?) | live? (flag | conn str | sub? | age u32)
+//! PRESENCE? flag | ident? (flag | sub str | info?)
+//!                | n (u16) rooms: name str, room version u64
+//!                | n (u16) rooms it listens to: name str, version its list was read at u64
 //! ```
 //!
-//! (`x?` is a flag byte followed by `x` when the flag is 1; `sub?`, `info?` are optional
-//! str16 strings.)
+//! (`str` is a u32 LE length and UTF-8 bytes: an `info` may be as long as its limit is set;
+//! `x?` is a flag byte followed by `x` when the flag is 1; `sub?`, `info?` are optional strs.)
 
 /// A connection's authentication: what its token (or a `connect` hook) grants, and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,8 +151,13 @@ pub fn encode(m: &ModeState<'_>, out: &mut Vec<u8>) {
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    let b = s.as_bytes().get(..s.len().min(65535)).unwrap_or_default();
-    out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+    // A string longer than 4 GiB cannot come from a token or a hook answer (both bounded far
+    // below); cut, it would fail to decode rather than mean something else.
+    let b = s
+        .as_bytes()
+        .get(..s.len().min(u32::MAX as usize))
+        .unwrap_or_default();
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
     out.extend_from_slice(b);
 }
 
@@ -282,7 +287,7 @@ impl<'a> Reader<'a> {
     }
 
     fn str(&mut self) -> Result<&'a str, Malformed> {
-        let n = usize::from(self.u16()?);
+        let n = self.u32()? as usize;
         std::str::from_utf8(self.take(n)?).map_err(|_| Malformed)
     }
 
@@ -296,9 +301,9 @@ impl<'a> Reader<'a> {
 
     fn list(&mut self) -> Result<Vec<&'a str>, Malformed> {
         let n = usize::from(self.u16()?);
-        // Each entry takes at least 2 bytes: a count beyond that is a lie, not a size to
+        // Each entry takes at least 4 bytes: a count beyond that is a lie, not a size to
         // reserve.
-        let mut v = Vec::with_capacity(n.min(self.buf.len() / 2));
+        let mut v = Vec::with_capacity(n.min(self.buf.len() / 4));
         for _ in 0..n {
             v.push(self.str()?);
         }
@@ -307,7 +312,7 @@ impl<'a> Reader<'a> {
 
     fn versions(&mut self) -> Result<Vec<(&'a str, u64)>, Malformed> {
         let n = usize::from(self.u16()?);
-        let mut v = Vec::with_capacity(n.min(self.buf.len() / 10));
+        let mut v = Vec::with_capacity(n.min(self.buf.len() / 12));
         for _ in 0..n {
             v.push((self.str()?, self.u64()?));
         }
@@ -394,6 +399,21 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_info_longer_than_64_kib_round_trips() {
+        let info = format!("{{\"bio\":\"{}\"}}", "x".repeat(70_000));
+        let m = ModeState {
+            hooks: Some(HookState {
+                ident: Some((Some("u"), Some(&info))),
+                live: None,
+            }),
+            ..ModeState::default()
+        };
+        let mut buf = Vec::new();
+        encode(&m, &mut buf);
+        assert_eq!(decode(&buf), Ok(m));
+    }
+
+    #[test]
     fn lying_counts_flags_and_bytes_fail_cleanly() {
         let mut buf = Vec::new();
         encode(&full(), &mut buf);
@@ -418,7 +438,13 @@ pub(crate) mod tests {
         // A pattern that is not UTF-8.
         let mut b = vec![1];
         b.extend_from_slice(&0u64.to_le_bytes());
-        b.extend_from_slice(&[0, 0, 1, 0, 1, 0, 0xff, 0, 0, 0, 0]);
+        b.extend_from_slice(&[0, 0, 1, 0, 1, 0, 0, 0, 0xff, 0, 0, 0, 0]);
         assert_eq!(decode(&b), Err(Malformed));
+        let last = b.len() - 5;
+        b[last] = b'x';
+        assert!(
+            decode(&b).is_ok(),
+            "the same bytes with a valid pattern decode"
+        );
     }
 }
