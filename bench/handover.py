@@ -9,6 +9,12 @@ topic once, in order.
 
     cargo build --release -p clarion
     python3 bench/handover.py --connections 15000 --repeats 3
+    python3 bench/handover.py --connections 15000 --repeats 3 --with-state
+
+`--with-state` runs each repeat twice, first as above, then with authentication and presence
+on (every connection holds its own JWT, every topic is a presence room, so every connection
+is a member under its own identity), and reports both and their ratio: what carrying the
+rights, deadline and room membership of each connection costs the hand-over.
 
 Latency is publish-to-arrival: the publisher stamps each message with the time of its first
 attempt (a publish refused while the broker is frozen is sent again, keeping its stamp), and
@@ -19,6 +25,9 @@ or --seconds + 60.
 
 import argparse
 import base64
+import hashlib
+import hmac
+import json
 import http.client
 import multiprocessing as mp
 import os
@@ -52,7 +61,26 @@ def start(extra):
     return p, fields["clients"], fields["api"]
 
 
-def client_proc(addr, first, count, topics, deadline, ready, go, out):
+# With --with-state: the JWT secret and API key of the server, and its extra flags.
+SECRET = "bench-handover-secret-long-enough-0123456789"
+API_KEY = "bench-handover-api-key"
+STATE_FLAGS = ["--auth-secret", SECRET, "--api-key", API_KEY, "--presence-topics", "t*"]
+
+
+def b64(raw):
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def token(sub, topic):
+    """An HS256 token for `sub` granting `topic`, valid for an hour."""
+    head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = {"sub": sub, "exp": int(time.time()) + 3600, "clarion": {"subscribe": [topic]}}
+    signed = f"{head}.{b64(json.dumps(body).encode())}"
+    mac = hmac.new(SECRET.encode(), signed.encode(), hashlib.sha256).digest()
+    return f"{signed}.{b64(mac)}"
+
+
+def client_proc(addr, first, count, topics, deadline, ready, go, out, state=False):
     """Opens `count` connections (conn i follows topic (first + i) % topics), then reads until
     every one has `expected[topic]` messages (sent by the parent through `go`) or `deadline`."""
     host, port = addr.rsplit(":", 1)
@@ -62,8 +90,9 @@ def client_proc(addr, first, count, topics, deadline, ready, go, out):
         topic = (first + i) % topics
         s = socket.create_connection((host, int(port)), timeout=30)
         key = base64.b64encode(os.urandom(16)).decode()
+        auth = f"&token={token(f'u{first + i}', f't{topic}')}" if state else ""
         s.sendall(
-            f"GET /ws?topic=t{topic} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            f"GET /ws?topic=t{topic}{auth} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
             f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
             "Sec-WebSocket-Version: 13\r\n\r\n".encode()
         )
@@ -139,7 +168,7 @@ def client_proc(addr, first, count, topics, deadline, ready, go, out):
     out.put({"errors": errors, "ended": ended, "short": short, "lat": lat})
 
 
-def publish_loop(api, topics, rate, seconds, counts):
+def publish_loop(api, topics, rate, seconds, counts, headers):
     """Publishes round-robin over the topics at `rate` per second for `seconds`; each payload is
     `NUMBER:STAMP:padding`, NUMBER counting per topic. Returns (refused attempts, stamps)."""
     host, port = api.rsplit(":", 1)
@@ -153,7 +182,7 @@ def publish_loop(api, topics, rate, seconds, counts):
         while True:
             try:
                 c = http.client.HTTPConnection(host, int(port), timeout=10)
-                c.request("POST", f"/publish/t{topic}", body, {"Content-Type": "text/plain"})
+                c.request("POST", f"/publish/t{topic}", body, headers)
                 r = c.getresponse()
                 r.read()
                 c.close()
@@ -177,15 +206,16 @@ def publish_loop(api, topics, rate, seconds, counts):
 FLAGS = ["--max-connections-per-address", "0"]
 
 
-def one_run(args):
-    old, clients, api = start(FLAGS)
+def one_run(args, state=False):
+    flags = FLAGS + (STATE_FLAGS if state else [])
+    old, clients, api = start(flags)
     try:
-        return measure(args, old, clients, api)
+        return measure(args, old, clients, api, flags, state)
     finally:
         old.kill()
 
 
-def measure(args, old, clients, api):
+def measure(args, old, clients, api, flags, state):
     ctx = mp.get_context("fork")
     ready, out = ctx.Queue(), ctx.Queue()
     gos = []
@@ -197,7 +227,7 @@ def measure(args, old, clients, api):
         gos.append(go)
         p = ctx.Process(
             target=client_proc,
-            args=(clients, k * per, per, args.topics, deadline, ready, go, out),
+            args=(clients, k * per, per, args.topics, deadline, ready, go, out, state),
         )
         p.start()
         procs.append(p)
@@ -213,7 +243,7 @@ def measure(args, old, clients, api):
         result["began"] = time.monotonic()
         new = subprocess.Popen(
             [CLARION, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
-             *FLAGS, "--upgrade-from", str(old.pid)],
+             *flags, "--upgrade-from", str(old.pid)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -228,7 +258,10 @@ def measure(args, old, clients, api):
     t = threading.Thread(target=upgrader)
     t.start()
     try:
-        refused = publish_loop(api, args.topics, args.rate, args.seconds, counts)
+        headers = {"Content-Type": "text/plain"}
+        if state:
+            headers["Authorization"] = f"Bearer {API_KEY}"
+        refused = publish_loop(api, args.topics, args.rate, args.seconds, counts, headers)
     finally:
         t.join()
         for p in procs:
@@ -267,33 +300,23 @@ def measure(args, old, clients, api):
     }
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--connections", type=int, default=15000)
-    ap.add_argument("--procs", type=int, default=6)
-    ap.add_argument("--topics", type=int, default=100)
-    ap.add_argument("--rate", type=float, default=100, help="publishes per second")
-    ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
-    runs = []
-    for r in range(args.repeats):
-        res = one_run(args)
-        print(f"run {r + 1}: {res}", flush=True)
-        ok = (
-            res["moved"] == args.connections
-            and res["ended"] == 0
-            and res["short"] == 0
-            and res["out_of_order"] == 0
-            and res["deliveries"] == res["expected"]
-        )
-        if not ok:
-            print("FAILED: a connection ended, or a message was lost, repeated or reordered")
-            sys.exit(1)
-        runs.append(res)
+def check(args, res):
+    ok = (
+        res["moved"] == args.connections
+        and res["ended"] == 0
+        and res["short"] == 0
+        and res["out_of_order"] == 0
+        and res["deliveries"] == res["expected"]
+    )
+    if not ok:
+        print("FAILED: a connection ended, or a message was lost, repeated or reordered")
+        sys.exit(1)
+
+
+def summary(args, runs, label):
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     print(
-        f"\n{args.connections} connections, {args.topics} topics, {args.rate:g} publishes/s, "
+        f"\n{label}{args.connections} connections, {args.topics} topics, {args.rate:g} publishes/s, "
         f"median of {len(runs)}:\n"
         f"  hand-over (request to ack, old process's log): {med['handover_ms']:.0f} ms, "
         f"broker frozen {med['frozen_ms']:.0f} ms\n"
@@ -305,6 +328,40 @@ def main():
         f"  every connection open, every message once and in order "
         f"({med['deliveries']:.0f} deliveries per run)"
     )
+    return med
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--connections", type=int, default=15000)
+    ap.add_argument("--procs", type=int, default=6)
+    ap.add_argument("--topics", type=int, default=100)
+    ap.add_argument("--rate", type=float, default=100, help="publishes per second")
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--with-state", action="store_true",
+                    help="also run each repeat with auth and presence, and compare")
+    args = ap.parse_args()
+    runs, state_runs = [], []
+    for r in range(args.repeats):
+        res = one_run(args)
+        print(f"run {r + 1}: {res}", flush=True)
+        check(args, res)
+        runs.append(res)
+        if args.with_state:
+            res = one_run(args, state=True)
+            print(f"run {r + 1} with auth and presence: {res}", flush=True)
+            check(args, res)
+            state_runs.append(res)
+    med = summary(args, runs, "")
+    if state_runs:
+        smed = summary(args, state_runs, "with auth and presence (own token and room membership each): ")
+        per_run = [s["handover_ms"] / max(p["handover_ms"], 1) for p, s in zip(runs, state_runs)]
+        print(
+            f"\n  hand-over time with auth and presence / without, same repeat: median ratio "
+            f"{statistics.median(per_run):.2f} (runs: {', '.join(f'{x:.2f}' for x in per_run)}); "
+            f"frozen {smed['frozen_ms']:.0f} ms vs {med['frozen_ms']:.0f} ms"
+        )
 
 
 if __name__ == "__main__":

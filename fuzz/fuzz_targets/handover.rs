@@ -1,9 +1,12 @@
 //! Hand-over frames, as the replacing (or replaced) process reads them from its peer: decoding
 //! never panics; a frame that decodes re-encodes to the same bytes; any prefix of a valid frame
-//! asks for more bytes rather than failing or inventing a frame.
+//! asks for more bytes rather than failing or inventing a frame. The same input is also read as
+//! a connection record's mode-state section (auth, hooks, presence), which must hold to the same
+//! rules: no panic, one encoding per state, and no prefix of a valid section is one.
 #![no_main]
 
 use clarion_proto::handover::{decode, encode};
+use clarion_proto::handover_state;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -16,5 +19,11 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(decode(&data[at..at + cut]), Ok(None));
         }
         at += used;
+    }
+    if let Ok(state) = handover_state::decode(data) {
+        let mut out = Vec::new();
+        handover_state::encode(&state, &mut out);
+        assert_eq!(&out[..], data, "a state section re-encodes to its bytes");
+        assert!(handover_state::decode(&data[..data.len() - 1]).is_err());
     }
 });

@@ -33,9 +33,10 @@ class Publisher(threading.Thread):
     refused (503 while a hand-over is frozen, or a connection the old process no longer
     serves); records every id it was given."""
 
-    def __init__(self, api, n, pause=0.004):
+    def __init__(self, api, n, pause=0.004, headers=None):
         super().__init__(daemon=True)
         self.api, self.n, self.pause = api, n, pause
+        self.headers = {"Content-Type": "text/plain", **(headers or {})}
         self.ids = []
         self.refused = 0
         self.progress = threading.Event()
@@ -48,7 +49,7 @@ class Publisher(threading.Thread):
                     f"http://{self.api}/publish/t",
                     data=payload(i).encode(),
                     method="POST",
-                    headers={"Content-Type": "text/plain"},
+                    headers=self.headers,
                 )
                 try:
                     with urllib.request.urlopen(req, timeout=10) as r:

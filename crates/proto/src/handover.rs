@@ -24,6 +24,8 @@
 //! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
 //! process falls back to a restart with drain.
 
+use crate::handover_state::{self, ModeState};
+
 /// The first bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CLHO";
 /// The format version this code writes and reads.
@@ -187,6 +189,9 @@ pub struct ConnRecord<'a> {
     pub output: &'a [u8],
     /// Subscribed topics.
     pub topics: Vec<&'a str>,
+    /// What authentication, hooks and presence keep for it ([`crate::handover_state`]), when
+    /// any of them does.
+    pub mode: Option<ModeState<'a>>,
 }
 
 /// How many connections moved and how many fell back.
@@ -327,6 +332,20 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&(c.topics.len() as u16).to_le_bytes());
     for t in &c.topics {
         put_str16(out, t);
+    }
+    match &c.mode {
+        None => out.push(0),
+        Some(m) => {
+            // Flag, then the section's length (filled in once written) and the section.
+            out.push(1);
+            let at = out.len();
+            out.extend_from_slice(&[0; 4]);
+            handover_state::encode(m, out);
+            let len = (out.len() - at - 4) as u32;
+            if let Some(slot) = out.get_mut(at..at + 4) {
+                slot.copy_from_slice(&len.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -497,6 +516,12 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
     for _ in 0..n {
         topics.push(r.str16()?);
     }
+    let mode = if r.flag()? {
+        let section = r.bytes32()?;
+        Some(handover_state::decode(section).map_err(|_| Error::Malformed(r.what))?)
+    } else {
+        None
+    };
     Ok(ConnRecord {
         worker,
         state,
@@ -505,6 +530,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
         input,
         output,
         topics,
+        mode,
     })
 }
 
@@ -619,6 +645,7 @@ mod tests {
                     input: b"\x81\x85partial",
                     output: b"owed",
                     topics: vec!["news", "sport"],
+                    mode: Some(crate::handover_state::tests::full()),
                 },
                 ConnRecord {
                     worker: 0,
@@ -632,6 +659,7 @@ mod tests {
                     input: b"",
                     output: b"",
                     topics: vec!["news"],
+                    mode: Some(ModeState::default()),
                 },
                 ConnRecord {
                     worker: 0,
@@ -641,6 +669,7 @@ mod tests {
                     input: b"",
                     output: b"",
                     topics: vec![],
+                    mode: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -650,6 +679,7 @@ mod tests {
                     input: b"",
                     output: b"x",
                     topics: vec!["t"],
+                    mode: None,
                 },
                 ConnRecord {
                     worker: 3,
@@ -659,6 +689,7 @@ mod tests {
                     input: b"GET / HT",
                     output: b"",
                     topics: vec![],
+                    mode: None,
                 },
             ]),
             Frame::End(End {

@@ -18,7 +18,9 @@
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
 //! - [`h2`]: HTTP/2: HPACK header compression (RFC 7541) with its Huffman code.
 //! - [`handover`]: the frames a running server sends the binary that replaces it (listening
-//!   sockets, connection records, where ids stand), versioned, beside `SCM_RIGHTS` descriptors.
+//!   sockets, connection records, where ids stand), versioned, beside `SCM_RIGHTS` descriptors;
+//!   [`handover_state`]: the records' section for what authentication, hooks and presence keep
+//!   per connection.
 //! - [`history_log`]: the record format of durable history files (`history_dir`): framing
 //!   with CRC-32C, and a scanner that separates intact records from damage.
 //! - [`hooks`]: backend hooks: the JSON of `connect`/`subscribe`/`publish` calls and answers,
@@ -37,6 +39,7 @@ pub mod event_id;
 pub mod grip;
 pub mod h2;
 pub mod handover;
+pub mod handover_state;
 pub mod history_log;
 pub mod hooks;
 pub mod http1;

@@ -33,7 +33,8 @@
 //!   in `worker::tls`.
 //! - [`handover`]: upgrades that keep connections (`--upgrade-from PID`, SIGUSR1): the Unix
 //!   socket, `SCM_RIGHTS`, and the sequence of a hand-over between two processes (the format is
-//!   `clarion_proto::handover`; a worker's part is `worker::handover`).
+//!   `clarion_proto::handover`; a worker's part is `worker::handover`, what authentication,
+//!   hooks and presence keep per connection moves through `worker::handover_state`).
 //! - [`group`]: `clarion serve --processes N`: the supervisor of a group of processes sharing
 //!   the ports, the group's merged `/metrics` and `/healthz`, and the port guard that keeps
 //!   any other process off a port one holds.

@@ -146,6 +146,19 @@ impl GrantStore {
         }
     }
 
+    /// What `k` holds, for a hand-over: its deadline, whether it is pending, whether it was
+    /// warned, and its grants.
+    pub fn export(&self, k: u32) -> Option<(u32, bool, bool, Option<Arc<Grants>>)> {
+        let s = self.slot(k)?;
+        let grants = self.grants(k).cloned();
+        Some((
+            s.deadline,
+            s.meta & PENDING != 0,
+            s.meta & WARNED != 0,
+            grants,
+        ))
+    }
+
     /// Marks `k` warned.
     pub fn warned(&mut self, k: u32) {
         if let Some(s) = self.slots.get_mut(k as usize) {

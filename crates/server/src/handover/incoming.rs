@@ -20,6 +20,7 @@ use crate::hub::{Hub, Inbox};
 use crate::log;
 use crate::metrics::Metrics;
 use crate::worker::handover::{state_from_wire, Arriving};
+use crate::worker::handover_state::CarriedMode;
 
 /// A hand-over under way, once the old process has sent its listeners and its history.
 pub struct Incoming {
@@ -336,6 +337,7 @@ fn arriving(
                 output: r.output.to_vec(),
                 topics: r.topics.iter().map(|t| (*t).to_owned()).collect(),
                 resume: positions.map(|p| resume_from(p, &r.topics)),
+                mode: r.mode.as_ref().map(CarriedMode::from_wire),
                 fd,
             },
         ));

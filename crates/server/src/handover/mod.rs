@@ -48,6 +48,7 @@ use clarion_proto::pubsub::wire as body_wire;
 use crate::broker::Broker;
 use crate::log;
 use crate::worker::handover::{state_to_wire, Moving};
+use crate::worker::handover_state::CarriedMode;
 use crate::worker::Shared;
 
 /// How long either side waits for the other's next frame before giving up.
@@ -498,6 +499,7 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
             input: &m.input,
             output: &m.output,
             topics: m.topics.iter().map(|t| &**t).collect(),
+            mode: m.mode.as_ref().map(CarriedMode::wire),
         });
         raw.push(m.fd.as_raw_fd());
     }

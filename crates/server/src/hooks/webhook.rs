@@ -162,6 +162,14 @@ impl Webhooks {
         }
     }
 
+    /// A subscriber of `topic` arrived from the process this one replaced: counted, with no
+    /// event (the topic was occupied already).
+    pub fn count_topic(&self, topic: &Arc<str>) {
+        *lock(&self.inner.topics)
+            .entry(Arc::clone(topic))
+            .or_insert(0) += 1;
+    }
+
     /// A connection subscribed to `topic` (`joined`) or left it; emits `topic_occupied` /
     /// `topic_vacated` when this process's count goes from 0 or to 0 (and, in a cluster, the
     /// cluster's).

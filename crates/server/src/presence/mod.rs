@@ -27,6 +27,7 @@
 //! with their members kept here.
 
 mod conns;
+pub mod handover;
 mod ident;
 mod members;
 

@@ -90,6 +90,9 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) h2_streams: HashMap<u32, (u32, u32)>,
     /// HTTP/2 connections whose streams wrote since the last pump.
     pub(crate) h2_dirty: Vec<u32>,
+    /// Connections are being lifted out for a new process, or taken from an old one: their
+    /// topics change hands without occupancy webhooks ([`super::handover`]).
+    pub(crate) handing_over: bool,
 }
 
 impl<S: Socket> Engine<S> {
@@ -146,6 +149,7 @@ impl<S: Socket> Engine<S> {
             h2: HashMap::new(),
             h2_streams: HashMap::new(),
             h2_dirty: Vec::new(),
+            handing_over: false,
         }
     }
 

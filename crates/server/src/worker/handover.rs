@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex};
 use mio::{Interest, Token};
 
 use super::conn::Conn;
+use super::handover_state::CarriedMode;
 use super::state::{Ext, Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::transport::poll::PollHold;
 use super::{Engine, Worker};
-use crate::broker::Since;
 use crate::hub::lock;
 use crate::log;
 use crate::message::Published;
@@ -42,7 +42,11 @@ pub enum Fallback {
     Fragment,
     /// Waiting for a GRIP backend, or held by one.
     Grip,
-    /// Authentication, backend hooks or presence keep per-connection state that is not carried.
+    /// Waiting for the answer of a backend hook (`connect`, `subscribe`, `publish`): the call
+    /// belongs to the old process.
+    HookWait,
+    /// Per-connection state of a mode that is not carried: a held long-poll watching presence
+    /// events, or rooms kept in a cluster's Redis.
     ModeState,
     /// Closing already, or in a state this version does not carry (HTTP/2, say).
     Other,
@@ -50,11 +54,12 @@ pub enum Fallback {
 
 impl Fallback {
     /// Every reason, in the order of [`Fallbacks::counts`].
-    pub const ALL: [Fallback; 6] = [
+    pub const ALL: [Fallback; 7] = [
         Fallback::Tls,
         Fallback::DeflateContext,
         Fallback::Fragment,
         Fallback::Grip,
+        Fallback::HookWait,
         Fallback::ModeState,
         Fallback::Other,
     ];
@@ -66,6 +71,7 @@ impl Fallback {
             Fallback::DeflateContext => "deflate_context",
             Fallback::Fragment => "fragment",
             Fallback::Grip => "grip",
+            Fallback::HookWait => "hook_wait",
             Fallback::ModeState => "mode_state",
             Fallback::Other => "other",
         }
@@ -75,7 +81,7 @@ impl Fallback {
 /// Counts of connections that fell back, by reason.
 #[derive(Debug, Default)]
 pub struct Fallbacks {
-    counts: [AtomicU64; 6],
+    counts: [AtomicU64; 7],
 }
 
 impl Fallbacks {
@@ -117,6 +123,8 @@ pub struct Moving {
     pub output: Vec<u8>,
     /// Its topics.
     pub topics: Vec<Arc<str>>,
+    /// What authentication, hooks and presence keep for it.
+    pub mode: Option<CarriedMode>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -218,6 +226,8 @@ pub struct Arriving {
     /// With a clustered broker: the ids it resumes its topics from (`topic:EPOCH-SEQ`, one per
     /// topic), where the old process stopped delivering.
     pub resume: Option<String>,
+    /// What authentication, hooks and presence kept for it.
+    pub mode: Option<CarriedMode>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -277,11 +287,14 @@ impl Engine<mio::net::TcpStream> {
         if conn.tls.is_some() {
             return Some(Fallback::Tls);
         }
+        if self.hooks.waiting_for(k) {
+            return Some(Fallback::HookWait);
+        }
         if conn.state.grip_held() || conn.state.kind() == Kind::Proxy || self.grip.contains_key(&k)
         {
             return Some(Fallback::Grip);
         }
-        if s.auth.is_some() || s.hooks.is_some() || s.presence.is_some() {
+        if s.presence.as_ref().is_some_and(|p| p.clustered()) {
             return Some(Fallback::ModeState);
         }
         if state_to_wire(conn.state).is_none() {
@@ -301,6 +314,8 @@ impl Engine<mio::net::TcpStream> {
     pub(crate) fn lift_all(&mut self, registry: &mio::Registry) -> Vec<Moving> {
         let keys: Vec<u32> = self.conns.iter().map(|(k, _)| k as u32).collect();
         let mut out = Vec::with_capacity(keys.len());
+        let mut listening = self.presence_listening_all();
+        let mut lifted = std::collections::HashSet::new();
         for k in keys {
             let Some(conn) = self.conns.get(k as usize) else {
                 continue;
@@ -327,8 +342,8 @@ impl Engine<mio::net::TcpStream> {
                 self.shared.handover.fallbacks.add(Fallback::ModeState);
                 continue;
             }
-            self.leave_all_topics(k);
-            self.forget_side_state(k);
+            let mode = self.release(k, listening.remove(&k).unwrap_or_default());
+            lifted.insert(k);
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
                 continue;
             };
@@ -348,8 +363,12 @@ impl Engine<mio::net::TcpStream> {
                 input,
                 output,
                 topics,
+                mode,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
+        }
+        if !lifted.is_empty() {
+            self.presence_drop_listeners(&lifted);
         }
         out
     }
@@ -398,29 +417,19 @@ impl Engine<mio::net::TcpStream> {
                 },
             );
         }
-        if !a.topics.is_empty() {
-            let names: Vec<&str> = a.topics.iter().map(String::as_str).collect();
-            let since = a.resume.as_deref().map_or(Since::Now, Since::Id);
-            if let Some(sub) = self.subscribe_conn(k, &names, since, false) {
-                if a.resume.is_some() {
-                    self.catch_up_arriving(k, sub);
-                } else if !sub.replay.is_empty() {
-                    log::warn(format_args!("hand-over: unexpected replay on adoption"));
-                }
-            }
-        }
+        self.resume(k, &a.topics, a.resume.as_deref(), a.mode.as_ref());
         // Bytes that arrived while the connection was moving are read at once.
         self.more_to_read.push(k);
         true
     }
 }
 
-impl Engine<mio::net::TcpStream> {
+impl<S: super::socket::Socket> Engine<S> {
     /// Writes to connection `k` alone, as live deliveries, what it missed while it moved (read
     /// from the clustered broker by the subscription), then a gap notice per topic the broker
     /// could not cover, positioned where live delivery continues. Before any later delivery,
     /// so the order is the order of ids.
-    fn catch_up_arriving(&mut self, k: u32, sub: crate::broker::Subscribed) {
+    pub(super) fn catch_up_arriving(&mut self, k: u32, sub: crate::broker::Subscribed) {
         let mut batch = sub.replay;
         for g in &sub.gaps {
             let Some((epoch, at)) = position_of(&sub.position, &g.topic, sub.names.len()) else {

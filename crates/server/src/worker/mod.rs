@@ -27,6 +27,7 @@ mod engine;
 pub(crate) mod grip;
 mod h2;
 pub mod handover;
+pub mod handover_state;
 pub mod index;
 mod io;
 mod presence;
@@ -40,6 +41,8 @@ mod testkit;
 mod tests;
 #[cfg(test)]
 mod tests_auth;
+#[cfg(test)]
+mod tests_handover_state;
 #[cfg(test)]
 mod tests_hooks;
 mod timers;

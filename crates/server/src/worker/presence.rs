@@ -109,6 +109,10 @@ impl<S: Socket> Engine<S> {
         let Some(p) = self.shared.presence.as_ref() else {
             return;
         };
+        if self.handing_over {
+            // A connection arriving in a hand-over is put back in its rooms quietly.
+            return;
+        }
         if p.tracks(name) && self.member_kind(k) {
             p.enter(&self.shared.broker, self.id, k, name);
         }
@@ -124,6 +128,11 @@ impl<S: Socket> Engine<S> {
             return;
         }
         p.exit(&self.shared.broker, self.id, k, name);
+        if self.handing_over {
+            // Lifted out in a hand-over: its listening ends with the others' in one pass
+            // (`presence_drop_listeners`).
+            return;
+        }
         if let Some(list) = self.presence.listeners.get_mut(&tid) {
             let before = list.len();
             list.retain(|(c, _)| *c != k);
@@ -134,6 +143,61 @@ impl<S: Socket> Engine<S> {
                 self.presence.listeners.remove(&tid);
             }
         }
+    }
+
+    /// The rooms whose events each listening connection receives, each with the version its
+    /// member list was read at (for a hand-over: one pass, not one per connection).
+    pub(crate) fn presence_listening_all(&self) -> HashMap<u32, Vec<(Arc<str>, u64)>> {
+        let mut out: HashMap<u32, Vec<(Arc<str>, u64)>> = HashMap::new();
+        for (tid, list) in &self.presence.listeners {
+            let Some(name) = self.index.name_of(*tid) else {
+                continue;
+            };
+            for (k, seen) in list {
+                out.entry(*k).or_default().push((Arc::clone(&name), *seen));
+            }
+        }
+        out
+    }
+
+    /// Connections `gone` (lifted out in a hand-over) stop listening, in one pass over the
+    /// listener lists.
+    pub(crate) fn presence_drop_listeners(&mut self, gone: &std::collections::HashSet<u32>) {
+        let Some(p) = self.shared.presence.clone() else {
+            return;
+        };
+        let index = &self.index;
+        self.presence.listeners.retain(|tid, list| {
+            let before = list.len();
+            list.retain(|(c, _)| !gone.contains(c));
+            if let Some(name) = index.name_of(*tid) {
+                for _ in list.len()..before {
+                    p.unlisten(&name);
+                }
+            }
+            !list.is_empty()
+        });
+    }
+
+    /// Connection `k`, arrived in a hand-over, receives room `name`'s events after `seen`
+    /// again (it subscribes to the room; its member list is not sent again).
+    pub(crate) fn presence_relisten(&mut self, k: u32, name: &Arc<str>, seen: u64) {
+        let Some(p) = self.shared.presence.clone() else {
+            return;
+        };
+        let Some(tid) = self.subscription(k, name) else {
+            return;
+        };
+        if !p.tracks(name) {
+            return;
+        }
+        // `k` has just arrived: it is in no list yet.
+        p.watch(name);
+        self.presence
+            .listeners
+            .entry(tid)
+            .or_default()
+            .push((k, seen));
     }
 
     /// Forgets connection `k` (it is gone; it left its rooms already).

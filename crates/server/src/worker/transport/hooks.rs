@@ -63,6 +63,45 @@ impl HookTable {
         self.extra.remove(&k);
     }
 
+    /// Whether connection `k` waits for a hook's answer (a hand-over cannot carry the call).
+    pub(crate) fn waiting_for(&self, k: u32) -> bool {
+        self.waits.contains_key(&k)
+    }
+
+    /// What the hooks know of connection `k`, for a hand-over: the identity a `connect` hook
+    /// gave (`sub`, `info`), and the `connected` webhook's connection id, `sub` and the
+    /// worker second it was accepted.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn export(
+        &self,
+        k: u32,
+    ) -> (
+        Option<(Option<String>, Option<String>)>,
+        Option<(Arc<str>, Option<String>, u32)>,
+    ) {
+        let ident = self.ids.get(&k).map(|i| (i.sub.clone(), i.info.clone()));
+        let live = self
+            .live
+            .get(&k)
+            .map(|l| (Arc::clone(&l.conn), l.sub.clone(), l.since));
+        (ident, live)
+    }
+
+    /// Restores what [`HookTable::export`] gave, for connection `k` arriving in a hand-over.
+    pub(crate) fn import(
+        &mut self,
+        k: u32,
+        ident: Option<(Option<String>, Option<String>)>,
+        live: Option<(Arc<str>, Option<String>, u32)>,
+    ) {
+        if let Some((sub, info)) = ident {
+            self.ids.insert(k, Arc::new(Ident { sub, info }));
+        }
+        if let Some((conn, sub, since)) = live {
+            self.live.insert(k, Live { conn, sub, since });
+        }
+    }
+
     /// Connections waiting for a hook.
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
@@ -544,6 +583,15 @@ impl<S: Socket> Engine<S> {
     /// A connection of this worker joined or left `topic` (occupancy webhooks).
     pub(crate) fn hook_topic(&self, topic: &Arc<str>, joined: bool) {
         if let Some(w) = self.shared.hooks.as_ref().and_then(|h| h.webhooks.as_ref()) {
+            if self.handing_over {
+                // A hand-over moves subscribers, it does not make or end them: the old
+                // process forgets them without `topic_vacated`, the new one counts them
+                // without `topic_occupied`.
+                if joined {
+                    w.count_topic(topic);
+                }
+                return;
+            }
             w.topic(topic, joined, self.unix_now());
         }
     }

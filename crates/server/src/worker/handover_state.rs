@@ -1,0 +1,301 @@
+//! What authentication, hooks and presence keep for a connection beside its record, as it
+//! moves in a hand-over (`super::handover`): taken out quietly in the old process and put back
+//! in the new one, so the connection keeps its rights until the same wall-clock deadline, the
+//! backend's webhooks see neither a `disconnected` nor a `connected`, and its presence rooms
+//! see neither a `leave` nor a `join`. The format is [`clarion_proto::handover_state`].
+//!
+//! Times cross as wall-clock (Unix) seconds: each process's coarse clock starts at its own
+//! second 0, so a token's deadline is converted on the way out and on the way in.
+
+use std::sync::Arc;
+
+use clarion_proto::auth::{Grants, Pattern};
+use clarion_proto::handover_state::{AuthState, HookLive, HookState, ModeState, PresenceState};
+
+use super::socket::Socket;
+use super::Engine;
+use crate::broker::Since;
+use crate::log;
+use crate::presence::handover::Carried;
+
+/// A connection's authentication as it moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedAuth {
+    /// Unix second its token stops counting (or a pending connection's deadline to
+    /// authenticate).
+    pub deadline: u64,
+    /// It has not authenticated yet.
+    pub pending: bool,
+    /// It was warned of its token's expiry.
+    pub warned: bool,
+    /// Patterns it may subscribe to, as a claim writes them.
+    pub subscribe: Vec<String>,
+    /// Patterns it may publish to.
+    pub publish: Vec<String>,
+}
+
+/// What the hooks know of a connection as it moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedHooks {
+    /// The identity a `connect` hook gave: `sub`, `info`.
+    pub ident: Option<(Option<String>, Option<String>)>,
+    /// The `connected` webhook's connection id and `sub`, and the seconds since.
+    pub live: Option<(Arc<str>, Option<String>, u32)>,
+}
+
+/// A connection's presence as it moves: its rooms and the rooms whose events it receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedPresence {
+    /// Its identity and rooms.
+    pub part: Carried,
+    /// Rooms it listens to, with the version its member list was read at.
+    pub listening: Vec<(Arc<str>, u64)>,
+}
+
+/// Everything the modes keep for one moving connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CarriedMode {
+    /// Authentication (or a `connect` hook's grants).
+    pub auth: Option<CarriedAuth>,
+    /// Backend hooks.
+    pub hooks: Option<CarriedHooks>,
+    /// Presence.
+    pub presence: Option<CarriedPresence>,
+}
+
+/// A pattern as a token's claim writes it.
+fn pattern_text(p: &Pattern) -> String {
+    match p {
+        Pattern::Exact(t) => t.clone(),
+        Pattern::Prefix(p) => format!("{p}*"),
+    }
+}
+
+/// Patterns back from their text. One that does not parse is left out (the connection keeps
+/// less, never more, than it had); it cannot happen between two honest processes.
+fn patterns(list: &[String]) -> Vec<Pattern> {
+    list.iter()
+        .filter_map(|t| match Pattern::parse(t) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::warn(format_args!("hand-over: a grant pattern was dropped: {e}"));
+                None
+            }
+        })
+        .collect()
+}
+
+impl CarriedMode {
+    /// The record's section, borrowing from `self`.
+    pub fn wire(&self) -> ModeState<'_> {
+        ModeState {
+            auth: self.auth.as_ref().map(|a| AuthState {
+                deadline: a.deadline,
+                pending: a.pending,
+                warned: a.warned,
+                subscribe: a.subscribe.iter().map(String::as_str).collect(),
+                publish: a.publish.iter().map(String::as_str).collect(),
+            }),
+            hooks: self.hooks.as_ref().map(|h| HookState {
+                ident: h.ident.as_ref().map(|(s, i)| (s.as_deref(), i.as_deref())),
+                live: h.live.as_ref().map(|(conn, sub, age)| HookLive {
+                    conn,
+                    sub: sub.as_deref(),
+                    age: *age,
+                }),
+            }),
+            presence: self.presence.as_ref().map(|p| PresenceState {
+                ident: p
+                    .part
+                    .ident
+                    .as_ref()
+                    .map(|(s, i)| (s.as_str(), i.as_deref())),
+                rooms: p.part.rooms.iter().map(|(n, v)| (&**n, *v)).collect(),
+                listening: p.listening.iter().map(|(n, v)| (&**n, *v)).collect(),
+            }),
+        }
+    }
+
+    /// The section as read from the old process.
+    pub fn from_wire(m: &ModeState<'_>) -> CarriedMode {
+        let owned = |s: Option<&str>| s.map(str::to_owned);
+        CarriedMode {
+            auth: m.auth.as_ref().map(|a| CarriedAuth {
+                deadline: a.deadline,
+                pending: a.pending,
+                warned: a.warned,
+                subscribe: a.subscribe.iter().map(|s| (*s).to_owned()).collect(),
+                publish: a.publish.iter().map(|s| (*s).to_owned()).collect(),
+            }),
+            hooks: m.hooks.as_ref().map(|h| CarriedHooks {
+                ident: h.ident.map(|(s, i)| (owned(s), owned(i))),
+                live: h
+                    .live
+                    .as_ref()
+                    .map(|l| (Arc::from(l.conn), owned(l.sub), l.age)),
+            }),
+            presence: m.presence.as_ref().map(|p| CarriedPresence {
+                part: Carried {
+                    ident: p.ident.map(|(s, i)| (s.to_owned(), owned(i))),
+                    rooms: p.rooms.iter().map(|(n, v)| (Arc::from(*n), *v)).collect(),
+                },
+                listening: p
+                    .listening
+                    .iter()
+                    .map(|(n, v)| (Arc::from(*n), *v))
+                    .collect(),
+            }),
+        }
+    }
+}
+
+impl<S: Socket> Engine<S> {
+    /// The old process's side for connection `k`, about to be lifted out: takes what the
+    /// modes keep for it, then leaves its topics and forgets it quietly (no presence `leave`,
+    /// no `topic_vacated`, no `disconnected`).
+    ///
+    /// `listening`: the rooms it listens to (from [`Engine::presence_listening_all`]); the
+    /// caller ends the listening of every released connection at once
+    /// ([`Engine::presence_drop_listeners`]).
+    pub(crate) fn release(
+        &mut self,
+        k: u32,
+        listening: Vec<(Arc<str>, u64)>,
+    ) -> Option<CarriedMode> {
+        let mode = self.take_mode(k, listening);
+        self.handing_over = true;
+        self.leave_all_topics(k);
+        self.forget_side_state(k);
+        self.handing_over = false;
+        mode
+    }
+
+    /// The new process's side for connection `k`, just put in the slab: its rights first,
+    /// then its topics again (without `topic_occupied` or presence `join`: it was there), then
+    /// its rooms and the events it listens to. Its topics continue from now, or, with a
+    /// clustered broker, from the ids `from` (`topic:EPOCH-SEQ,...`) where the old process
+    /// stopped delivering, with what was published since written to it alone first.
+    pub(crate) fn resume(
+        &mut self,
+        k: u32,
+        topics: &[String],
+        from: Option<&str>,
+        mode: Option<&CarriedMode>,
+    ) {
+        if let Some(m) = mode {
+            self.restore_rights(k, m);
+        }
+        let mut joined = Vec::new();
+        if !topics.is_empty() {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            self.handing_over = true;
+            let since = from.map_or(Since::Now, Since::Id);
+            let sub = self.subscribe_conn(k, &names, since, false);
+            self.handing_over = false;
+            if let Some(sub) = sub {
+                joined = sub.names.clone();
+                if from.is_some() {
+                    self.catch_up_arriving(k, sub);
+                } else if !sub.replay.is_empty() {
+                    log::warn(format_args!("hand-over: unexpected replay on adoption"));
+                }
+            }
+        }
+        self.restore_rooms(k, mode, &joined);
+    }
+
+    /// Takes what the modes keep for connection `k` out, quietly (no event, no webhook): call
+    /// before its topics are left. `None` when no mode keeps anything for it.
+    fn take_mode(&mut self, k: u32, listening: Vec<(Arc<str>, u64)>) -> Option<CarriedMode> {
+        let auth = self
+            .grants
+            .export(k)
+            .map(|(deadline, pending, warned, grants)| {
+                let list = |l: Option<&[Pattern]>| {
+                    l.unwrap_or_default().iter().map(pattern_text).collect()
+                };
+                CarriedAuth {
+                    deadline: self.unix_base + u64::from(deadline),
+                    pending,
+                    warned,
+                    subscribe: list(grants.as_ref().map(|g| &g.subscribe[..])),
+                    publish: list(grants.as_ref().map(|g| &g.publish[..])),
+                }
+            });
+        let (ident, live) = self.hooks.export(k);
+        let hooks = (ident.is_some() || live.is_some()).then(|| CarriedHooks {
+            ident,
+            live: live.map(|(conn, sub, since)| (conn, sub, self.now.saturating_sub(since))),
+        });
+        let presence = match self.shared.presence.clone() {
+            Some(p) => {
+                let part = p.detach(self.id, k);
+                (part.is_some() || !listening.is_empty()).then(|| CarriedPresence {
+                    part: part.unwrap_or(Carried {
+                        ident: None,
+                        rooms: Vec::new(),
+                    }),
+                    listening,
+                })
+            }
+            None => None,
+        };
+        let m = CarriedMode {
+            auth,
+            hooks,
+            presence,
+        };
+        (m != CarriedMode::default()).then_some(m)
+    }
+
+    /// Puts back what authentication and hooks kept for connection `k`, arriving from the old
+    /// process: before it subscribes again (its rights are checked from then on).
+    fn restore_rights(&mut self, k: u32, m: &CarriedMode) {
+        if let Some(a) = &m.auth {
+            let deadline =
+                u32::try_from(a.deadline.saturating_sub(self.unix_base)).unwrap_or(u32::MAX);
+            if a.pending {
+                self.grants.require(k, deadline);
+            } else {
+                let grants = Grants {
+                    subscribe: patterns(&a.subscribe),
+                    publish: patterns(&a.publish),
+                };
+                self.grants.set(k, deadline, grants);
+                if a.warned {
+                    self.grants.warned(k);
+                }
+            }
+        }
+        if let Some(h) = &m.hooks {
+            let now = self.now;
+            let live = h
+                .live
+                .clone()
+                .map(|(conn, sub, age)| (conn, sub, now.saturating_sub(age)));
+            self.hooks.import(k, h.ident.clone(), live);
+        }
+    }
+
+    /// Puts connection `k` back in its presence rooms (quietly) and lets it listen to their
+    /// events again: after it subscribed to `topics` again. A room this process keeps that the
+    /// old one did not (`presence_topics` changed) is entered as a subscription would.
+    fn restore_rooms(&mut self, k: u32, m: Option<&CarriedMode>, topics: &[Arc<str>]) {
+        let Some(p) = self.shared.presence.clone() else {
+            return;
+        };
+        let carried = m.and_then(|m| m.presence.as_ref());
+        if let Some(c) = carried {
+            p.attach(self.id, k, &c.part);
+        }
+        for name in topics {
+            if p.tracks(name) && !p.is_in(self.id, k, name) && self.subscription(k, name).is_some()
+            {
+                self.presence_entered(k, name);
+            }
+        }
+        for (name, seen) in carried.map(|c| &c.listening[..]).unwrap_or_default() {
+            self.presence_relisten(k, name, *seen);
+        }
+    }
+}
