@@ -177,17 +177,13 @@ def test_a_signal_to_the_supervisor_stops_every_process(group, sig, close):
     assert "stopped: all 3 processes exited" in stderr
 
 
-def test_sigusr1_replaces_the_processes_one_at_a_time(group):
-    # A rolling upgrade: each process in turn hands its listeners and WebSockets to a successor
-    # (started from the binary on disk) before the next one's turn, so the group never has
-    # fewer than 2 of its 3 processes serving; every process ends up replaced, and the sockets
-    # carry on (test_group_handover.py checks delivery under a publishing loop).
+def roll(group, timeout=120):
+    """SIGUSR1, then waits until three new processes serve; returns the /healthz counts seen."""
     before = set(children(group.proc.pid))
-    socks = [rawws.connect(group.clients, "/ws?topic=roll") for _ in range(30)]
     serving = []
 
     def up_count():
-        status, _, body = group.request("GET", "/healthz")
+        _, _, body = group.request("GET", "/healthz")
         m = re.search(r"\((\d+) of 3 processes\)", body.decode())
         serving.append(int(m.group(1)) if m else 0)
         return serving[-1]
@@ -197,10 +193,20 @@ def test_sigusr1_replaces_the_processes_one_at_a_time(group):
         lambda: (lambda now: now if len(now) == 3 and not now & before and up_count() == 3 else None)(
             set(children(group.proc.pid))
         ),
-        timeout=60,
+        timeout=timeout,
         step=0.05,
     )
     assert replaced, (before, children(group.proc.pid))
+    return serving
+
+
+def test_sigusr1_replaces_the_processes_one_at_a_time(group):
+    # A rolling upgrade: each process in turn hands its listeners and WebSockets to a successor
+    # (started from the binary on disk) before the next one's turn, so the group never has
+    # fewer than 2 of its 3 processes serving; every process ends up replaced, and the sockets
+    # carry on (test_group_handover.py checks delivery under a publishing loop).
+    socks = [rawws.connect(group.clients, "/ws?topic=roll") for _ in range(30)]
+    serving = roll(group, timeout=60)
     assert min(serving) >= 2, serving
     restarts = node_values(group.metrics(), "clarion_group_restarts_total")
     assert sorted(restarts.values()) == [1, 1, 1], restarts

@@ -13,7 +13,7 @@ import pytest
 import websockets.sync.client
 
 from cluster_util import Redis
-from test_group import children, group_healthy, node_values, wait_for
+from test_group import group_healthy, node_values, roll, wait_for
 from test_handover import (
     DeflateWs,
     LongPoll,
@@ -57,29 +57,6 @@ def start_group(start_server, redis, *extra):
     )
     assert wait_for(lambda: group_healthy(group, 3)), group.request("GET", "/healthz")
     return group
-
-
-def roll(group, timeout=120):
-    """SIGUSR1, then waits until three new processes serve; returns the /healthz counts seen."""
-    before = set(children(group.proc.pid))
-    serving = []
-
-    def up_count():
-        _, _, body = group.request("GET", "/healthz")
-        m = re.search(r"\((\d+) of 3 processes\)", body.decode())
-        serving.append(int(m.group(1)) if m else 0)
-        return serving[-1]
-
-    group.proc.send_signal(signal.SIGUSR1)
-    replaced = wait_for(
-        lambda: (lambda now: now if len(now) == 3 and not now & before and up_count() == 3 else None)(
-            set(children(group.proc.pid))
-        ),
-        timeout=timeout,
-        step=0.05,
-    )
-    assert replaced, (before, children(group.proc.pid))
-    return serving
 
 
 def test_a_rolling_upgrade_hands_every_connection_over_under_a_publishing_loop(
