@@ -180,6 +180,21 @@ pub struct ConnRecord<'a> {
     pub output: &'a [u8],
     /// Subscribed topics.
     pub topics: Vec<&'a str>,
+    /// For a TLS 1.3 connection, its record layer; `input` and `output` are then plaintext.
+    pub tls: Option<TlsRecord<'a>>,
+}
+
+/// A TLS 1.3 connection's record layer as it moves: the keys' state and the ciphertext in
+/// flight, so that the new process continues the connection byte for byte. Its bytes are
+/// secret (the traffic secrets): they travel only over the private hand-over socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsRecord<'a> {
+    /// Suite, both directions' traffic secrets and their use, a KeyUpdate owed or half read.
+    pub session: crate::tls13::Parked,
+    /// Ciphertext of a record not yet complete (less than one record).
+    pub partial: &'a [u8],
+    /// Records sealed but not taken by the kernel yet; they go out before anything else.
+    pub unsent: &'a [u8],
 }
 
 /// How many connections moved and how many fell back.
@@ -311,6 +326,45 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
     for t in &c.topics {
         put_str16(out, t);
     }
+    encode_tls(c.tls.as_ref(), out);
+}
+
+/// The TLS part of a connection record: `0`, or `1 | LEN (u8) | PARKED | PARTIAL (bytes32) |
+/// UNSENT (bytes32)` (see [`crate::tls13::parked`]).
+fn encode_tls(tls: Option<&TlsRecord<'_>>, out: &mut Vec<u8>) {
+    let Some(t) = tls else {
+        out.push(0);
+        return;
+    };
+    out.push(1);
+    let at = out.len();
+    out.push(0);
+    t.session.encode(out);
+    let len = out.len() - at - 1;
+    if let Some(slot) = out.get_mut(at) {
+        *slot = len as u8; // At most `parked::MAX_LEN` (138) bytes.
+    }
+    put_bytes32(out, t.partial);
+    put_bytes32(out, t.unsent);
+}
+
+fn decode_tls<'a>(r: &mut Reader<'a>) -> Result<Option<TlsRecord<'a>>, Error> {
+    if !r.flag()? {
+        return Ok(None);
+    }
+    let n = usize::from(r.u8()?);
+    let session = crate::tls13::Parked::decode(r.take(n)?).map_err(|_| Error::Malformed(r.what))?;
+    let partial = r.bytes32()?;
+    // A partial record is shorter than the longest record.
+    if partial.len() >= crate::tls13::wire::HEADER_LEN + crate::tls13::wire::MAX_CIPHERTEXT {
+        return Err(Error::Malformed(r.what));
+    }
+    let unsent = r.bytes32()?;
+    Ok(Some(TlsRecord {
+        session,
+        partial,
+        unsent,
+    }))
 }
 
 fn put_str8(out: &mut Vec<u8>, s: &str) {
@@ -470,6 +524,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
     for _ in 0..n {
         topics.push(r.str16()?);
     }
+    let tls = decode_tls(r)?;
     Ok(ConnRecord {
         worker,
         state,
@@ -478,6 +533,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
         input,
         output,
         topics,
+        tls,
     })
 }
 
@@ -556,6 +612,30 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
+    fn tls_sample() -> TlsRecord<'static> {
+        use crate::tls13::limits::Usage;
+        use crate::tls13::parked::ParkedDirection;
+        use crate::tls13::{CipherSuite, TrafficSecret};
+        let suite = CipherSuite::Aes256GcmSha384;
+        TlsRecord {
+            session: crate::tls13::Parked {
+                suite,
+                send: ParkedDirection {
+                    secret: TrafficSecret::new(suite, &[9; 48]).unwrap(),
+                    usage: Usage { seq: 3, weight: 99 },
+                },
+                receive: ParkedDirection {
+                    secret: TrafficSecret::new(suite, &[8; 48]).unwrap(),
+                    usage: Usage { seq: 4, weight: 77 },
+                },
+                owe_update: true,
+                partial_handshake: vec![24],
+            },
+            partial: b"\x17\x03\x03\x00",
+            unsent: b"\x17\x03\x03\x00\x11sealed records...",
+        }
+    }
+
     fn samples() -> Vec<Frame<'static>> {
         vec![
             Frame::Hello(Hello {
@@ -592,6 +672,7 @@ mod tests {
                     input: b"\x81\x85partial",
                     output: b"owed",
                     topics: vec!["news", "sport"],
+                    tls: Some(tls_sample()),
                 },
                 ConnRecord {
                     worker: 0,
@@ -605,6 +686,7 @@ mod tests {
                     input: b"",
                     output: b"",
                     topics: vec!["news"],
+                    tls: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -614,6 +696,7 @@ mod tests {
                     input: b"",
                     output: b"",
                     topics: vec![],
+                    tls: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -623,6 +706,7 @@ mod tests {
                     input: b"",
                     output: b"x",
                     topics: vec!["t"],
+                    tls: None,
                 },
                 ConnRecord {
                     worker: 3,
@@ -632,6 +716,7 @@ mod tests {
                     input: b"GET / HT",
                     output: b"",
                     topics: vec![],
+                    tls: None,
                 },
             ]),
             Frame::End(End {
@@ -658,6 +743,19 @@ mod tests {
         assert_eq!(at, all.len());
         assert_eq!(samples()[2].fds(), 3);
         assert_eq!(samples()[5].fds(), 5);
+    }
+
+    #[test]
+    fn the_committed_fuzz_seeds_decode() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds/handover");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            let mut at = 0;
+            while at < bytes.len() {
+                let (_, used) = decode(&bytes[at..]).unwrap().unwrap();
+                at += used;
+            }
+        }
     }
 
     #[test]
@@ -707,6 +805,37 @@ mod tests {
         let body = [1u8, 0, 0, 0, 1, 1, 0, 0xb5, 0];
         b.extend_from_slice(&(body.len() as u32).to_le_bytes());
         b.extend_from_slice(&body);
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        // A TLS part that lies: a parked state one byte short, a partial record as long as a
+        // whole one.
+        let conn = match &samples()[5] {
+            Frame::Conns(l) => l[0].clone(),
+            _ => unreachable!(),
+        };
+        let mut good = Vec::new();
+        encode(&Frame::Conns(vec![conn.clone()]), &mut good);
+        let mut plain = Vec::new();
+        encode(
+            &Frame::Conns(vec![ConnRecord { tls: None, ..conn }]),
+            &mut plain,
+        );
+        let tls_at = plain.len() - 1;
+        assert_eq!((plain[tls_at], good[tls_at]), (0, 1), "the TLS flag");
+        let mut b = good.clone();
+        b[tls_at + 1] -= 1;
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        let mut b = good.clone();
+        b[tls_at] = 2;
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        let mut b = good[..tls_at].to_vec();
+        let mut tail = Vec::new();
+        let mut long = tls_sample();
+        let whole = vec![0u8; 5 + crate::tls13::wire::MAX_CIPHERTEXT];
+        long.partial = &whole;
+        encode_tls(Some(&long), &mut tail);
+        b.extend_from_slice(&tail);
+        let body = (b.len() - HEAD) as u32;
+        b[5..9].copy_from_slice(&body.to_le_bytes());
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         // A state out of range.
         let mut b = b"CLHO\x06".to_vec();

@@ -470,6 +470,7 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
             input: &m.input,
             output: &m.output,
             topics: m.topics.iter().map(|t| &**t).collect(),
+            tls: None,
         });
         raw.push(m.fd.as_raw_fd());
     }
