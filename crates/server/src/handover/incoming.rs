@@ -19,7 +19,7 @@ use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
 use crate::metrics::Metrics;
-use crate::worker::handover::{state_from_wire, Arriving};
+use crate::worker::handover::{state_from_wire, Arriving, MovingTls};
 
 /// A hand-over under way, once the old process has sent its listeners and its history.
 pub struct Incoming {
@@ -290,6 +290,11 @@ fn arriving(list: Vec<wire::ConnRecord<'_>>, fds: Vec<OwnedFd>) -> Vec<(usize, A
                 input: r.input.to_vec(),
                 output: r.output.to_vec(),
                 topics: r.topics.iter().map(|t| (*t).to_owned()).collect(),
+                tls: r.tls.map(|t| MovingTls {
+                    session: t.session,
+                    partial: t.partial.to_vec(),
+                    unsent: t.unsent.to_vec(),
+                }),
                 fd,
             },
         ));
