@@ -9,6 +9,11 @@ topic once, in order.
 
     cargo build --release -p clarion
     python3 bench/handover.py --connections 15000 --repeats 3
+    python3 bench/handover.py --connections 15000 --repeats 3 --tls
+
+With --tls, every repeat measures the same load twice, over clear WebSocket connections and over
+TLS 1.3 ones (whose record layer, keys and sequence numbers move with them), and reports both
+medians and their ratio.
 
 Latency is publish-to-arrival: the publisher stamps each message with the time of its first
 attempt (a publish refused while the broker is frozen is sent again, keeping its stamp), and
@@ -27,7 +32,9 @@ import queue
 import re
 import selectors
 import socket
+import ssl
 import statistics
+import tempfile
 import struct
 import subprocess
 import sys
@@ -49,18 +56,25 @@ def start(extra):
         p.kill()
         raise RuntimeError(f"server did not start: {line!r} {p.stderr.read()}")
     fields = dict(part.split("=", 1) for part in line.split()[2:])
-    return p, fields["clients"], fields["api"]
+    return p, fields["clients"], fields["api"], fields.get("tls")
 
 
-def client_proc(addr, first, count, topics, deadline, ready, go, out):
-    """Opens `count` connections (conn i follows topic (first + i) % topics), then reads until
-    every one has `expected[topic]` messages (sent by the parent through `go`) or `deadline`."""
+def client_proc(addr, first, count, topics, deadline, ready, go, out, ca=None):
+    """Opens `count` connections (conn i follows topic (first + i) % topics; over TLS 1.3
+    trusting `ca` when given), then reads until every one has `expected[topic]` messages (sent
+    by the parent through `go`) or `deadline`."""
     host, port = addr.rsplit(":", 1)
     sel = selectors.DefaultSelector()
     conns = {}
+    tls = None
+    if ca:
+        tls = ssl.create_default_context(cafile=ca)
+        tls.minimum_version = ssl.TLSVersion.TLSv1_3
     for i in range(count):
         topic = (first + i) % topics
         s = socket.create_connection((host, int(port)), timeout=30)
+        if tls:
+            s = tls.wrap_socket(s, server_hostname="localhost")
         key = base64.b64encode(os.urandom(16)).decode()
         s.sendall(
             f"GET /ws?topic=t{topic} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
@@ -94,7 +108,10 @@ def client_proc(addr, first, count, topics, deadline, ready, go, out):
             c = conns[key.fd]
             try:
                 data = c[0].recv(262144)
-            except BlockingIOError:
+                # Records already decrypted by OpenSSL do not make the socket readable again.
+                while tls and data and c[0].pending():
+                    data += c[0].recv(262144)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue
             except OSError:
                 data = b""
@@ -177,15 +194,25 @@ def publish_loop(api, topics, rate, seconds, counts):
 FLAGS = ["--max-connections-per-address", "0"]
 
 
-def one_run(args):
-    old, clients, api = start(FLAGS)
+def dev_cert():
+    """A development CA and certificate (`clarion cert --dev`): (ca, cert, key) paths."""
+    d = tempfile.mkdtemp(prefix="clarion-handover-bench-")
+    subprocess.run([CLARION, "cert", "--dev", "--dir", d], check=True, capture_output=True)
+    return tuple(os.path.join(d, f"{k}.pem") for k in ("ca", "cert", "key"))
+
+
+def one_run(args, cert=None):
+    flags = list(FLAGS)
+    if cert:
+        flags += ["--tls-listen", "127.0.0.1:0", "--tls-cert", cert[1], "--tls-key", cert[2]]
+    old, clients, api, tls = start(flags)
     try:
-        return measure(args, old, clients, api)
+        return measure(args, old, tls if cert else clients, api, flags, cert[0] if cert else None)
     finally:
         old.kill()
 
 
-def measure(args, old, clients, api):
+def measure(args, old, clients, api, flags, ca):
     ctx = mp.get_context("fork")
     ready, out = ctx.Queue(), ctx.Queue()
     gos = []
@@ -197,7 +224,7 @@ def measure(args, old, clients, api):
         gos.append(go)
         p = ctx.Process(
             target=client_proc,
-            args=(clients, k * per, per, args.topics, deadline, ready, go, out),
+            args=(clients, k * per, per, args.topics, deadline, ready, go, out, ca),
         )
         p.start()
         procs.append(p)
@@ -213,7 +240,7 @@ def measure(args, old, clients, api):
         result["began"] = time.monotonic()
         new = subprocess.Popen(
             [CLARION, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
-             *FLAGS, "--upgrade-from", str(old.pid)],
+             *flags, "--upgrade-from", str(old.pid)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -275,26 +302,45 @@ def main():
     ap.add_argument("--rate", type=float, default=100, help="publishes per second")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tls", action="store_true", help="also over TLS 1.3, in the same repeats")
     args = ap.parse_args()
-    runs = []
+    cert = dev_cert() if args.tls else None
+    modes = [("clear", None)] + ([("TLS 1.3", cert)] if args.tls else [])
+    runs = {name: [] for name, _ in modes}
     for r in range(args.repeats):
-        res = one_run(args)
-        print(f"run {r + 1}: {res}", flush=True)
-        ok = (
-            res["moved"] == args.connections
-            and res["ended"] == 0
-            and res["short"] == 0
-            and res["out_of_order"] == 0
-            and res["deliveries"] == res["expected"]
+        for name, c in modes:
+            res = one_run(args, c)
+            print(f"run {r + 1} ({name}): {res}", flush=True)
+            ok = (
+                res["moved"] == args.connections
+                and res["ended"] == 0
+                and res["short"] == 0
+                and res["out_of_order"] == 0
+                and res["deliveries"] == res["expected"]
+            )
+            if not ok:
+                print("FAILED: a connection ended, or a message was lost, repeated or reordered")
+                sys.exit(1)
+            runs[name].append(res)
+    meds = {}
+    for name, _ in modes:
+        meds[name] = report(args, name, runs[name])
+    if args.tls:
+        clear, tls = meds["clear"], meds["TLS 1.3"]
+        ratio = lambda k: tls[k] / max(clear[k], 1e-3)  # noqa: E731
+        print(
+            f"\nTLS 1.3 / clear (medians): hand-over {ratio('handover_ms'):.2f}, "
+            f"frozen {ratio('frozen_ms'):.2f}, new started to old exited "
+            f"{ratio('spawn_to_old_exit_ms'):.2f}, longest latency around the hand-over "
+            f"{ratio('max_latency_during_ms'):.2f}"
         )
-        if not ok:
-            print("FAILED: a connection ended, or a message was lost, repeated or reordered")
-            sys.exit(1)
-        runs.append(res)
+
+
+def report(args, name, runs):
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     print(
-        f"\n{args.connections} connections, {args.topics} topics, {args.rate:g} publishes/s, "
-        f"median of {len(runs)}:\n"
+        f"\n{args.connections} {name} connections, {args.topics} topics, "
+        f"{args.rate:g} publishes/s, median of {len(runs)}:\n"
         f"  hand-over (request to ack, old process's log): {med['handover_ms']:.0f} ms, "
         f"broker frozen {med['frozen_ms']:.0f} ms\n"
         f"  new process started to old process exited: {med['spawn_to_old_exit_ms']:.0f} ms\n"
@@ -305,6 +351,7 @@ def main():
         f"  every connection open, every message once and in order "
         f"({med['deliveries']:.0f} deliveries per run)"
     )
+    return med
 
 
 if __name__ == "__main__":
