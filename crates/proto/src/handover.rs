@@ -19,6 +19,10 @@
 //! record rides with each, at most [`MAX_FDS`]) and **end**; the new process answers **ack**
 //! once every connection is registered with its workers, and the old one exits.
 //!
+//! A connection record of a TLS 1.3 connection carries its record layer ([`TlsRecord`],
+//! [`crate::tls13::parked`]): its traffic secrets make a **conns** frame secret, for the caller
+//! to send only over a private channel and to wipe after use.
+//!
 //! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
 //! process falls back to a restart with drain.
 

@@ -18,7 +18,9 @@
 //!    ready;
 //! 4. it sends the connections in batches (descriptors with each), and the new process
 //!    registers them with its workers, subscribed again to their topics from the frozen point,
-//!    with their partial input and owed output;
+//!    with their partial input and owed output, and a TLS 1.3 connection with its record layer
+//!    (traffic secrets, sequence numbers, ciphertext in flight). The buffers that held those
+//!    secrets are wiped after the send and after the read;
 //! 5. on the new process's ack, the old one restarts as on SIGUSR2: the connections that could
 //!    not move are told to reconnect (close 1012, SSE `retry:`) and it exits.
 //!
