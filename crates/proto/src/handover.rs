@@ -346,7 +346,7 @@ fn encode_tls(tls: Option<&TlsRecord<'_>>, out: &mut Vec<u8>) {
     t.session.encode(out);
     let len = out.len() - at - 1;
     if let Some(slot) = out.get_mut(at) {
-        *slot = len as u8; // At most `parked::MAX_LEN` (138) bytes.
+        *slot = len as u8; // At most `parked::MAX_LEN` (228) bytes.
     }
     put_bytes32(out, t.partial);
     put_bytes32(out, t.unsent);
@@ -619,17 +619,19 @@ mod tests {
     fn tls_sample() -> TlsRecord<'static> {
         use crate::tls13::limits::Usage;
         use crate::tls13::parked::ParkedDirection;
-        use crate::tls13::{CipherSuite, TrafficSecret};
+        use crate::tls13::{CipherSuite, TrafficKey, TrafficSecret};
         let suite = CipherSuite::Aes256GcmSha384;
         TlsRecord {
             session: crate::tls13::Parked {
                 suite,
                 send: ParkedDirection {
                     secret: TrafficSecret::new(suite, &[9; 48]).unwrap(),
+                    key: TrafficKey::new(suite, &[7; 32], &[1; 12]).unwrap(),
                     usage: Usage { seq: 3, weight: 99 },
                 },
                 receive: ParkedDirection {
                     secret: TrafficSecret::new(suite, &[8; 48]).unwrap(),
+                    key: TrafficKey::new(suite, &[6; 32], &[2; 12]).unwrap(),
                     usage: Usage { seq: 4, weight: 77 },
                 },
                 owe_update: true,

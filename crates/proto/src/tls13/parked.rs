@@ -3,9 +3,10 @@
 //! never learns that its records are now protected by someone else.
 //!
 //! What continuing needs, and nothing more: the cipher suite; each direction's current traffic
-//! secret (the key and IV are derived from it again, and so are the next ones after a
-//! KeyUpdate, RFC 8446 §7.2-§7.3) with its sequence number and its use of the key against the
-//! §5.5 limits; whether a KeyUpdate the peer asked for is still owed (§4.6.3); and the first
+//! secret (the next keys after a KeyUpdate derive from it, RFC 8446 §7.2) and the key and IV
+//! derived from it (§7.3: carried rather than derived again, which would cost the receiving
+//! process four HKDF expansions per connection while the hand-over holds every delivery), with
+//! its sequence number and its use of the key against the §5.5 limits; whether a KeyUpdate the peer asked for is still owed (§4.6.3); and the first
 //! bytes of a KeyUpdate split across records (§5.1). Ciphertext in flight (a partial incoming
 //! record, records the kernel has not taken) is the caller's to carry beside it.
 //!
@@ -14,21 +15,22 @@
 //!
 //! ```text
 //! SUITE (u16 LE)
-//! SEND:    SECRET_LEN (u8) | SECRET | SEQ (u64 LE) | WEIGHT (u64 LE)
-//! RECEIVE: SECRET_LEN (u8) | SECRET | SEQ (u64 LE) | WEIGHT (u64 LE)
+//! SEND:    SECRET_LEN (u8) | SECRET | KEY_LEN (u8) | KEY | IV (12) | SEQ (u64 LE) | WEIGHT (u64 LE)
+//! RECEIVE: the same
 //! OWE_UPDATE (u8: 0 or 1) | PARTIAL_LEN (u8: 0..=4) | PARTIAL (a prefix of a KeyUpdate)
 //! ```
 //!
-//! [`Parked::decode`] checks every field (the suite is known, each secret is as long as the
-//! suite's hash, flags are 0 or 1, the partial message is a prefix of a KeyUpdate, nothing
+//! [`Parked::decode`] checks every field (the suite is known, each secret and key is as long as
+//! the suite's hash and key, flags are 0 or 1, the partial message is a prefix of a KeyUpdate, nothing
 //! trails) and never panics.
 
-use super::keys::{CipherSuite, TrafficSecret};
+use super::keys::{CipherSuite, TrafficKey, TrafficSecret, IV_LEN};
 use super::limits::Usage;
 use super::wire::{HandshakeType, KEY_UPDATE_LEN};
 
-/// The longest encoding: a SHA-384 suite's secrets and a four-byte partial KeyUpdate.
-pub const MAX_LEN: usize = 2 + 2 * (1 + 48 + 16) + 1 + 1 + (KEY_UPDATE_LEN - 1);
+/// The longest encoding: a SHA-384 suite's secrets, 32-byte keys and a four-byte partial
+/// KeyUpdate.
+pub const MAX_LEN: usize = 2 + 2 * (1 + 48 + 1 + 32 + IV_LEN + 16) + 1 + 1 + (KEY_UPDATE_LEN - 1);
 // The hand-over format gives the encoding a one-byte length.
 const _: () = assert!(MAX_LEN <= 255);
 
@@ -41,8 +43,8 @@ pub enum ParkError {
     /// A cipher suite this layer does not run.
     #[error("parked TLS state names unknown cipher suite {0:#06x}")]
     Suite(u16),
-    /// A traffic secret whose length is not the suite's hash length.
-    #[error("parked TLS traffic secret of the wrong length")]
+    /// A traffic secret or key whose length is not the suite's hash or key length.
+    #[error("parked TLS traffic secret or key of the wrong length")]
     SecretLength,
     /// A flag other than 0 or 1, or a partial message that no KeyUpdate starts with.
     #[error("malformed parked TLS state")]
@@ -52,11 +54,14 @@ pub enum ParkError {
     Trailing,
 }
 
-/// One direction: its current traffic secret and how much its key has protected.
+/// One direction: its current traffic secret, the key derived from it, and how much that key
+/// has protected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParkedDirection {
     /// The current traffic secret (`*_application_traffic_secret_N`).
     pub secret: TrafficSecret,
+    /// The key and IV derived from it.
+    pub key: TrafficKey,
     /// Records protected under the key derived from it, and their weight (see [`Usage`]).
     pub usage: Usage,
 }
@@ -85,6 +90,10 @@ impl Parked {
             let secret = d.secret.as_bytes();
             out.push(secret.len() as u8);
             out.extend_from_slice(secret);
+            let key = d.key.key();
+            out.push(key.len() as u8);
+            out.extend_from_slice(key);
+            out.extend_from_slice(d.key.iv());
             out.extend_from_slice(&d.usage.seq.to_le_bytes());
             out.extend_from_slice(&d.usage.weight.to_le_bytes());
         }
@@ -149,10 +158,20 @@ fn direction(r: &mut &[u8], suite: CipherSuite) -> Result<ParkedDirection, ParkE
     let secret = r.get(..n).ok_or(ParkError::Truncated)?;
     let secret = TrafficSecret::new(suite, secret).map_err(|_| ParkError::SecretLength)?;
     *r = r.get(n..).unwrap_or_default();
+    let [n] = take::<1>(r)?;
+    let n = usize::from(n);
+    if n != suite.key_len() {
+        return Err(ParkError::SecretLength);
+    }
+    let key = r.get(..n).ok_or(ParkError::Truncated)?;
+    *r = r.get(n..).unwrap_or_default();
+    let iv: [u8; IV_LEN] = take(r)?;
+    let key = TrafficKey::new(suite, key, &iv).map_err(|_| ParkError::SecretLength)?;
     let seq = u64::from_le_bytes(take(r)?);
     let weight = u64::from_le_bytes(take(r)?);
     Ok(ParkedDirection {
         secret,
+        key,
         usage: Usage { seq, weight },
     })
 }
@@ -168,6 +187,7 @@ mod tests {
             suite,
             send: ParkedDirection {
                 secret: TrafficSecret::new(suite, &vec![1; n]).unwrap(),
+                key: TrafficKey::new(suite, &vec![3; suite.key_len()], &[4; 12]).unwrap(),
                 usage: Usage {
                     seq: 7,
                     weight: 900,
@@ -175,6 +195,7 @@ mod tests {
             },
             receive: ParkedDirection {
                 secret: TrafficSecret::new(suite, &vec![2; n]).unwrap(),
+                key: TrafficKey::new(suite, &vec![5; suite.key_len()], &[6; 12]).unwrap(),
                 usage: Usage {
                     seq: u64::MAX - 1,
                     weight: 3,
@@ -219,6 +240,9 @@ mod tests {
         assert_eq!(Parked::decode(&b), Err(ParkError::Suite(0x1304)));
         let mut b = buf.clone();
         b[2] = 32; // A SHA-256 length for a SHA-384 suite.
+        assert_eq!(Parked::decode(&b), Err(ParkError::SecretLength));
+        let mut b = buf.clone();
+        b[2 + 1 + 48] = 16; // An AES-128 key for an AES-256 suite.
         assert_eq!(Parked::decode(&b), Err(ParkError::SecretLength));
         let owe = buf.len() - 4;
         let mut b = buf.clone();

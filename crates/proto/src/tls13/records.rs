@@ -123,9 +123,8 @@ impl<K: KeySchedule> Records<K> {
         }
     }
 
-    /// Continues a connection another process parked ([`Records::park`]): the keys are derived
-    /// again from the traffic secrets, and `schedule` wraps the schedule that derives the next
-    /// ones from them.
+    /// Continues a connection another process parked ([`Records::park`]) with its keys;
+    /// `schedule` wraps the schedule that derives the next ones from its traffic secrets.
     pub fn resume(
         parked: Parked,
         schedule: impl FnOnce(SecretSchedule) -> K,
@@ -138,7 +137,6 @@ impl<K: KeySchedule> Records<K> {
             partial_handshake,
         } = parked;
         let secrets = SecretSchedule::new(suite, send.secret, receive.secret);
-        let (send_key, receive_key) = secrets.keys()?;
         let mut handshake = PartialHandshake::default();
         let n = partial_handshake.len();
         if n >= KEY_UPDATE_LEN {
@@ -155,11 +153,11 @@ impl<K: KeySchedule> Records<K> {
             limits: &KeyLimits::RFC8446,
             schedule: schedule(secrets),
             send: Direction {
-                key: send_key,
+                key: send.key,
                 usage: send.usage,
             },
             receive: Direction {
-                key: receive_key,
+                key: receive.key,
                 usage: receive.usage,
             },
             expanded: None,
@@ -178,10 +176,12 @@ impl<K: KeySchedule> Records<K> {
             suite: self.suite,
             send: ParkedDirection {
                 secret: send.clone(),
+                key: self.send.key.clone(),
                 usage: self.send.usage,
             },
             receive: ParkedDirection {
                 secret: receive.clone(),
+                key: self.receive.key.clone(),
                 usage: self.receive.usage,
             },
             owe_update: self.owe_update,

@@ -738,7 +738,10 @@ mod tests {
         handshake(&mut s, &mut c, 100_000);
         assert_eq!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
         assert!(s.is_lean());
-        assert!(s.park().is_ok(), "a resumed session's secrets are captured too");
+        assert!(
+            s.park().is_ok(),
+            "a resumed session's secrets are captured too"
+        );
     }
 
     /// rustls is fed one record at a time until the handshake ends; a handshake message cut
