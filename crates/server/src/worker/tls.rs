@@ -864,6 +864,41 @@ mod tests {
         assert_eq!(client_read(&mut c, &out), b"done");
     }
 
+    /// The secrets rustls reports are taken right after each call into it, so handshakes that
+    /// interleave on one worker thread each keep their own: both sessions can be parked, and
+    /// continue (a KeyUpdate included) after a move.
+    #[test]
+    fn interleaved_handshakes_on_one_thread_keep_their_own_secrets() {
+        let (server, client) = configs();
+        let (mut s1, mut c1) = connect(&server, &client);
+        let (mut s2, mut c2) = connect(&server, &client);
+        let mut flights = Vec::new();
+        for (s, c) in [(&mut s1, &mut c1), (&mut s2, &mut c2)] {
+            let (_, to_client, _) = feed(s, &client_out(c), 100_000);
+            flights.push(to_client);
+        }
+        for (c, flight) in [(&mut c1, &flights[0]), (&mut c2, &flights[1])] {
+            c.read_tls(&mut &flight[..]).unwrap();
+            c.process_new_packets().unwrap();
+        }
+        // The second connection finishes first.
+        for (s, c) in [(&mut s2, &mut c2), (&mut s1, &mut c1)] {
+            let (_, to_client, o) = feed(s, &client_out(c), 100_000);
+            assert!(o.handshake_done && s.is_lean());
+            client_read(c, &to_client);
+        }
+        for (s, mut c) in [(s1, c1), (s2, c2)] {
+            let mut s = Session::resume(s.park().unwrap(), Vec::new(), Vec::new()).unwrap();
+            let mut out = Vec::new();
+            s.encrypt(b"moved", &mut out).unwrap();
+            assert_eq!(client_read(&mut c, &out), b"moved");
+            c.refresh_traffic_keys().unwrap();
+            std::io::Write::write_all(&mut c.writer(), b"back").unwrap();
+            let (plain, _, _) = feed(&mut s, &client_out(&mut c), 100_000);
+            assert_eq!(plain, b"back");
+        }
+    }
+
     #[test]
     fn a_handshake_in_flight_and_tls12_cannot_be_parked() {
         let (mut s, mut c) = pair();
