@@ -755,7 +755,13 @@ mod tests {
     fn the_committed_fuzz_seeds_decode() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds/handover");
         for entry in std::fs::read_dir(dir).unwrap() {
-            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            if path.ends_with("parked_tls13") {
+                // The fuzz target also decodes its input as a parked TLS record layer alone.
+                crate::tls13::Parked::decode(&bytes).unwrap();
+                continue;
+            }
             let mut at = 0;
             while at < bytes.len() {
                 let (_, used) = decode(&bytes[at..]).unwrap().unwrap();
