@@ -10,11 +10,15 @@ topic once, in order.
     cargo build --release -p clarion
     python3 bench/handover.py --connections 15000 --repeats 3
     python3 bench/handover.py --connections 15000 --repeats 3 --with-state
+    python3 bench/handover.py --connections 15000 --repeats 3 --tls
 
-`--with-state` runs each repeat twice, first as above, then with authentication and presence
-on (every connection holds its own JWT, every topic is a presence room, so every connection
-is a member under its own identity), and reports both and their ratio: what carrying the
-rights, deadline and room membership of each connection costs the hand-over.
+Every repeat measures clear WebSocket connections first, then, in the same repeat, each variant
+asked for, and reports each one's medians and its ratios to the clear run of the same repeat:
+`--with-state` turns authentication and presence on (every connection holds its own JWT, every
+topic is a presence room, so every connection is a member under its own identity): what
+carrying the rights, deadline and room membership of each connection costs the hand-over;
+`--tls` runs the connections over TLS 1.3 (whose record layer, keys and sequence numbers move
+with them).
 
 Latency is publish-to-arrival: the publisher stamps each message with the time of its first
 attempt (a publish refused while the broker is frozen is sent again, keeping its stamp), and
@@ -36,7 +40,9 @@ import queue
 import re
 import selectors
 import socket
+import ssl
 import statistics
+import tempfile
 import struct
 import subprocess
 import sys
@@ -58,7 +64,7 @@ def start(extra):
         p.kill()
         raise RuntimeError(f"server did not start: {line!r} {p.stderr.read()}")
     fields = dict(part.split("=", 1) for part in line.split()[2:])
-    return p, fields["clients"], fields["api"]
+    return p, fields["clients"], fields["api"], fields.get("tls")
 
 
 # With --with-state: the JWT secret and API key of the server, and its extra flags.
@@ -80,15 +86,22 @@ def token(sub, topic):
     return f"{signed}.{b64(mac)}"
 
 
-def client_proc(addr, first, count, topics, deadline, ready, go, out, state=False):
-    """Opens `count` connections (conn i follows topic (first + i) % topics), then reads until
-    every one has `expected[topic]` messages (sent by the parent through `go`) or `deadline`."""
+def client_proc(addr, first, count, topics, deadline, ready, go, out, ca=None, state=False):
+    """Opens `count` connections (conn i follows topic (first + i) % topics; over TLS 1.3
+    trusting `ca` when given; each with its own token when `state`), then reads until every
+    one has `expected[topic]` messages (sent by the parent through `go`) or `deadline`."""
     host, port = addr.rsplit(":", 1)
     sel = selectors.DefaultSelector()
     conns = {}
+    tls = None
+    if ca:
+        tls = ssl.create_default_context(cafile=ca)
+        tls.minimum_version = ssl.TLSVersion.TLSv1_3
     for i in range(count):
         topic = (first + i) % topics
         s = socket.create_connection((host, int(port)), timeout=30)
+        if tls:
+            s = tls.wrap_socket(s, server_hostname="localhost")
         key = base64.b64encode(os.urandom(16)).decode()
         auth = f"&token={token(f'u{first + i}', f't{topic}')}" if state else ""
         s.sendall(
@@ -123,7 +136,10 @@ def client_proc(addr, first, count, topics, deadline, ready, go, out, state=Fals
             c = conns[key.fd]
             try:
                 data = c[0].recv(262144)
-            except BlockingIOError:
+                # Records already decrypted by OpenSSL do not make the socket readable again.
+                while tls and data and c[0].pending():
+                    data += c[0].recv(262144)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue
             except OSError:
                 data = b""
@@ -206,16 +222,27 @@ def publish_loop(api, topics, rate, seconds, counts, headers):
 FLAGS = ["--max-connections-per-address", "0"]
 
 
-def one_run(args, state=False):
+def dev_cert():
+    """A development CA and certificate (`clarion cert --dev`): (ca, cert, key) paths."""
+    d = tempfile.mkdtemp(prefix="clarion-handover-bench-")
+    subprocess.run([CLARION, "cert", "--dev", "--dir", d], check=True, capture_output=True)
+    return tuple(os.path.join(d, f"{k}.pem") for k in ("ca", "cert", "key"))
+
+
+def one_run(args, cert=None, state=False):
     flags = FLAGS + (STATE_FLAGS if state else [])
-    old, clients, api = start(flags)
+    if cert:
+        flags += ["--tls-listen", "127.0.0.1:0", "--tls-cert", cert[1], "--tls-key", cert[2]]
+    old, clients, api, tls = start(flags)
     try:
-        return measure(args, old, clients, api, flags, state)
+        return measure(
+            args, old, tls if cert else clients, api, flags, cert[0] if cert else None, state
+        )
     finally:
         old.kill()
 
 
-def measure(args, old, clients, api, flags, state):
+def measure(args, old, clients, api, flags, ca, state):
     ctx = mp.get_context("fork")
     ready, out = ctx.Queue(), ctx.Queue()
     gos = []
@@ -227,7 +254,7 @@ def measure(args, old, clients, api, flags, state):
         gos.append(go)
         p = ctx.Process(
             target=client_proc,
-            args=(clients, k * per, per, args.topics, deadline, ready, go, out, state),
+            args=(clients, k * per, per, args.topics, deadline, ready, go, out, ca, state),
         )
         p.start()
         procs.append(p)
@@ -313,11 +340,11 @@ def check(args, res):
         sys.exit(1)
 
 
-def summary(args, runs, label):
+def report(args, name, runs):
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     print(
-        f"\n{label}{args.connections} connections, {args.topics} topics, {args.rate:g} publishes/s, "
-        f"median of {len(runs)}:\n"
+        f"\n{args.connections} {name} connections, {args.topics} topics, "
+        f"{args.rate:g} publishes/s, median of {len(runs)}:\n"
         f"  hand-over (request to ack, old process's log): {med['handover_ms']:.0f} ms, "
         f"broker frozen {med['frozen_ms']:.0f} ms\n"
         f"  new process started to old process exited: {med['spawn_to_old_exit_ms']:.0f} ms\n"
@@ -339,28 +366,33 @@ def main():
     ap.add_argument("--rate", type=float, default=100, help="publishes per second")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tls", action="store_true", help="also over TLS 1.3, in the same repeats")
     ap.add_argument("--with-state", action="store_true",
-                    help="also run each repeat with auth and presence, and compare")
+                    help="also with auth and presence on, in the same repeats")
     args = ap.parse_args()
-    runs, state_runs = [], []
+    modes = [("clear", {})]
+    if args.with_state:
+        modes.append(("with auth and presence (own token and room membership each)", {"state": True}))
+    if args.tls:
+        modes.append(("TLS 1.3", {"cert": dev_cert()}))
+    runs = {name: [] for name, _ in modes}
     for r in range(args.repeats):
-        res = one_run(args)
-        print(f"run {r + 1}: {res}", flush=True)
-        check(args, res)
-        runs.append(res)
-        if args.with_state:
-            res = one_run(args, state=True)
-            print(f"run {r + 1} with auth and presence: {res}", flush=True)
+        for name, kw in modes:
+            res = one_run(args, **kw)
+            print(f"run {r + 1} ({name}): {res}", flush=True)
             check(args, res)
-            state_runs.append(res)
-    med = summary(args, runs, "")
-    if state_runs:
-        smed = summary(args, state_runs, "with auth and presence (own token and room membership each): ")
-        per_run = [s["handover_ms"] / max(p["handover_ms"], 1) for p, s in zip(runs, state_runs)]
+            runs[name].append(res)
+    meds = {name: report(args, name, runs[name]) for name, _ in modes}
+    for name, _ in modes[1:]:
+        per_run = [
+            v["handover_ms"] / max(c["handover_ms"], 1e-3) for c, v in zip(runs["clear"], runs[name])
+        ]
+        ratio = lambda k: meds[name][k] / max(meds["clear"][k], 1e-3)  # noqa: E731
         print(
-            f"\n  hand-over time with auth and presence / without, same repeat: median ratio "
-            f"{statistics.median(per_run):.2f} (runs: {', '.join(f'{x:.2f}' for x in per_run)}); "
-            f"frozen {smed['frozen_ms']:.0f} ms vs {med['frozen_ms']:.0f} ms"
+            f"\n{name} / clear: hand-over {ratio('handover_ms'):.2f} (medians; same-repeat ratios "
+            f"{', '.join(f'{x:.2f}' for x in per_run)}), frozen {ratio('frozen_ms'):.2f}, new "
+            f"started to old exited {ratio('spawn_to_old_exit_ms'):.2f}, longest latency around "
+            f"the hand-over {ratio('max_latency_during_ms'):.2f}"
         )
 
 

@@ -2,14 +2,22 @@
 //! never panics; a frame that decodes re-encodes to the same bytes; any prefix of a valid frame
 //! asks for more bytes rather than failing or inventing a frame. The same input is also read as
 //! a connection record's mode-state section (auth, hooks, presence), which must hold to the same
-//! rules: no panic, one encoding per state, and no prefix of a valid section is one.
+//! rules: no panic, one encoding per state, and no prefix of a valid section is one; and as the
+//! parked TLS 1.3 record layer inside a connection record: it never panics, and what decodes
+//! re-encodes to the same bytes.
 #![no_main]
 
 use clarion_proto::handover::{decode, encode};
 use clarion_proto::handover_state;
+use clarion_proto::tls13::Parked;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(p) = Parked::decode(data) {
+        let mut out = Vec::new();
+        p.encode(&mut out);
+        assert_eq!(&out[..], data, "parked TLS state re-encodes to its bytes");
+    }
     let mut at = 0;
     while let Ok(Some((frame, used))) = decode(&data[at..]) {
         let mut out = Vec::new();

@@ -21,6 +21,10 @@
 //! clustered broker, **positions** (the last id delivered per topic) take the place of
 //! **history**, which lives in the broker.
 //!
+//! A connection record of a TLS 1.3 connection carries its record layer ([`TlsRecord`],
+//! [`crate::tls13::parked`]): its traffic secrets make a **conns** frame secret, for the caller
+//! to send only over a private channel and to wipe after use.
+//!
 //! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
 //! process falls back to a restart with drain.
 
@@ -28,8 +32,10 @@ use crate::handover_state::{self, ModeState};
 
 /// The first bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CLHO";
-/// The format version this code writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this code writes and reads. 1: the first; 2: the positions frame (a
+/// clustered broker), and in each connection record the auth/hooks/presence section and the
+/// TLS 1.3 record layer.
+pub const VERSION: u16 = 2;
 /// Frame header bytes: magic, type and length.
 pub const HEAD: usize = 9;
 /// The largest body accepted: a history snapshot is bounded by `history_memory`, a batch of
@@ -192,6 +198,21 @@ pub struct ConnRecord<'a> {
     /// What authentication, hooks and presence keep for it ([`crate::handover_state`]), when
     /// any of them does.
     pub mode: Option<ModeState<'a>>,
+    /// For a TLS 1.3 connection, its record layer; `input` and `output` are then plaintext.
+    pub tls: Option<TlsRecord<'a>>,
+}
+
+/// A TLS 1.3 connection's record layer as it moves: the keys' state and the ciphertext in
+/// flight, so that the new process continues the connection byte for byte. Its bytes are
+/// secret (the traffic secrets): they travel only over the private hand-over socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsRecord<'a> {
+    /// Suite, both directions' traffic secrets and their use, a KeyUpdate owed or half read.
+    pub session: crate::tls13::Parked,
+    /// Ciphertext of a record not yet complete (less than one record).
+    pub partial: &'a [u8],
+    /// Records sealed but not taken by the kernel yet; they go out before anything else.
+    pub unsent: &'a [u8],
 }
 
 /// How many connections moved and how many fell back.
@@ -347,6 +368,45 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
             }
         }
     }
+    encode_tls(c.tls.as_ref(), out);
+}
+
+/// The TLS part of a connection record: `0`, or `1 | LEN (u8) | PARKED | PARTIAL (bytes32) |
+/// UNSENT (bytes32)` (see [`crate::tls13::parked`]).
+fn encode_tls(tls: Option<&TlsRecord<'_>>, out: &mut Vec<u8>) {
+    let Some(t) = tls else {
+        out.push(0);
+        return;
+    };
+    out.push(1);
+    let at = out.len();
+    out.push(0);
+    t.session.encode(out);
+    let len = out.len() - at - 1;
+    if let Some(slot) = out.get_mut(at) {
+        *slot = len as u8; // At most `parked::MAX_LEN` (228) bytes.
+    }
+    put_bytes32(out, t.partial);
+    put_bytes32(out, t.unsent);
+}
+
+fn decode_tls<'a>(r: &mut Reader<'a>) -> Result<Option<TlsRecord<'a>>, Error> {
+    if !r.flag()? {
+        return Ok(None);
+    }
+    let n = usize::from(r.u8()?);
+    let session = crate::tls13::Parked::decode(r.take(n)?).map_err(|_| Error::Malformed(r.what))?;
+    let partial = r.bytes32()?;
+    // A partial record is shorter than the longest record.
+    if partial.len() >= crate::tls13::wire::HEADER_LEN + crate::tls13::wire::MAX_CIPHERTEXT {
+        return Err(Error::Malformed(r.what));
+    }
+    let unsent = r.bytes32()?;
+    Ok(Some(TlsRecord {
+        session,
+        partial,
+        unsent,
+    }))
 }
 
 fn put_str8(out: &mut Vec<u8>, s: &str) {
@@ -522,6 +582,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
     } else {
         None
     };
+    let tls = decode_tls(r)?;
     Ok(ConnRecord {
         worker,
         state,
@@ -531,6 +592,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
         output,
         topics,
         mode,
+        tls,
     })
 }
 
@@ -609,6 +671,32 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
+    fn tls_sample() -> TlsRecord<'static> {
+        use crate::tls13::limits::Usage;
+        use crate::tls13::parked::ParkedDirection;
+        use crate::tls13::{CipherSuite, TrafficKey, TrafficSecret};
+        let suite = CipherSuite::Aes256GcmSha384;
+        TlsRecord {
+            session: crate::tls13::Parked {
+                suite,
+                send: ParkedDirection {
+                    secret: TrafficSecret::new(suite, &[9; 48]).unwrap(),
+                    key: TrafficKey::new(suite, &[7; 32], &[1; 12]).unwrap(),
+                    usage: Usage { seq: 3, weight: 99 },
+                },
+                receive: ParkedDirection {
+                    secret: TrafficSecret::new(suite, &[8; 48]).unwrap(),
+                    key: TrafficKey::new(suite, &[6; 32], &[2; 12]).unwrap(),
+                    usage: Usage { seq: 4, weight: 77 },
+                },
+                owe_update: true,
+                partial_handshake: vec![24],
+            },
+            partial: b"\x17\x03\x03\x00",
+            unsent: b"\x17\x03\x03\x00\x11sealed records...",
+        }
+    }
+
     fn samples() -> Vec<Frame<'static>> {
         vec![
             Frame::Hello(Hello {
@@ -646,6 +734,7 @@ mod tests {
                     output: b"owed",
                     topics: vec!["news", "sport"],
                     mode: Some(crate::handover_state::tests::full()),
+                    tls: Some(tls_sample()),
                 },
                 ConnRecord {
                     worker: 0,
@@ -660,6 +749,7 @@ mod tests {
                     output: b"",
                     topics: vec!["news"],
                     mode: Some(ModeState::default()),
+                    tls: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -670,6 +760,7 @@ mod tests {
                     output: b"",
                     topics: vec![],
                     mode: None,
+                    tls: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -680,6 +771,7 @@ mod tests {
                     output: b"x",
                     topics: vec!["t"],
                     mode: None,
+                    tls: None,
                 },
                 ConnRecord {
                     worker: 3,
@@ -690,6 +782,7 @@ mod tests {
                     output: b"",
                     topics: vec![],
                     mode: None,
+                    tls: None,
                 },
             ]),
             Frame::End(End {
@@ -718,6 +811,30 @@ mod tests {
         assert_eq!(at, all.len());
         assert_eq!(samples()[2].fds(), 3);
         assert_eq!(samples()[5].fds(), 5);
+    }
+
+    #[test]
+    fn the_committed_fuzz_seeds_decode() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds/handover");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            if path.ends_with("parked_tls13") {
+                // The fuzz target also decodes its input as a parked TLS record layer alone.
+                crate::tls13::Parked::decode(&bytes).unwrap();
+                continue;
+            }
+            if path.ends_with("mode_state") {
+                // ... and as a connection record's auth/hooks/presence section alone.
+                crate::handover_state::decode(&bytes).unwrap();
+                continue;
+            }
+            let mut at = 0;
+            while at < bytes.len() {
+                let (_, used) = decode(&bytes[at..]).unwrap().unwrap();
+                at += used;
+            }
+        }
     }
 
     #[test]
@@ -767,6 +884,37 @@ mod tests {
         let body = [1u8, 0, 0, 0, 1, 1, 0, 0xb5, 0];
         b.extend_from_slice(&(body.len() as u32).to_le_bytes());
         b.extend_from_slice(&body);
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        // A TLS part that lies: a parked state one byte short, a partial record as long as a
+        // whole one.
+        let conn = match &samples()[5] {
+            Frame::Conns(l) => l[0].clone(),
+            _ => unreachable!(),
+        };
+        let mut good = Vec::new();
+        encode(&Frame::Conns(vec![conn.clone()]), &mut good);
+        let mut plain = Vec::new();
+        encode(
+            &Frame::Conns(vec![ConnRecord { tls: None, ..conn }]),
+            &mut plain,
+        );
+        let tls_at = plain.len() - 1;
+        assert_eq!((plain[tls_at], good[tls_at]), (0, 1), "the TLS flag");
+        let mut b = good.clone();
+        b[tls_at + 1] -= 1;
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        let mut b = good.clone();
+        b[tls_at] = 2;
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        let mut b = good[..tls_at].to_vec();
+        let mut tail = Vec::new();
+        let mut long = tls_sample();
+        let whole = vec![0u8; 5 + crate::tls13::wire::MAX_CIPHERTEXT];
+        long.partial = &whole;
+        encode_tls(Some(&long), &mut tail);
+        b.extend_from_slice(&tail);
+        let body = (b.len() - HEAD) as u32;
+        b[5..9].copy_from_slice(&body.to_le_bytes());
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         // A state out of range.
         let mut b = b"CLHO\x06".to_vec();

@@ -173,6 +173,9 @@ impl Tls {
         // Clarion's own record layer (`clarion_proto::tls13`, via `clarion_proto::tls13::handoff`), which
         // keeps far less per connection than a whole rustls connection.
         config.enable_secret_extraction = true;
+        // And the traffic secrets behind those keys, so that the record layer derives its
+        // next keys itself and can be handed to a replacing process (`--upgrade-from`).
+        config.key_log = Arc::new(SecretCapture);
         Ok(Tls {
             config: Arc::new(config),
             resolver,
@@ -310,6 +313,53 @@ pub fn dev_cert(names: &[String]) -> Result<DevCert, rcgen::Error> {
         ca_pem: ca_cert.pem(),
         chain_pem: format!("{}{}", leaf_cert.pem(), ca_cert.pem()),
         key_pem: leaf_key.serialize_pem(),
+    })
+}
+
+/// The application traffic secrets rustls derives during one call into a server connection
+/// (our `SERVER_TRAFFIC_SECRET_0` and the client's `CLIENT_TRAFFIC_SECRET_0`), handed to the
+/// lean record layer at the end of the handshake ([`crate::worker::tls`]). rustls reports them
+/// through its key-log hook, synchronously on the thread that is driving the connection; the
+/// worker takes them right after each call ([`take_captured`]), so they cannot mix between
+/// connections. Nothing is written anywhere: the secrets stay in this process's memory, as the
+/// keys derived from them already do.
+#[derive(Debug)]
+pub struct SecretCapture;
+
+/// A traffic secret, wiped when dropped.
+pub type Secret = zeroize::Zeroizing<Vec<u8>>;
+
+/// Secrets captured on this thread since the last [`take_captured`]: (ours, the client's).
+type Captured = (Option<Secret>, Option<Secret>);
+
+thread_local! {
+    static CAPTURED: std::cell::RefCell<Captured> = const { std::cell::RefCell::new((None, None)) };
+}
+
+impl rustls::KeyLog for SecretCapture {
+    fn will_log(&self, label: &str) -> bool {
+        matches!(label, "SERVER_TRAFFIC_SECRET_0" | "CLIENT_TRAFFIC_SECRET_0")
+    }
+
+    fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
+        let secret = Some(zeroize::Zeroizing::new(secret.to_vec()));
+        CAPTURED.with(|c| {
+            let mut c = c.borrow_mut();
+            match label {
+                "SERVER_TRAFFIC_SECRET_0" => c.0 = secret,
+                "CLIENT_TRAFFIC_SECRET_0" => c.1 = secret,
+                _ => {}
+            }
+        });
+    }
+}
+
+/// The application traffic secrets (ours, the client's) captured on this thread since the
+/// previous call, if rustls reported both; either way nothing stays behind.
+pub fn take_captured() -> Option<(Secret, Secret)> {
+    CAPTURED.with(|c| match std::mem::take(&mut *c.borrow_mut()) {
+        (Some(ours), Some(theirs)) => Some((ours, theirs)),
+        _ => None,
     })
 }
 

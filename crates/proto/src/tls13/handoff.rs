@@ -11,7 +11,9 @@ use rustls::kernel::KernelConnection;
 use rustls::unbuffered::{EncodeError, EncodeTlsData, InsufficientSizeError};
 use rustls::{ConnectionTrafficSecrets, ExtractedSecrets};
 
-use super::{CipherSuite, KeyError, KeySchedule, Records, TrafficKey};
+use super::{
+    CipherSuite, KeyError, KeySchedule, Records, SecretSchedule, TrafficKey, TrafficSecret,
+};
 
 /// The next traffic keys, derived by rustls from the secrets it keeps ("traffic upd",
 /// RFC 8446 §7.2); `D` is rustls' client or server connection data.
@@ -36,6 +38,71 @@ impl<D> KeySchedule for KernelKeys<D> {
             .map_err(|_| KeyError::Unavailable)?;
         traffic_key(self.suite, &secrets)
     }
+}
+
+/// The next keys of a connection taken over from rustls: from the traffic secrets themselves
+/// when the caller captured them during the handshake (then the connection can be parked and
+/// continued in another process, [`Records::park`]), else from rustls' kernel connection.
+pub enum Schedule<D> {
+    /// Derived here from the captured secrets; rustls is gone.
+    Secrets(SecretSchedule),
+    /// Derived by rustls (boxed: rustls' state is much larger, and this is the rare case).
+    Kernel(Box<KernelKeys<D>>),
+}
+
+impl<D> KeySchedule for Schedule<D> {
+    fn next_send_key(&mut self) -> Result<TrafficKey, KeyError> {
+        match self {
+            Schedule::Secrets(s) => s.next_send_key(),
+            Schedule::Kernel(k) => k.next_send_key(),
+        }
+    }
+
+    fn next_receive_key(&mut self) -> Result<TrafficKey, KeyError> {
+        match self {
+            Schedule::Secrets(s) => s.next_receive_key(),
+            Schedule::Kernel(k) => k.next_receive_key(),
+        }
+    }
+
+    fn current_secrets(&self) -> Option<(&TrafficSecret, &TrafficSecret)> {
+        match self {
+            Schedule::Secrets(s) => s.current_secrets(),
+            Schedule::Kernel(_) => None,
+        }
+    }
+}
+
+/// Takes over from rustls as [`take_over`] does, deriving the next keys from `own` (our
+/// traffic secret and the peer's, `*_application_traffic_secret_0` as rustls' key log gave
+/// them) when they are the secrets of the keys rustls hands over: the connection then no
+/// longer needs rustls at all. Otherwise (no secrets, or not these keys) rustls derives them.
+pub fn take_over_with_secrets<D>(
+    secrets: ExtractedSecrets,
+    kernel: KernelConnection<D>,
+    own: Option<(&[u8], &[u8])>,
+) -> Option<Records<Schedule<D>>> {
+    if kernel.protocol_version() != rustls::ProtocolVersion::TLSv1_3 {
+        return None;
+    }
+    let suite = suite(&secrets.tx.1)?;
+    let send = (traffic_key(suite, &secrets.tx.1).ok()?, secrets.tx.0);
+    let receive = (traffic_key(suite, &secrets.rx.1).ok()?, secrets.rx.0);
+    let schedule = own
+        .and_then(|(ours, peers)| {
+            let s = SecretSchedule::new(
+                suite,
+                TrafficSecret::new(suite, ours).ok()?,
+                TrafficSecret::new(suite, peers).ok()?,
+            );
+            let (tx, rx) = s.keys().ok()?;
+            (tx == send.0 && rx == receive.0).then_some(s)
+        })
+        .map_or(
+            Schedule::Kernel(Box::new(KernelKeys { kernel, suite })),
+            Schedule::Secrets,
+        );
+    Some(Records::new(suite, schedule, send, receive))
 }
 
 /// Takes over from rustls; `None` for suites or versions this layer does not handle.

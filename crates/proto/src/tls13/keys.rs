@@ -3,6 +3,7 @@
 //! with HKDF-Expand-Label (§7.1). Plain values in, plain values out: no handshake state.
 
 use ring::{aead, hkdf};
+use zeroize::Zeroize;
 
 /// The longest hash of a TLS 1.3 suite (SHA-384), hence the longest traffic secret.
 const MAX_SECRET: usize = 48;
@@ -162,6 +163,22 @@ impl TrafficSecret {
     }
 }
 
+impl PartialEq for TrafficSecret {
+    fn eq(&self, other: &TrafficSecret) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for TrafficSecret {}
+
+/// A secret leaves no copy behind in freed memory (a hand-over moves it; a closed connection
+/// drops it).
+impl Drop for TrafficSecret {
+    fn drop(&mut self) {
+        self.bytes.zeroize();
+    }
+}
+
 impl std::fmt::Debug for TrafficSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("TrafficSecret(..)")
@@ -217,6 +234,13 @@ impl TrafficKey {
     }
 }
 
+impl Drop for TrafficKey {
+    fn drop(&mut self) {
+        self.key.zeroize();
+        self.iv.zeroize();
+    }
+}
+
 impl std::fmt::Debug for TrafficKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("TrafficKey(..)")
@@ -230,6 +254,11 @@ pub trait KeySchedule {
     fn next_send_key(&mut self) -> Result<TrafficKey, KeyError>;
     /// Moves the peer's sending direction to its next traffic secret and returns its key.
     fn next_receive_key(&mut self) -> Result<TrafficKey, KeyError>;
+    /// The current traffic secrets (ours, the peer's), if this schedule holds them where they
+    /// can be read: what continuing the connection elsewhere needs ([`super::parked`]).
+    fn current_secrets(&self) -> Option<(&TrafficSecret, &TrafficSecret)> {
+        None
+    }
 }
 
 /// The key schedule computed here from both directions' current traffic secrets.
@@ -250,6 +279,11 @@ impl SecretSchedule {
         }
     }
 
+    /// The negotiated cipher suite.
+    pub fn suite(&self) -> CipherSuite {
+        self.suite
+    }
+
     /// The current keys: (send, receive).
     pub fn keys(&self) -> Result<(TrafficKey, TrafficKey), KeyError> {
         Ok((
@@ -268,6 +302,10 @@ impl KeySchedule for SecretSchedule {
     fn next_receive_key(&mut self) -> Result<TrafficKey, KeyError> {
         self.receive = self.receive.next(self.suite)?;
         TrafficKey::derive(self.suite, &self.receive)
+    }
+
+    fn current_secrets(&self) -> Option<(&TrafficSecret, &TrafficSecret)> {
+        Some((&self.send, &self.receive))
     }
 }
 

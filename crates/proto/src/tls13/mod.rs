@@ -12,6 +12,7 @@
 //! - [`keys`]: cipher suites, traffic secrets, key/IV derivation and key updates (§7).
 //! - [`limits`]: how much one key may protect (§5.5) and the accounting against it.
 //! - [`records`]: [`Records`], one connection's two directions, and [`RecordError`].
+//! - [`parked`]: an established record layer as bytes, to continue it in another process.
 //! - `handoff` (feature `rustls`): taking an established connection over from rustls.
 //!
 //! Nothing here reads a clock or touches a socket.
@@ -23,14 +24,18 @@ pub mod fuzz;
 pub mod handoff;
 pub mod keys;
 pub mod limits;
+pub mod parked;
 pub mod records;
 pub mod wire;
 
 pub use alert::{Alert, AlertDescription, AlertLevel};
 pub use keys::{CipherSuite, KeyError, KeySchedule, SecretSchedule, TrafficKey, TrafficSecret};
 pub use limits::KeyLimits;
+pub use parked::{ParkError, Parked};
 pub use records::{Read, RecordError, Records};
 pub use wire::{ContentType, KeyUpdateRequest, RecordHeader};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_parked;

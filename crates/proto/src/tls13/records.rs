@@ -21,8 +21,9 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
 
 pub use super::alert::RecordError;
 use super::alert::{Alert, AlertDescription};
-use super::keys::{CipherSuite, KeyError, KeySchedule, TrafficKey, IV_LEN};
+use super::keys::{CipherSuite, KeyError, KeySchedule, SecretSchedule, TrafficKey, IV_LEN};
 use super::limits::{KeyLimits, Usage};
+use super::parked::{Parked, ParkedDirection};
 use super::wire::{
     split_inner, ContentType, HandshakeType, KeyUpdateRequest, RecordHeader, HEADER_LEN,
     KEY_UPDATE_LEN, MAX_PLAINTEXT, TAG_LEN,
@@ -120,6 +121,77 @@ impl<K: KeySchedule> Records<K> {
             handshake: PartialHandshake::default(),
             owe_update: false,
         }
+    }
+
+    /// Continues a connection another process parked ([`Records::park`]) with its keys;
+    /// `schedule` wraps the schedule that derives the next ones from its traffic secrets.
+    pub fn resume(
+        parked: Parked,
+        schedule: impl FnOnce(SecretSchedule) -> K,
+    ) -> Result<Records<K>, KeyError> {
+        let Parked {
+            suite,
+            send,
+            receive,
+            owe_update,
+            partial_handshake,
+        } = parked;
+        let secrets = SecretSchedule::new(suite, send.secret, receive.secret);
+        let mut handshake = PartialHandshake::default();
+        let n = partial_handshake.len();
+        if n >= KEY_UPDATE_LEN {
+            return Err(KeyError::Length); // A whole KeyUpdate is never left partial.
+        }
+        handshake
+            .bytes
+            .get_mut(..n)
+            .ok_or(KeyError::Length)?
+            .copy_from_slice(&partial_handshake);
+        handshake.len = u8::try_from(n).map_err(|_| KeyError::Length)?;
+        Ok(Records {
+            suite,
+            limits: &KeyLimits::RFC8446,
+            schedule: schedule(secrets),
+            send: Direction {
+                key: send.key,
+                usage: send.usage,
+            },
+            receive: Direction {
+                key: receive.key,
+                usage: receive.usage,
+            },
+            expanded: None,
+            active: false,
+            handshake,
+            owe_update,
+        })
+    }
+
+    /// Everything another process needs to continue this connection's records
+    /// ([`Records::resume`]); `None` if the key schedule does not expose its secrets (rustls'
+    /// kernel hand-off keeps them to itself).
+    pub fn park(&self) -> Option<Parked> {
+        let (send, receive) = self.schedule.current_secrets()?;
+        Some(Parked {
+            suite: self.suite,
+            send: ParkedDirection {
+                secret: send.clone(),
+                key: self.send.key.clone(),
+                usage: self.send.usage,
+            },
+            receive: ParkedDirection {
+                secret: receive.clone(),
+                key: self.receive.key.clone(),
+                usage: self.receive.usage,
+            },
+            owe_update: self.owe_update,
+            partial_handshake: self
+                .handshake
+                .bytes
+                .get(..usize::from(self.handshake.len))
+                .unwrap_or_default()
+                .to_vec(),
+        })
     }
 
     /// The same with other limits than RFC 8446's (tests reach them in a few records).

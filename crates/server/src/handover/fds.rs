@@ -119,6 +119,8 @@ impl Reader {
                 Ok(Some((frame, used))) if self.fds.len() >= frame.fds() => {
                     let fds: Vec<OwnedFd> = self.fds.drain(..frame.fds()).collect();
                     let r = take(frame, fds);
+                    // A `conns` frame carries TLS traffic secrets: nothing read stays behind.
+                    zeroize::Zeroize::zeroize(self.buf.get_mut(..used).unwrap_or_default());
                     self.buf.drain(..used);
                     return Ok(r);
                 }
@@ -175,8 +177,25 @@ impl Reader {
             // Nothing more will come; a frame still incomplete is the peer's failure.
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        self.buf
-            .extend_from_slice(chunk.get(..n).unwrap_or_default());
+        let fresh = chunk.get(..n).unwrap_or_default();
+        if self.buf.capacity() - self.buf.len() < fresh.len() {
+            // Grown by hand so that the old allocation is wiped before it is freed.
+            let want = (self.buf.len() + fresh.len()).max(2 * self.buf.capacity());
+            let mut bigger = Vec::with_capacity(want);
+            bigger.extend_from_slice(&self.buf);
+            zeroize::Zeroize::zeroize(&mut self.buf);
+            self.buf = bigger;
+        }
+        self.buf.extend_from_slice(fresh);
+        zeroize::Zeroize::zeroize(&mut chunk);
         Ok(())
+    }
+}
+
+/// The buffer may hold stale copies of secrets in its spare capacity (bytes moved down after
+/// a frame was consumed): wiped, whole capacity included, when the hand-over ends.
+impl Drop for Reader {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.buf);
     }
 }

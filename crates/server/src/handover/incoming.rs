@@ -19,7 +19,7 @@ use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
 use crate::metrics::Metrics;
-use crate::worker::handover::{state_from_wire, Arriving};
+use crate::worker::handover::{state_from_wire, Arriving, MovingTls};
 use crate::worker::handover_state::CarriedMode;
 
 /// A hand-over under way, once the old process has sent its listeners and its history.
@@ -338,6 +338,11 @@ fn arriving(
                 topics: r.topics.iter().map(|t| (*t).to_owned()).collect(),
                 resume: positions.map(|p| resume_from(p, &r.topics)),
                 mode: r.mode.as_ref().map(CarriedMode::from_wire),
+                tls: r.tls.map(|t| MovingTls {
+                    session: t.session,
+                    partial: t.partial.to_vec(),
+                    unsent: t.unsent.to_vec(),
+                }),
                 fd,
             },
         ));

@@ -18,7 +18,9 @@
 //!    ready;
 //! 4. it sends the connections in batches (descriptors with each), and the new process
 //!    registers them with its workers, subscribed again to their topics from the frozen point,
-//!    with their partial input and owed output;
+//!    with their partial input and owed output, and a TLS 1.3 connection with its record layer
+//!    (traffic secrets, sequence numbers, ciphertext in flight). The buffers that held those
+//!    secrets are wiped after the send and after the read;
 //! 5. on the new process's ack, the old one restarts as on SIGUSR2: the connections that could
 //!    not move are told to reconnect (close 1012, SSE `retry:`) and it exits.
 //!
@@ -184,9 +186,23 @@ pub fn hello(workers: usize, tls: bool) -> Frame<'static> {
 
 /// Encodes and sends one frame (with `fds`).
 pub(crate) fn send(sock: &UnixStream, frame: &Frame<'_>, fds: &[RawFd]) -> std::io::Result<()> {
-    let mut buf = Vec::new();
+    send_sized(sock, frame, fds, 0)
+}
+
+/// [`send`] into a buffer of `capacity` bytes, wiped after the send: a `conns` frame carries
+/// TLS traffic secrets, and a buffer sized for the whole frame is never reallocated (which
+/// would leave a copy in freed memory).
+fn send_sized(
+    sock: &UnixStream,
+    frame: &Frame<'_>,
+    fds: &[RawFd],
+    capacity: usize,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(capacity);
     wire::encode(frame, &mut buf);
-    fds::send(sock, &buf, fds)
+    let res = fds::send(sock, &buf, fds);
+    zeroize::Zeroize::zeroize(&mut buf);
+    res
 }
 
 /// Binds the hand-over socket (0600) and serves hand-over requests on a thread. Errors are
@@ -468,6 +484,17 @@ fn history_frame_bytes(f: &crate::broker::local::Frozen) -> Vec<u8> {
 
 fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
     let mut records = Vec::with_capacity(batch.len());
+    // An upper bound on the frame's size (fixed fields, each length prefix, the parked TLS
+    // state), so that the buffer holding secrets is allocated once.
+    let mut size = wire::HEAD + 2;
+    for m in batch {
+        size += 64 + m.input.len() + m.output.len();
+        size += m.poll.as_ref().map_or(0, |(_, c)| c.len());
+        size += m.topics.iter().map(|t| 2 + t.len()).sum::<usize>();
+        size += m.tls.as_ref().map_or(0, |t| {
+            16 + clarion_proto::tls13::parked::MAX_LEN + t.partial.len() + t.unsent.len()
+        });
+    }
     let mut raw = Vec::with_capacity(batch.len());
     for m in batch {
         let Some((kind, option, deflate, pinged)) = state_to_wire(m.state) else {
@@ -500,8 +527,13 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
             output: &m.output,
             topics: m.topics.iter().map(|t| &**t).collect(),
             mode: m.mode.as_ref().map(CarriedMode::wire),
+            tls: m.tls.as_ref().map(|t| wire::TlsRecord {
+                session: t.session.clone(),
+                partial: &t.partial,
+                unsent: &t.unsent,
+            }),
         });
         raw.push(m.fd.as_raw_fd());
     }
-    send(sock, &Frame::Conns(records), &raw)
+    send_sized(sock, &Frame::Conns(records), &raw, size)
 }

@@ -23,6 +23,7 @@ use mio::{Interest, Token};
 use super::conn::Conn;
 use super::handover_state::CarriedMode;
 use super::state::{Ext, Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
+use super::tls::{Session, Unmovable};
 use super::transport::poll::PollHold;
 use super::{Engine, Worker};
 use crate::hub::lock;
@@ -32,9 +33,13 @@ use crate::message::Published;
 /// Why a connection could not move; each is counted (`clarion_handover_fallbacks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fallback {
-    /// A TLS connection: the lean record layer's key schedule is tied to rustls' kernel
-    /// connection, which cannot be rebuilt in another process.
-    Tls,
+    /// A TLS handshake in flight: rustls' handshake state cannot be rebuilt in another process.
+    TlsHandshake,
+    /// A TLS 1.2 connection: its records stay with rustls, whose state cannot be rebuilt.
+    Tls12,
+    /// A TLS 1.3 connection whose next keys only rustls can derive (its traffic secrets were
+    /// not captured at the handshake; not expected).
+    TlsKeys,
     /// A permessage-deflate context (server or client context takeover) is live: zlib's window
     /// is not serializable.
     DeflateContext,
@@ -54,8 +59,10 @@ pub enum Fallback {
 
 impl Fallback {
     /// Every reason, in the order of [`Fallbacks::counts`].
-    pub const ALL: [Fallback; 7] = [
-        Fallback::Tls,
+    pub const ALL: [Fallback; 9] = [
+        Fallback::TlsHandshake,
+        Fallback::Tls12,
+        Fallback::TlsKeys,
         Fallback::DeflateContext,
         Fallback::Fragment,
         Fallback::Grip,
@@ -67,7 +74,9 @@ impl Fallback {
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
-            Fallback::Tls => "tls",
+            Fallback::TlsHandshake => "tls_handshake",
+            Fallback::Tls12 => "tls12",
+            Fallback::TlsKeys => "tls_keys",
             Fallback::DeflateContext => "deflate_context",
             Fallback::Fragment => "fragment",
             Fallback::Grip => "grip",
@@ -81,7 +90,7 @@ impl Fallback {
 /// Counts of connections that fell back, by reason.
 #[derive(Debug, Default)]
 pub struct Fallbacks {
-    counts: [AtomicU64; 7],
+    counts: [AtomicU64; 9],
 }
 
 impl Fallbacks {
@@ -125,8 +134,21 @@ pub struct Moving {
     pub topics: Vec<Arc<str>>,
     /// What authentication, hooks and presence keep for it.
     pub mode: Option<CarriedMode>,
+    /// For a TLS 1.3 connection, its record layer (`input` and `output` are plaintext then).
+    pub tls: Option<MovingTls>,
     /// The socket.
     pub fd: OwnedFd,
+}
+
+/// A TLS 1.3 connection's record layer as it moves (see [`super::tls::Session::park`]). The
+/// traffic secrets in `session` are wiped when it is dropped.
+pub struct MovingTls {
+    /// Keys' state: suite, traffic secrets, sequence numbers, KeyUpdate owed.
+    pub session: clarion_proto::tls13::Parked,
+    /// Ciphertext of the client's next record, partly received.
+    pub partial: Vec<u8>,
+    /// Records sealed but not taken by the kernel; they go out first.
+    pub unsent: Vec<u8>,
 }
 
 /// What the hand-over asks of the workers, shared through [`super::Shared`].
@@ -228,6 +250,8 @@ pub struct Arriving {
     pub resume: Option<String>,
     /// What authentication, hooks and presence kept for it.
     pub mode: Option<CarriedMode>,
+    /// For a TLS 1.3 connection, its record layer.
+    pub tls: Option<MovingTls>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -284,8 +308,12 @@ impl Engine<mio::net::TcpStream> {
     /// Why connection `k` cannot move, or `None` if it can.
     fn cannot_move(&self, k: u32, conn: &Conn) -> Option<Fallback> {
         let s = &self.shared;
-        if conn.tls.is_some() {
-            return Some(Fallback::Tls);
+        if let Some(Err(why)) = conn.tls.as_ref().map(|t| t.park()) {
+            return Some(match why {
+                Unmovable::Handshake => Fallback::TlsHandshake,
+                Unmovable::Tls12 => Fallback::Tls12,
+                Unmovable::Keys => Fallback::TlsKeys,
+            });
         }
         if self.hooks.waiting_for(k) {
             return Some(Fallback::HookWait);
@@ -352,6 +380,19 @@ impl Engine<mio::net::TcpStream> {
             };
             let _ = registry.deregister(&mut stream);
             self.account(conn.state, None, conn.peer);
+            // Parked after the last record was sealed: nothing changes it from here on.
+            let tls = conn.tls.as_mut().and_then(|t| {
+                let session = t.park().ok()?;
+                let (partial, unsent) = t.take_in_flight();
+                Some(MovingTls {
+                    session,
+                    partial,
+                    unsent,
+                })
+            });
+            if conn.tls.is_some() {
+                self.shared.metrics.tls_connections.fetch_sub(1, Relaxed);
+            }
             let output = conn.take_unsent();
             let input = conn.input.take().map(|b| *b).unwrap_or_default();
             out.push(Moving {
@@ -364,6 +405,7 @@ impl Engine<mio::net::TcpStream> {
                 output,
                 topics,
                 mode,
+                tls,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
         }
@@ -378,6 +420,18 @@ impl Engine<mio::net::TcpStream> {
     /// pending output queued and its input kept. Returns `false` if it could not be taken (its
     /// socket is then closed).
     pub(crate) fn take_arriving(&mut self, a: Arriving, registry: &mio::Registry) -> bool {
+        // A TLS record layer that cannot be rebuilt: the socket closes, the client reconnects.
+        let tls = match a
+            .tls
+            .map(|t| Session::resume(t.session, t.partial, t.unsent))
+        {
+            Some(Err(e)) => {
+                log::warn(format_args!("hand-over: TLS state refused: {e}"));
+                return false;
+            }
+            Some(Ok(session)) => Some(session),
+            None => None,
+        };
         let std_stream = std::net::TcpStream::from(a.fd);
         if std_stream.set_nonblocking(true).is_err() {
             return false;
@@ -394,6 +448,10 @@ impl Engine<mio::net::TcpStream> {
             return false;
         }
         let mut conn = Conn::new(stream, a.state, self.now.saturating_sub(a.idle), a.peer);
+        if let Some(t) = tls {
+            conn.tls = Some(Box::new(t));
+            self.shared.metrics.tls_connections.fetch_add(1, Relaxed);
+        }
         if !a.input.is_empty() {
             conn.input = Some(Box::new(a.input));
         }
@@ -559,12 +617,12 @@ mod tests {
     #[test]
     fn fallbacks_are_counted_by_reason() {
         let f = Fallbacks::default();
-        f.add(Fallback::Tls);
-        f.add(Fallback::Tls);
+        f.add(Fallback::Tls12);
+        f.add(Fallback::Tls12);
         f.add(Fallback::DeflateContext);
         let counts = f.counts();
         assert_eq!(counts.len(), Fallback::ALL.len());
-        assert!(counts.contains(&(Fallback::Tls, 2)));
+        assert!(counts.contains(&(Fallback::Tls12, 2)));
         assert!(counts.contains(&(Fallback::DeflateContext, 1)));
         assert!(counts.contains(&(Fallback::Other, 0)));
         let s = Switch::default();

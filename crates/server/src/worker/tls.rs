@@ -23,11 +23,28 @@ use std::sync::Arc;
 use rustls::server::{ServerConfig, UnbufferedServerConnection};
 use rustls::unbuffered::{ConnectionState, EncryptError};
 
-use clarion_proto::tls13::handoff::{self, encode, KernelKeys};
-use clarion_proto::tls13::RecordHeader;
+use clarion_proto::tls13::handoff::{self, encode, Schedule};
+use clarion_proto::tls13::{KeyError, Parked, RecordHeader};
+
+use crate::tls::Secret;
 
 /// The record layer of an established TLS 1.3 server connection.
-type Records = clarion_proto::tls13::Records<KernelKeys<rustls::server::ServerConnectionData>>;
+type Records = clarion_proto::tls13::Records<Schedule<rustls::server::ServerConnectionData>>;
+
+/// The application traffic secrets (ours, the client's) rustls reported during the handshake,
+/// until the hand-off to the lean layer takes them.
+type Secrets = Option<Box<(Secret, Secret)>>;
+
+/// Why a TLS connection cannot continue in another process (a hand-over counts each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmovable {
+    /// The handshake is not finished: rustls' handshake state cannot be serialized.
+    Handshake,
+    /// TLS 1.2 stays with rustls, whose record state cannot be serialized.
+    Tls12,
+    /// The lean layer's keys are derived by rustls (its traffic secrets were not captured).
+    Keys,
+}
 
 /// Plaintext bytes per TLS record (RFC 8446 §5.1).
 pub const MAX_RECORD: usize = 16 * 1024;
@@ -67,6 +84,8 @@ pub struct Session {
     established: bool,
     /// Some ciphertext has arrived (to tell a plain-HTTP request from a ClientHello).
     started: bool,
+    /// Only during a TLS 1.3 handshake, from the server's first flight to its end.
+    secrets: Secrets,
 }
 
 impl Session {
@@ -80,7 +99,41 @@ impl Session {
             unsent: Vec::new(),
             established: false,
             started: false,
+            secrets: None,
         })
+    }
+
+    /// An established TLS 1.3 connection that another process parked (a hand-over), with the
+    /// ciphertext it had in flight: `partial`, the start of the client's next record, and
+    /// `unsent`, records the kernel had not taken, which go out before anything else.
+    pub fn resume(parked: Parked, partial: Vec<u8>, unsent: Vec<u8>) -> Result<Session, KeyError> {
+        Ok(Session {
+            engine: Engine::Lean(Records::resume(parked, Schedule::Secrets)?),
+            partial,
+            unsent,
+            established: true,
+            started: true,
+            secrets: None,
+        })
+    }
+
+    /// Everything another process needs to continue this connection's records, or why it
+    /// cannot. The ciphertext in flight is not included: see [`Session::take_in_flight`].
+    pub fn park(&self) -> Result<Parked, Unmovable> {
+        match &self.engine {
+            Engine::Lean(r) => r.park().ok_or(Unmovable::Keys),
+            Engine::Rustls(_) if self.established => Err(Unmovable::Tls12),
+            Engine::Rustls(_) => Err(Unmovable::Handshake),
+            Engine::Switching => Err(Unmovable::Keys),
+        }
+    }
+
+    /// Takes the ciphertext in flight: (the partial record received, the records not sent).
+    pub fn take_in_flight(&mut self) -> (Vec<u8>, Vec<u8>) {
+        (
+            std::mem::take(&mut self.partial),
+            std::mem::take(&mut self.unsent),
+        )
     }
 
     /// Whether the handshake has completed.
@@ -135,6 +188,7 @@ impl Session {
             engine,
             partial,
             established,
+            secrets,
             ..
         } = self;
         let joined = !partial.is_empty();
@@ -142,14 +196,14 @@ impl Session {
             partial.extend_from_slice(fresh);
         }
         let buf: &mut [u8] = if joined { partial } else { fresh };
-        let (mut used, mut result) = process(engine, buf, plain, out, established);
+        let (mut used, mut result) = process(engine, buf, plain, out, established, secrets);
         if result.is_ok() && !was_established && *established {
             // The handshake ended at a record boundary inside this input: the records after
             // it belong to whoever holds the connection now.
-            go_lean(engine);
+            go_lean(engine, secrets);
             let rest = buf.get_mut(used..).unwrap_or_default();
             if !rest.is_empty() {
-                let (more, after) = process(engine, rest, plain, out, established);
+                let (more, after) = process(engine, rest, plain, out, established, secrets);
                 used += more;
                 result = match (result, after) {
                     (Ok(a), Ok(b)) => Ok(ReadOutcome {
@@ -252,9 +306,10 @@ fn process(
     plain: &mut Vec<u8>,
     out: &mut Vec<u8>,
     established: &mut bool,
+    secrets: &mut Secrets,
 ) -> (usize, Result<ReadOutcome, rustls::Error>) {
     match engine {
-        Engine::Rustls(conn) => drive(conn, buf, plain, out, established),
+        Engine::Rustls(conn) => drive(conn, buf, plain, out, established, secrets),
         Engine::Lean(records) => match records.open(buf, plain) {
             Ok(read) => (
                 read.used,
@@ -278,7 +333,12 @@ fn process(
 /// rustls has read nothing past the client's Finished ([`drive`]) and has encoded everything
 /// it queued (the tickets): `dangerous_into_kernel_connection` refuses a connection with
 /// records still queued, and takes the sequence numbers the tickets left.
-fn go_lean(engine: &mut Engine) {
+///
+/// With the traffic secrets rustls reported during the handshake, the lean layer derives its
+/// next keys itself and rustls is dropped entirely; the connection can then move to another
+/// process ([`Session::park`]).
+fn go_lean(engine: &mut Engine, secrets: &mut Secrets) {
+    let secrets = secrets.take();
     let tls13 = matches!(engine, Engine::Rustls(c)
         if c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3));
     if !tls13 {
@@ -288,7 +348,13 @@ fn go_lean(engine: &mut Engine) {
         return;
     };
     *engine = match conn.dangerous_into_kernel_connection() {
-        Ok((secrets, kernel)) => match handoff::take_over(secrets, kernel) {
+        Ok((extracted, kernel)) => match handoff::take_over_with_secrets(
+            extracted,
+            kernel,
+            secrets
+                .as_deref()
+                .map(|(ours, theirs)| (&ours[..], &theirs[..])),
+        ) {
             Some(r) => Engine::Lean(r),
             None => Engine::Switching,
         },
@@ -318,6 +384,7 @@ fn drive(
     plain: &mut Vec<u8>,
     out: &mut Vec<u8>,
     established: &mut bool,
+    secrets: &mut Secrets,
 ) -> (usize, Result<ReadOutcome, rustls::Error>) {
     let mut outcome = ReadOutcome::default();
     let mut used = 0usize;
@@ -328,7 +395,13 @@ fn drive(
             end = record_end(buf, used);
         }
         let rest = buf.get_mut(used..end.max(used)).unwrap_or_default();
+        // rustls reports the traffic secrets while it runs (`crate::tls::SecretCapture`): what
+        // is captured during this call is this connection's.
+        drop(crate::tls::take_captured());
         let status = conn.process_tls_records(rest);
+        if let Some(captured) = crate::tls::take_captured() {
+            *secrets = Some(Box::new(captured));
+        }
         let discard = status.discard;
         let state = match status.state {
             Ok(s) => s,
@@ -474,6 +547,7 @@ mod tests {
             .unwrap();
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
         server.enable_secret_extraction = true;
+        server.key_log = Arc::new(crate::tls::SecretCapture);
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(CertificateDer::from_pem_slice(dev.ca_pem.as_bytes()).unwrap())
@@ -664,6 +738,10 @@ mod tests {
         handshake(&mut s, &mut c, 100_000);
         assert_eq!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
         assert!(s.is_lean());
+        assert!(
+            s.park().is_ok(),
+            "a resumed session's secrets are captured too"
+        );
     }
 
     /// rustls is fed one record at a time until the handshake ends; a handshake message cut
@@ -741,6 +819,96 @@ mod tests {
         std::io::Write::write_all(&mut c.writer(), b"still here").unwrap();
         let (plain, _, _) = feed(&mut s, &client_out(&mut c), 100_000);
         assert_eq!(plain, b"still here");
+    }
+
+    /// A hand-over: an established TLS 1.3 session parked with the ciphertext it had in
+    /// flight, rebuilt as another process would, and the client notices nothing.
+    #[test]
+    fn a_parked_session_resumes_where_it_stopped() {
+        let (mut s, mut c) = pair();
+        handshake(&mut s, &mut c, 100_000);
+        assert!(
+            s.secrets.is_none(),
+            "the captured secrets went to the lean layer"
+        );
+        let parked = s.park().unwrap();
+        // The client asks for our key to be updated; half of its next record is in flight.
+        c.refresh_traffic_keys().unwrap();
+        std::io::Write::write_all(&mut c.writer(), b"first").unwrap();
+        let (plain, _, _) = feed(&mut s, &client_out(&mut c), 100_000);
+        assert_eq!(plain, b"first");
+        std::io::Write::write_all(&mut c.writer(), b"split").unwrap();
+        let next = client_out(&mut c);
+        let (plain, _, _) = feed(&mut s, &next[..7], 100_000);
+        assert!(plain.is_empty());
+        let mut unsent = Vec::new();
+        s.encrypt(b"unsent ", &mut unsent).unwrap();
+        s.unsent = unsent;
+        let moved = s.park().unwrap();
+        assert_ne!(moved, parked, "sequence numbers and keys moved on");
+        let (partial, unsent) = s.take_in_flight();
+        drop(s);
+        let mut s = Session::resume(moved, partial, unsent).unwrap();
+        assert!(s.is_lean() && s.established() && !s.untouched());
+        let (plain, _, _) = feed(&mut s, &next[7..], 100_000);
+        assert_eq!(plain, b"split");
+        let mut out = std::mem::take(&mut s.unsent);
+        s.encrypt(b"after", &mut out).unwrap();
+        assert_eq!(client_read(&mut c, &out), b"unsent after");
+        c.refresh_traffic_keys().unwrap();
+        std::io::Write::write_all(&mut c.writer(), b"again").unwrap();
+        let (plain, to_client, _) = feed(&mut s, &client_out(&mut c), 3);
+        assert_eq!(plain, b"again");
+        let mut out = to_client;
+        s.encrypt(b"done", &mut out).unwrap();
+        assert_eq!(client_read(&mut c, &out), b"done");
+    }
+
+    /// The secrets rustls reports are taken right after each call into it, so handshakes that
+    /// interleave on one worker thread each keep their own: both sessions can be parked, and
+    /// continue (a KeyUpdate included) after a move.
+    #[test]
+    fn interleaved_handshakes_on_one_thread_keep_their_own_secrets() {
+        let (server, client) = configs();
+        let (mut s1, mut c1) = connect(&server, &client);
+        let (mut s2, mut c2) = connect(&server, &client);
+        let mut flights = Vec::new();
+        for (s, c) in [(&mut s1, &mut c1), (&mut s2, &mut c2)] {
+            let (_, to_client, _) = feed(s, &client_out(c), 100_000);
+            flights.push(to_client);
+        }
+        for (c, flight) in [(&mut c1, &flights[0]), (&mut c2, &flights[1])] {
+            c.read_tls(&mut &flight[..]).unwrap();
+            c.process_new_packets().unwrap();
+        }
+        // The second connection finishes first.
+        for (s, c) in [(&mut s2, &mut c2), (&mut s1, &mut c1)] {
+            let (_, to_client, o) = feed(s, &client_out(c), 100_000);
+            assert!(o.handshake_done && s.is_lean());
+            client_read(c, &to_client);
+        }
+        for (s, mut c) in [(s1, c1), (s2, c2)] {
+            let mut s = Session::resume(s.park().unwrap(), Vec::new(), Vec::new()).unwrap();
+            let mut out = Vec::new();
+            s.encrypt(b"moved", &mut out).unwrap();
+            assert_eq!(client_read(&mut c, &out), b"moved");
+            c.refresh_traffic_keys().unwrap();
+            std::io::Write::write_all(&mut c.writer(), b"back").unwrap();
+            let (plain, _, _) = feed(&mut s, &client_out(&mut c), 100_000);
+            assert_eq!(plain, b"back");
+        }
+    }
+
+    #[test]
+    fn a_handshake_in_flight_and_tls12_cannot_be_parked() {
+        let (mut s, mut c) = pair();
+        assert_eq!(s.park(), Err(Unmovable::Handshake));
+        handshake_until_the_client_finished(&mut s, &mut c);
+        assert_eq!(s.park(), Err(Unmovable::Handshake));
+        let (server, tls12) = configs_with(&[&rustls::version::TLS12]);
+        let (mut s, mut c) = connect(&server, &tls12);
+        handshake(&mut s, &mut c, 100_000);
+        assert_eq!(s.park(), Err(Unmovable::Tls12));
     }
 
     #[test]
