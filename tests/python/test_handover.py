@@ -116,14 +116,8 @@ class RawWs(Client):
                 return data == b"still"
 
 
-class DeflateWs(Client):
-    def __init__(self, addr, n):
-        super().__init__("ws-deflate", n)
-        self.ws = websockets.sync.client.connect(
-            f"ws://{addr}/ws?topic=t", compression="deflate", open_timeout=10
-        )
-        ext = self.ws.response.headers.get("Sec-WebSocket-Extensions", "")
-        assert "permessage-deflate" in ext, ext
+class LibWs(Client):
+    """A WebSocket of the `websockets` library (`self.ws`, opened by the subclass)."""
 
     def read(self):
         self.ready.set()
@@ -133,6 +127,16 @@ class DeflateWs(Client):
     def still_open(self):
         self.ws.ping(b"still").wait(10)
         return True
+
+
+class DeflateWs(LibWs):
+    def __init__(self, addr, n):
+        super().__init__("ws-deflate", n)
+        self.ws = websockets.sync.client.connect(
+            f"ws://{addr}/ws?topic=t", compression="deflate", open_timeout=10
+        )
+        ext = self.ws.response.headers.get("Sec-WebSocket-Extensions", "")
+        assert "permessage-deflate" in ext, ext
 
 
 def tls13_socket(tls_addr, ca):
@@ -154,7 +158,7 @@ def tls13_socket(tls_addr, ca):
     return sock
 
 
-class TlsWs(Client):
+class TlsWs(LibWs):
     """A WebSocket over TLS 1.3 (with or without permessage-deflate): after the hand-over its
     records come from the new process, under the same keys and sequence numbers."""
 
@@ -172,30 +176,24 @@ class TlsWs(Client):
         ext = self.ws.response.headers.get("Sec-WebSocket-Extensions", "")
         assert ("permessage-deflate" in ext) == deflate, ext
 
-    def read(self):
-        self.ready.set()
-        while len(self.got) < self.n:
-            self.note(self.ws.recv(timeout=60))
 
-    def still_open(self):
-        self.ws.ping(b"still").wait(10)
-        return True
+class Sse(Client):
+    """An SSE stream (over TLS when given a context), on one connection for the whole test."""
 
+    path = "/sse?topic=t"
 
-class TlsSse(Client):
-    """An SSE stream over TLS 1.3, on one connection for the whole test."""
-
-    def __init__(self, tls_addr, ca, n):
-        super().__init__("sse-tls", n)
-        self.url = f"https://localhost:{tls_addr.rsplit(':', 1)[1]}/sse?topic=t"
-        self.ctx = ssl.create_default_context(cafile=ca)
+    def __init__(self, addr, n, name="sse", ctx=None):
+        super().__init__(name, n)
+        self.url = f"{'https' if ctx else 'http'}://{addr}{self.path}"
+        self.ctx = ctx
         self.version = None
 
     def read(self):
-        with httpx.Client(verify=self.ctx, timeout=httpx.Timeout(10, read=60)) as c:
+        with httpx.Client(verify=self.ctx or True, timeout=httpx.Timeout(10, read=60)) as c:
             with c.stream("GET", self.url) as r:
                 assert r.status_code == 200
-                self.version = r.extensions["network_stream"].get_extra_info("ssl_object").version()
+                tls = r.extensions["network_stream"].get_extra_info("ssl_object")
+                self.version = tls.version() if tls else None
                 self.ready.set()
                 for line in r.iter_lines():
                     if line.startswith("data: "):
@@ -205,22 +203,12 @@ class TlsSse(Client):
         raise EOFError("stream ended")
 
 
-class Sse(Client):
-    def __init__(self, addr, n):
-        super().__init__("sse", n)
-        self.addr = addr
+class TlsSse(Sse):
+    """An SSE stream over TLS 1.3."""
 
-    def read(self):
-        with httpx.Client(timeout=httpx.Timeout(10, read=60)) as c:
-            with c.stream("GET", f"http://{self.addr}/sse?topic=t") as r:
-                assert r.status_code == 200
-                self.ready.set()
-                for line in r.iter_lines():
-                    if line.startswith("data: "):
-                        self.note(line[len("data: "):])
-                        if len(self.got) == self.n:
-                            return
-        raise EOFError("stream ended")
+    def __init__(self, tls_addr, ca, n):
+        port = tls_addr.rsplit(":", 1)[1]
+        super().__init__(f"localhost:{port}", n, "sse-tls", ssl.create_default_context(cafile=ca))
 
 
 class Ndjson(Client):

@@ -8,13 +8,13 @@ import json
 import queue
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import jwt
 import websockets.sync.client
 
 from test_handover import Publisher, upgrade, wait_exit
+from test_hooks import Backend as HookBackend
 from test_hooks import Receiver
 
 JWT_SECRET = "a-handover-test-secret-long-enough-0123456"
@@ -29,49 +29,32 @@ def token(sub, exp_in=300, subscribe=("t", "room.*"), publish=()):
     return jwt.encode(body, JWT_SECRET, algorithm="HS256"), body["exp"]
 
 
-class Backend:
+class Backend(HookBackend):
     """The application's hooks: `connect` knows the session `s-alice` (identity, info and
-    grants); `subscribe` allows `extra.*` only. Records every call with its time."""
+    grants); `subscribe` allows `extra.*` only. Records every call with its time; with `stall`
+    set, the first call waits 2 s."""
 
     def __init__(self):
         self.calls = []
-        outer = self
+        self.stall = None
+        super().__init__(self.behave)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                kind = self.path.rsplit("/", 1)[-1]
-                outer.calls.append((time.monotonic(), kind, body))
-                if kind == "connect":
-                    if body["cookies"].get("session") != "s-alice":
-                        answer = {"allow": False, "status": 401, "reason": "log in first"}
-                    else:
-                        answer = {"allow": True, "sub": "alice", "info": {"name": "Alice"},
-                                  "subscribe": ["t", "room.*"], "publish": ["t"]}
-                elif body["topic"].startswith("extra."):
-                    answer = {"allow": True}
-                else:
-                    answer = {"allow": False, "reason": "not for you"}
-                out = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def behave(self, kind, body):
+        if self.stall is not None and not self.stall.is_set():
+            self.stall.set()
+            time.sleep(2)
+        self.calls.append((time.monotonic(), kind, body))
+        if kind == "connect":
+            if body["cookies"].get("session") != "s-alice":
+                answer = {"allow": False, "status": 401, "reason": "log in first"}
+            else:
+                answer = {"allow": True, "sub": "alice", "info": {"name": "Alice"},
+                          "subscribe": ["t", "room.*"], "publish": ["t"]}
+        elif body["topic"].startswith("extra."):
+            answer = {"allow": True}
+        else:
+            answer = {"allow": False, "reason": "not for you"}
+        return 200, {"Content-Type": "application/json"}, json.dumps(answer).encode()
 
 
 class Conn(threading.Thread):
@@ -312,17 +295,7 @@ def test_a_connection_waiting_for_a_hook_falls_back_and_is_counted(start_server)
     """A `connect` call in flight belongs to the old process: that connection is told to
     reconnect (reason `hook_wait`), and its retry is served by the new process."""
     backend = Backend()
-    slow = threading.Event()
-    handler = backend.server.RequestHandlerClass
-    original = handler.do_POST
-
-    def do_post(self):
-        if not slow.is_set():
-            slow.set()
-            time.sleep(2)
-        original(self)
-
-    handler.do_POST = do_post
+    slow = backend.stall = threading.Event()
     flags = ["--auth-secret", JWT_SECRET, "--api-key", API_KEY,
              "--hook-connect-url", f"{backend.url}/hooks/connect"]
     old = start_server(*flags)
