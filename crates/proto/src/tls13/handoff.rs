@@ -82,12 +82,7 @@ pub fn take_over_with_secrets<D>(
     kernel: KernelConnection<D>,
     own: Option<(&[u8], &[u8])>,
 ) -> Option<Records<Schedule<D>>> {
-    if kernel.protocol_version() != rustls::ProtocolVersion::TLSv1_3 {
-        return None;
-    }
-    let suite = suite(&secrets.tx.1)?;
-    let send = (traffic_key(suite, &secrets.tx.1).ok()?, secrets.tx.0);
-    let receive = (traffic_key(suite, &secrets.rx.1).ok()?, secrets.rx.0);
+    let (suite, send, receive) = current_keys(&secrets, &kernel)?;
     let schedule = own
         .and_then(|(ours, peers)| {
             let s = SecretSchedule::new(
@@ -115,18 +110,28 @@ pub fn take_over<D>(
     secrets: ExtractedSecrets,
     kernel: KernelConnection<D>,
 ) -> Option<Records<KernelKeys<D>>> {
-    if kernel.protocol_version() != rustls::ProtocolVersion::TLSv1_3 {
-        return None;
-    }
-    let suite = suite(&secrets.tx.1)?;
-    let send = (traffic_key(suite, &secrets.tx.1).ok()?, secrets.tx.0);
-    let receive = (traffic_key(suite, &secrets.rx.1).ok()?, secrets.rx.0);
+    let (suite, send, receive) = current_keys(&secrets, &kernel)?;
     Some(Records::new(
         suite,
         KernelKeys { kernel, suite },
         send,
         receive,
     ))
+}
+
+/// The suite and each direction's key and sequence number rustls hands over, for TLS 1.3.
+#[allow(clippy::type_complexity)]
+fn current_keys<D>(
+    secrets: &ExtractedSecrets,
+    kernel: &KernelConnection<D>,
+) -> Option<(CipherSuite, (TrafficKey, u64), (TrafficKey, u64))> {
+    if kernel.protocol_version() != rustls::ProtocolVersion::TLSv1_3 {
+        return None;
+    }
+    let suite = suite(&secrets.tx.1)?;
+    let send = (traffic_key(suite, &secrets.tx.1).ok()?, secrets.tx.0);
+    let receive = (traffic_key(suite, &secrets.rx.1).ok()?, secrets.rx.0);
+    Some((suite, send, receive))
 }
 
 fn suite(secrets: &ConnectionTrafficSecrets) -> Option<CipherSuite> {

@@ -411,6 +411,20 @@ impl Harness {
     }
 }
 
+/// An HS256 JWT of `claims`, signed with `secret`.
+pub fn hs256(secret: &str, claims: &serde_json::Value) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    let signed = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    let tag = ring::hmac::sign(&key, signed.as_bytes());
+    format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+}
+
 /// A WebSocket upgrade request for `target`.
 pub fn upgrade(target: &str) -> Vec<u8> {
     format!(

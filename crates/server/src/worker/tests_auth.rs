@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use clarion_proto::ws::OpCode;
 
-use super::testkit::{server_frames, upgrade, Client, Harness, UNIX_BASE};
+use super::testkit::{hs256, server_frames, upgrade, Client, Harness, UNIX_BASE};
 use crate::config::Config;
 
 const TEXT: OpCode = OpCode::Text;
@@ -34,14 +34,7 @@ fn token(exp_in: u64, subscribe: &[&str], publish: &[&str]) -> String {
         "exp": UNIX_BASE + exp_in,
         "clarion": { "subscribe": subscribe, "publish": publish },
     });
-    let signed = format!(
-        "{}.{}",
-        URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256","typ":"JWT"}"#),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
-    );
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
-    let tag = ring::hmac::sign(&key, signed.as_bytes());
-    format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+    hs256(SECRET, &claims)
 }
 
 fn texts(c: &Client) -> Vec<String> {

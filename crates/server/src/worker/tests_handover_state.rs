@@ -6,13 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use clarion_proto::handover_state;
 use clarion_proto::ws::OpCode;
 
 use super::handover_state::CarriedMode;
-use super::testkit::{server_frames, upgrade, Client, Harness, UNIX_BASE};
+use super::testkit::{hs256, server_frames, upgrade, Client, Harness, UNIX_BASE};
 use crate::config::Config;
 
 const SECRET: &str = "test-secret-of-some-length-000000";
@@ -35,14 +33,7 @@ fn token(sub: &str, exp: u64) -> String {
         "exp": exp,
         "clarion": { "subscribe": ["room.*"], "publish": ["room.a"] },
     });
-    let signed = format!(
-        "{}.{}",
-        URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256","typ":"JWT"}"#),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
-    );
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
-    let tag = ring::hmac::sign(&key, signed.as_bytes());
-    format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+    hs256(SECRET, &claims)
 }
 
 fn open(h: &mut Harness, target: &str) -> Client {
