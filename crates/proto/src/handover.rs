@@ -597,13 +597,13 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
 }
 
 /// A cursor over a body that fails, never panics, when a field runs past the end.
-struct Reader<'a> {
-    buf: &'a [u8],
-    what: &'static str,
+pub(crate) struct Reader<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) what: &'static str,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
         if n > self.buf.len() {
             return Err(Error::Malformed(self.what));
         }
@@ -612,17 +612,17 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(N)?);
         Ok(a)
     }
 
-    fn u8(&mut self) -> Result<u8, Error> {
+    pub(crate) fn u8(&mut self) -> Result<u8, Error> {
         Ok(self.array::<1>()?[0])
     }
 
-    fn at_most(&mut self, max: u8) -> Result<u8, Error> {
+    pub(crate) fn at_most(&mut self, max: u8) -> Result<u8, Error> {
         let v = self.u8()?;
         if v > max {
             return Err(Error::Malformed(self.what));
@@ -630,23 +630,23 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
-    fn flag(&mut self) -> Result<bool, Error> {
+    pub(crate) fn flag(&mut self) -> Result<bool, Error> {
         Ok(self.at_most(1)? == 1)
     }
 
-    fn u16(&mut self) -> Result<u16, Error> {
+    pub(crate) fn u16(&mut self) -> Result<u16, Error> {
         Ok(u16::from_le_bytes(self.array()?))
     }
 
-    fn u32(&mut self) -> Result<u32, Error> {
+    pub(crate) fn u32(&mut self) -> Result<u32, Error> {
         Ok(u32::from_le_bytes(self.array()?))
     }
 
-    fn u64(&mut self) -> Result<u64, Error> {
+    pub(crate) fn u64(&mut self) -> Result<u64, Error> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 
-    fn str_of(&mut self, n: usize) -> Result<&'a str, Error> {
+    pub(crate) fn str_of(&mut self, n: usize) -> Result<&'a str, Error> {
         std::str::from_utf8(self.take(n)?).map_err(|_| Error::Malformed(self.what))
     }
 

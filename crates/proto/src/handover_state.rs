@@ -23,6 +23,8 @@
 //! (`str` is a u32 LE length and UTF-8 bytes: an `info` may be as long as its limit is set;
 //! `x?` is a flag byte followed by `x` when the flag is 1; `sub?`, `info?` are optional strs.)
 
+use crate::handover::{Error, Reader};
+
 /// A connection's authentication: what its token (or a `connect` hook) grants, and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthState<'a> {
@@ -190,7 +192,14 @@ fn put_versions(out: &mut Vec<u8>, list: &[(&str, u64)]) {
 
 /// Decodes a whole section: every byte of `buf` must belong to it.
 pub fn decode(buf: &[u8]) -> Result<ModeState<'_>, Malformed> {
-    let mut r = Reader { buf };
+    let mut r = Reader {
+        buf,
+        what: "mode state",
+    };
+    decode_from(&mut r).map_err(|_| Malformed)
+}
+
+fn decode_from<'a>(r: &mut Reader<'a>) -> Result<ModeState<'a>, Error> {
     let auth = if r.flag()? {
         Some(AuthState {
             deadline: r.u64()?,
@@ -236,7 +245,7 @@ pub fn decode(buf: &[u8]) -> Result<ModeState<'_>, Malformed> {
         None
     };
     if !r.buf.is_empty() {
-        return Err(Malformed);
+        return Err(Error::Trailing(r.what));
     }
     Ok(ModeState {
         auth,
@@ -245,53 +254,15 @@ pub fn decode(buf: &[u8]) -> Result<ModeState<'_>, Malformed> {
     })
 }
 
-/// A cursor that fails, never panics, when a field runs past the end.
-struct Reader<'a> {
-    buf: &'a [u8],
-}
-
+/// The section's own fields, read with the hand-over frames' cursor (which fails, never
+/// panics, when a field runs past the end).
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
-        if n > self.buf.len() {
-            return Err(Malformed);
-        }
-        let (a, b) = self.buf.split_at(n);
-        self.buf = b;
-        Ok(a)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-
-    fn flag(&mut self) -> Result<bool, Malformed> {
-        match self.array::<1>()? {
-            [0] => Ok(false),
-            [1] => Ok(true),
-            _ => Err(Malformed),
-        }
-    }
-
-    fn u16(&mut self) -> Result<u16, Malformed> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-
-    fn u32(&mut self) -> Result<u32, Malformed> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, Malformed> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-
-    fn str(&mut self) -> Result<&'a str, Malformed> {
+    fn str(&mut self) -> Result<&'a str, Error> {
         let n = self.u32()? as usize;
-        std::str::from_utf8(self.take(n)?).map_err(|_| Malformed)
+        self.str_of(n)
     }
 
-    fn opt(&mut self) -> Result<Option<&'a str>, Malformed> {
+    fn opt(&mut self) -> Result<Option<&'a str>, Error> {
         if self.flag()? {
             self.str().map(Some)
         } else {
@@ -299,7 +270,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn list(&mut self) -> Result<Vec<&'a str>, Malformed> {
+    fn list(&mut self) -> Result<Vec<&'a str>, Error> {
         let n = usize::from(self.u16()?);
         // Each entry takes at least 4 bytes: a count beyond that is a lie, not a size to
         // reserve.
@@ -310,7 +281,7 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
-    fn versions(&mut self) -> Result<Vec<(&'a str, u64)>, Malformed> {
+    fn versions(&mut self) -> Result<Vec<(&'a str, u64)>, Error> {
         let n = usize::from(self.u16()?);
         let mut v = Vec::with_capacity(n.min(self.buf.len() / 12));
         for _ in 0..n {
