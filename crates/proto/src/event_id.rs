@@ -96,6 +96,27 @@ pub fn base36(mut n: u64) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// The id a resume string `given` (ids separated by commas, as a client resuming `topics` topics
+/// sends them) holds for `topic`, as epoch and offset: the one named for it (`topic:EPOCH-SEQ`),
+/// or the only id given when the subscriber follows one topic.
+pub fn resume_id<'a>(given: &'a str, topic: &str, topics: usize) -> Option<(&'a str, u64)> {
+    let mut unnamed = None;
+    for s in given.split(',').map(str::trim) {
+        match s.rsplit_once(':') {
+            Some((t, id)) if t == topic => {
+                let id = parse(id).ok()?;
+                return Some((id.epoch, id.seq));
+            }
+            Some(_) => {}
+            None if topics == 1 && !given.contains(',') => {
+                unnamed = parse(s).ok().map(|id| (id.epoch, id.seq));
+            }
+            None => {}
+        }
+    }
+    unnamed
+}
+
 #[cfg(test)]
 mod cursor_tests {
     use super::validate_cursor;
@@ -161,5 +182,31 @@ mod tests {
         assert_eq!(base36(35), "z");
         assert_eq!(base36(36), "10");
         assert!(is_epoch(&base36(u64::MAX)));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod resume_id_tests {
+    use super::resume_id;
+
+    #[test]
+    fn the_id_of_a_topic_is_named_or_the_only_one() {
+        assert_eq!(resume_id("ab-12", "t", 1), Some(("ab", 12)));
+        assert_eq!(resume_id("u:ab-1, t:cd-7", "t", 2), Some(("cd", 7)));
+        // Unnamed ids of several topics apply by epoch, which this node may not know yet.
+        assert_eq!(resume_id("ab-1,cd-7", "t", 2), None);
+        assert_eq!(resume_id("ab-1", "t", 2), None);
+        assert_eq!(resume_id("not an id", "t", 1), None);
+        assert_eq!(resume_id("u:ab-1", "t", 2), None);
+    }
+
+    /// A hand-over's positions (`topic:EPOCH-SEQ`, topics that may hold `:`).
+    #[test]
+    fn a_gap_is_positioned_where_its_topic_stands() {
+        assert_eq!(resume_id("k3-7", "a", 1), Some(("k3", 7)));
+        assert_eq!(resume_id("a:k3-7,b:c:q9-0", "b:c", 2), Some(("q9", 0)));
+        assert_eq!(resume_id("a:k3-7", "b", 2), None);
+        assert_eq!(resume_id("garbage", "a", 1), None);
     }
 }

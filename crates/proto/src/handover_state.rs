@@ -23,7 +23,7 @@
 //! (`str` is a u32 LE length and UTF-8 bytes: an `info` may be as long as its limit is set;
 //! `x?` is a flag byte followed by `x` when the flag is 1; `sub?`, `info?` are optional strs.)
 
-use crate::handover::{Error, Reader};
+use crate::handover_cursor::{Error, Reader};
 
 /// A connection's authentication: what its token (or a `connect` hook) grants, and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]

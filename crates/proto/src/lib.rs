@@ -39,6 +39,7 @@ pub mod event_id;
 pub mod grip;
 pub mod h2;
 pub mod handover;
+mod handover_cursor;
 pub mod handover_state;
 pub mod history_log;
 pub mod hooks;

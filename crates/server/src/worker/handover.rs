@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
+use clarion_proto::event_id;
 use mio::{Interest, Token};
 
 use super::conn::Conn;
@@ -490,7 +491,8 @@ impl<S: super::socket::Socket> Engine<S> {
     pub(super) fn catch_up_arriving(&mut self, k: u32, sub: crate::broker::Subscribed) {
         let mut batch = sub.replay;
         for g in &sub.gaps {
-            let Some((epoch, at)) = position_of(&sub.position, &g.topic, sub.names.len()) else {
+            let Some((epoch, at)) = event_id::resume_id(&sub.position, &g.topic, sub.names.len())
+            else {
                 continue;
             };
             let notice = Published::notice(Arc::clone(&g.topic), at, epoch.into(), 0, g);
@@ -500,22 +502,6 @@ impl<S: super::socket::Socket> Engine<S> {
             self.deliver_batch_to(&mut batch, Some(k));
         }
     }
-}
-
-/// The epoch and offset `position` (a subscription's, see `Subscribed::position`) gives
-/// `topic`: its `topic:EPOCH-SEQ` entry, or the only id of a one-topic subscription.
-fn position_of<'a>(position: &'a str, topic: &str, topics: usize) -> Option<(&'a str, u64)> {
-    let id = if topics == 1 {
-        position
-    } else {
-        position
-            .split(',')
-            .filter_map(|s| s.rsplit_once(':'))
-            .find(|(t, _)| *t == topic)
-            .map(|(_, id)| id)?
-    };
-    let id = clarion_proto::event_id::parse(id).ok()?;
-    Some((id.epoch, id.seq))
 }
 
 impl Worker {
@@ -604,14 +590,6 @@ mod tests {
         }
         assert_eq!(state_from_wire(1, 3, None, false), None);
         assert_eq!(state_from_wire(9, 0, None, false), None);
-    }
-
-    #[test]
-    fn a_gap_is_positioned_where_its_topic_stands() {
-        assert_eq!(position_of("k3-7", "a", 1), Some(("k3", 7)));
-        assert_eq!(position_of("a:k3-7,b:c:q9-0", "b:c", 2), Some(("q9", 0)));
-        assert_eq!(position_of("a:k3-7", "b", 2), None);
-        assert_eq!(position_of("garbage", "a", 1), None);
     }
 
     #[test]

@@ -25,7 +25,7 @@ impl Core {
     pub(super) fn catch_up(&self, given: &str, topics: &[&str]) {
         let deadline = Instant::now() + self.timeout;
         for &topic in topics {
-            let Some((epoch, seq)) = resume_id(given, topic, topics.len()) else {
+            let Some((epoch, seq)) = event_id::resume_id(given, topic, topics.len()) else {
                 continue;
             };
             let covered = |st: &super::State| {
@@ -308,42 +308,5 @@ impl Core {
             }
             crate::broker::Since::Now => {}
         }
-    }
-}
-
-/// The id `given` holds for `topic` (epoch and offset): the one named for it
-/// (`topic:EPOCH-SEQ`), or the only id given when the subscriber follows one topic.
-fn resume_id<'a>(given: &'a str, topic: &str, topics: usize) -> Option<(&'a str, u64)> {
-    let mut unnamed = None;
-    for s in given.split(',').map(str::trim) {
-        match s.rsplit_once(':') {
-            Some((t, id)) if t == topic => {
-                let id = event_id::parse(id).ok()?;
-                return Some((id.epoch, id.seq));
-            }
-            Some(_) => {}
-            None if topics == 1 && !given.contains(',') => {
-                unnamed = event_id::parse(s).ok().map(|id| (id.epoch, id.seq));
-            }
-            None => {}
-        }
-    }
-    unnamed
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod resume_id_tests {
-    use super::resume_id;
-
-    #[test]
-    fn the_id_of_a_topic_is_named_or_the_only_one() {
-        assert_eq!(resume_id("ab-12", "t", 1), Some(("ab", 12)));
-        assert_eq!(resume_id("u:ab-1, t:cd-7", "t", 2), Some(("cd", 7)));
-        // Unnamed ids of several topics apply by epoch, which this node may not know yet.
-        assert_eq!(resume_id("ab-1,cd-7", "t", 2), None);
-        assert_eq!(resume_id("ab-1", "t", 2), None);
-        assert_eq!(resume_id("not an id", "t", 1), None);
-        assert_eq!(resume_id("u:ab-1", "t", 2), None);
     }
 }
