@@ -53,7 +53,62 @@ def hook_args(base, *extra):
 
 
 def calls(base):
-    return httpx.get(f"{base}/stats").json()
+    """The example backend's hook calls by kind."""
+    stats = httpx.get(f"{base}/stats").json()
+    return {kind: stats[kind] for kind in ("connect", "subscribe", "publish")}
+
+
+def documented_args(base, secret):
+    """The command line of docs/hooks.md, word for word but for the addresses."""
+    return [
+        "--hook-connect-url", f"{base}/hooks/connect",
+        "--hook-subscribe-url", f"{base}/hooks/subscribe",
+        "--hook-publish-url", f"{base}/hooks/publish",
+        "--webhook-url", f"{base}/hooks/events",
+        "--hook-secret", secret, "--allow-client-publish",
+    ]
+
+
+def test_the_documented_setup_takes_hooks_and_webhooks_with_the_example_backend(
+    start_server, example
+):
+    # The flags docs/hooks.md shows are the ones this test passes.
+    doc = (ROOT / "docs/hooks.md").read_text()
+    for flag in ("--hook-connect-url", "--hook-subscribe-url", "--hook-publish-url",
+                 "--webhook-url", "--hook-secret", "--allow-client-publish"):
+        assert flag in doc, flag
+    assert "http://127.0.0.1:8000/hooks/events" in doc
+    s = start_server(*documented_args(example, SECRET), "--webhook-batch-ms", "20")
+
+    async def run():
+        cookie = {"Cookie": "session=s-alice"}
+        async with connect(f"ws://{s.clients}/ws?topic=chat.lobby", additional_headers=cookie) as ws:
+            await ws.send(json.dumps({"type": "publish", "topic": "chat.lobby", "data": "darn"}))
+            got = [await asyncio.wait_for(ws.recv(), 5) for _ in range(2)]  # the ack, the message
+            assert "****" in got, got
+            stats = wait_stats(example, lambda st: st["online"] == ["alice"])
+            assert stats["events"]["connected"] == 1
+
+    asyncio.run(run())
+    stats = wait_stats(example, lambda st: st["events"].get("disconnected") == 1)
+    assert stats["online"] == []
+    assert stats["events"]["topic_occupied"] == stats["events"]["topic_vacated"] == 2
+    assert calls(example) == {"connect": 1, "subscribe": 0, "publish": 1}
+    m = s.metrics()
+    assert m["clarion_webhook_rejected_total"] == 0
+    assert m["clarion_webhook_retries_total"] == 0
+    _, err = s.stop()
+    assert "webhook:" not in err, err
+
+
+def wait_stats(base, pred, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = httpx.get(f"{base}/stats").json()
+        if pred(stats):
+            return stats
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
 
 
 async def control(ws, msg):
@@ -298,7 +353,7 @@ class Receiver:
     """A webhook receiver: verifies each signature, answers the first `fail_first` requests
     500, and keeps every request's events (retries included)."""
 
-    def __init__(self, fail_first=0, secret=SECRET):
+    def __init__(self, fail_first=0, secret=SECRET, fail_status=500, fail_body=b""):
         import hashlib
         import hmac
 
@@ -322,13 +377,14 @@ class Receiver:
                 assert verified(self.headers["Clarion-Signature"], body)
                 if outer.failed < fail_first:
                     outer.failed += 1
-                    status = 500
+                    status, answer = fail_status, fail_body
                 else:
-                    status = 200
+                    status, answer = 200, b""
                 outer.requests.append((status, json.loads(body)["events"]))
                 self.send_response(status)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
+                self.wfile.write(answer)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -395,6 +451,40 @@ def test_webhook_batches_in_order_with_ids_retried_after_a_500(start_server):
     m = s.metrics()
     assert m["clarion_webhook_retries_total"] >= 1
     assert m["clarion_webhook_dropped_total"] == 0
+    r.close()
+
+
+def test_a_webhook_that_refuses_with_a_4xx_is_not_retried_and_the_log_says_who_said_what(
+    start_server,
+):
+    r = Receiver(fail_first=1, fail_status=404, fail_body=b'{"error":"no such hook"}')
+    s = start_server("--webhook-url", r.url + "?token=hidden", "--hook-secret", SECRET,
+                     "--webhook-batch-ms", "20")
+
+    async def run():
+        async with connect(f"ws://{s.clients}/ws?topic=a"):
+            pass
+        # The second connection's events come after the refusal: the sender went on.
+        deadline = time.monotonic() + 10
+        while not r.requests and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        async with connect(f"ws://{s.clients}/ws?topic=b"):
+            pass
+
+    asyncio.run(run())
+    events = r.wait_for(lambda ev: any(e["type"] == "disconnected" for e in ev))
+    refused = r.requests[0][1]
+    assert r.requests[0][0] == 404
+    # The refused batch was not sent again: no event of it arrives later.
+    assert not {e["id"] for e in refused} & {e["id"] for e in events}
+    m = s.metrics()
+    assert m["clarion_webhook_rejected_total"] == len(refused)
+    assert m["clarion_webhook_retries_total"] == 0
+    _, err = s.stop()
+    line = next(l for l in err.splitlines() if "webhook:" in l)
+    assert f"{r.url} answered 404 {{\"error\":\"no such hook\"}}" in line, line
+    assert f"dropping {len(refused)} events" in line, line
+    assert "hidden" not in err
     r.close()
 
 

@@ -207,6 +207,8 @@ pub struct HookCounters {
     pub webhook_retries: AtomicU64,
     /// Webhook events dropped: the queue was full (or the server stopped while retrying).
     pub webhook_dropped: AtomicU64,
+    /// Webhook events the application refused (a 4xx other than 408 and 429): not retried.
+    pub webhook_rejected: AtomicU64,
     /// Webhook events waiting to be sent.
     pub webhook_queued: AtomicU64,
 }
@@ -375,6 +377,11 @@ impl Metrics {
                 "clarion_webhook_dropped_total",
                 "Webhook events dropped (queue full).",
                 &h.webhook_dropped,
+            ),
+            (
+                "clarion_webhook_rejected_total",
+                "Webhook events the application refused with a 4xx other than 408/429 (not retried).",
+                &h.webhook_rejected,
             ),
         ] {
             counter(out, name, help, v.load(Relaxed));

@@ -48,6 +48,13 @@ pub struct Target {
 }
 
 impl Target {
+    /// The URL as a log line shows it: scheme, host and path, without the query (which may
+    /// carry a token).
+    pub fn shown(&self) -> String {
+        let path = self.path.split('?').next().unwrap_or_default();
+        format!("http://{}{path}", self.host)
+    }
+
     /// Parses `http://host[:port][/path]` (no TLS: hooks run beside the server).
     pub fn parse(url: &str) -> Result<Target, String> {
         let rest = url
