@@ -351,12 +351,7 @@ impl<S: Socket> Engine<S> {
         token: Option<&Claims>,
     ) -> Vec<u8> {
         let hooks = self.shared.hooks.as_ref();
-        let remote = self
-            .conns
-            .get(k as usize)
-            .and_then(|c| c.stream.as_ref()?.peer_ip())
-            .map(|ip| ip.to_string())
-            .unwrap_or_default();
+        let remote = self.peer_of(k).map(|ip| ip.to_string()).unwrap_or_default();
         let cookies = head
             .headers
             .iter()
