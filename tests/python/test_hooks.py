@@ -274,7 +274,7 @@ def test_slow_backend_delays_no_one_else(start_server):
         ((200, {}, b"{not json"), "not a JSON object"),
         ((200, {}, b'{"allow":"yes"}'), 'field "allow" has the wrong type'),
         ((200, {}, b'{"allow":true,"subscribe":"chat.*"}'), 'field "subscribe" has the wrong type'),
-        ((200, {}, b'{"allow":true,"sub":"' + b"x" * 200_000 + b'"}'), "larger than"),
+        ((200, {}, b'{"allow":true,"sub":"' + b"x" * 200_000 + b'"}'), "answer larger than hook_max_answer"),
         ((302, {"Location": "http://example.com/"}, b""), "redirect (302), which is not followed"),
         ((500, {}, b"oops"), "the hook answered 500"),
     ],

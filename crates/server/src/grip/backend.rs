@@ -7,7 +7,8 @@
 //! talked to, so a burst of subscriptions does not pay a TCP handshake each.
 //!
 //! Every exchange is bounded: connect, write and read share one deadline
-//! (`grip_backend_timeout`), and answers larger than `grip_max_body` are refused.
+//! (`grip_backend_timeout`, `hook_timeout_ms`), and answers larger than the pool's body limit
+//! (`grip_max_body`, `hook_max_answer`) are refused.
 
 use std::collections::HashMap;
 use std::io::{self, Read as _, Write as _};
@@ -128,6 +129,8 @@ pub struct Limits {
     pub timeout: Duration,
     /// Largest body.
     pub max_body: usize,
+    /// The setting `max_body` comes from, named when an answer is too large.
+    pub max_body_setting: &'static str,
 }
 
 impl Backend {
@@ -224,7 +227,7 @@ fn exchange(
     let mut last = Failure::Unreachable("no backend".into());
     for addr in job.targets.iter() {
         if let Some(stream) = idle.remove(addr) {
-            match once(stream, job, deadline, limits.max_body) {
+            match once(stream, job, deadline, limits) {
                 Ok((r, keep)) => {
                     if let Some(s) = keep {
                         idle.insert(addr.clone(), s);
@@ -242,7 +245,7 @@ fn exchange(
                 continue;
             }
         };
-        return match once(stream, job, deadline, limits.max_body) {
+        return match once(stream, job, deadline, limits) {
             Ok((r, keep)) => {
                 if let Some(s) = keep {
                     idle.insert(addr.clone(), s);
@@ -280,8 +283,9 @@ fn once(
     mut s: TcpStream,
     job: &Job,
     deadline: Instant,
-    max_body: usize,
+    limits: Limits,
 ) -> Result<(Response, Option<TcpStream>), (Failure, bool)> {
+    let max_body = limits.max_body;
     let io_fail = |e: io::Error, answered: bool| match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => (Failure::Timeout, answered),
         _ => (Failure::Unreachable(e.to_string()), answered),
@@ -343,7 +347,7 @@ fn once(
     buf.drain(..head_len);
     let too_large = || {
         (
-            Failure::Invalid("answer larger than grip_max_body".into()),
+            Failure::Invalid(format!("answer larger than {}", limits.max_body_setting)),
             true,
         )
     };
@@ -407,4 +411,44 @@ fn once(
         },
         reusable.then_some(s),
     ))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_too_large_answer_names_the_setting_of_its_pool() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+                .unwrap();
+        });
+        let limits = Limits {
+            timeout: Duration::from_secs(5),
+            max_body: 10,
+            max_body_setting: "hook_max_answer",
+        };
+        let job = Job {
+            reply: None,
+            key: 0,
+            ticket: 0,
+            targets: vec![addr].into(),
+            request: b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            head_only: false,
+        };
+        let got = exchange(&job, &mut HashMap::new(), limits).err();
+        assert_eq!(
+            got,
+            Some(Failure::Invalid(
+                "answer larger than hook_max_answer".into()
+            ))
+        );
+        server.join().unwrap();
+    }
 }

@@ -141,6 +141,7 @@ impl Hooks {
         let limits = Limits {
             timeout: Duration::from_millis(config.hook_timeout_ms),
             max_body: config.hook_max_answer,
+            max_body_setting: "hook_max_answer",
         };
         // Without a hook URL (webhooks only) the pool has no threads and is never used.
         let threads = if any_hook { config.hook_threads } else { 0 };
