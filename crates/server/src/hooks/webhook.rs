@@ -356,6 +356,7 @@ fn post(inner: &Inner, body: &[u8], idle: &mut HashMap<String, TcpStream>) -> Re
         targets: Arc::clone(&t.addr),
         request,
         head_only: false,
+        queued: std::time::Instant::now(),
     };
     match exchange_blocking(&job, idle, inner.limits) {
         Ok(r) if (200..300).contains(&r.status) => Ok(()),
