@@ -572,3 +572,27 @@ def test_clarion_token_makes_a_token_the_server_accepts_from_its_secret_its_file
     # A pattern the server would refuse is refused here, not by a 401 later.
     code, _, err = clarion_token("--auth-secret", SECRET, "--subscribe", "a*b")
     assert code != 0 and "a*b" in err, err
+
+def test_the_token_cookie_is_refused_on_a_subresource_another_page_made(start_server):
+    """Issue 55 item 6, with the raw headers Chromium sends for an <img> on a sibling subdomain:
+    `Sec-Fetch-Site: same-site`, `Sec-Fetch-Mode: no-cors`, no `Origin`, and the cookie. The
+    cookie does not count there; the server's own page, a typed address, a client that is not a
+    browser and an allowed origin's credentialed request still connect with it."""
+    tok = hs(grants(["private"]))
+    s = start_server("--auth-secret", SECRET, "--allowed-origins", "https://app.example.com")
+
+    def status(extra):
+        req = (f"GET /sse?topic=private HTTP/1.1\r\nHost: push.example.com\r\n"
+               f"Cookie: clarion_token={tok}\r\n{extra}\r\n").encode()
+        out = raw(s, req, read_for=1.0)
+        return out.split(b"\r\n", 1)[0].decode(), out
+
+    for site in ("same-site", "cross-site"):
+        line, out = status(f"Sec-Fetch-Site: {site}\r\nSec-Fetch-Mode: no-cors\r\nSec-Fetch-Dest: image\r\n")
+        assert line.startswith("HTTP/1.1 403 "), out
+        assert b"another page made without an Origin" in out, out
+    for extra in ("Sec-Fetch-Site: same-origin\r\nSec-Fetch-Mode: cors\r\n", "Sec-Fetch-Site: none\r\n", "",
+                  "Sec-Fetch-Site: same-site\r\nOrigin: https://app.example.com\r\n"):
+        line, out = status(extra)
+        assert line == "HTTP/1.1 200 OK", (extra, out)
+    assert s.metrics()['clarion_auth_failures_total{reason="origin"}'] == 2

@@ -303,7 +303,8 @@ def test_slow_backend_delays_no_one_else(start_server):
             t = []
             for _ in range(10):
                 t0 = time.monotonic()
-                async with connect(f"ws://{s.clients}/ws?topic=y"):
+                # Someone else: the slow ones fill 127.0.0.1's hook_max_in_flight_per_address.
+                async with connect(f"ws://{s.clients}/ws?topic=y", local_addr=("127.0.0.2", 0)):
                     t.append(time.monotonic() - t0)
             return t
 
@@ -329,7 +330,7 @@ def test_slow_backend_delays_no_one_else(start_server):
         ((200, {}, b"{not json"), "not a JSON object"),
         ((200, {}, b'{"allow":"yes"}'), 'field "allow" has the wrong type'),
         ((200, {}, b'{"allow":true,"subscribe":"chat.*"}'), 'field "subscribe" has the wrong type'),
-        ((200, {}, b'{"allow":true,"sub":"' + b"x" * 200_000 + b'"}'), "larger than"),
+        ((200, {}, b'{"allow":true,"sub":"' + b"x" * 200_000 + b'"}'), "answer larger than hook_max_answer"),
         ((302, {"Location": "http://example.com/"}, b""), "redirect (302), which is not followed"),
         ((500, {}, b"oops"), "the hook answered 500"),
     ],
@@ -536,3 +537,75 @@ def test_topic_vacated_fires_once_across_two_nodes(cluster):
     both = [e["type"] for e in ev if e.get("topic") == "both"]
     assert both == ["topic_occupied", "topic_vacated"], both
     r.close()
+
+
+def _slow_connect_flood(s, n=100):
+    """`n` requests for the slow topic from 127.0.0.1, all sent at once; returns the sockets."""
+    socks = []
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=30, source_address=("127.0.0.1", 0))
+        c.sendall(b"GET /poll?topic=slow&timeout=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        socks.append(c)
+    return socks
+
+
+def _unrelated_connect_seconds(s):
+    """Seconds until an SSE request for another topic from 127.0.0.2 gets its status line, and
+    that line."""
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=30, source_address=("127.0.0.2", 0)) as c:
+        c.sendall(b"GET /sse?topic=fast HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = b""
+        while b"\r\n" not in head:
+            chunk = c.recv(4096)
+            assert chunk, head
+            head += chunk
+        return time.monotonic() - t0, head.split(b"\r\n", 1)[0].decode()
+
+
+def _slow_for_topic_slow(kind, req):
+    if "slow" in req.get("topics", []):
+        time.sleep(5)
+    return allow()
+
+
+def test_one_address_cannot_stall_another_clients_connect_hook(start_server):
+    """Issue 55 item 7: 100 connects to a slow-hook topic from one address filled every hook
+    thread, and an unrelated client's connect waited behind them (19 s). Over
+    `hook_max_in_flight_per_address` (8) the flood is answered 429 at once, and the other
+    client's connect completes within `hook_timeout_ms`."""
+    b = Backend(_slow_for_topic_slow)
+    s = start_server("--hook-connect-url", f"{b.url}/hooks/connect", "--hook-timeout-ms", "1000")
+    flood = _slow_connect_flood(s)
+    time.sleep(0.2)
+    took, status = _unrelated_connect_seconds(s)
+    assert status == "HTTP/1.1 200 OK", status
+    assert took <= 1.0 + 0.5, f"the unrelated connect took {took:.2f} s"
+    answers = []
+    for c in flood:
+        c.settimeout(10)
+        answers.append(c.recv(4096))
+        c.close()
+    busy = [a for a in answers if a.startswith(b"HTTP/1.1 429 ")]
+    assert len(busy) >= 100 - 8, [a[:40] for a in answers]
+    assert b"Retry-After: 1\r\n" in busy[0] and b"hook_max_in_flight_per_address" in busy[0], busy[0]
+    assert s.metrics()["clarion_hook_address_limited_total"] == len(busy)
+    b.close()
+
+
+def test_a_hook_call_deadline_counts_from_when_it_is_queued(start_server):
+    """Without the per-address cap, calls queued behind 100 slow ones time out at
+    `hook_timeout_ms` after they were queued instead of starting late: the unrelated client's
+    connect completes within that time, not after the whole queue."""
+    b = Backend(_slow_for_topic_slow)
+    # The variable rather than the flag, so that a binary without the setting runs this too.
+    s = start_server("--hook-connect-url", f"{b.url}/hooks/connect", "--hook-timeout-ms", "1000",
+                     env={"CLARION_HOOK_MAX_IN_FLIGHT_PER_ADDRESS": "0"})
+    flood = _slow_connect_flood(s)
+    time.sleep(0.2)
+    took, status = _unrelated_connect_seconds(s)
+    assert took <= 1.0 + 0.5, f"the unrelated connect took {took:.2f} s ({status})"
+    assert status == "HTTP/1.1 200 OK", status
+    for c in flood:
+        c.close()
+    b.close()

@@ -199,6 +199,8 @@ pub struct HookCounters {
     pub latency_us: [AtomicU64; 3],
     /// Calls queued or in flight now.
     pub in_flight: AtomicU64,
+    /// Calls not made: the client's address had `hook_max_in_flight_per_address` in flight.
+    pub address_limited: AtomicU64,
     /// Webhook events delivered (2xx), in batches.
     pub webhook_sent: AtomicU64,
     /// Webhook requests answered 2xx.
@@ -358,6 +360,11 @@ impl Metrics {
             h.in_flight.load(Relaxed),
         );
         for (name, help, v) in [
+            (
+                "clarion_hook_address_limited_total",
+                "Hook calls not made: the client's address had hook_max_in_flight_per_address calls in flight.",
+                &h.address_limited,
+            ),
             (
                 "clarion_webhook_events_total",
                 "Webhook events delivered.",
