@@ -573,6 +573,7 @@ def test_clarion_token_makes_a_token_the_server_accepts_from_its_secret_its_file
     code, _, err = clarion_token("--auth-secret", SECRET, "--subscribe", "a*b")
     assert code != 0 and "a*b" in err, err
 
+
 def test_the_token_cookie_is_refused_on_a_subresource_another_page_made(start_server):
     """Issue 55 item 6, with the raw headers Chromium sends for an <img> on a sibling subdomain:
     `Sec-Fetch-Site: same-site`, `Sec-Fetch-Mode: no-cors`, no `Origin`, and the cookie. The
