@@ -57,6 +57,15 @@ def test_publish_checks_the_topic_with_the_servers_rules(server):
     assert json.loads(p.stdout)["topic"] == "t:a/b@c.d-e_f"
 
 
+def test_a_message_piped_from_echo_is_published_without_its_newline(start_server):
+    server = start_server()
+    assert run("publish", "--api", server.api, "news", stdin=b"hi\n").returncode == 0
+    assert run("publish", "--api", server.api, "news", "-", "--binary", stdin=b"raw\n").returncode == 0
+    _, _, body = server.request("GET", "/topics/news")
+    # Newest first.
+    assert [m["data"] for m in json.loads(body)["history"]] == ["raw\n", "hi"], body
+
+
 def test_publish_shows_the_413_the_server_answered(start_server):
     server = start_server()
     # 2 MB: the server answers 413 from the head and closes; the client must show that answer.

@@ -44,6 +44,9 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
             std::io::stdin()
                 .read_to_end(&mut buf)
                 .context("cannot read the message from stdin")?;
+            if !args.binary {
+                without_final_newline(&mut buf);
+            }
             buf
         }
     };
@@ -304,10 +307,39 @@ fn answer(response: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
     Ok((head.status, body))
 }
 
+/// Drops one line ending (`\n` or `\r\n`) from the end of a text message read from standard
+/// input: `echo hi | clarion publish news` publishes `hi`, as `$(...)` in a shell would read
+/// it. Only one: a message that ends with blank lines keeps them but the last. `--binary`
+/// messages are sent as they are.
+fn without_final_newline(buf: &mut Vec<u8>) {
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_from_stdin_loses_one_line_ending() {
+        for (input, sent) in [
+            (&b"hi\n"[..], &b"hi"[..]),
+            (b"hi\r\n", b"hi"),
+            (b"hi", b"hi"),
+            (b"two\nlines\n\n", b"two\nlines\n"),
+            (b"\n", b""),
+            (b"", b""),
+        ] {
+            let mut buf = input.to_vec();
+            without_final_newline(&mut buf);
+            assert_eq!(buf, sent, "{input:?}");
+        }
+    }
 
     #[test]
     fn topics_are_escaped_in_the_path() {
