@@ -17,11 +17,12 @@
 //! the held messages are rewritten into the new segment and every older one is deleted. So disk
 //! use follows the same limits as memory (`history_size`, `history_ttl`, `history_memory`).
 
+pub mod files;
 pub mod load;
 pub mod recover;
 
 use std::collections::VecDeque;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -34,6 +35,7 @@ use clarion_proto::pubsub::wire;
 pub use crate::config::HistoryDisk as Settings;
 use crate::hub::lock;
 use crate::message::Published;
+use crate::metrics::HistoryWrite;
 
 /// The files of a history directory, as read at start.
 pub struct DirContents {
@@ -63,12 +65,7 @@ impl DirLock {
     pub fn take(dir: &Path, wait: Duration) -> io::Result<DirLock> {
         use std::io::{Read as _, Seek as _};
         let path = dir.join(LOCK);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+        let mut file = files::open_or_create(&path)?;
         let deadline = std::time::Instant::now() + wait;
         loop {
             match file.try_lock() {
@@ -100,12 +97,18 @@ impl DirLock {
     }
 }
 
-/// Creates `dir` if needed, checks that it can be written, takes its lock, and reads its
-/// files. An error here stops the start with the path in the message.
+/// Creates `dir` if needed (mode 0700) or checks that it is private ([`files::private_dir`]),
+/// checks that it can be written, takes its lock, and reads its files. An error here stops the
+/// start with the path in the message.
 pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
-    fs::create_dir_all(dir)?;
+    if let Some(old) = files::private_dir(dir)? {
+        crate::log::info(format_args!(
+            "history_dir {}: mode {old:04o} tightened to 0700 (history is private to this user)",
+            dir.display()
+        ));
+    }
     let probe = dir.join(".write-test");
-    File::create(&probe)?.write_all(b"ok")?;
+    files::create_fresh(&probe)?.write_all(b"ok")?;
     fs::remove_file(&probe)?;
     let lock = DirLock::take(dir, LOCK_WAIT)?;
     let mut segments = Vec::new();
@@ -118,10 +121,10 @@ pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
         else {
             continue;
         };
-        segments.push((seq, name, fs::read(entry.path())?));
+        segments.push((seq, name, read_all(&entry.path())?));
     }
     segments.sort_unstable_by_key(|s| s.0);
-    let clean = match fs::read(dir.join(CLEAN)) {
+    let clean = match read_all(&dir.join(CLEAN)) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
@@ -131,6 +134,38 @@ pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
         clean,
         lock,
     })
+}
+
+/// What a failed write of the log means: the counter's reason and the sentence a refused
+/// publish is answered with. A full disk and the process's file size limit (`RLIMIT_FSIZE`,
+/// whose `SIGXFSZ` the server ignores so that the write fails with `EFBIG` instead of killing
+/// it) are the same for a publisher: nothing more can be written until an operator acts.
+pub fn write_failure(e: &io::Error) -> (HistoryWrite, String) {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => (
+            HistoryWrite::DiskFull,
+            format!("history could not be written (the disk is full: {e})"),
+        ),
+        Some(libc::EFBIG) => (
+            HistoryWrite::FileTooLarge,
+            format!(
+                "history could not be written (the process's file size limit, RLIMIT_FSIZE, \
+                 was reached: {e})"
+            ),
+        ),
+        _ => (
+            HistoryWrite::Other,
+            format!("history could not be written: {e}"),
+        ),
+    }
+}
+
+/// The whole of a file of the directory, opened as [`files::open_existing`] does.
+fn read_all(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    files::open_existing(path, false)?.read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// This boot's id, or `None` where the kernel does not say.
@@ -202,10 +237,7 @@ impl HistoryLog {
     pub fn start(settings: Settings, start: Start<'_>) -> io::Result<HistoryLog> {
         let seq = start.old.iter().max().map_or(1, |m| m + 1);
         let path = segment_path(&settings.dir, seq);
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)?;
+        let file = files::create_new(&path)?;
         let sync = Arc::new(SyncShared {
             file: Mutex::new(Some(file.try_clone()?)),
             dirty: AtomicBool::new(false),
@@ -335,10 +367,7 @@ impl HistoryLog {
         self.file.sync_data()?;
         let seq = self.seq + 1;
         let path = segment_path(&self.settings.dir, seq);
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)?;
+        let file = files::create_new(&path)?;
         *lock(&self.sync.file) = Some(file.try_clone()?);
         self.closed.push_back(Closed {
             path: segment_path(&self.settings.dir, self.seq),
@@ -380,7 +409,7 @@ impl HistoryLog {
             &mut self.buf,
         );
         let tmp = self.settings.dir.join("clean.tmp");
-        let mut f = File::create(&tmp)?;
+        let mut f = files::create_fresh(&tmp)?;
         f.write_all(&self.buf)?;
         f.sync_all()?;
         fs::rename(&tmp, self.settings.dir.join(CLEAN))?;
@@ -430,5 +459,5 @@ fn remove(path: &Path) -> io::Result<()> {
 
 /// Makes file creations and deletions in `dir` durable.
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    files::open_dir(dir)?.sync_all()
 }
