@@ -341,3 +341,36 @@ def test_the_file_size_limit_refuses_the_publish_with_503_and_the_server_lives(
     # One warning per refused publish (there were two).
     lines = [l for l in err.splitlines() if "history could not be written" in l]
     assert len(lines) == 3, err
+
+
+# --- Reading at start (issue 55, item 12): a segment is read piece by piece, and no more of
+# it than a segment can be; a 1 GiB sparse file cost 1.05 GB of memory.
+
+
+def peak_rss_bytes(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_huge_sparse_segment_is_read_in_bounded_memory_and_reported(start_server, tmp_path):
+    d = tmp_path / "hist"
+    a = start_durable(start_server, d)
+    ids = publish_many(a, 20)
+    a.stop()
+    last = segments(d)[-1]
+    huge = d / f"{int(last.stem) + 1:020}.seg"
+    with open(huge, "wb") as f:
+        f.truncate(1 << 30)  # sparse: no disk used
+    os.chmod(huge, 0o600)
+    b = start_durable(start_server, d)
+    peak = peak_rss_bytes(b.proc.pid)
+    print(f"peak RSS after start: {peak / 1e6:.1f} MB")
+    got, _ = poll_all(b, "zzzz-1")
+    _, err = b.stop()
+    assert peak < 100 * 1024 * 1024, f"peak RSS {peak / 1e6:.0f} MB"
+    assert [m["id"] for m in got] == ids, "the intact records are kept"
+    assert f"{huge.name} is {1 << 30} bytes, more than a segment can be" in err, err
+    assert "only its first" in err
+    assert not huge.exists(), "replaced by the fresh segment, as damaged files are"

@@ -817,6 +817,7 @@ mod tests {
             // The fsync thread runs too (every 20 ms).
             fsync_ms: 20,
             segment_bytes: 4096,
+            max_segment_bytes: 1 << 20,
         };
         let b = LocalBroker::durable(
             vec![inbox],

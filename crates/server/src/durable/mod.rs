@@ -39,13 +39,37 @@ use crate::metrics::HistoryWrite;
 
 /// The files of a history directory, as read at start.
 pub struct DirContents {
-    /// `(number, name, bytes)` of every segment, in increasing number.
-    pub segments: Vec<(u64, String, Vec<u8>)>,
+    /// Every segment, in increasing number.
+    pub segments: Vec<SegmentRead>,
     /// The clean-stop file's bytes, if there is one.
     pub clean: Option<Vec<u8>>,
     /// The directory's lock, held by this process until its log is closed.
     pub lock: DirLock,
 }
+
+/// One segment as read at start: its intact records, without the bytes of its damage.
+pub struct SegmentRead {
+    /// Its number.
+    pub seq: u64,
+    /// Its file name.
+    pub name: String,
+    /// Its size in bytes.
+    pub len: u64,
+    /// The bytes read (the size, unless it is larger than a segment can be).
+    pub read: u64,
+    /// Its intact records, one after another.
+    pub kept: Vec<u8>,
+    /// Each intact record's offset in the file and in `kept`.
+    pub records: Vec<(usize, usize)>,
+    /// Damaged regions followed by an intact record.
+    pub damage: Vec<history_log::Damage>,
+    /// Bytes at the end that hold no intact record (those not read included).
+    pub tail: Option<history_log::Damage>,
+}
+
+/// How much of a segment is read at once: its records are copied out as they are found, so
+/// reading a file holds this plus the record being read, whatever the file's size.
+const READ_PIECE: usize = 64 * 1024;
 
 const CLEAN: &str = "clean";
 const SUFFIX: &str = ".seg";
@@ -98,9 +122,9 @@ impl DirLock {
 }
 
 /// Creates `dir` if needed (mode 0700) or checks that it is private ([`files::private_dir`]),
-/// checks that it can be written, takes its lock, and reads its files. An error here stops the
-/// start with the path in the message.
-pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
+/// checks that it can be written, takes its lock, and reads its files, each segment up to
+/// `max_segment` bytes. An error here stops the start with the path in the message.
+pub fn read_dir(dir: &Path, max_segment: u64) -> io::Result<DirContents> {
     if let Some(old) = files::private_dir(dir)? {
         crate::log::info(format_args!(
             "history_dir {}: mode {old:04o} tightened to 0700 (history is private to this user)",
@@ -121,9 +145,9 @@ pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
         else {
             continue;
         };
-        segments.push((seq, name, read_all(&entry.path())?));
+        segments.push(read_segment(&entry.path(), seq, name, max_segment)?);
     }
-    segments.sort_unstable_by_key(|s| s.0);
+    segments.sort_unstable_by_key(|s| s.seq);
     let clean = match read_all(&dir.join(CLEAN)) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -158,6 +182,82 @@ pub fn write_failure(e: &io::Error) -> (HistoryWrite, String) {
             format!("history could not be written: {e}"),
         ),
     }
+}
+
+/// Reads a segment piece by piece ([`history_log::Scanner`]), keeping only its intact records,
+/// and no more than `max` bytes of it.
+fn read_segment(path: &Path, seq: u64, name: String, max: u64) -> io::Result<SegmentRead> {
+    use std::io::Read as _;
+    let file = files::open_existing(path, false)?;
+    let len = file.metadata()?.len();
+    let mut from = file.take(max);
+    let mut out = SegmentRead {
+        seq,
+        name,
+        len,
+        read: 0,
+        kept: Vec::new(),
+        records: Vec::new(),
+        damage: Vec::new(),
+        tail: None,
+    };
+    let mut scanner = history_log::Scanner::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_PIECE);
+    loop {
+        let held = buf.len();
+        buf.resize(held + READ_PIECE, 0);
+        let n = loop {
+            match from.read(buf.get_mut(held..).unwrap_or_default()) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        buf.truncate(held + n);
+        out.read += n as u64;
+        let end = n == 0;
+        let SegmentRead {
+            kept,
+            records,
+            damage,
+            ..
+        } = &mut out;
+        let used = scanner.feed(&buf, end, |found| match found {
+            history_log::Found::Record { offset, bytes, .. } => {
+                records.push((offset, kept.len()));
+                kept.extend_from_slice(bytes);
+            }
+            history_log::Found::Damage(d) => damage.push(d),
+        });
+        buf.drain(..used);
+        if end {
+            break;
+        }
+        // The start of a record longer than what is held: room for all of it (bounded by
+        // the record format's largest body and by what the file has).
+        buf.reserve(READ_PIECE);
+    }
+    out.tail = scanner.finish();
+    if out.read < len {
+        let unread = usize::try_from(out.read).unwrap_or(usize::MAX);
+        let whole = usize::try_from(len).unwrap_or(usize::MAX);
+        out.tail = Some(match out.tail {
+            Some(t) => history_log::Damage {
+                len: whole - t.offset,
+                // Not a write cut short: the file goes on past what was read.
+                error: match t.error {
+                    history_log::RecordError::Truncated => history_log::RecordError::Oversized,
+                    other => other,
+                },
+                offset: t.offset,
+            },
+            None => history_log::Damage {
+                offset: unread,
+                len: whole - unread,
+                error: history_log::RecordError::Oversized,
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// The whole of a file of the directory, opened as [`files::open_existing`] does.
