@@ -12,7 +12,7 @@ use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as 
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::path::Path;
 
-use crate::handover::fds::own_uid;
+use crate::user::effective_uid as own_uid;
 
 /// The directory's mode: only its owner may list, read or create files in it.
 const DIR_MODE: u32 = 0o700;

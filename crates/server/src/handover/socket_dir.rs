@@ -23,7 +23,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-use super::fds::own_uid;
+use crate::user::effective_uid as own_uid;
 
 /// How many names in the temporary directory are tried before giving up: each one another
 /// user holds costs them a directory, and this many of them only disables upgrades that keep
