@@ -166,8 +166,9 @@ settings! {
     history_memory: usize = 64 * 1024 * 1024, flag "Bytes of history across all topics";
     /// A directory where history is also kept on disk, so a restart (graceful, or after
     /// `kill -9`) resumes clients exactly: same epoch, same ids, same messages
-    /// (docs/history.md says exactly what a crash or a power loss may lose). Created if missing;
-    /// one process per directory. Unset: history is in memory only and a restart begins a new
+    /// (docs/history.md says exactly what a crash or a power loss may lose). Created mode 0700
+    /// if missing; must be the server user's and writable by no one else; one process per
+    /// directory. Unset: history is in memory only and a restart begins a new
     /// epoch. Only without `broker` (with Redis, history lives in Redis).
     history_dir: Option<PathBuf> = None, flag "Directory where history is kept on disk (unset = memory only)";
     /// Milliseconds between `fsync`s of the history log, with `history_dir`. Every publish is
