@@ -41,7 +41,7 @@ def _binary() -> str:
 class Server:
     """A running `clarion serve` with helpers for its API."""
 
-    def __init__(self, args, env=None, cwd=None):
+    def __init__(self, args, env=None, cwd=None, preexec_fn=None):
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
         full_env.update(env or {})
         self.proc = subprocess.Popen(
@@ -51,6 +51,7 @@ class Server:
             text=True,
             env=full_env,
             cwd=cwd,
+            preexec_fn=preexec_fn,
         )
         line = self.proc.stdout.readline()
         if not line.startswith("clarion ready"):
@@ -116,8 +117,8 @@ def start_server():
     """Factory: start_server(*args, env=None) -> Server; every server is stopped afterwards."""
     servers = []
 
-    def start(*args, env=None, cwd=None):
-        s = Server([str(a) for a in args], env=env, cwd=cwd)
+    def start(*args, env=None, cwd=None, preexec_fn=None):
+        s = Server([str(a) for a in args], env=env, cwd=cwd, preexec_fn=preexec_fn)
         servers.append(s)
         return s
 

@@ -3,6 +3,7 @@ damaged files are reported and announced as a gap, never replayed; disk stays bo
 `history_dir` a restart is a new epoch as before."""
 
 import json
+import os
 import pathlib
 import signal
 import socket
@@ -41,8 +42,8 @@ def publish_many(server, n, topic="t", prefix="m"):
     return [server.publish(topic, f"{prefix}{i}")["id"] for i in range(1, n + 1)]
 
 
-def start_durable(start_server, d, *extra):
-    return start_server("--history-dir", d, "--history-size", "5000", *extra)
+def start_durable(start_server, d, *extra, **kw):
+    return start_server("--history-dir", d, "--history-size", "5000", *extra, **kw)
 
 
 def segments(d):
@@ -198,3 +199,178 @@ def test_one_process_per_history_dir(start_server, tmp_path, how):
     b = start_durable(start_server, d)
     got, gaps = poll_all(b, ids[9])
     assert gaps == [] and [m["data"] for m in got] == [f"m{i}" for i in range(11, 22)]
+
+
+# --- Private files (issue 55, item 4): 0700 directory, 0600 files, no link followed, a
+# directory of another user or writable by others refused.
+
+
+def mode(p):
+    return os.lstat(p).st_mode & 0o7777
+
+
+def test_history_dir_is_0700_and_its_files_0600_even_with_umask_0(start_server, tmp_path):
+    d = tmp_path / "a" / "hist"
+    a = start_durable(start_server, d, preexec_fn=lambda: os.umask(0))
+    publish_many(a, 5)
+    a.stop()
+    assert mode(d) == 0o700
+    names = sorted(p.name for p in d.iterdir())
+    assert "lock" in names and "clean" in names and any(n.endswith(".seg") for n in names)
+    assert {n: mode(d / n) for n in names} == {n: 0o600 for n in names}
+
+
+def test_a_history_dir_left_0755_by_an_older_version_is_tightened(start_server, tmp_path):
+    d = tmp_path / "hist"
+    a = start_durable(start_server, d)
+    ids = publish_many(a, 5)
+    a.stop()
+    os.chmod(d, 0o755)
+    for p in d.iterdir():
+        os.chmod(p, 0o644)
+    b = start_durable(start_server, d)
+    got, gaps = poll_all(b, ids[1])
+    _, err = b.stop()
+    assert [m["id"] for m in got] == ids[2:] and gaps == []
+    assert "mode 0755 tightened to 0700" in err, err
+    assert mode(d) == 0o700
+    assert {p.name: mode(p) for p in d.iterdir()} == {p.name: 0o600 for p in d.iterdir()}
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_left_alone(tmp_path):
+    """The attack of the issue: a directory prepared with `lock -> a file of someone else's`
+    made the server write its pid into that file."""
+    from conftest import Server
+
+    d = tmp_path / "hist"
+    d.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (d / "lock").symlink_to(victim)
+    with pytest.raises(RuntimeError) as e:
+        Server(["--history-dir", str(d)])
+    assert f"{d / 'lock'} is a symbolic link" in str(e.value), e.value
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_symlinked_history_dir_is_refused(tmp_path):
+    from conftest import Server
+
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "hist"
+    link.symlink_to(real)
+    with pytest.raises(RuntimeError) as e:
+        Server(["--history-dir", str(link)])
+    assert str(link) in str(e.value) and "is a symbolic link" in str(e.value), e.value
+    assert list(real.iterdir()) == []
+
+
+def test_a_history_dir_owned_by_another_user_is_refused(tmp_path):
+    """A directory another user made beforehand (in /tmp, say) is theirs: they could read the
+    history or replace its files. Needs root to give a directory away (CI runs as root)."""
+    from conftest import Server
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown a directory to nobody")
+    d = tmp_path / "hist"
+    d.mkdir(mode=0o700)
+    os.chown(d, 65534, 65534)
+    with pytest.raises(RuntimeError) as e:
+        Server(["--history-dir", str(d)])
+    assert str(d) in str(e.value) and "is owned by uid 65534, not by uid 0" in str(e.value)
+    assert list(d.iterdir()) == []
+
+
+@pytest.mark.parametrize("m", [0o770, 0o707, 0o1777])
+def test_a_history_dir_writable_by_group_or_others_is_refused(tmp_path, m):
+    from conftest import Server
+
+    d = tmp_path / "hist"
+    d.mkdir()
+    os.chmod(d, m)
+    with pytest.raises(RuntimeError) as e:
+        Server(["--history-dir", str(d)])
+    assert str(d) in str(e.value) and "is writable by" in str(e.value), e.value
+    assert "chmod 700" in str(e.value)
+    assert mode(d) == m and list(d.iterdir()) == []
+
+
+# --- RLIMIT_FSIZE (issue 55, item 10): a write past the file size limit is a refused publish
+# (503 with the reason, counted, logged once), not a SIGXFSZ that kills the server.
+
+
+def test_the_file_size_limit_refuses_the_publish_with_503_and_the_server_lives(
+    start_server, tmp_path
+):
+    import resource
+    import urllib.error
+    import urllib.request
+
+    limit = 64 * 1024
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    d = tmp_path / "hist"
+    a = start_durable(start_server, d, preexec_fn=small_files)
+    refused = []
+    for i in range(200):
+        req = urllib.request.Request(
+            f"http://{a.api}/publish/t", data=b"x" * 2000, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 200
+        except urllib.error.HTTPError as e:
+            refused.append((e.code, e.read().decode()))
+            if len(refused) == 3:
+                break
+    assert a.proc.poll() is None, "the server died (SIGXFSZ)"
+    assert len(refused) == 3, "the limit was never reached"
+    for code, body in refused:
+        assert code == 503 and "RLIMIT_FSIZE" in body, body
+    m = a.metrics()
+    assert m['clarion_history_write_errors_total{reason="file_too_large"}'] == 3
+    assert m['clarion_history_write_errors_total{reason="disk_full"}'] == 0
+    # Still serving: history reads and other requests are answered.
+    got, _ = poll_all(a, "zzzz-1")
+    assert len(got) == i - 2
+    code, err = a.stop()
+    assert code == 0, err
+    # One warning per refused publish (there were two).
+    lines = [l for l in err.splitlines() if "history could not be written" in l]
+    assert len(lines) == 3, err
+
+
+# --- Reading at start (issue 55, item 12): a segment is read piece by piece, and no more of
+# it than a segment can be; a 1 GiB sparse file cost 1.05 GB of memory.
+
+
+def peak_rss_bytes(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_huge_sparse_segment_is_read_in_bounded_memory_and_reported(start_server, tmp_path):
+    d = tmp_path / "hist"
+    a = start_durable(start_server, d)
+    ids = publish_many(a, 20)
+    a.stop()
+    last = segments(d)[-1]
+    huge = d / f"{int(last.stem) + 1:020}.seg"
+    with open(huge, "wb") as f:
+        f.truncate(1 << 30)  # sparse: no disk used
+    os.chmod(huge, 0o600)
+    b = start_durable(start_server, d)
+    peak = peak_rss_bytes(b.proc.pid)
+    print(f"peak RSS after start: {peak / 1e6:.1f} MB")
+    got, _ = poll_all(b, "zzzz-1")
+    _, err = b.stop()
+    assert peak < 100 * 1024 * 1024, f"peak RSS {peak / 1e6:.0f} MB"
+    assert [m["id"] for m in got] == ids, "the intact records are kept"
+    assert f"{huge.name} is {1 << 30} bytes, more than a segment can be" in err, err
+    assert "only its first" in err
+    assert not huge.exists(), "replaced by the fresh segment, as damaged files are"

@@ -350,14 +350,16 @@ def test_an_incompatible_peer_is_refused_and_the_old_process_restarts_with_1012(
     start_server, tmp_path
 ):
     hist = str(tmp_path / "hist")
-    old = start_server("--history-dir", hist)
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    old = start_server("--history-dir", hist, env={"XDG_RUNTIME_DIR": str(run)})
     sock, head, rest = rawws.connect(old.clients, "/ws?topic=t")
     reader = rawws.Reader(sock, rest)
     ids = [old.publish("t", f"m{i}")["id"] for i in range(1, 11)]
     for i in range(1, 11):
         assert reader.frame()[2] == f"m{i}".encode()
     # A peer speaking hand-over format 99.
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"clarion-handover-{old.proc.pid}.sock")
+    path = str(run / f"clarion-handover-{old.proc.pid}.sock")
     assert oct(os.stat(path).st_mode & 0o777) == "0o600"
     peer = socket.socket(socket.AF_UNIX)
     peer.connect(path)
@@ -476,3 +478,55 @@ def test_sigusr1_upgrades_a_lone_process_in_place_and_the_pid_file_follows(
             break
         time.sleep(0.1)
     assert not pid_file.exists(), "the last process removes the pid file it wrote"
+
+
+@pytest.mark.parametrize("squat", ["directory", "symlink"])
+def test_names_another_user_took_beforehand_do_not_stop_an_upgrade(start_server, tmp_path, squat):
+    """Issue 55, item 8: another local user who creates the hand-over socket's old path
+    (`$TMPDIR/clarion-handover-PID.sock`, a directory made it fail with "Address already in
+    use") and the first name of the private directory (`$TMPDIR/clarion-UID`) cannot turn an
+    upgrade into a restart. Needs root to make files of another user (CI runs as root)."""
+    import select
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files owned by nobody")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    os.chmod(tmp, 0o1777)  # shared, like /tmp
+    uid = os.geteuid()
+
+    def take_names():
+        # Runs in the child before exec: its pid is the server's.
+        for p in (tmp / f"clarion-handover-{os.getpid()}.sock", tmp / f"clarion-{uid}"):
+            if squat == "directory":
+                p.mkdir(mode=0o777)
+            else:
+                p.symlink_to("/etc")
+            os.lchown(p, 65534, 65534)
+
+    env = {"TMPDIR": str(tmp), "XDG_RUNTIME_DIR": "", "RUNTIME_DIRECTORY": ""}
+    pid_file = tmp_path / "clarion.pid"
+    old = start_server("--pid-file", pid_file, env=env, preexec_fn=take_names)
+    client = RawWs(old.clients, 2)
+    client.start()
+    old.publish("t", payload(1))
+    old.proc.send_signal(signal.SIGUSR1)
+    ready, _, _ = select.select([old.proc.stdout], [], [], 30)
+    assert ready, "no successor took over (the upgrade failed)"
+    line = old.proc.stdout.readline()
+    assert line.startswith("clarion ready"), line
+    assert wait_exit(old.proc) == 0
+    new_pid = int(pid_file.read_text())
+    try:
+        old.publish("t", payload(2))
+        client.join(timeout=20)
+        assert client.ended is None and client.got == [1, 2]
+        assert client.still_open()
+        # The names taken are left alone; the socket is in the next private directory.
+        assert os.lstat(tmp / f"clarion-handover-{old.proc.pid}.sock").st_uid == 65534
+        assert os.lstat(tmp / f"clarion-{uid}").st_uid == 65534
+        private = tmp / f"clarion-{uid}-1"
+        assert os.lstat(private).st_mode & 0o7777 == 0o700
+        assert (private / f"clarion-handover-{new_pid}.sock").exists()
+    finally:
+        os.kill(new_pid, signal.SIGTERM)

@@ -107,6 +107,9 @@ pub enum RecordError {
     /// The checksum matches but the body is not a record this version writes.
     #[error("malformed record body")]
     Body,
+    /// Past the largest size a segment can have (`history_dir` docs): not read at all.
+    #[error("past the largest size a segment can have, not read")]
+    Oversized,
 }
 
 /// Appends a header record to `out`.
@@ -324,6 +327,108 @@ pub fn scan(buf: &[u8]) -> Scan<'_> {
     out
 }
 
+/// [`scan`] one piece of a file at a time, so that reading a file holds only the record being
+/// read, never the whole file (a segment of a gigabyte of zeros costs a buffer, not a
+/// gigabyte). Feeding a file's bytes in pieces of any sizes finds the same records, damage and
+/// tail as [`scan`] of the whole of it.
+#[derive(Debug, Default)]
+pub struct Scanner {
+    /// The file offset of the first byte of the next piece.
+    at: usize,
+    /// Damage found at this offset with this error, whose end is not found yet.
+    damage: Option<(usize, RecordError)>,
+}
+
+/// What [`Scanner::feed`] found, in file order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found<'a> {
+    /// An intact record.
+    Record {
+        /// Its offset in the file.
+        offset: usize,
+        /// Its bytes, frame included.
+        bytes: &'a [u8],
+        /// It, decoded.
+        record: Record<'a>,
+    },
+    /// A damaged region followed by an intact record.
+    Damage(Damage),
+}
+
+impl Scanner {
+    /// Scans `buf`, the file's bytes from where the previous piece's used bytes ended, and
+    /// hands what it finds to `found`. `end`: `buf` reaches the end of the file. Returns how
+    /// many bytes of `buf` it used: the caller drops them and feeds the rest again with the
+    /// bytes that follow (the start of a record not yet whole). With `end`, every byte is used.
+    pub fn feed<'a>(
+        &mut self,
+        buf: &'a [u8],
+        end: bool,
+        mut found: impl FnMut(Found<'a>),
+    ) -> usize {
+        let mut i = 0;
+        loop {
+            let rest = buf.get(i..).unwrap_or_default();
+            match self.damage {
+                Some((start, error)) => {
+                    let Some(q) = rest.iter().position(|&b| b == MARK).map(|q| i + q) else {
+                        i = buf.len();
+                        break;
+                    };
+                    match decode(buf.get(q..).unwrap_or_default()) {
+                        Ok(_) => {
+                            found(Found::Damage(Damage {
+                                offset: start,
+                                len: self.at + q - start,
+                                error,
+                            }));
+                            self.damage = None;
+                            i = q;
+                        }
+                        Err(RecordError::Truncated) if !end => {
+                            i = q;
+                            break;
+                        }
+                        Err(_) => i = q + 1,
+                    }
+                }
+                None => {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    match decode(rest) {
+                        Ok((record, used)) => {
+                            found(Found::Record {
+                                offset: self.at + i,
+                                bytes: rest.get(..used).unwrap_or_default(),
+                                record,
+                            });
+                            i += used;
+                        }
+                        Err(RecordError::Truncated) if !end => break,
+                        Err(error) => {
+                            self.damage = Some((self.at + i, error));
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        }
+        self.at += i;
+        i
+    }
+
+    /// After the last piece (fed with `end`): the damage that runs to the end of the file, as
+    /// [`Scan::tail`].
+    pub fn finish(self) -> Option<Damage> {
+        self.damage.map(|(offset, error)| Damage {
+            offset,
+            len: self.at - offset,
+            error,
+        })
+    }
+}
+
 /// The first offset from `from` at which an intact record starts.
 fn resync(buf: &[u8], from: usize) -> Option<usize> {
     let mut at = from;
@@ -530,5 +635,73 @@ mod tests {
         let mut odd = Vec::new();
         frame(&mut odd, |b| b.push(9));
         assert_eq!(decode(&odd), Err(RecordError::Body));
+    }
+
+    /// [`Scanner`] over `buf` in pieces of `piece` bytes, keeping only what it did not use.
+    fn scan_in_pieces(buf: &[u8], piece: usize) -> (Vec<usize>, Scan<'static>, usize) {
+        let mut sc = Scanner::default();
+        let mut held: Vec<u8> = Vec::new();
+        let mut out = Scan::default();
+        let mut offsets = Vec::new();
+        let mut fed = 0;
+        let mut most = 0;
+        loop {
+            let next = (fed + piece).min(buf.len());
+            held.extend_from_slice(&buf[fed..next]);
+            fed = next;
+            let end = fed == buf.len();
+            let used = sc.feed(&held, end, |f| match f {
+                Found::Record { offset, bytes, .. } => {
+                    assert_eq!(&buf[offset..offset + bytes.len()], bytes);
+                    offsets.push(offset);
+                }
+                Found::Damage(d) => out.damage.push(d),
+            });
+            held.drain(..used);
+            most = most.max(held.len());
+            if end {
+                assert!(held.is_empty());
+                break;
+            }
+        }
+        out.tail = sc.finish();
+        (offsets, out, most)
+    }
+
+    #[test]
+    fn a_file_scanned_in_pieces_gives_what_a_whole_scan_gives() {
+        let good = segment(12);
+        let whole = scan(&good);
+        let mut cases: Vec<Vec<u8>> = vec![good.clone(), vec![0; 5000], Vec::new()];
+        for (o, _) in whole.records.iter().skip(1).step_by(3) {
+            let mut flipped = good.clone();
+            flipped[o + 11] ^= 0x21;
+            cases.push(flipped);
+            cases.push(good[..o + 5].to_vec());
+            let mut marked = good.clone();
+            marked[*o + 2] = MARK;
+            cases.push(marked);
+        }
+        let mut zeros_then_good = vec![0u8; 3000];
+        zeros_then_good.extend_from_slice(&good);
+        zeros_then_good.extend_from_slice(&[MARK, 1, 0]);
+        cases.push(zeros_then_good);
+        for (n, case) in cases.iter().enumerate() {
+            let want = scan(case);
+            for piece in [1, 2, 7, 9, 64, 1000, 100_000] {
+                let (offsets, got, _) = scan_in_pieces(case, piece);
+                let want_offsets: Vec<usize> = want.records.iter().map(|(o, _)| *o).collect();
+                assert_eq!(offsets, want_offsets, "case {n}, pieces of {piece}");
+                assert_eq!(got.damage, want.damage, "case {n}, pieces of {piece}");
+                assert_eq!(got.tail, want.tail, "case {n}, pieces of {piece}");
+            }
+        }
+        // What is held between pieces is the start of one record, never the damage before it.
+        let mut zeros = vec![0u8; 1 << 20];
+        zeros.extend_from_slice(&good);
+        let (offsets, got, most) = scan_in_pieces(&zeros, 4096);
+        assert_eq!(offsets.len(), whole.records.len());
+        assert_eq!(got.damage[0].len, 1 << 20);
+        assert!(most < 4096, "held {most} bytes");
     }
 }

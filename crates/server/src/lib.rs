@@ -40,7 +40,8 @@
 //!   the ports, the group's merged `/metrics` and `/healthz`, and the port guard that keeps
 //!   any other process off a port one holds.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging; [`spelling`]: the
-//!   valid name a misspelt variable or value was meant to be.
+//!   valid name a misspelt variable or value was meant to be; [`user`]: the user this process
+//!   runs as.
 //!
 //! Protocol parsing and encoding (HTTP/1.1 heads, RFC 6455, the pub/sub control messages,
 //! batches, envelopes and topic rules) live in the sans-IO `clarion_proto` crate; nothing here
@@ -72,4 +73,5 @@ pub mod server;
 pub mod spelling;
 pub mod tls;
 pub mod token;
+pub mod user;
 pub mod worker;

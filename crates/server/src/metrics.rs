@@ -83,6 +83,36 @@ pub enum Eviction {
     Memory,
 }
 
+/// Why a write to `history_dir` failed, for `clarion_history_write_errors_total{reason=...}`:
+/// each refuses the publish it carried (`503` with the reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryWrite {
+    /// The file system is full (`ENOSPC`) or the user's quota is (`EDQUOT`).
+    DiskFull = 0,
+    /// The process's file size limit (`RLIMIT_FSIZE`, `EFBIG`) was reached.
+    FileTooLarge = 1,
+    /// Any other I/O error.
+    Other = 2,
+}
+
+impl HistoryWrite {
+    /// Every reason, in the order of their counters.
+    pub const ALL: [HistoryWrite; 3] = [
+        HistoryWrite::DiskFull,
+        HistoryWrite::FileTooLarge,
+        HistoryWrite::Other,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            HistoryWrite::DiskFull => "disk_full",
+            HistoryWrite::FileTooLarge => "file_too_large",
+            HistoryWrite::Other => "other",
+        }
+    }
+}
+
 /// All of the server's counters. One instance, shared by every thread.
 #[derive(Default)]
 pub struct Metrics {
@@ -106,6 +136,8 @@ pub struct Metrics {
     pub evicted_age: AtomicU64,
     /// Messages dropped from history to stay under `history_memory`.
     pub evicted_memory: AtomicU64,
+    /// Publishes refused because `history_dir` could not be written, by [`HistoryWrite`].
+    history_write_errors: [AtomicU64; HistoryWrite::ALL.len()],
     /// Subscriptions that asked to resume from an id.
     pub resumes: AtomicU64,
     /// Resumes that could not be served gap-free (the client was sent a gap notice).
@@ -296,6 +328,20 @@ impl Metrics {
         c.fetch_add(1, Relaxed);
     }
 
+    /// Counts one publish refused because the durable log could not be written.
+    pub fn history_write_failed(&self, why: HistoryWrite) {
+        if let Some(c) = self.history_write_errors.get(why as usize) {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Publishes refused for one reason of the durable log's.
+    pub fn history_write_errors(&self, why: HistoryWrite) -> u64 {
+        self.history_write_errors
+            .get(why as usize)
+            .map_or(0, |c| c.load(Relaxed))
+    }
+
     /// Counts one ended connection.
     pub fn closed(&self, reason: CloseReason) {
         let i = CloseReason::ALL
@@ -439,6 +485,20 @@ impl Metrics {
             "Messages published.",
             l(&self.published),
         );
+        let _ = writeln!(
+            out,
+            "# HELP clarion_history_write_errors_total Publishes refused because history_dir \
+             could not be written, by reason.\n\
+             # TYPE clarion_history_write_errors_total counter"
+        );
+        for why in HistoryWrite::ALL {
+            let _ = writeln!(
+                out,
+                "clarion_history_write_errors_total{{reason=\"{}\"}} {}",
+                why.label(),
+                self.history_write_errors(why)
+            );
+        }
         counter(
             &mut out,
             "clarion_messages_delivered_total",

@@ -63,6 +63,14 @@ pub fn run_member(config: Config, member: Member) -> anyhow::Result<()> {
 
 fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::Result<()> {
     let (upgrade_from, pid_file) = (lone.upgrade_from, lone.pid_file.as_deref());
+    // A write past the file size limit (RLIMIT_FSIZE) raises SIGXFSZ, whose default action
+    // kills the process: caught (a flag nobody reads), the write fails with EFBIG instead and
+    // the history log refuses that publish with 503, as on a full disk.
+    signal_hook::flag::register(
+        signal_hook::consts::SIGXFSZ,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .context("cannot handle SIGXFSZ")?;
     let mut incoming = match upgrade_from {
         Some(pid) => crate::handover::incoming::connect(pid, &config)?,
         None => None,
@@ -354,7 +362,9 @@ fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::R
         p.leave_cluster(&shared.broker);
     }
     shared.broker.shutdown();
-    let _ = std::fs::remove_file(crate::handover::socket_path(std::process::id()));
+    if let Ok(path) = crate::handover::socket_path(std::process::id()) {
+        let _ = std::fs::remove_file(path);
+    }
     if let Some(path) = pid_file {
         crate::handover::remove_pid_file(path);
     }

@@ -404,7 +404,11 @@ impl LocalBroker {
                 Some(log) => {
                     let list: Vec<Arc<Published>> =
                         batch.iter().map(|(_, p)| Arc::clone(p)).collect();
-                    log.append(&list).map_err(|e| e.to_string())
+                    log.append(&list).map_err(|e| {
+                        let (why, text) = durable::write_failure(&e);
+                        self.metrics.history_write_failed(why);
+                        text
+                    })
                 }
                 None => Err("the server is stopping".to_owned()),
             };
@@ -413,8 +417,8 @@ impl LocalBroker {
                     st.hub.forget_if_unused(name, &self.metrics);
                 }
                 drop(st);
-                crate::log::warn(format_args!("history_dir: a publish was refused: {e}"));
-                return Err(Unavailable(format!("history could not be written: {e}")));
+                // Logged once, by whoever answers the publisher (the API's `publish refused`).
+                return Err(Unavailable(e));
             }
         }
         for (name, published) in batch {
@@ -813,6 +817,7 @@ mod tests {
             // The fsync thread runs too (every 20 ms).
             fsync_ms: 20,
             segment_bytes: 4096,
+            max_segment_bytes: 1 << 20,
         };
         let b = LocalBroker::durable(
             vec![inbox],

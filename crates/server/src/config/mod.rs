@@ -166,8 +166,9 @@ settings! {
     history_memory: usize = 64 * 1024 * 1024, flag "Bytes of history across all topics";
     /// A directory where history is also kept on disk, so a restart (graceful, or after
     /// `kill -9`) resumes clients exactly: same epoch, same ids, same messages
-    /// (docs/history.md says exactly what a crash or a power loss may lose). Created if missing;
-    /// one process per directory. Unset: history is in memory only and a restart begins a new
+    /// (docs/history.md says exactly what a crash or a power loss may lose). Created mode 0700
+    /// if missing; must be the server user's and writable by no one else; one process per
+    /// directory. Unset: history is in memory only and a restart begins a new
     /// epoch. Only without `broker` (with Redis, history lives in Redis).
     history_dir: Option<PathBuf> = None, flag "Directory where history is kept on disk (unset = memory only)";
     /// Milliseconds between `fsync`s of the history log, with `history_dir`. Every publish is
@@ -664,6 +665,11 @@ impl Config {
             dir: dir.clone(),
             fsync_ms: self.history_fsync_ms,
             segment_bytes: self.history_segment_bytes,
+            max_segment_bytes: largest_segment(
+                self.history_segment_bytes,
+                self.history_memory,
+                self.max_publish_size,
+            ),
         })
     }
 
@@ -692,6 +698,21 @@ pub struct HistoryDisk {
     pub fsync_ms: u64,
     /// Bytes after which a new segment begins.
     pub segment_bytes: u64,
+    /// The largest a segment can be ([`largest_segment`]): bytes past it are not read at start.
+    pub max_segment_bytes: u64,
+}
+
+/// The largest a segment can grow with these settings, with room to spare: a segment ends
+/// after the write that takes it past `history_segment_bytes`, and the one a start or a
+/// compaction begins with holds what history holds (`history_memory`, whose accounting counts
+/// more than a message's bytes on disk) before it. So `segment_bytes` plus twice
+/// `history_memory` plus two publishes, and 1 MiB for framing.
+pub fn largest_segment(segment_bytes: u64, history_memory: usize, max_publish: usize) -> u64 {
+    let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    segment_bytes
+        .saturating_add(wide(history_memory).saturating_mul(2))
+        .saturating_add(wide(max_publish).saturating_mul(2))
+        .saturating_add(1 << 20)
 }
 
 /// How much history the hub keeps (from `history_size`, `history_ttl` and `history_memory`).

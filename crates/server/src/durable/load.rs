@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use clarion_proto::history_log::Message;
+use clarion_proto::history_log::{self, Message, Scan};
 
 use super::recover::{self, Input, SegmentFile};
 use super::{HistoryLog, Settings, Start};
@@ -84,7 +84,17 @@ pub fn keep_logged(
 /// failed (it stops the start).
 pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
     let dir = settings.dir.display().to_string();
-    let contents = super::read_dir(&settings.dir).map_err(|e| format!("history_dir {dir}: {e}"))?;
+    let contents = super::read_dir(&settings.dir, settings.max_segment_bytes)
+        .map_err(|e| format!("history_dir {dir}: {e}"))?;
+    for s in contents.segments.iter().filter(|s| s.read < s.len) {
+        crate::log::warn(format_args!(
+            "history_dir {dir}: {} is {} bytes, more than a segment can be with these settings \
+             ({} bytes: history_segment_bytes + 2 x history_memory + 2 x max_publish_size + \
+             1 MiB); only its first {} bytes were read, the rest is not (move the file away, \
+             or start with the settings it was written with to keep it all)",
+            s.name, s.len, settings.max_segment_bytes, s.read
+        ));
+    }
     let boot = super::boot_id();
     let now_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -93,10 +103,22 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
         segments: contents
             .segments
             .iter()
-            .map(|(seq, name, bytes)| SegmentFile {
-                seq: *seq,
-                name: name.clone(),
-                bytes,
+            .map(|s| SegmentFile {
+                seq: s.seq,
+                name: s.name.clone(),
+                scan: Scan {
+                    records: s
+                        .records
+                        .iter()
+                        .filter_map(|(offset, at)| {
+                            let (r, _) = history_log::decode(s.kept.get(*at..)?).ok()?;
+                            Some((*offset, r))
+                        })
+                        .collect(),
+                    damage: s.damage.clone(),
+                    tail: s.tail,
+                },
+                empty: s.len == 0,
             })
             .collect(),
         clean: contents.clean.as_deref(),
@@ -139,7 +161,7 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
             boot_id: boot.clone().unwrap_or_default(),
             damage_floor: rec.damage_floor,
             origin: now_unix as i64 - i64::from(cx.clock_now),
-            old: contents.segments.iter().map(|s| s.0).collect(),
+            old: contents.segments.iter().map(|s| s.seq).collect(),
             held: &held,
             lock: contents.lock,
         },

@@ -17,11 +17,12 @@
 //! the held messages are rewritten into the new segment and every older one is deleted. So disk
 //! use follows the same limits as memory (`history_size`, `history_ttl`, `history_memory`).
 
+pub mod files;
 pub mod load;
 pub mod recover;
 
 use std::collections::VecDeque;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -34,16 +35,41 @@ use clarion_proto::pubsub::wire;
 pub use crate::config::HistoryDisk as Settings;
 use crate::hub::lock;
 use crate::message::Published;
+use crate::metrics::HistoryWrite;
 
 /// The files of a history directory, as read at start.
 pub struct DirContents {
-    /// `(number, name, bytes)` of every segment, in increasing number.
-    pub segments: Vec<(u64, String, Vec<u8>)>,
+    /// Every segment, in increasing number.
+    pub segments: Vec<SegmentRead>,
     /// The clean-stop file's bytes, if there is one.
     pub clean: Option<Vec<u8>>,
     /// The directory's lock, held by this process until its log is closed.
     pub lock: DirLock,
 }
+
+/// One segment as read at start: its intact records, without the bytes of its damage.
+pub struct SegmentRead {
+    /// Its number.
+    pub seq: u64,
+    /// Its file name.
+    pub name: String,
+    /// Its size in bytes.
+    pub len: u64,
+    /// The bytes read (the size, unless it is larger than a segment can be).
+    pub read: u64,
+    /// Its intact records, one after another.
+    pub kept: Vec<u8>,
+    /// Each intact record's offset in the file and in `kept`.
+    pub records: Vec<(usize, usize)>,
+    /// Damaged regions followed by an intact record.
+    pub damage: Vec<history_log::Damage>,
+    /// Bytes at the end that hold no intact record (those not read included).
+    pub tail: Option<history_log::Damage>,
+}
+
+/// How much of a segment is read at once: its records are copied out as they are found, so
+/// reading a file holds this plus the record being read, whatever the file's size.
+const READ_PIECE: usize = 64 * 1024;
 
 const CLEAN: &str = "clean";
 const SUFFIX: &str = ".seg";
@@ -63,12 +89,7 @@ impl DirLock {
     pub fn take(dir: &Path, wait: Duration) -> io::Result<DirLock> {
         use std::io::{Read as _, Seek as _};
         let path = dir.join(LOCK);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+        let mut file = files::open_or_create(&path)?;
         let deadline = std::time::Instant::now() + wait;
         loop {
             match file.try_lock() {
@@ -100,12 +121,18 @@ impl DirLock {
     }
 }
 
-/// Creates `dir` if needed, checks that it can be written, takes its lock, and reads its
-/// files. An error here stops the start with the path in the message.
-pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
-    fs::create_dir_all(dir)?;
+/// Creates `dir` if needed (mode 0700) or checks that it is private ([`files::private_dir`]),
+/// checks that it can be written, takes its lock, and reads its files, each segment up to
+/// `max_segment` bytes. An error here stops the start with the path in the message.
+pub fn read_dir(dir: &Path, max_segment: u64) -> io::Result<DirContents> {
+    if let Some(old) = files::private_dir(dir)? {
+        crate::log::info(format_args!(
+            "history_dir {}: mode {old:04o} tightened to 0700 (history is private to this user)",
+            dir.display()
+        ));
+    }
     let probe = dir.join(".write-test");
-    File::create(&probe)?.write_all(b"ok")?;
+    files::create_fresh(&probe)?.write_all(b"ok")?;
     fs::remove_file(&probe)?;
     let lock = DirLock::take(dir, LOCK_WAIT)?;
     let mut segments = Vec::new();
@@ -118,10 +145,10 @@ pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
         else {
             continue;
         };
-        segments.push((seq, name, fs::read(entry.path())?));
+        segments.push(read_segment(&entry.path(), seq, name, max_segment)?);
     }
-    segments.sort_unstable_by_key(|s| s.0);
-    let clean = match fs::read(dir.join(CLEAN)) {
+    segments.sort_unstable_by_key(|s| s.seq);
+    let clean = match read_all(&dir.join(CLEAN)) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
@@ -131,6 +158,114 @@ pub fn read_dir(dir: &Path) -> io::Result<DirContents> {
         clean,
         lock,
     })
+}
+
+/// What a failed write of the log means: the counter's reason and the sentence a refused
+/// publish is answered with. A full disk and the process's file size limit (`RLIMIT_FSIZE`,
+/// whose `SIGXFSZ` the server ignores so that the write fails with `EFBIG` instead of killing
+/// it) are the same for a publisher: nothing more can be written until an operator acts.
+pub fn write_failure(e: &io::Error) -> (HistoryWrite, String) {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => (
+            HistoryWrite::DiskFull,
+            format!("history could not be written (the disk is full: {e})"),
+        ),
+        Some(libc::EFBIG) => (
+            HistoryWrite::FileTooLarge,
+            format!(
+                "history could not be written (the process's file size limit, RLIMIT_FSIZE, \
+                 was reached: {e})"
+            ),
+        ),
+        _ => (
+            HistoryWrite::Other,
+            format!("history could not be written: {e}"),
+        ),
+    }
+}
+
+/// Reads a segment piece by piece ([`history_log::Scanner`]), keeping only its intact records,
+/// and no more than `max` bytes of it.
+fn read_segment(path: &Path, seq: u64, name: String, max: u64) -> io::Result<SegmentRead> {
+    use std::io::Read as _;
+    let file = files::open_existing(path, false)?;
+    let len = file.metadata()?.len();
+    let mut from = file.take(max);
+    let mut out = SegmentRead {
+        seq,
+        name,
+        len,
+        read: 0,
+        kept: Vec::new(),
+        records: Vec::new(),
+        damage: Vec::new(),
+        tail: None,
+    };
+    let mut scanner = history_log::Scanner::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_PIECE);
+    loop {
+        let held = buf.len();
+        buf.resize(held + READ_PIECE, 0);
+        let n = loop {
+            match from.read(buf.get_mut(held..).unwrap_or_default()) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        buf.truncate(held + n);
+        out.read += n as u64;
+        let end = n == 0;
+        let SegmentRead {
+            kept,
+            records,
+            damage,
+            ..
+        } = &mut out;
+        let used = scanner.feed(&buf, end, |found| match found {
+            history_log::Found::Record { offset, bytes, .. } => {
+                records.push((offset, kept.len()));
+                kept.extend_from_slice(bytes);
+            }
+            history_log::Found::Damage(d) => damage.push(d),
+        });
+        buf.drain(..used);
+        if end {
+            break;
+        }
+        // The start of a record longer than what is held: room for all of it (bounded by
+        // the record format's largest body and by what the file has).
+        buf.reserve(READ_PIECE);
+    }
+    out.tail = scanner.finish();
+    if out.read < len {
+        let unread = usize::try_from(out.read).unwrap_or(usize::MAX);
+        let whole = usize::try_from(len).unwrap_or(usize::MAX);
+        out.tail = Some(match out.tail {
+            Some(t) => history_log::Damage {
+                len: whole - t.offset,
+                // Not a write cut short: the file goes on past what was read.
+                error: match t.error {
+                    history_log::RecordError::Truncated => history_log::RecordError::Oversized,
+                    other => other,
+                },
+                offset: t.offset,
+            },
+            None => history_log::Damage {
+                offset: unread,
+                len: whole - unread,
+                error: history_log::RecordError::Oversized,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The whole of a file of the directory, opened as [`files::open_existing`] does.
+fn read_all(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    files::open_existing(path, false)?.read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// This boot's id, or `None` where the kernel does not say.
@@ -202,10 +337,7 @@ impl HistoryLog {
     pub fn start(settings: Settings, start: Start<'_>) -> io::Result<HistoryLog> {
         let seq = start.old.iter().max().map_or(1, |m| m + 1);
         let path = segment_path(&settings.dir, seq);
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)?;
+        let file = files::create_new(&path)?;
         let sync = Arc::new(SyncShared {
             file: Mutex::new(Some(file.try_clone()?)),
             dirty: AtomicBool::new(false),
@@ -335,10 +467,7 @@ impl HistoryLog {
         self.file.sync_data()?;
         let seq = self.seq + 1;
         let path = segment_path(&self.settings.dir, seq);
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)?;
+        let file = files::create_new(&path)?;
         *lock(&self.sync.file) = Some(file.try_clone()?);
         self.closed.push_back(Closed {
             path: segment_path(&self.settings.dir, self.seq),
@@ -380,7 +509,7 @@ impl HistoryLog {
             &mut self.buf,
         );
         let tmp = self.settings.dir.join("clean.tmp");
-        let mut f = File::create(&tmp)?;
+        let mut f = files::create_fresh(&tmp)?;
         f.write_all(&self.buf)?;
         f.sync_all()?;
         fs::rename(&tmp, self.settings.dir.join(CLEAN))?;
@@ -430,5 +559,5 @@ fn remove(path: &Path) -> io::Result<()> {
 
 /// Makes file creations and deletions in `dir` durable.
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    files::open_dir(dir)?.sync_all()
 }

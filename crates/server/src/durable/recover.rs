@@ -36,8 +36,11 @@ pub struct SegmentFile<'a> {
     pub seq: u64,
     /// Its name, for reports.
     pub name: String,
-    /// Its whole contents.
-    pub bytes: &'a [u8],
+    /// What it holds: its intact records, its damage and its tail ([`history_log::scan`] of
+    /// its bytes, or the same found piece by piece by [`history_log::Scanner`]).
+    pub scan: history_log::Scan<'a>,
+    /// Whether it is empty.
+    pub empty: bool,
 }
 
 /// What recovery reads.
@@ -102,7 +105,7 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
             }
         }
         prev_seq = Some(seg.seq);
-        let scan = history_log::scan(seg.bytes);
+        let scan = &seg.scan;
         let mut header = None;
         if let Some(d) = scan.damage.first().filter(|d| d.offset == 0) {
             // Damage before the first intact record.
@@ -123,7 +126,7 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
                 entries.push(Entry::Lost { cut: false });
             }
         }
-        if header.is_none() && !seg.bytes.is_empty() {
+        if header.is_none() && !seg.empty {
             out.reports
                 .push(format!("{}: no valid segment header", seg.name));
         }
@@ -358,7 +361,8 @@ mod tests {
                 .map(|(i, b)| SegmentFile {
                     seq: i as u64 + 1,
                     name: format!("{}.seg", i + 1),
-                    bytes: b,
+                    scan: history_log::scan(b),
+                    empty: b.is_empty(),
                 })
                 .collect(),
             clean,
@@ -480,7 +484,8 @@ mod tests {
                 .map(|(seq, b)| SegmentFile {
                     seq: *seq,
                     name: format!("{seq}.seg"),
-                    bytes: b,
+                    scan: history_log::scan(b),
+                    empty: b.is_empty(),
                 })
                 .collect(),
             clean: None,
@@ -518,7 +523,8 @@ mod tests {
             segments: vec![SegmentFile {
                 seq: 1,
                 name: "1.seg".into(),
-                bytes: &files[0],
+                scan: history_log::scan(&files[0]),
+                empty: false,
             }],
             clean: Some(&c),
             boot_id: Some("b1"),

@@ -85,8 +85,7 @@ pub fn peer(sock: &UnixStream) -> io::Result<(u32, u32)> {
 
 /// This process's effective user id.
 pub fn own_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    crate::user::effective_uid()
 }
 
 /// Reads frames and the descriptors that ride with them.

@@ -55,12 +55,13 @@ struct HistoryIn {
 /// Connects to the process `pid` and takes its listeners and history. `Ok(None)` when it
 /// refused (it restarts with a drain; this process binds its own listeners).
 pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
-    let path = socket_path(pid);
+    let path = socket_path(pid)
+        .map_err(|e| anyhow::anyhow!("cannot find process {pid}'s hand-over socket: {e}"))?;
     let sock = match UnixStream::connect(&path) {
         Ok(s) => s,
         Err(e) => anyhow::bail!(
             "cannot reach process {pid} at {}: {e} (is it a Clarion server, started by the same \
-             user with the same TMPDIR?)",
+             user with the same RUNTIME_DIRECTORY, XDG_RUNTIME_DIR and TMPDIR?)",
             path.display()
         ),
     };

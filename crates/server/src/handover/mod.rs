@@ -4,7 +4,8 @@
 //! repeated message). The format is [`clarion_proto::handover`]; the descriptors travel with
 //! `SCM_RIGHTS` ([`fds`]); the workers' part is `crate::worker::handover`.
 //!
-//! The old process ([`listen`]) waits on a Unix socket at [`socket_path`] (mode 0600). When a
+//! The old process ([`listen`]) waits on a Unix socket at [`socket_path`] (mode 0600, in a
+//! directory only its user can write to, [`socket_dir`]). When a
 //! new process connects and both speak the same format version:
 //!
 //! 1. the old one sends its listening sockets (client, TLS, API): from then on connections
@@ -36,6 +37,7 @@
 
 pub mod fds;
 pub mod incoming;
+pub mod socket_dir;
 
 use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -58,10 +60,11 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the workers may take to let go (each does so at its next loop iteration).
 const LET_GO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where the process with `pid` listens for a hand-over: in the temporary directory
-/// (`TMPDIR`, else `/tmp`), named after the pid.
-pub fn socket_path(pid: u32) -> PathBuf {
-    std::env::temp_dir().join(format!("clarion-handover-{pid}.sock"))
+/// Where the process with `pid` listens for a hand-over: named after the pid, in a directory
+/// only this user can write to ([`socket_dir`]). Creates nothing: the path to connect to, or
+/// to remove at exit.
+pub fn socket_path(pid: u32) -> std::io::Result<PathBuf> {
+    socket_dir::socket_in(pid, false)
 }
 
 /// The binary this process was started from, read at start: after an upgrade replaced the
@@ -209,14 +212,18 @@ fn send_sized(
 /// logged: a server without the socket still restarts with a drain.
 pub fn listen(shared: Arc<Shared>, listening: Listening) {
     *crate::hub::lock(&LISTENING) = Some(listening);
-    let path = socket_path(std::process::id());
-    let _ = std::fs::remove_file(&path);
-    let listener = match bind_private(&path) {
+    let bound = socket_dir::socket_in(std::process::id(), true).and_then(|path| {
+        // Left by a killed process that had this pid: the directory is this user's alone.
+        let _ = std::fs::remove_file(&path);
+        bind_private(&path)
+            .map(|l| (l, path.clone()))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+    });
+    let (listener, path) = match bound {
         Ok(l) => l,
         Err(e) => {
             log::warn(format_args!(
-                "hand-over socket {}: {e}; upgrades restart with a drain",
-                path.display()
+                "hand-over socket: {e}; upgrades restart with a drain"
             ));
             return;
         }

@@ -388,6 +388,7 @@ impl<S: Socket> Engine<S> {
                 let receipts = match receipts {
                     Ok(r) => r,
                     Err(e) => {
+                        crate::log::warn(format_args!("in-band publish refused: {e}"));
                         let error = format!("broker unavailable, message not published: {e}");
                         return self.reply(
                             k,
