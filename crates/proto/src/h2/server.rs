@@ -143,6 +143,8 @@ pub struct Connection {
     going_away: bool,
     windows_opened: bool,
     flood: Flood,
+    /// Streams reset or refused for the client's error since [`Connection::take_stream_errors`].
+    stream_errors: u32,
 }
 
 impl Connection {
@@ -166,6 +168,7 @@ impl Connection {
             going_away: false,
             windows_opened: false,
             flood: Flood::default(),
+            stream_errors: 0,
         }
     }
 
@@ -406,7 +409,7 @@ impl Connection {
         let Some(i) = self.index(stream) else {
             // Closed: the client may not have seen our reset yet; say so again (a reset sent,
             // counted like any other).
-            self.spend(|f| &mut f.resets, out)?;
+            self.stream_error(out)?;
             frame::write_rst_stream(out, stream, ErrorCode::StreamClosed);
             return Ok(());
         };
@@ -509,7 +512,7 @@ impl Connection {
         if !decoded {
             // Over the header-list limit: answered, not reset (RFC 9113 §10.5.1); the
             // RST_STREAM after the answer counts as a reset all the same.
-            self.spend(|f| &mut f.resets, out)?;
+            self.stream_error(out)?;
             let mut block = Vec::new();
             self.encoder.encode([(":status", "431")], &mut block);
             frame::write_headers(out, id, &block, true, self.peer_max_frame);
@@ -524,19 +527,19 @@ impl Connection {
         };
         match built {
             Err(_) => {
-                self.spend(|f| &mut f.resets, out)?;
+                self.stream_error(out)?;
                 frame::write_rst_stream(out, id, ErrorCode::ProtocolError);
                 self.remember_closed(id);
             }
             Ok(request) => {
                 if end_stream && request.content_length.is_some_and(|l| l > 0) {
-                    self.spend(|f| &mut f.resets, out)?;
+                    self.stream_error(out)?;
                     frame::write_rst_stream(out, id, ErrorCode::ProtocolError);
                     self.remember_closed(id);
                     return Ok(());
                 }
                 if self.streams.len() >= self.settings.max_streams as usize {
-                    self.spend(|f| &mut f.resets, out)?;
+                    self.stream_error(out)?;
                     frame::write_rst_stream(out, id, ErrorCode::RefusedStream);
                     self.remember_closed(id);
                     return Ok(());
@@ -628,6 +631,13 @@ impl Connection {
         Ok(())
     }
 
+    /// A stream reset (or answered 431) for the client's error: spends the reset budget and
+    /// counts for [`Connection::take_stream_errors`].
+    fn stream_error(&mut self, out: &mut Vec<u8>) -> Result<(), Fatal> {
+        self.stream_errors = self.stream_errors.saturating_add(1);
+        self.spend(|f| &mut f.resets, out)
+    }
+
     /// Counts one frame of a costly kind against its per-second budget.
     fn spend(&mut self, which: fn(&mut Flood) -> &mut u32, out: &mut Vec<u8>) -> Result<(), Fatal> {
         let budget = self.budget();
@@ -715,7 +725,7 @@ impl Connection {
             });
         }
         self.remember_closed(stream);
-        self.spend(|f| &mut f.resets, out)?;
+        self.stream_error(out)?;
         frame::write_rst_stream(out, stream, code);
         Ok(())
     }
@@ -751,6 +761,12 @@ impl Connection {
     /// Whether a GOAWAY was sent.
     pub fn going_away(&self) -> bool {
         self.going_away
+    }
+
+    /// Streams reset, refused or answered `431` for the client's error since the last call
+    /// (malformed requests, streams past the limit, stream errors), for the caller's counter.
+    pub fn take_stream_errors(&mut self) -> u32 {
+        std::mem::take(&mut self.stream_errors)
     }
 
     /// Whether a header block has begun and not ended: until it does, the client can send

@@ -475,6 +475,8 @@ fn stream_errors_reset_only_their_stream() {
     assert_eq!(rst_code(&out, 1), Some(ErrorCode::StreamClosed as u32));
     assert_eq!(rst_code(&out, 3), Some(ErrorCode::FlowControlError as u32));
     assert_eq!(events, vec!["request 1", "request 3", "reset 1", "reset 3"]);
+    assert_eq!(c.take_stream_errors(), 4, "each counted");
+    assert_eq!(c.take_stream_errors(), 0);
     assert_eq!(c.open_streams(), 0);
     assert!(!c.going_away());
 }

@@ -187,6 +187,8 @@ pub(super) struct H2Serial<'a, S: FeedStream> {
     /// head, must arrive within [`API_REQUEST_DEADLINE`] (a client trickling CONTINUATION
     /// bytes holds the connection's thread meanwhile).
     block_since: Option<Instant>,
+    /// Streams reset or refused for the client's error, for `clarion_h2_stream_errors_total`.
+    stream_errors: u32,
 }
 
 impl<'a, S: FeedStream> H2Serial<'a, S> {
@@ -220,6 +222,7 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
             held: false,
             draining: Vec::new(),
             block_since: None,
+            stream_errors: 0,
         };
         h.conn.start(&mut h.out);
         if !h.input.is_empty() {
@@ -227,6 +230,11 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
         }
         h.send()?;
         Ok(h)
+    }
+
+    /// Streams reset or refused for the client's error so far.
+    pub(super) fn stream_errors(&self) -> u32 {
+        self.stream_errors
     }
 
     /// The protocol error that ended the connection, if one did.
@@ -390,6 +398,9 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
         let mut input = std::mem::take(&mut self.input);
         let mut events = Vec::new();
         let res = self.conn.receive(&input, &mut self.out, &mut events);
+        self.stream_errors = self
+            .stream_errors
+            .saturating_add(self.conn.take_stream_errors());
         for ev in events {
             self.on_event(ev);
         }

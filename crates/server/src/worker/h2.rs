@@ -121,6 +121,12 @@ impl<S: Socket> Engine<S> {
         };
         let (mut out, mut events) = (Vec::new(), Vec::new());
         let res = h.conn.receive(data, &mut out, &mut events);
+        let stream_errors = h.conn.take_stream_errors();
+        if stream_errors > 0 {
+            let m = &self.shared.metrics;
+            m.h2_stream_errors
+                .fetch_add(u64::from(stream_errors), Relaxed);
+        }
         // The events were made before any stream of this read was bound: the protocol state,
         // as it is after the whole read, says which streams are still open and their records.
         for ev in events {

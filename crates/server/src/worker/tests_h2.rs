@@ -129,6 +129,7 @@ fn a_stream_reset_in_the_read_that_opened_it_leaves_no_record() {
         "every stream reset"
     );
     assert!(goaway(&frames).is_none());
+    assert_eq!(h.shared.metrics.h2_stream_errors.load(Relaxed), 20);
     assert!(
         h.engine.h2_streams.is_empty(),
         "records kept for reset streams"
