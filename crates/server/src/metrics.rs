@@ -172,6 +172,9 @@ pub struct Metrics {
     pub h2_streams_opened: AtomicU64,
     /// HTTP/2 connections ended by a protocol error or a flood (GOAWAY with an error code).
     pub h2_errors: AtomicU64,
+    /// HTTP/2 streams reset, refused or answered 431 for the client's error (the connection
+    /// going on).
+    pub h2_stream_errors: AtomicU64,
     /// TLS handshakes completed.
     pub tls_handshakes: AtomicU64,
     /// TLS connections ended by a record-layer error after their handshake.
@@ -572,6 +575,12 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "clarion_h2_stream_errors_total",
+            "HTTP/2 streams reset, refused or answered 431 for the client's error.",
+            l(&self.h2_stream_errors),
+        );
+        counter(
+            &mut out,
             "clarion_tls_handshakes_total",
             "TLS handshakes completed.",
             l(&self.tls_handshakes),
@@ -902,6 +911,7 @@ mod tests {
             "clarion_process_cpu_seconds_total",
             "clarion_h2_streams",
             "clarion_h2_errors_total",
+            "clarion_h2_stream_errors_total",
         ] {
             assert!(
                 without_broker.iter().any(|f| f == family),
