@@ -62,8 +62,10 @@ def test_a_message_piped_from_echo_is_published_without_its_newline(start_server
     assert run("publish", "--api", server.api, "news", stdin=b"hi\n").returncode == 0
     assert run("publish", "--api", server.api, "news", "-", "--binary", stdin=b"raw\n").returncode == 0
     _, _, body = server.request("GET", "/topics/news")
-    # Newest first.
-    assert [m["data"] for m in json.loads(body)["history"]] == ["raw\n", "hi"], body
+    # Newest first; a binary message is shown in base64.
+    newest, older = json.loads(body)["history"]
+    assert (older["data"], older["encoding"]) == ("hi", "text"), body
+    assert (newest["data"], newest["encoding"]) == ("cmF3Cg==", "base64"), body  # "raw\n"
 
 
 def test_publish_shows_the_413_the_server_answered(start_server):
