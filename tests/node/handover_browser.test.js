@@ -33,16 +33,21 @@ const EVERY_MS = 50; // 20 messages a second
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const children = new Set();
-let successor = null;
-after(() => {
-  for (const c of children) c.kill('SIGKILL');
-  if (successor) {
+// The processes SIGUSR1 started (not our children: they hold the old one's output pipes).
+const successors = new Set();
+function stopSuccessors() {
+  for (const pid of successors) {
     try {
-      process.kill(successor, 'SIGKILL');
+      process.kill(pid, 'SIGKILL');
     } catch {
       // already gone
     }
   }
+  successors.clear();
+}
+after(() => {
+  for (const c of children) c.kill('SIGKILL');
+  stopSuccessors();
 });
 
 const PAGE = `<!doctype html><meta charset="utf-8"><title>clarion hand-over</title>
@@ -205,7 +210,8 @@ async function handOver(extraArgs) {
     old.child.kill('SIGUSR1');
     await waitFor(() => old.ready.some((l) => l.startsWith('clarion ready')), 20000, 'the successor to be ready');
     const oldExit = await new Promise((resolve) => (old.child.exitCode !== null ? resolve(old.child.exitCode) : old.child.once('exit', resolve)));
-    successor = Number(fs.readFileSync(pidFile, 'utf8'));
+    const successor = Number(fs.readFileSync(pidFile, 'utf8'));
+    successors.add(successor);
     assert.equal(oldExit, 0);
     assert.notEqual(successor, old.child.pid);
     await publishing;
@@ -242,6 +248,7 @@ async function handOver(extraArgs) {
     if (node) node.close();
     await browser.close();
     server.close();
+    stopSuccessors();
   }
 }
 
