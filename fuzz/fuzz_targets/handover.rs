@@ -4,10 +4,12 @@
 //! a connection record's mode-state section (auth, hooks, presence), which must hold to the same
 //! rules: no panic, one encoding per state, and no prefix of a valid section is one; and as the
 //! parked TLS 1.3 record layer inside a connection record: it never panics, and what decodes
-//! re-encodes to the same bytes.
+//! re-encodes to the same bytes. A connection record's permessage-deflate windows prime fresh
+//! streams without panicking, whatever their bytes.
 #![no_main]
 
-use clarion_proto::handover::{decode, encode};
+use clarion_proto::handover::{decode, encode, Frame};
+use clarion_proto::ws::deflate::{Compressor, Inflater};
 use clarion_proto::handover_state;
 use clarion_proto::tls13::Parked;
 use libfuzzer_sys::fuzz_target;
@@ -23,6 +25,19 @@ fuzz_target!(|data: &[u8]| {
         let mut out = Vec::new();
         encode(&frame, &mut out);
         assert_eq!(&out[..], &data[at..at + used], "re-encodes to its bytes");
+        if let Frame::Conns(list) = &frame {
+            for r in list {
+                if let Some(w) = r.deflate.deflater {
+                    let mut c = Compressor::resume(6, 9, 1, w);
+                    let _ = c.compress(b"next");
+                }
+                if let Some(w) = r.deflate.inflater {
+                    if let Some(mut i) = Inflater::resume(9, w) {
+                        let _ = i.inflate(w, 1 << 16, &mut Vec::new());
+                    }
+                }
+            }
+        }
         for cut in [0, used / 2, used - 1] {
             assert_eq!(decode(&data[at..at + cut]), Ok(None));
         }

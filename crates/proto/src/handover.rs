@@ -25,6 +25,10 @@
 //! [`crate::tls13::parked`]): its traffic secrets make a **conns** frame secret, for the caller
 //! to send only over a private channel and to wipe after use.
 //!
+//! A connection record of a WebSocket whose compression keeps context carries the windows of
+//! its streams ([`DeflateWindows`], [`crate::ws::deflate`]): the new process primes fresh
+//! streams with them, so the client's compressor and inflater continue as if nothing moved.
+//!
 //! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
 //! process falls back to a restart with drain.
 
@@ -37,8 +41,9 @@ use crate::handover_state::{self, ModeState};
 pub const MAGIC: [u8; 4] = *b"CLHO";
 /// The format version this code writes and reads. 1: the first; 2: the positions frame (a
 /// clustered broker), and in each connection record the auth/hooks/presence section and the
-/// TLS 1.3 record layer.
-pub const VERSION: u16 = 2;
+/// TLS 1.3 record layer; 3: in each connection record, the permessage-deflate windows
+/// ([`DeflateWindows`]).
+pub const VERSION: u16 = 3;
 /// Frame header bytes: magic, type and length.
 pub const HEAD: usize = 9;
 /// The largest body accepted: a history snapshot is bounded by `history_memory`, a batch of
@@ -183,6 +188,29 @@ pub struct ConnRecord<'a> {
     pub mode: Option<ModeState<'a>>,
     /// For a TLS 1.3 connection, its record layer; `input` and `output` are then plaintext.
     pub tls: Option<TlsRecord<'a>>,
+    /// For a WebSocket with permessage-deflate, the windows of the streams that keep context.
+    pub deflate: DeflateWindows<'a>,
+}
+
+/// The compression streams of a WebSocket that keep context between messages, each as the
+/// last bytes it saw (at most [`crate::ws::deflate::MAX_WINDOW`]): all that the stream's next
+/// message can refer back to. Only a record in [`ConnState::Ws`] with `deflate` may carry them.
+///
+/// Encoded as `FLAGS (u8: 1 deflater, 2 inflater) | [WINDOW (u16 length, bytes)] per flag`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeflateWindows<'a> {
+    /// The server's own compressor (`dedicated` mode), once it has compressed a message.
+    pub deflater: Option<&'a [u8]>,
+    /// The inflater of a client that keeps context (agreed with a server before
+    /// `client_no_context_takeover` was always answered), once it has sent a compressed message.
+    pub inflater: Option<&'a [u8]>,
+}
+
+impl DeflateWindows<'_> {
+    /// Whether neither stream is carried.
+    pub fn is_empty(&self) -> bool {
+        self.deflater.is_none() && self.inflater.is_none()
+    }
 }
 
 /// A TLS 1.3 connection's record layer as it moves: the keys' state and the ciphertext in
@@ -352,6 +380,57 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
         }
     }
     encode_tls(c.tls.as_ref(), out);
+    encode_deflate(&c.deflate, out);
+}
+
+/// The deflate part of a connection record (see [`DeflateWindows`]).
+fn encode_deflate(d: &DeflateWindows<'_>, out: &mut Vec<u8>) {
+    let flags = u8::from(d.deflater.is_some()) | u8::from(d.inflater.is_some()) << 1;
+    out.push(flags);
+    for w in [d.deflater, d.inflater].into_iter().flatten() {
+        // At most MAX_WINDOW (32 KiB): the caller carries no more than a window.
+        let w = w
+            .get(w.len().saturating_sub(crate::ws::deflate::MAX_WINDOW)..)
+            .unwrap_or_default();
+        out.extend_from_slice(&(w.len() as u16).to_le_bytes());
+        out.extend_from_slice(w);
+    }
+}
+
+fn decode_deflate<'a>(
+    r: &mut Reader<'a>,
+    state: &ConnState<'_>,
+) -> Result<DeflateWindows<'a>, Error> {
+    let flags = r.u8()?;
+    if flags > 3 {
+        return Err(Error::Malformed(r.what));
+    }
+    let mut window = |bit: u8| -> Result<Option<&'a [u8]>, Error> {
+        if flags & bit == 0 {
+            return Ok(None);
+        }
+        let n = usize::from(r.u16()?);
+        if n > crate::ws::deflate::MAX_WINDOW {
+            return Err(Error::Malformed(r.what));
+        }
+        r.take(n).map(Some)
+    };
+    let d = DeflateWindows {
+        deflater: window(1)?,
+        inflater: window(2)?,
+    };
+    let compressed = matches!(
+        state,
+        ConnState::Ws {
+            deflate: Some(_),
+            ..
+        }
+    );
+    if !d.is_empty() && !compressed {
+        // One encoding per record: no windows on a connection without compression.
+        return Err(Error::Malformed(r.what));
+    }
+    Ok(d)
 }
 
 /// The TLS part of a connection record: `0`, or `1 | LEN (u8) | PARKED | PARTIAL (bytes32) |
@@ -566,6 +645,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
         None
     };
     let tls = decode_tls(r)?;
+    let deflate = decode_deflate(r, &state)?;
     Ok(ConnRecord {
         worker,
         state,
@@ -576,6 +656,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
         topics,
         mode,
         tls,
+        deflate,
     })
 }
 
@@ -648,6 +729,10 @@ mod tests {
                     topics: vec!["news", "sport"],
                     mode: Some(crate::handover_state::tests::full()),
                     tls: Some(tls_sample()),
+                    deflate: DeflateWindows {
+                        deflater: Some(b"{\"seq\":41,\"price\":\"1.08412\"}"),
+                        inflater: Some(b""),
+                    },
                 },
                 ConnRecord {
                     worker: 0,
@@ -663,6 +748,7 @@ mod tests {
                     topics: vec!["news"],
                     mode: Some(ModeState::default()),
                     tls: None,
+                    deflate: DeflateWindows::default(),
                 },
                 ConnRecord {
                     worker: 0,
@@ -674,6 +760,7 @@ mod tests {
                     topics: vec![],
                     mode: None,
                     tls: None,
+                    deflate: DeflateWindows::default(),
                 },
                 ConnRecord {
                     worker: 0,
@@ -685,6 +772,7 @@ mod tests {
                     topics: vec!["t"],
                     mode: None,
                     tls: None,
+                    deflate: DeflateWindows::default(),
                 },
                 ConnRecord {
                     worker: 3,
@@ -696,6 +784,7 @@ mod tests {
                     topics: vec![],
                     mode: None,
                     tls: None,
+                    deflate: DeflateWindows::default(),
                 },
             ]),
             Frame::End(End {
@@ -800,9 +889,13 @@ mod tests {
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         // A TLS part that lies: a parked state one byte short, a partial record as long as a
         // whole one.
-        let conn = match &samples()[5] {
+        let windowed = match &samples()[5] {
             Frame::Conns(l) => l[0].clone(),
             _ => unreachable!(),
+        };
+        let conn = ConnRecord {
+            deflate: DeflateWindows::default(),
+            ..windowed.clone()
         };
         let mut good = Vec::new();
         encode(&Frame::Conns(vec![conn.clone()]), &mut good);
@@ -811,7 +904,8 @@ mod tests {
             &Frame::Conns(vec![ConnRecord { tls: None, ..conn }]),
             &mut plain,
         );
-        let tls_at = plain.len() - 1;
+        // The TLS part, then the deflate part's flags (none).
+        let tls_at = plain.len() - 2;
         assert_eq!((plain[tls_at], good[tls_at]), (0, 1), "the TLS flag");
         let mut b = good.clone();
         b[tls_at + 1] -= 1;
@@ -826,6 +920,41 @@ mod tests {
         long.partial = &whole;
         encode_tls(Some(&long), &mut tail);
         b.extend_from_slice(&tail);
+        b.push(0);
+        let body = (b.len() - HEAD) as u32;
+        b[5..9].copy_from_slice(&body.to_le_bytes());
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        // Deflate windows that lie: on a record without compression, with an unknown flag,
+        // longer than any window.
+        let sse = match &samples()[5] {
+            Frame::Conns(l) => l[2].clone(),
+            _ => unreachable!(),
+        };
+        let mut plain = Vec::new();
+        encode(&Frame::Conns(vec![sse.clone()]), &mut plain);
+        let with = ConnRecord {
+            deflate: DeflateWindows {
+                deflater: Some(b"ab"),
+                inflater: None,
+            },
+            ..sse
+        };
+        let mut b = Vec::new();
+        encode(&Frame::Conns(vec![with]), &mut b);
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        let mut b = plain.clone();
+        *b.last_mut().unwrap() = 4;
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        let mut ws = Vec::new();
+        let deflater = windowed.deflate.deflater.map_or(0, <[u8]>::len);
+        encode(&Frame::Conns(vec![windowed]), &mut ws);
+        // Flags, the deflater's window, the inflater's empty one.
+        let flags_at = ws.len() - (1 + 2 + deflater + 2);
+        assert_eq!(ws[flags_at], 3, "the deflate flags");
+        let mut b = ws[..flags_at].to_vec();
+        b.push(1);
+        b.extend_from_slice(&((crate::ws::deflate::MAX_WINDOW + 1) as u16).to_le_bytes());
+        b.extend_from_slice(&vec![0u8; crate::ws::deflate::MAX_WINDOW + 1]);
         let body = (b.len() - HEAD) as u32;
         b[5..9].copy_from_slice(&body.to_le_bytes());
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));

@@ -19,7 +19,7 @@ use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
 use crate::metrics::Metrics;
-use crate::worker::handover::{state_from_wire, Arriving, MovingTls};
+use crate::worker::handover::{state_from_wire, Arriving, DeflateWindows, MovingTls};
 use crate::worker::handover_state::CarriedMode;
 
 /// A hand-over under way, once the old process has sent its listeners and its history.
@@ -344,6 +344,10 @@ fn arriving(
                     partial: t.partial.to_vec(),
                     unsent: t.unsent.to_vec(),
                 }),
+                deflate: DeflateWindows {
+                    deflater: r.deflate.deflater.map(<[u8]>::to_vec),
+                    inflater: r.deflate.inflater.map(<[u8]>::to_vec),
+                },
                 fd,
             },
         ));

@@ -501,6 +501,11 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
         size += m.tls.as_ref().map_or(0, |t| {
             16 + clarion_proto::tls13::parked::MAX_LEN + t.partial.len() + t.unsent.len()
         });
+        size += [&m.deflate.deflater, &m.deflate.inflater]
+            .into_iter()
+            .flatten()
+            .map(|w| 2 + w.len())
+            .sum::<usize>();
     }
     let mut raw = Vec::with_capacity(batch.len());
     for m in batch {
@@ -539,6 +544,10 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
                 partial: &t.partial,
                 unsent: &t.unsent,
             }),
+            deflate: wire::DeflateWindows {
+                deflater: m.deflate.deflater.as_deref(),
+                inflater: m.deflate.inflater.as_deref(),
+            },
         });
         raw.push(m.fd.as_raw_fd());
     }

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use clarion_proto::event_id;
+use clarion_proto::ws::deflate::{Compressor, Inflater};
 use mio::{Interest, Token};
 
 use super::conn::Conn;
@@ -31,7 +32,9 @@ use crate::hub::lock;
 use crate::log;
 use crate::message::Published;
 
-/// Why a connection could not move; each is counted (`clarion_handover_fallbacks`).
+/// Why a connection could not move; each is counted (`clarion_handover_connections` with
+/// `outcome="fallback"` and the label as `reason`) and named in the old process's log. Each
+/// label is explained, with what to do about it, in docs/operations.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fallback {
     /// A TLS handshake in flight: rustls' handshake state cannot be rebuilt in another process.
@@ -41,10 +44,10 @@ pub enum Fallback {
     /// A TLS 1.3 connection whose next keys only rustls can derive (its traffic secrets were
     /// not captured at the handshake; not expected).
     TlsKeys,
-    /// A permessage-deflate context (server or client context takeover) is live: zlib's window
-    /// is not serializable.
-    DeflateContext,
-    /// A fragmented WebSocket message is being received.
+    /// A fragmented compressed WebSocket message is being received: the inflater is in the
+    /// middle of it, and the frames so far are not carried.
+    DeflateFragmented,
+    /// A fragmented (uncompressed) WebSocket message is being received.
     Fragment,
     /// Waiting for a GRIP backend, or held by one.
     Grip,
@@ -54,22 +57,25 @@ pub enum Fallback {
     /// Per-connection state of a mode that is not carried: a held long-poll watching presence
     /// events, or rooms kept in a cluster's Redis.
     ModeState,
-    /// Closing already, or in a state this version does not carry (HTTP/2, say).
-    Other,
+    /// An HTTP/2 connection: its streams and HPACK tables are not carried by this version.
+    H2Connection,
+    /// Closing already (its last bytes queued): the client is being told to go anyway.
+    Closing,
 }
 
 impl Fallback {
     /// Every reason, in the order of [`Fallbacks::counts`].
-    pub const ALL: [Fallback; 9] = [
+    pub const ALL: [Fallback; 10] = [
         Fallback::TlsHandshake,
         Fallback::Tls12,
         Fallback::TlsKeys,
-        Fallback::DeflateContext,
+        Fallback::DeflateFragmented,
         Fallback::Fragment,
         Fallback::Grip,
         Fallback::HookWait,
         Fallback::ModeState,
-        Fallback::Other,
+        Fallback::H2Connection,
+        Fallback::Closing,
     ];
 
     /// The metric label.
@@ -78,12 +84,31 @@ impl Fallback {
             Fallback::TlsHandshake => "tls_handshake",
             Fallback::Tls12 => "tls12",
             Fallback::TlsKeys => "tls_keys",
-            Fallback::DeflateContext => "deflate_context",
+            Fallback::DeflateFragmented => "deflate_fragmented",
             Fallback::Fragment => "fragment",
             Fallback::Grip => "grip",
             Fallback::HookWait => "hook_wait",
             Fallback::ModeState => "mode_state",
-            Fallback::Other => "other",
+            Fallback::H2Connection => "h2_connection",
+            Fallback::Closing => "closing",
+        }
+    }
+
+    /// Why a connection in `state` is not carried, when [`state_to_wire`] has no encoding for
+    /// it (`None`: it has one).
+    fn of_state(state: State) -> Option<Fallback> {
+        match state {
+            State::Http | State::Sse(_) | State::Stream(StreamMode::Ndjson | StreamMode::Raw) => {
+                None
+            }
+            State::Ws(m) => match m.role {
+                WsRole::PubSub | WsRole::Envelope | WsRole::Echo => None,
+                WsRole::Bridge => Some(Fallback::Grip),
+            },
+            State::Stream(StreamMode::Grip { .. }) | State::Proxy => Some(Fallback::Grip),
+            State::Poll(PollMode { grip, .. }) => grip.then_some(Fallback::Grip),
+            State::H2 => Some(Fallback::H2Connection),
+            State::Closing { .. } => Some(Fallback::Closing),
         }
     }
 }
@@ -91,7 +116,7 @@ impl Fallback {
 /// Counts of connections that fell back, by reason.
 #[derive(Debug, Default)]
 pub struct Fallbacks {
-    counts: [AtomicU64; 9],
+    counts: [AtomicU64; 10],
 }
 
 impl Fallbacks {
@@ -137,8 +162,21 @@ pub struct Moving {
     pub mode: Option<CarriedMode>,
     /// For a TLS 1.3 connection, its record layer (`input` and `output` are plaintext then).
     pub tls: Option<MovingTls>,
+    /// For a WebSocket with compression that keeps context, its streams' windows.
+    pub deflate: DeflateWindows,
     /// The socket.
     pub fd: OwnedFd,
+}
+
+/// The permessage-deflate streams of a WebSocket that keep context, as the last bytes each
+/// saw (at most its window): the new process primes fresh streams with them
+/// ([`clarion_proto::ws::deflate::Compressor::resume`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DeflateWindows {
+    /// The dedicated-mode compressor's.
+    pub deflater: Option<Vec<u8>>,
+    /// The inflater's, for a client that keeps context.
+    pub inflater: Option<Vec<u8>>,
 }
 
 /// A TLS 1.3 connection's record layer as it moves (see [`super::tls::Session::park`]). The
@@ -253,6 +291,8 @@ pub struct Arriving {
     pub mode: Option<CarriedMode>,
     /// For a TLS 1.3 connection, its record layer.
     pub tls: Option<MovingTls>,
+    /// Its compression streams' windows.
+    pub deflate: DeflateWindows,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -326,14 +366,14 @@ impl Engine<mio::net::TcpStream> {
         if s.presence.as_ref().is_some_and(|p| p.clustered()) {
             return Some(Fallback::ModeState);
         }
-        if state_to_wire(conn.state).is_none() {
-            return Some(Fallback::Other);
+        if let Some(why) = Fallback::of_state(conn.state) {
+            return Some(why);
+        }
+        if conn.rx.in_compressed_message() {
+            return Some(Fallback::DeflateFragmented);
         }
         if conn.rx.in_message() {
             return Some(Fallback::Fragment);
-        }
-        if self.inflaters.contains_key(&k) || self.deflaters.contains_key(&k) {
-            return Some(Fallback::DeflateContext);
         }
         None
     }
@@ -396,6 +436,12 @@ impl Engine<mio::net::TcpStream> {
             }
             let output = conn.take_unsent();
             let input = conn.input.take().map(|b| *b).unwrap_or_default();
+            // Between messages (a fragmented one stays behind): each window is all the next
+            // message can refer back to.
+            let deflate = DeflateWindows {
+                deflater: self.deflaters.remove(&k).map(|c| c.window().to_vec()),
+                inflater: self.inflaters.remove(&k).map(|i| i.window().to_vec()),
+            };
             out.push(Moving {
                 worker: self.id,
                 state: conn.state,
@@ -407,6 +453,7 @@ impl Engine<mio::net::TcpStream> {
                 topics,
                 mode,
                 tls,
+                deflate,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
         }
@@ -432,6 +479,19 @@ impl Engine<mio::net::TcpStream> {
             }
             Some(Ok(session)) => Some(session),
             None => None,
+        };
+        let ext = a.state.ws().and_then(|m| m.deflate);
+        let inflater = match (a.deflate.inflater.as_deref(), ext) {
+            (Some(w), Some(ext)) => match Inflater::resume(ext.client_window_bits(), w) {
+                Some(i) => Some(i),
+                None => {
+                    log::warn(format_args!(
+                        "hand-over: a client's inflate window was refused"
+                    ));
+                    return false;
+                }
+            },
+            (Some(_) | None, None) | (None, Some(_)) => None,
         };
         let std_stream = std::net::TcpStream::from(a.fd);
         if std_stream.set_nonblocking(true).is_err() {
@@ -460,6 +520,19 @@ impl Engine<mio::net::TcpStream> {
             conn.queue(&Arc::from(a.output));
         }
         entry.insert(conn);
+        if let Some(i) = inflater {
+            self.inflaters.insert(k, i);
+        }
+        if let (Some(w), Some(ext)) = (a.deflate.deflater.as_deref(), ext) {
+            // Past this worker's share of dedicated compressors the connection gets the shared
+            // frames, which any client inflater reads whatever its window holds.
+            if self.may_dedicate(k) {
+                let bits = self.dedicated_window_bits(ext);
+                let level = self.deflate_settings.level;
+                self.deflaters
+                    .insert(k, Compressor::resume(level, bits, 8, w));
+            }
+        }
         let s = &self.shared;
         s.open.fetch_add(1, Relaxed);
         if s.config.max_connections_per_address > 0 {
@@ -583,13 +656,39 @@ mod tests {
                 grip: true,
             }),
             State::Proxy,
+            State::H2,
             State::Closing { write_shut: false },
         ];
+        for s in carried {
+            assert_eq!(Fallback::of_state(s), None, "{s:?}");
+        }
         for s in not_carried {
             assert_eq!(state_to_wire(s), None, "{s:?}");
+            assert!(Fallback::of_state(s).is_some(), "{s:?} has a reason");
         }
         assert_eq!(state_from_wire(1, 3, None, false), None);
         assert_eq!(state_from_wire(9, 0, None, false), None);
+    }
+
+    #[test]
+    fn every_reason_a_connection_stays_names_what_it_is() {
+        assert_eq!(
+            Fallback::of_state(State::H2).map(Fallback::label),
+            Some("h2_connection")
+        );
+        assert_eq!(
+            Fallback::of_state(State::Closing { write_shut: true }).map(Fallback::label),
+            Some("closing")
+        );
+        let labels: Vec<&str> = Fallback::ALL.iter().map(|f| f.label()).collect();
+        assert!(!labels.contains(&"other"), "{labels:?}");
+        let docs = include_str!("../../../../docs/operations.md");
+        for l in labels {
+            assert!(
+                docs.contains(&format!("`{l}`")),
+                "docs/operations.md names {l}"
+            );
+        }
     }
 
     #[test]
@@ -597,12 +696,12 @@ mod tests {
         let f = Fallbacks::default();
         f.add(Fallback::Tls12);
         f.add(Fallback::Tls12);
-        f.add(Fallback::DeflateContext);
+        f.add(Fallback::DeflateFragmented);
         let counts = f.counts();
         assert_eq!(counts.len(), Fallback::ALL.len());
         assert!(counts.contains(&(Fallback::Tls12, 2)));
-        assert!(counts.contains(&(Fallback::DeflateContext, 1)));
-        assert!(counts.contains(&(Fallback::Other, 0)));
+        assert!(counts.contains(&(Fallback::DeflateFragmented, 1)));
+        assert!(counts.contains(&(Fallback::H2Connection, 0)));
         let s = Switch::default();
         s.fallbacks.add(Fallback::Grip);
         let mut text = String::new();
