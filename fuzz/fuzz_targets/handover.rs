@@ -3,10 +3,11 @@
 //! asks for more bytes rather than failing or inventing a frame. The same input is also read as
 //! a connection record's mode-state section (auth, hooks, presence), which must hold to the same
 //! rules: no panic, one encoding per state, and no prefix of a valid section is one; and as the
-//! parked TLS 1.3 record layer inside a connection record: it never panics, and what decodes
-//! re-encodes to the same bytes.
+//! parked TLS 1.3 record layer inside a connection record, and as the parked HTTP/2 connection
+//! of an HTTP/2 record: neither panics, and what decodes re-encodes to the same bytes.
 #![no_main]
 
+use clarion_proto::h2::server::Connection;
 use clarion_proto::handover::{decode, encode};
 use clarion_proto::handover_state;
 use clarion_proto::tls13::Parked;
@@ -17,6 +18,11 @@ fuzz_target!(|data: &[u8]| {
         let mut out = Vec::new();
         p.encode(&mut out);
         assert_eq!(&out[..], data, "parked TLS state re-encodes to its bytes");
+    }
+    if let Ok(c) = Connection::restore(data) {
+        let mut out = Vec::new();
+        c.park(&mut out);
+        assert_eq!(&out[..], data, "a parked HTTP/2 connection re-encodes to its bytes");
     }
     let mut at = 0;
     while let Ok(Some((frame, used))) = decode(&data[at..]) {

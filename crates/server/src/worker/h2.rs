@@ -35,10 +35,10 @@ const MAX_PASSES: usize = 16;
 
 /// An HTTP/2 connection's protocol state.
 pub(crate) struct H2 {
-    conn: Connection,
+    pub(crate) conn: Connection,
     /// A polite GOAWAY is due: the pump writes it after the streams' last frames, so a client
     /// that stops reading at a GOAWAY (hyper-h2, and httpx on it) sees its streams end first.
-    goaway_due: bool,
+    pub(crate) goaway_due: bool,
 }
 
 impl<S: Socket> Engine<S> {

@@ -11,7 +11,9 @@
 //! twice.
 //!
 //! Connections whose state is not carried stay behind and are told to reconnect as in a
-//! restart (close 1012, SSE `retry:`): see [`Fallback`].
+//! restart (close 1012, SSE `retry:`): see [`Fallback`]. An HTTP/2 connection moves with its
+//! streams (`super::handover_h2`); a stream that cannot move is refused (`REFUSED_STREAM`,
+//! which the client retries) and counted under its reason, while its connection moves.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering::Relaxed;
@@ -54,13 +56,16 @@ pub enum Fallback {
     /// Per-connection state of a mode that is not carried: a held long-poll watching presence
     /// events, or rooms kept in a cluster's Redis.
     ModeState,
-    /// Closing already, or in a state this version does not carry (HTTP/2, say).
+    /// An HTTP/2 stream whose request is still arriving or whose answer is being finished:
+    /// refused with `REFUSED_STREAM` (the client retries it); its connection moves.
+    RequestInFlight,
+    /// Closing already, or in a state this version does not carry.
     Other,
 }
 
 impl Fallback {
     /// Every reason, in the order of [`Fallbacks::counts`].
-    pub const ALL: [Fallback; 9] = [
+    pub const ALL: [Fallback; 10] = [
         Fallback::TlsHandshake,
         Fallback::Tls12,
         Fallback::TlsKeys,
@@ -69,6 +74,7 @@ impl Fallback {
         Fallback::Grip,
         Fallback::HookWait,
         Fallback::ModeState,
+        Fallback::RequestInFlight,
         Fallback::Other,
     ];
 
@@ -83,6 +89,7 @@ impl Fallback {
             Fallback::Grip => "grip",
             Fallback::HookWait => "hook_wait",
             Fallback::ModeState => "mode_state",
+            Fallback::RequestInFlight => "h2_request_in_flight",
             Fallback::Other => "other",
         }
     }
@@ -91,11 +98,11 @@ impl Fallback {
 /// Counts of connections that fell back, by reason.
 #[derive(Debug, Default)]
 pub struct Fallbacks {
-    counts: [AtomicU64; 9],
+    counts: [AtomicU64; 10],
 }
 
 impl Fallbacks {
-    fn add(&self, why: Fallback) {
+    pub(super) fn add(&self, why: Fallback) {
         if let Some(c) = Fallback::ALL
             .iter()
             .position(|f| *f == why)
@@ -137,8 +144,40 @@ pub struct Moving {
     pub mode: Option<CarriedMode>,
     /// For a TLS 1.3 connection, its record layer (`input` and `output` are plaintext then).
     pub tls: Option<MovingTls>,
+    /// For an HTTP/2 connection, its protocol state and its streams.
+    pub h2: Option<H2Part>,
     /// The socket.
     pub fd: OwnedFd,
+}
+
+/// An HTTP/2 connection's protocol state and streams as they move, either way.
+pub struct H2Part {
+    /// The protocol state ([`clarion_proto::h2::server::Connection::park`]).
+    pub connection: Vec<u8>,
+    /// The streams that move with it.
+    pub streams: Vec<H2Stream>,
+}
+
+/// One HTTP/2 stream's record as it moves: what a connection's carries, without a socket.
+pub struct H2Stream {
+    /// Its stream id.
+    pub id: u32,
+    /// Its state.
+    pub state: State,
+    /// For a held poll: seconds left and the cursor its answer resumes from.
+    pub poll: Option<(u32, String)>,
+    /// Seconds since its last counted activity.
+    pub idle: u32,
+    /// Its request's bytes not yet consumed (WebSocket frames, on a WebSocket stream).
+    pub input: Vec<u8>,
+    /// Its answer's bytes not yet framed (HTTP/1.1-shaped).
+    pub output: Vec<u8>,
+    /// Its topics.
+    pub topics: Vec<Arc<str>>,
+    /// With a clustered broker, on arrival: the ids it resumes its topics from.
+    pub resume: Option<String>,
+    /// What authentication, hooks and presence keep for it.
+    pub mode: Option<CarriedMode>,
 }
 
 /// A TLS 1.3 connection's record layer as it moves (see [`super::tls::Session::park`]). The
@@ -253,6 +292,8 @@ pub struct Arriving {
     pub mode: Option<CarriedMode>,
     /// For a TLS 1.3 connection, its record layer.
     pub tls: Option<MovingTls>,
+    /// For an HTTP/2 connection, its protocol state and its streams.
+    pub h2: Option<H2Part>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -275,6 +316,7 @@ pub fn state_to_wire(state: State) -> Option<(u8, u8, Option<u8>, bool)> {
         State::Stream(StreamMode::Ndjson) => (3, 0, None, false),
         State::Stream(StreamMode::Raw) => (3, 1, None, false),
         State::Poll(PollMode { keep, grip: false }) => (4, u8::from(keep), None, false),
+        State::H2 => (5, 0, None, false),
         _ => return None,
     })
 }
@@ -301,13 +343,14 @@ pub fn state_from_wire(kind: u8, option: u8, deflate: Option<u8>, pinged: bool) 
             keep: keep == 1,
             grip: false,
         }),
+        (5, 0) => State::H2,
         _ => return None,
     })
 }
 
 impl Engine<mio::net::TcpStream> {
     /// Why connection `k` cannot move, or `None` if it can.
-    fn cannot_move(&self, k: u32, conn: &Conn) -> Option<Fallback> {
+    pub(super) fn cannot_move(&self, k: u32, conn: &Conn) -> Option<Fallback> {
         let s = &self.shared;
         if let Some(Err(why)) = conn.tls.as_ref().map(|t| t.park()) {
             return Some(match why {
@@ -350,7 +393,7 @@ impl Engine<mio::net::TcpStream> {
                 continue;
             };
             if conn.stream.is_none() {
-                // An HTTP/2 stream: it stays with its connection (which falls back).
+                // An HTTP/2 stream: it moves with its connection, or is refused there.
                 continue;
             }
             if let Some(why) = self.cannot_move(k, conn) {
@@ -371,6 +414,17 @@ impl Engine<mio::net::TcpStream> {
                 self.shared.handover.fallbacks.add(Fallback::ModeState);
                 continue;
             }
+            let h2 = if conn.state == State::H2 {
+                match self.lift_h2(k, &mut listening, &mut lifted) {
+                    Some(part) => Some(part),
+                    None => {
+                        self.shared.handover.fallbacks.add(Fallback::Other);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let mode = self.release(k, listening.remove(&k).unwrap_or_default());
             lifted.insert(k);
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
@@ -407,6 +461,7 @@ impl Engine<mio::net::TcpStream> {
                 topics,
                 mode,
                 tls,
+                h2,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
         }
@@ -421,6 +476,17 @@ impl Engine<mio::net::TcpStream> {
     /// pending output queued and its input kept. Returns `false` if it could not be taken (its
     /// socket is then closed).
     pub(crate) fn take_arriving(&mut self, a: Arriving, registry: &mio::Registry) -> bool {
+        // An HTTP/2 state that cannot be rebuilt: the same.
+        let h2 = match a.h2.map(|p| {
+            clarion_proto::h2::server::Connection::restore(&p.connection).map(|c| (c, p.streams))
+        }) {
+            Some(Err(e)) => {
+                log::warn(format_args!("hand-over: HTTP/2 state refused: {e}"));
+                return false;
+            }
+            Some(Ok(h)) => Some(h),
+            None => None,
+        };
         // A TLS record layer that cannot be rebuilt: the socket closes, the client reconnects.
         let tls = match a
             .tls
@@ -477,6 +543,9 @@ impl Engine<mio::net::TcpStream> {
             );
         }
         self.resume(k, &a.topics, a.resume.as_deref(), a.mode.as_ref());
+        if let Some((connection, streams)) = h2 {
+            self.adopt_h2(k, connection, streams, a.peer);
+        }
         // Bytes that arrived while the connection was moving are read at once.
         self.more_to_read.push(k);
         true
@@ -567,6 +636,7 @@ mod tests {
                 keep: false,
                 grip: false,
             }),
+            State::H2,
         ];
         for s in carried {
             let (kind, option, deflate, pinged) = state_to_wire(s).expect("carried");
