@@ -4,11 +4,14 @@
 //! a connection record's mode-state section (auth, hooks, presence), which must hold to the same
 //! rules: no panic, one encoding per state, and no prefix of a valid section is one; and as the
 //! parked TLS 1.3 record layer inside a connection record, and as the parked HTTP/2 connection
-//! of an HTTP/2 record: neither panics, and what decodes re-encodes to the same bytes.
+//! of an HTTP/2 record: neither panics, and what decodes re-encodes to the same bytes. A
+//! connection record's permessage-deflate windows (its own, or its HTTP/2 streams') prime
+//! fresh streams without panicking, whatever their bytes.
 #![no_main]
 
 use clarion_proto::h2::server::Connection;
-use clarion_proto::handover::{decode, encode};
+use clarion_proto::handover::{decode, encode, ConnRecord, Frame};
+use clarion_proto::ws::deflate::{Compressor, Inflater};
 use clarion_proto::handover_state;
 use clarion_proto::tls13::Parked;
 use libfuzzer_sys::fuzz_target;
@@ -29,6 +32,23 @@ fuzz_target!(|data: &[u8]| {
         let mut out = Vec::new();
         encode(&frame, &mut out);
         assert_eq!(&out[..], &data[at..at + used], "re-encodes to its bytes");
+        if let Frame::Conns(list) = &frame {
+            let streams = list
+                .iter()
+                .flat_map(|r| r.h2.iter().flat_map(|h| h.streams.iter().map(|(_, s)| s)));
+            let all: Vec<&ConnRecord<'_>> = list.iter().chain(streams).collect();
+            for r in all {
+                if let Some(w) = r.deflate.deflater {
+                    let mut c = Compressor::resume(6, 9, 1, w);
+                    let _ = c.compress(b"next");
+                }
+                if let Some(w) = r.deflate.inflater {
+                    if let Some(mut i) = Inflater::resume(9, w) {
+                        let _ = i.inflate(w, 1 << 16, &mut Vec::new());
+                    }
+                }
+            }
+        }
         for cut in [0, used / 2, used - 1] {
             assert_eq!(decode(&data[at..at + cut]), Ok(None));
         }

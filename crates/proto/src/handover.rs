@@ -25,6 +25,10 @@
 //! [`crate::tls13::parked`]): its traffic secrets make a **conns** frame secret, for the caller
 //! to send only over a private channel and to wipe after use.
 //!
+//! A connection record of a WebSocket whose compression keeps context carries the windows of
+//! its streams ([`DeflateWindows`], [`crate::ws::deflate`]): the new process primes fresh
+//! streams with them, so the client's compressor and inflater continue as if nothing moved.
+//!
 //! An HTTP/2 connection's record carries its protocol state and its streams ([`H2Record`]):
 //! each stream is a record of its own, without a socket, nested in its connection's.
 //!
@@ -40,8 +44,9 @@ use crate::handover_state::{self, ModeState};
 pub const MAGIC: [u8; 4] = *b"CLHO";
 /// The format version this code writes and reads. 1: the first; 2: the positions frame (a
 /// clustered broker), and in each connection record the auth/hooks/presence section and the
-/// TLS 1.3 record layer; 3: the HTTP/2 part of a connection record ([`H2Record`]).
-pub const VERSION: u16 = 3;
+/// TLS 1.3 record layer; 3: in each connection record, the permessage-deflate windows
+/// ([`DeflateWindows`]); 4: the HTTP/2 part of a connection record ([`H2Record`]).
+pub const VERSION: u16 = 4;
 /// Frame header bytes: magic, type and length.
 pub const HEAD: usize = 9;
 /// The largest body accepted: a history snapshot is bounded by `history_memory`, a batch of
@@ -188,8 +193,31 @@ pub struct ConnRecord<'a> {
     pub mode: Option<ModeState<'a>>,
     /// For a TLS 1.3 connection, its record layer; `input` and `output` are then plaintext.
     pub tls: Option<TlsRecord<'a>>,
+    /// For a WebSocket with permessage-deflate, the windows of the streams that keep context.
+    pub deflate: DeflateWindows<'a>,
     /// For an HTTP/2 connection (state [`ConnState::H2`]), its protocol state and streams.
     pub h2: Option<H2Record<'a>>,
+}
+
+/// The compression streams of a WebSocket that keep context between messages, each as the
+/// last bytes it saw (at most [`crate::ws::deflate::MAX_WINDOW`]): all that the stream's next
+/// message can refer back to. Only a record in [`ConnState::Ws`] with `deflate` may carry them.
+///
+/// Encoded as `FLAGS (u8: 1 deflater, 2 inflater) | [WINDOW (u16 length, bytes)] per flag`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeflateWindows<'a> {
+    /// The server's own compressor (`dedicated` mode), once it has compressed a message.
+    pub deflater: Option<&'a [u8]>,
+    /// The inflater of a client that keeps context (agreed with a server before
+    /// `client_no_context_takeover` was always answered), once it has sent a compressed message.
+    pub inflater: Option<&'a [u8]>,
+}
+
+impl DeflateWindows<'_> {
+    /// Whether neither stream is carried.
+    pub fn is_empty(&self) -> bool {
+        self.deflater.is_none() && self.inflater.is_none()
+    }
 }
 
 /// An HTTP/2 connection's part of its record: the protocol state and the streams that move
@@ -374,7 +402,58 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
         }
     }
     encode_tls(c.tls.as_ref(), out);
+    encode_deflate(&c.deflate, out);
     encode_h2(c.h2.as_ref(), out);
+}
+
+/// The deflate part of a connection record (see [`DeflateWindows`]).
+fn encode_deflate(d: &DeflateWindows<'_>, out: &mut Vec<u8>) {
+    let flags = u8::from(d.deflater.is_some()) | u8::from(d.inflater.is_some()) << 1;
+    out.push(flags);
+    for w in [d.deflater, d.inflater].into_iter().flatten() {
+        // At most MAX_WINDOW (32 KiB): the caller carries no more than a window.
+        let w = w
+            .get(w.len().saturating_sub(crate::ws::deflate::MAX_WINDOW)..)
+            .unwrap_or_default();
+        out.extend_from_slice(&(w.len() as u16).to_le_bytes());
+        out.extend_from_slice(w);
+    }
+}
+
+fn decode_deflate<'a>(
+    r: &mut Reader<'a>,
+    state: &ConnState<'_>,
+) -> Result<DeflateWindows<'a>, Error> {
+    let flags = r.u8()?;
+    if flags > 3 {
+        return Err(Error::Malformed(r.what));
+    }
+    let mut window = |bit: u8| -> Result<Option<&'a [u8]>, Error> {
+        if flags & bit == 0 {
+            return Ok(None);
+        }
+        let n = usize::from(r.u16()?);
+        if n > crate::ws::deflate::MAX_WINDOW {
+            return Err(Error::Malformed(r.what));
+        }
+        r.take(n).map(Some)
+    };
+    let d = DeflateWindows {
+        deflater: window(1)?,
+        inflater: window(2)?,
+    };
+    let compressed = matches!(
+        state,
+        ConnState::Ws {
+            deflate: Some(_),
+            ..
+        }
+    );
+    if !d.is_empty() && !compressed {
+        // One encoding per record: no windows on a connection without compression.
+        return Err(Error::Malformed(r.what));
+    }
+    Ok(d)
 }
 
 /// The HTTP/2 part of a connection record: `0`, or `1 | CONNECTION (bytes32) | N (u16) |
@@ -632,6 +711,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Er
         None
     };
     let tls = decode_tls(r)?;
+    let deflate = decode_deflate(r, &state)?;
     let h2 = if outer { decode_h2(r)? } else { None };
     if !outer && r.flag()? {
         return Err(Error::Malformed(r.what));
@@ -650,6 +730,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Er
         topics,
         mode,
         tls,
+        deflate,
         h2,
     })
 }
@@ -700,6 +781,7 @@ mod tests {
             topics: vec!["t"],
             mode: None,
             tls: None,
+            deflate: DeflateWindows::default(),
             h2: None,
         };
         ConnRecord {
@@ -712,6 +794,7 @@ mod tests {
             topics: vec![],
             mode: None,
             tls: Some(tls_sample()),
+            deflate: DeflateWindows::default(),
             h2: Some(H2Record {
                 connection: Box::leak(parked.into_boxed_slice()),
                 streams: vec![
@@ -723,6 +806,20 @@ mod tests {
                             left: 20,
                             cursor: "k3x9-7",
                         }),
+                    ),
+                    (
+                        5,
+                        ConnRecord {
+                            deflate: DeflateWindows {
+                                deflater: Some(b"{\"seq\":40}"),
+                                inflater: None,
+                            },
+                            ..stream(ConnState::Ws {
+                                role: 0,
+                                deflate: Some(0b0010_0111),
+                                pinged: false,
+                            })
+                        },
                     ),
                 ],
             }),
@@ -767,6 +864,10 @@ mod tests {
                     topics: vec!["news", "sport"],
                     mode: Some(crate::handover_state::tests::full()),
                     tls: Some(tls_sample()),
+                    deflate: DeflateWindows {
+                        deflater: Some(b"{\"seq\":41,\"price\":\"1.08412\"}"),
+                        inflater: Some(b""),
+                    },
                     h2: None,
                 },
                 ConnRecord {
@@ -783,6 +884,7 @@ mod tests {
                     topics: vec!["news"],
                     mode: Some(ModeState::default()),
                     tls: None,
+                    deflate: DeflateWindows::default(),
                     h2: None,
                 },
                 ConnRecord {
@@ -795,6 +897,7 @@ mod tests {
                     topics: vec![],
                     mode: None,
                     tls: None,
+                    deflate: DeflateWindows::default(),
                     h2: None,
                 },
                 ConnRecord {
@@ -807,6 +910,7 @@ mod tests {
                     topics: vec!["t"],
                     mode: None,
                     tls: None,
+                    deflate: DeflateWindows::default(),
                     h2: None,
                 },
                 h2_sample(),
@@ -820,6 +924,7 @@ mod tests {
                     topics: vec![],
                     mode: None,
                     tls: None,
+                    deflate: DeflateWindows::default(),
                     h2: None,
                 },
             ]),
@@ -930,9 +1035,13 @@ mod tests {
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         // A TLS part that lies: a parked state one byte short, a partial record as long as a
         // whole one.
-        let conn = match &samples()[5] {
+        let windowed = match &samples()[5] {
             Frame::Conns(l) => l[0].clone(),
             _ => unreachable!(),
+        };
+        let conn = ConnRecord {
+            deflate: DeflateWindows::default(),
+            ..windowed.clone()
         };
         let mut good = Vec::new();
         encode(&Frame::Conns(vec![conn.clone()]), &mut good);
@@ -941,7 +1050,8 @@ mod tests {
             &Frame::Conns(vec![ConnRecord { tls: None, ..conn }]),
             &mut plain,
         );
-        let tls_at = plain.len() - 2;
+        // The TLS part, then the deflate part's flags (none) and the HTTP/2 part's.
+        let tls_at = plain.len() - 3;
         assert_eq!((plain[tls_at], good[tls_at]), (0, 1), "the TLS flag");
         let mut b = good.clone();
         b[tls_at + 1] -= 1;
@@ -955,8 +1065,46 @@ mod tests {
         let whole = vec![0u8; 5 + crate::tls13::wire::MAX_CIPHERTEXT];
         long.partial = &whole;
         encode_tls(Some(&long), &mut tail);
-        encode_h2(None, &mut tail);
         b.extend_from_slice(&tail);
+        b.push(0);
+        encode_h2(None, &mut b);
+        let body = (b.len() - HEAD) as u32;
+        b[5..9].copy_from_slice(&body.to_le_bytes());
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        // Deflate windows that lie: on a record without compression, with an unknown flag,
+        // longer than any window.
+        let sse = match &samples()[5] {
+            Frame::Conns(l) => l[2].clone(),
+            _ => unreachable!(),
+        };
+        let mut plain = Vec::new();
+        encode(&Frame::Conns(vec![sse.clone()]), &mut plain);
+        let with = ConnRecord {
+            deflate: DeflateWindows {
+                deflater: Some(b"ab"),
+                inflater: None,
+            },
+            ..sse
+        };
+        let mut b = Vec::new();
+        encode(&Frame::Conns(vec![with]), &mut b);
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        let mut b = plain.clone();
+        // The deflate flags, before the HTTP/2 part's flag.
+        let at = b.len() - 2;
+        b[at] = 4;
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        let mut ws = Vec::new();
+        let deflater = windowed.deflate.deflater.map_or(0, <[u8]>::len);
+        encode(&Frame::Conns(vec![windowed]), &mut ws);
+        // Flags, the deflater's window, the inflater's empty one, the HTTP/2 part's flag.
+        let flags_at = ws.len() - (1 + 2 + deflater + 2 + 1);
+        assert_eq!(ws[flags_at], 3, "the deflate flags");
+        let mut b = ws[..flags_at].to_vec();
+        b.push(1);
+        b.extend_from_slice(&((crate::ws::deflate::MAX_WINDOW + 1) as u16).to_le_bytes());
+        b.extend_from_slice(&vec![0u8; crate::ws::deflate::MAX_WINDOW + 1]);
+        b.push(0);
         let body = (b.len() - HEAD) as u32;
         b[5..9].copy_from_slice(&body.to_le_bytes());
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));

@@ -3,10 +3,14 @@
 //!
 //! Clarion's model: the server compresses a published message **once**, without context
 //! takeover, and sends the same bytes to every subscriber that negotiated the extension
-//! (`server_no_context_takeover` is always in the answer in that mode). Clients are asked not to
-//! keep context either (`client_no_context_takeover`, when they offer it), so that no inflate
-//! window outlives a message on an idle connection; when a client keeps context (browsers do),
-//! the caller keeps an [`Inflater`] for it, with the smallest window the client agreed to.
+//! (`server_no_context_takeover` is always in the answer in that mode). Clients are told not to
+//! keep context either: every answer carries `client_no_context_takeover`, offered or not (RFC
+//! 7692 7.1.1.2 lets a server add it), so no inflate window outlives a message and a connection
+//! between messages holds no compression state that a hand-over would have to carry. In
+//! `dedicated` mode the server's own compressor keeps context; it remembers the last window of
+//! what it compressed ([`Compressor::window`]) so that another process can continue the stream
+//! ([`Compressor::resume`]) with the client none the wiser. An [`Inflater`] that keeps context
+//! (a client that agreed to keep it, with an older server) does the same.
 
 use flate2::{Decompress, FlushDecompress, Status};
 use zlib_rs::{DeflateConfig, DeflateFlush};
@@ -121,9 +125,11 @@ pub fn negotiate(offers: &[&str], policy: &Policy) -> Option<(Agreed, String)> {
         if server_no_context_takeover {
             answer.push_str("; server_no_context_takeover");
         }
-        if offer.client_no_context_takeover {
-            answer.push_str("; client_no_context_takeover");
-        }
+        // Always, offered or not (RFC 7692 7.1.1.2): the client compresses each message on its
+        // own, so nothing of a client's stream lives in the server between messages. The cost
+        // is on client-to-server traffic only, where messages are small and rare (subscribe,
+        // publish, acks): measured in docs/protocol.md.
+        answer.push_str("; client_no_context_takeover");
         if let Some(bits) = offer.server_max_window_bits {
             answer.push_str(&format!("; server_max_window_bits={bits}"));
         }
@@ -143,7 +149,7 @@ pub fn negotiate(offers: &[&str], policy: &Policy) -> Option<(Agreed, String)> {
         };
         let agreed = Agreed {
             server_no_context_takeover,
-            client_no_context_takeover: offer.client_no_context_takeover,
+            client_no_context_takeover: true,
             server_max_window_bits: server_bits,
             client_max_window_bits: client_bits,
         };
@@ -152,10 +158,55 @@ pub fn negotiate(offers: &[&str], policy: &Policy) -> Option<(Agreed, String)> {
     None
 }
 
+/// The largest LZ77 window (15 bits): the most history a deflate stream can refer back to, so
+/// the most a carried window holds.
+pub const MAX_WINDOW: usize = 1 << 15;
+
+/// The last bytes a deflate stream has seen, at most its window: all that a later message can
+/// refer back to, so all that another process needs to continue the stream (as a preset
+/// dictionary).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Window {
+    cap: usize,
+    bytes: Vec<u8>,
+}
+
+impl Window {
+    fn new(window_bits: u8) -> Window {
+        Window {
+            cap: 1 << window_bits.clamp(8, 15),
+            bytes: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        if data.len() >= self.cap {
+            self.bytes.clear();
+            self.bytes
+                .extend_from_slice(data.get(data.len() - self.cap..).unwrap_or_default());
+            return;
+        }
+        let over = (self.bytes.len() + data.len()).saturating_sub(self.cap);
+        self.bytes.drain(..over.min(self.bytes.len()));
+        self.bytes.extend_from_slice(data);
+    }
+
+    /// Takes a carried window, keeping its last `cap` bytes.
+    fn set(&mut self, window: &[u8]) {
+        self.bytes.clear();
+        self.push(window);
+    }
+}
+
 /// A raw-deflate compressor (RFC 7692 7.2.1): each message ends with a sync flush whose 4-byte
 /// tail is removed. Keeps context between messages until [`Compressor::reset`].
 pub struct Compressor {
     z: zlib_rs::Deflate,
+    /// For a compressor that keeps context (a connection's own): the window its next message
+    /// may refer to. zlib-rs does not hand its own window out without `unsafe`, so a copy is
+    /// kept: `2^window_bits` bytes beside a compressor of about 200 KiB.
+    window: Option<Window>,
+    window_bits: u8,
 }
 
 impl Compressor {
@@ -171,12 +222,48 @@ impl Compressor {
         };
         Compressor {
             z: zlib_rs::Deflate::new_with_config(config),
+            window: None,
+            window_bits: window_bits.clamp(9, 15),
         }
+    }
+
+    /// A compressor that keeps context between messages and remembers its window, so that
+    /// [`Compressor::window`] can hand the stream to another process.
+    pub fn keeping_context(level: u32, window_bits: u8, mem_level: u8) -> Compressor {
+        let mut c = Compressor::new(level, window_bits, mem_level);
+        c.window = Some(Window::new(c.window_bits));
+        c
+    }
+
+    /// Continues a stream another compressor began: `window` (what [`Compressor::window`] gave
+    /// there, cut to this window) becomes the preset dictionary, so the next message may refer
+    /// back into it exactly as the first compressor's would have, and the peer's inflater, which
+    /// holds the same bytes, follows without noticing the change.
+    pub fn resume(level: u32, window_bits: u8, mem_level: u8, window: &[u8]) -> Compressor {
+        let mut c = Compressor::keeping_context(level, window_bits, mem_level);
+        if let Some(w) = c.window.as_mut() {
+            w.set(window);
+            if !w.bytes.is_empty() && c.z.set_dictionary(&w.bytes).is_err() {
+                // Not expected before the first byte: without the dictionary the stream still
+                // decodes (it just does not refer back), so forget the window too.
+                w.bytes.clear();
+            }
+        }
+        c
+    }
+
+    /// The last bytes compressed (at most the window), for a compressor keeping context; empty
+    /// for one that does not.
+    pub fn window(&self) -> &[u8] {
+        self.window.as_ref().map_or(&[], |w| &w.bytes)
     }
 
     /// Forgets all context (the next message is compressed on its own).
     pub fn reset(&mut self) {
         self.z.reset();
+        if let Some(w) = self.window.as_mut() {
+            w.bytes.clear();
+        }
     }
 
     /// Compresses one message, continuing from the context of earlier ones.
@@ -208,6 +295,9 @@ impl Compressor {
         if out.ends_with(&TAIL) {
             out.truncate(out.len() - TAIL.len());
         }
+        if let Some(w) = self.window.as_mut() {
+            w.push(payload);
+        }
         out
     }
 }
@@ -230,6 +320,9 @@ pub enum InflateError {
 /// Inflates client messages. Keep one per connection only when the client keeps context.
 pub struct Inflater {
     d: Decompress,
+    /// For an inflater keeping context: the client's window, to carry it to another process
+    /// (flate2 does not hand out zlib's).
+    window: Option<Window>,
 }
 
 impl Inflater {
@@ -238,12 +331,53 @@ impl Inflater {
         // zlib's raw inflate takes 9..=15; a 9-bit window decodes 8-bit streams too.
         Inflater {
             d: Decompress::new_with_window_bits(false, window_bits.clamp(9, 15)),
+            window: None,
         }
+    }
+
+    /// An inflater for a client that keeps context, remembering the window so that
+    /// [`Inflater::window`] can hand the stream to another process.
+    pub fn keeping_context(window_bits: u8) -> Inflater {
+        let mut i = Inflater::new(window_bits);
+        i.window = Some(Window::new(window_bits));
+        i
+    }
+
+    /// Continues a client's stream that another inflater began, `window` being what
+    /// [`Inflater::window`] gave there. `None` when zlib refuses the dictionary.
+    pub fn resume(window_bits: u8, window: &[u8]) -> Option<Inflater> {
+        let mut i = Inflater::keeping_context(window_bits);
+        if let Some(w) = i.window.as_mut() {
+            w.set(window);
+            if !w.bytes.is_empty() {
+                i.d.set_dictionary(&w.bytes).ok()?;
+            }
+        }
+        Some(i)
+    }
+
+    /// The last bytes inflated (at most the window), for an inflater keeping context.
+    pub fn window(&self) -> &[u8] {
+        self.window.as_ref().map_or(&[], |w| &w.bytes)
     }
 
     /// Inflates one message (its payloads joined, without the tail) and appends the result to
     /// `out`, never letting `out` grow past `max` bytes.
     pub fn inflate(
+        &mut self,
+        payload: &[u8],
+        max: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), InflateError> {
+        let start = out.len();
+        let done = self.inflate_parts(payload, max, out);
+        if let (Ok(()), Some(w)) = (done, self.window.as_mut()) {
+            w.push(out.get(start..).unwrap_or_default());
+        }
+        done
+    }
+
+    fn inflate_parts(
         &mut self,
         payload: &[u8],
         max: usize,
@@ -316,8 +450,11 @@ mod tests {
     fn browser_offer_gets_shared_mode() {
         // What Chrome and Firefox send.
         let (a, answer) = agree("permessage-deflate; client_max_window_bits", &SHARED).unwrap();
-        assert_eq!(answer, "permessage-deflate; server_no_context_takeover");
-        assert!(a.server_no_context_takeover && !a.client_no_context_takeover);
+        assert_eq!(
+            answer,
+            "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
+        );
+        assert!(a.server_no_context_takeover && a.client_no_context_takeover);
         assert_eq!(
             (a.server_max_window_bits, a.client_max_window_bits),
             (15, 15)
@@ -374,7 +511,7 @@ mod tests {
         };
         let (a, answer) = agree("permessage-deflate", &p).unwrap();
         assert!(!a.server_no_context_takeover);
-        assert_eq!(answer, "permessage-deflate");
+        assert_eq!(answer, "permessage-deflate; client_no_context_takeover");
         let (a, _) = agree("permessage-deflate; server_no_context_takeover", &p).unwrap();
         assert!(a.server_no_context_takeover);
     }
@@ -439,6 +576,142 @@ mod tests {
             sizes[19] < sizes[0],
             "later messages reuse context: {sizes:?}"
         );
+    }
+
+    #[test]
+    fn every_answer_tells_the_client_to_keep_no_context() {
+        let dedicated = Policy {
+            server_context_takeover: true,
+            ..SHARED
+        };
+        for offer in [
+            "permessage-deflate",
+            "permessage-deflate; client_max_window_bits",
+            "permessage-deflate; client_no_context_takeover",
+            "permessage-deflate; server_max_window_bits=10; client_max_window_bits=12",
+        ] {
+            for p in [&SHARED, &dedicated] {
+                let (a, answer) = agree(offer, p).unwrap();
+                assert!(a.client_no_context_takeover, "{offer}");
+                assert_eq!(
+                    answer.matches("client_no_context_takeover").count(),
+                    1,
+                    "{answer}"
+                );
+            }
+        }
+    }
+
+    fn ticks(range: std::ops::Range<u32>) -> Vec<Vec<u8>> {
+        range
+            .map(|i| {
+                format!(r#"{{"symbol":"EURUSD","seq":{i},"bid":"1.0841{i}","ask":"1.0842{i}"}}"#)
+                    .into_bytes()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_resumed_compressor_continues_the_stream_its_peer_is_inflating() {
+        for bits in [9, 12, 15] {
+            let mut first = Compressor::keeping_context(6, bits, 8);
+            // The client's inflater: one stream for the whole connection.
+            let mut client = Inflater::new(15);
+            for m in ticks(0..30) {
+                let mut out = Vec::new();
+                client
+                    .inflate(&first.compress(&m), 1 << 16, &mut out)
+                    .unwrap();
+                assert_eq!(out, m);
+            }
+            assert!(first.window().len() <= 1 << bits);
+            let mut second = Compressor::resume(6, bits, 8, first.window());
+            let mut fresh = Compressor::new(6, bits, 8);
+            for (n, m) in ticks(30..60).iter().enumerate() {
+                let z = second.compress(m);
+                if n == 0 {
+                    // It refers back into the carried window, as the first compressor would.
+                    assert!(z.len() < fresh.compress(m).len(), "{bits}: {}", z.len());
+                }
+                let mut out = Vec::new();
+                client.inflate(&z, 1 << 16, &mut out).unwrap();
+                assert_eq!(&out, m, "{bits}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_resumed_inflater_reads_a_stream_that_refers_back_before_it() {
+        let mut client = Compressor::new(6, 12, 8);
+        let mut first = Inflater::keeping_context(12);
+        for m in ticks(0..30) {
+            let mut out = Vec::new();
+            first
+                .inflate(&client.compress(&m), 1 << 16, &mut out)
+                .unwrap();
+        }
+        let next = ticks(30..31).remove(0);
+        let z = client.compress(&next);
+        // Without the window the message does not decode to itself.
+        let mut out = Vec::new();
+        let alone = Inflater::new(12).inflate(&z, 1 << 16, &mut out);
+        assert!(alone.is_err() || out != next);
+        let mut second = Inflater::resume(12, first.window()).unwrap();
+        let mut out = Vec::new();
+        second.inflate(&z, 1 << 16, &mut out).unwrap();
+        assert_eq!(out, next);
+    }
+
+    #[test]
+    fn a_window_keeps_the_last_bytes_up_to_its_size() {
+        let mut w = Window::new(9);
+        w.push(b"abc");
+        w.push(b"de");
+        assert_eq!(w.bytes, b"abcde");
+        w.push(&[7u8; 600]);
+        assert_eq!((w.bytes.len(), w.bytes[0]), (512, 7));
+        w.push(b"xyz");
+        assert_eq!(w.bytes.len(), 512);
+        assert!(w.bytes.ends_with(&[7, b'x', b'y', b'z']));
+        w.set(&[1u8; 2000]);
+        assert_eq!(w.bytes, vec![1u8; 512]);
+        let mut c = Compressor::keeping_context(6, 10, 8);
+        for m in ticks(0..100) {
+            c.compress(&m);
+        }
+        assert_eq!(c.window().len(), 1024);
+        assert!(Compressor::new(6, 10, 8).window().is_empty());
+    }
+
+    /// What `client_no_context_takeover` costs a client: the compressed size of the messages
+    /// a subscriber client sends (an in-band subscribe, a publish, an ack), each compressed on
+    /// its own against compressed with the context of the ones before. Printed with
+    /// `cargo test -p clarion-proto client_context_cost -- --nocapture` (docs/protocol.md).
+    #[test]
+    fn client_context_cost_on_small_messages() {
+        let msgs: Vec<Vec<u8>> = [
+            r#"{"type":"subscribe","topics":["prices"],"last_event_id":""}"#,
+            r#"{"type":"subscribe","topics":["chat/room-42"]}"#,
+            r#"{"type":"publish","topic":"chat/room-42","data":"hello there"}"#,
+            r#"{"type":"subscribe","topics":["prices","news"],"last_event_id":"prices:k3x9-41"}"#,
+            r#"{"type":"unsubscribe","topics":["news"]}"#,
+            r#"{"type":"publish","topic":"chat/room-42","data":"see you at 5"}"#,
+        ]
+        .iter()
+        .map(|m| m.as_bytes().to_vec())
+        .collect();
+        let raw: usize = msgs.iter().map(Vec::len).sum();
+        let alone: usize = msgs.iter().map(|m| compress_message(m, 15, 6).len()).sum();
+        let mut c = Compressor::new(6, 15, 8);
+        let kept: usize = msgs.iter().map(|m| c.compress(m).len()).sum();
+        println!(
+            "client messages: {} raw bytes, {alone} compressed each on its own, {kept} with \
+             context ({} messages)",
+            raw,
+            msgs.len()
+        );
+        // Small messages barely compress on their own; context saves bytes, not round trips.
+        assert!(kept < alone && alone <= raw + 6 * msgs.len());
     }
 
     #[test]

@@ -262,6 +262,11 @@ impl Receiver {
     pub fn in_message(&self) -> bool {
         self.frag.is_some()
     }
+
+    /// Whether the fragmented message in progress is compressed (its first frame had RSV1).
+    pub fn in_compressed_message(&self) -> bool {
+        self.frag.as_ref().is_some_and(|f| f.compressed)
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,9 @@ use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
 use crate::metrics::Metrics;
-use crate::worker::handover::{state_from_wire, Arriving, H2Part, H2Stream, MovingTls};
+use crate::worker::handover::{
+    state_from_wire, Arriving, DeflateWindows, H2Part, H2Stream, MovingTls,
+};
 use crate::worker::handover_state::CarriedMode;
 use crate::worker::state::State;
 
@@ -341,6 +343,10 @@ fn arriving_h2(h: &wire::H2Record<'_>, positions: Option<&HashMap<String, String
                 topics: r.topics.iter().map(|t| Arc::from(*t)).collect(),
                 resume: positions.map(|p| resume_from(p, &r.topics)),
                 mode: r.mode.as_ref().map(CarriedMode::from_wire),
+                deflate: DeflateWindows {
+                    deflater: r.deflate.deflater.map(<[u8]>::to_vec),
+                    inflater: r.deflate.inflater.map(<[u8]>::to_vec),
+                },
             })
         })
         .collect();
@@ -383,6 +389,10 @@ fn arriving(
                     partial: t.partial.to_vec(),
                     unsent: t.unsent.to_vec(),
                 }),
+                deflate: DeflateWindows {
+                    deflater: r.deflate.deflater.map(<[u8]>::to_vec),
+                    inflater: r.deflate.inflater.map(<[u8]>::to_vec),
+                },
                 fd,
             },
         ));

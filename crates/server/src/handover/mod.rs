@@ -524,6 +524,10 @@ fn h2_record(part: &H2Part, worker: u16, peer: u32) -> wire::H2Record<'_> {
                 topics: s.topics.iter().map(|t| &**t).collect(),
                 mode: s.mode.as_ref().map(CarriedMode::wire),
                 tls: None,
+                deflate: wire::DeflateWindows {
+                    deflater: s.deflate.deflater.as_deref(),
+                    inflater: s.deflate.inflater.as_deref(),
+                },
                 h2: None,
             };
             Some((s.id, record))
@@ -568,12 +572,22 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
         size += m.tls.as_ref().map_or(0, |t| {
             16 + clarion_proto::tls13::parked::MAX_LEN + t.partial.len() + t.unsent.len()
         });
+        size += [&m.deflate.deflater, &m.deflate.inflater]
+            .into_iter()
+            .flatten()
+            .map(|w| 2 + w.len())
+            .sum::<usize>();
         size += m.mode.as_ref().map_or(0, mode_len);
         if let Some(h) = &m.h2 {
             size += 8 + h.connection.len();
             for s in &h.streams {
                 size += record_size(72, &s.input, &s.output, s.poll.as_ref(), &s.topics);
                 size += s.mode.as_ref().map_or(0, mode_len);
+                size += [&s.deflate.deflater, &s.deflate.inflater]
+                    .into_iter()
+                    .flatten()
+                    .map(|w| 2 + w.len())
+                    .sum::<usize>();
             }
         }
     }
@@ -596,6 +610,10 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
                 partial: &t.partial,
                 unsent: &t.unsent,
             }),
+            deflate: wire::DeflateWindows {
+                deflater: m.deflate.deflater.as_deref(),
+                inflater: m.deflate.inflater.as_deref(),
+            },
             h2: m.h2.as_ref().map(|h| h2_record(h, m.worker as u16, m.peer)),
         });
         raw.push(m.fd.as_raw_fd());

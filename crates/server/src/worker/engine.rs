@@ -54,7 +54,8 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     /// GRIP connections' state beyond their record, by slab key (proxy mode only).
     pub(crate) grip: HashMap<u32, crate::worker::grip::conn::GripConn>,
     /// Inflaters of clients that compress with context takeover, created when such a client
-    /// first sends a compressed message.
+    /// first sends a compressed message. Clarion answers `client_no_context_takeover` to every
+    /// offer, so only a connection agreed by an older version (and handed over) has one.
     pub(crate) inflaters: HashMap<u32, clarion_proto::ws::deflate::Inflater>,
     /// Dedicated-mode compressors, created at a connection's first compressed delivery.
     pub(crate) deflaters: HashMap<u32, clarion_proto::ws::deflate::Compressor>,

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use clarion_proto::event_id;
+use clarion_proto::ws::deflate::{Compressor, Inflater};
 use mio::{Interest, Token};
 
 use super::conn::Conn;
@@ -33,7 +34,9 @@ use crate::hub::lock;
 use crate::log;
 use crate::message::Published;
 
-/// Why a connection could not move; each is counted (`clarion_handover_fallbacks`).
+/// Why a connection could not move; each is counted (`clarion_handover_connections` with
+/// `outcome="fallback"` and the label as `reason`) and named in the old process's log. Each
+/// label is explained, with what to do about it, in docs/operations.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fallback {
     /// A TLS handshake in flight: rustls' handshake state cannot be rebuilt in another process.
@@ -43,10 +46,10 @@ pub enum Fallback {
     /// A TLS 1.3 connection whose next keys only rustls can derive (its traffic secrets were
     /// not captured at the handshake; not expected).
     TlsKeys,
-    /// A permessage-deflate context (server or client context takeover) is live: zlib's window
-    /// is not serializable.
-    DeflateContext,
-    /// A fragmented WebSocket message is being received.
+    /// A fragmented compressed WebSocket message is being received: the inflater is in the
+    /// middle of it, and the frames so far are not carried.
+    DeflateFragmented,
+    /// A fragmented (uncompressed) WebSocket message is being received.
     Fragment,
     /// Waiting for a GRIP backend, or held by one.
     Grip,
@@ -59,8 +62,8 @@ pub enum Fallback {
     /// An HTTP/2 stream whose request is still arriving or whose answer is being finished:
     /// refused with `REFUSED_STREAM` (the client retries it); its connection moves.
     RequestInFlight,
-    /// Closing already, or in a state this version does not carry.
-    Other,
+    /// Closing already (its last bytes queued): the client is being told to go anyway.
+    Closing,
 }
 
 impl Fallback {
@@ -69,13 +72,13 @@ impl Fallback {
         Fallback::TlsHandshake,
         Fallback::Tls12,
         Fallback::TlsKeys,
-        Fallback::DeflateContext,
+        Fallback::DeflateFragmented,
         Fallback::Fragment,
         Fallback::Grip,
         Fallback::HookWait,
         Fallback::ModeState,
         Fallback::RequestInFlight,
-        Fallback::Other,
+        Fallback::Closing,
     ];
 
     /// The metric label.
@@ -84,13 +87,31 @@ impl Fallback {
             Fallback::TlsHandshake => "tls_handshake",
             Fallback::Tls12 => "tls12",
             Fallback::TlsKeys => "tls_keys",
-            Fallback::DeflateContext => "deflate_context",
+            Fallback::DeflateFragmented => "deflate_fragmented",
             Fallback::Fragment => "fragment",
             Fallback::Grip => "grip",
             Fallback::HookWait => "hook_wait",
             Fallback::ModeState => "mode_state",
             Fallback::RequestInFlight => "h2_request_in_flight",
-            Fallback::Other => "other",
+            Fallback::Closing => "closing",
+        }
+    }
+
+    /// Why a connection in `state` is not carried, when [`state_to_wire`] has no encoding for
+    /// it (`None`: it has one).
+    fn of_state(state: State) -> Option<Fallback> {
+        match state {
+            State::Http | State::Sse(_) | State::Stream(StreamMode::Ndjson | StreamMode::Raw) => {
+                None
+            }
+            State::Ws(m) => match m.role {
+                WsRole::PubSub | WsRole::Envelope | WsRole::Echo => None,
+                WsRole::Bridge => Some(Fallback::Grip),
+            },
+            State::Stream(StreamMode::Grip { .. }) | State::Proxy => Some(Fallback::Grip),
+            State::Poll(PollMode { grip, .. }) => grip.then_some(Fallback::Grip),
+            State::H2 => None,
+            State::Closing { .. } => Some(Fallback::Closing),
         }
     }
 }
@@ -144,6 +165,8 @@ pub struct Moving {
     pub mode: Option<CarriedMode>,
     /// For a TLS 1.3 connection, its record layer (`input` and `output` are plaintext then).
     pub tls: Option<MovingTls>,
+    /// For a WebSocket with compression that keeps context, its streams' windows.
+    pub deflate: DeflateWindows,
     /// For an HTTP/2 connection, its protocol state and its streams.
     pub h2: Option<H2Part>,
     /// The socket.
@@ -178,6 +201,19 @@ pub struct H2Stream {
     pub resume: Option<String>,
     /// What authentication, hooks and presence keep for it.
     pub mode: Option<CarriedMode>,
+    /// For an RFC 8441 WebSocket with compression that keeps context, its streams' windows.
+    pub deflate: DeflateWindows,
+}
+
+/// The permessage-deflate streams of a WebSocket that keep context, as the last bytes each
+/// saw (at most its window): the new process primes fresh streams with them
+/// ([`clarion_proto::ws::deflate::Compressor::resume`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DeflateWindows {
+    /// The dedicated-mode compressor's.
+    pub deflater: Option<Vec<u8>>,
+    /// The inflater's, for a client that keeps context.
+    pub inflater: Option<Vec<u8>>,
 }
 
 /// A TLS 1.3 connection's record layer as it moves (see [`super::tls::Session::park`]). The
@@ -292,6 +328,8 @@ pub struct Arriving {
     pub mode: Option<CarriedMode>,
     /// For a TLS 1.3 connection, its record layer.
     pub tls: Option<MovingTls>,
+    /// Its compression streams' windows.
+    pub deflate: DeflateWindows,
     /// For an HTTP/2 connection, its protocol state and its streams.
     pub h2: Option<H2Part>,
     /// The socket.
@@ -369,14 +407,14 @@ impl Engine<mio::net::TcpStream> {
         if s.presence.as_ref().is_some_and(|p| p.clustered()) {
             return Some(Fallback::ModeState);
         }
-        if state_to_wire(conn.state).is_none() {
-            return Some(Fallback::Other);
+        if let Some(why) = Fallback::of_state(conn.state) {
+            return Some(why);
+        }
+        if conn.rx.in_compressed_message() {
+            return Some(Fallback::DeflateFragmented);
         }
         if conn.rx.in_message() {
             return Some(Fallback::Fragment);
-        }
-        if self.inflaters.contains_key(&k) || self.deflaters.contains_key(&k) {
-            return Some(Fallback::DeflateContext);
         }
         None
     }
@@ -418,7 +456,7 @@ impl Engine<mio::net::TcpStream> {
                 match self.lift_h2(k, &mut listening, &mut lifted) {
                     Some(part) => Some(part),
                     None => {
-                        self.shared.handover.fallbacks.add(Fallback::Other);
+                        self.shared.handover.fallbacks.add(Fallback::Closing);
                         continue;
                     }
                 }
@@ -450,6 +488,12 @@ impl Engine<mio::net::TcpStream> {
             }
             let output = conn.take_unsent();
             let input = conn.input.take().map(|b| *b).unwrap_or_default();
+            // Between messages (a fragmented one stays behind): each window is all the next
+            // message can refer back to.
+            let deflate = DeflateWindows {
+                deflater: self.deflaters.remove(&k).map(|c| c.window().to_vec()),
+                inflater: self.inflaters.remove(&k).map(|i| i.window().to_vec()),
+            };
             out.push(Moving {
                 worker: self.id,
                 state: conn.state,
@@ -461,6 +505,7 @@ impl Engine<mio::net::TcpStream> {
                 topics,
                 mode,
                 tls,
+                deflate,
                 h2,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
@@ -499,6 +544,19 @@ impl Engine<mio::net::TcpStream> {
             Some(Ok(session)) => Some(session),
             None => None,
         };
+        let ext = a.state.ws().and_then(|m| m.deflate);
+        let inflater = match (a.deflate.inflater.as_deref(), ext) {
+            (Some(w), Some(ext)) => match Inflater::resume(ext.client_window_bits(), w) {
+                Some(i) => Some(i),
+                None => {
+                    log::warn(format_args!(
+                        "hand-over: a client's inflate window was refused"
+                    ));
+                    return false;
+                }
+            },
+            (Some(_) | None, None) | (None, Some(_)) => None,
+        };
         let std_stream = std::net::TcpStream::from(a.fd);
         if std_stream.set_nonblocking(true).is_err() {
             return false;
@@ -526,6 +584,19 @@ impl Engine<mio::net::TcpStream> {
             conn.queue(&Arc::from(a.output));
         }
         entry.insert(conn);
+        if let Some(i) = inflater {
+            self.inflaters.insert(k, i);
+        }
+        if let (Some(w), Some(ext)) = (a.deflate.deflater.as_deref(), ext) {
+            // Past this worker's share of dedicated compressors the connection gets the shared
+            // frames, which any client inflater reads whatever its window holds.
+            if self.may_dedicate(k) {
+                let bits = self.dedicated_window_bits(ext);
+                let level = self.deflate_settings.level;
+                self.deflaters
+                    .insert(k, Compressor::resume(level, bits, 8, w));
+            }
+        }
         let s = &self.shared;
         s.open.fetch_add(1, Relaxed);
         if s.config.max_connections_per_address > 0 {
@@ -655,11 +726,35 @@ mod tests {
             State::Proxy,
             State::Closing { write_shut: false },
         ];
+        for s in carried {
+            assert_eq!(Fallback::of_state(s), None, "{s:?}");
+        }
         for s in not_carried {
             assert_eq!(state_to_wire(s), None, "{s:?}");
+            assert!(Fallback::of_state(s).is_some(), "{s:?} has a reason");
         }
         assert_eq!(state_from_wire(1, 3, None, false), None);
         assert_eq!(state_from_wire(9, 0, None, false), None);
+    }
+
+    #[test]
+    fn every_reason_a_connection_stays_names_what_it_is() {
+        // An HTTP/2 connection moves; a stream of it that cannot is refused and named.
+        assert_eq!(Fallback::of_state(State::H2), None);
+        assert_eq!(Fallback::RequestInFlight.label(), "h2_request_in_flight");
+        assert_eq!(
+            Fallback::of_state(State::Closing { write_shut: true }).map(Fallback::label),
+            Some("closing")
+        );
+        let labels: Vec<&str> = Fallback::ALL.iter().map(|f| f.label()).collect();
+        assert!(!labels.contains(&"other"), "{labels:?}");
+        let docs = include_str!("../../../../docs/operations.md");
+        for l in labels {
+            assert!(
+                docs.contains(&format!("`{l}`")),
+                "docs/operations.md names {l}"
+            );
+        }
     }
 
     #[test]
@@ -667,12 +762,12 @@ mod tests {
         let f = Fallbacks::default();
         f.add(Fallback::Tls12);
         f.add(Fallback::Tls12);
-        f.add(Fallback::DeflateContext);
+        f.add(Fallback::DeflateFragmented);
         let counts = f.counts();
         assert_eq!(counts.len(), Fallback::ALL.len());
         assert!(counts.contains(&(Fallback::Tls12, 2)));
-        assert!(counts.contains(&(Fallback::DeflateContext, 1)));
-        assert!(counts.contains(&(Fallback::Other, 0)));
+        assert!(counts.contains(&(Fallback::DeflateFragmented, 1)));
+        assert!(counts.contains(&(Fallback::RequestInFlight, 0)));
         let s = Switch::default();
         s.fallbacks.add(Fallback::Grip);
         let mut text = String::new();

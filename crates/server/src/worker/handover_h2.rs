@@ -16,10 +16,11 @@ use std::sync::Arc;
 
 use clarion_proto::h2::frame::ErrorCode;
 use clarion_proto::h2::server::Connection;
+use clarion_proto::ws::deflate::{Compressor, Inflater};
 
 use super::conn::Conn;
 use super::h2::H2;
-use super::handover::{Fallback, H2Part, H2Stream};
+use super::handover::{DeflateWindows, Fallback, H2Part, H2Stream};
 use super::state::State;
 use super::transport::poll::PollHold;
 use super::Engine;
@@ -68,7 +69,7 @@ impl Engine<mio::net::TcpStream> {
         for (child, id) in children {
             let why = match self.conns.get(child as usize) {
                 Some(c) => self.stream_cannot_move(child, c),
-                None => Some(Fallback::Other),
+                None => Some(Fallback::Closing),
             };
             self.h2_streams.remove(&child);
             self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
@@ -96,6 +97,12 @@ impl Engine<mio::net::TcpStream> {
                 .polls
                 .get(&child)
                 .map(|p| (p.deadline.saturating_sub(self.now), p.cursor.clone()));
+            // Between messages (a fragmented one was refused): each window is all the next
+            // message can refer back to. Taken before the release forgets them.
+            let deflate = DeflateWindows {
+                deflater: self.deflaters.remove(&child).map(|c| c.window().to_vec()),
+                inflater: self.inflaters.remove(&child).map(|i| i.window().to_vec()),
+            };
             let mode = self.release(child, listening.remove(&child).unwrap_or_default());
             lifted.insert(child);
             let Some(mut c) = self.conns.try_remove(child as usize) else {
@@ -112,6 +119,7 @@ impl Engine<mio::net::TcpStream> {
                 topics,
                 resume: None,
                 mode,
+                deflate,
             });
         }
         if !refusals.is_empty() {
@@ -148,6 +156,20 @@ impl Engine<mio::net::TcpStream> {
         let mut keys = HashMap::with_capacity(streams.len());
         let mut resumes = Vec::with_capacity(streams.len());
         for s in streams {
+            let ext = s.state.ws().and_then(|m| m.deflate);
+            let inflater = match (s.deflate.inflater.as_deref(), ext) {
+                (Some(w), Some(ext)) => match Inflater::resume(ext.client_window_bits(), w) {
+                    Some(i) => Some(i),
+                    None => {
+                        // Left out: the restored connection resets the stream.
+                        log::warn(format_args!(
+                            "hand-over: an HTTP/2 WebSocket's inflate window was refused"
+                        ));
+                        continue;
+                    }
+                },
+                (Some(_) | None, None) | (None, Some(_)) => None,
+            };
             let mut c = Conn::stream_of_h2(s.state, self.now.saturating_sub(s.idle), peer);
             if !s.input.is_empty() {
                 c.input = Some(Box::new(s.input));
@@ -156,6 +178,19 @@ impl Engine<mio::net::TcpStream> {
                 c.queue(&Arc::from(s.output));
             }
             let child = self.conns.insert(c) as u32;
+            if let Some(i) = inflater {
+                self.inflaters.insert(child, i);
+            }
+            if let (Some(w), Some(ext)) = (s.deflate.deflater.as_deref(), ext) {
+                // As for a connection of its own: past this worker's share of dedicated
+                // compressors the stream gets the shared frames.
+                if self.may_dedicate(child) {
+                    let bits = self.dedicated_window_bits(ext);
+                    let level = self.deflate_settings.level;
+                    self.deflaters
+                        .insert(child, Compressor::resume(level, bits, 8, w));
+                }
+            }
             let sh = &self.shared;
             sh.open.fetch_add(1, Relaxed);
             if sh.config.max_connections_per_address > 0 {

@@ -22,7 +22,7 @@ use crate::log;
 use crate::message::{compress_frame, frame_payload, Encoding};
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
-use crate::worker::state::{Kind, WsRole};
+use crate::worker::state::{Ext, Kind, WsRole};
 use crate::worker::transport::hooks::Gate;
 use crate::worker::Engine;
 
@@ -430,7 +430,7 @@ impl<S: Socket> Engine<S> {
             let inf = self
                 .inflaters
                 .entry(k)
-                .or_insert_with(|| Inflater::new(ext.client_window_bits()));
+                .or_insert_with(|| Inflater::keeping_context(ext.client_window_bits()));
             let mut out = Vec::new();
             inf.inflate(data, max, &mut out).map(|()| out)
         } else {
@@ -477,18 +477,24 @@ impl<S: Socket> Engine<S> {
         if payload.len() < settings.threshold {
             return Arc::clone(frame);
         }
-        let bits = if ext.small_server_window() {
-            9
-        } else {
-            self.shared.config.compression_window_bits
-        };
+        let bits = self.dedicated_window_bits(ext);
         let c = self
             .deflaters
             .entry(k)
-            .or_insert_with(|| Compressor::new(settings.level, bits, 8));
+            .or_insert_with(|| Compressor::keeping_context(settings.level, bits, 8));
         // Sent compressed even when it does not shrink: the context now holds it.
         let z = c.compress(payload);
         encode_compressed_frame(opcode, &z).into()
+    }
+
+    /// The window of connection `k`'s dedicated compressor: the 9-bit one when the client
+    /// limited the server's window, else `compression_window_bits`.
+    pub(crate) fn dedicated_window_bits(&self, ext: Ext) -> u8 {
+        if ext.small_server_window() {
+            9
+        } else {
+            self.shared.config.compression_window_bits
+        }
     }
 
     /// Whether connection `k` has, or may get, a dedicated compressor: this worker's share of
