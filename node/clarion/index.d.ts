@@ -4,6 +4,8 @@ export { BINARY_PATH_VARIABLE, BinaryNotFoundError, findClarionBinary } from './
 export declare const DEFAULT_BASE_URL: string;
 /** Default request timeout in milliseconds (10 000). */
 export declare const DEFAULT_TIMEOUT_MS: number;
+/** How long a publish answered 503 with `Retry-After` is retried by default (ms). */
+export declare const DEFAULT_RETRY_FOR_MS: number;
 
 /** A string is published as a text message, bytes as a binary one. */
 export type Data = string | Uint8Array | ArrayBuffer;
@@ -35,6 +37,9 @@ export interface ClientOptions {
   token?: string | (() => string | Promise<string>);
   /** Milliseconds a request may take (default 10 000). */
   timeoutMs?: number;
+  /** How long (ms, in all) a publish answered 503 with `Retry-After` is sent again, waiting
+   * what the header says each time (default 10000; 0: never). */
+  retryForMs?: number;
   /** More request headers. */
   headers?: Record<string, string>;
   /** A fetch implementation (default: the global one). */

@@ -73,6 +73,17 @@ export function errorFor(status, message, body = '') {
   return new Cls(status, message, body);
 }
 
+/** How long a 503 publish keeps being retried when it carries Retry-After: an upgrade's freeze
+ * lasts well under a second, a Redis failover a few seconds. */
+export const DEFAULT_RETRY_FOR_MS = 10000;
+
+// Retry-After in seconds (the server sends whole seconds), as ms; null when absent or not a
+// number (an HTTP date is not sent by Clarion).
+function retryAfterMs(value) {
+  if (value == null || !/^\d{1,6}$/.test(value.trim())) return null;
+  return Number(value.trim()) * 1000;
+}
+
 function isBytes(data) {
   return data instanceof Uint8Array || data instanceof ArrayBuffer;
 }
@@ -116,6 +127,7 @@ export class Client {
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.fetch = options.fetch ?? globalThis.fetch;
     this.headers = options.headers ?? {};
+    this.retryForMs = options.retryForMs ?? DEFAULT_RETRY_FOR_MS;
   }
 
   /** Publishes one message; resolves to its receipt `{ topic, id, subscribers }`. */
@@ -185,8 +197,20 @@ export class Client {
   }
 
   async #post(path, body, type, signal) {
-    const headers = { ...this.headers, 'content-type': type, ...(await this.#authorization()) };
-    const res = await this.#request(`${this.baseUrl}${path}`, { method: 'POST', headers, body }, signal);
+    // A 503 with Retry-After (an upgrade in progress, a broker away) published nothing: send
+    // it again after the wait, for at most retryForMs in all.
+    const deadline = Date.now() + this.retryForMs;
+    for (;;) {
+      const headers = { ...this.headers, 'content-type': type, ...(await this.#authorization()) };
+      const res = await this.#request(`${this.baseUrl}${path}`, { method: 'POST', headers, body }, signal);
+      const waitMs = res.status === 503 ? retryAfterMs(res.headers.get('retry-after')) : null;
+      if (waitMs == null || Date.now() + waitMs > deadline || signal?.aborted) return this.#answer(res);
+      await res.arrayBuffer().catch(() => {});
+      await new Promise((resolve) => setTimeout(resolve, waitMs));
+    }
+  }
+
+  async #answer(res) {
     let text;
     try {
       text = await res.text();

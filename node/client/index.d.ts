@@ -136,8 +136,10 @@ export interface ClientOptions {
   initialDelayMs?: number;
   maxDelayMs?: number;
   factor?: number;
-  /** First wait after a close announcing a restart (1001, 1012, 1013) or a 429/503. */
+  /** First wait after a close saying the server goes away or is busy (1001, 1013) or a 429/503. */
   restartDelayMs?: number;
+  /** First wait after 1012 (the server is restarting; its new process holds the history). */
+  reloadDelayMs?: number;
   connectTimeoutMs?: number;
   /** A connection that lived this long resets the backoff. */
   stableMs?: number;
@@ -150,7 +152,7 @@ export interface ClientOptions {
 }
 
 export const DEFAULTS: Readonly<Required<Pick<ClientOptions,
-  'initialDelayMs' | 'maxDelayMs' | 'factor' | 'restartDelayMs' | 'connectTimeoutMs' | 'stableMs' | 'maxFrameBytes' | 'sleepMs'>>>;
+  'initialDelayMs' | 'maxDelayMs' | 'factor' | 'restartDelayMs' | 'reloadDelayMs' | 'connectTimeoutMs' | 'stableMs' | 'maxFrameBytes' | 'sleepMs'>>>;
 
 export interface SubscribeOptions {
   /** Resume after this id (from an earlier run of the app). */

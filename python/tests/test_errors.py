@@ -212,3 +212,89 @@ def test_server_that_cannot_start_reports_why():
 def tuple_addr(hostport):
     host, port = hostport.rsplit(":", 1)
     return host, int(port)
+
+
+class _Upgrading:
+    """A stand-in API that answers its first `refusals` publishes as a server in a hand-over's
+    freeze does (503, Retry-After: 1, "an upgrade is in progress"), then 200 with a receipt."""
+
+    def __init__(self, refusals, retry_after="1"):
+        import http.server
+        import threading
+
+        outer = self
+        self.requests = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                outer.requests.append(time.monotonic())
+                if len(outer.requests) <= refusals:
+                    body = json.dumps({"error": "message not published: an upgrade is in progress"}).encode()
+                    self.send_response(503)
+                    if retry_after is not None:
+                        self.send_header("Retry-After", retry_after)
+                else:
+                    body = json.dumps({"topic": "t", "id": "e-1", "subscribers": 0}).encode()
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_publish_refused_during_an_upgrade_is_sent_again_after_retry_after():
+    api = _Upgrading(refusals=2)
+    try:
+        with clarion.Client(api.url) as c:
+            assert c.publish("t", "x").id == "e-1"
+        assert len(api.requests) == 3
+        # Each retry waited what Retry-After asked.
+        assert api.requests[1] - api.requests[0] >= 0.95
+        assert api.requests[2] - api.requests[1] >= 0.95
+
+        async def batch():
+            async with clarion.AsyncClient(api.url) as c:
+                return await c.publish("t", "y")
+
+        assert asyncio.run(batch()).id == "e-1"
+    finally:
+        api.close()
+
+
+def test_retrying_a_refused_publish_is_bounded_by_retry_for():
+    api = _Upgrading(refusals=100)
+    try:
+        started = time.monotonic()
+        with clarion.Client(api.url, retry_for=2.5) as c:
+            with pytest.raises(clarion.Unavailable) as e:
+                c.publish("t", "x")
+        assert "upgrade is in progress" in e.value.message
+        assert len(api.requests) == 3  # at 0, 1 and 2 s; a wait to 3 s would pass 2.5 s
+        assert time.monotonic() - started < 3
+        with clarion.Client(api.url, retry_for=0) as c:
+            with pytest.raises(clarion.Unavailable):
+                c.publish("t", "x")
+        assert len(api.requests) == 4
+    finally:
+        api.close()
+    # A 503 without Retry-After is not retried.
+    api = _Upgrading(refusals=1, retry_after=None)
+    try:
+        with clarion.Client(api.url) as c:
+            with pytest.raises(clarion.Unavailable):
+                c.publish("t", "x")
+        assert len(api.requests) == 1
+    finally:
+        api.close()

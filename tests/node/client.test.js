@@ -108,6 +108,32 @@ test('a listener that throws becomes an error event; the client keeps delivering
   }
 });
 
+test('after 1012 (a restart: upgrade or reload) the first reconnect comes within reloadDelayMs; after 1001 within restartDelayMs', async () => {
+  const { ClarionClient, DEFAULTS } = await load();
+  assert.equal(DEFAULTS.reloadDelayMs, 1000);
+  // The first wait after each close code, with the longest draw the jitter can make.
+  async function firstDelay(code, options = {}) {
+    const { wss, url } = await fakeServer((ws) => ws.close(code, 'bye'));
+    const client = new ClarionClient(url, { WebSocket, random: () => 0.999, ...options });
+    const closes = [];
+    let delay = null;
+    client.on('disconnected', (d) => closes.push(d.code));
+    client.on('reconnecting', (e) => {
+      if (delay === null) delay = e.delay;
+    });
+    client.subscribe('t');
+    await waitFor(() => delay !== null, 5000, 'a reconnect');
+    client.close();
+    wss.close();
+    assert.equal(closes[0], code);
+    return delay;
+  }
+  assert.equal(await firstDelay(1012), 999);
+  assert.equal(await firstDelay(1001), 9990);
+  assert.equal(await firstDelay(1013), 9990);
+  assert.equal(await firstDelay(1012, { reloadDelayMs: 300 }), 300);
+});
+
 test('close() clears every timer: a Node process using the client exits', () => {
   // Connects to a port nobody listens on (so a reconnect timer is pending), then closes.
   const script = `

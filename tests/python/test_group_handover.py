@@ -4,14 +4,16 @@ where the old process stopped delivering, reading what was published meanwhile (
 processes) from Redis. Clients see no close and no reconnect; every message arrives once, in
 order. Connections whose state cannot move get 1012 and resume exactly elsewhere (issue 34)."""
 
+import json
 import re
 import signal
+import struct
 import time
 
 import httpx
 import pytest
-import websockets.sync.client
 
+import rawws
 from cluster_util import Redis
 from test_group import group_healthy, node_values, roll, wait_for
 from test_handover import (
@@ -95,28 +97,38 @@ def test_a_rolling_upgrade_hands_every_connection_over_under_a_publishing_loop(
 
 
 def test_a_connection_that_cannot_move_gets_1012_and_resumes_exactly(start_server, redis):
-    # A dedicated compression context cannot move: that WebSocket is told to reconnect (1012)
-    # while the plain one beside it carries on; resuming from its last id it misses nothing.
+    # A client in the middle of a fragmented compressed message cannot move: that WebSocket is
+    # told to reconnect (1012) while the others beside it carry on, dedicated compression
+    # included (each compressor's window moves with it, and the client sent a compressed
+    # message of its own); resuming from its last id it misses nothing.
     group = start_group(start_server, redis, "--compression", "dedicated",
                         "--compression-threshold", "0")
     movers = [RawWs(group.clients, 4) for _ in range(3)]
-    stayers = [
-        websockets.sync.client.connect(
-            f"ws://{group.clients}/ws?topic=t", compression="deflate", open_timeout=10
+    compressed = [DeflateWs(group.clients, 4) for _ in range(3)]
+    for c in compressed:
+        c.ws.send(json.dumps({"type": "subscribe", "topic": "u"}))
+        assert json.loads(c.ws.recv(timeout=10))["type"] == "subscribed"
+    stayers = []
+    for _ in range(3):
+        sock, head, rest = rawws.connect(
+            group.clients, "/ws?topic=t", "Sec-WebSocket-Extensions: permessage-deflate\r\n"
         )
-        for _ in range(3)
-    ]
+        assert "client_no_context_takeover" in head, head
+        sock.sendall(rawws.frame(1, b"\xaa\x56\x2a", fin=False, rsv=4))
+        stayers.append(rawws.Reader(sock, rest))
     time.sleep(0.3)
     ids = [group.publish("t", payload(1))["id"]]
-    for ws in stayers:
-        assert ws.recv(timeout=10) == payload(1)  # its compressor now holds context
-    for c in movers:
+    for r in stayers:
+        assert r.frame()[1] == 1  # payload(1), compressed with its own context
+    for c in movers + compressed:
         c.start()
     roll(group)
-    for ws in stayers:
-        with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
-            ws.recv(timeout=30)
-        assert e.value.rcvd.code == 1012
+    for r in stayers:
+        while True:
+            _, op, data = r.frame()
+            if op == 8:
+                assert struct.unpack("!H", data[:2])[0] == 1012
+                break
     for i in range(2, 5):
         ids.append(group.publish("t", payload(i))["id"])
     # The client that fell back resumes from its last id: exactly what it missed, no gap.
@@ -124,13 +136,14 @@ def test_a_connection_that_cannot_move_gets_1012_and_resumes_exactly(start_serve
     assert "gaps" not in answer, answer
     assert [m["data"] for m in answer["messages"]] == [payload(i) for i in range(2, 5)]
     assert [m["id"] for m in answer["messages"]] == ids[1:]
-    for c in movers:
+    for c in movers + compressed:
         c.join(timeout=30)
-        assert c.ended is None and c.got == [1, 2, 3, 4], (c.ended, c.got)
+        assert c.ended is None and c.got == [1, 2, 3, 4], (c.name, c.ended, c.got)
         assert c.still_open()
     code, stderr = group.stop(signal.SIGTERM, timeout=30)
     assert code == 0, stderr
-    assert "deflate_context" in stderr, stderr
+    assert "deflate_fragmented" in stderr, stderr
+    assert "deflate_context" not in stderr, stderr
 
 
 def test_a_nats_group_refuses_the_hand_over_and_each_process_restarts_with_a_drain(

@@ -523,9 +523,18 @@ def test_connections_that_cannot_move_fall_back_and_are_counted(start_server, tm
              "--tls-listen", "127.0.0.1:0", "--tls-cert", dev["cert"], "--tls-key", dev["key"]]
     old = start_server(*flags)
     mover = RawWs(old.clients, 2)
-    stayer = websockets.sync.client.connect(
-        f"ws://{old.clients}/ws?topic=t", compression="deflate", open_timeout=10
+    # Dedicated compression with a context in both directions' sense: its compressor has
+    # delivered, and it sent a compressed message. It moves (its window goes along).
+    compressed = DeflateWs(old.clients, 2)
+    compressed.ws.send(json.dumps({"type": "subscribe", "topic": "u"}))
+    assert json.loads(compressed.ws.recv(timeout=10))["type"] == "subscribed"
+    # In the middle of a compressed message sent in fragments: stays (deflate_fragmented).
+    stayer, head, rest = rawws.connect(
+        old.clients, "/ws?topic=t", "Sec-WebSocket-Extensions: permessage-deflate\r\n"
     )
+    assert "client_no_context_takeover" in head, head
+    stayer_reader = rawws.Reader(stayer, rest)
+    stayer.sendall(rawws.frame(1, b"\xaa\x56\x2a", fin=False, rsv=4))
     port = old.tls.rsplit(":", 1)[1]
     # TLS 1.3 moves; TLS 1.2 (whose records stay with rustls) does not.
     secure = TlsWs(old.tls, dev["ca"], 2, deflate=False)
@@ -546,27 +555,33 @@ def test_connections_that_cannot_move_fall_back_and_are_counted(start_server, tm
         assert time.monotonic() < deadline, "the TLS connections were not accepted"
         time.sleep(0.02)
     old.publish("t", payload(1))
-    assert stayer.recv(timeout=10) == payload(1)  # its compressor now holds context
     assert older.recv(timeout=10) == payload(1)
+    assert stayer_reader.frame()[2]  # compressed (dedicated): not checked here
     mover.start()
     secure.start()
+    compressed.start()
     new = upgrade(old, *flags)
-    # The ones with a compression context or TLS 1.2 are told to reconnect; the others carry
-    # on.
-    for ws in (stayer, older):
-        with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
-            ws.recv(timeout=20)
-        assert e.value.rcvd.code == 1012
+    # The one in the middle of a fragmented compressed message, and TLS 1.2, are told to
+    # reconnect; the others carry on.
+    with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
+        older.recv(timeout=20)
+    assert e.value.rcvd.code == 1012
+    while True:
+        _, op, data = stayer_reader.frame()
+        if op == 8:
+            assert struct.unpack("!H", data[:2])[0] == 1012
+            break
     assert wait_exit(old.proc) == 0
     try:
         assert shaking.recv(100) == b"", "the half-done handshake is closed"
     except ConnectionResetError:
         pass
     log = old.proc.stderr.read()
-    assert "2 connections moved" in log and "3 stay" in log, log
-    assert "1 tls_handshake" in log and "1 tls12" in log and "1 deflate_context" in log, log
+    assert "3 connections moved" in log and "3 stay" in log, log
+    assert "1 tls_handshake" in log and "1 tls12" in log and "1 deflate_fragmented" in log, log
+    assert "other" not in log.split("stay and are told")[1].splitlines()[0], log
     m = new.metrics()
-    assert m['clarion_handover_connections{outcome="taken"}'] == 2
+    assert m['clarion_handover_connections{outcome="taken"}'] == 3
     # The TLS listener moved too: the secure client reconnects to the same port.
     again = websockets.sync.client.connect(
         f"ws://localhost:{new.tls.rsplit(':', 1)[1]}/ws?topic=t",
@@ -575,7 +590,7 @@ def test_connections_that_cannot_move_fall_back_and_are_counted(start_server, tm
     assert new.tls == old.tls
     new.publish("t", payload(2))
     assert again.recv(timeout=10) == payload(2)
-    for c in (mover, secure):
+    for c in (mover, secure, compressed):
         c.join(timeout=20)
         assert c.ended is None and c.got == [1, 2], (c.name, c.ended, c.got)
         assert c.still_open()

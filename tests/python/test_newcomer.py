@@ -81,6 +81,53 @@ def test_publish_shows_the_413_the_server_answered(start_server):
     assert published(server) == 1
 
 
+def test_publish_sends_a_publish_refused_during_an_upgrade_again_after_retry_after():
+    """A 503 with Retry-After (a server in a hand-over's freeze) published nothing:
+    `clarion publish` says so, waits, and sends it again, for at most --retry-for seconds."""
+    import http.server
+    import threading
+    import time
+
+    requests = []
+
+    class Upgrading(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            requests.append(time.monotonic())
+            if len(requests) % 3 != 0:
+                body = b'{"error":"message not published: an upgrade is in progress"}'
+                self.send_response(503)
+                self.send_header("Retry-After", "1")
+            else:
+                body = b'{"topic":"news","id":"e-1","subscribers":0}'
+                self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upgrading)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    addr = f"127.0.0.1:{api.server_address[1]}"
+    try:
+        p = run("publish", "--api", addr, "news", "hi")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["id"] == "e-1"
+        assert p.stderr.decode().count("upgrade is in progress; publishing again in 1 s") == 2, p.stderr
+        assert len(requests) == 3 and requests[2] - requests[0] >= 1.9
+        # Bounded: --retry-for 2 allows one wait of 1 s (a second would end past 2 s), then the
+        # 503 is the answer.
+        p = run("publish", "--api", addr, "--retry-for", "2", "news", "hi")
+        assert p.returncode == 1 and b"HTTP 503" in p.stderr, p.stderr
+        assert len(requests) == 5
+    finally:
+        api.shutdown()
+        api.server_close()
+
+
 def test_publish_takes_host_port_and_urls(server):
     host, port = server.api.rsplit(":", 1)
     for api in (server.api, f"http://{server.api}", f"http://{server.api}/", f"localhost:{port}"):

@@ -286,3 +286,37 @@ def test_bad_input_is_an_error_event_and_a_reconnect_with_backoff():
             assert any(e["kind"] == kind for e in errors), f"{name}: {errors}"
 
     asyncio.run(main())
+
+
+def test_after_1012_the_first_reconnect_comes_within_reload_delay_and_after_1001_within_restart_delay():
+    """1012 says the server is restarting (an upgrade or reload whose new process already
+    listens, with the history): the first wait is short, so the resume lands inside the
+    history (100 messages are 5 s at 20 msg/s). 1001 and 1013 keep the long spread."""
+
+    async def first_delay(code, **options):
+        async def handler(ws):
+            await ws.close(code, "bye")
+
+        async with websockets.serve(handler, "127.0.0.1", 0, subprotocols=["clarion.v1"]) as server:
+            port = server.sockets[0].getsockname()[1]
+            events = []
+            # The longest draw the jitter can make.
+            client = Subscriber(f"ws://127.0.0.1:{port}/ws", on_event=lambda n, d: events.append((n, d)),
+                                random=lambda: 0.999, **options)
+            client.subscribe("t")
+            deadline = time.monotonic() + 10
+            while not any(n == "reconnecting" for n, _ in events):
+                assert time.monotonic() < deadline, events
+                await asyncio.sleep(0.01)
+            await client.close()
+            closed = next(d for n, d in events if n == "disconnected")
+            assert closed["code"] == code, closed
+            return next(d["delay"] for n, d in events if n == "reconnecting")
+
+    async def main():
+        assert 0.9 < await first_delay(1012) < 1.0
+        assert 9.9 < await first_delay(1001) < 10.0
+        assert 9.9 < await first_delay(1013) < 10.0
+        assert 0.29 < await first_delay(1012, reload_delay=0.3) < 0.3
+
+    asyncio.run(main())

@@ -340,6 +340,16 @@ pub struct PublishArgs {
     /// Send the message as binary (application/octet-stream) instead of text.
     #[arg(long)]
     pub binary: bool,
+    /// Seconds, in all, for which a publish answered 503 with Retry-After (an upgrade in
+    /// progress, a broker away: nothing was published) is sent again after the wait the
+    /// header asks; 0 never retries. An upgrade's freeze lasts well under a second.
+    #[arg(
+        long,
+        env = "CLARION_RETRY_FOR",
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
+    pub retry_for: u64,
 }
 
 #[cfg(test)]

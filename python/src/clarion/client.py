@@ -5,8 +5,10 @@ Both keep one ``httpx`` connection pool, so consecutive publishes reuse keep-ali
 ``str`` data is published as a text message, ``bytes`` as a binary one.
 """
 
+import asyncio
 import base64
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
@@ -19,6 +21,9 @@ from .errors import APIError, ClarionError, ConnectionFailed, Timeout, Transport
 DEFAULT_BASE_URL = "http://127.0.0.1:8081"
 #: Seconds allowed for each of connecting, sending and waiting for an answer.
 DEFAULT_TIMEOUT = 10.0
+#: Seconds, in all, for which a publish answered ``503`` with ``Retry-After`` is sent again: an
+#: upgrade's freeze lasts well under a second, a Redis failover a few seconds.
+DEFAULT_RETRY_FOR = 10.0
 
 Data = Union[str, bytes]
 TimeoutTypes = Union[float, httpx.Timeout, None]
@@ -101,6 +106,19 @@ def _single(topic: str, data: Data, event: Optional[str]) -> Tuple[str, Dict[str
     return path, params, body, {"Content-Type": content_type}
 
 
+def _retry_wait(response: httpx.Response, deadline: float, now: float) -> Optional[float]:
+    """Seconds to wait before sending a publish again: a ``503`` with ``Retry-After`` (whole
+    seconds, as Clarion sends) published nothing; ``None`` for any other answer, or when the
+    wait would pass ``deadline``."""
+    if response.status_code != 503:
+        return None
+    value = response.headers.get("retry-after", "").strip()
+    if not value.isdigit() or len(value) > 6:
+        return None
+    wait = float(value)
+    return wait if now + wait <= deadline else None
+
+
 def _check(response: httpx.Response) -> httpx.Response:
     if response.status_code == 200:
         return response
@@ -139,11 +157,19 @@ def _transport_error(e: httpx.TransportError) -> TransportError:
 
 
 class _Settings:
-    """What both clients share: the base URL, credentials and timeout."""
+    """What both clients share: the base URL, credentials, timeout and retry budget."""
 
-    def __init__(self, base_url: str, api_key: Optional[str], token: Optional[TokenSource], timeout: TimeoutTypes):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: Optional[str],
+        token: Optional[TokenSource],
+        timeout: TimeoutTypes,
+        retry_for: float = DEFAULT_RETRY_FOR,
+    ):
         if api_key is not None and token is not None:
             raise ValueError("give either api_key or token, not both")
+        self.retry_for = retry_for
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.token = token
@@ -169,6 +195,9 @@ class Client:
         http_client: an ``httpx.Client`` to use instead of the client's own (for proxies, custom
             CA files, ...); ``timeout`` still applies to each request, and it is not closed by
             :meth:`close`.
+        retry_for: seconds, in all, for which a publish answered ``503`` with ``Retry-After``
+            (an upgrade in progress, a broker away: nothing was published) is sent again after
+            the wait the header asks; ``0`` never retries.
 
     Use it as a context manager, or call :meth:`close`, to release its connections::
 
@@ -184,8 +213,9 @@ class Client:
         token: Optional[TokenSource] = None,
         timeout: TimeoutTypes = DEFAULT_TIMEOUT,
         http_client: Optional[httpx.Client] = None,
+        retry_for: float = DEFAULT_RETRY_FOR,
     ) -> None:
-        self._settings = _Settings(base_url, api_key, token, timeout)
+        self._settings = _Settings(base_url, api_key, token, timeout, retry_for)
         self._owned = http_client is None
         self._http = http_client or httpx.Client(timeout=self._settings.timeout)
 
@@ -239,18 +269,23 @@ class Client:
         self.close()
 
     def _post(self, path: str, params: Dict[str, str], body: bytes, headers: Dict[str, str]) -> httpx.Response:
-        headers.update(self._settings.auth_headers())
-        try:
-            response = self._http.post(
-                self._settings.base_url + path,
-                params=params,
-                content=body,
-                headers=headers,
-                timeout=self._settings.timeout,
-            )
-        except httpx.TransportError as e:
-            raise _transport_error(e) from e
-        return _check(response)
+        deadline = time.monotonic() + self._settings.retry_for
+        while True:
+            headers.update(self._settings.auth_headers())
+            try:
+                response = self._http.post(
+                    self._settings.base_url + path,
+                    params=params,
+                    content=body,
+                    headers=headers,
+                    timeout=self._settings.timeout,
+                )
+            except httpx.TransportError as e:
+                raise _transport_error(e) from e
+            wait = _retry_wait(response, deadline, time.monotonic())
+            if wait is None:
+                return _check(response)
+            time.sleep(wait)
 
 
 class AsyncClient:
@@ -270,8 +305,9 @@ class AsyncClient:
         token: Optional[TokenSource] = None,
         timeout: TimeoutTypes = DEFAULT_TIMEOUT,
         http_client: Optional[httpx.AsyncClient] = None,
+        retry_for: float = DEFAULT_RETRY_FOR,
     ) -> None:
-        self._settings = _Settings(base_url, api_key, token, timeout)
+        self._settings = _Settings(base_url, api_key, token, timeout, retry_for)
         self._owned = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=self._settings.timeout)
 
@@ -306,18 +342,23 @@ class AsyncClient:
         await self.aclose()
 
     async def _post(self, path: str, params: Dict[str, str], body: bytes, headers: Dict[str, str]) -> httpx.Response:
-        headers.update(self._settings.auth_headers())
-        try:
-            response = await self._http.post(
-                self._settings.base_url + path,
-                params=params,
-                content=body,
-                headers=headers,
-                timeout=self._settings.timeout,
-            )
-        except httpx.TransportError as e:
-            raise _transport_error(e) from e
-        return _check(response)
+        deadline = time.monotonic() + self._settings.retry_for
+        while True:
+            headers.update(self._settings.auth_headers())
+            try:
+                response = await self._http.post(
+                    self._settings.base_url + path,
+                    params=params,
+                    content=body,
+                    headers=headers,
+                    timeout=self._settings.timeout,
+                )
+            except httpx.TransportError as e:
+                raise _transport_error(e) from e
+            wait = _retry_wait(response, deadline, time.monotonic())
+            if wait is None:
+                return _check(response)
+            await asyncio.sleep(wait)
 
 
 __all__ = ["APIError", "AsyncClient", "Client", "Message", "Receipt"]

@@ -690,11 +690,11 @@ mod tests {
     #[test]
     fn client_context_cost_on_small_messages() {
         let msgs: Vec<Vec<u8>> = [
-            r#"{"type":"subscribe","topics":["prices"],"last_event_id":""}"#,
-            r#"{"type":"subscribe","topics":["chat/room-42"]}"#,
+            r#"{"type":"subscribe","topic":"prices"}"#,
+            r#"{"type":"subscribe","topic":"chat/room-42","since":"k3x9-41"}"#,
             r#"{"type":"publish","topic":"chat/room-42","data":"hello there"}"#,
-            r#"{"type":"subscribe","topics":["prices","news"],"last_event_id":"prices:k3x9-41"}"#,
-            r#"{"type":"unsubscribe","topics":["news"]}"#,
+            r#"{"type":"subscribe","topic":"news","presence":true}"#,
+            r#"{"type":"unsubscribe","topic":"news"}"#,
             r#"{"type":"publish","topic":"chat/room-42","data":"see you at 5"}"#,
         ]
         .iter()

@@ -399,8 +399,12 @@ fn requests<S: FeedStream>(
         };
         DEADLINE.set(None);
         let a = dispatch(&req, body, shared, &permit, scope);
-        a.send(stream, req.keep_alive)?;
-        if !req.keep_alive {
+        // Once a hand-over has begun this process is going: each answer (a 503 during the
+        // freeze) ends its connection, so the publisher's next request opens one the new
+        // process serves, rather than reusing one that closes under it when this one exits.
+        let keep = req.keep_alive && !shared.handover.requested();
+        a.send(stream, keep)?;
+        if !keep {
             return Ok(());
         }
     }

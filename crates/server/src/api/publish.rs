@@ -158,13 +158,21 @@ pub(super) fn publish_grip(
     Ok(Answer::new(200, "text/plain", &b"Published\n"[..]))
 }
 
-/// `503` for a publish the broker could not take: the message went nowhere.
+/// `503` with `Retry-After` for a publish the broker could not take: the message went
+/// nowhere, so the publisher may send it again (the project's clients do, for a bounded time).
+/// During a hand-over the answer says an upgrade is in progress, and to come back in a second.
 pub(super) fn unavailable(e: &crate::broker::Unavailable) -> Answer {
+    if e.during_upgrade() {
+        crate::log::info(format_args!("publish refused during the hand-over: {e}"));
+        return Answer::error(503, &format!("message not published: {e}"))
+            .with_header("Retry-After", "1");
+    }
     crate::log::warn(format_args!("publish refused: {e}"));
     Answer::error(
         503,
         &format!("broker unavailable, message not published: {e}"),
     )
+    .with_header("Retry-After", "5")
 }
 
 pub(super) fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {

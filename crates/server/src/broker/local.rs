@@ -36,6 +36,9 @@ struct State {
     /// Whether `history_dir` is set: then a publish without a log (after the graceful stop
     /// closed it) is refused rather than kept only in memory.
     durable: bool,
+    /// A hand-over froze this broker: every publish is refused, before it takes an id, with a
+    /// reason that says an upgrade is under way (not that the server is stopping).
+    frozen: bool,
 }
 
 /// The hub clock's value at start. Recovered messages are older than the process, so their
@@ -86,6 +89,7 @@ impl LocalBroker {
                 next_id: 1,
                 log: None,
                 durable: false,
+                frozen: false,
             }),
             inboxes,
             metrics,
@@ -121,6 +125,7 @@ impl LocalBroker {
                 next_id: loaded.next_id,
                 log: Some(Box::new(loaded.log)),
                 durable: true,
+                frozen: false,
             }),
             inboxes,
             metrics,
@@ -164,6 +169,7 @@ impl LocalBroker {
         self.close_locked(&mut st);
         let on_disk = st.durable;
         st.durable = true;
+        st.frozen = true;
         let (forgotten_floor, floors) = st.hub.floors();
         Frozen {
             epoch: Arc::clone(&self.epoch),
@@ -196,6 +202,7 @@ impl LocalBroker {
                 next_id,
                 log: None,
                 durable: false,
+                frozen: false,
             }),
             inboxes,
             metrics,
@@ -360,6 +367,9 @@ impl LocalBroker {
         // The messages to keep, written to the durable log before anything else sees them.
         let mut batch: Vec<(Arc<str>, Arc<Published>)> = Vec::with_capacity(msgs.len());
         let mut st = lock(&self.state);
+        if st.frozen {
+            return Err(Unavailable::upgrading());
+        }
         for m in msgs {
             let id = st.next_id;
             st.next_id += 1;
@@ -580,6 +590,24 @@ mod tests {
         assert_eq!(metrics.topics.load(Relaxed), 0);
         assert_eq!(metrics.subscriptions.load(Relaxed), 0);
         assert_eq!(hub.publish(&[text("a", "3")])[0].subscribers, 0);
+    }
+
+    #[test]
+    fn a_frozen_broker_refuses_publishes_saying_an_upgrade_is_in_progress() {
+        let (hub, _polls, _) = hub(1, NO_HISTORY);
+        sub(&hub, 0, &["t"], Since::Now);
+        hub.publish(&[text("t", "1")]);
+        let frozen = hub.freeze();
+        let refused = hub.try_publish(&[text("t", "2")]).unwrap_err();
+        assert!(refused.during_upgrade(), "{refused}");
+        assert!(refused.to_string().contains("an upgrade is in progress"));
+        assert!(!refused.to_string().contains("stopping"));
+        // The refusal took no id: the next process continues from where the freeze stood.
+        let mut got = Vec::new();
+        hub.inboxes[0].take(&mut got);
+        assert_eq!(payloads(&got), vec!["1"]);
+        assert_eq!(frozen.next_id, got[0].id + 1);
+        assert_eq!(hub.freeze().next_id, frozen.next_id);
     }
 
     #[test]

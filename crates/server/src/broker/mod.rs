@@ -142,6 +142,24 @@ pub struct TopicStatus {
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
+impl Unavailable {
+    /// The reason while a hand-over is frozen (an upgrade: `SIGUSR1`, `--upgrade-from`): the
+    /// publish went nowhere and the new process takes publishes within a second or so.
+    pub const UPGRADING: &'static str =
+        "an upgrade is in progress: this process is handing its connections to the new one; \
+         publish again in a moment";
+
+    /// Refused because a hand-over froze this process.
+    pub fn upgrading() -> Unavailable {
+        Unavailable(Self::UPGRADING.to_owned())
+    }
+
+    /// Whether this is the refusal of a frozen process ([`Unavailable::upgrading`]).
+    pub fn during_upgrade(&self) -> bool {
+        self.0 == Self::UPGRADING
+    }
+}
+
 /// The broker in use: shared by the API, every worker, and in-band publishers.
 pub enum Broker {
     /// One process, in memory: ids from a counter, history in this process.

@@ -14,9 +14,11 @@ pub const OTHER_VARIABLES: &[&str] = &[
     // `clarion serve --config` and the log level.
     "CLARION_CONFIG",
     "CLARION_LOG",
-    // `clarion publish --api` and `--cacert` (its key is the setting `api_key`'s variable).
+    // `clarion publish --api`, `--cacert` and `--retry-for` (its key is the setting `api_key`'s
+    // variable).
     "CLARION_API",
     "CLARION_CACERT",
+    "CLARION_RETRY_FOR",
     // The test suites, the packages and bench/compare.py: which binary to run.
     "CLARION_BIN",
     "CLARION_BINARY_PATH",

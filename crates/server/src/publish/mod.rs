@@ -16,7 +16,7 @@ mod link;
 use link::{looks_like_tls, Link};
 
 use anyhow::{anyhow, bail, Context as _};
-use clarion_proto::http1::base_url::parse_base_url;
+use clarion_proto::http1::base_url::{parse_base_url, BaseUrl};
 use clarion_proto::http1::{self, HeadWriteError, ResponseBody};
 use clarion_proto::pubsub::validate_topic;
 
@@ -74,6 +74,51 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
         HeadWriteError::Target => anyhow!("topic {:?} cannot be sent in a URL", args.topic),
         e => anyhow!("cannot write the request: {e}"),
     })?;
+    // A 503 with Retry-After published nothing: send it again after the wait, for at most
+    // --retry-for seconds in all.
+    let deadline = std::time::Instant::now() + Duration::from_secs(args.retry_for);
+    let (status, body) = loop {
+        let (status, body, retry_after) = publish_once(&api, args, &head, &message, expect)?;
+        match retry_after.filter(|_| status == 503) {
+            Some(wait) if std::time::Instant::now() + wait <= deadline => {
+                // The server's reason (`{"error": ...}`), else the body as it came.
+                let why = serde_json::from_slice::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| Some(v.get("error")?.as_str()?.to_owned()))
+                    .unwrap_or_else(|| String::from_utf8_lossy(&body).trim_end().to_owned());
+                eprintln!(
+                    "clarion: HTTP 503: {why}; publishing again in {} s",
+                    wait.as_secs()
+                );
+                std::thread::sleep(wait);
+            }
+            Some(_) | None => break (status, body),
+        }
+    };
+    let text = String::from_utf8_lossy(&body);
+    if status == 400 && !api.tls && text.contains("speaks TLS") {
+        bail!("{SPEAKS_TLS}");
+    }
+    println!("{}", text.trim_end());
+    if !(200..300).contains(&status) {
+        let about_size = text.contains("max_publish_size");
+        bail!(
+            "publish failed with HTTP {status}{}",
+            hint(status, about_size, args)
+        );
+    }
+    Ok(())
+}
+
+/// One attempt: connects, sends the request and reads the answer: its status, body and
+/// `Retry-After`.
+fn publish_once(
+    api: &BaseUrl,
+    args: &PublishArgs,
+    head: &[u8],
+    message: &[u8],
+    expect: bool,
+) -> anyhow::Result<(u16, Vec<u8>, Option<Duration>)> {
     let socket = TcpStream::connect(&api.authority).map_err(|e| {
         anyhow!(
             "cannot connect to the API at {} ({e}): is `clarion serve` running, and is this \
@@ -84,7 +129,7 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     })?;
     let tls = api.tls.then(|| (api.host(), args.cacert.as_deref()));
     let mut stream = Link::new(socket, tls)?;
-    let response = exchange(&mut stream, &head, &message, expect).map_err(|e| {
+    let response = exchange(&mut stream, head, message, expect).map_err(|e| {
         let plain_answer = e
             .chain()
             .filter_map(|c| c.downcast_ref::<std::io::Error>())
@@ -111,20 +156,7 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     if !api.tls && looks_like_tls(&response) {
         bail!("{SPEAKS_TLS}");
     }
-    let (status, body) = answer(&response)?;
-    let text = String::from_utf8_lossy(&body);
-    if status == 400 && !api.tls && text.contains("speaks TLS") {
-        bail!("{SPEAKS_TLS}");
-    }
-    println!("{}", text.trim_end());
-    if !(200..300).contains(&status) {
-        let about_size = text.contains("max_publish_size");
-        bail!(
-            "publish failed with HTTP {status}{}",
-            hint(status, about_size, args)
-        );
-    }
-    Ok(())
+    answer(&response)
 }
 
 /// What a plain request that met a TLS listener is told.
@@ -273,8 +305,9 @@ const MAX_HEAD: usize = 16 * 1024;
 /// Most header fields in an answer.
 const MAX_HEADERS: usize = 32;
 
-/// The status and body of a complete answer read until the server closed the connection.
-fn answer(response: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
+/// The status, body and `Retry-After` (whole seconds, as Clarion sends it) of a complete answer
+/// read until the server closed the connection.
+fn answer(response: &[u8]) -> anyhow::Result<(u16, Vec<u8>, Option<Duration>)> {
     let not_http = |why: &dyn std::fmt::Display| {
         let start = String::from_utf8_lossy(response.get(..80).unwrap_or(response)).into_owned();
         anyhow!("not an HTTP answer ({why}): {start:?}")
@@ -301,7 +334,13 @@ fn answer(response: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
         }
         ResponseBody::UntilClose => rest.to_vec(),
     };
-    Ok((head.status, body))
+    let retry_after = head
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("retry-after"))
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse::<u32>().ok())
+        .map(|s| Duration::from_secs(u64::from(s)));
+    Ok((head.status, body, retry_after))
 }
 
 #[cfg(test)]
@@ -355,7 +394,7 @@ mod tests {
             let head =
                 b"POST /publish/news HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n";
             let response = exchange(&mut stream, head, &body, expect).unwrap();
-            let (status, text) = answer(&response).unwrap();
+            let (status, text, _) = answer(&response).unwrap();
             assert_eq!(
                 (status, &text[..]),
                 (413, &b"{\"error\":\"too large\"}\n"[..])
@@ -387,21 +426,26 @@ mod tests {
         let mut stream = Link::Plain(TcpStream::connect(addr).unwrap());
         let head = b"POST /publish/news HTTP/1.1\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n";
         let response = exchange(&mut stream, head, &[b'y'; 100_000], true).unwrap();
-        assert_eq!(answer(&response).unwrap(), (200, b"yes".to_vec()));
+        assert_eq!(answer(&response).unwrap(), (200, b"yes".to_vec(), None));
         server.join().unwrap();
     }
 
     #[test]
     fn reads_answers_by_their_framing() {
-        let (status, body) =
+        let (status, body, _) =
             answer(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{}\n\nextra").unwrap();
         assert_eq!((status, &body[..]), (200, &b"{}\n\n"[..]));
-        let (status, body) = answer(
+        let (status, body, _) = answer(
             b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nbad\r\n0\r\n\r\n",
         )
         .unwrap();
         assert_eq!((status, &body[..]), (400, &b"bad"[..]));
-        let (_, body) = answer(b"HTTP/1.0 200 OK\r\n\r\nall of it").unwrap();
+        let (_, body, _) = answer(b"HTTP/1.0 200 OK\r\n\r\nall of it").unwrap();
+        let (status, _, wait) = answer(
+            b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nContent-Length: 0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((status, wait), (503, Some(Duration::from_secs(1))));
         assert_eq!(body, b"all of it");
         assert!(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort")
             .unwrap_err()

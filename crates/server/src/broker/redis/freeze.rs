@@ -38,9 +38,7 @@ impl RedisBroker {
     /// another process of a group).
     pub fn refuse_if_frozen(&self) -> Result<(), Unavailable> {
         if self.core.frozen.load(Relaxed) {
-            return Err(Unavailable(
-                "this process is handing its connections over; publish again".to_owned(),
-            ));
+            return Err(Unavailable::upgrading());
         }
         Ok(())
     }

@@ -388,7 +388,11 @@ impl<S: Socket> Engine<S> {
                 let receipts = match receipts {
                     Ok(r) => r,
                     Err(e) => {
-                        let error = format!("broker unavailable, message not published: {e}");
+                        let error = if e.during_upgrade() {
+                            format!("message not published: {e}")
+                        } else {
+                            format!("broker unavailable, message not published: {e}")
+                        };
                         return self.reply(
                             k,
                             &Reply::Error {
