@@ -140,6 +140,9 @@ pub struct Metrics {
     pub h2_streams_opened: AtomicU64,
     /// HTTP/2 connections ended by a protocol error or a flood (GOAWAY with an error code).
     pub h2_errors: AtomicU64,
+    /// HTTP/2 streams reset, refused or answered 431 for the client's error (the connection
+    /// going on).
+    pub h2_stream_errors: AtomicU64,
     /// TLS handshakes completed.
     pub tls_handshakes: AtomicU64,
     /// TLS connections ended by a record-layer error after their handshake.
@@ -495,6 +498,12 @@ impl Metrics {
             "clarion_h2_errors_total",
             "HTTP/2 connections ended by a protocol error or a flood (GOAWAY with an error).",
             l(&self.h2_errors),
+        );
+        counter(
+            &mut out,
+            "clarion_h2_stream_errors_total",
+            "HTTP/2 streams reset, refused or answered 431 for the client's error.",
+            l(&self.h2_stream_errors),
         );
         counter(
             &mut out,

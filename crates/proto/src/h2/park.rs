@@ -6,7 +6,8 @@
 //! preface and settings seen, the HPACK decoder's dynamic table with its limits (the encoder
 //! keeps no table: only whether its first block, which empties the client's, was written),
 //! a header block partly received, the connection windows, the last stream id and the streams
-//! recently closed, the flood budgets of the current second, and every stream with its
+//! recently closed, the flood budgets of the current second (and the stream errors the
+//! caller has not counted yet), and every stream with its
 //! windows, its ends, its request's remaining `content-length` and where its answer stands (a
 //! head partly written, the body bytes left, a chunked answer's decoder and the bytes it
 //! decoded that wait for window). Each stream's handle ([`Connection::bind`]) is carried as
@@ -22,7 +23,7 @@
 //! HPACK     MAX (u32) | ADVERTISED (u32) | N (u32) | N x (NAME (bytes32) | VALUE (bytes32))
 //! BLOCK     0, or 1 | STREAM (u32) | END_STREAM (flag) | FRAMES (u32) | BYTES (bytes32)
 //! LAST      LAST_STREAM (u32) | CLOSED (16 x u32) | CLOSED_AT (u32, < 16)
-//! FLOOD     SETTINGS | PINGS | EMPTY | RESETS (u32 each)
+//! FLOOD     SETTINGS | PINGS | EMPTY | RESETS | STREAM_ERRORS not yet counted (u32 each)
 //! STREAMS   N (u32) | N x STREAM
 //! STREAM    ID | USER (u32) | SEND_WINDOW | RECV_WINDOW (i32 LE) | REMOTE_CLOSED
 //!           | LOCAL_CLOSED | WEBSOCKET | HEAD_ONLY (flags) | EXPECT (u64) | OUT
@@ -79,6 +80,7 @@ impl Connection {
             going_away,
             windows_opened,
             flood,
+            stream_errors,
         } = self;
         out.push(VERSION);
         let super::Settings {
@@ -147,7 +149,7 @@ impl Connection {
             empty,
             resets,
         } = flood;
-        for v in [settings, pings, empty, resets] {
+        for v in [settings, pings, empty, resets, stream_errors] {
             put_u32(out, *v);
         }
         put_u32(out, streams.len() as u32);
@@ -241,6 +243,7 @@ impl Connection {
             empty: r.u32()?,
             resets: r.u32()?,
         };
+        let stream_errors = r.u32()?;
         let n = r.u32()? as usize;
         if n > settings.max_streams as usize {
             return Err(bad);
@@ -275,6 +278,7 @@ impl Connection {
             going_away,
             windows_opened,
             flood,
+            stream_errors,
         })
     }
 

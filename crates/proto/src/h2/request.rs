@@ -7,7 +7,11 @@
 //!
 //! Anything that could change the meaning of the rewritten head is refused as malformed rather
 //! than passed on: CR, LF or NUL in a value, names that are not lowercase tokens, the
-//! connection-specific fields HTTP/2 forbids.
+//! connection-specific fields HTTP/2 forbids, an `:authority` or `host` that is not an
+//! authority (RFC 3986 §3.2: a host name, IPv4 address or bracketed IP literal, and a port;
+//! no user information, RFC 9113 §8.3.1), two `host` fields (RFC 9112 §3.2 answers them 400),
+//! and a `host` that names another authority than `:authority`: what routing, the `Host`-based
+//! checks and a GRIP backend read must be one unambiguous name.
 
 /// The `Sec-WebSocket-Key` given to the upgrade a WebSocket stream is rewritten as. HTTP/2
 /// has no key (RFC 8441 §5); the answer's accept value is dropped again on the way out.
@@ -79,6 +83,9 @@ impl Builder {
             if slot.is_some() {
                 return Err("repeated pseudo-header");
             }
+            if pseudo == b"authority" && !is_authority(value) {
+                return Err("bad :authority");
+            }
             *slot = Some(value.to_owned());
             return Ok(());
         }
@@ -94,6 +101,12 @@ impl Builder {
             | b"upgrade" => return Err("connection-specific field"),
             b"te" if value != "trailers" => return Err("te other than trailers"),
             b"host" => {
+                if self.host.is_some() {
+                    return Err("more than one host field");
+                }
+                if !is_authority(value) {
+                    return Err("bad host");
+                }
                 self.host = Some(value.to_owned());
                 return Ok(());
             }
@@ -157,7 +170,12 @@ impl Builder {
         if !(path.starts_with('/') || path == "*") || path.contains(' ') {
             return Err("bad :path");
         }
-        let host = self.authority.or(self.host);
+        let host = match (self.authority, self.host) {
+            (Some(a), Some(h)) if !a.eq_ignore_ascii_case(&h) => {
+                return Err("host differs from :authority")
+            }
+            (a, h) => a.or(h),
+        };
         let mut head = Vec::with_capacity(64 + path.len() + self.fields.len());
         let line_method = if websocket { "GET" } else { method.as_str() };
         if !line_method.bytes().all(|b| b.is_ascii_graphic()) {
@@ -194,6 +212,90 @@ impl Builder {
             head_only: method == "HEAD",
         })
     }
+}
+
+/// Whether `v` is an authority a request may name (RFC 3986 §3.2.2, §3.2.3, without the
+/// user information RFC 9113 §8.3.1 forbids): `reg-name` (unreserved, percent-encoded and
+/// sub-delims characters), an IPv4 address (a `reg-name` too), or an IP literal in brackets
+/// (hex digits, `:` and `.` for IPv6, or `v`-prefixed IPvFuture), then `:` and digits for a
+/// port. An empty host is refused: an `http`/`https` request must name one (RFC 9110 §4.2).
+pub fn is_authority(v: &str) -> bool {
+    let (host, port) = match v.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((literal, after)) if is_ip_literal(literal) => ("x", after),
+            _ => return false,
+        },
+        None => match v.rfind(':') {
+            Some(i) => (&v[..i], &v[i..]),
+            None => (v, ""),
+        },
+    };
+    let port_ok = match port.strip_prefix(':') {
+        Some(digits) => digits.bytes().all(|b| b.is_ascii_digit()),
+        None => port.is_empty(),
+    };
+    !host.is_empty() && port_ok && is_reg_name(host)
+}
+
+/// RFC 3986 `reg-name`: unreserved / pct-encoded / sub-delims.
+fn is_reg_name(host: &str) -> bool {
+    let b = host.as_bytes();
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            let hex = |j: usize| b.get(j).is_some_and(|x| x.is_ascii_hexdigit());
+            if !(hex(i + 1) && hex(i + 2)) {
+                return false;
+            }
+            i += 3;
+            continue;
+        }
+        let ok = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            );
+        if !ok {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The inside of RFC 3986's `IP-literal` brackets, checked by its characters: an IPv6
+/// address (hex digits, `:`, `.` for an embedded IPv4 part) or `IPvFuture`
+/// (`v` hex `.` then unreserved, sub-delims or `:`).
+fn is_ip_literal(s: &str) -> bool {
+    if let Some(rest) = s.strip_prefix(['v', 'V']) {
+        let Some((ver, addr)) = rest.split_once('.') else {
+            return false;
+        };
+        return !ver.is_empty()
+            && ver.bytes().all(|b| b.is_ascii_hexdigit())
+            && !addr.is_empty()
+            && addr.split(':').all(is_reg_name_no_pct);
+    }
+    s.contains(':')
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+}
+
+fn is_reg_name_no_pct(s: &str) -> bool {
+    !s.contains('%') && is_reg_name(s)
 }
 
 fn is_lower_token(b: u8) -> bool {
@@ -352,6 +454,88 @@ mod tests {
             build(&[(":method", "CONNECT"), (":authority", "example.com:443")]),
             Err("CONNECT is not supported")
         );
+    }
+
+    #[test]
+    fn two_host_fields_are_refused() {
+        let f = [
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/"),
+            ("host", "a.example"),
+            ("host", "b.example"),
+        ];
+        assert_eq!(build(&f), Err("more than one host field"));
+        // One is taken as the Host.
+        let r = build(&f[..4]).unwrap();
+        assert!(String::from_utf8(r.head)
+            .unwrap()
+            .contains("host: a.example\r\n"));
+    }
+
+    #[test]
+    fn a_host_naming_another_authority_is_refused() {
+        let mut f = GET.to_vec();
+        f.push(("host", "evil.example"));
+        assert_eq!(build(&f), Err("host differs from :authority"));
+        // The same name, in another case, is the same authority.
+        f[4] = ("host", "EXAMPLE.com");
+        assert!(build(&f).is_ok());
+    }
+
+    #[test]
+    fn authorities_that_are_not_host_and_port_are_refused() {
+        for bad in [
+            "x y",
+            "a/b",
+            "a?b",
+            "a#b",
+            "user@example.com",
+            "user:pass@example.com",
+            "",
+            ":80",
+            "example.com:8o",
+            "example.com:80:80",
+            "[::1",
+            "[::1]x",
+            "[::1]:8o",
+            "[]",
+            "[zz::1]",
+            "a%zz",
+            "a\\b",
+            "a\"b",
+            "a<b>",
+            "é.example",
+        ] {
+            assert!(!is_authority(bad), "{bad:?} accepted");
+            let mut f = GET.to_vec();
+            f[2] = (":authority", bad);
+            assert!(build(&f).is_err(), "{bad:?} as :authority");
+            let mut f = GET.to_vec();
+            f.remove(2);
+            f.push(("host", bad));
+            assert!(build(&f).is_err(), "{bad:?} as host");
+        }
+        for good in [
+            "example.com",
+            "example.com:443",
+            "localhost:8080",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:8443",
+            "[::ffff:127.0.0.1]:80",
+            "[v1.fe80::a+en1]",
+            "my_host.example",
+            "a%20b",
+            "example.com:",
+            "xn--bcher-kva.example",
+        ] {
+            assert!(is_authority(good), "{good:?} refused");
+            let mut f = GET.to_vec();
+            f[2] = (":authority", good);
+            assert!(build(&f).is_ok(), "{good:?} as :authority");
+        }
     }
 
     #[test]

@@ -14,7 +14,15 @@
 //! header-list limit (compressed and decoded, CONTINUATION frames counted), streams within
 //! `SETTINGS_MAX_CONCURRENT_STREAMS`, and per-second budgets for the frames that cost work
 //! without carrying a request (SETTINGS, PING, empty DATA, resets: the rapid-reset attack),
-//! past which the connection ends with `ENHANCE_YOUR_CALM`.
+//! past which the connection ends with `ENHANCE_YOUR_CALM`. The reset budget counts the
+//! resets this side sends as well as the client's: a client that makes the server reset its
+//! streams (a zero WINDOW_UPDATE, DATA on a half-closed stream, a malformed request: the
+//! "MadeYouReset" attack, CVE-2025-8671) opens streams as cheaply as one that resets them
+//! itself.
+//!
+//! What this side does not know is time: the caller asks [`Connection::pending_header_block`]
+//! and ends a connection whose header block is not finished in time with
+//! [`Connection::header_block_late`].
 
 use super::frame::{self, ErrorCode, Frame, FrameError, Setting, MAX_WINDOW, PREFACE};
 use super::hpack::{Decoder, Encoder, HpackError};
@@ -62,6 +70,8 @@ const MAX_CONTINUATIONS: u32 = 32;
 /// Streams remembered as closed, to tell a frame on a stream that ended (`STREAM_CLOSED`)
 /// from one on a stream that never existed (`PROTOCOL_ERROR`).
 const RECENTLY_CLOSED: usize = 16;
+/// The reason of the GOAWAY that ends a connection past a flood budget.
+const TOO_MANY: &str = "too many control frames or resets";
 
 /// What the layer above must act on, in the order the frames came.
 #[derive(Debug, PartialEq, Eq)]
@@ -133,6 +143,8 @@ pub struct Connection {
     going_away: bool,
     windows_opened: bool,
     flood: Flood,
+    /// Streams reset or refused for the client's error since [`Connection::take_stream_errors`].
+    stream_errors: u32,
 }
 
 impl Connection {
@@ -156,6 +168,7 @@ impl Connection {
             going_away: false,
             windows_opened: false,
             flood: Flood::default(),
+            stream_errors: 0,
         }
     }
 
@@ -189,6 +202,10 @@ impl Connection {
         events: &mut Vec<Event<'a>>,
     ) -> Result<usize, Fatal> {
         let mut pos = 0;
+        if self.flood.resets > self.budget() {
+            // Resets the layer above sent ([`Connection::cancel`]) since the last frame.
+            return Err(self.fail(ErrorCode::EnhanceYourCalm, TOO_MANY, out));
+        }
         if !self.got_preface {
             match input.get(..PREFACE.len()) {
                 Some(p) if p == PREFACE => pos = PREFACE.len(),
@@ -217,7 +234,7 @@ impl Connection {
                     });
                     pos += frame::HEADER_LEN + len;
                     self.last_stream = self.last_stream.max(id);
-                    self.reset(id, code, out, events);
+                    self.reset(id, code, out, events)?;
                 }
                 Err(e) => return Err(self.fail(e.code, e.reason, out)),
             }
@@ -289,7 +306,7 @@ impl Connection {
                 if let Some(s) = self.find(stream) {
                     let w = i64::from(s.send_window) + i64::from(increment);
                     if w > i64::from(MAX_WINDOW) {
-                        self.reset(stream, ErrorCode::FlowControlError, out, events);
+                        self.reset(stream, ErrorCode::FlowControlError, out, events)?;
                     } else {
                         s.send_window = w as i32;
                         self.windows_opened = true;
@@ -390,7 +407,9 @@ impl Connection {
         self.idle_check(stream, "DATA on an idle stream", out)?;
         let initial = self.settings.initial_window as i32;
         let Some(i) = self.index(stream) else {
-            // Closed: the client may not have seen our reset yet; say so again.
+            // Closed: the client may not have seen our reset yet; say so again (a reset sent,
+            // counted like any other).
+            self.stream_error(out)?;
             frame::write_rst_stream(out, stream, ErrorCode::StreamClosed);
             return Ok(());
         };
@@ -410,8 +429,7 @@ impl Connection {
             None
         };
         if let Some(code) = fault {
-            self.reset(stream, code, out, events);
-            return Ok(());
+            return self.reset(stream, code, out, events);
         }
         if s.expect != u64::MAX {
             s.expect -= len;
@@ -452,12 +470,12 @@ impl Connection {
             self.decode(&b.bytes, max_list, |n, _| t.field(n), out)?;
             let remote_closed = self.streams.get(i).is_some_and(|s| s.remote_closed);
             if remote_closed {
-                self.reset(id, ErrorCode::StreamClosed, out, events);
+                self.reset(id, ErrorCode::StreamClosed, out, events)?;
             } else if !end_stream || !t.ok() {
-                self.reset(id, ErrorCode::ProtocolError, out, events);
+                self.reset(id, ErrorCode::ProtocolError, out, events)?;
             } else if let Some(s) = self.streams.get_mut(i) {
                 if s.expect != u64::MAX && s.expect != 0 {
-                    self.reset(id, ErrorCode::ProtocolError, out, events);
+                    self.reset(id, ErrorCode::ProtocolError, out, events)?;
                 } else {
                     s.remote_closed = true;
                     let user = s.user;
@@ -492,7 +510,9 @@ impl Connection {
             return Ok(());
         }
         if !decoded {
-            // Over the header-list limit: answered, not reset (RFC 9113 §10.5.1).
+            // Over the header-list limit: answered, not reset (RFC 9113 §10.5.1); the
+            // RST_STREAM after the answer counts as a reset all the same.
+            self.stream_error(out)?;
             let mut block = Vec::new();
             self.encoder.encode([(":status", "431")], &mut block);
             frame::write_headers(out, id, &block, true, self.peer_max_frame);
@@ -507,18 +527,19 @@ impl Connection {
         };
         match built {
             Err(_) => {
-                self.spend(|f| &mut f.resets, out)?;
+                self.stream_error(out)?;
                 frame::write_rst_stream(out, id, ErrorCode::ProtocolError);
                 self.remember_closed(id);
             }
             Ok(request) => {
                 if end_stream && request.content_length.is_some_and(|l| l > 0) {
+                    self.stream_error(out)?;
                     frame::write_rst_stream(out, id, ErrorCode::ProtocolError);
                     self.remember_closed(id);
                     return Ok(());
                 }
                 if self.streams.len() >= self.settings.max_streams as usize {
-                    self.spend(|f| &mut f.resets, out)?;
+                    self.stream_error(out)?;
                     frame::write_rst_stream(out, id, ErrorCode::RefusedStream);
                     self.remember_closed(id);
                     return Ok(());
@@ -610,19 +631,28 @@ impl Connection {
         Ok(())
     }
 
+    /// A stream reset (or answered 431) for the client's error: spends the reset budget and
+    /// counts for [`Connection::take_stream_errors`].
+    fn stream_error(&mut self, out: &mut Vec<u8>) -> Result<(), Fatal> {
+        self.stream_errors = self.stream_errors.saturating_add(1);
+        self.spend(|f| &mut f.resets, out)
+    }
+
     /// Counts one frame of a costly kind against its per-second budget.
     fn spend(&mut self, which: fn(&mut Flood) -> &mut u32, out: &mut Vec<u8>) -> Result<(), Fatal> {
+        let budget = self.budget();
         let n = which(&mut self.flood);
-        *n += 1;
-        let budget = FLOOD_BUDGET.max(self.settings.max_streams.saturating_mul(2));
+        *n = n.saturating_add(1);
         if *n > budget {
-            return Err(self.fail(
-                ErrorCode::EnhanceYourCalm,
-                "too many control frames or resets",
-                out,
-            ));
+            return Err(self.fail(ErrorCode::EnhanceYourCalm, TOO_MANY, out));
         }
         Ok(())
+    }
+
+    /// Frames of each costly kind allowed per second: a client that uses all its streams
+    /// and resets each once per second stays within it.
+    fn budget(&self) -> u32 {
+        FLOOD_BUDGET.max(self.settings.max_streams.saturating_mul(2))
     }
 
     /// Starts a new second of the flood budgets (the caller's once-a-second sweep).
@@ -677,15 +707,16 @@ impl Connection {
         }
     }
 
-    /// Resets a stream: RST_STREAM with `code`, and a [`Event::Reset`] for whatever served it.
-    pub fn reset<'a>(
+    /// Resets a stream for the client's error: RST_STREAM with `code`, and a
+    /// [`Event::Reset`] for whatever served it. Counted in the reset budget; past it the
+    /// connection ends instead.
+    fn reset<'a>(
         &mut self,
         stream: u32,
         code: ErrorCode,
         out: &mut Vec<u8>,
         events: &mut Vec<Event<'a>>,
-    ) {
-        frame::write_rst_stream(out, stream, code);
+    ) -> Result<(), Fatal> {
         if let Some(i) = self.index(stream) {
             let s = self.streams.swap_remove(i);
             events.push(Event::Reset {
@@ -694,14 +725,20 @@ impl Connection {
             });
         }
         self.remember_closed(stream);
+        self.stream_error(out)?;
+        frame::write_rst_stream(out, stream, code);
+        Ok(())
     }
 
     /// Resets a stream the layer above has given up on (its handle is gone): no event.
+    /// Counted in the reset budget: past it, the next [`Connection::receive`] ends the
+    /// connection.
     pub fn cancel(&mut self, stream: u32, code: ErrorCode, out: &mut Vec<u8>) {
         if let Some(i) = self.index(stream) {
             self.streams.swap_remove(i);
             frame::write_rst_stream(out, stream, code);
             self.remember_closed(stream);
+            self.flood.resets = self.flood.resets.saturating_add(1);
         }
     }
 
@@ -724,6 +761,43 @@ impl Connection {
     /// Whether a GOAWAY was sent.
     pub fn going_away(&self) -> bool {
         self.going_away
+    }
+
+    /// Streams reset, refused or answered `431` for the client's error since the last call
+    /// (malformed requests, streams past the limit, stream errors), for the caller's counter.
+    pub fn take_stream_errors(&mut self) -> u32 {
+        std::mem::take(&mut self.stream_errors)
+    }
+
+    /// Whether a header block has begun and not ended: until it does, the client can send
+    /// nothing else, so the caller bounds how long it may take.
+    pub fn pending_header_block(&self) -> bool {
+        self.block.is_some()
+    }
+
+    /// The caller's deadline for the pending header block has passed (a client trickling
+    /// CONTINUATION frames, slowloris-style): GOAWAY `PROTOCOL_ERROR`; the connection must end
+    /// once it is written.
+    pub fn header_block_late(&mut self, out: &mut Vec<u8>) -> Fatal {
+        self.fail(
+            ErrorCode::ProtocolError,
+            "header block not completed in time",
+            out,
+        )
+    }
+
+    /// Whether `stream` is open: it has not ended on both sides, nor been reset.
+    pub fn is_open(&self, stream: u32) -> bool {
+        self.index(stream).is_some()
+    }
+
+    /// The handle [`Connection::bind`] gave `stream`, while it is open.
+    pub fn user_of(&self, stream: u32) -> Option<u32> {
+        self.streams
+            .iter()
+            .find(|s| s.id == stream)
+            .map(|s| s.user)
+            .filter(|&u| u != NO_USER)
     }
 
     /// Streams either side may still use.

@@ -183,6 +183,12 @@ pub(super) struct H2Serial<'a, S: FeedStream> {
     /// body's worth, rather than refused with RST_STREAM at once, which some clients (curl)
     /// take for a failed request even after a whole answer.
     draining: Vec<(u32, usize)>,
+    /// When the header block in progress began: a request's header block, like an HTTP/1.1
+    /// head, must arrive within [`API_REQUEST_DEADLINE`] (a client trickling CONTINUATION
+    /// bytes holds the connection's thread meanwhile).
+    block_since: Option<Instant>,
+    /// Streams reset or refused for the client's error, for `clarion_h2_stream_errors_total`.
+    stream_errors: u32,
 }
 
 impl<'a, S: FeedStream> H2Serial<'a, S> {
@@ -215,6 +221,8 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
             fatal: None,
             held: false,
             draining: Vec::new(),
+            block_since: None,
+            stream_errors: 0,
         };
         h.conn.start(&mut h.out);
         if !h.input.is_empty() {
@@ -222,6 +230,11 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
         }
         h.send()?;
         Ok(h)
+    }
+
+    /// Streams reset or refused for the client's error so far.
+    pub(super) fn stream_errors(&self) -> u32 {
+        self.stream_errors
     }
 
     /// The protocol error that ended the connection, if one did.
@@ -385,6 +398,9 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
         let mut input = std::mem::take(&mut self.input);
         let mut events = Vec::new();
         let res = self.conn.receive(&input, &mut self.out, &mut events);
+        self.stream_errors = self
+            .stream_errors
+            .saturating_add(self.conn.take_stream_errors());
         for ev in events {
             self.on_event(ev);
         }
@@ -398,6 +414,28 @@ impl<'a, S: FeedStream> H2Serial<'a, S> {
                 self.closed = true;
             }
         }
+        self.block_since = match self.block_since {
+            _ if !self.conn.pending_header_block() => None,
+            Some(t) => Some(t),
+            None => Some(Instant::now()),
+        };
+    }
+
+    /// The end of the wait for the header block in progress, if one is.
+    fn block_deadline(&self) -> Option<Instant> {
+        self.block_since.map(|t| t + API_REQUEST_DEADLINE)
+    }
+
+    /// Ends the connection if its header block is past [`API_REQUEST_DEADLINE`]: GOAWAY
+    /// `PROTOCOL_ERROR`, counted as a protocol error. Whether it did.
+    fn block_late(&mut self) -> bool {
+        if self.closed || self.block_deadline().is_none_or(|d| Instant::now() < d) {
+            return false;
+        }
+        self.fatal = Some(self.conn.header_block_late(&mut self.out));
+        self.closed = true;
+        let _ = self.send();
+        true
     }
 
     fn on_event(&mut self, ev: Event<'_>) {
@@ -552,7 +590,16 @@ impl<S: FeedStream> Read for H2Serial<'_, S> {
             if self.closed {
                 return Ok(0);
             }
-            self.receive(until)?;
+            let wait = match (until, self.block_deadline()) {
+                (Some(u), Some(b)) => Some(u.min(b)),
+                (u, b) => u.or(b),
+            };
+            match self.receive(wait) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.block_late() => {
+                    return Ok(0)
+                }
+                res => res?,
+            }
             if self.conn.take_windows_opened() {
                 if let Some(x) = &self.current {
                     // A chunked answer's bytes may wait for window.

@@ -275,6 +275,9 @@ fn serve_h2<S: FeedStream>(
             _ => break res,
         }
     };
+    let m = &shared.metrics;
+    m.h2_stream_errors
+        .fetch_add(u64::from(h2.stream_errors()), Relaxed);
     if let Some(fatal) = h2.fatal() {
         log::debug(format_args!("api HTTP/2: {fatal}"));
         if fatal.code != clarion_proto::h2::frame::ErrorCode::NoError {

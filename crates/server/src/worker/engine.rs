@@ -89,6 +89,9 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) h2: HashMap<u32, Box<super::h2::H2>>,
     /// HTTP/2 stream records: their connection's key and their stream id.
     pub(crate) h2_streams: HashMap<u32, (u32, u32)>,
+    /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
+    /// `h2_max_streams` by the engine itself ([`super::h2`]).
+    pub(crate) h2_records: HashMap<u32, u32>,
     /// HTTP/2 connections whose streams wrote since the last pump.
     pub(crate) h2_dirty: Vec<u32>,
     /// Connections are being lifted out for a new process, or taken from an old one: their
@@ -149,6 +152,7 @@ impl<S: Socket> Engine<S> {
             drain: None,
             h2: HashMap::new(),
             h2_streams: HashMap::new(),
+            h2_records: HashMap::new(),
             h2_dirty: Vec::new(),
             handing_over: false,
         }

@@ -11,6 +11,13 @@
 //!
 //! So the HTTP/2 connection needs nothing from the transports, and a stream costs what an
 //! HTTP/1.1 connection costs minus its socket, plus its entry in the protocol state.
+//!
+//! A stream record lives exactly as long as its stream is open in the protocol state: it is
+//! made for a stream still open once the frames of a read are taken, dropped when the stream
+//! is reset (by the client, or by this side for the client's error), and its link counted in
+//! [`Engine::h2_records`], so that no connection holds more records than `h2_max_streams`,
+//! whatever the protocol state says (see `tests_h2.rs`, which checks it after every step of
+//! random frame sequences).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -18,7 +25,6 @@ use std::sync::Arc;
 use clarion_proto::h2::frame::ErrorCode;
 use clarion_proto::h2::response::Ended;
 use clarion_proto::h2::server::{Connection, Event, Settings};
-use clarion_proto::h2::stream::NO_USER;
 
 use super::conn::Conn;
 use super::socket::Socket;
@@ -39,6 +45,13 @@ pub(crate) struct H2 {
     /// A polite GOAWAY is due: the pump writes it after the streams' last frames, so a client
     /// that stops reading at a GOAWAY (hyper-h2, and httpx on it) sees its streams end first.
     pub(crate) goaway_due: bool,
+    /// The last second (of `now`) in which the connection had a stream open or a request
+    /// arrived: without one for `handshake_timeout`, it is told to go. PINGs and SETTINGS do
+    /// not count, so a client cannot hold the socket with them alone.
+    pub(crate) busy_at: u32,
+    /// When the header block in progress began: it must end within `handshake_timeout`
+    /// (a client trickling CONTINUATION bytes holds the whole connection meanwhile).
+    pub(crate) block_since: Option<u32>,
 }
 
 impl<S: Socket> Engine<S> {
@@ -81,6 +94,8 @@ impl<S: Socket> Engine<S> {
             Box::new(H2 {
                 conn,
                 goaway_due: false,
+                busy_at: self.now,
+                block_since: None,
             }),
         );
         self.set_state(k, State::H2);
@@ -106,25 +121,48 @@ impl<S: Socket> Engine<S> {
         };
         let (mut out, mut events) = (Vec::new(), Vec::new());
         let res = h.conn.receive(data, &mut out, &mut events);
+        let stream_errors = h.conn.take_stream_errors();
+        if stream_errors > 0 {
+            let m = &self.shared.metrics;
+            m.h2_stream_errors
+                .fetch_add(u64::from(stream_errors), Relaxed);
+        }
+        // The events were made before any stream of this read was bound: the protocol state,
+        // as it is after the whole read, says which streams are still open and their records.
         for ev in events {
             match ev {
                 Event::Request {
                     stream, request, ..
-                } => self.h2_open(k, &mut h, stream, request.head, &mut out),
+                } => {
+                    h.busy_at = self.now;
+                    // Reset later in the same read (a zero WINDOW_UPDATE right after its
+                    // HEADERS): gone already, so no record is made for it.
+                    if h.conn.is_open(stream) {
+                        self.h2_open(k, &mut h, stream, request.head, &mut out);
+                    }
+                }
                 Event::Data {
-                    user,
+                    stream,
                     data,
                     end_stream,
                     ..
-                } if user != NO_USER => self.h2_body(user, data, end_stream),
-                Event::Data { .. } => {}
-                Event::Reset { user, .. } => {
-                    if let Some(u) = user {
-                        self.h2_stream_gone(u, CloseReason::Disconnected);
+                } => {
+                    if let Some(child) = self.h2_child(k, stream, h.conn.user_of(stream)) {
+                        self.h2_body(child, data, end_stream);
+                    }
+                }
+                Event::Reset { stream, user } => {
+                    if let Some(child) = self.h2_child(k, stream, user) {
+                        self.h2_stream_gone(child, CloseReason::Disconnected);
                     }
                 }
             }
         }
+        h.block_since = match (h.conn.pending_header_block(), h.block_since) {
+            (true, Some(t)) => Some(t),
+            (true, None) => Some(self.now),
+            (false, _) => None,
+        };
         self.h2.insert(k, h);
         self.h2_dirty.push(k);
         if !out.is_empty() {
@@ -148,6 +186,15 @@ impl<S: Socket> Engine<S> {
         let Some(peer) = self.conns.get(k as usize).map(|c| c.peer) else {
             return;
         };
+        // The protocol state refuses streams past `h2_max_streams`; this holds the engine to
+        // it too, should a record ever outlive its stream.
+        if self.h2_records_of(k) >= self.shared.config.h2_max_streams {
+            log::debug(format_args!(
+                "HTTP/2 stream refused: records at h2_max_streams"
+            ));
+            h.conn.cancel(stream, ErrorCode::RefusedStream, out);
+            return;
+        }
         if let Some((_, why)) = self.admit(peer) {
             log::debug(format_args!("HTTP/2 stream refused: {why}"));
             h.conn.cancel(stream, ErrorCode::RefusedStream, out);
@@ -157,11 +204,52 @@ impl<S: Socket> Engine<S> {
             .conns
             .insert(Conn::stream_of_h2(State::Http, self.now, peer)) as u32;
         h.conn.bind(stream, child);
-        self.h2_streams.insert(child, (k, stream));
-        let m = &self.shared.metrics;
-        m.h2_streams.fetch_add(1, Relaxed);
-        m.h2_streams_opened.fetch_add(1, Relaxed);
+        self.h2_link(child, k, stream);
+        self.shared.metrics.h2_streams_opened.fetch_add(1, Relaxed);
         self.consume(child, &mut head);
+    }
+
+    /// Links stream record `child` to `stream` of connection `parent`: with
+    /// [`Self::h2_unlink`], the only place [`Engine::h2_streams`] and
+    /// [`Engine::h2_records`] change.
+    pub(crate) fn h2_link(&mut self, child: u32, parent: u32, stream: u32) {
+        if let Some(old) = self.h2_streams.insert(child, (parent, stream)) {
+            self.h2_count(old.0, false);
+        } else {
+            self.shared.metrics.h2_streams.fetch_add(1, Relaxed);
+        }
+        self.h2_count(parent, true);
+    }
+
+    /// Unlinks stream record `child`; its connection's key and stream id, if it was one.
+    pub(crate) fn h2_unlink(&mut self, child: u32) -> Option<(u32, u32)> {
+        let (parent, stream) = self.h2_streams.remove(&child)?;
+        self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
+        self.h2_count(parent, false);
+        Some((parent, stream))
+    }
+
+    fn h2_count(&mut self, parent: u32, up: bool) {
+        if up {
+            *self.h2_records.entry(parent).or_insert(0) += 1;
+        } else if let Some(n) = self.h2_records.get_mut(&parent) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.h2_records.remove(&parent);
+            }
+        }
+    }
+
+    /// The stream records connection `parent` holds.
+    pub(crate) fn h2_records_of(&self, parent: u32) -> usize {
+        self.h2_records.get(&parent).map_or(0, |&n| n as usize)
+    }
+
+    /// `user`, the handle the protocol state has for `stream` of connection `k`, if it is
+    /// still that stream's record: one dropped during this read (while the state was out of
+    /// the table) stays bound there, and its key may serve another record by now.
+    fn h2_child(&self, k: u32, stream: u32, user: Option<u32>) -> Option<u32> {
+        user.filter(|u| self.h2_streams.get(u) == Some(&(k, stream)))
     }
 
     /// Request body bytes for a stream (WebSocket frames on a WebSocket stream).
@@ -205,8 +293,7 @@ impl<S: Socket> Engine<S> {
     /// A record leaves the slab: a stream record resets its stream if it had not ended; a
     /// connection takes its streams with it.
     pub(crate) fn h2_forget(&mut self, k: u32) {
-        if let Some((parent, stream)) = self.h2_streams.remove(&k) {
-            self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
+        if let Some((parent, stream)) = self.h2_unlink(k) {
             if let Some(h) = self.h2.get_mut(&parent) {
                 let mut out = Vec::new();
                 h.conn.cancel(stream, ErrorCode::Cancel, &mut out);
@@ -227,6 +314,7 @@ impl<S: Socket> Engine<S> {
             for c in children {
                 self.drop_conn(c, CloseReason::Disconnected);
             }
+            self.h2_records.remove(&k);
         }
     }
 
@@ -318,8 +406,7 @@ impl<S: Socket> Engine<S> {
         let idle_goaway = h.conn.going_away() && h.conn.open_streams() == 0;
         self.h2.insert(p, h);
         for child in finished {
-            self.h2_streams.remove(&child);
-            self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
+            self.h2_unlink(child);
             self.conns.try_remove(child as usize);
         }
         if !out.is_empty() {
@@ -341,23 +428,35 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// Once a second: the flood budgets start again, and a connection without streams for
-    /// `handshake_timeout` is told to go.
+    /// Once a second: the flood budgets start again; a connection without a stream or a
+    /// request for `handshake_timeout` (PINGs do not count) is told to go, and one whose
+    /// header block has not ended within it is ended (GOAWAY `PROTOCOL_ERROR`).
     pub(crate) fn h2_sweep(&mut self) {
         let limit = self.shared.config.handshake_timeout as u32;
-        let mut idle = Vec::new();
+        let (mut idle, mut late) = (Vec::new(), Vec::new());
         for (&k, h) in self.h2.iter_mut() {
             h.conn.tick();
-            let quiet = self
-                .conns
-                .get(k as usize)
-                .map_or(0, |c| self.now.saturating_sub(c.last_seen));
-            if h.conn.open_streams() == 0 && quiet >= limit {
+            if h.conn.open_streams() > 0 {
+                h.busy_at = self.now;
+            } else if self.now.saturating_sub(h.busy_at) >= limit && !h.goaway_due {
                 idle.push(k);
+            }
+            if h.block_since
+                .is_some_and(|t| self.now.saturating_sub(t) >= limit)
+            {
+                let mut out = Vec::new();
+                let fatal = h.conn.header_block_late(&mut out);
+                late.push((k, out, fatal));
             }
         }
         for k in idle {
             self.h2_go_away(k);
+        }
+        for (k, out, fatal) in late {
+            log::debug(format_args!("HTTP/2: {fatal}"));
+            self.shared.metrics.h2_errors.fetch_add(1, Relaxed);
+            self.write_to(k, &Arc::from(out), Some(self.h2_cap()));
+            self.start_closing(k, None, CloseReason::HandshakeTimeout);
         }
     }
 }

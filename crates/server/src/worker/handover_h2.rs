@@ -71,8 +71,7 @@ impl Engine<mio::net::TcpStream> {
                 Some(c) => self.stream_cannot_move(child, c),
                 None => Some(Fallback::Closing),
             };
-            self.h2_streams.remove(&child);
-            self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
+            self.h2_unlink(child);
             if let Some(why) = why {
                 self.shared.handover.fallbacks.add(why);
                 log::debug(format_args!(
@@ -131,8 +130,11 @@ impl Engine<mio::net::TcpStream> {
         }
         let H2 {
             conn,
-            // A GOAWAY due (idle, shutdown) is decided again by the new process.
+            // A GOAWAY due (idle, shutdown) and the idle and header-block clocks start again
+            // in the new process (a header block still pending gets its full time there).
             goaway_due: _,
+            busy_at: _,
+            block_since: _,
         } = *h;
         let mut connection = Vec::with_capacity(256);
         conn.park(&mut connection);
@@ -196,9 +198,8 @@ impl Engine<mio::net::TcpStream> {
             if sh.config.max_connections_per_address > 0 {
                 *lock(&sh.per_address).entry(peer).or_insert(0) += 1;
             }
-            sh.metrics.h2_streams.fetch_add(1, Relaxed);
             self.account(State::Closing { write_shut: false }, Some(s.state), peer);
-            self.h2_streams.insert(child, (k, s.id));
+            self.h2_link(child, k, s.id);
             if let Some((left, cursor)) = s.poll {
                 self.polls.insert(
                     child,
@@ -215,11 +216,14 @@ impl Engine<mio::net::TcpStream> {
         }
         let mut out = Vec::new();
         conn.rebind(|id| keys.get(&id).copied(), &mut out);
+        let block_since = conn.pending_header_block().then_some(self.now);
         self.h2.insert(
             k,
             Box::new(H2 {
                 conn,
                 goaway_due: false,
+                busy_at: self.now,
+                block_since,
             }),
         );
         for (child, topics, resume, mode) in resumes {

@@ -43,6 +43,8 @@ mod tests;
 #[cfg(test)]
 mod tests_auth;
 #[cfg(test)]
+mod tests_h2;
+#[cfg(test)]
 mod tests_handover_state;
 #[cfg(test)]
 mod tests_hooks;
