@@ -682,3 +682,47 @@ def test_sigusr1_moves_http2_connections_with_every_stream_and_no_reset(
         print(f"longest delivery pause: {longest_pause(streams) * 1000:.0f} ms")
     finally:
         os.kill(new_pid, signal.SIGTERM)
+
+
+def test_an_http2_stream_that_cannot_move_is_refused_and_its_connection_moves(
+    start_server, tmp_path
+):
+    """A long-poll whose answer is written but held by the client's window (its record is
+    finishing, not carried) is refused with REFUSED_STREAM, which a client retries; the SSE
+    stream beside it and the connection move."""
+    pid_file = tmp_path / "clarion.pid"
+    old = start_server("--history-dir", str(tmp_path / "hist"), "--pid-file", pid_file)
+    c = h2client.Client(old.clients, initial_window=16384, timeout=30)
+    sse = c.request("/sse?topic=t")
+    poll = c.request("/poll?topic=big&timeout=20")
+    c.hold.add(poll)
+    c.pump(lambda: sse in c.headers, what="the SSE answer")
+    time.sleep(0.3)
+    old.publish("big", "x" * 50_000)
+    c.pump(lambda: len(c.body[poll]) >= 16_000, what="the poll's first window")
+    old.publish("t", payload(1))
+    c.pump(lambda: len(h2client.messages(c.body[sse])) == 1, what="message 1")
+    old.proc.send_signal(signal.SIGUSR1)
+    line = old.proc.stdout.readline()
+    assert line.startswith("clarion ready"), line
+    assert wait_exit(old.proc) == 0
+    new_pid = int(pid_file.read_text())
+    try:
+        log = ""
+        while "connections moved" not in log:
+            line = old.proc.stderr.readline()
+            assert line, log
+            log += line
+        assert "1 connections moved" in log and "(1 h2_request_in_flight)" in log, log
+        c.pump(lambda: poll in c.resets, what="the refusal")
+        assert c.resets == {poll: h2client.REFUSED_STREAM}
+        old.publish("t", payload(2))
+        c.pump(lambda: len(h2client.messages(c.body[sse])) == 2, what="message 2")
+        assert [d for _, d in h2client.messages(c.body[sse])] == [payload(1), payload(2)]
+        # The client retries on the same connection, which the new process serves.
+        status, _, body = c.get("/poll?topic=big&since=0-0&timeout=1", timeout=10)
+        assert status == 200 and json.loads(body)["messages"], body[:200]
+        assert c.goaway is None and not c.closed
+        assert c.resets == {poll: h2client.REFUSED_STREAM}
+    finally:
+        os.kill(new_pid, signal.SIGTERM)
