@@ -285,7 +285,7 @@ impl Decoder {
     pub(crate) fn from_parts(
         max: usize,
         advertised: usize,
-        entries: Vec<(Box<[u8]>, Box<[u8]>)>,
+        entries: Vec<Entry>,
     ) -> Option<Decoder> {
         let size = entries
             .iter()
