@@ -543,6 +543,47 @@ mod tests {
     }
 
     #[test]
+    fn a_chunked_answer_waiting_for_window_continues_after_the_move() {
+        let build = || {
+            let mut c = Connection::new(Settings::default());
+            let mut input = PREFACE.to_vec();
+            frame::write_settings(&mut input, &[Setting::InitialWindowSize(10)]);
+            headers(&mut input, 1, &get_block("/stream?topic=t"), 0x5);
+            run(&mut c, &input);
+            c.bind(1, 9);
+            let mut out = Vec::new();
+            let answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n14\r\n0123456789abcdefghij\r\n5\r\n";
+            c.respond(1, answer, &mut out);
+            c
+        };
+        let mut twin = build();
+        let mut moved = Connection::restore(&parked(&build())).unwrap();
+        assert_eq!(parked(&moved), parked(&twin));
+        let mut grant = Vec::new();
+        frame::write_window_update(&mut grant, 1, 100);
+        assert_eq!(run(&mut twin, &grant), run(&mut moved, &grant));
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let rest = b"ABCDE\r\n0\r\n\r\n";
+        let used = (
+            twin.respond(1, rest, &mut a),
+            moved.respond(1, rest, &mut b),
+        );
+        assert_eq!(used.0, used.1);
+        assert_eq!(
+            twin.respond(1, &rest[used.0..], &mut a),
+            moved.respond(1, &rest[used.1..], &mut b)
+        );
+        assert_eq!(a, b);
+        // The decoded bytes that waited for window, then the rest, then END_STREAM.
+        let text = String::from_utf8_lossy(&a);
+        assert!(
+            text.contains("abcdefghij") && text.contains("ABCDE"),
+            "{text}"
+        );
+        assert_eq!(parked(&moved), parked(&twin));
+    }
+
+    #[test]
     fn parking_what_was_restored_gives_the_same_bytes() {
         let bytes = parked(&mid_conversation());
         let c = Connection::restore(&bytes).unwrap();
