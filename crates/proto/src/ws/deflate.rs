@@ -339,7 +339,9 @@ impl Inflater {
     /// [`Inflater::window`] can hand the stream to another process.
     pub fn keeping_context(window_bits: u8) -> Inflater {
         let mut i = Inflater::new(window_bits);
-        i.window = Some(Window::new(window_bits));
+        // zlib's deflate turns an 8-bit window into a 9-bit one, so a client that agreed to 8
+        // may still refer back 512 bytes: keep what the inflater itself keeps.
+        i.window = Some(Window::new(window_bits.clamp(9, 15)));
         i
     }
 
