@@ -2,8 +2,10 @@
 //
 //   CLARION_HOOK_SECRET=s3cret node backend.js 8000
 //
-// Sessions are an object here; a real application looks the cookie up in its session store.
-// Every request's Clarion-Signature is checked first; requests it cannot trust get 401.
+// It answers the three hooks at /hooks/connect, /hooks/subscribe and /hooks/publish, and takes
+// webhook events at /hooks/events. Sessions are an object here; a real application looks the
+// cookie up in its session store. Every request's Clarion-Signature is checked first; a request
+// it cannot trust gets 401. GET /stats shows what it was asked and told (for tests).
 'use strict';
 const crypto = require('node:crypto');
 const http = require('node:http');
@@ -11,6 +13,9 @@ const http = require('node:http');
 const SECRET = process.env.CLARION_HOOK_SECRET || '';
 const SESSIONS = { 's-alice': 'alice', 's-admin': 'admin' };
 const CALLS = { connect: 0, subscribe: 0, publish: 0 };
+const EVENTS = {}; // webhook events by type
+const SEEN = new Set(); // webhook event ids: a batch whose answer was lost is sent again
+const ONLINE = new Map(); // connection id -> user, from `connected` / `disconnected`
 
 // Checks `Clarion-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>`.
 function verified(header, body, maxAge = 300) {
@@ -43,6 +48,23 @@ function decide(kind, req) {
   return { allow: true, data: req.data.replaceAll('darn', '****') };
 }
 
+// Webhook events, at least once and in order: an id seen before is a repeat.
+function record(events) {
+  for (const event of events) {
+    if (SEEN.has(event.id)) continue;
+    SEEN.add(event.id);
+    EVENTS[event.type] = (EVENTS[event.type] || 0) + 1;
+    if (event.type === 'connected') ONLINE.set(event.conn, event.sub);
+    else if (event.type === 'disconnected') ONLINE.delete(event.conn);
+    // topic_occupied / topic_vacated, and types added later: counted, nothing else.
+  }
+}
+
+function stats() {
+  const online = [...ONLINE.values()].filter(Boolean).sort();
+  return { ...CALLS, events: EVENTS, online };
+}
+
 const server = http.createServer((req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
@@ -53,11 +75,15 @@ const server = http.createServer((req, res) => {
       res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(out) });
       res.end(out);
     };
-    if (req.method === 'GET') return answer(200, CALLS);
+    if (req.method === 'GET') return answer(200, stats()); // /stats, for tests
     if (SECRET && !verified(req.headers['clarion-signature'], body)) {
       return answer(401, { allow: false, reason: 'bad signature' });
     }
     const kind = req.url.split('/').filter(Boolean).pop();
+    if (kind === 'events') {
+      record(JSON.parse(body).events);
+      return answer(200, {});
+    }
     if (!(kind in CALLS)) return answer(404, { error: 'no such hook' });
     CALLS[kind] += 1;
     answer(200, decide(kind, JSON.parse(body)));

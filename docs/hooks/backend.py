@@ -2,8 +2,10 @@
 
     CLARION_HOOK_SECRET=s3cret python3 backend.py 8000
 
-Sessions are a dict here; a real application looks the cookie up in its session store.
-Every request's Clarion-Signature is checked first; events it cannot trust get 401.
+It answers the three hooks at /hooks/connect, /hooks/subscribe and /hooks/publish, and takes
+webhook events at /hooks/events. Sessions are a dict here; a real application looks the cookie
+up in its session store. Every request's Clarion-Signature is checked first; a request it
+cannot trust gets 401. GET /stats shows what it was asked and told (for tests).
 """
 
 import hashlib
@@ -17,6 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 SECRET = os.environ.get("CLARION_HOOK_SECRET", "").encode()
 SESSIONS = {"s-alice": "alice", "s-admin": "admin"}
 CALLS = {"connect": 0, "subscribe": 0, "publish": 0}
+EVENTS = {}  # webhook events by type
+SEEN = set()  # webhook event ids: a batch whose answer was lost is sent again
+ONLINE = {}  # connection id -> user, from `connected` / `disconnected`
 
 
 def verified(header: str, body: bytes, max_age: int = 300) -> bool:
@@ -52,6 +57,21 @@ def decide(kind: str, req: dict) -> dict:
     return {"allow": True, "data": req["data"].replace("darn", "****")}
 
 
+def record(events: list) -> None:
+    """Webhook events, at least once and in order: an id seen before is a repeat."""
+    for event in events:
+        if event["id"] in SEEN:
+            continue
+        SEEN.add(event["id"])
+        kind = event["type"]
+        EVENTS[kind] = EVENTS.get(kind, 0) + 1
+        if kind == "connected":
+            ONLINE[event["conn"]] = event.get("sub")
+        elif kind == "disconnected":
+            ONLINE.pop(event["conn"], None)
+        # topic_occupied / topic_vacated, and types added later: counted, nothing else.
+
+
 class Hooks(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: Clarion reuses connections
 
@@ -60,13 +80,17 @@ class Hooks(BaseHTTPRequestHandler):
         if SECRET and not verified(self.headers.get("Clarion-Signature", ""), body):
             return self.answer(401, {"allow": False, "reason": "bad signature"})
         kind = self.path.strip("/").split("/")[-1]
+        if kind == "events":
+            record(json.loads(body)["events"])
+            return self.answer(200, {})
         if kind not in CALLS:
             return self.answer(404, {"error": "no such hook"})
         CALLS[kind] += 1
         self.answer(200, decide(kind, json.loads(body)))
 
     def do_GET(self):
-        self.answer(200, CALLS)  # /stats, for tests
+        # /stats, for tests: hook calls by kind, webhook events by type, who is online.
+        self.answer(200, {**CALLS, "events": EVENTS, "online": sorted(filter(None, ONLINE.values()))})
 
     def answer(self, status, obj):
         out = json.dumps(obj).encode()

@@ -76,6 +76,36 @@ test('SIGTERM to the launcher stops the server it started', async () => {
   await assert.rejects(fetch(`http://${api}/healthz`, { signal: AbortSignal.timeout(5000) }));
 });
 
+test('SIGTERM to npm exec (npx) stops the launcher and the server it started', async () => {
+  const { spawn } = await import('node:child_process');
+  // npm runs the launcher through `sh -c`, and passes SIGTERM to neither.
+  const npx = spawn('npx', ['--no-install', 'clarion', 'serve', '--listen', '127.0.0.1:0', '--api-listen', '127.0.0.1:0'], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  const ready = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('no ready line')), 60_000);
+    npx.stdout.once('data', (d) => {
+      clearTimeout(timer);
+      resolve(d.toString());
+    });
+  });
+  const api = /api=(\S+)/.exec(ready)[1];
+  const launchers = () =>
+    execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' })
+      .split('\n')
+      .filter((l) => l.includes('.bin/clarion serve') && l.includes('127.0.0.1:0'));
+  assert.equal(launchers().length, 1, launchers().join('\n'));
+  npx.kill('SIGTERM');
+  // The server stops (its API refuses connections) and so does the launcher.
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const up = await fetch(`http://${api}/healthz`, { signal: AbortSignal.timeout(1000) }).then(() => true, () => false);
+    if (!up && launchers().length === 0) break;
+    assert.ok(Date.now() < deadline, `still running after SIGTERM to npx: api ${up}, ${launchers().join('; ')}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+});
+
 test('musl and other platforms without a binary get a message saying so', () => {
   assert.equal(platformPackage('linux-x64'), '@clarion/linux-x64');
   // npm < 10 ignores the platform package's libc field, so the launcher must not run it on musl.

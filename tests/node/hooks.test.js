@@ -34,14 +34,26 @@ function startBackend() {
   });
 }
 
+// The command line of docs/hooks.md, but for the addresses.
 function hookArgs(base, secret) {
   return [
     '--hook-connect-url', `${base}/hooks/connect`,
     '--hook-subscribe-url', `${base}/hooks/subscribe`,
     '--hook-publish-url', `${base}/hooks/publish`,
+    '--webhook-url', `${base}/hooks/events`,
     '--hook-secret', secret,
     '--allow-client-publish',
   ];
+}
+
+async function statsWhen(backend, pred) {
+  const deadline = Date.now() + 10000;
+  for (;;) {
+    const stats = await (await fetch(`${backend}/stats`)).json();
+    if (pred(stats)) return stats;
+    assert.ok(Date.now() < deadline, JSON.stringify(stats));
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 function open(url, headers) {
@@ -78,8 +90,17 @@ test('the Node example backend decides connect, subscribe and publish', async ()
   const got = [await ws.next(), await ws.next()];
   assert.ok(got.includes('**** it'), got);
   ws.close();
-  const stats = await (await fetch(`${backend}/stats`)).json();
-  assert.deepEqual(stats, { connect: 2, subscribe: 2, publish: 1 });
+  // Its webhook events reached the example backend at the documented URL, signed.
+  const stats = await statsWhen(backend, (st) => st.events.disconnected === 1);
+  assert.deepEqual(
+    { connect: stats.connect, subscribe: stats.subscribe, publish: stats.publish },
+    { connect: 2, subscribe: 2, publish: 1 },
+  );
+  assert.equal(stats.events.connected, 1);
+  assert.deepEqual(stats.online, []);
+  const metrics = await (await fetch(`http://${s.api}/metrics`)).text();
+  assert.match(metrics, /^clarion_webhook_rejected_total 0$/m);
+  assert.match(metrics, /^clarion_webhook_retries_total 0$/m);
 });
 
 test('a server with the wrong secret is not trusted: 503', async () => {

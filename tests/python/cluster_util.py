@@ -57,6 +57,15 @@ def wait_until(predicate, timeout=10.0, what="condition", interval=0.02):
 _handed_out = set()
 
 
+def missing_service(name):
+    """A test whose service is not installed: skipped on a developer's machine (and listed by
+    `pytest -rs`), failed under CI (`CI=true`), where .ci/run must have installed it."""
+    message = f"note: {name} is not installed (.ci/run installs it)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + "; under CI=true a missing service fails the run", pytrace=False)
+    pytest.skip(message)
+
+
 def free_port():
     """A loopback port below the kernel's ephemeral range (32768-60999 by default), never
     handed out twice in this run: a restarted server can take its port back, and no outgoing
@@ -88,7 +97,7 @@ class Broker:
 
     def __init__(self, workdir):
         if not self.binary or not os.access(self.binary, os.X_OK):
-            pytest.skip(f"note: {self.name} is not installed (.ci/run installs it)")
+            missing_service(self.name)
         self.dir = pathlib.Path(workdir) / f"{self.name}-{id(self):x}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()

@@ -11,12 +11,20 @@ import pathlib
 import signal
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# Every process this run starts inherits this variable, so the run can find each `clarion`
+# it started, successors of an upgrade included: those are started by the old server, not by
+# the test, and no fixture holds them.
+RUN_MARK = "PYTEST_CLARION_RUN"
+os.environ[RUN_MARK] = uuid.uuid4().hex
 
 
 def _binary() -> str:
@@ -160,3 +168,86 @@ def dashboard_stats(addr, count=1, timeout=10):
                     out.append(json.loads(data[len("data: "):]))
     return out
 
+
+# --------------------------------------------------------------------------------------------
+# No server outlives its test
+
+
+def _status(pid):
+    """(name, state, ppid) of a process from /proc, or None when it is gone."""
+    try:
+        text = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+    return fields.get("Name", "").strip(), fields.get("State", "?")[0], int(fields.get("PPid", 0))
+
+
+def marked_servers():
+    """pid -> ppid of every live `clarion` process this run started (zombies are not live)."""
+    mark = f"{RUN_MARK}={os.environ[RUN_MARK]}".encode()
+    found = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        st = _status(pid)
+        if st is None or st[0] != "clarion" or st[1] == "Z":
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if mark in environ.split(b"\0"):
+            found[pid] = st[2]
+    return found
+
+
+def _kill_and_wait(pids, timeout=10.0):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all((_status(p) or ("", "Z", 0))[1] == "Z" for p in pids):
+            return
+        time.sleep(0.05)
+
+
+def _ancestors(pid, parents):
+    seen = set()
+    while pid in parents and pid not in seen:
+        seen.add(pid)
+        pid = parents[pid]
+        yield pid
+
+
+@pytest.fixture(autouse=True)
+def no_server_outlives_its_test():
+    """Kills every `clarion` a test started and left running: the successor of an upgrade, a
+    server started without a fixture. Servers of module fixtures (started before the test)
+    and their children (a group's members replaced during a roll) are kept."""
+    before = set(marked_servers())
+    yield
+    after = marked_servers()
+    left = [
+        pid
+        for pid in after
+        if pid not in before and not any(a in before for a in _ancestors(pid, after))
+    ]
+    if left:
+        _kill_and_wait(left)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fails the run when a `clarion` it started is still running at its end (and stops it)."""
+    left = marked_servers()
+    if left:
+        _kill_and_wait(list(left))
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"FAILED: {len(left)} clarion process(es) outlived the test run: {sorted(left)}",
+            red=True,
+        )
+        session.exitstatus = 1

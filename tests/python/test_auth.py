@@ -498,3 +498,102 @@ def test_the_token_cookie_is_refused_from_another_sites_page(start_server):
     assert status == 403 and "allowed_origins" in body["error"], body
     assert sse_first_event(plain, "/sse?topic=private", cookies={"clarion_token": tok})[0] == 200
     assert plain.metrics()['clarion_auth_failures_total{reason="origin"}'] >= 3
+
+
+# --------------------------------------------------------------------------------------------
+# `clarion token`: a token for trying things, signed with the server's own key
+
+
+def clarion_token(*args, env=None):
+    import os
+    import subprocess
+
+    from conftest import _binary
+
+    out = subprocess.run(
+        [_binary(), "token", *args],
+        capture_output=True,
+        text=True,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}, **(env or {})},
+        timeout=30,
+    )
+    return out.returncode, out.stdout.strip(), out.stderr
+
+
+def test_clarion_token_makes_a_token_the_server_accepts_from_its_secret_its_file_or_a_key(
+    start_server, tmp_path
+):
+    import subprocess
+
+    # From the secret in a variable: the presence example's identity and grants.
+    code, token, err = clarion_token(
+        "--sub", "alice", "--subscribe", "chat.*", "--info", '{"name":"Alice"}', "--ttl", "10m",
+        env={"CLARION_AUTH_SECRET": SECRET},
+    )
+    assert code == 0, err
+    claims = jwt.decode(token, SECRET, algorithms=["HS256"])
+    assert claims["sub"] == "alice" and 590 <= claims["exp"] - time.time() <= 600
+    assert claims["clarion"] == {"subscribe": ["chat.*"], "publish": [], "info": {"name": "Alice"}}
+    s = start_server("--auth-secret", SECRET)
+    assert sse_first_event(s, f"/sse?topic=chat.lobby&token={token}")[0] == 200
+    assert sse_first_event(s, f"/sse?topic=secret&token={token}")[0] == 403
+
+    # From the server's own TOML file, with its audience.
+    config = tmp_path / "clarion.toml"
+    config.write_text(f'auth_secret = "{SECRET}"\nauth_audience = "my-app"\n')
+    code, token, err = clarion_token("--config", str(config), "--sub", "bob", "--publish", "chat.*")
+    assert code == 0, err
+    assert jwt.decode(token, SECRET, algorithms=["HS256"], audience="my-app")["aud"] == "my-app"
+    s2 = start_server("--config", config)
+    status, _, body = s2.request(
+        "POST", "/publish/chat.lobby", b"hi", {"Authorization": f"Bearer {token}"}
+    )
+    assert status == 200, body
+
+    # RS256 and ES256 from the private half of the server's public key.
+    for algorithm in (["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+                      ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]):
+        key, pub = tmp_path / "key.pem", tmp_path / "pub.pem"
+        subprocess.run(["openssl", "genpkey", *algorithm, "-out", key], check=True,
+                       capture_output=True)
+        subprocess.run(["openssl", "pkey", "-in", key, "-pubout", "-out", pub], check=True,
+                       capture_output=True)
+        code, token, err = clarion_token("--private-key", str(key), "--subscribe", "*")
+        assert code == 0, err
+        s3 = start_server("--auth-public-key", pub)
+        assert sse_first_event(s3, f"/sse?topic=any&token={token}")[0] == 200, algorithm
+
+    # Without a key, and with a server that verifies with a public key, it says what to give.
+    code, _, err = clarion_token("--sub", "x")
+    assert code != 0 and "--auth-secret" in err and "--private-key" in err, err
+    config.write_text(f'auth_public_key = "{pub}"\n')
+    code, _, err = clarion_token("--config", str(config))
+    assert code != 0 and "--private-key" in err, err
+    # A pattern the server would refuse is refused here, not by a 401 later.
+    code, _, err = clarion_token("--auth-secret", SECRET, "--subscribe", "a*b")
+    assert code != 0 and "a*b" in err, err
+
+
+def test_the_token_cookie_is_refused_on_a_subresource_another_page_made(start_server):
+    """Issue 55 item 6, with the raw headers Chromium sends for an <img> on a sibling subdomain:
+    `Sec-Fetch-Site: same-site`, `Sec-Fetch-Mode: no-cors`, no `Origin`, and the cookie. The
+    cookie does not count there; the server's own page, a typed address, a client that is not a
+    browser and an allowed origin's credentialed request still connect with it."""
+    tok = hs(grants(["private"]))
+    s = start_server("--auth-secret", SECRET, "--allowed-origins", "https://app.example.com")
+
+    def status(extra):
+        req = (f"GET /sse?topic=private HTTP/1.1\r\nHost: push.example.com\r\n"
+               f"Cookie: clarion_token={tok}\r\n{extra}\r\n").encode()
+        out = raw(s, req, read_for=1.0)
+        return out.split(b"\r\n", 1)[0].decode(), out
+
+    for site in ("same-site", "cross-site"):
+        line, out = status(f"Sec-Fetch-Site: {site}\r\nSec-Fetch-Mode: no-cors\r\nSec-Fetch-Dest: image\r\n")
+        assert line.startswith("HTTP/1.1 403 "), out
+        assert b"another page made without an Origin" in out, out
+    for extra in ("Sec-Fetch-Site: same-origin\r\nSec-Fetch-Mode: cors\r\n", "Sec-Fetch-Site: none\r\n", "",
+                  "Sec-Fetch-Site: same-site\r\nOrigin: https://app.example.com\r\n"):
+        line, out = status(extra)
+        assert line == "HTTP/1.1 200 OK", (extra, out)
+    assert s.metrics()['clarion_auth_failures_total{reason="origin"}'] == 2

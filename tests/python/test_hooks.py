@@ -53,7 +53,62 @@ def hook_args(base, *extra):
 
 
 def calls(base):
-    return httpx.get(f"{base}/stats").json()
+    """The example backend's hook calls by kind."""
+    stats = httpx.get(f"{base}/stats").json()
+    return {kind: stats[kind] for kind in ("connect", "subscribe", "publish")}
+
+
+def documented_args(base, secret):
+    """The command line of docs/hooks.md, word for word but for the addresses."""
+    return [
+        "--hook-connect-url", f"{base}/hooks/connect",
+        "--hook-subscribe-url", f"{base}/hooks/subscribe",
+        "--hook-publish-url", f"{base}/hooks/publish",
+        "--webhook-url", f"{base}/hooks/events",
+        "--hook-secret", secret, "--allow-client-publish",
+    ]
+
+
+def test_the_documented_setup_takes_hooks_and_webhooks_with_the_example_backend(
+    start_server, example
+):
+    # The flags docs/hooks.md shows are the ones this test passes.
+    doc = (ROOT / "docs/hooks.md").read_text()
+    for flag in ("--hook-connect-url", "--hook-subscribe-url", "--hook-publish-url",
+                 "--webhook-url", "--hook-secret", "--allow-client-publish"):
+        assert flag in doc, flag
+    assert "http://127.0.0.1:8000/hooks/events" in doc
+    s = start_server(*documented_args(example, SECRET), "--webhook-batch-ms", "20")
+
+    async def run():
+        cookie = {"Cookie": "session=s-alice"}
+        async with connect(f"ws://{s.clients}/ws?topic=chat.lobby", additional_headers=cookie) as ws:
+            await ws.send(json.dumps({"type": "publish", "topic": "chat.lobby", "data": "darn"}))
+            got = [await asyncio.wait_for(ws.recv(), 5) for _ in range(2)]  # the ack, the message
+            assert "****" in got, got
+            stats = wait_stats(example, lambda st: st["online"] == ["alice"])
+            assert stats["events"]["connected"] == 1
+
+    asyncio.run(run())
+    stats = wait_stats(example, lambda st: st["events"].get("disconnected") == 1)
+    assert stats["online"] == []
+    assert stats["events"]["topic_occupied"] == stats["events"]["topic_vacated"] == 2
+    assert calls(example) == {"connect": 1, "subscribe": 0, "publish": 1}
+    m = s.metrics()
+    assert m["clarion_webhook_rejected_total"] == 0
+    assert m["clarion_webhook_retries_total"] == 0
+    _, err = s.stop()
+    assert "webhook:" not in err, err
+
+
+def wait_stats(base, pred, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = httpx.get(f"{base}/stats").json()
+        if pred(stats):
+            return stats
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
 
 
 async def control(ws, msg):
@@ -248,7 +303,8 @@ def test_slow_backend_delays_no_one_else(start_server):
             t = []
             for _ in range(10):
                 t0 = time.monotonic()
-                async with connect(f"ws://{s.clients}/ws?topic=y"):
+                # Someone else: the slow ones fill 127.0.0.1's hook_max_in_flight_per_address.
+                async with connect(f"ws://{s.clients}/ws?topic=y", local_addr=("127.0.0.2", 0)):
                     t.append(time.monotonic() - t0)
             return t
 
@@ -274,7 +330,7 @@ def test_slow_backend_delays_no_one_else(start_server):
         ((200, {}, b"{not json"), "not a JSON object"),
         ((200, {}, b'{"allow":"yes"}'), 'field "allow" has the wrong type'),
         ((200, {}, b'{"allow":true,"subscribe":"chat.*"}'), 'field "subscribe" has the wrong type'),
-        ((200, {}, b'{"allow":true,"sub":"' + b"x" * 200_000 + b'"}'), "larger than"),
+        ((200, {}, b'{"allow":true,"sub":"' + b"x" * 200_000 + b'"}'), "answer larger than hook_max_answer"),
         ((302, {"Location": "http://example.com/"}, b""), "redirect (302), which is not followed"),
         ((500, {}, b"oops"), "the hook answered 500"),
     ],
@@ -298,7 +354,7 @@ class Receiver:
     """A webhook receiver: verifies each signature, answers the first `fail_first` requests
     500, and keeps every request's events (retries included)."""
 
-    def __init__(self, fail_first=0, secret=SECRET):
+    def __init__(self, fail_first=0, secret=SECRET, fail_status=500, fail_body=b""):
         import hashlib
         import hmac
 
@@ -322,13 +378,14 @@ class Receiver:
                 assert verified(self.headers["Clarion-Signature"], body)
                 if outer.failed < fail_first:
                     outer.failed += 1
-                    status = 500
+                    status, answer = fail_status, fail_body
                 else:
-                    status = 200
+                    status, answer = 200, b""
                 outer.requests.append((status, json.loads(body)["events"]))
                 self.send_response(status)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
+                self.wfile.write(answer)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -398,6 +455,40 @@ def test_webhook_batches_in_order_with_ids_retried_after_a_500(start_server):
     r.close()
 
 
+def test_a_webhook_that_refuses_with_a_4xx_is_not_retried_and_the_log_says_who_said_what(
+    start_server,
+):
+    r = Receiver(fail_first=1, fail_status=404, fail_body=b'{"error":"no such hook"}')
+    s = start_server("--webhook-url", r.url + "?token=hidden", "--hook-secret", SECRET,
+                     "--webhook-batch-ms", "20")
+
+    async def run():
+        async with connect(f"ws://{s.clients}/ws?topic=a"):
+            pass
+        # The second connection's events come after the refusal: the sender went on.
+        deadline = time.monotonic() + 10
+        while not r.requests and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        async with connect(f"ws://{s.clients}/ws?topic=b"):
+            pass
+
+    asyncio.run(run())
+    events = r.wait_for(lambda ev: any(e["type"] == "disconnected" for e in ev))
+    refused = r.requests[0][1]
+    assert r.requests[0][0] == 404
+    # The refused batch was not sent again: no event of it arrives later.
+    assert not {e["id"] for e in refused} & {e["id"] for e in events}
+    m = s.metrics()
+    assert m["clarion_webhook_rejected_total"] == len(refused)
+    assert m["clarion_webhook_retries_total"] == 0
+    _, err = s.stop()
+    line = next(l for l in err.splitlines() if "webhook:" in l)
+    assert f"{r.url} answered 404 {{\"error\":\"no such hook\"}}" in line, line
+    assert f"dropping {len(refused)} events" in line, line
+    assert "hidden" not in err
+    r.close()
+
+
 def test_webhook_identity_from_the_connect_hook(start_server, example):
     r = Receiver()
     s = start_server(*hook_args(example, "--hook-secret", SECRET, "--webhook-url", r.url))
@@ -446,3 +537,75 @@ def test_topic_vacated_fires_once_across_two_nodes(cluster):
     both = [e["type"] for e in ev if e.get("topic") == "both"]
     assert both == ["topic_occupied", "topic_vacated"], both
     r.close()
+
+
+def _slow_connect_flood(s, n=100):
+    """`n` requests for the slow topic from 127.0.0.1, all sent at once; returns the sockets."""
+    socks = []
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=30, source_address=("127.0.0.1", 0))
+        c.sendall(b"GET /poll?topic=slow&timeout=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        socks.append(c)
+    return socks
+
+
+def _unrelated_connect_seconds(s):
+    """Seconds until an SSE request for another topic from 127.0.0.2 gets its status line, and
+    that line."""
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=30, source_address=("127.0.0.2", 0)) as c:
+        c.sendall(b"GET /sse?topic=fast HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = b""
+        while b"\r\n" not in head:
+            chunk = c.recv(4096)
+            assert chunk, head
+            head += chunk
+        return time.monotonic() - t0, head.split(b"\r\n", 1)[0].decode()
+
+
+def _slow_for_topic_slow(kind, req):
+    if "slow" in req.get("topics", []):
+        time.sleep(5)
+    return allow()
+
+
+def test_one_address_cannot_stall_another_clients_connect_hook(start_server):
+    """Issue 55 item 7: 100 connects to a slow-hook topic from one address filled every hook
+    thread, and an unrelated client's connect waited behind them (19 s). Over
+    `hook_max_in_flight_per_address` (8) the flood is answered 429 at once, and the other
+    client's connect completes within `hook_timeout_ms`."""
+    b = Backend(_slow_for_topic_slow)
+    s = start_server("--hook-connect-url", f"{b.url}/hooks/connect", "--hook-timeout-ms", "1000")
+    flood = _slow_connect_flood(s)
+    time.sleep(0.2)
+    took, status = _unrelated_connect_seconds(s)
+    assert status == "HTTP/1.1 200 OK", status
+    assert took <= 1.0 + 0.5, f"the unrelated connect took {took:.2f} s"
+    answers = []
+    for c in flood:
+        c.settimeout(10)
+        answers.append(c.recv(4096))
+        c.close()
+    busy = [a for a in answers if a.startswith(b"HTTP/1.1 429 ")]
+    assert len(busy) >= 100 - 8, [a[:40] for a in answers]
+    assert b"Retry-After: 1\r\n" in busy[0] and b"hook_max_in_flight_per_address" in busy[0], busy[0]
+    assert s.metrics()["clarion_hook_address_limited_total"] == len(busy)
+    b.close()
+
+
+def test_a_hook_call_deadline_counts_from_when_it_is_queued(start_server):
+    """Without the per-address cap, calls queued behind 100 slow ones time out at
+    `hook_timeout_ms` after they were queued instead of starting late: the unrelated client's
+    connect completes within that time, not after the whole queue."""
+    b = Backend(_slow_for_topic_slow)
+    # The variable rather than the flag, so that a binary without the setting runs this too.
+    s = start_server("--hook-connect-url", f"{b.url}/hooks/connect", "--hook-timeout-ms", "1000",
+                     env={"CLARION_HOOK_MAX_IN_FLIGHT_PER_ADDRESS": "0"})
+    flood = _slow_connect_flood(s)
+    time.sleep(0.2)
+    took, status = _unrelated_connect_seconds(s)
+    assert took <= 1.0 + 0.5, f"the unrelated connect took {took:.2f} s ({status})"
+    assert status == "HTTP/1.1 200 OK", status
+    for c in flood:
+        c.close()
+    b.close()

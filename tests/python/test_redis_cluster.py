@@ -19,7 +19,14 @@ import time
 
 import pytest
 
-from cluster_util import Redis, RedisError, cluster, free_port, wait_until  # noqa: F401 (fixture)
+from cluster_util import (  # noqa: F401 (fixture)
+    Redis,
+    RedisError,
+    cluster,
+    free_port,
+    missing_service,
+    wait_until,
+)
 from test_cluster import _channel, recv_json, recv_messages, ws_sub
 
 pytestmark = pytest.mark.timeout(120)
@@ -132,7 +139,7 @@ def _numsub(node, channel):
 @pytest.fixture
 def rc(cluster):
     if not shutil.which("redis-cli"):
-        pytest.skip("note: redis-cli is not installed (.ci/run installs it)")
+        missing_service("redis-cli")
     return RedisCluster(cluster)
 
 
@@ -419,7 +426,7 @@ def test_a_tls_only_cluster_over_rediss_cluster_urls(cluster, tmp_path):
     # exact resume, every connection (seeds, masters found by CLUSTER SLOTS, subscribers) over
     # TLS; without the CA, the node refuses the cluster's certificates and says so.
     if not shutil.which("redis-cli"):
-        pytest.skip("note: redis-cli is not installed (.ci/run installs it)")
+        missing_service("redis-cli")
     from test_redis_tls import make_pki
 
     pki = make_pki(tmp_path)

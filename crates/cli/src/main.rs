@@ -1,5 +1,5 @@
 //! The `clarion` binary: parses the command line and hands over to the server library
-//! (`serve`, `publish`, `cert`) or to the load generator (`bench`). It is the only crate that
+//! (`serve`, `publish`, `cert`, `token`) or to the load generator (`bench`). It is the only crate that
 //! links both, so the server library never depends on the bench.
 
 mod command;
@@ -43,6 +43,7 @@ fn main() -> std::process::ExitCode {
             }),
         Command::Server(Server::Publish(args)) => clarion::publish::run(args),
         Command::Server(Server::Cert(args)) => args.run(),
+        Command::Server(Server::Token(args)) => clarion::token::run(args),
         Command::Bench(args) => clarion_bench::run::main(args.clone()),
         Command::BenchWorker => clarion_bench::worker::main(),
     };

@@ -56,6 +56,9 @@ pub enum Command {
     /// Make certificates: `clarion cert --dev` writes a local CA and a certificate for
     /// localhost, for trying https:// and wss:// on this machine.
     Cert(CertArgs),
+    /// Print a signed token (JWT) for trying authentication, presence and the clients, signed
+    /// with the server's auth_secret (or --private-key for RS256/ES256).
+    Token(TokenArgs),
 }
 
 /// Parses the command line, or prints why it cannot and exits (status 2). A bad value that
@@ -350,6 +353,48 @@ pub struct PublishArgs {
         value_name = "SECONDS"
     )]
     pub retry_for: u64,
+}
+
+/// `clarion token` options: who the token is for, what it grants, and the key to sign with.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// Who the token is for (`sub`): presence and hooks show it.
+    #[arg(long)]
+    pub sub: Option<String>,
+    /// Topic patterns it may subscribe to (`news`, `chat.*`, `*`); repeat or comma-separate.
+    #[arg(long, value_delimiter = ',', value_name = "PATTERN")]
+    pub subscribe: Vec<String>,
+    /// Topic patterns it may publish to, in-band or through the API; repeat or comma-separate.
+    #[arg(long, value_delimiter = ',', value_name = "PATTERN")]
+    pub publish: Vec<String>,
+    /// An operator's token: the dashboard, and publishing to any topic through the API.
+    #[arg(long)]
+    pub admin: bool,
+    /// What presence shows of the holder: a JSON object, such as '{"name":"Alice"}'.
+    #[arg(long, value_name = "JSON")]
+    pub info: Option<String>,
+    /// How long it is valid: 90s, 15m, 1h, 7d.
+    #[arg(long, default_value = "1h")]
+    pub ttl: String,
+    /// The server's HS256 secret (its auth_secret).
+    #[arg(long, env = "CLARION_AUTH_SECRET", hide_env_values = true)]
+    pub auth_secret: Option<String>,
+    /// A PEM private key (PKCS#8, or PKCS#1 RSA) whose public half is the server's
+    /// auth_public_key or in its auth_jwks: signs RS256 or ES256.
+    #[arg(long, value_name = "FILE")]
+    pub private_key: Option<PathBuf>,
+    /// The key's id, for a server that reads a key set (auth_jwks).
+    #[arg(long)]
+    pub kid: Option<String>,
+    /// `aud`, when the server checks one (default: the config file's auth_audience).
+    #[arg(long, env = "CLARION_AUTH_AUDIENCE")]
+    pub audience: Option<String>,
+    /// `iss`, when the server checks one (default: the config file's auth_issuer).
+    #[arg(long, env = "CLARION_AUTH_ISSUER")]
+    pub issuer: Option<String>,
+    /// The server's TOML file, to take auth_secret, auth_audience and auth_issuer from.
+    #[arg(long, env = "CLARION_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -26,7 +26,8 @@
 //! - [`auth`]: JWT authentication: keys, policy, token sources, per-worker grants (verification
 //!   is sans-IO in `clarion_proto::auth`); used by the worker and the API.
 //! - [`api`]: the publish/health/metrics listener, answering with [`reply::Answer`];
-//!   [`publish`]: the `clarion publish` client.
+//!   [`publish`]: the `clarion publish` client; [`token`]: `clarion token`, a signed token for
+//!   trying authentication.
 //! - [`dashboard`]: the live dashboard page on the API listener, its SSE feed (sampled once a
 //!   second by one thread) and topic lookups.
 //! - [`tls`]: certificates, SNI, reloading, `clarion cert --dev`; per-connection TLS records are
@@ -70,4 +71,5 @@ pub mod reply;
 pub mod server;
 pub mod spelling;
 pub mod tls;
+pub mod token;
 pub mod worker;

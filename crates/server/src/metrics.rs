@@ -202,6 +202,8 @@ pub struct HookCounters {
     pub latency_us: [AtomicU64; 3],
     /// Calls queued or in flight now.
     pub in_flight: AtomicU64,
+    /// Calls not made: the client's address had `hook_max_in_flight_per_address` in flight.
+    pub address_limited: AtomicU64,
     /// Webhook events delivered (2xx), in batches.
     pub webhook_sent: AtomicU64,
     /// Webhook requests answered 2xx.
@@ -210,6 +212,8 @@ pub struct HookCounters {
     pub webhook_retries: AtomicU64,
     /// Webhook events dropped: the queue was full (or the server stopped while retrying).
     pub webhook_dropped: AtomicU64,
+    /// Webhook events the application refused (a 4xx other than 408 and 429): not retried.
+    pub webhook_rejected: AtomicU64,
     /// Webhook events waiting to be sent.
     pub webhook_queued: AtomicU64,
 }
@@ -360,6 +364,11 @@ impl Metrics {
         );
         for (name, help, v) in [
             (
+                "clarion_hook_address_limited_total",
+                "Hook calls not made: the client's address had hook_max_in_flight_per_address calls in flight.",
+                &h.address_limited,
+            ),
+            (
                 "clarion_webhook_events_total",
                 "Webhook events delivered.",
                 &h.webhook_sent,
@@ -378,6 +387,11 @@ impl Metrics {
                 "clarion_webhook_dropped_total",
                 "Webhook events dropped (queue full).",
                 &h.webhook_dropped,
+            ),
+            (
+                "clarion_webhook_rejected_total",
+                "Webhook events the application refused with a 4xx other than 408/429 (not retried).",
+                &h.webhook_rejected,
             ),
         ] {
             counter(out, name, help, v.load(Relaxed));
@@ -760,6 +774,105 @@ pub fn process_cpu_seconds() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Checks the exposition text as a scraper reads it: every family has one `# HELP` and one
+    /// `# TYPE`, in that order, before its samples, which follow it without another family in
+    /// between; every sample belongs to the family just declared (a histogram's `_bucket`,
+    /// `_sum` and `_count` included); and no family is empty. Returns the families' names.
+    fn families(text: &str) -> Vec<String> {
+        let mut seen: Vec<String> = Vec::new();
+        let mut current: Option<(String, String, usize)> = None; // name, type, samples
+        let close = |c: &Option<(String, String, usize)>| {
+            if let Some((name, _, samples)) = c {
+                assert!(*samples > 0, "family {name} has no sample");
+            }
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                close(&current);
+                let name = rest.split(' ').next().unwrap_or_default().to_owned();
+                assert!(!seen.contains(&name), "family {name} declared twice");
+                let ty = lines
+                    .get(i + 1)
+                    .and_then(|l| l.strip_prefix(&format!("# TYPE {name} ")))
+                    .unwrap_or_else(|| panic!("# HELP {name} is not followed by its # TYPE"));
+                assert!(
+                    ["counter", "gauge", "histogram"].contains(&ty),
+                    "{name}: type {ty}"
+                );
+                seen.push(name.clone());
+                current = Some((name, ty.to_owned(), 0));
+                i += 2;
+                continue;
+            }
+            assert!(!line.starts_with('#'), "stray comment line: {line}");
+            if !line.is_empty() {
+                let Some((name, ty, samples)) = current.as_mut() else {
+                    panic!("sample before any family: {line}");
+                };
+                let sample = line.split(['{', ' ']).next().unwrap_or_default();
+                let ok = sample == name.as_str()
+                    || (ty.as_str() == "histogram"
+                        && ["_bucket", "_sum", "_count"]
+                            .iter()
+                            .any(|suffix| sample.strip_suffix(suffix) == Some(name.as_str())));
+                assert!(ok, "sample {sample} inside family {name}");
+                let value = line.rsplit(' ').next().unwrap_or_default();
+                assert!(value.parse::<f64>().is_ok(), "{line}: value {value}");
+                *samples += 1;
+            }
+            i += 1;
+        }
+        close(&current);
+        seen
+    }
+
+    #[test]
+    fn every_family_is_declared_once_with_its_samples() {
+        let m = Metrics::default();
+        let without_broker = families(&m.render());
+        m.broker_configured.store(1, Relaxed);
+        let with_broker = families(&m.render());
+        // The broker's families come on top of the others, never instead of one.
+        assert!(without_broker.iter().all(|f| with_broker.contains(f)));
+        assert!(with_broker.len() > without_broker.len());
+        assert!(with_broker
+            .iter()
+            .any(|f| f == "clarion_broker_recoveries_total"));
+        // Pinned: a family that disappears is a dashboard or an alert that breaks.
+        for family in [
+            "clarion_connections",
+            "clarion_messages_delivered_total",
+            "clarion_closes_total",
+            "clarion_slow_consumers_total",
+            "clarion_process_cpu_seconds_total",
+            "clarion_h2_streams",
+            "clarion_h2_errors_total",
+            "clarion_h2_stream_errors_total",
+        ] {
+            assert!(
+                without_broker.iter().any(|f| f == family),
+                "{family} missing"
+            );
+        }
+    }
+
+    #[test]
+    fn the_family_checker_finds_a_family_declared_twice() {
+        let twice = "# HELP a x\n# TYPE a counter\na 1\n# HELP a x\n# TYPE a counter\na 2\n";
+        assert!(std::panic::catch_unwind(|| families(twice)).is_err());
+        let empty = "# HELP a x\n# TYPE a counter\n# HELP b x\n# TYPE b gauge\nb 1\n";
+        assert!(std::panic::catch_unwind(|| families(empty)).is_err());
+        let foreign = "# HELP a x\n# TYPE a counter\nb 1\n";
+        assert!(std::panic::catch_unwind(|| families(foreign)).is_err());
+        assert_eq!(
+            families("# HELP a x\n# TYPE a gauge\na{x=\"1\"} 2\n"),
+            vec!["a"]
+        );
+    }
 
     #[test]
     fn render_has_every_family_once() {

@@ -107,15 +107,66 @@ fn named_modules(text: &str) -> Vec<String> {
     for (i, m) in text.match_indices("crate::") {
         let after = &text[i + m.len()..];
         match after.strip_prefix('{') {
-            Some(group) => {
-                let inner = group.split('}').next().unwrap_or_default();
-                // Only the first segment of each item names a module (`B` of `B::c`).
-                out.extend(inner.split(',').map(ident).filter(|n| !n.is_empty()));
-            }
+            // Only the first segment of each item names a module (`B` of `B::c` and of
+            // `B::{c, d}`).
+            Some(group) => out.extend(group_items(group).into_iter().map(ident)),
             None => out.push(ident(after)),
         }
     }
+    out.retain(|n| !n.is_empty());
     out
+}
+
+/// The top-level items of a use-group, given the text after its `{`: `a::{b, c}, d}` gives
+/// `a::{b, c}` and `d` (a nested group stays whole; its commas are not the outer group's).
+fn group_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..i]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[start..]);
+    items
+}
+
+/// The paths one use-item stands for, each as its segments: `b::c` gives `b::c`, and
+/// `b::{c, d::{e, f}}` gives `b::c`, `b::d::e` and `b::d::f`.
+fn item_paths(item: &str) -> Vec<Vec<String>> {
+    let item = item.trim();
+    let (head, group) = match item.find('{') {
+        Some(brace) => (&item[..brace], Some(&item[brace + 1..])),
+        None => (item, None),
+    };
+    let stem: Vec<String> = head
+        .split("::")
+        .map(|seg| {
+            seg.trim()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect::<String>()
+        })
+        .take_while(|seg| !seg.is_empty())
+        .collect();
+    match group {
+        None => vec![stem],
+        Some(group) => group_items(group)
+            .into_iter()
+            .flat_map(item_paths)
+            .map(|tail| stem.iter().cloned().chain(tail).collect())
+            .collect(),
+    }
 }
 
 /// The top-level module a source file belongs to (`hub/topics.rs` and `hub.rs` are both
@@ -314,11 +365,8 @@ fn named_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
             stem.extend(segments(head));
             match after[head_len..].strip_prefix('{') {
                 Some(group) if after[..head_len].ends_with("::") || head.is_empty() => {
-                    let inner = group.split('}').next().unwrap_or_default();
-                    for item in inner.split(',') {
-                        let mut p = stem.clone();
-                        p.extend(segments(item));
-                        out.push(p);
+                    for tail in group_items(group).into_iter().flat_map(item_paths) {
+                        out.push(stem.iter().cloned().chain(tail).collect());
                     }
                 }
                 _ => out.push(stem),
@@ -407,6 +455,35 @@ fn the_path_reader_resolves_super_self_and_groups() {
             "config",
             "worker::state::State",
             "worker::conn::x::Y"
+        ]
+    );
+}
+
+#[test]
+fn nested_use_groups_name_each_of_their_modules() {
+    // `[hub, lock]` was read from this line before groups were parsed with their nesting.
+    assert_eq!(
+        named_modules("use crate::{hub::{Inbox, lock}, worker::Engine};"),
+        vec!["hub", "worker"]
+    );
+    let module = vec!["worker".to_owned(), "conn".to_owned()];
+    let joined: Vec<String> = named_paths(
+        "use crate::{hub::{Inbox, lock::{A, B}}, worker::Engine};\nuse super::{state::{State, Kind}, io};",
+        &module,
+    )
+    .iter()
+    .map(|p| p.join("::"))
+    .collect();
+    assert_eq!(
+        joined,
+        vec![
+            "hub::Inbox",
+            "hub::lock::A",
+            "hub::lock::B",
+            "worker::Engine",
+            "worker::state::State",
+            "worker::state::Kind",
+            "worker::io",
         ]
     );
 }

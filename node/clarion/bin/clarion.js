@@ -19,6 +19,18 @@ const child = spawn(binary, process.argv.slice(2), { stdio: 'inherit' });
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2']) {
   process.on(signal, () => child.kill(signal));
 }
+// `npm exec` (npx) runs this through `sh -c`; SIGTERM to npm ends npm and the shell but reaches
+// neither this process nor the server, which would run on, orphaned, holding its ports. The
+// process that started this one going away is the same request to stop: this process is then
+// adopted, and its parent changes.
+const parent = process.ppid;
+const orphaned = setInterval(() => {
+  if (process.ppid !== parent) {
+    clearInterval(orphaned);
+    child.kill('SIGTERM');
+  }
+}, 250);
+orphaned.unref();
 child.on('error', (e) => {
   process.stderr.write(`clarion: cannot run ${binary}: ${e.message}\n`);
   process.exit(1);

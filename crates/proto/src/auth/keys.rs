@@ -91,19 +91,29 @@ pub enum KeyError {
 
 /// Parses the first PEM `PUBLIC KEY` block of `text`.
 pub fn parse_pem_public_key(text: &str) -> Result<PublicKey, KeyError> {
-    const BEGIN: &str = "-----BEGIN PUBLIC KEY-----";
-    const END: &str = "-----END PUBLIC KEY-----";
-    let start = text.find(BEGIN).ok_or(KeyError::NoPem)? + BEGIN.len();
-    let rest = text.get(start..).ok_or(KeyError::NoPem)?;
-    let end = rest.find(END).ok_or(KeyError::NoPem)?;
+    let der = pem_block(text, "PUBLIC KEY")?.ok_or(KeyError::NoPem)?;
+    parse_spki(&der)
+}
+
+/// The DER bytes of the first PEM block labelled `label` in `text` (`None` when there is none).
+pub(super) fn pem_block(text: &str, label: &str) -> Result<Option<Vec<u8>>, KeyError> {
+    let begin = format!("-----BEGIN {label}-----");
+    let end = format!("-----END {label}-----");
+    let Some(start) = text.find(&begin) else {
+        return Ok(None);
+    };
+    let rest = text.get(start + begin.len()..).unwrap_or_default();
+    let stop = rest.find(&end).ok_or(KeyError::NoPem)?;
     let body: String = rest
-        .get(..end)
+        .get(..stop)
         .unwrap_or_default()
         .chars()
         .filter(|c| !c.is_ascii_whitespace())
         .collect();
-    let der = STANDARD.decode(body).map_err(|_| KeyError::PemBase64)?;
-    parse_spki(&der)
+    STANDARD
+        .decode(body)
+        .map(Some)
+        .map_err(|_| KeyError::PemBase64)
 }
 
 /// Parses a DER SubjectPublicKeyInfo (RFC 5280 §4.1.2.7) holding an RSA or P-256 key.

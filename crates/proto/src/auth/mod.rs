@@ -7,6 +7,7 @@
 //! - [`keys`]: public keys from PEM (SubjectPublicKeyInfo) and JSON Web Key Sets.
 //! - [`pattern`]: the topic patterns of the `clarion` claim and the grants they make up.
 //! - [`cookie_value`]: a token from a `Cookie` header.
+//! - [`sign`]: minting a token (`clarion token`), the verifier's inverse.
 //!
 //! Verification is a small verifier over ring (already the workspace's crypto for TLS) rather
 //! than a JWT crate: the common crates validate `exp` against the system clock, which a sans-IO
@@ -16,6 +17,7 @@
 
 pub mod keys;
 pub mod pattern;
+pub mod sign;
 pub mod token;
 
 pub use keys::{parse_jwks, parse_pem_public_key, KeyError, NamedKey, PublicKey};

@@ -106,6 +106,15 @@ impl Refusal {
         label: "origin",
     };
 
+    /// The token cookie on a browser request that names no `Origin` but says another page
+    /// made it (`Sec-Fetch-Site: same-site` or `cross-site`: an `<img>`, a `<script>`, a
+    /// no-cors `fetch`).
+    pub const FOREIGN_SITE: Refusal = Refusal {
+        status: 403,
+        reason: "the token cookie is not accepted on a request another page made without an Origin (Sec-Fetch-Site)",
+        label: "origin",
+    };
+
     /// A token that failed verification.
     pub fn token(e: TokenError) -> Refusal {
         let reason = match e {
@@ -283,7 +292,7 @@ impl Auth {
 
     /// The token a request carries: `Authorization: Bearer`, else the cookie, else (when
     /// allowed) the `token` query parameter. The cookie from a page of a site not allowed
-    /// ([`Auth::page_may_use_cookie`]) is refused, not skipped: the page meant it to count.
+    /// ([`Auth::cookie_refusal`]) is refused, not skipped: the page meant it to count.
     pub fn token_of<'h>(&self, head: &RequestHead<'h>) -> Result<Option<Cow<'h, str>>, Refusal> {
         if let Some(Ok(Credentials::Bearer(t))) =
             head.header_str("authorization").map(parse_authorization)
@@ -298,8 +307,8 @@ impl Auth {
                 .filter_map(|(_, v)| std::str::from_utf8(v).ok())
                 .find_map(|v| cookie_value(v, name));
             if let Some(t) = found {
-                if !self.page_may_use_cookie(head) {
-                    return Err(Refusal::FOREIGN_ORIGIN);
+                if let Some(refusal) = self.cookie_refusal(head) {
+                    return Err(refusal);
                 }
                 return Ok(Some(Cow::Borrowed(t)));
             }
@@ -314,23 +323,32 @@ impl Auth {
         Ok(None)
     }
 
-    /// Whether the cookie of a request may count: no `Origin` (not sent by a page, or a
-    /// same-origin GET), the server's own origin (the `Origin`'s host and port are the
-    /// request's `Host`), or one of `allowed_origins`. `Origin: null` (a sandboxed page, a
-    /// file) is never the server's own.
-    fn page_may_use_cookie(&self, head: &RequestHead<'_>) -> bool {
+    /// Why the cookie of a request may not count, if it may not. With an `Origin`, the origin
+    /// decides: the server's own (the `Origin`'s host and port are the request's `Host`) or
+    /// one of `allowed_origins`; `Origin: null` (a sandboxed page, a file) is never the
+    /// server's own. Without one, the request must not say another page made it: for a
+    /// subresource (`<img>`, `<script>`, a no-cors `fetch`) of a sibling subdomain a browser
+    /// sends `Sec-Fetch-Site: same-site` and no `Origin`, and `SameSite` cookies go along. So
+    /// only `same-origin`, `none` (the user typed the address) or no `Sec-Fetch-Site` (not a
+    /// browser, or one too old to send it) pass, as on the API (`api::access::browser_check`).
+    fn cookie_refusal(&self, head: &RequestHead<'_>) -> Option<Refusal> {
         let Some(origin) = head.header_str("origin") else {
-            return true;
+            let site = head.header_str("sec-fetch-site").map(str::trim);
+            return match site {
+                None | Some("same-origin" | "none") => None,
+                Some(_) => Some(Refusal::FOREIGN_SITE),
+            };
         };
         let allowed = |o: &String| o == "*" || o.eq_ignore_ascii_case(origin.trim());
         if self.allowed_origins.iter().any(allowed) {
-            return true;
+            return None;
         }
         let authority = origin.trim().split_once("://").map(|(_, a)| a);
-        match (authority, head.header_str("host")) {
+        let own = match (authority, head.header_str("host")) {
             (Some(a), Some(host)) => !a.is_empty() && a.eq_ignore_ascii_case(host.trim()),
             _ => false,
-        }
+        };
+        (!own).then_some(Refusal::FOREIGN_ORIGIN)
     }
 
     /// Verifies `token` at `now` (seconds since the Unix epoch).

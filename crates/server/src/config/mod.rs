@@ -272,8 +272,8 @@ settings! {
     grip_sig_key: Option<String> = None, secret "Key for signing Grip-Sig on proxied requests";
     /// The `iss` claim of `Grip-Sig`: what backends written for Pushpin check.
     grip_sig_iss: String = "pushpin".to_owned(), flag "Issuer of Grip-Sig (default pushpin)";
-    /// Seconds a backend has for one exchange (connect, request, whole answer); the client then
-    /// gets `504`. A bridged WebSocket whose backend times out is closed with `1011`. Long
+    /// Seconds a backend has for one exchange (waiting for a thread, connect, request, whole
+    /// answer), counted from when the request is queued; the client then gets `504`. A bridged WebSocket whose backend times out is closed with `1011`. Long
     /// enough for a slow backend page, short enough that a hung backend cannot pile up waiting
     /// clients. At least 1.
     grip_backend_timeout: u64 = 30,
@@ -386,8 +386,8 @@ settings! {
     /// on every hook request, so the application can trust the caller. Unset by default:
     /// requests are not signed (fine on loopback only).
     hook_secret: Option<String> = None, secret "Secret for signing hook requests";
-    /// Milliseconds a hook call may take (connect, request, whole answer); then the failure
-    /// policy applies. Long enough for a database lookup, short enough that a client's
+    /// Milliseconds a hook call may take (waiting for a thread, connect, request, whole answer),
+    /// counted from when it is queued; then the failure policy applies. Long enough for a database lookup, short enough that a client's
     /// handshake does not hang on a dead backend.
     hook_timeout_ms: u64 = 3000, flag "Milliseconds a hook call may take";
     /// Threads making hook calls, each one call at a time with a keep-alive connection. The
@@ -396,6 +396,14 @@ settings! {
     /// Hook calls queued or in flight at once, over every worker; above it a call fails at once
     /// (failure policy) instead of queueing behind a slow backend without bound.
     hook_max_in_flight: usize = 1024, flag "Most hook calls queued or in flight";
+    /// Hook calls queued or in flight at once for one client address (an IPv6 /64 counts as
+    /// one); above it a `connect` is answered `429` with `Retry-After` (an SSE request, the
+    /// `unavailable` stream) and a control message an error, at once. Half of `hook_threads`'
+    /// default, so one address never holds more than half the threads every other client's
+    /// connect waits on, yet a page opening a few connections at once fits. `0`: no limit
+    /// (behind a proxy whose address every client shares).
+    hook_max_in_flight_per_address: usize = 8,
+        flag "Most hook calls in flight for one client address (0: no limit)";
     /// Request headers passed to the `connect` hook (names, comma-separated). Cookies and the
     /// query are always passed; `Authorization` only if listed.
     hook_headers: Vec<String> = vec!["user-agent".to_owned(), "origin".to_owned()],

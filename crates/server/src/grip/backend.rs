@@ -6,8 +6,10 @@
 //! wake-up of its loop. Each thread keeps idle keep-alive connections to the backends it has
 //! talked to, so a burst of subscriptions does not pay a TCP handshake each.
 //!
-//! Every exchange is bounded: connect, write and read share one deadline
-//! (`grip_backend_timeout`), and answers larger than `grip_max_body` are refused.
+//! Every exchange is bounded: waiting for a thread, connect, write and read share one deadline
+//! (`grip_backend_timeout`, `hook_timeout_ms`) counted from when the job is queued, so a job
+//! stuck behind slow ones is answered `Timeout` at its deadline instead of starting late; and
+//! answers larger than the pool's body limit (`grip_max_body`, `hook_max_answer`) are refused.
 
 use std::collections::HashMap;
 use std::io::{self, Read as _, Write as _};
@@ -36,6 +38,9 @@ pub struct Job {
     pub request: Vec<u8>,
     /// A `HEAD` request (its answer has no body whatever the headers say).
     pub head_only: bool,
+    /// When it was handed over: its deadline counts from here, so the time it waits for a
+    /// free thread is part of the timeout (a queue of slow calls must not stretch it).
+    pub queued: Instant,
 }
 
 /// A backend's complete answer.
@@ -128,6 +133,8 @@ pub struct Limits {
     pub timeout: Duration,
     /// Largest body.
     pub max_body: usize,
+    /// The setting `max_body` comes from, named when an answer is too large.
+    pub max_body_setting: &'static str,
 }
 
 impl Backend {
@@ -186,9 +193,8 @@ fn run(rx: &Mutex<Receiver<Job>>, limits: Limits) {
             Ok(j) => j,
             Err(_) => return,
         };
-        let started = Instant::now();
         let result = exchange(&job, &mut idle, limits);
-        let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let elapsed_us = u64::try_from(job.queued.elapsed().as_micros()).unwrap_or(u64::MAX);
         if let Err(f) = &result {
             log::debug(format_args!("backend {:?}: {f:?}", job.targets));
         }
@@ -220,11 +226,15 @@ fn exchange(
     idle: &mut HashMap<String, TcpStream>,
     limits: Limits,
 ) -> Result<Response, Failure> {
-    let deadline = Instant::now() + limits.timeout;
+    let deadline = job.queued + limits.timeout;
+    if Instant::now() >= deadline {
+        // It waited its whole time for a thread: starting now would only make it later.
+        return Err(Failure::Timeout);
+    }
     let mut last = Failure::Unreachable("no backend".into());
     for addr in job.targets.iter() {
         if let Some(stream) = idle.remove(addr) {
-            match once(stream, job, deadline, limits.max_body) {
+            match once(stream, job, deadline, limits) {
                 Ok((r, keep)) => {
                     if let Some(s) = keep {
                         idle.insert(addr.clone(), s);
@@ -242,7 +252,7 @@ fn exchange(
                 continue;
             }
         };
-        return match once(stream, job, deadline, limits.max_body) {
+        return match once(stream, job, deadline, limits) {
             Ok((r, keep)) => {
                 if let Some(s) = keep {
                     idle.insert(addr.clone(), s);
@@ -280,8 +290,9 @@ fn once(
     mut s: TcpStream,
     job: &Job,
     deadline: Instant,
-    max_body: usize,
+    limits: Limits,
 ) -> Result<(Response, Option<TcpStream>), (Failure, bool)> {
+    let max_body = limits.max_body;
     let io_fail = |e: io::Error, answered: bool| match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => (Failure::Timeout, answered),
         _ => (Failure::Unreachable(e.to_string()), answered),
@@ -343,7 +354,7 @@ fn once(
     buf.drain(..head_len);
     let too_large = || {
         (
-            Failure::Invalid("answer larger than grip_max_body".into()),
+            Failure::Invalid(format!("answer larger than {}", limits.max_body_setting)),
             true,
         )
     };
@@ -407,4 +418,83 @@ fn once(
         },
         reusable.then_some(s),
     ))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_that_waited_its_whole_timeout_in_the_queue_is_not_started() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let limits = Limits {
+            timeout: Duration::from_secs(1),
+            max_body: 1024,
+            max_body_setting: "hook_max_answer",
+        };
+        let job = |queued| Job {
+            reply: None,
+            key: 0,
+            ticket: 0,
+            targets: vec![listener.local_addr().unwrap().to_string()].into(),
+            request: b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            head_only: false,
+            queued,
+        };
+        let mut idle = HashMap::new();
+        let late = job(Instant::now() - Duration::from_millis(1500));
+        assert_eq!(
+            exchange(&late, &mut idle, limits).err(),
+            Some(Failure::Timeout)
+        );
+        // It never reached the backend.
+        assert!(listener.accept().is_err());
+        // A job queued just now does (and times out waiting for the answer that never comes,
+        // one second after it was queued).
+        let t0 = Instant::now();
+        let fresh = job(t0);
+        assert_eq!(
+            exchange(&fresh, &mut idle, limits).err(),
+            Some(Failure::Timeout)
+        );
+        assert!(listener.accept().is_ok());
+        assert!(t0.elapsed() < Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn a_too_large_answer_names_the_setting_of_its_pool() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+                .unwrap();
+        });
+        let limits = Limits {
+            timeout: Duration::from_secs(5),
+            max_body: 10,
+            max_body_setting: "hook_max_answer",
+        };
+        let job = Job {
+            reply: None,
+            key: 0,
+            ticket: 0,
+            targets: vec![addr].into(),
+            request: b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            head_only: false,
+            queued: Instant::now(),
+        };
+        let got = exchange(&job, &mut HashMap::new(), limits).err();
+        assert_eq!(
+            got,
+            Some(Failure::Invalid(
+                "answer larger than hook_max_answer".into()
+            ))
+        );
+        server.join().unwrap();
+    }
 }

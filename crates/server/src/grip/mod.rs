@@ -89,6 +89,7 @@ impl Proxy {
             backend::Limits {
                 timeout: std::time::Duration::from_secs(config.grip_backend_timeout),
                 max_body: config.grip_max_body,
+                max_body_setting: "grip_max_body",
             },
         )
         .context("cannot start GRIP backend threads")?;

@@ -48,6 +48,13 @@ pub struct Target {
 }
 
 impl Target {
+    /// The URL as a log line shows it: scheme, host and path, without the query (which may
+    /// carry a token).
+    pub fn shown(&self) -> String {
+        let path = self.path.split('?').next().unwrap_or_default();
+        format!("http://{}{path}", self.host)
+    }
+
     /// Parses `http://host[:port][/path]` (no TLS: hooks run beside the server).
     pub fn parse(url: &str) -> Result<Target, String> {
         let rest = url
@@ -77,6 +84,28 @@ impl Target {
             path: path.to_owned(),
         })
     }
+}
+
+/// Why a hook call was not made: the caller answers at once instead of waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCalled {
+    /// That hook is not configured (or the worker has no mailbox).
+    Unconfigured,
+    /// `hook_max_in_flight` calls are queued or in flight, over every worker.
+    Busy,
+    /// The client's address has `hook_max_in_flight_per_address` calls queued or in flight:
+    /// one address may not fill the pool that every client's connect waits on.
+    AddressBusy,
+    /// The request could not be written (a target path that is not a valid request line).
+    Unwritable,
+}
+
+/// Hook calls queued or in flight per client address (the worker's address key), and the
+/// address of each call by ticket, so that its answer gives the place back.
+#[derive(Default)]
+struct ByAddress {
+    calls: HashMap<u32, usize>,
+    of_ticket: HashMap<u64, u32>,
 }
 
 /// A cached answer: the backend's body, reused until `until` (Unix seconds).
@@ -111,6 +140,9 @@ pub struct Hooks {
     refusal_ttl: u64,
     max_in_flight: usize,
     in_flight: AtomicUsize,
+    /// `hook_max_in_flight_per_address` (0: no limit, and `by_address` stays empty).
+    max_per_address: usize,
+    by_address: Mutex<ByAddress>,
     /// Largest answer (and a publish's replacement data).
     pub max_answer: usize,
     cache: Mutex<HashMap<(Hook, Vec<u8>), Cached>>,
@@ -141,6 +173,7 @@ impl Hooks {
         let limits = Limits {
             timeout: Duration::from_millis(config.hook_timeout_ms),
             max_body: config.hook_max_answer,
+            max_body_setting: "hook_max_answer",
         };
         // Without a hook URL (webhooks only) the pool has no threads and is never used.
         let threads = if any_hook { config.hook_threads } else { 0 };
@@ -206,6 +239,8 @@ impl Hooks {
             refusal_ttl: config.hook_cache_refusal_ttl.min(config.hook_cache_ttl),
             max_in_flight: config.hook_max_in_flight,
             in_flight: AtomicUsize::new(0),
+            max_per_address: config.hook_max_in_flight_per_address,
+            by_address: Mutex::new(ByAddress::default()),
             max_answer: config.hook_max_answer,
             cache: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
@@ -228,27 +263,41 @@ impl Hooks {
         self.next.fetch_add(1, Relaxed)
     }
 
-    /// Sends `body` to `hook` for connection `key` of worker `worker`, signed at `unix_now`.
-    /// `false` when it cannot be sent (the in-flight bound, or the hook is not configured):
-    /// the caller applies the failure policy at once.
+    /// Sends `body` to `hook` for connection `key` of worker `worker`, whose client address
+    /// key is `peer`, signed at `unix_now`. When it cannot be sent (not configured, an
+    /// in-flight bound) the caller answers at once, as [`NotCalled`] says.
+    #[allow(clippy::too_many_arguments)]
     pub fn call(
         &self,
         worker: usize,
         key: u32,
+        peer: u32,
         ticket: u64,
         hook: Hook,
         body: &[u8],
         unix_now: u64,
-    ) -> bool {
+    ) -> Result<(), NotCalled> {
         let Some(target) = self.target(hook) else {
-            return false;
+            return Err(NotCalled::Unconfigured);
         };
         let Some(mailbox) = self.mailboxes.get(worker) else {
-            return false;
+            return Err(NotCalled::Unconfigured);
         };
         if self.in_flight.fetch_add(1, Relaxed) >= self.max_in_flight {
             self.in_flight.fetch_sub(1, Relaxed);
-            return false;
+            return Err(NotCalled::Busy);
+        }
+        if self.max_per_address > 0 {
+            let mut by = lock(&self.by_address);
+            let n = by.calls.entry(peer).or_insert(0);
+            if *n >= self.max_per_address {
+                drop(by);
+                self.in_flight.fetch_sub(1, Relaxed);
+                self.metrics.hooks.address_limited.fetch_add(1, Relaxed);
+                return Err(NotCalled::AddressBusy);
+            }
+            *n += 1;
+            by.of_ticket.insert(ticket, peer);
         }
         self.metrics.hooks.in_flight.fetch_add(1, Relaxed);
         let mut request = Vec::with_capacity(256 + body.len());
@@ -274,8 +323,8 @@ impl Hooks {
             Ok::<(), http1::HeadWriteError>(())
         })();
         if written.is_err() {
-            self.done();
-            return false;
+            self.done(ticket);
+            return Err(NotCalled::Unwritable);
         }
         request.extend_from_slice(body);
         self.backend.submit(Job {
@@ -285,14 +334,27 @@ impl Hooks {
             targets: Arc::clone(&target.addr),
             request,
             head_only: false,
+            queued: std::time::Instant::now(),
         });
-        true
+        Ok(())
     }
 
-    /// A call's answer was taken by its worker: it no longer counts against the bound.
-    pub fn done(&self) {
+    /// The answer of call `ticket` was taken by its worker: it no longer counts against the
+    /// bounds.
+    pub fn done(&self, ticket: u64) {
         self.in_flight.fetch_sub(1, Relaxed);
         self.metrics.hooks.in_flight.fetch_sub(1, Relaxed);
+        if self.max_per_address > 0 {
+            let mut by = lock(&self.by_address);
+            if let Some(peer) = by.of_ticket.remove(&ticket) {
+                if let Some(n) = by.calls.get_mut(&peer) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        by.calls.remove(&peer);
+                    }
+                }
+            }
+        }
     }
 
     /// Counts a call's outcome (0 allow, 1 refuse, 2 failure) and its latency.
@@ -391,5 +453,55 @@ mod tests {
         assert!(Target::parse("https://app/x").is_err());
         assert!(Target::parse("http:///x").is_err());
         assert!(Target::parse("http://u@app/x").is_err());
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share_of_hook_calls() {
+        let config = Config {
+            hook_connect_url: Some("http://127.0.0.1:9/connect".into()),
+            hook_max_in_flight_per_address: 2,
+            ..Config::default()
+        };
+        let poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
+        let inbox = Arc::new(Inbox::new(waker));
+        let metrics = Arc::new(Metrics::default());
+        let (hooks, _jobs) = Hooks::detached(&config, &inbox, &metrics);
+        let (a, b) = (1, 2);
+        let call = |peer, ticket| hooks.call(0, 7, peer, ticket, Hook::Connect, b"{}", 0);
+        assert_eq!(call(a, 1), Ok(()));
+        assert_eq!(call(a, 2), Ok(()));
+        assert_eq!(call(a, 3), Err(NotCalled::AddressBusy));
+        // Another address is not held back, and the refused call holds no place.
+        assert_eq!(call(b, 4), Ok(()));
+        assert_eq!(metrics.hooks.address_limited.load(Relaxed), 1);
+        assert_eq!(metrics.hooks.in_flight.load(Relaxed), 3);
+        // An answer gives its address's place back.
+        hooks.done(1);
+        assert_eq!(call(a, 5), Ok(()));
+        assert_eq!(call(a, 6), Err(NotCalled::AddressBusy));
+        for t in [2, 4, 5] {
+            hooks.done(t);
+        }
+        assert!(lock(&hooks.by_address).calls.is_empty());
+        assert!(lock(&hooks.by_address).of_ticket.is_empty());
+    }
+
+    #[test]
+    fn no_per_address_limit_at_zero() {
+        let config = Config {
+            hook_connect_url: Some("http://127.0.0.1:9/connect".into()),
+            hook_max_in_flight_per_address: 0,
+            ..Config::default()
+        };
+        let poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
+        let inbox = Arc::new(Inbox::new(waker));
+        let metrics = Arc::new(Metrics::default());
+        let (hooks, _jobs) = Hooks::detached(&config, &inbox, &metrics);
+        for t in 0..100 {
+            assert_eq!(hooks.call(0, 7, 1, t, Hook::Connect, b"{}", 0), Ok(()));
+        }
+        assert!(lock(&hooks.by_address).of_ticket.is_empty());
     }
 }

@@ -5,7 +5,10 @@
 //! full the event is dropped and counted). One sender thread takes a batch when it holds
 //! `webhook_batch_max` events or `webhook_batch_ms` after the first one arrived, posts it, and
 //! retries the same batch (same event ids) with doubling backoff until the application answers
-//! 2xx: delivery is at-least-once and in order, and ids let the receiver drop duplicates.
+//! 2xx: delivery is at-least-once and in order, and ids let the receiver drop duplicates. A 4xx
+//! other than 408 and 429 is the application refusing the events (a wrong URL, a signature it
+//! does not accept): retrying cannot change that answer, so the batch is dropped, counted and
+//! logged with the URL and the answer.
 //!
 //! Topic occupancy is counted here per process (connection subscriptions per topic), so a
 //! topic held by several workers is occupied once. With the Redis broker, `cluster` turns the
@@ -22,7 +25,7 @@ use clarion_proto::hooks::{encode_batch, signature, Event};
 use clarion_proto::http1::{self, Version};
 
 use super::Target;
-use crate::grip::backend::{exchange_blocking, Job, Limits};
+use crate::grip::backend::{exchange_blocking, Failure, Job, Limits};
 use crate::hub::lock;
 use crate::metrics::Metrics;
 
@@ -32,6 +35,76 @@ use crate::metrics::Metrics;
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 /// See [`RETRY_FIRST`].
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// The longest `Retry-After` (408, 429, 503) that is obeyed: a larger value is taken as this.
+const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
+/// How much of a refusing answer's body the log line quotes.
+const LOGGED_BODY: usize = 200;
+
+/// Why a batch was not delivered.
+#[derive(Debug, PartialEq)]
+enum PostError {
+    /// No answer: the request could not be written, the application could not be reached or
+    /// did not answer in time, or its answer was not HTTP. Retried.
+    Transport(String),
+    /// The application answered with a status other than 2xx.
+    Status {
+        status: u16,
+        /// The start of the answer's body, printable.
+        body: String,
+        /// Its `Retry-After`, in seconds.
+        retry_after: Option<u64>,
+    },
+}
+
+impl PostError {
+    /// Whether the same batch is tried again: a 4xx other than 408 (timeout) and 429 (too many
+    /// requests) is final.
+    fn retried(&self) -> bool {
+        match self {
+            PostError::Transport(_) => true,
+            PostError::Status { status, .. } => {
+                !(400..500).contains(status) || matches!(status, 408 | 429)
+            }
+        }
+    }
+
+    /// How long to wait before the next try: the backoff, or the answer's `Retry-After` when
+    /// it asks for longer (bounded by [`RETRY_AFTER_MAX`]).
+    fn wait(&self, backoff: Duration) -> Duration {
+        match self {
+            PostError::Status {
+                retry_after: Some(s),
+                ..
+            } => backoff.max(Duration::from_secs(*s).min(RETRY_AFTER_MAX)),
+            PostError::Status { .. } | PostError::Transport(_) => backoff,
+        }
+    }
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PostError::Transport(why) => f.write_str(why),
+            PostError::Status { status, body, .. } if body.is_empty() => {
+                write!(f, "answered {status}")
+            }
+            PostError::Status { status, body, .. } => write!(f, "answered {status} {body}"),
+        }
+    }
+}
+
+/// The start of `body` as one printable line: control characters become spaces.
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body.get(..LOGGED_BODY).unwrap_or(body));
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if body.len() > LOGGED_BODY {
+        out.push_str("...");
+    }
+    out.trim().to_owned()
+}
 
 /// Where topic transitions are decided across processes (the Redis broker's nodes), if at all.
 pub trait Occupancy: Send + Sync {
@@ -304,18 +377,31 @@ fn sender(inner: &Inner) {
                     w.webhook_batches.fetch_add(1, Relaxed);
                     break;
                 }
-                Err(why) => {
+                Err(why) if !why.retried() => {
                     crate::log::warn(format_args!(
-                        "webhook: {why}; retrying {} events in {} ms",
+                        "webhook: {} {why}; dropping {} events: a 4xx other than 408 and 429 \
+                         is the application refusing them, and is not retried (docs/hooks.md, \
+                         Webhooks)",
+                        inner.target.shown(),
                         batch.len(),
-                        wait.as_millis()
+                    ));
+                    w.webhook_rejected.fetch_add(batch.len() as u64, Relaxed);
+                    break;
+                }
+                Err(why) => {
+                    let pause = why.wait(wait);
+                    crate::log::warn(format_args!(
+                        "webhook: {} {why}; retrying {} events in {} ms",
+                        inner.target.shown(),
+                        batch.len(),
+                        pause.as_millis()
                     ));
                     w.webhook_retries.fetch_add(1, Relaxed);
                     if lock(&inner.queue).stopping {
                         w.webhook_dropped.fetch_add(batch.len() as u64, Relaxed);
                         break;
                     }
-                    std::thread::sleep(wait);
+                    std::thread::sleep(pause);
                     wait = (wait * 2).min(RETRY_MAX);
                 }
             }
@@ -323,7 +409,11 @@ fn sender(inner: &Inner) {
     }
 }
 
-fn post(inner: &Inner, body: &[u8], idle: &mut HashMap<String, TcpStream>) -> Result<(), String> {
+fn post(
+    inner: &Inner,
+    body: &[u8],
+    idle: &mut HashMap<String, TcpStream>,
+) -> Result<(), PostError> {
     let t = &inner.target;
     let mut request = Vec::with_capacity(256 + body.len());
     let head = (|| {
@@ -347,7 +437,7 @@ fn post(inner: &Inner, body: &[u8], idle: &mut HashMap<String, TcpStream>) -> Re
         http1::end_head(&mut request);
         Ok::<(), http1::HeadWriteError>(())
     })();
-    head.map_err(|e| format!("cannot write the request: {e}"))?;
+    head.map_err(|e| PostError::Transport(format!("cannot write the request: {e}")))?;
     request.extend_from_slice(body);
     let job = Job {
         reply: None,
@@ -356,10 +446,67 @@ fn post(inner: &Inner, body: &[u8], idle: &mut HashMap<String, TcpStream>) -> Re
         targets: Arc::clone(&t.addr),
         request,
         head_only: false,
+        queued: std::time::Instant::now(),
     };
     match exchange_blocking(&job, idle, inner.limits) {
         Ok(r) if (200..300).contains(&r.status) => Ok(()),
-        Ok(r) => Err(format!("the webhook answered {}", r.status)),
-        Err(f) => Err(format!("{f:?}")),
+        Ok(r) => Err(PostError::Status {
+            status: r.status,
+            body: excerpt(&r.body),
+            retry_after: r.header("retry-after").and_then(|v| v.trim().parse().ok()),
+        }),
+        Err(Failure::Unreachable(why)) => Err(PostError::Transport(format!("unreachable: {why}"))),
+        Err(Failure::Timeout) => Err(PostError::Transport(format!(
+            "no answer within {} ms",
+            inner.limits.timeout.as_millis()
+        ))),
+        Err(Failure::Invalid(why)) => Err(PostError::Transport(format!("invalid answer: {why}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(status: u16, retry_after: Option<u64>) -> PostError {
+        PostError::Status {
+            status,
+            body: String::new(),
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn a_4xx_other_than_408_and_429_is_final_and_the_rest_are_retried() {
+        for final_status in [400, 401, 403, 404, 410, 413, 422] {
+            assert!(!status(final_status, None).retried(), "{final_status}");
+        }
+        for retried in [408, 429, 500, 502, 503, 504, 302] {
+            assert!(status(retried, None).retried(), "{retried}");
+        }
+        assert!(PostError::Transport("unreachable".into()).retried());
+    }
+
+    #[test]
+    fn retry_after_lengthens_the_wait_within_a_bound() {
+        let backoff = Duration::from_millis(100);
+        assert_eq!(status(503, None).wait(backoff), backoff);
+        assert_eq!(status(503, Some(3)).wait(backoff), Duration::from_secs(3));
+        assert_eq!(status(429, Some(86_400)).wait(backoff), RETRY_AFTER_MAX);
+        assert_eq!(status(503, Some(0)).wait(backoff), backoff);
+    }
+
+    #[test]
+    fn the_log_quotes_the_answer_on_one_line_and_briefly() {
+        let e = PostError::Status {
+            status: 404,
+            body: excerpt(b"{\"error\":\"no such hook\"}\r\n"),
+            retry_after: None,
+        };
+        assert_eq!(e.to_string(), "answered 404 {\"error\":\"no such hook\"}");
+        assert_eq!(status(500, None).to_string(), "answered 500");
+        let long = excerpt(&[b'x'; 1000]);
+        assert_eq!(long.len(), LOGGED_BODY + 3);
+        assert!(long.ends_with("..."));
     }
 }

@@ -243,6 +243,28 @@ impl<S: Socket> Engine<S> {
         self.presence_forget(k);
     }
 
+    /// The record that owns `k`'s socket: `k` itself, or for an HTTP/2 stream (which has no
+    /// socket) its connection.
+    pub(crate) fn socket_owner(&self, k: u32) -> u32 {
+        self.h2_streams.get(&k).map_or(k, |&(parent, _)| parent)
+    }
+
+    /// The client's address for `k`, on every transport: an HTTP/2 stream's is its
+    /// connection's. Everything that reports or forwards the address reads it here.
+    pub(crate) fn peer_of(&self, k: u32) -> Option<std::net::IpAddr> {
+        let owner = self.socket_owner(k);
+        self.conns.get(owner as usize)?.stream.as_ref()?.peer_ip()
+    }
+
+    /// Whether `k` reached us over TLS, on every transport: an HTTP/2 stream's answer is its
+    /// connection's (the stream's own record never holds the TLS session).
+    pub(crate) fn is_tls(&self, k: u32) -> bool {
+        let owner = self.socket_owner(k);
+        self.conns
+            .get(owner as usize)
+            .is_some_and(|c| c.tls.is_some())
+    }
+
     /// The current Unix time, from the coarse clock.
     pub(crate) fn unix_now(&self) -> u64 {
         self.unix_base + u64::from(self.now)

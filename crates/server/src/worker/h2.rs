@@ -188,7 +188,7 @@ impl<S: Socket> Engine<S> {
         };
         // The protocol state refuses streams past `h2_max_streams`; this holds the engine to
         // it too, should a record ever outlive its stream.
-        if self.h2_records_of(k) >= self.shared.config.h2_max_streams {
+        if self.h2_records_of(k) >= self.shared.config.h2_max_streams.max(1) {
             log::debug(format_args!(
                 "HTTP/2 stream refused: records at h2_max_streams"
             ));

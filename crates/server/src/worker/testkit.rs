@@ -344,7 +344,7 @@ impl Harness {
     /// Answers hook call `job` with `status` and `body`, through the engine's answer handler.
     pub fn answer_hook(&mut self, job: &Job, status: u16, body: &[u8]) {
         if let Some(h) = self.shared.hooks.as_ref() {
-            h.done();
+            h.done(job.ticket);
         }
         let answer = Answer {
             key: job.key,

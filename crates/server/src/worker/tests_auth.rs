@@ -322,3 +322,47 @@ fn without_auth_configuration_nothing_changes() {
     let r = control(&mut h, &c, r#"{"type":"auth","token":"x"}"#);
     assert!(r[0].contains("not configured"), "{r:?}");
 }
+
+/// What a cookie-carrying SSE request with `extra` header lines is answered.
+fn cookie_sse_status(h: &mut Harness, extra: &str) -> String {
+    let t = token(60, &["t"], &[]);
+    let c = h.connect();
+    let req = format!(
+        "GET /sse?topic=t HTTP/1.1\r\nHost: push.example.com\r\nCookie: clarion_token={t}\r\n{extra}\r\n"
+    );
+    h.send(&c, req.as_bytes());
+    c.take_text()
+}
+
+#[test]
+fn the_token_cookie_does_not_count_on_a_subresource_another_page_made() {
+    let mut h = Harness::new(Config {
+        allowed_origins: vec!["https://app.example.com".into()],
+        ..config()
+    });
+    // An <img> or no-cors fetch from a sibling subdomain (or another site): no Origin, and the
+    // browser says another page made it.
+    for site in ["same-site", "cross-site"] {
+        let out = cookie_sse_status(
+            &mut h,
+            &format!("Sec-Fetch-Mode: no-cors\r\nSec-Fetch-Site: {site}\r\n"),
+        );
+        assert!(out.starts_with("HTTP/1.1 403 "), "{site}: {out}");
+        assert!(out.contains("Sec-Fetch-Site"), "{out}");
+    }
+    // The server's own page, an address the user typed, a client that is not a browser.
+    for extra in [
+        "Sec-Fetch-Site: same-origin\r\n",
+        "Sec-Fetch-Site: none\r\n",
+        "",
+    ] {
+        let out = cookie_sse_status(&mut h, extra);
+        assert!(out.starts_with("HTTP/1.1 200 "), "{extra:?}: {out}");
+    }
+    // A same-site request that names an allowed Origin (a CORS EventSource) counts; one that
+    // names another does not.
+    let allowed = "Sec-Fetch-Site: same-site\r\nOrigin: https://app.example.com\r\n";
+    assert!(cookie_sse_status(&mut h, allowed).starts_with("HTTP/1.1 200 "));
+    let other = "Sec-Fetch-Site: same-site\r\nOrigin: https://blog.example.com\r\n";
+    assert!(cookie_sse_status(&mut h, other).starts_with("HTTP/1.1 403 "));
+}

@@ -166,6 +166,35 @@ fn a_stream_reset_for_data_on_its_closed_side_frees_its_record() {
     assert_eq!(h.shared.open.load(Relaxed), 1);
 }
 
+/// The engine holds a connection to `h2_max_streams` records by its own count, not only
+/// through the protocol state's limit: records it still counts (as a record that outlived its
+/// stream would be) leave no room for a new stream.
+#[test]
+fn the_engine_refuses_a_stream_past_h2_max_streams_records_of_its_own() {
+    let mut h = Harness::new(config(2, 10));
+    let c = h2_client(&mut h);
+    for fake in [900, 901] {
+        h.engine.h2_link(fake, c.key, 99);
+    }
+    let mut v = Vec::new();
+    get(&mut v, 1, "/sse?topic=t", true);
+    h.send(&c, &v);
+    let frames = server_frames(&c.take());
+    assert!(
+        frames.contains(&(0x3, 1, ErrorCode::RefusedStream as u32)),
+        "{frames:?}"
+    );
+    assert_eq!(h.engine.h2_records_of(c.key), 2);
+    for fake in [900, 901] {
+        h.engine.h2_unlink(fake);
+    }
+    let mut v = Vec::new();
+    get(&mut v, 3, "/sse?topic=t", true);
+    h.send(&c, &v);
+    assert_eq!(h.engine.h2_records_of(c.key), 1, "room again");
+    check_records(&h, 2);
+}
+
 #[test]
 fn resets_the_client_provokes_past_the_budget_end_the_connection() {
     let mut h = Harness::new(config(4, 10));

@@ -134,16 +134,12 @@ impl<S: Socket> Engine<S> {
             self.respond(k, 502, &[], "route has no backend", keep);
             return Some(Some(total));
         };
-        let Some(conn) = self.conns.get(k as usize) else {
+        if !self.conns.contains(k as usize) {
             return Some(Some(total));
-        };
-        let tls = conn.tls.is_some();
-        let client_ip = conn
-            .stream
-            .as_ref()
-            .and_then(|s| s.peer_ip())
-            .map(|ip| ip.to_string())
-            .unwrap_or_default();
+        }
+        // An HTTP/2 stream has no socket: both come from its connection.
+        let tls = self.is_tls(k);
+        let client_ip = self.peer_of(k).map(|ip| ip.to_string()).unwrap_or_default();
         let path = route.backend_path(head.target);
         let host_header = target.host_header.as_deref().unwrap_or(host);
         let scheme = match (tls, ws) {
@@ -292,6 +288,7 @@ impl<S: Socket> Engine<S> {
             targets: Arc::clone(targets),
             request,
             head_only,
+            queued: std::time::Instant::now(),
         });
     }
 
@@ -555,6 +552,13 @@ fn write_client_headers(
             http1::write_header(out, name, String::from_utf8_lossy(value).as_bytes())?;
         }
     }
+    // Never an empty last entry: a backend that trusts one proxy reads the last one, and an
+    // empty one would hand it the client's own (forgeable) value.
+    let client_ip = if client_ip.is_empty() {
+        "unknown"
+    } else {
+        client_ip
+    };
     let forwarded_for = match head.header_str("x-forwarded-for") {
         Some(prev) => format!("{prev}, {client_ip}"),
         None => client_ip.to_string(),
@@ -599,6 +603,21 @@ mod tests {
             Err(HeadWriteError::Value)
         );
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_client_address_is_never_an_empty_last_entry() {
+        let raw = b"GET /x HTTP/1.1\r\nHost: front\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n";
+        let head = http1::parse_head(raw, &http1::HeadLimits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        write_client_headers(&mut out, &head, "back", "", "https", &[]).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("X-Forwarded-For: 6.6.6.6, unknown\r\n"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use clarion_proto::http1::{self, RequestHead};
 use clarion_proto::pubsub::control::Reply;
 
 use crate::grip::backend::{Answer, Failure};
-use crate::hooks::Hook;
+use crate::hooks::{Hook, NotCalled};
 use crate::log;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State};
@@ -155,9 +155,18 @@ enum Verdict {
 
 enum ConnectVerdict {
     Allow(Box<Accepted>),
-    Refuse { status: u16, reason: String },
+    Refuse {
+        status: u16,
+        reason: String,
+    },
     Failed(String),
+    /// Not asked: the client's address has `hook_max_in_flight_per_address` calls out.
+    AddressBusy,
 }
+
+/// What a client whose address has too many hook calls out is told.
+const ADDRESS_BUSY: &str =
+    "too many hook calls in flight for this address; retry later (hook_max_in_flight_per_address)";
 
 /// What a control message does about the `subscribe`/`publish` hook.
 pub(crate) enum Gate {
@@ -183,6 +192,16 @@ fn body_of(result: Result<crate::grip::backend::Response, Failure>) -> Result<Ve
         Err(Failure::Timeout) => Err("the hook did not answer in time".into()),
         Err(Failure::Unreachable(why)) => Err(format!("the hook is unreachable: {why}")),
         Err(Failure::Invalid(why)) => Err(format!("the hook's answer is invalid: {why}")),
+    }
+}
+
+/// Why a call that could not be made failed, for the log and the failure policy.
+fn not_called(why: NotCalled) -> &'static str {
+    match why {
+        NotCalled::Busy => "too many hook calls in flight (hook_max_in_flight)",
+        NotCalled::AddressBusy => ADDRESS_BUSY,
+        NotCalled::Unconfigured => "the hook is not configured",
+        NotCalled::Unwritable => "the hook request cannot be written",
     }
 }
 
@@ -253,22 +272,32 @@ impl<S: Socket> Engine<S> {
                     connect_verdict(&body).0
                 } else {
                     let ticket = hooks.ticket();
-                    if hooks.call(self.id, k, ticket, Hook::Connect, &question, now) {
-                        let wait = Wait {
-                            ticket,
-                            hook: Hook::Connect,
-                            what: What::Connect {
-                                head: self.hooks.head.as_slice().into(),
-                                question,
-                            },
-                            queued: Vec::new(),
-                        };
-                        self.hooks.waits.insert(k, wait);
-                        self.set_state(k, State::Proxy);
-                        return Some(Checked::Waiting);
+                    let peer = self.conns.get(k as usize).map_or(0, |c| c.peer);
+                    match hooks.call(self.id, k, peer, ticket, Hook::Connect, &question, now) {
+                        Ok(()) => {
+                            let wait = Wait {
+                                ticket,
+                                hook: Hook::Connect,
+                                what: What::Connect {
+                                    head: self.hooks.head.as_slice().into(),
+                                    question,
+                                },
+                                queued: Vec::new(),
+                            };
+                            self.hooks.waits.insert(k, wait);
+                            self.set_state(k, State::Proxy);
+                            return Some(Checked::Waiting);
+                        }
+                        Err(NotCalled::AddressBusy) => ConnectVerdict::AddressBusy,
+                        Err(
+                            why @ (NotCalled::Busy
+                            | NotCalled::Unconfigured
+                            | NotCalled::Unwritable),
+                        ) => {
+                            hooks.count(Hook::Connect, 2, 0);
+                            ConnectVerdict::Failed(not_called(why).into())
+                        }
                     }
-                    hooks.count(Hook::Connect, 2, 0);
-                    ConnectVerdict::Failed("too many hook calls in flight".into())
                 }
             }
         };
@@ -339,6 +368,18 @@ impl<S: Socket> Engine<S> {
                 }
                 Some(Checked::Refused)
             }
+            ConnectVerdict::AddressBusy => {
+                // The call could not be made, as for any failure; the answer says why.
+                if hooks.fail_to_token && valid.is_some() {
+                    return Some(Checked::Allowed(valid));
+                }
+                if transport_of(head, &shared.config) == "sse" {
+                    self.sse_unavailable(k, ADDRESS_BUSY);
+                } else {
+                    self.hook_refuse(k, 429, ADDRESS_BUSY, keep);
+                }
+                Some(Checked::Refused)
+            }
         }
     }
 
@@ -351,12 +392,7 @@ impl<S: Socket> Engine<S> {
         token: Option<&Claims>,
     ) -> Vec<u8> {
         let hooks = self.shared.hooks.as_ref();
-        let remote = self
-            .conns
-            .get(k as usize)
-            .and_then(|c| c.stream.as_ref()?.peer_ip())
-            .map(|ip| ip.to_string())
-            .unwrap_or_default();
+        let remote = self.peer_of(k).map(|ip| ip.to_string()).unwrap_or_default();
         let cookies = head
             .headers
             .iter()
@@ -393,7 +429,7 @@ impl<S: Socket> Engine<S> {
     }
 
     /// Answers a refused request with `status` and `{"error": reason}` (`Retry-After` on a
-    /// `503`).
+    /// `503` or `429`).
     fn hook_refuse(&mut self, k: u32, status: u16, reason: &str, keep: bool) {
         self.shared
             .metrics
@@ -406,7 +442,7 @@ impl<S: Socket> Engine<S> {
             ("Content-Type", "application/json"),
             ("Cache-Control", "no-store"),
         ];
-        if status == 503 {
+        if status == 503 || status == 429 {
             headers.push(("Retry-After", "1"));
         }
         if !origin.is_empty() {
@@ -504,13 +540,21 @@ impl<S: Socket> Engine<S> {
         };
         let body = proto::encode_check(kind, sub, info, topic, data);
         let ticket = hooks.ticket();
-        if !hooks.call(self.id, k, ticket, hook, &body, now) {
-            hooks.count(hook, 2, 0);
-            log::warn(format_args!("{kind} hook: too many hook calls in flight"));
+        let peer = self.conns.get(k as usize).map_or(0, |c| c.peer);
+        if let Err(why) = hooks.call(self.id, k, peer, ticket, hook, &body, now) {
+            let refused = match why {
+                // One client's burst: its own answer says so, without a warning per message.
+                NotCalled::AddressBusy => ADDRESS_BUSY,
+                NotCalled::Busy | NotCalled::Unconfigured | NotCalled::Unwritable => {
+                    hooks.count(hook, 2, 0);
+                    log::warn(format_args!("{kind} hook: {}", not_called(why)));
+                    "the application could not be asked; retry later"
+                }
+            };
             return if hooks.fail_to_token {
                 Gate::Pass
             } else {
-                Gate::Refused("the application could not be asked; retry later".into())
+                Gate::Refused(refused.into())
             };
         }
         let what = What::Control {
@@ -608,7 +652,7 @@ impl<S: Socket> Engine<S> {
         };
         for answer in mailbox.take() {
             if let Some(h) = self.shared.hooks.as_ref() {
-                h.done();
+                h.done(answer.ticket);
             }
             self.on_hook_answer(answer);
         }

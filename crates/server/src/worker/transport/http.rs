@@ -27,6 +27,7 @@ use crate::worker::socket::Socket;
 use crate::worker::state::Ext;
 use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use crate::worker::transport::auth::Checked;
+use crate::worker::transport::pages;
 use crate::worker::Engine;
 
 /// The subprotocol that wraps deliveries in a JSON envelope (`docs/protocol.md`).
@@ -131,6 +132,9 @@ impl<S: Socket> Engine<S> {
             }
         } else if cfg.echo_path.as_deref() == Some(path) {
             Endpoint::Echo
+        } else if path == pages::INDEX_PATH || path == pages::CLIENT_JS_PATH {
+            self.serve_page(k, head.method, path, head.header_str("if-none-match"), keep);
+            return;
         } else if is_api_path(path) {
             self.respond(k, 404, &[], WRONG_LISTENER, keep);
             return;

@@ -1,6 +1,7 @@
 //! The client-facing transports, as the worker's engine runs them: HTTP request routing and the
 //! WebSocket upgrade ([`http`]), WebSocket connections ([`ws`]), HTTP streams (SSE and NDJSON,
-//! [`stream`]) and long-polls ([`poll`]), and the checks of authentication ([`auth`]) they share.
+//! [`stream`]) and long-polls ([`poll`]), and the checks of authentication ([`auth`]) they share;
+//! [`pages`]: the listener's two fixed documents (`/`, and the browser client at `/client.js`).
 //!
 //! Each is a set of `Engine` methods called from the worker's dispatch points (read path,
 //! delivery, sweep, shutdown); none touches a socket or reads a clock: bytes go out through the
@@ -9,6 +10,7 @@
 pub mod auth;
 pub mod hooks;
 pub mod http;
+pub mod pages;
 pub mod poll;
 pub mod stream;
 pub mod ws;
