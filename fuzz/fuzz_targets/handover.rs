@@ -3,12 +3,14 @@
 //! asks for more bytes rather than failing or inventing a frame. The same input is also read as
 //! a connection record's mode-state section (auth, hooks, presence), which must hold to the same
 //! rules: no panic, one encoding per state, and no prefix of a valid section is one; and as the
-//! parked TLS 1.3 record layer inside a connection record: it never panics, and what decodes
-//! re-encodes to the same bytes. A connection record's permessage-deflate windows prime fresh
-//! streams without panicking, whatever their bytes.
+//! parked TLS 1.3 record layer inside a connection record, and as the parked HTTP/2 connection
+//! of an HTTP/2 record: neither panics, and what decodes re-encodes to the same bytes. A
+//! connection record's permessage-deflate windows (its own, or its HTTP/2 streams') prime
+//! fresh streams without panicking, whatever their bytes.
 #![no_main]
 
-use clarion_proto::handover::{decode, encode, Frame};
+use clarion_proto::h2::server::Connection;
+use clarion_proto::handover::{decode, encode, ConnRecord, Frame};
 use clarion_proto::ws::deflate::{Compressor, Inflater};
 use clarion_proto::handover_state;
 use clarion_proto::tls13::Parked;
@@ -20,13 +22,22 @@ fuzz_target!(|data: &[u8]| {
         p.encode(&mut out);
         assert_eq!(&out[..], data, "parked TLS state re-encodes to its bytes");
     }
+    if let Ok(c) = Connection::restore(data) {
+        let mut out = Vec::new();
+        c.park(&mut out);
+        assert_eq!(&out[..], data, "a parked HTTP/2 connection re-encodes to its bytes");
+    }
     let mut at = 0;
     while let Ok(Some((frame, used))) = decode(&data[at..]) {
         let mut out = Vec::new();
         encode(&frame, &mut out);
         assert_eq!(&out[..], &data[at..at + used], "re-encodes to its bytes");
         if let Frame::Conns(list) = &frame {
-            for r in list {
+            let streams = list
+                .iter()
+                .flat_map(|r| r.h2.iter().flat_map(|h| h.streams.iter().map(|(_, s)| s)));
+            let all: Vec<&ConnRecord<'_>> = list.iter().chain(streams).collect();
+            for r in all {
                 if let Some(w) = r.deflate.deflater {
                     let mut c = Compressor::resume(6, 9, 1, w);
                     let _ = c.compress(b"next");

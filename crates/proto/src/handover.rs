@@ -29,6 +29,9 @@
 //! its streams ([`DeflateWindows`], [`crate::ws::deflate`]): the new process primes fresh
 //! streams with them, so the client's compressor and inflater continue as if nothing moved.
 //!
+//! An HTTP/2 connection's record carries its protocol state and its streams ([`H2Record`]):
+//! each stream is a record of its own, without a socket, nested in its connection's.
+//!
 //! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
 //! process falls back to a restart with drain.
 
@@ -42,8 +45,8 @@ pub const MAGIC: [u8; 4] = *b"CLHO";
 /// The format version this code writes and reads. 1: the first; 2: the positions frame (a
 /// clustered broker), and in each connection record the auth/hooks/presence section and the
 /// TLS 1.3 record layer; 3: in each connection record, the permessage-deflate windows
-/// ([`DeflateWindows`]).
-pub const VERSION: u16 = 3;
+/// ([`DeflateWindows`]); 4: the HTTP/2 part of a connection record ([`H2Record`]).
+pub const VERSION: u16 = 4;
 /// Frame header bytes: magic, type and length.
 pub const HEAD: usize = 9;
 /// The largest body accepted: a history snapshot is bounded by `history_memory`, a batch of
@@ -164,6 +167,8 @@ pub enum ConnState<'a> {
         /// Where its answer resumes (an id).
         cursor: &'a str,
     },
+    /// An HTTP/2 connection: its record has an [`H2Record`].
+    H2,
 }
 
 /// One connection as it moves.
@@ -190,6 +195,8 @@ pub struct ConnRecord<'a> {
     pub tls: Option<TlsRecord<'a>>,
     /// For a WebSocket with permessage-deflate, the windows of the streams that keep context.
     pub deflate: DeflateWindows<'a>,
+    /// For an HTTP/2 connection (state [`ConnState::H2`]), its protocol state and streams.
+    pub h2: Option<H2Record<'a>>,
 }
 
 /// The compression streams of a WebSocket that keep context between messages, each as the
@@ -211,6 +218,20 @@ impl DeflateWindows<'_> {
     pub fn is_empty(&self) -> bool {
         self.deflater.is_none() && self.inflater.is_none()
     }
+}
+
+/// An HTTP/2 connection's part of its record: the protocol state and the streams that move
+/// with it. The connection's `input` is the client's frames not yet read and its `output`
+/// the frames the kernel has not taken; a stream's are the HTTP/1.1-shaped bytes of its own
+/// request and answer, framed by the new process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct H2Record<'a> {
+    /// The connection's state as [`crate::h2::server::Connection::park`] wrote it (checked by
+    /// the decoder with [`crate::h2::server::Connection::restore`]).
+    pub connection: &'a [u8],
+    /// Each moving stream's id and its record: a connection record of its own, without a
+    /// socket, a TLS part or an HTTP/2 part (its `worker` and `peer` are its connection's).
+    pub streams: Vec<(u32, ConnRecord<'a>)>,
 }
 
 /// A TLS 1.3 connection's record layer as it moves: the keys' state and the ciphertext in
@@ -356,6 +377,7 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&left.to_le_bytes());
             put_str16(out, cursor);
         }
+        ConnState::H2 => out.push(5),
     }
     out.extend_from_slice(&c.idle.to_le_bytes());
     out.extend_from_slice(&c.peer.to_le_bytes());
@@ -381,6 +403,7 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
     }
     encode_tls(c.tls.as_ref(), out);
     encode_deflate(&c.deflate, out);
+    encode_h2(c.h2.as_ref(), out);
 }
 
 /// The deflate part of a connection record (see [`DeflateWindows`]).
@@ -431,6 +454,46 @@ fn decode_deflate<'a>(
         return Err(Error::Malformed(r.what));
     }
     Ok(d)
+}
+
+/// The HTTP/2 part of a connection record: `0`, or `1 | CONNECTION (bytes32) | N (u16) |
+/// N x (STREAM (u32) | RECORD)`, each RECORD a connection record without its own HTTP/2 part.
+fn encode_h2(h2: Option<&H2Record<'_>>, out: &mut Vec<u8>) {
+    let Some(h) = h2 else {
+        out.push(0);
+        return;
+    };
+    out.push(1);
+    put_bytes32(out, h.connection);
+    out.extend_from_slice(&(h.streams.len() as u16).to_le_bytes());
+    for (id, r) in &h.streams {
+        out.extend_from_slice(&id.to_le_bytes());
+        encode_conn(r, out);
+    }
+}
+
+fn decode_h2<'a>(r: &mut Reader<'a>) -> Result<Option<H2Record<'a>>, Error> {
+    if !r.flag()? {
+        return Ok(None);
+    }
+    let connection = r.bytes32()?;
+    crate::h2::server::Connection::restore(connection).map_err(|_| Error::Malformed(r.what))?;
+    let n = usize::from(r.u16()?);
+    let mut streams: Vec<(u32, ConnRecord<'a>)> = Vec::with_capacity(n.min(r.buf.len() / 32));
+    for _ in 0..n {
+        let id = r.u32()?;
+        let rec = decode_conn(r, false)?;
+        let fresh = streams.iter().all(|(other, _)| *other != id);
+        let streamish = rec.tls.is_none() && rec.state != ConnState::H2;
+        if id % 2 == 0 || id > crate::h2::frame::MAX_WINDOW || !fresh || !streamish {
+            return Err(Error::Malformed(r.what));
+        }
+        streams.push((id, rec));
+    }
+    Ok(Some(H2Record {
+        connection,
+        streams,
+    }))
 }
 
 /// The TLS part of a connection record: `0`, or `1 | LEN (u8) | PARKED | PARTIAL (bytes32) |
@@ -575,7 +638,7 @@ fn decode_body(ty: FrameType, body: &[u8]) -> Result<Frame<'_>, Error> {
             }
             let mut list = Vec::with_capacity(n);
             for _ in 0..n {
-                list.push(decode_conn(&mut r)?);
+                list.push(decode_conn(&mut r, true)?);
             }
             Frame::Conns(list)
         }
@@ -599,7 +662,9 @@ fn decode_body(ty: FrameType, body: &[u8]) -> Result<Frame<'_>, Error> {
     Ok(frame)
 }
 
-fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
+/// One connection record; `outer`: a record of its own (not an HTTP/2 stream's, which
+/// cannot hold an HTTP/2 part).
+fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Error> {
     let worker = r.u16()?;
     let state = match r.u8()? {
         0 => ConnState::Http,
@@ -627,6 +692,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
             left: r.u32()?,
             cursor: r.str16()?,
         },
+        5 => ConnState::H2,
         _ => return Err(Error::Malformed(r.what)),
     };
     let idle = r.u32()?;
@@ -646,6 +712,14 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
     };
     let tls = decode_tls(r)?;
     let deflate = decode_deflate(r, &state)?;
+    let h2 = if outer { decode_h2(r)? } else { None };
+    if !outer && r.flag()? {
+        return Err(Error::Malformed(r.what));
+    }
+    // An HTTP/2 part exactly on an HTTP/2 connection.
+    if h2.is_some() != (state == ConnState::H2) {
+        return Err(Error::Malformed(r.what));
+    }
     Ok(ConnRecord {
         worker,
         state,
@@ -657,6 +731,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>) -> Result<ConnRecord<'a>, Error> {
         mode,
         tls,
         deflate,
+        h2,
     })
 }
 
@@ -688,6 +763,66 @@ mod tests {
             },
             partial: b"\x17\x03\x03\x00",
             unsent: b"\x17\x03\x03\x00\x11sealed records...",
+        }
+    }
+
+    /// An HTTP/2 connection over TLS with an SSE stream and a held poll.
+    fn h2_sample() -> ConnRecord<'static> {
+        let mut parked = Vec::new();
+        crate::h2::server::Connection::new(crate::h2::server::Settings::default())
+            .park(&mut parked);
+        let stream = |state| ConnRecord {
+            worker: 0,
+            state,
+            idle: 2,
+            peer: 9,
+            input: b"",
+            output: b"data: owed\n\n",
+            topics: vec!["t"],
+            mode: None,
+            tls: None,
+            deflate: DeflateWindows::default(),
+            h2: None,
+        };
+        ConnRecord {
+            worker: 1,
+            state: ConnState::H2,
+            idle: 0,
+            peer: 9,
+            input: b"\0\0\x08\x06",
+            output: b"\0\0\0\x04\x01\0\0\0\0",
+            topics: vec![],
+            mode: None,
+            tls: Some(tls_sample()),
+            deflate: DeflateWindows::default(),
+            h2: Some(H2Record {
+                connection: Box::leak(parked.into_boxed_slice()),
+                streams: vec![
+                    (1, stream(ConnState::Sse(0))),
+                    (
+                        3,
+                        stream(ConnState::Poll {
+                            keep: false,
+                            left: 20,
+                            cursor: "k3x9-7",
+                        }),
+                    ),
+                    (
+                        5,
+                        ConnRecord {
+                            deflate: DeflateWindows {
+                                deflater: Some(b"{\"seq\":40}"),
+                                inflater: None,
+                            },
+                            ..stream(ConnState::Ws {
+                                role: 0,
+                                deflate: Some(0b0010_0111),
+                                pinged: false,
+                            })
+                        },
+                    ),
+                ],
+            }),
         }
     }
 
@@ -733,6 +868,7 @@ mod tests {
                         deflater: Some(b"{\"seq\":41,\"price\":\"1.08412\"}"),
                         inflater: Some(b""),
                     },
+                    h2: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -749,6 +885,7 @@ mod tests {
                     mode: Some(ModeState::default()),
                     tls: None,
                     deflate: DeflateWindows::default(),
+                    h2: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -761,6 +898,7 @@ mod tests {
                     mode: None,
                     tls: None,
                     deflate: DeflateWindows::default(),
+                    h2: None,
                 },
                 ConnRecord {
                     worker: 0,
@@ -773,7 +911,9 @@ mod tests {
                     mode: None,
                     tls: None,
                     deflate: DeflateWindows::default(),
+                    h2: None,
                 },
+                h2_sample(),
                 ConnRecord {
                     worker: 3,
                     state: ConnState::Http,
@@ -785,10 +925,11 @@ mod tests {
                     mode: None,
                     tls: None,
                     deflate: DeflateWindows::default(),
+                    h2: None,
                 },
             ]),
             Frame::End(End {
-                moved: 5,
+                moved: 6,
                 fallback: 2,
             }),
             Frame::Ack,
@@ -812,7 +953,7 @@ mod tests {
         }
         assert_eq!(at, all.len());
         assert_eq!(samples()[2].fds(), 3);
-        assert_eq!(samples()[5].fds(), 5);
+        assert_eq!(samples()[5].fds(), 6);
     }
 
     #[test]
@@ -824,6 +965,11 @@ mod tests {
             if path.ends_with("parked_tls13") {
                 // The fuzz target also decodes its input as a parked TLS record layer alone.
                 crate::tls13::Parked::decode(&bytes).unwrap();
+                continue;
+            }
+            if path.ends_with("h2_connection") {
+                // ... and as a parked HTTP/2 connection alone.
+                crate::h2::server::Connection::restore(&bytes).unwrap();
                 continue;
             }
             if path.ends_with("mode_state") {
@@ -904,8 +1050,8 @@ mod tests {
             &Frame::Conns(vec![ConnRecord { tls: None, ..conn }]),
             &mut plain,
         );
-        // The TLS part, then the deflate part's flags (none).
-        let tls_at = plain.len() - 2;
+        // The TLS part, then the deflate part's flags (none) and the HTTP/2 part's.
+        let tls_at = plain.len() - 3;
         assert_eq!((plain[tls_at], good[tls_at]), (0, 1), "the TLS flag");
         let mut b = good.clone();
         b[tls_at + 1] -= 1;
@@ -921,6 +1067,7 @@ mod tests {
         encode_tls(Some(&long), &mut tail);
         b.extend_from_slice(&tail);
         b.push(0);
+        encode_h2(None, &mut b);
         let body = (b.len() - HEAD) as u32;
         b[5..9].copy_from_slice(&body.to_le_bytes());
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
@@ -943,20 +1090,54 @@ mod tests {
         encode(&Frame::Conns(vec![with]), &mut b);
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         let mut b = plain.clone();
-        *b.last_mut().unwrap() = 4;
+        // The deflate flags, before the HTTP/2 part's flag.
+        let at = b.len() - 2;
+        b[at] = 4;
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         let mut ws = Vec::new();
         let deflater = windowed.deflate.deflater.map_or(0, <[u8]>::len);
         encode(&Frame::Conns(vec![windowed]), &mut ws);
-        // Flags, the deflater's window, the inflater's empty one.
-        let flags_at = ws.len() - (1 + 2 + deflater + 2);
+        // Flags, the deflater's window, the inflater's empty one, the HTTP/2 part's flag.
+        let flags_at = ws.len() - (1 + 2 + deflater + 2 + 1);
         assert_eq!(ws[flags_at], 3, "the deflate flags");
         let mut b = ws[..flags_at].to_vec();
         b.push(1);
         b.extend_from_slice(&((crate::ws::deflate::MAX_WINDOW + 1) as u16).to_le_bytes());
         b.extend_from_slice(&vec![0u8; crate::ws::deflate::MAX_WINDOW + 1]);
+        b.push(0);
         let body = (b.len() - HEAD) as u32;
         b[5..9].copy_from_slice(&body.to_le_bytes());
+        assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        // HTTP/2 parts where they do not belong, or missing where they do.
+        let h2 = h2_sample();
+        let no_part = ConnRecord {
+            h2: None,
+            ..h2.clone()
+        };
+        let misplaced = ConnRecord {
+            state: ConnState::Sse(0),
+            ..h2.clone()
+        };
+        let mut nested = h2.clone();
+        if let Some(p) = nested.h2.as_mut() {
+            p.streams[0].1.state = ConnState::H2;
+        }
+        let mut even = h2.clone();
+        if let Some(p) = even.h2.as_mut() {
+            p.streams[1].0 = 4;
+        }
+        for bad in [no_part, misplaced, nested, even] {
+            let mut b = Vec::new();
+            encode(&Frame::Conns(vec![bad]), &mut b);
+            assert_eq!(decode(&b), Err(Error::Malformed("conns")));
+        }
+        // A parked connection that does not restore.
+        let mut broken = h2.clone();
+        if let Some(p) = broken.h2.as_mut() {
+            p.connection = b"\x01";
+        }
+        let mut b = Vec::new();
+        encode(&Frame::Conns(vec![broken]), &mut b);
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         // A state out of range.
         let mut b = b"CLHO\x06".to_vec();

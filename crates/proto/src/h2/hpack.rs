@@ -273,6 +273,36 @@ impl Decoder {
         Ok(())
     }
 
+    /// The table's limit now, the limit this side advertised, and the entries oldest first:
+    /// what a hand-over carries (`super::server::park`).
+    pub(crate) fn parts(&self) -> (usize, usize, impl Iterator<Item = (&[u8], &[u8])>) {
+        let entries = self.table.entries.iter().map(|(n, v)| (&n[..], &v[..]));
+        (self.table.max, self.advertised, entries)
+    }
+
+    /// A decoder from [`Decoder::parts`]; `None` if the entries do not fit the limit or the
+    /// limit is above the advertised one (a state no peer could have led it to).
+    pub(crate) fn from_parts(
+        max: usize,
+        advertised: usize,
+        entries: Vec<Entry>,
+    ) -> Option<Decoder> {
+        let size = entries
+            .iter()
+            .try_fold(0usize, |n, (a, b)| n.checked_add(field_size(a, b)))?;
+        if max > advertised || size > max {
+            return None;
+        }
+        Some(Decoder {
+            table: Table {
+                entries: entries.into(),
+                size,
+                max,
+            },
+            advertised,
+        })
+    }
+
     fn lookup(&self, index: u64) -> Result<(&[u8], &[u8]), HpackError> {
         let i = usize::try_from(index).map_err(|_| HpackError::BadIndex(index))?;
         if i == 0 {
@@ -353,6 +383,16 @@ impl Encoder {
     /// A new encoder for one connection.
     pub fn new() -> Encoder {
         Encoder::default()
+    }
+
+    /// Whether the first block (with its size update to 0) has been written.
+    pub(crate) fn started(&self) -> bool {
+        self.started
+    }
+
+    /// An encoder that has (or has not) written its first block.
+    pub(crate) fn resumed(started: bool) -> Encoder {
+        Encoder { started }
     }
 
     /// Appends one header block of `fields` (lowercase names) to `out`.

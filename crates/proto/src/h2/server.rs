@@ -835,6 +835,9 @@ impl Connection {
     }
 }
 
+#[path = "park.rs"]
+pub mod park;
+
 #[cfg(test)]
 #[path = "server_tests.rs"]
 mod tests;

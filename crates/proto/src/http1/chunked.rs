@@ -45,6 +45,78 @@ pub struct ChunkedDecoder {
 }
 
 impl ChunkedDecoder {
+    /// The decoder's state as bytes, for a hand-over (`crate::h2::server::park`): always
+    /// [`Self::PARKED_LEN`] bytes, `STEP (u8) | STEP_VALUE (u64 LE) | HAS_SIZE (u8) |
+    /// SIZE (u64 LE) | SIZE_ENDED (u8) | DECODED (u64 LE) | MAX_BODY (u64 LE)`.
+    pub fn park(&self, out: &mut Vec<u8>) {
+        let ChunkedDecoder {
+            step,
+            size,
+            size_ended,
+            decoded,
+            max_body,
+        } = self;
+        let (tag, value) = match *step {
+            Step::Size { len } => (0u8, len as u64),
+            Step::Data { left } => (1, left),
+            Step::DataEnd { seen } => (2, u64::from(seen)),
+            Step::Trailer { len } => (3, len as u64),
+            Step::Done => (4, 0),
+        };
+        out.push(tag);
+        out.extend_from_slice(&value.to_le_bytes());
+        out.push(u8::from(size.is_some()));
+        out.extend_from_slice(&size.unwrap_or(0).to_le_bytes());
+        out.push(u8::from(*size_ended));
+        out.extend_from_slice(&(*decoded as u64).to_le_bytes());
+        out.extend_from_slice(&(*max_body as u64).to_le_bytes());
+    }
+
+    /// Bytes [`ChunkedDecoder::park`] writes.
+    pub const PARKED_LEN: usize = 1 + 8 + 1 + 8 + 1 + 8 + 8;
+
+    /// A decoder from [`ChunkedDecoder::park`]'s bytes (exactly [`Self::PARKED_LEN`]); `None`
+    /// for a state the decoder could not have been in (one encoding per state).
+    pub fn restore(b: &[u8; Self::PARKED_LEN]) -> Option<ChunkedDecoder> {
+        let u64_at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b.get(i..i + 8).unwrap_or(&[0; 8]));
+            u64::from_le_bytes(a)
+        };
+        let value = u64_at(1);
+        let small = |v: u64| usize::try_from(v).ok().filter(|&n| n <= MAX_LINE);
+        let step = match b[0] {
+            0 => Step::Size { len: small(value)? },
+            1 => Step::Data { left: value },
+            2 if value <= 1 => Step::DataEnd { seen: value as u8 },
+            3 => Step::Trailer { len: small(value)? },
+            4 if value == 0 => Step::Done,
+            _ => return None,
+        };
+        let size = match (b[9], u64_at(10)) {
+            (0, 0) => None,
+            (1, v) => Some(v),
+            _ => return None,
+        };
+        let size_ended = match b[18] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let decoded = usize::try_from(u64_at(19)).ok()?;
+        let max_body = usize::try_from(u64_at(27)).ok()?;
+        if decoded > max_body {
+            return None;
+        }
+        Some(ChunkedDecoder {
+            step,
+            size,
+            size_ended,
+            decoded,
+            max_body,
+        })
+    }
+
     /// A decoder that refuses bodies larger than `max_body` decoded bytes.
     pub fn new(max_body: usize) -> Self {
         ChunkedDecoder {

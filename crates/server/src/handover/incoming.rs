@@ -19,8 +19,11 @@ use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
 use crate::metrics::Metrics;
-use crate::worker::handover::{state_from_wire, Arriving, DeflateWindows, MovingTls};
+use crate::worker::handover::{
+    state_from_wire, Arriving, DeflateWindows, H2Part, H2Stream, MovingTls,
+};
 use crate::worker::handover_state::CarriedMode;
+use crate::worker::state::State;
 
 /// A hand-over under way, once the old process has sent its listeners and its history.
 pub struct Incoming {
@@ -295,6 +298,65 @@ impl Incoming {
     }
 }
 
+/// The state a record's transport stands for, with a held poll's deadline and cursor.
+fn arriving_state(state: &ConnState<'_>) -> Option<(State, Option<(u32, String)>)> {
+    let (kind, option, deflate, pinged, poll) = match *state {
+        ConnState::Http => (0, 0, None, false, None),
+        ConnState::Ws {
+            role,
+            deflate,
+            pinged,
+        } => (1, role, deflate, pinged, None),
+        ConnState::Sse(m) => (2, m, None, false, None),
+        ConnState::Stream(m) => (3, m, None, false, None),
+        ConnState::Poll { keep, left, cursor } => (
+            4,
+            u8::from(keep),
+            None,
+            false,
+            Some((left, cursor.to_owned())),
+        ),
+        ConnState::H2 => (5, 0, None, false, None),
+    };
+    Some((state_from_wire(kind, option, deflate, pinged)?, poll))
+}
+
+/// An HTTP/2 connection's part as the workers take it. A stream in a state this version
+/// cannot rebuild is left out (the restored connection resets it).
+fn arriving_h2(h: &wire::H2Record<'_>, positions: Option<&HashMap<String, String>>) -> H2Part {
+    let streams = h
+        .streams
+        .iter()
+        .filter_map(|(id, r)| {
+            let Some((state, poll)) = arriving_state(&r.state) else {
+                log::warn(format_args!(
+                    "hand-over: an HTTP/2 stream in an unknown state was reset"
+                ));
+                return None;
+            };
+            Some(H2Stream {
+                id: *id,
+                state,
+                poll,
+                idle: r.idle,
+                input: r.input.to_vec(),
+                output: r.output.to_vec(),
+                topics: r.topics.iter().map(|t| Arc::from(*t)).collect(),
+                resume: positions.map(|p| resume_from(p, &r.topics)),
+                mode: r.mode.as_ref().map(CarriedMode::from_wire),
+                deflate: DeflateWindows {
+                    deflater: r.deflate.deflater.map(<[u8]>::to_vec),
+                    inflater: r.deflate.inflater.map(<[u8]>::to_vec),
+                },
+            })
+        })
+        .collect();
+    H2Part {
+        connection: h.connection.to_vec(),
+        streams,
+    }
+}
+
 /// The records of one batch with their sockets. A record this version cannot rebuild closes
 /// its socket (the client reconnects and resumes).
 fn arriving(
@@ -304,24 +366,7 @@ fn arriving(
 ) -> Vec<(usize, Arriving)> {
     let mut out = Vec::with_capacity(list.len());
     for (r, fd) in list.into_iter().zip(fds) {
-        let (kind, option, deflate, pinged, poll) = match r.state {
-            ConnState::Http => (0, 0, None, false, None),
-            ConnState::Ws {
-                role,
-                deflate,
-                pinged,
-            } => (1, role, deflate, pinged, None),
-            ConnState::Sse(m) => (2, m, None, false, None),
-            ConnState::Stream(m) => (3, m, None, false, None),
-            ConnState::Poll { keep, left, cursor } => (
-                4,
-                u8::from(keep),
-                None,
-                false,
-                Some((left, cursor.to_owned())),
-            ),
-        };
-        let Some(state) = state_from_wire(kind, option, deflate, pinged) else {
+        let Some((state, poll)) = arriving_state(&r.state) else {
             log::warn(format_args!(
                 "hand-over: a connection in an unknown state was closed"
             ));
@@ -339,6 +384,7 @@ fn arriving(
                 topics: r.topics.iter().map(|t| (*t).to_owned()).collect(),
                 resume: positions.map(|p| resume_from(p, &r.topics)),
                 mode: r.mode.as_ref().map(CarriedMode::from_wire),
+                h2: r.h2.as_ref().map(|h| arriving_h2(h, positions)),
                 tls: r.tls.map(|t| MovingTls {
                     session: t.session,
                     partial: t.partial.to_vec(),

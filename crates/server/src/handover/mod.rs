@@ -51,8 +51,9 @@ use clarion_proto::pubsub::wire as body_wire;
 
 use crate::broker::Broker;
 use crate::log;
-use crate::worker::handover::{state_to_wire, Moving};
+use crate::worker::handover::{state_to_wire, H2Part, Moving};
 use crate::worker::handover_state::CarriedMode;
+use crate::worker::state::State;
 use crate::worker::Shared;
 
 /// How long either side waits for the other's next frame before giving up.
@@ -489,15 +490,92 @@ fn history_frame_bytes(f: &crate::broker::local::Frozen) -> Vec<u8> {
     buf
 }
 
+/// The record's transport for `state` (`None`: not carried); a held poll's deadline and
+/// cursor from `poll`.
+fn wire_state(state: State, poll: Option<&(u32, String)>) -> Option<ConnState<'_>> {
+    let (kind, option, deflate, pinged) = state_to_wire(state)?;
+    Some(match kind {
+        0 => ConnState::Http,
+        1 => ConnState::Ws {
+            role: option,
+            deflate,
+            pinged,
+        },
+        2 => ConnState::Sse(option),
+        3 => ConnState::Stream(option),
+        5 => ConnState::H2,
+        _ => {
+            let (left, cursor) = poll.map_or((0, ""), |(l, c)| (*l, c.as_str()));
+            ConnState::Poll {
+                keep: option == 1,
+                left,
+                cursor,
+            }
+        }
+    })
+}
+
+/// An HTTP/2 connection's part of its record.
+fn h2_record(part: &H2Part, worker: u16, peer: u32) -> wire::H2Record<'_> {
+    let streams = part
+        .streams
+        .iter()
+        .filter_map(|s| {
+            let record = ConnRecord {
+                worker,
+                state: wire_state(s.state, s.poll.as_ref())?,
+                idle: s.idle,
+                peer,
+                input: &s.input,
+                output: &s.output,
+                topics: s.topics.iter().map(|t| &**t).collect(),
+                mode: s.mode.as_ref().map(CarriedMode::wire),
+                tls: None,
+                deflate: wire::DeflateWindows {
+                    deflater: s.deflate.deflater.as_deref(),
+                    inflater: s.deflate.inflater.as_deref(),
+                },
+                h2: None,
+            };
+            Some((s.id, record))
+        })
+        .collect();
+    wire::H2Record {
+        connection: &part.connection,
+        streams,
+    }
+}
+
+/// Bytes of the variable fields of a record (the fixed ones are within `fixed`).
+fn record_size(
+    fixed: usize,
+    input: &[u8],
+    output: &[u8],
+    poll: Option<&(u32, String)>,
+    topics: &[Arc<str>],
+) -> usize {
+    fixed
+        + input.len()
+        + output.len()
+        + poll.map_or(0, |(_, c)| c.len())
+        + topics.iter().map(|t| 2 + t.len()).sum::<usize>()
+}
+
+/// Bytes of a record's mode-state section, with its flag and length.
+fn mode_len(m: &CarriedMode) -> usize {
+    let mut v = Vec::new();
+    clarion_proto::handover_state::encode(&m.wire(), &mut v);
+    5 + v.len()
+}
+
 fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
     let mut records = Vec::with_capacity(batch.len());
     // An upper bound on the frame's size (fixed fields, each length prefix, the parked TLS
-    // state), so that the buffer holding secrets is allocated once.
+    // state), so that the buffer holding secrets is allocated once. A mode-state section is
+    // bounded by its own estimate.
     let mut size = wire::HEAD + 2;
     for m in batch {
-        size += 64 + m.input.len() + m.output.len();
-        size += m.poll.as_ref().map_or(0, |(_, c)| c.len());
-        size += m.topics.iter().map(|t| 2 + t.len()).sum::<usize>();
+        size += record_size(64, &m.input, &m.output, m.poll.as_ref(), &m.topics);
         size += m.tls.as_ref().map_or(0, |t| {
             16 + clarion_proto::tls13::parked::MAX_LEN + t.partial.len() + t.unsent.len()
         });
@@ -506,29 +584,24 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
             .flatten()
             .map(|w| 2 + w.len())
             .sum::<usize>();
+        size += m.mode.as_ref().map_or(0, mode_len);
+        if let Some(h) = &m.h2 {
+            size += 8 + h.connection.len();
+            for s in &h.streams {
+                size += record_size(72, &s.input, &s.output, s.poll.as_ref(), &s.topics);
+                size += s.mode.as_ref().map_or(0, mode_len);
+                size += [&s.deflate.deflater, &s.deflate.inflater]
+                    .into_iter()
+                    .flatten()
+                    .map(|w| 2 + w.len())
+                    .sum::<usize>();
+            }
+        }
     }
     let mut raw = Vec::with_capacity(batch.len());
     for m in batch {
-        let Some((kind, option, deflate, pinged)) = state_to_wire(m.state) else {
+        let Some(state) = wire_state(m.state, m.poll.as_ref()) else {
             continue;
-        };
-        let state = match kind {
-            0 => ConnState::Http,
-            1 => ConnState::Ws {
-                role: option,
-                deflate,
-                pinged,
-            },
-            2 => ConnState::Sse(option),
-            3 => ConnState::Stream(option),
-            _ => {
-                let (left, cursor) = m.poll.as_ref().map_or((0, ""), |(l, c)| (*l, c.as_str()));
-                ConnState::Poll {
-                    keep: option == 1,
-                    left,
-                    cursor,
-                }
-            }
         };
         records.push(ConnRecord {
             worker: m.worker as u16,
@@ -548,6 +621,7 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
                 deflater: m.deflate.deflater.as_deref(),
                 inflater: m.deflate.inflater.as_deref(),
             },
+            h2: m.h2.as_ref().map(|h| h2_record(h, m.worker as u16, m.peer)),
         });
         raw.push(m.fd.as_raw_fd());
     }

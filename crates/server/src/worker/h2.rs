@@ -44,14 +44,14 @@ pub(crate) struct H2 {
     pub(crate) conn: Connection,
     /// A polite GOAWAY is due: the pump writes it after the streams' last frames, so a client
     /// that stops reading at a GOAWAY (hyper-h2, and httpx on it) sees its streams end first.
-    goaway_due: bool,
+    pub(crate) goaway_due: bool,
     /// The last second (of `now`) in which the connection had a stream open or a request
     /// arrived: without one for `handshake_timeout`, it is told to go. PINGs and SETTINGS do
     /// not count, so a client cannot hold the socket with them alone.
-    busy_at: u32,
+    pub(crate) busy_at: u32,
     /// When the header block in progress began: it must end within `handshake_timeout`
     /// (a client trickling CONTINUATION bytes holds the whole connection meanwhile).
-    block_since: Option<u32>,
+    pub(crate) block_since: Option<u32>,
 }
 
 impl<S: Socket> Engine<S> {

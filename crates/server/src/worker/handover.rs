@@ -11,7 +11,9 @@
 //! twice.
 //!
 //! Connections whose state is not carried stay behind and are told to reconnect as in a
-//! restart (close 1012, SSE `retry:`): see [`Fallback`].
+//! restart (close 1012, SSE `retry:`): see [`Fallback`]. An HTTP/2 connection moves with its
+//! streams (`super::handover_h2`); a stream that cannot move is refused (`REFUSED_STREAM`,
+//! which the client retries) and counted under its reason, while its connection moves.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering::Relaxed;
@@ -57,8 +59,9 @@ pub enum Fallback {
     /// Per-connection state of a mode that is not carried: a held long-poll watching presence
     /// events, or rooms kept in a cluster's Redis.
     ModeState,
-    /// An HTTP/2 connection: its streams and HPACK tables are not carried by this version.
-    H2Connection,
+    /// An HTTP/2 stream whose request is still arriving or whose answer is being finished:
+    /// refused with `REFUSED_STREAM` (the client retries it); its connection moves.
+    RequestInFlight,
     /// Closing already (its last bytes queued): the client is being told to go anyway.
     Closing,
 }
@@ -74,7 +77,7 @@ impl Fallback {
         Fallback::Grip,
         Fallback::HookWait,
         Fallback::ModeState,
-        Fallback::H2Connection,
+        Fallback::RequestInFlight,
         Fallback::Closing,
     ];
 
@@ -89,7 +92,7 @@ impl Fallback {
             Fallback::Grip => "grip",
             Fallback::HookWait => "hook_wait",
             Fallback::ModeState => "mode_state",
-            Fallback::H2Connection => "h2_connection",
+            Fallback::RequestInFlight => "h2_request_in_flight",
             Fallback::Closing => "closing",
         }
     }
@@ -107,7 +110,7 @@ impl Fallback {
             },
             State::Stream(StreamMode::Grip { .. }) | State::Proxy => Some(Fallback::Grip),
             State::Poll(PollMode { grip, .. }) => grip.then_some(Fallback::Grip),
-            State::H2 => Some(Fallback::H2Connection),
+            State::H2 => None,
             State::Closing { .. } => Some(Fallback::Closing),
         }
     }
@@ -120,7 +123,7 @@ pub struct Fallbacks {
 }
 
 impl Fallbacks {
-    fn add(&self, why: Fallback) {
+    pub(super) fn add(&self, why: Fallback) {
         if let Some(c) = Fallback::ALL
             .iter()
             .position(|f| *f == why)
@@ -164,8 +167,42 @@ pub struct Moving {
     pub tls: Option<MovingTls>,
     /// For a WebSocket with compression that keeps context, its streams' windows.
     pub deflate: DeflateWindows,
+    /// For an HTTP/2 connection, its protocol state and its streams.
+    pub h2: Option<H2Part>,
     /// The socket.
     pub fd: OwnedFd,
+}
+
+/// An HTTP/2 connection's protocol state and streams as they move, either way.
+pub struct H2Part {
+    /// The protocol state ([`clarion_proto::h2::server::Connection::park`]).
+    pub connection: Vec<u8>,
+    /// The streams that move with it.
+    pub streams: Vec<H2Stream>,
+}
+
+/// One HTTP/2 stream's record as it moves: what a connection's carries, without a socket.
+pub struct H2Stream {
+    /// Its stream id.
+    pub id: u32,
+    /// Its state.
+    pub state: State,
+    /// For a held poll: seconds left and the cursor its answer resumes from.
+    pub poll: Option<(u32, String)>,
+    /// Seconds since its last counted activity.
+    pub idle: u32,
+    /// Its request's bytes not yet consumed (WebSocket frames, on a WebSocket stream).
+    pub input: Vec<u8>,
+    /// Its answer's bytes not yet framed (HTTP/1.1-shaped).
+    pub output: Vec<u8>,
+    /// Its topics.
+    pub topics: Vec<Arc<str>>,
+    /// With a clustered broker, on arrival: the ids it resumes its topics from.
+    pub resume: Option<String>,
+    /// What authentication, hooks and presence keep for it.
+    pub mode: Option<CarriedMode>,
+    /// For an RFC 8441 WebSocket with compression that keeps context, its streams' windows.
+    pub deflate: DeflateWindows,
 }
 
 /// The permessage-deflate streams of a WebSocket that keep context, as the last bytes each
@@ -293,6 +330,8 @@ pub struct Arriving {
     pub tls: Option<MovingTls>,
     /// Its compression streams' windows.
     pub deflate: DeflateWindows,
+    /// For an HTTP/2 connection, its protocol state and its streams.
+    pub h2: Option<H2Part>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -315,6 +354,7 @@ pub fn state_to_wire(state: State) -> Option<(u8, u8, Option<u8>, bool)> {
         State::Stream(StreamMode::Ndjson) => (3, 0, None, false),
         State::Stream(StreamMode::Raw) => (3, 1, None, false),
         State::Poll(PollMode { keep, grip: false }) => (4, u8::from(keep), None, false),
+        State::H2 => (5, 0, None, false),
         _ => return None,
     })
 }
@@ -341,13 +381,14 @@ pub fn state_from_wire(kind: u8, option: u8, deflate: Option<u8>, pinged: bool) 
             keep: keep == 1,
             grip: false,
         }),
+        (5, 0) => State::H2,
         _ => return None,
     })
 }
 
 impl Engine<mio::net::TcpStream> {
     /// Why connection `k` cannot move, or `None` if it can.
-    fn cannot_move(&self, k: u32, conn: &Conn) -> Option<Fallback> {
+    pub(super) fn cannot_move(&self, k: u32, conn: &Conn) -> Option<Fallback> {
         let s = &self.shared;
         if let Some(Err(why)) = conn.tls.as_ref().map(|t| t.park()) {
             return Some(match why {
@@ -390,7 +431,7 @@ impl Engine<mio::net::TcpStream> {
                 continue;
             };
             if conn.stream.is_none() {
-                // An HTTP/2 stream: it stays with its connection (which falls back).
+                // An HTTP/2 stream: it moves with its connection, or is refused there.
                 continue;
             }
             if let Some(why) = self.cannot_move(k, conn) {
@@ -411,6 +452,17 @@ impl Engine<mio::net::TcpStream> {
                 self.shared.handover.fallbacks.add(Fallback::ModeState);
                 continue;
             }
+            let h2 = if conn.state == State::H2 {
+                match self.lift_h2(k, &mut listening, &mut lifted) {
+                    Some(part) => Some(part),
+                    None => {
+                        self.shared.handover.fallbacks.add(Fallback::Closing);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let mode = self.release(k, listening.remove(&k).unwrap_or_default());
             lifted.insert(k);
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
@@ -454,6 +506,7 @@ impl Engine<mio::net::TcpStream> {
                 mode,
                 tls,
                 deflate,
+                h2,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
         }
@@ -468,6 +521,17 @@ impl Engine<mio::net::TcpStream> {
     /// pending output queued and its input kept. Returns `false` if it could not be taken (its
     /// socket is then closed).
     pub(crate) fn take_arriving(&mut self, a: Arriving, registry: &mio::Registry) -> bool {
+        // An HTTP/2 state that cannot be rebuilt: the same.
+        let h2 = match a.h2.map(|p| {
+            clarion_proto::h2::server::Connection::restore(&p.connection).map(|c| (c, p.streams))
+        }) {
+            Some(Err(e)) => {
+                log::warn(format_args!("hand-over: HTTP/2 state refused: {e}"));
+                return false;
+            }
+            Some(Ok(h)) => Some(h),
+            None => None,
+        };
         // A TLS record layer that cannot be rebuilt: the socket closes, the client reconnects.
         let tls = match a
             .tls
@@ -550,6 +614,9 @@ impl Engine<mio::net::TcpStream> {
             );
         }
         self.resume(k, &a.topics, a.resume.as_deref(), a.mode.as_ref());
+        if let Some((connection, streams)) = h2 {
+            self.adopt_h2(k, connection, streams, a.peer);
+        }
         // Bytes that arrived while the connection was moving are read at once.
         self.more_to_read.push(k);
         true
@@ -640,6 +707,7 @@ mod tests {
                 keep: false,
                 grip: false,
             }),
+            State::H2,
         ];
         for s in carried {
             let (kind, option, deflate, pinged) = state_to_wire(s).expect("carried");
@@ -656,7 +724,6 @@ mod tests {
                 grip: true,
             }),
             State::Proxy,
-            State::H2,
             State::Closing { write_shut: false },
         ];
         for s in carried {
@@ -672,10 +739,9 @@ mod tests {
 
     #[test]
     fn every_reason_a_connection_stays_names_what_it_is() {
-        assert_eq!(
-            Fallback::of_state(State::H2).map(Fallback::label),
-            Some("h2_connection")
-        );
+        // An HTTP/2 connection moves; a stream of it that cannot is refused and named.
+        assert_eq!(Fallback::of_state(State::H2), None);
+        assert_eq!(Fallback::RequestInFlight.label(), "h2_request_in_flight");
         assert_eq!(
             Fallback::of_state(State::Closing { write_shut: true }).map(Fallback::label),
             Some("closing")
@@ -701,7 +767,7 @@ mod tests {
         assert_eq!(counts.len(), Fallback::ALL.len());
         assert!(counts.contains(&(Fallback::Tls12, 2)));
         assert!(counts.contains(&(Fallback::DeflateFragmented, 1)));
-        assert!(counts.contains(&(Fallback::H2Connection, 0)));
+        assert!(counts.contains(&(Fallback::RequestInFlight, 0)));
         let s = Switch::default();
         s.fallbacks.add(Fallback::Grip);
         let mut text = String::new();
