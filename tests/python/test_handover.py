@@ -517,6 +517,39 @@ def test_an_incompatible_peer_is_refused_and_the_old_process_restarts_with_1012(
     assert [m["id"] for m in answer["messages"]] == ids[5:]
 
 
+def test_a_dedicated_compressor_s_window_moves_with_its_connection(start_server):
+    """`dedicated` compression keeps context across messages; after the upgrade the new
+    process's compressor starts from the old one's window, so a message that repeats one sent
+    before the move is still a short back-reference, and the client's inflater (which kept its
+    context) reads it."""
+    import zlib
+
+    from test_compression import PRICE, open_raw, read_frame
+
+    flags = ["--compression", "dedicated"]
+    old = start_server(*flags)
+    sock, _, rest = open_raw(old, "/ws?topic=d", "permessage-deflate; client_max_window_bits")
+    inflate = zlib.decompressobj(-15)
+
+    def receive(expected):
+        nonlocal rest
+        rsv, _, pay, rest = read_frame(sock, rest)
+        assert rsv, "compressed"
+        assert inflate.decompress(pay + b"\x00\x00\xff\xff").decode() == expected
+        return len(pay)
+
+    old.publish("d", PRICE)
+    first = receive(PRICE)
+    new = upgrade(old, *flags)
+    assert wait_exit(old.proc) == 0
+    log = old.proc.stderr.read()
+    assert "1 connections moved" in log, log
+    new.publish("d", PRICE)
+    again = receive(PRICE)
+    assert again < first / 3, f"the window did not move: {first} bytes before, {again} after"
+    sock.close()
+
+
 def test_connections_that_cannot_move_fall_back_and_are_counted(start_server, tmp_path):
     from test_tls import make_dev_cert
 

@@ -463,6 +463,12 @@ impl Engine<mio::net::TcpStream> {
             } else {
                 None
             };
+            // Between messages (a fragmented one stays behind): each window is all the next
+            // message can refer back to. Taken before `release`, which forgets the compressors.
+            let deflate = DeflateWindows {
+                deflater: self.deflaters.remove(&k).map(|c| c.window().to_vec()),
+                inflater: self.inflaters.remove(&k).map(|i| i.window().to_vec()),
+            };
             let mode = self.release(k, listening.remove(&k).unwrap_or_default());
             lifted.insert(k);
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
@@ -488,12 +494,6 @@ impl Engine<mio::net::TcpStream> {
             }
             let output = conn.take_unsent();
             let input = conn.input.take().map(|b| *b).unwrap_or_default();
-            // Between messages (a fragmented one stays behind): each window is all the next
-            // message can refer back to.
-            let deflate = DeflateWindows {
-                deflater: self.deflaters.remove(&k).map(|c| c.window().to_vec()),
-                inflater: self.inflaters.remove(&k).map(|i| i.window().to_vec()),
-            };
             out.push(Moving {
                 worker: self.id,
                 state: conn.state,
