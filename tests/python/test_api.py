@@ -233,6 +233,136 @@ def test_a_slowloris_on_the_api_does_not_stop_publishing_or_health_checks(start_
             c.close()
 
 
+def _fill_the_pool(host, port, first_address=2):
+    """256 connections (the pool) from four addresses (64 each), each with half a request head:
+    every later connection waits in the triage."""
+    slow = []
+    for i in range(256):
+        c = socket.socket()
+        c.bind((f"127.0.0.{first_address + i % 4}", 0))
+        c.settimeout(15)
+        c.connect((host, int(port)))
+        c.sendall(b"POST /publish/x HTTP/1.1\r\nHost: localhost\r\n")
+        slow.append(c)
+    return slow
+
+
+def test_slow_health_checks_and_one_slow_keyed_address_do_not_starve_keyed_publishers(start_server):
+    """With the pool taken, 24 `GET /healthz` that declare `Content-Length: 100` and never send
+    it, and 12 keyed publishes from one address that never send their bodies, each reopened as
+    soon as it is answered: the health checks are answered from their heads (no thread waits
+    for their body), that one address gets at most its share of the reserve, and a keyed
+    publisher on another address publishes 75 times, every one 200 within 0.5 s."""
+    import select
+    import threading
+
+    key = {"Authorization": "Bearer the-key"}
+    s = start_server("--api-key", "the-key")
+    host, port = s.api.rsplit(":", 1)
+    pool = _fill_the_pool(host, port)
+    health = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n"
+    keyed = (
+        b"POST /publish/x HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer the-key\r\n"
+        b"Content-Type: text/plain\r\nContent-Length: 100\r\n\r\n"
+    )
+    stop = threading.Event()
+    answers = {"health": [], "keyed": []}
+
+    def attack():
+        def opened(src, request):
+            c = socket.socket()
+            c.bind((src, 0))
+            c.setblocking(True)
+            c.settimeout(2)
+            try:
+                c.connect((host, int(port)))
+                c.sendall(request)
+            except OSError:
+                c.close()
+                return None
+            return c
+
+        kinds = {}
+        while not stop.is_set():
+            while sum(1 for k in kinds.values() if k == "health") < 24 and not stop.is_set():
+                c = opened("127.0.0.6", health)
+                if c is not None:
+                    kinds[c] = "health"
+            while sum(1 for k in kinds.values() if k == "keyed") < 12 and not stop.is_set():
+                c = opened("127.0.0.7", keyed)
+                if c is not None:
+                    kinds[c] = "keyed"
+            ready, _, _ = select.select(list(kinds), [], [], 0.05)
+            for c in ready:
+                try:
+                    data = c.recv(4096)
+                except OSError:
+                    data = b""
+                answers[kinds.pop(c)].append(data)
+                c.close()
+            time.sleep(0.02)
+        for c in kinds:
+            c.close()
+
+    attacker = threading.Thread(target=attack)
+    attacker.start()
+    statuses, worst = [], 0.0
+    try:
+        time.sleep(1.5)
+        for _ in range(75):
+            st, took = _timed(s, "POST", "/publish/news", b"hi", {"Content-Type": "text/plain", **key})
+            statuses.append(st)
+            worst = max(worst, took)
+            time.sleep(0.02)
+        health_now = _timed(s, "GET", "/healthz")
+    finally:
+        stop.set()
+        attacker.join()
+        for c in pool:
+            c.close()
+    failed = [st for st in statuses if st != 200]
+    assert not failed, f"{len(failed)} of 75 keyed publishes failed: {failed[:5]}"
+    assert worst < 0.5, worst
+    assert health_now[0] == 200 and health_now[1] < 0.5, health_now
+    # The slow health checks were answered 200 from their heads, with `Connection: close`.
+    assert answers["health"], "no slow health check was answered"
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers["health"]), answers["health"][:3]
+    assert all(b"connection: close" in a.lower() for a in answers["health"]), answers["health"][:1]
+
+
+def test_a_health_check_past_the_caps_is_answered_from_its_head_and_closed(start_server):
+    """With the pool taken, `GET /healthz` is answered at once and the connection closed, also
+    when it declares a body it never sends, or sends one (read and dropped, no reset); a `POST
+    /healthz` gets `405`; a publish without credentials `503`."""
+    s = start_server("--api-key", "the-key")
+    host, port = s.api.rsplit(":", 1)
+    pool = _fill_the_pool(host, port)
+    try:
+        for request, status in [
+            (b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n", b"200"),
+            (b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\n\r\nabc", b"200"),
+            (b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n", b"200"),
+            (b"POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n", b"405"),
+            (b"POST /publish/x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi", b"503"),
+        ]:
+            c = socket.create_connection((host, int(port)), timeout=5)
+            started = time.monotonic()
+            c.sendall(request)
+            got = b""
+            while True:
+                data = c.recv(4096)
+                if not data:
+                    break
+                got += data
+            took = time.monotonic() - started
+            c.close()
+            assert got.startswith(b"HTTP/1.1 " + status), (request, got)
+            assert took < 0.5, (request, took)
+    finally:
+        for c in pool:
+            c.close()
+
+
 def test_a_browser_on_another_site_cannot_publish_or_read_through_a_rebound_name(start_server):
     """CSRF: a page of another origin (its browser sends Origin, Sec-Fetch-Site) may not publish,
     with or without credentials the browser would attach; DNS rebinding: a name that is not the

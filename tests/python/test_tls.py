@@ -350,3 +350,31 @@ def test_every_tls_listener_answers_plain_http_with_400_in_plain_text(start_serv
             timeout=20,
         )
         assert p.stdout.endswith("400") and "speaks TLS" in p.stdout, (p.stdout, p.stderr)
+
+
+def test_a_bad_record_sent_with_the_client_finished_counts_as_a_tls_error(start_server, dev):
+    """A TLS 1.3 client whose Finished arrives in one write with a record that does not decrypt:
+    the handshake completed, so the failure is the record layer's (`clarion_tls_errors_total`),
+    not a handshake failure."""
+    s = start_server(*tls_args(dev))
+    ctx = client_context(dev["ca"])
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with socket.create_connection(("127.0.0.1", int(s.tls.rsplit(":", 1)[1])), timeout=5) as c:
+        for _ in range(20):
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                c.sendall(outgoing.read())
+                incoming.write(c.recv(65536))
+        # The client's Finished is still in `outgoing`: a bad application-data record joins it.
+        c.sendall(outgoing.read() + bytes([23, 3, 3, 0, 32]) + bytes(32))
+        assert wait_closed(c, 5)
+    time.sleep(0.3)
+    m = s.metrics()
+    failures = {k: v for k, v in m.items() if k.startswith("clarion_tls_handshake_failures_total")}
+    assert m["clarion_tls_errors_total"] == 1, m["clarion_tls_errors_total"]
+    assert sum(failures.values()) == 0, failures
+    assert m["clarion_tls_handshakes_total"] == 1

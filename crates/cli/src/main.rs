@@ -50,7 +50,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("clarion: {e:#}");
+            eprintln!("clarion: {}", clarion::redact::urls(&format!("{e:#}")));
             std::process::ExitCode::FAILURE
         }
     }

@@ -240,7 +240,10 @@ pub struct H2Record<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsRecord<'a> {
     /// Suite, both directions' traffic secrets and their use, a KeyUpdate owed or half read.
-    pub session: crate::tls13::Parked,
+    /// Boxed: the records around it move (decoded into a list, handed to a worker), and each
+    /// move of an inline value would leave a copy of the secrets behind in freed memory;
+    /// the box moves as a pointer and wipes its one copy when dropped.
+    pub session: Box<crate::tls13::Parked>,
     /// Ciphertext of a record not yet complete (less than one record).
     pub partial: &'a [u8],
     /// Records sealed but not taken by the kernel yet; they go out before anything else.
@@ -520,7 +523,9 @@ fn decode_tls<'a>(r: &mut Reader<'a>) -> Result<Option<TlsRecord<'a>>, Error> {
         return Ok(None);
     }
     let n = usize::from(r.u8()?);
-    let session = crate::tls13::Parked::decode(r.take(n)?).map_err(|_| Error::Malformed(r.what))?;
+    let session = crate::tls13::Parked::decode(r.take(n)?)
+        .map(Box::new)
+        .map_err(|_| Error::Malformed(r.what))?;
     let partial = r.bytes32()?;
     // A partial record is shorter than the longest record.
     if partial.len() >= crate::tls13::wire::HEADER_LEN + crate::tls13::wire::MAX_CIPHERTEXT {
@@ -746,7 +751,7 @@ mod tests {
         use crate::tls13::{CipherSuite, TrafficKey, TrafficSecret};
         let suite = CipherSuite::Aes256GcmSha384;
         TlsRecord {
-            session: crate::tls13::Parked {
+            session: Box::new(crate::tls13::Parked {
                 suite,
                 send: ParkedDirection {
                     secret: TrafficSecret::new(suite, &[9; 48]).unwrap(),
@@ -760,7 +765,7 @@ mod tests {
                 },
                 owe_update: true,
                 partial_handshake: vec![24],
-            },
+            }),
             partial: b"\x17\x03\x03\x00",
             unsent: b"\x17\x03\x03\x00\x11sealed records...",
         }

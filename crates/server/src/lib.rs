@@ -68,6 +68,7 @@ pub mod message;
 pub mod metrics;
 pub mod presence;
 pub mod publish;
+pub mod redact;
 pub mod reply;
 pub mod server;
 pub mod spelling;

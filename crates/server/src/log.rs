@@ -66,7 +66,8 @@ fn emit(level: u8, tag: &str, args: std::fmt::Arguments<'_>) {
             Some(node) => format!("{t:10.3} {tag} [{node}] {args}\n"),
             None => format!("{t:10.3} {tag} {args}\n"),
         };
-        write_line(&mut std::io::stderr().lock(), &line);
+        // A URL that reached the line with its password (in a library's error, say) loses it.
+        write_line(&mut std::io::stderr().lock(), &crate::redact::urls(&line));
     }
 }
 

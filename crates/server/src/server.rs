@@ -14,6 +14,7 @@
 //! check, shares the API port with its siblings too, and opens a private loopback API address
 //! for the group's `/metrics` and `/healthz` ([`crate::group`]).
 
+use crate::redact::Urls;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -510,12 +511,14 @@ fn make_broker(
         .context("cannot join the cluster")?;
         if b.connected() {
             log::info(format_args!(
-                "node {node}: joined the cluster through {url}"
+                "node {node}: joined the cluster through {}",
+                Urls(url)
             ));
         } else {
             log::warn(format_args!(
-                "node {node}: started without the broker at {url} (see above); publishes \
-                 answer 503 until it is reachable"
+                "node {node}: started without the broker at {} (see above); publishes \
+                 answer 503 until it is reachable",
+                Urls(url)
             ));
         }
         return Ok(Broker::Redis(b));
@@ -542,15 +545,20 @@ fn make_broker(
         }
         if !b.connected() {
             log::warn(format_args!(
-                "node {node}: NATS at {url} not reachable yet; publishes answer 503 until it is"
+                "node {node}: NATS at {} not reachable yet; publishes answer 503 until it is",
+                Urls(url)
             ));
         }
         log::info(format_args!(
-            "node {node}: joined the cluster through {url}"
+            "node {node}: joined the cluster through {}",
+            Urls(url)
         ));
         return Ok(Broker::Nats(b));
     }
-    anyhow::bail!("broker {url:?}: expected redis://host:port or nats://host:port")
+    anyhow::bail!(
+        "broker {:?}: expected redis://host:port or nats://host:port",
+        Urls(url)
+    )
 }
 
 /// Re-reads the certificate files on SIGHUP, and every `interval` seconds if they changed

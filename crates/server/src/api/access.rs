@@ -88,13 +88,10 @@ pub(super) fn is_loopback_name(name: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Whether a request on a reserve connection is served: `/healthz`, or a caller with the API
-/// key or a valid token. An open API (neither configured) has no credentials to tell its
-/// publishers from anyone else: past its caps only `/healthz` is served.
-pub(super) fn reserve_may_serve(req: &Request, shared: &Shared) -> bool {
-    if req.path == "/healthz" {
-        return true;
-    }
+/// Whether a request on a reserve connection is served: a caller with the API key or a valid
+/// token. An open API (neither configured) has no credentials to tell its publishers from
+/// anyone else: past its caps only `/healthz` is answered (by the triage, from the head).
+pub(super) fn credentialed(req: &Request, shared: &Shared) -> bool {
     let header = req.authorization.as_deref();
     let key = shared.config.api_key.as_deref();
     if key.is_some_and(|k| authorized(header, k)) {

@@ -35,7 +35,7 @@ mod request;
 mod triage;
 
 use self::h2::{H2Serial, Sniffed};
-use access::{admin_ok, authorized, browser_check, permit, refused, reserve_may_serve, Permit};
+use access::{admin_ok, authorized, browser_check, credentialed, permit, refused, Permit};
 use publish::{publish_batch, publish_grip, publish_one};
 use request::{copy_request, Request};
 
@@ -82,21 +82,26 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope, set_up: S
     let overflow = if tls {
         None
     } else {
-        let (s1, s2, d, sc) = (
+        let (s1, s2, d, sc, sc1) = (
             Arc::clone(&shared),
             Arc::clone(&shared),
             dashboard.clone(),
             scope.clone(),
+            scope.clone(),
         );
-        let admits = move |head: &http1::RequestHead<'_>| {
-            copy_request(head).is_ok_and(|r| reserve_may_serve(&r, &s1))
+        let judge = move |head: &http1::RequestHead<'_>, local| {
+            let req = match copy_request(head) {
+                Ok(r) => r,
+                Err(a) => return triage::Verdict::Answer(a),
+            };
+            triage_verdict(&req, &s1, &sc1, local)
         };
         let serve: triage::Serve = Box::new(move |stream, first| {
             if let Err(e) = handle(stream, &s2, d.as_deref(), &sc, true, first) {
                 log::debug(format_args!("api connection: {e}"));
             }
         });
-        match triage::Triage::start(shared.config.head_limits(), admits, serve) {
+        match triage::Triage::start(shared.config.head_limits(), Box::new(judge), serve) {
             Ok(t) => Some(t),
             Err(e) => {
                 log::warn(format_args!(
@@ -169,6 +174,37 @@ pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope, set_up: S
             release(&taken);
             log::warn(format_args!("cannot start API thread: {e}"));
         }
+    }
+}
+
+/// What the triage does with a request past the pool's caps: a health check (or a request the
+/// browser checks refuse) is answered from its head, a caller with credentials gets a reserve
+/// thread, anything else `503`.
+fn triage_verdict(
+    req: &Request,
+    shared: &Arc<Shared>,
+    scope: &Scope,
+    local: Option<std::net::SocketAddr>,
+) -> triage::Verdict {
+    if let Some(a) = browser_check(req, shared, local) {
+        return triage::Verdict::Answer(a);
+    }
+    if req.path == "/healthz" {
+        if req.method != "GET" {
+            return triage::Verdict::Answer(Answer::error(405, "use GET"));
+        }
+        return match scope {
+            Scope::Group(_) => {
+                let (shared, scope) = (Arc::clone(shared), scope.clone());
+                triage::Verdict::Compute(Box::new(move || health(&shared, &scope)))
+            }
+            Scope::Process | Scope::Node => triage::Verdict::Answer(health(shared, scope)),
+        };
+    }
+    if credentialed(req, shared) {
+        triage::Verdict::Serve
+    } else {
+        triage::Verdict::Refuse
     }
 }
 
@@ -342,9 +378,9 @@ fn requests<S: FeedStream>(
             continue;
         }
         if reserve {
-            // Past the pool's caps: one request, and only a health check or a caller with
-            // credentials.
-            if !reserve_may_serve(&req, shared) {
+            // Past the pool's caps: one request, and only from a caller with credentials (the
+            // triage answered health checks itself).
+            if !credentialed(&req, shared) {
                 return Answer::error(503, "too many API connections").send(stream, false);
             }
             req.keep_alive = false;
@@ -532,6 +568,21 @@ fn too_large(declared: Option<u64>, max: usize) -> Answer {
     )
 }
 
+/// `GET /healthz`: readiness, not liveness. A node whose cluster broker is unreachable cannot
+/// publish or follow new topics: a load balancer should send clients elsewhere.
+fn health(shared: &Shared, scope: &Scope) -> Answer {
+    let stopping = shared.stopping.load(Relaxed);
+    let (status, text) = match scope {
+        _ if stopping => (503, "stopping\n".to_owned()),
+        Scope::Group(member) => crate::group::scrape::health(member),
+        Scope::Process | Scope::Node if !shared.broker.healthy() => {
+            (503, "broker unavailable\n".to_owned())
+        }
+        Scope::Process | Scope::Node => (200, "ok\n".to_owned()),
+    };
+    Answer::new(status, "text/plain; charset=utf-8", text)
+}
+
 fn dispatch(
     req: &Request,
     body: Vec<u8>,
@@ -540,20 +591,7 @@ fn dispatch(
     scope: &Scope,
 ) -> Answer {
     match (req.method.as_str(), req.path.as_str()) {
-        ("GET", "/healthz") => {
-            let stopping = shared.stopping.load(Relaxed);
-            // A node whose cluster broker is unreachable cannot publish or follow new topics:
-            // a load balancer should send clients elsewhere (readiness, not liveness).
-            let (status, text) = match scope {
-                _ if stopping => (503, "stopping\n".to_owned()),
-                Scope::Group(member) => crate::group::scrape::health(member),
-                Scope::Process | Scope::Node if !shared.broker.healthy() => {
-                    (503, "broker unavailable\n".to_owned())
-                }
-                Scope::Process | Scope::Node => (200, "ok\n".to_owned()),
-            };
-            Answer::new(status, "text/plain; charset=utf-8", text)
-        }
+        ("GET", "/healthz") => health(shared, scope),
         ("GET", "/metrics")
             if shared.config.metrics_auth
                 && !matches!(scope, Scope::Node)

@@ -13,6 +13,7 @@
 //! at-most-once and has no history: what other nodes published while the link was down, or
 //! before a subscription reached the server, is not delivered here.
 
+use crate::redact::Urls;
 use std::sync::{Arc, Mutex};
 
 use clarion_proto::nats::SubjectMap;
@@ -79,7 +80,7 @@ impl NatsBroker {
             })
         };
         let link = NatsLink::start(url, node, handler, link_metrics)
-            .map_err(|e| format!("broker {url}: {e}"))?;
+            .map_err(|e| format!("broker {}: {e}", Urls(url)))?;
         metrics
             .broker_configured
             .store(1, std::sync::atomic::Ordering::Relaxed);

@@ -35,6 +35,8 @@ macro_rules! settings {
     (@source switch) => { $crate::config::declare::Source::Switch };
     (@source secret) => { $crate::config::declare::Source::Secret };
     (@source file) => { $crate::config::declare::Source::FileOnly };
+    (@secret secret) => { true };
+    (@secret $source:ident) => { false };
     (@parser file $ty:ty) => { None };
     (@parser $source:ident $ty:ty) => {
         Some(<$ty as $crate::config::declare::FlagValue>::parser)
@@ -55,7 +57,7 @@ macro_rules! settings {
     )*) => {
         /// Everything `clarion serve` can be told: one field per declaration in
         /// `config/mod.rs`, whose doc states the default and why.
-        #[derive(Debug, Clone, serde::Deserialize)]
+        #[derive(Clone, serde::Deserialize)]
         #[serde(default, deny_unknown_fields)]
         pub struct Config {
             $(
@@ -63,6 +65,24 @@ macro_rules! settings {
                 #[serde(deserialize_with = "crate::config::declare::from_file")]
                 pub $name: $ty,
             )*
+        }
+
+        /// Every setting, with the value of a `secret` one hidden and the passwords, tokens
+        /// and query values of URLs in the others ([`crate::redact`]).
+        impl std::fmt::Debug for Config {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut d = f.debug_struct("Config");
+                $(
+                    d.field(
+                        stringify!($name),
+                        &$crate::config::declare::Shown {
+                            secret: settings!(@secret $source),
+                            value: &self.$name,
+                        },
+                    );
+                )*
+                d.finish()
+            }
         }
 
         impl Default for Config {
@@ -84,6 +104,29 @@ macro_rules! settings {
             },
         )*];
     };
+}
+
+/// A setting's value in `Config`'s `Debug`: a secret one as `***` (`None` when unset), the
+/// others with the secrets of their URLs hidden.
+pub struct Shown<'a> {
+    /// Declared `secret`.
+    pub secret: bool,
+    /// The value.
+    pub value: &'a dyn std::fmt::Debug,
+}
+
+impl std::fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = if f.alternate() {
+            format!("{:#?}", self.value)
+        } else {
+            format!("{:?}", self.value)
+        };
+        if self.secret && text != "None" {
+            return f.write_str(crate::redact::HIDDEN);
+        }
+        f.write_str(&crate::redact::urls(&text))
+    }
 }
 
 /// Where a setting can be given besides the TOML file.
@@ -486,6 +529,33 @@ mod tests {
              `UPDATE_DOCS=1 cargo test -p clarion-server --lib config`; the table should read:\n\n\
              {expected}"
         );
+    }
+
+    #[test]
+    fn a_debug_printed_config_shows_no_secret() {
+        let config = Config {
+            broker: Some("rediss://:broker-pw@h:6380".into()),
+            api_key: Some("the-api-key".into()),
+            auth_secret: Some("the-auth-secret".into()),
+            redis_sentinel_password: Some("sentinel-pw".into()),
+            webhook_url: Some("http://app/events?token=webhook-token".into()),
+            hook_connect_url: Some("http://app/connect?token=hook-token".into()),
+            ..Config::default()
+        };
+        for text in [format!("{config:?}"), format!("{config:#?}")] {
+            for secret in [
+                "broker-pw",
+                "the-api-key",
+                "the-auth-secret",
+                "sentinel-pw",
+                "webhook-token",
+                "hook-token",
+            ] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+            assert!(text.contains("api_key: ***"), "{text}");
+            assert!(text.contains("grip_sig_key: None"), "{text}");
+        }
     }
 
     #[test]

@@ -40,9 +40,18 @@ pub const API_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 pub const API_MAX_PER_ADDRESS: usize = 64;
 
 /// Connections admitted past the caps above, each for one request that must arrive within
-/// [`API_RESERVE_DEADLINE`] and be `/healthz` or carry the API key or a valid token: a health
-/// checker and an authenticated publisher still get through while the pool is taken.
+/// [`API_RESERVE_DEADLINE`] and carry the API key or a valid token: an authenticated publisher
+/// still gets through while the pool is taken. (`/healthz` past the caps is answered from its
+/// head by the triage, with no thread and no body read.)
 pub const API_RESERVE: usize = 32;
+
+/// Reserve threads one client address may hold at once: a publisher whose key leaked, or a
+/// misbehaving one that trickles its bodies, cannot take the whole reserve from the others.
+pub const API_RESERVE_PER_ADDRESS: usize = 8;
+
+/// Threads answering a group's `/healthz` past the caps at once (the answer scrapes every
+/// process, within `GROUP_SCRAPE_TIMEOUT`); such a thread never reads from its client.
+pub const API_HEALTH_THREADS: usize = 4;
 
 /// How long a reserve connection's request may take to arrive.
 pub const API_RESERVE_DEADLINE: Duration = Duration::from_secs(1);
@@ -156,6 +165,7 @@ mod tests {
             format!("at most {API_MAX_PER_ADDRESS} from one address"),
             format!("within {} seconds of its first byte", API_REQUEST_DEADLINE.as_secs()),
             format!("{API_RESERVE} more connections may each make one request"),
+            format!("at most {API_RESERVE_PER_ADDRESS} of them from one address"),
             format!("arrives within {} second", API_RESERVE_DEADLINE.as_secs()),
             format!("idle for {} seconds", API_IDLE.as_secs()),
             format!("at most {GRIP_PUBLISH_MAX_ITEMS} items"),

@@ -376,13 +376,13 @@ settings! {
     /// on any transport is accepted, with its cookies, query, selected headers and address; its
     /// answer allows or refuses it and may give its identity and topic grants. Unset by
     /// default: no hook (connections are decided by `auth_*` alone).
-    hook_connect_url: Option<String> = None, flag "URL of the application's connect hook";
+    hook_connect_url: Option<String> = None, secret "URL of the application's connect hook";
     /// The `subscribe` hook: asked when a connection subscribes to a topic its grants (token or
     /// `connect` answer) do not cover. Unset by default: such topics follow the `auth_*` rules.
-    hook_subscribe_url: Option<String> = None, flag "URL of the application's subscribe hook";
+    hook_subscribe_url: Option<String> = None, secret "URL of the application's subscribe hook";
     /// The `publish` hook: asked when a WebSocket client publishes to a topic its grants do
     /// not cover; may replace the data. Unset by default.
-    hook_publish_url: Option<String> = None, flag "URL of the application's publish hook";
+    hook_publish_url: Option<String> = None, secret "URL of the application's publish hook";
     /// Shared secret for the `Clarion-Signature` header (HMAC-SHA256 over timestamp and body)
     /// on every hook request, so the application can trust the caller. Unset by default:
     /// requests are not signed (fine on loopback only).
@@ -430,7 +430,7 @@ settings! {
     /// The application's webhook (`http://host:port/path`): `connected`, `disconnected`,
     /// `topic_occupied` and `topic_vacated` events, batched, signed with `hook_secret`, retried
     /// until answered 2xx. Unset by default: no events, and no cost.
-    webhook_url: Option<String> = None, flag "URL of the application's webhook (events out)";
+    webhook_url: Option<String> = None, secret "URL of the application's webhook (events out)";
     /// Milliseconds an event waits for others to share its request: a tenth of a second keeps
     /// presence-like views current while turning a reconnect storm into a few requests.
     webhook_batch_ms: u64 = 100, flag "Milliseconds an event waits for its batch";
@@ -474,7 +474,7 @@ settings! {
     /// memory, the fastest and leanest mode). With Redis, message ids are allocated per topic
     /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
     /// fan out to every node but each node keeps its own ids and history.
-    broker: Option<String> = None, flag "Broker joining this node to others (redis://, rediss://, redis+sentinel://, redis+cluster:// or nats://...)";
+    broker: Option<String> = None, secret "Broker joining this node to others (redis://, rediss://, redis+sentinel://, redis+cluster:// or nats://...)";
     /// This node's name in logs, metrics (`node` label) and the broker's client list. Unset:
     /// `host:pid`.
     node_name: Option<String> = None, flag "Node name (default host:pid)";

@@ -118,14 +118,23 @@ impl Reader {
                 Ok(Some((frame, used))) if self.fds.len() >= frame.fds() => {
                     let fds: Vec<OwnedFd> = self.fds.drain(..frame.fds()).collect();
                     let r = take(frame, fds);
-                    // A `conns` frame carries TLS traffic secrets: nothing read stays behind.
-                    zeroize::Zeroize::zeroize(self.buf.get_mut(..used).unwrap_or_default());
-                    self.buf.drain(..used);
+                    self.consume(used);
                     return Ok(r);
                 }
                 Ok(_) => self.fill()?,
             }
         }
+    }
+
+    /// Drops the first `used` bytes (a frame read). A `conns` frame carries TLS traffic
+    /// secrets: nothing read stays behind, neither the frame nor, past the new end, the old
+    /// copy of the bytes that moved down in its place (`Vec::drain` would leave it).
+    fn consume(&mut self, used: usize) {
+        let used = used.min(self.buf.len());
+        let left = self.buf.len() - used;
+        self.buf.copy_within(used.., 0);
+        zeroize::Zeroize::zeroize(self.buf.get_mut(left..).unwrap_or_default());
+        self.buf.truncate(left);
     }
 
     fn fill(&mut self) -> io::Result<()> {
@@ -196,5 +205,96 @@ impl Reader {
 impl Drop for Reader {
     fn drop(&mut self) {
         zeroize::Zeroize::zeroize(&mut self.buf);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clarion_proto::handover::{encode, Frame};
+
+    /// A `conns` frame whose one connection carries `secret` as both traffic secrets.
+    fn conns_with(secret: u8) -> Vec<u8> {
+        use clarion_proto::handover::{ConnRecord, ConnState, TlsRecord};
+        use clarion_proto::tls13::limits::Usage;
+        use clarion_proto::tls13::parked::{Parked, ParkedDirection};
+        use clarion_proto::tls13::{CipherSuite, TrafficKey, TrafficSecret};
+        let suite = CipherSuite::Aes256GcmSha384;
+        let direction = || ParkedDirection {
+            secret: TrafficSecret::new(suite, &[secret; 48]).unwrap(),
+            key: TrafficKey::new(suite, &[secret; 32], &[secret; 12]).unwrap(),
+            usage: Usage { seq: 1, weight: 1 },
+        };
+        let record = ConnRecord {
+            worker: 0,
+            state: ConnState::Http,
+            idle: 0,
+            peer: 0,
+            input: b"",
+            output: b"",
+            topics: Vec::new(),
+            mode: None,
+            tls: Some(TlsRecord {
+                session: Box::new(Parked {
+                    suite,
+                    send: direction(),
+                    receive: direction(),
+                    owe_update: false,
+                    partial_handshake: Vec::new(),
+                }),
+                partial: b"",
+                unsent: b"",
+            }),
+        };
+        let mut out = Vec::new();
+        encode(&Frame::Conns(vec![record]), &mut out);
+        out
+    }
+
+    /// Where `secret` repeated 48 times (a traffic secret) starts in `bytes`.
+    fn copies(bytes: &[u8], secret: u8) -> usize {
+        bytes
+            .windows(48)
+            .filter(|w| w.iter().all(|&b| b == secret))
+            .count()
+    }
+
+    #[test]
+    fn a_frame_read_leaves_no_copy_of_its_secrets_in_the_buffer() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (first, second) = (conns_with(0xA1), conns_with(0xB2));
+        // The first frame whole and the second but its last byte, in one read.
+        let mut sent = first.clone();
+        sent.extend_from_slice(&second[..second.len() - 1]);
+        // Each frame carries one socket: any descriptor will do.
+        let null = std::fs::File::open("/dev/null").unwrap();
+        send(&a, &sent, &[null.as_raw_fd()]).unwrap();
+        b.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut rd = Reader::new(b);
+        rd.fill().unwrap();
+        let high = rd.buf.len();
+        assert_eq!(high, sent.len());
+        rd.next(|f, _| assert!(matches!(f, Frame::Conns(_))))
+            .unwrap();
+        // Everything the buffer held, up to the most it held (all of it written by `fill`).
+        assert!(rd.buf.capacity() >= high);
+        // SAFETY: the first `high` bytes of the allocation were initialized by `fill`, and
+        // nothing has shrunk or freed the allocation since.
+        #[allow(unsafe_code)]
+        let held = unsafe { std::slice::from_raw_parts(rd.buf.as_ptr(), high) };
+        assert_eq!(copies(held, 0xA1), 0, "the frame read is wiped");
+        // The second frame's secrets are there once (in the frame still to read), not twice.
+        let once = copies(&second[..second.len() - 1], 0xB2);
+        assert!(once > 0);
+        assert_eq!(copies(held, 0xB2), once, "a moved-down copy stays behind");
+        send(&a, &second[second.len() - 1..], &[null.as_raw_fd()]).unwrap();
+        rd.next(|f, _| assert!(matches!(f, Frame::Conns(_))))
+            .unwrap();
+        // SAFETY: as above.
+        #[allow(unsafe_code)]
+        let held = unsafe { std::slice::from_raw_parts(rd.buf.as_ptr(), high) };
+        assert_eq!(copies(held, 0xB2), 0, "both frames read: nothing left");
     }
 }

@@ -9,6 +9,7 @@
 //! does while it waits is the worker's business (`worker::transport::hooks`). Nothing here
 //! touches a client connection.
 
+use crate::redact::Urls;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -59,13 +60,13 @@ impl Target {
     pub fn parse(url: &str) -> Result<Target, String> {
         let rest = url
             .strip_prefix("http://")
-            .ok_or_else(|| format!("hook URL {url:?}: only http:// is supported"))?;
+            .ok_or_else(|| format!("hook URL {:?}: only http:// is supported", Urls(url)))?;
         let (host, path) = match rest.find('/') {
             Some(i) => (rest.get(..i).unwrap_or(""), rest.get(i..).unwrap_or("/")),
             None => (rest, "/"),
         };
         if host.is_empty() || host.contains('@') {
-            return Err(format!("hook URL {url:?}: no host"));
+            return Err(format!("hook URL {:?}: no host", Urls(url)));
         }
         let addr = if host.starts_with('[') {
             if host.contains("]:") {

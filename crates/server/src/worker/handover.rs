@@ -220,7 +220,7 @@ pub struct DeflateWindows {
 /// traffic secrets in `session` are wiped when it is dropped.
 pub struct MovingTls {
     /// Keys' state: suite, traffic secrets, sequence numbers, KeyUpdate owed.
-    pub session: clarion_proto::tls13::Parked,
+    pub session: Box<clarion_proto::tls13::Parked>,
     /// Ciphertext of the client's next record, partly received.
     pub partial: Vec<u8>,
     /// Records sealed but not taken by the kernel; they go out first.
@@ -484,7 +484,7 @@ impl Engine<mio::net::TcpStream> {
                 let session = t.park().ok()?;
                 let (partial, unsent) = t.take_in_flight();
                 Some(MovingTls {
-                    session,
+                    session: Box::new(session),
                     partial,
                     unsent,
                 })

@@ -101,6 +101,9 @@ impl<S: Socket> Engine<S> {
         );
         let was_established = session.established();
         let res = session.read(data, &mut plain, &mut out);
+        // An error in the same read as the client's Finished comes from the record layer after
+        // a completed handshake: it counts as a TLS error, and the handshake as done.
+        let established_now = session.established();
         self.read_buf = fresh;
         let written = if out.is_empty() {
             Ok(0)
@@ -123,7 +126,10 @@ impl<S: Socket> Engine<S> {
             (Err(e), _) => {
                 log::debug(format_args!("TLS: {e}"));
                 let m = &self.shared.metrics;
-                if was_established {
+                if !was_established && established_now {
+                    m.tls_handshakes.fetch_add(1, Relaxed);
+                }
+                if established_now {
                     m.tls_errors.fetch_add(1, Relaxed);
                 } else {
                     m.tls_failed(tls::failure_reason(&e));

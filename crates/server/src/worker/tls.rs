@@ -106,9 +106,15 @@ impl Session {
     /// An established TLS 1.3 connection that another process parked (a hand-over), with the
     /// ciphertext it had in flight: `partial`, the start of the client's next record, and
     /// `unsent`, records the kernel had not taken, which go out before anything else.
-    pub fn resume(parked: Parked, partial: Vec<u8>, unsent: Vec<u8>) -> Result<Session, KeyError> {
+    ///
+    /// `parked` is read, not moved: dropping the box wipes the secrets it held.
+    pub fn resume(
+        parked: Box<Parked>,
+        partial: Vec<u8>,
+        unsent: Vec<u8>,
+    ) -> Result<Session, KeyError> {
         Ok(Session {
-            engine: Engine::Lean(Records::resume(parked, Schedule::Secrets)?),
+            engine: Engine::Lean(Records::resume(Parked::clone(&parked), Schedule::Secrets)?),
             partial,
             unsent,
             established: true,
@@ -848,7 +854,7 @@ mod tests {
         assert_ne!(moved, parked, "sequence numbers and keys moved on");
         let (partial, unsent) = s.take_in_flight();
         drop(s);
-        let mut s = Session::resume(moved, partial, unsent).unwrap();
+        let mut s = Session::resume(Box::new(moved), partial, unsent).unwrap();
         assert!(s.is_lean() && s.established() && !s.untouched());
         let (plain, _, _) = feed(&mut s, &next[7..], 100_000);
         assert_eq!(plain, b"split");
@@ -888,7 +894,8 @@ mod tests {
             client_read(c, &to_client);
         }
         for (s, mut c) in [(s1, c1), (s2, c2)] {
-            let mut s = Session::resume(s.park().unwrap(), Vec::new(), Vec::new()).unwrap();
+            let mut s =
+                Session::resume(Box::new(s.park().unwrap()), Vec::new(), Vec::new()).unwrap();
             let mut out = Vec::new();
             s.encrypt(b"moved", &mut out).unwrap();
             assert_eq!(client_read(&mut c, &out), b"moved");

@@ -8,6 +8,7 @@
 //! master keeps its place while it owns any of them (a failover hands the place of the lost
 //! master to the replica that took over its slots).
 
+use crate::redact::Urls;
 use clarion_proto::resp::Value;
 
 use super::conn::RedisUrl;
@@ -43,7 +44,8 @@ impl ClusterUrl {
         let (hosts, path) = hostpath.split_once('/').unwrap_or((hostpath, ""));
         if !path.is_empty() && path != "0" {
             return Err(format!(
-                "{url:?}: a Redis Cluster has only database 0 (nothing may follow the nodes)"
+                "{:?}: a Redis Cluster has only database 0 (nothing may follow the nodes)",
+                Urls(url)
             ));
         }
         let scheme = if tls { "rediss" } else { "redis" };
@@ -55,7 +57,8 @@ impl ClusterUrl {
             };
             let parsed = RedisUrl::parse(&one).map_err(|e| {
                 format!(
-                    "{url:?}: cluster node {}",
+                    "{:?}: cluster node {}",
+                    Urls(url),
                     e.rsplit_once(": ").map_or(e.as_str(), |(_, m)| m)
                 )
             })?;

@@ -7,6 +7,7 @@
 //! reply still owed on it. A new connection is attempted at most once per backoff interval, so
 //! a Redis that is down answers callers at once instead of making each wait for a connect.
 
+use crate::redact::Urls;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -16,7 +17,8 @@ use clarion_proto::resp::{self, Limits, RespError, Value};
 use super::stream::{self, RedisTls, Stream, Writer};
 
 /// Where Redis is: `redis://[user:password@]host:port[/db]`, or `rediss://...` for TLS.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `Debug` shows the password as `***`.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisUrl {
     /// `host:port` (the port defaults to 6379).
     pub addr: String,
@@ -32,6 +34,30 @@ pub struct RedisUrl {
     pub db: u32,
 }
 
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let RedisUrl {
+            addr,
+            host,
+            tls,
+            username,
+            password,
+            db,
+        } = self;
+        f.debug_struct("RedisUrl")
+            .field("addr", addr)
+            .field("host", host)
+            .field("tls", tls)
+            .field("username", username)
+            .field(
+                "password",
+                &password.as_ref().map(|_| crate::redact::HIDDEN),
+            )
+            .field("db", db)
+            .finish()
+    }
+}
+
 impl RedisUrl {
     /// Parses the `broker` setting.
     pub fn parse(url: &str) -> Result<RedisUrl, String> {
@@ -40,7 +66,10 @@ impl RedisUrl {
             None => (
                 false,
                 url.strip_prefix("redis://").ok_or_else(|| {
-                    format!("{url:?}: a Redis broker URL starts with redis:// or rediss://")
+                    format!(
+                        "{:?}: a Redis broker URL starts with redis:// or rediss://",
+                        Urls(url)
+                    )
                 })?,
             ),
         };
@@ -52,13 +81,14 @@ impl RedisUrl {
             Some((h, "")) => (h, 0),
             Some((h, d)) => (
                 h,
-                d.parse()
-                    .map_err(|_| format!("{url:?}: the database after / must be a number"))?,
+                d.parse().map_err(|_| {
+                    format!("{:?}: the database after / must be a number", Urls(url))
+                })?,
             ),
             None => (hostpath, 0),
         };
         if host.is_empty() {
-            return Err(format!("{url:?}: no host"));
+            return Err(format!("{:?}: no host", Urls(url)));
         }
         let has_port = host
             .rsplit_once(':')
@@ -72,7 +102,7 @@ impl RedisUrl {
         };
         let bare = bare.trim_start_matches('[').trim_end_matches(']');
         if bare.is_empty() {
-            return Err(format!("{url:?}: no host"));
+            return Err(format!("{:?}: no host", Urls(url)));
         }
         let (username, password) = match auth {
             None => (None, None),

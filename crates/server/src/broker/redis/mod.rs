@@ -38,6 +38,7 @@ mod shard;
 pub mod stream;
 pub mod topology;
 
+use crate::redact::Urls;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -223,7 +224,7 @@ impl RedisBroker {
             shards.push(opened.shard);
         }
         if shards.is_empty() {
-            return Err(format!("broker {url:?}: no Redis URL"));
+            return Err(format!("broker {:?}: no Redis URL", Urls(url)));
         }
         metrics.broker_configured.store(1, Relaxed);
         let core = Arc::new(Core {

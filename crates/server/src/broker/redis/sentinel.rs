@@ -16,6 +16,7 @@
 //! The parsers of the URL and of the sentinels' replies are pure (bytes in, values out) and
 //! tested below.
 
+use crate::redact::Urls;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
@@ -38,13 +39,26 @@ const WATCH_TICK: Duration = Duration::from_millis(250);
 const WATCH_PING_AFTER: Duration = Duration::from_secs(1);
 
 /// Credentials for the sentinels themselves (`redis_sentinel_username`,
-/// `redis_sentinel_password`): the URL's are Redis's.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// `redis_sentinel_password`): the URL's are Redis's. `Debug` shows the password as `***`.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct SentinelAuth {
     /// For `AUTH` with an ACL user.
     pub username: Option<String>,
     /// For `AUTH` (`requirepass` in sentinel.conf).
     pub password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let SentinelAuth { username, password } = self;
+        f.debug_struct("SentinelAuth")
+            .field("username", username)
+            .field(
+                "password",
+                &password.as_ref().map(|_| crate::redact::HIDDEN),
+            )
+            .finish()
+    }
 }
 
 impl SentinelAuth {
@@ -89,8 +103,9 @@ impl SentinelUrl {
         let (master, db) = path.split_once('/').unwrap_or((path, ""));
         if master.is_empty() {
             return Err(format!(
-                "{url:?}: name the master after the sentinels: \
-                 redis+sentinel://host1:26379,host2:26379/mymaster"
+                "{:?}: name the master after the sentinels: \
+                 redis+sentinel://host1:26379,host2:26379/mymaster",
+                Urls(url)
             ));
         }
         let scheme = if tls { "rediss" } else { "redis" };
@@ -105,7 +120,8 @@ impl SentinelUrl {
             } else {
                 format!("{scheme}://{host}:{SENTINEL_PORT}")
             };
-            let parsed = RedisUrl::parse(&one).map_err(|e| format!("{url:?}: sentinel {e}"))?;
+            let parsed =
+                RedisUrl::parse(&one).map_err(|e| format!("{:?}: sentinel {e}", Urls(url)))?;
             sentinels.push(parsed);
         }
         let with_auth = match auth {
@@ -115,7 +131,8 @@ impl SentinelUrl {
         let mut redis = RedisUrl::parse(&with_auth).map_err(|e| {
             // The placeholder host is ours; the error is about the database.
             format!(
-                "{url:?}: {}",
+                "{:?}: {}",
+                Urls(url),
                 e.rsplit_once(": ").map_or(e.as_str(), |(_, m)| m)
             )
         })?;

@@ -9,6 +9,7 @@
 //! master changes (a failover, a new master) closes its connections and its reader
 //! re-subscribes its topics there. Routing a topic is one atomic load.
 
+use crate::redact::Urls;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Condvar, Mutex};
@@ -228,19 +229,22 @@ impl Core {
                     match s.pool.call(&load) {
                         Ok(r) => {
                             if let Some(Value::Error(e)) = r.first() {
-                                return Err(format!("broker {url}: {e}"));
+                                return Err(format!("broker {}: {e}", Urls(url)));
                             }
                         }
-                        Err(LinkError::Refused(e)) => return Err(format!("broker {url}: {e}")),
+                        Err(LinkError::Refused(e)) => {
+                            return Err(format!("broker {}: {e}", Urls(url)))
+                        }
                         Err(_) => {}
                     }
                 }
                 Ok(())
             }
-            Err(TopologyError::Refused(e)) => Err(format!("broker {url}: {e}")),
+            Err(TopologyError::Refused(e)) => Err(format!("broker {}: {e}", Urls(url))),
             Err(TopologyError::Unreachable(e)) => {
                 crate::log::warn(format_args!(
-                    "broker {url}: {e}; starting without it, retrying"
+                    "broker {}: {e}; starting without it, retrying",
+                    Urls(url)
                 ));
                 down.extend(self.shards.iter().map(|s| s.label.clone()));
                 Ok(())
