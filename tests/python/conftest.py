@@ -193,7 +193,8 @@ def marked_servers():
             continue
         pid = int(entry.name)
         st = _status(pid)
-        if st is None or st[0] != "clarion" or st[1] == "Z":
+        # `clarion`, or a copy of it under another name (`CLARION_BIN=/tmp/clarion-x`).
+        if st is None or not st[0].startswith("clarion") or st[1] == "Z":
             continue
         try:
             environ = (entry / "environ").read_bytes()

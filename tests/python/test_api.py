@@ -415,3 +415,20 @@ def test_a_fresh_dashboard_feed_lists_the_busiest_topics_in_its_first_sample(ser
         assert first["top_topics"][0]["subscribers"] == 1
         # Which server the figures are of, said plainly.
         assert first["scope"].startswith("one process (") and "no broker" in first["scope"]
+
+
+def test_the_api_root_names_its_endpoints_and_what_publishing_needs(start_server):
+    """Issue 54: `GET /` said "not found" with no pointer."""
+    s = start_server()
+    status, headers, body = s.request("GET", "/")
+    text = body.decode()
+    assert status == 200 and headers["Content-Type"].startswith("text/plain"), text
+    for word in ("POST /publish/TOPIC", "/healthz", "/metrics", "/dashboard", "client listener"):
+        assert word in text, (word, text)
+    assert "open: no api_key is set" in text, text
+    keyed = start_server("--api-key", "k3y-not-shown", "--auth-secret",
+                         "an-hs256-secret-that-is-long-enough-0123")
+    _, _, body = keyed.request("GET", "/")
+    text = body.decode()
+    assert "the API key, or a token" in text and "k3y-not-shown" not in text, text
+    assert keyed.request("POST", "/")[0] == 405

@@ -339,8 +339,16 @@ def test_a_bad_key_file_stops_startup_naming_it(keys):
 def test_with_auth_on_the_publish_api_needs_a_credential(start_server):
     s = start_server("--auth-secret", SECRET)
     st, _, out = s.request("POST", "/publish/news", b"x")
-    assert st == 401 and json.loads(out)["error"].startswith("no credentials: expected a token"), out
+    error = json.loads(out)["error"]
+    assert st == 401 and error.startswith("no credentials: expected a token"), out
+    # No key is configured: the answer says so, and how to get in (issue 54).
+    assert "no api_key is set" in error and "clarion token --admin" in error, error
     assert s.request("GET", "/healthz")[0] == 200
+    # The presence lookup says the same, naming no key that does not exist.
+    st, _, out = s.request("GET", "/topics/chat.lobby/presence")
+    error = json.loads(out)["error"]
+    assert st == 401 and "no api_key is set" in error, out
+    assert "the API key or a token" not in error, error
 
 
 def test_a_wrong_api_key_says_which_credential_was_expected(start_server):
@@ -359,7 +367,8 @@ def test_a_wrong_api_key_says_which_credential_was_expected(start_server):
     st, _, out = s.request("POST", "/publish/news", b"x", wrong)
     assert st == 401 and json.loads(out)["error"] == (
         "the bearer is neither the API key nor a token: expected a token (a JWT signed HS256 "
-        "with auth_secret) as `Authorization: Bearer TOKEN`"
+        "with auth_secret) as `Authorization: Bearer TOKEN`; no api_key is set: set one for "
+        "backends (api_key), or make a token that publishes anywhere with `clarion token --admin`"
     )
     expired = {"Authorization": f"Bearer {hs(exp_in=-5)}"}
     st, _, out = s.request("POST", "/publish/news", b"x", expired)

@@ -359,11 +359,21 @@ def test_the_startup_line_says_what_is_on(start_server):
     assert f"clients on {s.clients}, API on {s.api} (1 worker, " in line, line
     assert "broker: none (node alpha)" in line, line
     assert "auth: HS256 tokens, public topics: news, chat.*, anonymous connections: refused" in line
-    assert "1 process" in line and "s3cret" not in line, line
-    plain = start_server("--workers", 2)
+    # Tokens on and no key: the line says the publish API now takes tokens only, and how to
+    # make one (issue 54: turning auth on for presence silently closed the API).
+    assert "(publish API: tokens only (no api_key; `clarion token --admin`" in line, line
+    assert "hooks: none" in line and "1 process" in line and "s3cret" not in line, line
+    plain = start_server("--workers", 2, "--webhook-url", "http://127.0.0.1:9/hooks/events")
     _, stderr = plain.stop()
     line = next(l for l in stderr.splitlines() if "serving:" in l)
-    assert "(2 workers, " in line and "auth: off (API key: none)" in line, line
+    assert "(2 workers, " in line and "auth: off (publish API: open (no api_key))" in line, line
+    assert "hooks: webhook;" in line, line
+    keyed = start_server("--auth-secret", "s3cret", "--api-key", "k3y",
+                         "--hook-connect-url", "http://127.0.0.1:9/hooks/connect")
+    _, stderr = keyed.stop()
+    line = next(l for l in stderr.splitlines() if "serving:" in l)
+    assert "(publish API: api_key, or a token that grants the topic)" in line, line
+    assert "hooks: connect;" in line and "k3y" not in line, line
 
 
 def test_an_auth_policy_without_a_key_is_refused():

@@ -396,9 +396,19 @@ fn what_is_on(shared: &Shared, member: Option<&Member>) -> String {
             format!("broker: {scheme}://{host} (node {node})")
         }
     };
-    let key = if c.api_key.is_some() { "set" } else { "none" };
+    // How a publisher gets in, in the words of the settings that decide it: turning tokens on
+    // closes an API that has no key to everyone but token holders.
+    let api = match (c.api_key.is_some(), shared.auth.is_some()) {
+        (false, false) => "publish API: open (no api_key)",
+        (true, false) => "publish API: api_key",
+        (true, true) => "publish API: api_key, or a token that grants the topic",
+        (false, true) => {
+            "publish API: tokens only (no api_key; `clarion token --admin` makes one that \
+             publishes anywhere)"
+        }
+    };
     let auth = match shared.auth.as_ref() {
-        None => format!("auth: off (API key: {key})"),
+        None => format!("auth: off ({api})"),
         Some(a) => {
             let public = if c.auth_public_topics.is_empty() {
                 "none".to_owned()
@@ -408,16 +418,30 @@ fn what_is_on(shared: &Shared, member: Option<&Member>) -> String {
             let anonymous = if a.anonymous { "allowed" } else { "refused" };
             format!(
                 "auth: {} tokens, public topics: {public}, anonymous connections: {anonymous} \
-                 (API key: {key})",
+                 ({api})",
                 a.verifier.algorithm
             )
         }
+    };
+    let hooks: Vec<&str> = [
+        ("connect", c.hook_connect_url.is_some()),
+        ("subscribe", c.hook_subscribe_url.is_some()),
+        ("publish", c.hook_publish_url.is_some()),
+        ("webhook", c.webhook_url.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    let hooks = if hooks.is_empty() {
+        "hooks: none".to_owned()
+    } else {
+        format!("hooks: {}", hooks.join(", "))
     };
     let processes = match member {
         Some(m) => format!("process {} of {}", m.index + 1, c.processes),
         None => "1 process".to_owned(),
     };
-    format!("{broker}; {auth}; {processes}")
+    format!("{broker}; {auth}; {hooks}; {processes}")
 }
 
 /// Duplicates listening sockets (the copies keep the same accept queues).

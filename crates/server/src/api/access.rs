@@ -198,7 +198,11 @@ fn expected(shared: &Shared) -> String {
     if c.api_key.is_some() {
         format!("{key}, or {token}")
     } else {
-        token
+        // Tokens were turned on for the clients; backends may not know they now need one.
+        format!(
+            "{token}; no api_key is set: set one for backends (api_key), or make a token that \
+             publishes anywhere with `clarion token --admin`"
+        )
     }
 }
 

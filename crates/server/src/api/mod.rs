@@ -476,12 +476,47 @@ fn read_more<S: FeedStream>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<boo
     Ok(n > 0)
 }
 
+/// What `GET /` says: the endpoints of this listener and how a publisher gets in (names of
+/// settings only, nothing secret).
+fn index(shared: &Shared) -> String {
+    let c = &shared.config;
+    let access = match (c.api_key.is_some(), shared.auth.is_some()) {
+        (false, false) => "open: no api_key is set",
+        (true, false) => "the API key: Authorization: Bearer KEY",
+        (true, true) => "the API key, or a token that grants the topic (Authorization: Bearer)",
+        (false, true) => {
+            "a token that grants the topic, or an admin token (clarion token --admin); no \
+             api_key is set"
+        }
+    };
+    let dashboard = if c.dashboard {
+        "/dashboard"
+    } else {
+        "off (dashboard = false)"
+    };
+    format!(
+        "Clarion {version}: this is the API listener.\n\
+         \n\
+         \x20 POST /publish/TOPIC       publish the body to TOPIC (?event=NAME for SSE)\n\
+         \x20 POST /publish            a JSON batch: {{\"messages\": [...]}}\n\
+         \x20 GET  /topics/TOPIC/presence  who is in a presence topic\n\
+         \x20 GET  /healthz             health\n\
+         \x20 GET  /metrics             Prometheus metrics\n\
+         \x20 GET  /dashboard           the live dashboard: {dashboard}\n\
+         \n\
+         Publishing needs {access}.\n\
+         Subscribers connect to the client listener (listen, :8080 by default).\n\
+         Docs: docs/protocol.md, docs/configuration.md.\n",
+        version = env!("CARGO_PKG_VERSION"),
+    )
+}
+
 /// Answers that need no body: unknown routes, wrong methods, missing credentials, oversized
 /// declared lengths.
 fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
     let publish = req.path == "/publish" || req.path.starts_with("/publish/");
     let allowed: &[&str] = match req.path.as_str() {
-        "/healthz" | "/metrics" => &["GET"],
+        "/" | "/healthz" | "/metrics" => &["GET"],
         _ if publish => &["POST"],
         p if p.starts_with("/topics/") => &["GET"],
         _ => return Some(Answer::error(404, "not found")),
@@ -591,6 +626,7 @@ fn dispatch(
     scope: &Scope,
 ) -> Answer {
     match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/") => Answer::new(200, "text/plain; charset=utf-8", index(shared)),
         ("GET", "/healthz") => health(shared, scope),
         ("GET", "/metrics")
             if shared.config.metrics_auth

@@ -41,12 +41,11 @@ pub(super) fn answer(req: &Request, shared: &Shared) -> Answer {
             if let Some(grants) = grants {
                 if let Err(r) = auth.may_subscribe(grants.as_ref(), topic) {
                     r.count(&shared.metrics);
-                    let why = if r.status == 403 {
-                        "the token does not grant this topic"
-                    } else {
-                        "the API key or a token that grants this topic is required"
-                    };
-                    return Answer::error(r.status, why);
+                    if r.status != 403 {
+                        // No credentials: say which ones this API takes.
+                        return refused(header, Some(r), shared);
+                    }
+                    return Answer::error(r.status, "the token does not grant this topic");
                 }
             }
         } else if key.is_some() {

@@ -246,6 +246,8 @@ mod tests {
                 partial: b"",
                 unsent: b"",
             }),
+            deflate: clarion_proto::handover::DeflateWindows::default(),
+            h2: None,
         };
         let mut out = Vec::new();
         encode(&Frame::Conns(vec![record]), &mut out);
