@@ -438,16 +438,7 @@ impl Engine<mio::net::TcpStream> {
                 self.shared.handover.fallbacks.add(why);
                 continue;
             }
-            let topics: Vec<Arc<str>> = conn
-                .subs
-                .ids()
-                .into_iter()
-                .filter_map(|tid| self.index.name_of(tid))
-                .collect();
-            let poll = self
-                .polls
-                .get(&k)
-                .map(|h| (h.deadline.saturating_sub(self.now), h.cursor.clone()));
+            let (topics, poll) = self.followed(k);
             if self.polls.get(&k).is_some_and(|h| h.presence) {
                 self.shared.handover.fallbacks.add(Fallback::ModeState);
                 continue;
@@ -463,12 +454,9 @@ impl Engine<mio::net::TcpStream> {
             } else {
                 None
             };
-            // Between messages (a fragmented one stays behind): each window is all the next
-            // message can refer back to. Taken before `release`, which forgets the compressors.
-            let deflate = DeflateWindows {
-                deflater: self.deflaters.remove(&k).map(|c| c.window().to_vec()),
-                inflater: self.inflaters.remove(&k).map(|i| i.window().to_vec()),
-            };
+            // Between messages (a fragmented one stays behind). Before `release`, which
+            // forgets the compressors.
+            let deflate = self.take_windows(k);
             let mode = self.release(k, listening.remove(&k).unwrap_or_default());
             lifted.insert(k);
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
@@ -514,6 +502,36 @@ impl Engine<mio::net::TcpStream> {
             self.presence_drop_listeners(&lifted);
         }
         out
+    }
+
+    /// The names of the topics `k` follows, and for a held poll its time left and cursor:
+    /// what a moving record (a connection's or an HTTP/2 stream's) says of its subscriptions.
+    pub(super) fn followed(&self, k: u32) -> (Vec<Arc<str>>, Option<(u32, String)>) {
+        let topics = self
+            .conns
+            .get(k as usize)
+            .map(|c| {
+                c.subs
+                    .ids()
+                    .into_iter()
+                    .filter_map(|tid| self.index.name_of(tid))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let poll = self
+            .polls
+            .get(&k)
+            .map(|h| (h.deadline.saturating_sub(self.now), h.cursor.clone()));
+        (topics, poll)
+    }
+
+    /// Takes `k`'s compression windows, each all that its stream's next message can refer
+    /// back to. Called before [`Self::release`], which forgets the compressors.
+    pub(super) fn take_windows(&mut self, k: u32) -> DeflateWindows {
+        DeflateWindows {
+            deflater: self.deflaters.remove(&k).map(|c| c.window().to_vec()),
+            inflater: self.inflaters.remove(&k).map(|i| i.window().to_vec()),
+        }
     }
 
     /// Takes a handed-over connection: a record in `state`, counted as an accepted one would

@@ -20,7 +20,7 @@ use clarion_proto::ws::deflate::{Compressor, Inflater};
 
 use super::conn::Conn;
 use super::h2::H2;
-use super::handover::{DeflateWindows, Fallback, H2Part, H2Stream};
+use super::handover::{Fallback, H2Part, H2Stream};
 use super::state::State;
 use super::transport::poll::PollHold;
 use super::Engine;
@@ -83,25 +83,12 @@ impl Engine<mio::net::TcpStream> {
                 self.drop_conn(child, CloseReason::Shutdown);
                 continue;
             }
-            let Some(c) = self.conns.get(child as usize) else {
+            if self.conns.get(child as usize).is_none() {
                 continue;
-            };
-            let topics: Vec<Arc<str>> = c
-                .subs
-                .ids()
-                .into_iter()
-                .filter_map(|tid| self.index.name_of(tid))
-                .collect();
-            let poll = self
-                .polls
-                .get(&child)
-                .map(|p| (p.deadline.saturating_sub(self.now), p.cursor.clone()));
-            // Between messages (a fragmented one was refused): each window is all the next
-            // message can refer back to. Taken before the release forgets them.
-            let deflate = DeflateWindows {
-                deflater: self.deflaters.remove(&child).map(|c| c.window().to_vec()),
-                inflater: self.inflaters.remove(&child).map(|i| i.window().to_vec()),
-            };
+            }
+            let (topics, poll) = self.followed(child);
+            // Between messages (a fragmented one was refused). Before the release.
+            let deflate = self.take_windows(child);
             let mode = self.release(child, listening.remove(&child).unwrap_or_default());
             lifted.insert(child);
             let Some(mut c) = self.conns.try_remove(child as usize) else {
