@@ -81,4 +81,16 @@ grep -v devDependencies "$work/npm/package.json" >"$work/npm-noopt/package.json"
   grep -q "@clarion/linux-x64, which is not installed" <<<"$out" || { echo "unclear error: $out" >&2; exit 1; }
   echo "ok: $(grep "^clarion:" <<<"$out" | cut -c1-150)..."
 )
+# The sizes docs/packaging.md states as bounds, measured here rather than typed there: a build
+# that outgrows one fails, and the figures are printed for the release notes.
+size_within() { # FILE BOUND_BYTES WHAT
+  local n
+  n=$(stat -c %s "$1")
+  echo "size: $3 $n bytes (bound $2)"
+  [ "$n" -le "$2" ] || { echo "$3 is $n bytes, over the $2 docs/packaging.md states" >&2; exit 1; }
+}
+size_within "$root/target/packages/npm/linux-x64/bin/clarion" $((12 * 1024 * 1024)) "stripped binary"
+size_within "$wheel" $((6 * 1024 * 1024)) "wheel"
+size_within "$(ls "$dist"/clarion-linux-x64-"$version".tgz)" $((6 * 1024 * 1024)) "@clarion/linux-x64 tarball"
+size_within "$(ls "$dist"/clarion-"$version".tgz)" $((100 * 1024)) "clarion tarball"
 echo "packages OK: $(basename "$wheel") $(du -k "$wheel" | cut -f1) KiB"
