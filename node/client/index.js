@@ -580,7 +580,10 @@ class WsConn {
     this.ready = false;
     const ws = (this.ws = new client.WebSocket(url, 'clarion.v1'));
     ws.binaryType = 'arraybuffer';
-    ws.onopen = () => this.alive() && client._onOpen(this);
+    ws.onopen = () => {
+      this.opened = true;
+      if (this.alive()) client._onOpen(this);
+    };
     ws.onmessage = (e) => {
       if (!this.alive()) return;
       const d = e.data;
@@ -591,6 +594,9 @@ class WsConn {
     ws.onerror = () => {};
     ws.onclose = (e) => {
       if (!this.alive()) return;
+      // Never open: the server could not be reached or refused the handshake. Said as the
+      // Python Subscriber and the SSE transport say it, not as a close the server never sent.
+      if (!this.opened) return this.fail('connect', `cannot reach ${this.url}`);
       this.dead = true;
       client._lost({ reason: e.code === EXPIRED ? 'expired' : 'closed', code: e.code, closeReason: e.reason });
     };

@@ -57,6 +57,27 @@ test('bad input: garbage from the server is an error event, then a reconnect wit
   assert.equal(r.state, 'closed');
 });
 
+test('a server that cannot be reached is a connect failure, in the words the Python Subscriber uses', async () => {
+  const { ClarionClient } = await load();
+  // A port nothing listens on: taken, then let go.
+  const { wss, url } = await fakeServer(() => {});
+  await new Promise((r) => wss.close(r));
+  const client = new ClarionClient(url, { WebSocket, ...FAST });
+  const lost = [];
+  const errors = [];
+  client.on('disconnected', (d) => lost.push(d));
+  client.on('error', (e) => errors.push(e.kind));
+  client.subscribe('t', { onMessage: () => {} });
+  try {
+    await waitFor(() => lost.length >= 2, 10000, 'two failed connects');
+  } finally {
+    client.close();
+  }
+  // Not {reason: 'closed', code: 1006}: no close came from a server.
+  assert.deepEqual(lost[0], { reason: 'connect', code: 0, closeReason: '' });
+  assert.ok(errors.includes('connect'), JSON.stringify(errors));
+});
+
 test('bad input: an unknown control message, a binary frame, an oversized frame', async () => {
   for (const [what, behave, kind] of [
     ['unknown type', (ws) => ws.send('{"type":"surprise","topic":"t"}'), 'protocol'],
