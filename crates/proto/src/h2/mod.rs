@@ -12,12 +12,14 @@
 //! task model, while Clarion's workers run their own epoll/io_uring loops over a slab of
 //! connections with per-connection state counted in bytes; see docs/architecture.md.
 
+pub mod events;
 pub mod frame;
 pub mod hpack;
 pub mod huffman;
 pub mod request;
 pub mod response;
 pub mod server;
+pub mod settings;
 pub mod stream;
 
 #[cfg(test)]

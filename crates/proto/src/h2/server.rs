@@ -26,40 +26,11 @@
 
 use super::frame::{self, ErrorCode, Frame, FrameError, Setting, MAX_WINDOW, PREFACE};
 use super::hpack::{Decoder, Encoder, HpackError};
-use super::request::{Builder, Request, Trailers};
+use super::request::{Builder, Trailers};
 use super::stream::{Out, Stream, NO_USER};
 
-/// What this side advertises and enforces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settings {
-    /// `SETTINGS_MAX_CONCURRENT_STREAMS`.
-    pub max_streams: u32,
-    /// `SETTINGS_INITIAL_WINDOW_SIZE`: what a client may send on a stream before we read it.
-    pub initial_window: u32,
-    /// `SETTINGS_MAX_HEADER_LIST_SIZE`: decoded request header bytes (RFC 7541 sizes).
-    pub max_header_list: u32,
-    /// `SETTINGS_HEADER_TABLE_SIZE`: the HPACK dynamic table a client may fill.
-    pub header_table: u32,
-    /// `SETTINGS_ENABLE_CONNECT_PROTOCOL` (RFC 8441): WebSockets over HTTP/2.
-    pub connect_protocol: bool,
-    /// Not advertised: requests become heads without `connection: close`
-    /// ([`Builder::finish_keep_alive`]), for a caller that serves the streams one after
-    /// another over one HTTP/1.1 byte stream.
-    pub keep_alive_heads: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
-            max_streams: 256,
-            initial_window: 65_535,
-            max_header_list: 16_384,
-            header_table: 4_096,
-            connect_protocol: true,
-            keep_alive_heads: false,
-        }
-    }
-}
+pub use super::events::{Event, Fatal};
+pub use super::settings::Settings;
 
 /// The connection's flow-control window on both sides starts here (RFC 9113 §6.9.2).
 const CONN_WINDOW: i64 = 65_535;
@@ -72,40 +43,6 @@ const MAX_CONTINUATIONS: u32 = 32;
 const RECENTLY_CLOSED: usize = 16;
 /// The reason of the GOAWAY that ends a connection past a flood budget.
 const TOO_MANY: &str = "too many control frames or resets";
-
-/// What the layer above must act on, in the order the frames came.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Event<'a> {
-    /// A new stream's request. `end_stream`: it has no body.
-    Request {
-        stream: u32,
-        request: Request,
-        end_stream: bool,
-    },
-    /// Body bytes of a stream's request (WebSocket frames, on a WebSocket stream).
-    Data {
-        stream: u32,
-        user: u32,
-        data: &'a [u8],
-        end_stream: bool,
-    },
-    /// The stream is gone (the client reset it, or it was reset for an error): whatever
-    /// serves it must stop. `user` is what [`Connection::bind`] gave it, if anything.
-    Reset { stream: u32, user: Option<u32> },
-}
-
-/// Why the connection ends: a GOAWAY with this code has been written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fatal {
-    pub code: ErrorCode,
-    pub reason: &'static str,
-}
-
-impl std::fmt::Display for Fatal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}: {}", self.code, self.reason)
-    }
-}
 
 #[derive(Debug)]
 struct Block {

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::h2::frame::{write_data, write_header, write_headers, write_ping, write_settings};
+use crate::h2::request::Request;
 
 /// A client's bytes: the preface, an empty SETTINGS, then what `f` adds.
 fn client(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
