@@ -456,18 +456,26 @@ mod tests {
         assert!(Target::parse("http://u@app/x").is_err());
     }
 
-    #[test]
-    fn one_address_holds_at_most_its_share_of_hook_calls() {
+    /// Connect hooks with `cap` calls in flight per address, detached from any pool; the
+    /// third value keeps the inbox's poller and the job queue alive for the test.
+    #[allow(clippy::type_complexity)]
+    fn capped_hooks(cap: usize) -> (Hooks, Arc<Metrics>, (mio::Poll, Box<dyn std::any::Any>)) {
         let config = Config {
             hook_connect_url: Some("http://127.0.0.1:9/connect".into()),
-            hook_max_in_flight_per_address: 2,
+            hook_max_in_flight_per_address: cap,
             ..Config::default()
         };
         let poll = mio::Poll::new().unwrap();
         let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
         let inbox = Arc::new(Inbox::new(waker));
         let metrics = Arc::new(Metrics::default());
-        let (hooks, _jobs) = Hooks::detached(&config, &inbox, &metrics);
+        let (hooks, jobs) = Hooks::detached(&config, &inbox, &metrics);
+        (hooks, metrics, (poll, Box::new(jobs)))
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share_of_hook_calls() {
+        let (hooks, metrics, _kept) = capped_hooks(2);
         let (a, b) = (1, 2);
         let call = |peer, ticket| hooks.call(0, 7, peer, ticket, Hook::Connect, b"{}", 0);
         assert_eq!(call(a, 1), Ok(()));
@@ -490,16 +498,7 @@ mod tests {
 
     #[test]
     fn no_per_address_limit_at_zero() {
-        let config = Config {
-            hook_connect_url: Some("http://127.0.0.1:9/connect".into()),
-            hook_max_in_flight_per_address: 0,
-            ..Config::default()
-        };
-        let poll = mio::Poll::new().unwrap();
-        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
-        let inbox = Arc::new(Inbox::new(waker));
-        let metrics = Arc::new(Metrics::default());
-        let (hooks, _jobs) = Hooks::detached(&config, &inbox, &metrics);
+        let (hooks, _metrics, _kept) = capped_hooks(0);
         for t in 0..100 {
             assert_eq!(hooks.call(0, 7, 1, t, Hook::Connect, b"{}", 0), Ok(()));
         }
