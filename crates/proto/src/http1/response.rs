@@ -23,21 +23,29 @@ pub fn reason(status: u16) -> &'static str {
         308 => "Permanent Redirect",
         400 => "Bad Request",
         401 => "Unauthorized",
+        402 => "Payment Required",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
         408 => "Request Timeout",
         409 => "Conflict",
         410 => "Gone",
         411 => "Length Required",
         413 => "Content Too Large",
         414 => "URI Too Long",
+        412 => "Precondition Failed",
         415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        421 => "Misdirected Request",
         422 => "Unprocessable Content",
         426 => "Upgrade Required",
+        428 => "Precondition Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
         500 => "Internal Server Error",
         501 => "Not Implemented",
         502 => "Bad Gateway",
@@ -82,10 +90,12 @@ mod tests {
     }
 
     #[test]
-    fn known_reasons() {
+    fn every_status_of_rfc_9110_and_6585_has_its_reason() {
+        // RFC 9110 section 15 (less 305 and 306, unused), RFC 6585 (428, 429, 431), RFC 7725 (451).
         for s in [
-            101, 200, 204, 400, 401, 403, 404, 405, 408, 411, 413, 414, 426, 429, 431, 500, 501,
-            502, 503, 504, 505,
+            100, 101, 200, 201, 202, 203, 204, 205, 206, 300, 301, 302, 303, 304, 307, 308, 400,
+            401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416, 417,
+            421, 422, 426, 428, 429, 431, 451, 500, 501, 502, 503, 504, 505,
         ] {
             assert_ne!(reason(s), "Unknown", "{s}");
         }
