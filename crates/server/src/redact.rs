@@ -72,6 +72,7 @@ fn url_end(s: &str) -> usize {
 /// One URL past its `://` with its user part's secret and its query values hidden.
 fn hide_in(url: &str) -> Cow<'_, str> {
     let (user, hostpath) = match url.rsplit_once('@') {
+        Some(_) if at_is_in_the_query(url) => (None, url),
         Some((user, hostpath)) => (Some(user), hostpath),
         None => (None, url),
     };
@@ -101,6 +102,24 @@ fn hide_in(url: &str) -> Cow<'_, str> {
         None => out.push_str(hostpath),
     }
     Cow::Owned(out)
+}
+
+/// Whether the last `@` of `url` (past its `://`) belongs to a query value
+/// (`app/hook?mail=a@b`) rather than ending a user part: it follows a `?` whose query has a
+/// `name=` before it, and what precedes the `?` is a plain `host[:port][/path]` (a password
+/// holding `?` would leave a non-numeric "port" there, and is hidden as a user part).
+fn at_is_in_the_query(url: &str) -> bool {
+    let (Some(q), Some(at)) = (url.find('?'), url.rfind('@')) else {
+        return false;
+    };
+    let named = at > q && url.get(q + 1..at).is_some_and(|v| v.contains('='));
+    let before = url.get(..q).unwrap_or_default();
+    let authority = before.split('/').next().unwrap_or_default();
+    let port = match authority.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':'),
+        None => authority.rsplit_once(':').map(|(_, p)| p),
+    };
+    named && !before.contains('@') && port.is_none_or(|p| p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Writes `query` (past its `?`) with every value hidden; names, a fragment and a closing
@@ -156,6 +175,15 @@ mod tests {
                 "http://app/hook?token=***&x=***",
             ),
             ("http://app/hook", "http://app/hook"),
+            // An `@` in a query value leaves the host shown.
+            (
+                "http://app:8000/hook?mail=a@b&token=t",
+                "http://app:8000/hook?mail=***&token=***",
+            ),
+            ("http://[::1]:80/h?m=a@b", "http://[::1]:80/h?m=***"),
+            // A password holding `?` (unencoded) is still a password.
+            ("redis://:pa?s=s@h", "redis://:***@h"),
+            ("redis://u:p?x=1@h:6379", "redis://u:***@h:6379"),
             ("no url here", "no url here"),
         ] {
             assert_eq!(urls(url), shown, "{url}");
