@@ -51,7 +51,7 @@ use clarion_proto::pubsub::wire as body_wire;
 
 use crate::broker::Broker;
 use crate::log;
-use crate::worker::handover::{state_to_wire, H2Part, Moving};
+use crate::worker::handover::{state_to_wire, Fallback, H2Part, Moving};
 use crate::worker::handover_state::CarriedMode;
 use crate::worker::state::State;
 use crate::worker::Shared;
@@ -425,12 +425,17 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
     let acked = rd.next(|f, _| matches!(f, Frame::Ack));
     // Our copies of the sockets close with `moving` here; the new process holds them.
     drop(moving);
-    let why: Vec<String> = shared
-        .handover
-        .fallbacks
-        .counts()
+    // A refused HTTP/2 request is a stream whose connection moved: its client retries it
+    // there. Every other reason is a connection that stays and is told to reconnect.
+    let counts = shared.handover.fallbacks.counts();
+    let refused: u64 = counts
         .iter()
-        .filter(|(_, n)| *n > 0)
+        .filter(|(f, _)| *f == Fallback::RequestInFlight)
+        .map(|(_, n)| n)
+        .sum();
+    let why: Vec<String> = counts
+        .iter()
+        .filter(|(f, n)| *n > 0 && *f != Fallback::RequestInFlight)
         .map(|(f, n)| format!("{n} {}", f.label()))
         .collect();
     let outcome = match acked {
@@ -438,14 +443,23 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
         _ => "the new process did not acknowledge them",
     };
     log::info(format_args!(
-        "hand-over: {moved} connections moved in {} ms (frozen for {} ms), {outcome}; {fallback} \
-         stay and are told to reconnect{}",
+        "hand-over: {moved} connections moved in {} ms (frozen for {} ms), {outcome}; {} \
+         stay and are told to reconnect{}{}",
         began.elapsed().as_millis(),
         froze_at.elapsed().as_millis(),
+        fallback - refused,
         if why.is_empty() {
             String::new()
         } else {
             format!(" ({})", why.join(", "))
+        },
+        if refused == 0 {
+            String::new()
+        } else {
+            format!(
+                "; {refused} HTTP/2 requests in flight refused (REFUSED_STREAM) for their clients \
+                 to send again on the moved connection"
+            )
         }
     ));
     Outcome::Done
