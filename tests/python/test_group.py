@@ -369,3 +369,17 @@ def test_the_dashboard_feed_shows_the_whole_group(start_server, broker):
         assert "group of 2 processes" in stats["scope"], stats["scope"]
     for sock, _, _ in socks:
         sock.close()
+
+
+def test_the_group_keeps_its_files_in_the_users_private_directory(start_server, broker, tmp_path):
+    """The nodes file lives in the user's private directory (the hand-over socket's,
+    mode 0700), not at a predictable name in the shared temporary directory that another
+    local user could take first and so keep the group from starting."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(mode=0o1777)
+    env = {"TMPDIR": str(tmp), "XDG_RUNTIME_DIR": "", "RUNTIME_DIRECTORY": ""}
+    start_server("--processes", 2, "--broker", broker, "--shutdown-timeout", 3, env=env)
+    private = tmp / f"clarion-{os.getuid()}"
+    assert sorted(p.name for p in tmp.iterdir()) == [private.name]
+    assert private.stat().st_mode & 0o777 == 0o700
+    assert [p.name for p in private.iterdir() if p.name.startswith("clarion-group-")]

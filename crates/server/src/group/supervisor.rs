@@ -392,10 +392,14 @@ fn reserve(addr: SocketAddr, what: &str) -> anyhow::Result<(socket2::Socket, Soc
     Ok((s, bound))
 }
 
-/// A fresh private directory for the nodes file.
+/// A fresh directory for the nodes file, inside this user's private directory (the hand-over
+/// socket's, [`socket_dir`](crate::handover::socket_dir)): a name in the shared temporary
+/// directory could be taken first by another local user, and the group would not start.
 fn make_dir() -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt as _;
-    let dir = std::env::temp_dir().join(format!("clarion-group-{}", std::process::id()));
+    let dir = crate::handover::socket_dir::private_dir(true)
+        .context("no private directory for the group's files")?
+        .join(format!("clarion-group-{}", std::process::id()));
     // A directory left by a killed supervisor with our pid: ours now.
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::DirBuilder::new()

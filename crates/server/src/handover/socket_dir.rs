@@ -33,6 +33,13 @@ const TEMP_CANDIDATES: u32 = 16;
 /// The socket of the process `pid`, in the first directory on the list that exists. With
 /// `create`, a missing directory of the temporary directory is created (mode 0700).
 pub fn socket_in(pid: u32, create: bool) -> io::Result<PathBuf> {
+    Ok(private_dir(create)?.join(format!("clarion-handover-{pid}.sock")))
+}
+
+/// The first directory on the list (see the module doc); with `create`, a missing directory of
+/// the temporary directory is created (mode 0700). Other files a process must keep from other
+/// local users (a group's nodes file) live there too.
+pub fn private_dir(create: bool) -> io::Result<PathBuf> {
     let runtime = std::env::var_os("RUNTIME_DIRECTORY")
         .and_then(|v| std::env::split_paths(&v).next())
         .filter(|p| p.is_absolute());
@@ -40,7 +47,7 @@ pub fn socket_in(pid: u32, create: bool) -> io::Result<PathBuf> {
         .map(PathBuf::from)
         .filter(|p| p.is_absolute());
     let env = [runtime, xdg];
-    Ok(dir(&env, &std::env::temp_dir(), create)?.join(format!("clarion-handover-{pid}.sock")))
+    dir(&env, &std::env::temp_dir(), create)
 }
 
 /// The first directory of the list: `env` (the runtime directories set), then names in `tmp`.
