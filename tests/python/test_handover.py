@@ -664,6 +664,38 @@ def test_sigusr1_upgrades_a_lone_process_in_place_and_the_pid_file_follows(
     assert not pid_file.exists(), "the last process removes the pid file it wrote"
 
 
+def test_an_upgrade_works_under_a_temporary_directory_too_deep_for_a_socket_address(
+    start_server, tmp_path
+):
+    """A unix socket address holds 107 bytes: under a deep `$TMPDIR` (a CI runner's, a test
+    runner's per-worker directory) the hand-over socket is bound and reached through a
+    descriptor of its directory, and the upgrade still keeps the connection."""
+    import select
+
+    tmp = tmp_path / ("t" * 100)
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp), "XDG_RUNTIME_DIR": "", "RUNTIME_DIRECTORY": ""}
+    pid_file = tmp_path / "clarion.pid"
+    old = start_server("--pid-file", pid_file, env=env)
+    client = RawWs(old.clients, 2)
+    client.start()
+    old.publish("t", payload(1))
+    old.proc.send_signal(signal.SIGUSR1)
+    ready, _, _ = select.select([old.proc.stdout], [], [], 30)
+    if not ready:
+        old.proc.kill()
+        pytest.fail(f"no successor took over (the upgrade failed): {old.proc.stderr.read()}")
+    assert old.proc.stdout.readline().startswith("clarion ready")
+    assert wait_exit(old.proc) == 0
+    new_pid = int(pid_file.read_text())
+    try:
+        old.publish("t", payload(2))
+        client.join(timeout=20)
+        assert client.ended is None and client.got == [1, 2]
+    finally:
+        os.kill(new_pid, signal.SIGTERM)
+
+
 @pytest.mark.parametrize("squat", ["directory", "symlink"])
 def test_names_another_user_took_beforehand_do_not_stop_an_upgrade(start_server, tmp_path, squat):
     """Issue 55, item 8: another local user who creates the hand-over socket's old path
@@ -696,7 +728,9 @@ def test_names_another_user_took_beforehand_do_not_stop_an_upgrade(start_server,
     old.publish("t", payload(1))
     old.proc.send_signal(signal.SIGUSR1)
     ready, _, _ = select.select([old.proc.stdout], [], [], 30)
-    assert ready, "no successor took over (the upgrade failed)"
+    if not ready:
+        old.proc.kill()
+        pytest.fail(f"no successor took over (the upgrade failed): {old.proc.stderr.read()}")
     line = old.proc.stdout.readline()
     assert line.startswith("clarion ready"), line
     assert wait_exit(old.proc) == 0

@@ -60,14 +60,15 @@ struct HistoryIn {
 pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
     let path = socket_path(pid)
         .map_err(|e| anyhow::anyhow!("cannot find process {pid}'s hand-over socket: {e}"))?;
-    let sock = match UnixStream::connect(&path) {
-        Ok(s) => s,
-        Err(e) => anyhow::bail!(
+    let sock =
+        match super::socket_dir::addressable(&path).and_then(|n| UnixStream::connect(n.path())) {
+            Ok(s) => s,
+            Err(e) => anyhow::bail!(
             "cannot reach process {pid} at {}: {e} (is it a Clarion server, started by the same \
              user with the same RUNTIME_DIRECTORY, XDG_RUNTIME_DIR and TMPDIR?)",
             path.display()
         ),
-    };
+        };
     // Only the process named, run by this user, may hand us sockets.
     let (peer_pid, peer_uid) = super::fds::peer(&sock)?;
     if peer_pid != pid || peer_uid != super::fds::own_uid() {

@@ -280,7 +280,8 @@ fn bind_private(path: &std::path::Path) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::PermissionsExt as _;
     // Bound, then made private, then listening: nobody can connect before it is 0600.
     let sock = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
-    sock.bind(&socket2::SockAddr::unix(path)?)?;
+    let name = socket_dir::addressable(path)?;
+    sock.bind(&socket2::SockAddr::unix(name.path())?)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     sock.listen(1)?;
     Ok(UnixListener::from(OwnedFd::from(sock)))

@@ -103,6 +103,60 @@ fn dir(env: &[Option<PathBuf>], tmp: &Path, create: bool) -> io::Result<PathBuf>
     ))
 }
 
+/// The longest path a unix socket address holds (`sun_path` is 108 bytes with its NUL).
+const SUN_PATH_MAX: usize = 107;
+
+/// A name for the socket at `path` that fits a unix socket address: `path` itself when it is
+/// short enough, else `/proc/self/fd/N/NAME` through a descriptor of its directory (a long
+/// `$TMPDIR` made every upgrade fail with "path must be shorter than SUN_LEN"). Bind or
+/// connect with [`Addressable::path`] while the value lives.
+pub fn addressable(path: &Path) -> io::Result<Addressable> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if path.as_os_str().len() <= SUN_PATH_MAX {
+        return Ok(Addressable {
+            path: path.to_path_buf(),
+            _dir: None,
+        });
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a socket path", path.display()),
+        ));
+    };
+    let dir = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| annotate(dir, e))?;
+    let short = Path::new("/proc/self/fd")
+        .join(std::os::fd::AsRawFd::as_raw_fd(&dir).to_string())
+        .join(name);
+    if short.as_os_str().len() > SUN_PATH_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: the socket's name is too long", path.display()),
+        ));
+    }
+    Ok(Addressable {
+        path: short,
+        _dir: Some(dir),
+    })
+}
+
+/// A socket path short enough to bind or connect to, and the directory it goes through.
+pub struct Addressable {
+    path: PathBuf,
+    _dir: Option<fs::File>,
+}
+
+impl Addressable {
+    /// The path to give `bind` or `connect`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// Whether `m` (not followed) is a directory of this user that only this user can write to.
 fn private(m: &fs::Metadata) -> bool {
     m.is_dir() && !m.file_type().is_symlink() && m.uid() == own_uid() && m.mode() & 0o022 == 0
@@ -152,6 +206,31 @@ mod tests {
         assert_ne!(dir(&env, &base, false).unwrap(), xdg);
         fs::set_permissions(&xdg, fs::Permissions::from_mode(0o700)).unwrap();
         assert_eq!(dir(&env, &base, false).unwrap(), xdg);
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_socket_in_a_directory_too_deep_for_sun_path_is_bound_and_reached_through_its_descriptor() {
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let base = std::env::temp_dir().join(format!("clarion-sockdeep-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let deep = base.join("d".repeat(60)).join("e".repeat(60));
+        fs::create_dir_all(&deep).unwrap();
+        let path = deep.join("clarion-handover-1.sock");
+        assert!(path.as_os_str().len() > SUN_PATH_MAX);
+        assert!(
+            UnixListener::bind(&path).is_err(),
+            "too long for a plain bind"
+        );
+        let name = addressable(&path).unwrap();
+        let listener = UnixListener::bind(name.path()).unwrap();
+        drop(name);
+        assert!(path.exists(), "the socket is made at its real path");
+        let _client = UnixStream::connect(addressable(&path).unwrap().path()).unwrap();
+        assert!(listener.accept().is_ok());
+        // A short path is used as it is.
+        let short = Path::new("/tmp/x.sock");
+        assert_eq!(addressable(short).unwrap().path(), short);
         fs::remove_dir_all(&base).unwrap();
     }
 }
