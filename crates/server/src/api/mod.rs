@@ -482,7 +482,7 @@ fn read_more<S: FeedStream>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<boo
 fn index(shared: &Shared) -> String {
     let c = &shared.config;
     let access = match (c.api_key.is_some(), shared.auth.is_some()) {
-        (false, false) => "open: no api_key is set",
+        (false, false) => "nothing: it is open (no api_key is set)",
         (true, false) => "the API key: Authorization: Bearer KEY",
         (true, true) => "the API key, or a token that grants the topic (Authorization: Bearer)",
         (false, true) => {
