@@ -101,7 +101,7 @@ function startLone(args) {
 // The Python Subscriber in a child process: one JSON line per delivery, gap and event.
 const PY_SUBSCRIBER = `
 import asyncio, json, sys
-from clarion import Subscriber
+from clarion_client import Subscriber
 from clarion_client.subscriber import Delivery
 
 def on_event(name, detail):
