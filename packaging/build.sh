@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the packages into target/packages/:
 #   clarion-VERSION-py3-none-manylinux_*_x86_64.whl   (maturin, bindings = "bin": the stripped
-#                                                       binary + the Python client and helper)
+#                                                       binary + the test helper; depends on
+#                                                       clarion-client)
+#   clarion_client-VERSION-py3-none-any.whl           (flit: the Python clients, pure Python)
 #   clarion-VERSION.tgz, clarion-linux-x64-VERSION.tgz (npm pack of node/clarion and of the
 #                                                       platform package, holding the same binary)
+#   clarion-client-VERSION.tgz                         (npm pack of node/client: @clarion/client)
 #
 # Reusing the release build: maturin runs `cargo rustc --profile release --bin clarion --
 # -C strip=symbols`, so every dependency compiled by `cargo build --release -p clarion` is reused
@@ -29,6 +32,10 @@ venv="$out/.venv"
 # its symbols allow on this machine.
 (cd python && "$venv/bin/maturin" build --release --locked --out "$out/dist" --quiet)
 wheel=$(ls "$out"/dist/clarion-"$version"-py3-none-manylinux_*_x86_64.whl)
+# The clients' wheel, pure Python: flit_core from the same pinned virtualenv, no isolation, so
+# nothing is fetched at build time.
+"$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
+  -w "$out/dist" python/client
 
 # The npm packages: copies of node/ with the binary put into the platform package.
 cp -r node/clarion node/platforms/linux-x64 "$out/npm/"
@@ -40,5 +47,5 @@ with zipfile.ZipFile(wheel) as z, open(dest, "wb") as f:
     f.write(z.read(f"clarion-{version}.data/scripts/clarion"))
 os.chmod(dest, 0o755)
 PY
-(cd "$out/dist" && npm pack --silent "$out/npm/clarion" "$out/npm/linux-x64" >/dev/null)
-ls -l "$wheel" "$out"/dist/*.tgz | awk '{print $5, $9}'
+(cd "$out/dist" && npm pack --silent "$out/npm/clarion" "$out/npm/linux-x64" "$root/node/client" >/dev/null)
+ls -l "$out"/dist/*.whl "$out"/dist/*.tgz | awk '{print $5, $9}'

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The packages' version comes from one place: `[workspace.package] version` in Cargo.toml.
-# The wheel gets it from maturin (which reads the crate's `version.workspace = true`); the npm
-# packages carry it in their package.json files, which this script checks (default: fails on a
-# difference) or stamps (`--write`, run it after bumping the workspace version).
+# The server wheel gets it from maturin (which reads the crate's `version.workspace = true`); the
+# npm packages carry it in their package.json files, the clarion-client wheel in
+# python/client/pyproject.toml (and the server wheel's pin on it), which this script checks
+# (default: fails on a difference) or stamps (`--write`, run it after bumping the version).
 #
 #   packaging/version.sh [--write]
 set -euo pipefail
@@ -13,13 +14,16 @@ if [ "${1:-}" = "--write" ]; then
   node - "$version" <<'JS'
 const fs = require('fs');
 const v = process.argv[2];
-for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.json']) {
+for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.json', 'node/client/package.json']) {
   const p = JSON.parse(fs.readFileSync(f, 'utf8'));
   p.version = v;
   for (const dep of Object.keys(p.optionalDependencies ?? {})) p.optionalDependencies[dep] = v;
   fs.writeFileSync(f, JSON.stringify(p, null, 2) + '\n');
 }
 JS
+  # The Python clients' wheel, and the server wheel's pin on it.
+  sed -i "s/^version = \".*\"/version = \"$version\"/" python/client/pyproject.toml
+  sed -i "s/\"clarion-client==[^\"]*\"/\"clarion-client==$version\"/" python/pyproject.toml
   echo "stamped $version"
   exit 0
 fi
@@ -27,7 +31,7 @@ node - "$version" <<'JS'
 const fs = require('fs');
 const v = process.argv[2];
 let bad = 0;
-for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.json']) {
+for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.json', 'node/client/package.json']) {
   const p = JSON.parse(fs.readFileSync(f, 'utf8'));
   const found = [['version', p.version], ...Object.entries(p.optionalDependencies ?? {})];
   for (const [what, got] of found) {
@@ -41,4 +45,8 @@ process.exit(bad);
 JS
 grep -q '^dynamic = \["version"\]' python/pyproject.toml \
   || { echo "python/pyproject.toml must take its version from Cargo (dynamic = [\"version\"])" >&2; exit 1; }
+grep -q "^version = \"$version\"" python/client/pyproject.toml \
+  || { echo "python/client/pyproject.toml: version is not $version (run packaging/version.sh --write)" >&2; exit 1; }
+grep -q "\"clarion-client==$version\"" python/pyproject.toml \
+  || { echo "python/pyproject.toml must depend on clarion-client==$version (run packaging/version.sh --write)" >&2; exit 1; }
 echo "$version"

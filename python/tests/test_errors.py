@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 import clarion
-from clarion.client import _check
+from clarion_client.client import _check
 from clarion.testing import ClarionServer, ServerStartError
 
 KEY = "s3cret-key"
@@ -183,7 +183,7 @@ def test_async_client_maps_errors_too(keyed):
 
 
 def test_status_mapping_covers_every_documented_status():
-    from clarion.errors import error_for
+    from clarion_client.errors import error_for
 
     expected = {
         400: clarion.BadRequest,

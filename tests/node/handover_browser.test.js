@@ -6,7 +6,7 @@
 //  - headless Chromium running the browser client (node/client, `@clarion/client`);
 //  - the same client on Node with the `ws` package, compressing every message (threshold 0, so
 //    its short subscribe is compressed as a browser's is);
-//  - the Python `Subscriber` (python/src/clarion), whose `websockets` connection compresses too.
+//  - the Python `Subscriber` (python/client/src/clarion_client), whose `websockets` connection compresses too.
 // The publisher is the Node package's `Client`, which sends a publish refused during the
 // hand-over's freeze (503 with Retry-After) again.
 'use strict';
@@ -101,8 +101,8 @@ function startLone(args) {
 // The Python Subscriber in a child process: one JSON line per delivery, gap and event.
 const PY_SUBSCRIBER = `
 import asyncio, json, sys
-from clarion import Subscriber
-from clarion.subscriber import Delivery
+from clarion_client import Subscriber
+from clarion_client.subscriber import Delivery
 
 def on_event(name, detail):
     print(json.dumps({"event": name, "detail": {k: str(v) for k, v in detail.items()}}), flush=True)
@@ -126,7 +126,7 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 function pythonSubscriber(url) {
   const child = spawn(python, ['-c', PY_SUBSCRIBER, url, String(TOTAL)], {
     stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, PYTHONPATH: path.join(root, 'python', 'src') },
+    env: { ...process.env, PYTHONPATH: path.join(root, 'python', 'client', 'src') },
   });
   children.add(child);
   const s = { got: [], events: [], others: [], child };

@@ -423,9 +423,9 @@ def test_the_api_root_names_its_endpoints_and_what_publishing_needs(start_server
     status, headers, body = s.request("GET", "/")
     text = body.decode()
     assert status == 200 and headers["Content-Type"].startswith("text/plain"), text
-    for word in ("POST /publish/TOPIC", "/healthz", "/metrics", "/dashboard", "client listener"):
+    for word in ("POST /publish/TOPIC", "/healthz", "/metrics", "/dashboard", "client listener", "GET  /topics "):
         assert word in text, (word, text)
-    assert "open: no api_key is set" in text, text
+    assert "Publishing needs nothing: it is open (no api_key is set)." in text, text
     keyed = start_server("--api-key", "k3y-not-shown", "--auth-secret",
                          "an-hs256-secret-that-is-long-enough-0123")
     _, _, body = keyed.request("GET", "/")

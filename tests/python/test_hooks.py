@@ -7,6 +7,7 @@ the server staying responsive to everyone else."""
 import asyncio
 import json
 import pathlib
+import re
 import socket
 import subprocess
 import sys
@@ -609,3 +610,32 @@ def test_a_hook_call_deadline_counts_from_when_it_is_queued(start_server):
     for c in flood:
         c.close()
     b.close()
+
+
+def test_the_documented_try_it_commands_reach_the_example_backend(start_server, example):
+    """docs/hooks.md's two try-it commands, as written but for the addresses: the cookie lets
+    alice in, without it the connect hook's 401 comes back, and /stats shows her online."""
+    text = (ROOT / "docs" / "hooks.md").read_text()
+    block = re.search(r"To try it, .*?```sh\n(.*?)```", text, re.S).group(1)
+    follow, stats = [line.split("   #")[0].strip() for line in block.strip().splitlines()]
+    s = start_server(*documented_args(example, SECRET))
+
+    def argv(command):
+        words = [w.strip("'") for w in command.split()]
+        return [w.replace("127.0.0.1:8080", s.clients).replace("http://127.0.0.1:8000", example) for w in words]
+
+    refused = subprocess.run([w for w in argv(follow) if not w.startswith("--cookie") and not w.startswith("session=")] + ["-s"],
+                             capture_output=True, text=True, timeout=10)
+    assert '"log in first"' in refused.stdout, refused
+    with subprocess.Popen(argv(follow), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as curl:
+        try:
+            assert curl.stdout.readline().startswith("retry:")
+            deadline = time.monotonic() + 10
+            while True:
+                seen = json.loads(subprocess.run(argv(stats), capture_output=True, text=True, timeout=10).stdout)
+                if seen["online"] == ["alice"] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert seen["online"] == ["alice"] and seen["connect"] == 2, seen  # the refused one too
+        finally:
+            curl.kill()

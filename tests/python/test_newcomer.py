@@ -393,3 +393,46 @@ def test_cert_dev_twice_keeps_the_files_and_succeeds(tmp_path):
     assert (tmp_path / "key.pem").read_bytes() == before
     assert run("cert", "--dev", "--dir", tmp_path, "--force").returncode == 0
     assert (tmp_path / "key.pem").read_bytes() != before
+
+
+# The third hour (issue 54).
+
+
+def slug(heading):
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_first_screen_names_the_two_commands_and_what_each_role_installs():
+    readme = (ROOT / "README.md").read_text()
+    first = readme[: readme.index("\n## The test suite")]
+    # The two commands, exactly as CI and a new user run them.
+    assert "cargo run --release -- serve     # clients on :8080" in first
+    assert "bash .ci/run                     # the whole test suite" in first
+    assert (ROOT / ".ci" / "run").exists()
+    table = first[first.index("## What to install"):]
+    rows = [r for r in table.splitlines() if r.startswith("| a ") or r.startswith("| the ")]
+    for role in ("a browser page", "a Node service", "a Python worker", "a backend that publishes"):
+        assert any(r.startswith(f"| {role}") for r in rows), role
+    # Every package the table installs is one this repository builds (packaging/build.sh).
+    built = {
+        "pip": {re.search(r'^name = "([^"]+)"', (ROOT / p).read_text(), re.M).group(1)
+                for p in ("python/pyproject.toml", "python/client/pyproject.toml")},
+        "npm": {json.loads((ROOT / p).read_text())["name"]
+                for p in ("node/clarion/package.json", "node/client/package.json")},
+    }
+    named = re.findall(r"`(pip|npm) install ([@\w/.-]+)", "\n".join(rows))
+    assert len(named) >= 6
+    for tool, package in named:
+        assert package in built[tool] or (tool == "npm" and package == "ws"), (tool, package)
+    # The browser row's import is what the server serves.
+    assert "/client.js'" in table and "ClarionClient" in table
+
+
+def test_the_readmes_anchors_lead_to_headings():
+    readme = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)\s]*#[^)\s]+)\)", readme):
+        page, anchor = target.split("#", 1)
+        text = (ROOT / page).read_text() if page else readme
+        headings = {slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+        assert anchor in headings, f"README links to {target}: no such heading"

@@ -1,4 +1,4 @@
-"""The Python subscriber (`clarion.Subscriber`, `clarion.SyncSubscriber`, python/src/clarion)
+"""The Python subscriber (`clarion.Subscriber`, `clarion.SyncSubscriber`, python/client/src/clarion_client)
 against real nodes while a publisher keeps publishing: a TCP cut through a relay the test
 controls, kill -9 and restart, tokens that expire and are refreshed, a move to the second node of
 a Redis-backed pair. Every message arrives once, in order; a gap the server reports is an item of
@@ -19,8 +19,8 @@ import jwt
 import websockets
 from cluster_util import cluster, wait_until  # noqa: F401 (fixture)
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "src"))
-from clarion.subscriber import Delivery, Gap, Subscriber, SubscriptionRefused, SyncSubscriber  # noqa: E402
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "client" / "src"))
+from clarion_client.subscriber import Delivery, Gap, Subscriber, SubscriptionRefused, SyncSubscriber  # noqa: E402
 
 SECRET = "python-subscriber-tests-0123456789"
 FAST = dict(initial_delay=0.05, max_delay=0.4, restart_delay=0.3, stable=2.0)

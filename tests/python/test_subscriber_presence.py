@@ -1,5 +1,5 @@
 """Presence in the Python subscriber (`Subscriber.subscribe(topic, presence=True)`,
-`Subscriber.presence()`, python/src/clarion/subscriber.py) against the real server with
+`Subscriber.presence()`, python/client/src/clarion_client/subscriber.py) against the real server with
 presence_topics: the member list, join and leave items with their info, the member map after a
 cut connection and after a server restart (the fresh list replaces the map, the differences come
 as Join/Leave items), member pages at presence_max_members, refusals, and SyncSubscriber."""
@@ -14,8 +14,8 @@ import pytest
 from cluster_util import cluster, wait_until  # noqa: F401 (fixture)
 from test_subscriber import Relay
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "src"))
-from clarion.subscriber import (  # noqa: E402
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "client" / "src"))
+from clarion_client.subscriber import (  # noqa: E402
     Delivery,
     Gap,
     Join,

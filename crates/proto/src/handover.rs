@@ -45,8 +45,9 @@ pub const MAGIC: [u8; 4] = *b"CLHO";
 /// The format version this code writes and reads. 1: the first; 2: the positions frame (a
 /// clustered broker), and in each connection record the auth/hooks/presence section and the
 /// TLS 1.3 record layer; 3: in each connection record, the permessage-deflate windows
-/// ([`DeflateWindows`]); 4: the HTTP/2 part of a connection record ([`H2Record`]).
-pub const VERSION: u16 = 4;
+/// ([`DeflateWindows`]); 4: the HTTP/2 part of a connection record ([`H2Record`]); 5: the
+/// old process's node name in the listeners frame ([`Listeners::node`]).
+pub const VERSION: u16 = 5;
 /// Frame header bytes: magic, type and length.
 pub const HEAD: usize = 9;
 /// The largest body accepted: a history snapshot is bounded by `history_memory`, a batch of
@@ -111,15 +112,19 @@ pub struct Hello<'a> {
 }
 
 /// How many listening sockets ride with the frame: `client` client listeners, then `tls` TLS
-/// listeners, then `api` API listeners, in that order.
+/// listeners, then `api` API listeners, in that order; and the old process's node name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Listeners {
+pub struct Listeners<'a> {
     /// Client listeners (one per worker).
     pub client: u16,
     /// TLS listeners (one per worker, or none).
     pub tls: u16,
     /// The API listener (0 or 1).
     pub api: u8,
+    /// The old process's node name (`node_name`, or the `host:pid` it was started with, or the
+    /// one it took over itself): a new process without `node_name` keeps it, so connection ids
+    /// in webhooks and the dashboard's node stay the same across upgrades.
+    pub node: &'a str,
 }
 
 /// Where message ids stand when the old process froze: the new one continues from here.
@@ -267,7 +272,7 @@ pub enum Frame<'a> {
     /// See [`FrameType::Refuse`].
     Refuse(&'a str),
     /// See [`FrameType::Listeners`].
-    Listeners(Listeners),
+    Listeners(Listeners<'a>),
     /// See [`FrameType::History`].
     History(History<'a>),
     /// See [`FrameType::Ready`].
@@ -323,6 +328,7 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&l.client.to_le_bytes());
             out.extend_from_slice(&l.tls.to_le_bytes());
             out.push(l.api);
+            put_str16(out, l.node);
         }
         Frame::History(h) => {
             put_str8(out, h.epoch);
@@ -611,6 +617,7 @@ fn decode_body(ty: FrameType, body: &[u8]) -> Result<Frame<'_>, Error> {
             client: r.u16()?,
             tls: r.u16()?,
             api: r.u8()?,
+            node: r.str16()?,
         }),
         FrameType::History => {
             let epoch = r.str8()?;
@@ -844,6 +851,7 @@ mod tests {
                 client: 2,
                 tls: 0,
                 api: 1,
+                node: "web-1:4242",
             }),
             Frame::History(History {
                 epoch: "k3x9",

@@ -62,7 +62,7 @@ pub fn run_member(config: Config, member: Member) -> anyhow::Result<()> {
     run_as(member.apply(config), Some(Arc::new(member)), &lone)
 }
 
-fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::Result<()> {
+fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::Result<()> {
     let (upgrade_from, pid_file) = (lone.upgrade_from, lone.pid_file.as_deref());
     // A write past the file size limit (RLIMIT_FSIZE) raises SIGXFSZ, whose default action
     // kills the process: caught (a flag nobody reads), the write fails with EFBIG instead and
@@ -76,6 +76,11 @@ fn run_as(config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyhow::R
         Some(pid) => crate::handover::incoming::connect(pid, &config)?,
         None => None,
     };
+    // Without `node_name` a lone process is `host:pid`, a new name at each upgrade: the
+    // successor keeps its predecessor's, so webhook connection ids and dashboards stay put.
+    if let (None, Some(i)) = (&config.node_name, &incoming) {
+        config.node_name = Some(i.node.clone());
+    }
     // The process being replaced holds the ports until it is gone.
     if member.is_none() && upgrade_from.is_none() {
         // A member's siblings hold the ports by design; anyone else is refused.

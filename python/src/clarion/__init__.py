@@ -2,6 +2,8 @@
 
 - The ``clarion`` command (and ``python -m clarion``) runs the server binary shipped in this
   wheel; :func:`find_clarion_bin` gives its path.
+- The clients are those of the ``clarion-client`` wheel (``clarion_client``), which this one
+  depends on; ``clarion.Client is clarion_client.Client``:
 - :class:`Client` and :class:`AsyncClient` publish through the server's HTTP API
   (``POST /publish/{topic}``, ``POST /publish``), mapping every error status to a typed
   exception (:mod:`clarion.errors`).

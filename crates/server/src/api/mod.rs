@@ -32,6 +32,7 @@ mod h2;
 mod presence;
 mod publish;
 mod request;
+mod topics;
 mod triage;
 
 use self::h2::{H2Serial, Sniffed};
@@ -481,7 +482,7 @@ fn read_more<S: FeedStream>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<boo
 fn index(shared: &Shared) -> String {
     let c = &shared.config;
     let access = match (c.api_key.is_some(), shared.auth.is_some()) {
-        (false, false) => "open: no api_key is set",
+        (false, false) => "nothing: it is open (no api_key is set)",
         (true, false) => "the API key: Authorization: Bearer KEY",
         (true, true) => "the API key, or a token that grants the topic (Authorization: Bearer)",
         (false, true) => {
@@ -499,6 +500,7 @@ fn index(shared: &Shared) -> String {
          \n\
          \x20 POST /publish/TOPIC       publish the body to TOPIC (?event=NAME for SSE)\n\
          \x20 POST /publish            a JSON batch: {{\"messages\": [...]}}\n\
+         \x20 GET  /topics             the topics, with subscribers (?cursor=&limit=)\n\
          \x20 GET  /topics/TOPIC/presence  who is in a presence topic\n\
          \x20 GET  /healthz             health\n\
          \x20 GET  /metrics             Prometheus metrics\n\
@@ -516,7 +518,7 @@ fn index(shared: &Shared) -> String {
 fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
     let publish = req.path == "/publish" || req.path.starts_with("/publish/");
     let allowed: &[&str] = match req.path.as_str() {
-        "/" | "/healthz" | "/metrics" => &["GET"],
+        "/" | "/healthz" | "/metrics" | "/topics" => &["GET"],
         _ if publish => &["POST"],
         p if p.starts_with("/topics/") => &["GET"],
         _ => return Some(Answer::error(404, "not found")),
@@ -628,6 +630,7 @@ fn dispatch(
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/") => Answer::new(200, "text/plain; charset=utf-8", index(shared)),
         ("GET", "/healthz") => health(shared, scope),
+        ("GET", "/topics") => topics::answer(req, shared),
         ("GET", "/metrics")
             if shared.config.metrics_auth
                 && !matches!(scope, Scope::Node)

@@ -475,8 +475,9 @@ settings! {
     /// by Redis and history lives there, so a client resumes on any node; with NATS, messages
     /// fan out to every node but each node keeps its own ids and history.
     broker: Option<String> = None, secret "Broker joining this node to others (redis://, rediss://, redis+sentinel://, redis+cluster:// or nats://...)";
-    /// This node's name in logs, metrics (`node` label) and the broker's client list. Unset:
-    /// `host:pid`.
+    /// This node's name in logs, metrics (`node` label), webhook connection ids and the
+    /// broker's client list. Unset: `host:pid`, and a process that takes over in an upgrade
+    /// keeps its predecessor's.
     node_name: Option<String> = None, flag "Node name (default host:pid)";
     /// Milliseconds a broker command may take before the node gives up on it: a publish then
     /// answers `503`, and the connection is dropped and made again (with backoff). A stalled

@@ -34,6 +34,8 @@ pub struct Incoming {
     pub tls: Vec<std::net::TcpListener>,
     /// The API listener.
     pub api: Option<std::net::TcpListener>,
+    /// The old process's node name, which this one keeps when no `node_name` is configured.
+    pub node: String,
     history: Standing,
 }
 
@@ -101,7 +103,7 @@ pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
     }
     let (counts, fds) = rd
         .next(|f, fds| match f {
-            Frame::Listeners(l) => Ok((l, fds)),
+            Frame::Listeners(l) => Ok(((l.client, l.tls, l.api, l.node.to_owned()), fds)),
             other => Err(format!("expected listeners, got {other:?}")),
         })?
         .map_err(anyhow::Error::msg)?;
@@ -112,9 +114,10 @@ pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
             .map(std::net::TcpListener::from)
             .collect()
     };
-    let client = take(usize::from(counts.client));
-    let tls = take(usize::from(counts.tls));
-    let api = take(usize::from(counts.api)).pop();
+    let (n_client, n_tls, n_api, node) = counts;
+    let client = take(usize::from(n_client));
+    let tls = take(usize::from(n_tls));
+    let api = take(usize::from(n_api)).pop();
     let history = rd
         .next(|f, _| match f {
             Frame::Positions(list) => Ok(Standing::Positions(
@@ -155,6 +158,7 @@ pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
         client,
         tls,
         api,
+        node,
         history,
     }))
 }

@@ -355,10 +355,12 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
         .chain(&listening.api)
         .map(|f| f.as_raw_fd())
         .collect();
+    let node = shared.config.node();
     let lf = Frame::Listeners(wire::Listeners {
         client: listening.client.len() as u16,
         tls: listening.tls.len() as u16,
         api: u8::from(listening.api.is_some()),
+        node: &node,
     });
     if let Err(e) = send(sock, &lf, &raw) {
         return Outcome::Fallback(format!("listeners: {e}"));

@@ -1,0 +1,364 @@
+"""Publish clients for the Clarion HTTP API: :class:`Client` (blocking) and :class:`AsyncClient`.
+
+Both keep one ``httpx`` connection pool, so consecutive publishes reuse keep-alive connections
+(the API serves one thread per connection; few long-lived connections are what it expects).
+``str`` data is published as a text message, ``bytes`` as a binary one.
+"""
+
+import asyncio
+import base64
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from urllib.parse import quote
+
+import httpx
+
+from .errors import APIError, ClarionError, ConnectionFailed, Timeout, TransportError, error_for
+
+#: The publish API's default address (``api_listen``).
+DEFAULT_BASE_URL = "http://127.0.0.1:8081"
+#: Seconds allowed for each of connecting, sending and waiting for an answer.
+DEFAULT_TIMEOUT = 10.0
+#: Seconds, in all, for which a publish answered ``503`` with ``Retry-After`` is sent again: an
+#: upgrade's freeze lasts well under a second, a Redis failover a few seconds.
+DEFAULT_RETRY_FOR = 10.0
+
+Data = Union[str, bytes]
+TimeoutTypes = Union[float, httpx.Timeout, None]
+TokenSource = Union[str, Callable[[], str]]
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What the server answered for one published message.
+
+    Attributes:
+        topic: the topic it was published to.
+        id: its id (``EPOCH-SEQ``); subscribers can resume after it with ``since=ID``.
+        subscribers: how many subscribers it was handed to at publish time.
+    """
+
+    topic: str
+    id: str
+    subscribers: int
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a batch (:meth:`Client.publish_batch`)."""
+
+    topic: str
+    data: Data
+    event: Optional[str] = None
+
+
+BatchItem = Union[Message, Tuple[str, Data], Tuple[str, Data, Optional[str]], Mapping[str, Any]]
+
+
+def _receipt(value: Any) -> Receipt:
+    try:
+        return Receipt(topic=str(value["topic"]), id=str(value["id"]), subscribers=int(value["subscribers"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ClarionError(f"unexpected answer from the server: {value!r}") from e
+
+
+def _message(item: BatchItem) -> Message:
+    if isinstance(item, Message):
+        return item
+    if isinstance(item, tuple):
+        return Message(*item)
+    if isinstance(item, Mapping):
+        return Message(topic=item["topic"], data=item["data"], event=item.get("event"))
+    raise TypeError(f"a batch item is a Message, a (topic, data[, event]) tuple or a dict, not {type(item).__name__}")
+
+
+def _batch_body(messages: Iterable[BatchItem]) -> Tuple[bytes, int]:
+    out: List[Dict[str, str]] = []
+    for item in messages:
+        m = _message(item)
+        entry: Dict[str, str] = {"topic": m.topic}
+        if isinstance(m.data, bytes):
+            entry["data"] = base64.b64encode(m.data).decode("ascii")
+            entry["encoding"] = "base64"
+        elif isinstance(m.data, str):
+            entry["data"] = m.data
+        else:
+            raise TypeError(f"message data is str or bytes, not {type(m.data).__name__}")
+        if m.event is not None:
+            entry["event"] = m.event
+        out.append(entry)
+    return json.dumps({"messages": out}).encode(), len(out)
+
+
+def _single(topic: str, data: Data, event: Optional[str]) -> Tuple[str, Dict[str, str], bytes, Dict[str, str]]:
+    if isinstance(data, bytes):
+        content_type, body = "application/octet-stream", data
+    elif isinstance(data, str):
+        content_type, body = "text/plain; charset=utf-8", data.encode()
+    else:
+        raise TypeError(f"message data is str or bytes, not {type(data).__name__}")
+    # Topic characters the server accepts need no escaping; anything else is escaped so that the
+    # server sees (and refuses with 400) the name as given rather than a different path.
+    path = "/publish/" + quote(topic, safe="_.:@/-")
+    params = {"event": event} if event is not None else {}
+    return path, params, body, {"Content-Type": content_type}
+
+
+def _retry_wait(response: httpx.Response, deadline: float, now: float) -> Optional[float]:
+    """Seconds to wait before sending a publish again: a ``503`` with ``Retry-After`` (whole
+    seconds, as Clarion sends) published nothing; ``None`` for any other answer, or when the
+    wait would pass ``deadline``."""
+    if response.status_code != 503:
+        return None
+    value = response.headers.get("retry-after", "").strip()
+    if not value.isdigit() or len(value) > 6:
+        return None
+    wait = float(value)
+    return wait if now + wait <= deadline else None
+
+
+def _check(response: httpx.Response) -> httpx.Response:
+    if response.status_code == 200:
+        return response
+    body = response.content
+    message = body.decode("utf-8", "replace").strip()
+    try:
+        parsed = json.loads(body)
+        if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+            message = parsed["error"]
+    except ValueError:
+        pass
+    raise error_for(response.status_code, message or response.reason_phrase, body)
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        value = response.json()
+    except ValueError as e:
+        raise ClarionError(f"the server's answer is not JSON: {response.text[:200]!r}") from e
+    if not isinstance(value, dict):
+        raise ClarionError(f"unexpected answer from the server: {value!r}")
+    return value
+
+
+def _receipts(answer: Dict[str, Any]) -> List[Receipt]:
+    results = answer.get("results")
+    if not isinstance(results, list):
+        raise ClarionError(f"unexpected answer from the server: {answer!r}")
+    return [_receipt(r) for r in results]
+
+
+def _transport_error(e: httpx.TransportError) -> TransportError:
+    if isinstance(e, httpx.TimeoutException):
+        return Timeout(f"timed out: {e}")
+    return ConnectionFailed(f"cannot reach the Clarion API: {e}")
+
+
+class _Settings:
+    """What both clients share: the base URL, credentials, timeout and retry budget."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: Optional[str],
+        token: Optional[TokenSource],
+        timeout: TimeoutTypes,
+        retry_for: float = DEFAULT_RETRY_FOR,
+    ):
+        if api_key is not None and token is not None:
+            raise ValueError("give either api_key or token, not both")
+        self.retry_for = retry_for
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.token = token
+        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+
+    def auth_headers(self) -> Dict[str, str]:
+        bearer = self.api_key if self.api_key is not None else self.token
+        if callable(bearer):
+            bearer = bearer()
+        return {"Authorization": f"Bearer {bearer}"} if bearer is not None else {}
+
+
+class Client:
+    """A blocking publish client.
+
+    Args:
+        base_url: the API listener, ``http://HOST:PORT`` (``https://`` with ``tls_api``).
+        api_key: the server's ``api_key``, sent as ``Authorization: Bearer KEY``.
+        token: a bearer token instead (a JWT, for example), or a function returning a fresh one
+            for each request (for tokens that expire).
+        timeout: seconds for each of connect, write and read (or an ``httpx.Timeout``);
+            ``None`` waits forever.
+        http_client: an ``httpx.Client`` to use instead of the client's own (for proxies, custom
+            CA files, ...); ``timeout`` still applies to each request, and it is not closed by
+            :meth:`close`.
+        retry_for: seconds, in all, for which a publish answered ``503`` with ``Retry-After``
+            (an upgrade in progress, a broker away: nothing was published) is sent again after
+            the wait the header asks; ``0`` never retries.
+
+    Use it as a context manager, or call :meth:`close`, to release its connections::
+
+        with clarion.Client(api_key="secret") as c:
+            receipt = c.publish("news", "hello")
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: Optional[str] = None,
+        token: Optional[TokenSource] = None,
+        timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+        http_client: Optional[httpx.Client] = None,
+        retry_for: float = DEFAULT_RETRY_FOR,
+    ) -> None:
+        self._settings = _Settings(base_url, api_key, token, timeout, retry_for)
+        self._owned = http_client is None
+        self._http = http_client or httpx.Client(timeout=self._settings.timeout)
+
+    def publish(self, topic: str, data: Data, event: Optional[str] = None) -> Receipt:
+        """Publishes one message and returns its receipt.
+
+        Args:
+            topic: the topic (1 to 128 characters of ``A-Z a-z 0-9 _ . : @ / -``).
+            data: ``str`` for a text message, ``bytes`` for a binary one.
+            event: the Server-Sent Events event name subscribers over ``/sse`` see.
+
+        Raises:
+            APIError: a subclass per status (:class:`BadRequest`, :class:`Unauthorized`, ...).
+            TransportError: :class:`Timeout` or :class:`ConnectionFailed`.
+        """
+        path, params, body, headers = _single(topic, data, event)
+        return _receipt(_json(self._post(path, params, body, headers)))
+
+    def publish_batch(self, messages: Iterable[BatchItem]) -> List[Receipt]:
+        """Publishes several messages in one request, in order and atomically with respect to
+        other publishes; one invalid message refuses the whole batch (:class:`BadRequest`).
+
+        Items are :class:`Message`\\ s, ``(topic, data)`` or ``(topic, data, event)`` tuples, or
+        dicts with ``topic``, ``data`` and optionally ``event``. Returns one receipt per message.
+        """
+        body, _ = _batch_body(messages)
+        answer = _json(self._post("/publish", {}, body, {"Content-Type": "application/json"}))
+        return _receipts(answer)
+
+    def healthy(self) -> bool:
+        """Whether ``GET /healthz`` answers ``200`` (``False`` while the server is stopping).
+
+        Raises:
+            TransportError: the server cannot be reached.
+        """
+        try:
+            r = self._http.get(self._settings.base_url + "/healthz", timeout=self._settings.timeout)
+        except httpx.TransportError as e:
+            raise _transport_error(e) from e
+        return r.status_code == 200
+
+    def close(self) -> None:
+        """Closes the client's connections (not those of an ``http_client`` given to it)."""
+        if self._owned:
+            self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _post(self, path: str, params: Dict[str, str], body: bytes, headers: Dict[str, str]) -> httpx.Response:
+        deadline = time.monotonic() + self._settings.retry_for
+        while True:
+            headers.update(self._settings.auth_headers())
+            try:
+                response = self._http.post(
+                    self._settings.base_url + path,
+                    params=params,
+                    content=body,
+                    headers=headers,
+                    timeout=self._settings.timeout,
+                )
+            except httpx.TransportError as e:
+                raise _transport_error(e) from e
+            wait = _retry_wait(response, deadline, time.monotonic())
+            if wait is None:
+                return _check(response)
+            time.sleep(wait)
+
+
+class AsyncClient:
+    """The same client for ``asyncio`` (and trio, through ``httpx``): every method is awaited.
+
+    Takes the same arguments as :class:`Client` (``http_client`` is an ``httpx.AsyncClient``)::
+
+        async with clarion.AsyncClient() as c:
+            receipt = await c.publish("news", "hello")
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: Optional[str] = None,
+        token: Optional[TokenSource] = None,
+        timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+        http_client: Optional[httpx.AsyncClient] = None,
+        retry_for: float = DEFAULT_RETRY_FOR,
+    ) -> None:
+        self._settings = _Settings(base_url, api_key, token, timeout, retry_for)
+        self._owned = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=self._settings.timeout)
+
+    async def publish(self, topic: str, data: Data, event: Optional[str] = None) -> Receipt:
+        """Publishes one message; see :meth:`Client.publish`."""
+        path, params, body, headers = _single(topic, data, event)
+        return _receipt(_json(await self._post(path, params, body, headers)))
+
+    async def publish_batch(self, messages: Iterable[BatchItem]) -> List[Receipt]:
+        """Publishes several messages in one request; see :meth:`Client.publish_batch`."""
+        body, _ = _batch_body(messages)
+        answer = _json(await self._post("/publish", {}, body, {"Content-Type": "application/json"}))
+        return _receipts(answer)
+
+    async def healthy(self) -> bool:
+        """Whether ``GET /healthz`` answers ``200``; see :meth:`Client.healthy`."""
+        try:
+            r = await self._http.get(self._settings.base_url + "/healthz", timeout=self._settings.timeout)
+        except httpx.TransportError as e:
+            raise _transport_error(e) from e
+        return r.status_code == 200
+
+    async def aclose(self) -> None:
+        """Closes the client's connections (not those of an ``http_client`` given to it)."""
+        if self._owned:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _post(self, path: str, params: Dict[str, str], body: bytes, headers: Dict[str, str]) -> httpx.Response:
+        deadline = time.monotonic() + self._settings.retry_for
+        while True:
+            headers.update(self._settings.auth_headers())
+            try:
+                response = await self._http.post(
+                    self._settings.base_url + path,
+                    params=params,
+                    content=body,
+                    headers=headers,
+                    timeout=self._settings.timeout,
+                )
+            except httpx.TransportError as e:
+                raise _transport_error(e) from e
+            wait = _retry_wait(response, deadline, time.monotonic())
+            if wait is None:
+                return _check(response)
+            await asyncio.sleep(wait)
+
+
+__all__ = ["APIError", "AsyncClient", "Client", "Message", "Receipt"]
