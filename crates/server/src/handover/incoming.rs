@@ -19,10 +19,10 @@ use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
 use crate::metrics::Metrics;
+use crate::worker::grip::carried::CarriedGrip;
 use crate::worker::handover::{
     state_from_wire, Arriving, DeflateWindows, H2Part, H2Stream, MovingTls,
 };
-use crate::worker::handover_grip::CarriedGrip;
 use crate::worker::handover_state::CarriedMode;
 use crate::worker::state::{PollMode, State};
 

@@ -51,8 +51,8 @@ use clarion_proto::pubsub::wire as body_wire;
 
 use crate::broker::Broker;
 use crate::log;
+use crate::worker::grip::carried::CarriedGrip;
 use crate::worker::handover::{state_to_wire, H2Part, Moving};
-use crate::worker::handover_grip::CarriedGrip;
 use crate::worker::handover_state::CarriedMode;
 use crate::worker::state::State;
 use crate::worker::Shared;

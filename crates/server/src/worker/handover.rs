@@ -27,7 +27,7 @@ use clarion_proto::ws::deflate::{Compressor, Inflater};
 use mio::{Interest, Token};
 
 use super::conn::Conn;
-use super::handover_grip::CarriedGrip;
+use super::grip::carried::CarriedGrip;
 use super::handover_state::CarriedMode;
 use super::state::{Ext, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::tls::{Session, Unmovable};

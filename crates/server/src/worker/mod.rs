@@ -27,7 +27,7 @@ mod engine;
 pub(crate) mod grip;
 mod h2;
 pub mod handover;
-pub mod handover_grip;
+mod handover_grip;
 mod handover_h2;
 pub mod handover_state;
 pub mod index;
