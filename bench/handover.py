@@ -11,6 +11,7 @@ topic once, in order.
     python3 bench/handover.py --connections 15000 --repeats 3
     python3 bench/handover.py --connections 15000 --repeats 3 --with-state
     python3 bench/handover.py --connections 15000 --repeats 3 --tls
+    .ci/.venv/bin/python bench/handover.py --connections 3000 --repeats 3 --browser-mix  # needs h2
 
 Every repeat measures clear WebSocket connections first, then, in the same repeat, each variant
 asked for, and reports each one's medians and its ratios to the clear run of the same repeat:
@@ -18,7 +19,10 @@ asked for, and reports each one's medians and its ratios to the clear run of the
 topic is a presence room, so every connection is a member under its own identity): what
 carrying the rights, deadline and room membership of each connection costs the hand-over;
 `--tls` runs the connections over TLS 1.3 (whose record layer, keys and sequence numbers move
-with them).
+with them); `--browser-mix` runs what browsers and the project's clients make, over TLS 1.3: a
+third each permessage-deflate WebSockets that subscribed in-band with a compressed message,
+HTTP/2 connections (ALPN h2) with one SSE stream, and HTTP/2 connections with six (so 8/3
+streams per connection; each stream must get every message of its topic once, in order).
 
 Latency is publish-to-arrival: the publisher stamps each message with the time of its first
 attempt (a publish refused while the broker is frozen is sent again, keeping its stamp), and
@@ -184,6 +188,206 @@ def client_proc(addr, first, count, topics, deadline, ready, go, out, ca=None, s
     out.put({"errors": errors, "ended": ended, "short": short, "lat": lat})
 
 
+# With --browser-mix: what browsers and the project's clients make over TLS, a third each:
+# permessage-deflate WebSockets that subscribed in-band with a compressed message, HTTP/2
+# connections (ALPN h2) with one SSE stream, and HTTP/2 connections with six.
+MIX_KINDS = ("deflate_ws", "h2_1", "h2_6")
+
+
+class Stream:
+    """One subscription's progress: its topic, its buffer, the last number seen."""
+
+    def __init__(self, topic):
+        self.topic, self.buf, self.last = topic, b"", 0
+
+
+def _read_blocking(s, want):
+    buf = b""
+    while want not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise RuntimeError("closed during the handshake")
+        buf += chunk
+    return buf
+
+
+def _mix_open(kind, host, port, topic, ws_ctx, h2_ctx):
+    """Opens one mix connection; returns (socket, state) with the state's handshake done."""
+    import zlib
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    s = socket.create_connection((host, int(port)), timeout=30)
+    if kind == "deflate_ws":
+        s = ws_ctx.wrap_socket(s, server_hostname="localhost")
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall(
+            f"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n".encode()
+        )
+        head, _, rest = _read_blocking(s, b"\r\n\r\n").partition(b"\r\n\r\n")
+        assert b" 101 " in head and b"permessage-deflate" in head, head
+        # The in-band subscribe, compressed (RSV1) and masked, as the browser client sends it.
+        z = zlib.compressobj(wbits=-15)
+        body = z.compress(json.dumps({"type": "subscribe", "topic": f"t{topic}"}).encode())
+        body += z.flush(zlib.Z_SYNC_FLUSH)
+        body = body[:-4]
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(body))
+        s.sendall(bytes([0xC1, 0x80 | len(body)]) + mask + masked)
+        return s, {"kind": kind, "streams": {0: Stream(topic)}, "buf": rest}
+    s = h2_ctx.wrap_socket(s, server_hostname="localhost")
+    assert s.selected_alpn_protocol() == "h2", s.selected_alpn_protocol()
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.increment_flow_control_window(1 << 24)
+    streams = {}
+    for _ in range(6 if kind == "h2_6" else 1):
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(
+            sid,
+            [(":method", "GET"), (":path", f"/sse?topic=t{topic}"), (":scheme", "https"),
+             (":authority", "localhost")],
+            end_stream=True,
+        )
+        streams[sid] = Stream(topic)
+    s.sendall(conn.data_to_send())
+    answered = set()
+    while len(answered) < len(streams):
+        data = s.recv(65536)
+        if not data:
+            raise RuntimeError("closed during the HTTP/2 requests")
+        for ev in conn.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                assert dict(ev.headers).get(b":status") == b"200", ev.headers
+                answered.add(ev.stream_id)
+        out = conn.data_to_send()
+        if out:
+            s.sendall(out)
+    return s, {"kind": kind, "streams": streams, "h2": conn, "buf": b""}
+
+
+def _numbered(st, payload, now, lat):
+    """Counts one message `NUMBER:STAMP:...` of stream `st`; returns 1 when out of order."""
+    if payload.startswith(b"{"):
+        return 0  # the answer to an in-band subscribe
+    num, stamp = payload.split(b":")[:2]
+    num = int(num)
+    bad = int(num != st.last + 1)
+    st.last = num
+    lat.append((float(stamp), now - float(stamp)))
+    return bad
+
+
+def _mix_feed(c, data, now, lat):
+    """Takes bytes of mix connection `c`; returns (out of order, ended)."""
+    import zlib
+
+    import h2.events
+
+    errors = ended = 0
+    if c["kind"] == "deflate_ws":
+        st = c["streams"][0]
+        buf = c["buf"] + data
+        while len(buf) >= 2:
+            n, at = buf[1] & 0x7F, 2
+            if n == 126:
+                if len(buf) < 4:
+                    break
+                n, at = struct.unpack("!H", buf[2:4])[0], 4
+            elif n == 127:
+                if len(buf) < 10:
+                    break
+                n, at = struct.unpack("!Q", buf[2:10])[0], 10
+            if len(buf) < at + n:
+                break
+            first, payload, buf = buf[0], buf[at : at + n], buf[at + n :]
+            if first & 0x0F == 8:
+                ended += 1
+            elif first & 0x0F == 1:
+                if first & 0x40:  # compressed on its own (shared frames): a fresh inflater
+                    payload = zlib.decompressobj(wbits=-15).decompress(payload + b"\x00\x00\xff\xff")
+                errors += _numbered(st, payload, now, lat)
+        c["buf"] = buf
+        return errors, ended
+    conn = c["h2"]
+    for ev in conn.receive_data(data):
+        if isinstance(ev, h2.events.DataReceived):
+            conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            st = c["streams"].get(ev.stream_id)
+            if st is None:
+                continue
+            st.buf += ev.data
+            while b"\n\n" in st.buf:
+                event, st.buf = st.buf.split(b"\n\n", 1)
+                for line in event.split(b"\n"):
+                    if line.startswith(b"data:"):
+                        errors += _numbered(st, line[5:].lstrip(), now, lat)
+        elif isinstance(ev, (h2.events.StreamReset, h2.events.StreamEnded, h2.events.ConnectionTerminated)):
+            ended += 1
+    out = conn.data_to_send()
+    if out:
+        c["sock"].setblocking(True)
+        c["sock"].sendall(out)
+        c["sock"].setblocking(False)
+    return errors, ended
+
+
+def mix_client_proc(addr, first, count, topics, deadline, ready, go, out, ca):
+    """As `client_proc` for the browser mix over TLS 1.3 (connection i is of kind
+    MIX_KINDS[i % 3]); every stream must get every message of its topic once, in order."""
+    host, port = addr.rsplit(":", 1)
+    ws_ctx = ssl.create_default_context(cafile=ca)
+    ws_ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    h2_ctx = ssl.create_default_context(cafile=ca)
+    h2_ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    h2_ctx.set_alpn_protocols(["h2"])
+    sel = selectors.DefaultSelector()
+    conns = {}
+    for i in range(count):
+        topic = (first + i) % topics
+        s, c = _mix_open(MIX_KINDS[(first + i) % 3], host, port, topic, ws_ctx, h2_ctx)
+        c["sock"] = s
+        s.setblocking(False)
+        conns[s.fileno()] = c
+        sel.register(s, selectors.EVENT_READ)
+    ready.put(count)
+    expected, lat = None, []
+    errors = ended = 0
+    streams = [st for c in conns.values() for st in c["streams"].values()]
+    while time.monotonic() < deadline:
+        if expected is None:
+            try:
+                expected = go.get_nowait()
+            except queue.Empty:
+                pass
+        if expected is not None and all(st.last == expected[st.topic] for st in streams):
+            break
+        for key, _ in sel.select(timeout=0.2):
+            c = conns[key.fd]
+            try:
+                data = c["sock"].recv(262144)
+                while data and c["sock"].pending():
+                    data += c["sock"].recv(262144)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                ended += 1
+                sel.unregister(c["sock"])
+                continue
+            e, d = _mix_feed(c, data, time.monotonic(), lat)
+            errors += e
+            ended += d
+    short = sum(1 for st in streams if expected is None or st.last != expected[st.topic])
+    out.put({"errors": errors, "ended": ended, "short": short, "lat": lat,
+             "streams": [st.topic for st in streams]})
+
+
 def publish_loop(api, topics, rate, seconds, counts, headers):
     """Publishes round-robin over the topics at `rate` per second for `seconds`; each payload is
     `NUMBER:STAMP:padding`, NUMBER counting per topic. Returns (refused attempts, stamps)."""
@@ -229,20 +433,20 @@ def dev_cert():
     return tuple(os.path.join(d, f"{k}.pem") for k in ("ca", "cert", "key"))
 
 
-def one_run(args, cert=None, state=False):
+def one_run(args, cert=None, state=False, mix=False):
     flags = FLAGS + (STATE_FLAGS if state else [])
     if cert:
         flags += ["--tls-listen", "127.0.0.1:0", "--tls-cert", cert[1], "--tls-key", cert[2]]
     old, clients, api, tls = start(flags)
     try:
         return measure(
-            args, old, tls if cert else clients, api, flags, cert[0] if cert else None, state
+            args, old, tls if cert else clients, api, flags, cert[0] if cert else None, state, mix
         )
     finally:
         old.kill()
 
 
-def measure(args, old, clients, api, flags, ca, state):
+def measure(args, old, clients, api, flags, ca, state, mix=False):
     ctx = mp.get_context("fork")
     ready, out = ctx.Queue(), ctx.Queue()
     gos = []
@@ -252,10 +456,16 @@ def measure(args, old, clients, api, flags, ca, state):
     for k in range(args.procs):
         go = ctx.Queue()
         gos.append(go)
-        p = ctx.Process(
-            target=client_proc,
-            args=(clients, k * per, per, args.topics, deadline, ready, go, out, ca, state),
-        )
+        if mix:
+            p = ctx.Process(
+                target=mix_client_proc,
+                args=(clients, k * per, per, args.topics, deadline, ready, go, out, ca),
+            )
+        else:
+            p = ctx.Process(
+                target=client_proc,
+                args=(clients, k * per, per, args.topics, deadline, ready, go, out, ca, state),
+            )
         p.start()
         procs.append(p)
     for _ in procs:
@@ -319,7 +529,10 @@ def measure(args, old, clients, api, flags, ca, state):
         "max_latency_steady_ms": max(steady) * 1000,
         "p99_steady_ms": statistics.quantiles(steady, n=100)[98] * 1000 if len(steady) > 100 else 0,
         "deliveries": len(lat),
-        "expected": sum(counts[(k * per + i) % args.topics] for k in range(args.procs) for i in range(per)),
+        "expected": (
+            sum(counts[t] for o in outs for t in o["streams"]) if mix
+            else sum(counts[(k * per + i) % args.topics] for k in range(args.procs) for i in range(per))
+        ),
         "out_of_order": sum(o["errors"] for o in outs),
         "ended": sum(o["ended"] for o in outs),
         "short": sum(o["short"] for o in outs),
@@ -369,12 +582,18 @@ def main():
     ap.add_argument("--tls", action="store_true", help="also over TLS 1.3, in the same repeats")
     ap.add_argument("--with-state", action="store_true",
                     help="also with auth and presence on, in the same repeats")
+    ap.add_argument("--browser-mix", action="store_true",
+                    help="also a browser-like mix over TLS 1.3, in the same repeats: a third "
+                    "each deflate WebSockets that sent a compressed message, HTTP/2 connections "
+                    "with 1 SSE stream, HTTP/2 connections with 6")
     args = ap.parse_args()
     modes = [("clear", {})]
     if args.with_state:
         modes.append(("with auth and presence (own token and room membership each)", {"state": True}))
     if args.tls:
         modes.append(("TLS 1.3", {"cert": dev_cert()}))
+    if args.browser_mix:
+        modes.append(("browser mix", {"cert": dev_cert(), "mix": True}))
     runs = {name: [] for name, _ in modes}
     for r in range(args.repeats):
         for name, kw in modes:

@@ -6,13 +6,15 @@
 //! parked TLS 1.3 record layer inside a connection record, and as the parked HTTP/2 connection
 //! of an HTTP/2 record: neither panics, and what decodes re-encodes to the same bytes. A
 //! connection record's permessage-deflate windows (its own, or its HTTP/2 streams') prime
-//! fresh streams without panicking, whatever their bytes.
+//! fresh streams without panicking, whatever their bytes. The input is also read as a
+//! connection record's GRIP part alone (a held stream's keep-alive, a GRIP long-poll's hold):
+//! no panic, and what decodes re-encodes to the same bytes.
 #![no_main]
 
 use clarion_proto::h2::server::Connection;
 use clarion_proto::handover::{decode, encode, ConnRecord, Frame};
 use clarion_proto::ws::deflate::{Compressor, Inflater};
-use clarion_proto::handover_state;
+use clarion_proto::{handover_grip, handover_state};
 use clarion_proto::tls13::Parked;
 use libfuzzer_sys::fuzz_target;
 
@@ -26,6 +28,11 @@ fuzz_target!(|data: &[u8]| {
         let mut out = Vec::new();
         c.park(&mut out);
         assert_eq!(&out[..], data, "a parked HTTP/2 connection re-encodes to its bytes");
+    }
+    if let Ok(part) = handover_grip::decode_part(data) {
+        let mut out = Vec::new();
+        handover_grip::encode(part.as_ref(), &mut out);
+        assert_eq!(&out[..], data, "a GRIP part re-encodes to its bytes");
     }
     let mut at = 0;
     while let Ok(Some((frame, used))) = decode(&data[at..]) {

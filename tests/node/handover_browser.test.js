@@ -27,7 +27,9 @@ const root = path.resolve(__dirname, '..', '..');
 const clientModule = path.join(root, 'node', 'client', 'index.js');
 const publishModule = path.join(root, 'node', 'clarion', 'index.js');
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
-const python = process.env.PYTHON || (fs.existsSync('/work/main/.ci/.venv/bin/python') ? '/work/main/.ci/.venv/bin/python' : 'python3');
+// The repository's own test venv (.ci/.venv, made by .ci/run), else the system's python3.
+const venvPython = path.join(root, '.ci', '.venv', 'bin', 'python');
+const python = process.env.PYTHON || (fs.existsSync(venvPython) ? venvPython : 'python3');
 const TOTAL = 300;
 const EVERY_MS = 50; // 20 messages a second
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

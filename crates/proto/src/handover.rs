@@ -32,12 +32,16 @@
 //! An HTTP/2 connection's record carries its protocol state and its streams ([`H2Record`]):
 //! each stream is a record of its own, without a socket, nested in its connection's.
 //!
+//! A connection held by a GRIP backend (a held stream or long-poll) carries the GRIP part
+//! ([`GripRecord`], [`crate::handover_grip`]): the backend's keep-alive or the long-poll's hold.
+//!
 //! A **hello** carries [`VERSION`]: a peer with another format version refuses, and the old
 //! process falls back to a restart with drain.
 
 pub use crate::handover_cursor::Error;
 use crate::handover_cursor::Reader;
 
+pub use crate::handover_grip::GripRecord;
 use crate::handover_state::{self, ModeState};
 
 /// The first bytes of every frame.
@@ -46,7 +50,8 @@ pub const MAGIC: [u8; 4] = *b"CLHO";
 /// clustered broker), and in each connection record the auth/hooks/presence section and the
 /// TLS 1.3 record layer; 3: in each connection record, the permessage-deflate windows
 /// ([`DeflateWindows`]); 4: the HTTP/2 part of a connection record ([`H2Record`]); 5: the
-/// old process's node name in the listeners frame ([`Listeners::node`]).
+/// old process's node name in the listeners frame ([`Listeners::node`]), the GRIP part of a
+/// connection record ([`GripRecord`]) and GRIP held streams' states.
 pub const VERSION: u16 = 5;
 /// Frame header bytes: magic, type and length.
 pub const HEAD: usize = 9;
@@ -161,7 +166,8 @@ pub enum ConnState<'a> {
     },
     /// An SSE stream: 0 payload, 1 JSON envelope.
     Sse(u8),
-    /// A streamed response: 0 NDJSON, 1 raw lines.
+    /// A streamed response: 0 NDJSON, 1 raw lines, 2 to 5 a GRIP held stream
+    /// ([`crate::handover_grip::stream_mode`]).
     Stream(u8),
     /// A held long-poll.
     Poll {
@@ -202,6 +208,9 @@ pub struct ConnRecord<'a> {
     pub deflate: DeflateWindows<'a>,
     /// For an HTTP/2 connection (state [`ConnState::H2`]), its protocol state and streams.
     pub h2: Option<H2Record<'a>>,
+    /// For a connection held by a GRIP backend: a held stream's keep-alive, or a GRIP
+    /// long-poll's hold (state [`ConnState::Poll`] with an empty cursor).
+    pub grip: Option<GripRecord<'a>>,
 }
 
 /// The compression streams of a WebSocket that keep context between messages, each as the
@@ -413,6 +422,7 @@ fn encode_conn(c: &ConnRecord<'_>, out: &mut Vec<u8>) {
     encode_tls(c.tls.as_ref(), out);
     encode_deflate(&c.deflate, out);
     encode_h2(c.h2.as_ref(), out);
+    crate::handover_grip::encode(c.grip.as_ref(), out);
 }
 
 /// The deflate part of a connection record (see [`DeflateWindows`]).
@@ -698,7 +708,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Er
             }
         }
         2 => ConnState::Sse(r.at_most(1)?),
-        3 => ConnState::Stream(r.at_most(1)?),
+        3 => ConnState::Stream(r.at_most(5)?),
         4 => ConnState::Poll {
             keep: r.flag()?,
             left: r.u32()?,
@@ -732,6 +742,19 @@ fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Er
     if h2.is_some() != (state == ConnState::H2) {
         return Err(Error::Malformed(r.what));
     }
+    let grip = crate::handover_grip::decode(r)?;
+    // A keep-alive only on a GRIP held stream, a hold only on a poll without a cursor.
+    let fits = match (&grip, &state) {
+        (None, _) => true,
+        (Some(GripRecord::KeepAlive { .. }), ConnState::Stream(m)) => {
+            crate::handover_grip::grip_stream(*m).is_some()
+        }
+        (Some(GripRecord::Response { .. }), ConnState::Poll { cursor, .. }) => cursor.is_empty(),
+        (Some(GripRecord::KeepAlive { .. } | GripRecord::Response { .. }), _) => false,
+    };
+    if !fits {
+        return Err(Error::Malformed(r.what));
+    }
     Ok(ConnRecord {
         worker,
         state,
@@ -744,6 +767,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Er
         tls,
         deflate,
         h2,
+        grip,
     })
 }
 
@@ -751,6 +775,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Er
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::handover_grip::stream_mode;
 
     fn tls_sample() -> TlsRecord<'static> {
         use crate::tls13::limits::Usage;
@@ -794,6 +819,7 @@ mod tests {
             mode: None,
             tls: None,
             deflate: DeflateWindows::default(),
+            grip: None,
             h2: None,
         };
         ConnRecord {
@@ -807,6 +833,7 @@ mod tests {
             mode: None,
             tls: Some(tls_sample()),
             deflate: DeflateWindows::default(),
+            grip: None,
             h2: Some(H2Record {
                 connection: Box::leak(parked.into_boxed_slice()),
                 streams: vec![
@@ -881,6 +908,7 @@ mod tests {
                         deflater: Some(b"{\"seq\":41,\"price\":\"1.08412\"}"),
                         inflater: Some(b""),
                     },
+                    grip: None,
                     h2: None,
                 },
                 ConnRecord {
@@ -898,6 +926,7 @@ mod tests {
                     mode: Some(ModeState::default()),
                     tls: None,
                     deflate: DeflateWindows::default(),
+                    grip: None,
                     h2: None,
                 },
                 ConnRecord {
@@ -911,6 +940,7 @@ mod tests {
                     mode: None,
                     tls: None,
                     deflate: DeflateWindows::default(),
+                    grip: None,
                     h2: None,
                 },
                 ConnRecord {
@@ -924,6 +954,7 @@ mod tests {
                     mode: None,
                     tls: None,
                     deflate: DeflateWindows::default(),
+                    grip: None,
                     h2: None,
                 },
                 h2_sample(),
@@ -938,6 +969,7 @@ mod tests {
                     mode: None,
                     tls: None,
                     deflate: DeflateWindows::default(),
+                    grip: None,
                     h2: None,
                 },
             ]),
@@ -948,7 +980,100 @@ mod tests {
             Frame::Ack,
             Frame::Positions(vec![("news", "k3x9-41"), ("a/b", "q2-0")]),
             Frame::Positions(Vec::new()),
+            Frame::Conns(grip_records()),
         ]
+    }
+
+    /// Connections a GRIP backend holds: a chunked stream with its keep-alive, a
+    /// close-delimited one without, a long-poll, and an HTTP/2 connection with a held stream.
+    fn grip_records() -> Vec<ConnRecord<'static>> {
+        let record = |state, grip| ConnRecord {
+            worker: 0,
+            state,
+            idle: 4,
+            peer: 5,
+            input: b"",
+            output: b"6\r\npushed\r\n",
+            topics: vec!["channel"],
+            mode: None,
+            tls: None,
+            deflate: DeflateWindows::default(),
+            h2: None,
+            grip,
+        };
+        let keep_alive = GripRecord::KeepAlive {
+            data: b"1\r\n\n\r\n",
+            every: 10,
+            interval: false,
+            since: 2,
+        };
+        let hold = GripRecord::Response {
+            left: 12,
+            timeout: b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            headers: vec![("Content-Type", "text/plain")],
+        };
+        let poll = ConnState::Poll {
+            keep: true,
+            left: 0,
+            cursor: "",
+        };
+        let mut h2 = h2_sample();
+        if let Some(h) = h2.h2.as_mut() {
+            let held = record(
+                ConnState::Stream(stream_mode(true, false)),
+                Some(keep_alive.clone()),
+            );
+            h.streams.push((9, held));
+        }
+        vec![
+            record(ConnState::Stream(stream_mode(true, true)), Some(keep_alive)),
+            record(ConnState::Stream(stream_mode(false, false)), None),
+            record(poll, Some(hold)),
+            h2,
+        ]
+    }
+
+    #[test]
+    fn a_grip_part_only_goes_with_a_grip_hold() {
+        let keep_alive = GripRecord::KeepAlive {
+            data: b"",
+            every: 1,
+            interval: true,
+            since: 0,
+        };
+        let hold = GripRecord::Response {
+            left: 1,
+            timeout: b"",
+            headers: vec![],
+        };
+        let mut bad = grip_records();
+        bad.truncate(1);
+        let misfits = [
+            (ConnState::Stream(0), keep_alive.clone()),
+            (ConnState::Sse(0), keep_alive.clone()),
+            (ConnState::Stream(stream_mode(true, true)), hold.clone()),
+            (
+                ConnState::Poll {
+                    keep: false,
+                    left: 3,
+                    cursor: "k-1",
+                },
+                hold,
+            ),
+            (ConnState::Http, keep_alive),
+        ];
+        for (state, part) in misfits {
+            bad[0].state = state.clone();
+            bad[0].grip = Some(part.clone());
+            let mut buf = Vec::new();
+            encode(&Frame::Conns(bad.clone()), &mut buf);
+            assert!(decode(&buf).is_err(), "{state:?} with {part:?}");
+        }
+        bad[0].state = ConnState::Stream(6);
+        bad[0].grip = None;
+        let mut buf = Vec::new();
+        encode(&Frame::Conns(bad), &mut buf);
+        assert!(decode(&buf).is_err(), "no stream mode 6");
     }
 
     #[test]
@@ -983,6 +1108,11 @@ mod tests {
             if path.ends_with("h2_connection") {
                 // ... and as a parked HTTP/2 connection alone.
                 crate::h2::server::Connection::restore(&bytes).unwrap();
+                continue;
+            }
+            if path.ends_with("grip_part") {
+                // ... and as a connection record's GRIP part alone.
+                crate::handover_grip::decode_part(&bytes).unwrap().unwrap();
                 continue;
             }
             if path.ends_with("mode_state") {
@@ -1063,8 +1193,9 @@ mod tests {
             &Frame::Conns(vec![ConnRecord { tls: None, ..conn }]),
             &mut plain,
         );
-        // The TLS part, then the deflate part's flags (none) and the HTTP/2 part's.
-        let tls_at = plain.len() - 3;
+        // The TLS part, then the deflate part's flags (none), the HTTP/2 part's and the GRIP
+        // part's.
+        let tls_at = plain.len() - 4;
         assert_eq!((plain[tls_at], good[tls_at]), (0, 1), "the TLS flag");
         let mut b = good.clone();
         b[tls_at + 1] -= 1;
@@ -1081,6 +1212,7 @@ mod tests {
         b.extend_from_slice(&tail);
         b.push(0);
         encode_h2(None, &mut b);
+        crate::handover_grip::encode(None, &mut b);
         let body = (b.len() - HEAD) as u32;
         b[5..9].copy_from_slice(&body.to_le_bytes());
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
@@ -1103,27 +1235,29 @@ mod tests {
         encode(&Frame::Conns(vec![with]), &mut b);
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         let mut b = plain.clone();
-        // The deflate flags, before the HTTP/2 part's flag.
-        let at = b.len() - 2;
+        // The deflate flags, before the HTTP/2 part's flag and the GRIP part's.
+        let at = b.len() - 3;
         b[at] = 4;
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         let mut ws = Vec::new();
         let deflater = windowed.deflate.deflater.map_or(0, <[u8]>::len);
         encode(&Frame::Conns(vec![windowed]), &mut ws);
-        // Flags, the deflater's window, the inflater's empty one, the HTTP/2 part's flag.
-        let flags_at = ws.len() - (1 + 2 + deflater + 2 + 1);
+        // Flags, the deflater's window, the inflater's empty one, the HTTP/2 part's flag, the
+        // GRIP part's.
+        let flags_at = ws.len() - (1 + 2 + deflater + 2 + 1 + 1);
         assert_eq!(ws[flags_at], 3, "the deflate flags");
         let mut b = ws[..flags_at].to_vec();
         b.push(1);
         b.extend_from_slice(&((crate::ws::deflate::MAX_WINDOW + 1) as u16).to_le_bytes());
         b.extend_from_slice(&vec![0u8; crate::ws::deflate::MAX_WINDOW + 1]);
-        b.push(0);
+        b.extend_from_slice(&[0, 0]);
         let body = (b.len() - HEAD) as u32;
         b[5..9].copy_from_slice(&body.to_le_bytes());
         assert_eq!(decode(&b), Err(Error::Malformed("conns")));
         // HTTP/2 parts where they do not belong, or missing where they do.
         let h2 = h2_sample();
         let no_part = ConnRecord {
+            grip: None,
             h2: None,
             ..h2.clone()
         };

@@ -20,7 +20,7 @@
 //! - [`handover`]: the frames a running server sends the binary that replaces it (listening
 //!   sockets, connection records, where ids stand), versioned, beside `SCM_RIGHTS` descriptors;
 //!   [`handover_state`]: the records' section for what authentication, hooks and presence keep
-//!   per connection.
+//!   per connection; [`handover_grip`]: the records' part for a connection a GRIP backend holds.
 //! - [`history_log`]: the record format of durable history files (`history_dir`): framing
 //!   with CRC-32C, and a scanner that separates intact records from damage.
 //! - [`hooks`]: backend hooks: the JSON of `connect`/`subscribe`/`publish` calls and answers,
@@ -40,6 +40,7 @@ pub mod grip;
 pub mod h2;
 pub mod handover;
 mod handover_cursor;
+pub mod handover_grip;
 pub mod handover_state;
 pub mod history_log;
 pub mod hooks;

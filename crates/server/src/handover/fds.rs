@@ -248,6 +248,7 @@ mod tests {
             }),
             deflate: clarion_proto::handover::DeflateWindows::default(),
             h2: None,
+            grip: None,
         };
         let mut out = Vec::new();
         encode(&Frame::Conns(vec![record]), &mut out);

@@ -19,11 +19,12 @@ use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
 use crate::metrics::Metrics;
+use crate::worker::grip::carried::CarriedGrip;
 use crate::worker::handover::{
     state_from_wire, Arriving, DeflateWindows, H2Part, H2Stream, MovingTls,
 };
 use crate::worker::handover_state::CarriedMode;
-use crate::worker::state::State;
+use crate::worker::state::{PollMode, State};
 
 /// A hand-over under way, once the old process has sent its listeners and its history.
 pub struct Incoming {
@@ -303,8 +304,12 @@ impl Incoming {
     }
 }
 
-/// The state a record's transport stands for, with a held poll's deadline and cursor.
-fn arriving_state(state: &ConnState<'_>) -> Option<(State, Option<(u32, String)>)> {
+/// The state a record's transport (and GRIP part) stands for, with a held poll's deadline and
+/// cursor (a GRIP long-poll's hold is in its part instead).
+fn arriving_state(
+    state: &ConnState<'_>,
+    grip: Option<&CarriedGrip>,
+) -> Option<(State, Option<(u32, String)>)> {
     let (kind, option, deflate, pinged, poll) = match *state {
         ConnState::Http => (0, 0, None, false, None),
         ConnState::Ws {
@@ -323,7 +328,9 @@ fn arriving_state(state: &ConnState<'_>) -> Option<(State, Option<(u32, String)>
         ),
         ConnState::H2 => (5, 0, None, false, None),
     };
-    Some((state_from_wire(kind, option, deflate, pinged)?, poll))
+    let state = CarriedGrip::arriving_state(state_from_wire(kind, option, deflate, pinged)?, grip);
+    let poll = poll.filter(|_| !matches!(state, State::Poll(PollMode { grip: true, .. })));
+    Some((state, poll))
 }
 
 /// An HTTP/2 connection's part as the workers take it. A stream in a state this version
@@ -333,7 +340,8 @@ fn arriving_h2(h: &wire::H2Record<'_>, positions: Option<&HashMap<String, String
         .streams
         .iter()
         .filter_map(|(id, r)| {
-            let Some((state, poll)) = arriving_state(&r.state) else {
+            let grip = r.grip.as_ref().map(CarriedGrip::from_wire);
+            let Some((state, poll)) = arriving_state(&r.state, grip.as_ref()) else {
                 log::warn(format_args!(
                     "hand-over: an HTTP/2 stream in an unknown state was reset"
                 ));
@@ -353,6 +361,7 @@ fn arriving_h2(h: &wire::H2Record<'_>, positions: Option<&HashMap<String, String
                     deflater: r.deflate.deflater.map(<[u8]>::to_vec),
                     inflater: r.deflate.inflater.map(<[u8]>::to_vec),
                 },
+                grip,
             })
         })
         .collect();
@@ -371,7 +380,8 @@ fn arriving(
 ) -> Vec<(usize, Arriving)> {
     let mut out = Vec::with_capacity(list.len());
     for (r, fd) in list.into_iter().zip(fds) {
-        let Some((state, poll)) = arriving_state(&r.state) else {
+        let grip = r.grip.as_ref().map(CarriedGrip::from_wire);
+        let Some((state, poll)) = arriving_state(&r.state, grip.as_ref()) else {
             log::warn(format_args!(
                 "hand-over: a connection in an unknown state was closed"
             ));
@@ -399,6 +409,7 @@ fn arriving(
                     deflater: r.deflate.deflater.map(<[u8]>::to_vec),
                     inflater: r.deflate.inflater.map(<[u8]>::to_vec),
                 },
+                grip,
                 fd,
             },
         ));

@@ -51,6 +51,7 @@ use clarion_proto::pubsub::wire as body_wire;
 
 use crate::broker::Broker;
 use crate::log;
+use crate::worker::grip::carried::CarriedGrip;
 use crate::worker::handover::{state_to_wire, Fallback, H2Part, Moving};
 use crate::worker::handover_state::CarriedMode;
 use crate::worker::state::State;
@@ -553,6 +554,7 @@ fn h2_record(part: &H2Part, worker: u16, peer: u32) -> wire::H2Record<'_> {
                     inflater: s.deflate.inflater.as_deref(),
                 },
                 h2: None,
+                grip: s.grip.as_ref().map(CarriedGrip::wire),
             };
             Some((s.id, record))
         })
@@ -602,11 +604,13 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
             .map(|w| 2 + w.len())
             .sum::<usize>();
         size += m.mode.as_ref().map_or(0, mode_len);
+        size += m.grip.as_ref().map_or(1, CarriedGrip::size);
         if let Some(h) = &m.h2 {
             size += 8 + h.connection.len();
             for s in &h.streams {
                 size += record_size(72, &s.input, &s.output, s.poll.as_ref(), &s.topics);
                 size += s.mode.as_ref().map_or(0, mode_len);
+                size += s.grip.as_ref().map_or(1, CarriedGrip::size);
                 size += [&s.deflate.deflater, &s.deflate.inflater]
                     .into_iter()
                     .flatten()
@@ -639,6 +643,7 @@ fn send_batch(sock: &UnixStream, batch: &[Moving]) -> std::io::Result<()> {
                 inflater: m.deflate.inflater.as_deref(),
             },
             h2: m.h2.as_ref().map(|h| h2_record(h, m.worker as u16, m.peer)),
+            grip: m.grip.as_ref().map(CarriedGrip::wire),
         });
         raw.push(m.fd.as_raw_fd());
     }

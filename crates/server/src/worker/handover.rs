@@ -13,7 +13,8 @@
 //! Connections whose state is not carried stay behind and are told to reconnect as in a
 //! restart (close 1012, SSE `retry:`): see [`Fallback`]. An HTTP/2 connection moves with its
 //! streams (`super::handover_h2`); a stream that cannot move is refused (`REFUSED_STREAM`,
-//! which the client retries) and counted under its reason, while its connection moves.
+//! which the client retries) and counted under its reason, while its connection moves. A
+//! connection a GRIP backend holds moves with its hold (`super::handover_grip`).
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering::Relaxed;
@@ -21,12 +22,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use clarion_proto::event_id;
+use clarion_proto::handover_grip::{grip_stream, stream_mode};
 use clarion_proto::ws::deflate::{Compressor, Inflater};
 use mio::{Interest, Token};
 
 use super::conn::Conn;
+use super::grip::carried::CarriedGrip;
 use super::handover_state::CarriedMode;
-use super::state::{Ext, Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
+use super::state::{Ext, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::tls::{Session, Unmovable};
 use super::transport::poll::PollHold;
 use super::{Engine, Worker};
@@ -51,8 +54,12 @@ pub enum Fallback {
     DeflateFragmented,
     /// A fragmented (uncompressed) WebSocket message is being received.
     Fragment,
-    /// Waiting for a GRIP backend, or held by one.
-    Grip,
+    /// A request forwarded to a GRIP backend and not answered yet: the answer comes back to
+    /// the old process, and the request is not replayed (it may not be idempotent).
+    GripBackend,
+    /// A WebSocket bridged to a GRIP backend (WebSocket-over-HTTP): its session is in the
+    /// backend's event requests, whose answers come back to the old process.
+    GripBridge,
     /// Waiting for the answer of a backend hook (`connect`, `subscribe`, `publish`): the call
     /// belongs to the old process.
     HookWait,
@@ -68,13 +75,14 @@ pub enum Fallback {
 
 impl Fallback {
     /// Every reason, in the order of [`Fallbacks::counts`].
-    pub const ALL: [Fallback; 10] = [
+    pub const ALL: [Fallback; 11] = [
         Fallback::TlsHandshake,
         Fallback::Tls12,
         Fallback::TlsKeys,
         Fallback::DeflateFragmented,
         Fallback::Fragment,
-        Fallback::Grip,
+        Fallback::GripBackend,
+        Fallback::GripBridge,
         Fallback::HookWait,
         Fallback::ModeState,
         Fallback::RequestInFlight,
@@ -89,7 +97,8 @@ impl Fallback {
             Fallback::TlsKeys => "tls_keys",
             Fallback::DeflateFragmented => "deflate_fragmented",
             Fallback::Fragment => "fragment",
-            Fallback::Grip => "grip",
+            Fallback::GripBackend => "grip_backend",
+            Fallback::GripBridge => "grip_bridge",
             Fallback::HookWait => "hook_wait",
             Fallback::ModeState => "mode_state",
             Fallback::RequestInFlight => "h2_request_in_flight",
@@ -101,15 +110,12 @@ impl Fallback {
     /// it (`None`: it has one).
     fn of_state(state: State) -> Option<Fallback> {
         match state {
-            State::Http | State::Sse(_) | State::Stream(StreamMode::Ndjson | StreamMode::Raw) => {
-                None
-            }
+            State::Http | State::Sse(_) | State::Stream(_) | State::Poll(_) => None,
             State::Ws(m) => match m.role {
                 WsRole::PubSub | WsRole::Envelope | WsRole::Echo => None,
-                WsRole::Bridge => Some(Fallback::Grip),
+                WsRole::Bridge => Some(Fallback::GripBridge),
             },
-            State::Stream(StreamMode::Grip { .. }) | State::Proxy => Some(Fallback::Grip),
-            State::Poll(PollMode { grip, .. }) => grip.then_some(Fallback::Grip),
+            State::Proxy => Some(Fallback::GripBackend),
             State::H2 => None,
             State::Closing { .. } => Some(Fallback::Closing),
         }
@@ -119,7 +125,7 @@ impl Fallback {
 /// Counts of connections that fell back, by reason.
 #[derive(Debug, Default)]
 pub struct Fallbacks {
-    counts: [AtomicU64; 10],
+    counts: [AtomicU64; 11],
 }
 
 impl Fallbacks {
@@ -169,6 +175,8 @@ pub struct Moving {
     pub deflate: DeflateWindows,
     /// For an HTTP/2 connection, its protocol state and its streams.
     pub h2: Option<H2Part>,
+    /// For a connection a GRIP backend holds, what its hold keeps.
+    pub grip: Option<CarriedGrip>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -203,6 +211,8 @@ pub struct H2Stream {
     pub mode: Option<CarriedMode>,
     /// For an RFC 8441 WebSocket with compression that keeps context, its streams' windows.
     pub deflate: DeflateWindows,
+    /// For a stream a GRIP backend holds, what its hold keeps.
+    pub grip: Option<CarriedGrip>,
 }
 
 /// The permessage-deflate streams of a WebSocket that keep context, as the last bytes each
@@ -332,6 +342,8 @@ pub struct Arriving {
     pub deflate: DeflateWindows,
     /// For an HTTP/2 connection, its protocol state and its streams.
     pub h2: Option<H2Part>,
+    /// For a connection a GRIP backend holds, what its hold keeps.
+    pub grip: Option<CarriedGrip>,
     /// The socket.
     pub fd: OwnedFd,
 }
@@ -353,9 +365,13 @@ pub fn state_to_wire(state: State) -> Option<(u8, u8, Option<u8>, bool)> {
         State::Sse(SseMode::Json) => (2, 1, None, false),
         State::Stream(StreamMode::Ndjson) => (3, 0, None, false),
         State::Stream(StreamMode::Raw) => (3, 1, None, false),
-        State::Poll(PollMode { keep, grip: false }) => (4, u8::from(keep), None, false),
+        State::Stream(StreamMode::Grip { chunked, keep }) => {
+            (3, stream_mode(chunked, keep), None, false)
+        }
+        // A GRIP long-poll is told apart by its record's GRIP part (`CarriedGrip`).
+        State::Poll(PollMode { keep, grip: _ }) => (4, u8::from(keep), None, false),
         State::H2 => (5, 0, None, false),
-        _ => return None,
+        State::Proxy | State::Closing { .. } => return None,
     })
 }
 
@@ -377,6 +393,10 @@ pub fn state_from_wire(kind: u8, option: u8, deflate: Option<u8>, pinged: bool) 
         (2, 1) => State::Sse(SseMode::Json),
         (3, 0) => State::Stream(StreamMode::Ndjson),
         (3, 1) => State::Stream(StreamMode::Raw),
+        (3, m) => {
+            let (chunked, keep) = grip_stream(m)?;
+            State::Stream(StreamMode::Grip { chunked, keep })
+        }
         (4, keep) => State::Poll(PollMode {
             keep: keep == 1,
             grip: false,
@@ -400,9 +420,8 @@ impl Engine<mio::net::TcpStream> {
         if self.hooks.waiting_for(k) {
             return Some(Fallback::HookWait);
         }
-        if conn.state.grip_held() || conn.state.kind() == Kind::Proxy || self.grip.contains_key(&k)
-        {
-            return Some(Fallback::Grip);
+        if let Some(why) = self.grip_blocker(k, conn.state) {
+            return Some(why);
         }
         if s.presence.as_ref().is_some_and(|p| p.clustered()) {
             return Some(Fallback::ModeState);
@@ -457,6 +476,7 @@ impl Engine<mio::net::TcpStream> {
             // Between messages (a fragmented one stays behind). Before `release`, which
             // forgets the compressors.
             let deflate = self.take_windows(k);
+            let grip = self.take_grip(k);
             let mode = self.release(k, listening.remove(&k).unwrap_or_default());
             lifted.insert(k);
             let Some(mut conn) = self.conns.try_remove(k as usize) else {
@@ -495,6 +515,7 @@ impl Engine<mio::net::TcpStream> {
                 tls,
                 deflate,
                 h2,
+                grip,
                 fd: OwnedFd::from(std::net::TcpStream::from(stream)),
             });
         }
@@ -602,6 +623,7 @@ impl Engine<mio::net::TcpStream> {
             conn.queue(&Arc::from(a.output));
         }
         entry.insert(conn);
+        self.restore_grip(k, a.grip);
         if let Some(i) = inflater {
             self.inflaters.insert(k, i);
         }
@@ -726,21 +748,28 @@ mod tests {
                 grip: false,
             }),
             State::H2,
+            State::Stream(StreamMode::Grip {
+                chunked: true,
+                keep: true,
+            }),
+            State::Stream(StreamMode::Grip {
+                chunked: false,
+                keep: false,
+            }),
         ];
         for s in carried {
             let (kind, option, deflate, pinged) = state_to_wire(s).expect("carried");
             assert_eq!(state_from_wire(kind, option, deflate, pinged), Some(s));
         }
+        // A GRIP long-poll's record is a poll's; its GRIP part says it is GRIP's.
+        let grip_poll = State::Poll(PollMode {
+            keep: true,
+            grip: true,
+        });
+        assert_eq!(Fallback::of_state(grip_poll), None);
+        assert_eq!(state_to_wire(grip_poll), Some((4, 1, None, false)));
         let not_carried = [
             State::Ws(WsMode::new(WsRole::Bridge)),
-            State::Stream(StreamMode::Grip {
-                chunked: true,
-                keep: true,
-            }),
-            State::Poll(PollMode {
-                keep: true,
-                grip: true,
-            }),
             State::Proxy,
             State::Closing { write_shut: false },
         ];
@@ -787,12 +816,12 @@ mod tests {
         assert!(counts.contains(&(Fallback::DeflateFragmented, 1)));
         assert!(counts.contains(&(Fallback::RequestInFlight, 0)));
         let s = Switch::default();
-        s.fallbacks.add(Fallback::Grip);
+        s.fallbacks.add(Fallback::GripBackend);
         let mut text = String::new();
         s.render(&mut text);
-        assert!(
-            text.contains("clarion_handover_connections{outcome=\"fallback\",reason=\"grip\"} 1")
-        );
+        assert!(text.contains(
+            "clarion_handover_connections{outcome=\"fallback\",reason=\"grip_backend\"} 1"
+        ));
         assert!(text.contains("clarion_handover_connections{outcome=\"taken\"} 0"));
     }
 }

@@ -89,6 +89,7 @@ impl Engine<mio::net::TcpStream> {
             let (topics, poll) = self.followed(child);
             // Between messages (a fragmented one was refused). Before the release.
             let deflate = self.take_windows(child);
+            let grip = self.take_grip(child);
             let mode = self.release(child, listening.remove(&child).unwrap_or_default());
             lifted.insert(child);
             let Some(mut c) = self.conns.try_remove(child as usize) else {
@@ -106,6 +107,7 @@ impl Engine<mio::net::TcpStream> {
                 resume: None,
                 mode,
                 deflate,
+                grip,
             });
         }
         if !refusals.is_empty() {
@@ -167,6 +169,7 @@ impl Engine<mio::net::TcpStream> {
                 c.queue(&Arc::from(s.output));
             }
             let child = self.conns.insert(c) as u32;
+            self.restore_grip(child, s.grip);
             if let Some(i) = inflater {
                 self.inflaters.insert(child, i);
             }

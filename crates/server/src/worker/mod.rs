@@ -27,6 +27,7 @@ mod engine;
 pub(crate) mod grip;
 mod h2;
 pub mod handover;
+mod handover_grip;
 mod handover_h2;
 pub mod handover_state;
 pub mod index;
