@@ -29,6 +29,7 @@ mod freeze;
 mod layout;
 mod leave;
 mod link;
+pub mod occupancy;
 pub mod pool;
 mod position;
 pub mod presence;
@@ -58,7 +59,7 @@ use self::stream::RedisTls;
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
 use crate::hub::{lock, Inbox, TopicTraffic};
-use crate::message::{Attachment, Gap, GapReason, Published};
+use crate::message::{Gap, GapReason, Published};
 use crate::metrics::Metrics;
 
 /// The publish script (see the module doc).
@@ -68,8 +69,7 @@ pub const SCRIPT: &str = include_str!("script.lua");
 /// is announced as a gap and delivery goes on, so a stalled fill cannot grow memory.
 const MAX_HELD_BACK: usize = 10_000;
 
-/// Turns the bytes of an attachment back into one (GRIP content travels this way).
-pub type AttachmentDecoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
+use super::AttachmentDecoder;
 
 /// The clustered broker over Redis.
 pub struct RedisBroker {
