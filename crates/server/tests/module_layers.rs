@@ -528,7 +528,10 @@ fn broker_private_names(text: &str) -> Vec<&'static str> {
 fn no_file_outside_the_broker_names_a_broker_variant() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let broker = src.join("broker");
-    assert!(broker.is_dir(), "the broker's folder moved: update this rule");
+    assert!(
+        broker.is_dir(),
+        "the broker's folder moved: update this rule"
+    );
     let mut broken = Vec::new();
     for file in sources(&src) {
         if file.starts_with(&broker) || file.extension().is_none_or(|e| e != "rs") {
@@ -539,7 +542,10 @@ fn no_file_outside_the_broker_names_a_broker_variant() {
             broken.push(format!("{} names {name}", file.display()));
         }
     }
-    assert!(broken.is_empty(), "ask the broker's seam instead: {broken:#?}");
+    assert!(
+        broken.is_empty(),
+        "ask the broker's seam instead: {broken:#?}"
+    );
 }
 
 #[test]

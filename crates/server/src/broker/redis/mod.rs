@@ -25,6 +25,7 @@
 mod cluster;
 pub mod conn;
 mod epoch;
+mod follow;
 mod freeze;
 mod layout;
 mod leave;
@@ -70,6 +71,9 @@ pub const SCRIPT: &str = include_str!("script.lua");
 const MAX_HELD_BACK: usize = 10_000;
 
 use super::AttachmentDecoder;
+
+/// A followed topic's sequence of live messages.
+type Sequence = follow::Follower<Arc<Published>, MAX_HELD_BACK>;
 
 /// The clustered broker over Redis.
 pub struct RedisBroker {
@@ -135,14 +139,8 @@ struct Topic {
     /// Subscribe/unsubscribe commands sent and not yet confirmed: only the confirmation of the
     /// last one says where the subscription stands.
     unconfirmed: u32,
-    /// The epoch and offset delivered last, known once the topic is ready.
-    epoch: Option<Arc<str>>,
-    last: u64,
-    ready: bool,
-    /// Messages that arrived before the topic was ready, or after a hole being filled.
-    held: Vec<Arc<Published>>,
-    /// A fill of the hole before `held` has been asked for.
-    filling: bool,
+    /// Its live sequence: position, held-back messages, holes ([`follow`]).
+    seq: Sequence,
     traffic: TopicTraffic,
 }
 
@@ -161,11 +159,7 @@ impl Topic {
             joining: 0,
             follow: Follow::Idle,
             unconfirmed: 0,
-            epoch: None,
-            last: 0,
-            ready: false,
-            held: Vec::new(),
-            filling: false,
+            seq: Sequence::new(),
             traffic: TopicTraffic::default(),
         }
     }
@@ -418,7 +412,8 @@ impl RedisBroker {
                         t.total += 1;
                         core.metrics.subscriptions.fetch_add(1, Relaxed);
                     }
-                    positions.push((t.epoch.clone(), t.last));
+                    let (epoch, last) = t.seq.position();
+                    positions.push((epoch.cloned(), last));
                 }
                 names.push(name);
             }
@@ -654,7 +649,7 @@ impl Core {
                     continue;
                 };
                 match t.follow {
-                    Follow::Live if t.ready => {}
+                    Follow::Live if t.seq.ready() => {}
                     Follow::Idle => {
                         t.follow = Follow::Subscribing;
                         t.unconfirmed += 1;

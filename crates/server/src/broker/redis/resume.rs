@@ -31,7 +31,10 @@ impl Core {
             let covered = |st: &super::State| {
                 st.topics
                     .get(topic)
-                    .is_some_and(|t| t.epoch.as_deref() == Some(epoch) && t.last >= seq)
+                    .is_some_and(|t| match t.seq.position() {
+                        (Some(e), last) => &**e == epoch && last >= seq,
+                        (None, _) => false,
+                    })
             };
             if covered(&crate::hub::lock(&self.state)) {
                 continue;
