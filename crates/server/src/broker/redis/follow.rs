@@ -89,6 +89,10 @@ pub(super) struct Follower<M, const MAX_HELD: usize> {
     /// Messages that arrived before the topic was ready, or behind a hole being filled. Boxed:
     /// most topics never hold anything back (in-order messages skip it), and a followed
     /// topic's record stays small (`size_tests` in [`super`]).
+    #[allow(
+        clippy::box_collection,
+        reason = "a thin pointer keeps the followed topic's record within its size test"
+    )]
     held: Option<Box<Vec<M>>>,
     /// A fill of the hole before `held` has been asked for and not answered.
     filling: bool,
