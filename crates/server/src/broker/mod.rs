@@ -8,6 +8,14 @@
 //! workers' side never changes: a worker subscribes, unsubscribes, publishes through the broker,
 //! and drains its [`Inbox`], whatever the broker is.
 //!
+//! What the rest of the server needs beyond publishing is asked of this seam too, each a
+//! capability with its one match over the implementations here: the cluster's rooms
+//! ([`Broker::shared_rooms`], [`rooms`]), cluster-wide topic occupancy ([`Broker::occupancy`]),
+//! a hand-over's refusal, freeze and positions ([`Broker::freeze`]), and opening the broker a
+//! configuration names ([`Broker::open`]). No file outside `broker/` names a variant or an
+//! implementation (`tests/module_layers.rs` holds it), and `tests/broker_contract.rs` runs the
+//! same cases against every implementation.
+//!
 //! # Contract
 //!
 //! Every implementation must keep these promises; the workers' delivery code relies on them.

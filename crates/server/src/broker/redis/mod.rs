@@ -18,8 +18,9 @@
 //!   two never overlap, and a stream that cannot cover the range yields a gap notice.
 //!
 //! Threads: callers (API threads, workers) run commands on a small [`pool::Pool`]; one reader
-//! thread ([`link`]) owns the subscriber connection, delivers live messages to the workers'
-//! inboxes under the state lock (the same lock subscribers are counted under, which is what
+//! thread ([`link`]) owns the subscriber connection, hands each live message to its topic's
+//! sans-IO follower ([`follow`]: the ordering, hole, epoch and gap rules), delivers what it
+//! releases to the workers' inboxes under the state lock (the same lock subscribers are counted under, which is what
 //! makes a resume exact), and reconnects with backoff.
 
 mod cluster;
