@@ -31,6 +31,7 @@ mod freeze;
 mod layout;
 mod leave;
 mod link;
+mod missed;
 pub mod occupancy;
 pub mod pool;
 mod position;
