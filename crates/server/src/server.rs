@@ -14,7 +14,6 @@
 //! check, shares the API port with its siblings too, and opens a private loopback API address
 //! for the group's `/metrics` and `/healthz` ([`crate::group`]).
 
-use crate::redact::Urls;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -169,20 +168,21 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
         .and_then(|i| i.broker(&inboxes, &metrics, &config))
     {
         Some(b) => b,
-        None => make_broker(&config, &inboxes, &metrics)?,
+        None => Broker::open(
+            &config,
+            &inboxes,
+            &metrics,
+            Some(crate::grip::decode_attachment),
+        )?,
     };
     let mut arriving = match incoming.as_mut() {
         Some(i) => i.take_connections(&broker, workers)?,
         None => Vec::new(),
     };
-    let router = match &broker {
-        Broker::Redis(b) => Some(b.router()),
-        _ => None,
-    };
-    let hooks = crate::hooks::Hooks::from_config(&config, &inboxes, &metrics, router)
+    let hooks = crate::hooks::Hooks::from_config(&config, &inboxes, &metrics, &broker)
         .map_err(|e| anyhow::anyhow!(e))
         .context("cannot set up hooks")?;
-    let clustered = matches!(broker, Broker::Redis(_));
+    let clustered = broker.shared_rooms().is_some();
     let presence = crate::presence::Presence::from_config(&config, Arc::clone(&metrics), clustered)
         .map_err(|e| anyhow::anyhow!(e))?
         .map(Arc::new);
@@ -492,102 +492,6 @@ fn bind_api(addr: std::net::SocketAddr, shared: bool) -> std::io::Result<std::ne
     // The API thread accepts with blocking calls.
     listener.set_nonblocking(false)?;
     Ok(listener)
-}
-
-/// The broker the configuration asks for: in memory unless `broker` names Redis or NATS.
-fn make_broker(
-    config: &Config,
-    inboxes: &[Arc<Inbox>],
-    metrics: &Arc<Metrics>,
-) -> anyhow::Result<Broker> {
-    let Some(url) = config.broker.as_deref() else {
-        if let Some(settings) = config.durable_history() {
-            let local = crate::broker::LocalBroker::durable(
-                inboxes.to_vec(),
-                Arc::clone(metrics),
-                config.history_limits(),
-                settings,
-                Some(crate::grip::decode_attachment),
-            )
-            .map_err(anyhow::Error::msg)
-            .context("cannot open the history directory")?;
-            return Ok(Broker::Local(local));
-        }
-        return Ok(Broker::local(
-            inboxes.to_vec(),
-            Arc::clone(metrics),
-            config.history_limits(),
-        ));
-    };
-    let node = config.node();
-    let timeout = std::time::Duration::from_millis(config.broker_timeout_ms.max(1));
-    if crate::broker::redis::sentinel::is_redis_url(url) {
-        let tls = crate::broker::redis::stream::for_config(config)
-            .map_err(anyhow::Error::msg)
-            .context("cannot set up TLS to Redis")?;
-        let b = crate::broker::RedisBroker::start(
-            url,
-            tls,
-            &crate::broker::redis::sentinel::SentinelAuth::for_config(config),
-            &node,
-            timeout,
-            inboxes.to_vec(),
-            Arc::clone(metrics),
-            config.history_limits(),
-            Some(crate::grip::decode_attachment),
-        )
-        .map_err(anyhow::Error::msg)
-        .context("cannot join the cluster")?;
-        if b.connected() {
-            log::info(format_args!(
-                "node {node}: joined the cluster through {}",
-                Urls(url)
-            ));
-        } else {
-            log::warn(format_args!(
-                "node {node}: started without the broker at {} (see above); publishes \
-                 answer 503 until it is reachable",
-                Urls(url)
-            ));
-        }
-        return Ok(Broker::Redis(b));
-    }
-    if url.starts_with("nats://") {
-        let local = crate::broker::LocalBroker::new(
-            inboxes.to_vec(),
-            Arc::clone(metrics),
-            config.history_limits(),
-        );
-        let b = crate::broker::NatsBroker::start(
-            url,
-            &node,
-            local,
-            Arc::clone(metrics),
-            Some(crate::grip::decode_attachment),
-        )
-        .map_err(anyhow::Error::msg)
-        .context("cannot join the cluster")?;
-        // The link connects in the background; wait a little so the first requests find it up.
-        let deadline = std::time::Instant::now() + timeout;
-        while !b.connected() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        if !b.connected() {
-            log::warn(format_args!(
-                "node {node}: NATS at {} not reachable yet; publishes answer 503 until it is",
-                Urls(url)
-            ));
-        }
-        log::info(format_args!(
-            "node {node}: joined the cluster through {}",
-            Urls(url)
-        ));
-        return Ok(Broker::Nats(b));
-    }
-    anyhow::bail!(
-        "broker {:?}: expected redis://host:port or nats://host:port",
-        Urls(url)
-    )
 }
 
 /// Re-reads the certificate files on SIGHUP, and every `interval` seconds if they changed

@@ -493,3 +493,73 @@ fn nested_use_groups_name_each_of_their_modules() {
         ]
     );
 }
+
+/// What only the broker may name: its variants, and its Redis and NATS implementations. The
+/// rest of the server asks the broker's seam (`crate::broker::Broker`) for what it needs
+/// (rooms, occupancy, a hand-over's freeze), each a method with its one match inside
+/// `broker/`, so a new broker is a variant and its arms there, not edits across the server.
+const BROKER_PRIVATE: &[&str] = &[
+    "Broker::Local",
+    "Broker::Redis",
+    "Broker::Nats",
+    "broker::redis",
+    "broker::nats",
+    "RedisBroker",
+    "NatsBroker",
+];
+
+/// The broker-private names `text` mentions, each once per mention (comments included: a
+/// doc link to `broker::redis` is a reader's dependency on it, too).
+fn broker_private_names(text: &str) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for name in BROKER_PRIVATE {
+        for (i, _) in text.match_indices(name) {
+            // `Broker::Local` must not match inside a longer name (`Broker::LocalThing`).
+            let next = text[i + name.len()..].chars().next();
+            if !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                out.push(*name);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_file_outside_the_broker_names_a_broker_variant() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let broker = src.join("broker");
+    assert!(
+        broker.is_dir(),
+        "the broker's folder moved: update this rule"
+    );
+    let mut broken = Vec::new();
+    for file in sources(&src) {
+        if file.starts_with(&broker) || file.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable source");
+        for name in broker_private_names(&text) {
+            broken.push(format!("{} names {name}", file.display()));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "ask the broker's seam instead: {broken:#?}"
+    );
+}
+
+#[test]
+fn the_broker_rule_sees_variants_and_implementations() {
+    assert_eq!(
+        broker_private_names(
+            "if let Broker::Redis(b) = broker {}\nuse crate::broker::nats::X; /// [`crate::broker::redis::presence`]"
+        ),
+        vec!["Broker::Redis", "broker::redis", "broker::nats"]
+    );
+    // The constructor of the in-memory broker is part of the seam, not a variant.
+    assert!(broker_private_names("let b = Broker::local(inboxes, m, l);").is_empty());
+    assert_eq!(
+        broker_private_names("Broker::Local(b) => b.freeze(),"),
+        vec!["Broker::Local"]
+    );
+}

@@ -106,7 +106,7 @@ impl LocalBroker {
         metrics: Arc<Metrics>,
         limits: HistoryLimits,
         settings: durable::Settings,
-        decode_attachment: Option<super::redis::AttachmentDecoder>,
+        decode_attachment: Option<super::AttachmentDecoder>,
     ) -> Result<LocalBroker, String> {
         let loaded = durable::load::open(
             settings,
@@ -834,7 +834,7 @@ mod tests {
     fn durable_broker_with(
         dir: &std::path::Path,
         limits: HistoryLimits,
-        decode: Option<super::super::redis::AttachmentDecoder>,
+        decode: Option<super::super::AttachmentDecoder>,
     ) -> (LocalBroker, mio::Poll) {
         let poll = mio::Poll::new().expect("poll");
         let inbox = Arc::new(Inbox::new(

@@ -8,6 +8,14 @@
 //! workers' side never changes: a worker subscribes, unsubscribes, publishes through the broker,
 //! and drains its [`Inbox`], whatever the broker is.
 //!
+//! What the rest of the server needs beyond publishing is asked of this seam too, each a
+//! capability with its one match over the implementations here: the cluster's rooms
+//! ([`Broker::shared_rooms`], [`rooms`]), cluster-wide topic occupancy ([`Broker::occupancy`]),
+//! a hand-over's refusal, freeze and positions ([`Broker::freeze`]), and opening the broker a
+//! configuration names ([`Broker::open`]). No file outside `broker/` names a variant or an
+//! implementation (`tests/module_layers.rs` holds it), and `tests/broker_contract.rs` runs the
+//! same cases against every implementation.
+//!
 //! # Contract
 //!
 //! Every implementation must keep these promises; the workers' delivery code relies on them.
@@ -44,21 +52,30 @@
 //!   [`local`] keeps one order), so its lock comes before any [`Inbox`] lock; workers never call
 //!   the broker while holding their inbox's lock.
 
+mod freeze;
 pub mod local;
 pub mod nats;
+pub mod occupancy;
+mod open;
 pub mod redis;
+pub mod rooms;
 
 use std::sync::Arc;
 
 use clarion_proto::pubsub::wire;
 use clarion_proto::ws::DataKind;
 
+pub use freeze::Frozen;
 pub use local::LocalBroker;
 pub use nats::NatsBroker;
 pub use redis::RedisBroker;
 
 use crate::hub::{Inbox, TopicTraffic};
 use crate::message::{Attachment, Gap, Published};
+
+/// Turns the bytes of an attachment back into one (GRIP content travels between nodes and
+/// processes this way; the broker cannot name the mode that encoded it).
+pub type AttachmentDecoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
 
 /// A message to publish: topic, kind and payload (validated by the caller).
 pub struct Outgoing<'a> {
@@ -294,6 +311,26 @@ impl Broker {
             // Redis trims each stream itself (MAXLEN, EXPIRE).
             Broker::Redis(_) => {}
             Broker::Nats(b) => b.expire(),
+        }
+    }
+
+    /// The cluster's shared rooms, when this broker keeps them (see [`rooms`]).
+    pub fn shared_rooms(&self) -> Option<rooms::SharedRooms<'_>> {
+        match self {
+            Broker::Local(_) | Broker::Nats(_) => None,
+            Broker::Redis(b) => Some(rooms::SharedRooms::redis(b)),
+        }
+    }
+
+    /// Cluster-wide topic occupancy for node `node`, when this broker can decide it (see
+    /// [`occupancy`]).
+    pub fn occupancy(&self, node: &str) -> Option<Box<dyn occupancy::Occupancy>> {
+        match self {
+            Broker::Local(_) | Broker::Nats(_) => None,
+            Broker::Redis(b) => Some(Box::new(redis::occupancy::RedisOccupancy::new(
+                b.router(),
+                node.to_owned(),
+            ))),
         }
     }
 

@@ -19,13 +19,13 @@ use std::sync::{Arc, Mutex};
 use clarion_proto::nats::SubjectMap;
 use clarion_proto::pubsub::wire;
 
-use super::{LocalBroker, Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
+use super::{
+    AttachmentDecoder, LocalBroker, Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable,
+};
 use crate::cluster::nats_link::{LinkError, LinkEvent, LinkMetrics, NatsLink};
 use crate::hub::{lock, TopicTraffic};
 use crate::message::Published;
 use crate::metrics::Metrics;
-
-use super::redis::AttachmentDecoder;
 
 /// The clustered broker over NATS.
 pub struct NatsBroker {

@@ -13,7 +13,7 @@ use clarion_proto::history_log::{self, Record};
 use super::fds::Reader;
 use super::{hello, send, socket_path, PEER_TIMEOUT};
 use crate::broker::local::CLOCK_BASE;
-use crate::broker::{Broker, LocalBroker};
+use crate::broker::Broker;
 use crate::config::Config;
 use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
@@ -216,14 +216,14 @@ impl Incoming {
         for (t, f) in &h.floors {
             hub.restore_topic_floor(t, *f, metrics);
         }
-        Some(Broker::Local(LocalBroker::thawed(
+        Some(Broker::thawed(
             inboxes.to_vec(),
             Arc::clone(metrics),
             limits,
             epoch,
             h.next_id,
             hub,
-        )))
+        ))
     }
 
     /// Checks that `broker` continues the old process's ids exactly, then asks for the
@@ -242,7 +242,7 @@ impl Incoming {
                 let _ = send(self.rd.socket(), &Frame::Refuse(&why), &[]);
                 anyhow::bail!("hand-over: {why}");
             }
-            Standing::Positions(p) if matches!(broker, Broker::Redis(_)) => Some(p),
+            Standing::Positions(p) if broker.resumes_from_positions() => Some(p),
             Standing::Positions(_) => {
                 let why = "the old process has a Redis broker, this one another".to_owned();
                 let _ = send(self.rd.socket(), &Frame::Refuse(&why), &[]);
@@ -252,19 +252,15 @@ impl Incoming {
         };
         let continues = match (broker, &self.history) {
             (_, Standing::Positions(_)) => true,
-            (Broker::Local(b), Standing::History(h)) => {
-                b.epoch() == h.epoch && b.next_id() == h.next_id
+            (_, Standing::History(h)) => {
+                broker.epoch() == h.epoch && broker.next_id() == Some(h.next_id)
             }
-            _ => false,
         };
         if let (false, Standing::History(h)) = (continues, &self.history) {
             let why = format!(
                 "this process would continue at {}-{}, not at {}-{}",
                 broker.epoch(),
-                match broker {
-                    Broker::Local(b) => b.next_id(),
-                    _ => 0,
-                },
+                broker.next_id().unwrap_or(0),
                 h.epoch,
                 h.next_id
             );

@@ -49,7 +49,7 @@ use clarion_proto::handover::{self as wire, ConnRecord, ConnState, Frame};
 use clarion_proto::history_log;
 use clarion_proto::pubsub::wire as body_wire;
 
-use crate::broker::Broker;
+use crate::broker::Frozen;
 use crate::log;
 use crate::worker::grip::carried::CarriedGrip;
 use crate::worker::handover::{state_to_wire, Fallback, H2Part, Moving};
@@ -292,13 +292,6 @@ fn restart_self() {
     let _ = signal_hook::low_level::raise(signal_hook::consts::SIGUSR2);
 }
 
-/// Where the frozen broker stands: the in-memory one's history, or a clustered one's last
-/// delivered id per topic (its history is in Redis).
-enum Frozen {
-    Local(crate::broker::local::Frozen),
-    Redis(Vec<(Arc<str>, String)>),
-}
-
 enum Outcome {
     /// Every connection that could move has moved.
     Done,
@@ -331,8 +324,8 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
         Some(format!(
             "the new process has {workers} workers, this one {ours}: the listeners are one per worker"
         ))
-    } else if matches!(shared.broker, Broker::Nats(_)) {
-        Some("a NATS broker's subscriptions are not handed over".to_owned())
+    } else if let Some(why) = shared.broker.handover_refusal() {
+        Some(why.to_owned())
     } else if !shared.broker.healthy() {
         Some("the broker is unreachable: the connections could not be resumed".to_owned())
     } else {
@@ -368,10 +361,8 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
     }
     // The freeze: no publish gets an id from here on (and, with Redis, no live message reaches
     // a worker); then every worker lets go.
-    let history = match &shared.broker {
-        Broker::Local(local) => Frozen::Local(local.freeze()),
-        Broker::Redis(redis) => Frozen::Redis(redis.freeze()),
-        Broker::Nats(_) => return Outcome::Fallback("broker changed".into()),
+    let Some(history) = shared.broker.freeze() else {
+        return Outcome::Fallback("broker changed".into());
     };
     let froze_at = Instant::now();
     shared.handover.request();
@@ -380,8 +371,8 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
         return Outcome::Fallback("the workers did not let go in time".into());
     };
     let history = match &history {
-        Frozen::Local(frozen) => history_frame_bytes(frozen),
-        Frozen::Redis(positions) => {
+        Frozen::History(frozen) => history_frame_bytes(frozen),
+        Frozen::Positions(positions) => {
             let list = positions
                 .iter()
                 .map(|(t, id)| (&**t, id.as_str()))

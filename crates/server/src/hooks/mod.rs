@@ -23,7 +23,6 @@ use crate::grip::backend::{Backend, Job, Limits, Mailbox};
 use crate::hub::{lock, Inbox};
 use crate::metrics::Metrics;
 
-pub mod occupancy;
 pub mod webhook;
 
 /// Which hook.
@@ -159,7 +158,7 @@ impl Hooks {
         config: &Config,
         inboxes: &[Arc<Inbox>],
         metrics: &Arc<Metrics>,
-        redis: Option<crate::broker::redis::topology::Router>,
+        broker: &crate::broker::Broker,
     ) -> Result<Option<Hooks>, String> {
         let parse = |u: &Option<String>| u.as_deref().map(Target::parse).transpose();
         let (connect, subscribe, publish) = (
@@ -190,10 +189,7 @@ impl Hooks {
         if let Some(url) = &config.webhook_url {
             let node = config.node();
             let prefix = format!("{node}.{:x}", crate::auth::unix_now());
-            let cluster: Option<Box<dyn webhook::Occupancy>> = redis.map(|router| {
-                Box::new(occupancy::RedisOccupancy::new(router, prefix.clone()))
-                    as Box<dyn webhook::Occupancy>
-            });
+            let cluster = broker.occupancy(&prefix);
             let settings = webhook::Settings {
                 target: Target::parse(url)?,
                 secret: config.hook_secret.clone().map(String::into_bytes),

@@ -12,7 +12,7 @@
 //!
 //! Topic occupancy is counted here per process (connection subscriptions per topic), so a
 //! topic held by several workers is occupied once. With the Redis broker, `cluster` turns the
-//! process's transitions into cluster-wide ones (see [`super::occupancy`]).
+//! process's transitions into cluster-wide ones (see [`crate::broker::occupancy`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::TcpStream;
@@ -106,17 +106,10 @@ fn excerpt(body: &[u8]) -> String {
     out.trim().to_owned()
 }
 
-/// Where topic transitions are decided across processes (the Redis broker's nodes), if at all.
-pub trait Occupancy: Send + Sync {
-    /// This process's subscriptions to `topic` went from none to some (`true`) or back
-    /// (`false`); the answer is whether the whole cluster made that transition now.
-    fn transition(&self, topic: &str, occupied: bool) -> bool;
-    /// Called at least every few seconds: keeps this node counted as alive.
-    fn keep_alive(&self);
-}
+pub use crate::broker::occupancy::Occupancy;
 
 /// How often the sender wakes when idle, to keep the node's liveness fresh (a third of
-/// [`super::occupancy::ALIVE_TTL`]).
+/// [`crate::broker::occupancy::ALIVE_TTL`]).
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(5);
 
 struct Queue {

@@ -17,7 +17,7 @@
 //! slot in this module's per-worker tables ([`conns`]).
 //!
 //! **With the Redis broker** the rooms are the cluster's, in Redis
-//! ([`crate::broker::redis::presence`]): member lists, counts, versions and events are Redis's,
+//! ([`crate::broker::rooms`]): member lists, counts, versions and events are Redis's,
 //! and this process keeps per member only its connections' slots (identity and rooms), plus per
 //! room its connection and listener counts. Instead of announcing events it queues each change
 //! for the presence thread ([`Presence::run`]), which applies them in order in batches; the
@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use clarion_proto::auth::Pattern;
 
-use crate::broker::redis::presence::{RoomChange, RoomState, KEEPALIVE};
+use crate::broker::rooms::{RoomChange, RoomState, KEEPALIVE};
 use crate::broker::Broker;
 use crate::config::Config;
 use crate::hub::lock;
@@ -429,9 +429,9 @@ impl Presence {
         listen: bool,
     ) -> Result<Listing, String> {
         let limit = limit.clamp(1, self.max_members);
-        if let (Some(_), Broker::Redis(b)) = (&self.cluster, broker) {
-            let page = b
-                .presence_list(topic, after, limit, listen)
+        if let (Some(_), Some(rooms)) = (&self.cluster, broker.shared_rooms()) {
+            let page = rooms
+                .list(topic, after, limit, listen)
                 .map_err(|e| format!("presence unavailable: {e}"))?;
             let next = if page.more {
                 page.members.last().map(|(s, _, _)| Arc::clone(s))
@@ -480,9 +480,9 @@ impl Presence {
 
     /// Room `topic`'s counts: members and connections.
     pub fn count(&self, broker: &Broker, topic: &str) -> Result<(u64, u64), String> {
-        if let (Some(_), Broker::Redis(b)) = (&self.cluster, broker) {
-            return b
-                .presence_count(topic)
+        if let (Some(_), Some(rooms)) = (&self.cluster, broker.shared_rooms()) {
+            return rooms
+                .count(topic)
                 .map_err(|e| format!("presence unavailable: {e}"));
         }
         let t = lock(&self.tables);
@@ -502,13 +502,13 @@ impl Presence {
     /// changes in batches, refreshes this node's liveness, reaps dead nodes, and writes every
     /// room again whenever Redis lost this node's part or a change could not be applied.
     pub fn run(&self, broker: &Broker, stop: &AtomicBool) {
-        let (Some(c), Broker::Redis(b)) = (&self.cluster, broker) else {
+        let (Some(c), Some(b)) = (&self.cluster, broker.shared_rooms()) else {
             return;
         };
         // Whatever a previous process of this name left behind; then this one's rooms.
         c.dirty.store(true, Relaxed);
         let node = b.node_name().to_owned();
-        let mut fresh = b.presence_reap(&node).is_ok();
+        let mut fresh = b.reap(&node).is_ok();
         let mut next_beat = Instant::now();
         while !stop.load(Relaxed) {
             let batch = {
@@ -529,7 +529,7 @@ impl Presence {
             };
             if Instant::now() >= next_beat {
                 next_beat = Instant::now() + KEEPALIVE;
-                match b.presence_keepalive() {
+                match b.keepalive() {
                     Ok(lost) => {
                         if lost && fresh {
                             fresh = false;
@@ -539,7 +539,7 @@ impl Presence {
                             ));
                             c.dirty.store(true, Relaxed);
                         }
-                        if let Err(e) = b.presence_reap_dead() {
+                        if let Err(e) = b.reap_dead() {
                             crate::log::warn(format_args!("presence: reaping: {e}"));
                         }
                     }
@@ -552,7 +552,7 @@ impl Presence {
             if c.dirty.load(Relaxed) {
                 // Every room as it is now covers the changes taken above.
                 let rooms = self.states();
-                match b.presence_sync(&rooms) {
+                match b.sync(&rooms) {
                     Ok(()) => {
                         c.dirty.store(false, Relaxed);
                         fresh = false;
@@ -560,7 +560,7 @@ impl Presence {
                     Err(e) => crate::log::warn(format_args!("presence: writing rooms: {e}")),
                 }
             } else if !batch.is_empty() {
-                if let Err(e) = b.presence_apply(&batch) {
+                if let Err(e) = b.apply(&batch) {
                     crate::log::warn(format_args!("presence: {e}; will write every room again"));
                     c.dirty.store(true, Relaxed);
                 }
@@ -573,9 +573,9 @@ impl Presence {
     /// connections are gone, so other nodes see its members leave now rather than when its
     /// liveness expires.
     pub fn leave_cluster(&self, broker: &Broker) {
-        if let (Some(_), Broker::Redis(b)) = (&self.cluster, broker) {
-            let node = b.node_name().to_owned();
-            if let Err(e) = b.presence_reap(&node) {
+        if let (Some(_), Some(rooms)) = (&self.cluster, broker.shared_rooms()) {
+            let node = rooms.node_name().to_owned();
+            if let Err(e) = rooms.reap(&node) {
                 crate::log::warn(format_args!("presence: leaving: {e}"));
             }
         }

@@ -25,9 +25,9 @@ impl RedisBroker {
         st.topics
             .iter()
             .map(|(name, t)| {
-                let id = match &t.epoch {
-                    Some(e) => format!("{e}-{}", t.last),
-                    None => "0-0".to_owned(),
+                let id = match t.seq.position() {
+                    (Some(e), last) => format!("{e}-{last}"),
+                    (None, _) => "0-0".to_owned(),
                 };
                 (Arc::clone(name), id)
             })

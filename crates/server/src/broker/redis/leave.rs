@@ -107,8 +107,7 @@ impl Core {
                 t.unconfirmed += 1;
             }
             t.follow = Follow::Idle;
-            t.ready = false;
-            t.held.clear();
+            t.seq.let_go();
             if t.unconfirmed == 0 {
                 st.topics.remove(&name);
             }

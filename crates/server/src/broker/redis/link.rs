@@ -4,7 +4,8 @@
 //! Each read is handled in three steps: parse every push it holds; apply them under the state
 //! lock at once (deliveries go to the inboxes under it, see [`super`]); then, without the lock,
 //! ask Redis for what the step found missing (positions of newly confirmed topics, holes) and
-//! apply the answers under the lock again.
+//! apply the answers under the lock again. The ordering, hole, epoch and gap rules are each
+//! topic's follower's ([`super::follow`], sans-IO); this thread only carries its actions out.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -15,10 +16,11 @@ use clarion_proto::resp::Value;
 
 use super::cluster::{partition_slot, redirect, Redirect};
 use super::conn::LinkError;
+use super::follow::{Action, Read};
 use super::layout::partition;
-use super::{keys, topic_of, Core, Follow, State, Topic, MAX_HELD_BACK};
+use super::{keys, topic_of, Core, Follow, State, Topic};
 use crate::hub::lock;
-use crate::message::{GapReason, Published};
+use crate::message::Published;
 
 /// How long the subscriber connection may be silent before we ask with a `PING`.
 const PING_EVERY: Duration = Duration::from_secs(1);
@@ -110,7 +112,8 @@ fn disconnected(core: &Core, shard: usize) {
         if core.shard_of(name) == shard {
             t.follow = Follow::Idle;
             t.unconfirmed = 0;
-            t.ready = false;
+            // Fills asked for went with the session.
+            t.seq.reset();
         }
     }
     st.topics
@@ -291,8 +294,7 @@ fn apply(core: &Core, shard: usize, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
                         // moved to another master (a resharding). Subscribe where it is now
                         // and fill the hole from the stream.
                         t.follow = Follow::Subscribing;
-                        t.ready = false;
-                        t.filling = false;
+                        t.seq.reset();
                         if !todo.iter().any(|t| matches!(t, Todo::Refresh(None))) {
                             todo.push(Todo::Refresh(None));
                         }
@@ -325,7 +327,7 @@ fn on_message(core: &Core, st: &mut State, topic: &str, data: &[u8], todo: &mut 
             return;
         }
     };
-    let epoch: Arc<str> = match &t.epoch {
+    let epoch: Arc<str> = match t.seq.position().0 {
         Some(e) if **e == *epoch => Arc::clone(e),
         _ => Arc::from(epoch),
     };
@@ -336,87 +338,53 @@ fn on_message(core: &Core, st: &mut State, topic: &str, data: &[u8], todo: &mut 
         return;
     };
     t.traffic.published += 1;
-    t.held.push(Arc::new(m));
-    if t.ready {
-        drain(core, &name, t, todo);
-    } else if t.held.len() > MAX_HELD_BACK {
-        t.held.remove(0);
-    }
+    let mut out = Vec::new();
+    t.seq.live(Arc::new(m), &mut out);
+    carry_out(core, &name, t, out, todo);
 }
 
-/// Delivers what `t` holds back as far as it continues the topic's sequence; asks for a fill
-/// at the first hole; gives up on a hole (with a gap notice) when too much waits behind it.
-fn drain(core: &Core, name: &Arc<str>, t: &mut Topic, todo: &mut Vec<Todo>) {
-    if t.held.len() > 1 {
-        t.held.sort_by_key(|m| m.id);
-    }
-    let mut out = Vec::new();
-    let mut i = 0;
-    while let Some(m) = t.held.get(i).cloned() {
-        let same = t.epoch.as_deref() == Some(&*m.epoch);
-        if !same {
-            // Redis lost the topic's history and began a new epoch (or this is the first
-            // message of a topic that had none).
-            if let Some(old) = t.epoch.take() {
-                flush(core, t, &mut out);
-                core.notice(
-                    name,
-                    t,
-                    format!("{old}-{}", t.last),
-                    GapReason::Epoch,
-                    Arc::clone(&m.epoch),
-                    0,
-                );
-            }
-            t.epoch = Some(Arc::clone(&m.epoch));
-            t.last = 0;
-            t.filling = false;
-        }
-        if m.id <= t.last {
-            i += 1;
-            continue;
-        }
-        if m.id == t.last + 1 {
-            t.last = m.id;
-            out.push(m);
-            i += 1;
-            continue;
-        }
-        // A hole before m.
-        if t.held.len() - i > MAX_HELD_BACK {
-            flush(core, t, &mut out);
-            let epoch = Arc::clone(&m.epoch);
-            let at = m.id - 1;
-            core.notice(
-                name,
-                t,
-                format!("{epoch}-{}", t.last),
-                GapReason::Trimmed,
+/// Carries out what a topic's follower ([`super::follow`]) asked for, in order: deliveries go
+/// to the workers in batches (under the state lock the caller holds), gap notices between
+/// them, fills become [`Todo`]s for after the lock.
+fn carry_out(
+    core: &Core,
+    name: &Arc<str>,
+    t: &Topic,
+    actions: Vec<Action<Arc<Published>>>,
+    todo: &mut Vec<Todo>,
+) {
+    let mut batch = Vec::new();
+    for action in actions {
+        match action {
+            Action::Deliver(m) => batch.push(m),
+            Action::Gap {
+                since_epoch,
+                since_last,
+                reason,
                 epoch,
                 at,
-            );
-            t.last = at;
-            t.filling = false;
-            continue;
-        }
-        if !t.filling {
-            t.filling = true;
-            todo.push(Todo::Fill {
+            } => {
+                flush(core, t, &mut batch);
+                let since = format!("{since_epoch}-{since_last}");
+                core.notice(name, t, since, reason, epoch, at);
+            }
+            Action::Fill { epoch, from, to } => todo.push(Todo::Fill {
                 topic: Arc::clone(name),
-                epoch: Arc::clone(&m.epoch),
-                from: t.last + 1,
-                to: m.id - 1,
-            });
+                epoch,
+                from,
+                to,
+            }),
+            Action::HoleFilled => {
+                core.metrics.broker_holes_filled.fetch_add(1, Relaxed);
+            }
+            Action::Wake => {
+                // A resume may be waiting for this node to reach its id (`Core::catch_up`).
+                flush(core, t, &mut batch);
+                core.changed.notify_all();
+            }
         }
-        break;
     }
-    let delivered = !out.is_empty();
-    flush(core, t, &mut out);
-    t.held.drain(..i.min(t.held.len()));
-    if delivered {
-        // A resume may be waiting for this node to reach its id (`Core::catch_up`).
-        core.changed.notify_all();
-    }
+    flush(core, t, &mut batch);
 }
 
 fn flush(core: &Core, t: &Topic, out: &mut Vec<Arc<Published>>) {
@@ -426,7 +394,8 @@ fn flush(core: &Core, t: &Topic, out: &mut Vec<Arc<Published>>) {
     }
 }
 
-/// Asks Redis what a [`Todo`] needs, then applies the answer under the lock.
+/// Asks Redis what a [`Todo`] needs, then hands the answer to the topic's follower under the
+/// lock.
 fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError> {
     match job {
         Todo::Refresh(first) => {
@@ -447,37 +416,15 @@ fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError
             let Some(t) = st.topics.get_mut(&*topic) else {
                 return Ok(());
             };
-            if t.follow != Follow::Live || t.ready {
+            if t.follow != Follow::Live || t.seq.ready() {
                 return Ok(());
             }
             // Without its position a topic cannot be served: the session ends, and the next
             // one subscribes and positions every topic again.
             let (epoch, last) = remote?;
-            match (&t.epoch, epoch) {
-                // Followed before, same history: fill what was published meanwhile.
-                (Some(ours), Some(now)) if **ours == *now => {
-                    if last > t.last && !t.filling {
-                        t.filling = true;
-                        todo.push(Todo::Fill {
-                            topic: Arc::clone(&topic),
-                            epoch: now,
-                            from: t.last + 1,
-                            to: last,
-                        });
-                    }
-                }
-                // Followed before, and Redis now has another history (or none yet): the next
-                // message, of a new epoch, brings the gap notice (see `drain`).
-                (Some(_), _) => {}
-                // New here: everything after Redis's current position is live.
-                (None, now) => {
-                    t.epoch = now;
-                    t.last = last;
-                }
-            }
-            t.ready = true;
-            drain(core, &topic, t, todo);
-            core.changed.notify_all();
+            let mut out = Vec::new();
+            t.seq.positioned(epoch, last, &mut out);
+            carry_out(core, &topic, t, out, todo);
         }
         Todo::Fill {
             topic,
@@ -485,52 +432,23 @@ fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError
             from,
             to,
         } => {
-            let read = core.read_range(&topic, &epoch, from, to);
+            let read = match core.read_range(&topic, &epoch, from, to) {
+                Ok((now, msgs)) => Read::Range {
+                    epoch: now.map(Arc::from),
+                    msgs,
+                },
+                Err(e) => {
+                    crate::log::warn(format_args!("broker: filling {topic}: {e}"));
+                    Read::Failed
+                }
+            };
             let mut st = lock(&core.state);
             let Some(t) = st.topics.get_mut(&*topic) else {
                 return Ok(());
             };
-            t.filling = false;
-            if t.epoch.as_deref() != Some(&*epoch) || t.last + 1 != from {
-                drain(core, &topic, t, todo);
-                return Ok(());
-            }
-            match read {
-                Ok((Some(now), msgs)) if *now == *epoch => {
-                    let complete = msgs.len() as u64 == to - from + 1
-                        && msgs.first().is_some_and(|m| m.id == from);
-                    if complete {
-                        core.metrics.broker_holes_filled.fetch_add(1, Relaxed);
-                        t.held.extend(msgs);
-                    } else {
-                        core.notice(
-                            &topic,
-                            t,
-                            format!("{epoch}-{}", t.last),
-                            GapReason::Trimmed,
-                            Arc::clone(&epoch),
-                            to,
-                        );
-                        t.last = to;
-                    }
-                }
-                Ok(_) => {
-                    // The epoch changed under us: the next message of the new one says so.
-                }
-                Err(e) => {
-                    crate::log::warn(format_args!("broker: filling {topic}: {e}"));
-                    core.notice(
-                        &topic,
-                        t,
-                        format!("{epoch}-{}", t.last),
-                        GapReason::Trimmed,
-                        Arc::clone(&epoch),
-                        to,
-                    );
-                    t.last = to;
-                }
-            }
-            drain(core, &topic, t, todo);
+            let mut out = Vec::new();
+            t.seq.filled(&epoch, from, to, read, &mut out);
+            carry_out(core, &topic, t, out, todo);
         }
     }
     Ok(())

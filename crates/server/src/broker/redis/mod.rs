@@ -18,17 +18,21 @@
 //!   two never overlap, and a stream that cannot cover the range yields a gap notice.
 //!
 //! Threads: callers (API threads, workers) run commands on a small [`pool::Pool`]; one reader
-//! thread ([`link`]) owns the subscriber connection, delivers live messages to the workers'
-//! inboxes under the state lock (the same lock subscribers are counted under, which is what
+//! thread ([`link`]) owns the subscriber connection, hands each live message to its topic's
+//! sans-IO follower ([`follow`]: the ordering, hole, epoch and gap rules), delivers what it
+//! releases to the workers' inboxes under the state lock (the same lock subscribers are counted under, which is what
 //! makes a resume exact), and reconnects with backoff.
 
 mod cluster;
 pub mod conn;
 mod epoch;
+mod follow;
 mod freeze;
 mod layout;
 mod leave;
 mod link;
+mod missed;
+pub mod occupancy;
 pub mod pool;
 mod position;
 pub mod presence;
@@ -58,7 +62,7 @@ use self::stream::RedisTls;
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::HistoryLimits;
 use crate::hub::{lock, Inbox, TopicTraffic};
-use crate::message::{Attachment, Gap, GapReason, Published};
+use crate::message::{Gap, GapReason, Published};
 use crate::metrics::Metrics;
 
 /// The publish script (see the module doc).
@@ -68,8 +72,10 @@ pub const SCRIPT: &str = include_str!("script.lua");
 /// is announced as a gap and delivery goes on, so a stalled fill cannot grow memory.
 const MAX_HELD_BACK: usize = 10_000;
 
-/// Turns the bytes of an attachment back into one (GRIP content travels this way).
-pub type AttachmentDecoder = fn(&[u8]) -> Option<Arc<dyn Attachment>>;
+use super::AttachmentDecoder;
+
+/// A followed topic's sequence of live messages.
+type Sequence = follow::Follower<Arc<Published>, MAX_HELD_BACK>;
 
 /// The clustered broker over Redis.
 pub struct RedisBroker {
@@ -135,14 +141,8 @@ struct Topic {
     /// Subscribe/unsubscribe commands sent and not yet confirmed: only the confirmation of the
     /// last one says where the subscription stands.
     unconfirmed: u32,
-    /// The epoch and offset delivered last, known once the topic is ready.
-    epoch: Option<Arc<str>>,
-    last: u64,
-    ready: bool,
-    /// Messages that arrived before the topic was ready, or after a hole being filled.
-    held: Vec<Arc<Published>>,
-    /// A fill of the hole before `held` has been asked for.
-    filling: bool,
+    /// Its live sequence: position, held-back messages, holes ([`follow`]).
+    seq: Sequence,
     traffic: TopicTraffic,
 }
 
@@ -161,11 +161,7 @@ impl Topic {
             joining: 0,
             follow: Follow::Idle,
             unconfirmed: 0,
-            epoch: None,
-            last: 0,
-            ready: false,
-            held: Vec::new(),
-            filling: false,
+            seq: Sequence::new(),
             traffic: TopicTraffic::default(),
         }
     }
@@ -418,7 +414,8 @@ impl RedisBroker {
                         t.total += 1;
                         core.metrics.subscriptions.fetch_add(1, Relaxed);
                     }
-                    positions.push((t.epoch.clone(), t.last));
+                    let (epoch, last) = t.seq.position();
+                    positions.push((epoch.cloned(), last));
                 }
                 names.push(name);
             }
@@ -654,7 +651,7 @@ impl Core {
                     continue;
                 };
                 match t.follow {
-                    Follow::Live if t.ready => {}
+                    Follow::Live if t.seq.ready() => {}
                     Follow::Idle => {
                         t.follow = Follow::Subscribing;
                         t.unconfirmed += 1;

@@ -6,7 +6,7 @@
 //! with their connections on all nodes, their info, each node's connections, the room's
 //! version, and per node its own members (what a node's death takes away). Per node, in
 //! partition 0 (tag `{p0}`: one slot of a Redis Cluster, the first Redis of a list): a
-//! liveness key refreshed every [`KEEPALIVE`] and expiring after [`ALIVE_TTL`], and the set of
+//! liveness key refreshed every [`KEEPALIVE`](crate::broker::rooms::KEEPALIVE) and expiring after [`ALIVE_TTL`], and the set of
 //! rooms it is in. A node whose liveness key expired (killed, cut off from
 //! Redis) is *reaped* by the first live node that notices: each of its rooms loses its members,
 //! with `leave` events. A node that finds its own liveness key gone (Redis restarted, or it was
@@ -21,63 +21,16 @@ use std::time::Duration;
 use clarion_proto::resp::Value;
 
 use super::{keys, partition, sha1_hex, RedisBroker, Topic};
+use crate::broker::rooms::{RoomChange, RoomPage, RoomState};
 use crate::broker::Unavailable;
 use crate::message::Published;
 
 /// The presence script (see the module doc).
 pub const SCRIPT: &str = include_str!("presence.lua");
-/// How often a node refreshes its liveness key and looks for dead nodes.
-pub const KEEPALIVE: Duration = Duration::from_secs(2);
 /// How long a node counts as alive after its last refresh: several refreshes, so a slow
 /// moment does not make a live node look dead. A dead node's members leave within about
 /// `ALIVE_TTL + KEEPALIVE` (docs/presence.md).
 pub const ALIVE_TTL: Duration = Duration::from_secs(10);
-
-/// One change a node makes to a room.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RoomChange {
-    /// `n` more connections of member `sub` (with `info`, JSON or empty).
-    Add {
-        topic: Arc<str>,
-        sub: Arc<str>,
-        n: u32,
-        info: Option<Arc<str>>,
-    },
-    /// `n` fewer connections of member `sub`.
-    Remove {
-        topic: Arc<str>,
-        sub: Arc<str>,
-        n: u32,
-    },
-    /// This node has `delta` more connections in the room (members' and anonymous; negative:
-    /// fewer), and whether one of its subscribers asked for events.
-    Connections {
-        topic: Arc<str>,
-        delta: i32,
-        listening: bool,
-    },
-}
-
-/// One node's whole part of a room, for `sync`.
-#[derive(Debug, Clone)]
-pub struct RoomState {
-    pub topic: Arc<str>,
-    pub connections: u32,
-    pub listening: bool,
-    /// Member, connections on this node, info.
-    pub members: Vec<(Arc<str>, u32, Option<Arc<str>>)>,
-}
-
-/// A page of a room's members, as Redis had it at `version`.
-#[derive(Debug, Clone, Default)]
-pub struct RoomPage {
-    pub version: u64,
-    pub count: u64,
-    pub connections: u64,
-    /// Member, info, connections on all nodes.
-    pub members: Vec<(Arc<str>, Option<Arc<str>>, u32)>,
-    pub more: bool,
-}
 
 /// The keys the script takes for `topic`, with node `node`'s members fifth.
 fn room_keys(topic: &str, node: &str) -> [String; 6] {

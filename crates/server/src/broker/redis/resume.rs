@@ -1,5 +1,5 @@
-//! What a resuming subscriber missed, read from the topics' streams: positions, ranges of
-//! offsets, and the rule that turns a `since` into a replay and gap notices.
+//! What a resuming subscriber missed, read from the topics' streams: positions and ranges of
+//! offsets, read as the rule in [`super::missed`] (sans-IO) plans and judges them.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +9,7 @@ use clarion_proto::pubsub::wire;
 use clarion_proto::resp::Value;
 
 use super::conn::LinkError;
+use super::missed::{self, Plan};
 use super::{keys, Core};
 use crate::broker::Subscribed;
 use crate::message::{Gap, GapReason, Published};
@@ -31,7 +32,10 @@ impl Core {
             let covered = |st: &super::State| {
                 st.topics
                     .get(topic)
-                    .is_some_and(|t| t.epoch.as_deref() == Some(epoch) && t.last >= seq)
+                    .is_some_and(|t| match t.seq.position() {
+                        (Some(e), last) => &**e == epoch && last >= seq,
+                        (None, _) => false,
+                    })
             };
             if covered(&crate::hub::lock(&self.state)) {
                 continue;
@@ -186,66 +190,39 @@ impl Core {
         positions: &[(Option<Arc<str>>, u64)],
         out: &mut Subscribed,
     ) {
-        // Each entry is `EPOCH-SEQ` or `topic:EPOCH-SEQ` (ids hold no colon).
-        let ids: Vec<(Option<&str>, event_id::EventId<'_>)> = given
-            .split(',')
-            .filter_map(|s| {
-                let s = s.trim();
-                match s.rsplit_once(':') {
-                    Some((t, id)) => Some((Some(t), event_id::parse(id).ok()?)),
-                    None => Some((None, event_id::parse(s).ok()?)),
-                }
-            })
-            .collect();
+        let ids = missed::entries(given);
         for (name, (epoch, last)) in names.iter().zip(positions) {
             let gap = |reason| Gap {
                 topic: Arc::clone(name),
                 since: given.to_owned(),
                 reason,
             };
-            // This topic's entry: named for it, else the unnamed id of its epoch, else an
-            // unnamed id from the very start (`…-0`).
-            let named = ids
-                .iter()
-                .find(|(t, _)| *t == Some(&**name))
-                .map(|(_, i)| *i);
-            let unnamed = || {
-                let plain = || ids.iter().filter(|(t, _)| t.is_none()).map(|(_, i)| *i);
-                plain()
-                    .find(|i| Some(i.epoch) == epoch.as_deref())
-                    .or_else(|| plain().find(|i| i.seq == 0))
+            let mine = missed::entry_for(&ids, name, epoch.as_deref());
+            let (from, to, plan_gap) = match missed::plan(mine, epoch.as_deref(), *last) {
+                Plan::Nothing => continue,
+                Plan::Gap(reason) => {
+                    out.gaps.push(gap(reason));
+                    continue;
+                }
+                Plan::Read { from, to, gap } => (from, to, gap),
             };
-            let mine = named.or_else(unnamed);
             let Some(epoch) = epoch else {
-                // Nothing published in Redis's present history. From the very start there is
-                // nothing to miss; from anything else there is.
-                if mine.is_none_or(|i| i.seq != 0) {
-                    out.gaps.push(gap(GapReason::Epoch));
-                }
                 continue;
             };
-            let from = mine.and_then(|i| (i.epoch == &**epoch || i.seq == 0).then_some(i.seq));
-            let (reason, from) = match from {
-                Some(seq) if seq <= *last => (None, seq),
-                _ => (Some(GapReason::Epoch), 0),
-            };
-            if from == *last {
-                if let Some(r) = reason {
-                    out.gaps.push(gap(r));
-                }
-                continue;
-            }
-            match self.read_range(name, epoch, from + 1, *last) {
+            match self.read_range(name, epoch, from, to) {
                 Ok((now, msgs)) => {
-                    let complete = now.as_deref() == Some(&**epoch)
-                        && msgs.first().is_some_and(|m| m.id == from + 1)
-                        && msgs.len() as u64 == *last - from;
-                    match reason {
-                        Some(r) => out.gaps.push(gap(r)),
-                        None if !complete => out.gaps.push(gap(GapReason::Trimmed)),
-                        None => {}
+                    let (owed, replay) = missed::judge(
+                        plan_gap,
+                        epoch,
+                        now.as_deref(),
+                        (from, to),
+                        msgs.first().map(|m| m.id),
+                        msgs.len(),
+                    );
+                    if let Some(r) = owed {
+                        out.gaps.push(gap(r));
                     }
-                    if now.as_deref() == Some(&**epoch) {
+                    if replay {
                         out.replay.extend(msgs);
                     }
                 }

@@ -276,8 +276,7 @@ impl Core {
                 continue;
             }
             t.follow = Follow::Subscribing;
-            t.ready = false;
-            t.filling = false;
+            t.seq.reset();
             if st.connected.get(now).copied().unwrap_or(false) {
                 t.unconfirmed = 1;
                 send.push((

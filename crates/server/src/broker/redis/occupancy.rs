@@ -12,18 +12,13 @@
 //! the broker's routing (its pools; a Redis Cluster's redirections are followed). Called only
 //! on the webhook sender thread, never on a worker.
 
-use std::time::Duration;
-
 use clarion_proto::resp::Value;
 
-use super::webhook::Occupancy;
-use crate::broker::redis::topology::Router;
-use crate::broker::redis::{partition, PARTITIONS};
+use super::topology::Router;
+use super::{partition, PARTITIONS};
+use crate::broker::occupancy::{Occupancy, ALIVE_TTL};
 
 const SCRIPT: &str = include_str!("occupancy.lua");
-/// How long a node counts as alive after its last refresh: a few refresh periods, so a busy
-/// sender thread or a short Redis hiccup does not make a live node look dead.
-pub const ALIVE_TTL: Duration = Duration::from_secs(15);
 
 /// The Redis side of occupancy.
 pub struct RedisOccupancy {

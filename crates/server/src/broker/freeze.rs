@@ -1,0 +1,72 @@
+//! The broker's part of a connection hand-over (`crate::handover`): whether this broker can be
+//! handed over at all, freezing it, and continuing it in the new process. Each question is one
+//! match over the implementations, so the hand-over never names one.
+
+use std::sync::Arc;
+
+use super::{local, Broker, LocalBroker};
+use crate::config::HistoryLimits;
+use crate::hub::{Hub, Inbox};
+use crate::metrics::Metrics;
+
+/// Where a frozen broker stands, for the new process.
+pub enum Frozen {
+    /// The in-memory broker: its ids and its history ([`LocalBroker::freeze`]).
+    History(local::Frozen),
+    /// A broker whose history is shared by the cluster (Redis): per topic followed here, the id
+    /// of the last message handed to this process's workers; the history stays where it is.
+    Positions(Vec<(Arc<str>, String)>),
+}
+
+impl Broker {
+    /// Why this broker's connections cannot be handed over, if they cannot.
+    pub fn handover_refusal(&self) -> Option<&'static str> {
+        match self {
+            Broker::Local(_) | Broker::Redis(_) => None,
+            Broker::Nats(_) => Some("a NATS broker's subscriptions are not handed over"),
+        }
+    }
+
+    /// Freezes publishing (and a clustered broker's live deliveries) for a hand-over, and says
+    /// where it stands; `None` when it cannot be handed over ([`Broker::handover_refusal`]).
+    pub fn freeze(&self) -> Option<Frozen> {
+        match self {
+            Broker::Local(b) => Some(Frozen::History(b.freeze())),
+            Broker::Redis(b) => Some(Frozen::Positions(b.freeze())),
+            Broker::Nats(_) => None,
+        }
+    }
+
+    /// Whether subscribers handed over with per-topic positions ([`Frozen::Positions`]) can be
+    /// resumed here: the history they point into is the cluster's.
+    pub fn resumes_from_positions(&self) -> bool {
+        match self {
+            Broker::Redis(_) => true,
+            Broker::Local(_) | Broker::Nats(_) => false,
+        }
+    }
+
+    /// The `SEQ` the in-memory broker gives next; `None` for a clustered broker (its ids are
+    /// per topic).
+    pub fn next_id(&self) -> Option<u64> {
+        match self {
+            Broker::Local(b) => Some(b.next_id()),
+            Broker::Redis(_) | Broker::Nats(_) => None,
+        }
+    }
+
+    /// The in-memory broker continuing a handed-over one: its epoch, its next id and its
+    /// history (`hub`, see [`LocalBroker::thawed`]).
+    pub fn thawed(
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<Metrics>,
+        limits: HistoryLimits,
+        epoch: Arc<str>,
+        next_id: u64,
+        hub: Hub,
+    ) -> Broker {
+        Broker::Local(LocalBroker::thawed(
+            inboxes, metrics, limits, epoch, next_id, hub,
+        ))
+    }
+}
