@@ -5,6 +5,7 @@
 //!
 //! The one dispatch on a subscriber's state for deliveries is [`Engine::deliver_batch`]; this
 //! module does not encode messages (that is done once per message in [`crate::message`]).
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::Arc;
 

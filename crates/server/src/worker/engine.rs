@@ -212,7 +212,6 @@ impl<S: Socket> Engine<S> {
     pub fn handle_tick(&mut self, now: u32) {
         self.now = now;
         self.sweep();
-        self.h2_sweep();
         self.h2_pump();
     }
 

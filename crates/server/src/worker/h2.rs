@@ -18,6 +18,7 @@
 //! [`Engine::h2_records`], so that no connection holds more records than `h2_max_streams`,
 //! whatever the protocol state says (see `tests_h2.rs`, which checks it after every step of
 //! random frame sequences).
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -428,10 +429,10 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// Once a second: the flood budgets start again; a connection without a stream or a
+    /// The sweep's HTTP/2 part (see `super::timers`): the flood budgets start again; a connection without a stream or a
     /// request for `handshake_timeout` (PINGs do not count) is told to go, and one whose
     /// header block has not ended within it is ended (GOAWAY `PROTOCOL_ERROR`).
-    pub(crate) fn h2_sweep(&mut self) {
+    pub(crate) fn h2_timers(&mut self) {
         let limit = self.shared.config.handshake_timeout as u32;
         let (mut idle, mut late) = (Vec::new(), Vec::new());
         for (&k, h) in self.h2.iter_mut() {

@@ -14,6 +14,7 @@
 //! restart (close 1012, SSE `retry:`): see [`Fallback`]. An HTTP/2 connection moves with its
 //! streams (`super::handover_h2`); a stream that cannot move is refused (`REFUSED_STREAM`,
 //! which the client retries) and counted under its reason, while its connection moves.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering::Relaxed;
@@ -355,7 +356,11 @@ pub fn state_to_wire(state: State) -> Option<(u8, u8, Option<u8>, bool)> {
         State::Stream(StreamMode::Raw) => (3, 1, None, false),
         State::Poll(PollMode { keep, grip: false }) => (4, u8::from(keep), None, false),
         State::H2 => (5, 0, None, false),
-        _ => return None,
+        // Held by a GRIP backend, waiting for one, or closing: not carried.
+        State::Stream(StreamMode::Grip { .. })
+        | State::Poll(PollMode { grip: true, .. })
+        | State::Proxy
+        | State::Closing { .. } => return None,
     })
 }
 

@@ -9,6 +9,7 @@
 //! `RST_STREAM(REFUSED_STREAM)` just before its connection is parked: the client retries it
 //! (RFC 9113 §8.7), on the same connection, which the new process serves. It is counted under
 //! its reason in `clarion_handover_connections{outcome="fallback"}`.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;

@@ -5,6 +5,7 @@
 //!
 //! The one dispatch on a connection's state for incoming bytes is [`Engine::process`]; this
 //! module does not interpret bytes itself.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -46,7 +47,13 @@ impl<S: Socket> Engine<S> {
                             mode.pinged = false;
                         }
                         State::H2 => conn.last_seen = self.now,
-                        _ => {}
+                        // Other states count what they read where they parse it.
+                        State::Http
+                        | State::Sse(_)
+                        | State::Stream(_)
+                        | State::Poll(_)
+                        | State::Proxy
+                        | State::Closing { .. } => {}
                     }
                     if conn.tls.is_some() {
                         self.on_tls_data(k, n);
@@ -318,7 +325,15 @@ impl<S: Socket> Engine<S> {
                 log::debug(format_args!("slow consumer: {pending} bytes unsent"));
                 self.start_closing(k, None, CloseReason::SlowConsumer);
             }
-            _ => {}
+            // Within the cap, or a state with no subscriber backlog to cap.
+            State::Closing { .. }
+            | State::Ws(_)
+            | State::H2
+            | State::Sse(_)
+            | State::Stream(_)
+            | State::Http
+            | State::Poll(_)
+            | State::Proxy => {}
         }
         if h2_stream {
             self.h2_stream_wrote(k);

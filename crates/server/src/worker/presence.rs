@@ -5,6 +5,7 @@
 //! Only listeners have entries here; a server without `presence_topics` never touches these
 //! tables. A long-poll is not a member (between its requests it is not
 //! connected, so it would leave and join again on every poll); it may read the member lists.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -398,7 +399,7 @@ impl<S: Socket> Engine<S> {
             Kind::Ws => return Some(encode_frame(OpCode::Text, json.as_bytes()).into()),
             Kind::Sse => sse::write_event(&mut out, None, Some(kind), json.as_bytes()),
             Kind::Stream => http1::write_chunk(&mut out, format!("{json}\n").as_bytes()),
-            _ => return None,
+            Kind::Http | Kind::Poll | Kind::Proxy | Kind::H2 | Kind::Closing => return None,
         }
         Some(out.into())
     }
@@ -441,7 +442,9 @@ impl<S: Socket> Engine<S> {
                 Some(Kind::Ws) => None,
                 Some(Kind::Sse) => Some(crate::message::Encoding::Sse),
                 Some(Kind::Stream) => Some(crate::message::Encoding::NdjsonChunk),
-                _ => continue,
+                Some(Kind::Http | Kind::Poll | Kind::Proxy | Kind::H2 | Kind::Closing) | None => {
+                    continue
+                }
             };
             for m in run.iter().filter(|m| m.id > seen) {
                 frames.push(match encoding {

@@ -6,6 +6,7 @@
 //! With `drain_period` the shell calls [`Engine::drain_to`] with a growing share, so the
 //! connections are told to go a slice at a time and their reconnections arrive elsewhere as a
 //! steady stream. The listeners and the deadline belong to the shell in [`super`].
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;

@@ -4,6 +4,10 @@
 //!
 //! This module owns no I/O beyond queueing a connection's last bytes when it starts closing;
 //! what a transport sends in each state is decided by that transport.
+//!
+//! Every decision over [`State`] and [`Kind`] names each variant: a new state stops the build
+//! wherever something must be decided about it.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -11,6 +15,7 @@ use std::sync::Arc;
 
 use super::socket::Socket;
 use super::Engine;
+use crate::config::limits::CLOSE_LINGER_SECS;
 use crate::hub::lock;
 use crate::metrics::{CloseReason, Metrics};
 
@@ -173,9 +178,82 @@ impl State {
     pub fn ws(self) -> Option<WsMode> {
         match self {
             State::Ws(m) => Some(m),
-            _ => None,
+            State::Http
+            | State::Sse(_)
+            | State::Stream(_)
+            | State::Poll(_)
+            | State::H2
+            | State::Proxy
+            | State::Closing { .. } => None,
         }
     }
+
+    /// What the once-a-second sweep owes a connection in this state that has been quiet for
+    /// `quiet` seconds: the one deadline rule of each state. States whose deadlines live in a
+    /// side part (a held poll's, a GRIP hold's, an HTTP/2 connection's, a token's) say `None`
+    /// here and are swept with that part (see `super::timers`).
+    pub(crate) fn due(self, quiet: u32, limits: &Limits) -> Option<Due> {
+        match self {
+            State::Http => {
+                (quiet >= limits.handshake).then_some(Due::Expire(CloseReason::HandshakeTimeout))
+            }
+            State::Ws(mode) => {
+                if limits.idle > 0 && quiet >= limits.idle {
+                    Some(Due::Expire(CloseReason::IdleTimeout))
+                } else if limits.ping > 0 && quiet >= limits.ping && !mode.pinged {
+                    Some(Due::Ping)
+                } else {
+                    None
+                }
+            }
+            State::Sse(_) | State::Stream(StreamMode::Ndjson | StreamMode::Raw) => {
+                (limits.keepalive > 0 && quiet >= limits.keepalive).then_some(Due::KeepAlive)
+            }
+            // GRIP streams send the backend's keep-alives (the GRIP part's timers), never ours.
+            State::Stream(StreamMode::Grip { .. }) => None,
+            // A held poll's deadline is its hold's; a forwarded request's, its backend's; an
+            // HTTP/2 connection's, its protocol state's.
+            State::Poll(_) | State::Proxy | State::H2 => None,
+            State::Closing { .. } => {
+                (quiet >= CLOSE_LINGER_SECS).then_some(Due::Expire(CloseReason::Disconnected))
+            }
+        }
+    }
+}
+
+/// The timeouts [`State::due`] compares a connection's quiet time with, in seconds (0: off).
+pub(crate) struct Limits {
+    /// A request head (or a TLS handshake) must arrive within this.
+    pub(crate) handshake: u32,
+    /// A WebSocket quiet this long is pinged.
+    pub(crate) ping: u32,
+    /// A WebSocket quiet this long is closed.
+    pub(crate) idle: u32,
+    /// An SSE or NDJSON stream quiet this long gets a keep-alive.
+    pub(crate) keepalive: u32,
+}
+
+impl Limits {
+    /// The limits `config` sets.
+    pub(crate) fn of(config: &crate::config::Config) -> Limits {
+        Limits {
+            handshake: config.handshake_timeout as u32,
+            ping: config.ping_interval as u32,
+            idle: config.idle_timeout as u32,
+            keepalive: config.sse_keepalive as u32,
+        }
+    }
+}
+
+/// What is due to one connection at a sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// Its deadline passed: it ends, for this reason.
+    Expire(CloseReason),
+    /// A WebSocket keep-alive ping.
+    Ping,
+    /// An SSE comment or an empty NDJSON line.
+    KeepAlive,
 }
 
 /// The `clarion_connections` gauge that counts connections in `state` (none for `Closing`,
@@ -356,5 +434,85 @@ impl Ext {
     /// The server keeps compression context for this connection (dedicated mode).
     pub fn dedicated(self) -> bool {
         self.0 & Self::DEDICATED != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        handshake: 10,
+        ping: 20,
+        idle: 60,
+        keepalive: 15,
+    };
+
+    #[test]
+    fn each_state_says_what_its_quiet_time_makes_due() {
+        let ws = State::Ws(WsMode::new(WsRole::PubSub));
+        let pinged = State::Ws(WsMode {
+            pinged: true,
+            ..WsMode::new(WsRole::PubSub)
+        });
+        let cases = [
+            (State::Http, 9, None),
+            (
+                State::Http,
+                10,
+                Some(Due::Expire(CloseReason::HandshakeTimeout)),
+            ),
+            (ws, 19, None),
+            (ws, 20, Some(Due::Ping)),
+            (pinged, 20, None),
+            (pinged, 60, Some(Due::Expire(CloseReason::IdleTimeout))),
+            (State::Sse(SseMode::Json), 15, Some(Due::KeepAlive)),
+            (State::Stream(StreamMode::Raw), 15, Some(Due::KeepAlive)),
+            // The backend sends a GRIP stream's keep-alives; the side parts own these deadlines.
+            (
+                State::Stream(StreamMode::Grip {
+                    chunked: true,
+                    keep: false,
+                }),
+                1000,
+                None,
+            ),
+            (
+                State::Poll(PollMode {
+                    keep: true,
+                    grip: false,
+                }),
+                1000,
+                None,
+            ),
+            (State::H2, 1000, None),
+            (State::Proxy, 1000, None),
+            (
+                State::Closing { write_shut: true },
+                CLOSE_LINGER_SECS - 1,
+                None,
+            ),
+            (
+                State::Closing { write_shut: true },
+                CLOSE_LINGER_SECS,
+                Some(Due::Expire(CloseReason::Disconnected)),
+            ),
+        ];
+        for (state, quiet, due) in cases {
+            assert_eq!(state.due(quiet, &LIMITS), due, "{state:?} quiet {quiet}s");
+        }
+    }
+
+    #[test]
+    fn a_limit_of_zero_is_off() {
+        let off = Limits {
+            handshake: 10,
+            ping: 0,
+            idle: 0,
+            keepalive: 0,
+        };
+        let ws = State::Ws(WsMode::new(WsRole::Envelope));
+        assert_eq!(ws.due(u32::MAX, &off), None);
+        assert_eq!(State::Sse(SseMode::Payload).due(u32::MAX, &off), None);
     }
 }

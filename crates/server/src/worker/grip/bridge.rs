@@ -6,6 +6,7 @@
 //! The bridge's state is a [`Bridge`] in the connection's [`super::forward::GripConn`]. This
 //! module does not parse client frames (the WebSocket transport does) nor deliver published
 //! content (see [`super::hold`]).
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;

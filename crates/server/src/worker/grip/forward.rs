@@ -7,6 +7,7 @@
 //! A connection's GRIP state beyond its record is a [`GripConn`] in the engine's `grip` table.
 //! Backend exchanges run on the pool in [`crate::grip::backend`]; answers come back through the
 //! worker's mailbox, matched by ticket. This module does not deliver published content.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;

@@ -7,6 +7,7 @@
 //! Held connections are ordinary records in a GRIP state (`StreamMode::Grip`,
 //! `PollMode { grip: true }`, `WsRole::Bridge`); they enter and leave through
 //! [`Engine::enter_hold`] and [`Engine::leave_hold`]. This module does not talk to the backend.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -240,7 +241,13 @@ impl<S: Socket> Engine<S> {
                     self.start_closing(k, Some(frame), CloseReason::Backend);
                 }
             }
-            _ => {}
+            // Not held by a backend (any more): nothing of GRIP's to deliver.
+            State::Stream(StreamMode::Ndjson | StreamMode::Raw)
+            | State::Http
+            | State::Sse(_)
+            | State::H2
+            | State::Proxy
+            | State::Closing { .. } => {}
         }
     }
 
@@ -306,8 +313,9 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// Once a second: stream keep-alives, long-poll timeouts, bridge keep-alives.
-    pub(crate) fn grip_sweep(&mut self) {
+    /// The sweep's GRIP part (see `super::super::timers`): stream keep-alives, long-poll
+    /// timeouts, bridge keep-alives.
+    pub(crate) fn grip_timers(&mut self) {
         if self.grip.is_empty() {
             return;
         }
@@ -454,7 +462,9 @@ impl<S: Socket> Engine<S> {
                 "server shutting down",
                 CloseReason::Shutdown,
             ),
-            _ => self.drop_conn(k, CloseReason::Shutdown),
+            State::Http | State::Sse(_) | State::H2 | State::Proxy | State::Closing { .. } => {
+                self.drop_conn(k, CloseReason::Shutdown)
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 //!
 //! Every method is a no-op when authentication is not configured. No token, URL or query
 //! string is ever logged here.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -114,7 +115,9 @@ impl<S: Socket> Engine<S> {
     pub(crate) fn adopt(&mut self, k: u32, checked: Checked) {
         let (sub, info) = match &checked {
             Checked::Allowed(Some(c)) => (c.sub.clone(), c.info.clone()),
-            _ => (None, None),
+            Checked::Allowed(None) | Checked::Pending | Checked::Refused | Checked::Waiting => {
+                (None, None)
+            }
         };
         if self.shared.presence.is_some() {
             let sub = self.hook_sub(k).or(sub.as_deref().map(Arc::from));
@@ -234,7 +237,7 @@ impl<S: Socket> Engine<S> {
     /// seconds, and ends connections whose token expired (WebSocket: close 4001, or 4002 when
     /// it never authenticated; SSE: an `expired` event; NDJSON: an `{"type":"expired"}` line;
     /// a held long-poll: `401`).
-    pub(crate) fn auth_sweep(&mut self) {
+    pub(crate) fn auth_timers(&mut self) {
         let shared = Arc::clone(&self.shared);
         // A `connect` hook's `expires_at` ends connections as a token's `exp` does.
         if shared.auth.is_none() && shared.hooks.is_none() {

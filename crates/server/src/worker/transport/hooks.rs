@@ -11,6 +11,7 @@
 //!
 //! Only servers with hooks fill these tables: without them every entry point is a map lookup
 //! on an empty table or a `None` check.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -508,7 +509,7 @@ impl<S: Socket> Engine<S> {
         }
         let granted = self.grants.grants(k).is_some_and(|g| match hook {
             Hook::Subscribe => g.may_subscribe(topic),
-            _ => g.may_publish(topic),
+            Hook::Connect | Hook::Publish => g.may_publish(topic),
         });
         let public = hook == Hook::Subscribe
             && shared
@@ -582,7 +583,10 @@ impl<S: Socket> Engine<S> {
             Some(State::Ws(_)) => "ws",
             Some(State::Sse(_)) => "sse",
             Some(State::Stream(_)) => "stream",
-            _ => return,
+            Some(
+                State::Http | State::Poll(_) | State::H2 | State::Proxy | State::Closing { .. },
+            )
+            | None => return,
         };
         let sub = self.hooks.ids.get(&k).and_then(|i| i.sub.clone()).or(sub);
         let conn = w.conn_id();

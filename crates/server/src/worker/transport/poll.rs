@@ -1,6 +1,7 @@
 //! Long-polling: a request held until a message arrives on one of its topics or its deadline
 //! passes, then answered with `{"messages":[...],"cursor":...}` and returned to `Http` (or
 //! closed). A held poll pays for one side entry (its deadline and cursor), not the record.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;

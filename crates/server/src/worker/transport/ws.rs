@@ -3,6 +3,7 @@
 //! (GRIP) WebSocket's messages go to [`crate::grip`] instead of the control handler.
 //!
 //! Deliveries of published messages are made by [`crate::worker`]'s fan-out.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::borrow::Cow;
 use std::sync::Arc;
