@@ -166,7 +166,8 @@ impl<S: Socket> Engine<S> {
                 for k in polls.drain(..) {
                     // A poll on several topics of a clustered broker carries one id per topic.
                     let own = self
-                        .polls
+                        .side
+                        .polls()
                         .get(&k)
                         .and_then(|h| advance_cursor(&h.cursor, &first.topic, &cursor));
                     match own {

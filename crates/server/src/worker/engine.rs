@@ -6,7 +6,6 @@
 //! The engine never reads a clock and never polls: that is what lets its connection logic run
 //! in memory under simulated time in tests.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -14,12 +13,13 @@ use slab::Slab;
 
 use super::conn::Conn;
 use super::index::TopicIndex;
+use super::side::Side;
 use super::socket::Socket;
+use super::state::Exit;
 use super::Shared;
 use crate::hub::Inbox;
 use crate::message::Published;
 use crate::metrics::CloseReason;
-use crate::worker::transport::poll::PollHold;
 
 /// Byte counts gathered during one loop iteration and added to the shared metrics once.
 #[derive(Default)]
@@ -49,16 +49,8 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     /// An SSE comment and an empty NDJSON line (as a chunk): keep-alives for HTTP streams.
     pub(crate) sse_keepalive: Arc<[u8]>,
     pub(crate) stream_keepalive: Arc<[u8]>,
-    /// Held long-polls, by slab key. Only polls pay for this entry, not idle connections.
-    pub(crate) polls: HashMap<u32, PollHold>,
-    /// GRIP connections' state beyond their record, by slab key (proxy mode only).
-    pub(crate) grip: HashMap<u32, crate::worker::grip::conn::GripConn>,
-    /// Inflaters of clients that compress with context takeover, created when such a client
-    /// first sends a compressed message. Clarion answers `client_no_context_takeover` to every
-    /// offer, so only a connection agreed by an older version (and handed over) has one.
-    pub(crate) inflaters: HashMap<u32, clarion_proto::ws::deflate::Inflater>,
-    /// Dedicated-mode compressors, created at a connection's first compressed delivery.
-    pub(crate) deflaters: HashMap<u32, clarion_proto::ws::deflate::Compressor>,
+    /// What connections hold outside their record, every table of it ([`super::side`]).
+    pub(crate) side: Side,
     /// How shared compressed frames are made.
     pub(crate) deflate_settings: crate::message::DeflateSettings,
     /// Recycled vector for inbox swaps.
@@ -74,24 +66,11 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) batch: Option<S::Batch>,
     pub(crate) fanout: Vec<(u32, Arc<[u8]>)>,
     pub(crate) fanout_results: Vec<std::io::Result<usize>>,
-    /// Authenticated connections' expiry and grants, by slab key (auth configured only).
-    pub(crate) grants: crate::auth::grants::GrantStore,
     /// The Unix time (seconds) of the coarse clock's second 0, set by the shell: token
     /// expiry is wall-clock time, the sweep runs on `now`.
     pub(crate) unix_base: u64,
-    /// Requests and messages waiting for a backend hook, and what hooks said (hooks only).
-    pub(crate) hooks: crate::worker::transport::hooks::HookTable,
-    /// Connections in presence rooms: identities, rooms, event listeners.
-    pub(crate) presence: crate::worker::presence::PresenceConns,
     /// A shutdown telling its connections to go over `drain_period` ([`super::shutdown`]).
     pub(crate) drain: Option<Box<super::shutdown::Drain>>,
-    /// HTTP/2 connections' protocol state, by slab key ([`super::h2`]).
-    pub(crate) h2: HashMap<u32, Box<super::h2::H2>>,
-    /// HTTP/2 stream records: their connection's key and their stream id.
-    pub(crate) h2_streams: HashMap<u32, (u32, u32)>,
-    /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
-    /// `h2_max_streams` by the engine itself ([`super::h2`]).
-    pub(crate) h2_records: HashMap<u32, u32>,
     /// HTTP/2 connections whose streams wrote since the last pump.
     pub(crate) h2_dirty: Vec<u32>,
     /// Connections are being lifted out for a new process, or taken from an old one: their
@@ -103,11 +82,8 @@ impl<S: Socket> Engine<S> {
     /// An engine for worker `id`, whose hub deliveries arrive in `inbox`.
     pub fn new(id: usize, inbox: Arc<Inbox>, shared: Arc<Shared>) -> Engine<S> {
         let read_buf = vec![0; shared.config.read_buffer];
-        // Only servers with authentication reserve the table (see `GrantStore::with_capacity`).
-        let grants = match shared.auth {
-            Some(_) => crate::auth::grants::GrantStore::with_capacity(shared.cap),
-            None => Default::default(),
-        };
+        // Only servers with authentication reserve the grants (see `GrantStore::with_capacity`).
+        let side = Side::new(shared.auth.as_ref().map(|_| shared.cap));
         let deflate_settings = crate::message::DeflateSettings {
             threshold: shared.config.compression_threshold,
             level: shared.config.compression_level,
@@ -133,10 +109,7 @@ impl<S: Socket> Engine<S> {
                 clarion_proto::http1::write_chunk(&mut v, b"\n");
                 v.into()
             },
-            polls: HashMap::new(),
-            grip: HashMap::new(),
-            inflaters: HashMap::new(),
-            deflaters: HashMap::new(),
+            side,
             deflate_settings,
             spare: Vec::new(),
             more_to_read: Vec::new(),
@@ -145,14 +118,8 @@ impl<S: Socket> Engine<S> {
             batch: None,
             fanout: Vec::new(),
             fanout_results: Vec::new(),
-            grants,
             unix_base: 0,
-            hooks: Default::default(),
-            presence: Default::default(),
             drain: None,
-            h2: HashMap::new(),
-            h2_streams: HashMap::new(),
-            h2_records: HashMap::new(),
             h2_dirty: Vec::new(),
             handing_over: false,
         }
@@ -193,7 +160,7 @@ impl<S: Socket> Engine<S> {
     pub fn handle_writable(&mut self, k: u32, now: u32) {
         self.now = now;
         self.on_writable(k);
-        if self.h2.contains_key(&k) {
+        if self.side.h2().contains_key(&k) {
             self.h2_dirty.push(k);
         }
         self.h2_pump();
@@ -231,21 +198,31 @@ impl<S: Socket> Engine<S> {
         self.flush_tally();
     }
 
-    /// Drops what a connection may hold outside its record (a held poll, compression state).
-    pub(crate) fn forget_side_state(&mut self, k: u32) {
-        self.grip_forget(k);
-        self.polls.remove(&k);
-        self.inflaters.remove(&k);
-        self.deflaters.remove(&k);
-        self.grants.clear(k);
-        self.hooks.forget(k);
+    /// Drops everything connection `k` holds outside its record ([`Side::forget`]), and
+    /// finishes what the features owning those tables must still do: its HTTP/2 streams end
+    /// (see [`Exit`]), a bridged WebSocket's backend hears it left, its presence rooms forget it.
+    pub(crate) fn forget_side_state(&mut self, k: u32, exit: Exit) {
+        match exit {
+            Exit::Gone => self.h2_forget(k),
+            // An HTTP/2 connection's streams end with it; a closing stream record keeps its
+            // link until its connection has framed its last bytes.
+            Exit::Closing if self.side.h2().contains_key(&k) => self.h2_forget(k),
+            Exit::Closing | Exit::Moved => {}
+        }
+        let forgotten = self.side.forget(k);
+        if let Some(g) = forgotten.grip {
+            self.grip_left(k, g);
+        }
         self.presence_forget(k);
     }
 
     /// The record that owns `k`'s socket: `k` itself, or for an HTTP/2 stream (which has no
     /// socket) its connection.
     pub(crate) fn socket_owner(&self, k: u32) -> u32 {
-        self.h2_streams.get(&k).map_or(k, |&(parent, _)| parent)
+        self.side
+            .h2_streams()
+            .get(&k)
+            .map_or(k, |&(parent, _)| parent)
     }
 
     /// The client's address for `k`, on every transport: an HTTP/2 stream's is its

@@ -27,6 +27,7 @@ use mio::{Interest, Token};
 
 use super::conn::Conn;
 use super::handover_state::CarriedMode;
+use super::side::{Blocker, Taken};
 use super::state::{Ext, Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::tls::{Session, Unmovable};
 use super::transport::poll::PollHold;
@@ -402,11 +403,15 @@ impl Engine<mio::net::TcpStream> {
                 Unmovable::Keys => Fallback::TlsKeys,
             });
         }
-        if self.hooks.waiting_for(k) {
-            return Some(Fallback::HookWait);
+        // What it holds outside its record: a hook's answer, a GRIP hold, a presence poll.
+        if let Some(why) = self.side.blocker(k) {
+            return Some(match why {
+                Blocker::HookWait => Fallback::HookWait,
+                Blocker::Grip => Fallback::Grip,
+                Blocker::PresencePoll => Fallback::ModeState,
+            });
         }
-        if conn.state.grip_held() || conn.state.kind() == Kind::Proxy || self.grip.contains_key(&k)
-        {
+        if conn.state.grip_held() || conn.state.kind() == Kind::Proxy {
             return Some(Fallback::Grip);
         }
         if s.presence.as_ref().is_some_and(|p| p.clustered()) {
@@ -444,10 +449,6 @@ impl Engine<mio::net::TcpStream> {
                 continue;
             }
             let (topics, poll) = self.followed(k);
-            if self.polls.get(&k).is_some_and(|h| h.presence) {
-                self.shared.handover.fallbacks.add(Fallback::ModeState);
-                continue;
-            }
             let h2 = if conn.state == State::H2 {
                 match self.lift_h2(k, &mut listening, &mut lifted) {
                     Some(part) => Some(part),
@@ -524,7 +525,8 @@ impl Engine<mio::net::TcpStream> {
             })
             .unwrap_or_default();
         let poll = self
-            .polls
+            .side
+            .polls()
             .get(&k)
             .map(|h| (h.deadline.saturating_sub(self.now), h.cursor.clone()));
         (topics, poll)
@@ -533,9 +535,14 @@ impl Engine<mio::net::TcpStream> {
     /// Takes `k`'s compression windows, each all that its stream's next message can refer
     /// back to. Called before [`Self::release`], which forgets the compressors.
     pub(super) fn take_windows(&mut self, k: u32) -> DeflateWindows {
+        let Taken {
+            poll: _, // Carried as its deadline and cursor (`followed`).
+            inflater,
+            deflater,
+        } = self.side.take(k);
         DeflateWindows {
-            deflater: self.deflaters.remove(&k).map(|c| c.window().to_vec()),
-            inflater: self.inflaters.remove(&k).map(|i| i.window().to_vec()),
+            deflater: deflater.map(|c| c.window().to_vec()),
+            inflater: inflater.map(|i| i.window().to_vec()),
         }
     }
 
@@ -607,17 +614,17 @@ impl Engine<mio::net::TcpStream> {
             conn.queue(&Arc::from(a.output));
         }
         entry.insert(conn);
-        if let Some(i) = inflater {
-            self.inflaters.insert(k, i);
-        }
+        let mut taken = Taken {
+            inflater,
+            ..Taken::default()
+        };
         if let (Some(w), Some(ext)) = (a.deflate.deflater.as_deref(), ext) {
             // Past this worker's share of dedicated compressors the connection gets the shared
             // frames, which any client inflater reads whatever its window holds.
             if self.may_dedicate(k) {
                 let bits = self.dedicated_window_bits(ext);
                 let level = self.deflate_settings.level;
-                self.deflaters
-                    .insert(k, Compressor::resume(level, bits, 8, w));
+                taken.deflater = Some(Compressor::resume(level, bits, 8, w));
             }
         }
         let s = &self.shared;
@@ -626,16 +633,12 @@ impl Engine<mio::net::TcpStream> {
             *lock(&s.per_address).entry(a.peer).or_insert(0) += 1;
         }
         self.account(State::Closing { write_shut: false }, Some(a.state), a.peer);
-        if let Some((left, cursor)) = a.poll {
-            self.polls.insert(
-                k,
-                PollHold {
-                    deadline: self.now.saturating_add(left),
-                    cursor,
-                    presence: false,
-                },
-            );
-        }
+        taken.poll = a.poll.map(|(left, cursor)| PollHold {
+            deadline: self.now.saturating_add(left),
+            cursor,
+            presence: false,
+        });
+        self.side.restore(k, taken);
         self.resume(k, &a.topics, a.resume.as_deref(), a.mode.as_ref());
         if let Some((connection, streams)) = h2 {
             self.adopt_h2(k, connection, streams, a.peer);

@@ -33,6 +33,7 @@ pub mod index;
 mod io;
 mod presence;
 mod shutdown;
+mod side;
 pub mod socket;
 pub mod state;
 mod subscriptions;

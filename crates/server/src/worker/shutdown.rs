@@ -96,7 +96,7 @@ impl<S: Socket> Engine<S> {
                 self.start_closing(k, Some(last), CloseReason::Shutdown);
             }
             State::Poll(_) => {
-                let cursor = self.polls.get(&k).map(|h| h.cursor.clone());
+                let cursor = self.side.polls().get(&k).map(|h| h.cursor.clone());
                 let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
                 self.answer_poll(k, &Arc::from(body));
             }

@@ -256,6 +256,17 @@ pub(crate) enum Due {
     KeepAlive,
 }
 
+/// How a connection leaves: what [`Engine::forget_side_state`] ends with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// It starts closing (its last bytes are queued).
+    Closing,
+    /// It leaves the slab: an HTTP/2 stream record resets its stream if it had not ended.
+    Gone,
+    /// It is lifted out for a new process, which carries its HTTP/2 part.
+    Moved,
+}
+
 /// The `clarion_connections` gauge that counts connections in `state` (none for `Closing`,
 /// which has left the count already).
 pub(crate) fn gauge(m: &Metrics, state: Kind) -> Option<&AtomicU64> {
@@ -321,12 +332,9 @@ impl<S: Socket> Engine<S> {
     /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the
     /// connection leaves every topic now, and is dropped once the peer has read and closed.
     pub(crate) fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
-        if self.h2.contains_key(&k) {
-            self.h2_forget(k); // An HTTP/2 connection's streams end with it.
-        }
         self.hook_gone(k, reason);
         self.leave_all_topics(k);
-        self.forget_side_state(k);
+        self.forget_side_state(k, Exit::Closing);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
@@ -359,10 +367,9 @@ impl<S: Socket> Engine<S> {
 
     /// Removes a connection at once (EOF, reset, or end of closing).
     pub(crate) fn drop_conn(&mut self, k: u32, reason: CloseReason) {
-        self.h2_forget(k);
         self.hook_gone(k, reason);
         self.leave_all_topics(k);
-        self.forget_side_state(k);
+        self.forget_side_state(k, Exit::Gone);
         let Some(conn) = self.conns.try_remove(k as usize) else {
             return;
         };

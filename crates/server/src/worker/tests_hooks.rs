@@ -199,7 +199,7 @@ fn publish_data_is_replaced_and_answers_for_gone_connections_are_ignored() {
     h.hang_up(&d);
     assert!(!h.is_open(&d));
     h.answer_hook(&job, 200, br#"{"allow":true}"#);
-    assert_eq!(h.engine.hooks.waiting(), 0);
+    assert_eq!(h.engine.side.hooks().waiting(), 0);
     assert_eq!(h.counts()[1], 1, "only the first WebSocket is open");
 }
 

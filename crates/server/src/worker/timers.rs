@@ -57,7 +57,8 @@ impl<S: Socket> Engine<S> {
             }
         }
         let due: Vec<(u32, String)> = self
-            .polls
+            .side
+            .polls()
             .iter()
             .filter(|(_, h)| self.now >= h.deadline)
             .map(|(k, h)| (*k, h.cursor.clone()))

@@ -237,7 +237,7 @@ impl<S: Socket> Engine<S> {
         };
         conn.last_seen = self.now;
         self.set_state(k, State::Proxy);
-        self.grip.insert(
+        self.side.grip_mut().insert(
             k,
             GripConn {
                 ticket,
@@ -309,7 +309,7 @@ impl<S: Socket> Engine<S> {
     }
 
     pub(crate) fn on_answer(&mut self, a: Answer) {
-        let Some(g) = self.grip.get_mut(&a.key) else {
+        let Some(g) = self.side.grip_mut().get_mut(&a.key) else {
             return;
         };
         if g.ticket != a.ticket {
@@ -329,7 +329,7 @@ impl<S: Socket> Engine<S> {
     }
 
     pub(crate) fn apply_answer(&mut self, k: u32, a: Answer) {
-        let Some(g) = self.grip.get_mut(&k) else {
+        let Some(g) = self.side.grip_mut().get_mut(&k) else {
             return;
         };
         match &mut g.phase {
@@ -338,7 +338,7 @@ impl<S: Socket> Engine<S> {
                     phase: Phase::Waiting(w),
                     route,
                     ticket,
-                }) = self.grip.remove(&k)
+                }) = self.side.grip_mut().remove(&k)
                 else {
                     return;
                 };

@@ -194,7 +194,7 @@ impl<S: Socket> Engine<S> {
                     if let Some(GripConn {
                         phase: Phase::Response(hold),
                         ..
-                    }) = self.grip.get(&k)
+                    }) = self.side.grip().get(&k)
                     {
                         let headers = &hold.headers;
                         let own = std::mem::take(&mut merged.headers);
@@ -232,7 +232,7 @@ impl<S: Socket> Engine<S> {
                 if let Some(frame) = close {
                     // The client's Close reply ends the session; the backend hears a CLOSE, as
                     // Pushpin reports it.
-                    if let Some(b) = bridge(&mut self.grip, k) {
+                    if let Some(b) = bridge(self.side.grip_mut(), k) {
                         if !b.told && !b.client_closed {
                             b.client_closed = true;
                             proto::write_event(&mut b.pending, &WsEvent::Close(None));
@@ -262,7 +262,7 @@ impl<S: Socket> Engine<S> {
         conn.last_seen = self.now;
         self.set_state(k, state);
         if let Some(e) = entry {
-            self.grip.insert(k, e);
+            self.side.grip_mut().insert(k, e);
         }
         true
     }
@@ -271,7 +271,7 @@ impl<S: Socket> Engine<S> {
     /// state `from`, returns it to `Http` for the client's next request. False otherwise.
     pub(crate) fn leave_hold(&mut self, k: u32, from: Kind) -> bool {
         self.leave_all_topics(k);
-        self.grip.remove(&k);
+        self.side.grip_mut().remove(&k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return false;
         };
@@ -316,7 +316,7 @@ impl<S: Socket> Engine<S> {
     /// The sweep's GRIP part (see `super::super::timers`): stream keep-alives, long-poll
     /// timeouts, bridge keep-alives.
     pub(crate) fn grip_timers(&mut self) {
-        if self.grip.is_empty() {
+        if self.side.grip().is_empty() {
             return;
         }
         let now = self.now;
@@ -327,7 +327,7 @@ impl<S: Socket> Engine<S> {
         // A request can also wait in the pool's queue behind slow backends; the worker gives
         // up a little after the backend's own deadline would have passed.
         let patience = (self.shared.config.grip_backend_timeout as u32).saturating_add(5);
-        for (&k, g) in self.grip.iter_mut() {
+        for (&k, g) in self.side.grip_mut().iter_mut() {
             match &mut g.phase {
                 Phase::Waiting(_) => {
                     let waited = self
@@ -378,7 +378,7 @@ impl<S: Socket> Engine<S> {
             if let Some(GripConn {
                 phase: Phase::Waiting(w),
                 ..
-            }) = self.grip.remove(&k)
+            }) = self.side.grip_mut().remove(&k)
             {
                 self.backend_failed(k, &Failure::Timeout, w.keep);
             }
@@ -403,12 +403,9 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// A GRIP connection is leaving (closing or dropped): forget its state; a bridged
+    /// A GRIP connection left (closing or dropped) with state `g`; a bridged
     /// WebSocket's backend is told with CLOSE (sent earlier by the client) or DISCONNECT.
-    pub(crate) fn grip_forget(&mut self, k: u32) {
-        let Some(g) = self.grip.remove(&k) else {
-            return;
-        };
+    pub(crate) fn grip_left(&mut self, k: u32, g: GripConn) {
         let mut b = match g.phase {
             Phase::Ws(b) => b,
             // The client left while the backend was deciding on its OPEN: the backend may
@@ -447,7 +444,7 @@ impl<S: Socket> Engine<S> {
                 self.start_closing(k, last, CloseReason::Shutdown);
             }
             State::Poll(_) => {
-                let answer = match self.grip.get(&k) {
+                let answer = match self.side.grip().get(&k) {
                     Some(GripConn {
                         phase: Phase::Response(hold),
                         ..

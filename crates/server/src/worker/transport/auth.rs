@@ -127,13 +127,13 @@ impl<S: Socket> Engine<S> {
         match checked {
             Checked::Allowed(Some(claims)) => {
                 let deadline = self.deadline_of(claims.exp);
-                self.grants.set(k, deadline, claims.grants);
+                self.side.grants_mut().set(k, deadline, claims.grants);
             }
             Checked::Pending => {
                 let by = self
                     .now
                     .saturating_add(self.shared.config.handshake_timeout as u32);
-                self.grants.require(k, by);
+                self.side.grants_mut().require(k, by);
             }
             Checked::Allowed(None) | Checked::Refused | Checked::Waiting => {}
         }
@@ -150,27 +150,27 @@ impl<S: Socket> Engine<S> {
     pub(crate) fn ws_may_subscribe(&self, k: u32, topic: &str) -> Result<(), Refusal> {
         let Some(auth) = self.shared.auth.as_ref() else {
             // Without JWTs, only grants a `connect` hook gave limit a connection.
-            return match self.grants.grants(k) {
+            return match self.side.grants().grants(k) {
                 Some(g) if !g.may_subscribe(topic) => Err(Refusal::FORBIDDEN),
                 _ => Ok(()),
             };
         };
-        if self.grants.pending(k) {
+        if self.side.grants().pending(k) {
             return Err(Refusal::MISSING);
         }
-        auth.may_subscribe(self.grants.grants(k).map(|g| &**g), topic)
+        auth.may_subscribe(self.side.grants().grants(k).map(|g| &**g), topic)
     }
 
     /// Whether WebSocket `k` may publish to `topic` in-band (client publishing is on).
     pub(crate) fn ws_may_publish(&self, k: u32, topic: &str) -> Result<(), Refusal> {
         if self.shared.auth.is_none() {
             // Without JWTs, only grants a `connect` hook gave limit a connection.
-            return match self.grants.grants(k) {
+            return match self.side.grants().grants(k) {
                 Some(g) if !g.may_publish(topic) => Err(Refusal::FORBIDDEN),
                 _ => Ok(()),
             };
         }
-        match self.grants.grants(k) {
+        match self.side.grants().grants(k) {
             Some(g) if g.may_publish(topic) => Ok(()),
             Some(_) => Err(Refusal::FORBIDDEN),
             None => Err(Refusal::MISSING),
@@ -244,7 +244,7 @@ impl<S: Socket> Engine<S> {
             return;
         }
         let warning = u32::try_from(shared.config.auth_expiry_warning).unwrap_or(u32::MAX);
-        let due = self.grants.due(self.now, warning);
+        let due = self.side.grants_mut().due(self.now, warning);
         for (k, deadline) in due.warn {
             if !matches!(
                 self.conns.get(k as usize).map(|c| c.state),
@@ -252,13 +252,13 @@ impl<S: Socket> Engine<S> {
             ) {
                 continue;
             }
-            self.grants.warned(k);
+            self.side.grants_mut().warned(k);
             let exp = self.unix_base + u64::from(deadline);
             let seconds = u64::from(deadline.saturating_sub(self.now));
             self.reply(k, &Reply::Expiring { exp, seconds });
         }
         for (k, pending) in due.expired {
-            self.grants.clear(k);
+            self.side.grants_mut().clear(k);
             let Some(state) = self.conns.get(k as usize).map(|c| c.state) else {
                 continue;
             };
@@ -291,7 +291,7 @@ impl<S: Socket> Engine<S> {
                 }
                 State::Poll(mode) => {
                     self.leave_all_topics(k);
-                    self.polls.remove(&k);
+                    self.side.polls_mut().remove(&k);
                     self.set_state(k, State::Http);
                     let expired = Refusal::token(clarion_proto::auth::TokenError::Expired);
                     self.refuse_http(k, expired, mode.keep);

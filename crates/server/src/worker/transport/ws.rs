@@ -434,7 +434,8 @@ impl<S: Socket> Engine<S> {
         let inflated = if ext.client_keeps_context() {
             // The client compresses with context: its window must outlive the message.
             let inf = self
-                .inflaters
+                .side
+                .inflaters_mut()
                 .entry(k)
                 .or_insert_with(|| Inflater::keeping_context(ext.client_window_bits()));
             let mut out = Vec::new();
@@ -485,7 +486,8 @@ impl<S: Socket> Engine<S> {
         }
         let bits = self.dedicated_window_bits(ext);
         let c = self
-            .deflaters
+            .side
+            .deflaters_mut()
             .entry(k)
             .or_insert_with(|| Compressor::keeping_context(settings.level, bits, 8));
         // Sent compressed even when it does not shrink: the context now holds it.
@@ -513,7 +515,7 @@ impl<S: Socket> Engine<S> {
             .config
             .compression_dedicated_limit
             .div_ceil(workers);
-        self.deflaters.contains_key(&k) || self.deflaters.len() < share
+        self.side.deflaters().contains_key(&k) || self.side.deflaters().len() < share
     }
 
     pub(crate) fn reply(&mut self, k: u32, reply: &Reply<'_>) {
