@@ -29,50 +29,63 @@ pub(crate) struct Tally {
     pub(crate) delivered: u64,
 }
 
-/// One worker's connections and everything they share.
-pub struct Engine<S: Socket = mio::net::TcpStream> {
-    pub(crate) id: usize,
-    pub(crate) conns: Slab<Conn<S>>,
-    pub(crate) index: TopicIndex,
-    /// Shared by every connection of this worker: reads land here and are parsed in place.
+/// What one loop iteration reads into and counts, and the work it leaves to the next: shared
+/// by every connection of the worker.
+pub(crate) struct Scratch {
+    /// Reads land here and are parsed in place.
     pub(crate) read_buf: Vec<u8>,
-    /// Decrypted bytes of one TLS read, and the handshake records it produced (shared by every
-    /// TLS connection of this worker).
+    /// Decrypted bytes of one TLS read, and the handshake records it produced.
     pub(crate) plain_buf: Vec<u8>,
     pub(crate) handshake_buf: Vec<u8>,
-    pub(crate) inbox: Arc<Inbox>,
-    pub(crate) shared: Arc<Shared>,
-    /// The coarse clock: seconds since the worker started, as the shell last passed it in.
-    pub(crate) now: u32,
+    /// Connections whose read budget ran out; read again next iteration.
+    pub(crate) more_to_read: Vec<u32>,
+    /// HTTP/2 connections whose streams wrote since the last pump.
+    pub(crate) h2_dirty: Vec<u32>,
+    pub(crate) tally: Tally,
+}
+
+/// Encodings made once and shared by every connection.
+pub(crate) struct Frames {
     /// An empty Ping frame, shared by every keep-alive ping.
     pub(crate) ping_frame: Arc<[u8]>,
     /// An SSE comment and an empty NDJSON line (as a chunk): keep-alives for HTTP streams.
     pub(crate) sse_keepalive: Arc<[u8]>,
     pub(crate) stream_keepalive: Arc<[u8]>,
-    /// What connections hold outside their record, every table of it ([`super::side`]).
-    pub(crate) side: Side,
     /// How shared compressed frames are made.
     pub(crate) deflate_settings: crate::message::DeflateSettings,
-    /// Recycled vector for inbox swaps.
-    pub(crate) spare: Vec<Arc<Published>>,
-    /// Connections whose read budget ran out; read again next iteration.
-    pub(crate) more_to_read: Vec<u32>,
-    pub(crate) tally: Tally,
+}
+
+/// What a fan-out of published messages reuses from one to the next ([`super::deliver`]).
+pub(crate) struct Fanout<S: Socket> {
     /// Counts fan-outs: each starts at another place in its topic's subscriber list (see
     /// `deliver::fanout_start`).
-    pub(crate) fanout_turn: u32,
+    pub(crate) turn: u32,
     /// What writes a fan-out in one submission (the real socket's io_uring), when there is one:
-    /// single-message deliveries are then gathered in `fanout` and written together.
+    /// single-message deliveries are then gathered in `pending` and written together.
     pub(crate) batch: Option<S::Batch>,
-    pub(crate) fanout: Vec<(u32, Arc<[u8]>)>,
-    pub(crate) fanout_results: Vec<std::io::Result<usize>>,
+    pub(crate) pending: Vec<(u32, Arc<[u8]>)>,
+    pub(crate) results: Vec<std::io::Result<usize>>,
+    /// Recycled vector for inbox swaps.
+    pub(crate) spare: Vec<Arc<Published>>,
+}
+
+/// One worker's connections and everything they share.
+pub struct Engine<S: Socket = mio::net::TcpStream> {
+    pub(crate) id: usize,
+    pub(crate) conns: Slab<Conn<S>>,
+    pub(crate) index: TopicIndex,
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) shared: Arc<Shared>,
+    /// The coarse clock: seconds since the worker started, as the shell last passed it in.
+    pub(crate) now: u32,
+    /// What connections hold outside their record, every table of it ([`super::side`]).
+    pub(crate) side: Side,
+    pub(crate) scratch: Scratch,
+    pub(crate) frames: Frames,
+    pub(crate) fanout: Fanout<S>,
     /// The Unix time (seconds) of the coarse clock's second 0, set by the shell: token
     /// expiry is wall-clock time, the sweep runs on `now`.
     pub(crate) unix_base: u64,
-    /// A shutdown telling its connections to go over `drain_period` ([`super::shutdown`]).
-    pub(crate) drain: Option<Box<super::shutdown::Drain>>,
-    /// HTTP/2 connections whose streams wrote since the last pump.
-    pub(crate) h2_dirty: Vec<u32>,
     /// Connections are being lifted out for a new process, or taken from an old one: their
     /// topics change hands without occupancy webhooks ([`super::handover`]).
     pub(crate) handing_over: bool,
@@ -81,23 +94,17 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
 impl<S: Socket> Engine<S> {
     /// An engine for worker `id`, whose hub deliveries arrive in `inbox`.
     pub fn new(id: usize, inbox: Arc<Inbox>, shared: Arc<Shared>) -> Engine<S> {
-        let read_buf = vec![0; shared.config.read_buffer];
-        // Only servers with authentication reserve the grants (see `GrantStore::with_capacity`).
-        let side = Side::new(shared.auth.as_ref().map(|_| shared.cap));
-        let deflate_settings = crate::message::DeflateSettings {
-            threshold: shared.config.compression_threshold,
-            level: shared.config.compression_level,
-        };
-        Engine {
-            id,
-            conns: Slab::new(),
-            index: TopicIndex::default(),
-            read_buf,
+        let scratch = Scratch {
+            read_buf: vec![0; shared.config.read_buffer],
             plain_buf: Vec::new(),
             handshake_buf: Vec::new(),
-            inbox,
-            shared,
-            now: 0,
+            more_to_read: Vec::new(),
+            h2_dirty: Vec::new(),
+            tally: Tally::default(),
+        };
+        // Only servers with authentication reserve the grants (see `GrantStore::with_capacity`).
+        let side = Side::new(shared.auth.as_ref().map(|_| shared.cap));
+        let frames = Frames {
             ping_frame: clarion_proto::ws::frame::encode_frame(
                 clarion_proto::ws::OpCode::Ping,
                 b"",
@@ -109,18 +116,29 @@ impl<S: Socket> Engine<S> {
                 clarion_proto::http1::write_chunk(&mut v, b"\n");
                 v.into()
             },
+            deflate_settings: crate::message::DeflateSettings {
+                threshold: shared.config.compression_threshold,
+                level: shared.config.compression_level,
+            },
+        };
+        Engine {
+            id,
+            conns: Slab::new(),
+            index: TopicIndex::default(),
+            inbox,
+            shared,
+            now: 0,
             side,
-            deflate_settings,
-            spare: Vec::new(),
-            more_to_read: Vec::new(),
-            tally: Tally::default(),
-            fanout_turn: 0,
-            batch: None,
-            fanout: Vec::new(),
-            fanout_results: Vec::new(),
+            scratch,
+            frames,
+            fanout: Fanout {
+                turn: 0,
+                batch: None,
+                pending: Vec::new(),
+                results: Vec::new(),
+                spare: Vec::new(),
+            },
             unix_base: 0,
-            drain: None,
-            h2_dirty: Vec::new(),
             handing_over: false,
         }
     }
@@ -137,13 +155,13 @@ impl<S: Socket> Engine<S> {
 
     /// Whether some connection's read budget ran out: the shell should not sleep.
     pub fn wants_read(&self) -> bool {
-        !self.more_to_read.is_empty() || !self.h2_dirty.is_empty()
+        !self.scratch.more_to_read.is_empty() || !self.scratch.h2_dirty.is_empty()
     }
 
     /// Reads the connections whose budget ran out last time.
     pub fn read_more(&mut self, now: u32) {
         self.now = now;
-        for k in std::mem::take(&mut self.more_to_read) {
+        for k in std::mem::take(&mut self.scratch.more_to_read) {
             self.on_readable(k);
         }
         self.h2_pump();
@@ -161,7 +179,7 @@ impl<S: Socket> Engine<S> {
         self.now = now;
         self.on_writable(k);
         if self.side.h2().contains_key(&k) {
-            self.h2_dirty.push(k);
+            self.scratch.h2_dirty.push(k);
         }
         self.h2_pump();
     }
@@ -252,7 +270,7 @@ impl<S: Socket> Engine<S> {
     }
 
     pub(crate) fn flush_tally(&mut self) {
-        let t = std::mem::take(&mut self.tally);
+        let t = std::mem::take(&mut self.scratch.tally);
         let m = &self.shared.metrics;
         if t.bytes_in > 0 {
             m.bytes_in.fetch_add(t.bytes_in, Relaxed);

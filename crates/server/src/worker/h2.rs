@@ -165,7 +165,7 @@ impl<S: Socket> Engine<S> {
             (false, _) => None,
         };
         self.side.h2_mut().insert(k, h);
-        self.h2_dirty.push(k);
+        self.scratch.h2_dirty.push(k);
         if !out.is_empty() {
             self.write_to(k, &Arc::from(out), Some(self.h2_cap()));
         }
@@ -283,7 +283,7 @@ impl<S: Socket> Engine<S> {
     /// A stream record wrote (or started closing): its connection has framing to do.
     pub(crate) fn h2_stream_wrote(&mut self, child: u32) {
         if let Some(&(parent, _)) = self.side.h2_streams().get(&child) {
-            self.h2_dirty.push(parent);
+            self.scratch.h2_dirty.push(parent);
         }
     }
 
@@ -325,10 +325,10 @@ impl<S: Socket> Engine<S> {
 
     /// Frames what the streams of the connections in `h2_dirty` wrote, within the windows.
     pub(crate) fn h2_pump(&mut self) {
-        if self.h2_dirty.is_empty() {
+        if self.scratch.h2_dirty.is_empty() {
             return;
         }
-        let mut dirty = std::mem::take(&mut self.h2_dirty);
+        let mut dirty = std::mem::take(&mut self.scratch.h2_dirty);
         dirty.sort_unstable();
         dirty.dedup();
         for &p in &dirty {
@@ -346,12 +346,12 @@ impl<S: Socket> Engine<S> {
                 }
             }
             if more {
-                self.h2_dirty.push(p);
+                self.scratch.h2_dirty.push(p);
             }
         }
         dirty.clear();
-        if self.h2_dirty.is_empty() {
-            self.h2_dirty = dirty;
+        if self.scratch.h2_dirty.is_empty() {
+            self.scratch.h2_dirty = dirty;
         }
     }
 
@@ -429,7 +429,7 @@ impl<S: Socket> Engine<S> {
     pub(crate) fn h2_go_away(&mut self, k: u32) {
         if let Some(h) = self.side.h2_mut().get_mut(&k) {
             h.goaway_due = true;
-            self.h2_dirty.push(k);
+            self.scratch.h2_dirty.push(k);
         }
     }
 

@@ -623,7 +623,7 @@ impl Engine<mio::net::TcpStream> {
             // frames, which any client inflater reads whatever its window holds.
             if self.may_dedicate(k) {
                 let bits = self.dedicated_window_bits(ext);
-                let level = self.deflate_settings.level;
+                let level = self.frames.deflate_settings.level;
                 taken.deflater = Some(Compressor::resume(level, bits, 8, w));
             }
         }
@@ -644,7 +644,7 @@ impl Engine<mio::net::TcpStream> {
             self.adopt_h2(k, connection, streams, a.peer);
         }
         // Bytes that arrived while the connection was moving are read at once.
-        self.more_to_read.push(k);
+        self.scratch.more_to_read.push(k);
         true
     }
 }

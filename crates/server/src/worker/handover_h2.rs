@@ -176,7 +176,7 @@ impl Engine<mio::net::TcpStream> {
                 // compressors the stream gets the shared frames.
                 if self.may_dedicate(child) {
                     let bits = self.dedicated_window_bits(ext);
-                    let level = self.deflate_settings.level;
+                    let level = self.frames.deflate_settings.level;
                     taken.deflater = Some(Compressor::resume(level, bits, 8, w));
                 }
             }
@@ -218,6 +218,6 @@ impl Engine<mio::net::TcpStream> {
             ));
             self.write_to(k, &Arc::from(out), None);
         }
-        self.h2_dirty.push(k);
+        self.scratch.h2_dirty.push(k);
     }
 }

@@ -181,7 +181,7 @@ impl Worker {
         let mut engine = Engine::new(id, inbox, shared);
         if use_uring {
             match uring::SendRing::new() {
-                Ok(ring) => engine.batch = Some(ring),
+                Ok(ring) => engine.fanout.batch = Some(ring),
                 Err(e) if id == 0 => log::info(format_args!(
                     "io_uring unavailable ({e}): each delivery is its own send"
                 )),

@@ -36,7 +36,7 @@ impl<S: Socket> Engine<S> {
                 .filter(|(_, c)| c.state.subscribed())
                 .count()
         };
-        let drain = self.drain.get_or_insert_with(|| {
+        let drain = self.side.drain_mut().get_or_insert_with(|| {
             Box::new(Drain {
                 total: subscribers(),
                 told: HashSet::new(),

@@ -19,6 +19,7 @@ use clarion_proto::ws::deflate::{Compressor, Inflater};
 use super::grip::conn::GripConn;
 use super::h2::H2;
 use super::presence::PresenceConns;
+use super::shutdown::Drain;
 use super::transport::hooks::HookTable;
 use super::transport::poll::PollHold;
 use crate::auth::grants::GrantStore;
@@ -49,6 +50,9 @@ pub(crate) struct Side {
     /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
     /// `h2_max_streams` by the engine itself (`h2`).
     h2_records: HashMap<u32, u32>,
+    /// A shutdown telling its connections to go over `drain_period`, and which it told
+    /// (`shutdown`).
+    drain: Option<Box<Drain>>,
 }
 
 /// What [`Side::forget`] took out that its feature must still finish with the engine: a
@@ -116,6 +120,11 @@ impl Side {
     pub(crate) fn inflaters_mut(&mut self) -> &mut HashMap<u32, Inflater> {
         &mut self.inflaters
     }
+
+    /// Only the shutdown starts and advances a drain.
+    pub(crate) fn drain_mut(&mut self) -> &mut Option<Box<Drain>> {
+        &mut self.drain
+    }
 }
 
 impl Side {
@@ -144,6 +153,7 @@ impl Side {
             h2: _,       // `Engine::h2_forget` ends the streams first.
             h2_streams: _,
             h2_records: _,
+            drain: _, // Keys told stay told: the share counts those open at its start.
         } = self;
         polls.remove(&k);
         inflaters.remove(&k);
@@ -168,6 +178,7 @@ impl Side {
             h2: _,       // Carried: `H2Part`.
             h2_streams: _, // A stream moves with its connection or is refused there.
             h2_records: _,
+            drain: _, // A hand-over and a drain do not overlap.
         } = self;
         if hooks.waiting_for(k) {
             return Some(Blocker::HookWait);
@@ -195,6 +206,7 @@ impl Side {
             h2: _,       // In `H2Part`.
             h2_streams: _,
             h2_records: _,
+            drain: _,
         } = self;
         Taken {
             poll: polls.remove(&k),
@@ -216,6 +228,7 @@ impl Side {
             h2: _,
             h2_streams: _,
             h2_records: _,
+            drain: _,
         } = self;
         let Taken {
             poll,

@@ -230,7 +230,7 @@ fn a_fanout_written_in_one_submission_keeps_short_writes_and_drops_dead_sockets(
     // As with io_uring: the fan-out's single-message deliveries are gathered and written
     // together, then each result is handled as a single write's would be.
     let mut h = Harness::new(Config::default());
-    h.engine.batch = Some(());
+    h.engine.fanout.batch = Some(());
     let clients: Vec<Client> = (0..4)
         .map(|_| {
             let c = open_ws(&mut h);
@@ -251,7 +251,7 @@ fn a_fanout_written_in_one_submission_keeps_short_writes_and_drops_dead_sockets(
     };
     assert_eq!(got(&clients[0]), [b"hello".to_vec()]);
     assert!(!h.is_open(&clients[3]));
-    assert!(h.engine.fanout.is_empty());
+    assert!(h.engine.fanout.pending.is_empty());
     // The rest goes out on the writable event, then the next message after it.
     let head = clients[1].take();
     assert_eq!(head.len(), 3);

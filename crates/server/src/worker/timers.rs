@@ -68,8 +68,8 @@ impl<S: Socket> Engine<S> {
             self.answer_poll(k, &Arc::from(body));
         }
         let (sse_ka, stream_ka) = (
-            Arc::clone(&self.sse_keepalive),
-            Arc::clone(&self.stream_keepalive),
+            Arc::clone(&self.frames.sse_keepalive),
+            Arc::clone(&self.frames.stream_keepalive),
         );
         for (k, sse) in to_keepalive {
             self.deliver(k, if sse { &sse_ka } else { &stream_ka });
@@ -77,7 +77,7 @@ impl<S: Socket> Engine<S> {
         for (k, reason) in expired {
             self.expire(k, reason);
         }
-        let ping = Arc::clone(&self.ping_frame);
+        let ping = Arc::clone(&self.frames.ping_frame);
         for k in to_ping {
             self.deliver(k, &ping);
         }

@@ -178,7 +178,7 @@ impl<S: Socket> Engine<S> {
                 let n = frames.len() as u64;
                 if !frames.is_empty() {
                     self.deliver_all(k, &frames);
-                    self.tally.delivered += n;
+                    self.scratch.tally.delivered += n;
                 }
                 if close {
                     self.end_grip_stream(k);
@@ -207,7 +207,7 @@ impl<S: Socket> Engine<S> {
                         merged.headers = all;
                     }
                     let bytes: Arc<[u8]> = response_bytes(&merged, keep).into();
-                    self.tally.delivered += 1;
+                    self.scratch.tally.delivered += 1;
                     self.finish_grip_poll(k, &bytes, keep);
                 }
             }
@@ -227,7 +227,7 @@ impl<S: Socket> Engine<S> {
                 let n = frames.len() as u64;
                 if !frames.is_empty() {
                     self.deliver_all(k, &frames);
-                    self.tally.delivered += n;
+                    self.scratch.tally.delivered += n;
                 }
                 if let Some(frame) = close {
                     // The client's Close reply ends the session; the backend hears a CLOSE, as

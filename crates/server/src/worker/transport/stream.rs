@@ -111,7 +111,7 @@ impl<S: Socket> Engine<S> {
         let mut frames: Vec<&Arc<[u8]>> = first.iter().collect();
         frames.extend(replay.iter().map(|m| m.encoded(encoding)));
         self.write_all_to(k, &frames, None);
-        self.tally.delivered += replay.len() as u64;
+        self.scratch.tally.delivered += replay.len() as u64;
     }
 }
 

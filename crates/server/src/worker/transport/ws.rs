@@ -281,7 +281,7 @@ impl<S: Socket> Engine<S> {
                 frames.extend(sub.replay.iter().map(|m| m.encoded(Encoding::WsEnvelope)));
                 if !frames.is_empty() {
                     self.write_all_to(k, &frames, None);
-                    self.tally.delivered += sub.replay.len() as u64;
+                    self.scratch.tally.delivered += sub.replay.len() as u64;
                 }
                 if presence {
                     self.presence_listen(k, &sub.names);
@@ -475,7 +475,7 @@ impl<S: Socket> Engine<S> {
         let Some(ext) = conn.state.ws().and_then(|m| m.deflate) else {
             return Arc::clone(frame);
         };
-        let settings = self.deflate_settings;
+        let settings = self.frames.deflate_settings;
         if !ext.dedicated() || !self.may_dedicate(k) {
             let bits = if ext.small_server_window() { 9 } else { 15 };
             return compress_frame(frame, opcode, bits, &settings);
