@@ -13,10 +13,10 @@ use slab::Slab;
 
 use super::conn::Conn;
 use super::index::TopicIndex;
+use super::shared::Shared;
 use super::side::Side;
 use super::socket::Socket;
 use super::state::Exit;
-use super::Shared;
 use crate::hub::Inbox;
 use crate::message::Published;
 use crate::metrics::CloseReason;
@@ -164,24 +164,21 @@ impl<S: Socket> Engine<S> {
         for k in std::mem::take(&mut self.scratch.more_to_read) {
             self.on_readable(k);
         }
-        self.h2_pump();
+        self.settle();
     }
 
     /// A socket is readable (or hung up): read it.
     pub fn handle_readable(&mut self, k: u32, now: u32) {
         self.now = now;
         self.on_readable(k);
-        self.h2_pump();
+        self.settle();
     }
 
     /// A socket is writable: write what it owes.
     pub fn handle_writable(&mut self, k: u32, now: u32) {
         self.now = now;
         self.on_writable(k);
-        if self.side.h2().contains_key(&k) {
-            self.scratch.h2_dirty.push(k);
-        }
-        self.h2_pump();
+        self.settle();
     }
 
     /// Applies backend answers (GRIP) and delivers what the hub handed to this worker.
@@ -190,14 +187,14 @@ impl<S: Socket> Engine<S> {
         self.grip_answers();
         self.hook_answers();
         self.drain_inbox();
-        self.h2_pump();
+        self.settle();
     }
 
     /// Once per second of `now`: the timers (see [`super::timers`]).
     pub fn handle_tick(&mut self, now: u32) {
         self.now = now;
         self.sweep();
-        self.h2_pump();
+        self.settle();
     }
 
     /// Tells connections to go, up to `share` (0 to 1) of those open when the shutdown
@@ -205,6 +202,13 @@ impl<S: Socket> Engine<S> {
     pub fn handle_shutdown(&mut self, now: u32, share: f64) {
         self.now = now;
         self.drain_to(share);
+        self.settle();
+    }
+
+    /// The epilogue of every entry point above: the work a transport defers to the end of
+    /// an engine call runs here, once. HTTP/2 is the one that defers: its streams' bytes are
+    /// framed within the flow-control windows after everything of the call has written.
+    fn settle(&mut self) {
         self.h2_pump();
     }
 

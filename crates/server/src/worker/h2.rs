@@ -323,7 +323,15 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// Frames what the streams of the connections in `h2_dirty` wrote, within the windows.
+    /// Socket `k` took bytes: if it is an HTTP/2 connection, its streams may frame more.
+    pub(crate) fn h2_writable(&mut self, k: u32) {
+        if self.side.h2().contains_key(&k) {
+            self.scratch.h2_dirty.push(k);
+        }
+    }
+
+    /// Frames what the streams of the connections in `h2_dirty` wrote, within the windows
+    /// (from the engine's epilogue only).
     pub(crate) fn h2_pump(&mut self) {
         if self.scratch.h2_dirty.is_empty() {
             return;

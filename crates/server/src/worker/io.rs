@@ -259,6 +259,7 @@ impl<S: Socket> Engine<S> {
 
     pub(crate) fn on_writable(&mut self, k: u32) {
         self.flush(k, None);
+        self.h2_writable(k);
     }
 
     /// Writes what a connection owes, then applies the closing and backlog rules.
