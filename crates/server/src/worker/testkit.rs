@@ -198,10 +198,8 @@ impl Harness {
             None => (None, None),
         };
         let config_copy = config.clone();
-        let any_hook = config.hook_connect_url.is_some()
-            || config.hook_subscribe_url.is_some()
-            || config.hook_publish_url.is_some();
-        let (hooks, hook_jobs) = if any_hook {
+        // Hooks are on when production turns them on (a webhook alone included).
+        let (hooks, hook_jobs) = if crate::hooks::Hooks::configured(&config) {
             let (h, j) = crate::hooks::Hooks::detached(&config, &inbox, &metrics);
             (Some(h), Some(j))
         } else {

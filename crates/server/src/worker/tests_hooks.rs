@@ -234,3 +234,17 @@ fn cached_answers_are_reused_and_refusals_only_briefly() {
     h.send_frame(&d, OpCode::Text, br#"{"type":"subscribe","topic":"x"}"#);
     assert!(h.next_hook_call().is_some(), "the cached refusal expired");
 }
+
+#[test]
+fn a_webhook_alone_turns_hooks_on_in_the_test_kit_as_in_production() {
+    // Before the kit and the server decided it the same way, only a hook URL did.
+    let config = Config {
+        webhook_url: Some("http://127.0.0.1:9/events".into()),
+        ..Config::default()
+    };
+    assert!(crate::hooks::Hooks::configured(&config));
+    let h = Harness::new(config);
+    assert!(h.shared.hooks.is_some());
+    let h = Harness::new(Config::default());
+    assert!(h.shared.hooks.is_none());
+}
