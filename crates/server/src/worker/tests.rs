@@ -523,3 +523,24 @@ fn connection_over_the_per_address_limit_is_refused_with_429() {
     assert!(third.take().is_empty());
     assert_eq!(h.counts(), [1, 0, 0, 0, 0, 0, 1, 1]);
 }
+
+#[test]
+fn a_grip_signature_is_made_at_the_engines_clock() {
+    let mut h = Harness::with_grip(Config::default(), "*,sig_key=s3cret 127.0.0.1:9\n");
+    h.advance(7);
+    let c = h.connect();
+    h.send(&c, b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+    let job = h.next_job().unwrap();
+    let text = String::from_utf8(job.request).unwrap();
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Grip-Sig: "))
+        .expect("a Grip-Sig header");
+    let now = super::testkit::UNIX_BASE + 7;
+    let claims = clarion_proto::grip::sig::verify(token, b"s3cret", now).unwrap();
+    // Before the engine passed its clock in, the wall clock was read here.
+    assert_eq!(
+        claims.exp,
+        now + crate::config::limits::GRIP_SIG_LIFETIME_SECS
+    );
+}

@@ -348,6 +348,7 @@ impl<S: Socket> Engine<S> {
         let Some(proxy) = shared.grip.as_ref() else {
             return;
         };
+        let unix_now = self.unix_now();
         let Some(g) = self.side.grip_mut().get_mut(&k) else {
             return;
         };
@@ -359,7 +360,11 @@ impl<S: Socket> Engine<S> {
             return;
         }
         let events = std::mem::take(&mut b.pending);
-        let request = event_request(b, proxy.route_signature(route).as_deref(), &events);
+        let request = event_request(
+            b,
+            proxy.route_signature(route, unix_now).as_deref(),
+            &events,
+        );
         b.in_flight = true;
         b.last_request = self.now;
         self.submit(k, ticket, route, request, false, true);

@@ -205,7 +205,11 @@ impl<S: Socket> Engine<S> {
             });
             let mut open = Vec::new();
             proto::write_event(&mut open, &WsEvent::Open);
-            let request = event_request(&bridge, proxy.signature(route).as_deref(), &open);
+            let request = event_request(
+                &bridge,
+                proxy.signature(route, self.unix_now()).as_deref(),
+                &open,
+            );
             let protocols = upgrade.protocols.iter().map(|p| p.to_string()).collect();
             (
                 request,
@@ -216,7 +220,7 @@ impl<S: Socket> Engine<S> {
                 }),
             )
         } else {
-            let sig = proxy.signature(route);
+            let sig = proxy.signature(route, self.unix_now());
             let sig: Vec<(&str, &str)> = sig.iter().map(|s| ("Grip-Sig", s.as_str())).collect();
             let mut request = match request_start(head.method, &sig) {
                 Ok(r) => r,

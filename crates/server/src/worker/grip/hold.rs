@@ -426,7 +426,7 @@ impl<S: Socket> Engine<S> {
             .shared
             .grip
             .as_ref()
-            .and_then(|p| p.route_signature(g.route));
+            .and_then(|p| p.route_signature(g.route, self.unix_now()));
         let request = event_request(&b, sig.as_deref(), &b.pending);
         self.submit(k, g.ticket, g.route, request, false, false);
     }
