@@ -48,6 +48,8 @@ mod tests_auth;
 #[cfg(test)]
 mod tests_h2;
 #[cfg(test)]
+mod tests_h2_pump;
+#[cfg(test)]
 mod tests_handover_state;
 #[cfg(test)]
 mod tests_hooks;

@@ -43,7 +43,7 @@ fn block(fields: &[(&str, &str)]) -> Vec<u8> {
     b
 }
 
-fn get(out: &mut Vec<u8>, stream: u32, path: &str, end_stream: bool) {
+pub(super) fn get(out: &mut Vec<u8>, stream: u32, path: &str, end_stream: bool) {
     let b = block(&[
         (":method", "GET"),
         (":scheme", "http"),
