@@ -366,9 +366,20 @@ impl<S: Socket> Engine<S> {
     /// One pass over connection `p`'s streams; `true` if it stopped at [`PUMP_BYTES`] with
     /// streams left to frame.
     fn h2_pump_one(&mut self, p: u32) -> bool {
-        let owed = match self.conns.get(p as usize) {
-            Some(c) if c.state == State::H2 => c.backlog_bytes(),
-            _ => return false,
+        let owed = match self.conns.get(p as usize).map(|c| (c.state, c)) {
+            Some((State::H2, c)) => c.backlog_bytes(),
+            // Closing (its GOAWAY is out), or the key serves another record by now.
+            Some((
+                State::Http
+                | State::Ws(_)
+                | State::Sse(_)
+                | State::Stream(_)
+                | State::Poll(_)
+                | State::Proxy
+                | State::Closing { .. },
+                _,
+            ))
+            | None => return false,
         };
         if owed > PUMP_BYTES {
             return false; // The socket's writable event pumps again.
