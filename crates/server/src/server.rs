@@ -15,7 +15,7 @@
 //! for the group's `/metrics` and `/healthz` ([`crate::group`]).
 
 use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -28,7 +28,7 @@ use crate::group::Member;
 use crate::hub::Inbox;
 use crate::log;
 use crate::metrics::{CloseReason, Metrics};
-use crate::worker::{bind_listeners, Shared, Worker, WAKER};
+use crate::worker::{bind_listeners, Modes, Shared, Worker, WAKER};
 
 /// Runs the server until a termination signal has been handled.
 pub fn run(config: Config) -> anyhow::Result<()> {
@@ -186,22 +186,14 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
     let presence = crate::presence::Presence::from_config(&config, Arc::clone(&metrics), clustered)
         .map_err(|e| anyhow::anyhow!(e))?
         .map(Arc::new);
-    let shared = Arc::new(Shared {
-        broker,
-        config,
-        metrics,
-        stopping: AtomicBool::new(false),
-        restarting: AtomicBool::new(false),
-        open: AtomicUsize::new(0),
-        cap,
-        per_address: Default::default(),
+    let modes = Modes {
         tls,
         grip,
         auth,
         hooks,
         presence,
-        handover: Default::default(),
-    });
+    };
+    let shared = Arc::new(Shared::new(config, broker, metrics, cap, modes));
 
     // Register signals before announcing readiness, so an early SIGTERM is never lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR2])

@@ -319,16 +319,31 @@ fn file_module(src: &Path, file: &Path) -> Option<Vec<String>> {
 }
 
 /// The code of a file without comments and without its unit tests (the `#[cfg(test)]` module
-/// at the bottom, whose `super::` is the file itself).
+/// at the bottom, whose `super::` is the file itself, with or without more attributes).
 fn code_of(text: &str) -> String {
-    let body = text
-        .split("\n#[cfg(test)]\nmod tests")
-        .next()
-        .unwrap_or(text);
+    let body = unit_tests_at(text).map_or(text, |at| &text[..at]);
     body.lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Where a file's unit-test module starts: `#[cfg(test)]`, any further attribute lines, then
+/// `mod tests`.
+fn unit_tests_at(text: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find("\n#[cfg(test)]\n") {
+        let at = from + i;
+        let mut rest = &text[at + "\n#[cfg(test)]\n".len()..];
+        while rest.starts_with("#[") {
+            rest = rest.split_once('\n').map_or("", |(_, r)| r);
+        }
+        if rest.starts_with("mod tests") {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 /// The paths a file names, resolved against its own module: `crate::a::b`, `super::c` (the
@@ -491,6 +506,88 @@ fn nested_use_groups_name_each_of_their_modules() {
             "worker::state::Kind",
             "worker::io",
         ]
+    );
+}
+
+/// The engine's core files: the record, the states, and the engine that holds them.
+const CORE: &[&str] = &["worker::engine", "worker::conn", "worker::state"];
+/// What the core must not name: the worker's features and its shell (`worker/mod.rs`), through
+/// which every feature is reachable.
+const ABOVE_CORE: &[&str] = &[
+    "worker",
+    "worker::transport",
+    "worker::grip",
+    "worker::presence",
+    "worker::h2",
+    "worker::shutdown",
+];
+
+/// The edges from a core file up to a feature or the shell, as `from -> to`.
+fn core_breaks(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let above = |dep: &str| {
+        ABOVE_CORE.iter().any(|f| {
+            dep == *f || (*f != "worker" && dep.starts_with(f) && dep[f.len()..].starts_with("::"))
+        })
+    };
+    let mut out = Vec::new();
+    for core in CORE {
+        for dep in graph.get(*core).into_iter().flatten() {
+            if above(dep) {
+                out.push(format!("{core} -> {dep}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_engine_core_names_no_feature_of_the_worker() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = file_graph(&src);
+    for core in CORE {
+        assert!(graph.contains_key(*core), "the core file {core} moved");
+    }
+    let broken = core_breaks(&graph);
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
+#[test]
+fn unit_tests_are_found_under_more_attributes() {
+    let text = "use a::b;\n#[cfg(test)]\n#[allow(clippy::unwrap_used)]\nmod tests {\n    use super::*;\n}\n";
+    assert_eq!(code_of(text).trim(), "use a::b;");
+    assert_eq!(
+        code_of("use a::b;\n#[cfg(test)]\nmod tests {}\n").trim(),
+        "use a::b;"
+    );
+}
+
+#[test]
+fn the_core_rule_finds_a_planted_feature_import() {
+    let module = vec!["worker".to_owned(), "engine".to_owned()];
+    let code = "use super::conn::Conn;\nuse crate::worker::{h2::H2, state::{Kind, State}};\nuse super::Shared;";
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let known = [
+        "worker",
+        "worker::conn",
+        "worker::h2",
+        "worker::state",
+        "worker::engine",
+    ];
+    for path in named_paths(code, &module) {
+        let owner = (1..=path.len())
+            .rev()
+            .map(|n| path[..n].join("::"))
+            .find(|p| known.contains(&p.as_str()));
+        if let Some(owner) = owner {
+            graph
+                .entry("worker::engine".into())
+                .or_default()
+                .insert(owner);
+        }
+    }
+    assert_eq!(
+        core_breaks(&graph),
+        vec!["worker::engine -> worker", "worker::engine -> worker::h2"]
     );
 }
 

@@ -14,7 +14,6 @@ pub mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use clarion_proto::grip::publish::{
     HttpResponse, HttpResponseFormat, HttpStreamFormat, WsMessage, WsMessageFormat,
@@ -116,18 +115,16 @@ impl Proxy {
         self.next.fetch_add(1, Relaxed)
     }
 
-    /// `Grip-Sig` for a request of the route at `index` in [`Proxy::routes`].
-    pub fn route_signature(&self, index: u32) -> Option<String> {
-        self.signature(self.routes.get(index as usize)?)
+    /// `Grip-Sig` for a request of the route at `index` in [`Proxy::routes`], made at `now`.
+    pub fn route_signature(&self, index: u32, now: u64) -> Option<String> {
+        self.signature(self.routes.get(index as usize)?, now)
     }
 
-    /// `Grip-Sig` for a request of `route`, valid for an hour, or `None` when nothing signs.
-    pub fn signature(&self, route: &Route) -> Option<String> {
+    /// `Grip-Sig` for a request of `route` made at `now` (Unix seconds, from the caller's
+    /// clock: the engine passes its own), valid for an hour, or `None` when nothing signs.
+    pub fn signature(&self, route: &Route, now: u64) -> Option<String> {
         let key = route.sig_key.as_deref().or(self.sig_key.as_deref())?;
         let iss = route.sig_iss.as_deref().unwrap_or(&self.sig_iss);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         Some(clarion_proto::grip::sig::sign(
             key,
             iss,

@@ -166,10 +166,10 @@ impl Hooks {
             parse(&config.hook_subscribe_url)?,
             parse(&config.hook_publish_url)?,
         );
-        let any_hook = connect.is_some() || subscribe.is_some() || publish.is_some();
-        if !any_hook && config.webhook_url.is_none() {
+        if !Hooks::configured(config) {
             return Ok(None);
         }
+        let any_hook = connect.is_some() || subscribe.is_some() || publish.is_some();
         let limits = Limits {
             timeout: Duration::from_millis(config.hook_timeout_ms),
             max_body: config.hook_max_answer,
@@ -205,6 +205,15 @@ impl Hooks {
             );
         }
         Ok(Some(hooks))
+    }
+
+    /// Whether `config` turns hooks on: a hook URL, or a webhook alone. The server and the
+    /// engine test kit decide it here, the same way.
+    pub fn configured(config: &Config) -> bool {
+        config.hook_connect_url.is_some()
+            || config.hook_subscribe_url.is_some()
+            || config.hook_publish_url.is_some()
+            || config.webhook_url.is_some()
     }
 
     /// Hooks over an existing pool (tests give a pool without threads).

@@ -4,6 +4,7 @@
 //! to answer an `EventSource` in a way it retries.
 //!
 //! The listener itself belongs to the shell in [`super`].
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;

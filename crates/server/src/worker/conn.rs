@@ -9,6 +9,7 @@
 //! only when the socket can take them, so a slow secure subscriber pins references to shared
 //! frames, not private ciphertext copies. Only ciphertext already made and refused by the
 //! kernel is kept per connection (`Session::unsent`).
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -83,7 +84,7 @@ impl Subs {
                     _ => Subs::Many(v),
                 }
             }
-            other => other,
+            other @ (Subs::None | Subs::One(_)) => other,
         };
     }
 

@@ -5,6 +5,7 @@
 //!
 //! The one dispatch on a subscriber's state for deliveries is [`Engine::deliver_batch`]; this
 //! module does not encode messages (that is done once per message in [`crate::message`]).
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::Arc;
 
@@ -19,12 +20,12 @@ use crate::worker::transport::poll::{advance_cursor, messages_body};
 impl<S: Socket> Engine<S> {
     /// Writes every message waiting in the inbox to its local subscribers.
     pub(crate) fn drain_inbox(&mut self) {
-        let mut batch = std::mem::take(&mut self.spare);
+        let mut batch = std::mem::take(&mut self.fanout.spare);
         self.inbox.take(&mut batch);
         if !batch.is_empty() {
             self.deliver_batch(&mut batch);
         }
-        self.spare = batch;
+        self.fanout.spare = batch;
     }
 
     /// Delivers `batch` (in publish order) to local subscribers and empties it. A single message
@@ -59,12 +60,12 @@ impl<S: Socket> Engine<S> {
                 // Each fan-out starts somewhere else in the list, so that over a ticker's
                 // messages no subscriber is always first (or always last, a whole fan-out behind).
                 let subs = self.index.subscribers(&first.topic);
-                let start = fanout_start(self.fanout_turn, subs.len());
-                self.fanout_turn = self.fanout_turn.wrapping_add(1);
+                let start = fanout_start(self.fanout.turn, subs.len());
+                self.fanout.turn = self.fanout.turn.wrapping_add(1);
                 targets.extend_from_slice(subs.get(start..).unwrap_or_default());
                 targets.extend_from_slice(subs.get(..start).unwrap_or_default());
             }
-            let batched = self.batch.is_some() && targets.len() > 1;
+            let batched = self.fanout.batch.is_some() && targets.len() > 1;
             for &k in &targets {
                 let dedicated = self
                     .conns
@@ -112,7 +113,7 @@ impl<S: Socket> Engine<S> {
                     // Output counts as activity for the keep-alive timer of HTTP streams.
                     conn.last_seen = self.now;
                 }
-                let settings = self.deflate_settings;
+                let settings = self.frames.deflate_settings;
                 if let Form::Dedicated { envelope } = form {
                     // Compressed for this connection alone, in order, with its own context.
                     let own: Vec<Arc<[u8]>> = run
@@ -132,7 +133,7 @@ impl<S: Socket> Engine<S> {
                     let frame = pick(msg, form, &settings);
                     if batched && conn.sends_directly() {
                         // Written with the rest of the fan-out, below.
-                        self.fanout.push((k, Arc::clone(frame)));
+                        self.fanout.pending.push((k, Arc::clone(frame)));
                     } else {
                         self.deliver(k, frame);
                     }
@@ -141,7 +142,7 @@ impl<S: Socket> Engine<S> {
                     frames.extend(run.iter().map(|m| pick(m, form, &settings)));
                     self.deliver_all(k, &frames);
                 }
-                self.tally.delivered += run.len() as u64;
+                self.scratch.tally.delivered += run.len() as u64;
             }
             // Before the next run: a subscriber of both topics gets this run's message first.
             self.write_fanout();
@@ -165,14 +166,15 @@ impl<S: Socket> Engine<S> {
                 for k in polls.drain(..) {
                     // A poll on several topics of a clustered broker carries one id per topic.
                     let own = self
-                        .polls
+                        .side
+                        .polls()
                         .get(&k)
                         .and_then(|h| advance_cursor(&h.cursor, &first.topic, &cursor));
                     match own {
                         Some(c) => self.answer_poll(k, &body_with(&c)),
                         None => self.answer_poll(k, &body),
                     }
-                    self.tally.delivered += run.len() as u64;
+                    self.scratch.tally.delivered += run.len() as u64;
                 }
             }
         }

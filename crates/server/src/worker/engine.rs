@@ -6,7 +6,6 @@
 //! The engine never reads a clock and never polls: that is what lets its connection logic run
 //! in memory under simulated time in tests.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -14,12 +13,13 @@ use slab::Slab;
 
 use super::conn::Conn;
 use super::index::TopicIndex;
+use super::shared::Shared;
+use super::side::Side;
 use super::socket::Socket;
-use super::Shared;
+use super::state::Exit;
 use crate::hub::Inbox;
 use crate::message::Published;
 use crate::metrics::CloseReason;
-use crate::worker::transport::poll::PollHold;
 
 /// Byte counts gathered during one loop iteration and added to the shared metrics once.
 #[derive(Default)]
@@ -29,71 +29,63 @@ pub(crate) struct Tally {
     pub(crate) delivered: u64,
 }
 
-/// One worker's connections and everything they share.
-pub struct Engine<S: Socket = mio::net::TcpStream> {
-    pub(crate) id: usize,
-    pub(crate) conns: Slab<Conn<S>>,
-    pub(crate) index: TopicIndex,
-    /// Shared by every connection of this worker: reads land here and are parsed in place.
+/// What one loop iteration reads into and counts, and the work it leaves to the next: shared
+/// by every connection of the worker.
+pub(crate) struct Scratch {
+    /// Reads land here and are parsed in place.
     pub(crate) read_buf: Vec<u8>,
-    /// Decrypted bytes of one TLS read, and the handshake records it produced (shared by every
-    /// TLS connection of this worker).
+    /// Decrypted bytes of one TLS read, and the handshake records it produced.
     pub(crate) plain_buf: Vec<u8>,
     pub(crate) handshake_buf: Vec<u8>,
-    pub(crate) inbox: Arc<Inbox>,
-    pub(crate) shared: Arc<Shared>,
-    /// The coarse clock: seconds since the worker started, as the shell last passed it in.
-    pub(crate) now: u32,
+    /// Connections whose read budget ran out; read again next iteration.
+    pub(crate) more_to_read: Vec<u32>,
+    /// HTTP/2 connections whose streams wrote since the last pump.
+    pub(crate) h2_dirty: Vec<u32>,
+    pub(crate) tally: Tally,
+}
+
+/// Encodings made once and shared by every connection.
+pub(crate) struct Frames {
     /// An empty Ping frame, shared by every keep-alive ping.
     pub(crate) ping_frame: Arc<[u8]>,
     /// An SSE comment and an empty NDJSON line (as a chunk): keep-alives for HTTP streams.
     pub(crate) sse_keepalive: Arc<[u8]>,
     pub(crate) stream_keepalive: Arc<[u8]>,
-    /// Held long-polls, by slab key. Only polls pay for this entry, not idle connections.
-    pub(crate) polls: HashMap<u32, PollHold>,
-    /// GRIP connections' state beyond their record, by slab key (proxy mode only).
-    pub(crate) grip: HashMap<u32, crate::worker::grip::conn::GripConn>,
-    /// Inflaters of clients that compress with context takeover, created when such a client
-    /// first sends a compressed message. Clarion answers `client_no_context_takeover` to every
-    /// offer, so only a connection agreed by an older version (and handed over) has one.
-    pub(crate) inflaters: HashMap<u32, clarion_proto::ws::deflate::Inflater>,
-    /// Dedicated-mode compressors, created at a connection's first compressed delivery.
-    pub(crate) deflaters: HashMap<u32, clarion_proto::ws::deflate::Compressor>,
     /// How shared compressed frames are made.
     pub(crate) deflate_settings: crate::message::DeflateSettings,
-    /// Recycled vector for inbox swaps.
-    pub(crate) spare: Vec<Arc<Published>>,
-    /// Connections whose read budget ran out; read again next iteration.
-    pub(crate) more_to_read: Vec<u32>,
-    pub(crate) tally: Tally,
+}
+
+/// What a fan-out of published messages reuses from one to the next ([`super::deliver`]).
+pub(crate) struct Fanout<S: Socket> {
     /// Counts fan-outs: each starts at another place in its topic's subscriber list (see
     /// `deliver::fanout_start`).
-    pub(crate) fanout_turn: u32,
+    pub(crate) turn: u32,
     /// What writes a fan-out in one submission (the real socket's io_uring), when there is one:
-    /// single-message deliveries are then gathered in `fanout` and written together.
+    /// single-message deliveries are then gathered in `pending` and written together.
     pub(crate) batch: Option<S::Batch>,
-    pub(crate) fanout: Vec<(u32, Arc<[u8]>)>,
-    pub(crate) fanout_results: Vec<std::io::Result<usize>>,
-    /// Authenticated connections' expiry and grants, by slab key (auth configured only).
-    pub(crate) grants: crate::auth::grants::GrantStore,
+    pub(crate) pending: Vec<(u32, Arc<[u8]>)>,
+    pub(crate) results: Vec<std::io::Result<usize>>,
+    /// Recycled vector for inbox swaps.
+    pub(crate) spare: Vec<Arc<Published>>,
+}
+
+/// One worker's connections and everything they share.
+pub struct Engine<S: Socket = mio::net::TcpStream> {
+    pub(crate) id: usize,
+    pub(crate) conns: Slab<Conn<S>>,
+    pub(crate) index: TopicIndex,
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) shared: Arc<Shared>,
+    /// The coarse clock: seconds since the worker started, as the shell last passed it in.
+    pub(crate) now: u32,
+    /// What connections hold outside their record, every table of it ([`super::side`]).
+    pub(crate) side: Side,
+    pub(crate) scratch: Scratch,
+    pub(crate) frames: Frames,
+    pub(crate) fanout: Fanout<S>,
     /// The Unix time (seconds) of the coarse clock's second 0, set by the shell: token
     /// expiry is wall-clock time, the sweep runs on `now`.
     pub(crate) unix_base: u64,
-    /// Requests and messages waiting for a backend hook, and what hooks said (hooks only).
-    pub(crate) hooks: crate::worker::transport::hooks::HookTable,
-    /// Connections in presence rooms: identities, rooms, event listeners.
-    pub(crate) presence: crate::worker::presence::PresenceConns,
-    /// A shutdown telling its connections to go over `drain_period` ([`super::shutdown`]).
-    pub(crate) drain: Option<Box<super::shutdown::Drain>>,
-    /// HTTP/2 connections' protocol state, by slab key ([`super::h2`]).
-    pub(crate) h2: HashMap<u32, Box<super::h2::H2>>,
-    /// HTTP/2 stream records: their connection's key and their stream id.
-    pub(crate) h2_streams: HashMap<u32, (u32, u32)>,
-    /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
-    /// `h2_max_streams` by the engine itself ([`super::h2`]).
-    pub(crate) h2_records: HashMap<u32, u32>,
-    /// HTTP/2 connections whose streams wrote since the last pump.
-    pub(crate) h2_dirty: Vec<u32>,
     /// Connections are being lifted out for a new process, or taken from an old one: their
     /// topics change hands without occupancy webhooks ([`super::handover`]).
     pub(crate) handing_over: bool,
@@ -102,26 +94,17 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
 impl<S: Socket> Engine<S> {
     /// An engine for worker `id`, whose hub deliveries arrive in `inbox`.
     pub fn new(id: usize, inbox: Arc<Inbox>, shared: Arc<Shared>) -> Engine<S> {
-        let read_buf = vec![0; shared.config.read_buffer];
-        // Only servers with authentication reserve the table (see `GrantStore::with_capacity`).
-        let grants = match shared.auth {
-            Some(_) => crate::auth::grants::GrantStore::with_capacity(shared.cap),
-            None => Default::default(),
-        };
-        let deflate_settings = crate::message::DeflateSettings {
-            threshold: shared.config.compression_threshold,
-            level: shared.config.compression_level,
-        };
-        Engine {
-            id,
-            conns: Slab::new(),
-            index: TopicIndex::default(),
-            read_buf,
+        let scratch = Scratch {
+            read_buf: vec![0; shared.config.read_buffer],
             plain_buf: Vec::new(),
             handshake_buf: Vec::new(),
-            inbox,
-            shared,
-            now: 0,
+            more_to_read: Vec::new(),
+            h2_dirty: Vec::new(),
+            tally: Tally::default(),
+        };
+        // Only servers with authentication reserve the grants (see `GrantStore::with_capacity`).
+        let side = Side::new(shared.auth.as_ref().map(|_| shared.cap));
+        let frames = Frames {
             ping_frame: clarion_proto::ws::frame::encode_frame(
                 clarion_proto::ws::OpCode::Ping,
                 b"",
@@ -133,27 +116,29 @@ impl<S: Socket> Engine<S> {
                 clarion_proto::http1::write_chunk(&mut v, b"\n");
                 v.into()
             },
-            polls: HashMap::new(),
-            grip: HashMap::new(),
-            inflaters: HashMap::new(),
-            deflaters: HashMap::new(),
-            deflate_settings,
-            spare: Vec::new(),
-            more_to_read: Vec::new(),
-            tally: Tally::default(),
-            fanout_turn: 0,
-            batch: None,
-            fanout: Vec::new(),
-            fanout_results: Vec::new(),
-            grants,
+            deflate_settings: crate::message::DeflateSettings {
+                threshold: shared.config.compression_threshold,
+                level: shared.config.compression_level,
+            },
+        };
+        Engine {
+            id,
+            conns: Slab::new(),
+            index: TopicIndex::default(),
+            inbox,
+            shared,
+            now: 0,
+            side,
+            scratch,
+            frames,
+            fanout: Fanout {
+                turn: 0,
+                batch: None,
+                pending: Vec::new(),
+                results: Vec::new(),
+                spare: Vec::new(),
+            },
             unix_base: 0,
-            hooks: Default::default(),
-            presence: Default::default(),
-            drain: None,
-            h2: HashMap::new(),
-            h2_streams: HashMap::new(),
-            h2_records: HashMap::new(),
-            h2_dirty: Vec::new(),
             handing_over: false,
         }
     }
@@ -170,33 +155,30 @@ impl<S: Socket> Engine<S> {
 
     /// Whether some connection's read budget ran out: the shell should not sleep.
     pub fn wants_read(&self) -> bool {
-        !self.more_to_read.is_empty() || !self.h2_dirty.is_empty()
+        !self.scratch.more_to_read.is_empty() || !self.scratch.h2_dirty.is_empty()
     }
 
     /// Reads the connections whose budget ran out last time.
     pub fn read_more(&mut self, now: u32) {
         self.now = now;
-        for k in std::mem::take(&mut self.more_to_read) {
+        for k in std::mem::take(&mut self.scratch.more_to_read) {
             self.on_readable(k);
         }
-        self.h2_pump();
+        self.settle();
     }
 
     /// A socket is readable (or hung up): read it.
     pub fn handle_readable(&mut self, k: u32, now: u32) {
         self.now = now;
         self.on_readable(k);
-        self.h2_pump();
+        self.settle();
     }
 
     /// A socket is writable: write what it owes.
     pub fn handle_writable(&mut self, k: u32, now: u32) {
         self.now = now;
         self.on_writable(k);
-        if self.h2.contains_key(&k) {
-            self.h2_dirty.push(k);
-        }
-        self.h2_pump();
+        self.settle();
     }
 
     /// Applies backend answers (GRIP) and delivers what the hub handed to this worker.
@@ -205,15 +187,14 @@ impl<S: Socket> Engine<S> {
         self.grip_answers();
         self.hook_answers();
         self.drain_inbox();
-        self.h2_pump();
+        self.settle();
     }
 
     /// Once per second of `now`: the timers (see [`super::timers`]).
     pub fn handle_tick(&mut self, now: u32) {
         self.now = now;
         self.sweep();
-        self.h2_sweep();
-        self.h2_pump();
+        self.settle();
     }
 
     /// Tells connections to go, up to `share` (0 to 1) of those open when the shutdown
@@ -221,6 +202,13 @@ impl<S: Socket> Engine<S> {
     pub fn handle_shutdown(&mut self, now: u32, share: f64) {
         self.now = now;
         self.drain_to(share);
+        self.settle();
+    }
+
+    /// The epilogue of every entry point above: the work a transport defers to the end of
+    /// an engine call runs here, once. HTTP/2 is the one that defers: its streams' bytes are
+    /// framed within the flow-control windows after everything of the call has written.
+    fn settle(&mut self) {
         self.h2_pump();
     }
 
@@ -232,21 +220,31 @@ impl<S: Socket> Engine<S> {
         self.flush_tally();
     }
 
-    /// Drops what a connection may hold outside its record (a held poll, compression state).
-    pub(crate) fn forget_side_state(&mut self, k: u32) {
-        self.grip_forget(k);
-        self.polls.remove(&k);
-        self.inflaters.remove(&k);
-        self.deflaters.remove(&k);
-        self.grants.clear(k);
-        self.hooks.forget(k);
+    /// Drops everything connection `k` holds outside its record ([`Side::forget`]), and
+    /// finishes what the features owning those tables must still do: its HTTP/2 streams end
+    /// (see [`Exit`]), a bridged WebSocket's backend hears it left, its presence rooms forget it.
+    pub(crate) fn forget_side_state(&mut self, k: u32, exit: Exit) {
+        match exit {
+            Exit::Gone => self.h2_forget(k),
+            // An HTTP/2 connection's streams end with it; a closing stream record keeps its
+            // link until its connection has framed its last bytes.
+            Exit::Closing if self.side.h2().contains_key(&k) => self.h2_forget(k),
+            Exit::Closing | Exit::Moved => {}
+        }
+        let forgotten = self.side.forget(k);
+        if let Some(g) = forgotten.grip {
+            self.grip_left(k, g);
+        }
         self.presence_forget(k);
     }
 
     /// The record that owns `k`'s socket: `k` itself, or for an HTTP/2 stream (which has no
     /// socket) its connection.
     pub(crate) fn socket_owner(&self, k: u32) -> u32 {
-        self.h2_streams.get(&k).map_or(k, |&(parent, _)| parent)
+        self.side
+            .h2_streams()
+            .get(&k)
+            .map_or(k, |&(parent, _)| parent)
     }
 
     /// The client's address for `k`, on every transport: an HTTP/2 stream's is its
@@ -276,7 +274,7 @@ impl<S: Socket> Engine<S> {
     }
 
     pub(crate) fn flush_tally(&mut self) {
-        let t = std::mem::take(&mut self.tally);
+        let t = std::mem::take(&mut self.scratch.tally);
         let m = &self.shared.metrics;
         if t.bytes_in > 0 {
             m.bytes_in.fetch_add(t.bytes_in, Relaxed);

@@ -18,6 +18,7 @@
 //! [`Engine::h2_records`], so that no connection holds more records than `h2_max_streams`,
 //! whatever the protocol state says (see `tests_h2.rs`, which checks it after every step of
 //! random frame sequences).
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -89,7 +90,7 @@ impl<S: Socket> Engine<S> {
         });
         let mut out = Vec::with_capacity(64);
         conn.start(&mut out);
-        self.h2.insert(
+        self.side.h2_mut().insert(
             k,
             Box::new(H2 {
                 conn,
@@ -116,7 +117,7 @@ impl<S: Socket> Engine<S> {
 
     /// Frames from the client: returns the bytes used (the rest is an incomplete frame).
     pub(crate) fn on_h2(&mut self, k: u32, data: &mut [u8]) -> usize {
-        let Some(mut h) = self.h2.remove(&k) else {
+        let Some(mut h) = self.side.h2_mut().remove(&k) else {
             return data.len();
         };
         let (mut out, mut events) = (Vec::new(), Vec::new());
@@ -163,8 +164,8 @@ impl<S: Socket> Engine<S> {
             (true, None) => Some(self.now),
             (false, _) => None,
         };
-        self.h2.insert(k, h);
-        self.h2_dirty.push(k);
+        self.side.h2_mut().insert(k, h);
+        self.scratch.h2_dirty.push(k);
         if !out.is_empty() {
             self.write_to(k, &Arc::from(out), Some(self.h2_cap()));
         }
@@ -213,7 +214,7 @@ impl<S: Socket> Engine<S> {
     /// [`Self::h2_unlink`], the only place [`Engine::h2_streams`] and
     /// [`Engine::h2_records`] change.
     pub(crate) fn h2_link(&mut self, child: u32, parent: u32, stream: u32) {
-        if let Some(old) = self.h2_streams.insert(child, (parent, stream)) {
+        if let Some(old) = self.side.h2_streams_mut().insert(child, (parent, stream)) {
             self.h2_count(old.0, false);
         } else {
             self.shared.metrics.h2_streams.fetch_add(1, Relaxed);
@@ -223,7 +224,7 @@ impl<S: Socket> Engine<S> {
 
     /// Unlinks stream record `child`; its connection's key and stream id, if it was one.
     pub(crate) fn h2_unlink(&mut self, child: u32) -> Option<(u32, u32)> {
-        let (parent, stream) = self.h2_streams.remove(&child)?;
+        let (parent, stream) = self.side.h2_streams_mut().remove(&child)?;
         self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
         self.h2_count(parent, false);
         Some((parent, stream))
@@ -231,25 +232,28 @@ impl<S: Socket> Engine<S> {
 
     fn h2_count(&mut self, parent: u32, up: bool) {
         if up {
-            *self.h2_records.entry(parent).or_insert(0) += 1;
-        } else if let Some(n) = self.h2_records.get_mut(&parent) {
+            *self.side.h2_records_mut().entry(parent).or_insert(0) += 1;
+        } else if let Some(n) = self.side.h2_records_mut().get_mut(&parent) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                self.h2_records.remove(&parent);
+                self.side.h2_records_mut().remove(&parent);
             }
         }
     }
 
     /// The stream records connection `parent` holds.
     pub(crate) fn h2_records_of(&self, parent: u32) -> usize {
-        self.h2_records.get(&parent).map_or(0, |&n| n as usize)
+        self.side
+            .h2_records()
+            .get(&parent)
+            .map_or(0, |&n| n as usize)
     }
 
     /// `user`, the handle the protocol state has for `stream` of connection `k`, if it is
     /// still that stream's record: one dropped during this read (while the state was out of
     /// the table) stays bound there, and its key may serve another record by now.
     fn h2_child(&self, k: u32, stream: u32, user: Option<u32>) -> Option<u32> {
-        user.filter(|u| self.h2_streams.get(u) == Some(&(k, stream)))
+        user.filter(|u| self.side.h2_streams().get(u) == Some(&(k, stream)))
     }
 
     /// Request body bytes for a stream (WebSocket frames on a WebSocket stream).
@@ -278,8 +282,8 @@ impl<S: Socket> Engine<S> {
 
     /// A stream record wrote (or started closing): its connection has framing to do.
     pub(crate) fn h2_stream_wrote(&mut self, child: u32) {
-        if let Some(&(parent, _)) = self.h2_streams.get(&child) {
-            self.h2_dirty.push(parent);
+        if let Some(&(parent, _)) = self.side.h2_streams().get(&child) {
+            self.scratch.h2_dirty.push(parent);
         }
     }
 
@@ -294,7 +298,7 @@ impl<S: Socket> Engine<S> {
     /// connection takes its streams with it.
     pub(crate) fn h2_forget(&mut self, k: u32) {
         if let Some((parent, stream)) = self.h2_unlink(k) {
-            if let Some(h) = self.h2.get_mut(&parent) {
+            if let Some(h) = self.side.h2_mut().get_mut(&parent) {
                 let mut out = Vec::new();
                 h.conn.cancel(stream, ErrorCode::Cancel, &mut out);
                 if !out.is_empty() {
@@ -303,9 +307,10 @@ impl<S: Socket> Engine<S> {
             }
             return;
         }
-        if let Some(h) = self.h2.remove(&k) {
+        if let Some(h) = self.side.h2_mut().remove(&k) {
             let children: Vec<u32> = self
-                .h2_streams
+                .side
+                .h2_streams()
                 .iter()
                 .filter(|(_, (p, _))| *p == k)
                 .map(|(c, _)| *c)
@@ -314,16 +319,24 @@ impl<S: Socket> Engine<S> {
             for c in children {
                 self.drop_conn(c, CloseReason::Disconnected);
             }
-            self.h2_records.remove(&k);
+            self.side.h2_records_mut().remove(&k);
         }
     }
 
-    /// Frames what the streams of the connections in `h2_dirty` wrote, within the windows.
+    /// Socket `k` took bytes: if it is an HTTP/2 connection, its streams may frame more.
+    pub(crate) fn h2_writable(&mut self, k: u32) {
+        if self.side.h2().contains_key(&k) {
+            self.scratch.h2_dirty.push(k);
+        }
+    }
+
+    /// Frames what the streams of the connections in `h2_dirty` wrote, within the windows
+    /// (from the engine's epilogue only).
     pub(crate) fn h2_pump(&mut self) {
-        if self.h2_dirty.is_empty() {
+        if self.scratch.h2_dirty.is_empty() {
             return;
         }
-        let mut dirty = std::mem::take(&mut self.h2_dirty);
+        let mut dirty = std::mem::take(&mut self.scratch.h2_dirty);
         dirty.sort_unstable();
         dirty.dedup();
         for &p in &dirty {
@@ -341,26 +354,37 @@ impl<S: Socket> Engine<S> {
                 }
             }
             if more {
-                self.h2_dirty.push(p);
+                self.scratch.h2_dirty.push(p);
             }
         }
         dirty.clear();
-        if self.h2_dirty.is_empty() {
-            self.h2_dirty = dirty;
+        if self.scratch.h2_dirty.is_empty() {
+            self.scratch.h2_dirty = dirty;
         }
     }
 
     /// One pass over connection `p`'s streams; `true` if it stopped at [`PUMP_BYTES`] with
     /// streams left to frame.
     fn h2_pump_one(&mut self, p: u32) -> bool {
-        let owed = match self.conns.get(p as usize) {
-            Some(c) if c.state == State::H2 => c.backlog_bytes(),
-            _ => return false,
+        let owed = match self.conns.get(p as usize).map(|c| (c.state, c)) {
+            Some((State::H2, c)) => c.backlog_bytes(),
+            // Closing (its GOAWAY is out), or the key serves another record by now.
+            Some((
+                State::Http
+                | State::Ws(_)
+                | State::Sse(_)
+                | State::Stream(_)
+                | State::Poll(_)
+                | State::Proxy
+                | State::Closing { .. },
+                _,
+            ))
+            | None => return false,
         };
         if owed > PUMP_BYTES {
             return false; // The socket's writable event pumps again.
         }
-        let Some(mut h) = self.h2.remove(&p) else {
+        let Some(mut h) = self.side.h2_mut().remove(&p) else {
             return false;
         };
         h.conn.take_windows_opened();
@@ -371,7 +395,7 @@ impl<S: Socket> Engine<S> {
         for (stream, child) in streams {
             // A record dropped while the state was out of the table (during `on_h2`) left its
             // stream bound; its key may serve another stream or connection by now.
-            let ours = self.h2_streams.get(&child) == Some(&(p, stream));
+            let ours = self.side.h2_streams().get(&child) == Some(&(p, stream));
             let Some(c) = self.conns.get_mut(child as usize).filter(|_| ours) else {
                 h.conn.cancel(stream, ErrorCode::Cancel, &mut out);
                 continue;
@@ -404,7 +428,7 @@ impl<S: Socket> Engine<S> {
             h.conn.go_away(ErrorCode::NoError, &mut out);
         }
         let idle_goaway = h.conn.going_away() && h.conn.open_streams() == 0;
-        self.h2.insert(p, h);
+        self.side.h2_mut().insert(p, h);
         for child in finished {
             self.h2_unlink(child);
             self.conns.try_remove(child as usize);
@@ -422,19 +446,19 @@ impl<S: Socket> Engine<S> {
     /// the last frames of the streams told to end with it, and the connection closes once its
     /// streams have.
     pub(crate) fn h2_go_away(&mut self, k: u32) {
-        if let Some(h) = self.h2.get_mut(&k) {
+        if let Some(h) = self.side.h2_mut().get_mut(&k) {
             h.goaway_due = true;
-            self.h2_dirty.push(k);
+            self.scratch.h2_dirty.push(k);
         }
     }
 
-    /// Once a second: the flood budgets start again; a connection without a stream or a
+    /// The sweep's HTTP/2 part (see `super::timers`): the flood budgets start again; a connection without a stream or a
     /// request for `handshake_timeout` (PINGs do not count) is told to go, and one whose
     /// header block has not ended within it is ended (GOAWAY `PROTOCOL_ERROR`).
-    pub(crate) fn h2_sweep(&mut self) {
+    pub(crate) fn h2_timers(&mut self) {
         let limit = self.shared.config.handshake_timeout as u32;
         let (mut idle, mut late) = (Vec::new(), Vec::new());
-        for (&k, h) in self.h2.iter_mut() {
+        for (&k, h) in self.side.h2_mut().iter_mut() {
             h.conn.tick();
             if h.conn.open_streams() > 0 {
                 h.busy_at = self.now;

@@ -15,6 +15,7 @@
 //! streams (`super::handover_h2`); a stream that cannot move is refused (`REFUSED_STREAM`,
 //! which the client retries) and counted under its reason, while its connection moves. A
 //! connection a GRIP backend holds moves with its hold (`super::handover_grip`).
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering::Relaxed;
@@ -29,6 +30,7 @@ use mio::{Interest, Token};
 use super::conn::Conn;
 use super::grip::carried::CarriedGrip;
 use super::handover_state::CarriedMode;
+use super::side::{Blocker, Taken};
 use super::state::{Ext, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::tls::{Session, Unmovable};
 use super::transport::poll::PollHold;
@@ -417,10 +419,16 @@ impl Engine<mio::net::TcpStream> {
                 Unmovable::Keys => Fallback::TlsKeys,
             });
         }
-        if self.hooks.waiting_for(k) {
-            return Some(Fallback::HookWait);
+        // What it holds outside its record: a hook's answer, a GRIP hold, a presence poll.
+        if let Some(why) = self.side.blocker(k) {
+            return Some(match why {
+                Blocker::HookWait => Fallback::HookWait,
+                Blocker::GripBackend => Fallback::GripBackend,
+                Blocker::GripBridge => Fallback::GripBridge,
+                Blocker::PresencePoll => Fallback::ModeState,
+            });
         }
-        if let Some(why) = self.grip_blocker(k, conn.state) {
+        if let Some(why) = self.grip_blocker(conn.state) {
             return Some(why);
         }
         if s.presence.as_ref().is_some_and(|p| p.clustered()) {
@@ -458,10 +466,6 @@ impl Engine<mio::net::TcpStream> {
                 continue;
             }
             let (topics, poll) = self.followed(k);
-            if self.polls.get(&k).is_some_and(|h| h.presence) {
-                self.shared.handover.fallbacks.add(Fallback::ModeState);
-                continue;
-            }
             let h2 = if conn.state == State::H2 {
                 match self.lift_h2(k, &mut listening, &mut lifted) {
                     Some(part) => Some(part),
@@ -540,7 +544,8 @@ impl Engine<mio::net::TcpStream> {
             })
             .unwrap_or_default();
         let poll = self
-            .polls
+            .side
+            .polls()
             .get(&k)
             .map(|h| (h.deadline.saturating_sub(self.now), h.cursor.clone()));
         (topics, poll)
@@ -549,9 +554,14 @@ impl Engine<mio::net::TcpStream> {
     /// Takes `k`'s compression windows, each all that its stream's next message can refer
     /// back to. Called before [`Self::release`], which forgets the compressors.
     pub(super) fn take_windows(&mut self, k: u32) -> DeflateWindows {
+        let Taken {
+            poll: _, // Carried as its deadline and cursor (`followed`).
+            inflater,
+            deflater,
+        } = self.side.take(k);
         DeflateWindows {
-            deflater: self.deflaters.remove(&k).map(|c| c.window().to_vec()),
-            inflater: self.inflaters.remove(&k).map(|i| i.window().to_vec()),
+            deflater: deflater.map(|c| c.window().to_vec()),
+            inflater: inflater.map(|i| i.window().to_vec()),
         }
     }
 
@@ -624,17 +634,17 @@ impl Engine<mio::net::TcpStream> {
         }
         entry.insert(conn);
         self.restore_grip(k, a.grip);
-        if let Some(i) = inflater {
-            self.inflaters.insert(k, i);
-        }
+        let mut taken = Taken {
+            inflater,
+            ..Taken::default()
+        };
         if let (Some(w), Some(ext)) = (a.deflate.deflater.as_deref(), ext) {
             // Past this worker's share of dedicated compressors the connection gets the shared
             // frames, which any client inflater reads whatever its window holds.
             if self.may_dedicate(k) {
                 let bits = self.dedicated_window_bits(ext);
-                let level = self.deflate_settings.level;
-                self.deflaters
-                    .insert(k, Compressor::resume(level, bits, 8, w));
+                let level = self.frames.deflate_settings.level;
+                taken.deflater = Some(Compressor::resume(level, bits, 8, w));
             }
         }
         let s = &self.shared;
@@ -643,22 +653,18 @@ impl Engine<mio::net::TcpStream> {
             *lock(&s.per_address).entry(a.peer).or_insert(0) += 1;
         }
         self.account(State::Closing { write_shut: false }, Some(a.state), a.peer);
-        if let Some((left, cursor)) = a.poll {
-            self.polls.insert(
-                k,
-                PollHold {
-                    deadline: self.now.saturating_add(left),
-                    cursor,
-                    presence: false,
-                },
-            );
-        }
+        taken.poll = a.poll.map(|(left, cursor)| PollHold {
+            deadline: self.now.saturating_add(left),
+            cursor,
+            presence: false,
+        });
+        self.side.restore(k, taken);
         self.resume(k, &a.topics, a.resume.as_deref(), a.mode.as_ref());
         if let Some((connection, streams)) = h2 {
             self.adopt_h2(k, connection, streams, a.peer);
         }
         // Bytes that arrived while the connection was moving are read at once.
-        self.more_to_read.push(k);
+        self.scratch.more_to_read.push(k);
         true
     }
 }

@@ -24,27 +24,22 @@ use super::state::{State, WsMode, WsRole};
 use super::Engine;
 
 impl<S: Socket> Engine<S> {
-    /// Why connection `k` in `state`, forwarded to or held by a GRIP backend, cannot move;
-    /// `None` when it can (a held stream or long-poll) or GRIP has no part in it.
-    pub(super) fn grip_blocker(&self, k: u32, state: State) -> Option<Fallback> {
+    /// Why a connection in `state` forwarded to a GRIP backend cannot move; `None` when its
+    /// state allows it (what its hold needs is `Side::blocker`'s to say).
+    pub(super) fn grip_blocker(&self, state: State) -> Option<Fallback> {
         match state {
-            State::Proxy => return Some(Fallback::GripBackend),
+            State::Proxy => Some(Fallback::GripBackend),
             State::Ws(WsMode {
                 role: WsRole::Bridge,
                 ..
-            }) => return Some(Fallback::GripBridge),
+            }) => Some(Fallback::GripBridge),
             State::Http
             | State::Ws(_)
             | State::Sse(_)
             | State::Stream(_)
             | State::Poll(_)
             | State::H2
-            | State::Closing { .. } => {}
-        }
-        match self.grip.get(&k).map(|g| &g.phase) {
-            None | Some(Phase::Stream(_) | Phase::Response(_)) => None,
-            Some(Phase::Waiting(_)) => Some(Fallback::GripBackend),
-            Some(Phase::Ws(_)) => Some(Fallback::GripBridge),
+            | State::Closing { .. } => None,
         }
     }
 
@@ -54,7 +49,7 @@ impl<S: Socket> Engine<S> {
     /// not hold.
     pub(super) fn take_grip(&mut self, k: u32) -> Option<CarriedGrip> {
         let movable = matches!(
-            self.grip.get(&k).map(|g| &g.phase),
+            self.side.grip().get(&k).map(|g| &g.phase),
             Some(Phase::Stream(_) | Phase::Response(_))
         );
         if !movable {
@@ -66,7 +61,7 @@ impl<S: Socket> Engine<S> {
             ticket: _,
             route: _,
             phase,
-        } = self.grip.remove(&k)?;
+        } = self.side.grip_mut().remove(&k)?;
         match phase {
             Phase::Stream(ka) => {
                 let KeepAlive {
@@ -134,7 +129,7 @@ impl<S: Socket> Engine<S> {
                     .collect(),
             })),
         };
-        self.grip.insert(
+        self.side.grip_mut().insert(
             k,
             GripConn {
                 ticket,

@@ -9,6 +9,7 @@
 //! `RST_STREAM(REFUSED_STREAM)` just before its connection is parked: the client retries it
 //! (RFC 9113 §8.7), on the same connection, which the new process serves. It is counted under
 //! its reason in `clarion_handover_connections{outcome="fallback"}`.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
@@ -21,6 +22,7 @@ use clarion_proto::ws::deflate::{Compressor, Inflater};
 use super::conn::Conn;
 use super::h2::H2;
 use super::handover::{Fallback, H2Part, H2Stream};
+use super::side::Taken;
 use super::state::State;
 use super::transport::poll::PollHold;
 use super::Engine;
@@ -41,9 +43,6 @@ impl Engine<mio::net::TcpStream> {
             | State::Proxy
             | State::H2 => {}
         }
-        if self.polls.get(&child).is_some_and(|h| h.presence) {
-            return Some(Fallback::ModeState);
-        }
         self.cannot_move(child, c)
     }
 
@@ -56,9 +55,10 @@ impl Engine<mio::net::TcpStream> {
         listening: &mut HashMap<u32, Vec<(Arc<str>, u64)>>,
         lifted: &mut HashSet<u32>,
     ) -> Option<H2Part> {
-        let mut h = self.h2.remove(&k)?;
+        let mut h = self.side.h2_mut().remove(&k)?;
         let mut children: Vec<(u32, u32)> = self
-            .h2_streams
+            .side
+            .h2_streams()
             .iter()
             .filter(|(_, (p, _))| *p == k)
             .map(|(c, (_, s))| (*c, *s))
@@ -170,17 +170,17 @@ impl Engine<mio::net::TcpStream> {
             }
             let child = self.conns.insert(c) as u32;
             self.restore_grip(child, s.grip);
-            if let Some(i) = inflater {
-                self.inflaters.insert(child, i);
-            }
+            let mut taken = Taken {
+                inflater,
+                ..Taken::default()
+            };
             if let (Some(w), Some(ext)) = (s.deflate.deflater.as_deref(), ext) {
                 // As for a connection of its own: past this worker's share of dedicated
                 // compressors the stream gets the shared frames.
                 if self.may_dedicate(child) {
                     let bits = self.dedicated_window_bits(ext);
-                    let level = self.deflate_settings.level;
-                    self.deflaters
-                        .insert(child, Compressor::resume(level, bits, 8, w));
+                    let level = self.frames.deflate_settings.level;
+                    taken.deflater = Some(Compressor::resume(level, bits, 8, w));
                 }
             }
             let sh = &self.shared;
@@ -190,16 +190,12 @@ impl Engine<mio::net::TcpStream> {
             }
             self.account(State::Closing { write_shut: false }, Some(s.state), peer);
             self.h2_link(child, k, s.id);
-            if let Some((left, cursor)) = s.poll {
-                self.polls.insert(
-                    child,
-                    PollHold {
-                        deadline: self.now.saturating_add(left),
-                        cursor,
-                        presence: false,
-                    },
-                );
-            }
+            taken.poll = s.poll.map(|(left, cursor)| PollHold {
+                deadline: self.now.saturating_add(left),
+                cursor,
+                presence: false,
+            });
+            self.side.restore(child, taken);
             keys.insert(s.id, child);
             let topics: Vec<String> = s.topics.iter().map(|t| t.to_string()).collect();
             resumes.push((child, topics, s.resume, s.mode));
@@ -207,7 +203,7 @@ impl Engine<mio::net::TcpStream> {
         let mut out = Vec::new();
         conn.rebind(|id| keys.get(&id).copied(), &mut out);
         let block_since = conn.pending_header_block().then_some(self.now);
-        self.h2.insert(
+        self.side.h2_mut().insert(
             k,
             Box::new(H2 {
                 conn,
@@ -225,6 +221,6 @@ impl Engine<mio::net::TcpStream> {
             ));
             self.write_to(k, &Arc::from(out), None);
         }
-        self.h2_dirty.push(k);
+        self.scratch.h2_dirty.push(k);
     }
 }

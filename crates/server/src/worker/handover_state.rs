@@ -165,7 +165,7 @@ impl<S: Socket> Engine<S> {
         let mode = self.take_mode(k, listening);
         self.handing_over = true;
         self.leave_all_topics(k);
-        self.forget_side_state(k);
+        self.forget_side_state(k, super::state::Exit::Moved);
         self.handing_over = false;
         mode
     }
@@ -208,7 +208,8 @@ impl<S: Socket> Engine<S> {
     /// before its topics are left. `None` when no mode keeps anything for it.
     fn take_mode(&mut self, k: u32, listening: Vec<(Arc<str>, u64)>) -> Option<CarriedMode> {
         let auth = self
-            .grants
+            .side
+            .grants_mut()
             .export(k)
             .map(|(deadline, pending, warned, grants)| {
                 let list = |l: Option<&[Pattern]>| {
@@ -222,7 +223,7 @@ impl<S: Socket> Engine<S> {
                     publish: list(grants.as_ref().map(|g| &g.publish[..])),
                 }
             });
-        let (ident, live) = self.hooks.export(k);
+        let (ident, live) = self.side.hooks_mut().export(k);
         let hooks = (ident.is_some() || live.is_some()).then(|| CarriedHooks {
             ident,
             live: live.map(|(conn, sub, since)| (conn, sub, self.now.saturating_sub(since))),
@@ -255,15 +256,15 @@ impl<S: Socket> Engine<S> {
             let deadline =
                 u32::try_from(a.deadline.saturating_sub(self.unix_base)).unwrap_or(u32::MAX);
             if a.pending {
-                self.grants.require(k, deadline);
+                self.side.grants_mut().require(k, deadline);
             } else {
                 let grants = Grants {
                     subscribe: patterns(&a.subscribe),
                     publish: patterns(&a.publish),
                 };
-                self.grants.set(k, deadline, grants);
+                self.side.grants_mut().set(k, deadline, grants);
                 if a.warned {
-                    self.grants.warned(k);
+                    self.side.grants_mut().warned(k);
                 }
             }
         }
@@ -273,7 +274,7 @@ impl<S: Socket> Engine<S> {
                 .live
                 .clone()
                 .map(|(conn, sub, age)| (conn, sub, now.saturating_sub(age)));
-            self.hooks.import(k, h.ident.clone(), live);
+            self.side.hooks_mut().import(k, h.ident.clone(), live);
         }
     }
 

@@ -5,6 +5,7 @@
 //!
 //! The one dispatch on a connection's state for incoming bytes is [`Engine::process`]; this
 //! module does not interpret bytes itself.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -26,7 +27,7 @@ impl<S: Socket> Engine<S> {
             let Some(stream) = conn.stream.as_ref() else {
                 return; // An HTTP/2 stream: its bytes come through its connection.
             };
-            let res = stream.read(&mut self.read_buf);
+            let res = stream.read(&mut self.scratch.read_buf);
             match res {
                 Ok(0) => {
                     let reason = match conn.state.kind() {
@@ -39,14 +40,20 @@ impl<S: Socket> Engine<S> {
                     return;
                 }
                 Ok(n) => {
-                    self.tally.bytes_in += n as u64;
+                    self.scratch.tally.bytes_in += n as u64;
                     match &mut conn.state {
                         State::Ws(mode) => {
                             conn.last_seen = self.now;
                             mode.pinged = false;
                         }
                         State::H2 => conn.last_seen = self.now,
-                        _ => {}
+                        // Other states count what they read where they parse it.
+                        State::Http
+                        | State::Sse(_)
+                        | State::Stream(_)
+                        | State::Poll(_)
+                        | State::Proxy
+                        | State::Closing { .. } => {}
                     }
                     if conn.tls.is_some() {
                         self.on_tls_data(k, n);
@@ -63,14 +70,14 @@ impl<S: Socket> Engine<S> {
                 }
             }
         }
-        self.more_to_read.push(k);
+        self.scratch.more_to_read.push(k);
     }
 
     /// Handles `n` fresh bytes in the read buffer, joined to any partial input kept from before.
     pub(crate) fn on_data(&mut self, k: u32, n: usize) {
-        let mut fresh = std::mem::take(&mut self.read_buf);
+        let mut fresh = std::mem::take(&mut self.scratch.read_buf);
         self.consume(k, fresh.get_mut(..n).unwrap_or_default());
-        self.read_buf = fresh;
+        self.scratch.read_buf = fresh;
     }
 
     /// Handles `n` fresh bytes of ciphertext: decrypts them, sends what the handshake needs,
@@ -82,7 +89,7 @@ impl<S: Socket> Engine<S> {
         let Some(session) = conn.tls.as_mut() else {
             return;
         };
-        let mut fresh = std::mem::take(&mut self.read_buf);
+        let mut fresh = std::mem::take(&mut self.scratch.read_buf);
         let data = fresh.get_mut(..n).unwrap_or_default();
         // A plain HTTP request on the TLS port (a ClientHello starts with record type 22):
         // answer it in plain text, as nginx does, instead of a TLS alert nobody can read.
@@ -91,20 +98,20 @@ impl<S: Socket> Engine<S> {
                 .first()
                 .is_some_and(|&b| crate::tls::starts_plain_http(b))
         {
-            self.read_buf = fresh;
+            self.scratch.read_buf = fresh;
             self.refuse_plaintext(k);
             return;
         }
         let (mut plain, mut out) = (
-            std::mem::take(&mut self.plain_buf),
-            std::mem::take(&mut self.handshake_buf),
+            std::mem::take(&mut self.scratch.plain_buf),
+            std::mem::take(&mut self.scratch.handshake_buf),
         );
         let was_established = session.established();
         let res = session.read(data, &mut plain, &mut out);
         // An error in the same read as the client's Finished comes from the record layer after
         // a completed handshake: it counts as a TLS error, and the handshake as done.
         let established_now = session.established();
-        self.read_buf = fresh;
+        self.scratch.read_buf = fresh;
         let written = if out.is_empty() {
             Ok(0)
         } else {
@@ -112,7 +119,7 @@ impl<S: Socket> Engine<S> {
         };
         match (res, written) {
             (Ok(outcome), Ok(w)) => {
-                self.tally.bytes_out += w as u64;
+                self.scratch.tally.bytes_out += w as u64;
                 if outcome.handshake_done {
                     self.shared.metrics.tls_handshakes.fetch_add(1, Relaxed);
                 }
@@ -144,8 +151,8 @@ impl<S: Socket> Engine<S> {
         }
         plain.clear();
         out.clear();
-        self.plain_buf = plain;
-        self.handshake_buf = out;
+        self.scratch.plain_buf = plain;
+        self.scratch.handshake_buf = out;
     }
 
     /// Answers a plain HTTP request that arrived on the TLS listener with 400, in plain text.
@@ -252,6 +259,7 @@ impl<S: Socket> Engine<S> {
 
     pub(crate) fn on_writable(&mut self, k: u32) {
         self.flush(k, None);
+        self.h2_writable(k);
     }
 
     /// Writes what a connection owes, then applies the closing and backlog rules.
@@ -267,7 +275,7 @@ impl<S: Socket> Engine<S> {
     /// peer is gone.
     fn wrote(&mut self, k: u32, written: io::Result<usize>, cap: Option<usize>) {
         match written {
-            Ok(n) => self.tally.bytes_out += n as u64,
+            Ok(n) => self.scratch.tally.bytes_out += n as u64,
             Err(e) => {
                 log::debug(format_args!("write: {e}"));
                 self.drop_conn(k, CloseReason::Disconnected);
@@ -318,7 +326,15 @@ impl<S: Socket> Engine<S> {
                 log::debug(format_args!("slow consumer: {pending} bytes unsent"));
                 self.start_closing(k, None, CloseReason::SlowConsumer);
             }
-            _ => {}
+            // Within the cap, or a state with no subscriber backlog to cap.
+            State::Closing { .. }
+            | State::Ws(_)
+            | State::H2
+            | State::Sse(_)
+            | State::Stream(_)
+            | State::Http
+            | State::Poll(_)
+            | State::Proxy => {}
         }
         if h2_stream {
             self.h2_stream_wrote(k);
@@ -355,11 +371,11 @@ impl<S: Socket> Engine<S> {
     /// waiting) in one submission, then treats each result as [`Self::deliver`] would: a short
     /// write keeps the rest for the writable event, a failed one drops the connection.
     pub(crate) fn write_fanout(&mut self) {
-        if self.fanout.is_empty() {
+        if self.fanout.pending.is_empty() {
             return;
         }
-        let mut sends = std::mem::take(&mut self.fanout);
-        let mut results = std::mem::take(&mut self.fanout_results);
+        let mut sends = std::mem::take(&mut self.fanout.pending);
+        let mut results = std::mem::take(&mut self.fanout.results);
         results.clear();
         // Every gathered key is a live connection: nothing between gathering and here closes one.
         sends.retain(|(k, _)| self.conns.contains(*k as usize));
@@ -370,7 +386,7 @@ impl<S: Socket> Engine<S> {
                     Some((self.conns.get(*k as usize)?.stream.as_ref()?, &data[..]))
                 })
                 .collect();
-            S::write_many(&mut self.batch, &items, &mut results);
+            S::write_many(&mut self.fanout.batch, &items, &mut results);
         }
         let cap = Some(self.shared.config.max_backlog);
         for ((k, data), result) in sends.drain(..).zip(results.drain(..)) {
@@ -384,8 +400,8 @@ impl<S: Socket> Engine<S> {
             };
             self.wrote(k, written, cap);
         }
-        self.fanout = sends;
-        self.fanout_results = results;
+        self.fanout.pending = sends;
+        self.fanout.results = results;
     }
 
     /// Delivers several frames to one subscriber, coalesced into as few writes as possible.

@@ -8,7 +8,8 @@
 //!
 //! The engine's parts, one concept each: [`accept`] (admission and refusals), [`io`] (read and
 //! write paths, slow consumers), [`deliver`] (fan-out of published messages), [`timers`] (the
-//! once-a-second sweep), [`shutdown`], [`state`] (states, flags, transitions and their gauges),
+//! once-a-second sweep), [`shutdown`], [`state`] (states, flags, deadlines and their gauges),
+//! [`transitions`] (every move between states), [`side`] (per-connection side state),
 //! [`subscriptions`], [`conn`] (the record and its write buffers), [`index`] (topic → local
 //! subscribers), [`tls`] (one connection's TLS records), [`transport`] (HTTP routing and the
 //! upgrade, WebSocket, SSE and NDJSON streams, long-poll), [`grip`] (GRIP's per-connection
@@ -33,7 +34,9 @@ pub mod handover_state;
 pub mod index;
 mod io;
 mod presence;
+mod shared;
 mod shutdown;
+mod side;
 pub mod socket;
 pub mod state;
 mod subscriptions;
@@ -46,69 +49,34 @@ mod tests_auth;
 #[cfg(test)]
 mod tests_h2;
 #[cfg(test)]
+mod tests_h2_pump;
+#[cfg(test)]
 mod tests_handover_state;
 #[cfg(test)]
 mod tests_hooks;
 mod timers;
 pub mod tls;
+mod transitions;
 pub(crate) mod transport;
 pub mod uring;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::broker::Broker;
-use crate::config::Config;
 use crate::hub::Inbox;
 use crate::log;
-use crate::metrics::Metrics;
 pub use engine::Engine;
+pub use shared::{Modes, Shared};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TLS_LISTENER: Token = Token(usize::MAX - 3);
 /// The token under which a worker's waker is registered.
 pub const WAKER: Token = Token(usize::MAX - 2);
-
-/// What every worker shares.
-pub struct Shared {
-    /// The configuration, validated.
-    pub config: Config,
-    /// Publishing, subscriptions and history (see [`crate::broker`]).
-    pub broker: Broker,
-    /// Counters.
-    pub metrics: Arc<Metrics>,
-    /// Set once by the signal handler; workers stop accepting and close their connections.
-    pub stopping: AtomicBool,
-    /// Set with `stopping` when the stop is a restart (SIGUSR2): WebSockets are closed with
-    /// 1012 "service restart" and SSE streams are told to come back soon, rather than 1001.
-    pub restarting: AtomicBool,
-    /// Client connections open across all workers (compared with `cap`).
-    pub open: AtomicUsize,
-    /// Most client connections at once.
-    pub cap: usize,
-    /// Open connections per client address key, when `max_connections_per_address` is set.
-    /// Touched only at accept and close, never per message.
-    pub per_address: Mutex<HashMap<u32, u32>>,
-    /// Certificates and TLS settings, when a TLS listener is configured.
-    pub tls: Option<Arc<crate::tls::Tls>>,
-    /// GRIP proxy mode, when routes are configured.
-    pub grip: Option<crate::grip::Proxy>,
-    /// JWT authentication, when a key is configured (see [`crate::auth`]).
-    pub auth: Option<crate::auth::Auth>,
-    /// Backend hooks, when one is configured (see [`crate::hooks`]).
-    pub hooks: Option<crate::hooks::Hooks>,
-    /// Presence, when `presence_topics` names any (see [`crate::presence`]).
-    pub presence: Option<Arc<crate::presence::Presence>>,
-    /// A hand-over to a new binary in progress (see [`handover`]).
-    pub handover: handover::Switch,
-}
 
 /// Binds the client listener once per worker on the same address with `SO_REUSEPORT`, so the
 /// kernel spreads new connections over the workers without a shared accept lock. The first bind
@@ -181,7 +149,7 @@ impl Worker {
         let mut engine = Engine::new(id, inbox, shared);
         if use_uring {
             match uring::SendRing::new() {
-                Ok(ring) => engine.batch = Some(ring),
+                Ok(ring) => engine.fanout.batch = Some(ring),
                 Err(e) if id == 0 => log::info(format_args!(
                     "io_uring unavailable ({e}): each delivery is its own send"
                 )),

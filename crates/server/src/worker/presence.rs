@@ -5,6 +5,7 @@
 //! Only listeners have entries here; a server without `presence_topics` never touches these
 //! tables. A long-poll is not a member (between its requests it is not
 //! connected, so it would leave and join again on every poll); it may read the member lists.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -133,14 +134,14 @@ impl<S: Socket> Engine<S> {
             // (`presence_drop_listeners`).
             return;
         }
-        if let Some(list) = self.presence.listeners.get_mut(&tid) {
+        if let Some(list) = self.side.presence_mut().listeners.get_mut(&tid) {
             let before = list.len();
             list.retain(|(c, _)| *c != k);
             if list.len() < before {
                 p.unlisten(name);
             }
             if list.is_empty() {
-                self.presence.listeners.remove(&tid);
+                self.side.presence_mut().listeners.remove(&tid);
             }
         }
     }
@@ -149,7 +150,7 @@ impl<S: Socket> Engine<S> {
     /// member list was read at (for a hand-over: one pass, not one per connection).
     pub(crate) fn presence_listening_all(&self) -> HashMap<u32, Vec<(Arc<str>, u64)>> {
         let mut out: HashMap<u32, Vec<(Arc<str>, u64)>> = HashMap::new();
-        for (tid, list) in &self.presence.listeners {
+        for (tid, list) in &self.side.presence().listeners {
             let Some(name) = self.index.name_of(*tid) else {
                 continue;
             };
@@ -167,7 +168,7 @@ impl<S: Socket> Engine<S> {
             return;
         };
         let index = &self.index;
-        self.presence.listeners.retain(|tid, list| {
+        self.side.presence_mut().listeners.retain(|tid, list| {
             let before = list.len();
             list.retain(|(c, _)| !gone.contains(c));
             if let Some(name) = index.name_of(*tid) {
@@ -193,7 +194,8 @@ impl<S: Socket> Engine<S> {
         }
         // `k` has just arrived: it is in no list yet.
         p.watch(name);
-        self.presence
+        self.side
+            .presence_mut()
             .listeners
             .entry(tid)
             .or_default()
@@ -206,7 +208,7 @@ impl<S: Socket> Engine<S> {
             return;
         };
         p.forget(&self.shared.broker, self.id, k);
-        if !self.presence.watching_polls.is_empty() {
+        if !self.side.presence().watching_polls.is_empty() {
             self.presence_poll_watch(k, &[], false);
         }
     }
@@ -227,7 +229,8 @@ impl<S: Socket> Engine<S> {
             }
             // Without a list (Redis unreachable) the subscriber is told, and gets every event.
             let new = !self
-                .presence
+                .side
+                .presence()
                 .listeners
                 .get(&tid)
                 .is_some_and(|l| l.iter().any(|(c, _)| *c == k));
@@ -246,7 +249,7 @@ impl<S: Socket> Engine<S> {
                     (0, "error", reply.to_json())
                 }
             };
-            let list = self.presence.listeners.entry(tid).or_default();
+            let list = self.side.presence_mut().listeners.entry(tid).or_default();
             match list.iter_mut().find(|(c, _)| *c == k) {
                 Some(entry) => entry.1 = version,
                 None => list.push((k, version)),
@@ -342,8 +345,8 @@ impl<S: Socket> Engine<S> {
             for name in &rooms {
                 p.watch(name);
             }
-            self.presence.watching_polls.insert(k, rooms);
-        } else if let Some(rooms) = self.presence.watching_polls.remove(&k) {
+            self.side.presence_mut().watching_polls.insert(k, rooms);
+        } else if let Some(rooms) = self.side.presence_mut().watching_polls.remove(&k) {
             for name in &rooms {
                 p.unlisten(name);
             }
@@ -398,7 +401,7 @@ impl<S: Socket> Engine<S> {
             Kind::Ws => return Some(encode_frame(OpCode::Text, json.as_bytes()).into()),
             Kind::Sse => sse::write_event(&mut out, None, Some(kind), json.as_bytes()),
             Kind::Stream => http1::write_chunk(&mut out, format!("{json}\n").as_bytes()),
-            _ => return None,
+            Kind::Http | Kind::Poll | Kind::Proxy | Kind::H2 | Kind::Closing => return None,
         }
         Some(out.into())
     }
@@ -412,17 +415,17 @@ impl<S: Socket> Engine<S> {
         let Some(tid) = self.index.id_of(&first.topic) else {
             return;
         };
-        if !self.polls.is_empty() {
+        if !self.side.polls().is_empty() {
             // Held long-polls that asked for presence are answered with the new member lists.
             let polls: Vec<u32> = self
                 .index
                 .subscribers(&first.topic)
                 .iter()
                 .copied()
-                .filter(|k| self.polls.get(k).is_some_and(|h| h.presence))
+                .filter(|k| self.side.polls().get(k).is_some_and(|h| h.presence))
                 .collect();
             for k in polls {
-                let cursor = self.polls.get(&k).map(|h| h.cursor.clone());
+                let cursor = self.side.polls().get(&k).map(|h| h.cursor.clone());
                 let body = crate::worker::transport::poll::messages_body(
                     std::iter::empty(),
                     &cursor.unwrap_or_default(),
@@ -431,7 +434,7 @@ impl<S: Socket> Engine<S> {
                 self.answer_poll(k, &Arc::from(body));
             }
         }
-        let Some(listeners) = self.presence.listeners.get(&tid).cloned() else {
+        let Some(listeners) = self.side.presence().listeners.get(&tid).cloned() else {
             return;
         };
         let mut frames: Vec<&Arc<[u8]>> = Vec::with_capacity(run.len());
@@ -441,7 +444,9 @@ impl<S: Socket> Engine<S> {
                 Some(Kind::Ws) => None,
                 Some(Kind::Sse) => Some(crate::message::Encoding::Sse),
                 Some(Kind::Stream) => Some(crate::message::Encoding::NdjsonChunk),
-                _ => continue,
+                Some(Kind::Http | Kind::Poll | Kind::Proxy | Kind::H2 | Kind::Closing) | None => {
+                    continue
+                }
             };
             for m in run.iter().filter(|m| m.id > seen) {
                 frames.push(match encoding {

@@ -6,6 +6,7 @@
 //! With `drain_period` the shell calls [`Engine::drain_to`] with a growing share, so the
 //! connections are told to go a slice at a time and their reconnections arrive elsewhere as a
 //! steady stream. The listeners and the deadline belong to the shell in [`super`].
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -35,7 +36,7 @@ impl<S: Socket> Engine<S> {
                 .filter(|(_, c)| c.state.subscribed())
                 .count()
         };
-        let drain = self.drain.get_or_insert_with(|| {
+        let drain = self.side.drain_mut().get_or_insert_with(|| {
             Box::new(Drain {
                 total: subscribers(),
                 told: HashSet::new(),
@@ -95,7 +96,7 @@ impl<S: Socket> Engine<S> {
                 self.start_closing(k, Some(last), CloseReason::Shutdown);
             }
             State::Poll(_) => {
-                let cursor = self.polls.get(&k).map(|h| h.cursor.clone());
+                let cursor = self.side.polls().get(&k).map(|h| h.cursor.clone());
                 let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
                 self.answer_poll(k, &Arc::from(body));
             }

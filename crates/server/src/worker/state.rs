@@ -1,17 +1,15 @@
-//! Where a connection is in its life, the flags that qualify that, and the transitions that
-//! change it: every move between states goes through here, so the `clarion_connections{state}`
-//! gauges, the per-address counts and the open-connection count stay exact.
+//! Where a connection is in its life and the flags that qualify that: plain values, with the
+//! one deadline rule of each state ([`State::due`]) and the gauge that counts it. The moves
+//! between states are `super::transitions`; what a transport sends in each state is decided by
+//! that transport. This module names no other part of the worker, so every part may name it.
 //!
-//! This module owns no I/O beyond queueing a connection's last bytes when it starts closing;
-//! what a transport sends in each state is decided by that transport.
+//! Every decision over [`State`] and [`Kind`] names each variant: a new state stops the build
+//! wherever something must be decided about it.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
-use super::socket::Socket;
-use super::Engine;
-use crate::hub::lock;
+use crate::config::limits::CLOSE_LINGER_SECS;
 use crate::metrics::{CloseReason, Metrics};
 
 /// Where a connection is in its life, with the options that only mean something there.
@@ -173,9 +171,93 @@ impl State {
     pub fn ws(self) -> Option<WsMode> {
         match self {
             State::Ws(m) => Some(m),
-            _ => None,
+            State::Http
+            | State::Sse(_)
+            | State::Stream(_)
+            | State::Poll(_)
+            | State::H2
+            | State::Proxy
+            | State::Closing { .. } => None,
         }
     }
+
+    /// What the once-a-second sweep owes a connection in this state that has been quiet for
+    /// `quiet` seconds: the one deadline rule of each state. States whose deadlines live in a
+    /// side part (a held poll's, a GRIP hold's, an HTTP/2 connection's, a token's) say `None`
+    /// here and are swept with that part (see `super::timers`).
+    pub(crate) fn due(self, quiet: u32, limits: &Limits) -> Option<Due> {
+        match self {
+            State::Http => {
+                (quiet >= limits.handshake).then_some(Due::Expire(CloseReason::HandshakeTimeout))
+            }
+            State::Ws(mode) => {
+                if limits.idle > 0 && quiet >= limits.idle {
+                    Some(Due::Expire(CloseReason::IdleTimeout))
+                } else if limits.ping > 0 && quiet >= limits.ping && !mode.pinged {
+                    Some(Due::Ping)
+                } else {
+                    None
+                }
+            }
+            State::Sse(_) | State::Stream(StreamMode::Ndjson | StreamMode::Raw) => {
+                (limits.keepalive > 0 && quiet >= limits.keepalive).then_some(Due::KeepAlive)
+            }
+            // GRIP streams send the backend's keep-alives (the GRIP part's timers), never ours.
+            State::Stream(StreamMode::Grip { .. }) => None,
+            // A held poll's deadline is its hold's; a forwarded request's, its backend's; an
+            // HTTP/2 connection's, its protocol state's.
+            State::Poll(_) | State::Proxy | State::H2 => None,
+            State::Closing { .. } => {
+                (quiet >= CLOSE_LINGER_SECS).then_some(Due::Expire(CloseReason::Disconnected))
+            }
+        }
+    }
+}
+
+/// The timeouts [`State::due`] compares a connection's quiet time with, in seconds (0: off).
+pub(crate) struct Limits {
+    /// A request head (or a TLS handshake) must arrive within this.
+    pub(crate) handshake: u32,
+    /// A WebSocket quiet this long is pinged.
+    pub(crate) ping: u32,
+    /// A WebSocket quiet this long is closed.
+    pub(crate) idle: u32,
+    /// An SSE or NDJSON stream quiet this long gets a keep-alive.
+    pub(crate) keepalive: u32,
+}
+
+impl Limits {
+    /// The limits `config` sets.
+    pub(crate) fn of(config: &crate::config::Config) -> Limits {
+        Limits {
+            handshake: config.handshake_timeout as u32,
+            ping: config.ping_interval as u32,
+            idle: config.idle_timeout as u32,
+            keepalive: config.sse_keepalive as u32,
+        }
+    }
+}
+
+/// What is due to one connection at a sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// Its deadline passed: it ends, for this reason.
+    Expire(CloseReason),
+    /// A WebSocket keep-alive ping.
+    Ping,
+    /// An SSE comment or an empty NDJSON line.
+    KeepAlive,
+}
+
+/// How a connection leaves: what `Engine::forget_side_state` ends with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// It starts closing (its last bytes are queued).
+    Closing,
+    /// It leaves the slab: an HTTP/2 stream record resets its stream if it had not ended.
+    Gone,
+    /// It is lifted out for a new process, which carries its HTTP/2 part.
+    Moved,
 }
 
 /// The `clarion_connections` gauge that counts connections in `state` (none for `Closing`,
@@ -189,113 +271,6 @@ pub(crate) fn gauge(m: &Metrics, state: Kind) -> Option<&AtomicU64> {
         Kind::Poll => Some(&m.polls_held),
         Kind::H2 => Some(&m.h2_connections),
         Kind::Closing => None,
-    }
-}
-
-impl<S: Socket> Engine<S> {
-    /// Moves connection `k` to state `to` and keeps the counts exact: the
-    /// `clarion_connections{state}` gauges, `grip_holds`, and, when it enters `Closing`, the
-    /// per-address count and the open-connection count. Every state change goes through here
-    /// (or through [`Self::drop_conn`] for a record that leaves the slab). Returns the state it
-    /// left, or `None` if the connection is gone.
-    pub(crate) fn set_state(&mut self, k: u32, to: State) -> Option<State> {
-        let conn = self.conns.get_mut(k as usize)?;
-        let from = conn.state;
-        conn.state = to;
-        let peer = conn.peer;
-        self.account(from, Some(to), peer);
-        Some(from)
-    }
-
-    /// The counts for a connection from `peer` moving from `from` to `to` (`None`: it is gone
-    /// without passing through `Closing`).
-    pub(crate) fn account(&self, from: State, to: Option<State>, peer: u32) {
-        let m = &self.shared.metrics;
-        let (fk, tk) = (from.kind(), to.map_or(Kind::Closing, State::kind));
-        if fk != tk {
-            if let Some(g) = gauge(m, fk) {
-                g.fetch_sub(1, Relaxed);
-            }
-            if let Some(g) = gauge(m, tk) {
-                g.fetch_add(1, Relaxed);
-            }
-        }
-        let (fg, tg) = (from.grip_held(), to.is_some_and(State::grip_held));
-        if fg && !tg {
-            m.grip_holds.fetch_sub(1, Relaxed);
-        } else if tg && !fg {
-            m.grip_holds.fetch_add(1, Relaxed);
-        }
-        if fk != Kind::Closing && tk == Kind::Closing {
-            self.shared.open.fetch_sub(1, Relaxed);
-            if self.shared.config.max_connections_per_address > 0 {
-                let mut counts = lock(&self.shared.per_address);
-                if let Some(n) = counts.get_mut(&peer) {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        counts.remove(&peer);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Enters `Closing` after queueing `last` (a Close frame or a final HTTP answer): the
-    /// connection leaves every topic now, and is dropped once the peer has read and closed.
-    pub(crate) fn start_closing(&mut self, k: u32, last: Option<Arc<[u8]>>, reason: CloseReason) {
-        if self.h2.contains_key(&k) {
-            self.h2_forget(k); // An HTTP/2 connection's streams end with it.
-        }
-        self.hook_gone(k, reason);
-        self.leave_all_topics(k);
-        self.forget_side_state(k);
-        let Some(conn) = self.conns.get_mut(k as usize) else {
-            return;
-        };
-        if conn.state.kind() == Kind::Closing {
-            return;
-        }
-        conn.last_seen = self.now;
-        conn.input = None;
-        conn.rx = Default::default();
-        self.set_state(k, State::Closing { write_shut: false });
-        self.shared.metrics.closed(reason);
-        if let Some(bytes) = last {
-            self.write_to(k, &bytes, None);
-        } else {
-            self.after_write(k, None);
-        }
-    }
-
-    /// Sends a Close frame and starts closing a WebSocket.
-    pub(crate) fn close_ws(
-        &mut self,
-        k: u32,
-        code: clarion_proto::ws::CloseCode,
-        why: &str,
-        reason: CloseReason,
-    ) {
-        let frame = clarion_proto::ws::close::encode_close_frame(code, why);
-        self.start_closing(k, Some(frame.into()), reason);
-    }
-
-    /// Removes a connection at once (EOF, reset, or end of closing).
-    pub(crate) fn drop_conn(&mut self, k: u32, reason: CloseReason) {
-        self.h2_forget(k);
-        self.hook_gone(k, reason);
-        self.leave_all_topics(k);
-        self.forget_side_state(k);
-        let Some(conn) = self.conns.try_remove(k as usize) else {
-            return;
-        };
-        if conn.tls.is_some() {
-            self.shared.metrics.tls_connections.fetch_sub(1, Relaxed);
-        }
-        if conn.state.kind() != Kind::Closing {
-            self.account(conn.state, None, conn.peer);
-            self.shared.metrics.closed(reason);
-        }
-        // Dropping the stream closes the descriptor, which also removes it from epoll.
     }
 }
 
@@ -356,5 +331,85 @@ impl Ext {
     /// The server keeps compression context for this connection (dedicated mode).
     pub fn dedicated(self) -> bool {
         self.0 & Self::DEDICATED != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        handshake: 10,
+        ping: 20,
+        idle: 60,
+        keepalive: 15,
+    };
+
+    #[test]
+    fn each_state_says_what_its_quiet_time_makes_due() {
+        let ws = State::Ws(WsMode::new(WsRole::PubSub));
+        let pinged = State::Ws(WsMode {
+            pinged: true,
+            ..WsMode::new(WsRole::PubSub)
+        });
+        let cases = [
+            (State::Http, 9, None),
+            (
+                State::Http,
+                10,
+                Some(Due::Expire(CloseReason::HandshakeTimeout)),
+            ),
+            (ws, 19, None),
+            (ws, 20, Some(Due::Ping)),
+            (pinged, 20, None),
+            (pinged, 60, Some(Due::Expire(CloseReason::IdleTimeout))),
+            (State::Sse(SseMode::Json), 15, Some(Due::KeepAlive)),
+            (State::Stream(StreamMode::Raw), 15, Some(Due::KeepAlive)),
+            // The backend sends a GRIP stream's keep-alives; the side parts own these deadlines.
+            (
+                State::Stream(StreamMode::Grip {
+                    chunked: true,
+                    keep: false,
+                }),
+                1000,
+                None,
+            ),
+            (
+                State::Poll(PollMode {
+                    keep: true,
+                    grip: false,
+                }),
+                1000,
+                None,
+            ),
+            (State::H2, 1000, None),
+            (State::Proxy, 1000, None),
+            (
+                State::Closing { write_shut: true },
+                CLOSE_LINGER_SECS - 1,
+                None,
+            ),
+            (
+                State::Closing { write_shut: true },
+                CLOSE_LINGER_SECS,
+                Some(Due::Expire(CloseReason::Disconnected)),
+            ),
+        ];
+        for (state, quiet, due) in cases {
+            assert_eq!(state.due(quiet, &LIMITS), due, "{state:?} quiet {quiet}s");
+        }
+    }
+
+    #[test]
+    fn a_limit_of_zero_is_off() {
+        let off = Limits {
+            handshake: 10,
+            ping: 0,
+            idle: 0,
+            keepalive: 0,
+        };
+        let ws = State::Ws(WsMode::new(WsRole::Envelope));
+        assert_eq!(ws.due(u32::MAX, &off), None);
+        assert_eq!(State::Sse(SseMode::Payload).due(u32::MAX, &off), None);
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! Nothing here writes to a connection: callers send what a subscription returns in their own
 //! transport's format.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::Arc;
 

@@ -16,7 +16,6 @@ use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
@@ -24,7 +23,7 @@ use clarion_proto::ws::frame::{encode_client_frame, parse_header_with};
 use clarion_proto::ws::OpCode;
 
 use super::socket::Socket;
-use super::{Engine, Shared};
+use super::{Engine, Modes, Shared};
 use crate::broker::{Broker, Outgoing};
 use crate::config::Config;
 use crate::grip::backend::{Answer, Backend, Job, Mailbox, Response};
@@ -199,24 +198,14 @@ impl Harness {
             None => (None, None),
         };
         let config_copy = config.clone();
-        let any_hook = config.hook_connect_url.is_some()
-            || config.hook_subscribe_url.is_some()
-            || config.hook_publish_url.is_some();
-        let (hooks, hook_jobs) = if any_hook {
+        // Hooks are on when production turns them on (a webhook alone included).
+        let (hooks, hook_jobs) = if crate::hooks::Hooks::configured(&config) {
             let (h, j) = crate::hooks::Hooks::detached(&config, &inbox, &metrics);
             (Some(h), Some(j))
         } else {
             (None, None)
         };
-        let shared = Arc::new(Shared {
-            broker,
-            config,
-            metrics,
-            stopping: AtomicBool::new(false),
-            restarting: AtomicBool::new(false),
-            open: AtomicUsize::new(0),
-            cap: 1000,
-            per_address: Default::default(),
+        let modes = Modes {
             tls: None,
             grip,
             auth: crate::auth::Auth::from_config(&config_copy).unwrap(),
@@ -228,8 +217,8 @@ impl Harness {
             )
             .unwrap()
             .map(Arc::new),
-            handover: Default::default(),
-        });
+        };
+        let shared = Arc::new(Shared::new(config, broker, metrics, 1000, modes));
         let mut engine = Engine::new(0, inbox, Arc::clone(&shared));
         engine.set_unix_base(UNIX_BASE);
         Harness {

@@ -230,7 +230,7 @@ fn a_fanout_written_in_one_submission_keeps_short_writes_and_drops_dead_sockets(
     // As with io_uring: the fan-out's single-message deliveries are gathered and written
     // together, then each result is handled as a single write's would be.
     let mut h = Harness::new(Config::default());
-    h.engine.batch = Some(());
+    h.engine.fanout.batch = Some(());
     let clients: Vec<Client> = (0..4)
         .map(|_| {
             let c = open_ws(&mut h);
@@ -251,7 +251,7 @@ fn a_fanout_written_in_one_submission_keeps_short_writes_and_drops_dead_sockets(
     };
     assert_eq!(got(&clients[0]), [b"hello".to_vec()]);
     assert!(!h.is_open(&clients[3]));
-    assert!(h.engine.fanout.is_empty());
+    assert!(h.engine.fanout.pending.is_empty());
     // The rest goes out on the writable event, then the next message after it.
     let head = clients[1].take();
     assert_eq!(head.len(), 3);
@@ -522,4 +522,25 @@ fn connection_over_the_per_address_limit_is_refused_with_429() {
     let third = h.connect();
     assert!(third.take().is_empty());
     assert_eq!(h.counts(), [1, 0, 0, 0, 0, 0, 1, 1]);
+}
+
+#[test]
+fn a_grip_signature_is_made_at_the_engines_clock() {
+    let mut h = Harness::with_grip(Config::default(), "*,sig_key=s3cret 127.0.0.1:9\n");
+    h.advance(7);
+    let c = h.connect();
+    h.send(&c, b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+    let job = h.next_job().unwrap();
+    let text = String::from_utf8(job.request).unwrap();
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Grip-Sig: "))
+        .expect("a Grip-Sig header");
+    let now = super::testkit::UNIX_BASE + 7;
+    let claims = clarion_proto::grip::sig::verify(token, b"s3cret", now).unwrap();
+    // Before the engine passed its clock in, the wall clock was read here.
+    assert_eq!(
+        claims.exp,
+        now + crate::config::limits::GRIP_SIG_LIFETIME_SECS
+    );
 }

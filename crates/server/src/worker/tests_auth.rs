@@ -290,7 +290,7 @@ fn streams_end_with_an_expired_event_at_exp() {
     );
     assert_eq!(h.shared.metrics.auth_failures("expired_connection"), 3);
     // The shared grant set went with the last connection that held it.
-    assert_eq!(h.engine.grants.distinct(), 0);
+    assert_eq!(h.engine.side.grants().distinct(), 0);
 }
 
 #[test]

@@ -43,7 +43,7 @@ fn block(fields: &[(&str, &str)]) -> Vec<u8> {
     b
 }
 
-fn get(out: &mut Vec<u8>, stream: u32, path: &str, end_stream: bool) {
+pub(super) fn get(out: &mut Vec<u8>, stream: u32, path: &str, end_stream: bool) {
     let b = block(&[
         (":method", "GET"),
         (":scheme", "http"),
@@ -80,14 +80,16 @@ fn goaway(frames: &[(u8, u32, u32)]) -> Option<u32> {
 fn check_records(h: &Harness, max: usize) {
     let e = &h.engine;
     let mut per: HashMap<u32, usize> = HashMap::new();
-    for (&child, &(p, stream)) in &e.h2_streams {
+    for (&child, &(p, stream)) in e.side.h2_streams() {
         assert!(
             e.conns.contains(child as usize),
             "record {child} linked, not in the slab"
         );
-        let state =
-            e.h2.get(&p)
-                .expect("a record's connection has its protocol state");
+        let state = e
+            .side
+            .h2()
+            .get(&p)
+            .expect("a record's connection has its protocol state");
         assert!(
             state.conn.is_open(stream),
             "record {child} holds stream {stream} of {p}, which is closed"
@@ -105,7 +107,7 @@ fn check_records(h: &Harness, max: usize) {
     for (k, c) in e.conns.iter() {
         if c.stream.is_none() {
             assert!(
-                e.h2_streams.contains_key(&(k as u32)),
+                e.side.h2_streams().contains_key(&(k as u32)),
                 "socketless record {k} is no linked stream"
             );
         }
@@ -131,7 +133,7 @@ fn a_stream_reset_in_the_read_that_opened_it_leaves_no_record() {
     assert!(goaway(&frames).is_none());
     assert_eq!(h.shared.metrics.h2_stream_errors.load(Relaxed), 20);
     assert!(
-        h.engine.h2_streams.is_empty(),
+        h.engine.side.h2_streams().is_empty(),
         "records kept for reset streams"
     );
     check_records(&h, 4);
@@ -149,7 +151,7 @@ fn a_stream_reset_for_data_on_its_closed_side_frees_its_record() {
     let mut v = Vec::new();
     get(&mut v, 1, "/sse?topic=t", true);
     h.send(&c, &v);
-    assert_eq!(h.engine.h2_streams.len(), 1);
+    assert_eq!(h.engine.side.h2_streams().len(), 1);
     check_records(&h, 4);
     // In a later read, and in the same read as its HEADERS.
     let mut v = Vec::new();
@@ -161,7 +163,7 @@ fn a_stream_reset_for_data_on_its_closed_side_frees_its_record() {
     for id in [1, 3] {
         assert!(frames.contains(&(0x3, id, ErrorCode::StreamClosed as u32)));
     }
-    assert!(h.engine.h2_streams.is_empty());
+    assert!(h.engine.side.h2_streams().is_empty());
     check_records(&h, 4);
     assert_eq!(h.shared.open.load(Relaxed), 1);
 }
@@ -209,7 +211,7 @@ fn resets_the_client_provokes_past_the_budget_end_the_connection() {
     let frames = server_frames(&c.take());
     assert_eq!(goaway(&frames), Some(ErrorCode::EnhanceYourCalm as u32));
     assert_eq!(h.shared.metrics.h2_errors.load(Relaxed), 1);
-    assert!(h.engine.h2_streams.is_empty());
+    assert!(h.engine.side.h2_streams().is_empty());
     check_records(&h, 4);
 }
 
@@ -284,7 +286,10 @@ fn a_header_block_not_finished_in_time_ends_the_connection() {
     let frames = server_frames(&c.take());
     assert_eq!(goaway(&frames), Some(ErrorCode::ProtocolError as u32));
     assert_eq!(h.shared.metrics.h2_errors.load(Relaxed), 1);
-    assert!(h.engine.h2_streams.is_empty(), "its streams ended with it");
+    assert!(
+        h.engine.side.h2_streams().is_empty(),
+        "its streams ended with it"
+    );
     check_records(&h, 4);
 }
 
@@ -504,8 +509,8 @@ fn random_frames_never_leave_a_record_without_its_open_stream() {
             h.hang_up(&p.c);
         }
         h.advance(10);
-        assert!(h.engine.h2_streams.is_empty(), "seed {seed}");
-        assert!(h.engine.h2_records.is_empty(), "seed {seed}");
+        assert!(h.engine.side.h2_streams().is_empty(), "seed {seed}");
+        assert!(h.engine.side.h2_records().is_empty(), "seed {seed}");
         assert_eq!(h.shared.metrics.h2_streams.load(Relaxed), 0, "seed {seed}");
     }
 }

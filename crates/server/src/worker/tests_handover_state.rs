@@ -207,7 +207,7 @@ fn a_connection_still_to_authenticate_keeps_its_deadline() {
     let c2 = new.connect();
     new.send(&c2, &upgrade("/ws"));
     c2.take();
-    new.engine.grants.clear(c2.key);
+    new.engine.side.grants_mut().clear(c2.key);
     new.engine.resume(c2.key, &[], None, Some(&mode));
     new.advance(5);
     assert!(new.is_open(&c2));

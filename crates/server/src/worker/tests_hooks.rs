@@ -199,7 +199,7 @@ fn publish_data_is_replaced_and_answers_for_gone_connections_are_ignored() {
     h.hang_up(&d);
     assert!(!h.is_open(&d));
     h.answer_hook(&job, 200, br#"{"allow":true}"#);
-    assert_eq!(h.engine.hooks.waiting(), 0);
+    assert_eq!(h.engine.side.hooks().waiting(), 0);
     assert_eq!(h.counts()[1], 1, "only the first WebSocket is open");
 }
 
@@ -233,4 +233,18 @@ fn cached_answers_are_reused_and_refusals_only_briefly() {
     h.engine.set_unix_base(h.engine.unix_base + 3);
     h.send_frame(&d, OpCode::Text, br#"{"type":"subscribe","topic":"x"}"#);
     assert!(h.next_hook_call().is_some(), "the cached refusal expired");
+}
+
+#[test]
+fn a_webhook_alone_turns_hooks_on_in_the_test_kit_as_in_production() {
+    // Before the kit and the server decided it the same way, only a hook URL did.
+    let config = Config {
+        webhook_url: Some("http://127.0.0.1:9/events".into()),
+        ..Config::default()
+    };
+    assert!(crate::hooks::Hooks::configured(&config));
+    let h = Harness::new(config);
+    assert!(h.shared.hooks.is_some());
+    let h = Harness::new(Config::default());
+    assert!(h.shared.hooks.is_none());
 }

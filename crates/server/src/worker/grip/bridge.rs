@@ -6,6 +6,7 @@
 //! The bridge's state is a [`Bridge`] in the connection's [`super::forward::GripConn`]. This
 //! module does not parse client frames (the WebSocket transport does) nor deliver published
 //! content (see [`super::hold`]).
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -139,7 +140,7 @@ impl<S: Socket> Engine<S> {
                 return self.close_bridge(k, CloseCode::Internal, "backend unavailable");
             }
         };
-        if let Some(b) = bridge(&mut self.grip, k) {
+        if let Some(b) = bridge(self.side.grip_mut(), k) {
             apply_meta(b, &r);
         }
         let limits = event_limits(self.shared.config.grip_max_body);
@@ -155,7 +156,7 @@ impl<S: Socket> Engine<S> {
 
     /// Closes a bridged WebSocket because of its backend; the backend is not told again.
     pub(crate) fn close_bridge(&mut self, k: u32, code: CloseCode, why: &str) {
-        if let Some(b) = bridge(&mut self.grip, k) {
+        if let Some(b) = bridge(self.side.grip_mut(), k) {
             b.told = true;
         }
         self.close_ws(k, code, why, CloseReason::Backend);
@@ -163,7 +164,7 @@ impl<S: Socket> Engine<S> {
 
     /// Carries out the events a backend sent for a bridged connection.
     pub(crate) fn apply_events(&mut self, k: u32, events: &[WsEvent<'_>]) {
-        let Some(prefix) = bridge(&mut self.grip, k).map(|b| b.prefix.clone()) else {
+        let Some(prefix) = bridge(self.side.grip_mut(), k).map(|b| b.prefix.clone()) else {
             return;
         };
         for ev in events {
@@ -209,14 +210,14 @@ impl<S: Socket> Engine<S> {
                         Some((code, reason)) => encode_close_frame(*code, reason).into(),
                         None => encode_frame(OpCode::Close, b"").into(),
                     };
-                    if let Some(b) = bridge(&mut self.grip, k) {
+                    if let Some(b) = bridge(self.side.grip_mut(), k) {
                         b.told = true;
                     }
                     self.start_closing(k, Some(frame), CloseReason::Backend);
                     return;
                 }
                 WsEvent::Disconnect => {
-                    if let Some(b) = bridge(&mut self.grip, k) {
+                    if let Some(b) = bridge(self.side.grip_mut(), k) {
                         b.told = true;
                     }
                     self.drop_conn(k, CloseReason::Backend);
@@ -262,13 +263,13 @@ impl<S: Socket> Engine<S> {
                 }
             }
             Control::Detach => {
-                if let Some(b) = bridge(&mut self.grip, k) {
+                if let Some(b) = bridge(self.side.grip_mut(), k) {
                     b.detached = true;
                     b.pending.clear();
                 }
             }
             Control::KeepAlive(ka) => {
-                if let Some(b) = bridge(&mut self.grip, k) {
+                if let Some(b) = bridge(self.side.grip_mut(), k) {
                     b.keep_alive = ka.map(|ka| {
                         let (op, data): (OpCode, &[u8]) = match &ka.message {
                             WsMessage::Text(t) => (OpCode::Text, t.as_bytes()),
@@ -289,7 +290,7 @@ impl<S: Socket> Engine<S> {
 
     /// A message from a bridged client: queued as an event for the backend.
     pub(crate) fn grip_client_message(&mut self, k: u32, kind: DataKind, payload: &[u8]) {
-        let Some(b) = bridge(&mut self.grip, k) else {
+        let Some(b) = bridge(self.side.grip_mut(), k) else {
             return;
         };
         if b.detached {
@@ -313,7 +314,7 @@ impl<S: Socket> Engine<S> {
     /// A Ping from a bridged client (already answered): the backend gets a PING event, as
     /// Pushpin sends it.
     pub(crate) fn grip_client_ping(&mut self, k: u32, payload: &[u8]) {
-        let Some(b) = bridge(&mut self.grip, k) else {
+        let Some(b) = bridge(self.side.grip_mut(), k) else {
             return;
         };
         if b.detached || b.pending.len() + payload.len() > self.shared.config.grip_max_body {
@@ -325,7 +326,7 @@ impl<S: Socket> Engine<S> {
 
     /// A Close frame from a bridged client: the backend gets a CLOSE event.
     pub(crate) fn grip_client_close(&mut self, k: u32, close: Option<(CloseCode, &str)>) {
-        let Some(b) = bridge(&mut self.grip, k) else {
+        let Some(b) = bridge(self.side.grip_mut(), k) else {
             return;
         };
         if !b.told && !b.client_closed {
@@ -347,7 +348,8 @@ impl<S: Socket> Engine<S> {
         let Some(proxy) = shared.grip.as_ref() else {
             return;
         };
-        let Some(g) = self.grip.get_mut(&k) else {
+        let unix_now = self.unix_now();
+        let Some(g) = self.side.grip_mut().get_mut(&k) else {
             return;
         };
         let (ticket, route) = (g.ticket, g.route);
@@ -358,7 +360,11 @@ impl<S: Socket> Engine<S> {
             return;
         }
         let events = std::mem::take(&mut b.pending);
-        let request = event_request(b, proxy.route_signature(route).as_deref(), &events);
+        let request = event_request(
+            b,
+            proxy.route_signature(route, unix_now).as_deref(),
+            &events,
+        );
         b.in_flight = true;
         b.last_request = self.now;
         self.submit(k, ticket, route, request, false, true);

@@ -7,6 +7,7 @@
 //! A connection's GRIP state beyond its record is a [`GripConn`] in the engine's `grip` table.
 //! Backend exchanges run on the pool in [`crate::grip::backend`]; answers come back through the
 //! worker's mailbox, matched by ticket. This module does not deliver published content.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -204,7 +205,11 @@ impl<S: Socket> Engine<S> {
             });
             let mut open = Vec::new();
             proto::write_event(&mut open, &WsEvent::Open);
-            let request = event_request(&bridge, proxy.signature(route).as_deref(), &open);
+            let request = event_request(
+                &bridge,
+                proxy.signature(route, self.unix_now()).as_deref(),
+                &open,
+            );
             let protocols = upgrade.protocols.iter().map(|p| p.to_string()).collect();
             (
                 request,
@@ -215,7 +220,7 @@ impl<S: Socket> Engine<S> {
                 }),
             )
         } else {
-            let sig = proxy.signature(route);
+            let sig = proxy.signature(route, self.unix_now());
             let sig: Vec<(&str, &str)> = sig.iter().map(|s| ("Grip-Sig", s.as_str())).collect();
             let mut request = match request_start(head.method, &sig) {
                 Ok(r) => r,
@@ -236,7 +241,7 @@ impl<S: Socket> Engine<S> {
         };
         conn.last_seen = self.now;
         self.set_state(k, State::Proxy);
-        self.grip.insert(
+        self.side.grip_mut().insert(
             k,
             GripConn {
                 ticket,
@@ -308,7 +313,7 @@ impl<S: Socket> Engine<S> {
     }
 
     pub(crate) fn on_answer(&mut self, a: Answer) {
-        let Some(g) = self.grip.get_mut(&a.key) else {
+        let Some(g) = self.side.grip_mut().get_mut(&a.key) else {
             return;
         };
         if g.ticket != a.ticket {
@@ -328,7 +333,7 @@ impl<S: Socket> Engine<S> {
     }
 
     pub(crate) fn apply_answer(&mut self, k: u32, a: Answer) {
-        let Some(g) = self.grip.get_mut(&k) else {
+        let Some(g) = self.side.grip_mut().get_mut(&k) else {
             return;
         };
         match &mut g.phase {
@@ -337,7 +342,7 @@ impl<S: Socket> Engine<S> {
                     phase: Phase::Waiting(w),
                     route,
                     ticket,
-                }) = self.grip.remove(&k)
+                }) = self.side.grip_mut().remove(&k)
                 else {
                     return;
                 };

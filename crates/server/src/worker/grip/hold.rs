@@ -7,6 +7,7 @@
 //! Held connections are ordinary records in a GRIP state (`StreamMode::Grip`,
 //! `PollMode { grip: true }`, `WsRole::Bridge`); they enter and leave through
 //! [`Engine::enter_hold`] and [`Engine::leave_hold`]. This module does not talk to the backend.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -177,7 +178,7 @@ impl<S: Socket> Engine<S> {
                 let n = frames.len() as u64;
                 if !frames.is_empty() {
                     self.deliver_all(k, &frames);
-                    self.tally.delivered += n;
+                    self.scratch.tally.delivered += n;
                 }
                 if close {
                     self.end_grip_stream(k);
@@ -193,7 +194,7 @@ impl<S: Socket> Engine<S> {
                     if let Some(GripConn {
                         phase: Phase::Response(hold),
                         ..
-                    }) = self.grip.get(&k)
+                    }) = self.side.grip().get(&k)
                     {
                         let headers = &hold.headers;
                         let own = std::mem::take(&mut merged.headers);
@@ -206,7 +207,7 @@ impl<S: Socket> Engine<S> {
                         merged.headers = all;
                     }
                     let bytes: Arc<[u8]> = response_bytes(&merged, keep).into();
-                    self.tally.delivered += 1;
+                    self.scratch.tally.delivered += 1;
                     self.finish_grip_poll(k, &bytes, keep);
                 }
             }
@@ -226,12 +227,12 @@ impl<S: Socket> Engine<S> {
                 let n = frames.len() as u64;
                 if !frames.is_empty() {
                     self.deliver_all(k, &frames);
-                    self.tally.delivered += n;
+                    self.scratch.tally.delivered += n;
                 }
                 if let Some(frame) = close {
                     // The client's Close reply ends the session; the backend hears a CLOSE, as
                     // Pushpin reports it.
-                    if let Some(b) = bridge(&mut self.grip, k) {
+                    if let Some(b) = bridge(self.side.grip_mut(), k) {
                         if !b.told && !b.client_closed {
                             b.client_closed = true;
                             proto::write_event(&mut b.pending, &WsEvent::Close(None));
@@ -240,7 +241,13 @@ impl<S: Socket> Engine<S> {
                     self.start_closing(k, Some(frame), CloseReason::Backend);
                 }
             }
-            _ => {}
+            // Not held by a backend (any more): nothing of GRIP's to deliver.
+            State::Stream(StreamMode::Ndjson | StreamMode::Raw)
+            | State::Http
+            | State::Sse(_)
+            | State::H2
+            | State::Proxy
+            | State::Closing { .. } => {}
         }
     }
 
@@ -255,7 +262,7 @@ impl<S: Socket> Engine<S> {
         conn.last_seen = self.now;
         self.set_state(k, state);
         if let Some(e) = entry {
-            self.grip.insert(k, e);
+            self.side.grip_mut().insert(k, e);
         }
         true
     }
@@ -264,7 +271,7 @@ impl<S: Socket> Engine<S> {
     /// state `from`, returns it to `Http` for the client's next request. False otherwise.
     pub(crate) fn leave_hold(&mut self, k: u32, from: Kind) -> bool {
         self.leave_all_topics(k);
-        self.grip.remove(&k);
+        self.side.grip_mut().remove(&k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return false;
         };
@@ -306,9 +313,10 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// Once a second: stream keep-alives, long-poll timeouts, bridge keep-alives.
-    pub(crate) fn grip_sweep(&mut self) {
-        if self.grip.is_empty() {
+    /// The sweep's GRIP part (see `super::super::timers`): stream keep-alives, long-poll
+    /// timeouts, bridge keep-alives.
+    pub(crate) fn grip_timers(&mut self) {
+        if self.side.grip().is_empty() {
             return;
         }
         let now = self.now;
@@ -319,7 +327,7 @@ impl<S: Socket> Engine<S> {
         // A request can also wait in the pool's queue behind slow backends; the worker gives
         // up a little after the backend's own deadline would have passed.
         let patience = (self.shared.config.grip_backend_timeout as u32).saturating_add(5);
-        for (&k, g) in self.grip.iter_mut() {
+        for (&k, g) in self.side.grip_mut().iter_mut() {
             match &mut g.phase {
                 Phase::Waiting(_) => {
                     let waited = self
@@ -370,7 +378,7 @@ impl<S: Socket> Engine<S> {
             if let Some(GripConn {
                 phase: Phase::Waiting(w),
                 ..
-            }) = self.grip.remove(&k)
+            }) = self.side.grip_mut().remove(&k)
             {
                 self.backend_failed(k, &Failure::Timeout, w.keep);
             }
@@ -395,12 +403,9 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// A GRIP connection is leaving (closing or dropped): forget its state; a bridged
+    /// A GRIP connection left (closing or dropped) with state `g`; a bridged
     /// WebSocket's backend is told with CLOSE (sent earlier by the client) or DISCONNECT.
-    pub(crate) fn grip_forget(&mut self, k: u32) {
-        let Some(g) = self.grip.remove(&k) else {
-            return;
-        };
+    pub(crate) fn grip_left(&mut self, k: u32, g: GripConn) {
         let mut b = match g.phase {
             Phase::Ws(b) => b,
             // The client left while the backend was deciding on its OPEN: the backend may
@@ -421,7 +426,7 @@ impl<S: Socket> Engine<S> {
             .shared
             .grip
             .as_ref()
-            .and_then(|p| p.route_signature(g.route));
+            .and_then(|p| p.route_signature(g.route, self.unix_now()));
         let request = event_request(&b, sig.as_deref(), &b.pending);
         self.submit(k, g.ticket, g.route, request, false, false);
     }
@@ -439,7 +444,7 @@ impl<S: Socket> Engine<S> {
                 self.start_closing(k, last, CloseReason::Shutdown);
             }
             State::Poll(_) => {
-                let answer = match self.grip.get(&k) {
+                let answer = match self.side.grip().get(&k) {
                     Some(GripConn {
                         phase: Phase::Response(hold),
                         ..
@@ -454,7 +459,9 @@ impl<S: Socket> Engine<S> {
                 "server shutting down",
                 CloseReason::Shutdown,
             ),
-            _ => self.drop_conn(k, CloseReason::Shutdown),
+            State::Http | State::Sse(_) | State::H2 | State::Proxy | State::Closing { .. } => {
+                self.drop_conn(k, CloseReason::Shutdown)
+            }
         }
     }
 }

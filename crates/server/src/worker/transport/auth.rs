@@ -6,6 +6,7 @@
 //!
 //! Every method is a no-op when authentication is not configured. No token, URL or query
 //! string is ever logged here.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -114,7 +115,9 @@ impl<S: Socket> Engine<S> {
     pub(crate) fn adopt(&mut self, k: u32, checked: Checked) {
         let (sub, info) = match &checked {
             Checked::Allowed(Some(c)) => (c.sub.clone(), c.info.clone()),
-            _ => (None, None),
+            Checked::Allowed(None) | Checked::Pending | Checked::Refused | Checked::Waiting => {
+                (None, None)
+            }
         };
         if self.shared.presence.is_some() {
             let sub = self.hook_sub(k).or(sub.as_deref().map(Arc::from));
@@ -124,13 +127,13 @@ impl<S: Socket> Engine<S> {
         match checked {
             Checked::Allowed(Some(claims)) => {
                 let deadline = self.deadline_of(claims.exp);
-                self.grants.set(k, deadline, claims.grants);
+                self.side.grants_mut().set(k, deadline, claims.grants);
             }
             Checked::Pending => {
                 let by = self
                     .now
                     .saturating_add(self.shared.config.handshake_timeout as u32);
-                self.grants.require(k, by);
+                self.side.grants_mut().require(k, by);
             }
             Checked::Allowed(None) | Checked::Refused | Checked::Waiting => {}
         }
@@ -147,27 +150,27 @@ impl<S: Socket> Engine<S> {
     pub(crate) fn ws_may_subscribe(&self, k: u32, topic: &str) -> Result<(), Refusal> {
         let Some(auth) = self.shared.auth.as_ref() else {
             // Without JWTs, only grants a `connect` hook gave limit a connection.
-            return match self.grants.grants(k) {
+            return match self.side.grants().grants(k) {
                 Some(g) if !g.may_subscribe(topic) => Err(Refusal::FORBIDDEN),
                 _ => Ok(()),
             };
         };
-        if self.grants.pending(k) {
+        if self.side.grants().pending(k) {
             return Err(Refusal::MISSING);
         }
-        auth.may_subscribe(self.grants.grants(k).map(|g| &**g), topic)
+        auth.may_subscribe(self.side.grants().grants(k).map(|g| &**g), topic)
     }
 
     /// Whether WebSocket `k` may publish to `topic` in-band (client publishing is on).
     pub(crate) fn ws_may_publish(&self, k: u32, topic: &str) -> Result<(), Refusal> {
         if self.shared.auth.is_none() {
             // Without JWTs, only grants a `connect` hook gave limit a connection.
-            return match self.grants.grants(k) {
+            return match self.side.grants().grants(k) {
                 Some(g) if !g.may_publish(topic) => Err(Refusal::FORBIDDEN),
                 _ => Ok(()),
             };
         }
-        match self.grants.grants(k) {
+        match self.side.grants().grants(k) {
             Some(g) if g.may_publish(topic) => Ok(()),
             Some(_) => Err(Refusal::FORBIDDEN),
             None => Err(Refusal::MISSING),
@@ -234,14 +237,14 @@ impl<S: Socket> Engine<S> {
     /// seconds, and ends connections whose token expired (WebSocket: close 4001, or 4002 when
     /// it never authenticated; SSE: an `expired` event; NDJSON: an `{"type":"expired"}` line;
     /// a held long-poll: `401`).
-    pub(crate) fn auth_sweep(&mut self) {
+    pub(crate) fn auth_timers(&mut self) {
         let shared = Arc::clone(&self.shared);
         // A `connect` hook's `expires_at` ends connections as a token's `exp` does.
         if shared.auth.is_none() && shared.hooks.is_none() {
             return;
         }
         let warning = u32::try_from(shared.config.auth_expiry_warning).unwrap_or(u32::MAX);
-        let due = self.grants.due(self.now, warning);
+        let due = self.side.grants_mut().due(self.now, warning);
         for (k, deadline) in due.warn {
             if !matches!(
                 self.conns.get(k as usize).map(|c| c.state),
@@ -249,13 +252,13 @@ impl<S: Socket> Engine<S> {
             ) {
                 continue;
             }
-            self.grants.warned(k);
+            self.side.grants_mut().warned(k);
             let exp = self.unix_base + u64::from(deadline);
             let seconds = u64::from(deadline.saturating_sub(self.now));
             self.reply(k, &Reply::Expiring { exp, seconds });
         }
         for (k, pending) in due.expired {
-            self.grants.clear(k);
+            self.side.grants_mut().clear(k);
             let Some(state) = self.conns.get(k as usize).map(|c| c.state) else {
                 continue;
             };
@@ -288,7 +291,7 @@ impl<S: Socket> Engine<S> {
                 }
                 State::Poll(mode) => {
                     self.leave_all_topics(k);
-                    self.polls.remove(&k);
+                    self.side.polls_mut().remove(&k);
                     self.set_state(k, State::Http);
                     let expired = Refusal::token(clarion_proto::auth::TokenError::Expired);
                     self.refuse_http(k, expired, mode.keep);

@@ -11,6 +11,7 @@
 //!
 //! Only servers with hooks fill these tables: without them every entry point is a map lookup
 //! on an empty table or a `None` check.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -231,8 +232,8 @@ impl<S: Socket> Engine<S> {
             .as_ref()
             .is_some_and(|h| h.connect.is_some())
         {
-            self.hooks.head.clear();
-            self.hooks.head.extend_from_slice(head);
+            self.side.hooks_mut().head.clear();
+            self.side.hooks_mut().head.extend_from_slice(head);
         }
     }
 
@@ -264,7 +265,7 @@ impl<S: Socket> Engine<S> {
             Some(Ok(c)) => Some(c),
             None => None,
         };
-        let verdict = match self.hooks.verdicts.remove(&k) {
+        let verdict = match self.side.hooks_mut().verdicts.remove(&k) {
             Some(Verdict::Connect(v)) => v,
             _ => {
                 let question = self.connect_request(k, head, topics, valid.as_ref());
@@ -279,12 +280,12 @@ impl<S: Socket> Engine<S> {
                                 ticket,
                                 hook: Hook::Connect,
                                 what: What::Connect {
-                                    head: self.hooks.head.as_slice().into(),
+                                    head: self.side.hooks_mut().head.as_slice().into(),
                                     question,
                                 },
                                 queued: Vec::new(),
                             };
-                            self.hooks.waits.insert(k, wait);
+                            self.side.hooks_mut().waits.insert(k, wait);
                             self.set_state(k, State::Proxy);
                             return Some(Checked::Waiting);
                         }
@@ -318,14 +319,14 @@ impl<S: Socket> Engine<S> {
                 }
                 let a = *a;
                 if !a.topics.is_empty() {
-                    self.hooks.extra.insert(k, a.topics);
+                    self.side.hooks_mut().extra.insert(k, a.topics);
                 }
                 if a.sub.is_some() || a.info.is_some() {
                     let ident = Ident {
                         sub: a.sub.clone(),
                         info: a.info,
                     };
-                    self.hooks.ids.insert(k, Arc::new(ident));
+                    self.side.hooks_mut().ids.insert(k, Arc::new(ident));
                 }
                 let claims = match (a.grants, valid) {
                     (Some(grants), token) => Some(Claims {
@@ -459,16 +460,16 @@ impl<S: Socket> Engine<S> {
 
     /// Topics the `connect` answer said to subscribe connection `k` to at once.
     pub(crate) fn hook_topics(&mut self, k: u32) -> Vec<String> {
-        if self.hooks.extra.is_empty() {
+        if self.side.hooks().extra.is_empty() {
             return Vec::new();
         }
-        self.hooks.extra.remove(&k).unwrap_or_default()
+        self.side.hooks_mut().extra.remove(&k).unwrap_or_default()
     }
 
     /// Whether connection `k`'s control message must wait behind a hook call; if so it is
     /// queued (or refused when too many wait).
     pub(crate) fn hook_queue(&mut self, k: u32, text: &[u8]) -> bool {
-        let Some(w) = self.hooks.waits.get_mut(&k) else {
+        let Some(w) = self.side.hooks_mut().waits.get_mut(&k) else {
             return false;
         };
         if w.queued.len() >= MAX_QUEUED {
@@ -497,7 +498,7 @@ impl<S: Socket> Engine<S> {
         if hooks.target(hook).is_none() {
             return Gate::Pass;
         }
-        match self.hooks.verdicts.remove(&k) {
+        match self.side.hooks_mut().verdicts.remove(&k) {
             Some(Verdict::Allowed {
                 hook: h,
                 topic: t,
@@ -506,9 +507,9 @@ impl<S: Socket> Engine<S> {
             Some(Verdict::Fallback) => return Gate::Pass,
             _ => {}
         }
-        let granted = self.grants.grants(k).is_some_and(|g| match hook {
+        let granted = self.side.grants().grants(k).is_some_and(|g| match hook {
             Hook::Subscribe => g.may_subscribe(topic),
-            _ => g.may_publish(topic),
+            Hook::Connect | Hook::Publish => g.may_publish(topic),
         });
         let public = hook == Hook::Subscribe
             && shared
@@ -518,7 +519,7 @@ impl<S: Socket> Engine<S> {
         if granted || public {
             return Gate::Pass;
         }
-        let ident = self.hooks.ids.get(&k).cloned();
+        let ident = self.side.hooks().ids.get(&k).cloned();
         let sub = ident.as_ref().and_then(|i| i.sub.as_deref());
         let info = ident.as_ref().and_then(|i| i.info.as_deref());
         let mut question = Vec::with_capacity(64);
@@ -568,7 +569,7 @@ impl<S: Socket> Engine<S> {
             what,
             queued: Vec::new(),
         };
-        self.hooks.waits.insert(k, wait);
+        self.side.hooks_mut().waits.insert(k, wait);
         Gate::Waiting
     }
 
@@ -582,9 +583,18 @@ impl<S: Socket> Engine<S> {
             Some(State::Ws(_)) => "ws",
             Some(State::Sse(_)) => "sse",
             Some(State::Stream(_)) => "stream",
-            _ => return,
+            Some(
+                State::Http | State::Poll(_) | State::H2 | State::Proxy | State::Closing { .. },
+            )
+            | None => return,
         };
-        let sub = self.hooks.ids.get(&k).and_then(|i| i.sub.clone()).or(sub);
+        let sub = self
+            .side
+            .hooks()
+            .ids
+            .get(&k)
+            .and_then(|i| i.sub.clone())
+            .or(sub);
         let conn = w.conn_id();
         let event = clarion_proto::hooks::Event::Connected {
             conn: &conn,
@@ -593,23 +603,26 @@ impl<S: Socket> Engine<S> {
         };
         w.emit(&event, self.unix_now());
         let since = self.now;
-        self.hooks.live.insert(k, Live { conn, sub, since });
+        self.side
+            .hooks_mut()
+            .live
+            .insert(k, Live { conn, sub, since });
     }
 
     /// The identity a `connect` hook gave connection `k`, if any.
     pub(crate) fn hook_sub(&self, k: u32) -> Option<Arc<str>> {
-        if self.hooks.ids.is_empty() {
+        if self.side.hooks().ids.is_empty() {
             return None;
         }
-        self.hooks.ids.get(&k)?.sub.as_deref().map(Arc::from)
+        self.side.hooks().ids.get(&k)?.sub.as_deref().map(Arc::from)
     }
 
     /// Tells the webhook that connection `k` ended, if it was told it began.
     pub(crate) fn hook_gone(&mut self, k: u32, reason: crate::metrics::CloseReason) {
-        if self.hooks.live.is_empty() {
+        if self.side.hooks().live.is_empty() {
             return;
         }
-        let Some(live) = self.hooks.live.remove(&k) else {
+        let Some(live) = self.side.hooks_mut().live.remove(&k) else {
             return;
         };
         let Some(w) = self.shared.hooks.as_ref().and_then(|h| h.webhooks.as_ref()) else {
@@ -666,14 +679,15 @@ impl<S: Socket> Engine<S> {
         };
         let k = a.key;
         if self
-            .hooks
+            .side
+            .hooks()
             .waits
             .get(&k)
             .is_none_or(|w| w.ticket != a.ticket)
         {
             return;
         }
-        let Some(w) = self.hooks.waits.remove(&k) else {
+        let Some(w) = self.side.hooks_mut().waits.remove(&k) else {
             return;
         };
         let now = self.unix_now();
@@ -698,9 +712,12 @@ impl<S: Socket> Engine<S> {
                     return;
                 }
                 self.set_state(k, State::Http);
-                self.hooks.verdicts.insert(k, Verdict::Connect(verdict));
+                self.side
+                    .hooks_mut()
+                    .verdicts
+                    .insert(k, Verdict::Connect(verdict));
                 let _ = self.on_http(k, &head);
-                self.hooks.verdicts.remove(&k);
+                self.side.hooks_mut().verdicts.remove(&k);
                 // Bytes the client sent meanwhile wait in its input; no read event will come.
                 let waiting = self.conns.get(k as usize).is_some_and(|c| {
                     c.input.is_some() && matches!(c.state.kind(), Kind::Http | Kind::Ws)
@@ -731,7 +748,8 @@ impl<S: Socket> Engine<S> {
                             hooks.remember(w.hook, question, &b, false, now);
                         }
                         let hook = w.hook;
-                        self.hooks
+                        self.side
+                            .hooks_mut()
                             .verdicts
                             .insert(k, Verdict::Allowed { hook, topic, data });
                         self.on_control(k, &text);
@@ -749,7 +767,7 @@ impl<S: Socket> Engine<S> {
                         hooks.count(w.hook, 2, a.elapsed_us);
                         log::warn(format_args!("{kind} hook failed: {why}"));
                         if hooks.fail_to_token {
-                            self.hooks.verdicts.insert(k, Verdict::Fallback);
+                            self.side.hooks_mut().verdicts.insert(k, Verdict::Fallback);
                             self.on_control(k, &text);
                         } else {
                             let error = "the application could not be asked; retry later";
@@ -761,9 +779,9 @@ impl<S: Socket> Engine<S> {
                         }
                     }
                 }
-                self.hooks.verdicts.remove(&k);
+                self.side.hooks_mut().verdicts.remove(&k);
                 for (i, t) in w.queued.iter().enumerate() {
-                    if let Some(again) = self.hooks.waits.get_mut(&k) {
+                    if let Some(again) = self.side.hooks_mut().waits.get_mut(&k) {
                         // A queued message is waiting again: the rest stay behind it.
                         again.queued.extend(w.queued.iter().skip(i).cloned());
                         break;

@@ -7,6 +7,7 @@
 //! connection over the cap to 503. Ordinary answers keep the connection alive when the client
 //! allows it; answers to broken heads close it. GRIP routes are handed to [`crate::grip`]
 //! before routing.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
@@ -174,7 +175,10 @@ impl<S: Socket> Engine<S> {
                         &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")]
                     }
                     HandshakeError::NotUpgrade => &[("Upgrade", "websocket")],
-                    _ => &[],
+                    HandshakeError::MethodNotAllowed
+                    | HandshakeError::BadVersion
+                    | HandshakeError::MissingConnectionUpgrade
+                    | HandshakeError::BadKey => &[],
                 };
                 self.respond(k, e.status(), headers, &e.to_string(), keep);
                 return;
@@ -203,7 +207,7 @@ impl<S: Socket> Engine<S> {
                     return;
                 }
             },
-            _ => Params {
+            Endpoint::Echo | Endpoint::Sse | Endpoint::Poll | Endpoint::Stream => Params {
                 topics: Vec::new(),
                 since: None,
                 format: None,
@@ -216,7 +220,7 @@ impl<S: Socket> Engine<S> {
             let topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
             match self.check_request(k, head, &topics, topics.is_empty(), keep) {
                 Checked::Refused | Checked::Waiting => return,
-                c => c,
+                c @ (Checked::Allowed(_) | Checked::Pending) => c,
             }
         } else {
             Checked::Allowed(None)
@@ -239,8 +243,10 @@ impl<S: Socket> Engine<S> {
         conn.last_seen = self.now;
         let role = match endpoint {
             Endpoint::Echo => WsRole::Echo,
-            _ if envelope => WsRole::Envelope,
-            _ => WsRole::PubSub,
+            Endpoint::PubSub | Endpoint::Sse | Endpoint::Poll | Endpoint::Stream if envelope => {
+                WsRole::Envelope
+            }
+            Endpoint::PubSub | Endpoint::Sse | Endpoint::Poll | Endpoint::Stream => WsRole::PubSub,
         };
         let mut mode = WsMode::new(role);
         mode.deflate = deflate.as_ref().map(|(agreed, _)| Ext::new(agreed));
@@ -425,7 +431,7 @@ impl<S: Socket> Engine<S> {
         let mut topics: Vec<&str> = params.topics.iter().map(|t| &**t).collect();
         let checked = match self.check_request(k, head, &topics, false, keep) {
             Checked::Refused | Checked::Waiting => return,
-            c => c,
+            c @ (Checked::Allowed(_) | Checked::Pending) => c,
         };
         let extra = self.hook_topics(k);
         with_hook_topics(&mut topics, &extra, self.shared.config.max_subscriptions);
@@ -439,7 +445,13 @@ impl<S: Socket> Engine<S> {
                 self.open_poll(k, &topics, since, wait, mode, checked);
                 self.presence_settle(k);
             }
-            _ => {
+            State::Sse(_)
+            | State::Stream(_)
+            | State::Http
+            | State::Ws(_)
+            | State::H2
+            | State::Proxy
+            | State::Closing { .. } => {
                 self.open_stream(k, &topics, since, state, checked);
                 if params.presence {
                     let names: Vec<Arc<str>> = topics.iter().map(|t| Arc::from(*t)).collect();

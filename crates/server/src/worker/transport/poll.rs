@@ -1,6 +1,7 @@
 //! Long-polling: a request held until a message arrives on one of its topics or its deadline
 //! passes, then answered with `{"messages":[...],"cursor":...}` and returned to `Http` (or
 //! closed). A held poll pays for one side entry (its deadline and cursor), not the record.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -56,7 +57,7 @@ impl<S: Socket> Engine<S> {
         let first_look = presence && matches!(since, Since::Now);
         let now = !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 || first_look;
         let body = now.then(|| poll_body(&sub));
-        self.polls.insert(
+        self.side.polls_mut().insert(
             k,
             PollHold {
                 deadline: self.now.saturating_add(hold),
@@ -75,16 +76,16 @@ impl<S: Socket> Engine<S> {
     /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
     /// closes it): it leaves its topics, since the next poll says where to resume.
     pub(crate) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {
-        let presence = self.polls.get(&k).is_some_and(|h| h.presence);
+        let presence = self.side.polls().get(&k).is_some_and(|h| h.presence);
         let with_presence = presence.then(|| self.presence_in_poll(k, body));
         if presence {
             self.presence_poll_watch(k, &[], false);
         }
         let body = with_presence.as_ref().unwrap_or(body);
         self.leave_all_topics(k);
-        self.polls.remove(&k);
+        self.side.polls_mut().remove(&k);
         // The next request on this connection brings its own token.
-        self.grants.clear(k);
+        self.side.grants_mut().clear(k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };

@@ -3,6 +3,7 @@
 //! leaves) and differ only in the encoding of each message, so they share this module.
 //!
 //! Deliveries to open streams are made by [`crate::worker`]'s fan-out with the shared encodings.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -73,8 +74,15 @@ impl<S: Socket> Engine<S> {
         let encoding = match state {
             State::Sse(SseMode::Json) => Encoding::SseJson,
             State::Stream(StreamMode::Raw) => Encoding::RawChunk,
-            _ if sse => Encoding::Sse,
-            _ => Encoding::NdjsonChunk,
+            State::Sse(SseMode::Payload) => Encoding::Sse,
+            // Only SSE and streams open here (see `open_http_subscription`).
+            State::Stream(StreamMode::Ndjson | StreamMode::Grip { .. })
+            | State::Http
+            | State::Ws(_)
+            | State::Poll(_)
+            | State::H2
+            | State::Proxy
+            | State::Closing { .. } => Encoding::NdjsonChunk,
         };
         self.send_resume(k, vec![out.into()], &sub.replay, encoding);
     }
@@ -103,7 +111,7 @@ impl<S: Socket> Engine<S> {
         let mut frames: Vec<&Arc<[u8]>> = first.iter().collect();
         frames.extend(replay.iter().map(|m| m.encoded(encoding)));
         self.write_all_to(k, &frames, None);
-        self.tally.delivered += replay.len() as u64;
+        self.scratch.tally.delivered += replay.len() as u64;
     }
 }
 

@@ -3,6 +3,7 @@
 //! (GRIP) WebSocket's messages go to [`crate::grip`] instead of the control handler.
 //!
 //! Deliveries of published messages are made by [`crate::worker`]'s fan-out.
+#![deny(clippy::wildcard_enum_match_arm)]
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -280,7 +281,7 @@ impl<S: Socket> Engine<S> {
                 frames.extend(sub.replay.iter().map(|m| m.encoded(Encoding::WsEnvelope)));
                 if !frames.is_empty() {
                     self.write_all_to(k, &frames, None);
-                    self.tally.delivered += sub.replay.len() as u64;
+                    self.scratch.tally.delivered += sub.replay.len() as u64;
                 }
                 if presence {
                     self.presence_listen(k, &sub.names);
@@ -433,7 +434,8 @@ impl<S: Socket> Engine<S> {
         let inflated = if ext.client_keeps_context() {
             // The client compresses with context: its window must outlive the message.
             let inf = self
-                .inflaters
+                .side
+                .inflaters_mut()
                 .entry(k)
                 .or_insert_with(|| Inflater::keeping_context(ext.client_window_bits()));
             let mut out = Vec::new();
@@ -473,7 +475,7 @@ impl<S: Socket> Engine<S> {
         let Some(ext) = conn.state.ws().and_then(|m| m.deflate) else {
             return Arc::clone(frame);
         };
-        let settings = self.deflate_settings;
+        let settings = self.frames.deflate_settings;
         if !ext.dedicated() || !self.may_dedicate(k) {
             let bits = if ext.small_server_window() { 9 } else { 15 };
             return compress_frame(frame, opcode, bits, &settings);
@@ -484,7 +486,8 @@ impl<S: Socket> Engine<S> {
         }
         let bits = self.dedicated_window_bits(ext);
         let c = self
-            .deflaters
+            .side
+            .deflaters_mut()
             .entry(k)
             .or_insert_with(|| Compressor::keeping_context(settings.level, bits, 8));
         // Sent compressed even when it does not shrink: the context now holds it.
@@ -512,7 +515,7 @@ impl<S: Socket> Engine<S> {
             .config
             .compression_dedicated_limit
             .div_ceil(workers);
-        self.deflaters.contains_key(&k) || self.deflaters.len() < share
+        self.side.deflaters().contains_key(&k) || self.side.deflaters().len() < share
     }
 
     pub(crate) fn reply(&mut self, k: u32, reply: &Reply<'_>) {

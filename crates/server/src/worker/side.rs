@@ -1,0 +1,304 @@
+//! What connections hold outside their slab record: one owned part of the engine, the way
+//! quinn-proto's `Connection` owns its `streams` and `timers`. Only connections that use a
+//! feature pay for its entry (a held poll, a GRIP hold, a compression stream, a token, a hook's
+//! answer, presence, HTTP/2), so an idle connection costs nothing here.
+//!
+//! The tables are private. The three things every connection's life needs of all of them are
+//! written here once, each destructuring every table without `..`: [`Side::forget`] (the
+//! connection is gone), [`Side::blocker`] (why it cannot move to a new process) and
+//! [`Side::take`] / [`Side::restore`] (what moves with it). A table added later does not
+//! compile until each of the three says what happens to it.
+//!
+//! This module decides nothing about protocols: the features that own each table (named on
+//! its accessor) read and change it.
+
+use std::collections::HashMap;
+
+use clarion_proto::ws::deflate::{Compressor, Inflater};
+
+use super::grip::conn::{GripConn, Phase};
+use super::h2::H2;
+use super::presence::PresenceConns;
+use super::shutdown::Drain;
+use super::transport::hooks::HookTable;
+use super::transport::poll::PollHold;
+use crate::auth::grants::GrantStore;
+
+/// Every per-connection table, by slab key.
+#[derive(Default)]
+pub(crate) struct Side {
+    /// Held long-polls (`transport::poll`).
+    polls: HashMap<u32, PollHold>,
+    /// GRIP connections' state beyond their record (`grip`; proxy mode only).
+    grip: HashMap<u32, GripConn>,
+    /// Inflaters of clients that compress with context takeover, created when such a client
+    /// first sends a compressed message. Clarion answers `client_no_context_takeover` to every
+    /// offer, so only a connection agreed by an older version (and handed over) has one.
+    inflaters: HashMap<u32, Inflater>,
+    /// Dedicated-mode compressors, created at a connection's first compressed delivery.
+    deflaters: HashMap<u32, Compressor>,
+    /// Authenticated connections' expiry and grants (`transport::auth`; auth configured only).
+    grants: GrantStore,
+    /// Requests and messages waiting for a backend hook, and what hooks said (hooks only).
+    hooks: HookTable,
+    /// Connections in presence rooms: identities, rooms, event listeners.
+    presence: PresenceConns,
+    /// HTTP/2 connections' protocol state (`h2`).
+    h2: HashMap<u32, Box<H2>>,
+    /// HTTP/2 stream records: their connection's key and their stream id.
+    h2_streams: HashMap<u32, (u32, u32)>,
+    /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
+    /// `h2_max_streams` by the engine itself (`h2`).
+    h2_records: HashMap<u32, u32>,
+    /// A shutdown telling its connections to go over `drain_period`, and which it told
+    /// (`shutdown`).
+    drain: Option<Box<Drain>>,
+}
+
+/// What [`Side::forget`] took out that its feature must still finish with the engine: a
+/// bridged WebSocket's backend is told it left, an HTTP/2 connection's streams end with it.
+pub(crate) struct Forgotten {
+    /// The connection's GRIP state.
+    pub(crate) grip: Option<GripConn>,
+}
+
+/// Why a connection's side state keeps it from moving to a new process ([`Side::blocker`]);
+/// the hand-over counts each as its `Fallback`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Blocker {
+    /// A backend hook's answer is awaited: the call belongs to this process.
+    HookWait,
+    /// A request forwarded to a GRIP backend waits for its answer, which comes back to this
+    /// process (a held stream or long-poll moves: `super::handover_grip`).
+    GripBackend,
+    /// A WebSocket bridged with WebSocket-over-HTTP: its session lives in the backend's event
+    /// requests.
+    GripBridge,
+    /// A held long-poll watches presence events, which are not carried.
+    PresencePoll,
+}
+
+/// The side state a connection carries to another worker or process ([`Side::take`]).
+#[derive(Default)]
+pub(crate) struct Taken {
+    /// A held long-poll.
+    pub(crate) poll: Option<PollHold>,
+    /// Its client's context-takeover inflater.
+    pub(crate) inflater: Option<Inflater>,
+    /// Its dedicated compressor.
+    pub(crate) deflater: Option<Compressor>,
+}
+
+/// `name()` and `name_mut()` for each table: its feature reads and changes it through these.
+macro_rules! accessors {
+    ($($name:ident, $name_mut:ident: $ty:ty;)*) => {
+        impl Side {
+            $(
+                pub(crate) fn $name(&self) -> &$ty {
+                    &self.$name
+                }
+
+                pub(crate) fn $name_mut(&mut self) -> &mut $ty {
+                    &mut self.$name
+                }
+            )*
+        }
+    };
+}
+
+accessors! {
+    polls, polls_mut: HashMap<u32, PollHold>;
+    grip, grip_mut: HashMap<u32, GripConn>;
+    deflaters, deflaters_mut: HashMap<u32, Compressor>;
+    grants, grants_mut: GrantStore;
+    hooks, hooks_mut: HookTable;
+    presence, presence_mut: PresenceConns;
+    h2, h2_mut: HashMap<u32, Box<H2>>;
+    h2_streams, h2_streams_mut: HashMap<u32, (u32, u32)>;
+    h2_records, h2_records_mut: HashMap<u32, u32>;
+}
+
+impl Side {
+    /// Client inflaters are only made and used by the WebSocket read path (no reader needs
+    /// the table without changing it).
+    pub(crate) fn inflaters_mut(&mut self) -> &mut HashMap<u32, Inflater> {
+        &mut self.inflaters
+    }
+
+    /// Only the shutdown starts and advances a drain.
+    pub(crate) fn drain_mut(&mut self) -> &mut Option<Box<Drain>> {
+        &mut self.drain
+    }
+}
+
+impl Side {
+    /// The tables, with the grants reserved for `cap` connections when authentication is on
+    /// (see `GrantStore::with_capacity`).
+    pub(crate) fn new(grants_for: Option<usize>) -> Side {
+        Side {
+            grants: grants_for.map_or_else(GrantStore::default, GrantStore::with_capacity),
+            ..Side::default()
+        }
+    }
+
+    /// Connection `k` is gone (closing or dropped): its entries leave every table. The HTTP/2
+    /// tables are the HTTP/2 part's to end (its streams are records of their own, dropped
+    /// through the engine), and the presence rooms are left through the broker: both are
+    /// finished by the engine, before or after this.
+    pub(crate) fn forget(&mut self, k: u32) -> Forgotten {
+        let Side {
+            polls,
+            grip,
+            inflaters,
+            deflaters,
+            grants,
+            hooks,
+            presence: _, // Keyed by room; `Engine::presence_forget` leaves them.
+            h2: _,       // `Engine::h2_forget` ends the streams first.
+            h2_streams: _,
+            h2_records: _,
+            drain: _, // Keys told stay told: the share counts those open at its start.
+        } = self;
+        polls.remove(&k);
+        inflaters.remove(&k);
+        deflaters.remove(&k);
+        grants.clear(k);
+        hooks.forget(k);
+        Forgotten {
+            grip: grip.remove(&k),
+        }
+    }
+
+    /// Why connection `k`'s side state keeps it from moving to a new process, if it does.
+    pub(crate) fn blocker(&self, k: u32) -> Option<Blocker> {
+        let Side {
+            polls, // Carried (its deadline and cursor), unless it watches presence events.
+            grip,
+            inflaters: _, // Carried: the window (`DeflateWindows`).
+            deflaters: _, // Carried: the window.
+            grants: _,    // Carried in the mode (`CarriedMode`).
+            hooks,
+            presence: _, // Carried in the mode; a cluster's rooms are checked by the caller.
+            h2: _,       // Carried: `H2Part`.
+            h2_streams: _, // A stream moves with its connection or is refused there.
+            h2_records: _,
+            drain: _, // A hand-over and a drain do not overlap.
+        } = self;
+        if hooks.waiting_for(k) {
+            return Some(Blocker::HookWait);
+        }
+        match grip.get(&k).map(|g| &g.phase) {
+            None | Some(Phase::Stream(_) | Phase::Response(_)) => {}
+            Some(Phase::Waiting(_)) => return Some(Blocker::GripBackend),
+            Some(Phase::Ws(_)) => return Some(Blocker::GripBridge),
+        }
+        if polls.get(&k).is_some_and(|h| h.presence) {
+            return Some(Blocker::PresencePoll);
+        }
+        None
+    }
+
+    /// Takes out what connection `k` carries to its new home that is not a mode's (grants,
+    /// hooks and presence travel in `CarriedMode`) nor HTTP/2's (`H2Part`).
+    pub(crate) fn take(&mut self, k: u32) -> Taken {
+        let Side {
+            polls,
+            grip: _, // A hold moves through `Engine::take_grip`, at the engine's clock.
+            inflaters,
+            deflaters,
+            grants: _,   // In `CarriedMode`.
+            hooks: _,    // In `CarriedMode`.
+            presence: _, // In `CarriedMode`.
+            h2: _,       // In `H2Part`.
+            h2_streams: _,
+            h2_records: _,
+            drain: _,
+        } = self;
+        Taken {
+            poll: polls.remove(&k),
+            inflater: inflaters.remove(&k),
+            deflater: deflaters.remove(&k),
+        }
+    }
+
+    /// Puts back what [`Side::take`] took, for connection `k` (its key in this slab).
+    pub(crate) fn restore(&mut self, k: u32, taken: Taken) {
+        let Side {
+            polls,
+            grip: _,
+            inflaters,
+            deflaters,
+            grants: _,
+            hooks: _,
+            presence: _,
+            h2: _,
+            h2_streams: _,
+            h2_records: _,
+            drain: _,
+        } = self;
+        let Taken {
+            poll,
+            inflater,
+            deflater,
+        } = taken;
+        if let Some(p) = poll {
+            polls.insert(k, p);
+        }
+        if let Some(i) = inflater {
+            inflaters.insert(k, i);
+        }
+        if let Some(d) = deflater {
+            deflaters.insert(k, d);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poll(presence: bool) -> PollHold {
+        PollHold {
+            deadline: 30,
+            cursor: "c".into(),
+            presence,
+        }
+    }
+
+    #[test]
+    fn forget_leaves_nothing_of_a_connection_behind() {
+        let mut side = Side::new(Some(8));
+        side.polls_mut().insert(3, poll(false));
+        side.deflaters_mut()
+            .insert(3, Compressor::resume(1, 15, 8, b""));
+        side.polls_mut().insert(4, poll(false));
+        let left = side.forget(3);
+        assert!(left.grip.is_none());
+        assert!(!side.polls().contains_key(&3));
+        assert!(!side.deflaters().contains_key(&3));
+        assert!(
+            side.polls().contains_key(&4),
+            "another connection's entry stays"
+        );
+    }
+
+    #[test]
+    fn a_presence_poll_blocks_a_move_and_a_plain_one_does_not() {
+        let mut side = Side::default();
+        side.polls_mut().insert(1, poll(true));
+        side.polls_mut().insert(2, poll(false));
+        assert_eq!(side.blocker(1), Some(Blocker::PresencePoll));
+        assert_eq!(side.blocker(2), None);
+        assert_eq!(side.blocker(3), None);
+    }
+
+    #[test]
+    fn take_and_restore_carry_a_connection_to_its_new_key() {
+        let mut side = Side::default();
+        side.polls_mut().insert(5, poll(false));
+        let taken = side.take(5);
+        assert!(side.polls().is_empty());
+        side.restore(9, taken);
+        assert_eq!(side.polls().get(&9).map(|h| h.deadline), Some(30));
+    }
+}

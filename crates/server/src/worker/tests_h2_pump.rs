@@ -1,0 +1,156 @@
+//! The HTTP/2 pump in the engine, in memory under simulated time (see [`super::testkit`]):
+//! a stream's bytes wait for its flow-control window and go when the client opens it; one
+//! engine call frames more than one pass's byte budget when the kernel takes everything (the
+//! stall the bench found: no writable event comes to continue); a pass the kernel refuses
+//! continues on the writable event; an idle connection is told to go at its deadline, not a
+//! second before.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::collections::HashMap;
+
+use clarion_proto::h2::frame::{self, ErrorCode, Frame, Setting, MAX_WINDOW, PREFACE};
+
+use super::h2::PUMP_BYTES;
+use super::testkit::{Client, Harness};
+use super::tests_h2::get;
+use crate::config::Config;
+
+/// An h2c connection that advertised `settings` and opened its connection window by `more`.
+fn client_with(h: &mut Harness, settings: &[Setting], more: u32) -> Client {
+    let c = h.connect();
+    let mut v = PREFACE.to_vec();
+    frame::write_settings(&mut v, settings);
+    if more > 0 {
+        frame::write_window_update(&mut v, 0, more);
+    }
+    h.send(&c, &v);
+    c.take();
+    c
+}
+
+/// What the server sent, as DATA payload bytes per stream and the codes of GOAWAY frames.
+#[derive(Default)]
+struct Seen {
+    data: HashMap<u32, Vec<u8>>,
+    goaway: Vec<u32>,
+}
+
+fn seen(mut bytes: &[u8]) -> Seen {
+    let mut s = Seen::default();
+    while let Ok(Some((f, used))) = frame::parse(bytes, 1 << 24) {
+        match f {
+            Frame::Data { stream, data, .. } => {
+                s.data.entry(stream).or_default().extend_from_slice(data)
+            }
+            Frame::GoAway { code, .. } => s.goaway.push(code),
+            _ => {}
+        }
+        bytes = &bytes[used..];
+    }
+    s
+}
+
+/// Opens SSE streams `ids` on topic `t` and drops what their openings wrote.
+fn open_sse(h: &mut Harness, c: &Client, ids: &[u32]) {
+    let mut v = Vec::new();
+    for &id in ids {
+        get(&mut v, id, "/sse?topic=t", true);
+    }
+    h.send(c, &v);
+    c.take();
+}
+
+#[test]
+fn a_stream_waits_for_its_window_and_goes_when_the_client_opens_it() {
+    let mut h = Harness::new(Config::default());
+    // Room for the stream's first bytes (its `retry:` line) and 100 more.
+    let c = client_with(&mut h, &[Setting::InitialWindowSize(100)], 0);
+    let mut v = Vec::new();
+    get(&mut v, 1, "/sse?topic=t", true);
+    h.send(&c, &v);
+    let opening = seen(&c.take()).data.remove(&1).unwrap_or_default().len();
+    assert!(opening < 100, "the opening fits: {opening} bytes");
+    let payload = "x".repeat(1000);
+    h.publish("t", &payload);
+    let first = seen(&c.take()).data.remove(&1).unwrap_or_default();
+    assert_eq!(first.len(), 100 - opening, "exactly the window, no more");
+    h.advance(1);
+    assert!(
+        seen(&c.take()).data.is_empty(),
+        "stalled until the window opens"
+    );
+    let mut v = Vec::new();
+    frame::write_window_update(&mut v, 1, 10_000);
+    h.send(&c, &v);
+    let rest = seen(&c.take()).data.remove(&1).unwrap_or_default();
+    let event = String::from_utf8([first, rest].concat()).unwrap();
+    assert!(
+        event.contains(&payload),
+        "the whole event once the window opened"
+    );
+    assert!(event.ends_with("\n\n"), "{event:?}");
+}
+
+#[test]
+fn one_call_frames_past_a_pass_s_budget_when_the_kernel_takes_everything() {
+    let mut h = Harness::new(Config::default());
+    let c = client_with(&mut h, &[Setting::InitialWindowSize(MAX_WINDOW)], 1 << 30);
+    let ids = [1, 3, 5, 7, 9, 11];
+    open_sse(&mut h, &c, &ids);
+    let payload = "y".repeat(60_000);
+    assert!(ids.len() * payload.len() > PUMP_BYTES, "more than one pass");
+    h.publish("t", &payload);
+    let s = seen(&c.take());
+    for id in ids {
+        let got = s.data.get(&id).map_or(0, Vec::len);
+        assert!(
+            got > payload.len(),
+            "stream {id}: {got} bytes in the same call"
+        );
+    }
+}
+
+#[test]
+fn a_pass_the_kernel_refuses_continues_on_the_writable_event() {
+    let mut h = Harness::new(Config::default());
+    let c = client_with(&mut h, &[Setting::InitialWindowSize(MAX_WINDOW)], 1 << 30);
+    let ids = [1, 3, 5, 7, 9, 11];
+    open_sse(&mut h, &c, &ids);
+    c.set_window(Some(100_000));
+    let payload = "z".repeat(60_000);
+    h.publish("t", &payload);
+    let first = c.take();
+    let refused = seen(&first);
+    let sent: usize = refused.data.values().map(Vec::len).sum();
+    assert!(
+        sent < ids.len() * payload.len(),
+        "the kernel took {sent} only"
+    );
+    c.set_window(None);
+    h.writable(&c);
+    // The kernel cut a frame: read the bytes of both writes as one.
+    let all = seen(&[first, c.take()].concat());
+    for id in ids {
+        let got = all.data.get(&id).map_or(0, Vec::len);
+        assert!(
+            got > payload.len(),
+            "stream {id}: {got} bytes after the writable event"
+        );
+    }
+}
+
+#[test]
+fn an_idle_h2_connection_is_told_to_go_at_its_deadline_not_before() {
+    let mut h = Harness::new(Config {
+        handshake_timeout: 5,
+        ..Config::default()
+    });
+    let c = client_with(&mut h, &[], 0);
+    h.advance(4);
+    assert!(seen(&c.take()).goaway.is_empty(), "not before its deadline");
+    assert!(!c.write_shut());
+    h.advance(1);
+    assert_eq!(seen(&c.take()).goaway, vec![ErrorCode::NoError as u32]);
+    assert!(c.write_shut(), "closed after its GOAWAY");
+}
