@@ -12,7 +12,7 @@ import struct
 import time
 import uuid
 
-import pytest
+from cluster_util import Redis
 from conftest import Server
 
 
@@ -140,8 +140,11 @@ def test_a_group_s_supervisor_speaks_for_the_service_and_its_members_never_do(tm
     """A `--processes` group's members share the environment but not the right to speak for
     the service: the supervisor is the service's main process, for the group's whole life."""
     manager = FakeManager(str(tmp_path / "notify"))
+    redis = Redis(tmp_path)
     try:
-        server = Server(["--processes", "2"], env={"NOTIFY_SOCKET": manager.address})
+        server = Server(
+            ["--processes", "2", "--broker", redis.url], env={"NOTIFY_SOCKET": manager.address}
+        )
         try:
             got = manager.until("READY")
             assert got[-1][0] == server.proc.pid, got
@@ -155,4 +158,5 @@ def test_a_group_s_supervisor_speaks_for_the_service_and_its_members_never_do(tm
         finally:
             server.stop()
     finally:
+        redis.kill()
         manager.close()
