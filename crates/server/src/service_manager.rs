@@ -159,11 +159,12 @@ mod tests {
     fn a_datagram_reaches_an_abstract_socket() {
         use std::os::linux::net::SocketAddrExt as _;
         let name = format!("clarion-notify-test-{}", std::process::id());
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
-        let rx = UnixDatagram::bind_addr(&addr).unwrap();
-        send_to(&Address::Abstract(name.into_bytes()), b"READY=1\n").unwrap();
+        let addr =
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("name");
+        let rx = UnixDatagram::bind_addr(&addr).expect("bind");
+        send_to(&Address::Abstract(name.into_bytes()), b"READY=1\n").expect("send");
         let mut buf = [0u8; 64];
-        let n = rx.recv(&mut buf).unwrap();
+        let n = rx.recv(&mut buf).expect("recv");
         assert_eq!(&buf[..n], b"READY=1\n");
     }
 
