@@ -115,7 +115,7 @@ def test_the_unpacked_root_serves_websocket_sse_and_healthz_under_chroot(image):
     args += [f"--listen=127.0.0.1:{client}", f"--api-listen=127.0.0.1:{api}"]
     env = dict(e.split("=", 1) for e in c["Env"])
     (root / "proc").mkdir(exist_ok=True)
-    cmd = ["unshare", "--mount", "--fork", "--kill-child=SIGTERM", "sh", "-c",
+    cmd = ["unshare", "--mount", "sh", "-c",
            f'mount -t proc proc "{root}/proc" && exec chroot --userspec={c["User"]} "{root}" "$@"',
            "-", *c["Entrypoint"], *args]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -123,7 +123,7 @@ def test_the_unpacked_root_serves_websocket_sse_and_healthz_under_chroot(image):
         line = proc.stdout.readline()
         assert line.startswith("clarion ready"), (line, proc.stderr.read() if proc.poll() else "")
         with socket.create_connection(("127.0.0.1", api), timeout=5) as s:
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             assert s.recv(4096).startswith(b"HTTP/1.1 200")
         sse = socket.create_connection(("127.0.0.1", client), timeout=5)
         sse.sendall(b"GET /sse?topic=t HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
@@ -131,7 +131,7 @@ def test_the_unpacked_root_serves_websocket_sse_and_healthz_under_chroot(image):
         with websockets.sync.client.connect(f"ws://127.0.0.1:{client}/ws?topic=t") as ws:
             time.sleep(0.2)
             with socket.create_connection(("127.0.0.1", api), timeout=5) as s:
-                s.sendall(b"POST /publish/t HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                s.sendall(b"POST /publish/t HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
                           b"Connection: close\r\n\r\nhello")
                 assert s.recv(4096).startswith(b"HTTP/1.1 200")
             assert "hello" in str(ws.recv(timeout=5))
