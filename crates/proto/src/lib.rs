@@ -28,6 +28,8 @@
 //! - [`resp`]: RESP2, the Redis protocol, as a client speaks it (the cluster broker).
 //! - [`nats`]: the NATS client protocol (core NATS): client operations, an incremental reader
 //!   of server operations, subject rules and the mapping of topics to subjects.
+//! - [`sd_notify`]: the service manager's notification datagrams (systemd `Type=notify`):
+//!   `READY=1`, `RELOADING=1`, `STOPPING=1`, `STATUS=`, `MAINPID=`, and `$NOTIFY_SOCKET`.
 //! - [`tls13`]: the TLS 1.3 record layer after the handshake: record protection, alerts, key
 //!   updates and the RFC 8446 §5.5 key usage limits.
 #![forbid(unsafe_code)]
@@ -48,6 +50,7 @@ pub mod http1;
 pub mod nats;
 pub mod pubsub;
 pub mod resp;
+pub mod sd_notify;
 pub mod sse;
 pub mod tls13;
 pub mod ws;

@@ -39,6 +39,8 @@
 //! - [`group`]: `clarion serve --processes N`: the supervisor of a group of processes sharing
 //!   the ports, the group's merged `/metrics` and `/healthz`, and the port guard that keeps
 //!   any other process off a port one holds.
+//! - [`service_manager`]: systemd `Type=notify` (`READY=1`, `RELOADING=1`, `STOPPING=1`,
+//!   `MAINPID=` across an upgrade) over `$NOTIFY_SOCKET`.
 //! - [`metrics`]: counters and the Prometheus text; [`log`]: stderr logging; [`spelling`]: the
 //!   valid name a misspelt variable or value was meant to be; [`user`]: the user this process
 //!   runs as.
@@ -71,6 +73,7 @@ pub mod publish;
 pub mod redact;
 pub mod reply;
 pub mod server;
+pub mod service_manager;
 pub mod spelling;
 pub mod tls;
 pub mod token;

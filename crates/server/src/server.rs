@@ -71,6 +71,7 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
         Arc::new(AtomicBool::new(false)),
     )
     .context("cannot handle SIGXFSZ")?;
+    crate::service_manager::init(member.is_none());
     let mut incoming = match upgrade_from {
         Some(pid) => crate::handover::incoming::connect(pid, &config)?,
         None => None,
@@ -315,11 +316,38 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
     )?;
     out.flush()?;
     drop(out);
+    if let Some(i) = &incoming {
+        // The process handing over names this one to the service manager (`MAINPID=`) before
+        // it lets go of the hand-over socket: `READY=1` from here must come after, or a manager
+        // that hears only the main process (`NotifyAccess=main`) would drop it.
+        i.wait_released(RELEASE_TIMEOUT);
+    }
+    crate::service_manager::ready(&format!(
+        "serving: clients on {clients}, API on {api_addr}{}",
+        if incoming.is_some() {
+            format!(
+                " ({} connections taken over)",
+                shared
+                    .handover
+                    .taken
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            )
+        } else {
+            String::new()
+        }
+    ));
 
     let mut received = None;
     for sig in signals.forever() {
         if sig == SIGUSR1 {
-            crate::handover::start_successor();
+            crate::service_manager::reloading(
+                "upgrade: starting the new binary to take the connections over",
+            );
+            if !crate::handover::start_successor() {
+                crate::service_manager::ready(
+                    "serving: the upgrade could not start; still serving",
+                );
+            }
             continue;
         }
         received = Some(sig);
@@ -330,6 +358,11 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
         let restart = sig == SIGUSR2 || signals.pending().any(|s| s == SIGUSR2);
         shared.restarting.store(restart, Relaxed);
         let c = &shared.config;
+        crate::service_manager::stopping(&format!(
+            "stopping: closing connections with {} (up to {} s)",
+            if restart { "1012" } else { "1001" },
+            c.drain_period + c.shutdown_timeout
+        ));
         log::info(format_args!(
             "signal {sig}: {}{} (up to {} s)",
             if restart {
@@ -450,6 +483,10 @@ fn dup_all<'a>(
 
 /// The API listener of a process that replaces `pid` without its sockets (it refused the
 /// hand-over and restarts with a drain): the port is free once that process has exited.
+/// How long a successor waits for the old process to let go of the hand-over socket before it
+/// says `READY=1` anyway (the old process names it right after the acknowledgement).
+const RELEASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn bind_api_after(
     addr: std::net::SocketAddr,
     pid: Option<u32>,

@@ -138,6 +138,7 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
     let dir = Dir(make_dir()?);
     // SIGHUP is passed on (certificate reloads), never the end of the group; SIGUSR2 stops
     // it as a restart (WebSockets get 1012).
+    crate::service_manager::init(true);
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2])
             .context("cannot install signal handlers")?;
@@ -211,6 +212,10 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
     }
     write_nodes(&dir.0, &slots);
     announce(listen, tls_listen, api, n)?;
+    // The supervisor is the service's main process for the whole life of the group.
+    crate::service_manager::ready(&format!(
+        "serving: group of {n} processes, clients on {listen}, API on {api}"
+    ));
 
     // Run: restart what dies, until a signal.
     let mut written = Instant::now();
@@ -225,6 +230,9 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
             } else {
                 log::info(format_args!(
                     "SIGUSR1: rolling upgrade of {n} processes, one at a time"
+                ));
+                crate::service_manager::reloading(&format!(
+                    "upgrade: rolling upgrade of {n} processes, one at a time"
                 ));
                 rolling = Some(Rolling {
                     at: 0,
@@ -243,6 +251,11 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
                     r.handed,
                     r.moved,
                     n - r.handed.min(n)
+                ));
+                crate::service_manager::ready(&format!(
+                    "serving: group of {n} processes, upgraded ({} handed over, {} connections \
+                     moved)",
+                    r.handed, r.moved
                 ));
                 rolling = None;
             }
@@ -264,6 +277,10 @@ pub fn supervise(config: Config) -> anyhow::Result<()> {
             }
         }
         if let Some(sig) = pending.iter().find(|s| **s != SIGHUP && **s != SIGUSR1) {
+            crate::service_manager::stopping(&format!(
+                "stopping: {n} processes closing their connections (up to {} s)",
+                stop_wait.as_secs()
+            ));
             log::info(format_args!(
                 "signal {sig}: stopping {n} processes (up to {} s)",
                 stop_wait.as_secs()

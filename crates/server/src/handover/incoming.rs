@@ -298,6 +298,22 @@ impl Incoming {
     pub fn ack(&self) -> std::io::Result<()> {
         send(self.rd.socket(), &Frame::Ack, &[])
     }
+
+    /// Waits (up to `timeout`) until the old process closes the hand-over socket, which it
+    /// does after reading the acknowledgement and naming this process to the service manager.
+    pub fn wait_released(&self, timeout: std::time::Duration) {
+        use std::io::Read as _;
+        let mut sock = self.rd.socket();
+        let _ = sock.set_read_timeout(Some(timeout));
+        let mut buf = [0u8; 64];
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            match sock.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
 }
 
 /// The state a record's transport (and GRIP part) stands for, with a held poll's deadline and

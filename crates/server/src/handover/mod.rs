@@ -82,8 +82,8 @@ pub fn remember_binary() {
 
 /// SIGUSR1 to a lone process: starts the binary on disk with this process's arguments and
 /// `--upgrade-from` this pid, which takes the connections over. Its output goes where this
-/// process's goes. A successor that fails to start leaves this process serving.
-pub fn start_successor() {
+/// process's goes. A successor that fails to start leaves this process serving (false).
+pub fn start_successor() -> bool {
     let exe = BINARY
         .get()
         .filter(|p| p.is_file())
@@ -131,14 +131,21 @@ pub fn start_successor() {
                             log::warn(format_args!(
                                 "the upgrade's new process exited ({status}); still serving"
                             ));
+                            crate::service_manager::ready(
+                                "serving: the upgrade's new process failed; still serving",
+                            );
                         }
                     }
                 });
+            true
         }
-        Err(e) => log::warn(format_args!(
-            "SIGUSR1: cannot start {}: {e}; still serving",
-            exe.display()
-        )),
+        Err(e) => {
+            log::warn(format_args!(
+                "SIGUSR1: cannot start {}: {e}; still serving",
+                exe.display()
+            ));
+            false
+        }
     }
 }
 
@@ -236,8 +243,8 @@ pub fn listen(shared: Arc<Shared>, listening: Listening) {
             for sock in listener.incoming() {
                 let Ok(sock) = sock else { continue };
                 // The socket is 0600; this also keeps out root processes of other users' tools.
-                match fds::peer(&sock) {
-                    Ok((_, uid)) if uid == fds::own_uid() => {}
+                let peer_pid = match fds::peer(&sock) {
+                    Ok((pid, uid)) if uid == fds::own_uid() => pid,
                     Ok((pid, uid)) => {
                         log::warn(format_args!(
                             "hand-over socket: process {pid} of user {uid} refused (not this user)"
@@ -248,11 +255,11 @@ pub fn listen(shared: Arc<Shared>, listening: Listening) {
                         log::warn(format_args!("hand-over socket: {e}"));
                         continue;
                     }
-                }
+                };
                 let _ = sock.set_read_timeout(Some(PEER_TIMEOUT));
                 let _ = sock.set_write_timeout(Some(PEER_TIMEOUT));
                 let outcome = match crate::hub::lock(&LISTENING).as_ref() {
-                    Some(listening) => hand_over(&shared, listening, sock),
+                    Some(listening) => hand_over(&shared, listening, sock, peer_pid),
                     // Stopping already: the listeners are closed.
                     None => return,
                 };
@@ -262,9 +269,20 @@ pub fn listen(shared: Arc<Shared>, listening: Listening) {
                         continue;
                     }
                     Outcome::Done => {}
-                    Outcome::Fallback(why) => log::warn(format_args!(
-                        "hand-over refused ({why}): restarting with a drain instead"
-                    )),
+                    Outcome::Fallback(why) => {
+                        log::warn(format_args!(
+                            "hand-over refused ({why}): restarting with a drain instead"
+                        ));
+                        // The new process binds its own listeners and serves: it is the
+                        // service's process from now on, if it still runs.
+                        if std::path::Path::new(&format!("/proc/{peer_pid}")).exists() {
+                            crate::service_manager::hand_to(
+                                peer_pid,
+                                "upgrade: the hand-over was refused; the new process serves, \
+                                 this one restarts its connections",
+                            );
+                        }
+                    }
                 }
                 let _ = std::fs::remove_file(&path);
                 // The restart (SIGUSR2) tells the connections left to reconnect, and exits.
@@ -301,7 +319,12 @@ enum Outcome {
     NotAPeer(String),
 }
 
-fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> Outcome {
+fn hand_over(
+    shared: &Arc<Shared>,
+    listening: &Listening,
+    sock: UnixStream,
+    peer_pid: u32,
+) -> Outcome {
     let began = Instant::now();
     let mut rd = fds::Reader::new(sock);
     let theirs = rd.next(|f, _| match f {
@@ -437,6 +460,12 @@ fn hand_over(shared: &Arc<Shared>, listening: &Listening, sock: UnixStream) -> O
         Ok(true) => "the new process serves them",
         _ => "the new process did not acknowledge them",
     };
+    // Before this socket closes: the new process says READY=1 once it has, and a service
+    // manager that hears only the main process (`NotifyAccess=main`) must know it by then.
+    crate::service_manager::hand_to(
+        peer_pid,
+        &format!("upgrade: {moved} connections handed to process {peer_pid}"),
+    );
     log::info(format_args!(
         "hand-over: {moved} connections moved in {} ms (frozen for {} ms), {outcome}; {} \
          stay and are told to reconnect{}{}",
