@@ -56,10 +56,12 @@ install() {
   [ -e "$bm/qemu-aarch64" ] || cat /usr/lib/binfmt.d/qemu-aarch64.conf >"$bm/register"
 }
 
+# One cargo for the three targets: the end of one target's build (the server crate and the
+# link, one core each) overlaps with the others' dependencies, so both cores stay busy.
 build() {
-  for t in "${targets[@]}"; do
-    cargo build --locked --profile "$profile" --target "$t" -p clarion
-  done
+  local args=()
+  for t in "${targets[@]}"; do args+=(--target "$t"); done
+  cargo build --locked --profile "$profile" "${args[@]}" -p clarion
 }
 
 # Each artifact is what it claims: the arch, and static where it must be.
