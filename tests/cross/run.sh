@@ -76,7 +76,7 @@ check_files() {
       x86_64-*) grep -q 'x86-64' <<<"$out" ;;
     esac || { echo "FAILED: $t is the wrong arch"; return 1; }
     case "$t" in
-      *-musl) grep -qE 'static(-pie)? linked' <<<"$out" ;;
+      *-musl) grep -qE 'static-pie linked|statically linked' <<<"$out" ;;
       *-gnu) grep -q 'ld-linux-aarch64.so.1' <<<"$out" ;;
     esac || { echo "FAILED: $t has the wrong linkage"; return 1; }
   done
