@@ -2,7 +2,7 @@
 # The chaos soak (issue 34; docs/benchmarks.md, "Chaos soak"): one command.
 #
 #   bench/soak.sh --minutes 60                  # the hour: 20,000 clients, 1,000 msgs/s
-#   bench/soak.sh --minutes 5 --clients 4000    # the CI version (tests/python/test_soak.py)
+#   bench/soak.sh --minutes 4 --clients 4000    # the CI version (.ci/run)
 #
 # It starts a private redis-server with AOF on (appendfsync everysec) and
 # `clarion serve --processes 3 --broker redis://...`, then `clarion bench --scenario soak`:
