@@ -123,6 +123,10 @@ test('dashboard: live numbers match /metrics, move with traffic, publish reaches
         const row = document.querySelector('#topics tbody tr');
         return row && row.cells[0].textContent === 'scores' && row.cells[1].textContent === '5' && Number(row.cells[2].textContent) > 0;
       }, null, { timeout: 15000 });
+      // The flow goes on until ten publishes have reached the five subscribers: on a quiet
+      // machine the page catches up within two ticks, before that many were made.
+      await waitFor(async () => (await metrics(api))['clarion_messages_delivered_total'] >= 5 * 10,
+        15000, 'ten publishes delivered');
     } finally {
       clearInterval(flow);
     }

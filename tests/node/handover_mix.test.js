@@ -196,8 +196,8 @@ function gripH1(addr) {
 // The Python Subscriber in a child process: one JSON line per delivery and event.
 const PY_SUBSCRIBER = `
 import asyncio, json, sys
-from clarion import Subscriber
-from clarion.subscriber import Delivery
+from clarion_client import Subscriber
+from clarion_client.subscriber import Delivery
 
 def on_event(name, detail):
     print(json.dumps({"event": name}), flush=True)
@@ -359,7 +359,7 @@ async function handOver(group) {
     await waitFor(() => nodeSub.state === 'subscribed', 10000, 'the ws client to subscribe');
     assert.match(lastWs.answered || '', /permessage-deflate.*client_no_context_takeover/);
     const native = jsonChild(process.execPath, ['--experimental-websocket', '-e', NODE_NATIVE, url, clientModule]);
-    const py = jsonChild(python, ['-c', PY_SUBSCRIBER, url], { PYTHONPATH: path.join(root, 'python', 'src') });
+    const py = jsonChild(python, ['-c', PY_SUBSCRIBER, url], { PYTHONPATH: path.join(root, 'python', 'client', 'src') });
     const h2c = await h2cClient(old.clients);
     const grip = gripH1(old.clients);
     await waitFor(() => native.events.includes('connected'), 15000, 'the native WebSocket client');
