@@ -53,7 +53,7 @@ while [ $# -gt 0 ]; do
     --drain-period) DRAIN_PERIOD=$2; shift 2 ;;
     --browser-share) BROWSER_SHARE=$2; shift 2 ;;
     --bench-bin) BENCH_BIN=$2; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "soak.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
