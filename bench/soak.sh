@@ -6,8 +6,12 @@
 #
 # It starts a private redis-server with AOF on (appendfsync everysec) and
 # `clarion serve --processes 3 --broker redis://...`, then `clarion bench --scenario soak`:
-# --clients logical clients (WebSocket clarion.v1 and SSE, half each) spread over 1,000 topics
-# and over several bench processes (each from its own 127.0.0.x), each connection living a
+# --clients logical clients spread over 1,000 topics and over several bench processes (each
+# from its own 127.0.0.x): --browser-share percent of them (40) connect as browsers and
+# Clarion's own clients do, in turn a permessage-deflate WebSocket that subscribes in-band with
+# a compressed message, an HTTP/2 connection (h2c) with 6 SSE streams, and the same two over
+# TLS 1.3 (the group also listens for TLS on PORT+2, with a `clarion cert --dev` certificate);
+# the others are WebSocket clarion.v1 and HTTP/1.1 SSE, half each. Each connection living a
 # random ~--life seconds before its client closes it and reconnects with its last id; --rate
 # messages a second over the topics for --minutes. Meanwhile, on a schedule:
 #   - kill -9 of one server process (soak-0, soak-1, soak-2 in turn) every 5 minutes (short runs:
@@ -20,16 +24,19 @@
 # Everything is bounded in time and stopped on exit, failure or Ctrl-C. The results directory
 # (--out, default bench/results) gets soak-TAG.json and soak-TAG.md (the report), the bench's
 # JSON, and the raw samples, events and logs. The exit status is 0 only when nothing was lost
-# outside announced gaps, nothing duplicated and nothing reordered.
+# outside announced gaps, nothing duplicated, nothing reordered, and no connection of any kind
+# dropped during the rolling upgrade (SIGUSR1 to 2 s after it is done).
 #
 # Options: --minutes M (60), --clients N (20000), --rate MSGS_PER_S (1000), --topics N (1000),
 # --life SECONDS (60), --procs N (bench processes; default one per 5,000 clients),
-# --port PORT (29080; API PORT+1, Redis PORT-1700), --tag NAME, --out DIR, --bin PATH
-# (target/release/clarion), --drain-period S (5: the rolling restart's spreading).
+# --port PORT (29080; API PORT+1, TLS PORT+2, Redis PORT-1700), --tag NAME, --out DIR, --bin PATH
+# (target/release/clarion), --drain-period S (5: the rolling restart's spreading),
+# --browser-share PCT (40; 0: only WebSocket and SSE over clear HTTP/1.1), --bench-bin PATH (the
+# load generator, default --bin: an older server under test with today's clients).
 set -euo pipefail
 
 MINUTES=60 CLIENTS=20000 RATE=1000 TOPICS=1000 LIFE=60 PROCS="" PORT=29080 TAG="" OUT=bench/results
-DRAIN_PERIOD=5
+DRAIN_PERIOD=5 BROWSER_SHARE=40 BENCH_BIN=""
 BIN=${CLARION_BIN:-target/release/clarion}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,11 +51,14 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
     --drain-period) DRAIN_PERIOD=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    --browser-share) BROWSER_SHARE=$2; shift 2 ;;
+    --bench-bin) BENCH_BIN=$2; shift 2 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "soak.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-API=$((PORT + 1)) REDIS_PORT=$((PORT - 1700))
+BENCH_BIN=${BENCH_BIN:-$BIN}
+API=$((PORT + 1)) TLS_PORT=$((PORT + 2)) REDIS_PORT=$((PORT - 1700))
 DURATION=$((MINUTES * 60))
 TAG=${TAG:-${MINUTES}min-${CLIENTS}-$(date -u +%Y%m%d-%H%M)}
 mkdir -p "$OUT"
@@ -81,7 +91,7 @@ trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 ulimit -n "$(ulimit -Hn)"
-for p in "$PORT" "$API" "$REDIS_PORT"; do
+for p in "$PORT" "$API" "$TLS_PORT" "$REDIS_PORT"; do
   if ss -Hltn "sport = :$p" | grep -q .; then echo "soak.sh: port $p is in use (--port)" >&2; exit 1; fi
 done
 now() { date +%s.%N | cut -c1-14; }
@@ -104,8 +114,11 @@ start_redis() {
 start_redis
 
 # --- the server group ------------------------------------------------------------------------
+# A development certificate for the TLS clients (browsers reach Clarion over TLS, and h2 by ALPN).
+"$BIN" cert --dev --dir "$RUN/tls" >/dev/null
 CLARION_LOG=info "$BIN" serve --processes 3 --broker "redis://127.0.0.1:$REDIS_PORT" \
   --node-name soak --listen "127.0.0.1:$PORT" --api-listen "127.0.0.1:$API" \
+  --tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem" --tls-listen "127.0.0.1:$TLS_PORT" \
   --max-connections-per-address 0 --drain-period "$DRAIN_PERIOD" \
   >"$RUN/server.out" 2>"$RAW/server.log" &
 SUP=$!
@@ -197,9 +210,10 @@ event schedule "kill -9 at ${KILLS}s; redis restart at ${REDIS_AT}s; rolling upg
 # --- the run -------------------------------------------------------------------------------
 PROCS_ARG=()
 [ -n "$PROCS" ] && PROCS_ARG=(--procs "$PROCS")
-"$BIN" bench --scenario soak -n "$CLIENTS" --target "127.0.0.1:$PORT" --api "127.0.0.1:$API" \
+"$BENCH_BIN" bench --scenario soak -n "$CLIENTS" --target "127.0.0.1:$PORT" --api "127.0.0.1:$API" \
   --duration "$DURATION" --life "$LIFE" --rate "$RATE" --topics "$TOPICS" --drain 90 \
   --connect-rate 2000 "${PROCS_ARG[@]}" --json "$RAW/bench.json" \
+  --soak-browser-share "$BROWSER_SHARE" --tls-ca "$RUN/tls/ca.pem" --tls-target "127.0.0.1:$TLS_PORT" \
   >"$RAW/bench.txt" 2>"$RAW/bench.log" &
 BENCH=$!
 # Publishing starts once every client has connected.
@@ -240,6 +254,6 @@ event end "bench exited with status $RC"
 cat "$RAW/bench.txt" >&2 || true
 grep -E 'killed by signal|starting it again|rolling (restart|upgrade)|hand-over|broker' "$RAW/server.log" >"$RAW/server-events.log" || true
 python3 "$HERE/soak_report.py" "$RAW" "$OUT/soak-$TAG" \
-  --command "bench/soak.sh --minutes $MINUTES --clients $CLIENTS --rate $RATE --topics $TOPICS --life $LIFE" \
+  --command "bench/soak.sh --minutes $MINUTES --clients $CLIENTS --rate $RATE --topics $TOPICS --life $LIFE --browser-share $BROWSER_SHARE" \
   --bench-status "$RC"
 exit "$RC"

@@ -21,6 +21,8 @@ import sys
 WARMUP_MARKS = 2
 # RSS and open files may grow this much after warm-up and still count as flat.
 FLAT = 0.05
+# A drop this many seconds after "rolling upgrade done" still counts as the upgrade's.
+UPGRADE_GRACE_S = 2
 
 
 def load(raw):
@@ -128,8 +130,38 @@ def main():
             growth[key] = round((l - b) / b, 4) if b else None
     flat = all(g is not None and g <= FLAT for g in growth.values()) if growth else None
 
+    # By client kind: what was checked, and the connections dropped during the rolling upgrade
+    # (from SIGUSR1 to 2 s after "rolling upgrade done"): a hand-over drops none.
+    windows = []
+    for e in events:
+        if e["event"] == "rolling_upgrade_start":
+            done = next((x["unix"] for x in events if x["event"] == "rolling_upgrade_done" and x["unix"] >= e["unix"]), e["unix"] + 60)
+            windows.append((int(e["unix"]), int(done) + UPGRADE_GRACE_S))
+    in_upgrade = lambda sec: any(a <= sec <= b for a, b in windows)
+    kinds = []
+    for k in bench.get("kinds", []):
+        why = collections.Counter()
+        for sec, reason, n in k["errors"]:
+            if in_upgrade(sec):
+                why[reason] += n
+        kinds.append({
+            "kind": k["kind"],
+            "clients": k["clients"],
+            "subscriptions": k["subscriptions"],
+            "delivered": k["counts"]["delivered"],
+            "lost": k["lost"],
+            "duplicated": k["counts"]["duplicated"],
+            "reordered": k["counts"]["reordered"],
+            "gap_notices": k["counts"]["gap_notices"],
+            "never_received": k["never_received"],
+            "dropped_total": sum(n for _, n in k["drops"]),
+            "dropped_by_upgrade": sum(n for sec, n in k["drops"] if in_upgrade(sec)),
+            "dropped_by_upgrade_why": dict(why),
+        })
+    upgrade_drops = sum(k["dropped_by_upgrade"] for k in kinds)
+
     c = bench["counts"]
-    passed = bench["lost"] == 0 and c["duplicated"] == 0 and c["reordered"] == 0
+    passed = bench["lost"] == 0 and c["duplicated"] == 0 and c["reordered"] == 0 and upgrade_drops == 0
     report = {
         "command": args.command,
         "passed": passed and args.bench_status == 0,
@@ -162,6 +194,9 @@ def main():
         "bench_cpu_seconds": round(bench["bench_cpu_seconds"], 1),
         "odd_arrivals": bench.get("odd", [])[:200],
         "chaos": chaos,
+        "kinds": kinds,
+        "upgrade_windows": windows,
+        "dropped_by_upgrade": upgrade_drops,
         "marks": [{"at_s": s["elapsed_s"], "rss_mb": s["rss_mb"], "open_files": int(s["open_files"]), "processes": int(s["processes"])} for s in marks],
         "growth_after_warmup": growth,
         "flat": flat,
@@ -179,6 +214,14 @@ def main():
               "gap_notices", "announced_by_gap_notices", "unconfirmed_not_received", "never_received", "not_caught_up"):
         md.append(f"| {k.replace('_', ' ')} | {report[k]:,} |")
     md.append("")
+    if kinds:
+        md.append("By client kind (dropped by the upgrade: connections the server ended or that failed from "
+                  f"SIGUSR1 to {UPGRADE_GRACE_S} s after `rolling upgrade done`):\n")
+        md.append("| kind | clients | subscriptions | delivered (checked) | lost | duplicated | reordered | gap notices | dropped (whole run) | **dropped by the upgrade** |\n|---|---|---|---|---|---|---|---|---|---|")
+        for k in kinds:
+            why = "; ".join(f"{r}: {n}" for r, n in sorted(k["dropped_by_upgrade_why"].items()))
+            md.append(f"| {k['kind']} | {k['clients']:,} | {k['subscriptions']:,} | {k['delivered']:,} | {k['lost']} | {k['duplicated']} | {k['reordered']} | {k['gap_notices']:,} | {k['dropped_total']:,} | **{k['dropped_by_upgrade']}**{' (' + why + ')' if why else ''} |")
+        md.append("")
     r = report["reconnect_ms"]
     md.append(f"Reconnect latency (closed or dropped → subscribed again): at the end of a life "
               f"p50 {r['planned']['p50']} ms, p99 {r['planned']['p99']} ms ({r['planned']['count']:,}); "

@@ -17,8 +17,11 @@
 //!   sockets, TLS, timers and the measurements they sum, around a [`conn_life::Life`] each;
 //! - the soak ([`crate::soak`]): [`soak_check`] (one client's deliveries across its reconnects),
 //!   [`soak_life`] (one soak connection without I/O: resume by id, envelopes, SSE events, gap
-//!   notices), [`soak_worker`] (clients that live, die and come back) and [`soak`] (the
-//!   coordinator: publishing, the verdict with unconfirmed publishes set aside);
+//!   notices; with [`soak_deflate`], the browser-like permessage-deflate WebSocket),
+//!   [`soak_h2`] (an HTTP/2 soak connection with several SSE streams, without I/O),
+//!   [`soak_conn`] (a connection's socket and TLS), [`soak_mix`] (which kind each client is,
+//!   and the per-kind sums), [`soak_worker`] (clients that live, die and come back) and
+//!   [`soak`] (the coordinator: publishing, the verdict with unconfirmed publishes set aside);
 //! - [`report`], [`million_report`] and [`trust`] (text, JSON and HTML, and which figures had
 //!   too little signal to believe);
 //! - the coordinators: [`run`] and [`million`] start the workers, publish and merge what they
@@ -41,7 +44,11 @@ pub mod run;
 pub mod scenario;
 pub mod soak;
 pub mod soak_check;
+pub mod soak_conn;
+pub mod soak_deflate;
+pub mod soak_h2;
 pub mod soak_life;
+pub mod soak_mix;
 pub mod soak_worker;
 pub mod source_ports;
 pub mod stats;

@@ -117,6 +117,20 @@ pub struct BenchArgs {
     /// `since=`, SSE resuming with `Last-Event-ID`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "ws,sse")]
     pub soak_transport: Vec<crate::soak_life::SoakTransport>,
+    /// Soak: the share of clients, in percent, that connect as browsers and Clarion's own
+    /// clients do (the rest use --soak-transport): permessage-deflate WebSockets subscribing
+    /// in-band with a compressed message, and HTTP/2 connections carrying --soak-h2-streams SSE
+    /// streams each; over TLS 1.3 too for half of them when --tls-ca and --tls-target are
+    /// given.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub soak_browser_share: u8,
+    /// Soak: SSE streams on each HTTP/2 client's connection.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub soak_h2_streams: u32,
+    /// Soak: the server's TLS listener, for the TLS clients of --soak-browser-share (with
+    /// --tls-ca).
+    #[arg(long)]
+    pub tls_target: Option<std::net::SocketAddr>,
     /// Give every WebSocket and SSE connection a token of its own identity (`sub`), signed
     /// HS256 with this secret (the server's `auth_secret`): each is then a presence member.
     #[arg(long)]

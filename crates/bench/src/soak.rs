@@ -84,6 +84,8 @@ pub struct SoakOutcome {
     pub bench_cpu_seconds: f64,
     /// When publishing started and ended, Unix seconds.
     pub publishing: (u64, u64),
+    /// The same, by client kind ([`crate::soak_mix`]).
+    pub kinds: Vec<crate::soak_mix::KindOutcome>,
 }
 
 impl SoakOutcome {
@@ -152,20 +154,26 @@ fn run(a: &BenchArgs) -> anyhow::Result<SoakOutcome> {
     } else {
         a.connect_rate
     };
+    let tls = match (a.tls_job()?, a.tls_target) {
+        (Some(job), Some(target)) => Some((job, target)),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => bail!("--tls-ca and --tls-target go together"),
+    };
+    let mix = crate::soak_mix::Mix {
+        plain: transports,
+        browser_share: u64::from(a.soak_browser_share),
+        tls: tls.is_some(),
+        h2_streams: a.soak_h2_streams,
+        topics,
+    };
     let exe = std::env::current_exe()?;
     let progress: Arc<Mutex<Vec<Progress>>> =
         Arc::new(Mutex::new(vec![Progress::default(); procs]));
     let mut workers = Vec::new();
     for w in 0..procs {
-        let clients: Vec<(u32, crate::soak_life::SoakTransport)> = (0..a.connections)
+        let clients: Vec<(Vec<u32>, crate::soak_life::SoakTransport)> = (0..a.connections)
             .filter(|i| i % procs == w)
-            .map(|i| {
-                let t = transports
-                    .get((i / procs) % transports.len())
-                    .copied()
-                    .unwrap_or(crate::soak_life::SoakTransport::Ws);
-                ((i % topics) as u32, t)
-            })
+            .map(|i| mix.client(i))
             .collect();
         let job = Job {
             soak: Shape {
@@ -181,6 +189,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<SoakOutcome> {
                 clients,
                 life_ms: a.life * 1000,
                 connect_rate: connect_rate.div_ceil(procs as u32),
+                tls: tls.clone(),
             },
         };
         workers.push(spawn(&exe, w, &job, &progress)?);
@@ -391,11 +400,17 @@ fn merge(a: &BenchArgs, names: &[String], p: &Published, reports: Vec<Report>) -
         o.never_received += r.never_received;
         o.not_caught_up += r.not_caught_up;
         o.counts.add(&r.counts);
-        for (t, seq) in r.holes {
+        for k in r.kinds {
+            crate::soak_mix::add(&mut o.kinds, k);
+        }
+        for (t, seq, kind) in r.holes {
             if p.unconfirmed.contains(&(t, seq)) {
                 o.unconfirmed_not_received += 1;
             } else {
                 o.lost += 1;
+                if let Some(k) = o.kinds.iter_mut().find(|k| k.kind == kind.name()) {
+                    k.lost += 1;
+                }
                 if o.lost_examples.len() < LOST_EXAMPLES {
                     let name = names.get(t as usize).cloned().unwrap_or_default();
                     o.lost_examples.push((name, seq));
@@ -419,6 +434,7 @@ fn merge(a: &BenchArgs, names: &[String], p: &Published, reports: Vec<Report>) -
         o.odd.extend(r.odd);
     }
     o.odd.sort_by_key(|x| x.unix_ms);
+    crate::soak_mix::finish(&mut o.kinds);
     o.lost += o.counts.holes_unlisted;
     o.planned_reconnect = planned.summary();
     o.dropped_reconnect = dropped.summary();
@@ -468,4 +484,17 @@ fn print_text(o: &SoakOutcome) {
         "never received {}; not caught up {}; connection ends: {:?}",
         o.never_received, o.not_caught_up, o.errors
     );
+    for k in &o.kinds {
+        println!(
+            "  {:<15} clients {:>6}  subscriptions {:>6}  delivered {:>10}  lost {}  duplicated {}  reordered {}  drops {}",
+            k.kind,
+            k.clients,
+            k.subscriptions,
+            k.counts.delivered,
+            k.lost,
+            k.counts.duplicated,
+            k.counts.reordered,
+            k.drops.iter().map(|d| u64::from(d.1)).sum::<u64>()
+        );
+    }
 }

@@ -16,19 +16,98 @@ use serde::Deserialize;
 
 use clarion_proto::http1::{parse_response_head, ResponseBody};
 
+use clarion_proto::ws::frame::{parse_header_with, OpCode};
+
+use crate::soak_deflate::{self, Deflate};
 use crate::wire::{self, find, Step, MAX_HEAD, MAX_HEADERS};
 
 /// How a soak connection subscribes.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
 )]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum SoakTransport {
     /// WebSocket with the `clarion.v1` subprotocol (envelopes carry ids), resuming with
     /// `since=` in the URL.
     Ws,
     /// Server-Sent Events, resuming with the `Last-Event-ID` header, as a browser does.
     Sse,
+    /// A browser-like WebSocket: offers permessage-deflate as browsers do, then subscribes
+    /// in-band with a compressed `{"type":"subscribe","topic":..,"since":..}`, as Clarion's own
+    /// clients do; inflates what the server compresses.
+    WsDeflate,
+    /// HTTP/2 in clear text (h2c, prior knowledge), several SSE streams on one connection,
+    /// each resuming with its own `last-event-id`.
+    H2Sse,
+    /// [`SoakTransport::WsDeflate`] over TLS 1.3.
+    TlsWsDeflate,
+    /// [`SoakTransport::H2Sse`] over TLS 1.3, `h2` chosen by ALPN as a browser's is.
+    TlsH2Sse,
+}
+
+impl SoakTransport {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [SoakTransport; 6] = [
+        SoakTransport::Ws,
+        SoakTransport::Sse,
+        SoakTransport::WsDeflate,
+        SoakTransport::H2Sse,
+        SoakTransport::TlsWsDeflate,
+        SoakTransport::TlsH2Sse,
+    ];
+
+    /// Its name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            SoakTransport::Ws => "ws",
+            SoakTransport::Sse => "sse",
+            SoakTransport::WsDeflate => "ws-deflate",
+            SoakTransport::H2Sse => "h2-sse",
+            SoakTransport::TlsWsDeflate => "tls-ws-deflate",
+            SoakTransport::TlsH2Sse => "tls-h2-sse",
+        }
+    }
+
+    /// Over TLS.
+    pub fn tls(self) -> bool {
+        match self {
+            SoakTransport::TlsWsDeflate | SoakTransport::TlsH2Sse => true,
+            SoakTransport::Ws
+            | SoakTransport::Sse
+            | SoakTransport::WsDeflate
+            | SoakTransport::H2Sse => false,
+        }
+    }
+
+    /// HTTP/2 (a [`crate::soak_h2::SoakH2`] connection) rather than HTTP/1.1.
+    pub fn h2(self) -> bool {
+        match self {
+            SoakTransport::H2Sse | SoakTransport::TlsH2Sse => true,
+            SoakTransport::Ws
+            | SoakTransport::Sse
+            | SoakTransport::WsDeflate
+            | SoakTransport::TlsWsDeflate => false,
+        }
+    }
+
+    /// A WebSocket that negotiates permessage-deflate and subscribes in-band.
+    fn deflate(self) -> bool {
+        match self {
+            SoakTransport::WsDeflate | SoakTransport::TlsWsDeflate => true,
+            SoakTransport::Ws
+            | SoakTransport::Sse
+            | SoakTransport::H2Sse
+            | SoakTransport::TlsH2Sse => false,
+        }
+    }
+
+    /// A WebSocket (upgrade answered `101`).
+    fn websocket(self) -> bool {
+        match self {
+            SoakTransport::Ws | SoakTransport::WsDeflate | SoakTransport::TlsWsDeflate => true,
+            SoakTransport::Sse | SoakTransport::H2Sse | SoakTransport::TlsH2Sse => false,
+        }
+    }
 }
 
 /// What a connection read, for its client.
@@ -70,6 +149,12 @@ pub enum SoakEnd {
     Closed,
     /// The server ended the stream before answering.
     ClosedDuringHandshake,
+    /// HTTP/2: the server reset a stream with this code.
+    H2Reset(u32),
+    /// HTTP/2: the server ended a stream.
+    H2StreamEnded,
+    /// HTTP/2: the server sent GOAWAY with this code.
+    H2GoAway(u32),
 }
 
 impl fmt::Display for SoakEnd {
@@ -83,6 +168,9 @@ impl fmt::Display for SoakEnd {
             SoakEnd::Unavailable => f.write_str("unavailable (SSE)"),
             SoakEnd::Closed => f.write_str("closed by server"),
             SoakEnd::ClosedDuringHandshake => f.write_str("closed during handshake"),
+            SoakEnd::H2Reset(code) => write!(f, "h2 stream reset by server: code {code}"),
+            SoakEnd::H2StreamEnded => f.write_str("h2 stream ended by server"),
+            SoakEnd::H2GoAway(code) => write!(f, "h2 GOAWAY from server: code {code}"),
         }
     }
 }
@@ -96,8 +184,17 @@ pub fn request(
     since: Option<&str>,
     key: [u8; 16],
 ) -> String {
+    if transport.deflate() {
+        let key = base64::engine::general_purpose::STANDARD.encode(key);
+        return format!(
+            "GET /ws HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\
+             Sec-WebSocket-Protocol: clarion.v1\r\nSec-WebSocket-Extensions: {}\r\n\r\n",
+            crate::soak_deflate::OFFER
+        );
+    }
     match transport {
-        SoakTransport::Ws => {
+        SoakTransport::Ws | SoakTransport::WsDeflate | SoakTransport::TlsWsDeflate => {
             let key = base64::engine::general_purpose::STANDARD.encode(key);
             let since = since.map(|s| format!("&since={s}")).unwrap_or_default();
             format!(
@@ -106,7 +203,8 @@ pub fn request(
                  Sec-WebSocket-Protocol: clarion.v1\r\n\r\n"
             )
         }
-        SoakTransport::Sse => {
+        // HTTP/2 kinds send their requests as HEADERS frames (`crate::soak_h2`).
+        SoakTransport::Sse | SoakTransport::H2Sse | SoakTransport::TlsH2Sse => {
             let since = since
                 .map(|s| format!("Last-Event-ID: {s}\r\n"))
                 .unwrap_or_default();
@@ -130,6 +228,9 @@ pub struct SoakLife {
     dead: bool,
     /// Bytes of a head, frame or event split across reads.
     buf: Vec<u8>,
+    /// A deflate WebSocket: the subscribe to send once answered, then its compression state.
+    subscribe: Option<(String, Option<String>)>,
+    deflate: Option<Deflate>,
 }
 
 impl SoakLife {
@@ -140,7 +241,17 @@ impl SoakLife {
             open: false,
             dead: false,
             buf: Vec::new(),
+            subscribe: None,
+            deflate: None,
         }
+    }
+
+    /// A deflate WebSocket's connection whose upgrade request has been sent: once answered it
+    /// subscribes to `topic` in-band, resuming after `since`.
+    pub fn in_band(transport: SoakTransport, topic: &str, since: Option<&str>) -> SoakLife {
+        let mut life = SoakLife::new(transport);
+        life.subscribe = Some((topic.to_string(), since.map(str::to_string)));
+        life
     }
 
     /// Whether the answer head has arrived.
@@ -195,11 +306,10 @@ impl SoakLife {
             let rest = input.get(at..).unwrap_or_default();
             let used = if !self.open {
                 self.answer(rest, got)?
+            } else if self.transport.websocket() {
+                ws_frame(rest, self.deflate.as_mut(), got)?
             } else {
-                match self.transport {
-                    SoakTransport::Ws => ws_frame(rest, got)?,
-                    SoakTransport::Sse => sse_event(rest, got)?,
-                }
+                sse_event(rest, got)?
             };
             match used {
                 Some(n) => at += n,
@@ -218,19 +328,34 @@ impl SoakLife {
         else {
             return Ok(None);
         };
-        let ok = match self.transport {
-            SoakTransport::Ws => 101,
-            SoakTransport::Sse => 200,
-        };
+        let ok = if self.transport.websocket() { 101 } else { 200 };
         if head.status != ok {
             return Err(SoakEnd::Refused(head.status));
         }
-        if self.transport == SoakTransport::Sse && head.body("GET") != Ok(ResponseBody::UntilClose)
-        {
+        if !self.transport.websocket() && head.body("GET") != Ok(ResponseBody::UntilClose) {
             return Err(SoakEnd::NotCloseDelimited);
+        }
+        let mut reply = None;
+        if let Some((topic, since)) = &self.subscribe {
+            let extensions = head
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-extensions"))
+                .map(|(_, v)| *v);
+            let bits = soak_deflate::accepted(extensions).map_err(SoakEnd::BadAnswer)?;
+            self.deflate = Some(Deflate::new());
+            reply = Some(soak_deflate::subscribe_frame(
+                topic,
+                since.as_deref(),
+                bits,
+                mask(),
+            ));
         }
         self.open = true;
         got(Got::Answered);
+        if let Some(frame) = reply {
+            got(Got::Reply(frame));
+        }
         Ok(Some(head.head_len))
     }
 }
@@ -247,23 +372,42 @@ struct Envelope {
     data: Option<String>,
 }
 
-fn ws_frame(input: &[u8], got: &mut impl FnMut(Got<'_>)) -> Result<Option<usize>, SoakEnd> {
+fn ws_frame(
+    input: &[u8],
+    deflate: Option<&mut Deflate>,
+    got: &mut impl FnMut(Got<'_>),
+) -> Result<Option<usize>, SoakEnd> {
+    if let Some(d) = deflate {
+        let Some(h) = parse_header_with(input, false, true, MAX_FRAME)
+            .map_err(|e| SoakEnd::BadFrame(format!("bad frame: {e}")))?
+        else {
+            return Ok(None);
+        };
+        if h.rsv & 0b100 != 0 {
+            if !h.fin || h.opcode != OpCode::Text || h.mask.is_some() {
+                return Err(SoakEnd::BadFrame(
+                    "a compressed frame that is not one unmasked text message".into(),
+                ));
+            }
+            let total = usize::try_from(h.payload_len)
+                .ok()
+                .and_then(|n| n.checked_add(h.header_len))
+                .ok_or_else(|| SoakEnd::BadFrame("bad frame: too long".into()))?;
+            let Some(payload) = input.get(h.header_len..total) else {
+                return Ok(None);
+            };
+            let text = d
+                .inflate(payload, MAX_FRAME as usize)
+                .map_err(SoakEnd::BadMessage)?;
+            envelope(&text, got)?;
+            return Ok(Some(total));
+        }
+    }
     let Some((step, total)) = wire::step(input, MAX_FRAME).map_err(SoakEnd::BadFrame)? else {
         return Ok(None);
     };
     match step {
-        Step::Text(payload) => {
-            let e: Envelope =
-                serde_json::from_slice(payload).map_err(|e| SoakEnd::BadMessage(e.to_string()))?;
-            match (e.kind.as_str(), e.id, e.data) {
-                ("message", Some(id), Some(data)) => message(&id, data.as_bytes(), got)?,
-                ("message", ..) => {
-                    return Err(SoakEnd::BadMessage("a message without id or data".into()))
-                }
-                ("gap", ..) => got(Got::Gap),
-                _ => {}
-            }
-        }
+        Step::Text(payload) => envelope(payload, got)?,
         Step::Binary(_) => return Err(SoakEnd::BadMessage("a binary frame".into())),
         Step::Ping(payload) => got(Got::Reply(wire::pong(payload, mask()))),
         Step::Closed => return Err(SoakEnd::Closed),
@@ -272,8 +416,26 @@ fn ws_frame(input: &[u8], got: &mut impl FnMut(Got<'_>)) -> Result<Option<usize>
     Ok(Some(total))
 }
 
+/// A `clarion.v1` envelope: a message, a gap notice, or a reply the soak does not need.
+fn envelope(payload: &[u8], got: &mut impl FnMut(Got<'_>)) -> Result<(), SoakEnd> {
+    let e: Envelope =
+        serde_json::from_slice(payload).map_err(|e| SoakEnd::BadMessage(e.to_string()))?;
+    match (e.kind.as_str(), e.id, e.data) {
+        ("message", Some(id), Some(data)) => message(&id, data.as_bytes(), got),
+        ("message", ..) => Err(SoakEnd::BadMessage("a message without id or data".into())),
+        ("gap", ..) => {
+            got(Got::Gap);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// One SSE event: its `id:`, `event:` and `data:` lines up to the blank line.
-fn sse_event(input: &[u8], got: &mut impl FnMut(Got<'_>)) -> Result<Option<usize>, SoakEnd> {
+pub(crate) fn sse_event(
+    input: &[u8],
+    got: &mut impl FnMut(Got<'_>),
+) -> Result<Option<usize>, SoakEnd> {
     let Some(end) = find(input, b"\n\n") else {
         return Ok(None);
     };
@@ -411,6 +573,74 @@ mod tests {
     }
 
     #[test]
+    fn a_deflate_websocket_subscribes_in_band_compressed_and_inflates_messages() {
+        use clarion_proto::ws::deflate::{compress_message, inflate_message};
+        use clarion_proto::ws::frame::encode_compressed_frame;
+        let t: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let req = request(SoakTransport::WsDeflate, t, "s7", Some("ab-12"), [1; 16]);
+        assert!(req.starts_with("GET /ws HTTP/1.1\r\n"), "{req}");
+        assert!(req.contains(
+            "\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+        ));
+        let head: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+            Sec-WebSocket-Protocol: clarion.v1\r\nSec-WebSocket-Extensions: permessage-deflate; \
+            server_no_context_takeover; client_no_context_takeover\r\n\r\n";
+        let mut input = head.to_vec();
+        let msg = br#"{"type":"message","topic":"s7","id":"b-4","data":"17 5 xx"}"#;
+        input.extend(encode_compressed_frame(
+            OpCode::Text,
+            &compress_message(msg, 15, 6),
+        ));
+        input.extend(encode_frame(
+            OpCode::Text,
+            br#"{"type":"gap","topic":"s7","since":"a-1","reason":"epoch"}"#,
+        ));
+        for cut in 0..=input.len() {
+            let mut life = SoakLife::in_band(SoakTransport::WsDeflate, "s7", Some("ab-12"));
+            let mut seen = Vec::new();
+            let mut sent = Vec::new();
+            for part in [&input[..cut], &input[cut..]] {
+                life.handle_input(part, &mut |g| match g {
+                    Got::Reply(b) => sent.push(b),
+                    Got::Answered => seen.push(Seen::Answered),
+                    Got::Message { id, seq, .. } => seen.push(Seen::Message(id.into(), seq)),
+                    Got::Gap => seen.push(Seen::Gap),
+                })
+                .unwrap();
+            }
+            assert_eq!(
+                seen,
+                [Seen::Answered, Seen::Message("b-4".into(), 17), Seen::Gap],
+                "cut at {cut}"
+            );
+            // The subscribe went out once, compressed (RSV1) and masked.
+            assert_eq!(sent.len(), 1);
+            let f = &sent[0];
+            assert_eq!(f[0], 0x80 | 0x40 | 0x1);
+            let len = usize::from(f[1] & 0x7f);
+            let mask = [f[2], f[3], f[4], f[5]];
+            let payload: Vec<u8> = f[6..6 + len]
+                .iter()
+                .zip(mask.iter().cycle())
+                .map(|(b, m)| b ^ m)
+                .collect();
+            let json = inflate_message(&payload, 15, 4096).unwrap();
+            assert_eq!(
+                serde_json::from_slice::<serde_json::Value>(&json).unwrap(),
+                serde_json::json!({"type": "subscribe", "topic": "s7", "since": "ab-12"})
+            );
+        }
+        // A server that declines deflate is counted, not followed.
+        let mut life = SoakLife::in_band(SoakTransport::WsDeflate, "s7", None);
+        assert_eq!(
+            feed(&mut life, UPGRADED, &mut Vec::new()),
+            Err(SoakEnd::BadAnswer(
+                "the server declined permessage-deflate".into()
+            ))
+        );
+    }
+
+    #[test]
     fn sse_events_gaps_and_unavailable() {
         let mut life = SoakLife::new(SoakTransport::Sse);
         let mut seen = Vec::new();
@@ -469,9 +699,10 @@ mod tests {
             for transport in [SoakTransport::Ws, SoakTransport::Sse] {
                 let mut life = SoakLife::new(transport);
                 let mut input = if round % 2 == 0 {
-                    match transport {
-                        SoakTransport::Ws => UPGRADED.to_vec(),
-                        SoakTransport::Sse => SSE_HEAD.to_vec(),
+                    if transport == SoakTransport::Ws {
+                        UPGRADED.to_vec()
+                    } else {
+                        SSE_HEAD.to_vec()
                     }
                 } else {
                     Vec::new()

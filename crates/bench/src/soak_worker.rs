@@ -12,19 +12,20 @@
 //! and the final [`Report`] out once every client has caught up (or the deadline passes).
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
 use mio::{Events, Poll, Token};
 use serde::{Deserialize, Serialize};
 
 use crate::proc_stat::own_cpu_seconds;
 use crate::soak_check::{Arrival, ResumeCheck, SoakCounts};
-use crate::soak_life::{request, Got, SoakLife, SoakTransport};
-use crate::source_ports::{self, SourcePorts};
+use crate::soak_conn::{Conn, TlsSetups};
+use crate::soak_life::{Got, SoakTransport};
+use crate::source_ports::SourcePorts;
 use crate::stats::{unix_micros, Buckets, Latency};
+use crate::tls_client::TlsJob;
 use crate::wire::rand16;
 
 /// What one soak worker does (the `soak` field tells it from the other workers' jobs).
@@ -43,8 +44,12 @@ pub struct Shape {
     pub source: IpAddr,
     /// Every topic's name; clients refer to them by index.
     pub topics: Vec<String>,
-    /// Each client: its topic's index and its transport.
-    pub clients: Vec<(u32, SoakTransport)>,
+    /// Each client: its topics' indexes (one per subscription: several for the HTTP/2 kinds)
+    /// and its kind.
+    pub clients: Vec<(Vec<u32>, SoakTransport)>,
+    /// TLS for the TLS kinds: the certificates to trust and the server's TLS listener.
+    #[serde(default)]
+    pub tls: Option<(TlsJob, SocketAddr)>,
     /// Mean life of a connection, milliseconds (each is uniform in half to one and a half
     /// times this).
     pub life_ms: u64,
@@ -91,8 +96,9 @@ pub struct Report {
     pub not_caught_up: u64,
     /// Deliveries, summed over clients.
     pub counts: SoakCounts,
-    /// Numbers skipped without a gap notice: (topic index, number), at most [`MAX_LISTED`].
-    pub holes: Vec<(u32, u64)>,
+    /// Numbers skipped without a gap notice: (topic index, number, the client's kind), at most
+    /// [`MAX_LISTED`].
+    pub holes: Vec<(u32, u64, SoakTransport)>,
     /// Holes past [`MAX_LISTED`].
     pub holes_unlisted: u64,
     /// From closing a connection at the end of its life to the next one subscribed, µs.
@@ -111,6 +117,28 @@ pub struct Report {
     pub odd: Vec<Odd>,
     /// This process's CPU seconds.
     pub cpu_seconds: f64,
+    /// The same, by client kind.
+    pub kinds: Vec<KindReport>,
+}
+
+/// What the clients of one kind measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KindReport {
+    /// The kind.
+    pub kind: SoakTransport,
+    /// Clients (connections at a time).
+    pub clients: u64,
+    /// Subscriptions (an HTTP/2 client has several streams).
+    pub subscriptions: u64,
+    /// Subscriptions that never received a message.
+    pub never_received: u64,
+    /// Deliveries.
+    pub counts: SoakCounts,
+    /// Per Unix second: connections the server ended or that failed (the upgrade's window is
+    /// looked up in these by `bench/soak_report.py`).
+    pub drops: Vec<(u64, u32)>,
+    /// Ends and failures of connections by why, with the Unix second: (second, why, count).
+    pub errors: Vec<(u64, String, u32)>,
 }
 
 /// An arrival that was not in order.
@@ -161,19 +189,6 @@ const TICK: Duration = Duration::from_millis(50);
 
 const STDIN: Token = Token(usize::MAX - 1);
 
-/// One TCP connection of a client.
-struct Conn {
-    stream: TcpStream,
-    life: SoakLife,
-    /// The request has been written.
-    sent: bool,
-    started: Instant,
-    /// The id its request resumed from.
-    since: Option<Box<str>>,
-    /// When it was answered.
-    answered_at: Option<Instant>,
-}
-
 /// Why a client is between connections.
 #[derive(Clone, Copy)]
 struct Down {
@@ -183,12 +198,17 @@ struct Down {
     planned: bool,
 }
 
-/// One logical client: its id, its checks and its current connection.
-struct Client {
+/// One subscription of a client: its topic, last id and checks.
+struct Sub {
     topic: u32,
-    transport: SoakTransport,
     last_id: Option<Box<str>>,
     check: ResumeCheck,
+}
+
+/// One logical client: its subscriptions and its current connection.
+struct Client {
+    transport: SoakTransport,
+    subs: Vec<Sub>,
     conn: Option<Conn>,
     /// When its current connection's life ends (set when it is answered).
     life_ends: Option<Instant>,
@@ -241,11 +261,16 @@ pub fn main(job: Job) -> anyhow::Result<()> {
         .clients
         .iter()
         .enumerate()
-        .map(|(i, &(topic, transport))| Client {
-            topic,
-            transport,
-            last_id: None,
-            check: ResumeCheck::default(),
+        .map(|(i, (topics, transport))| Client {
+            transport: *transport,
+            subs: topics
+                .iter()
+                .map(|&topic| Sub {
+                    topic,
+                    last_id: None,
+                    check: ResumeCheck::default(),
+                })
+                .collect(),
             conn: None,
             life_ends: None,
             down: None,
@@ -254,6 +279,22 @@ pub fn main(job: Job) -> anyhow::Result<()> {
             failures: 0,
         })
         .collect();
+    let tls = match &shape.tls {
+        Some((job, target)) => Some(TlsSetups {
+            h1: TlsJob {
+                h2: false,
+                ..job.clone()
+            }
+            .setup()?,
+            h2: TlsJob {
+                h2: true,
+                ..job.clone()
+            }
+            .setup()?,
+            target: *target,
+        }),
+        None => None,
+    };
     let mut ports = SourcePorts::new();
     let mut m = Measures::default();
     let mut events = Events::with_capacity(4096);
@@ -277,7 +318,15 @@ pub fn main(job: Job) -> anyhow::Result<()> {
             let Some(c) = clients.get_mut(ev.token().0) else {
                 continue;
             };
-            if let Err(kind) = drive(c, &shape, &mut read_buf, (now, now_us), &mut rng, &mut m) {
+            if let Err(kind) = drive(
+                c,
+                &shape,
+                tls.as_ref(),
+                &mut read_buf,
+                (now, now_us),
+                &mut rng,
+                &mut m,
+            ) {
                 end(c, &poll, kind, now, &mut rng, &mut m);
             }
         }
@@ -286,13 +335,13 @@ pub fn main(job: Job) -> anyhow::Result<()> {
             let finishing = finish.is_some();
             let mut in_flight = clients
                 .iter()
-                .filter(|c| c.conn.as_ref().is_some_and(|k| !k.life.is_open()))
+                .filter(|c| c.conn.as_ref().is_some_and(|k| !k.is_open()))
                 .count();
             for (i, c) in clients.iter_mut().enumerate() {
                 tick(
                     c,
                     i,
-                    &shape,
+                    (&shape, tls.as_ref()),
                     (&poll, &mut ports),
                     now,
                     finishing,
@@ -307,7 +356,7 @@ pub fn main(job: Job) -> anyhow::Result<()> {
             let p = Progress {
                 connected: clients
                     .iter()
-                    .filter(|c| c.conn.as_ref().is_some_and(|k| k.life.is_open()))
+                    .filter(|c| c.conn.as_ref().is_some_and(|k| k.is_open()))
                     .count() as u64,
                 delivered: m.delivered,
                 reconnects: m.reconnects,
@@ -322,7 +371,11 @@ pub fn main(job: Job) -> anyhow::Result<()> {
             continue;
         };
         let caught_up = caught_up_count(f);
-        if clients.iter().all(|c| caught_up(&c.check, c.topic)) || now >= *deadline {
+        if clients
+            .iter()
+            .all(|c| c.subs.iter().all(|s| caught_up(&s.check, s.topic)))
+            || now >= *deadline
+        {
             let report = m.report(clients, f, caught_up_count(f));
             let mut o = out.lock();
             writeln!(o, "{}", serde_json::to_string(&report)?)?;
@@ -353,6 +406,9 @@ struct Measures {
     timeline: HashMap<u64, (u32, u32)>,
     errors: HashMap<String, u64>,
     odd: Vec<Odd>,
+    /// By kind: Unix second -> drops, and (second, why) -> count.
+    kind_drops: HashMap<(SoakTransport, u64), u32>,
+    kind_errors: HashMap<(SoakTransport, u64, String), u32>,
 }
 
 impl Measures {
@@ -366,24 +422,61 @@ impl Measures {
             clients: clients.len() as u64,
             ..Report::default()
         };
+        let mut kinds: HashMap<SoakTransport, KindReport> = HashMap::new();
         for c in clients {
-            if !caught_up(&c.check, c.topic) {
-                r.not_caught_up += 1;
-            }
-            if !c.check.started() {
-                r.never_received += 1;
-            }
-            let last = f.last_attempted.get(c.topic as usize).copied().flatten();
-            let (counts, holes) = c.check.finish(last);
-            r.counts.add(&counts);
-            for seq in holes {
-                if r.holes.len() < MAX_LISTED {
-                    r.holes.push((c.topic, seq));
-                } else {
-                    r.holes_unlisted += 1;
+            let k = kinds.entry(c.transport).or_insert_with(|| KindReport {
+                kind: c.transport,
+                clients: 0,
+                subscriptions: 0,
+                never_received: 0,
+                counts: SoakCounts::default(),
+                drops: Vec::new(),
+                errors: Vec::new(),
+            });
+            k.clients += 1;
+            let mut behind = false;
+            for s in c.subs {
+                k.subscriptions += 1;
+                behind |= !caught_up(&s.check, s.topic);
+                if !s.check.started() {
+                    r.never_received += 1;
+                    k.never_received += 1;
+                }
+                let last = f.last_attempted.get(s.topic as usize).copied().flatten();
+                let (counts, holes) = s.check.finish(last);
+                r.counts.add(&counts);
+                k.counts.add(&counts);
+                for seq in holes {
+                    if r.holes.len() < MAX_LISTED {
+                        r.holes.push((s.topic, seq, c.transport));
+                    } else {
+                        r.holes_unlisted += 1;
+                    }
                 }
             }
+            if behind {
+                r.not_caught_up += 1;
+            }
         }
+        for ((kind, second), n) in self.kind_drops {
+            if let Some(k) = kinds.get_mut(&kind) {
+                k.drops.push((second, n));
+            }
+        }
+        for ((kind, second, why), n) in self.kind_errors {
+            if let Some(k) = kinds.get_mut(&kind) {
+                k.errors.push((second, why, n));
+            }
+        }
+        r.kinds = SoakTransport::ALL
+            .iter()
+            .filter_map(|t| kinds.remove(t))
+            .map(|mut k| {
+                k.drops.sort_unstable();
+                k.errors.sort_unstable();
+                k
+            })
+            .collect();
         r.planned_reconnect = self.planned.buckets();
         r.dropped_reconnect = self.dropped.buckets();
         r.latency = self.latency.buckets();
@@ -411,7 +504,7 @@ impl Measures {
 fn tick(
     c: &mut Client,
     index: usize,
-    shape: &Shape,
+    (shape, tls): (&Shape, Option<&TlsSetups>),
     (poll, ports): (&Poll, &mut SourcePorts),
     now: Instant,
     finishing: bool,
@@ -436,7 +529,7 @@ fn tick(
         }
     }
     if let Some(conn) = &c.conn {
-        if !conn.life.is_open() && now.duration_since(conn.started) > HANDSHAKE_TIMEOUT {
+        if !conn.is_open() && now.duration_since(conn.started) > HANDSHAKE_TIMEOUT {
             end(c, poll, "handshake timeout".into(), now, rng, m);
             return;
         }
@@ -457,23 +550,28 @@ fn tick(
         }
     }
     if c.conn.is_none() && c.retry_at.is_some_and(|at| now >= at) && *in_flight < MAX_IN_FLIGHT {
-        match ports.connect(shape.source, shape.target, poll, index) {
-            Ok(stream) => {
+        let (target, setup) = match (c.transport.tls(), tls) {
+            (false, _) => (shape.target, None),
+            (true, Some(t)) if c.transport.h2() => (t.target, Some(&t.h2)),
+            (true, Some(t)) => (t.target, Some(&t.h1)),
+            (true, None) => {
+                c.retry_at = None;
+                *m.errors.entry("no TLS listener".into()).or_default() += 1;
+                return;
+            }
+        };
+        let conn = ports
+            .connect(shape.source, target, poll, index)
+            .map_err(|e| format!("connect: {}", e.kind()))
+            .and_then(|stream| Conn::new(stream, setup, now));
+        match conn {
+            Ok(conn) => {
                 *in_flight += 1;
                 c.retry_at = None;
-                c.conn = Some(Conn {
-                    stream,
-                    life: SoakLife::new(c.transport),
-                    sent: false,
-                    started: now,
-                    since: None,
-                    answered_at: None,
-                });
+                c.conn = Some(conn);
             }
             Err(e) => {
-                *m.errors
-                    .entry(format!("connect: {}", e.kind()))
-                    .or_default() += 1;
+                *m.errors.entry(e).or_default() += 1;
                 c.failures += 1;
                 c.retry_at = Some(now + backoff(c.failures, rng));
             }
@@ -494,6 +592,11 @@ fn backoff(failures: u32, rng: &mut Rng) -> Duration {
 
 /// The client's connection ended (`kind` says why): it reconnects after a backoff.
 fn end(c: &mut Client, poll: &Poll, kind: String, now: Instant, rng: &mut Rng, m: &mut Measures) {
+    let second = unix_micros() / 1_000_000;
+    *m.kind_drops.entry((c.transport, second)).or_default() += 1;
+    *m.kind_errors
+        .entry((c.transport, second, kind.clone()))
+        .or_default() += 1;
     *m.errors.entry(kind).or_default() += 1;
     if let Some(mut conn) = c.conn.take() {
         let _ = poll.registry().deregister(&mut conn.stream);
@@ -513,23 +616,27 @@ fn end(c: &mut Client, poll: &Poll, kind: String, now: Instant, rng: &mut Rng, m
     c.retry_at = Some(now + backoff(c.failures, rng));
 }
 
+/// What a read brought for one subscription, kept until the connection's borrow ends.
+enum News {
+    /// A message: its id, number and publishing time (Unix µs).
+    Message(Box<str>, u64, u64),
+    /// A gap notice.
+    Gap,
+}
+
 /// Advances a client's connection on a readiness event; `Err(kind)` when it ended.
 fn drive(
     c: &mut Client,
     shape: &Shape,
+    tls: Option<&TlsSetups>,
     read_buf: &mut [u8],
     (now, now_us): (Instant, u64),
     rng: &mut Rng,
     m: &mut Measures,
 ) -> Result<(), String> {
-    let topic = shape
-        .topics
-        .get(c.topic as usize)
-        .map_or("", String::as_str);
     let Client {
         conn,
-        check,
-        last_id,
+        subs,
         transport,
         answered,
         life_ends,
@@ -538,77 +645,67 @@ fn drive(
     let Some(conn) = conn.as_mut() else {
         return Ok(());
     };
-    if !conn.sent {
-        if !source_ports::connected(&conn.stream)? {
-            return Ok(());
-        }
-        let req = request(
-            *transport,
-            shape.target,
-            topic,
-            last_id.as_deref(),
-            rand16(),
-        );
-        (&conn.stream)
-            .write_all(req.as_bytes())
-            .map_err(|e| format!("send request: {}", e.kind()))?;
-        conn.sent = true;
-        conn.since = last_id.clone();
-    }
-    let mut replies: Vec<Vec<u8>> = Vec::new();
+    let topic = |t: u32| shape.topics.get(t as usize).map_or("", String::as_str);
+    let target = match (transport.tls(), tls) {
+        (true, Some(t)) => t.target,
+        (true, None) | (false, _) => shape.target,
+    };
+    let wanted: Vec<(&str, Option<&str>)> = subs
+        .iter()
+        .map(|s| (topic(s.topic), s.last_id.as_deref()))
+        .collect();
     let mut opened = false;
-    let (since, answered_at) = (conn.since.clone(), conn.answered_at);
-    loop {
-        let n = match (&conn.stream).read(read_buf) {
-            Ok(0) => return Err(conn.life.handle_end().to_string()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("read: {}", e.kind())),
+    let since = conn.since.clone();
+    let answered_at = conn.answered_at;
+    let mut news: Vec<(usize, News)> = Vec::new();
+    let result = conn.drive(*transport, target, &wanted, read_buf, &mut |i, g| match g {
+        Got::Answered => opened = true,
+        Got::Message {
+            id,
+            seq,
+            published_us,
+        } => news.push((i, News::Message(id.into(), seq, published_us))),
+        Got::Gap => news.push((i, News::Gap)),
+        Got::Reply(_) => {}
+    });
+    drop(wanted);
+    for (i, n) in news {
+        let Some(sub) = subs.get_mut(i) else {
+            continue;
         };
-        let fresh = read_buf.get(..n).unwrap_or_default();
-        conn.life
-            .handle_input(fresh, &mut |g| match g {
-                Got::Answered => opened = true,
-                Got::Message {
-                    id,
-                    seq,
-                    published_us,
-                } => {
-                    let kind = match check.see(seq) {
-                        Arrival::InOrder | Arrival::AfterAnnouncedGap(_) => None,
-                        Arrival::Duplicate => Some("duplicate".to_string()),
-                        Arrival::Reordered => Some("reordered".to_string()),
-                        Arrival::AfterHole(n) => Some(format!("hole {n}")),
-                    };
-                    if let (Some(kind), true) = (kind, m.odd.len() < MAX_ODD) {
-                        m.odd.push(Odd {
-                            unix_ms: now_us / 1000,
-                            kind,
-                            topic: topic.to_string(),
-                            seq,
-                            id: id.to_string(),
-                            transport: *transport,
-                            previous_id: last_id.as_deref().map(str::to_string),
-                            resumed_from: since.as_deref().map(str::to_string),
-                            connection_age_ms: answered_at
-                                .map_or(0, |a| now.duration_since(a).as_millis() as u64),
-                            gap_notices: check.gap_notices(),
-                        });
-                    }
-                    *last_id = Some(id.into());
-                    m.delivered += 1;
-                    m.latency.record(now_us.saturating_sub(published_us));
-                }
-                Got::Gap => check.gap_notice(),
-                Got::Reply(bytes) => replies.push(bytes),
-            })
-            .map_err(|e| e.to_string())?;
+        let (id, seq, published_us) = match n {
+            News::Message(id, seq, published_us) => (id, seq, published_us),
+            News::Gap => {
+                sub.check.gap_notice();
+                continue;
+            }
+        };
+        let kind = match sub.check.see(seq) {
+            Arrival::InOrder | Arrival::AfterAnnouncedGap(_) => None,
+            Arrival::Duplicate => Some("duplicate".to_string()),
+            Arrival::Reordered => Some("reordered".to_string()),
+            Arrival::AfterHole(n) => Some(format!("hole {n}")),
+        };
+        if let (Some(kind), true) = (kind, m.odd.len() < MAX_ODD) {
+            m.odd.push(Odd {
+                unix_ms: now_us / 1000,
+                kind,
+                topic: topic(sub.topic).to_string(),
+                seq,
+                id: id.to_string(),
+                transport: *transport,
+                previous_id: sub.last_id.as_deref().map(str::to_string),
+                resumed_from: since.get(i).cloned().flatten().map(Into::into),
+                connection_age_ms: answered_at
+                    .map_or(0, |a| now.duration_since(a).as_millis() as u64),
+                gap_notices: sub.check.gap_notices(),
+            });
+        }
+        sub.last_id = Some(id);
+        m.delivered += 1;
+        m.latency.record(now_us.saturating_sub(published_us));
     }
-    for r in replies {
-        // A Pong that cannot be written is found out by the next read.
-        let _ = (&conn.stream).write_all(&r);
-    }
+    result?;
     if opened {
         conn.answered_at = Some(now);
         *answered = Some(now);
