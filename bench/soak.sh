@@ -31,12 +31,13 @@
 # --life SECONDS (60), --procs N (bench processes; default one per 5,000 clients),
 # --port PORT (29080; API PORT+1, TLS PORT+2, Redis PORT-1700), --tag NAME, --out DIR, --bin PATH
 # (target/release/clarion), --drain-period S (5: the rolling restart's spreading),
-# --browser-share PCT (40; 0: only WebSocket and SSE over clear HTTP/1.1), --bench-bin PATH (the
-# load generator, default --bin: an older server under test with today's clients).
+# --browser-share PCT (40; 0: only WebSocket and SSE over clear HTTP/1.1), --no-tls (the
+# browser-like kinds in clear text only; CI's run, see .ci/run), --bench-bin PATH (the load
+# generator, default --bin: an older server under test with today's clients).
 set -euo pipefail
 
 MINUTES=60 CLIENTS=20000 RATE=1000 TOPICS=1000 LIFE=60 PROCS="" PORT=29080 TAG="" OUT=bench/results
-DRAIN_PERIOD=5 BROWSER_SHARE=40 BENCH_BIN=""
+DRAIN_PERIOD=5 BROWSER_SHARE=40 BENCH_BIN="" TLS=1
 BIN=${CLARION_BIN:-target/release/clarion}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,7 +54,8 @@ while [ $# -gt 0 ]; do
     --drain-period) DRAIN_PERIOD=$2; shift 2 ;;
     --browser-share) BROWSER_SHARE=$2; shift 2 ;;
     --bench-bin) BENCH_BIN=$2; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    --no-tls) TLS=0; shift ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "soak.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -115,11 +117,15 @@ start_redis
 
 # --- the server group ------------------------------------------------------------------------
 # A development certificate for the TLS clients (browsers reach Clarion over TLS, and h2 by ALPN).
-"$BIN" cert --dev --dir "$RUN/tls" >/dev/null
+SERVE_TLS=() BENCH_TLS=()
+if [ "$TLS" = 1 ]; then
+  "$BIN" cert --dev --dir "$RUN/tls" >/dev/null
+  SERVE_TLS=(--tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem" --tls-listen "127.0.0.1:$TLS_PORT")
+  BENCH_TLS=(--tls-ca "$RUN/tls/ca.pem" --tls-target "127.0.0.1:$TLS_PORT")
+fi
 CLARION_LOG=info "$BIN" serve --processes 3 --broker "redis://127.0.0.1:$REDIS_PORT" \
   --node-name soak --listen "127.0.0.1:$PORT" --api-listen "127.0.0.1:$API" \
-  --tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem" --tls-listen "127.0.0.1:$TLS_PORT" \
-  --max-connections-per-address 0 --drain-period "$DRAIN_PERIOD" \
+  "${SERVE_TLS[@]}" --max-connections-per-address 0 --drain-period "$DRAIN_PERIOD" \
   >"$RUN/server.out" 2>"$RAW/server.log" &
 SUP=$!
 for _ in $(seq 1 300); do grep -q "clarion ready" "$RUN/server.out" 2>/dev/null && break; kill -0 "$SUP" || break; sleep 0.1; done
@@ -213,7 +219,7 @@ PROCS_ARG=()
 "$BENCH_BIN" bench --scenario soak -n "$CLIENTS" --target "127.0.0.1:$PORT" --api "127.0.0.1:$API" \
   --duration "$DURATION" --life "$LIFE" --rate "$RATE" --topics "$TOPICS" --drain 90 \
   --connect-rate 2000 "${PROCS_ARG[@]}" --json "$RAW/bench.json" \
-  --soak-browser-share "$BROWSER_SHARE" --tls-ca "$RUN/tls/ca.pem" --tls-target "127.0.0.1:$TLS_PORT" \
+  --soak-browser-share "$BROWSER_SHARE" "${BENCH_TLS[@]}" \
   >"$RAW/bench.txt" 2>"$RAW/bench.log" &
 BENCH=$!
 # Publishing starts once every client has connected.
