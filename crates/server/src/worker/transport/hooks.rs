@@ -17,16 +17,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use clarion_proto::auth::{pattern::any_matches, Claims};
-use clarion_proto::hooks::{self as proto, Accepted, Check, Connect};
+use clarion_proto::hooks::{self as proto, Check};
 use clarion_proto::http1::{self, RequestHead};
 use clarion_proto::pubsub::control::Reply;
 
-use crate::grip::backend::{Answer, Failure};
+use crate::grip::backend::Answer;
 use crate::hooks::{Hook, NotCalled};
 use crate::log;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State};
 use crate::worker::transport::auth::Checked;
+use crate::worker::transport::hook_answers::{
+    body_of, connect_verdict, not_called, transport_of, ConnectVerdict, ADDRESS_BUSY,
+};
 use crate::worker::Engine;
 
 /// Control messages a connection may send while one waits for a hook; past it they are
@@ -154,21 +157,6 @@ enum Verdict {
     Fallback,
 }
 
-enum ConnectVerdict {
-    Allow(Box<Accepted>),
-    Refuse {
-        status: u16,
-        reason: String,
-    },
-    Failed(String),
-    /// Not asked: the client's address has `hook_max_in_flight_per_address` calls out.
-    AddressBusy,
-}
-
-/// What a client whose address has too many hook calls out is told.
-const ADDRESS_BUSY: &str =
-    "too many hook calls in flight for this address; retry later (hook_max_in_flight_per_address)";
-
 /// What a control message does about the `subscribe`/`publish` hook.
 pub(crate) enum Gate {
     /// No hook applies: the ordinary checks decide.
@@ -179,48 +167,6 @@ pub(crate) enum Gate {
     Waiting,
     /// Refused, with the reason for the client.
     Refused(String),
-}
-
-/// Why an answer is not usable, or its body.
-fn body_of(result: Result<crate::grip::backend::Response, Failure>) -> Result<Vec<u8>, String> {
-    match result {
-        Ok(r) if (200..300).contains(&r.status) => Ok(r.body),
-        Ok(r) if (300..400).contains(&r.status) => Err(format!(
-            "the hook answered a redirect ({}), which is not followed",
-            r.status
-        )),
-        Ok(r) => Err(format!("the hook answered {} {}", r.status, r.reason)),
-        Err(Failure::Timeout) => Err("the hook did not answer in time".into()),
-        Err(Failure::Unreachable(why)) => Err(format!("the hook is unreachable: {why}")),
-        Err(Failure::Invalid(why)) => Err(format!("the hook's answer is invalid: {why}")),
-    }
-}
-
-/// Why a call that could not be made failed, for the log and the failure policy.
-fn not_called(why: NotCalled) -> &'static str {
-    match why {
-        NotCalled::Busy => "too many hook calls in flight (hook_max_in_flight)",
-        NotCalled::AddressBusy => ADDRESS_BUSY,
-        NotCalled::Unconfigured => "the hook is not configured",
-        NotCalled::Unwritable => "the hook request cannot be written",
-    }
-}
-
-fn transport_of(head: &RequestHead<'_>, cfg: &crate::config::Config) -> &'static str {
-    let path = head.path();
-    if head.has_token("upgrade", "websocket") {
-        "ws"
-    } else if path == cfg.poll_path {
-        "poll"
-    } else if path == cfg.stream_path
-        && !head
-            .header_str("accept")
-            .is_some_and(|a| a.contains("text/event-stream"))
-    {
-        "stream"
-    } else {
-        "sse"
-    }
 }
 
 impl<S: Socket> Engine<S> {
@@ -790,18 +736,5 @@ impl<S: Socket> Engine<S> {
                 }
             }
         }
-    }
-}
-
-/// A `connect` answer's verdict and its outcome for the counters (0 allow, 1 refuse, 2
-/// failure).
-fn connect_verdict(body: &[u8]) -> (ConnectVerdict, usize) {
-    match proto::decode_connect(body) {
-        Ok(Connect::Allow(a)) => (ConnectVerdict::Allow(a), 0),
-        Ok(Connect::Refuse { status, reason }) => (ConnectVerdict::Refuse { status, reason }, 1),
-        Err(e) => (
-            ConnectVerdict::Failed(format!("the hook's answer is invalid: {e}")),
-            2,
-        ),
     }
 }

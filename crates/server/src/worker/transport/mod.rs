@@ -8,6 +8,7 @@
 //! worker's write path and time is the engine's `now`.
 
 pub mod auth;
+mod hook_answers;
 pub mod hooks;
 pub mod http;
 pub mod pages;
