@@ -125,10 +125,13 @@ def _publish(api):
 
 
 @pytest.mark.parametrize("level", ["info", "debug"])
-def test_no_broker_password_or_token_in_any_log_line(tmp_path, level):
+def test_no_broker_password_or_token_in_any_log_line(tmp_path, level, request):
     redis = SecretRedis(tmp_path)
+    request.addfinalizer(redis.kill)
     user_nats = UserNats(tmp_path)
+    request.addfinalizer(user_nats.kill)
     token_nats = TokenNats(tmp_path)
+    request.addfinalizer(token_nats.kill)
     closed = free_port()
     closed2 = free_port()
     hook = f"?token={HOOK_TOKEN}"
