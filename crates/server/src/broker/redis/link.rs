@@ -168,6 +168,7 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
     }
     let mut ping_sent: Option<Instant> = None;
     let mut todo = Vec::new();
+    let mut scratch = Scratch::default();
     let mut swept = Instant::now();
     loop {
         if core.stop.load(Relaxed) {
@@ -216,11 +217,11 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
         while let Some(v) = conn.parsed()? {
             pushes.push(v);
         }
-        apply(core, shard, pushes, &mut todo);
+        apply(core, shard, pushes, &mut todo, &mut scratch);
         while !todo.is_empty() {
             let batch = std::mem::take(&mut todo);
             for t in batch {
-                resolve(core, t, &mut todo)?;
+                resolve(core, t, &mut todo, &mut scratch)?;
             }
         }
     }
@@ -229,7 +230,13 @@ fn session(core: &Core, shard: usize, sessions: u64) -> Result<(), LinkError> {
 /// Applies one read's pushes under the lock. Pushes about a topic this shard no longer
 /// serves (a Redis Cluster moved its slot) are ignored: its new master's are the ones that
 /// count.
-fn apply(core: &Core, shard: usize, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
+fn apply(
+    core: &Core,
+    shard: usize,
+    pushes: Vec<Value>,
+    todo: &mut Vec<Todo>,
+    scratch: &mut Scratch,
+) {
     let mut st = lock(&core.state);
     for v in pushes {
         let Value::Array(parts) = v else {
@@ -273,7 +280,7 @@ fn apply(core: &Core, shard: usize, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
                     }
                     continue;
                 }
-                on_message(core, &mut st, topic, data, todo);
+                on_message(core, &mut st, topic, data, todo, scratch);
             }
             b"ssubscribe" => {
                 let Some(name) = st.topics.get_key_value(topic).map(|(n, _)| Arc::clone(n)) else {
@@ -312,7 +319,14 @@ fn apply(core: &Core, shard: usize, pushes: Vec<Value>, todo: &mut Vec<Todo>) {
 }
 
 /// One live message of `topic`.
-fn on_message(core: &Core, st: &mut State, topic: &str, data: &[u8], todo: &mut Vec<Todo>) {
+fn on_message(
+    core: &Core,
+    st: &mut State,
+    topic: &str,
+    data: &[u8],
+    todo: &mut Vec<Todo>,
+    scratch: &mut Scratch,
+) {
     let Some((name, t)) = st.topics.get_key_value(topic) else {
         return;
     };
@@ -338,23 +352,16 @@ fn on_message(core: &Core, st: &mut State, topic: &str, data: &[u8], todo: &mut 
         return;
     };
     t.traffic.published += 1;
-    let mut out = Vec::new();
-    t.seq.live(Arc::new(m), &mut out);
-    carry_out(core, &name, t, out, todo);
+    t.seq.live(Arc::new(m), &mut scratch.actions);
+    carry_out(core, &name, t, scratch, todo);
 }
 
 /// Carries out what a topic's follower ([`super::follow`]) asked for, in order: deliveries go
 /// to the workers in batches (under the state lock the caller holds), gap notices between
 /// them, fills become [`Todo`]s for after the lock.
-fn carry_out(
-    core: &Core,
-    name: &Arc<str>,
-    t: &Topic,
-    actions: Vec<Action<Arc<Published>>>,
-    todo: &mut Vec<Todo>,
-) {
-    let mut batch = Vec::new();
-    for action in actions {
+fn carry_out(core: &Core, name: &Arc<str>, t: &Topic, scratch: &mut Scratch, todo: &mut Vec<Todo>) {
+    let Scratch { actions, batch } = scratch;
+    for action in actions.drain(..) {
         match action {
             Action::Deliver(m) => batch.push(m),
             Action::Gap {
@@ -364,7 +371,7 @@ fn carry_out(
                 epoch,
                 at,
             } => {
-                flush(core, t, &mut batch);
+                flush(core, t, batch);
                 let since = format!("{since_epoch}-{since_last}");
                 core.notice(name, t, since, reason, epoch, at);
             }
@@ -379,12 +386,20 @@ fn carry_out(
             }
             Action::Wake => {
                 // A resume may be waiting for this node to reach its id (`Core::catch_up`).
-                flush(core, t, &mut batch);
+                flush(core, t, batch);
                 core.changed.notify_all();
             }
         }
     }
-    flush(core, t, &mut batch);
+    flush(core, t, batch);
+}
+
+/// The follower's actions and a topic's deliveries, kept by the reader thread from one message
+/// to the next so that a live message allocates neither.
+#[derive(Default)]
+struct Scratch {
+    actions: Vec<Action<Arc<Published>>>,
+    batch: Vec<Arc<Published>>,
 }
 
 fn flush(core: &Core, t: &Topic, out: &mut Vec<Arc<Published>>) {
@@ -396,7 +411,12 @@ fn flush(core: &Core, t: &Topic, out: &mut Vec<Arc<Published>>) {
 
 /// Asks Redis what a [`Todo`] needs, then hands the answer to the topic's follower under the
 /// lock.
-fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError> {
+fn resolve(
+    core: &Core,
+    job: Todo,
+    todo: &mut Vec<Todo>,
+    scratch: &mut Scratch,
+) -> Result<(), LinkError> {
     match job {
         Todo::Refresh(first) => {
             if core.cluster.is_none() {
@@ -422,9 +442,8 @@ fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError
             // Without its position a topic cannot be served: the session ends, and the next
             // one subscribes and positions every topic again.
             let (epoch, last) = remote?;
-            let mut out = Vec::new();
-            t.seq.positioned(epoch, last, &mut out);
-            carry_out(core, &topic, t, out, todo);
+            t.seq.positioned(epoch, last, &mut scratch.actions);
+            carry_out(core, &topic, t, scratch, todo);
         }
         Todo::Fill {
             topic,
@@ -446,9 +465,8 @@ fn resolve(core: &Core, job: Todo, todo: &mut Vec<Todo>) -> Result<(), LinkError
             let Some(t) = st.topics.get_mut(&*topic) else {
                 return Ok(());
             };
-            let mut out = Vec::new();
-            t.seq.filled(&epoch, from, to, read, &mut out);
-            carry_out(core, &topic, t, out, todo);
+            t.seq.filled(&epoch, from, to, read, &mut scratch.actions);
+            carry_out(core, &topic, t, scratch, todo);
         }
     }
     Ok(())
