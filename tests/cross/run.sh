@@ -19,9 +19,18 @@
 #                                 root; the aarch64 musl build and the aarch64 unit tests under
 #                                 qemu (about 8 minutes of CPU between them) are left to the
 #                                 full run
+#   tests/cross/run.sh [--ci] install|build|test
+#                                 one phase: what to install, the builds and their `file`
+#                                 checks, the tests (.ci/run builds in the background while
+#                                 other suites run, then tests)
 set -euo pipefail
 ci=0
-[ "${1:-}" = --ci ] && ci=1
+[ "${1:-}" = --ci ] && { ci=1; shift; }
+phase=${1:-all}
+case "$phase" in
+  all | install | build | test) ;;
+  *) echo "usage: tests/cross/run.sh [--ci] [install|build|test]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/../.."
 root="$PWD"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
@@ -120,21 +129,27 @@ end_to_end() {
   CLARION_BIN="$bin" cargo test --locked -p clarion --test tls_key_update -q
 }
 
-timed "install targets, cross toolchains, qemu" install
-timed "cross build (${targets[*]}, profile $profile)" build
-timed "file: arch and linkage of each artifact" check_files
-[ $ci = 1 ] || timed "unit tests, aarch64 under qemu (clarion-proto, clarion-server)" unit_aarch64
-# The cross glibc for binaries the kernel hands to qemu through binfmt.
-export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
-timed "end-to-end subset, aarch64 glibc binary under qemu" \
-  end_to_end "$target_dir/aarch64-unknown-linux-gnu/$profile/clarion"
-timed "end-to-end subset, static x86_64 musl binary" \
-  end_to_end "$target_dir/x86_64-unknown-linux-musl/$profile/clarion"
-timed "static x86_64 musl binary in an empty root (WebSocket, TLS)" \
-  "$python" tests/cross/empty_root.py "$target_dir/x86_64-unknown-linux-musl/$profile/clarion"
-[ $ci = 1 ] || timed "static aarch64 musl binary in an empty root, under qemu (WebSocket, TLS)" \
-  "$python" tests/cross/empty_root.py "$target_dir/aarch64-unknown-linux-musl/$profile/clarion"
+if [ "$phase" = all ] || [ "$phase" = install ]; then
+  timed "install targets, cross toolchains, qemu" install
+fi
+if [ "$phase" = all ] || [ "$phase" = build ]; then
+  timed "cross build (${targets[*]}, profile $profile)" build
+  timed "file: arch and linkage of each artifact" check_files
+fi
+if [ "$phase" = all ] || [ "$phase" = test ]; then
+  [ $ci = 1 ] || timed "unit tests, aarch64 under qemu (clarion-proto, clarion-server)" unit_aarch64
+  # The cross glibc for binaries the kernel hands to qemu through binfmt.
+  export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+  timed "end-to-end subset, aarch64 glibc binary under qemu" \
+    end_to_end "$target_dir/aarch64-unknown-linux-gnu/$profile/clarion"
+  timed "end-to-end subset, static x86_64 musl binary" \
+    end_to_end "$target_dir/x86_64-unknown-linux-musl/$profile/clarion"
+  timed "static x86_64 musl binary in an empty root (WebSocket, TLS)" \
+    "$python" tests/cross/empty_root.py "$target_dir/x86_64-unknown-linux-musl/$profile/clarion"
+  [ $ci = 1 ] || timed "static aarch64 musl binary in an empty root, under qemu (WebSocket, TLS)" \
+    "$python" tests/cross/empty_root.py "$target_dir/aarch64-unknown-linux-musl/$profile/clarion"
+fi
 
-printf '\ncross steps:\n'
+printf '\ncross steps (%s):\n' "$phase"
 printf '%s\n' "${timings[@]}"
 printf '%5d s  all\n' $(($(date +%s) - started))
