@@ -11,6 +11,8 @@
 //! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
 //! - [`sse`]: Server-Sent Events encoding.
 //! - [`auth`]: JSON Web Tokens (HS256, RS256, ES256), keys from PEM and JWKS, topic patterns.
+//! - [`delta`]: delta compression of consecutive publications (the Fossil delta format):
+//!   encoders and a bounded decoder.
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
 //! - [`pubsub`]: Clarion's own pub/sub format: topic rules, WebSocket control messages,
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
@@ -37,6 +39,7 @@
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod auth;
+pub mod delta;
 pub mod event_id;
 pub mod grip;
 pub mod h2;
