@@ -13,6 +13,8 @@
 //! - [`auth`]: JSON Web Tokens (HS256, RS256, ES256), keys from PEM and JWKS, topic patterns.
 //! - [`delta`]: delta compression of consecutive publications (the Fossil delta format):
 //!   encoders and a bounded decoder.
+//! - [`filter`]: subscription filters over publication tags: the text and JSON forms, bounds,
+//!   canonical form and evaluation.
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
 //! - [`pubsub`]: Clarion's own pub/sub format: topic rules, WebSocket control messages,
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
@@ -41,6 +43,7 @@
 pub mod auth;
 pub mod delta;
 pub mod event_id;
+pub mod filter;
 pub mod grip;
 pub mod h2;
 pub mod handover;
