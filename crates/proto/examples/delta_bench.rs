@@ -58,12 +58,24 @@ impl Rng {
 /// A 2 KB order book, 40 levels a side; each update changes 12 quantities, now and then moves
 /// a price level, and bumps `seq` and `ts` (about 5 % of the bytes).
 fn order_book(rng: &mut Rng) -> Vec<String> {
-    let mut bids: Vec<(u64, u64)> = (0..40).map(|i| (9_612_050 - i * 25, 1000 + rng.below(90_000))).collect();
-    let mut asks: Vec<(u64, u64)> = (0..40).map(|i| (9_612_075 + i * 25, 1000 + rng.below(90_000))).collect();
+    let mut bids: Vec<(u64, u64)> = (0..40)
+        .map(|i| (9_612_050 - i * 25, 1000 + rng.below(90_000)))
+        .collect();
+    let mut asks: Vec<(u64, u64)> = (0..40)
+        .map(|i| (9_612_075 + i * 25, 1000 + rng.below(90_000)))
+        .collect();
     let side = |levels: &[(u64, u64)]| {
         levels
             .iter()
-            .map(|(p, q)| format!(r#"["{}.{:02}","{}.{:04}"]"#, p / 100, p % 100, q / 10_000, q % 10_000))
+            .map(|(p, q)| {
+                format!(
+                    r#"["{}.{:02}","{}.{:04}"]"#,
+                    p / 100,
+                    p % 100,
+                    q / 10_000,
+                    q % 10_000
+                )
+            })
             .collect::<Vec<_>>()
             .join(",")
     };
@@ -117,12 +129,26 @@ fn price_tick(rng: &mut Rng) -> Vec<String> {
 
 /// A 10 KB document of 150 fields; each update changes one field's value.
 fn document(rng: &mut Rng) -> Vec<String> {
-    let mut values: Vec<String> = (0..150).map(|i| format!("initial value of field number {i}, {}", rng.below(1_000_000))).collect();
+    let mut values: Vec<String> = (0..150)
+        .map(|i| {
+            format!(
+                "initial value of field number {i}, {}",
+                rng.below(1_000_000)
+            )
+        })
+        .collect();
     (0..UPDATES)
         .map(|_| {
             let i = rng.below(150) as usize;
-            values[i] = format!("updated value of field number {i}, {}", rng.below(1_000_000));
-            let fields: Vec<String> = values.iter().enumerate().map(|(i, v)| format!(r#""field_{i:03}":"{v}""#)).collect();
+            values[i] = format!(
+                "updated value of field number {i}, {}",
+                rng.below(1_000_000)
+            );
+            let fields: Vec<String> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| format!(r#""field_{i:03}":"{v}""#))
+                .collect();
             format!(r#"{{"type":"doc","id":"d-42",{}}}"#, fields.join(","))
         })
         .collect()
@@ -138,8 +164,19 @@ fn on_wire(data: &str, delta_of: Option<u64>, seq: u64, deflate: bool) -> usize 
             r#"{{"type":"message","topic":"t","id":"k3x9q2mf-{seq}","delta":"k3x9q2mf-{base}","data":{body}}}"#
         ),
     };
-    let payload = if deflate { compress_message(envelope.as_bytes(), 15, 6).len() } else { envelope.len() };
-    payload + if payload < 126 { 2 } else if payload < 65_536 { 4 } else { 10 }
+    let payload = if deflate {
+        compress_message(envelope.as_bytes(), 15, 6).len()
+    } else {
+        envelope.len()
+    };
+    payload
+        + if payload < 126 {
+            2
+        } else if payload < 65_536 {
+            4
+        } else {
+            10
+        }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -150,14 +187,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 type Encoder = fn(&[u8], &[u8]) -> Option<Vec<u8>>;
 
 fn main() {
-    let out_path = std::env::args().nth(1).unwrap_or_else(|| "target/delta_cases.json".into());
+    let out_path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "target/delta_cases.json".into());
     let mut rng = Rng(51);
     let kinds = [
         ("order book 2 KB", order_book(&mut rng)),
         ("price tick 200 B", price_tick(&mut rng)),
         ("document 10 KB", document(&mut rng)),
     ];
-    let encoders: [(&str, Encoder); 2] = [("block", delta::encode), ("splice", delta::encode_splice)];
+    let encoders: [(&str, Encoder); 2] =
+        [("block", delta::encode), ("splice", delta::encode_splice)];
     println!("| payload | mean size | encoder | encode µs/publication | delta/full | delta/full, both deflated | deflate µs full / delta |");
     println!("|---|---|---|---|---|---|---|");
     let mut js = serde_json::Map::new();
@@ -192,7 +232,11 @@ fn main() {
                 full_z += on_wire(target, None, seq, true);
                 // The server sends the full message when the delta is not smaller.
                 let use_delta = d.len() < target.len();
-                let (data, base) = if use_delta { (d.as_str(), Some(seq - 1)) } else { (target.as_str(), None) };
+                let (data, base) = if use_delta {
+                    (d.as_str(), Some(seq - 1))
+                } else {
+                    (target.as_str(), None)
+                };
                 dl += on_wire(data, base, seq, false);
                 dl_z += on_wire(data, base, seq, true);
             }

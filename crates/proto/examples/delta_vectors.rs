@@ -28,7 +28,9 @@ impl Rng {
 }
 
 fn bytes(rng: &mut Rng, len: usize, alphabet: &[u8]) -> Vec<u8> {
-    (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect()
+    (0..len)
+        .map(|_| alphabet[rng.below(alphabet.len())])
+        .collect()
 }
 
 fn edit(rng: &mut Rng, base: &[u8], alphabet: &[u8]) -> Vec<u8> {
@@ -45,13 +47,23 @@ fn edit(rng: &mut Rng, base: &[u8], alphabet: &[u8]) -> Vec<u8> {
 
 fn json_doc(rng: &mut Rng, entries: usize) -> String {
     let rows: Vec<String> = (0..entries)
-        .map(|i| format!(r#"{{"p":"{}.{:02}","q":{},"id":"r{i}"}}"#, 100 + i, rng.below(100), rng.below(5000)))
+        .map(|i| {
+            format!(
+                r#"{{"p":"{}.{:02}","q":{},"id":"r{i}"}}"#,
+                100 + i,
+                rng.below(100),
+                rng.below(5000)
+            )
+        })
         .collect();
     format!(r#"{{"type":"book","levels":[{}]}}"#, rows.join(","))
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let seed = args.first().copied().unwrap_or(51);
     let count = args.get(1).copied().unwrap_or(500);
     let mut rng = Rng(seed);

@@ -224,6 +224,7 @@ impl<M> ConflateQueue<M> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -238,7 +239,10 @@ mod tests {
             assert_eq!(q.push(Some("k".into()), (0, i)), Push::Queued);
         }
         let out = drain(&mut q);
-        assert_eq!(out, (0..4).map(|i| Item::Message((0, i))).collect::<Vec<_>>());
+        assert_eq!(
+            out,
+            (0..4).map(|i| Item::Message((0, i))).collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -282,22 +286,40 @@ mod tests {
         assert_eq!(q.poll(), Some(Item::Message((0, 1))));
         assert_eq!(q.push(Some("a".into()), (0, 2)), Push::Queued);
         assert_eq!(q.push(Some("a".into()), (0, 3)), Push::Replaced);
-        assert_eq!(drain(&mut q), vec![Item::Conflated(Notice { skipped: 1 }), Item::Message((0, 3))]);
+        assert_eq!(
+            drain(&mut q),
+            vec![
+                Item::Conflated(Notice { skipped: 1 }),
+                Item::Message((0, 3))
+            ]
+        );
     }
 
     #[test]
     fn keys_come_from_a_json_pointer_or_the_publish_field() {
         let p = KeySource::parse("/instrument/id").unwrap();
-        assert_eq!(p.key_of(br#"{"instrument":{"id":"EURUSD"},"bid":1}"#, None), Some("EURUSD".into()));
-        assert_eq!(p.key_of(br#"{"instrument":{"id":42}}"#, None), Some("42".into()));
+        assert_eq!(
+            p.key_of(br#"{"instrument":{"id":"EURUSD"},"bid":1}"#, None),
+            Some("EURUSD".into())
+        );
+        assert_eq!(
+            p.key_of(br#"{"instrument":{"id":42}}"#, None),
+            Some("42".into())
+        );
         assert_eq!(p.key_of(br#"{"instrument":{}}"#, None), None);
         assert_eq!(p.key_of(br#"{"instrument":{"id":[1]}}"#, None), None);
         assert_eq!(p.key_of(b"not json", Some("x")), None);
         let long = format!(r#"{{"instrument":{{"id":"{}"}}}}"#, "x".repeat(300));
         assert_eq!(p.key_of(long.as_bytes(), None), None);
-        assert_eq!(KeySource::parse("field").unwrap().key_of(b"", Some("k1")), Some("k1".into()));
+        assert_eq!(
+            KeySource::parse("field").unwrap().key_of(b"", Some("k1")),
+            Some("k1".into())
+        );
         assert_eq!(KeySource::parse("field").unwrap().key_of(b"", None), None);
-        assert_eq!(KeySource::parse("id"), Err(KeySourceError::NotAPointer("id".into())));
+        assert_eq!(
+            KeySource::parse("id"),
+            Err(KeySourceError::NotAPointer("id".into()))
+        );
     }
 
     /// splitmix64, so a failure repeats with its seed.
@@ -358,13 +380,24 @@ mod tests {
                 take(item, &mut delivered);
             }
             let total: u64 = published.iter().map(|&n| u64::from(n)).sum();
-            assert_eq!(delivered.len() as u64 + q.skipped_total() + refused, total, "case {case}: every publication delivered, skipped or refused");
+            assert_eq!(
+                delivered.len() as u64 + q.skipped_total() + refused,
+                total,
+                "case {case}: every publication delivered, skipped or refused"
+            );
             assert_eq!(noticed, q.skipped_total(), "case {case}: notices add up");
             for k in 0..=keys {
                 let mine: Vec<u32> = delivered.iter().filter(|m| m.0 == k).map(|m| m.1).collect();
-                assert!(mine.windows(2).all(|w| w[0] < w[1]), "case {case}: key {k} in order, once each");
+                assert!(
+                    mine.windows(2).all(|w| w[0] < w[1]),
+                    "case {case}: key {k} in order, once each"
+                );
                 if refused == 0 && published[k as usize] > 0 {
-                    assert_eq!(mine.last(), Some(&published[k as usize]), "case {case}: key {k}'s latest value delivered");
+                    assert_eq!(
+                        mine.last(),
+                        Some(&published[k as usize]),
+                        "case {case}: key {k}'s latest value delivered"
+                    );
                 }
             }
         }

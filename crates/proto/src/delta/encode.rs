@@ -66,7 +66,9 @@ pub fn encode_splice(base: &[u8], target: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let (prefix, suffix) = common_ends(base, target);
-    let middle = target.get(prefix..target.len() - suffix).unwrap_or_default();
+    let middle = target
+        .get(prefix..target.len() - suffix)
+        .unwrap_or_default();
     let mut out = Vec::with_capacity(middle.len() + 32);
     put_header(&mut out, len_u32(target.len()));
     if prefix > 0 {
@@ -100,8 +102,7 @@ impl Index {
         };
         for (i, block) in base.chunks_exact(BLOCK).enumerate() {
             let bucket = index.bucket(hash(block));
-            if let (Some(head), Some(link)) = (index.head.get_mut(bucket), index.chain.get_mut(i))
-            {
+            if let (Some(head), Some(link)) = (index.head.get_mut(bucket), index.chain.get_mut(i)) {
                 *link = *head;
                 *head = len_u32(i + 1);
             }
@@ -299,6 +300,7 @@ fn best_match(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::super::{apply, DeltaError};
     use super::*;
@@ -404,7 +406,9 @@ mod tests {
 
     #[test]
     fn one_changed_field_in_a_large_document_is_a_small_delta() {
-        let base: String = (0..300).map(|i| format!("\"field{i}\":\"value {i}\",")).collect();
+        let base: String = (0..300)
+            .map(|i| format!("\"field{i}\":\"value {i}\","))
+            .collect();
         let target = base.replace("\"value 150\"", "\"value 15O\"");
         let d = encode(base.as_bytes(), target.as_bytes()).unwrap();
         assert!(d.len() < 30, "{}", String::from_utf8_lossy(&d));
@@ -414,8 +418,12 @@ mod tests {
 
     #[test]
     fn spread_changes_are_found_by_the_block_matcher_and_not_by_the_splice() {
-        let base: String = (0..60).map(|i| format!("{{\"p\":{},\"q\":{}}},", 1000 + i, i)).collect();
-        let target = base.replace("\"q\":5}", "\"q\":6}").replace("\"q\":55}", "\"q\":56}");
+        let base: String = (0..60)
+            .map(|i| format!("{{\"p\":{},\"q\":{}}},", 1000 + i, i))
+            .collect();
+        let target = base
+            .replace("\"q\":5}", "\"q\":6}")
+            .replace("\"q\":55}", "\"q\":56}");
         let d = encode(base.as_bytes(), target.as_bytes()).unwrap();
         let s = encode_splice(base.as_bytes(), target.as_bytes()).unwrap();
         assert!(d.len() < 40, "{}", String::from_utf8_lossy(&d));
@@ -435,7 +443,10 @@ mod tests {
     fn copies_never_split_a_character() {
         let base = "prix: 10€ ou 12€".as_bytes();
         let target = "prix: 10£ ou 12£".as_bytes();
-        for d in [encode(base, target).unwrap(), encode_splice(base, target).unwrap()] {
+        for d in [
+            encode(base, target).unwrap(),
+            encode_splice(base, target).unwrap(),
+        ] {
             assert!(std::str::from_utf8(&d).is_ok());
             assert_eq!(apply(base, &d, 100).unwrap(), target);
         }

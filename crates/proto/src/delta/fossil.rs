@@ -128,7 +128,10 @@ impl<'a> Cursor<'a> {
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], DeltaError> {
         let end = self.at.checked_add(n).ok_or(DeltaError::InsertPastEnd)?;
-        let s = self.bytes.get(self.at..end).ok_or(DeltaError::InsertPastEnd)?;
+        let s = self
+            .bytes
+            .get(self.at..end)
+            .ok_or(DeltaError::InsertPastEnd)?;
         self.at = end;
         Ok(s)
     }
@@ -136,7 +139,10 @@ impl<'a> Cursor<'a> {
 
 /// The target size a delta declares, without applying it (for a limit check or a buffer).
 pub fn target_size(delta: &[u8]) -> Result<u32, DeltaError> {
-    let mut c = Cursor { bytes: delta, at: 0 };
+    let mut c = Cursor {
+        bytes: delta,
+        at: 0,
+    };
     match c.int_then_op()? {
         (size, b'\n') => Ok(size),
         (_, other) => Err(DeltaError::UnexpectedByte(other)),
@@ -147,7 +153,10 @@ pub fn target_size(delta: &[u8]) -> Result<u32, DeltaError> {
 /// checksum. A delta declaring more than `limit` bytes is refused before anything is allocated;
 /// the output never grows past the declared size.
 pub fn apply(base: &[u8], delta: &[u8], limit: usize) -> Result<Vec<u8>, DeltaError> {
-    let mut c = Cursor { bytes: delta, at: 0 };
+    let mut c = Cursor {
+        bytes: delta,
+        at: 0,
+    };
     let size = match c.int_then_op()? {
         (size, b'\n') => size as usize,
         (_, other) => return Err(DeltaError::UnexpectedByte(other)),
@@ -202,6 +211,7 @@ pub fn apply(base: &[u8], delta: &[u8], limit: usize) -> Result<Vec<u8>, DeltaEr
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -272,9 +282,15 @@ mod tests {
             ("3\n4@0,".into(), DeltaError::Overrun),
             ("3\n3@4,".into(), DeltaError::CopyOutOfBase),
             ("3\n3@0;".into(), DeltaError::UnexpectedByte(b';')),
-            ("3\n2@0,".to_string() + &ok_sum + ";", DeltaError::SizeMismatch),
+            (
+                "3\n2@0,".to_string() + &ok_sum + ";",
+                DeltaError::SizeMismatch,
+            ),
             ("3\n3@0,1;".into(), DeltaError::ChecksumMismatch),
-            ("3\n3@0,".to_string() + &ok_sum + ";x", DeltaError::TrailingBytes),
+            (
+                "3\n3@0,".to_string() + &ok_sum + ";x",
+                DeltaError::TrailingBytes,
+            ),
             ("3\n3!".into(), DeltaError::UnexpectedByte(b'!')),
             ("\n".into(), DeltaError::UnexpectedByte(b'\n')),
             ("3!".into(), DeltaError::UnexpectedByte(b'!')),
@@ -284,7 +300,12 @@ mod tests {
             assert_eq!(apply(base, &delta_of(&d), 100), Err(want), "{d:?}");
         }
         assert_eq!(
-            apply(base, &delta_of(&("3\n3@0,".to_string() + &ok_sum + ";")), 100).unwrap(),
+            apply(
+                base,
+                &delta_of(&("3\n3@0,".to_string() + &ok_sum + ";")),
+                100
+            )
+            .unwrap(),
             b"abc"
         );
     }

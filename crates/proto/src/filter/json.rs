@@ -81,9 +81,9 @@ impl Walker<'_> {
     }
 
     fn filter(&mut self, v: &Value, depth: usize) -> Result<Filter, FilterError> {
-        let obj = v
-            .as_object()
-            .ok_or(FilterError::Json("a filter is an object with one operator key"))?;
+        let obj = v.as_object().ok_or(FilterError::Json(
+            "a filter is an object with one operator key",
+        ))?;
         let mut it = obj.iter();
         let (Some((op, arg)), None) = (it.next(), it.next()) else {
             return Err(FilterError::Json("a filter object has exactly one key"));
@@ -101,12 +101,18 @@ impl Walker<'_> {
                 let items = arg
                     .as_array()
                     .filter(|a| !a.is_empty())
-                    .ok_or(FilterError::Json("and/or take a non-empty array of filters"))?;
+                    .ok_or(FilterError::Json(
+                        "and/or take a non-empty array of filters",
+                    ))?;
                 let fs = items
                     .iter()
                     .map(|x| self.filter(x, depth + 1))
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok(if op == "and" { Filter::And(fs) } else { Filter::Or(fs) })
+                Ok(if op == "and" {
+                    Filter::And(fs)
+                } else {
+                    Filter::Or(fs)
+                })
             }
             "eq" | "ne" | "in" | "lt" | "lte" | "gt" | "gte" => self.compare(op, arg),
             _ => Err(FilterError::Json(
@@ -170,7 +176,11 @@ impl Walker<'_> {
         }
         let value = self.value(v)?;
         let eq = Filter::Eq { key, value };
-        Ok(if op == "ne" { Filter::Not(Box::new(eq)) } else { eq })
+        Ok(if op == "ne" {
+            Filter::Not(Box::new(eq))
+        } else {
+            eq
+        })
     }
 
     fn value(&mut self, v: &Value) -> Result<String, FilterError> {

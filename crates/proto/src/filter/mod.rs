@@ -33,6 +33,7 @@ pub use parse::parse;
 pub use tags::{validate_tags, TagError};
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests;
 
 /// Bounds on a filter, enforced while parsing (text) or walking (JSON).
@@ -137,7 +138,9 @@ pub enum FilterError {
         hint: &'static str,
     },
     /// A tag key outside the tag key rules ([`tags::valid_key`]), or a keyword used as one.
-    #[error("at byte {at}: {key:?} is not a tag key (1-64 of A-Z a-z 0-9 _ . : - /, not and/or/not/in)")]
+    #[error(
+        "at byte {at}: {key:?} is not a tag key (1-64 of A-Z a-z 0-9 _ . : - /, not and/or/not/in)"
+    )]
     BadKey {
         /// Where the key starts (0 in the JSON form).
         at: usize,
@@ -219,7 +222,11 @@ impl fmt::Display for Num {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let plain = format!("{}", self.0);
         let exp = format!("{:e}", self.0);
-        f.write_str(if exp.len() < plain.len() { &exp } else { &plain })
+        f.write_str(if exp.len() < plain.len() {
+            &exp
+        } else {
+            &plain
+        })
     }
 }
 
@@ -323,7 +330,9 @@ impl Filter {
             Filter::Eq { key, value } => tags.tag(key) == Some(value.as_str()),
             // A linear scan: lists are short (`max_list`), and it holds for a hand-built
             // filter whose list is not sorted.
-            Filter::In { key, values } => tags.tag(key).is_some_and(|v| values.iter().any(|x| x == v)),
+            Filter::In { key, values } => {
+                tags.tag(key).is_some_and(|v| values.iter().any(|x| x == v))
+            }
             Filter::Cmp { key, op, num } => tags
                 .tag(key)
                 .and_then(|v| v.trim().parse::<f64>().ok())

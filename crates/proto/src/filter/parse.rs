@@ -77,7 +77,10 @@ impl<'a> Parser<'a> {
     }
 
     fn skip_space(&mut self) {
-        while self.peek().is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')) {
+        while self
+            .peek()
+            .is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+        {
             self.at += 1;
         }
     }
@@ -189,7 +192,10 @@ impl<'a> Parser<'a> {
         let key = key.to_owned();
         self.skip_space();
         let rest = self.s.get(self.at..).unwrap_or_default();
-        let op = match OPERATORS.iter().find(|(sym, _)| rest.starts_with(sym.as_bytes())) {
+        let op = match OPERATORS
+            .iter()
+            .find(|(sym, _)| rest.starts_with(sym.as_bytes()))
+        {
             Some((sym, op)) => {
                 self.at += sym.len();
                 *op
@@ -316,7 +322,8 @@ impl<'a> Parser<'a> {
             }
             ok = digits(self);
         }
-        let text = std::str::from_utf8(self.s.get(start..self.at).unwrap_or_default()).unwrap_or_default();
+        let text =
+            std::str::from_utf8(self.s.get(start..self.at).unwrap_or_default()).unwrap_or_default();
         match (ok, text.parse::<f64>().ok().and_then(Num::new)) {
             (true, Some(n)) => Ok(n),
             (true, None) | (false, Some(_) | None) => Err(FilterError::BadNumber { at: start }),

@@ -42,12 +42,16 @@ pub fn valid_key(key: &str) -> bool {
     !b.is_empty()
         && b.len() <= MAX_KEY
         && b.iter().all(|&c| key_char(c))
-        && !b.first().is_some_and(|c| c.is_ascii_digit() || *c == b'-' || *c == b'.')
+        && !b
+            .first()
+            .is_some_and(|c| c.is_ascii_digit() || *c == b'-' || *c == b'.')
         && !KEYWORDS.contains(&key)
 }
 
 /// Checks a publication's tags against the bounds above.
-pub fn validate_tags<'a>(tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<(), TagError> {
+pub fn validate_tags<'a>(
+    tags: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), TagError> {
     let mut seen: Vec<&str> = Vec::new();
     for (k, v) in tags {
         if seen.len() == MAX_TAGS {
@@ -76,7 +80,19 @@ mod tests {
         for ok in ["sport", "a", "x.y", "ns:k", "a-b/c", "_x", "And"] {
             assert!(valid_key(ok), "{ok}");
         }
-        for bad in ["", "in", "and", "not", "or", "1abc", "-x", ".x", "a b", "é", &"k".repeat(65)] {
+        for bad in [
+            "",
+            "in",
+            "and",
+            "not",
+            "or",
+            "1abc",
+            "-x",
+            ".x",
+            "a b",
+            "é",
+            &"k".repeat(65),
+        ] {
             assert!(!valid_key(bad), "{bad}");
         }
     }
@@ -87,12 +103,18 @@ mod tests {
         let many: Vec<(String, String)> = (0..33).map(|i| (format!("k{i}"), "v".into())).collect();
         let refs = many.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         assert_eq!(validate_tags(refs), Err(TagError::TooMany));
-        assert_eq!(validate_tags([("in", "1")]), Err(TagError::BadKey("in".into())));
+        assert_eq!(
+            validate_tags([("in", "1")]),
+            Err(TagError::BadKey("in".into()))
+        );
         let long = "v".repeat(257);
         assert_eq!(
             validate_tags([("a", long.as_str())]),
             Err(TagError::ValueTooLong("a".into()))
         );
-        assert_eq!(validate_tags([("a", "1"), ("a", "2")]), Err(TagError::Duplicate("a".into())));
+        assert_eq!(
+            validate_tags([("a", "1"), ("a", "2")]),
+            Err(TagError::Duplicate("a".into()))
+        );
     }
 }
