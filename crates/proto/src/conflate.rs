@@ -343,7 +343,14 @@ mod tests {
         for case in 0..300 {
             let keys = 1 + rng.below(12) as u32;
             let threshold = rng.below(6) as usize;
-            let max_keys = 1 + rng.below(16) as usize;
+            // Every other case: all messages keyed and room for every key, so the bound must
+            // never be reached (conflation, not refusal, keeps the backlog short).
+            let roomy = case % 2 == 0;
+            let max_keys = if roomy {
+                keys as usize + rng.below(4) as usize
+            } else {
+                1 + rng.below(16) as usize
+            };
             let mut q: ConflateQueue<(u32, u32)> = ConflateQueue::new(threshold, max_keys);
             // Message (key, n): the n-th publication of `key`; key `keys` stands for unkeyed.
             let mut published = vec![0u32; keys as usize + 1];
@@ -367,7 +374,7 @@ mod tests {
                         take(item, &mut delivered);
                     }
                 } else {
-                    let k = rng.below(u64::from(keys) + 1) as u32;
+                    let k = rng.below(u64::from(keys) + u64::from(!roomy)) as u32;
                     published[k as usize] += 1;
                     let key = (k < keys).then(|| k.to_string());
                     if let Push::Full(_) = q.push(key, (k, published[k as usize])) {
@@ -386,6 +393,9 @@ mod tests {
                 "case {case}: every publication delivered, skipped or refused"
             );
             assert_eq!(noticed, q.skipped_total(), "case {case}: notices add up");
+            if roomy {
+                assert_eq!(refused, 0, "case {case}: keys fit, nothing refused");
+            }
             for k in 0..=keys {
                 let mine: Vec<u32> = delivered.iter().filter(|m| m.0 == k).map(|m| m.1).collect();
                 assert!(
