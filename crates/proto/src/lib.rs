@@ -11,6 +11,12 @@
 //! - [`ws`]: RFC 6455 WebSocket: opening handshake, frame codec, close codes, message assembly.
 //! - [`sse`]: Server-Sent Events encoding.
 //! - [`auth`]: JSON Web Tokens (HS256, RS256, ES256), keys from PEM and JWKS, topic patterns.
+//! - [`conflate`]: "latest wins" conflation of a slow subscriber's backlog by key, with the
+//!   notice of what it skipped.
+//! - [`delta`]: delta compression of consecutive publications (the Fossil delta format):
+//!   encoders and a bounded decoder.
+//! - [`filter`]: subscription filters over publication tags: the text and JSON forms, bounds,
+//!   canonical form and evaluation.
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
 //! - [`pubsub`]: Clarion's own pub/sub format: topic rules, WebSocket control messages,
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
@@ -37,7 +43,10 @@
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod auth;
+pub mod conflate;
+pub mod delta;
 pub mod event_id;
+pub mod filter;
 pub mod grip;
 pub mod h2;
 pub mod handover;
