@@ -142,7 +142,7 @@ impl<S: Socket> Engine<S> {
     /// The worker second at which a token expiring at Unix time `exp` stops being accepted.
     fn deadline_of(&self, exp: u64) -> u32 {
         let leeway = self.shared.auth.as_ref().map_or(0, |a| a.verifier.leeway);
-        let secs = exp.saturating_add(leeway).saturating_sub(self.unix_base);
+        let secs = exp.saturating_add(leeway).saturating_sub(self.anchors.unix);
         u32::try_from(secs).unwrap_or(u32::MAX)
     }
 
@@ -253,7 +253,7 @@ impl<S: Socket> Engine<S> {
                 continue;
             }
             self.side.grants_mut().warned(k);
-            let exp = self.unix_base + u64::from(deadline);
+            let exp = self.anchors.unix + u64::from(deadline);
             let seconds = u64::from(deadline.saturating_sub(self.now));
             self.reply(k, &Reply::Expiring { exp, seconds });
         }

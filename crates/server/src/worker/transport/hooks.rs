@@ -280,7 +280,7 @@ impl<S: Socket> Engine<S> {
                         exp: a
                             .expires_at
                             .or(token.map(|t| t.exp))
-                            .unwrap_or(u64::from(u32::MAX) + self.unix_base),
+                            .unwrap_or(u64::from(u32::MAX) + self.anchors.unix),
                         nbf: None,
                         iat: None,
                         grants,
