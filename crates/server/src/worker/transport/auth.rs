@@ -14,13 +14,11 @@ use std::sync::Arc;
 use clarion_proto::auth::Claims;
 use clarion_proto::http1::{self, RequestHead};
 use clarion_proto::pubsub::control::Reply;
-use clarion_proto::ws::CloseCode;
 
 use crate::auth::{Identity, Refusal};
 use crate::log;
-use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
-use crate::worker::state::State;
+use crate::worker::transport::frame::{End, Framing};
 use crate::worker::Engine;
 
 /// Close code of a WebSocket whose token expired without a `refresh`.
@@ -246,10 +244,11 @@ impl<S: Socket> Engine<S> {
         let warning = u32::try_from(shared.config.auth_expiry_warning).unwrap_or(u32::MAX);
         let due = self.side.grants_mut().due(self.now, warning);
         for (k, deadline) in due.warn {
-            if !matches!(
-                self.conns.get(k as usize).map(|c| c.state),
-                Some(State::Ws(_))
-            ) {
+            let takes_warning = self
+                .conns
+                .get(k as usize)
+                .is_some_and(|c| Framing::of_transport(c.state).in_band());
+            if !takes_warning {
                 continue;
             }
             self.side.grants_mut().warned(k);
@@ -263,41 +262,7 @@ impl<S: Socket> Engine<S> {
                 continue;
             };
             self.shared.metrics.auth_failed("expired_connection");
-            let reason = CloseReason::TokenExpired;
-            match state {
-                State::Ws(_) if pending => self.close_ws(
-                    k,
-                    CloseCode::Other(CLOSE_AUTH_REQUIRED),
-                    "authentication required",
-                    reason,
-                ),
-                State::Ws(_) => self.close_ws(
-                    k,
-                    CloseCode::Other(CLOSE_TOKEN_EXPIRED),
-                    "token expired",
-                    reason,
-                ),
-                State::Sse(_) => {
-                    let mut out = Vec::new();
-                    let data = br#"{"error":"token expired"}"#;
-                    clarion_proto::sse::write_event(&mut out, None, Some("expired"), data);
-                    self.start_closing(k, Some(out.into()), reason);
-                }
-                State::Stream(_) => {
-                    let mut out = Vec::new();
-                    http1::write_chunk(&mut out, b"{\"type\":\"expired\"}\n");
-                    out.extend_from_slice(http1::LAST_CHUNK);
-                    self.start_closing(k, Some(out.into()), reason);
-                }
-                State::Poll(mode) => {
-                    self.leave_all_topics(k);
-                    self.side.polls_mut().remove(&k);
-                    self.set_state(k, State::Http);
-                    let expired = Refusal::token(clarion_proto::auth::TokenError::Expired);
-                    self.refuse_http(k, expired, mode.keep);
-                }
-                State::Http | State::Proxy | State::H2 | State::Closing { .. } => {}
-            }
+            self.end_as(k, state, End::TokenExpired { pending });
         }
     }
 }
