@@ -17,6 +17,7 @@ use clarion_proto::ws::{CloseCode, OpCode};
 use clarion_proto::{http1, sse};
 
 use crate::auth::Refusal;
+use crate::log;
 use crate::message::Encoding;
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
@@ -73,6 +74,11 @@ pub(crate) enum End {
     TokenExpired {
         /// A WebSocket that was still to send its token (`auth_timeout`).
         pending: bool,
+    },
+    /// It does not read what it is sent: `pending` bytes wait, past the slow-consumer cap.
+    SlowConsumer {
+        /// The unsent bytes, for the log line.
+        pending: usize,
     },
     /// The server stops or restarts (`restart`: a new process takes over, come back soon).
     Shutdown {
@@ -226,6 +232,30 @@ impl Framing {
         }
     }
 
+    /// Whether its unsent bytes are capped (`max_backlog`): subscribers, and an HTTP/2
+    /// connection (whose control answers pile up when the client does not read).
+    pub(crate) fn caps_backlog(self) -> bool {
+        match self {
+            Framing::Ws(_) | Framing::Sse(_) | Framing::Lines { .. } | Framing::H2 => true,
+            Framing::Poll(_) | Framing::Grip | Framing::Request | Framing::Closing => false,
+        }
+    }
+
+    /// The transport's name in webhooks' `connected` events; `None` for a connection that is
+    /// not reported (a long-poll is a request, not a connection).
+    pub(crate) fn hook_name(self) -> Option<&'static str> {
+        match self {
+            Framing::Ws(_) => Some("ws"),
+            Framing::Sse(_) => Some("sse"),
+            Framing::Lines { .. } => Some("stream"),
+            Framing::Poll(_)
+            | Framing::Grip
+            | Framing::H2
+            | Framing::Request
+            | Framing::Closing => None,
+        }
+    }
+
     /// Whether output to it counts as activity for its timeout (HTTP streams' keep-alive);
     /// a WebSocket's activity is what it reads.
     pub(crate) fn output_is_activity(self) -> bool {
@@ -283,7 +313,7 @@ impl<S: Socket> Engine<S> {
         // its transport ends any connection.
         let framing = match why {
             End::Shutdown { .. } => Framing::of(state),
-            End::TokenExpired { .. } => Framing::of_transport(state),
+            End::TokenExpired { .. } | End::SlowConsumer { .. } => Framing::of_transport(state),
         };
         match (framing, why) {
             (Framing::Grip, End::Shutdown { .. }) => self.grip_shutdown(k),
@@ -349,6 +379,29 @@ impl<S: Socket> Engine<S> {
                 let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
                 self.answer_poll(k, &Arc::from(body));
             }
+            (Framing::Ws(_), End::SlowConsumer { pending }) => {
+                log::debug(format_args!("slow consumer: {pending} bytes unsent"));
+                self.close_ws(
+                    k,
+                    CloseCode::Policy,
+                    "slow consumer",
+                    CloseReason::SlowConsumer,
+                );
+            }
+            // No way to say why in-band without breaking the stream's framing: close it after
+            // the message in flight; the client reconnects and resumes by id.
+            (Framing::Sse(_) | Framing::Lines { .. }, End::SlowConsumer { pending }) => {
+                log::debug(format_args!("slow consumer: {pending} bytes unsent"));
+                self.start_closing(k, None, CloseReason::SlowConsumer);
+            }
+            // Its control answers pile up: the client does not read (a PING or SETTINGS flood,
+            // or a dead peer).
+            (Framing::H2, End::SlowConsumer { pending }) => {
+                log::debug(format_args!(
+                    "HTTP/2 connection not reading: {pending} bytes unsent"
+                ));
+                self.start_closing(k, None, CloseReason::SlowConsumer);
+            }
             (Framing::Request, End::Shutdown { .. }) => self.drop_conn(k, CloseReason::Shutdown),
             // GOAWAY now; the connection closes once its streams (told first) have.
             (Framing::H2, End::Shutdown { .. }) => self.h2_go_away(k),
@@ -357,7 +410,12 @@ impl<S: Socket> Engine<S> {
                 Framing::Grip | Framing::H2 | Framing::Request | Framing::Closing,
                 End::TokenExpired { .. },
             )
-            | (Framing::Closing, End::Shutdown { .. }) => {}
+            | (Framing::Closing, End::Shutdown { .. })
+            // Not capped (see `caps_backlog`).
+            | (
+                Framing::Poll(_) | Framing::Grip | Framing::Request | Framing::Closing,
+                End::SlowConsumer { .. },
+            ) => {}
         }
     }
 }
