@@ -411,13 +411,7 @@ impl<S: Socket> Engine<S> {
                 .filter(|k| self.side.polls().get(k).is_some_and(|h| h.presence))
                 .collect();
             for k in polls {
-                let cursor = self.side.polls().get(&k).map(|h| h.cursor.clone());
-                let body = crate::worker::transport::poll::messages_body(
-                    std::iter::empty(),
-                    &cursor.unwrap_or_default(),
-                    &[],
-                );
-                self.answer_poll(k, &Arc::from(body));
+                self.answer_poll_empty(k);
             }
         }
         let Some(listeners) = self.side.presence().listeners.get(&tid).cloned() else {

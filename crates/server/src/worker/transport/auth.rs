@@ -21,11 +21,6 @@ use crate::worker::socket::Socket;
 use crate::worker::transport::frame::{End, Framing};
 use crate::worker::Engine;
 
-/// Close code of a WebSocket whose token expired without a `refresh`.
-pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
-/// Close code of a WebSocket that did not authenticate in time (anonymous not allowed).
-pub const CLOSE_AUTH_REQUIRED: u16 = 4002;
-
 /// The outcome of checking a request: who it is, or that it was refused (and answered).
 pub(crate) enum Checked {
     /// Allowed; the token's claims if it carried one.

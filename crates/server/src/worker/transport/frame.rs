@@ -22,10 +22,12 @@ use crate::message::Encoding;
 use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
-use crate::worker::transport::auth::{CLOSE_AUTH_REQUIRED, CLOSE_TOKEN_EXPIRED};
-use crate::worker::transport::poll::messages_body;
-use crate::worker::transport::stream::jittered_ms;
 use crate::worker::Engine;
+
+/// Close code of a WebSocket whose token expired without a `refresh`.
+pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
+/// Close code of a WebSocket that did not authenticate in time (anonymous not allowed).
+pub const CLOSE_AUTH_REQUIRED: u16 = 4002;
 
 /// How a connection in some state takes what the server tells it: the transport, with the
 /// options that change the framing.
@@ -374,11 +376,7 @@ impl<S: Socket> Engine<S> {
                 let expired = Refusal::token(clarion_proto::auth::TokenError::Expired);
                 self.refuse_http(k, expired, mode.keep);
             }
-            (Framing::Poll(_), End::Shutdown { .. }) => {
-                let cursor = self.side.polls().get(&k).map(|h| h.cursor.clone());
-                let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
-                self.answer_poll(k, &Arc::from(body));
-            }
+            (Framing::Poll(_), End::Shutdown { .. }) => self.answer_poll_empty(k),
             (Framing::Ws(_), End::SlowConsumer { pending }) => {
                 log::debug(format_args!("slow consumer: {pending} bytes unsent"));
                 self.close_ws(
@@ -418,4 +416,14 @@ impl<S: Socket> Engine<S> {
             ) => {}
         }
     }
+}
+
+/// A `retry:` of `min` to `min + spread` ms at random, so that the clients told to come back
+/// at the same moment do not all come back at the same moment (5 s ± 1 s for an SSE answer
+/// that could not be subscribed, 1 to 3 s on a restart).
+pub(crate) fn jittered_ms(min: u64, spread: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // Every RandomState has fresh keys: a hash of nothing is a cheap random number.
+    let h = std::collections::hash_map::RandomState::new().build_hasher();
+    min + h.finish() % (spread + 1)
 }

@@ -14,7 +14,7 @@ use crate::broker::Since;
 use crate::message::{Encoding, Published};
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State, StreamMode};
-use crate::worker::transport::frame::{Event, Framing};
+use crate::worker::transport::frame::{jittered_ms, Event, Framing};
 use crate::worker::Engine;
 
 impl<S: Socket> Engine<S> {
@@ -130,16 +130,6 @@ pub(crate) fn sse_unavailable_answer(cors_allow_origin: &str, why: &str) -> Vec<
     .to_json();
     sse::write_event(&mut out, None, Some("unavailable"), json.as_bytes());
     out
-}
-
-/// A `retry:` of `min` to `min + spread` ms at random, so that the clients told to come back
-/// at the same moment do not all come back at the same moment (5 s ± 1 s for an SSE answer
-/// that could not be subscribed).
-pub(crate) fn jittered_ms(min: u64, spread: u64) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    // Every RandomState has fresh keys: a hash of nothing is a cheap random number.
-    let h = std::collections::hash_map::RandomState::new().build_hasher();
-    min + h.finish() % (spread + 1)
 }
 
 /// Whether the start of a request (whatever of it has arrived) asks for an event stream: a
