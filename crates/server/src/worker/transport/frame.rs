@@ -10,6 +10,7 @@
 //! appended content) are new [`Event`] variants with one arm per transport in [`Framing::frame`].
 #![deny(clippy::wildcard_enum_match_arm)]
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::ws::frame::encode_frame;
@@ -81,6 +82,13 @@ pub(crate) enum End {
     SlowConsumer {
         /// The unsent bytes, for the log line.
         pending: usize,
+    },
+    /// Its state's deadline passed (`State::due`); `partial`: part of a request head arrived.
+    Timeout {
+        /// What the close is counted as (idle, handshake, ...).
+        reason: CloseReason,
+        /// Bytes of an unfinished request head are waiting.
+        partial: bool,
     },
     /// The server stops or restarts (`restart`: a new process takes over, come back soon).
     Shutdown {
@@ -315,7 +323,9 @@ impl<S: Socket> Engine<S> {
         // its transport ends any connection.
         let framing = match why {
             End::Shutdown { .. } => Framing::of(state),
-            End::TokenExpired { .. } | End::SlowConsumer { .. } => Framing::of_transport(state),
+            End::TokenExpired { .. } | End::SlowConsumer { .. } | End::Timeout { .. } => {
+                Framing::of_transport(state)
+            }
         };
         match (framing, why) {
             (Framing::Grip, End::Shutdown { .. }) => self.grip_shutdown(k),
@@ -400,6 +410,38 @@ impl<S: Socket> Engine<S> {
                 ));
                 self.start_closing(k, None, CloseReason::SlowConsumer);
             }
+            (Framing::Ws(_), End::Timeout { reason, .. }) => {
+                log::debug(format_args!("idle timeout"));
+                self.close_ws(k, CloseCode::GoingAway, "idle timeout", reason);
+            }
+            // Part of a request head arrived, but not all of it in time: say so.
+            (Framing::Request, End::Timeout { reason, partial: true }) if state == State::Http => {
+                self.shared.metrics.http_errors.fetch_add(1, Relaxed);
+                log::debug(format_args!("request head timed out"));
+                let mut out = Vec::with_capacity(128);
+                let body = "request head not received in time\n";
+                http1::write_response_head(
+                    &mut out,
+                    408,
+                    &[
+                        ("Content-Type", "text/plain; charset=utf-8"),
+                        ("Connection", "close"),
+                    ],
+                    Some(body.len()),
+                );
+                out.extend_from_slice(body.as_bytes());
+                self.start_closing(k, Some(out.into()), reason);
+            }
+            (
+                Framing::Sse(_)
+                | Framing::Lines { .. }
+                | Framing::Poll(_)
+                | Framing::Grip
+                | Framing::H2
+                | Framing::Request
+                | Framing::Closing,
+                End::Timeout { reason, .. },
+            ) => self.drop_conn(k, reason),
             (Framing::Request, End::Shutdown { .. }) => self.drop_conn(k, CloseReason::Shutdown),
             // GOAWAY now; the connection closes once its streams (told first) have.
             (Framing::H2, End::Shutdown { .. }) => self.h2_go_away(k),
