@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::socket::Socket;
-use super::state::{Due, Kind, Limits, State};
+use super::state::{Due, Limits, State};
 use super::Engine;
 use crate::metrics::CloseReason;
 use crate::worker::transport::frame::End;
@@ -27,7 +27,7 @@ impl<S: Socket> Engine<S> {
         let limits = Limits::of(&self.shared.config);
         let mut expired: Vec<(u32, CloseReason)> = Vec::new();
         let mut to_ping: Vec<u32> = Vec::new();
-        let mut to_keepalive: Vec<(u32, bool)> = Vec::new();
+        let mut to_keepalive: Vec<u32> = Vec::new();
         for (k, conn) in self.conns.iter_mut() {
             if let Some(t) = conn.tls.as_mut() {
                 t.compact();
@@ -51,7 +51,7 @@ impl<S: Socket> Engine<S> {
                 }
                 Some(Due::KeepAlive) => {
                     conn.last_seen = self.now;
-                    to_keepalive.push((k as u32, conn.state.kind() == Kind::Sse));
+                    to_keepalive.push(k as u32);
                 }
             }
         }
@@ -66,12 +66,11 @@ impl<S: Socket> Engine<S> {
             let body = messages_body(std::iter::empty(), &cursor, &[]);
             self.answer_poll(k, &Arc::from(body));
         }
-        let (sse_ka, stream_ka) = (
-            Arc::clone(&self.frames.sse_keepalive),
-            Arc::clone(&self.frames.stream_keepalive),
-        );
-        for (k, sse) in to_keepalive {
-            self.deliver(k, if sse { &sse_ka } else { &stream_ka });
+        for k in to_keepalive {
+            let framing = self.framing_of_transport(k);
+            if let Some(ka) = framing.keep_alive(&self.frames).cloned() {
+                self.deliver(k, &ka);
+            }
         }
         for (k, reason) in expired {
             self.expire(k, reason);

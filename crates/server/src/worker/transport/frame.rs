@@ -21,6 +21,7 @@ use crate::auth::Refusal;
 use crate::log;
 use crate::message::Encoding;
 use crate::metrics::CloseReason;
+use crate::worker::engine::Frames;
 use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use crate::worker::Engine;
@@ -266,6 +267,21 @@ impl Framing {
         }
     }
 
+    /// The keep-alive an idle HTTP stream is sent (`State::due`'s `KeepAlive`): an SSE
+    /// comment, an empty line; `None` for a transport that keeps alive otherwise.
+    pub(crate) fn keep_alive(self, frames: &Frames) -> Option<&Arc<[u8]>> {
+        match self {
+            Framing::Sse(_) => Some(&frames.sse_keepalive),
+            Framing::Lines { .. } => Some(&frames.stream_keepalive),
+            Framing::Ws(_)
+            | Framing::Poll(_)
+            | Framing::Grip
+            | Framing::H2
+            | Framing::Request
+            | Framing::Closing => None,
+        }
+    }
+
     /// Whether output to it counts as activity for its timeout (HTTP streams' keep-alive);
     /// a WebSocket's activity is what it reads.
     pub(crate) fn output_is_activity(self) -> bool {
@@ -314,6 +330,40 @@ impl<S: Socket> Engine<S> {
         self.conns
             .get(k as usize)
             .map_or(Framing::Closing, |c| Framing::of(c.state))
+    }
+
+    /// [`Framing::of_transport`] of connection `k` now.
+    pub(crate) fn framing_of_transport(&self, k: u32) -> Framing {
+        self.conns
+            .get(k as usize)
+            .map_or(Framing::Closing, |c| Framing::of_transport(c.state))
+    }
+
+    /// Tells connection `k` that it could not be subscribed (to `topic`, first of its topics)
+    /// because the broker is unavailable (`error` says why): in-band, an error reply; an SSE
+    /// request, a `200` stream that says when to come back (a browser's `EventSource` gives
+    /// up on any other status); any other request, `503` with `Retry-After`.
+    pub(crate) fn tell_unavailable(
+        &mut self,
+        k: u32,
+        error: &str,
+        topic: Option<&str>,
+        in_band: bool,
+    ) {
+        if in_band {
+            let reply = clarion_proto::pubsub::Reply::Error { error, topic };
+            return self.reply(k, &reply);
+        }
+        match self.framing_of_transport(k) {
+            Framing::Sse(_) => self.sse_unavailable(k, error),
+            Framing::Ws(_)
+            | Framing::Lines { .. }
+            | Framing::Poll(_)
+            | Framing::Grip
+            | Framing::H2
+            | Framing::Request
+            | Framing::Closing => self.respond(k, 503, &[("Retry-After", "5")], error, false),
+        }
     }
 
     /// Ends connection `k` (in `state`) for `why`, the way its transport tells the client:
@@ -468,4 +518,65 @@ pub(crate) fn jittered_ms(min: u64, spread: u64) -> u64 {
     // Every RandomState has fresh keys: a hash of nothing is a cheap random number.
     let h = std::collections::hash_map::RandomState::new().build_hasher();
     min + h.finish() % (spread + 1)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::{Event, Framing};
+    use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
+
+    fn typed(f: Framing) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let json = r#"{"type":"gap"}"#;
+        f.frame(Event::Typed { kind: "gap", json }, &mut out)
+            .then_some(out)
+    }
+
+    #[test]
+    fn a_typed_event_is_framed_by_each_transport_its_own_way() {
+        let ws = typed(Framing::Ws(WsMode::new(WsRole::PubSub))).unwrap();
+        // An unmasked text frame, FIN set, holding the JSON.
+        assert_eq!(ws[0], 0x81);
+        assert!(ws.ends_with(br#"{"type":"gap"}"#));
+        let sse = typed(Framing::Sse(SseMode::Json)).unwrap();
+        assert_eq!(sse, b"event: gap\ndata: {\"type\":\"gap\"}\n\n");
+        let line = typed(Framing::Lines { raw: false }).unwrap();
+        assert_eq!(line, b"f\r\n{\"type\":\"gap\"}\n\r\n");
+        for none in [
+            Framing::Poll(PollMode {
+                keep: true,
+                grip: false,
+            }),
+            Framing::Grip,
+            Framing::H2,
+            Framing::Request,
+            Framing::Closing,
+        ] {
+            assert_eq!(typed(none), None, "{none:?}");
+        }
+    }
+
+    #[test]
+    fn grip_held_connections_take_only_their_content_but_end_as_their_transport() {
+        let held = [
+            State::Ws(WsMode::new(WsRole::Bridge)),
+            State::Stream(StreamMode::Grip {
+                chunked: true,
+                keep: false,
+            }),
+            State::Poll(PollMode {
+                keep: false,
+                grip: true,
+            }),
+        ];
+        for s in held {
+            assert_eq!(Framing::of(s), Framing::Grip);
+            assert_ne!(Framing::of_transport(s), Framing::Grip);
+        }
+        assert_eq!(
+            Framing::of(State::Stream(StreamMode::Raw)),
+            Framing::Lines { raw: true }
+        );
+    }
 }
