@@ -40,8 +40,9 @@ fan-out submitted through io_uring, the default).
 `--http2`: h2c with prior knowledge); `clarion-h2-mux` puts `--h2-streams` of them (default 100)
 on each connection (`--streams-per-conn`), so `-n 15000` is 150 connections. `clarion-tls`,
 `clarion-h2-tls` and `clarion-h2-mux-tls` are the same over TLS 1.3 (a `clarion cert --dev`
-certificate made for the run; ALPN chooses h2), the way browsers speak HTTP/2. HTTP/1.1 SSE
-against HTTP/2 (issue 32):
+certificate made for the run; ALPN chooses h2), the way browsers speak HTTP/2.
+`clarion-ref-h2-mux` is `clarion-h2-mux` served by the reference build (`CLARION_REF_BIN`), for
+a before/after of the HTTP/2 path. HTTP/1.1 SSE against HTTP/2 (issue 32):
 
     python3 bench/compare.py --scenario burst -n 15000 --repeats 3 --transport sse \
         --peers clarion,clarion-h2,clarion-h2-mux --clarion-flags '--max-connections 40000'
@@ -119,7 +120,7 @@ ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin",
        "clarion-grip", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
        "clarion-durable-sync", "clarion-redis", "clarion-cluster", "clarion-rcluster",
        "uws-cpp", "uws-cpp-group", "centrifuge", "clarion-h2", "clarion-h2-mux", "clarion-tls",
-       "clarion-h2-tls", "clarion-h2-mux-tls"]
+       "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
@@ -130,7 +131,7 @@ TRANSPORTS = {
     "clarion-rcluster": {"ws", "sse"}, "uws-cpp": {"ws"},
     "uws-cpp-group": {"ws"}, "centrifuge": {"ws"},
     "clarion-h2": {"sse"}, "clarion-h2-mux": {"sse"}, "clarion-tls": {"ws", "sse"},
-    "clarion-h2-tls": {"sse"}, "clarion-h2-mux-tls": {"sse"},
+    "clarion-h2-tls": {"sse"}, "clarion-h2-mux-tls": {"sse"}, "clarion-ref-h2-mux": {"sse"},
 }
 LABELS = {
     "clarion": "Clarion", "uws": "uWebSockets.js (npm uwebsockets)",
@@ -154,6 +155,8 @@ LABELS = {
     "clarion-tls": "Clarion, HTTP/1.1 over TLS 1.3",
     "clarion-h2-tls": "Clarion, HTTP/2 over TLS 1.3, 1 SSE stream per connection",
     "clarion-h2-mux-tls": "Clarion, HTTP/2 over TLS 1.3, {streams} SSE streams per connection",
+    "clarion-ref-h2-mux": "Clarion, reference build (CLARION_REF_BIN), HTTP/2 (h2c), "
+                          "{streams} SSE streams per connection",
 }
 # Streams per connection of the -mux peers (--h2-streams).
 H2_STREAMS = 100
@@ -164,16 +167,18 @@ WITH_REDIS = {"clarion-redis", "clarion-cluster", "clarion-rcluster"}
 # Peers that take a thread count after `@`.
 THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
             "clarion-durable-sync", "uws-cpp", "centrifuge", "clarion-h2", "clarion-h2-mux",
-            "clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls"}
+            "clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux"}
 # Peers that are the Clarion binary with extra flags.
 CLARION_VARIANTS = ("clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
                     "clarion-durable-sync", "clarion-h2", "clarion-h2-mux", "clarion-tls",
-                    "clarion-h2-tls", "clarion-h2-mux-tls")
+                    "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux")
+# The peers run by the reference build (CLARION_REF_BIN).
+CLARION_REFS = {"clarion-ref", "clarion-ref-h2-mux"}
 # Clarion peers served over TLS: the client port is the TLS listener (clear text on port + 2).
 CLARION_TLS = {"clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls"}
 # What the load generator adds for a peer that speaks HTTP/2.
 H2_FLAGS = {"clarion-h2": [], "clarion-h2-tls": [], "clarion-h2-mux": ["mux"],
-            "clarion-h2-mux-tls": ["mux"]}
+            "clarion-h2-mux-tls": ["mux"], "clarion-ref-h2-mux": ["mux"]}
 # Peers that take a process count after `@` (default 3), one event loop each: past one
 # process's open-files limit (20,000 here), a server is several processes.
 GROUPS = {"clarion-cluster", "clarion-rcluster", "uws-cpp-group"}
@@ -307,7 +312,7 @@ class Server:
     def start(self):
         p, a, n = self.port, self.api, self.name
         if n in CLARION_VARIANTS:
-            binary = CLARION_REF if n == "clarion-ref" else CLARION
+            binary = CLARION_REF if n in CLARION_REFS else CLARION
             workers = ["--workers", self.threads] if self.threads else []
             plain = {"clarion-send": ["--io-uring=false"],
                      "clarion-uring": ["--io-uring=true"]}.get(n, [])
@@ -799,11 +804,11 @@ def main():
             base = split_peer(p)[0]
             if base in unbuilt:
                 continue
-            if base == "clarion-ref" and CLARION_REF is None:
+            if base in CLARION_REFS and CLARION_REF is None:
                 if t == args.transports[0]:
                     notes.append(f"{label(p)}: skipped (CLARION_REF_BIN is not set)")
                 continue
-            if base == "clarion-ref" and not CLARION_REF.exists():
+            if base in CLARION_REFS and not CLARION_REF.exists():
                 raise SystemExit(f"CLARION_REF_BIN: no such file: {CLARION_REF}")
             if t not in TRANSPORTS[base]:
                 notes.append(f"{label(p)}: skipped for {t.upper()} (it does not serve it here)")

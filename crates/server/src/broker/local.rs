@@ -229,7 +229,9 @@ impl LocalBroker {
         }
     }
 
-    fn clock(&self) -> u32 {
+    /// The hub clock: seconds since this broker started, from [`CLOCK_BASE`]. Read by callers
+    /// outside the worker engines (the API, the sweep); an engine gets it from its shell.
+    pub fn clock(&self) -> u32 {
         CLOCK_BASE.saturating_add(self.start.elapsed().as_secs() as u32)
     }
 
@@ -358,7 +360,16 @@ impl LocalBroker {
     /// when `history_dir` is set and the messages could not be written to it (then none of
     /// them is delivered or kept).
     pub fn try_publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
-        let now = self.clock();
+        self.try_publish_at(msgs, self.clock())
+    }
+
+    /// [`LocalBroker::try_publish`] at hub time `now` ([`LocalBroker::clock`] as the caller
+    /// read it): a worker engine publishes at the time its shell passed in.
+    pub fn try_publish_at(
+        &self,
+        msgs: &[Outgoing<'_>],
+        now: u32,
+    ) -> Result<Vec<Receipt>, Unavailable> {
         let keep = self.limits.enabled();
         let workers = self.inboxes.len();
         let mut receipts = Vec::with_capacity(msgs.len());

@@ -218,6 +218,27 @@ impl Broker {
         }
     }
 
+    /// [`Broker::publish`] at hub time `now` ([`Broker::clock`] as the caller read it), for a
+    /// caller that must not read a clock (a worker engine: its shell passes the time in).
+    /// Redis stamps its messages where its reader threads receive them, so `now` is not used.
+    pub fn publish_at(&self, msgs: &[Outgoing<'_>], now: u32) -> Result<Vec<Receipt>, Unavailable> {
+        match self {
+            Broker::Local(b) => b.try_publish_at(msgs, now),
+            Broker::Redis(b) => b.refuse_if_frozen().and_then(|()| b.publish(msgs)),
+            Broker::Nats(b) => b.publish_at(msgs, now),
+        }
+    }
+
+    /// The hub clock in seconds (history ages are counted on it): read by the worker shell
+    /// once per loop iteration and passed into its engine.
+    pub fn clock(&self) -> u32 {
+        match self {
+            Broker::Local(b) => b.clock(),
+            Broker::Redis(b) => b.clock(),
+            Broker::Nats(b) => b.clock(),
+        }
+    }
+
     /// Whether the broker is reachable (always, for the in-memory one): `/healthz` says so.
     pub fn healthy(&self) -> bool {
         match self {

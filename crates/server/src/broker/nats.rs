@@ -100,6 +100,11 @@ impl NatsBroker {
     /// Sends `msgs` to the other nodes, then publishes them here. Refused whole when NATS is
     /// not connected, so a `200` always means the message left for every node.
     pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
+        self.publish_at(msgs, self.local.clock())
+    }
+
+    /// [`NatsBroker::publish`] at hub time `now` (see [`LocalBroker::try_publish_at`]).
+    pub fn publish_at(&self, msgs: &[Outgoing<'_>], now: u32) -> Result<Vec<Receipt>, Unavailable> {
         {
             let link = lock(&self.link);
             let Some(link) = link.as_ref() else {
@@ -120,7 +125,12 @@ impl NatsBroker {
                     })?;
             }
         }
-        self.local.try_publish(msgs)
+        self.local.try_publish_at(msgs, now)
+    }
+
+    /// The local broker's hub clock (see [`LocalBroker::clock`]).
+    pub fn clock(&self) -> u32 {
+        self.local.clock()
     }
 
     /// Subscribes locally, and at NATS for topics that had no subscriber in this process.

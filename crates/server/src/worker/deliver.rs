@@ -3,8 +3,9 @@
 //! and options call for (plain or enveloped frames, deflated frames, SSE events, stream lines,
 //! long-poll answers, GRIP content).
 //!
-//! The one dispatch on a subscriber's state for deliveries is [`Engine::deliver_batch`]; this
-//! module does not encode messages (that is done once per message in [`crate::message`]).
+//! What each subscriber gets is its transport's decision ([`Framing::delivery`], the transport
+//! seam); this module does not encode messages (that is done once per message in
+//! [`crate::message`]).
 #![deny(clippy::wildcard_enum_match_arm)]
 
 use std::sync::Arc;
@@ -12,9 +13,9 @@ use std::sync::Arc;
 use clarion_proto::ws::{DataKind, OpCode};
 
 use super::socket::Socket;
-use super::state::{Kind, PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
+use crate::worker::transport::frame::{Delivery, Form, Framing};
 use crate::worker::transport::poll::{advance_cursor, messages_body};
 
 impl<S: Socket> Engine<S> {
@@ -76,40 +77,21 @@ impl<S: Socket> Engine<S> {
                 let Some(conn) = self.conns.get_mut(k as usize) else {
                     continue;
                 };
-                // The one dispatch on a subscriber's role for deliveries.
-                let form = match conn.state {
-                    State::Ws(WsMode {
-                        role: WsRole::Bridge,
-                        ..
-                    })
-                    | State::Stream(StreamMode::Grip { .. })
-                    | State::Poll(PollMode { grip: true, .. }) => {
+                // The one dispatch on a subscriber's framing for deliveries.
+                let framing = Framing::of(conn.state);
+                let form = match framing.delivery(dedicated) {
+                    Delivery::Write(form) => form,
+                    Delivery::Grip => {
                         self.deliver_grip(k, run);
                         continue;
                     }
-                    State::Ws(mode) => {
-                        let envelope = mode.role == WsRole::Envelope;
-                        match mode.deflate {
-                            Some(_) if dedicated => Form::Dedicated { envelope },
-                            Some(ext) => Form::Deflated {
-                                envelope,
-                                small_window: ext.small_server_window(),
-                            },
-                            None if envelope => Form::Shared(Encoding::WsEnvelope),
-                            None => Form::Frame,
-                        }
-                    }
-                    State::Sse(SseMode::Json) => Form::Shared(Encoding::SseJson),
-                    State::Sse(SseMode::Payload) => Form::Shared(Encoding::Sse),
-                    State::Stream(StreamMode::Raw) => Form::Shared(Encoding::RawChunk),
-                    State::Stream(StreamMode::Ndjson) => Form::Shared(Encoding::NdjsonChunk),
-                    State::Poll(_) => {
+                    Delivery::Answer => {
                         polls.push(k);
                         continue;
                     }
-                    State::Http | State::Proxy | State::H2 | State::Closing { .. } => continue,
+                    Delivery::Skip => continue,
                 };
-                if conn.state.kind() != Kind::Ws {
+                if framing.output_is_activity() {
                     // Output counts as activity for the keep-alive timer of HTTP streams.
                     conn.last_seen = self.now;
                 }
@@ -188,19 +170,6 @@ impl<S: Socket> Engine<S> {
 pub(crate) fn fanout_start(turn: u32, len: usize) -> usize {
     let frac = u64::from(turn.wrapping_mul(0x9E37_79B9));
     ((frac * len as u64) >> 32) as usize
-}
-
-/// What a subscriber gets of each message.
-#[derive(Clone, Copy)]
-enum Form {
-    /// The plain WebSocket frame.
-    Frame,
-    /// One of the shared encodings.
-    Shared(Encoding),
-    /// The shared permessage-deflate frame (of the payload, or of the envelope).
-    Deflated { envelope: bool, small_window: bool },
-    /// Compressed for this connection alone (dedicated mode).
-    Dedicated { envelope: bool },
 }
 
 /// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per

@@ -69,6 +69,16 @@ pub(crate) struct Fanout<S: Socket> {
     pub(crate) spare: Vec<Arc<Published>>,
 }
 
+/// The other clocks' readings at the coarse clock's second 0, so that `now` alone gives them.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Anchors {
+    /// The Unix time (seconds): token expiry is wall-clock time, the sweep runs on `now`.
+    pub(crate) unix: u64,
+    /// The broker's hub clock ([`crate::broker::Broker::clock`]), which stamps published
+    /// messages for history expiry: an in-band publish is stamped at `hub + now`.
+    pub(crate) hub: u32,
+}
+
 /// One worker's connections and everything they share.
 pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) id: usize,
@@ -83,9 +93,9 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) scratch: Scratch,
     pub(crate) frames: Frames,
     pub(crate) fanout: Fanout<S>,
-    /// The Unix time (seconds) of the coarse clock's second 0, set by the shell: token
-    /// expiry is wall-clock time, the sweep runs on `now`.
-    pub(crate) unix_base: u64,
+    /// What the coarse clock's second 0 is on the other clocks the engine answers in, set by
+    /// the shell (the engine reads no clock).
+    pub(crate) anchors: Anchors,
     /// Connections are being lifted out for a new process, or taken from an old one: their
     /// topics change hands without occupancy webhooks ([`super::handover`]).
     pub(crate) handing_over: bool,
@@ -138,7 +148,7 @@ impl<S: Socket> Engine<S> {
                 results: Vec::new(),
                 spare: Vec::new(),
             },
-            unix_base: 0,
+            anchors: Anchors::default(),
             handing_over: false,
         }
     }
@@ -265,12 +275,22 @@ impl<S: Socket> Engine<S> {
 
     /// The current Unix time, from the coarse clock.
     pub(crate) fn unix_now(&self) -> u64 {
-        self.unix_base + u64::from(self.now)
+        self.anchors.unix + u64::from(self.now)
     }
 
     /// Sets the Unix time of the coarse clock's second 0 (the shell, at start).
     pub fn set_unix_base(&mut self, unix: u64) {
-        self.unix_base = unix;
+        self.anchors.unix = unix;
+    }
+
+    /// The broker's hub clock, from the coarse clock: what an in-band publish is stamped with.
+    pub(crate) fn hub_now(&self) -> u32 {
+        self.anchors.hub.saturating_add(self.now)
+    }
+
+    /// Sets the hub clock's reading at the coarse clock's second 0 (the shell, each iteration).
+    pub fn set_hub_base(&mut self, hub: u32) {
+        self.anchors.hub = hub;
     }
 
     pub(crate) fn flush_tally(&mut self) {

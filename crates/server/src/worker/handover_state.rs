@@ -216,7 +216,7 @@ impl<S: Socket> Engine<S> {
                     l.unwrap_or_default().iter().map(pattern_text).collect()
                 };
                 CarriedAuth {
-                    deadline: self.unix_base + u64::from(deadline),
+                    deadline: self.anchors.unix + u64::from(deadline),
                     pending,
                     warned,
                     subscribe: list(grants.as_ref().map(|g| &g.subscribe[..])),
@@ -254,7 +254,7 @@ impl<S: Socket> Engine<S> {
     fn restore_rights(&mut self, k: u32, m: &CarriedMode) {
         if let Some(a) = &m.auth {
             let deadline =
-                u32::try_from(a.deadline.saturating_sub(self.unix_base)).unwrap_or(u32::MAX);
+                u32::try_from(a.deadline.saturating_sub(self.anchors.unix)).unwrap_or(u32::MAX);
             if a.pending {
                 self.side.grants_mut().require(k, deadline);
             } else {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::socket::Socket;
 use super::state::{Kind, State};
+use super::transport::frame::{End, Framing};
 use super::{tls, Engine};
 use crate::config::limits::READ_BUDGET;
 use crate::log;
@@ -295,46 +296,17 @@ impl<S: Socket> Engine<S> {
         // An HTTP/2 stream's bytes wait for its connection's pump (no second lookup for a
         // connection of its own, on every write).
         let h2_stream = conn.stream.is_none();
-        match conn.state {
-            State::Closing { write_shut: false } if pending == 0 => {
-                conn.state = State::Closing { write_shut: true };
-                conn.shutdown_write();
-            }
-            State::Ws(_) if cap.is_some_and(|cap| pending > cap) => {
+        if conn.state == (State::Closing { write_shut: false }) && pending == 0 {
+            conn.state = State::Closing { write_shut: true };
+            conn.shutdown_write();
+        } else if cap.is_some_and(|cap| pending > cap) {
+            // Past the cap: a subscriber's transport ends it (a state with no subscriber
+            // backlog to cap does nothing).
+            let state = conn.state;
+            if Framing::of_transport(state).caps_backlog() {
                 conn.discard_unstarted();
-                log::debug(format_args!("slow consumer: {pending} bytes unsent"));
-                self.close_ws(
-                    k,
-                    clarion_proto::ws::CloseCode::Policy,
-                    "slow consumer",
-                    CloseReason::SlowConsumer,
-                );
+                self.end_as(k, state, End::SlowConsumer { pending });
             }
-            State::H2 if cap.is_some_and(|cap| pending > cap) => {
-                // Its control answers pile up: the client does not read (a PING or SETTINGS
-                // flood, or a dead peer).
-                log::debug(format_args!(
-                    "HTTP/2 connection not reading: {pending} bytes unsent"
-                ));
-                conn.discard_unstarted();
-                self.start_closing(k, None, CloseReason::SlowConsumer);
-            }
-            State::Sse(_) | State::Stream(_) if cap.is_some_and(|cap| pending > cap) => {
-                // No way to say why in-band without breaking the stream's framing: close it
-                // after the message in flight; the client reconnects and resumes by id.
-                conn.discard_unstarted();
-                log::debug(format_args!("slow consumer: {pending} bytes unsent"));
-                self.start_closing(k, None, CloseReason::SlowConsumer);
-            }
-            // Within the cap, or a state with no subscriber backlog to cap.
-            State::Closing { .. }
-            | State::Ws(_)
-            | State::H2
-            | State::Sse(_)
-            | State::Stream(_)
-            | State::Http
-            | State::Poll(_)
-            | State::Proxy => {}
         }
         if h2_stream {
             self.h2_stream_wrote(k);

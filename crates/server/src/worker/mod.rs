@@ -199,6 +199,10 @@ impl Worker {
                 self.engine
                     .set_unix_base(crate::auth::unix_now().saturating_sub(u64::from(now)));
             }
+            // The broker's hub clock, anchored the same way: an in-band publish is stamped
+            // with the hub's current second.
+            let hub = self.engine.shared.broker.clock();
+            self.engine.set_hub_base(hub.saturating_sub(now));
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_all(false, now),

@@ -1,6 +1,7 @@
 //! A worker's side of presence ([`crate::presence`]): telling it which connections enter and
 //! leave rooms under which identity (it keeps each connection's part), which of them asked for
-//! `join`/`leave` events, and writing member lists and events in each transport's format.
+//! `join`/`leave` events, and writing member lists and events, each connection's transport
+//! framing them ([`super::transport::frame`]).
 //!
 //! Only listeners have entries here; a server without `presence_topics` never touches these
 //! tables. A long-poll is not a member (between its requests it is not
@@ -10,14 +11,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use clarion_proto::http1;
 use clarion_proto::pubsub::Reply;
-use clarion_proto::sse;
-use clarion_proto::ws::frame::encode_frame;
-use clarion_proto::ws::OpCode;
 
 use super::socket::Socket;
-use super::state::{Kind, State, StreamMode, WsMode, WsRole};
+use super::transport::frame::{Event, Form, Framing};
 use super::Engine;
 use crate::message::Published;
 
@@ -92,17 +89,9 @@ impl<S: Socket> Engine<S> {
     /// Whether connection `k` is the kind that is a member of the rooms it subscribes to
     /// (WebSockets and streams; not long-polls, not GRIP connections).
     fn member_kind(&self, k: u32) -> bool {
-        let Some(c) = self.conns.get(k as usize) else {
-            return false;
-        };
-        matches!(
-            c.state,
-            State::Ws(WsMode {
-                role: WsRole::PubSub | WsRole::Envelope,
-                ..
-            }) | State::Sse(_)
-                | State::Stream(StreamMode::Ndjson | StreamMode::Raw)
-        )
+        self.conns
+            .get(k as usize)
+            .is_some_and(|c| Framing::of(c.state).joins_rooms())
     }
 
     /// Connection `k` subscribed to `name`: if it is a room, `k` enters it.
@@ -383,27 +372,24 @@ impl<S: Socket> Engine<S> {
                         );
                     }
                 };
-                let frame: Arc<[u8]> = encode_frame(OpCode::Text, json.as_bytes()).into();
-                return self.send(k, &frame);
+                let typed = Event::Typed {
+                    kind: "presence",
+                    json: &json,
+                };
+                if let Some(frame) = self.framing(k).framed(typed) {
+                    self.send(k, &frame);
+                }
+                return;
             }
         };
         let topic = Some(topic);
         self.reply(k, &Reply::Error { error, topic });
     }
 
-    /// `json` (a member list or an event of type `kind`) in connection `k`'s format: a text
-    /// frame, an SSE event named `kind` without an id, a stream line. `None` for a connection
-    /// that does not take them.
+    /// `json` (a member list or an event of type `kind`) in connection `k`'s format (see
+    /// [`Framing::frame`]); `None` for a connection that does not take them.
     fn presence_encode(&self, k: u32, kind: &str, json: &str) -> Option<Arc<[u8]>> {
-        let c = self.conns.get(k as usize)?;
-        let mut out = Vec::with_capacity(json.len() + 32);
-        match c.state.kind() {
-            Kind::Ws => return Some(encode_frame(OpCode::Text, json.as_bytes()).into()),
-            Kind::Sse => sse::write_event(&mut out, None, Some(kind), json.as_bytes()),
-            Kind::Stream => http1::write_chunk(&mut out, format!("{json}\n").as_bytes()),
-            Kind::Http | Kind::Poll | Kind::Proxy | Kind::H2 | Kind::Closing => return None,
-        }
-        Some(out.into())
+        self.framing(k).framed(Event::Typed { kind, json })
     }
 
     /// Delivers a run of presence events of one room to the connections that asked for them,
@@ -425,13 +411,7 @@ impl<S: Socket> Engine<S> {
                 .filter(|k| self.side.polls().get(k).is_some_and(|h| h.presence))
                 .collect();
             for k in polls {
-                let cursor = self.side.polls().get(&k).map(|h| h.cursor.clone());
-                let body = crate::worker::transport::poll::messages_body(
-                    std::iter::empty(),
-                    &cursor.unwrap_or_default(),
-                    &[],
-                );
-                self.answer_poll(k, &Arc::from(body));
+                self.answer_poll_empty(k);
             }
         }
         let Some(listeners) = self.side.presence().listeners.get(&tid).cloned() else {
@@ -440,18 +420,13 @@ impl<S: Socket> Engine<S> {
         let mut frames: Vec<&Arc<[u8]>> = Vec::with_capacity(run.len());
         for (k, seen) in listeners {
             frames.clear();
-            let encoding = match self.conns.get(k as usize).map(|c| c.state.kind()) {
-                Some(Kind::Ws) => None,
-                Some(Kind::Sse) => Some(crate::message::Encoding::Sse),
-                Some(Kind::Stream) => Some(crate::message::Encoding::NdjsonChunk),
-                Some(Kind::Http | Kind::Poll | Kind::Proxy | Kind::H2 | Kind::Closing) | None => {
-                    continue
-                }
+            let Some(form) = self.framing(k).presence_form() else {
+                continue;
             };
             for m in run.iter().filter(|m| m.id > seen) {
-                frames.push(match encoding {
-                    None => &m.frame,
-                    Some(e) => m.encoded(e),
+                frames.push(match form {
+                    Form::Shared(e) => m.encoded(e),
+                    Form::Frame | Form::Deflated { .. } | Form::Dedicated { .. } => &m.frame,
                 });
             }
             if !frames.is_empty() {

@@ -10,14 +10,11 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
 use super::socket::Socket;
 use super::state::State;
 use super::Engine;
-use crate::metrics::CloseReason;
-use crate::worker::transport::poll::messages_body;
-use crate::worker::transport::stream::jittered_ms;
+use crate::worker::transport::frame::End;
 
 /// A drain in progress: how many subscribers there were, and which connections were told.
 #[derive(Debug, Default)]
@@ -67,43 +64,6 @@ impl<S: Socket> Engine<S> {
     /// Ends one connection the way its transport allows the client to resume.
     fn end_for_shutdown(&mut self, k: u32, state: State) {
         let restart = self.shared.restarting.load(Relaxed);
-        // The one dispatch on a connection's role at shutdown.
-        match state {
-            s if s.grip_held() => self.grip_shutdown(k),
-            State::Ws(_) if restart => self.close_ws(
-                k,
-                clarion_proto::ws::CloseCode::ServiceRestart,
-                "service restart",
-                CloseReason::Shutdown,
-            ),
-            State::Ws(_) => self.close_ws(
-                k,
-                clarion_proto::ws::CloseCode::GoingAway,
-                "server shutting down",
-                CloseReason::Shutdown,
-            ),
-            // The client reconnects (EventSource does so by itself) and resumes by id; on a
-            // restart, soon and not all at once.
-            State::Sse(_) if restart => {
-                let mut out = Vec::new();
-                // 1 to 3 s, at random: back to the next process soon, spread out.
-                clarion_proto::sse::write_retry(&mut out, jittered_ms(1000, 2000));
-                self.start_closing(k, Some(Arc::from(out)), CloseReason::Shutdown);
-            }
-            State::Sse(_) => self.start_closing(k, None, CloseReason::Shutdown),
-            State::Stream(_) => {
-                let last: Arc<[u8]> = Arc::from(clarion_proto::http1::LAST_CHUNK);
-                self.start_closing(k, Some(last), CloseReason::Shutdown);
-            }
-            State::Poll(_) => {
-                let cursor = self.side.polls().get(&k).map(|h| h.cursor.clone());
-                let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
-                self.answer_poll(k, &Arc::from(body));
-            }
-            State::Http | State::Proxy => self.drop_conn(k, CloseReason::Shutdown),
-            // GOAWAY now; the connection closes once its streams (told above) have.
-            State::H2 => self.h2_go_away(k),
-            State::Closing { .. } => {}
-        }
+        self.end_as(k, state, End::Shutdown { restart });
     }
 }

@@ -47,23 +47,7 @@ impl<S: Socket> Engine<S> {
             Ok(sub) => sub,
             Err(e) => {
                 let error = format!("broker unavailable, not subscribed: {e}");
-                let sse = self
-                    .conns
-                    .get(k as usize)
-                    .is_some_and(|c| c.state.kind() == Kind::Sse);
-                if in_band {
-                    self.reply(
-                        k,
-                        &clarion_proto::pubsub::Reply::Error {
-                            error: &error,
-                            topic: topics.first().copied(),
-                        },
-                    );
-                } else if sse {
-                    self.sse_unavailable(k, &error);
-                } else {
-                    self.respond(k, 503, &[("Retry-After", "5")], &error, false);
-                }
+                self.tell_unavailable(k, &error, topics.first().copied(), in_band);
                 return None;
             }
         };

@@ -32,6 +32,9 @@ use crate::metrics::Metrics;
 
 /// The Unix time at the simulated clock's second 0.
 pub const UNIX_BASE: u64 = 1_800_000_000;
+/// The broker hub clock's reading at the simulated clock's second 0: far from what the real
+/// hub clock reads in a test (its base plus a second or two), so a reading of it shows.
+pub const HUB_BASE: u32 = crate::broker::local::CLOCK_BASE + 100_000;
 
 /// One socket's two directions, as the kernel would buffer them.
 #[derive(Default)]
@@ -221,6 +224,7 @@ impl Harness {
         let shared = Arc::new(Shared::new(config, broker, metrics, 1000, modes));
         let mut engine = Engine::new(0, inbox, Arc::clone(&shared));
         engine.set_unix_base(UNIX_BASE);
+        engine.set_hub_base(HUB_BASE);
         Harness {
             engine,
             shared,

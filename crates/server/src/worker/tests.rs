@@ -544,3 +544,28 @@ fn a_grip_signature_is_made_at_the_engines_clock() {
         now + crate::config::limits::GRIP_SIG_LIFETIME_SECS
     );
 }
+
+#[test]
+fn an_in_band_publish_is_stamped_at_the_engines_clock() {
+    let mut h = Harness::new(Config {
+        allow_client_publish: true,
+        ..Config::default()
+    });
+    let c = open_ws(&mut h);
+    h.advance(7);
+    h.send_frame(&c, TEXT, br#"{"type":"publish","topic":"t","data":"x"}"#);
+    let replies = server_frames(&c.take());
+    assert!(
+        String::from_utf8_lossy(&replies[0].1).contains(r#""type":"published""#),
+        "{replies:?}"
+    );
+    let from_start = format!("{}-0", h.shared.broker.epoch());
+    let kept = h
+        .shared
+        .broker
+        .read_since(&["t"], crate::broker::Since::Id(&from_start));
+    // History ages count from this stamp; before the engine passed its clock in, the
+    // broker read its own (the hub clock's base plus the test's real run time).
+    let stamps: Vec<u32> = kept.replay.iter().map(|m| m.at).collect();
+    assert_eq!(stamps, vec![super::testkit::HUB_BASE + 7]);
+}

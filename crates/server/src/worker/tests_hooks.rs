@@ -230,7 +230,7 @@ fn cached_answers_are_reused_and_refusals_only_briefly() {
         h.next_hook_call().is_none(),
         "the refusal came from the cache"
     );
-    h.engine.set_unix_base(h.engine.unix_base + 3);
+    h.engine.set_unix_base(h.engine.anchors.unix + 3);
     h.send_frame(&d, OpCode::Text, br#"{"type":"subscribe","topic":"x"}"#);
     assert!(h.next_hook_call().is_some(), "the cached refusal expired");
 }

@@ -8,14 +8,13 @@
 //! The sweep decides what is due; what is sent is built by the transports.
 #![deny(clippy::wildcard_enum_match_arm)]
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::socket::Socket;
-use super::state::{Due, Kind, Limits, State};
+use super::state::{Due, Limits, State};
 use super::Engine;
-use crate::log;
 use crate::metrics::CloseReason;
+use crate::worker::transport::frame::End;
 use crate::worker::transport::poll::messages_body;
 
 impl<S: Socket> Engine<S> {
@@ -28,7 +27,7 @@ impl<S: Socket> Engine<S> {
         let limits = Limits::of(&self.shared.config);
         let mut expired: Vec<(u32, CloseReason)> = Vec::new();
         let mut to_ping: Vec<u32> = Vec::new();
-        let mut to_keepalive: Vec<(u32, bool)> = Vec::new();
+        let mut to_keepalive: Vec<u32> = Vec::new();
         for (k, conn) in self.conns.iter_mut() {
             if let Some(t) = conn.tls.as_mut() {
                 t.compact();
@@ -52,7 +51,7 @@ impl<S: Socket> Engine<S> {
                 }
                 Some(Due::KeepAlive) => {
                     conn.last_seen = self.now;
-                    to_keepalive.push((k as u32, conn.state.kind() == Kind::Sse));
+                    to_keepalive.push(k as u32);
                 }
             }
         }
@@ -67,12 +66,11 @@ impl<S: Socket> Engine<S> {
             let body = messages_body(std::iter::empty(), &cursor, &[]);
             self.answer_poll(k, &Arc::from(body));
         }
-        let (sse_ka, stream_ka) = (
-            Arc::clone(&self.frames.sse_keepalive),
-            Arc::clone(&self.frames.stream_keepalive),
-        );
-        for (k, sse) in to_keepalive {
-            self.deliver(k, if sse { &sse_ka } else { &stream_ka });
+        for k in to_keepalive {
+            let framing = self.framing_of_transport(k);
+            if let Some(ka) = framing.keep_alive(&self.frames).cloned() {
+                self.deliver(k, &ka);
+            }
         }
         for (k, reason) in expired {
             self.expire(k, reason);
@@ -90,41 +88,6 @@ impl<S: Socket> Engine<S> {
             Some(c) => (c.state, c.input.is_some()),
             None => return,
         };
-        match state {
-            State::Ws(_) => {
-                log::debug(format_args!("idle timeout"));
-                self.close_ws(
-                    k,
-                    clarion_proto::ws::CloseCode::GoingAway,
-                    "idle timeout",
-                    reason,
-                );
-            }
-            // Part of a request head arrived, but not all of it in time: say so.
-            State::Http if partial => {
-                self.shared.metrics.http_errors.fetch_add(1, Relaxed);
-                log::debug(format_args!("request head timed out"));
-                let mut out = Vec::with_capacity(128);
-                let body = "request head not received in time\n";
-                clarion_proto::http1::write_response_head(
-                    &mut out,
-                    408,
-                    &[
-                        ("Content-Type", "text/plain; charset=utf-8"),
-                        ("Connection", "close"),
-                    ],
-                    Some(body.len()),
-                );
-                out.extend_from_slice(body.as_bytes());
-                self.start_closing(k, Some(out.into()), reason);
-            }
-            State::Http
-            | State::Sse(_)
-            | State::Stream(_)
-            | State::Poll(_)
-            | State::H2
-            | State::Proxy
-            | State::Closing { .. } => self.drop_conn(k, reason),
-        }
+        self.end_as(k, state, End::Timeout { reason, partial });
     }
 }

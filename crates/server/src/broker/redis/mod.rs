@@ -321,6 +321,11 @@ impl RedisBroker {
         Ok(broker)
     }
 
+    /// The clock the reader threads stamp delivered messages with (seconds since start).
+    pub fn clock(&self) -> u32 {
+        self.core.clock()
+    }
+
     /// Publishes `msgs` in order (one pipeline of script calls). A broker failure answers
     /// [`Unavailable`]; messages before the failure may have been published.
     pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {

@@ -14,19 +14,12 @@ use std::sync::Arc;
 use clarion_proto::auth::Claims;
 use clarion_proto::http1::{self, RequestHead};
 use clarion_proto::pubsub::control::Reply;
-use clarion_proto::ws::CloseCode;
 
 use crate::auth::{Identity, Refusal};
 use crate::log;
-use crate::metrics::CloseReason;
 use crate::worker::socket::Socket;
-use crate::worker::state::State;
+use crate::worker::transport::frame::{End, Framing};
 use crate::worker::Engine;
-
-/// Close code of a WebSocket whose token expired without a `refresh`.
-pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
-/// Close code of a WebSocket that did not authenticate in time (anonymous not allowed).
-pub const CLOSE_AUTH_REQUIRED: u16 = 4002;
 
 /// The outcome of checking a request: who it is, or that it was refused (and answered).
 pub(crate) enum Checked {
@@ -142,7 +135,7 @@ impl<S: Socket> Engine<S> {
     /// The worker second at which a token expiring at Unix time `exp` stops being accepted.
     fn deadline_of(&self, exp: u64) -> u32 {
         let leeway = self.shared.auth.as_ref().map_or(0, |a| a.verifier.leeway);
-        let secs = exp.saturating_add(leeway).saturating_sub(self.unix_base);
+        let secs = exp.saturating_add(leeway).saturating_sub(self.anchors.unix);
         u32::try_from(secs).unwrap_or(u32::MAX)
     }
 
@@ -246,14 +239,15 @@ impl<S: Socket> Engine<S> {
         let warning = u32::try_from(shared.config.auth_expiry_warning).unwrap_or(u32::MAX);
         let due = self.side.grants_mut().due(self.now, warning);
         for (k, deadline) in due.warn {
-            if !matches!(
-                self.conns.get(k as usize).map(|c| c.state),
-                Some(State::Ws(_))
-            ) {
+            let takes_warning = self
+                .conns
+                .get(k as usize)
+                .is_some_and(|c| Framing::of_transport(c.state).in_band());
+            if !takes_warning {
                 continue;
             }
             self.side.grants_mut().warned(k);
-            let exp = self.unix_base + u64::from(deadline);
+            let exp = self.anchors.unix + u64::from(deadline);
             let seconds = u64::from(deadline.saturating_sub(self.now));
             self.reply(k, &Reply::Expiring { exp, seconds });
         }
@@ -263,41 +257,7 @@ impl<S: Socket> Engine<S> {
                 continue;
             };
             self.shared.metrics.auth_failed("expired_connection");
-            let reason = CloseReason::TokenExpired;
-            match state {
-                State::Ws(_) if pending => self.close_ws(
-                    k,
-                    CloseCode::Other(CLOSE_AUTH_REQUIRED),
-                    "authentication required",
-                    reason,
-                ),
-                State::Ws(_) => self.close_ws(
-                    k,
-                    CloseCode::Other(CLOSE_TOKEN_EXPIRED),
-                    "token expired",
-                    reason,
-                ),
-                State::Sse(_) => {
-                    let mut out = Vec::new();
-                    let data = br#"{"error":"token expired"}"#;
-                    clarion_proto::sse::write_event(&mut out, None, Some("expired"), data);
-                    self.start_closing(k, Some(out.into()), reason);
-                }
-                State::Stream(_) => {
-                    let mut out = Vec::new();
-                    http1::write_chunk(&mut out, b"{\"type\":\"expired\"}\n");
-                    out.extend_from_slice(http1::LAST_CHUNK);
-                    self.start_closing(k, Some(out.into()), reason);
-                }
-                State::Poll(mode) => {
-                    self.leave_all_topics(k);
-                    self.side.polls_mut().remove(&k);
-                    self.set_state(k, State::Http);
-                    let expired = Refusal::token(clarion_proto::auth::TokenError::Expired);
-                    self.refuse_http(k, expired, mode.keep);
-                }
-                State::Http | State::Proxy | State::H2 | State::Closing { .. } => {}
-            }
+            self.end_as(k, state, End::TokenExpired { pending });
         }
     }
 }

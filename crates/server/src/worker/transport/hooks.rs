@@ -27,6 +27,7 @@ use crate::log;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State};
 use crate::worker::transport::auth::Checked;
+use crate::worker::transport::frame::Framing;
 use crate::worker::transport::hook_answers::{
     body_of, connect_verdict, not_called, transport_of, ConnectVerdict, ADDRESS_BUSY,
 };
@@ -280,7 +281,7 @@ impl<S: Socket> Engine<S> {
                         exp: a
                             .expires_at
                             .or(token.map(|t| t.exp))
-                            .unwrap_or(u64::from(u32::MAX) + self.unix_base),
+                            .unwrap_or(u64::from(u32::MAX) + self.anchors.unix),
                         nbf: None,
                         iat: None,
                         grants,
@@ -525,14 +526,12 @@ impl<S: Socket> Engine<S> {
         let Some(w) = self.shared.hooks.as_ref().and_then(|h| h.webhooks.as_ref()) else {
             return;
         };
-        let transport = match self.conns.get(k as usize).map(|c| c.state) {
-            Some(State::Ws(_)) => "ws",
-            Some(State::Sse(_)) => "sse",
-            Some(State::Stream(_)) => "stream",
-            Some(
-                State::Http | State::Poll(_) | State::H2 | State::Proxy | State::Closing { .. },
-            )
-            | None => return,
+        let Some(transport) = self
+            .conns
+            .get(k as usize)
+            .and_then(|c| Framing::of_transport(c.state).hook_name())
+        else {
+            return;
         };
         let sub = self
             .side

@@ -73,6 +73,14 @@ impl<S: Socket> Engine<S> {
         }
     }
 
+    /// Answers held long-poll `k` with no message, at its cursor (it asks again from there):
+    /// at shutdown, and when its rooms changed.
+    pub(crate) fn answer_poll_empty(&mut self, k: u32) {
+        let cursor = self.side.polls().get(&k).map(|h| h.cursor.clone());
+        let body = messages_body(std::iter::empty(), &cursor.unwrap_or_default(), &[]);
+        self.answer_poll(k, &Arc::from(body));
+    }
+
     /// Answers a held long-poll with `body` (JSON) and returns the connection to `Http` (or
     /// closes it): it leaves its topics, since the next poll says where to resume.
     pub(crate) fn answer_poll(&mut self, k: u32, body: &Arc<[u8]>) {

@@ -13,7 +13,8 @@ use clarion_proto::{http1, sse};
 use crate::broker::Since;
 use crate::message::{Encoding, Published};
 use crate::worker::socket::Socket;
-use crate::worker::state::{Kind, SseMode, State, StreamMode};
+use crate::worker::state::{Kind, State, StreamMode};
+use crate::worker::transport::frame::{jittered_ms, Event, Framing};
 use crate::worker::Engine;
 
 impl<S: Socket> Engine<S> {
@@ -63,27 +64,19 @@ impl<S: Socket> Engine<S> {
         let Some(sub) = self.subscribe_conn(k, topics, since, false) else {
             return;
         };
+        let framing = Framing::of(state);
         for g in &sub.gaps {
             let json = g.json();
-            if sse {
-                sse::write_event(&mut out, None, Some("gap"), json.as_bytes());
-            } else {
-                http1::write_chunk(&mut out, format!("{json}\n").as_bytes());
-            }
+            framing.frame(
+                Event::Typed {
+                    kind: "gap",
+                    json: &json,
+                },
+                &mut out,
+            );
         }
-        let encoding = match state {
-            State::Sse(SseMode::Json) => Encoding::SseJson,
-            State::Stream(StreamMode::Raw) => Encoding::RawChunk,
-            State::Sse(SseMode::Payload) => Encoding::Sse,
-            // Only SSE and streams open here (see `open_http_subscription`).
-            State::Stream(StreamMode::Ndjson | StreamMode::Grip { .. })
-            | State::Http
-            | State::Ws(_)
-            | State::Poll(_)
-            | State::H2
-            | State::Proxy
-            | State::Closing { .. } => Encoding::NdjsonChunk,
-        };
+        // Only SSE and streams open here (see `open_http_subscription`).
+        let encoding = framing.encoding().unwrap_or(Encoding::NdjsonChunk);
         self.send_resume(k, vec![out.into()], &sub.replay, encoding);
     }
 
@@ -137,16 +130,6 @@ pub(crate) fn sse_unavailable_answer(cors_allow_origin: &str, why: &str) -> Vec<
     .to_json();
     sse::write_event(&mut out, None, Some("unavailable"), json.as_bytes());
     out
-}
-
-/// A `retry:` of `min` to `min + spread` ms at random, so that the clients told to come back
-/// at the same moment do not all come back at the same moment (5 s ± 1 s for an SSE answer
-/// that could not be subscribed).
-pub(crate) fn jittered_ms(min: u64, spread: u64) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    // Every RandomState has fresh keys: a hash of nothing is a cheap random number.
-    let h = std::collections::hash_map::RandomState::new().build_hasher();
-    min + h.finish() % (spread + 1)
 }
 
 /// Whether the start of a request (whatever of it has arrived) asks for an event stream: a

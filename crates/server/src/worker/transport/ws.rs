@@ -379,13 +379,15 @@ impl<S: Socket> Engine<S> {
                         )
                     }
                 };
-                let receipts = self.shared.broker.publish(&[Outgoing {
+                let msg = Outgoing {
                     topic: &topic,
                     kind,
                     payload: &payload,
                     event: None,
                     attachment: None,
-                }]);
+                };
+                // At the time the shell passed in: the engine reads no clock.
+                let receipts = self.shared.broker.publish_at(&[msg], self.hub_now());
                 let receipts = match receipts {
                     Ok(r) => r,
                     Err(e) => {
