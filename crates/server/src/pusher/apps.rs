@@ -153,6 +153,14 @@ impl Config {
         }
     }
 
+    /// The application with this key (`auth_key`).
+    pub fn pusher_app_by_key(&self, key: &str) -> Option<AppConfig> {
+        match self.pusher_apps.iter().find(|a| a.key == key) {
+            Some(a) => Some(a.clone()),
+            None => self.pusher_flag_app().filter(|a| a.key == key),
+        }
+    }
+
     /// Checks the Pusher applications: the flag trio complete, each valid, ids and keys unique.
     pub(crate) fn validate_pusher(&self) -> Result<(), ConfigError> {
         let parts = [
@@ -215,8 +223,13 @@ mod tests {
         let a = c.pusher_app("app1").unwrap();
         assert_eq!((a.key.as_str(), a.max_connections), ("key1", 5));
         assert!(a.enable_client_messages);
-        assert_eq!((a.client_event_rate, a.max_event_bytes, a.max_batch_events), (10, 10240, 10));
+        assert_eq!(
+            (a.client_event_rate, a.max_event_bytes, a.max_batch_events),
+            (10, 10240, 10)
+        );
         assert!(c.pusher_app("app2").is_none());
+        assert_eq!(c.pusher_app_by_key("key1").unwrap().id, "app1");
+        assert!(c.pusher_app_by_key("app1").is_none());
         assert!(c.pusher_enabled());
     }
 
@@ -252,8 +265,9 @@ mod tests {
 
     #[test]
     fn the_secret_is_never_in_debug_output() {
-        let c = with_file("[[pusher_apps]]\nid = \"a\"\nkey = \"k\"\nsecret = \"hunter2-secret\"\n")
-            .unwrap();
+        let c =
+            with_file("[[pusher_apps]]\nid = \"a\"\nkey = \"k\"\nsecret = \"hunter2-secret\"\n")
+                .unwrap();
         let mut c2 = c.clone();
         c2.pusher_app_id = Some("b".into());
         c2.pusher_app_key = Some("k2".into());
