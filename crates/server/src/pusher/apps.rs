@@ -75,10 +75,11 @@ impl fmt::Debug for AppConfig {
 impl AppConfig {
     /// The protocol limits of this application.
     pub fn limits(&self) -> clarion_proto::pusher::Limits {
-        let mut l = clarion_proto::pusher::Limits::default();
-        l.max_event_data = self.max_event_bytes;
-        l.max_batch = self.max_batch_events;
-        l
+        clarion_proto::pusher::Limits {
+            max_event_data: self.max_event_bytes,
+            max_batch: self.max_batch_events,
+            ..Default::default()
+        }
     }
 
     fn check(&self) -> Result<(), String> {
@@ -235,8 +236,10 @@ mod tests {
 
     #[test]
     fn the_flag_app_needs_all_three_parts() {
-        let mut c = Config::default();
-        c.pusher_app_id = Some("1".into());
+        let mut c = Config {
+            pusher_app_id: Some("1".into()),
+            ..Default::default()
+        };
         let e = c.validate_pusher().unwrap_err().to_string();
         assert!(e.contains("go together"), "{e}");
         c.pusher_app_key = Some("k".into());
