@@ -20,6 +20,9 @@
 //! - [`event_id`]: message ids (`EPOCH-SEQ`), as clients send them back to resume.
 //! - [`pubsub`]: Clarion's own pub/sub format: topic rules, WebSocket control messages,
 //!   publish batches, message envelopes, gap notices and long-poll bodies.
+//! - [`pusher`]: the Pusher Channels protocol (v7): client and server WebSocket messages,
+//!   channel kinds, channel/signin/webhook signatures, the HTTP API's request signature and
+//!   trigger bodies.
 //! - [`grip`]: GRIP, Pushpin's proxy protocol: instruction headers, publish bodies,
 //!   WebSocket-over-HTTP events, control messages and `Grip-Sig`.
 //! - [`h2`]: HTTP/2: HPACK header compression (RFC 7541) with its Huffman code.
@@ -58,6 +61,7 @@ pub mod hooks;
 pub mod http1;
 pub mod nats;
 pub mod pubsub;
+pub mod pusher;
 pub mod resp;
 pub mod sd_notify;
 pub mod sse;

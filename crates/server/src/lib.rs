@@ -23,6 +23,8 @@
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
 //!   the per-connection part is in
 //!   the worker (`worker::grip`).
+//! - [`pusher`]: Pusher Channels applications (the protocol is `clarion_proto::pusher`; the
+//!   HTTP API's answers are in `api`).
 //! - [`auth`]: JWT authentication: keys, policy, token sources, per-worker grants (verification
 //!   is sans-IO in `clarion_proto::auth`); used by the worker and the API.
 //! - [`api`]: the publish/health/metrics listener, answering with [`reply::Answer`];
@@ -70,6 +72,7 @@ pub mod message;
 pub mod metrics;
 pub mod presence;
 pub mod publish;
+pub mod pusher;
 pub mod redact;
 pub mod reply;
 pub mod server;

@@ -31,6 +31,7 @@ mod access;
 mod h2;
 mod presence;
 mod publish;
+mod pusher;
 mod request;
 mod topics;
 mod triage;
@@ -495,6 +496,11 @@ fn index(shared: &Shared) -> String {
     } else {
         "off (dashboard = false)"
     };
+    let pusher = if c.pusher_enabled() {
+        "on"
+    } else {
+        "off (no pusher_apps)"
+    };
     format!(
         "Clarion {version}: this is the API listener.\n\
          \n\
@@ -505,6 +511,7 @@ fn index(shared: &Shared) -> String {
          \x20 GET  /healthz             health\n\
          \x20 GET  /metrics             Prometheus metrics\n\
          \x20 GET  /dashboard           the live dashboard: {dashboard}\n\
+         \x20 *    /apps/ID/...           Pusher's HTTP API (docs/pusher.md): {pusher}\n\
          \n\
          Publishing needs {access}.\n\
          Subscribers connect to the client listener (listen, :8080 by default).\n\
@@ -521,8 +528,27 @@ fn precheck(req: &Request, shared: &Shared) -> Option<Answer> {
         "/" | "/healthz" | "/metrics" | "/topics" => &["GET"],
         _ if publish => &["POST"],
         p if p.starts_with("/topics/") => &["GET"],
+        p if pusher::owns(p) => {
+            if !shared.config.pusher_enabled() {
+                return Some(Answer::error(
+                    404,
+                    "no Pusher application is configured (pusher_apps, pusher_app_id)",
+                ));
+            }
+            match pusher::methods(p) {
+                Some(m) => m,
+                None => return Some(Answer::error(404, "not found")),
+            }
+        }
         _ => return Some(Answer::error(404, "not found")),
     };
+    if pusher::owns(&req.path) {
+        if let Body::Length(n) = req.body {
+            if n > shared.config.max_publish_size as u64 {
+                return Some(too_large(Some(n), shared.config.max_publish_size));
+            }
+        }
+    }
     if !allowed.contains(&req.method.as_str()) {
         return Some(Answer::error(405, &format!("use {}", allowed.join(" or "))));
     }
@@ -670,6 +696,7 @@ fn dispatch(
             )
         }),
         (_, path) if path.starts_with("/topics/") => presence::answer(req, shared),
+        (_, path) if pusher::owns(path) => pusher::answer(req, &body, shared),
         (_, path) => {
             let topic = path.strip_prefix("/publish/").unwrap_or_default();
             if let Err(a) = permit.check(topic, shared) {

@@ -460,6 +460,24 @@ impl TomlValue for Vec<crate::tls::CertFiles> {
     }
 }
 
+/// Applications as inline tables, their secrets hidden (this renders defaults and docs).
+impl TomlValue for Vec<crate::pusher::AppConfig> {
+    fn toml(&self) -> String {
+        let tables: Vec<String> = self
+            .iter()
+            .map(|a| {
+                format!(
+                    "{{ id = {}, key = {}, secret = {} }}",
+                    toml_string(&a.id),
+                    toml_string(&a.key),
+                    toml_string(crate::redact::HIDDEN)
+                )
+            })
+            .collect();
+        format!("[{}]", tables.join(", "))
+    }
+}
+
 /// The marker before the generated table in `docs/configuration.md`.
 pub const TABLE_BEGIN: &str = "<!-- settings table: generated from crates/server/src/config/mod.rs; \
                                regenerate with `UPDATE_DOCS=1 cargo test -p clarion-server --lib config` -->";

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 mod cluster;
+pub mod pusher;
 
 /// Why a client connection ended, for the `clarion_closes_total{reason=...}` counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,6 +219,8 @@ pub struct Metrics {
     closes: [AtomicU64; CloseReason::ALL.len()],
     /// Backend hook calls (docs/hooks.md).
     pub hooks: HookCounters,
+    /// The Pusher HTTP API (docs/pusher.md).
+    pub pusher: pusher::PusherCounters,
 }
 
 /// The hooks as `clarion_hook_*` counts them: `connect`, `subscribe`, `publish`.
@@ -712,6 +715,7 @@ impl Metrics {
             self.render_broker(&mut out);
         }
         self.render_presence(&mut out);
+        self.pusher.render(&mut out);
         let per_conn = rss
             .checked_div(http + ws + sse + stream + poll)
             .unwrap_or(0);
