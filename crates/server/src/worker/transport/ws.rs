@@ -385,6 +385,7 @@ impl<S: Socket> Engine<S> {
                     payload: &payload,
                     event: None,
                     attachment: None,
+                    key: None,
                 }]);
                 let receipts = match receipts {
                     Ok(r) => r,
