@@ -50,12 +50,10 @@ pub enum Claim {
     Fresh,
     /// Published before within the window, with this id: answer it, deliver nothing.
     Repeat(String),
-    /// The table holds `capacity` live keys: the publish must be refused (retry later),
-    /// since forgetting a live key would break the promise silently.
-    Full,
 }
 
-/// `(topic, key)` pairs published within the window, with their ids, bounded in number.
+/// `(topic, key)` pairs published within the window, with their ids, bounded in number (past
+/// the bound the oldest goes first, early).
 #[derive(Debug)]
 pub struct Remembered {
     window: Duration,
@@ -80,24 +78,35 @@ impl Remembered {
     /// Looks `(topic, key)` up at `now`, forgetting the keys whose window has passed first.
     pub fn claim(&mut self, now: Instant, topic: &str, key: &str) -> Claim {
         self.expire(now);
-        if let Some(id) = self.ids.get(&(topic.into(), key.into())) {
-            return Claim::Repeat(id.clone());
+        match self.ids.get(&(topic.into(), key.into())) {
+            Some(id) => Claim::Repeat(id.clone()),
+            None => Claim::Fresh,
         }
-        if self.ids.len() >= self.capacity {
-            return Claim::Full;
-        }
-        Claim::Fresh
     }
 
     /// Records that `(topic, key)` was published at `now` with `id`. A key already held keeps
     /// its first id (the caller claims before publishing, so this does not happen in use).
-    pub fn remember(&mut self, now: Instant, topic: &str, key: &str, id: &str) {
+    /// At `capacity`, the oldest key is forgotten before its window ends (so a publisher
+    /// that sets a key on every publish cannot make publishing fail); returns how many were,
+    /// for the caller to count.
+    pub fn remember(&mut self, now: Instant, topic: &str, key: &str, id: &str) -> usize {
         let k: (Box<str>, Box<str>) = (topic.into(), key.into());
         if self.ids.contains_key(&k) {
-            return;
+            return 0;
+        }
+        let mut early = 0;
+        while self.ids.len() >= self.capacity.max(1) {
+            match self.expiry.pop_front() {
+                Some((_, topic, key)) => {
+                    self.ids.remove(&(topic, key));
+                    early += 1;
+                }
+                None => break,
+            }
         }
         self.ids.insert(k.clone(), id.to_owned());
         self.expiry.push_back((now + self.window, k.0, k.1));
+        early
     }
 
     /// Keys remembered now (expired ones included until the next claim).
@@ -145,7 +154,7 @@ mod tests {
         let t0 = Instant::now();
         let mut r = Remembered::new(Duration::from_secs(300), 10);
         assert_eq!(r.claim(t0, "news", "k1"), Claim::Fresh);
-        r.remember(t0, "news", "k1", "e-1");
+        assert_eq!(r.remember(t0, "news", "k1", "e-1"), 0);
         let later = t0 + Duration::from_secs(299);
         assert_eq!(r.claim(later, "news", "k1"), Claim::Repeat("e-1".into()));
         // A key is scoped to its topic.
@@ -156,8 +165,11 @@ mod tests {
     fn a_key_is_forgotten_when_its_window_ends() {
         let t0 = Instant::now();
         let mut r = Remembered::new(Duration::from_secs(300), 10);
-        r.remember(t0, "news", "k1", "e-1");
-        r.remember(t0 + Duration::from_secs(10), "news", "k2", "e-2");
+        assert_eq!(r.remember(t0, "news", "k1", "e-1"), 0);
+        assert_eq!(
+            r.remember(t0 + Duration::from_secs(10), "news", "k2", "e-2"),
+            0
+        );
         let end = t0 + Duration::from_secs(300);
         assert_eq!(r.claim(end, "news", "k1"), Claim::Fresh);
         assert_eq!(r.len(), 1);
@@ -165,26 +177,25 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_refuses_new_keys_until_one_expires_but_still_answers_repeats() {
+    fn a_full_table_forgets_its_oldest_key_early_and_says_so() {
         let t0 = Instant::now();
         let mut r = Remembered::new(Duration::from_secs(60), 2);
-        r.remember(t0, "t", "a", "e-1");
-        r.remember(t0, "t", "b", "e-2");
-        assert_eq!(r.claim(t0, "t", "c"), Claim::Full);
-        assert_eq!(r.claim(t0, "t", "a"), Claim::Repeat("e-1".into()));
-        assert_eq!(
-            r.claim(t0 + Duration::from_secs(60), "t", "c"),
-            Claim::Fresh
-        );
-        assert!(r.is_empty());
+        assert_eq!(r.remember(t0, "t", "a", "e-1"), 0);
+        assert_eq!(r.remember(t0, "t", "b", "e-2"), 0);
+        assert_eq!(r.remember(t0, "t", "c", "e-3"), 1);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.claim(t0, "t", "a"), Claim::Fresh);
+        assert_eq!(r.claim(t0, "t", "b"), Claim::Repeat("e-2".into()));
+        assert_eq!(r.claim(t0, "t", "c"), Claim::Repeat("e-3".into()));
+        assert!(!r.is_empty());
     }
 
     #[test]
     fn remembering_a_held_key_again_keeps_its_first_id() {
         let t0 = Instant::now();
         let mut r = Remembered::new(Duration::from_secs(60), 4);
-        r.remember(t0, "t", "a", "e-1");
-        r.remember(t0, "t", "a", "e-9");
+        assert_eq!(r.remember(t0, "t", "a", "e-1"), 0);
+        assert_eq!(r.remember(t0, "t", "a", "e-9"), 0);
         assert_eq!(r.claim(t0, "t", "a"), Claim::Repeat("e-1".into()));
         assert_eq!(r.len(), 1);
     }

@@ -656,10 +656,7 @@ fn dispatch(
             },
         ),
         (_, "/publish" | "/publish/") if req.idempotency_key.is_some() => {
-            shared
-                .metrics
-                .idempotency_key_errors
-                .fetch_add(1, Relaxed);
+            shared.metrics.idempotency_key_errors.fetch_add(1, Relaxed);
             Answer::error(
                 400,
                 "Idempotency-Key applies to one message (POST /publish/{topic}), not to a batch",

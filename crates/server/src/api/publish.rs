@@ -26,10 +26,7 @@ pub(super) fn publish_one(
         return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
     }
     if let Some(Err(e)) = key.map(validate_key) {
-        shared
-            .metrics
-            .idempotency_key_errors
-            .fetch_add(1, Relaxed);
+        shared.metrics.idempotency_key_errors.fetch_add(1, Relaxed);
         return Answer::error(400, &format!("invalid Idempotency-Key: {e}"));
     }
     if let Some(Err(e)) = event.map(validate_event_name) {

@@ -167,7 +167,7 @@ settings! {
     /// Seconds a publish's `Idempotency-Key` is remembered: a publish repeated with the same
     /// key on the same topic within it is answered the first one's id and not delivered again
     /// (with Redis, across the cluster). Five minutes covers any publisher's retries (the
-    /// project's clients give up after 30 s) with room for a slow deploy. `0` turns keys off
+    /// project's clients retry for 10 s) with room for a slow deploy. `0` turns keys off
     /// (the header is then ignored).
     idempotency_window: u64 = 300,
         flag "Seconds a publish's Idempotency-Key is remembered (0 = keys ignored)";
@@ -176,7 +176,7 @@ settings! {
     /// `clarion_idempotency_keys_forgotten_total`, rather than a publish refused: the
     /// project's clients set a key on every publish. About 250 bytes each: 100,000 is 25 MB,
     /// and holds the full window up to 333 keyed publishes a second (a client's own retries
-    /// come within 30 s, so up to 3,000 a second for those).
+    /// come within 10 s, so up to 10,000 a second for those).
     idempotency_keys: usize = 100_000,
         flag "Idempotency keys remembered at once by one process (without Redis)";
     /// A directory where history is also kept on disk, so a restart (graceful, or after
