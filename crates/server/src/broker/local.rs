@@ -41,8 +41,8 @@ struct State {
     /// reason that says an upgrade is under way (not that the server is stopping).
     frozen: bool,
     /// `Idempotency-Key`s published within the window, claimed under this lock with the
-    /// publish.
-    repeats: Repeats,
+    /// publish. Boxed: it is seldom touched, and keeps the broker enum's variants close in size.
+    repeats: Box<Repeats>,
 }
 
 /// The hub clock's value at start. Recovered messages are older than the process, so their
@@ -94,7 +94,7 @@ impl LocalBroker {
                 log: None,
                 durable: false,
                 frozen: false,
-                repeats: Repeats::new(IdempotencyLimits::default()),
+                repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
             }),
             inboxes,
             metrics,
@@ -108,7 +108,7 @@ impl LocalBroker {
     /// `idempotency_window`'s and `idempotency_keys`' defaults).
     pub fn remembering(mut self, limits: IdempotencyLimits) -> LocalBroker {
         if let Ok(st) = self.state.get_mut() {
-            st.repeats = Repeats::new(limits);
+            *st.repeats = Repeats::new(limits);
         }
         self
     }
@@ -140,7 +140,7 @@ impl LocalBroker {
                 log: Some(Box::new(loaded.log)),
                 durable: true,
                 frozen: false,
-                repeats: Repeats::new(IdempotencyLimits::default()),
+                repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
             }),
             inboxes,
             metrics,
@@ -218,7 +218,7 @@ impl LocalBroker {
                 log: None,
                 durable: false,
                 frozen: false,
-                repeats: Repeats::new(IdempotencyLimits::default()),
+                repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
             }),
             inboxes,
             metrics,
