@@ -18,6 +18,9 @@ export interface Receipt {
   id: string;
   /** How many subscribers it was handed to at publish time. */
   subscribers: number;
+  /** The publish repeated an `Idempotency-Key` the server saw within its `idempotency_window`:
+   * nothing was delivered, and `id` is the first publish's. */
+  repeat: boolean;
 }
 
 /** One message of a batch. */
@@ -49,6 +52,11 @@ export interface ClientOptions {
 export interface PublishOptions {
   /** The Server-Sent Events event name subscribers over `/sse` see. */
   event?: string;
+  /** Sent as `Idempotency-Key` (1 to 128 characters `!` to `~`): a publish repeating a key the
+   * topic saw within the server's `idempotency_window` is not delivered again and answers the
+   * first id. Give your own to make your retries safe; by default each publish gets a random
+   * key, reused by the client's own 503 retries. */
+  idempotencyKey?: string;
   /** Aborts the request. */
   signal?: AbortSignal;
 }

@@ -5,6 +5,8 @@
 // one), `publishBatch(messages)` for several in one request. Every error answer becomes an
 // `ApiError` subclass chosen by its status; failures to reach the server are `TransportError`s.
 
+import { randomUUID } from 'node:crypto';
+
 export { BINARY_PATH_VARIABLE, BinaryNotFoundError, findClarionBinary } from './lib/binary.js';
 
 /** The publish API's default address (`api_listen`). */
@@ -112,7 +114,7 @@ function receipt(v) {
   if (!v || typeof v.topic !== 'string' || typeof v.id !== 'string' || typeof v.subscribers !== 'number') {
     throw new ClarionError(`unexpected answer from the server: ${JSON.stringify(v)}`);
   }
-  return { topic: v.topic, id: v.id, subscribers: v.subscribers };
+  return { topic: v.topic, id: v.id, subscribers: v.subscribers, repeat: v.repeat === true };
 }
 
 /** A publish client. See index.d.ts for the options. */
@@ -130,7 +132,9 @@ export class Client {
     this.retryForMs = options.retryForMs ?? DEFAULT_RETRY_FOR_MS;
   }
 
-  /** Publishes one message; resolves to its receipt `{ topic, id, subscribers }`. */
+  /** Publishes one message; resolves to its receipt `{ topic, id, subscribers, repeat }`. It is
+   * sent with `Idempotency-Key: options.idempotencyKey`, or a random key kept for the client's own
+   * retries, so a retry of a publish the server took is not delivered twice. */
   async publish(topic, data, options = {}) {
     let body;
     let type;
@@ -147,7 +151,8 @@ export class Client {
     // sees (and refuses with 400) the name as given.
     let path = `/publish/${encodeURIComponent(topic).replace(/%2F/gi, '/').replace(/%40/g, '@').replace(/%3A/gi, ':')}`;
     if (options.event != null) path += `?event=${encodeURIComponent(options.event)}`;
-    return receipt(await this.#post(path, body, type, options.signal));
+    const key = { 'idempotency-key': options.idempotencyKey ?? randomUUID() };
+    return receipt(await this.#post(path, body, type, options.signal, key));
   }
 
   /** Publishes several messages in one request, in order and atomically with respect to other
@@ -196,12 +201,12 @@ export class Client {
     }
   }
 
-  async #post(path, body, type, signal) {
+  async #post(path, body, type, signal, extra = {}) {
     // A 503 with Retry-After (an upgrade in progress, a broker away) published nothing: send
     // it again after the wait, for at most retryForMs in all.
     const deadline = Date.now() + this.retryForMs;
     for (;;) {
-      const headers = { ...this.headers, 'content-type': type, ...(await this.#authorization()) };
+      const headers = { ...this.headers, 'content-type': type, ...extra, ...(await this.#authorization()) };
       const res = await this.#request(`${this.baseUrl}${path}`, { method: 'POST', headers, body }, signal);
       const waitMs = res.status === 503 ? retryAfterMs(res.headers.get('retry-after')) : null;
       if (waitMs == null || Date.now() + waitMs > deadline || signal?.aborted) return this.#answer(res);

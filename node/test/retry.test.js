@@ -10,10 +10,12 @@ import * as clarion from 'clarion';
 // freeze answers them, then 200 with a receipt.
 function upgrading(refusals, retryAfter = '1') {
   const requests = [];
+  const keys = [];
   const server = http.createServer((req, res) => {
     req.resume();
     req.on('end', () => {
       requests.push(Date.now());
+      keys.push(req.headers['idempotency-key']);
       if (requests.length <= refusals) {
         const headers = { 'content-type': 'application/json' };
         if (retryAfter != null) headers['retry-after'] = retryAfter;
@@ -25,7 +27,7 @@ function upgrading(refusals, retryAfter = '1') {
       }
     });
   });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, requests, url: `http://127.0.0.1:${server.address().port}` })));
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, requests, keys, url: `http://127.0.0.1:${server.address().port}` })));
 }
 
 test('a publish refused during an upgrade is sent again after Retry-After', async () => {
@@ -37,6 +39,20 @@ test('a publish refused during an upgrade is sent again after Retry-After', asyn
     assert.ok(api.requests[1] - api.requests[0] >= 950);
     assert.ok(api.requests[2] - api.requests[1] >= 950);
     assert.equal(clarion.DEFAULT_RETRY_FOR_MS, 10000);
+  } finally {
+    api.server.close();
+  }
+});
+
+test('a retried publish carries the same Idempotency-Key, and each publish its own', async () => {
+  const api = await upgrading(1);
+  try {
+    const c = new clarion.Client({ baseUrl: api.url });
+    await c.publish('t', 'x');
+    await c.publish('t', 'y', { idempotencyKey: 'order-17' });
+    const [first, retry, own] = api.keys;
+    assert.ok(first && retry === first, JSON.stringify(api.keys));
+    assert.equal(own, 'order-17');
   } finally {
     api.server.close();
   }

@@ -224,11 +224,13 @@ class _Upgrading:
 
         outer = self
         self.requests = []
+        self.keys = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 outer.requests.append(time.monotonic())
+                outer.keys.append(self.headers.get("Idempotency-Key"))
                 if len(outer.requests) <= refusals:
                     body = json.dumps({"error": "message not published: an upgrade is in progress"}).encode()
                     self.send_response(503)
@@ -269,6 +271,19 @@ def test_a_publish_refused_during_an_upgrade_is_sent_again_after_retry_after():
                 return await c.publish("t", "y")
 
         assert asyncio.run(batch()).id == "e-1"
+    finally:
+        api.close()
+
+
+def test_a_retried_publish_carries_the_same_idempotency_key_and_each_publish_its_own():
+    api = _Upgrading(refusals=1)
+    try:
+        with clarion.Client(api.url) as c:
+            c.publish("t", "x")
+            c.publish("t", "y", idempotency_key="order-17")
+        first, retry, own = api.keys
+        assert first and retry == first, api.keys
+        assert own == "order-17"
     finally:
         api.close()
 

@@ -100,11 +100,13 @@ def test_publish_sends_a_publish_refused_during_an_upgrade_again_after_retry_aft
     import time
 
     requests = []
+    keys = []
 
     class Upgrading(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
             requests.append(time.monotonic())
+            keys.append(self.headers.get("Idempotency-Key"))
             if len(requests) % 3 != 0:
                 body = b'{"error":"message not published: an upgrade is in progress"}'
                 self.send_response(503)
@@ -129,14 +131,28 @@ def test_publish_sends_a_publish_refused_during_an_upgrade_again_after_retry_aft
         assert json.loads(p.stdout)["id"] == "e-1"
         assert p.stderr.decode().count("upgrade is in progress; publishing again in 1 s") == 2, p.stderr
         assert len(requests) == 3 and requests[2] - requests[0] >= 1.9
+        # Every attempt of one run carries the run's Idempotency-Key.
+        assert keys[0] and keys.count(keys[0]) == 3, keys
         # Bounded: --retry-for 2 allows one wait of 1 s (a second would end past 2 s), then the
         # 503 is the answer.
         p = run("publish", "--api", addr, "--retry-for", "2", "news", "hi")
         assert p.returncode == 1 and b"HTTP 503" in p.stderr, p.stderr
         assert len(requests) == 5
+        assert keys[3] == keys[4] != keys[0], keys
     finally:
         api.shutdown()
         api.server_close()
+
+
+def test_publish_with_the_same_idempotency_key_is_delivered_once(server):
+    first = run("publish", "--api", server.api, "--idempotency-key", "job-9", "news", "hi")
+    again = run("publish", "--api", server.api, "--idempotency-key", "job-9", "news", "hi")
+    assert first.returncode == 0 and again.returncode == 0, again.stderr
+    a, b = json.loads(first.stdout), json.loads(again.stdout)
+    assert b["id"] == a["id"] and b["repeat"] is True and "repeat" not in a, (a, b)
+    assert published(server) == 1
+    bad = run("publish", "--api", server.api, "--idempotency-key", "two words", "news", "hi")
+    assert bad.returncode != 0 and b"--idempotency-key" in bad.stderr, bad.stderr
 
 
 def test_publish_takes_host_port_and_urls(server):

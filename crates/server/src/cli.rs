@@ -353,6 +353,12 @@ pub struct PublishArgs {
         value_name = "SECONDS"
     )]
     pub retry_for: u64,
+    /// Sent as Idempotency-Key (1 to 128 characters ! to ~): a publish repeating a key the
+    /// topic saw within the server's idempotency_window is not delivered again, and its
+    /// answer is the first one's id with "repeat": true. Give the same key to a script's own
+    /// retries; by default each run makes a random one, kept for its 503 retries.
+    #[arg(long, env = "CLARION_IDEMPOTENCY_KEY", value_name = "KEY")]
+    pub idempotency_key: Option<String>,
 }
 
 /// `clarion token` options: who the token is for, what it grants, and the key to sign with.

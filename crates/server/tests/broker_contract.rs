@@ -143,6 +143,7 @@ fn text(topic: &str, payload: &str) -> Outgoing<'static> {
         payload: Box::leak(payload.as_bytes().to_vec().into_boxed_slice()),
         event: None,
         attachment: None,
+        key: None,
     }
 }
 

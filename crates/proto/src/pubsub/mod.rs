@@ -5,6 +5,7 @@
 //! - [`control`]: in-band WebSocket control messages (subscribe, unsubscribe, publish) and
 //!   their replies.
 //! - [`batch`]: `POST /publish` batch bodies, decoded and validated whole.
+//! - [`idempotency`]: `Idempotency-Key` rules and the table of keys published within a window.
 //! - [`envelope`]: the `clarion.v1` message envelope, gap notices, long-poll bodies and JSON
 //!   string escaping.
 //! - [`wire`]: message bodies as nodes exchange them through a cluster broker.
@@ -15,12 +16,14 @@
 pub mod batch;
 pub mod control;
 pub mod envelope;
+pub mod idempotency;
 pub mod topic;
 pub mod wire;
 
 pub use batch::{decode_batch, BatchError, BatchMessage};
 pub use control::{ControlError, Reply, Request};
 pub use envelope::{poll_body, push_json_str, Envelope, GapNotice, GapReason};
+pub use idempotency::{validate_key, Claim, KeyError, Remembered};
 pub use topic::{
     validate_event_name, validate_topic, EventNameError, TopicError, MAX_EVENT_NAME_LEN,
     MAX_TOPIC_LEN,

@@ -681,6 +681,13 @@ fn dispatch(
                 }
             },
         ),
+        (_, "/publish" | "/publish/") if req.idempotency_key.is_some() => {
+            shared.metrics.idempotency_key_errors.fetch_add(1, Relaxed);
+            Answer::error(
+                400,
+                "Idempotency-Key applies to one message (POST /publish/{topic}), not to a batch",
+            )
+        }
         (_, "/publish") => publish_batch(&body, shared, permit),
         (_, "/publish/") => publish_grip(&body, shared, permit).unwrap_or_else(|why| {
             if shared.config.grip_routes.is_some() {
@@ -714,6 +721,7 @@ fn dispatch(
                 topic,
                 event.as_deref(),
                 req.content_type.as_deref(),
+                req.idempotency_key.as_deref(),
                 &body,
                 shared,
             )

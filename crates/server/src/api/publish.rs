@@ -2,9 +2,10 @@
 //! (`POST /publish`) and Pushpin's format (`POST /publish/`), each checked against what the
 //! caller may publish to, and their answers.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_topic};
+use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_key, validate_topic};
 use clarion_proto::ws::DataKind;
 
 use super::access::Permit;
@@ -17,11 +18,16 @@ pub(super) fn publish_one(
     topic: &str,
     event: Option<&str>,
     content_type: Option<&str>,
+    key: Option<&str>,
     body: &[u8],
     shared: &Shared,
 ) -> Answer {
     if let Err(e) = validate_topic(topic) {
         return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
+    }
+    if let Some(Err(e)) = key.map(validate_key) {
+        shared.metrics.idempotency_key_errors.fetch_add(1, Relaxed);
+        return Answer::error(400, &format!("invalid Idempotency-Key: {e}"));
     }
     if let Some(Err(e)) = event.map(validate_event_name) {
         return Answer::error(400, &format!("invalid event name: {e}"));
@@ -50,6 +56,7 @@ pub(super) fn publish_one(
         payload: body,
         event,
         attachment: None,
+        key,
     }]);
     let receipts = match receipts {
         Ok(r) => r,
@@ -97,6 +104,7 @@ pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> An
             payload: &m.payload,
             event: m.event.as_deref(),
             attachment: None,
+            key: None,
         })
         .collect();
     let receipts = match shared.broker.publish(&out) {
@@ -150,6 +158,7 @@ pub(super) fn publish_grip(
             payload: payload.as_slice(),
             event: None,
             attachment: Some(Arc::clone(content)),
+            key: None,
         })
         .collect();
     if let Err(e) = shared.broker.publish(&outgoing) {
@@ -175,6 +184,13 @@ pub(super) fn unavailable(e: &crate::broker::Unavailable) -> Answer {
     .with_header("Retry-After", "5")
 }
 
+/// `{"topic", "id", "subscribers"}`, and `"repeat": true` for a publish that repeated an
+/// `Idempotency-Key` (its `id` is the first publish's; nothing was delivered).
 pub(super) fn receipt_json(topic: &str, r: &Receipt) -> serde_json::Value {
+    if r.repeat {
+        return serde_json::json!({
+            "topic": topic, "id": r.id, "subscribers": r.subscribers, "repeat": true
+        });
+    }
     serde_json::json!({ "topic": topic, "id": r.id, "subscribers": r.subscribers })
 }

@@ -164,6 +164,7 @@ fn publish(shared: &Shared, events: &[Trigger]) -> Result<Vec<Published>, Answer
                 payload: t.data.as_bytes(),
                 event,
                 attachment: None,
+                key: None,
             });
             meta.push((c.clone(), t.info.clone(), index));
         }

@@ -13,6 +13,8 @@ pub(super) struct Request {
     pub(super) query: String,
     pub(super) content_type: Option<String>,
     pub(super) authorization: Option<String>,
+    /// `Idempotency-Key`, as sent (checked where a publish takes it).
+    pub(super) idempotency_key: Option<String>,
     /// `Host`, `Origin` and `Sec-Fetch-Site`: whether a browser sent it from another site.
     pub(super) host: Option<String>,
     pub(super) origin: Option<String>,
@@ -36,6 +38,7 @@ pub(super) fn copy_request(h: &http1::RequestHead<'_>) -> Result<Request, Answer
         query: h.query().to_owned(),
         content_type: h.header_str("content-type").map(str::to_owned),
         authorization: h.header_str("authorization").map(str::to_owned),
+        idempotency_key: h.header_str("idempotency-key").map(str::to_owned),
         host: h.header_str("host").map(str::to_owned),
         origin: h.header_str("origin").map(str::to_owned),
         fetch_site: h.header_str("sec-fetch-site").map(str::to_owned),

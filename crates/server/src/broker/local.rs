@@ -19,8 +19,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clarion_proto::event_id;
 
+use super::repeats::{Plan, Repeats};
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
-use crate::config::HistoryLimits;
+use crate::config::{HistoryLimits, IdempotencyLimits};
 use crate::durable::{self, HistoryLog};
 use crate::hub::{lock, Hub, Inbox, TopicEntry, TopicTraffic};
 use crate::message::Published;
@@ -39,6 +40,9 @@ struct State {
     /// A hand-over froze this broker: every publish is refused, before it takes an id, with a
     /// reason that says an upgrade is under way (not that the server is stopping).
     frozen: bool,
+    /// `Idempotency-Key`s published within the window, claimed under this lock with the
+    /// publish. Boxed: it is seldom touched, and keeps the broker enum's variants close in size.
+    repeats: Box<Repeats>,
 }
 
 /// The hub clock's value at start. Recovered messages are older than the process, so their
@@ -90,6 +94,7 @@ impl LocalBroker {
                 log: None,
                 durable: false,
                 frozen: false,
+                repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
             }),
             inboxes,
             metrics,
@@ -97,6 +102,15 @@ impl LocalBroker {
             epoch: new_epoch().into(),
             start: Instant::now(),
         }
+    }
+
+    /// The same broker, remembering `Idempotency-Key`s for `limits` (the default is
+    /// `idempotency_window`'s and `idempotency_keys`' defaults).
+    pub fn remembering(mut self, limits: IdempotencyLimits) -> LocalBroker {
+        if let Ok(st) = self.state.get_mut() {
+            *st.repeats = Repeats::new(limits);
+        }
+        self
     }
 
     /// A broker whose history is kept in `settings.dir` and recovered from it (see
@@ -126,6 +140,7 @@ impl LocalBroker {
                 log: Some(Box::new(loaded.log)),
                 durable: true,
                 frozen: false,
+                repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
             }),
             inboxes,
             metrics,
@@ -203,6 +218,7 @@ impl LocalBroker {
                 log: None,
                 durable: false,
                 frozen: false,
+                repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
             }),
             inboxes,
             metrics,
@@ -355,6 +371,15 @@ impl LocalBroker {
         self.try_publish(msgs).unwrap_or_default()
     }
 
+    /// Which of `msgs` repeat an `Idempotency-Key` remembered now (or one earlier in `msgs`),
+    /// without claiming any: the NATS broker leaves them out of what it sends to other nodes.
+    pub fn repeated(&self, msgs: &[Outgoing<'_>]) -> Vec<bool> {
+        match lock(&self.state).repeats.plan(msgs) {
+            None => Vec::new(),
+            Some((_, plan)) => plan.iter().map(|p| *p != Plan::Publish).collect(),
+        }
+    }
+
     /// Publishes messages in order, under one lock acquisition, waking each interested worker
     /// once, and keeps them in history. Returns one receipt per message, or [`Unavailable`]
     /// when `history_dir` is set and the messages could not be written to it (then none of
@@ -381,12 +406,27 @@ impl LocalBroker {
         if st.frozen {
             return Err(Unavailable::upgrading());
         }
-        for m in msgs {
+        let plan = st.repeats.plan(msgs);
+        for (i, m) in msgs.iter().enumerate() {
+            let first = match plan.as_ref().and_then(|(_, p)| p.get(i)) {
+                None | Some(Plan::Publish) => None,
+                Some(Plan::Repeat(id)) => Some(id.clone()),
+                Some(Plan::RepeatOf(j)) => receipts.get(*j).map(|r: &Receipt| r.id.clone()),
+            };
+            if let Some(id) = first {
+                receipts.push(Receipt {
+                    id,
+                    subscribers: 0,
+                    repeat: true,
+                });
+                continue;
+            }
             let id = st.next_id;
             st.next_id += 1;
             receipts.push(Receipt {
                 id: format!("{}-{id}", self.epoch),
                 subscribers: 0,
+                repeat: false,
             });
             if !keep && st.hub.topic(m.topic).is_none() {
                 // No subscriber and no history: nobody will ever see it.
@@ -461,8 +501,18 @@ impl LocalBroker {
                 crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
             }
         }
+        if let Some((at, plan)) = &plan {
+            let early = st.repeats.remember(*at, msgs, plan, &receipts);
+            self.metrics
+                .idempotency_keys_forgotten
+                .fetch_add(early as u64, Relaxed);
+        }
         drop(st);
-        self.metrics.published.fetch_add(msgs.len() as u64, Relaxed);
+        let repeats = receipts.iter().filter(|r| r.repeat).count() as u64;
+        self.metrics.publish_repeats.fetch_add(repeats, Relaxed);
+        self.metrics
+            .published
+            .fetch_add(msgs.len() as u64 - repeats, Relaxed);
         Ok(receipts)
     }
 
@@ -562,6 +612,7 @@ mod tests {
             payload: payload.as_bytes(),
             event: None,
             attachment: None,
+            key: None,
         }
     }
 
@@ -975,6 +1026,7 @@ mod tests {
                 payload: p.as_bytes(),
                 event: Some("tick"),
                 attachment: Some(Arc::new(Tag(tag))),
+                key: None,
             }])
             .unwrap();
         }

@@ -58,6 +58,7 @@ pub mod nats;
 pub mod occupancy;
 mod open;
 pub mod redis;
+mod repeats;
 pub mod rooms;
 
 use std::sync::Arc;
@@ -89,6 +90,10 @@ pub struct Outgoing<'a> {
     pub event: Option<&'a str>,
     /// Content for the connections of another protocol's mode (see [`Attachment`]).
     pub attachment: Option<Arc<dyn Attachment>>,
+    /// The publisher's `Idempotency-Key` (checked with
+    /// [`clarion_proto::pubsub::validate_key`]): within `idempotency_window`, a message with
+    /// the same key on the same topic is not published again, and its receipt is the first's.
+    pub key: Option<&'a str>,
 }
 
 impl Outgoing<'_> {
@@ -115,6 +120,9 @@ pub struct Receipt {
     pub id: String,
     /// How many subscribers it was handed to.
     pub subscribers: u64,
+    /// The message repeated an [`Outgoing::key`] published within the window: nothing was
+    /// published, and `id` is the first message's.
+    pub repeat: bool,
 }
 
 /// Where a subscriber asks to start.

@@ -99,21 +99,29 @@ impl NatsBroker {
 
     /// Sends `msgs` to the other nodes, then publishes them here. Refused whole when NATS is
     /// not connected, so a `200` always means the message left for every node.
+    ///
+    /// A message repeating an `Idempotency-Key` this node remembers is neither sent nor
+    /// published. The link's lock is held from that check to the local publish that claims the
+    /// key, so two publishes with one key on this node cannot both leave; keys are per node.
     pub fn publish(&self, msgs: &[Outgoing<'_>]) -> Result<Vec<Receipt>, Unavailable> {
         self.publish_at(msgs, self.local.clock())
     }
 
     /// [`NatsBroker::publish`] at hub time `now` (see [`LocalBroker::try_publish_at`]).
     pub fn publish_at(&self, msgs: &[Outgoing<'_>], now: u32) -> Result<Vec<Receipt>, Unavailable> {
+        let link = lock(&self.link);
         {
-            let link = lock(&self.link);
             let Some(link) = link.as_ref() else {
                 return Err(Unavailable("the broker is shutting down".to_owned()));
             };
             if !link.connected() {
                 return Err(Unavailable("NATS is unreachable (reconnecting)".to_owned()));
             }
-            for m in msgs {
+            let repeated = self.local.repeated(msgs);
+            for (i, m) in msgs.iter().enumerate() {
+                if repeated.get(i).copied().unwrap_or(false) {
+                    continue;
+                }
                 let subject = self
                     .subjects
                     .subject(m.topic)
@@ -125,7 +133,9 @@ impl NatsBroker {
                     })?;
             }
         }
-        self.local.try_publish_at(msgs, now)
+        let receipts = self.local.try_publish_at(msgs, now);
+        drop(link);
+        receipts
     }
 
     /// The local broker's hub clock (see [`LocalBroker::clock`]).
@@ -254,5 +264,7 @@ fn receive(
         payload: body.payload,
         event: body.event,
         attachment,
+        // The publishing node checked the key; each node keeps its own.
+        key: None,
     }]);
 }

@@ -33,12 +33,15 @@ impl Broker {
                 )
                 .map_err(anyhow::Error::msg)
                 .context("cannot open the history directory")?;
-                return Ok(Broker::Local(local));
+                return Ok(Broker::Local(local.remembering(config.idempotency())));
             }
-            return Ok(Broker::local(
-                inboxes.to_vec(),
-                Arc::clone(metrics),
-                config.history_limits(),
+            return Ok(Broker::Local(
+                LocalBroker::new(
+                    inboxes.to_vec(),
+                    Arc::clone(metrics),
+                    config.history_limits(),
+                )
+                .remembering(config.idempotency()),
             ));
         };
         let node = config.node();
@@ -56,6 +59,7 @@ impl Broker {
                 inboxes.to_vec(),
                 Arc::clone(metrics),
                 config.history_limits(),
+                config.idempotency(),
                 decode_attachment,
             )
             .map_err(anyhow::Error::msg)
@@ -79,7 +83,8 @@ impl Broker {
                 inboxes.to_vec(),
                 Arc::clone(metrics),
                 config.history_limits(),
-            );
+            )
+            .remembering(config.idempotency());
             let b = NatsBroker::start(url, &node, local, Arc::clone(metrics), decode_attachment)
                 .map_err(anyhow::Error::msg)
                 .context("cannot join the cluster")?;

@@ -164,6 +164,21 @@ settings! {
     /// counted and can add up to about twice the payload for messages delivered in several
     /// formats.
     history_memory: usize = 64 * 1024 * 1024, flag "Bytes of history across all topics";
+    /// Seconds a publish's `Idempotency-Key` is remembered: a publish repeated with the same
+    /// key on the same topic within it is answered the first one's id and not delivered again
+    /// (with Redis, across the cluster). Five minutes covers any publisher's retries (the
+    /// project's clients retry for 10 s) with room for a slow deploy. `0` turns keys off
+    /// (the header is then ignored).
+    idempotency_window: u64 = 300,
+        flag "Seconds a publish's Idempotency-Key is remembered (0 = keys ignored)";
+    /// Keys remembered at once by one process (without Redis; with Redis they are Redis keys
+    /// that expire with the window). Past it the oldest key is forgotten early and counted in
+    /// `clarion_idempotency_keys_forgotten_total`, rather than a publish refused: the
+    /// project's clients set a key on every publish. About 250 bytes each: 100,000 is 25 MB,
+    /// and holds the full window up to 333 keyed publishes a second (a client's own retries
+    /// come within 10 s, so up to 10,000 a second for those).
+    idempotency_keys: usize = 100_000,
+        flag "Idempotency keys remembered at once by one process (without Redis)";
     /// A directory where history is also kept on disk, so a restart (graceful, or after
     /// `kill -9`) resumes clients exactly: same epoch, same ids, same messages
     /// (docs/history.md says exactly what a crash or a power loss may lose). Created mode 0700
@@ -666,6 +681,14 @@ impl Config {
         })
     }
 
+    /// How long publishes are remembered by their `Idempotency-Key`.
+    pub fn idempotency(&self) -> IdempotencyLimits {
+        IdempotencyLimits {
+            window: Duration::from_secs(self.idempotency_window),
+            keys: self.idempotency_keys,
+        }
+    }
+
     /// The history limits for the hub.
     pub fn history_limits(&self) -> HistoryLimits {
         HistoryLimits {
@@ -729,6 +752,22 @@ pub fn largest_segment(segment_bytes: u64, history_memory: usize, max_publish: u
         .saturating_add(wide(history_memory).saturating_mul(2))
         .saturating_add(wide(max_publish).saturating_mul(2))
         .saturating_add(1 << 20)
+}
+
+/// How long publishes are remembered by their `Idempotency-Key` (`idempotency_window`,
+/// `idempotency_keys`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdempotencyLimits {
+    /// How long a key is remembered (zero: keys are ignored).
+    pub window: Duration,
+    /// Most keys one process remembers at once.
+    pub keys: usize,
+}
+
+impl Default for IdempotencyLimits {
+    fn default() -> IdempotencyLimits {
+        Config::default().idempotency()
+    }
 }
 
 /// How much history the hub keeps (from `history_size`, `history_ttl` and `history_memory`).

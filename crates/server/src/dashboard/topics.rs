@@ -229,6 +229,7 @@ mod tests {
                     payload: b"x",
                     event: None,
                     attachment: None,
+                    key: None,
                 }]);
             }
         };

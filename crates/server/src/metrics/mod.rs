@@ -151,6 +151,14 @@ pub struct Metrics {
     pub topics: AtomicU64,
     /// Messages accepted by the publish API or in-band publish.
     pub published: AtomicU64,
+    /// Publishes answered with the id of an earlier one with the same `Idempotency-Key`, and
+    /// not published again.
+    pub publish_repeats: AtomicU64,
+    /// Publishes refused for their `Idempotency-Key`: malformed, or on a route that takes
+    /// none (`400`).
+    pub idempotency_key_errors: AtomicU64,
+    /// Keys forgotten before their window ended because `idempotency_keys` were held.
+    pub idempotency_keys_forgotten: AtomicU64,
     /// Messages handed to a subscriber's socket (or its backlog).
     pub delivered: AtomicU64,
     /// Bytes read from client sockets.
@@ -492,6 +500,24 @@ impl Metrics {
             "clarion_messages_published_total",
             "Messages published.",
             l(&self.published),
+        );
+        counter(
+            &mut out,
+            "clarion_publish_repeats_total",
+            "Publishes repeating an Idempotency-Key, answered the first id and not published.",
+            l(&self.publish_repeats),
+        );
+        counter(
+            &mut out,
+            "clarion_idempotency_key_errors_total",
+            "Publishes refused (400) for their Idempotency-Key.",
+            l(&self.idempotency_key_errors),
+        );
+        counter(
+            &mut out,
+            "clarion_idempotency_keys_forgotten_total",
+            "Idempotency keys forgotten before their window ended (idempotency_keys held).",
+            l(&self.idempotency_keys_forgotten),
         );
         let _ = writeln!(
             out,

@@ -18,7 +18,7 @@ use link::{looks_like_tls, Link};
 use anyhow::{anyhow, bail, Context as _};
 use clarion_proto::http1::base_url::{parse_base_url, BaseUrl};
 use clarion_proto::http1::{self, HeadWriteError, ResponseBody};
-use clarion_proto::pubsub::validate_topic;
+use clarion_proto::pubsub::{validate_key, validate_topic};
 
 use crate::cli::PublishArgs;
 
@@ -37,6 +37,15 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     // The server's own rule and wording, before anything is read or sent.
     validate_topic(&args.topic).map_err(|e| anyhow!("invalid topic {:?}: {e}", args.topic))?;
     let api = parse_base_url(&args.api).map_err(|e| anyhow!("--api (CLARION_API): {e}"))?;
+    // One key for every attempt of this run: a retry of a publish the server took is not
+    // delivered twice.
+    let key = match &args.idempotency_key {
+        Some(k) => {
+            validate_key(k).map_err(|e| anyhow!("--idempotency-key: {e}"))?;
+            k.clone()
+        }
+        None => random_key()?,
+    };
     let message = match args.message.as_deref() {
         Some(m) if m != "-" => m.as_bytes().to_vec(),
         _ => {
@@ -67,6 +76,7 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
     if let Some(b) = &bearer {
         headers.push(("Authorization", b.as_bytes()));
     }
+    headers.push(("Idempotency-Key", key.as_bytes()));
     let expect = message.len() > EXPECT_ABOVE;
     if expect {
         headers.push(("Expect", b"100-continue"));
@@ -111,6 +121,16 @@ pub fn run(args: &PublishArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// 128 random bits in hex: an `Idempotency-Key` no other publish has.
+fn random_key() -> anyhow::Result<String> {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| anyhow!("cannot read random bytes for the Idempotency-Key"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// One attempt: connects, sends the request and reads the answer: its status, body and

@@ -301,6 +301,7 @@ impl Harness {
             payload: payload.as_bytes(),
             event: None,
             attachment: grip.map(|g| g as Arc<dyn crate::message::Attachment>),
+            key: None,
         }]);
         self.engine.handle_inbox(self.now);
     }

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
@@ -38,11 +39,14 @@ class Receipt:
         topic: the topic it was published to.
         id: its id (``EPOCH-SEQ``); subscribers can resume after it with ``since=ID``.
         subscribers: how many subscribers it was handed to at publish time.
+        repeat: the publish repeated an ``Idempotency-Key`` the server had seen within its
+            ``idempotency_window``: nothing was delivered, and ``id`` is the first publish's.
     """
 
     topic: str
     id: str
     subscribers: int
+    repeat: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,12 @@ BatchItem = Union[Message, Tuple[str, Data], Tuple[str, Data, Optional[str]], Ma
 
 def _receipt(value: Any) -> Receipt:
     try:
-        return Receipt(topic=str(value["topic"]), id=str(value["id"]), subscribers=int(value["subscribers"]))
+        return Receipt(
+            topic=str(value["topic"]),
+            id=str(value["id"]),
+            subscribers=int(value["subscribers"]),
+            repeat=value.get("repeat") is True,
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise ClarionError(f"unexpected answer from the server: {value!r}") from e
 
@@ -92,7 +101,9 @@ def _batch_body(messages: Iterable[BatchItem]) -> Tuple[bytes, int]:
     return json.dumps({"messages": out}).encode(), len(out)
 
 
-def _single(topic: str, data: Data, event: Optional[str]) -> Tuple[str, Dict[str, str], bytes, Dict[str, str]]:
+def _single(
+    topic: str, data: Data, event: Optional[str], idempotency_key: Optional[str]
+) -> Tuple[str, Dict[str, str], bytes, Dict[str, str]]:
     if isinstance(data, bytes):
         content_type, body = "application/octet-stream", data
     elif isinstance(data, str):
@@ -103,7 +114,10 @@ def _single(topic: str, data: Data, event: Optional[str]) -> Tuple[str, Dict[str
     # server sees (and refuses with 400) the name as given rather than a different path.
     path = "/publish/" + quote(topic, safe="_.:@/-")
     params = {"event": event} if event is not None else {}
-    return path, params, body, {"Content-Type": content_type}
+    # A key on every publish, the same on each retry: a retry of a publish the server took but
+    # could not answer (a 503 after the broker took it, a node lost) is not delivered twice.
+    key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex
+    return path, params, body, {"Content-Type": content_type, "Idempotency-Key": key}
 
 
 def _retry_wait(response: httpx.Response, deadline: float, now: float) -> Optional[float]:
@@ -219,19 +233,26 @@ class Client:
         self._owned = http_client is None
         self._http = http_client or httpx.Client(timeout=self._settings.timeout)
 
-    def publish(self, topic: str, data: Data, event: Optional[str] = None) -> Receipt:
+    def publish(
+        self, topic: str, data: Data, event: Optional[str] = None, idempotency_key: Optional[str] = None
+    ) -> Receipt:
         """Publishes one message and returns its receipt.
 
         Args:
             topic: the topic (1 to 128 characters of ``A-Z a-z 0-9 _ . : @ / -``).
             data: ``str`` for a text message, ``bytes`` for a binary one.
             event: the Server-Sent Events event name subscribers over ``/sse`` see.
+            idempotency_key: sent as ``Idempotency-Key`` (1 to 128 characters ``!`` to ``~``):
+                a publish with a key the topic saw within the server's ``idempotency_window``
+                is not delivered again and answers the first id (``Receipt.repeat``). Give your
+                own to make your retries (to another node, after a crash) safe; by default each
+                call gets a random one, which the client's own ``503`` retries reuse.
 
         Raises:
             APIError: a subclass per status (:class:`BadRequest`, :class:`Unauthorized`, ...).
             TransportError: :class:`Timeout` or :class:`ConnectionFailed`.
         """
-        path, params, body, headers = _single(topic, data, event)
+        path, params, body, headers = _single(topic, data, event, idempotency_key)
         return _receipt(_json(self._post(path, params, body, headers)))
 
     def publish_batch(self, messages: Iterable[BatchItem]) -> List[Receipt]:
@@ -311,9 +332,11 @@ class AsyncClient:
         self._owned = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=self._settings.timeout)
 
-    async def publish(self, topic: str, data: Data, event: Optional[str] = None) -> Receipt:
+    async def publish(
+        self, topic: str, data: Data, event: Optional[str] = None, idempotency_key: Optional[str] = None
+    ) -> Receipt:
         """Publishes one message; see :meth:`Client.publish`."""
-        path, params, body, headers = _single(topic, data, event)
+        path, params, body, headers = _single(topic, data, event, idempotency_key)
         return _receipt(_json(await self._post(path, params, body, headers)))
 
     async def publish_batch(self, messages: Iterable[BatchItem]) -> List[Receipt]:

@@ -16,6 +16,14 @@ pub fn keys(topic: &str) -> [String; 3] {
     ]
 }
 
+/// The record of an `Idempotency-Key` published to `topic`, in the topic's slot (so the
+/// publish script claims it with the message): `clarion:{pN}:i:LEN:TOPIC:KEY`, the topic's
+/// length making the split between topic and key unambiguous.
+pub fn idempotency_key(topic: &str, key: &str) -> String {
+    let p = partition(topic);
+    format!("clarion:{{p{p}}}:i:{}:{topic}:{key}", topic.len())
+}
+
 /// FNV-1a: the same partition on every node and every version.
 pub fn partition(topic: &str) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
@@ -47,6 +55,10 @@ mod tests {
         assert!(s.starts_with(tag) && c.starts_with(tag));
         assert_eq!(topic_of(c.as_bytes()), Some("news.eu"));
         assert_eq!(topic_of(b"other:{p1}:x"), None);
+        let i = idempotency_key("news.eu", "k:1");
+        assert!(i.starts_with(tag), "{i}");
+        assert_eq!(i, "clarion:{p22}:i:7:news.eu:k:1");
+        assert_ne!(idempotency_key("a:b", "c"), idempotency_key("a", "b:c"));
     }
 
     #[test]

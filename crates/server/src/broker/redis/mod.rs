@@ -53,14 +53,14 @@ use clarion_proto::resp::Value;
 
 use self::conn::LinkError;
 use self::epoch::{random_epoch, sha1_hex};
-use self::layout::topic_of;
+use self::layout::{idempotency_key, topic_of};
 pub use self::layout::{keys, partition, PARTITIONS};
 use self::position::joined_position;
 use self::sentinel::SentinelAuth;
 use self::shard::Shard;
 use self::stream::RedisTls;
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
-use crate::config::HistoryLimits;
+use crate::config::{HistoryLimits, IdempotencyLimits};
 use crate::hub::{lock, Inbox, TopicTraffic};
 use crate::message::{Gap, GapReason, Published};
 use crate::metrics::Metrics;
@@ -92,6 +92,8 @@ pub(crate) struct Core {
     inboxes: Vec<Arc<Inbox>>,
     metrics: Arc<Metrics>,
     limits: HistoryLimits,
+    /// How long an `Idempotency-Key` is remembered (in Redis, by the publish script).
+    idempotency: IdempotencyLimits,
     shards: Vec<Shard>,
     /// With a Redis Cluster: the route from partitions to places of `shards`.
     cluster: Option<topology::Topology>,
@@ -192,6 +194,7 @@ impl RedisBroker {
         inboxes: Vec<Arc<Inbox>>,
         metrics: Arc<Metrics>,
         limits: HistoryLimits,
+        idempotency: IdempotencyLimits,
         decode_attachment: Option<AttachmentDecoder>,
     ) -> Result<RedisBroker, String> {
         let sha = sha1_hex(SCRIPT.as_bytes());
@@ -233,6 +236,7 @@ impl RedisBroker {
             inboxes,
             metrics,
             limits,
+            idempotency,
             shards,
             cluster: cluster.map(topology::Topology::new),
             tls,
@@ -340,15 +344,22 @@ impl RedisBroker {
         let meta_ttl = ttl.max(META_TTL_SECS);
         let replids = core.accepted_replids();
         let mut commands = Vec::with_capacity(msgs.len());
+        let window_ms = core.idempotency.window.as_millis().max(1).to_string();
         for m in msgs {
             let [meta, stream, channel] = keys(m.topic);
             let body = m.wire_body();
+            let key = m.key.filter(|_| !core.idempotency.window.is_zero());
             let mut cmd = vec![
                 b"EVALSHA".to_vec(),
                 core.sha.clone().into_bytes(),
-                b"2".to_vec(),
+                if key.is_some() { b"3" } else { b"2" }.to_vec(),
                 meta.into_bytes(),
                 stream.into_bytes(),
+            ];
+            if let Some(k) = key {
+                cmd.push(idempotency_key(m.topic, k).into_bytes());
+            }
+            cmd.extend([
                 channel.into_bytes(),
                 body,
                 size.to_string().into_bytes(),
@@ -356,7 +367,8 @@ impl RedisBroker {
                 core.fresh_epoch().into_bytes(),
                 meta_ttl.to_string().into_bytes(),
                 conn::REPLID_ARG.to_vec(),
-            ];
+                window_ms.clone().into_bytes(),
+            ]);
             cmd.extend(replids.iter().cloned());
             commands.push((partition(m.topic), cmd));
         }
@@ -377,12 +389,18 @@ impl RedisBroker {
             let epoch = parts.first().and_then(Value::as_str).unwrap_or("0");
             let offset = parts.get(1).and_then(Value::as_int).unwrap_or(0);
             let nodes = parts.get(2).and_then(Value::as_int).unwrap_or(0);
+            let repeat = parts.get(3).and_then(Value::as_int) == Some(1);
             receipts.push(Receipt {
                 id: format!("{epoch}-{offset}"),
                 subscribers: u64::try_from(nodes).unwrap_or(0),
+                repeat,
             });
         }
-        core.metrics.published.fetch_add(msgs.len() as u64, Relaxed);
+        let repeats = receipts.iter().filter(|r| r.repeat).count() as u64;
+        core.metrics.publish_repeats.fetch_add(repeats, Relaxed);
+        core.metrics
+            .published
+            .fetch_add(msgs.len() as u64 - repeats, Relaxed);
         Ok(receipts)
     }
 

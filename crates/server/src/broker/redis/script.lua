@@ -1,13 +1,25 @@
 -- Publishes one message to one topic, atomically (docs/cluster.md).
--- KEYS[1] the topic's metadata hash (epoch `e`, last offset `s`), KEYS[2] its stream.
+-- KEYS[1] the topic's metadata hash (epoch `e`, last offset `s`), KEYS[2] its stream,
+-- KEYS[3] (when the publisher sent an Idempotency-Key) the key's record in the topic's slot.
 -- ARGV: 1 channel, 2 body, 3 history size, 4 history seconds, 5 a fresh epoch, 6 meta seconds,
 -- 7 this server's replication id (`master_replid`, '' if unknown), which the metadata keeps as `r`;
--- 8.. (Redis Cluster) the replication ids of the cluster's masters serving slots now.
--- Returns {epoch, offset, nodes that received it}.
+-- 8 the idempotency window in milliseconds (used with KEYS[3]);
+-- 9.. (Redis Cluster) the replication ids of the cluster's masters serving slots now.
+-- Returns {epoch, offset, nodes that received it, 1 if a repeat of a remembered key else 0}.
+if KEYS[3] then
+  -- Claimed in the same script as the publish: a node that dies after Redis ran it leaves
+  -- the record behind, so the publisher's retry (on any node) is answered the same id and
+  -- nothing is delivered twice.
+  local prev = redis.call('GET', KEYS[3])
+  if prev then
+    local sp = string.find(prev, ' ', 1, true)
+    return {string.sub(prev, 1, sp - 1), tonumber(string.sub(prev, sp + 1)), 0, 1}
+  end
+end
 local meta = redis.call('HMGET', KEYS[1], 'e', 'r')
 local epoch = meta[1]
 local function current_master(r)
-  for i = 8, #ARGV do
+  for i = 9, #ARGV do
     if ARGV[i] == r then return true end
   end
   return false
@@ -36,5 +48,8 @@ if tonumber(ARGV[3]) > 0 then
   redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[3], offset .. '-0', 'd', ARGV[2])
   redis.call('EXPIRE', KEYS[2], ARGV[4])
 end
+if KEYS[3] then
+  redis.call('SET', KEYS[3], epoch .. ' ' .. offset, 'PX', ARGV[8])
+end
 local nodes = redis.call('SPUBLISH', ARGV[1], epoch .. ' ' .. offset .. ' ' .. ARGV[2])
-return {epoch, offset, nodes}
+return {epoch, offset, nodes, 0}

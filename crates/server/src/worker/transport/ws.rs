@@ -385,6 +385,7 @@ impl<S: Socket> Engine<S> {
                     payload: &payload,
                     event: None,
                     attachment: None,
+                    key: None,
                 };
                 // At the time the shell passed in: the engine reads no clock.
                 let receipts = self.shared.broker.publish_at(&[msg], self.hub_now());
