@@ -32,7 +32,7 @@
 # --port PORT (29080; API PORT+1, TLS PORT+2, Redis PORT-1700), --tag NAME, --out DIR, --bin PATH
 # (target/release/clarion), --drain-period S (5: the rolling restart's spreading),
 # --browser-share PCT (40; 0: only WebSocket and SSE over clear HTTP/1.1), --no-tls (the
-# browser-like kinds in clear text only; CI's run, see .ci/run), --bench-bin PATH (the load
+# browser-like kinds in clear text only), --bench-bin PATH (the load
 # generator, default --bin: an older server under test with today's clients).
 set -euo pipefail
 

@@ -15,6 +15,13 @@
 //! streams (`super::handover_h2`); a stream that cannot move is refused (`REFUSED_STREAM`,
 //! which the client retries) and counted under its reason, while its connection moves. A
 //! connection a GRIP backend holds moves with its hold (`super::handover_grip`).
+//!
+//! A TLS connection whose handshake is in flight cannot move (rustls' handshake state is not
+//! carried), and its client may already consider the handshake done: it sent its Finished,
+//! and its request, which the old process would answer before telling it to reconnect. So a
+//! worker asked to let go first stops accepting and goes on serving for up to
+//! [`HANDSHAKE_GRACE`] while any handshake is in flight; one that finishes in that time moves
+//! like any other connection, one that does not stays (`tls_handshake`).
 #![deny(clippy::wildcard_enum_match_arm)]
 
 use std::os::fd::OwnedFd;
@@ -38,6 +45,12 @@ use super::{Engine, Worker};
 use crate::hub::lock;
 use crate::log;
 use crate::message::Published;
+
+/// How long a worker asked to let go waits for the TLS handshakes in flight to finish (the
+/// freeze is that much longer when one is in flight). The client's Finished follows the
+/// server's flight by one round trip: 250 ms covers a round trip across continents, while a
+/// client that never finishes costs each hand-over this much at most.
+pub(crate) const HANDSHAKE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Why a connection could not move; each is counted (`clarion_handover_connections` with
 /// `outcome="fallback"` and the label as `reason`) and named in the old process's log. Each
@@ -409,6 +422,15 @@ pub fn state_from_wire(kind: u8, option: u8, deflate: Option<u8>, pinged: bool) 
 }
 
 impl Engine<mio::net::TcpStream> {
+    /// How many TLS connections have not finished their handshake: rustls' handshake state
+    /// cannot move, so a hand-over gives them a moment to finish first ([`HANDSHAKE_GRACE`]).
+    pub(crate) fn handshakes_in_flight(&self) -> usize {
+        self.conns
+            .iter()
+            .filter(|(_, c)| c.tls.as_ref().is_some_and(|t| !t.established()))
+            .count()
+    }
+
     /// Why connection `k` cannot move, or `None` if it can.
     pub(super) fn cannot_move(&self, k: u32, conn: &Conn) -> Option<Fallback> {
         let s = &self.shared;
@@ -691,16 +713,46 @@ impl<S: super::socket::Socket> Engine<S> {
 }
 
 impl Worker {
-    /// The old process's side: stops accepting, delivers what the inbox holds, and lifts the
-    /// connections that can move; the rest stay, to be told to reconnect by the restart that
-    /// follows.
-    pub(super) fn let_go(&mut self, now: u32) {
+    /// Whether to let go now: when no TLS handshake is in flight, or the grace for them has
+    /// passed. The first call stops accepting (the listeners belong to the new process now)
+    /// and starts the grace.
+    pub(super) fn may_let_go(&mut self) -> bool {
+        let in_flight = self.engine.handshakes_in_flight();
+        if in_flight == 0 {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        let Some(until) = self.grace else {
+            self.stop_accepting();
+            self.grace = Some(now + HANDSHAKE_GRACE);
+            return false;
+        };
+        if now < until {
+            return false;
+        }
+        log::info(format_args!(
+            "hand-over: worker {}: {in_flight} TLS handshakes did not finish within {} ms",
+            self.id,
+            HANDSHAKE_GRACE.as_millis()
+        ));
+        true
+    }
+
+    /// Deregisters the listeners: connections waiting in their queues go to the new process.
+    fn stop_accepting(&mut self) {
         for mut l in [self.listener.take(), self.tls_listener.take()]
             .into_iter()
             .flatten()
         {
             let _ = self.poll.registry().deregister(&mut l);
         }
+    }
+
+    /// The old process's side: stops accepting, delivers what the inbox holds, and lifts the
+    /// connections that can move; the rest stay, to be told to reconnect by the restart that
+    /// follows.
+    pub(super) fn let_go(&mut self, now: u32) {
+        self.stop_accepting();
         self.engine.handle_inbox(now);
         self.engine.flush_tally();
         let lifted = self.engine.lift_all(self.poll.registry());

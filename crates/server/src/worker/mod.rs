@@ -117,6 +117,9 @@ pub struct Worker {
     drain: Option<(Instant, Duration)>,
     /// This worker has let go of its connections for a hand-over.
     let_go: bool,
+    /// Asked to let go while TLS handshakes were in flight: until when it waits for them
+    /// (`handover::HANDSHAKE_GRACE`).
+    grace: Option<Instant>,
 }
 
 /// How often a drain tells its next slice of connections to go.
@@ -170,6 +173,7 @@ impl Worker {
             shutdown_deadline: None,
             drain: None,
             let_go: false,
+            grace: None,
         })
     }
 
@@ -181,6 +185,8 @@ impl Worker {
                 Duration::ZERO
             } else if self.drain.is_some() {
                 DRAIN_STEP
+            } else if let Some(until) = self.grace.filter(|_| !self.let_go) {
+                until.saturating_duration_since(Instant::now())
             } else {
                 Duration::from_secs(1)
             };
@@ -221,7 +227,7 @@ impl Worker {
             }
             self.engine.read_more(now);
             self.engine.handle_inbox(now);
-            if !self.let_go && self.engine.shared.handover.requested() {
+            if !self.let_go && self.engine.shared.handover.requested() && self.may_let_go() {
                 self.let_go(now);
             }
             let stopping = self.engine.shared.stopping.load(Relaxed);
