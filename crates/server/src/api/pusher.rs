@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 
 use super::request::Request;
 use crate::broker::{Outgoing, Receipt};
-use crate::pusher::AppConfig;
+use crate::config::pusher_apps::AppConfig;
 use crate::reply::Answer;
 use crate::worker::Shared;
 

@@ -461,7 +461,7 @@ impl TomlValue for Vec<crate::tls::CertFiles> {
 }
 
 /// Applications as inline tables, their secrets hidden (this renders defaults and docs).
-impl TomlValue for Vec<crate::pusher::AppConfig> {
+impl TomlValue for Vec<super::pusher_apps::AppConfig> {
     fn toml(&self) -> String {
         let tables: Vec<String> = self
             .iter()

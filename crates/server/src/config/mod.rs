@@ -17,6 +17,7 @@ pub mod declare;
 pub mod env;
 mod file;
 pub mod limits;
+pub mod pusher_apps;
 mod validate;
 
 pub use declare::{docs_table, Setting, Source};
@@ -485,7 +486,7 @@ settings! {
     /// `enable_client_messages` (false), `max_connections` (0: no limit of its own),
     /// `client_event_rate` (10 a second), `max_event_bytes` (10240) and `max_batch_events`
     /// (10), Pusher's own defaults. Empty by default: the Pusher API answers `404`.
-    pusher_apps: Vec<crate::pusher::AppConfig> = Vec::new(), file;
+    pusher_apps: Vec<pusher_apps::AppConfig> = Vec::new(), file;
     /// The id of one Pusher application given without a file (with `pusher_app_key` and
     /// `pusher_app_secret`; the three go together). Its limits are Pusher's defaults.
     pusher_app_id: Option<String> = None, flag "Pusher application id (with --pusher-app-key and --pusher-app-secret)";

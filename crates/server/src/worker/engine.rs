@@ -12,6 +12,7 @@ use std::sync::Arc;
 use slab::Slab;
 
 use super::conn::Conn;
+use super::frames::Frames;
 use super::index::TopicIndex;
 use super::shared::Shared;
 use super::side::Side;
@@ -42,17 +43,6 @@ pub(crate) struct Scratch {
     /// HTTP/2 connections whose streams wrote since the last pump.
     pub(crate) h2_dirty: Vec<u32>,
     pub(crate) tally: Tally,
-}
-
-/// Encodings made once and shared by every connection.
-pub(crate) struct Frames {
-    /// An empty Ping frame, shared by every keep-alive ping.
-    pub(crate) ping_frame: Arc<[u8]>,
-    /// An SSE comment and an empty NDJSON line (as a chunk): keep-alives for HTTP streams.
-    pub(crate) sse_keepalive: Arc<[u8]>,
-    pub(crate) stream_keepalive: Arc<[u8]>,
-    /// How shared compressed frames are made.
-    pub(crate) deflate_settings: crate::message::DeflateSettings,
 }
 
 /// What a fan-out of published messages reuses from one to the next ([`super::deliver`]).
@@ -114,23 +104,7 @@ impl<S: Socket> Engine<S> {
         };
         // Only servers with authentication reserve the grants (see `GrantStore::with_capacity`).
         let side = Side::new(shared.auth.as_ref().map(|_| shared.cap));
-        let frames = Frames {
-            ping_frame: clarion_proto::ws::frame::encode_frame(
-                clarion_proto::ws::OpCode::Ping,
-                b"",
-            )
-            .into(),
-            sse_keepalive: Arc::from(&b":\n\n"[..]),
-            stream_keepalive: {
-                let mut v = Vec::new();
-                clarion_proto::http1::write_chunk(&mut v, b"\n");
-                v.into()
-            },
-            deflate_settings: crate::message::DeflateSettings {
-                threshold: shared.config.compression_threshold,
-                level: shared.config.compression_level,
-            },
-        };
+        let frames = Frames::new(&shared.config);
         Engine {
             id,
             conns: Slab::new(),

@@ -21,7 +21,7 @@ use crate::auth::Refusal;
 use crate::log;
 use crate::message::Encoding;
 use crate::metrics::CloseReason;
-use crate::worker::engine::Frames;
+use crate::worker::frames::Frames;
 use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use crate::worker::Engine;

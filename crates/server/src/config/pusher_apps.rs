@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::config::{Config, ConfigError};
+use super::{Config, ConfigError};
 
 /// One application as configured.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -53,9 +53,6 @@ fn default_max_batch() -> usize {
 const MAX_EVENT_BYTES_CAP: usize = 1024 * 1024;
 /// Largest `max_batch_events`.
 const MAX_BATCH_CAP: usize = 1000;
-
-/// An application as the server uses it.
-pub type App = AppConfig;
 
 impl fmt::Debug for AppConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
