@@ -38,9 +38,14 @@ pub struct Job {
     pub request: Vec<u8>,
     /// A `HEAD` request (its answer has no body whatever the headers say).
     pub head_only: bool,
-    /// When it was handed over: its deadline counts from here, so the time it waits for a
-    /// free thread is part of the timeout (a queue of slow calls must not stretch it).
-    pub queued: Instant,
+}
+
+/// A job as the pool holds it: with the time [`Backend::submit`] took it, from which its
+/// deadline counts, so the time it waits for a free thread is part of the timeout (a queue of
+/// slow calls must not stretch it). The pool reads the clock; the engine that submits does not.
+pub(crate) struct Queued {
+    pub(crate) job: Job,
+    pub(crate) at: Instant,
 }
 
 /// A backend's complete answer.
@@ -123,7 +128,7 @@ impl Mailbox {
 
 /// The pool.
 pub struct Backend {
-    jobs: Mutex<Sender<Job>>,
+    jobs: Mutex<Sender<Queued>>,
 }
 
 /// Limits of one exchange.
@@ -145,7 +150,7 @@ impl Backend {
 
     /// Starts `threads` threads named `clarion-<name>-<i>` (the hook pool shares this code).
     pub fn start_named(threads: usize, limits: Limits, name: &str) -> io::Result<Backend> {
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<Queued>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..threads {
             let rx = Arc::clone(&rx);
@@ -162,8 +167,8 @@ impl Backend {
     /// A pool without threads whose jobs are handed to the caller instead (engine tests inject
     /// the backend's answers themselves).
     #[cfg(test)]
-    pub(crate) fn detached() -> (Backend, mpsc::Receiver<Job>) {
-        let (tx, rx) = mpsc::channel::<Job>();
+    pub(crate) fn detached() -> (Backend, mpsc::Receiver<Queued>) {
+        let (tx, rx) = mpsc::channel::<Queued>();
         let backend = Backend {
             jobs: Mutex::new(tx),
         };
@@ -173,7 +178,11 @@ impl Backend {
     /// Queues a job. If the pool is gone (it never is while the server runs), the job's worker
     /// gets an `Unreachable` answer.
     pub fn submit(&self, job: Job) {
-        if let Err(mpsc::SendError(job)) = lock(&self.jobs).send(job) {
+        let queued = Queued {
+            job,
+            at: Instant::now(),
+        };
+        if let Err(mpsc::SendError(Queued { job, .. })) = lock(&self.jobs).send(queued) {
             if let Some(r) = &job.reply {
                 r.post(Answer {
                     key: job.key,
@@ -186,15 +195,15 @@ impl Backend {
     }
 }
 
-fn run(rx: &Mutex<Receiver<Job>>, limits: Limits) {
+fn run(rx: &Mutex<Receiver<Queued>>, limits: Limits) {
     let mut idle: HashMap<String, TcpStream> = HashMap::new();
     loop {
-        let job = match lock(rx).recv() {
-            Ok(j) => j,
+        let Queued { job, at } = match lock(rx).recv() {
+            Ok(q) => q,
             Err(_) => return,
         };
-        let result = exchange(&job, &mut idle, limits);
-        let elapsed_us = u64::try_from(job.queued.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let result = exchange(&job, at, &mut idle, limits);
+        let elapsed_us = u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX);
         if let Err(f) = &result {
             log::debug(format_args!("backend {:?}: {f:?}", job.targets));
         }
@@ -216,17 +225,18 @@ pub fn exchange_blocking(
     idle: &mut HashMap<String, TcpStream>,
     limits: Limits,
 ) -> Result<Response, Failure> {
-    exchange(job, idle, limits)
+    exchange(job, Instant::now(), idle, limits)
 }
 
 /// Tries each target in turn; a reused keep-alive connection that fails before answering is
 /// retried once on a fresh one (the backend may have closed it while idle).
 fn exchange(
     job: &Job,
+    queued: Instant,
     idle: &mut HashMap<String, TcpStream>,
     limits: Limits,
 ) -> Result<Response, Failure> {
-    let deadline = job.queued + limits.timeout;
+    let deadline = queued + limits.timeout;
     if Instant::now() >= deadline {
         // It waited its whole time for a thread: starting now would only make it later.
         return Err(Failure::Timeout);
@@ -434,19 +444,18 @@ mod tests {
             max_body: 1024,
             max_body_setting: "hook_max_answer",
         };
-        let job = |queued| Job {
+        let job = Job {
             reply: None,
             key: 0,
             ticket: 0,
             targets: vec![listener.local_addr().unwrap().to_string()].into(),
             request: b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
             head_only: false,
-            queued,
         };
         let mut idle = HashMap::new();
-        let late = job(Instant::now() - Duration::from_millis(1500));
+        let late = Instant::now() - Duration::from_millis(1500);
         assert_eq!(
-            exchange(&late, &mut idle, limits).err(),
+            exchange(&job, late, &mut idle, limits).err(),
             Some(Failure::Timeout)
         );
         // It never reached the backend.
@@ -454,9 +463,8 @@ mod tests {
         // A job queued just now does (and times out waiting for the answer that never comes,
         // one second after it was queued).
         let t0 = Instant::now();
-        let fresh = job(t0);
         assert_eq!(
-            exchange(&fresh, &mut idle, limits).err(),
+            exchange(&job, t0, &mut idle, limits).err(),
             Some(Failure::Timeout)
         );
         assert!(listener.accept().is_ok());
@@ -486,9 +494,8 @@ mod tests {
             targets: vec![addr].into(),
             request: b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".to_vec(),
             head_only: false,
-            queued: Instant::now(),
         };
-        let got = exchange(&job, &mut HashMap::new(), limits).err();
+        let got = exchange(&job, Instant::now(), &mut HashMap::new(), limits).err();
         assert_eq!(
             got,
             Some(Failure::Invalid(

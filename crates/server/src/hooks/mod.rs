@@ -340,7 +340,6 @@ impl Hooks {
             targets: Arc::clone(&target.addr),
             request,
             head_only: false,
-            queued: std::time::Instant::now(),
         });
         Ok(())
     }
@@ -426,7 +425,10 @@ impl Hooks {
         config: &Config,
         inbox: &Arc<Inbox>,
         metrics: &Arc<Metrics>,
-    ) -> (Hooks, std::sync::mpsc::Receiver<Job>) {
+    ) -> (
+        Hooks,
+        std::sync::mpsc::Receiver<crate::grip::backend::Queued>,
+    ) {
         let (backend, jobs) = Backend::detached();
         let parse = |u: &Option<String>| u.as_deref().and_then(|u| Target::parse(u).ok());
         let hooks = Hooks::new(

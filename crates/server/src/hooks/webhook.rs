@@ -439,7 +439,6 @@ fn post(
         targets: Arc::clone(&t.addr),
         request,
         head_only: false,
-        queued: std::time::Instant::now(),
     };
     match exchange_blocking(&job, idle, inner.limits) {
         Ok(r) if (200..300).contains(&r.status) => Ok(()),

@@ -26,7 +26,7 @@ use super::socket::Socket;
 use super::{Engine, Modes, Shared};
 use crate::broker::{Broker, Outgoing};
 use crate::config::Config;
-use crate::grip::backend::{Answer, Backend, Job, Mailbox, Response};
+use crate::grip::backend::{Answer, Backend, Job, Mailbox, Queued, Response};
 use crate::hub::Inbox;
 use crate::metrics::Metrics;
 
@@ -160,9 +160,9 @@ pub struct Harness {
     /// The simulated clock, in whole seconds.
     pub now: u32,
     /// Jobs submitted to the GRIP backend pool (GRIP harnesses only).
-    jobs: Option<Receiver<Job>>,
+    jobs: Option<Receiver<Queued>>,
     /// Calls made to backend hooks (harnesses whose config names a hook).
-    hook_jobs: Option<Receiver<Job>>,
+    hook_jobs: Option<Receiver<Queued>>,
     /// Owns the waker's registration; never polled.
     _poll: mio::Poll,
 }
@@ -327,12 +327,12 @@ impl Harness {
 
     /// The next request the engine sent to the GRIP backend, if any.
     pub fn next_job(&mut self) -> Option<Job> {
-        self.jobs.as_ref()?.try_recv().ok()
+        self.jobs.as_ref()?.try_recv().ok().map(|q| q.job)
     }
 
     /// The next call made to a backend hook, if any.
     pub fn next_hook_call(&mut self) -> Option<Job> {
-        self.hook_jobs.as_ref()?.try_recv().ok()
+        self.hook_jobs.as_ref()?.try_recv().ok().map(|q| q.job)
     }
 
     /// Answers hook call `job` with `status` and `body`, through the engine's answer handler.

@@ -293,7 +293,6 @@ impl<S: Socket> Engine<S> {
             targets: Arc::clone(targets),
             request,
             head_only,
-            queued: std::time::Instant::now(),
         });
     }
 
