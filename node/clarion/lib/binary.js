@@ -43,8 +43,15 @@ function reportHeader() {
   try {
     const report = process.report;
     if (!report) return undefined;
-    if ('excludeNetwork' in report) report.excludeNetwork = true;
-    return report.getReport()?.header;
+    if (!('excludeNetwork' in report)) return report.getReport()?.header;
+    // The network part can take seconds (reverse lookups); the caller's setting is restored.
+    const saved = report.excludeNetwork;
+    report.excludeNetwork = true;
+    try {
+      return report.getReport()?.header;
+    } finally {
+      report.excludeNetwork = saved;
+    }
   } catch {
     return undefined;
   }
