@@ -52,7 +52,10 @@ test('the typed entry points are in the package', () => {
   const pkg = JSON.parse(readFileSync(require.resolve('clarion/package.json'), 'utf8'));
   assert.equal(pkg.exports['.'].types, './index.d.ts');
   assert.match(readFileSync(require.resolve('clarion/package.json').replace('package.json', 'index.d.ts'), 'utf8'), /publish\(topic: string/);
-  assert.deepEqual(pkg.optionalDependencies, { '@clarion/linux-x64': pkg.version });
+  const v = pkg.version;
+  assert.deepEqual(pkg.optionalDependencies, {
+    '@clarion/linux-x64': v, '@clarion/linux-arm64': v, '@clarion/linux-x64-musl': v, '@clarion/linux-arm64-musl': v,
+  });
   assert.equal(pkg.scripts?.postinstall, undefined); // nothing to run at install time
 });
 
