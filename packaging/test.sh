@@ -187,7 +187,7 @@ for p in $cross; do
   (
     cd "$work/npm-$p"
     npm install --ignore-scripts --no-audit --no-fund --silent --os linux --cpu $cpu --libc $libc
-    installed=$(ls node_modules/@clarion | xargs)
+    installed=$(ls node_modules/@clarion 2>/dev/null | xargs)
     [ "$installed" = "$p" ] || { echo "$p: npm --cpu $cpu --libc $libc installed @clarion/{$installed}" >&2; exit 1; }
     chosen=$(node --input-type=module -e "
       import { existsSync } from 'node:fs';
