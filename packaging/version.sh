@@ -14,7 +14,9 @@ if [ "${1:-}" = "--write" ]; then
   node - "$version" <<'JS'
 const fs = require('fs');
 const v = process.argv[2];
-for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.json', 'node/client/package.json']) {
+const files = ['node/clarion/package.json', 'node/client/package.json',
+  ...fs.readdirSync('node/platforms').sort().map((d) => `node/platforms/${d}/package.json`)];
+for (const f of files) {
   const p = JSON.parse(fs.readFileSync(f, 'utf8'));
   p.version = v;
   for (const dep of Object.keys(p.optionalDependencies ?? {})) p.optionalDependencies[dep] = v;
@@ -31,7 +33,9 @@ node - "$version" <<'JS'
 const fs = require('fs');
 const v = process.argv[2];
 let bad = 0;
-for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.json', 'node/client/package.json']) {
+const files = ['node/clarion/package.json', 'node/client/package.json',
+  ...fs.readdirSync('node/platforms').sort().map((d) => `node/platforms/${d}/package.json`)];
+for (const f of files) {
   const p = JSON.parse(fs.readFileSync(f, 'utf8'));
   const found = [['version', p.version], ...Object.entries(p.optionalDependencies ?? {})];
   for (const [what, got] of found) {
@@ -40,6 +44,14 @@ for (const f of ['node/clarion/package.json', 'node/platforms/linux-x64/package.
       bad = 1;
     }
   }
+}
+// The launcher's optional dependencies are exactly the platform packages (node/platforms/*).
+const named = Object.keys(JSON.parse(fs.readFileSync('node/clarion/package.json', 'utf8')).optionalDependencies).sort();
+const platforms = files.filter((f) => f.startsWith('node/platforms/'))
+  .map((f) => JSON.parse(fs.readFileSync(f, 'utf8')).name).sort();
+if (named.join() !== platforms.join()) {
+  console.error(`node/clarion/package.json: optionalDependencies ${named} differ from node/platforms/*: ${platforms}`);
+  bad = 1;
 }
 process.exit(bad);
 JS

@@ -52,7 +52,10 @@ test('the typed entry points are in the package', () => {
   const pkg = JSON.parse(readFileSync(require.resolve('clarion/package.json'), 'utf8'));
   assert.equal(pkg.exports['.'].types, './index.d.ts');
   assert.match(readFileSync(require.resolve('clarion/package.json').replace('package.json', 'index.d.ts'), 'utf8'), /publish\(topic: string/);
-  assert.deepEqual(pkg.optionalDependencies, { '@clarion/linux-x64': pkg.version });
+  const v = pkg.version;
+  assert.deepEqual(pkg.optionalDependencies, {
+    '@clarion/linux-x64': v, '@clarion/linux-arm64': v, '@clarion/linux-x64-musl': v, '@clarion/linux-arm64-musl': v,
+  });
   assert.equal(pkg.scripts?.postinstall, undefined); // nothing to run at install time
 });
 
@@ -106,15 +109,10 @@ test('SIGTERM to npm exec (npx) stops the launcher and the server it started', a
   }
 });
 
-test('musl and other platforms without a binary get a message saying so', () => {
+test('other platforms than Linux x64/arm64 get a message naming the supported ones', () => {
   assert.equal(platformPackage('linux-x64'), '@clarion/linux-x64');
-  // npm < 10 ignores the platform package's libc field, so the launcher must not run it on musl.
-  assert.equal(platformPackage('linux-x64-musl'), undefined);
-  const musl = unsupportedPlatform('linux-x64-musl').message;
-  assert.match(musl, /no prebuilt binary for linux-x64-musl/);
-  assert.match(musl, /musl system .* needs glibc/);
-  assert.match(musl, /CLARION_BINARY_PATH/);
+  assert.equal(platformPackage('linux-arm64-musl'), '@clarion/linux-arm64-musl');
   const mac = unsupportedPlatform('darwin-arm64').message;
-  assert.match(mac, /no prebuilt binary for darwin-arm64 \(available: linux-x64\)/);
-  assert.doesNotMatch(mac, /musl/);
+  assert.match(mac, /no prebuilt binary for darwin-arm64: the supported platforms are .*\(linux-x64, linux-arm64, linux-x64-musl, linux-arm64-musl\)/);
+  assert.match(mac, /CLARION_BINARY_PATH/);
 });
