@@ -227,6 +227,7 @@ impl<M> ConflateQueue<M> {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+    use crate::test_rng::Rng;
 
     fn drain(q: &mut ConflateQueue<(u32, u32)>) -> Vec<Item<(u32, u32)>> {
         std::iter::from_fn(|| q.poll()).collect()
@@ -323,20 +324,6 @@ mod tests {
     }
 
     /// splitmix64, so a failure repeats with its seed.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n.max(1)
-        }
-    }
-
     #[test]
     fn latest_value_of_every_key_is_delivered_exactly_once_and_skips_add_up() {
         let mut rng = Rng(51);
@@ -374,7 +361,7 @@ mod tests {
                         take(item, &mut delivered);
                     }
                 } else {
-                    let k = rng.below(u64::from(keys) + u64::from(!roomy)) as u32;
+                    let k = rng.below(keys as usize + usize::from(!roomy)) as u32;
                     published[k as usize] += 1;
                     let key = (k < keys).then(|| k.to_string());
                     if let Push::Full(_) = q.push(key, (k, published[k as usize])) {

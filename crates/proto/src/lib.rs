@@ -65,5 +65,7 @@ pub mod pusher;
 pub mod resp;
 pub mod sd_notify;
 pub mod sse;
+#[cfg(test)]
+mod test_rng;
 pub mod tls13;
 pub mod ws;

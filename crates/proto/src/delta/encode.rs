@@ -304,21 +304,7 @@ fn best_match(
 mod tests {
     use super::super::{apply, DeltaError};
     use super::*;
-
-    /// splitmix64: a deterministic stream of choices, so a failure repeats with its seed.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n.max(1) as u64) as usize
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// Random bytes from a small alphabet (so matches occur) or, every fourth case, any byte
     /// (so UTF-8 trimming meets invalid text), and random multi-byte characters.

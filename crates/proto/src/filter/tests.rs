@@ -7,6 +7,7 @@ use std::hash::{Hash, Hasher};
 use super::canon::normalise;
 use super::json::{from_json, to_json};
 use super::*;
+use crate::test_rng::Rng;
 
 fn p(s: &str) -> Filter {
     parse(s, &Limits::default()).unwrap_or_else(|e| panic!("{s}: {e}"))
@@ -240,20 +241,6 @@ fn the_json_form_reads_as_the_text_form() {
 }
 
 /// splitmix64, so a failure repeats with its seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 const KEYS: [&str; 4] = ["a", "b.c", "ns:k", "x-y/z"];
 const VALUES: [&str; 5] = ["1", "2", "q\"uo\\te", "é €", ""];
 
