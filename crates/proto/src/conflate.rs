@@ -329,14 +329,14 @@ mod tests {
         let mut rng = Rng(51);
         for case in 0..300 {
             let keys = 1 + rng.below(12) as u32;
-            let threshold = rng.below(6) as usize;
+            let threshold = rng.below(6);
             // Every other case: all messages keyed and room for every key, so the bound must
             // never be reached (conflation, not refusal, keeps the backlog short).
             let roomy = case % 2 == 0;
             let max_keys = if roomy {
-                keys as usize + rng.below(4) as usize
+                keys as usize + rng.below(4)
             } else {
-                1 + rng.below(16) as usize
+                1 + rng.below(16)
             };
             let mut q: ConflateQueue<(u32, u32)> = ConflateQueue::new(threshold, max_keys);
             // Message (key, n): the n-th publication of `key`; key `keys` stands for unkeyed.
