@@ -14,14 +14,7 @@ import threading
 import time
 
 from conftest import Server
-
-
-def wait_exit(proc, timeout=30):
-    try:
-        return proc.wait(timeout=timeout)
-    except Exception:
-        proc.kill()
-        raise
+from test_handover import wait_exit
 
 
 class HeldTls:
