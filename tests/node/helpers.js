@@ -7,6 +7,7 @@ const { spawn } = require('node:child_process');
 const path = require('node:path');
 const fs = require('node:fs');
 const readline = require('node:readline');
+const WebSocket = require('ws');
 
 const root = path.resolve(__dirname, '..', '..');
 
@@ -98,3 +99,21 @@ async function waitFor(check, ms = 10000, what = 'condition') {
 
 module.exports.startProxy = startProxy;
 module.exports.waitFor = waitFor;
+
+// A WebSocket whose text messages are queued: `await ws.next()` takes the next one.
+function openWs(url, options) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, options);
+    const queue = [];
+    const waiters = [];
+    ws.on('message', (data) => {
+      const w = waiters.shift();
+      if (w) w(data.toString('utf8'));
+      else queue.push(data.toString('utf8'));
+    });
+    ws.next = () => (queue.length ? Promise.resolve(queue.shift()) : new Promise((r) => waiters.push(r)));
+    ws.once('open', () => resolve(ws));
+    ws.once('error', reject);
+  });
+}
+module.exports.openWs = openWs;

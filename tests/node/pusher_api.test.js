@@ -6,9 +6,8 @@
 
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
-const WebSocket = require('ws');
 const Pusher = require('pusher');
-const { startServer, stopAll } = require('./helpers');
+const { startServer, stopAll, openWs: subscribe } = require('./helpers');
 
 after(stopAll);
 
@@ -21,22 +20,6 @@ async function start() {
 function library(api, secret = APP.secret) {
   const [host, port] = [api.slice(0, api.lastIndexOf(':')), api.slice(api.lastIndexOf(':') + 1)];
   return new Pusher({ ...APP, secret, host, port, useTLS: false });
-}
-
-function subscribe(url) {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url);
-    const queue = [];
-    const waiters = [];
-    ws.on('message', (data) => {
-      const w = waiters.shift();
-      if (w) w(data.toString('utf8'));
-      else queue.push(data.toString('utf8'));
-    });
-    ws.next = () => (queue.length ? Promise.resolve(queue.shift()) : new Promise((r) => waiters.push(r)));
-    ws.once('open', () => resolve(ws));
-    ws.once('error', reject);
-  });
 }
 
 async function subscribers(pusher, channel, want) {

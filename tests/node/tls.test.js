@@ -8,8 +8,7 @@ const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const WebSocket = require('ws');
-const { binary, startServer, publish, stopAll } = require('./helpers');
+const { binary, startServer, publish, stopAll, openWs: open } = require('./helpers');
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'clarion-node-tls-'));
 after(() => {
@@ -18,22 +17,6 @@ after(() => {
 });
 execFileSync(binary(), ['cert', '--dev', '--dir', dir]);
 const ca = fs.readFileSync(path.join(dir, 'ca.pem'));
-
-function open(url, options) {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, options);
-    const queue = [];
-    const waiters = [];
-    ws.on('message', (data) => {
-      const w = waiters.shift();
-      if (w) w(data.toString('utf8'));
-      else queue.push(data.toString('utf8'));
-    });
-    ws.next = () => (queue.length ? Promise.resolve(queue.shift()) : new Promise((r) => waiters.push(r)));
-    ws.once('open', () => resolve(ws));
-    ws.once('error', reject);
-  });
-}
 
 test('wss:// with the dev CA: messages arrive in order, with and without compression', async () => {
   const { api, tls } = await startServer([
