@@ -8,8 +8,11 @@
 #   packaging/container/build.sh                      # builds the amd64 musl binary first
 #   packaging/container/build.sh --binary amd64=PATH [--binary arm64=PATH]
 #
-# The arm64 image needs the aarch64 musl binary (target/aarch64-unknown-linux-musl/release/
-# clarion, the cross build of packaging/build.sh): it is included when that file exists.
+# The arm64 image needs the aarch64 musl binary (target/aarch64-unknown-linux-musl/PROFILE/
+# clarion, the cross build of packaging/build.sh or tests/cross/run.sh): it is included when
+# that file exists, and the archive's index then lists linux/amd64 and linux/arm64.
+# CROSS_PROFILE=cross-ci takes both binaries from the test profile tests/cross/run.sh builds
+# (an image for testing, never for a release; the default is `release`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
@@ -32,10 +35,11 @@ if [ ${#binaries[@]} -eq 0 ]; then
   rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$' \
     || rustup target add x86_64-unknown-linux-musl
   command -v musl-gcc >/dev/null || { echo "musl-gcc missing: apt-get install musl-tools" >&2; exit 1; }
+  profile="${CROSS_PROFILE:-release}"
   CC_x86_64_unknown_linux_musl=musl-gcc \
-    cargo build --release --locked --target x86_64-unknown-linux-musl -p clarion
-  binaries+=(--binary "amd64=$target_dir/x86_64-unknown-linux-musl/release/clarion")
-  arm="$target_dir/aarch64-unknown-linux-musl/release/clarion"
+    cargo build --profile "$profile" --locked --target x86_64-unknown-linux-musl -p clarion
+  binaries+=(--binary "amd64=$target_dir/x86_64-unknown-linux-musl/$profile/clarion")
+  arm="$target_dir/aarch64-unknown-linux-musl/$profile/clarion"
   if [ -f "$arm" ]; then
     binaries+=(--binary "arm64=$arm")
   else
