@@ -5,6 +5,11 @@ through one node reaches clients connected through the balancer (WebSocket and S
 killed with its clients on it, and another drained with SIGTERM: each client comes back
 through the balancer to a node that is up and resumes exactly (every message once, in order).
 
+compose.sentinel.yaml's Redis side runs as written too: the primary and the replica with
+their services' arguments, three sentinels with the configuration lines their command writes
+(names mapped to loopback ports); two nodes with that file's broker URL find the primary
+through them and deliver a publish.
+
 Both Compose files are checked as Compose would read them (YAML, anchors merged): the
 services, every image pinned by a tag, healthchecks, the nodes' settings, the balancer's
 environment covering every variable haproxy.cfg names."""
@@ -13,6 +18,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -24,7 +30,7 @@ import yaml
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from cluster_util import cluster, free_port, missing_service, wait_until  # noqa: F401
+from cluster_util import REDIS, Broker, Redis, cluster, free_port, missing_service, wait_until  # noqa: F401
 from conftest import ROOT
 
 pytestmark = pytest.mark.timeout(120)
@@ -385,4 +391,104 @@ def test_clients_through_haproxy_get_publishes_from_any_node_and_resume_on_anoth
         assert sse.reconnects > before[0], "the drained node ended the stream"
     else:
         assert ws.closes[before[1]:] == [1001], "the drained node said going away"
+    ws.close()
+
+
+# --------------------------------------------------------------------------------------------
+# compose.sentinel.yaml's Redis side, run as written
+
+
+class ComposeRedis(Redis):
+    """redis-server with a Compose service's own arguments, its names mapped to loopback."""
+
+    def __init__(self, workdir, args):
+        self.args = args
+        super().__init__(workdir)
+
+    def command(self):
+        return [self.binary, *self.args, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.dir), "--daemonize", "no", "--logfile", ""]  # fmt: skip
+
+
+class ComposeSentinel(Broker):
+    """redis-server --sentinel with the configuration lines a Compose sentinel writes."""
+
+    name = "redis-sentinel"
+    binary = REDIS
+
+    def __init__(self, workdir, lines):
+        self.lines = lines
+        super().__init__(workdir)
+
+    def command(self):
+        conf = self.dir / "sentinel.conf"
+        if not conf.exists():
+            lines = [
+                f"port {self.port}" if l.startswith("port ") else
+                f"dir {self.dir}" if l.startswith("dir ") else l
+                for l in self.lines
+            ]  # fmt: skip
+            conf.write_text("\n".join(["bind 127.0.0.1", *lines]) + "\n")
+        return [self.binary, str(conf), "--sentinel"]
+
+    def ping(self):
+        return Redis.command_reply(self, "PING", timeout=1.0) == "PONG"
+
+    def command_reply(self, *args, timeout=5.0):
+        return Redis.command_reply(self, *args, timeout=timeout)
+
+
+def mapped(words, names):
+    """`words` with each Compose host name (and `name port` pair) replaced by loopback."""
+    text = "\0".join(words)
+    for name, port in names.items():
+        text = re.sub(rf"{name}(\0| |:){'6379' if 'redis' in name else '26379'}\b",
+                      lambda m, p=port: f"127.0.0.1{m.group(1)}{p}", text)  # fmt: skip
+        text = text.replace(name, "127.0.0.1")
+    return text.split("\0")
+
+
+def test_the_sentinel_files_redis_and_sentinels_run_as_written_and_serve_the_nodes(
+    cluster, tmp_path
+):
+    services = load("compose.sentinel.yaml")["services"]
+    names = {}
+    primary_args = services["redis-primary"]["command"][1:]
+    primary = ComposeRedis(tmp_path, mapped(primary_args, names))
+    cluster.brokers.append(primary)
+    names["redis-primary"] = primary.port
+    replica = ComposeRedis(tmp_path, mapped(services["redis-replica"]["command"][1:], names))
+    cluster.brokers.append(replica)
+    sentinels = []
+    for i in (1, 2, 3):
+        script = shlex.split(services[f"sentinel-{i}"]["command"][2])
+        lines = script[script.index("%s\\n") + 1 : script.index(">")]
+        lines = [interpolate(l, {}).replace("$(hostname)", "127.0.0.1") for l in lines]
+        s = ComposeSentinel(tmp_path, mapped(lines, names))
+        cluster.brokers.append(s)
+        sentinels.append(s)
+        names[f"sentinel-{i}"] = s.port
+    wait_until(
+        lambda: all(len(s.command_reply("SENTINEL", "sentinels", "clarion")) == 2
+                    and s.command_reply("SENTINEL", "replicas", "clarion") for s in sentinels),
+        30, "three sentinels that know each other and the replica",
+    )  # fmt: skip
+    env = node_env(services["clarion-1"], primary)
+    env["CLARION_BROKER"] = mapped([env["CLARION_BROKER"]], names)[0]
+    a = cluster.node(env=env, name="clarion-1")
+    env = node_env(services["clarion-2"], primary)
+    env["CLARION_BROKER"] = mapped([env["CLARION_BROKER"]], names)[0]
+    b = cluster.node(env=env, name="clarion-2")
+    deadline = time.monotonic() + 20
+    ws = connect(
+        f"ws://{b.clients}/ws?topic=s", subprotocols=["clarion.v1"], open_timeout=5, legacy=True
+    )
+    time.sleep(0.2)
+    ids = [publish(a, "s", f"m{i}") for i in range(3)]
+    got = []
+    while len(got) < 3:
+        m = json.loads(ws.recv(timeout=max(0.1, deadline - time.monotonic())))
+        if "id" in m:
+            got.append(m["id"])
+    assert got == ids
     ws.close()
