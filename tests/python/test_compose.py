@@ -30,7 +30,15 @@ import yaml
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from cluster_util import REDIS, Broker, Redis, cluster, free_port, missing_service, wait_until  # noqa: F401
+from cluster_util import (  # noqa: F401  (cluster: the fixture)
+    REDIS,
+    Broker,
+    Redis,
+    cluster,
+    free_port,
+    missing_service,
+    wait_until,
+)
 from conftest import ROOT
 
 pytestmark = pytest.mark.timeout(120)
