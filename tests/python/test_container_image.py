@@ -200,8 +200,8 @@ def test_the_archive_is_one_index_over_an_amd64_and_an_arm64_image(multiarch):
     assert config["architecture"] == "arm64"
     files = sorted(n for n, is_dir, _, _ in names if not is_dir)
     assert files == ["clarion", "etc/ssl/certs/ca-certificates.crt"]
-    out = subprocess.run(["file", "-b", str(root / "clarion")], capture_output=True, text=True)
-    if out.returncode == 0:
+    if shutil.which("file"):
+        out = subprocess.run(["file", "-b", str(root / "clarion")], capture_output=True, text=True)
         assert "ARM aarch64" in out.stdout and "static" in out.stdout, out.stdout
 
 
