@@ -7,7 +7,8 @@
 #     .cargo/config.toml);
 #   - runs an end-to-end subset of tests/python (SUBSET below) and the TLS KeyUpdate test
 #     against the aarch64 binary under emulation and against the static x86_64 musl binary;
-#   - runs the static binary in an empty root (tests/cross/empty_root.py).
+#   - runs the static binary in an empty root (tests/cross/empty_root.py), and (full run) the
+#     container image of both musl binaries (tests/python/test_container_image.py).
 # Installs what it uses (rustup targets, Debian's gcc-aarch64-linux-gnu, musl-tools,
 # qemu-user-static) and registers qemu-aarch64 with binfmt_misc, so that an aarch64 server can
 # start its own successor (`/proc/self/exe`) in the hand-over test. Prints each step's time.
@@ -148,6 +149,12 @@ if [ "$phase" = all ] || [ "$phase" = test ]; then
     "$python" tests/cross/empty_root.py "$target_dir/x86_64-unknown-linux-musl/$profile/clarion"
   [ $ci = 1 ] || timed "static aarch64 musl binary in an empty root, under qemu (WebSocket, TLS)" \
     "$python" tests/cross/empty_root.py "$target_dir/aarch64-unknown-linux-musl/$profile/clarion"
+  # The container image of both static binaries: one index over linux/amd64 and linux/arm64,
+  # each root run with chroot (the arm64 one under qemu). .ci/run runs the amd64 part alone.
+  [ $ci = 1 ] || timed "container image, amd64 and arm64 (docs/deploy.md#container-image)" \
+    env CLARION_IMAGE_BIN="$target_dir/x86_64-unknown-linux-musl/$profile/clarion" \
+    CLARION_IMAGE_BIN_ARM64="$target_dir/aarch64-unknown-linux-musl/$profile/clarion" \
+    "$python" -m pytest -q -rs -p no:cacheprovider --timeout 120 tests/python/test_container_image.py
 fi
 
 printf '\ncross steps (%s):\n' "$phase"
