@@ -119,3 +119,22 @@ __all__ = [
     "Unavailable",
     "error_for",
 ]
+
+
+class BatchPartlyRefused(BadRequest):
+    """A batch (:meth:`Client.publish_batch`) in which the server refused some messages while
+    it published the others (a :class:`BadRequest`, as a bad batch was before servers answered
+    per message). ``status`` and ``message`` are the first refused message's; ``results`` has
+    one entry per message, in order: a :class:`Receipt` for each published one, a dict
+    ``{"error": ..., "status": ...}`` for each refused one (``424``: held back because another
+    message of its topic was refused; a topic's messages are published all or none)."""
+
+    def __init__(self, results: list) -> None:
+        refused = [(i, r) for i, r in enumerate(results) if isinstance(r, dict)]
+        first, why = refused[0]
+        super().__init__(
+            int(why.get("status", 400)),
+            f"{len(refused)} of {len(results)} messages not published; "
+            f"messages[{first}]: {why.get('error')}",
+        )
+        self.results = results
