@@ -1,8 +1,8 @@
-//! `POST /publish` bodies: decoding never panics, and a batch that is accepted has only valid
-//! topic and event names, text payloads that are UTF-8, and nothing else.
+//! `POST /publish` bodies: decoding never panics, every message that is accepted has a valid
+//! topic, event name and key and a text payload that is UTF-8, and every refusal is worded.
 #![no_main]
 
-use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_topic};
+use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_key, validate_topic};
 use clarion_proto::ws::DataKind;
 use libfuzzer_sys::fuzz_target;
 
@@ -10,7 +10,17 @@ fuzz_target!(|data: &[u8]| {
     match decode_batch(data) {
         Ok(batch) => {
             for m in batch {
+                let m = match m {
+                    Ok(m) => m,
+                    Err(r) => {
+                        assert!(r.error.to_string().len() < 4096 + data.len());
+                        continue;
+                    }
+                };
                 assert!(validate_topic(&m.topic).is_ok());
+                if let Some(k) = &m.key {
+                    assert!(validate_key(k).is_ok());
+                }
                 if let Some(e) = &m.event {
                     assert!(validate_event_name(e).is_ok());
                 }

@@ -96,6 +96,10 @@ export declare class ApiError extends ClarionError {
 }
 /** 400: invalid topic or event name, text not UTF-8, malformed batch or query. */
 export declare class BadRequest extends ApiError {}
+/** Some messages of a batch refused, the others published; one result per message. */
+export declare class BatchPartlyRefused extends BadRequest {
+  readonly results: Array<Receipt | { error: string; status: number }>;
+}
 /** 401: the bearer key or token is missing or wrong. */
 export declare class Unauthorized extends ApiError {}
 /** 403: valid credentials that do not allow this topic. */

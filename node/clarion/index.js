@@ -40,6 +40,18 @@ export class ApiError extends ClarionError {
 }
 /** 400: invalid topic or event name, text that is not UTF-8, malformed batch or query. */
 export class BadRequest extends ApiError {}
+/** A batch in which the server refused some messages and published the others (a BadRequest,
+ * as a bad batch was before servers answered per message). `status` and `serverMessage` are the
+ * first refused message's; `results` has one entry per message, in order: a receipt, or
+ * `{ error, status }` (424: held back because another message of its topic was refused). */
+export class BatchPartlyRefused extends BadRequest {
+  constructor(results) {
+    const refused = results.map((r, i) => [i, r]).filter(([, r]) => r.error != null);
+    const [first, why] = refused[0];
+    super(why.status ?? 400, `${refused.length} of ${results.length} messages not published; messages[${first}]: ${why.error}`);
+    this.results = results;
+  }
+}
 /** 401: the bearer key or token is missing or wrong. */
 export class Unauthorized extends ApiError {}
 /** 403: valid credentials that do not allow publishing to this topic. */
@@ -156,14 +168,17 @@ export class Client {
   }
 
   /** Publishes several messages in one request, in order and atomically with respect to other
-   * publishes; one invalid message refuses the whole batch (BadRequest). */
+   * publishes. When the server refuses some messages it still publishes the other topics' (a
+   * topic's messages go all or none) and this throws BatchPartlyRefused with every result. */
   async publishBatch(messages, options = {}) {
     const body = JSON.stringify({ messages: Array.from(messages, batchItem) });
     const answer = await this.#post('/publish', body, 'application/json', options.signal);
     if (!Array.isArray(answer?.results)) {
       throw new ClarionError(`unexpected answer from the server: ${JSON.stringify(answer)}`);
     }
-    return answer.results.map(receipt);
+    const results = answer.results.map((r) => (r && typeof r.error === 'string' ? { error: r.error, status: r.status } : receipt(r)));
+    if (results.some((r) => r.error != null)) throw new BatchPartlyRefused(results);
+    return results;
   }
 
   /** Whether `GET /healthz` answers 200 (false while the server is stopping). */

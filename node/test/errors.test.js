@@ -42,6 +42,14 @@ test('400 BadRequest for topics, event names and batches', async () => {
   await assert.rejects(c.publishBatch([['ok', 'x'], ['not ok!', 'y']]), clarion.BadRequest);
 });
 
+test('a batch with a refused message publishes the other topics and says which (BatchPartlyRefused)', async () => {
+  const c = server.client();
+  await assert.rejects(
+    c.publishBatch([['ok', 'x'], ['not ok!', 'y']]),
+    (e) => e instanceof clarion.BatchPartlyRefused && e.status === 400 && typeof e.results[0].id === 'string' && e.results[1].status === 400,
+  );
+});
+
 test('413 PayloadTooLarge, 414 and 431 RequestHeadTooLarge', async () => {
   const c = server.client();
   await assert.rejects(c.publish('t', 'x'.repeat(2000)), (e) => e instanceof clarion.PayloadTooLarge && e.status === 413);

@@ -77,6 +77,16 @@ def test_bad_requests(keyed):
         assert "invalid topic" in str(pytest.raises(clarion.BadRequest, c.publish, "a b", "x").value)
 
 
+def test_a_batch_with_a_refused_message_publishes_the_other_topics_and_says_which(keyed):
+    with keyed.client() as c:
+        with pytest.raises(clarion.BatchPartlyRefused) as e:
+            c.publish_batch([("ok", "x"), ("not ok!", "y"), ("ok", "z")])
+    results = e.value.results
+    assert [type(r) for r in results] == [clarion.Receipt, dict, clarion.Receipt], results
+    assert results[1]["status"] == 400 and "invalid topic" in results[1]["error"]
+    assert e.value.status == 400 and "messages[1]" in e.value.message
+
+
 def test_payload_too_large(keyed):
     with keyed.client() as c:
         with pytest.raises(clarion.PayloadTooLarge) as e:

@@ -63,20 +63,27 @@ def test_publish_single_and_batch_in_order(server):
     assert reader.frame() == (True, 2, b"\x03")
 
 
+@pytest.mark.parametrize("body", [b"not json", b'{"messages":{}}', b'{"items":[]}'])
+def test_a_body_that_is_not_a_batch_is_refused_whole(server, body):
+    status, _, out = server.request("POST", "/publish", body, {"Content-Type": "application/json"})
+    assert status == 400 and json.loads(out)["error"].startswith("invalid batch"), out
+    assert server.metrics()["clarion_messages_published_total"] == 0
+
+
 @pytest.mark.parametrize(
-    "body",
+    "body, published",
     [
-        b"not json",
-        b'{"messages":[{"topic":"ok","data":"x"},{"topic":"bad topic","data":"x"}]}',
-        b'{"messages":[{"topic":"ok","data":"%%%","encoding":"base64"}]}',
-        b'{"messages":[{"topic":"ok","data":"x","encoding":"rot13"}]}',
+        (b'{"messages":[{"topic":"ok","data":"x"},{"topic":"bad topic","data":"x"}]}', 1),
+        (b'{"messages":[{"topic":"ok","data":"y"},{"topic":"ok","data":"%%%","encoding":"base64"}]}', 0),
+        (b'{"messages":[{"topic":"ok","data":"x","encoding":"rot13"}]}', 0),
     ],
 )
-def test_bad_batches_publish_nothing(server, body):
+def test_bad_messages_of_a_batch_are_answered_in_place(server, body, published):
     status, _, out = server.request("POST", "/publish", body, {"Content-Type": "application/json"})
-    assert status == 400
-    assert "error" in json.loads(out)
-    assert server.metrics()["clarion_messages_published_total"] == 0
+    assert status == 200, out
+    results = json.loads(out)["results"]
+    assert results[-1]["status"] == 400 and results[-1]["error"], results
+    assert server.metrics()["clarion_messages_published_total"] == published
 
 
 def test_publish_errors(start_server):

@@ -61,6 +61,10 @@ impl fmt::Display for EventId<'_> {
     }
 }
 
+/// The start position that asks for a topic's last message, then everything after it
+/// (`since=latest`). No id is spelled so: an id has a `-`.
+pub const LATEST: &str = "latest";
+
 /// Checks a resume position: one id, or (as a clustered server gives a subscription to several
 /// topics, whose ids are per topic) a comma-separated list of `topic:EPOCH-SEQ` or `EPOCH-SEQ`
 /// entries. Topic names hold no commas and ids no colons, so the list splits unambiguously.

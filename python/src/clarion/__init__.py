@@ -20,6 +20,7 @@ from ._find import BINARY_PATH_VARIABLE, find_clarion_bin
 from .errors import (
     APIError,
     BadRequest,
+    BatchPartlyRefused,
     ClarionError,
     ConnectionFailed,
     Forbidden,
@@ -92,6 +93,7 @@ __all__ = [
     "AsyncClient",
     "BINARY_PATH_VARIABLE",
     "BadRequest",
+    "BatchPartlyRefused",
     "ClarionError",
     "Client",
     "ConnectionFailed",

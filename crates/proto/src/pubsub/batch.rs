@@ -1,11 +1,17 @@
-//! `POST /publish` bodies: `{"messages":[{"topic":..,"data":..[,"encoding":"base64"][,"event":..]}]}`.
+//! `POST /publish` bodies: `{"messages":[{"topic":..,"data":..[,"encoding":"base64"][,"event":..]
+//! [,"key":..]}]}`.
 //!
-//! A batch is decoded and validated whole before the server publishes any of it, so it is
-//! published completely or not at all. Publishing is the server's job.
+//! The body is refused whole only when it is not a batch (not JSON, not that object). Each
+//! message is then decoded and validated on its own, so a bad one is answered with its own error
+//! in place while the others go on; [`held_back`] is the rule that keeps a topic's messages all
+//! or nothing. Publishing is the server's job.
+
+use std::collections::HashMap;
 
 use base64::Engine as _;
 use serde::Deserialize;
 
+use super::idempotency::{validate_key, KeyError};
 use super::topic::{validate_event_name, validate_topic, EventNameError, TopicError};
 use crate::ws::DataKind;
 
@@ -19,13 +25,15 @@ struct BatchItem {
     encoding: Option<String>,
     #[serde(default)]
     event: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
 }
 
-/// `{"messages": [...]}`.
+/// `{"messages": [...]}`: each message is kept as JSON until it is decoded on its own.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Batch {
-    messages: Vec<BatchItem>,
+    messages: Vec<serde_json::Value>,
 }
 
 /// One message of a batch, decoded and validated.
@@ -39,57 +47,68 @@ pub struct BatchMessage {
     pub payload: Vec<u8>,
     /// A valid SSE event name, if given.
     pub event: Option<String>,
+    /// A valid idempotency key (as `Idempotency-Key` for one message), if given.
+    pub key: Option<String>,
 }
 
-/// Why a batch was refused; the text is the 400 answer's. `index` is the position of the first
-/// bad message in `messages`.
+/// Why a body was refused whole (it is not a batch); the text is the 400 answer's.
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
-    /// Not JSON, not `{"messages":[...]}`, or a message with a missing, mistyped or unknown field.
+    /// Not JSON, or not `{"messages":[...]}`.
     #[error("invalid batch: {0}; expected {SHAPE}")]
     Json(serde_json::Error),
     /// Valid JSON of another shape: an array of messages without the object around it, say.
     #[error("invalid batch: expected {SHAPE}, not {0}")]
     Shape(&'static str),
-    /// A message's topic breaks the topic rules.
-    #[error("messages[{index}]: invalid topic {topic:?}: {reason}")]
+}
+
+/// Why one message of a batch was refused; the text is its `error` in the answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    /// Not an object, or a missing, mistyped or unknown field.
+    #[error("invalid message: {0}; expected {ITEM_SHAPE}")]
+    Json(serde_json::Error),
+    /// The topic breaks the topic rules.
+    #[error("invalid topic {topic:?}: {reason}")]
     Topic {
-        /// Which message.
-        index: usize,
         /// The topic as sent.
         topic: String,
         /// Which rule it breaks.
         reason: TopicError,
     },
-    /// A message's event name breaks the event-name rules.
-    #[error("messages[{index}]: invalid event name: {reason}")]
-    EventName {
-        /// Which message.
-        index: usize,
-        /// Which rule it breaks.
-        reason: EventNameError,
-    },
+    /// The event name breaks the event-name rules.
+    #[error("invalid event name: {0}")]
+    EventName(EventNameError),
+    /// The idempotency key breaks the key rules.
+    #[error("invalid key: {0}")]
+    Key(KeyError),
     /// `encoding` is `"base64"` but `data` is not base64.
-    #[error("messages[{index}]: data is not valid base64")]
-    Base64 {
-        /// Which message.
-        index: usize,
-    },
+    #[error("data is not valid base64")]
+    Base64,
     /// `encoding` is something other than `"base64"`.
-    #[error("messages[{index}]: unknown encoding {encoding:?}")]
-    Encoding {
-        /// Which message.
-        index: usize,
-        /// The encoding as sent.
-        encoding: String,
-    },
+    #[error("unknown encoding {0:?}")]
+    Encoding(String),
+}
+
+/// A message of a batch that was refused: its topic when it named one (a string), so the rest
+/// of that topic is held back with it, and why.
+#[derive(Debug)]
+pub struct RefusedItem {
+    /// The `topic` as sent, if it was a string.
+    pub topic: Option<String>,
+    /// Why.
+    pub error: ItemError,
 }
 
 /// What a batch looks like, as the errors state it.
 const SHAPE: &str = r#"an object {"messages": [{"topic": "...", "data": "..."}, ...]}"#;
+/// What one message looks like, as its errors state it.
+const ITEM_SHAPE: &str =
+    r#"{"topic": "...", "data": "..."} with optional "encoding", "event", "key""#;
 
-/// Decodes a `POST /publish` body, validating every message.
-pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, BatchError> {
+/// Decodes a `POST /publish` body: `Err` when it is not a batch, else one result per message,
+/// in order.
+pub fn decode_batch(body: &[u8]) -> Result<Vec<Result<BatchMessage, RefusedItem>>, BatchError> {
     // serde would read an array as the struct's fields in order and blame the first element.
     let found = match body.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'[') => Some("an array"),
@@ -101,36 +120,67 @@ pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, BatchError> {
         return Err(BatchError::Shape(found));
     }
     let batch: Batch = serde_json::from_slice(body).map_err(BatchError::Json)?;
-    let mut out = Vec::with_capacity(batch.messages.len());
-    for (index, m) in batch.messages.into_iter().enumerate() {
-        if let Err(reason) = validate_topic(&m.topic) {
-            return Err(BatchError::Topic {
-                index,
-                topic: m.topic,
-                reason,
-            });
-        }
-        if let Some(Err(reason)) = m.event.as_deref().map(validate_event_name) {
-            return Err(BatchError::EventName { index, reason });
-        }
-        let (kind, payload) = match m.encoding {
-            None => (DataKind::Text, m.data.into_bytes()),
-            Some(e) if e == "base64" => {
-                match base64::engine::general_purpose::STANDARD.decode(&m.data) {
-                    Ok(bytes) => (DataKind::Binary, bytes),
-                    Err(_) => return Err(BatchError::Base64 { index }),
-                }
-            }
-            Some(encoding) => return Err(BatchError::Encoding { index, encoding }),
-        };
-        out.push(BatchMessage {
+    Ok(batch.messages.into_iter().map(decode_item).collect())
+}
+
+/// One message, decoded and validated on its own.
+fn decode_item(v: serde_json::Value) -> Result<BatchMessage, RefusedItem> {
+    let topic = v.get("topic").and_then(|t| t.as_str()).map(str::to_owned);
+    let refuse = |error| RefusedItem {
+        topic: topic.clone(),
+        error,
+    };
+    let m: BatchItem = serde_json::from_value(v).map_err(|e| refuse(ItemError::Json(e)))?;
+    if let Err(reason) = validate_topic(&m.topic) {
+        return Err(refuse(ItemError::Topic {
             topic: m.topic,
-            kind,
-            payload,
-            event: m.event,
-        });
+            reason,
+        }));
     }
-    Ok(out)
+    if let Some(Err(reason)) = m.event.as_deref().map(validate_event_name) {
+        return Err(refuse(ItemError::EventName(reason)));
+    }
+    if let Some(Err(reason)) = m.key.as_deref().map(validate_key) {
+        return Err(refuse(ItemError::Key(reason)));
+    }
+    let (kind, payload) = match m.encoding {
+        None => (DataKind::Text, m.data.into_bytes()),
+        Some(e) if e == "base64" => {
+            match base64::engine::general_purpose::STANDARD.decode(&m.data) {
+                Ok(bytes) => (DataKind::Binary, bytes),
+                Err(_) => return Err(refuse(ItemError::Base64)),
+            }
+        }
+        Some(encoding) => return Err(refuse(ItemError::Encoding(encoding))),
+    };
+    Ok(BatchMessage {
+        topic: m.topic,
+        kind,
+        payload,
+        event: m.event,
+        key: m.key,
+    })
+}
+
+/// All or nothing per topic. Given each message's topic (`None`: it named none) and whether it
+/// was refused, answers for each message that was not: `Some(j)` when message `j`, the first
+/// refused one of its topic, holds it back (it is not published either), `None` when it may be
+/// published. Refused messages get `None` (they have their own error).
+pub fn held_back(topics: &[Option<&str>], refused: &[bool]) -> Vec<Option<usize>> {
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    for (j, (t, r)) in topics.iter().zip(refused).enumerate() {
+        if let (Some(t), true) = (t, r) {
+            first.entry(t).or_insert(j);
+        }
+    }
+    topics
+        .iter()
+        .zip(refused)
+        .map(|(t, r)| match (t, r) {
+            (Some(t), false) => first.get(t).copied(),
+            (None, false) | (_, true) => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -138,23 +188,47 @@ pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, BatchError> {
 mod tests {
     use super::*;
 
+    fn one(body: &[u8]) -> Result<BatchMessage, RefusedItem> {
+        let mut all = decode_batch(body).unwrap();
+        assert_eq!(all.len(), 1);
+        all.remove(0)
+    }
+
     #[test]
-    fn batches_are_validated_whole() {
-        let ok = decode_batch(
-            br#"{"messages":[{"topic":"a","data":"x"},{"topic":"b","data":"AAE=","encoding":"base64","event":"e"}]}"#,
+    fn each_message_is_validated_on_its_own() {
+        let all = decode_batch(
+            br#"{"messages":[{"topic":"a","data":"x"},{"topic":"a b","data":"x"},{"topic":"b","data":"AAE=","encoding":"base64","event":"e","key":"k1"}]}"#,
         )
-        .expect("valid");
-        assert_eq!(ok.len(), 2);
-        assert_eq!(ok[1].payload, vec![0, 1]);
-        assert_eq!(ok[1].kind, DataKind::Binary);
+        .expect("a batch");
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[0].as_ref().unwrap().payload, b"x");
+        let bad = all[1].as_ref().unwrap_err();
+        assert_eq!(bad.topic.as_deref(), Some("a b"));
+        let ok = all[2].as_ref().unwrap();
+        assert_eq!(ok.payload, vec![0, 1]);
+        assert_eq!(ok.kind, DataKind::Binary);
+        assert_eq!(ok.key.as_deref(), Some("k1"));
         for bad in [
-            &br#"{"messages":[{"topic":"a b","data":"x"}]}"#[..],
-            br#"{"messages":[{"topic":"a","data":"*","encoding":"base64"}]}"#,
+            &br#"{"messages":[{"topic":"a","data":"*","encoding":"base64"}]}"#[..],
             br#"{"messages":[{"topic":"a","data":"x","encoding":"hex"}]}"#,
             br#"{"messages":[{"topic":"a","data":"x","event":"a\nb"}]}"#,
+            br#"{"messages":[{"topic":"a","data":"x","key":""}]}"#,
             br#"{"messages":[{"topic":"a","data":"x","extra":1}]}"#,
-            b"[]",
+            br#"{"messages":[{"topic":"a","data":5}]}"#,
+            br#"{"messages":[7]}"#,
+        ] {
+            assert!(one(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn only_a_body_that_is_not_a_batch_is_refused_whole() {
+        for bad in [
+            &b"[]"[..],
             &[0xff][..],
+            b"{",
+            br#"{"messages":{}}"#,
+            br#"{"messages":[],"extra":1}"#,
         ] {
             assert!(
                 decode_batch(bad).is_err(),
@@ -165,39 +239,43 @@ mod tests {
     }
 
     #[test]
-    fn errors_name_the_message_and_the_rule() {
-        let text = |body: &[u8]| decode_batch(body).unwrap_err().to_string();
+    fn errors_name_the_rule() {
+        let text = |body: &[u8]| one(body).unwrap_err().error.to_string();
         assert_eq!(
-            text(br#"{"messages":[{"topic":"a","data":"x"},{"topic":"a b","data":"x"}]}"#),
-            r#"messages[1]: invalid topic "a b": topic name may only contain A-Z a-z 0-9 _ . : @ / -"#
+            text(br#"{"messages":[{"topic":"a b","data":"x"}]}"#),
+            r#"invalid topic "a b": topic name may only contain A-Z a-z 0-9 _ . : @ / -"#
         );
         assert_eq!(
             text(br#"{"messages":[{"topic":"a","data":"x","event":""}]}"#),
-            "messages[0]: invalid event name: event names are 1 to 64 characters of A-Z a-z 0-9 _ . : @ / -"
+            "invalid event name: event names are 1 to 64 characters of A-Z a-z 0-9 _ . : @ / -"
         );
         assert_eq!(
             text(br#"{"messages":[{"topic":"a","data":"*","encoding":"base64"}]}"#),
-            "messages[0]: data is not valid base64"
+            "data is not valid base64"
         );
         assert_eq!(
             text(br#"{"messages":[{"topic":"a","data":"x","encoding":"hex"}]}"#),
-            r#"messages[0]: unknown encoding "hex""#
+            r#"unknown encoding "hex""#
         );
-        assert!(text(b"[]").starts_with("invalid batch: "));
+        assert!(text(br#"{"messages":[{"data":"x"}]}"#).starts_with("invalid message: "));
+        let whole = |body: &[u8]| decode_batch(body).unwrap_err().to_string();
+        assert!(whole(b"[]").starts_with("invalid batch: "));
         assert_eq!(
-            text(br#" [{"topic":"a","data":"x"}]"#),
+            whole(br#" [{"topic":"a","data":"x"}]"#),
             r#"invalid batch: expected an object {"messages": [{"topic": "...", "data": "..."}, ...]}, not an array"#
         );
-        assert!(text(b"{").ends_with(
+        assert!(whole(b"{").ends_with(
             r#"; expected an object {"messages": [{"topic": "...", "data": "..."}, ...]}"#
         ));
-        assert!(text(b"[1").ends_with("not an array"));
-        assert!(text(b"\"x\"").ends_with("not a string"));
+        assert!(whole(b"[1").ends_with("not an array"));
+        assert!(whole(b"\"x\"").ends_with("not a string"));
         assert!(matches!(
-            decode_batch(br#"{"messages":[{"topic":"","data":"x"}]}"#),
-            Err(BatchError::Topic {
-                index: 0,
-                reason: TopicError::Empty,
+            one(br#"{"messages":[{"topic":"","data":"x"}]}"#),
+            Err(RefusedItem {
+                error: ItemError::Topic {
+                    reason: TopicError::Empty,
+                    ..
+                },
                 ..
             })
         ));
@@ -205,10 +283,29 @@ mod tests {
 
     #[test]
     fn text_stays_text_and_an_empty_batch_is_fine() {
-        let ok = decode_batch(br#"{"messages":[{"topic":"a","data":"h\u00e9"}]}"#).unwrap();
-        assert_eq!(ok[0].kind, DataKind::Text);
-        assert_eq!(ok[0].payload, "hé".as_bytes());
-        assert_eq!(ok[0].event, None);
+        let ok = one(br#"{"messages":[{"topic":"a","data":"h\u00e9"}]}"#).unwrap();
+        assert_eq!(ok.kind, DataKind::Text);
+        assert_eq!(ok.payload, "hé".as_bytes());
+        assert_eq!(ok.event, None);
         assert!(decode_batch(br#"{"messages":[]}"#).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_refused_message_holds_back_its_topic_only() {
+        let topics = [
+            Some("a"),
+            Some("b"),
+            Some("a"),
+            None,
+            Some("b"),
+            Some("c"),
+            Some("a"),
+        ];
+        let refused = [false, false, true, true, false, false, true];
+        assert_eq!(
+            held_back(&topics, &refused),
+            vec![Some(2), None, None, None, None, None, None]
+        );
+        assert_eq!(held_back(&[Some("a"); 3], &[false; 3]), vec![None; 3]);
     }
 }

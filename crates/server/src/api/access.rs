@@ -127,6 +127,45 @@ impl Permit {
     }
 }
 
+/// Whether the caller may read what a subscriber of `topic` reads (its presence, its latest
+/// message): the API key, an admin token, or a token (or public topic) that grants the topic;
+/// without authentication, as the rest of the API (the API key when one is set). `Err` is the
+/// answer (`401`, `403`), counted.
+pub(super) fn may_subscribe(req: &Request, topic: &str, shared: &Shared) -> Result<(), Answer> {
+    let header = req.authorization.as_deref();
+    let key = shared.config.api_key.as_deref();
+    if key.is_some_and(|key| authorized(header, key)) {
+        return Ok(());
+    }
+    let Some(auth) = shared.auth.as_ref() else {
+        return match key {
+            Some(_) => Err(refused(header, None, shared)),
+            None => Ok(()),
+        };
+    };
+    let grants = match token_of(header).map(|t| auth.verify(&t, crate::auth::unix_now())) {
+        Some(Ok(claims)) if claims.admin => return Ok(()),
+        Some(Ok(claims)) => Some(claims.grants),
+        Some(Err(r)) => {
+            r.count(&shared.metrics);
+            return Err(refused(header, Some(r), shared));
+        }
+        None => None,
+    };
+    if let Err(r) = auth.may_subscribe(grants.as_ref(), topic) {
+        r.count(&shared.metrics);
+        if r.status != 403 {
+            // No credentials: say which ones this API takes.
+            return Err(refused(header, Some(r), shared));
+        }
+        return Err(Answer::error(
+            r.status,
+            "the token does not grant this topic",
+        ));
+    }
+    Ok(())
+}
+
 /// With authentication configured, a publish request needs the API key (when one is set), a
 /// token with the `admin` claim (any topic), or a token whose `publish` list will be checked
 /// against each topic (as `Bearer`, or as the password of `Basic` credentials); `401` otherwise.

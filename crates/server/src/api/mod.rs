@@ -29,6 +29,7 @@ use crate::worker::Shared;
 
 mod access;
 mod h2;
+mod latest;
 mod presence;
 mod publish;
 mod pusher;
@@ -702,6 +703,7 @@ fn dispatch(
                 ),
             )
         }),
+        (_, path) if latest::owns(path) => latest::answer(req, shared),
         (_, path) if path.starts_with("/topics/") => presence::answer(req, shared),
         (_, path) if pusher::owns(path) => pusher::answer(req, &body, shared),
         (_, path) => {

@@ -3,7 +3,7 @@
 
 use clarion_proto::http1;
 
-use super::access::{authorized, refused, token_of};
+use super::access::may_subscribe;
 use super::request::Request;
 use crate::reply::Answer;
 use crate::worker::Shared;
@@ -24,33 +24,8 @@ pub(super) fn answer(req: &Request, shared: &Shared) -> Answer {
     if let Err(e) = clarion_proto::pubsub::validate_topic(topic) {
         return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
     }
-    let header = req.authorization.as_deref();
-    let key = shared.config.api_key.as_deref();
-    let by_key = key.is_some_and(|key| authorized(header, key));
-    if !by_key {
-        if let Some(auth) = shared.auth.as_ref() {
-            let grants = match token_of(header).map(|t| auth.verify(&t, crate::auth::unix_now())) {
-                Some(Ok(claims)) if claims.admin => None,
-                Some(Ok(claims)) => Some(Some(claims.grants)),
-                Some(Err(r)) => {
-                    r.count(&shared.metrics);
-                    return refused(header, Some(r), shared);
-                }
-                None => Some(None),
-            };
-            if let Some(grants) = grants {
-                if let Err(r) = auth.may_subscribe(grants.as_ref(), topic) {
-                    r.count(&shared.metrics);
-                    if r.status != 403 {
-                        // No credentials: say which ones this API takes.
-                        return refused(header, Some(r), shared);
-                    }
-                    return Answer::error(r.status, "the token does not grant this topic");
-                }
-            }
-        } else if key.is_some() {
-            return refused(header, None, shared);
-        }
+    if let Err(a) = may_subscribe(req, topic, shared) {
+        return a;
     }
     let Some(p) = shared.presence.as_ref() else {
         return Answer::error(404, "presence is not kept on this server (presence_topics)");

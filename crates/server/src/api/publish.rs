@@ -5,7 +5,9 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_key, validate_topic};
+use clarion_proto::pubsub::{
+    decode_batch, held_back, validate_event_name, validate_key, validate_topic,
+};
 use clarion_proto::ws::DataKind;
 
 use super::access::Permit;
@@ -82,41 +84,98 @@ pub(super) fn reserved_event(topic: &str, event: Option<&str>, shared: &Shared) 
     })
 }
 
+/// `POST /publish`: `400` only when the body is not a batch; otherwise `200` with one result
+/// per message, in order: its receipt, or `{"error", "status"}` when it was refused (invalid:
+/// `400`; a topic the caller may not publish to: `403`) or held back because another message of
+/// its topic was refused (`424`): a topic's messages are published all or none. The messages
+/// that may go are published in one broker call, in the order given.
 pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
     let batch = match decode_batch(body) {
         Ok(b) => b,
         Err(why) => return Answer::error(400, &why.to_string()),
     };
-    // All or nothing: a batch with one forbidden topic publishes nothing.
-    for m in &batch {
-        if let Err(a) = permit.check(&m.topic, shared) {
-            return a;
-        }
-        if let Some(a) = reserved_event(&m.topic, m.event.as_deref(), shared) {
-            return a;
-        }
-    }
+    let refusals: Vec<Option<serde_json::Value>> = batch
+        .iter()
+        .map(|item| match item {
+            Err(r) => Some(item_error(400, &r.error.to_string())),
+            Ok(m) => permit
+                .check(&m.topic, shared)
+                .err()
+                .or_else(|| reserved_event(&m.topic, m.event.as_deref(), shared))
+                .map(|a| answer_as_item(&a)),
+        })
+        .collect();
+    let topics: Vec<Option<&str>> = batch
+        .iter()
+        .map(|item| match item {
+            Ok(m) => Some(m.topic.as_str()),
+            Err(r) => r.topic.as_deref(),
+        })
+        .collect();
+    let refused: Vec<bool> = refusals.iter().map(Option::is_some).collect();
+    let held = held_back(&topics, &refused);
     let out: Vec<Outgoing<'_>> = batch
         .iter()
-        .map(|m| Outgoing {
-            topic: &m.topic,
-            kind: m.kind,
-            payload: &m.payload,
-            event: m.event.as_deref(),
-            attachment: None,
-            key: None,
+        .zip(&refused)
+        .zip(&held)
+        .filter_map(|((item, refused), held)| match (item, refused, held) {
+            (Ok(m), false, None) => Some(Outgoing {
+                topic: &m.topic,
+                kind: m.kind,
+                payload: &m.payload,
+                event: m.event.as_deref(),
+                attachment: None,
+                key: m.key.as_deref(),
+            }),
+            (Ok(_) | Err(_), _, _) => None,
         })
         .collect();
     let receipts = match shared.broker.publish(&out) {
         Ok(r) => r,
         Err(e) => return unavailable(&e),
     };
-    let results: Vec<serde_json::Value> = out
-        .iter()
-        .zip(&receipts)
-        .map(|(m, r)| receipt_json(m.topic, r))
+    let mut receipts = out.iter().zip(&receipts);
+    let mut not_published = 0;
+    let results: Vec<serde_json::Value> = refusals
+        .into_iter()
+        .zip(&held)
+        .map(|(refusal, held)| {
+            if let Some(r) = refusal {
+                not_published += 1;
+                return r;
+            }
+            if let Some(j) = held {
+                not_published += 1;
+                return item_error(
+                    424,
+                    &format!("not published: messages[{j}] of the same topic was refused"),
+                );
+            }
+            match receipts.next() {
+                Some((m, r)) => receipt_json(m.topic, r),
+                None => item_error(500, "publish produced no receipt"),
+            }
+        })
         .collect();
+    shared
+        .metrics
+        .batch_items_refused
+        .fetch_add(not_published, Relaxed);
     Answer::json(200, &serde_json::json!({ "results": results }))
+}
+
+/// One message's refusal in a batch's results.
+fn item_error(status: u16, why: &str) -> serde_json::Value {
+    serde_json::json!({ "error": why, "status": status })
+}
+
+/// A refusal worded as an answer (`{"error": ...}`), as one message's result.
+fn answer_as_item(a: &Answer) -> serde_json::Value {
+    let why = serde_json::from_slice::<serde_json::Value>(&a.body)
+        .ok()
+        .and_then(|v| Some(v.get("error")?.as_str()?.to_owned()))
+        .unwrap_or_default();
+    item_error(a.status, &why)
 }
 
 /// Pushpin's publish API: `{"items": [...]}` with `http-stream`, `http-response` and

@@ -352,8 +352,12 @@ impl LocalBroker {
                 &mut out.gaps,
             );
         }
-        if let Since::PublisherId(prev) = since {
-            e.replay_after_publisher_id(prev, &mut out.replay);
+        match since {
+            Since::PublisherId(prev) => e.replay_after_publisher_id(prev, &mut out.replay),
+            // Under the same lock that counts the subscriber: every later publish reaches it
+            // through the inbox, every earlier one is at or before this message.
+            Since::Latest => out.replay.extend(e.latest().cloned()),
+            Since::Now | Since::Id(_) => {}
         }
         out.names.push(name);
     }
@@ -551,7 +555,7 @@ fn finish_replay(out: &mut Subscribed) {
 
 fn resume_from(since: Since<'_>) -> Option<(&str, Option<event_id::EventId<'_>>)> {
     match since {
-        Since::Now | Since::PublisherId(_) => None,
+        Since::Now | Since::PublisherId(_) | Since::Latest => None,
         Since::Id(s) => Some((s, event_id::parse(s).ok())),
     }
 }
@@ -868,6 +872,40 @@ mod tests {
         let mut got = Vec::new();
         hub.inboxes[0].take(&mut got);
         assert_eq!(payloads(&got), vec!["late"]);
+    }
+
+    #[test]
+    fn since_latest_gives_the_last_message_then_every_later_one_under_a_concurrent_publisher() {
+        let (hub, _polls, metrics) = hub(1, HISTORY);
+        // None yet: live only.
+        let s = sub(&hub, 0, &["q"], Since::Latest);
+        assert!(s.replay.is_empty() && s.gaps.is_empty());
+        hub.unsubscribe(0, "q");
+        let hub = Arc::new(hub);
+        let publisher = {
+            let hub = Arc::clone(&hub);
+            std::thread::spawn(move || {
+                for i in 1..=20_000u32 {
+                    hub.publish(&[text("a", &i.to_string()), text("b", "other")]);
+                }
+            })
+        };
+        // Subscribe while the publisher runs: what the subscription starts with and what the
+        // inbox brings afterwards must be one unbroken run of the topic's messages.
+        while metrics.published.load(Relaxed) < 100 {
+            std::thread::yield_now();
+        }
+        let mut pending = Vec::new();
+        let s = hub.subscribe(0, &["a"], Since::Latest, &mut pending);
+        publisher.join().unwrap();
+        assert_eq!(s.replay.len(), 1, "the last message, once");
+        let first: u32 = payloads(&s.replay)[0].parse().unwrap();
+        assert!(s.replay[0].id <= seq(&s.position));
+        let mut live = Vec::new();
+        hub.inboxes[0].take(&mut live);
+        let later: Vec<u32> = payloads(&live).iter().map(|p| p.parse().unwrap()).collect();
+        let want: Vec<u32> = (first + 1..=20_000).collect();
+        assert_eq!(later, want, "no gap, no duplicate after {first}");
     }
 
     #[test]

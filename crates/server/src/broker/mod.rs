@@ -136,6 +136,22 @@ pub enum Since<'a> {
     /// this, if history still holds it; otherwise live messages only. GRIP holds resume from
     /// their `prev-id` this way.
     PublisherId(&'a str),
+    /// The topic's last message, if history still holds one, then everything after it: the
+    /// last message is chosen in the same atomic step that starts the subscription, so no
+    /// publish falls between it and the live messages (state-then-follow, docs/history.md).
+    Latest,
+}
+
+impl<'a> Since<'a> {
+    /// The start a client asked for with `since=` (URL) or `"since"` (clarion.v1):
+    /// [`clarion_proto::event_id::LATEST`] or an id; none is [`Since::Now`].
+    pub fn from_cursor(given: Option<&'a str>) -> Since<'a> {
+        match given {
+            None => Since::Now,
+            Some(clarion_proto::event_id::LATEST) => Since::Latest,
+            Some(id) => Since::Id(id),
+        }
+    }
 }
 
 /// What [`Broker::subscribe`] (or [`Broker::read_since`]) found.

@@ -112,10 +112,13 @@ impl Dashboard {
 
     /// Whether `path` is one of the dashboard's routes.
     pub fn owns(path: &str) -> bool {
-        let presence = path.ends_with("/presence") || path.ends_with("/presence/count");
+        // A topic's presence and latest message are the API's (for subscribers' rights).
+        let api = path.ends_with("/presence")
+            || path.ends_with("/presence/count")
+            || path.ends_with("/latest");
         path == "/dashboard"
             || path.starts_with("/dashboard/")
-            || (path.starts_with("/topics/") && !presence)
+            || (path.starts_with("/topics/") && !api)
     }
 
     /// Answers one request on a dashboard route. `Ok(false)` when the connection must close
@@ -336,6 +339,7 @@ mod tests {
         assert!(Dashboard::owns("/dashboard"));
         assert!(Dashboard::owns("/dashboard/feed"));
         assert!(Dashboard::owns("/topics/news"));
+        assert!(!Dashboard::owns("/topics/news/latest"));
         assert!(!Dashboard::owns("/dashboards"));
         assert!(!Dashboard::owns("/publish/x"));
         let q = Query::parse("q=ne%20ws&limit=5")

@@ -235,6 +235,11 @@ impl TopicEntry {
         replay.extend(self.history.range(start..).cloned());
     }
 
+    /// The newest message history holds, if any.
+    pub fn latest(&self) -> Option<&Arc<Published>> {
+        self.history.back()
+    }
+
     /// Appends to `replay` what this topic holds after the newest message whose publisher-given
     /// id is `prev`; nothing when history no longer holds such a message.
     pub fn replay_after_publisher_id(&self, prev: &str, replay: &mut Vec<Arc<Published>>) {

@@ -159,6 +159,9 @@ pub struct Metrics {
     pub idempotency_key_errors: AtomicU64,
     /// Keys forgotten before their window ended because `idempotency_keys` were held.
     pub idempotency_keys_forgotten: AtomicU64,
+    /// Messages of a `POST /publish` batch answered with their own error in place (invalid,
+    /// forbidden), and the valid ones held back with them (same topic: all or nothing).
+    pub batch_items_refused: AtomicU64,
     /// Messages handed to a subscriber's socket (or its backlog).
     pub delivered: AtomicU64,
     /// Bytes read from client sockets.
@@ -512,6 +515,12 @@ impl Metrics {
             "clarion_idempotency_key_errors_total",
             "Publishes refused (400) for their Idempotency-Key.",
             l(&self.idempotency_key_errors),
+        );
+        counter(
+            &mut out,
+            "clarion_batch_items_refused_total",
+            "Messages of a publish batch not published: invalid, forbidden, or on the same topic as one that was.",
+            l(&self.batch_items_refused),
         );
         counter(
             &mut out,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     APIError,
     BadRequest,
+    BatchPartlyRefused,
     ClarionError,
     ConnectionFailed,
     Forbidden,
@@ -89,6 +90,7 @@ __all__ = [
     "APIError",
     "AsyncClient",
     "BadRequest",
+    "BatchPartlyRefused",
     "ClarionError",
     "Client",
     "ConnectionFailed",

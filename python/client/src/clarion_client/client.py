@@ -16,7 +16,15 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import APIError, ClarionError, ConnectionFailed, Timeout, TransportError, error_for
+from .errors import (
+    APIError,
+    BatchPartlyRefused,
+    ClarionError,
+    ConnectionFailed,
+    Timeout,
+    TransportError,
+    error_for,
+)
 
 #: The publish API's default address (``api_listen``).
 DEFAULT_BASE_URL = "http://127.0.0.1:8081"
@@ -161,7 +169,13 @@ def _receipts(answer: Dict[str, Any]) -> List[Receipt]:
     results = answer.get("results")
     if not isinstance(results, list):
         raise ClarionError(f"unexpected answer from the server: {answer!r}")
-    return [_receipt(r) for r in results]
+    out: List[Union[Receipt, Dict[str, Any]]] = [
+        r if isinstance(r, dict) and "error" in r else _receipt(r) for r in results
+    ]
+    receipts = [r for r in out if isinstance(r, Receipt)]
+    if len(receipts) < len(out):
+        raise BatchPartlyRefused(out)
+    return receipts
 
 
 def _transport_error(e: httpx.TransportError) -> TransportError:
@@ -257,7 +271,10 @@ class Client:
 
     def publish_batch(self, messages: Iterable[BatchItem]) -> List[Receipt]:
         """Publishes several messages in one request, in order and atomically with respect to
-        other publishes; one invalid message refuses the whole batch (:class:`BadRequest`).
+        other publishes. The server answers each message: when it refuses some (invalid, or a
+        topic the token does not allow), it still publishes the other topics' messages (a
+        topic's messages go all or none), and this raises :class:`BatchPartlyRefused` with every
+        result; :class:`BadRequest` when the body was not a batch.
 
         Items are :class:`Message`\\ s, ``(topic, data)`` or ``(topic, data, event)`` tuples, or
         dicts with ``topic``, ``data`` and optionally ``event``. Returns one receipt per message.

@@ -6,7 +6,7 @@ exception's message. Failures to reach the server at all are :class:`TransportEr
 Catch :class:`ClarionError` for everything.
 """
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, List, Optional, Type
 
 
 class ClarionError(Exception):
@@ -102,9 +102,29 @@ def error_for(status: int, message: str, body: bytes = b"") -> APIError:
     return cls(status, message, body)
 
 
+class BatchPartlyRefused(BadRequest):
+    """A batch (:meth:`Client.publish_batch`) in which the server refused some messages while
+    it published the others (a :class:`BadRequest`, as a bad batch was before servers answered
+    per message). ``status`` and ``message`` are the first refused message's; ``results`` has
+    one entry per message, in order: a :class:`Receipt` for each published one, a dict
+    ``{"error": ..., "status": ...}`` for each refused one (``424``: held back because another
+    message of its topic was refused; a topic's messages are published all or none)."""
+
+    def __init__(self, results: List[Any]) -> None:
+        refused = [(i, r) for i, r in enumerate(results) if isinstance(r, dict)]
+        first, why = refused[0]
+        super().__init__(
+            int(why.get("status", 400)),
+            f"{len(refused)} of {len(results)} messages not published; "
+            f"messages[{first}]: {why.get('error')}",
+        )
+        self.results = results
+
+
 __all__ = [
     "APIError",
     "BadRequest",
+    "BatchPartlyRefused",
     "ClarionError",
     "ConnectionFailed",
     "Forbidden",
@@ -119,3 +139,4 @@ __all__ = [
     "Unavailable",
     "error_for",
 ]
+

@@ -283,7 +283,35 @@ impl Core {
             crate::broker::Since::PublisherId(prev) => {
                 self.read_after_publisher_id(prev, &names, positions, out);
             }
+            crate::broker::Since::Latest => self.read_latest(&names, positions, out),
             crate::broker::Since::Now => {}
+        }
+    }
+
+    /// Adds to `out.replay` each topic's message at the position the subscriber was counted at
+    /// (the last one this node delivered before it): every later one reaches the subscriber
+    /// live, so the two meet exactly. Nothing for a topic never published, or whose stream no
+    /// longer holds that message (trimmed, or Redis lost it: a new epoch).
+    fn read_latest(
+        &self,
+        names: &[Arc<str>],
+        positions: &[(Option<Arc<str>>, u64)],
+        out: &mut Subscribed,
+    ) {
+        for (name, (epoch, last)) in names.iter().zip(positions) {
+            let Some(epoch) = epoch else { continue };
+            if *last == 0 {
+                continue;
+            }
+            match self.read_range(name, epoch, *last, *last) {
+                Ok((now, msgs)) if now.as_deref() == Some(&**epoch) => out.replay.extend(msgs),
+                Ok(_) => {}
+                Err(e) => {
+                    crate::log::warn(format_args!(
+                        "broker: cannot read the latest of {name}: {e}"
+                    ));
+                }
+            }
         }
     }
 }

@@ -261,7 +261,7 @@ impl<S: Socket> Engine<S> {
         }
         // Subscribe before the 101 goes out: a client that has read it may publish at once
         // and must receive its own message.
-        let since = params.since.as_deref().map_or(Since::Now, Since::Id);
+        let since = Since::from_cursor(params.since.as_deref());
         let Some(sub) = self.subscribe_conn(k, &topics, since, false) else {
             return;
         };
@@ -308,6 +308,7 @@ impl<S: Socket> Engine<S> {
                         p.topics.push(value);
                     }
                 }
+                "since" if value == event_id::LATEST => p.since = Some(value),
                 "since" => {
                     event_id::validate_cursor(&value)
                         .map_err(|e| format!("invalid since {value:?}: {e}"))?;
@@ -435,7 +436,7 @@ impl<S: Socket> Engine<S> {
         };
         let extra = self.hook_topics(k);
         with_hook_topics(&mut topics, &extra, self.shared.config.max_subscriptions);
-        let since = params.since.as_deref().map_or(Since::Now, Since::Id);
+        let since = Since::from_cursor(params.since.as_deref());
         match state {
             State::Poll(mode) => {
                 let wait = crate::worker::transport::poll::PollWait {

@@ -232,6 +232,8 @@ impl<S: Socket> Engine<S> {
                 if let Some(since) = since.as_deref() {
                     let bad = if !envelope {
                         Some("resuming (since) needs the clarion.v1 subprotocol".to_owned())
+                    } else if since == clarion_proto::event_id::LATEST {
+                        None
                     } else {
                         clarion_proto::event_id::parse(since)
                             .err()
@@ -267,7 +269,7 @@ impl<S: Socket> Engine<S> {
                     }
                     return;
                 }
-                let since = since.as_deref().map_or(Since::Now, Since::Id);
+                let since = Since::from_cursor(since.as_deref());
                 let Some(sub) = self.subscribe_conn(k, &[&topic], since, true) else {
                     return;
                 };
