@@ -1,4 +1,5 @@
-//! `POST /publish` bodies: `{"messages":[{"topic":..,"data":..[,"encoding":"base64"][,"event":..]}]}`.
+//! `POST /publish` bodies:
+//! `{"messages":[{"topic":..,"data":..[,"encoding":"base64"][,"event":..][,"tags":{..}]}]}`.
 //!
 //! A batch is decoded and validated whole before the server publishes any of it, so it is
 //! published completely or not at all. Publishing is the server's job.
@@ -19,6 +20,9 @@ struct BatchItem {
     encoding: Option<String>,
     #[serde(default)]
     event: Option<String>,
+    /// Filter tags (`docs/filters.md`), string keys and values.
+    #[serde(default)]
+    tags: std::collections::BTreeMap<String, String>,
 }
 
 /// `{"messages": [...]}`.
@@ -39,6 +43,8 @@ pub struct BatchMessage {
     pub payload: Vec<u8>,
     /// A valid SSE event name, if given.
     pub event: Option<String>,
+    /// Its filter tags, valid by [`crate::filter::validate_tags`] (sorted by key).
+    pub tags: Vec<(String, String)>,
 }
 
 /// Why a batch was refused; the text is the 400 answer's. `index` is the position of the first
@@ -68,6 +74,14 @@ pub enum BatchError {
         index: usize,
         /// Which rule it breaks.
         reason: EventNameError,
+    },
+    /// A message's tags break the tag bounds.
+    #[error("messages[{index}]: invalid tags: {reason}")]
+    Tags {
+        /// Which message.
+        index: usize,
+        /// Which bound they break.
+        reason: crate::filter::TagError,
     },
     /// `encoding` is `"base64"` but `data` is not base64.
     #[error("messages[{index}]: data is not valid base64")]
@@ -113,6 +127,11 @@ pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, BatchError> {
         if let Some(Err(reason)) = m.event.as_deref().map(validate_event_name) {
             return Err(BatchError::EventName { index, reason });
         }
+        if let Err(reason) =
+            crate::filter::validate_tags(m.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        {
+            return Err(BatchError::Tags { index, reason });
+        }
         let (kind, payload) = match m.encoding {
             None => (DataKind::Text, m.data.into_bytes()),
             Some(e) if e == "base64" => {
@@ -128,6 +147,7 @@ pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, BatchError> {
             kind,
             payload,
             event: m.event,
+            tags: m.tags.into_iter().collect(),
         });
     }
     Ok(out)
@@ -137,6 +157,26 @@ pub fn decode_batch(body: &[u8]) -> Result<Vec<BatchMessage>, BatchError> {
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_messages_carry_bounded_tags() {
+        let ok =
+            decode_batch(br#"{"messages":[{"topic":"a","data":"x","tags":{"s":"1","a":"2"}}]}"#)
+                .expect("valid");
+        assert_eq!(
+            ok[0].tags,
+            vec![("a".into(), "2".into()), ("s".into(), "1".into())]
+        );
+        let bad = decode_batch(br#"{"messages":[{"topic":"a","data":"x"},{"topic":"a","data":"x","tags":{"in":"1"}}]}"#);
+        assert!(
+            matches!(bad, Err(BatchError::Tags { index: 1, .. })),
+            "{:?}",
+            bad.err().map(|e| e.to_string())
+        );
+        assert!(
+            decode_batch(br#"{"messages":[{"topic":"a","data":"x","tags":{"a":1}}]}"#).is_err()
+        );
+    }
 
     #[test]
     fn batches_are_validated_whole() {

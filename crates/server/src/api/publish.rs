@@ -20,6 +20,7 @@ pub(super) fn publish_one(
     content_type: Option<&str>,
     key: Option<&str>,
     body: &[u8],
+    tags: &[(String, String)],
     shared: &Shared,
 ) -> Answer {
     if let Err(e) = validate_topic(topic) {
@@ -34,6 +35,11 @@ pub(super) fn publish_one(
     }
     if let Some(a) = reserved_event(topic, event, shared) {
         return a;
+    }
+    let named = tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    if let Err(e) = clarion_proto::filter::validate_tags(named) {
+        shared.metrics.filters.refused("tags");
+        return Answer::error(400, &format!("invalid tags: {e}"));
     }
     let binary = content_type.is_some_and(|ct| {
         ct.split(';')
@@ -57,6 +63,7 @@ pub(super) fn publish_one(
         event,
         attachment: None,
         key,
+        tags,
     }]);
     let receipts = match receipts {
         Ok(r) => r,
@@ -85,7 +92,12 @@ pub(super) fn reserved_event(topic: &str, event: Option<&str>, shared: &Shared) 
 pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
     let batch = match decode_batch(body) {
         Ok(b) => b,
-        Err(why) => return Answer::error(400, &why.to_string()),
+        Err(why) => {
+            if matches!(why, clarion_proto::pubsub::BatchError::Tags { .. }) {
+                shared.metrics.filters.refused("tags");
+            }
+            return Answer::error(400, &why.to_string());
+        }
     };
     // All or nothing: a batch with one forbidden topic publishes nothing.
     for m in &batch {
@@ -99,6 +111,7 @@ pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> An
     let out: Vec<Outgoing<'_>> = batch
         .iter()
         .map(|m| Outgoing {
+            tags: &m.tags,
             topic: &m.topic,
             kind: m.kind,
             payload: &m.payload,
@@ -153,6 +166,7 @@ pub(super) fn publish_grip(
         .iter()
         .zip(&contents)
         .map(|(item, (content, payload, kind))| Outgoing {
+            tags: &[],
             topic: &item.channel,
             kind: *kind,
             payload: payload.as_slice(),

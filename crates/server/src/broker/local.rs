@@ -444,6 +444,7 @@ impl LocalBroker {
                 m.payload,
             );
             published.attachment = m.attachment.clone();
+            published.tags = m.tags.into();
             let published = Arc::new(published);
             e.traffic.published += 1;
             if let Some(r) = receipts.last_mut() {
@@ -607,6 +608,7 @@ mod tests {
 
     fn text<'a>(topic: &'a str, payload: &'a str) -> Outgoing<'a> {
         Outgoing {
+            tags: &[],
             topic,
             kind: DataKind::Text,
             payload: payload.as_bytes(),
@@ -1021,6 +1023,7 @@ mod tests {
             let p = format!("m{i}");
             let tag = format!("p{i}");
             b.try_publish(&[Outgoing {
+                tags: &[],
                 topic: "g",
                 kind: DataKind::Binary,
                 payload: p.as_bytes(),
