@@ -234,3 +234,18 @@ def test_tags_travel_between_nodes_through_redis_and_its_history(cluster):
     again = ws(b, f"topic=fx&since={ids[0]}&filter={jpy}")
     assert [m["data"] for m in drain(again, quiet=1.0)] == ["q1"]
     again.close()
+
+
+def test_tags_survive_a_restart_with_history_dir(start_server, tmp_path):
+    d = str(tmp_path / "h")
+    a = start_server("--history-dir", d)
+    ids = [publish(a, "r", f"m{i}", side="buy" if i % 2 else "sell") for i in range(4)]
+    a.stop()
+    b = start_server("--history-dir", d)
+    c = ws(b, f"topic=r&since={ids[0]}&filter={q(BUY)}")
+    got = drain(c)
+    assert [(m["data"], m["tags"]) for m in got] == [
+        ("m1", {"side": "buy"}),
+        ("m3", {"side": "buy"}),
+    ], got
+    c.close()
