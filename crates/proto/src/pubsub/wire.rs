@@ -100,7 +100,9 @@ impl Body<'_> {
 /// Decodes a body, checking the event name and that text is UTF-8.
 pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
     let (&flags, mut rest) = buf.split_first().ok_or(WireError::Truncated)?;
-    if flags & VERSION_MASK != VERSION || flags & !(VERSION_MASK | 15) != 0 {
+    // The four low bits are all flags now (binary, event, attachment, tags): only the
+    // version nibble can be unknown.
+    if flags & VERSION_MASK != VERSION {
         return Err(WireError::Version);
     }
     let event = if flags & HAS_EVENT != 0 {
