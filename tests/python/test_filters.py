@@ -249,3 +249,31 @@ def test_tags_survive_a_restart_with_history_dir(start_server, tmp_path):
         ("m3", {"side": "buy"}),
     ], got
     c.close()
+
+
+def test_a_filter_moves_with_its_connection_in_an_upgrade(start_server):
+    from test_handover import upgrade, wait_exit
+
+    old = start_server("--workers", "1")
+    ws_conn = ws(old, f"topic=prices&filter={q(SYM_AB)}")
+    sse, _ = raw_get(old, f"/sse?topic=prices&filter={q(SYM_AB)}", read_until=b"\r\n\r\n")
+    sse.settimeout(10)
+    new = upgrade(old, "--workers", "1")
+    try:
+        assert wait_exit(old.proc) == 0
+        log = old.proc.stderr.read()
+        assert "2 connections moved" in log, (log, new.proc.stderr.read() if new.proc.poll() is not None else "")
+        for s in "CAB":
+            publish(new, "prices", f"p{s}", sym=s)
+        assert [m["data"] for m in drain(ws_conn)] == ["pA", "pB"]
+        data = b""
+        deadline = time.monotonic() + 5
+        while b"data: pB" not in data and time.monotonic() < deadline:
+            data += sse.recv(65536)
+        assert b"data: pA" in data and b"data: pC" not in data, data
+        assert new.metrics()["clarion_filters"] == 1, "both share the one filter"
+    finally:
+        ws_conn.close()
+        sse.close()
+        new.proc.kill()
+        new.proc.wait()

@@ -95,6 +95,12 @@ impl FilterTable {
         }
     }
 
+    /// The filter connection `k` holds on topic `tid`.
+    pub(crate) fn of(&self, k: u32, tid: u32) -> Option<&Filter> {
+        let id = self.held.get(&(k, tid))?;
+        self.entries.get(*id as usize).map(|e| &*e.filter)
+    }
+
     /// Whether no subscription on this worker has a filter (delivery then skips all of this).
     pub(crate) fn is_empty(&self) -> bool {
         self.held.is_empty()
