@@ -215,6 +215,9 @@ export class ClarionClient {
       return sub;
     }
     sub = new Subscription(this, topic, options.since, options.presence);
+    // Only messages whose tags pass it (docs/filters.md): the text form, or the JSON form as
+    // an object. Sent with every (re)subscribe, so a resume replays only matching messages.
+    if (options.filter !== undefined) sub.filter = options.filter;
     if (options.onMessage) sub.on('message', options.onMessage);
     if (options.onGap) sub.on('gap', options.onGap);
     if (options.onError) sub.on('error', options.onError);
@@ -338,6 +341,7 @@ export class ClarionClient {
     if (sub._p) sub._p.pages = null;
     const msg = { type: 'subscribe', topic: sub.topic };
     if (sub.presence) msg.presence = true;
+    if (sub.filter !== undefined) msg.filter = sub.filter;
     if (conn.ws) {
       this._expect(conn, sub.topic, 'S');
       if (sub.presence) this._expect(conn, sub.topic, 'P');
@@ -559,7 +563,7 @@ const CONTROL = {
       if (!conn.ready || /token/.test(text)) return conn.fail('unauthorized', text);
       return void client._error('server', text);
     }
-    if (/grant|token|invalid topic|max_subscriptions|more than|presence/.test(text)) {
+    if (/grant|token|invalid topic|invalid filter|max_subscriptions|more than|presence/.test(text)) {
       // Refused for good (403 and friends): that subscription fails, the others go on.
       sub.state = 'failed';
       client.subs.delete(sub.topic);
@@ -649,7 +653,7 @@ class SseConn {
   }
 
   send(m) {
-    if (m.type === 'subscribe') this.open(m.topic, m.since, m.presence);
+    if (m.type === 'subscribe') this.open(m.topic, m.since, m.presence, m.filter);
     else if (m.type === 'unsubscribe') {
       const c = this.streams.get(m.topic);
       if (c) c.abort();
@@ -657,7 +661,7 @@ class SseConn {
     }
   }
 
-  async open(topic, since, presence) {
+  async open(topic, since, presence, filter) {
     const ctl = new AbortController();
     const old = this.streams.get(topic);
     if (old) old.abort();
@@ -667,6 +671,9 @@ class SseConn {
     u.searchParams.set('format', 'json');
     if (since) u.searchParams.set('since', since);
     if (presence) u.searchParams.set('presence', '1');
+    if (filter !== undefined) {
+      u.searchParams.set('filter', typeof filter === 'string' ? filter : jsonFilterText(filter));
+    }
     const headers = { Accept: 'text/event-stream' };
     if (this.client.token) headers.Authorization = `Bearer ${this.client.token}`;
     let res;
@@ -736,4 +743,19 @@ class SseConn {
     for (const c of this.streams.values()) c.abort();
     this.streams.clear();
   }
+}
+
+// The text form of a filter given in its JSON form (docs/filters.md), for the URL of the SSE
+// fallback; the server reads both to the same filter.
+function jsonFilterText(f) {
+  const str = (v) => '"' + String(v).replace(/[\\"]/g, (c) => '\\' + c) + '"';
+  const [op] = Object.keys(f);
+  const a = f[op];
+  const cmp = { eq: '==', ne: '!=', lt: '<', lte: '<=', gt: '>', gte: '>=' };
+  if (op === 'eq' || op === 'ne') return `${a[0]} ${cmp[op]} ${str(a[1])}`;
+  if (op in cmp) return `${a[0]} ${cmp[op]} ${Number(a[1])}`;
+  if (op === 'in') return `${a[0]} in [${a[1].map(str).join(', ')}]`;
+  if (op === 'not') return `not (${jsonFilterText(a)})`;
+  if (op === 'and' || op === 'or') return a.map((x) => `(${jsonFilterText(x)})`).join(` ${op} `);
+  throw new Error(`unknown filter operator ${op}`);
 }

@@ -334,3 +334,31 @@ test('a gap the server reports reaches the app as a gap event (memory mode, serv
   client.close();
   await node.kill9();
 });
+
+test('a filter option goes with every subscribe, and a refused filter fails that subscription', async () => {
+  const { ClarionClient } = await load();
+  const seen = [];
+  const { wss, url } = await fakeServer((ws) => {
+    ws.on('message', (raw) => {
+      const m = JSON.parse(raw);
+      seen.push(m);
+      if (m.topic === 'bad') ws.send(JSON.stringify({ type: 'error', topic: 'bad', error: 'invalid filter: at byte 7: expected a value' }));
+      else ws.send(JSON.stringify({ type: 'subscribed', topic: m.topic }));
+    });
+  });
+  const client = new ClarionClient(url, { WebSocket, ...FAST });
+  const errors = [];
+  try {
+    client.subscribe('fx', { filter: { in: ['pair', ['EURUSD']] } });
+    client.subscribe('bad', { filter: 'pair ==', onError: (e) => errors.push(e) });
+    await waitFor(() => seen.length >= 2 && errors.length >= 1, 5000, 'both subscribes answered');
+    assert.deepEqual(seen.find((m) => m.topic === 'fx').filter, { in: ['pair', ['EURUSD']] });
+    assert.equal(seen.find((m) => m.topic === 'bad').filter, 'pair ==');
+    assert.equal(client.subs.get('bad'), undefined, 'a refused subscription is dropped');
+    assert.equal(errors[0].kind, 'subscription');
+    assert.equal(client.state, 'connected', 'the other subscription goes on');
+  } finally {
+    client.close();
+    wss.close();
+  }
+});

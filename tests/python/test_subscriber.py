@@ -16,6 +16,7 @@ import time
 import urllib.request
 
 import jwt
+import pytest
 import websockets
 from cluster_util import cluster, wait_until  # noqa: F401 (fixture)
 
@@ -320,3 +321,21 @@ def test_after_1012_the_first_reconnect_comes_within_reload_delay_and_after_1001
         assert 0.29 < await first_delay(1012, reload_delay=0.3) < 0.3
 
     asyncio.run(main())
+
+
+def test_a_filtered_subscription_gets_matching_messages_and_a_bad_filter_is_refused(cluster):  # noqa: F811
+    node = cluster.node()
+    client = SyncSubscriber(f"ws://{node.clients}/ws", **FAST)
+    try:
+        items = client.subscribe("fx", timeout=10, filter={"in": ["pair", ["EURUSD"]]})
+        wait_until(lambda: client.client.subs["fx"].state == "subscribed", 5, "subscribed")
+        for pair in ("USDJPY", "EURUSD"):
+            status, _, body = node.request("POST", f"/publish/fx?tag.pair={pair}", pair.encode())
+            assert status == 200, body
+        got = next(items)
+        assert (got.data, got.tags) == ("EURUSD", {"pair": "EURUSD"}), got
+        bad = client.subscribe("other", timeout=10, filter="pair ==")
+        with pytest.raises(SubscriptionRefused, match="invalid filter"):
+            next(bad)
+    finally:
+        client.close()

@@ -18,7 +18,12 @@
 //! PRESENCE? flag | ident? (flag | sub str | info?)
 //!                | n (u16) rooms: name str, room version u64
 //!                | n (u16) rooms it listens to: name str, version its list was read at u64
+//! FILTERS   absent, or 1 | n (u16, at least 1) subscription filters: topic str, filter str
+//!           (canonical text, `docs/filters.md`)
 //! ```
+//!
+//! The filters part is last and absent when the connection holds none, so a section written
+//! before filters existed reads the same.
 //!
 //! (`str` is a u32 LE length and UTF-8 bytes: an `info` may be as long as its limit is set;
 //! `x?` is a flag byte followed by `x` when the flag is 1; `sub?`, `info?` are optional strs.)
@@ -84,6 +89,8 @@ pub struct ModeState<'a> {
     pub hooks: Option<HookState<'a>>,
     /// Presence.
     pub presence: Option<PresenceState<'a>>,
+    /// Subscription filters: topic, filter in its canonical text.
+    pub filters: Vec<(&'a str, &'a str)>,
 }
 
 /// Why a state section is not valid.
@@ -94,7 +101,10 @@ pub struct Malformed;
 impl ModeState<'_> {
     /// Whether no mode keeps anything.
     pub fn is_empty(&self) -> bool {
-        self.auth.is_none() && self.hooks.is_none() && self.presence.is_none()
+        self.auth.is_none()
+            && self.hooks.is_none()
+            && self.presence.is_none()
+            && self.filters.is_empty()
     }
 }
 
@@ -148,6 +158,15 @@ pub fn encode(m: &ModeState<'_>, out: &mut Vec<u8>) {
             }
             put_versions(out, &p.rooms);
             put_versions(out, &p.listening);
+        }
+    }
+    if !m.filters.is_empty() {
+        out.push(1);
+        let n = m.filters.len().min(65535);
+        out.extend_from_slice(&(n as u16).to_le_bytes());
+        for (topic, filter) in m.filters.iter().take(n) {
+            put_str(out, topic);
+            put_str(out, filter);
         }
     }
 }
@@ -244,6 +263,21 @@ fn decode_from<'a>(r: &mut Reader<'a>) -> Result<ModeState<'a>, Error> {
     } else {
         None
     };
+    let mut filters = Vec::new();
+    if !r.buf.is_empty() {
+        // Present only when there is one at least: one encoding per state.
+        if !r.flag()? {
+            return Err(Error::Trailing(r.what));
+        }
+        let n = usize::from(r.u16()?);
+        if n == 0 {
+            return Err(Error::Trailing(r.what));
+        }
+        filters.reserve(n.min(r.buf.len() / 8));
+        for _ in 0..n {
+            filters.push((r.str()?, r.str()?));
+        }
+    }
     if !r.buf.is_empty() {
         return Err(Error::Trailing(r.what));
     }
@@ -251,6 +285,7 @@ fn decode_from<'a>(r: &mut Reader<'a>) -> Result<ModeState<'a>, Error> {
         auth,
         hooks,
         presence,
+        filters,
     })
 }
 
@@ -319,7 +354,35 @@ pub(crate) mod tests {
                 rooms: vec![("room.a", 7), ("room.b", 0)],
                 listening: vec![("room.a", 5)],
             }),
+            filters: Vec::new(),
         }
+    }
+
+    #[test]
+    fn filters_ride_last_and_a_section_without_them_is_unchanged() {
+        let mut m = full();
+        let mut before = Vec::new();
+        encode(&m, &mut before);
+        m.filters = vec![("prices", "sym in [\"A\", \"B\"]"), ("b", "x == \"1\"")];
+        let mut buf = Vec::new();
+        encode(&m, &mut buf);
+        assert!(
+            buf.starts_with(&before),
+            "the older parts are written as before"
+        );
+        assert_eq!(decode(&buf), Ok(m.clone()));
+        assert!(!ModeState {
+            filters: vec![("t", "a == \"1\"")],
+            ..ModeState::default()
+        }
+        .is_empty());
+        for cut in before.len() + 1..buf.len() {
+            assert_eq!(decode(&buf[..cut]), Err(Malformed), "cut at {cut}");
+        }
+        // An empty filters part (flag and a count of 0) is not an encoding of anything.
+        let mut empty = before.clone();
+        empty.extend_from_slice(&[1, 0, 0]);
+        assert_eq!(decode(&empty), Err(Malformed));
     }
 
     #[test]

@@ -489,6 +489,7 @@ mod tests {
             epoch: "ep1",
             topic: "news",
             body: wire::Body {
+                tags: None,
                 kind: DataKind::Text,
                 event: if id.is_multiple_of(2) {
                     Some("tick")

@@ -59,6 +59,8 @@ pub struct Published {
     /// What a publish in another protocol's format carries for that protocol's connections;
     /// `None` for Clarion's own publishes. Read it back with [`Published::attachment`].
     pub attachment: Option<Arc<dyn Attachment>>,
+    /// Its filter tags (`docs/filters.md`), valid by `validate_tags`; empty when untagged.
+    pub tags: Box<[(String, String)]>,
     /// Whether this is a gap notice ([`Published::notice`]) rather than a message.
     pub notice: bool,
     /// Whether this is a presence event ([`Published::presence`]): delivered only to the
@@ -127,6 +129,7 @@ impl Published {
             encoded: Default::default(),
             deflated: OnceLock::new(),
             attachment: None,
+            tags: Box::default(),
             notice: false,
             presence: false,
         }
@@ -185,6 +188,7 @@ impl Published {
             encoded,
             deflated: OnceLock::new(),
             attachment: None,
+            tags: Box::default(),
             notice: false,
             presence: false,
         }
@@ -214,6 +218,16 @@ impl Published {
             + std::mem::size_of::<Published>()
             + 64
             + self.attachment.as_ref().map_or(0, |a| a.cost())
+            + self
+                .tags
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 48)
+                .sum::<usize>()
+    }
+
+    /// Its tags as a cluster or log body carries them (`None` when untagged).
+    pub fn wire_tags(&self) -> Option<Vec<u8>> {
+        encode_tags(&self.tags)
     }
 
     /// The attachment, if there is one and it is a `T`.
@@ -300,6 +314,7 @@ impl Published {
             event: self.event.as_deref(),
             kind: self.kind,
             payload: self.payload(),
+            tags: &self.tags,
         }
         .to_json()
     }
@@ -351,6 +366,26 @@ pub fn compress_frame(
         return Arc::clone(frame);
     }
     encode_compressed_frame(opcode, &z).into()
+}
+
+/// `tags` as a cluster or log body carries them (`None` when there are none, so an untagged
+/// body is what nodes wrote before tags existed).
+pub fn encode_tags(tags: &[(String, String)]) -> Option<Vec<u8>> {
+    if tags.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    clarion_proto::pubsub::wire::encode_tags(tags, &mut out);
+    Some(out)
+}
+
+/// The tags of a body read from a broker or a log ([`clarion_proto::pubsub::wire::decode`]
+/// checked them already).
+pub fn decode_tags(bytes: Option<&[u8]>) -> Box<[(String, String)]> {
+    bytes
+        .and_then(|b| clarion_proto::pubsub::wire::decode_tags(b).ok())
+        .unwrap_or_default()
+        .into_boxed_slice()
 }
 
 /// The payload of an encoded server frame (unmasked, so only the length field varies).

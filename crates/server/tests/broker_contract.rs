@@ -144,6 +144,7 @@ fn text(topic: &str, payload: &str) -> Outgoing<'static> {
         event: None,
         attachment: None,
         key: None,
+        tags: &[],
     }
 }
 

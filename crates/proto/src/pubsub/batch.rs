@@ -1,5 +1,5 @@
 //! `POST /publish` bodies: `{"messages":[{"topic":..,"data":..[,"encoding":"base64"][,"event":..]
-//! [,"key":..]}]}`.
+//! [,"key":..][,"tags":{..}]}]}`.
 //!
 //! The body is refused whole only when it is not a batch (not JSON, not that object). Each
 //! message is then decoded and validated on its own, so a bad one is answered with its own error
@@ -27,6 +27,9 @@ struct BatchItem {
     event: Option<String>,
     #[serde(default)]
     key: Option<String>,
+    /// Filter tags (`docs/filters.md`), string keys and values.
+    #[serde(default)]
+    tags: std::collections::BTreeMap<String, String>,
 }
 
 /// `{"messages": [...]}`: each message is kept as JSON until it is decoded on its own.
@@ -49,6 +52,8 @@ pub struct BatchMessage {
     pub event: Option<String>,
     /// A valid idempotency key (as `Idempotency-Key` for one message), if given.
     pub key: Option<String>,
+    /// Its filter tags, valid by [`crate::filter::validate_tags`] (sorted by key).
+    pub tags: Vec<(String, String)>,
 }
 
 /// Why a body was refused whole (it is not a batch); the text is the 400 answer's.
@@ -82,6 +87,9 @@ pub enum ItemError {
     /// The idempotency key breaks the key rules.
     #[error("invalid key: {0}")]
     Key(KeyError),
+    /// The tags break the tag bounds.
+    #[error("invalid tags: {0}")]
+    Tags(crate::filter::TagError),
     /// `encoding` is `"base64"` but `data` is not base64.
     #[error("data is not valid base64")]
     Base64,
@@ -143,6 +151,11 @@ fn decode_item(v: serde_json::Value) -> Result<BatchMessage, RefusedItem> {
     if let Some(Err(reason)) = m.key.as_deref().map(validate_key) {
         return Err(refuse(ItemError::Key(reason)));
     }
+    if let Err(reason) =
+        crate::filter::validate_tags(m.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    {
+        return Err(refuse(ItemError::Tags(reason)));
+    }
     let (kind, payload) = match m.encoding {
         None => (DataKind::Text, m.data.into_bytes()),
         Some(e) if e == "base64" => {
@@ -159,6 +172,7 @@ fn decode_item(v: serde_json::Value) -> Result<BatchMessage, RefusedItem> {
         payload,
         event: m.event,
         key: m.key,
+        tags: m.tags.into_iter().collect(),
     })
 }
 
@@ -192,6 +206,27 @@ mod tests {
         let mut all = decode_batch(body).unwrap();
         assert_eq!(all.len(), 1);
         all.remove(0)
+    }
+
+    #[test]
+    fn batch_messages_carry_bounded_tags() {
+        let ok = one(br#"{"messages":[{"topic":"a","data":"x","tags":{"s":"1","a":"2"}}]}"#)
+            .expect("valid");
+        assert_eq!(
+            ok.tags,
+            vec![("a".into(), "2".into()), ("s".into(), "1".into())]
+        );
+        let all = decode_batch(
+            br#"{"messages":[{"topic":"a","data":"x"},{"topic":"a","data":"x","tags":{"in":"1"}}]}"#,
+        )
+        .expect("a batch");
+        assert!(all[0].is_ok());
+        assert!(
+            matches!(all[1], Err(RefusedItem { error: ItemError::Tags(_), .. })),
+            "{:?}",
+            all[1].as_ref().err()
+        );
+        assert!(one(br#"{"messages":[{"topic":"a","data":"x","tags":{"a":1}}]}"#).is_err());
     }
 
     #[test]

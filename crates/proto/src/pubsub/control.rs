@@ -25,6 +25,10 @@ pub enum Request<'a> {
         /// topics only).
         #[serde(default)]
         presence: bool,
+        /// Only messages whose tags pass this filter: its JSON form, or its text form as a
+        /// string (`docs/filters.md`). Parsed by the server, with its limits.
+        #[serde(default)]
+        filter: Option<serde_json::Value>,
     },
     /// Stop receiving a topic's messages.
     Unsubscribe {
@@ -185,6 +189,7 @@ mod tests {
                 topic: "a".into(),
                 since: None,
                 presence: false,
+                filter: None,
             }
         );
         assert_eq!(
@@ -193,6 +198,7 @@ mod tests {
                 topic: "a".into(),
                 since: None,
                 presence: true,
+                filter: None,
             }
         );
         assert_eq!(
@@ -204,11 +210,21 @@ mod tests {
         );
         assert!(parse(br#"{"type":"subscribe","topic":"a","presence":"yes"}"#).is_err());
         assert_eq!(
+            parse(br#"{"type":"subscribe","topic":"a","filter":{"eq":["k","v"]}}"#).unwrap(),
+            Request::Subscribe {
+                topic: "a".into(),
+                since: None,
+                presence: false,
+                filter: Some(serde_json::json!({"eq": ["k", "v"]})),
+            }
+        );
+        assert_eq!(
             parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#).unwrap(),
             Request::Subscribe {
                 topic: "a".into(),
                 since: Some("e-5".into()),
                 presence: false,
+                filter: None,
             }
         );
         assert_eq!(

@@ -28,6 +28,8 @@ pub struct Envelope<'a> {
     pub kind: DataKind,
     /// The message itself.
     pub payload: &'a [u8],
+    /// Its filter tags (`"tags":{..}` when there are any).
+    pub tags: &'a [(String, String)],
 }
 
 impl Envelope<'_> {
@@ -42,6 +44,18 @@ impl Envelope<'_> {
         if let Some(event) = self.event {
             out.push_str(r#","event":"#);
             push_json_str(&mut out, event);
+        }
+        if !self.tags.is_empty() {
+            out.push_str(r#","tags":{"#);
+            for (i, (k, v)) in self.tags.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_json_str(&mut out, k);
+                out.push(':');
+                push_json_str(&mut out, v);
+            }
+            out.push('}');
         }
         match self.kind {
             // Text payloads were validated as UTF-8 when they were published; a lossy
@@ -144,7 +158,24 @@ mod tests {
             event,
             kind,
             payload,
+            tags: &[],
         }
+    }
+
+    #[test]
+    fn tags_ride_in_the_envelope() {
+        let tags = [
+            ("a".to_owned(), "1".to_owned()),
+            ("b\"".to_owned(), "x".to_owned()),
+        ];
+        let e = Envelope {
+            tags: &tags,
+            ..env(DataKind::Text, None, b"d")
+        };
+        assert_eq!(
+            e.to_json(),
+            r#"{"type":"message","topic":"t","id":"ep-7","tags":{"a":"1","b\"":"x"},"data":"d"}"#
+        );
     }
 
     #[test]

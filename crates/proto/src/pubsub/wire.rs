@@ -4,8 +4,14 @@
 //! attachment (GRIP content, four length bytes, big-endian), and the payload as the rest:
 //!
 //! ```text
-//! flags(1) [event_len(1) event] [attachment_len(4) attachment] payload
+//! flags(1) [event_len(1) event] [tags_len(2) tags] [attachment_len(4) attachment] payload
 //! ```
+//!
+//! Tags (a publication's filter tags, `docs/filters.md`) are `count(1)` then, per tag,
+//! `key_len(1) key value_len(2) value` (lengths big-endian), checked with
+//! [`crate::filter::validate_tags`] when read. A body without tags has no `HAS_TAGS` flag and
+//! is byte for byte what nodes wrote before tags existed, so either reads the other's untagged
+//! messages.
 //!
 //! A live message from the Redis broker is `EPOCH SEQ BODY` (space-separated; the Redis
 //! script that allocates `SEQ` writes the prefix), see [`split_live`].
@@ -21,6 +27,7 @@ const VERSION_MASK: u8 = 0xF0;
 const BINARY: u8 = 1;
 const HAS_EVENT: u8 = 2;
 const HAS_ATTACHMENT: u8 = 4;
+const HAS_TAGS: u8 = 8;
 
 /// One message body as nodes exchange it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +38,8 @@ pub struct Body<'a> {
     pub event: Option<&'a str>,
     /// Content for another protocol's connections, in that protocol's own encoding.
     pub attachment: Option<&'a [u8]>,
+    /// The publication's tags, encoded with [`encode_tags`] (read them with [`decode_tags`]).
+    pub tags: Option<&'a [u8]>,
     /// The message.
     pub payload: &'a [u8],
 }
@@ -66,11 +75,19 @@ impl Body<'_> {
         if self.attachment.is_some() {
             flags |= HAS_ATTACHMENT;
         }
+        if self.tags.is_some() {
+            flags |= HAS_TAGS;
+        }
         out.push(flags);
         if let Some(e) = self.event {
             // Event names are at most 64 bytes (validate_event_name).
             out.push(e.len().min(255) as u8);
             out.extend_from_slice(e.as_bytes().get(..e.len().min(255)).unwrap_or_default());
+        }
+        if let Some(t) = self.tags {
+            // Bounded tags encode to at most 10,336 bytes (32 × (1 + 64 + 2 + 256) + 1).
+            out.extend_from_slice(&(t.len().min(0xffff) as u16).to_be_bytes());
+            out.extend_from_slice(t.get(..t.len().min(0xffff)).unwrap_or_default());
         }
         if let Some(a) = self.attachment {
             out.extend_from_slice(&(a.len() as u32).to_be_bytes());
@@ -83,7 +100,9 @@ impl Body<'_> {
 /// Decodes a body, checking the event name and that text is UTF-8.
 pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
     let (&flags, mut rest) = buf.split_first().ok_or(WireError::Truncated)?;
-    if flags & VERSION_MASK != VERSION || flags & !(VERSION_MASK | 7) != 0 {
+    // The four low bits are all flags now (binary, event, attachment, tags): only the
+    // version nibble can be unknown.
+    if flags & VERSION_MASK != VERSION {
         return Err(WireError::Version);
     }
     let event = if flags & HAS_EVENT != 0 {
@@ -93,6 +112,19 @@ pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
         let name = std::str::from_utf8(name).map_err(|_| WireError::Invalid)?;
         validate_event_name(name).map_err(|_| WireError::Invalid)?;
         Some(name)
+    } else {
+        None
+    };
+    let tags = if flags & HAS_TAGS != 0 {
+        let (len, tail) = split(rest, 2)?;
+        let n = u16::from_be_bytes([
+            len.first().copied().unwrap_or(0),
+            len.get(1).copied().unwrap_or(0),
+        ]);
+        let (t, tail) = split(tail, usize::from(n))?;
+        decode_tags(t)?;
+        rest = tail;
+        Some(t)
     } else {
         None
     };
@@ -116,8 +148,50 @@ pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
         kind,
         event,
         attachment,
+        tags,
         payload: rest,
     })
+}
+
+/// Appends `tags` (valid by [`crate::filter::validate_tags`], so their lengths fit) in the
+/// body's tag encoding.
+pub fn encode_tags(tags: &[(String, String)], out: &mut Vec<u8>) {
+    out.push(tags.len().min(255) as u8);
+    for (k, v) in tags.iter().take(255) {
+        let k = k.as_bytes().get(..k.len().min(255)).unwrap_or_default();
+        let v = v.as_bytes().get(..v.len().min(0xffff)).unwrap_or_default();
+        out.push(k.len() as u8);
+        out.extend_from_slice(k);
+        out.extend_from_slice(&(v.len() as u16).to_be_bytes());
+        out.extend_from_slice(v);
+    }
+}
+
+/// Reads tags written by [`encode_tags`], checking them against the tag bounds.
+pub fn decode_tags(mut buf: &[u8]) -> Result<Vec<(String, String)>, WireError> {
+    let (&n, tail) = buf.split_first().ok_or(WireError::Truncated)?;
+    buf = tail;
+    let mut tags = Vec::with_capacity(usize::from(n));
+    for _ in 0..n {
+        let (&kl, tail) = buf.split_first().ok_or(WireError::Truncated)?;
+        let (k, tail) = split(tail, usize::from(kl))?;
+        let (vl, tail) = split(tail, 2)?;
+        let vl = u16::from_be_bytes([
+            vl.first().copied().unwrap_or(0),
+            vl.get(1).copied().unwrap_or(0),
+        ]);
+        let (v, tail) = split(tail, usize::from(vl))?;
+        buf = tail;
+        let k = std::str::from_utf8(k).map_err(|_| WireError::Invalid)?;
+        let v = std::str::from_utf8(v).map_err(|_| WireError::Invalid)?;
+        tags.push((k.to_owned(), v.to_owned()));
+    }
+    if !buf.is_empty() {
+        return Err(WireError::Invalid);
+    }
+    crate::filter::validate_tags(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|_| WireError::Invalid)?;
+    Ok(tags)
 }
 
 fn split(buf: &[u8], n: usize) -> Result<(&[u8], &[u8]), WireError> {
@@ -161,27 +235,74 @@ mod tests {
             kind: DataKind::Text,
             event: None,
             attachment: None,
+            tags: None,
             payload: b"hello",
         });
         round_trip(Body {
             kind: DataKind::Binary,
             event: Some("tick"),
             attachment: Some(b"\x00\xff"),
+            tags: None,
             payload: &[0xff, 0, 1],
         });
         round_trip(Body {
             kind: DataKind::Text,
             event: None,
             attachment: Some(b""),
+            tags: None,
             payload: b"",
         });
+    }
+
+    #[test]
+    fn tags_travel_and_untagged_bodies_are_unchanged() {
+        let tags = vec![
+            ("sport".to_owned(), "football".to_owned()),
+            ("p".to_owned(), String::new()),
+        ];
+        let mut t = Vec::new();
+        encode_tags(&tags, &mut t);
+        let b = Body {
+            kind: DataKind::Text,
+            event: Some("tick"),
+            attachment: Some(b"a"),
+            tags: Some(&t),
+            payload: b"hi",
+        };
+        round_trip(b);
+        let mut out = Vec::new();
+        b.encode(&mut out);
+        assert_eq!(
+            decode_tags(decode(&out).unwrap().tags.unwrap()).unwrap(),
+            tags
+        );
+        // What a node without tags wrote reads the same (and is what an untagged body is).
+        assert_eq!(
+            decode(b"\x10hi").unwrap(),
+            Body {
+                kind: DataKind::Text,
+                event: None,
+                attachment: None,
+                tags: None,
+                payload: b"hi"
+            }
+        );
+        // Tags that break the bounds, or are cut short, refuse the body.
+        let bad = [("in".to_owned(), "x".to_owned())];
+        let mut t = Vec::new();
+        encode_tags(&bad, &mut t);
+        let mut out = vec![0x18];
+        out.extend_from_slice(&(t.len() as u16).to_be_bytes());
+        out.extend_from_slice(&t);
+        assert_eq!(decode(&out), Err(WireError::Invalid));
+        assert_eq!(decode(b"\x18\x00\x05\x01"), Err(WireError::Truncated));
     }
 
     #[test]
     fn broken_bodies_are_refused() {
         assert_eq!(decode(b""), Err(WireError::Truncated));
         assert_eq!(decode(b"\x20x"), Err(WireError::Version));
-        assert_eq!(decode(b"\x18x"), Err(WireError::Version));
+        assert_eq!(decode(b"\x30x"), Err(WireError::Version));
         assert_eq!(decode(b"\x12\x05ab"), Err(WireError::Truncated));
         assert_eq!(decode(b"\x12\x02a b"), Err(WireError::Invalid));
         assert_eq!(decode(b"\x14\x00\x00\x01"), Err(WireError::Truncated));

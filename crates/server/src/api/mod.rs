@@ -712,9 +712,14 @@ fn dispatch(
                 return a;
             }
             let mut event = None;
+            let mut tags: Vec<(String, String)> = Vec::new();
             for pair in http1::query_pairs(&req.query) {
                 match pair {
                     Ok((k, v)) if k == "event" => event = Some(v),
+                    Ok((k, v)) if k.starts_with("tag.") => {
+                        let key = k.strip_prefix("tag.").unwrap_or_default();
+                        tags.push((key.to_owned(), v.into_owned()));
+                    }
                     Ok(_) => {}
                     Err(e) => return Answer::error(400, &format!("invalid query string: {e}")),
                 }
@@ -725,6 +730,7 @@ fn dispatch(
                 req.content_type.as_deref(),
                 req.idempotency_key.as_deref(),
                 &body,
+                &tags,
                 shared,
             )
         }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::pubsub::{
-    decode_batch, held_back, validate_event_name, validate_key, validate_topic,
+    decode_batch, held_back, validate_event_name, validate_key, validate_topic, ItemError,
 };
 use clarion_proto::ws::DataKind;
 
@@ -22,6 +22,7 @@ pub(super) fn publish_one(
     content_type: Option<&str>,
     key: Option<&str>,
     body: &[u8],
+    tags: &[(String, String)],
     shared: &Shared,
 ) -> Answer {
     if let Err(e) = validate_topic(topic) {
@@ -36,6 +37,11 @@ pub(super) fn publish_one(
     }
     if let Some(a) = reserved_event(topic, event, shared) {
         return a;
+    }
+    let named = tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    if let Err(e) = clarion_proto::filter::validate_tags(named) {
+        shared.metrics.filters.refused("tags");
+        return Answer::error(400, &format!("invalid tags: {e}"));
     }
     let binary = content_type.is_some_and(|ct| {
         ct.split(';')
@@ -59,6 +65,7 @@ pub(super) fn publish_one(
         event,
         attachment: None,
         key,
+        tags,
     }]);
     let receipts = match receipts {
         Ok(r) => r,
@@ -97,7 +104,12 @@ pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> An
     let refusals: Vec<Option<serde_json::Value>> = batch
         .iter()
         .map(|item| match item {
-            Err(r) => Some(item_error(400, &r.error.to_string())),
+            Err(r) => {
+                if matches!(r.error, ItemError::Tags(_)) {
+                    shared.metrics.filters.refused("tags");
+                }
+                Some(item_error(400, &r.error.to_string()))
+            }
             Ok(m) => permit
                 .check(&m.topic, shared)
                 .err()
@@ -126,6 +138,7 @@ pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> An
                 event: m.event.as_deref(),
                 attachment: None,
                 key: m.key.as_deref(),
+                tags: &m.tags,
             }),
             (Ok(_) | Err(_), _, _) => None,
         })
@@ -212,6 +225,7 @@ pub(super) fn publish_grip(
         .iter()
         .zip(&contents)
         .map(|(item, (content, payload, kind))| Outgoing {
+            tags: &[],
             topic: &item.channel,
             kind: *kind,
             payload: payload.as_slice(),

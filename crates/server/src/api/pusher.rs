@@ -159,6 +159,7 @@ fn publish(shared: &Shared, events: &[Trigger]) -> Result<Vec<Published>, Answer
                 ));
             }
             out.push(Outgoing {
+                tags: &[],
                 topic: c,
                 kind: DataKind::Text,
                 payload: t.data.as_bytes(),

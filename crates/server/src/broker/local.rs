@@ -448,6 +448,7 @@ impl LocalBroker {
                 m.payload,
             );
             published.attachment = m.attachment.clone();
+            published.tags = m.tags.into();
             let published = Arc::new(published);
             e.traffic.published += 1;
             if let Some(r) = receipts.last_mut() {
@@ -611,6 +612,7 @@ mod tests {
 
     fn text<'a>(topic: &'a str, payload: &'a str) -> Outgoing<'a> {
         Outgoing {
+            tags: &[],
             topic,
             kind: DataKind::Text,
             payload: payload.as_bytes(),
@@ -1059,6 +1061,7 @@ mod tests {
             let p = format!("m{i}");
             let tag = format!("p{i}");
             b.try_publish(&[Outgoing {
+                tags: &[],
                 topic: "g",
                 kind: DataKind::Binary,
                 payload: p.as_bytes(),

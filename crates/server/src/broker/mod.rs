@@ -94,6 +94,8 @@ pub struct Outgoing<'a> {
     /// [`clarion_proto::pubsub::validate_key`]): within `idempotency_window`, a message with
     /// the same key on the same topic is not published again, and its receipt is the first's.
     pub key: Option<&'a str>,
+    /// Filter tags (`docs/filters.md`), checked with [`clarion_proto::filter::validate_tags`].
+    pub tags: &'a [(String, String)],
 }
 
 impl Outgoing<'_> {
@@ -101,11 +103,13 @@ impl Outgoing<'_> {
     /// encoded by its own mode.
     pub fn wire_body(&self) -> Vec<u8> {
         let attachment = self.attachment.as_ref().and_then(|a| a.encode());
+        let tags = crate::message::encode_tags(self.tags);
         let mut body = Vec::with_capacity(self.payload.len() + 16);
         wire::Body {
             kind: self.kind,
             event: self.event,
             attachment: attachment.as_deref(),
+            tags: tags.as_deref(),
             payload: self.payload,
         }
         .encode(&mut body);

@@ -256,10 +256,12 @@ fn receive(
         (Some(bytes), Some(decode)) => decode(bytes),
         _ => None,
     };
+    let tags = crate::message::decode_tags(body.tags);
     // A NATS node's broker has no `history_dir` (the configuration refuses it), so this
     // cannot fail.
     let _ = local.try_publish(&[Outgoing {
         topic: &topic,
+        tags: &tags,
         kind: body.kind,
         payload: body.payload,
         event: body.event,

@@ -102,6 +102,7 @@ mod tests {
 
     fn msg<'a>(topic: &'a str, key: Option<&'a str>) -> Outgoing<'a> {
         Outgoing {
+            tags: &[],
             topic,
             kind: DataKind::Text,
             payload: b"x",

@@ -224,6 +224,7 @@ mod tests {
         let send = |topic: &str, n: usize| {
             for _ in 0..n {
                 let _ = broker.publish(&[Outgoing {
+                    tags: &[],
                     topic,
                     kind: DataKind::Text,
                     payload: b"x",

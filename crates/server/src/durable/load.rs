@@ -73,6 +73,7 @@ pub fn keep_logged(
         at,
         m.body.payload,
     );
+    p.tags = crate::message::decode_tags(m.body.tags);
     p.attachment = match (m.body.attachment, decode) {
         (Some(bytes), Some(decode)) => decode(bytes),
         _ => None,

@@ -406,6 +406,7 @@ impl HistoryLog {
         self.buf.clear();
         for m in msgs {
             let a = m.attachment.as_ref().and_then(|a| a.encode());
+            let tags = m.wire_tags();
             let unix = (self.origin + i64::from(m.at)).max(0) as u64;
             history_log::encode_message(
                 &history_log::Message {
@@ -417,6 +418,7 @@ impl HistoryLog {
                         kind: m.kind,
                         event: m.event.as_deref(),
                         attachment: a.as_deref(),
+                        tags: tags.as_deref(),
                         payload: m.payload(),
                     },
                 },

@@ -331,6 +331,7 @@ mod tests {
                     epoch: ep,
                     topic: if id % 2 == 0 { "even" } else { "odd" },
                     body: wire::Body {
+                        tags: None,
                         kind: DataKind::Text,
                         event: None,
                         attachment: None,

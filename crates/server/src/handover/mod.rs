@@ -498,6 +498,7 @@ fn history_frame_bytes(f: &crate::broker::local::Frozen) -> Vec<u8> {
     let mut records = Vec::new();
     for m in &f.held {
         let a = m.attachment.as_ref().and_then(|a| a.encode());
+        let tags = m.wire_tags();
         let age = u64::from(f.clock_now.saturating_sub(m.at));
         history_log::encode_message(
             &history_log::Message {
@@ -509,6 +510,7 @@ fn history_frame_bytes(f: &crate::broker::local::Frozen) -> Vec<u8> {
                     kind: m.kind,
                     event: m.event.as_deref(),
                     attachment: a.as_deref(),
+                    tags: tags.as_deref(),
                     payload: m.payload(),
                 },
             },

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 mod cluster;
+pub mod filters;
 pub mod pusher;
 
 /// Why a client connection ended, for the `clarion_closes_total{reason=...}` counter.
@@ -232,6 +233,8 @@ pub struct Metrics {
     pub hooks: HookCounters,
     /// The Pusher HTTP API (docs/pusher.md).
     pub pusher: pusher::PusherCounters,
+    /// Subscription filters (docs/filters.md).
+    pub filters: filters::FilterCounters,
 }
 
 /// The hooks as `clarion_hook_*` counts them: `connect`, `subscribe`, `publish`.
@@ -751,6 +754,7 @@ impl Metrics {
         }
         self.render_presence(&mut out);
         self.pusher.render(&mut out);
+        self.filters.render(&mut out);
         let per_conn = rss
             .checked_div(http + ws + sse + stream + poll)
             .unwrap_or(0);

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use clarion_proto::ws::{DataKind, OpCode};
 
+use super::filters::Pass;
 use super::socket::Socket;
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
@@ -45,6 +46,8 @@ impl<S: Socket> Engine<S> {
         // everything in order.
         let mut targets: Vec<u32> = Vec::new();
         let mut polls: Vec<u32> = Vec::new();
+        // Long-polls with a filter that passed part of a run: answered with their part.
+        let mut filtered_polls: Vec<(u32, Vec<Arc<Published>>)> = Vec::new();
         let mut frames: Vec<&Arc<[u8]>> = Vec::new();
         for run in batch.chunk_by(|a, b| a.topic == b.topic && a.presence == b.presence) {
             let Some(first) = run.first() else { continue };
@@ -67,7 +70,26 @@ impl<S: Socket> Engine<S> {
                 targets.extend_from_slice(subs.get(..start).unwrap_or_default());
             }
             let batched = self.fanout.batch.is_some() && targets.len() > 1;
+            // Filters: each distinct one answers once for this run (worker/filters.rs).
+            let tid = match self.filters.is_empty() {
+                true => None,
+                false => self.index.id_of(&first.topic),
+            };
+            self.filters.begin_run();
+            let whole = run;
             for &k in &targets {
+                let part;
+                let run = match tid.map(|tid| {
+                    self.filters
+                        .pass(k, tid, whole, &self.shared.metrics.filters)
+                }) {
+                    None | Some(Pass::All) => whole,
+                    Some(Pass::Nothing) => continue,
+                    Some(Pass::Some(p)) => {
+                        part = p;
+                        part.as_slice()
+                    }
+                };
                 let dedicated = self
                     .conns
                     .get(k as usize)
@@ -86,7 +108,11 @@ impl<S: Socket> Engine<S> {
                         continue;
                     }
                     Delivery::Answer => {
-                        polls.push(k);
+                        if run.len() == whole.len() {
+                            polls.push(k);
+                        } else {
+                            filtered_polls.push((k, run.to_vec()));
+                        }
                         continue;
                     }
                     Delivery::Skip => continue,
@@ -119,48 +145,70 @@ impl<S: Socket> Engine<S> {
                     } else {
                         self.deliver(k, frame);
                     }
-                } else {
+                } else if run.len() == whole.len() {
                     frames.clear();
-                    frames.extend(run.iter().map(|m| pick(m, form, &settings)));
+                    frames.extend(whole.iter().map(|m| pick(m, form, &settings)));
                     self.deliver_all(k, &frames);
+                } else {
+                    // What this subscriber's filter passed of the run.
+                    let own: Vec<&Arc<[u8]>> =
+                        run.iter().map(|m| pick(m, form, &settings)).collect();
+                    self.deliver_all(k, &own);
                 }
                 self.scratch.tally.delivered += run.len() as u64;
             }
+            let run = whole;
             // Before the next run: a subscriber of both topics gets this run's message first.
             self.write_fanout();
+            for (k, part) in filtered_polls.drain(..) {
+                self.answer_run_polls(&mut vec![k], run, &part);
+            }
             if !polls.is_empty() {
-                let cursor = run.last().map(|m| m.id_string()).unwrap_or_default();
-                // Live gap notices (clustered brokers) go in "gaps", not among the messages.
-                let gaps: Vec<String> = run
-                    .iter()
-                    .filter(|m| m.notice)
-                    .map(|m| String::from_utf8_lossy(m.payload()).into_owned())
-                    .collect();
-                let body_with = |cursor: &str| -> Arc<[u8]> {
-                    messages_body(
-                        run.iter().filter(|m| !m.notice).map(|m| m.json()),
-                        cursor,
-                        &gaps,
-                    )
-                    .into()
-                };
-                let body = body_with(&cursor);
-                for k in polls.drain(..) {
-                    // A poll on several topics of a clustered broker carries one id per topic.
-                    let own = self
-                        .side
-                        .polls()
-                        .get(&k)
-                        .and_then(|h| advance_cursor(&h.cursor, &first.topic, &cursor));
-                    match own {
-                        Some(c) => self.answer_poll(k, &body_with(&c)),
-                        None => self.answer_poll(k, &body),
-                    }
-                    self.scratch.tally.delivered += run.len() as u64;
-                }
+                self.answer_run_polls(&mut polls, run, run);
             }
         }
         batch.clear();
+    }
+
+    /// Answers held long-polls `ks` with `part` of run `whole` (all of it, or what their filter
+    /// passed): their cursor moves past the whole run, since a message filtered out is not
+    /// missed.
+    fn answer_run_polls(
+        &mut self,
+        ks: &mut Vec<u32>,
+        whole: &[Arc<Published>],
+        part: &[Arc<Published>],
+    ) {
+        let Some(first) = whole.first() else { return };
+        let cursor = whole.last().map(|m| m.id_string()).unwrap_or_default();
+        // Live gap notices (clustered brokers) go in "gaps", not among the messages.
+        let gaps: Vec<String> = part
+            .iter()
+            .filter(|m| m.notice)
+            .map(|m| String::from_utf8_lossy(m.payload()).into_owned())
+            .collect();
+        let body_with = |cursor: &str| -> Arc<[u8]> {
+            messages_body(
+                part.iter().filter(|m| !m.notice).map(|m| m.json()),
+                cursor,
+                &gaps,
+            )
+            .into()
+        };
+        let body = body_with(&cursor);
+        for k in ks.drain(..) {
+            // A poll on several topics of a clustered broker carries one id per topic.
+            let own = self
+                .side
+                .polls()
+                .get(&k)
+                .and_then(|h| advance_cursor(&h.cursor, &first.topic, &cursor));
+            match own {
+                Some(c) => self.answer_poll(k, &body_with(&c)),
+                None => self.answer_poll(k, &body),
+            }
+            self.scratch.tally.delivered += part.len() as u64;
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use slab::Slab;
 
 use super::conn::Conn;
+use super::filters::FilterTable;
 use super::frames::Frames;
 use super::index::TopicIndex;
 use super::shared::Shared;
@@ -74,6 +75,8 @@ pub struct Engine<S: Socket = mio::net::TcpStream> {
     pub(crate) id: usize,
     pub(crate) conns: Slab<Conn<S>>,
     pub(crate) index: TopicIndex,
+    /// Subscriptions' filters, one evaluation per message per distinct filter.
+    pub(crate) filters: FilterTable,
     pub(crate) inbox: Arc<Inbox>,
     pub(crate) shared: Arc<Shared>,
     /// The coarse clock: seconds since the worker started, as the shell last passed it in.
@@ -109,6 +112,7 @@ impl<S: Socket> Engine<S> {
             id,
             conns: Slab::new(),
             index: TopicIndex::default(),
+            filters: FilterTable::default(),
             inbox,
             shared,
             now: 0,

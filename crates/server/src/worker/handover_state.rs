@@ -61,6 +61,8 @@ pub struct CarriedMode {
     pub hooks: Option<CarriedHooks>,
     /// Presence.
     pub presence: Option<CarriedPresence>,
+    /// Subscription filters (`docs/filters.md`): topic, the filter's canonical text.
+    pub filters: Vec<(String, String)>,
 }
 
 /// A pattern as a token's claim writes it.
@@ -113,6 +115,11 @@ impl CarriedMode {
                 rooms: p.part.rooms.iter().map(|(n, v)| (&**n, *v)).collect(),
                 listening: p.listening.iter().map(|(n, v)| (&**n, *v)).collect(),
             }),
+            filters: self
+                .filters
+                .iter()
+                .map(|(t, f)| (t.as_str(), f.as_str()))
+                .collect(),
         }
     }
 
@@ -145,6 +152,11 @@ impl CarriedMode {
                     .map(|(n, v)| (Arc::from(*n), *v))
                     .collect(),
             }),
+            filters: m
+                .filters
+                .iter()
+                .map(|(t, f)| ((*t).to_owned(), (*f).to_owned()))
+                .collect(),
         }
     }
 }
@@ -194,6 +206,8 @@ impl<S: Socket> Engine<S> {
             self.handing_over = false;
             if let Some(sub) = sub {
                 joined = sub.names.clone();
+                // Before the catch-up, which its filters apply to.
+                self.restore_filters(k, mode);
                 if from.is_some() {
                     self.catch_up_arriving(k, sub);
                 } else if !sub.replay.is_empty() {
@@ -241,12 +255,48 @@ impl<S: Socket> Engine<S> {
             }
             None => None,
         };
+        let filters = self.filters_of(k);
         let m = CarriedMode {
             auth,
             hooks,
             presence,
+            filters,
         };
         (m != CarriedMode::default()).then_some(m)
+    }
+
+    /// The filters connection `k`'s subscriptions hold, by topic, in canonical text.
+    fn filters_of(&self, k: u32) -> Vec<(String, String)> {
+        let Some(conn) = self.conns.get(k as usize) else {
+            return Vec::new();
+        };
+        conn.subs
+            .ids()
+            .into_iter()
+            .filter_map(|tid| {
+                let f = self.filters.of(k, tid)?;
+                Some((self.index.name_of(tid)?.to_string(), f.to_string()))
+            })
+            .collect()
+    }
+
+    /// Puts the filters connection `k` held back on its subscriptions (just made again). One
+    /// that does not parse (it cannot happen between two honest processes) leaves that
+    /// subscription unfiltered, said in the log.
+    fn restore_filters(&mut self, k: u32, mode: Option<&CarriedMode>) {
+        for (topic, text) in mode.map(|m| &m.filters[..]).unwrap_or_default() {
+            let Some(tid) = self.subscription(k, topic) else {
+                continue;
+            };
+            match clarion_proto::filter::parse(text, &clarion_proto::filter::Limits::default()) {
+                Ok(f) => self
+                    .filters
+                    .set(k, tid, Some(&f), &self.shared.metrics.filters),
+                Err(e) => log::warn(format_args!(
+                    "hand-over: the filter of a subscription to {topic} was dropped: {e}"
+                )),
+            }
+        }
     }
 
     /// Puts back what authentication and hooks kept for connection `k`, arriving from the old

@@ -25,6 +25,7 @@ mod accept;
 pub mod conn;
 mod deliver;
 mod engine;
+mod filters;
 mod frames;
 pub(crate) mod grip;
 mod h2;

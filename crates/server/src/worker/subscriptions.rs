@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use clarion_proto::filter::Filter;
+
 use super::socket::Socket;
 use super::state::Kind;
 use super::Engine;
@@ -31,6 +33,20 @@ impl<S: Socket> Engine<S> {
         topics: &[&str],
         since: Since<'_>,
         in_band: bool,
+    ) -> Option<Subscribed> {
+        self.subscribe_filtered(k, topics, since, in_band, None)
+    }
+
+    /// [`Engine::subscribe_conn`] with a filter on every topic (`docs/filters.md`). The replay
+    /// is returned whole: callers keep what passes with
+    /// [`super::filters::keep_passing`] after reading any position they need from it.
+    pub(crate) fn subscribe_filtered(
+        &mut self,
+        k: u32,
+        topics: &[&str],
+        since: Since<'_>,
+        in_band: bool,
+        filter: Option<&Filter>,
     ) -> Option<Subscribed> {
         if !self.presence_admits(k, topics, in_band) {
             return None;
@@ -63,6 +79,8 @@ impl<S: Socket> Engine<S> {
         }
         for name in &sub.names {
             let tid = self.index.add(Arc::clone(name), k);
+            self.filters
+                .set(k, tid, filter, &self.shared.metrics.filters);
             self.hook_topic(name, true);
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.subs.push(tid);
@@ -83,6 +101,7 @@ impl<S: Socket> Engine<S> {
         if let Some(conn) = self.conns.get_mut(k as usize) {
             conn.subs.remove(tid);
         }
+        self.filters.clear(k, tid, &self.shared.metrics.filters);
         if let Some(name) = self.index.remove(tid, k) {
             self.presence_left(k, &name, tid);
             self.shared.broker.unsubscribe(self.id, &name);
@@ -95,6 +114,7 @@ impl<S: Socket> Engine<S> {
             return;
         };
         for tid in conn.subs.take_all() {
+            self.filters.clear(k, tid, &self.shared.metrics.filters);
             if let Some(name) = self.index.remove(tid, k) {
                 self.presence_left(k, &name, tid);
                 self.shared.broker.unsubscribe(self.id, &name);

@@ -296,6 +296,7 @@ impl Harness {
         grip: Option<Arc<crate::grip::GripContent>>,
     ) {
         let _ = self.shared.broker.publish(&[Outgoing {
+            tags: &[],
             topic,
             kind: clarion_proto::ws::DataKind::Text,
             payload: payload.as_bytes(),

@@ -40,6 +40,8 @@ class Delivery:
     id: str
     data: Union[str, bytes]
     event: Optional[str] = None
+    #: The publication's filter tags (docs/filters.md), empty when it has none.
+    tags: Optional[Dict[str, str]] = None
 
 
 @dataclass(frozen=True)
@@ -163,9 +165,13 @@ class Subscription:
     """One followed topic: an async iterator of :class:`Delivery` and :class:`Gap` items, and
     with ``presence=True`` of :class:`Presence`, :class:`Join` and :class:`Leave` items."""
 
-    def __init__(self, client: "Subscriber", topic: str, since: Optional[str], presence: bool = False) -> None:
+    def __init__(
+        self, client: "Subscriber", topic: str, since: Optional[str], presence: bool = False, filter: Any = None
+    ) -> None:
         self.client = client
         self.topic = topic
+        #: Only messages whose tags pass it (docs/filters.md): text, or the JSON form as a dict.
+        self.filter = filter
         self.last_id = since
         self.state = "pending"
         self.presence = presence
@@ -309,8 +315,14 @@ class Subscriber:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def subscribe(self, topic: str, since: Optional[str] = None, *, presence: bool = False) -> Subscription:
+    def subscribe(
+        self, topic: str, since: Optional[str] = None, *, presence: bool = False, filter: Any = None
+    ) -> Subscription:
         """Follows ``topic`` (after ``since`` when given); starts the connection if needed.
+
+        With ``filter`` (text such as ``'sym in ["A", "B"]'``, or the JSON form as a dict), only
+        messages whose tags pass it arrive, resumes included (docs/filters.md); a filter the
+        server refuses ends the subscription with :class:`SubscriptionRefused`.
 
         With ``presence``, the subscription keeps the topic's members (a ``presence_topics``
         topic; another one is refused with :class:`SubscriptionRefused`). Asking for presence on
@@ -319,7 +331,7 @@ class Subscriber:
             raise ClarionError("subscriber is closed")
         sub = self.subs.get(topic)
         if sub is None:
-            sub = self.subs[topic] = Subscription(self, topic, since, presence)
+            sub = self.subs[topic] = Subscription(self, topic, since, presence, filter)
             if self._ready:
                 asyncio.ensure_future(self._send_subscribe(sub))
         elif presence and not sub.presence:
@@ -491,6 +503,8 @@ class Subscriber:
         if sub.presence:
             msg["presence"] = True
             self._expect[sub.topic].append("P")
+        if sub.filter is not None:
+            msg["filter"] = sub.filter
         if sub.last_id:
             msg["since"] = sub.last_id
         elif sub._ever:
@@ -534,7 +548,7 @@ class Subscriber:
             data: Union[str, bytes] = m.get("data", "")
             if m.get("encoding") == "base64":
                 data = base64.b64decode(data)
-            sub._queue.put_nowait(Delivery(sub.topic, mid, data, m.get("event")))
+            sub._queue.put_nowait(Delivery(sub.topic, mid, data, m.get("event"), m.get("tags")))
         elif kind == "gap":
             sub = self.subs.get(m.get("topic", ""))
             if sub is not None:
@@ -596,7 +610,7 @@ class Subscriber:
                 raise _Drop("unauthorized", text)
             self._emit("error", kind="server", message=text)
             return
-        if any(k in text for k in ("grant", "token", "invalid topic", "max_subscriptions", "more than", "presence")):
+        if any(k in text for k in ("grant", "token", "invalid topic", "invalid filter", "max_subscriptions", "more than", "presence")):
             # Refused for good (403 and friends): that subscription fails, the others go on.
             sub.state = "failed"
             del self.subs[sub.topic]
@@ -632,14 +646,20 @@ class SyncSubscriber:
         return self.client.state
 
     def subscribe(
-        self, topic: str, since: Optional[str] = None, timeout: Optional[float] = None, *, presence: bool = False
+        self,
+        topic: str,
+        since: Optional[str] = None,
+        timeout: Optional[float] = None,
+        *,
+        presence: bool = False,
+        filter: Any = None,
     ) -> Iterator[Item]:
         """Yields the topic's items; with ``timeout``, raises ``TimeoutError`` when none comes.
-        ``presence``: as :meth:`Subscriber.subscribe` (``client.subs[topic].members`` is the
-        member map)."""
+        ``presence`` and ``filter``: as :meth:`Subscriber.subscribe` (``client.subs[topic].members``
+        is the member map)."""
 
         async def make() -> Subscription:
-            return self.client.subscribe(topic, since, presence=presence)
+            return self.client.subscribe(topic, since, presence=presence, filter=filter)
 
         sub = asyncio.run_coroutine_threadsafe(make(), self._loop).result()
 

@@ -174,6 +174,7 @@ impl Core {
             self.clock(),
             b.payload,
         );
+        m.tags = crate::message::decode_tags(b.tags);
         if let (Some(bytes), Some(decode)) = (b.attachment, self.decode_attachment) {
             m.attachment = decode(bytes);
         }

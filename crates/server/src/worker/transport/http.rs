@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::event_id;
+use clarion_proto::filter::Filter;
 use clarion_proto::http1::{self, Body, RequestHead};
 use clarion_proto::pubsub::validate_topic;
 use clarion_proto::ws::frame::encode_frame;
@@ -24,6 +25,7 @@ use crate::broker::Since;
 use crate::log;
 use crate::message::Encoding;
 use crate::metrics::CloseReason;
+use crate::worker::filters::{keep_passing, read_filter_text};
 use crate::worker::socket::Socket;
 use crate::worker::state::Ext;
 use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
@@ -55,6 +57,8 @@ struct Params<'q> {
     timeout: Option<u64>,
     /// `presence=1`: member lists and `join`/`leave` events of the presence topics.
     presence: bool,
+    /// `filter=`: only messages whose tags pass it (`docs/filters.md`).
+    filter: Option<Filter>,
 }
 
 impl<S: Socket> Engine<S> {
@@ -213,6 +217,7 @@ impl<S: Socket> Engine<S> {
                 format: None,
                 timeout: None,
                 presence: false,
+                filter: None,
             },
         };
         // Authentication before the 101: a refused upgrade gets its status instead.
@@ -262,9 +267,11 @@ impl<S: Socket> Engine<S> {
         // Subscribe before the 101 goes out: a client that has read it may publish at once
         // and must receive its own message.
         let since = Since::from_cursor(params.since.as_deref());
-        let Some(sub) = self.subscribe_conn(k, &topics, since, false) else {
+        let filter = params.filter.as_ref();
+        let Some(mut sub) = self.subscribe_filtered(k, &topics, since, false, filter) else {
             return;
         };
+        keep_passing(filter, &mut sub.replay);
         let mut frames: Vec<Arc<[u8]>> = vec![out.into()];
         for g in &sub.gaps {
             frames.push(encode_frame(OpCode::Text, g.json().as_bytes()).into());
@@ -297,6 +304,7 @@ impl<S: Socket> Engine<S> {
             format: None,
             timeout: None,
             presence: false,
+            filter: None,
         };
         let mut last_event_id = None;
         for pair in http1::query_pairs(head.query()) {
@@ -323,6 +331,9 @@ impl<S: Socket> Engine<S> {
                     }
                 }
                 "format" => p.format = Some(value),
+                "filter" => {
+                    p.filter = Some(read_filter_text(&value, &self.shared.metrics.filters)?);
+                }
                 "timeout" => {
                     let secs = value
                         .parse::<u64>()
@@ -442,6 +453,7 @@ impl<S: Socket> Engine<S> {
                 let wait = crate::worker::transport::poll::PollWait {
                     hold,
                     presence: params.presence,
+                    filter: params.filter.as_ref(),
                 };
                 self.open_poll(k, &topics, since, wait, mode, checked);
                 self.presence_settle(k);
@@ -453,7 +465,7 @@ impl<S: Socket> Engine<S> {
             | State::H2
             | State::Proxy
             | State::Closing { .. } => {
-                self.open_stream(k, &topics, since, state, checked);
+                self.open_stream(k, &topics, since, state, checked, params.filter.as_ref());
                 if params.presence {
                     let names: Vec<Arc<str>> = topics.iter().map(|t| Arc::from(*t)).collect();
                     self.presence_listen(k, &names);

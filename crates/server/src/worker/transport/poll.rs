@@ -13,15 +13,19 @@ pub(crate) use clarion_proto::pubsub::poll_body as messages_body;
 
 use crate::broker::{Since, Subscribed};
 use crate::metrics::CloseReason;
+use crate::worker::filters::keep_passing;
 use crate::worker::socket::Socket;
 use crate::worker::state::{PollMode, State};
 use crate::worker::Engine;
+use clarion_proto::filter::Filter;
 
-/// How a long-poll asked to wait: seconds to hold, and whether its answers carry presence.
+/// How a long-poll asked to wait: seconds to hold, whether its answers carry presence, and
+/// the filter its messages must pass (`docs/filters.md`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PollWait {
+pub(crate) struct PollWait<'f> {
     pub(crate) hold: u32,
     pub(crate) presence: bool,
+    pub(crate) filter: Option<&'f Filter>,
 }
 
 /// A long-poll being held: when it expires, and the cursor its empty answer carries.
@@ -40,23 +44,30 @@ impl<S: Socket> Engine<S> {
         k: u32,
         topics: &[&str],
         since: Since<'_>,
-        wait: PollWait,
+        wait: PollWait<'_>,
         mode: PollMode,
         checked: crate::worker::transport::auth::Checked,
     ) {
-        let PollWait { hold, presence } = wait;
+        let PollWait {
+            hold,
+            presence,
+            filter,
+        } = wait;
         if self.set_state(k, State::Poll(mode)).is_none() {
             return;
         }
         self.adopt(k, checked);
-        let Some(sub) = self.subscribe_conn(k, topics, since, false) else {
+        let Some(mut sub) = self.subscribe_filtered(k, topics, since, false, filter) else {
             return;
         };
+        // The cursor moves past what the filter leaves out (no gap: not for this poll).
+        let cursor = poll_cursor(&sub);
+        keep_passing(filter, &mut sub.replay);
         // A first presence poll (no position yet) is answered at once with the member lists;
         // later ones wait for a message or a change.
         let first_look = presence && matches!(since, Since::Now);
         let now = !sub.replay.is_empty() || !sub.gaps.is_empty() || hold == 0 || first_look;
-        let body = now.then(|| poll_body(&sub));
+        let body = now.then(|| poll_body_at(&sub, &cursor));
         self.side.polls_mut().insert(
             k,
             PollHold {
@@ -126,14 +137,21 @@ impl<S: Socket> Engine<S> {
 
 /// The long-poll answer for what a subscription found: `{"messages":[...],"cursor":..}` plus
 /// `"gaps"` when the resume was incomplete.
-pub(crate) fn poll_body(sub: &Subscribed) -> Vec<u8> {
+/// The cursor after a subscription's replay: its position, moved to each replayed message.
+pub(crate) fn poll_cursor(sub: &Subscribed) -> String {
     let mut cursor = sub.position.clone();
     for m in &sub.replay {
         // A per-topic cursor (several topics of a clustered broker) moves one topic at a time.
         cursor = advance_cursor(&cursor, &m.topic, &m.id_string()).unwrap_or_else(|| m.id_string());
     }
+    cursor
+}
+
+/// The answer at `cursor` ([`poll_cursor`], computed before a filter dropped messages from
+/// the replay).
+pub(crate) fn poll_body_at(sub: &Subscribed, cursor: &str) -> Vec<u8> {
     let gaps: Vec<String> = sub.gaps.iter().map(|g| g.json()).collect();
-    messages_body(sub.replay.iter().map(|m| m.json()), &cursor, &gaps)
+    messages_body(sub.replay.iter().map(|m| m.json()), cursor, &gaps)
 }
 
 /// A per-topic cursor (`topic:EPOCH-SEQ,...`, what a clustered broker gives a subscription to

@@ -26,6 +26,7 @@ impl<S: Socket> Engine<S> {
         since: Since<'_>,
         state: State,
         checked: crate::worker::transport::auth::Checked,
+        filter: Option<&clarion_proto::filter::Filter>,
     ) {
         let cfg = &self.shared.config;
         let origin = cfg.cors_allow_origin.as_str();
@@ -61,9 +62,10 @@ impl<S: Socket> Engine<S> {
         conn.last_seen = self.now;
         self.set_state(k, state);
         self.adopt(k, checked);
-        let Some(sub) = self.subscribe_conn(k, topics, since, false) else {
+        let Some(mut sub) = self.subscribe_filtered(k, topics, since, false, filter) else {
             return;
         };
+        crate::worker::filters::keep_passing(filter, &mut sub.replay);
         let framing = Framing::of(state);
         for g in &sub.gaps {
             let json = g.json();

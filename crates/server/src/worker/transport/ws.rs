@@ -22,6 +22,7 @@ use crate::hooks::Hook;
 use crate::log;
 use crate::message::{compress_frame, frame_payload, Encoding};
 use crate::metrics::CloseReason;
+use crate::worker::filters::{keep_passing, read_filter_json};
 use crate::worker::socket::Socket;
 use crate::worker::state::{Ext, Kind, WsRole};
 use crate::worker::transport::hooks::Gate;
@@ -170,6 +171,7 @@ impl<S: Socket> Engine<S> {
                 topic,
                 since,
                 presence,
+                filter,
             } => {
                 if let Err(e) = validate_topic(&topic) {
                     return self.reply(
@@ -180,6 +182,22 @@ impl<S: Socket> Engine<S> {
                         },
                     );
                 }
+                let filter = match filter
+                    .as_ref()
+                    .map(|v| read_filter_json(v, &self.shared.metrics.filters))
+                {
+                    None => None,
+                    Some(Ok(f)) => Some(f),
+                    Some(Err(error)) => {
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic: Some(&topic),
+                            },
+                        )
+                    }
+                };
                 let gate = self.hook_gate(k, Hook::Subscribe, &topic, text, None);
                 let approved = match gate {
                     Gate::Waiting => return,
@@ -260,8 +278,11 @@ impl<S: Socket> Engine<S> {
                         );
                     }
                 }
-                if already {
-                    // Already receiving it live: replaying would duplicate.
+                if let Some(tid) = self.subscription(k, &topic) {
+                    // Already receiving it live: replaying would duplicate. Its filter is the
+                    // one given now.
+                    self.filters
+                        .set(k, tid, filter.as_ref(), &self.shared.metrics.filters);
                     self.reply(k, &Reply::Subscribed { topic: &topic });
                     if presence {
                         let name: Arc<str> = Arc::from(&*topic);
@@ -270,9 +291,12 @@ impl<S: Socket> Engine<S> {
                     return;
                 }
                 let since = Since::from_cursor(since.as_deref());
-                let Some(sub) = self.subscribe_conn(k, &[&topic], since, true) else {
+                let Some(mut sub) =
+                    self.subscribe_filtered(k, &[&topic], since, true, filter.as_ref())
+                else {
                     return;
                 };
+                keep_passing(filter.as_ref(), &mut sub.replay);
                 self.reply(k, &Reply::Subscribed { topic: &topic });
                 let gaps: Vec<Arc<[u8]>> = sub
                     .gaps
@@ -382,6 +406,7 @@ impl<S: Socket> Engine<S> {
                     }
                 };
                 let msg = Outgoing {
+                    tags: &[],
                     topic: &topic,
                     kind,
                     payload: &payload,
