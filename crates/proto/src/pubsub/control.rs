@@ -25,6 +25,10 @@ pub enum Request<'a> {
         /// topics only).
         #[serde(default)]
         presence: bool,
+        /// Receive the topic's messages as deltas of the previous one where possible (topics
+        /// of the server's `delta_topics`; `docs/delta.md`).
+        #[serde(default)]
+        delta: bool,
     },
     /// Stop receiving a topic's messages.
     Unsubscribe {
@@ -185,6 +189,7 @@ mod tests {
                 topic: "a".into(),
                 since: None,
                 presence: false,
+                delta: false,
             }
         );
         assert_eq!(
@@ -193,6 +198,7 @@ mod tests {
                 topic: "a".into(),
                 since: None,
                 presence: true,
+                delta: false,
             }
         );
         assert_eq!(
@@ -204,11 +210,22 @@ mod tests {
         );
         assert!(parse(br#"{"type":"subscribe","topic":"a","presence":"yes"}"#).is_err());
         assert_eq!(
+            parse(br#"{"type":"subscribe","topic":"a","delta":true}"#).unwrap(),
+            Request::Subscribe {
+                topic: "a".into(),
+                since: None,
+                presence: false,
+                delta: true,
+            }
+        );
+        assert!(parse(br#"{"type":"subscribe","topic":"a","delta":1}"#).is_err());
+        assert_eq!(
             parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#).unwrap(),
             Request::Subscribe {
                 topic: "a".into(),
                 since: Some("e-5".into()),
                 presence: false,
+                delta: false,
             }
         );
         assert_eq!(

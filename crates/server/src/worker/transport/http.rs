@@ -55,6 +55,8 @@ struct Params<'q> {
     timeout: Option<u64>,
     /// `presence=1`: member lists and `join`/`leave` events of the presence topics.
     presence: bool,
+    /// `delta=1`: messages of `delta_topics` as deltas of the previous one (`docs/delta.md`).
+    delta: bool,
 }
 
 impl<S: Socket> Engine<S> {
@@ -201,6 +203,14 @@ impl<S: Socket> Engine<S> {
                     self.respond(k, 400, &[], why, keep);
                     return;
                 }
+                Ok(p) if p.delta => {
+                    let topics = p.topics.iter().map(|t| &**t);
+                    if let Some(why) = self.delta_refusal(topics, envelope) {
+                        self.respond(k, 400, &[], &why, keep);
+                        return;
+                    }
+                    p
+                }
                 Ok(p) => p,
                 Err(why) => {
                     self.respond(k, 400, &[], &why, keep);
@@ -213,6 +223,7 @@ impl<S: Socket> Engine<S> {
                 format: None,
                 timeout: None,
                 presence: false,
+                delta: false,
             },
         };
         // Authentication before the 101: a refused upgrade gets its status instead.
@@ -270,6 +281,9 @@ impl<S: Socket> Engine<S> {
             frames.push(encode_frame(OpCode::Text, g.json().as_bytes()).into());
         }
         self.send_resume(k, frames, &sub.replay, Encoding::WsEnvelope);
+        if params.delta {
+            self.delta_join(k, &sub.names, &sub.replay);
+        }
         if params.presence {
             self.presence_listen(k, &sub.names);
         }
@@ -297,6 +311,7 @@ impl<S: Socket> Engine<S> {
             format: None,
             timeout: None,
             presence: false,
+            delta: false,
         };
         let mut last_event_id = None;
         for pair in http1::query_pairs(head.query()) {
@@ -319,6 +334,13 @@ impl<S: Socket> Engine<S> {
                         "1" | "true" => true,
                         "0" | "false" => false,
                         _ => return Err(format!("invalid presence {value:?}: 1 or 0")),
+                    }
+                }
+                "delta" => {
+                    p.delta = match &*value {
+                        "1" | "true" => true,
+                        "0" | "false" => false,
+                        _ => return Err(format!("invalid delta {value:?}: 1 or 0")),
                     }
                 }
                 "format" => p.format = Some(value),
@@ -408,6 +430,18 @@ impl<S: Socket> Engine<S> {
             let why = "format=raw carries no ids, so it cannot resume; use the default json lines";
             return self.respond(k, 400, &[], why, keep);
         }
+        if params.delta {
+            // A long-poll answers with full messages (its answer is a batch, not a stream the
+            // client keeps the last message of).
+            let shaped = matches!(
+                state,
+                State::Sse(SseMode::Json) | State::Stream(StreamMode::Ndjson) | State::Poll(_)
+            );
+            let topics = params.topics.iter().map(|t| &**t);
+            if let Some(why) = self.delta_refusal(topics, shaped) {
+                return self.respond(k, 400, &[], &why, keep);
+            }
+        }
         if params.presence {
             let typed = state != State::Stream(StreamMode::Raw);
             if let Some(why) = self.presence_url_refusal(&params.topics, typed) {
@@ -452,7 +486,7 @@ impl<S: Socket> Engine<S> {
             | State::H2
             | State::Proxy
             | State::Closing { .. } => {
-                self.open_stream(k, &topics, since, state, checked);
+                self.open_stream(k, &topics, since, state, checked, params.delta);
                 if params.presence {
                     let names: Vec<Arc<str>> = topics.iter().map(|t| Arc::from(*t)).collect();
                     self.presence_listen(k, &names);

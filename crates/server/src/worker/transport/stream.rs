@@ -18,7 +18,8 @@ use crate::worker::transport::frame::{jittered_ms, Event, Framing};
 use crate::worker::Engine;
 
 impl<S: Socket> Engine<S> {
-    /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
+    /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages
+    /// (as deltas with `delta`, the request's topics all being in `delta_topics`).
     pub(crate) fn open_stream(
         &mut self,
         k: u32,
@@ -26,6 +27,7 @@ impl<S: Socket> Engine<S> {
         since: Since<'_>,
         state: State,
         checked: crate::worker::transport::auth::Checked,
+        delta: bool,
     ) {
         let cfg = &self.shared.config;
         let origin = cfg.cors_allow_origin.as_str();
@@ -78,6 +80,9 @@ impl<S: Socket> Engine<S> {
         // Only SSE and streams open here (see `open_http_subscription`).
         let encoding = framing.encoding().unwrap_or(Encoding::NdjsonChunk);
         self.send_resume(k, vec![out.into()], &sub.replay, encoding);
+        if delta {
+            self.delta_join(k, &sub.names, &sub.replay);
+        }
     }
 
     /// An SSE request that cannot be subscribed now (the cluster's broker is reconnecting): a

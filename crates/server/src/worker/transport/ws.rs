@@ -170,6 +170,7 @@ impl<S: Socket> Engine<S> {
                 topic,
                 since,
                 presence,
+                delta,
             } => {
                 if let Err(e) = validate_topic(&topic) {
                     return self.reply(
@@ -258,8 +259,24 @@ impl<S: Socket> Engine<S> {
                         );
                     }
                 }
+                if delta {
+                    if let Some(error) = self.delta_refusal([&*topic], envelope) {
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic: Some(&topic),
+                            },
+                        );
+                    }
+                }
                 if already {
-                    // Already receiving it live: replaying would duplicate.
+                    // Already receiving it live: replaying would duplicate. Deltas start
+                    // after its next full message.
+                    if delta {
+                        let name: Arc<str> = Arc::from(&*topic);
+                        self.delta_join(k, &[name], &[]);
+                    }
                     self.reply(k, &Reply::Subscribed { topic: &topic });
                     if presence {
                         let name: Arc<str> = Arc::from(&*topic);
@@ -282,6 +299,9 @@ impl<S: Socket> Engine<S> {
                 if !frames.is_empty() {
                     self.write_all_to(k, &frames, None);
                     self.scratch.tally.delivered += sub.replay.len() as u64;
+                }
+                if delta {
+                    self.delta_join(k, &sub.names, &sub.replay);
                 }
                 if presence {
                     self.presence_listen(k, &sub.names);
