@@ -213,14 +213,18 @@ impl Published {
         frame_payload(self.encoded(Encoding::WsEnvelope))
     }
 
-    /// Memory this message holds, as the history's memory cap counts it: payload, frame header
-    /// and the fixed records around it. Encodings built later are not included.
+    /// Memory this message holds, as the history's memory cap counts it: payload, frame header,
+    /// its delta (set before it is kept) and the fixed records around it. Encodings built
+    /// later are not included.
     pub fn cost(&self) -> usize {
         self.frame.len()
             + self.topic.len()
             + std::mem::size_of::<Published>()
             + 64
             + self.attachment.as_ref().map_or(0, |a| a.cost())
+            + self
+                .delta()
+                .map_or(0, |d| d.bytes.len() + d.base_id.len() + 128)
     }
 
     /// The attachment, if there is one and it is a `T`.
@@ -556,6 +560,31 @@ mod tests {
         ));
         let b = msg(DataKind::Binary, None, &[0, 1, 255]);
         assert_eq!(&**b.encoded(Encoding::Sse), b"id: ep-7\ndata: AAH/\n\n");
+    }
+
+    #[test]
+    fn a_kept_delta_counts_against_the_history_memory_cap() {
+        let mut chain = crate::delta::Chain::default();
+        let a = msg(
+            DataKind::Text,
+            None,
+            "0123456789abcdefghij0123456789".as_bytes(),
+        );
+        let b = msg(
+            DataKind::Text,
+            None,
+            "0123456789abcdefghij012345678X".as_bytes(),
+        );
+        a.chain(&mut chain, true);
+        let bare = b.cost();
+        b.chain(&mut chain, true);
+        let d = b.delta().unwrap();
+        assert_eq!(b.cost(), bare + d.bytes.len() + d.base_id.len() + 128);
+        // The delta frames are the envelope's, naming the base.
+        let env = b.delta_encoded(Encoding::WsEnvelope).unwrap();
+        assert!(frame_payload(env)
+            .starts_with(br#"{"type":"message","topic":"t","id":"ep-7","delta":"ep-7","data":"#));
+        assert!(b.delta_encoded(Encoding::RawChunk).is_none());
     }
 
     #[test]
