@@ -321,3 +321,30 @@ def test_the_python_client_resubscribes_from_its_last_message_when_a_delta_does_
         ("unsubscribe", None, None),
         ("subscribe", "e-2", True),
     ]
+
+
+# Over a cluster: each node computes the deltas of what it receives, in the topic's order.
+from cluster_util import cluster  # noqa: E402,F401 (fixture)
+
+
+def test_deltas_cross_a_cluster_each_node_against_what_it_received(cluster):
+    for broker in (cluster.redis(), cluster.nats()):
+        a, b = cluster.start_nodes(2, "--broker", broker.url, "--node-name", "n{i}", "--delta-topics", "book.*")
+        msgs = updates(5, seed=17)
+
+        async def run():
+            url = f"ws://{b.clients}/ws?topic=book.c&delta=1"
+            async with connect(url, subprotocols=["clarion.v1"]) as ws_b, connect(
+                f"ws://{a.clients}/ws?topic=book.c&delta=1", subprotocols=["clarion.v1"]
+            ) as ws_a:
+                await asyncio.sleep(0.3)  # NATS: the subscription reaches the server
+                for m in msgs:
+                    a.publish("book.c", m)
+                return [await ws_messages(ws, len(msgs), Reader()) for ws in (ws_a, ws_b)]
+
+        for r in asyncio.run(run()):
+            assert r.texts == msgs, broker
+            assert r.kinds == ["full"] + ["delta"] * 4, broker
+        # Each node computed each delta once.
+        assert a.metrics()["clarion_deltas_computed_total"] == 4
+        assert b.metrics()["clarion_deltas_computed_total"] == 4
