@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use clarion_proto::ws::{DataKind, OpCode};
 
-use super::delta::delta_frame;
+use super::delta::{as_delta, delta_frame};
 use super::socket::Socket;
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
@@ -109,7 +109,7 @@ impl<S: Socket> Engine<S> {
                         .iter()
                         .enumerate()
                         .map(|(i, m)| {
-                            let delta = (deltas >> i & 1 == 1)
+                            let delta = as_delta(deltas, i)
                                 .then(|| m.delta_encoded(Encoding::WsEnvelope))
                                 .flatten();
                             let (base, op) = if let Some(d) = delta.filter(|_| envelope) {
@@ -125,7 +125,7 @@ impl<S: Socket> Engine<S> {
                     let refs: Vec<&Arc<[u8]>> = own.iter().collect();
                     self.deliver_all(k, &refs);
                 } else if let [msg] = run {
-                    let frame = pick(msg, form, &settings, deltas & 1 == 1);
+                    let frame = pick(msg, form, &settings, as_delta(deltas, 0));
                     if batched && conn.sends_directly() {
                         // Written with the rest of the fan-out, below.
                         self.fanout.pending.push((k, Arc::clone(frame)));
@@ -137,7 +137,7 @@ impl<S: Socket> Engine<S> {
                     frames.extend(
                         run.iter()
                             .enumerate()
-                            .map(|(i, m)| pick(m, form, &settings, deltas >> i & 1 == 1)),
+                            .map(|(i, m)| pick(m, form, &settings, as_delta(deltas, i))),
                     );
                     self.deliver_all(k, &frames);
                 }

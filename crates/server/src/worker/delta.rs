@@ -153,6 +153,12 @@ impl<S: Socket> Engine<S> {
     }
 }
 
+/// Whether message `i` of a run goes as its delta, by [`DeltaSubs::plan`]'s mask (never past
+/// its bits: a shift by 64 or more would wrap).
+pub(crate) fn as_delta(mask: u64, i: usize) -> bool {
+    i < RUN_MASK_BITS && (mask >> i) & 1 == 1
+}
+
 fn position(m: &Arc<Published>) -> Position {
     Position {
         epoch: Arc::clone(&m.epoch),
@@ -236,6 +242,21 @@ mod tests {
         assert_eq!(subs.plan(1, &msgs[1..2]), 0);
         // And 5 (based on 4) after 2 is full too.
         assert_eq!(subs.plan(1, &msgs[4..5]), 0);
+    }
+
+    #[test]
+    fn a_run_longer_than_the_mask_goes_in_full_past_it_and_the_rule_still_holds() {
+        let msgs = ticker(70);
+        let mut subs = DeltaSubs::default();
+        subs.join(1, &"t".into(), &msgs[..1]);
+        let mask = subs.plan(1, &msgs[1..70]);
+        assert_eq!(mask, u64::MAX, "the first 64 of the run follow each other");
+        assert!((0..64).all(|i| as_delta(mask, i)));
+        // Not bit i % 64: messages 64.. of the run go in full.
+        assert!((64..69).all(|i| !as_delta(mask, i)));
+        // And the last one sent is recorded all the same: the next one is a delta of it.
+        let more = ticker(71);
+        assert_eq!(subs.plan(1, &more[70..71]), 1);
     }
 
     #[test]
