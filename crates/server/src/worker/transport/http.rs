@@ -135,7 +135,10 @@ impl<S: Socket> Engine<S> {
             }
         } else if cfg.echo_path.as_deref() == Some(path) {
             Endpoint::Echo
-        } else if path == pages::INDEX_PATH || path == pages::CLIENT_JS_PATH {
+        } else if path == pages::INDEX_PATH
+            || path == pages::CLIENT_JS_PATH
+            || path == pages::CLIENT_DELTA_JS_PATH
+        {
             self.serve_page(k, head.method, path, head.header_str("if-none-match"), keep);
             return;
         } else if is_api_path(path) {
