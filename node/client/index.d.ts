@@ -31,6 +31,7 @@ export type ErrorKind =
   | 'close' // a close code the client does not know (it reconnects)
   | 'connect' | 'send' // the transport failed
   | 'token' // getToken() threw or rejected
+  | 'delta' // a delta did not apply (another base, a checksum mismatch): the client resubscribes
   | 'unauthorized' // the server refused the token (a fresh one is asked for)
   | 'subscription' // one topic was refused for good (403, invalid name): that subscription only
   | 'server' // an error reply without a topic
@@ -161,6 +162,11 @@ export interface SubscribeOptions {
    * `leave` events. A topic that keeps no presence fails the subscription (`error` event,
    * kind `subscription`). Passing it for a topic already followed adds presence to it. */
   presence?: boolean;
+  /** Take messages as deltas of the previous one where the server can (a `delta_topics`
+   * topic; another one fails the subscription). The client applies each delta and delivers the
+   * whole message; a delta that does not apply is never delivered: the client resubscribes
+   * from `lastId` (an `error` event of kind `delta`). */
+  delta?: boolean;
   onMessage?: (m: Message) => void;
   onGap?: (g: Gap) => void;
   onError?: (e: ClarionError) => void;
@@ -173,6 +179,9 @@ export declare class Subscription {
   readonly state: 'pending' | 'subscribed' | 'failed' | 'closed';
   /** Whether the subscription keeps members. */
   readonly presence: boolean;
+  /** Whether it takes deltas, and how many did not apply (each answered by a resubscribe). */
+  readonly delta: boolean;
+  readonly deltaFailures: number;
   /** The current members (sub -> info), live: replaced by every full list, changed by every
    * join and leave. Empty until the first list. */
   readonly members: ReadonlyMap<string, Record<string, unknown> | undefined>;
@@ -196,3 +205,6 @@ export declare class ClarionClient {
   /** Ends the connection and every timer; the client cannot be used again. */
   close(): void;
 }
+
+/** Applies a Fossil-format delta (docs/delta.md) to `base`; throws when it does not apply. */
+export declare function applyDelta(base: Uint8Array, delta: Uint8Array, limit?: number): Uint8Array;

@@ -9,6 +9,10 @@
 // become `error` events. With `presence: true` a subscription also keeps the topic's members
 // (docs/clients.md, "Presence"). docs/clients.md describes the states and every server answer.
 
+import { applyDelta, fromBase64, utf8, fromUtf8 } from './delta.js';
+
+export { applyDelta };
+
 /** Close codes and what they mean to the client (docs/protocol.md, docs/auth.md). */
 const AWAY = 1001;
 const RESTART = 1012;
@@ -75,10 +79,16 @@ const NO_MEMBERS = new Map();
 
 /** One topic the app follows; `lastId` is where it resumes. */
 export class Subscription {
-  constructor(client, topic, since, presence) {
+  constructor(client, topic, since, presence, delta) {
     this.client = client;
     this.topic = topic;
     this.lastId = since || null;
+    // Messages as deltas of the previous one where the server can (docs/delta.md); the last
+    // message's bytes are what the next delta applies to.
+    this.delta = Boolean(delta);
+    this.deltaFailures = 0;
+    this._base = null;
+    this._resyncing = false;
     // 'pending' until the server confirms, 'subscribed', 'failed' (refused for good), 'closed'.
     this.state = 'pending';
     this._on = new Map();
@@ -214,7 +224,7 @@ export class ClarionClient {
       }
       return sub;
     }
-    sub = new Subscription(this, topic, options.since, options.presence);
+    sub = new Subscription(this, topic, options.since, options.presence, options.delta);
     // Only messages whose tags pass it (docs/filters.md): the text form, or the JSON form as
     // an object. Sent with every (re)subscribe, so a resume replays only matching messages.
     if (options.filter !== undefined) sub.filter = options.filter;
@@ -342,6 +352,7 @@ export class ClarionClient {
     const msg = { type: 'subscribe', topic: sub.topic };
     if (sub.presence) msg.presence = true;
     if (sub.filter !== undefined) msg.filter = sub.filter;
+    if (sub.delta) msg.delta = true;
     if (conn.ws) {
       this._expect(conn, sub.topic, 'S');
       if (sub.presence) this._expect(conn, sub.topic, 'P');
@@ -354,6 +365,19 @@ export class ClarionClient {
     }
     sub.everSubscribed = true;
     conn.send(msg);
+  }
+
+  // A delta did not apply: subscribe again from the last good message (the server sends what
+  // follows in full first). Nothing of the bad delta reaches the app.
+  _resync(sub, why) {
+    sub.deltaFailures++;
+    sub._resyncing = true;
+    const err = this._error('delta', why, undefined, sub.topic);
+    this._emit(sub._on, 'error', err);
+    const conn = this.conn;
+    if (!conn || !conn.ready) return;
+    conn.send({ type: 'unsubscribe', topic: sub.topic });
+    this._sendSubscribe(sub);
   }
 
   _unsubscribe(sub) {
@@ -502,13 +526,27 @@ const CONTROL = {
     if (!sub || typeof m.id !== 'string') return;
     // A message at or before the last one delivered is a repeat (never expected): drop it.
     if (sub.lastId && notAfter(m.id, sub.lastId)) return;
-    sub.lastId = m.id;
+    const binary = m.encoding === 'base64';
     let data = m.data;
-    if (m.encoding === 'base64') {
-      const bin = atob(data);
-      data = new Uint8Array(bin.length);
-      for (let i = 0; i < bin.length; i++) data[i] = bin.charCodeAt(i);
+    let bytes = null;
+    if (m.delta !== undefined) {
+      // The resubscription's full message is on its way: this one belongs to the old stream.
+      if (sub._resyncing) return;
+      try {
+        if (!sub.delta || !sub._base || m.delta !== sub.lastId) {
+          throw new Error(`a delta of ${m.delta}, the last message is ${sub.lastId}`);
+        }
+        bytes = applyDelta(sub._base, binary ? fromBase64(m.data) : utf8.encode(m.data));
+        data = binary ? bytes : fromUtf8.decode(bytes);
+      } catch (err) {
+        return client._resync(sub, String(err.message || err));
+      }
+    } else if (binary) {
+      data = bytes = fromBase64(data);
     }
+    sub.lastId = m.id;
+    sub._resyncing = false;
+    if (sub.delta) sub._base = bytes || utf8.encode(data);
     const msg = { topic: m.topic, id: m.id, data, event: m.event };
     client._emit(sub._on, 'message', msg);
     client._emit(client._on, 'message', msg);
@@ -563,7 +601,7 @@ const CONTROL = {
       if (!conn.ready || /token/.test(text)) return conn.fail('unauthorized', text);
       return void client._error('server', text);
     }
-    if (/grant|token|invalid topic|invalid filter|max_subscriptions|more than|presence/.test(text)) {
+    if (/grant|token|invalid topic|invalid filter|max_subscriptions|more than|presence|delta/.test(text)) {
       // Refused for good (403 and friends): that subscription fails, the others go on.
       sub.state = 'failed';
       client.subs.delete(sub.topic);
@@ -653,7 +691,7 @@ class SseConn {
   }
 
   send(m) {
-    if (m.type === 'subscribe') this.open(m.topic, m.since, m.presence, m.filter);
+    if (m.type === 'subscribe') this.open(m.topic, m.since, m.presence, m.filter, m.delta);
     else if (m.type === 'unsubscribe') {
       const c = this.streams.get(m.topic);
       if (c) c.abort();
@@ -661,7 +699,7 @@ class SseConn {
     }
   }
 
-  async open(topic, since, presence, filter) {
+  async open(topic, since, presence, filter, delta) {
     const ctl = new AbortController();
     const old = this.streams.get(topic);
     if (old) old.abort();
@@ -674,6 +712,7 @@ class SseConn {
     if (filter !== undefined) {
       u.searchParams.set('filter', typeof filter === 'string' ? filter : jsonFilterText(filter));
     }
+    if (delta) u.searchParams.set('delta', '1');
     const headers = { Accept: 'text/event-stream' };
     if (this.client.token) headers.Authorization = `Bearer ${this.client.token}`;
     let res;

@@ -35,6 +35,11 @@ test('GET / names the transports and GET /client.js is the package module with a
   const head = await fetch(`http://${s.clients}/client.js`, { method: 'HEAD' });
   assert.equal(head.status, 200);
   assert.equal(Number(head.headers.get('content-length')), Buffer.byteLength(shipped));
+  // The module the client imports as './delta.js' is served beside it.
+  const delta = await fetch(`http://${s.clients}/delta.js`);
+  assert.equal(delta.status, 200);
+  assert.match(delta.headers.get('content-type'), /^text\/javascript/);
+  assert.equal(await delta.text(), fs.readFileSync(path.resolve(__dirname, '..', '..', 'node', 'client', 'delta.js'), 'utf8'));
   assert.equal((await fetch(`http://${s.clients}/nothing-here`)).status, 404);
 });
 

@@ -67,3 +67,115 @@ test('fossil-delta refuses a Clarion delta applied to the wrong base (the checks
   }
   assert.ok(refused > cases.length / 2, `refused ${refused} of ${cases.length}`);
 });
+
+// Deltas taken off a live server: a `clarion.v1` subscriber with `delta=1` (and
+// permessage-deflate, which `ws` negotiates) gets a full order book, then deltas that
+// fossil-delta applies to the previous message; the subscriber client (`node/client`) applies
+// them too and delivers whole messages; and on a delta that does not apply it resubscribes.
+const { startServer, publish, stopAll, openWs, waitFor } = require('./helpers');
+const WebSocket = require('ws');
+
+const clientModule = path.resolve(root, 'node', 'client', 'index.js');
+
+function books(n) {
+  let x = 7;
+  const rnd = () => ((x = (x * 1103515245 + 12345) % 2147483648) / 2147483648);
+  const side = (p0, s) => Array.from({ length: 40 }, (_, i) => [Math.round((p0 + s * i * 0.05) * 100) / 100, 1 + Math.floor(rnd() * 500)]);
+  const b = { symbol: 'BTC-USD', seq: 0, bids: side(100, -1), asks: side(100.05, 1) };
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    b.seq = i;
+    for (let k = 0; k < 4; k++) (rnd() < 0.5 ? b.bids : b.asks)[Math.floor(rnd() * 40)][1] = 1 + Math.floor(rnd() * 500);
+    out.push(JSON.stringify(b));
+  }
+  return out;
+}
+
+test.after(stopAll);
+
+test('fossil-delta applies the deltas a live server sends (clarion.v1 with permessage-deflate)', async () => {
+  const { applyDelta } = await import('fossil-delta');
+  const client = await import(clientModule);
+  const s = await startServer(['--delta-topics', 'book.*']);
+  const ws = await openWs(`ws://${s.clients}/ws?topic=book.js&delta=1`, 'clarion.v1');
+  assert.match(ws.extensions, /permessage-deflate/);
+  const msgs = books(6);
+  for (const m of msgs) await publish(s.api, 'book.js', m);
+  let prev = null;
+  let prevId = null;
+  const kinds = [];
+  for (const want of msgs) {
+    const m = JSON.parse(await ws.next());
+    let text = m.data;
+    if (m.delta !== undefined) {
+      assert.equal(m.delta, prevId);
+      const delta = new Uint8Array(Buffer.from(m.data, 'utf8'));
+      text = Buffer.from(applyDelta(prev, delta, { verifyChecksum: true })).toString('utf8');
+      // The subscriber client's own decoder agrees byte for byte.
+      assert.equal(Buffer.from(client.applyDelta(prev, delta)).toString('utf8'), text);
+      kinds.push('delta');
+    } else kinds.push('full');
+    assert.equal(text, want);
+    prev = new Uint8Array(Buffer.from(text, 'utf8'));
+    prevId = m.id;
+  }
+  assert.deepEqual(kinds, ['full', 'delta', 'delta', 'delta', 'delta', 'delta']);
+  ws.close();
+});
+
+test('the subscriber client delivers whole messages from deltas, over WebSocket and SSE', async () => {
+  const { ClarionClient } = await import(clientModule);
+  const s = await startServer(['--delta-topics', 'book.*']);
+  const msgs = books(5);
+  for (const transport of ['websocket', 'sse']) {
+    const topic = `book.${transport}`;
+    const c = new ClarionClient(`ws://${s.clients}/ws`, { WebSocket, transport });
+    const got = [];
+    const errors = [];
+    c.on('error', (e) => errors.push(e));
+    const sub = c.subscribe(topic, { delta: true, onMessage: (m) => got.push(m.data) });
+    await waitFor(() => sub.state === 'subscribed', 10000, `${transport} subscribed`);
+    for (const m of msgs) await publish(s.api, topic, m);
+    await waitFor(() => got.length === msgs.length, 10000, `${transport} messages`);
+    c.close();
+    assert.deepEqual(got, msgs, transport);
+    assert.equal(sub.deltaFailures, 0, JSON.stringify(errors));
+  }
+});
+
+test('the subscriber client never delivers a delta that does not apply: it resubscribes from its last message', async () => {
+  const { ClarionClient } = await import(clientModule);
+  const good = 'H\n6@0,6:there 5@6,OPwXW;'; // "hello world" -> "hello there world"
+  const seen = [];
+  const wss = new WebSocket.Server({ host: '127.0.0.1', port: 0, handleProtocols: () => 'clarion.v1' });
+  wss.on('connection', (ws) => ws.on('message', (raw) => {
+    const m = JSON.parse(raw.toString());
+    seen.push(m);
+    if (m.type !== 'subscribe') return;
+    const send = (x) => ws.send(JSON.stringify(x));
+    send({ type: 'subscribed', topic: 't' });
+    if (seen.filter((x) => x.type === 'subscribe').length === 1) {
+      send({ type: 'message', topic: 't', id: 'e-1', data: 'hello world' });
+      send({ type: 'message', topic: 't', id: 'e-2', delta: 'e-1', data: good.replace('OPwXW', 'OPwXX') });
+    } else {
+      send({ type: 'message', topic: 't', id: 'e-2', data: 'hello there world' });
+    }
+  }));
+  await new Promise((r) => wss.once('listening', r));
+  const c = new ClarionClient(`ws://127.0.0.1:${wss.address().port}/ws`, { WebSocket });
+  const got = [];
+  const errors = [];
+  c.on('error', (e) => errors.push(e.kind));
+  const sub = c.subscribe('t', { delta: true, onMessage: (m) => got.push([m.id, m.data]) });
+  await waitFor(() => got.length === 2, 10000, 'two messages');
+  c.close();
+  wss.close();
+  assert.deepEqual(got, [['e-1', 'hello world'], ['e-2', 'hello there world']]);
+  assert.equal(sub.deltaFailures, 1);
+  assert.deepEqual(errors, ['delta']);
+  assert.deepEqual(seen.map((m) => [m.type, m.since, m.delta]), [
+    ['subscribe', undefined, true],
+    ['unsubscribe', undefined, undefined],
+    ['subscribe', 'e-1', true],
+  ]);
+});

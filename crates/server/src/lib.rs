@@ -19,7 +19,8 @@
 //! - [`durable`]: durable history (`history_dir`): the in-memory broker's history also kept in
 //!   segment files, recovered at start (the record format is `clarion_proto::history_log`).
 //! - [`message`]: a published message and its shared encodings (WebSocket, envelope, SSE,
-//!   stream lines), each built once.
+//!   stream lines), each built once; [`delta`]: which topics have deltas and each publication's
+//!   delta against its topic's previous one (computed once per node, `docs/delta.md`).
 //! - [`grip`]: GRIP proxy mode (Pushpin's protocol): routes, backend requests, publish content;
 //!   the per-connection part is in
 //!   the worker (`worker::grip`).
@@ -61,6 +62,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod dashboard;
+pub mod delta;
 pub mod durable;
 pub mod grip;
 pub mod group;

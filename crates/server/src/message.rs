@@ -19,6 +19,8 @@ use clarion_proto::ws::deflate;
 use clarion_proto::ws::frame::{encode_compressed_frame, encode_frame};
 use clarion_proto::ws::{DataKind, OpCode};
 
+use crate::delta::{Chain, Delta, Position, Step};
+
 /// The shared encodings of a message, besides its plain WebSocket frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {
@@ -66,6 +68,9 @@ pub struct Published {
     /// Whether this is a presence event ([`Published::presence`]): delivered only to the
     /// subscribers that asked for them, never kept in history.
     pub presence: bool,
+    /// Its delta against its topic's previous publication on this node (`delta_topics`), set
+    /// once by the broker before any worker sees it ([`Published::chain`]).
+    delta: OnceLock<Box<Delta>>,
 }
 
 /// Content a publish supplies for the connections of one mode, besides the payload every
@@ -132,6 +137,7 @@ impl Published {
             tags: Box::default(),
             notice: false,
             presence: false,
+            delta: OnceLock::new(),
         }
     }
 
@@ -191,6 +197,7 @@ impl Published {
             tags: Box::default(),
             notice: false,
             presence: false,
+            delta: OnceLock::new(),
         }
     }
 
@@ -210,8 +217,9 @@ impl Published {
         frame_payload(self.encoded(Encoding::WsEnvelope))
     }
 
-    /// Memory this message holds, as the history's memory cap counts it: payload, frame header
-    /// and the fixed records around it. Encodings built later are not included.
+    /// Memory this message holds, as the history's memory cap counts it: payload, frame header,
+    /// its delta (set before it is kept) and the fixed records around it. Encodings built
+    /// later are not included.
     pub fn cost(&self) -> usize {
         self.frame.len()
             + self.topic.len()
@@ -223,6 +231,9 @@ impl Published {
                 .iter()
                 .map(|(k, v)| k.len() + v.len() + 48)
                 .sum::<usize>()
+            + self
+                .delta()
+                .map_or(0, |d| d.bytes.len() + d.base_id.len() + 128)
     }
 
     /// Its tags as a cluster or log body carries them (`None` when untagged).
@@ -271,6 +282,78 @@ impl Published {
         })
     }
 
+    /// Steps its topic's `chain` to this message (the broker does, in the topic's delivery
+    /// order on this node) and keeps the delta against the previous one, if any; `compute`:
+    /// someone here may want it. Notices and presence events are not publications.
+    pub fn chain(&self, chain: &mut Chain, compute: bool) {
+        if self.notice || self.presence {
+            return;
+        }
+        let step = Step {
+            at: Position {
+                epoch: Arc::clone(&self.epoch),
+                seq: self.id,
+            },
+            kind: self.kind,
+            frame: &self.frame,
+            start: self.frame.len() - self.payload().len(),
+        };
+        if let Some(d) = chain.step(step, compute) {
+            // Only the broker that made the message sets it, once.
+            let _ = self.delta.set(Box::new(d));
+        }
+    }
+
+    /// Its delta against the topic's previous publication, when it has one.
+    pub fn delta(&self) -> Option<&Delta> {
+        self.delta.get().map(|d| &**d)
+    }
+
+    /// The delta message in one of the shared encodings that have a delta shape (the
+    /// `clarion.v1` envelope's: WebSocket envelope, SSE `format=json`, NDJSON lines); `None`
+    /// when it has no delta or the encoding carries no envelope (raw payloads).
+    pub fn delta_encoded(&self, which: Encoding) -> Option<&Arc<[u8]>> {
+        let d = self.delta()?;
+        let slot = match which {
+            Encoding::WsEnvelope => &d.encoded.ws,
+            Encoding::SseJson => &d.encoded.sse_json,
+            Encoding::NdjsonChunk => &d.encoded.ndjson,
+            Encoding::Sse | Encoding::RawChunk => return None,
+        };
+        Some(slot.get_or_init(|| {
+            let id = self.id_string();
+            let json = d.envelope_json(&self.topic, &id, self.event.as_deref(), self.kind);
+            let mut out = Vec::new();
+            match which {
+                Encoding::WsEnvelope => return encode_frame(OpCode::Text, json.as_bytes()).into(),
+                Encoding::SseJson => {
+                    sse::write_event(&mut out, Some(&id), self.event.as_deref(), json.as_bytes())
+                }
+                Encoding::NdjsonChunk | Encoding::Sse | Encoding::RawChunk => {
+                    let mut line = json.into_bytes();
+                    line.push(b'\n');
+                    write_chunk(&mut out, &line);
+                }
+            }
+            out.into()
+        }))
+    }
+
+    /// The delta message's envelope frame compressed for permessage-deflate subscribers, as
+    /// [`Published::deflated`] compresses the full one; `None` when it has no delta.
+    pub fn delta_deflated(&self, small_window: bool, s: &DeflateSettings) -> Option<&Arc<[u8]>> {
+        let d = self.delta()?;
+        let plain = self.delta_encoded(Encoding::WsEnvelope)?;
+        let slot = if small_window {
+            &d.encoded.deflated9
+        } else {
+            &d.encoded.deflated15
+        };
+        Some(slot.get_or_init(|| {
+            compress_frame(plain, OpCode::Text, if small_window { 9 } else { 15 }, s)
+        }))
+    }
+
     fn build(&self, which: Encoding) -> Arc<[u8]> {
         let id = self.id_string();
         let mut out = Vec::new();
@@ -311,6 +394,7 @@ impl Published {
         Envelope {
             topic: &self.topic,
             id,
+            delta: None,
             event: self.event.as_deref(),
             kind: self.kind,
             payload: self.payload(),
@@ -511,6 +595,31 @@ mod tests {
         ));
         let b = msg(DataKind::Binary, None, &[0, 1, 255]);
         assert_eq!(&**b.encoded(Encoding::Sse), b"id: ep-7\ndata: AAH/\n\n");
+    }
+
+    #[test]
+    fn a_kept_delta_counts_against_the_history_memory_cap() {
+        let mut chain = crate::delta::Chain::default();
+        let a = msg(
+            DataKind::Text,
+            None,
+            "0123456789abcdefghij0123456789".as_bytes(),
+        );
+        let b = msg(
+            DataKind::Text,
+            None,
+            "0123456789abcdefghij012345678X".as_bytes(),
+        );
+        a.chain(&mut chain, true);
+        let bare = b.cost();
+        b.chain(&mut chain, true);
+        let d = b.delta().unwrap();
+        assert_eq!(b.cost(), bare + d.bytes.len() + d.base_id.len() + 128);
+        // The delta frames are the envelope's, naming the base.
+        let env = b.delta_encoded(Encoding::WsEnvelope).unwrap();
+        assert!(frame_payload(env)
+            .starts_with(br#"{"type":"message","topic":"t","id":"ep-7","delta":"ep-7","data":"#));
+        assert!(b.delta_encoded(Encoding::RawChunk).is_none());
     }
 
     #[test]

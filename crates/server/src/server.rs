@@ -176,6 +176,7 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
             Some(crate::grip::decode_attachment),
         )?,
     };
+    broker.set_delta_topics(crate::delta::DeltaTopics::from_config(&config));
     let mut arriving = match incoming.as_mut() {
         Some(i) => i.take_connections(&broker, workers)?,
         None => Vec::new(),

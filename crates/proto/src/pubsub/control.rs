@@ -29,6 +29,10 @@ pub enum Request<'a> {
         /// string (`docs/filters.md`). Parsed by the server, with its limits.
         #[serde(default)]
         filter: Option<serde_json::Value>,
+        /// Receive the topic's messages as deltas of the previous one where possible (topics
+        /// of the server's `delta_topics`; `docs/delta.md`).
+        #[serde(default)]
+        delta: bool,
     },
     /// Stop receiving a topic's messages.
     Unsubscribe {
@@ -190,6 +194,7 @@ mod tests {
                 since: None,
                 presence: false,
                 filter: None,
+                delta: false,
             }
         );
         assert_eq!(
@@ -199,6 +204,7 @@ mod tests {
                 since: None,
                 presence: true,
                 filter: None,
+                delta: false,
             }
         );
         assert_eq!(
@@ -216,8 +222,20 @@ mod tests {
                 since: None,
                 presence: false,
                 filter: Some(serde_json::json!({"eq": ["k", "v"]})),
+                delta: false,
             }
         );
+        assert_eq!(
+            parse(br#"{"type":"subscribe","topic":"a","delta":true}"#).unwrap(),
+            Request::Subscribe {
+                topic: "a".into(),
+                since: None,
+                presence: false,
+                filter: None,
+                delta: true,
+            }
+        );
+        assert!(parse(br#"{"type":"subscribe","topic":"a","delta":1}"#).is_err());
         assert_eq!(
             parse(br#"{"type":"subscribe","topic":"a","since":"e-5"}"#).unwrap(),
             Request::Subscribe {
@@ -225,6 +243,7 @@ mod tests {
                 since: Some("e-5".into()),
                 presence: false,
                 filter: None,
+                delta: false,
             }
         );
         assert_eq!(

@@ -22,6 +22,8 @@ pub struct Envelope<'a> {
     pub topic: &'a str,
     /// Its id, `EPOCH-SEQ`.
     pub id: &'a str,
+    /// When the payload is a delta (`docs/delta.md`): the id of the message it applies to.
+    pub delta: Option<&'a str>,
     /// The SSE event name the publisher gave, if any.
     pub event: Option<&'a str>,
     /// Text (the payload is UTF-8) or binary (sent base64-encoded).
@@ -33,7 +35,7 @@ pub struct Envelope<'a> {
 }
 
 impl Envelope<'_> {
-    /// `{"type":"message","topic":..,"id":..,["event":..,]["encoding":"base64",]"data":..}`
+    /// `{"type":"message","topic":..,"id":..,["delta":..,]["event":..,]["encoding":"base64",]"data":..}`
     /// (no trailing newline).
     pub fn to_json(&self) -> String {
         let mut out = String::with_capacity(self.payload.len() + 64);
@@ -41,6 +43,10 @@ impl Envelope<'_> {
         push_json_str(&mut out, self.topic);
         out.push_str(r#","id":"#);
         push_json_str(&mut out, self.id);
+        if let Some(base) = self.delta {
+            out.push_str(r#","delta":"#);
+            push_json_str(&mut out, base);
+        }
         if let Some(event) = self.event {
             out.push_str(r#","event":"#);
             push_json_str(&mut out, event);
@@ -155,6 +161,7 @@ mod tests {
         Envelope {
             topic: "t",
             id: "ep-7",
+            delta: None,
             event,
             kind,
             payload,
@@ -191,6 +198,18 @@ mod tests {
         assert_eq!(
             bin,
             r#"{"type":"message","topic":"t","id":"ep-7","event":"blob","encoding":"base64","data":"AAH/"}"#
+        );
+    }
+
+    #[test]
+    fn a_delta_envelope_names_its_base_after_the_id() {
+        let d = Envelope {
+            delta: Some("ep-6"),
+            ..env(DataKind::Text, Some("px"), b"3\n1@0,")
+        };
+        assert_eq!(
+            d.to_json(),
+            r#"{"type":"message","topic":"t","id":"ep-7","delta":"ep-6","event":"px","data":"3\n1@0,"}"#
         );
     }
 

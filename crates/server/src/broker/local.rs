@@ -14,7 +14,7 @@
 //! while holding their inbox lock.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clarion_proto::event_id;
@@ -22,6 +22,7 @@ use clarion_proto::event_id;
 use super::repeats::{Plan, Repeats};
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::{HistoryLimits, IdempotencyLimits};
+use crate::delta::DeltaTopics;
 use crate::durable::{self, HistoryLog};
 use crate::hub::{lock, Hub, Inbox, TopicEntry, TopicTraffic};
 use crate::message::Published;
@@ -76,6 +77,8 @@ pub struct LocalBroker {
     limits: HistoryLimits,
     /// This run's epoch, chosen at start.
     epoch: Arc<str>,
+    /// Topics whose publications get a delta against the previous one (set once at start).
+    delta: OnceLock<DeltaTopics>,
     /// The origin of the history clock (whole seconds since start fit a `u32` for 136 years).
     start: Instant,
 }
@@ -100,7 +103,16 @@ impl LocalBroker {
             metrics,
             limits,
             epoch: new_epoch().into(),
+            delta: OnceLock::new(),
             start: Instant::now(),
+        }
+    }
+
+    /// Sends the topics of `topics` as deltas from now on (once, at start; later calls are
+    /// ignored).
+    pub fn set_delta_topics(&self, topics: DeltaTopics) {
+        if !topics.is_empty() {
+            let _ = self.delta.set(topics);
         }
     }
 
@@ -146,6 +158,7 @@ impl LocalBroker {
             metrics,
             limits,
             epoch: loaded.epoch,
+            delta: OnceLock::new(),
             start: Instant::now(),
         })
     }
@@ -224,6 +237,7 @@ impl LocalBroker {
             metrics,
             limits,
             epoch,
+            delta: OnceLock::new(),
             start: Instant::now(),
         }
     }
@@ -450,6 +464,13 @@ impl LocalBroker {
             published.attachment = m.attachment.clone();
             published.tags = m.tags.into();
             let published = Arc::new(published);
+            if self.delta.get().is_some_and(|d| d.matches(m.topic)) {
+                let listened = e.subscribers() > 0;
+                published.chain(e.delta.get_or_insert_with(Default::default), listened);
+                if published.delta().is_some() {
+                    self.metrics.deltas_computed.fetch_add(1, Relaxed);
+                }
+            }
             e.traffic.published += 1;
             if let Some(r) = receipts.last_mut() {
                 r.subscribers = e.subscribers();

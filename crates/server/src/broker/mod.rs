@@ -225,6 +225,16 @@ impl Broker {
         Broker::Local(LocalBroker::new(inboxes, metrics, limits))
     }
 
+    /// Computes deltas for the publications of `topics` from now on (`delta_topics`; once,
+    /// at start).
+    pub fn set_delta_topics(&self, topics: crate::delta::DeltaTopics) {
+        match self {
+            Broker::Local(b) => b.set_delta_topics(topics),
+            Broker::Redis(b) => b.set_delta_topics(topics),
+            Broker::Nats(b) => b.set_delta_topics(topics),
+        }
+    }
+
     /// The current epoch, the first part of every id issued now. A clustered broker's epochs
     /// are per topic; its process has its own (unique per process, so it can prefix GRIP
     /// connection ids), and `EPOCH-0` asks for a topic's history from its start.

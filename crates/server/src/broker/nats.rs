@@ -92,6 +92,12 @@ impl NatsBroker {
         })
     }
 
+    /// Sends the topics of `topics` as deltas (computed by the local broker, which every
+    /// message of the node goes through in order).
+    pub fn set_delta_topics(&self, topics: crate::delta::DeltaTopics) {
+        self.local.set_delta_topics(topics);
+    }
+
     /// The local broker's epoch.
     pub fn epoch(&self) -> &str {
         self.local.epoch()

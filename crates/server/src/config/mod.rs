@@ -484,6 +484,14 @@ settings! {
     /// counted in `connections` but not listed.
     presence_list_anonymous: bool = false,
         switch "List connections without an identity as members (`~...` identities)";
+    // # delta: delta compression of consecutive publications (docs/delta.md).
+    /// Topics whose publications are also sent as deltas against the topic's previous one
+    /// (comma-separated patterns on the command line, an array in TOML; the same rules as
+    /// `auth_public_topics`), to subscribers that ask for them (`delta=1`, `"delta":true`).
+    /// Each publication's delta is computed once on each node, whoever receives it. Empty by
+    /// default: no topic pays for deltas.
+    delta_topics: Vec<String> = Vec::new(),
+        flag "Topics sent as deltas to subscribers that ask (comma-separated patterns)";
     // # pusher: the Pusher Channels protocol (docs/pusher.md).
     /// Pusher applications, as `[[pusher_apps]]` tables: `id`, `key`, `secret`, and optionally
     /// `enable_client_messages` (false), `max_connections` (0: no limit of its own),

@@ -114,6 +114,10 @@ impl Config {
             clarion_proto::auth::Pattern::parse(p)
                 .map_err(|e| ConfigError::Invalid(format!("presence_topics {p:?}: {e}")))?;
         }
+        for p in &self.delta_topics {
+            clarion_proto::auth::Pattern::parse(p)
+                .map_err(|e| ConfigError::Invalid(format!("delta_topics {p:?}: {e}")))?;
+        }
         if self.hook_threads == 0 || self.hook_timeout_ms == 0 || self.hook_max_in_flight == 0 {
             return Err(ConfigError::Invalid(
                 "hook_threads, hook_timeout_ms and hook_max_in_flight must be at least 1".into(),

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::Hub;
+use crate::delta::Chain;
 use crate::message::Published;
 use crate::metrics::Metrics;
 
@@ -25,6 +26,8 @@ pub struct TopicEntry {
     pub(super) floor: u64,
     /// What the dashboard samples: bumped under the lock a publish already holds.
     pub traffic: TopicTraffic,
+    /// Its previous publication, for deltas (`delta_topics` only; see [`crate::delta`]).
+    pub delta: Option<Box<Chain>>,
 }
 
 /// A topic's publish counter and what the last once-a-second sample made of it. The dashboard
@@ -49,6 +52,7 @@ impl TopicEntry {
             history: VecDeque::new(),
             floor,
             traffic: TopicTraffic::default(),
+            delta: None,
         }
     }
 

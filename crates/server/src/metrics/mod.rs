@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 mod cluster;
+mod delta;
 pub mod filters;
 pub mod pusher;
 
@@ -226,6 +227,11 @@ pub struct Metrics {
     pub presence_joins: AtomicU64,
     /// Presence `leave` events sent (a member's last connection left a room).
     pub presence_leaves: AtomicU64,
+    /// Deltas computed by the broker (`delta_topics`): one per publication per node at most.
+    pub deltas_computed: AtomicU64,
+    /// Subscriptions whose `delta` was refused (topic not in `delta_topics`, or a transport
+    /// without the envelope's shape).
+    pub delta_refused: AtomicU64,
     tls_failures: [AtomicU64; TLS_FAILURES.len()],
     auth_failures: [AtomicU64; AUTH_FAILURES.len()],
     closes: [AtomicU64; CloseReason::ALL.len()],
@@ -753,6 +759,7 @@ impl Metrics {
             self.render_broker(&mut out);
         }
         self.render_presence(&mut out);
+        self.render_delta(&mut out);
         self.pusher.render(&mut out);
         self.filters.render(&mut out);
         let per_conn = rss

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use clarion_proto::ws::{DataKind, OpCode};
 
+use super::delta::{as_delta, delta_frame};
 use super::filters::Pass;
 use super::socket::Socket;
 use super::Engine;
@@ -122,12 +123,24 @@ impl<S: Socket> Engine<S> {
                     conn.last_seen = self.now;
                 }
                 let settings = self.frames.deflate_settings;
+                // Which of the run go as deltas (`super::delta`); none for most subscribers.
+                let deltas = if self.side.delta().is_empty() {
+                    0
+                } else {
+                    self.side.delta_mut().plan(k, run)
+                };
                 if let Form::Dedicated { envelope } = form {
                     // Compressed for this connection alone, in order, with its own context.
                     let own: Vec<Arc<[u8]>> = run
                         .iter()
-                        .map(|m| {
-                            let (base, op) = if envelope {
+                        .enumerate()
+                        .map(|(i, m)| {
+                            let delta = as_delta(deltas, i)
+                                .then(|| m.delta_encoded(Encoding::WsEnvelope))
+                                .flatten();
+                            let (base, op) = if let Some(d) = delta.filter(|_| envelope) {
+                                (d, OpCode::Text)
+                            } else if envelope {
                                 (m.encoded(Encoding::WsEnvelope), OpCode::Text)
                             } else {
                                 (&m.frame, opcode_of(m.kind))
@@ -138,7 +151,7 @@ impl<S: Socket> Engine<S> {
                     let refs: Vec<&Arc<[u8]>> = own.iter().collect();
                     self.deliver_all(k, &refs);
                 } else if let [msg] = run {
-                    let frame = pick(msg, form, &settings);
+                    let frame = pick(msg, form, &settings, as_delta(deltas, 0));
                     if batched && conn.sends_directly() {
                         // Written with the rest of the fan-out, below.
                         self.fanout.pending.push((k, Arc::clone(frame)));
@@ -147,12 +160,20 @@ impl<S: Socket> Engine<S> {
                     }
                 } else if run.len() == whole.len() {
                     frames.clear();
-                    frames.extend(whole.iter().map(|m| pick(m, form, &settings)));
+                    frames.extend(
+                        whole
+                            .iter()
+                            .enumerate()
+                            .map(|(i, m)| pick(m, form, &settings, as_delta(deltas, i))),
+                    );
                     self.deliver_all(k, &frames);
                 } else {
                     // What this subscriber's filter passed of the run.
-                    let own: Vec<&Arc<[u8]>> =
-                        run.iter().map(|m| pick(m, form, &settings)).collect();
+                    let own: Vec<&Arc<[u8]>> = run
+                        .iter()
+                        .enumerate()
+                        .map(|(i, m)| pick(m, form, &settings, as_delta(deltas, i)))
+                        .collect();
                     self.deliver_all(k, &own);
                 }
                 self.scratch.tally.delivered += run.len() as u64;
@@ -221,8 +242,16 @@ pub(crate) fn fanout_start(turn: u32, len: usize) -> usize {
 }
 
 /// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per
-/// connection and handled by the caller).
-fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc<[u8]> {
+/// connection and handled by the caller); its delta when `delta` and the form has one.
+fn pick<'m>(
+    m: &'m Published,
+    form: Form,
+    settings: &DeflateSettings,
+    delta: bool,
+) -> &'m Arc<[u8]> {
+    if let Some(d) = delta.then(|| delta_frame(m, form, settings)).flatten() {
+        return d;
+    }
     match form {
         Form::Frame | Form::Dedicated { .. } => &m.frame,
         Form::Shared(e) => m.encoded(e),

@@ -24,6 +24,7 @@
 mod accept;
 pub mod conn;
 mod deliver;
+mod delta;
 mod engine;
 mod filters;
 mod frames;

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use clarion_proto::ws::deflate::{Compressor, Inflater};
 
+use super::delta::DeltaSubs;
 use super::grip::conn::{GripConn, Phase};
 use super::h2::H2;
 use super::presence::PresenceConns;
@@ -53,6 +54,8 @@ pub(crate) struct Side {
     /// A shutdown telling its connections to go over `drain_period`, and which it told
     /// (`shutdown`).
     drain: Option<Box<Drain>>,
+    /// Connections that take deltas, and the last message each was sent per topic (`delta`).
+    delta: DeltaSubs,
 }
 
 /// What [`Side::forget`] took out that its feature must still finish with the engine: a
@@ -116,6 +119,7 @@ accessors! {
     h2, h2_mut: HashMap<u32, Box<H2>>;
     h2_streams, h2_streams_mut: HashMap<u32, (u32, u32)>;
     h2_records, h2_records_mut: HashMap<u32, u32>;
+    delta, delta_mut: DeltaSubs;
 }
 
 impl Side {
@@ -158,8 +162,10 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _, // Keys told stay told: the share counts those open at its start.
+            delta,
         } = self;
         polls.remove(&k);
+        delta.forget(k);
         inflaters.remove(&k);
         deflaters.remove(&k);
         grants.clear(k);
@@ -183,6 +189,7 @@ impl Side {
             h2_streams: _, // A stream moves with its connection or is refused there.
             h2_records: _,
             drain: _, // A hand-over and a drain do not overlap.
+            delta: _, // Not carried: a moved connection gets full messages (never wrong).
         } = self;
         if hooks.waiting_for(k) {
             return Some(Blocker::HookWait);
@@ -213,7 +220,10 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _,
+            delta,
         } = self;
+        // Not carried: its key here is someone else's next, and full messages are never wrong.
+        delta.forget(k);
         Taken {
             poll: polls.remove(&k),
             inflater: inflaters.remove(&k),
@@ -235,6 +245,7 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _,
+            delta: _, // Nothing was taken (see `take`).
         } = self;
         let Taken {
             poll,

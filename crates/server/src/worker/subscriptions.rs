@@ -104,12 +104,14 @@ impl<S: Socket> Engine<S> {
         self.filters.clear(k, tid, &self.shared.metrics.filters);
         if let Some(name) = self.index.remove(tid, k) {
             self.presence_left(k, &name, tid);
+            self.side.delta_mut().leave(k, &name);
             self.shared.broker.unsubscribe(self.id, &name);
             self.hook_topic(&name, false);
         }
     }
 
     pub(crate) fn leave_all_topics(&mut self, k: u32) {
+        self.side.delta_mut().forget(k);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };

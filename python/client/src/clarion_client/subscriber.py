@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import ClarionError
+from .fossil import DeltaError, apply as apply_delta
 
 # Close codes with a meaning for the client (docs/protocol.md, docs/auth.md).
 _AWAY, _RESTART, _TRY_AGAIN, _EXPIRED, _AUTH_REQUIRED = 1001, 1012, 1013, 4001, 4002
@@ -166,7 +167,13 @@ class Subscription:
     with ``presence=True`` of :class:`Presence`, :class:`Join` and :class:`Leave` items."""
 
     def __init__(
-        self, client: "Subscriber", topic: str, since: Optional[str], presence: bool = False, filter: Any = None
+        self,
+        client: "Subscriber",
+        topic: str,
+        since: Optional[str],
+        presence: bool = False,
+        filter: Any = None,
+        delta: bool = False,
     ) -> None:
         self.client = client
         self.topic = topic
@@ -175,6 +182,14 @@ class Subscription:
         self.last_id = since
         self.state = "pending"
         self.presence = presence
+        #: Messages come as deltas of the previous one where the server can (docs/delta.md).
+        self.delta = delta
+        #: Deltas that did not apply (each answered by a resubscription from ``last_id``).
+        self.delta_failures = 0
+        # The last message's bytes (what the next delta applies to), and whether a
+        # resubscription after a delta that did not apply is under way.
+        self._base: Optional[bytes] = None
+        self._resyncing = False
         #: ``count`` and ``connections`` of the last complete list (join/leave do not move them).
         self.count = 0
         self.connections = 0
@@ -316,7 +331,13 @@ class Subscriber:
         await self.close()
 
     def subscribe(
-        self, topic: str, since: Optional[str] = None, *, presence: bool = False, filter: Any = None
+        self,
+        topic: str,
+        since: Optional[str] = None,
+        *,
+        presence: bool = False,
+        filter: Any = None,
+        delta: bool = False,
     ) -> Subscription:
         """Follows ``topic`` (after ``since`` when given); starts the connection if needed.
 
@@ -326,12 +347,18 @@ class Subscriber:
 
         With ``presence``, the subscription keeps the topic's members (a ``presence_topics``
         topic; another one is refused with :class:`SubscriptionRefused`). Asking for presence on
-        a topic already followed adds it."""
+        a topic already followed adds it.
+
+        With ``delta``, the server sends each message as a delta of the one before where it can
+        (a ``delta_topics`` topic; another one is refused with :class:`SubscriptionRefused`);
+        the client applies it and yields the whole message. A delta that does not apply (for
+        another message, or a checksum mismatch) is never yielded: the client resubscribes
+        from the last message it yielded and gets full messages from there."""
         if self._closed:
             raise ClarionError("subscriber is closed")
         sub = self.subs.get(topic)
         if sub is None:
-            sub = self.subs[topic] = Subscription(self, topic, since, presence, filter)
+            sub = self.subs[topic] = Subscription(self, topic, since, presence, filter, delta)
             if self._ready:
                 asyncio.ensure_future(self._send_subscribe(sub))
         elif presence and not sub.presence:
@@ -505,6 +532,8 @@ class Subscriber:
             self._expect[sub.topic].append("P")
         if sub.filter is not None:
             msg["filter"] = sub.filter
+        if sub.delta:
+            msg["delta"] = True
         if sub.last_id:
             msg["since"] = sub.last_id
         elif sub._ever:
@@ -544,10 +573,27 @@ class Subscriber:
                 return
             if sub.last_id and _not_after(mid, sub.last_id):
                 return  # a repeat (never expected): delivered once already
+            binary = m.get("encoding") == "base64"
+            raw = m.get("data", "")
+            try:
+                wire = base64.b64decode(raw) if binary else str(raw).encode()
+                if "delta" in m:
+                    if sub._resyncing:
+                        return  # the resubscription's full message is on its way
+                    if not sub.delta or sub._base is None or m["delta"] != sub.last_id:
+                        raise DeltaError(f"a delta of {m['delta']!r}, the last message is {sub.last_id!r}")
+                    body = apply_delta(sub._base, wire, self.max_frame_bytes * 4)
+                    data: Union[str, bytes] = body if binary else body.decode()
+                else:
+                    body, data = wire, (wire if binary else str(raw))
+            except (DeltaError, ValueError) as e:
+                # Never a corrupted message to the app: full messages again from the last one.
+                await self._resync(sub, str(e))
+                return
             sub.last_id = mid
-            data: Union[str, bytes] = m.get("data", "")
-            if m.get("encoding") == "base64":
-                data = base64.b64decode(data)
+            sub._resyncing = False
+            if sub.delta:
+                sub._base = body
             sub._queue.put_nowait(Delivery(sub.topic, mid, data, m.get("event"), m.get("tags")))
         elif kind == "gap":
             sub = self.subs.get(m.get("topic", ""))
@@ -587,6 +633,21 @@ class Subscriber:
         else:
             raise _Drop("protocol", f"unknown message type {kind[:64]!r}")
 
+    async def _resync(self, sub: Subscription, why: str) -> None:
+        """A delta did not apply: subscribe again from the last good message (the server then
+        sends the rest in full first)."""
+        sub.delta_failures += 1
+        sub._resyncing = True
+        self._emit("error", kind="delta", message=why, topic=sub.topic)
+        ws = self._ws
+        if ws is None or not self._ready:
+            return  # the next connection subscribes from last_id anyway
+        try:
+            await ws.send(json.dumps({"type": "unsubscribe", "topic": sub.topic}))
+        except Exception:
+            return
+        await self._send_subscribe(sub)
+
     async def _refresh(self, ws: Any) -> None:
         try:
             token = await self._token()
@@ -610,7 +671,8 @@ class Subscriber:
                 raise _Drop("unauthorized", text)
             self._emit("error", kind="server", message=text)
             return
-        if any(k in text for k in ("grant", "token", "invalid topic", "invalid filter", "max_subscriptions", "more than", "presence")):
+        refusals = ("grant", "token", "invalid topic", "invalid filter", "max_subscriptions", "more than", "presence", "delta")
+        if any(k in text for k in refusals):
             # Refused for good (403 and friends): that subscription fails, the others go on.
             sub.state = "failed"
             del self.subs[sub.topic]
@@ -653,13 +715,14 @@ class SyncSubscriber:
         *,
         presence: bool = False,
         filter: Any = None,
+        delta: bool = False,
     ) -> Iterator[Item]:
         """Yields the topic's items; with ``timeout``, raises ``TimeoutError`` when none comes.
-        ``presence`` and ``filter``: as :meth:`Subscriber.subscribe` (``client.subs[topic].members``
-        is the member map)."""
+        ``presence``, ``filter`` and ``delta``: as :meth:`Subscriber.subscribe`
+        (``client.subs[topic].members`` is the member map)."""
 
         async def make() -> Subscription:
-            return self.client.subscribe(topic, since, presence=presence, filter=filter)
+            return self.client.subscribe(topic, since, presence=presence, filter=filter, delta=delta)
 
         sub = asyncio.run_coroutine_threadsafe(make(), self._loop).result()
 

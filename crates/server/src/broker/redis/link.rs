@@ -359,7 +359,13 @@ fn on_message(
 /// Carries out what a topic's follower ([`super::follow`]) asked for, in order: deliveries go
 /// to the workers in batches (under the state lock the caller holds), gap notices between
 /// them, fills become [`Todo`]s for after the lock.
-fn carry_out(core: &Core, name: &Arc<str>, t: &Topic, scratch: &mut Scratch, todo: &mut Vec<Todo>) {
+fn carry_out(
+    core: &Core,
+    name: &Arc<str>,
+    t: &mut Topic,
+    scratch: &mut Scratch,
+    todo: &mut Vec<Todo>,
+) {
     let Scratch { actions, batch } = scratch;
     for action in actions.drain(..) {
         match action {
@@ -402,8 +408,18 @@ struct Scratch {
     batch: Vec<Arc<Published>>,
 }
 
-fn flush(core: &Core, t: &Topic, out: &mut Vec<Arc<Published>>) {
+fn flush(core: &Core, t: &mut Topic, out: &mut Vec<Arc<Published>>) {
     if !out.is_empty() {
+        // Deltas against the previous message this node delivered on the topic, in the
+        // order it delivers them (`crate::delta`).
+        if let Some(topics) = core.delta.get() {
+            for m in out.iter().filter(|m| topics.matches(&m.topic)) {
+                m.chain(t.delta.get_or_insert_with(Default::default), t.total > 0);
+                if m.delta().is_some() {
+                    core.metrics.deltas_computed.fetch_add(1, Relaxed);
+                }
+            }
+        }
         core.fan_out(t, out);
         out.clear();
     }

@@ -111,6 +111,8 @@ pub(crate) struct Core {
     node_epoch: String,
     /// A hand-over froze delivery and publishing ([`freeze`]).
     frozen: AtomicBool,
+    /// Topics whose messages get a delta against the previous one (set once at start).
+    delta: std::sync::OnceLock<crate::delta::DeltaTopics>,
 }
 
 /// Topics this node follows, under the one lock.
@@ -146,6 +148,8 @@ struct Topic {
     /// Its live sequence: position, held-back messages, holes ([`follow`]).
     seq: Sequence,
     traffic: TopicTraffic,
+    /// The previous message delivered here, for deltas (`delta_topics` only).
+    delta: Option<Box<crate::delta::Chain>>,
 }
 
 impl State {
@@ -165,6 +169,7 @@ impl Topic {
             unconfirmed: 0,
             seq: Sequence::new(),
             traffic: TopicTraffic::default(),
+            delta: None,
         }
     }
 
@@ -249,6 +254,7 @@ impl RedisBroker {
             nonce: AtomicU64::new(0),
             node_epoch: random_epoch(u64::MAX),
             frozen: AtomicBool::new(false),
+            delta: std::sync::OnceLock::new(),
         });
         let mut readers = Vec::new();
         if core.cluster.is_some() {
@@ -514,6 +520,13 @@ impl RedisBroker {
             traffic: t.traffic,
             held: 0,
         })
+    }
+
+    /// Sends the topics of `topics` as deltas from now on (once, at start).
+    pub fn set_delta_topics(&self, topics: crate::delta::DeltaTopics) {
+        if !topics.is_empty() {
+            let _ = self.core.delta.set(topics);
+        }
     }
 
     /// This process's own epoch: a prefix unique to it (GRIP connection ids), and with `-0` a

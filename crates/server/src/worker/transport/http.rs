@@ -31,6 +31,7 @@ use crate::worker::state::Ext;
 use crate::worker::state::{PollMode, SseMode, State, StreamMode, WsMode, WsRole};
 use crate::worker::transport::auth::Checked;
 use crate::worker::transport::pages;
+use crate::worker::transport::stream::Asks;
 use crate::worker::Engine;
 
 /// The subprotocol that wraps deliveries in a JSON envelope (`docs/protocol.md`).
@@ -59,6 +60,8 @@ struct Params<'q> {
     presence: bool,
     /// `filter=`: only messages whose tags pass it (`docs/filters.md`).
     filter: Option<Filter>,
+    /// `delta=1`: messages of `delta_topics` as deltas of the previous one (`docs/delta.md`).
+    delta: bool,
 }
 
 impl<S: Socket> Engine<S> {
@@ -137,7 +140,10 @@ impl<S: Socket> Engine<S> {
             }
         } else if cfg.echo_path.as_deref() == Some(path) {
             Endpoint::Echo
-        } else if path == pages::INDEX_PATH || path == pages::CLIENT_JS_PATH {
+        } else if path == pages::INDEX_PATH
+            || path == pages::CLIENT_JS_PATH
+            || path == pages::CLIENT_DELTA_JS_PATH
+        {
             self.serve_page(k, head.method, path, head.header_str("if-none-match"), keep);
             return;
         } else if is_api_path(path) {
@@ -205,6 +211,14 @@ impl<S: Socket> Engine<S> {
                     self.respond(k, 400, &[], why, keep);
                     return;
                 }
+                Ok(p) if p.delta => {
+                    let topics = p.topics.iter().map(|t| &**t);
+                    if let Some(why) = self.delta_refusal(topics, envelope) {
+                        self.respond(k, 400, &[], &why, keep);
+                        return;
+                    }
+                    p
+                }
                 Ok(p) => p,
                 Err(why) => {
                     self.respond(k, 400, &[], &why, keep);
@@ -218,6 +232,7 @@ impl<S: Socket> Engine<S> {
                 timeout: None,
                 presence: false,
                 filter: None,
+                delta: false,
             },
         };
         // Authentication before the 101: a refused upgrade gets its status instead.
@@ -277,6 +292,9 @@ impl<S: Socket> Engine<S> {
             frames.push(encode_frame(OpCode::Text, g.json().as_bytes()).into());
         }
         self.send_resume(k, frames, &sub.replay, Encoding::WsEnvelope);
+        if params.delta {
+            self.delta_join(k, &sub.names, &sub.replay);
+        }
         if params.presence {
             self.presence_listen(k, &sub.names);
         }
@@ -305,6 +323,7 @@ impl<S: Socket> Engine<S> {
             timeout: None,
             presence: false,
             filter: None,
+            delta: false,
         };
         let mut last_event_id = None;
         for pair in http1::query_pairs(head.query()) {
@@ -328,6 +347,13 @@ impl<S: Socket> Engine<S> {
                         "1" | "true" => true,
                         "0" | "false" => false,
                         _ => return Err(format!("invalid presence {value:?}: 1 or 0")),
+                    }
+                }
+                "delta" => {
+                    p.delta = match &*value {
+                        "1" | "true" => true,
+                        "0" | "false" => false,
+                        _ => return Err(format!("invalid delta {value:?}: 1 or 0")),
                     }
                 }
                 "format" => p.format = Some(value),
@@ -420,6 +446,18 @@ impl<S: Socket> Engine<S> {
             let why = "format=raw carries no ids, so it cannot resume; use the default json lines";
             return self.respond(k, 400, &[], why, keep);
         }
+        if params.delta {
+            // A long-poll answers with full messages (its answer is a batch, not a stream the
+            // client keeps the last message of).
+            let shaped = matches!(
+                state,
+                State::Sse(SseMode::Json) | State::Stream(StreamMode::Ndjson) | State::Poll(_)
+            );
+            let topics = params.topics.iter().map(|t| &**t);
+            if let Some(why) = self.delta_refusal(topics, shaped) {
+                return self.respond(k, 400, &[], &why, keep);
+            }
+        }
         if params.presence {
             let typed = state != State::Stream(StreamMode::Raw);
             if let Some(why) = self.presence_url_refusal(&params.topics, typed) {
@@ -465,7 +503,11 @@ impl<S: Socket> Engine<S> {
             | State::H2
             | State::Proxy
             | State::Closing { .. } => {
-                self.open_stream(k, &topics, since, state, checked, params.filter.as_ref());
+                let asks = Asks {
+                    filter: params.filter.as_ref(),
+                    delta: params.delta,
+                };
+                self.open_stream(k, &topics, since, state, checked, asks);
                 if params.presence {
                     let names: Vec<Arc<str>> = topics.iter().map(|t| Arc::from(*t)).collect();
                     self.presence_listen(k, &names);

@@ -1,7 +1,8 @@
 //! The two fixed documents of the client listener: `GET /`, a plain answer naming the
 //! transports and where publishing goes, and `GET /client.js`, the browser subscriber client
-//! (`@clarion/client`, node/client/index.js, compiled in), so that a page needs no CDN and no
-//! build step: `import { ClarionClient } from 'http://HOST:8080/client.js'`.
+//! (`@clarion/client`, node/client/index.js, compiled in) with the module it imports
+//! (`/delta.js`, node/client/delta.js), so that a page needs no CDN and no build step:
+//! `import { ClarionClient } from 'http://HOST:8080/client.js'`.
 //!
 //! Both are static: built from the configuration once per answer, no state, no body read.
 
@@ -11,6 +12,9 @@ use crate::worker::Engine;
 /// The browser client, the same bytes as the npm package's `index.js`.
 pub const CLIENT_JS: &str = include_str!("../../../../../node/client/index.js");
 
+/// The module the client imports as `./delta.js` (applying deltas), served beside it.
+pub const CLIENT_DELTA_JS: &str = include_str!("../../../../../node/client/delta.js");
+
 /// The client's version: its validator (`ETag`), so a browser revalidates with a cheap 304.
 const CLIENT_ETAG: &str = concat!("\"clarion-client-", env!("CARGO_PKG_VERSION"), "\"");
 
@@ -18,6 +22,8 @@ const CLIENT_ETAG: &str = concat!("\"clarion-client-", env!("CARGO_PKG_VERSION")
 pub(crate) const INDEX_PATH: &str = "/";
 /// See [`INDEX_PATH`].
 pub(crate) const CLIENT_JS_PATH: &str = "/client.js";
+/// See [`INDEX_PATH`]: where `./delta.js` resolves from [`CLIENT_JS_PATH`].
+pub(crate) const CLIENT_DELTA_JS_PATH: &str = "/delta.js";
 
 impl<S: Socket> Engine<S> {
     /// Answers `GET`/`HEAD` for `/` and `/client.js`; other methods get 405.
@@ -40,7 +46,12 @@ impl<S: Socket> Engine<S> {
             return;
         }
         let head_only = method == "HEAD";
-        if path == CLIENT_JS_PATH {
+        let module = match path {
+            CLIENT_JS_PATH => Some(CLIENT_JS),
+            CLIENT_DELTA_JS_PATH => Some(CLIENT_DELTA_JS),
+            _ => None,
+        };
+        if let Some(module) = module {
             let fresh =
                 if_none_match.is_some_and(|v| v.split(',').any(|t| t.trim() == CLIENT_ETAG));
             let headers = [
@@ -51,7 +62,7 @@ impl<S: Socket> Engine<S> {
                 ("Access-Control-Allow-Origin", "*"),
                 ("Content-Type", "text/javascript; charset=utf-8"),
             ];
-            let (status, body) = if fresh { (304, "") } else { (200, CLIENT_JS) };
+            let (status, body) = if fresh { (304, "") } else { (200, module) };
             self.document(k, status, &headers, body, head_only, keep);
             return;
         }
@@ -118,6 +129,11 @@ mod tests {
     #[test]
     fn the_compiled_in_client_is_the_package_s_module() {
         assert!(CLIENT_JS.contains("export class ClarionClient"));
+        // Its one import resolves to the other document served here.
+        assert!(CLIENT_JS.contains("from './delta.js';"));
+        assert_eq!(CLIENT_JS.matches("\nimport ").count(), 1);
+        assert!(CLIENT_DELTA_JS.contains("export function applyDelta"));
+        assert!(!CLIENT_DELTA_JS.contains("\nimport "));
         assert!(CLIENT_ETAG.starts_with("\"clarion-client-") && CLIENT_ETAG.ends_with('"'));
     }
 }

@@ -17,8 +17,18 @@ use crate::worker::state::{Kind, State, StreamMode};
 use crate::worker::transport::frame::{jittered_ms, Event, Framing};
 use crate::worker::Engine;
 
+/// What a stream's request asks of its messages besides its topics.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Asks<'a> {
+    /// `filter=`: only messages whose tags pass it (`docs/filters.md`).
+    pub(crate) filter: Option<&'a clarion_proto::filter::Filter>,
+    /// `delta=1`: messages as deltas of the previous one (`docs/delta.md`).
+    pub(crate) delta: bool,
+}
+
 impl<S: Socket> Engine<S> {
-    /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages.
+    /// Starts an SSE or NDJSON stream: head, prelude, gap notices, replay, then live messages
+    /// (as deltas with `delta`, the request's topics all being in `delta_topics`).
     pub(crate) fn open_stream(
         &mut self,
         k: u32,
@@ -26,8 +36,9 @@ impl<S: Socket> Engine<S> {
         since: Since<'_>,
         state: State,
         checked: crate::worker::transport::auth::Checked,
-        filter: Option<&clarion_proto::filter::Filter>,
+        asks: Asks<'_>,
     ) {
+        let Asks { filter, delta } = asks;
         let cfg = &self.shared.config;
         let origin = cfg.cors_allow_origin.as_str();
         let sse = state.kind() == Kind::Sse;
@@ -80,6 +91,9 @@ impl<S: Socket> Engine<S> {
         // Only SSE and streams open here (see `open_http_subscription`).
         let encoding = framing.encoding().unwrap_or(Encoding::NdjsonChunk);
         self.send_resume(k, vec![out.into()], &sub.replay, encoding);
+        if delta {
+            self.delta_join(k, &sub.names, &sub.replay);
+        }
     }
 
     /// An SSE request that cannot be subscribed now (the cluster's broker is reconnecting): a

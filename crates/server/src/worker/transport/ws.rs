@@ -172,6 +172,7 @@ impl<S: Socket> Engine<S> {
                 since,
                 presence,
                 filter,
+                delta,
             } => {
                 if let Err(e) = validate_topic(&topic) {
                     return self.reply(
@@ -278,11 +279,26 @@ impl<S: Socket> Engine<S> {
                         );
                     }
                 }
+                if delta {
+                    if let Some(error) = self.delta_refusal([&*topic], envelope) {
+                        return self.reply(
+                            k,
+                            &Reply::Error {
+                                error: &error,
+                                topic: Some(&topic),
+                            },
+                        );
+                    }
+                }
                 if let Some(tid) = self.subscription(k, &topic) {
                     // Already receiving it live: replaying would duplicate. Its filter is the
-                    // one given now.
+                    // one given now; deltas start after its next full message.
                     self.filters
                         .set(k, tid, filter.as_ref(), &self.shared.metrics.filters);
+                    if delta {
+                        let name: Arc<str> = Arc::from(&*topic);
+                        self.delta_join(k, &[name], &[]);
+                    }
                     self.reply(k, &Reply::Subscribed { topic: &topic });
                     if presence {
                         let name: Arc<str> = Arc::from(&*topic);
@@ -308,6 +324,9 @@ impl<S: Socket> Engine<S> {
                 if !frames.is_empty() {
                     self.write_all_to(k, &frames, None);
                     self.scratch.tally.delivered += sub.replay.len() as u64;
+                }
+                if delta {
+                    self.delta_join(k, &sub.names, &sub.replay);
                 }
                 if presence {
                     self.presence_listen(k, &sub.names);
