@@ -79,6 +79,9 @@ export class Subscription {
     this.client = client;
     this.topic = topic;
     this.lastId = since || null;
+    // A `conflated` notice came: the next message replaced older ones of its key and may be
+    // newer than messages still to come, so it does not move lastId (docs/conflation.md).
+    this._conflated = false;
     // 'pending' until the server confirms, 'subscribed', 'failed' (refused for good), 'closed'.
     this.state = 'pending';
     this._on = new Map();
@@ -498,7 +501,8 @@ const CONTROL = {
     if (!sub || typeof m.id !== 'string') return;
     // A message at or before the last one delivered is a repeat (never expected): drop it.
     if (sub.lastId && notAfter(m.id, sub.lastId)) return;
-    sub.lastId = m.id;
+    if (sub._conflated) sub._conflated = false;
+    else sub.lastId = m.id;
     let data = m.data;
     if (m.encoding === 'base64') {
       const bin = atob(data);
@@ -512,6 +516,12 @@ const CONTROL = {
   gap(client, conn, m) {
     const sub = client.subs.get(m.topic);
     if (sub) client._gap(sub, m);
+  },
+  // A slow subscriber of a conflating topic: the next message replaced `skipped` older ones
+  // of its key. Nothing to reload; only the resume position waits.
+  conflated(client, conn, m) {
+    const sub = client.subs.get(m.topic);
+    if (sub) sub._conflated = true;
   },
   subscribed(client, conn, m) {
     client._shift(conn, m.topic, (x) => x === 'S');

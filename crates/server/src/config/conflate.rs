@@ -92,7 +92,9 @@ impl Config {
     /// `max_backlog`, a bounded number of keys.
     pub(crate) fn validate_conflate(&self) -> Result<(), ConfigError> {
         for t in &self.conflate_topics {
-            let bad = |why: String| ConfigError::Invalid(format!("conflate_topics {:?}: {why}", t.pattern));
+            let bad = |why: String| {
+                ConfigError::Invalid(format!("conflate_topics {:?}: {why}", t.pattern))
+            };
             Pattern::parse(&t.pattern).map_err(|e| bad(e.to_string()))?;
             match KeySource::parse(&t.key).map_err(|e| bad(e.to_string()))? {
                 KeySource::Pointer(_) => {}
@@ -111,7 +113,9 @@ impl Config {
                 )));
             }
             if t.max_keys == 0 || t.max_keys > MAX_KEYS_CAP {
-                return Err(bad(format!("max_keys must be between 1 and {MAX_KEYS_CAP}")));
+                return Err(bad(format!(
+                    "max_keys must be between 1 and {MAX_KEYS_CAP}"
+                )));
             }
         }
         Ok(())

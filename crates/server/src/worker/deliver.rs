@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use clarion_proto::ws::{DataKind, OpCode};
 
+use super::conflation::RunKeys;
 use super::socket::Socket;
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
@@ -46,6 +47,7 @@ impl<S: Socket> Engine<S> {
         let mut targets: Vec<u32> = Vec::new();
         let mut polls: Vec<u32> = Vec::new();
         let mut frames: Vec<&Arc<[u8]>> = Vec::new();
+        let shared = Arc::clone(&self.shared);
         for run in batch.chunk_by(|a, b| a.topic == b.topic && a.presence == b.presence) {
             let Some(first) = run.first() else { continue };
             if first.presence {
@@ -67,7 +69,19 @@ impl<S: Socket> Engine<S> {
                 targets.extend_from_slice(subs.get(..start).unwrap_or_default());
             }
             let batched = self.fanout.batch.is_some() && targets.len() > 1;
+            // A conflating topic: its slow subscribers take the run into their backlog.
+            let conflate = match shared.conflate.is_empty() {
+                true => None,
+                false => shared.conflate.for_topic(&first.topic),
+            };
+            let tid = conflate.and_then(|_| self.index.id_of(&first.topic));
+            let mut keys = RunKeys::default();
             for &k in &targets {
+                if let (Some(rule), Some(tid)) = (conflate, tid) {
+                    if self.conflate_run(k, tid, rule, run, &mut keys) {
+                        continue;
+                    }
+                }
                 let dedicated = self
                     .conns
                     .get(k as usize)
@@ -174,7 +188,7 @@ pub(crate) fn fanout_start(turn: u32, len: usize) -> usize {
 
 /// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per
 /// connection and handled by the caller).
-fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc<[u8]> {
+pub(crate) fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc<[u8]> {
     match form {
         Form::Frame | Form::Dedicated { .. } => &m.frame,
         Form::Shared(e) => m.encoded(e),
@@ -185,7 +199,7 @@ fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc
     }
 }
 
-fn opcode_of(kind: DataKind) -> OpCode {
+pub(crate) fn opcode_of(kind: DataKind) -> OpCode {
     match kind {
         DataKind::Text => OpCode::Text,
         DataKind::Binary => OpCode::Binary,

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use clarion_proto::ws::deflate::{Compressor, Inflater};
 
+use super::conflation::Backlogs;
 use super::grip::conn::{GripConn, Phase};
 use super::h2::H2;
 use super::presence::PresenceConns;
@@ -53,6 +54,8 @@ pub(crate) struct Side {
     /// A shutdown telling its connections to go over `drain_period`, and which it told
     /// (`shutdown`).
     drain: Option<Box<Drain>>,
+    /// Conflated messages of subscribers behind on a conflating topic (`conflation`).
+    conflation: HashMap<u32, Backlogs>,
 }
 
 /// What [`Side::forget`] took out that its feature must still finish with the engine: a
@@ -76,6 +79,9 @@ pub(crate) enum Blocker {
     GripBridge,
     /// A held long-poll watches presence events, which are not carried.
     PresencePoll,
+    /// Conflated messages wait for the socket: they are this process's (the connection is
+    /// ended as at a restart, and resumes).
+    Conflating,
 }
 
 /// The side state a connection carries to another worker or process ([`Side::take`]).
@@ -116,6 +122,7 @@ accessors! {
     h2, h2_mut: HashMap<u32, Box<H2>>;
     h2_streams, h2_streams_mut: HashMap<u32, (u32, u32)>;
     h2_records, h2_records_mut: HashMap<u32, u32>;
+    conflation, conflation_mut: HashMap<u32, Backlogs>;
 }
 
 impl Side {
@@ -158,8 +165,10 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _, // Keys told stay told: the share counts those open at its start.
+            conflation,
         } = self;
         polls.remove(&k);
+        conflation.remove(&k);
         inflaters.remove(&k);
         deflaters.remove(&k);
         grants.clear(k);
@@ -183,7 +192,11 @@ impl Side {
             h2_streams: _, // A stream moves with its connection or is refused there.
             h2_records: _,
             drain: _, // A hand-over and a drain do not overlap.
+            conflation,
         } = self;
+        if conflation.contains_key(&k) {
+            return Some(Blocker::Conflating);
+        }
         if hooks.waiting_for(k) {
             return Some(Blocker::HookWait);
         }
@@ -213,6 +226,7 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _,
+            conflation: _, // A blocker: never taken.
         } = self;
         Taken {
             poll: polls.remove(&k),
@@ -235,6 +249,7 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _,
+            conflation: _,
         } = self;
         let Taken {
             poll,

@@ -83,6 +83,9 @@ impl<S: Socket> Engine<S> {
         if let Some(conn) = self.conns.get_mut(k as usize) {
             conn.subs.remove(tid);
         }
+        if let Some(b) = self.side.conflation_mut().get_mut(&k) {
+            b.forget_topic(tid);
+        }
         if let Some(name) = self.index.remove(tid, k) {
             self.presence_left(k, &name, tid);
             self.shared.broker.unsubscribe(self.id, &name);

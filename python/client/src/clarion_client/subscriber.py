@@ -167,6 +167,9 @@ class Subscription:
         self.client = client
         self.topic = topic
         self.last_id = since
+        # A ``conflated`` notice came: the next message replaced older ones of its key and may
+        # be newer than messages still to come, so it does not move last_id (docs/conflation.md).
+        self._conflated = False
         self.state = "pending"
         self.presence = presence
         #: ``count`` and ``connections`` of the last complete list (join/leave do not move them).
@@ -530,7 +533,10 @@ class Subscriber:
                 return
             if sub.last_id and _not_after(mid, sub.last_id):
                 return  # a repeat (never expected): delivered once already
-            sub.last_id = mid
+            if sub._conflated:
+                sub._conflated = False
+            else:
+                sub.last_id = mid
             data: Union[str, bytes] = m.get("data", "")
             if m.get("encoding") == "base64":
                 data = base64.b64decode(data)
@@ -539,6 +545,11 @@ class Subscriber:
             sub = self.subs.get(m.get("topic", ""))
             if sub is not None:
                 sub._queue.put_nowait(Gap(sub.topic, m.get("since"), str(m.get("reason"))))
+        elif kind == "conflated":
+            # The next message replaced older ones of its key: nothing to reload.
+            sub = self.subs.get(m.get("topic", ""))
+            if sub is not None:
+                sub._conflated = True
         elif kind == "presence":
             head = self._shift(m.get("topic"), lambda x: x != "S")
             if isinstance(head, asyncio.Future):

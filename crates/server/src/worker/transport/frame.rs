@@ -69,6 +69,16 @@ pub(crate) enum Event<'a> {
         /// The whole JSON message.
         json: &'a str,
     },
+    /// Told to a slow subscriber of a conflating topic before a message that replaced
+    /// `skipped` older ones of its key (`{"type":"conflated","topic":..,"skipped":N}`).
+    /// WebSocket: a text frame; SSE: an event named `conflated` without an id; lines: a JSON
+    /// line.
+    Conflated {
+        /// The topic.
+        topic: &'a str,
+        /// Messages the next one replaced.
+        skipped: u64,
+    },
 }
 
 /// Why a connection ends at the server's initiative, each transport ending it its own way.
@@ -301,6 +311,18 @@ impl Framing {
     /// a connection that does not take it.
     pub(crate) fn frame(self, event: Event<'_>, out: &mut Vec<u8>) -> bool {
         match event {
+            Event::Conflated { topic, skipped } => {
+                let json =
+                    serde_json::json!({"type": "conflated", "topic": topic, "skipped": skipped})
+                        .to_string();
+                return self.frame(
+                    Event::Typed {
+                        kind: "conflated",
+                        json: &json,
+                    },
+                    out,
+                );
+            }
             Event::Typed { kind, json } => match self {
                 Framing::Ws(_) => {
                     out.extend_from_slice(&encode_frame(OpCode::Text, json.as_bytes()))

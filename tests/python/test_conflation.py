@@ -1,0 +1,137 @@
+"""Conflation ("latest wins", docs/conflation.md): a real slow reader (a small receive buffer,
+read slowly) of a fast ticker over a few hundred keys is never closed on a conflating topic,
+and gets the latest value of every key with `conflated` notices whose counts add up; the same
+reader of a topic that does not conflate is closed as a slow consumer, as before."""
+
+import json
+import socket
+import threading
+import time
+
+KEYS = 300
+PAD = "x" * 2000
+
+
+def start(start_server, tmp_path, conflate):
+    config = tmp_path / "clarion.toml"
+    config.write_text(
+        'max_backlog = 65536\n'
+        + (
+            '[[conflate_topics]]\npattern = "px"\nkey = "/k"\nthreshold = 16384\nmax_keys = 1000\n'
+            if conflate
+            else ""
+        )
+    )
+    return start_server("--config", config)
+
+
+def slow_sse(server, topic):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", server.port))
+    s.sendall(f"GET /sse?topic={topic} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return s
+
+
+class Reader(threading.Thread):
+    """Reads a raw SSE stream 1 KB every 20 ms (50 KB/s) until `fast` is set; stops at the event
+    whose data is `{"k":"done"...}` or at the end of the stream."""
+
+    def __init__(self, sock):
+        super().__init__(daemon=True)
+        self.sock, self.data, self.fast, self.done = sock, b"", threading.Event(), False
+        self.closed = False
+
+    def run(self):
+        self.sock.settimeout(30)
+        while not self.done:
+            try:
+                chunk = self.sock.recv(1024 if not self.fast.is_set() else 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.closed = True
+                return
+            self.data += chunk
+            self.done = b'"k":"done"' in self.data
+            if not self.fast.is_set():
+                time.sleep(0.02)
+
+    def events(self):
+        body = self.data.split(b"\r\n\r\n", 1)[1]
+        out = []
+        for block in body.split(b"\n\n"):
+            fields = dict(
+                line.split(b": ", 1) for line in block.split(b"\n") if b": " in line
+            )
+            if b"data" in fields:
+                out.append((fields.get(b"event", b"message").decode(), json.loads(fields[b"data"])))
+        return out
+
+
+def tick(server, rounds, stop=lambda: False):
+    """Publishes `rounds` updates of every key, 100 to a batch; returns the last value of each."""
+    last, n = {}, 0
+    for _ in range(rounds):
+        for start in range(0, KEYS, 100):
+            batch = []
+            for k in range(start, start + 100):
+                n += 1
+                last[f"k{k}"] = n
+                batch.append({"topic": "px", "data": json.dumps({"k": f"k{k}", "n": n, "pad": PAD}, separators=(",", ":"))})
+            status, _, out = server.request(
+                "POST", "/publish", json.dumps({"messages": batch}).encode(),
+                {"Content-Type": "application/json"},
+            )
+            assert status == 200, out
+            if stop():
+                return last, n
+    return last, n
+
+
+def test_a_slow_reader_of_a_conflating_topic_gets_the_latest_of_each_key_and_is_never_closed(
+    start_server, tmp_path
+):
+    server = start(start_server, tmp_path, conflate=True)
+    sock = slow_sse(server, "px")
+    time.sleep(0.2)
+    reader = Reader(sock)
+    reader.start()
+    try:
+        last, published = tick(server, rounds=10)
+        reader.fast.set()
+        server.publish("px", '{"k":"done"}')
+        reader.join(30)
+        assert reader.done and not reader.closed
+        m = server.metrics()
+        assert m['clarion_closes_total{reason="slow_consumer"}'] == 0
+        events = reader.events()
+        messages = [d for e, d in events if e == "message" and d.get("k") != "done"]
+        notices = [d for e, d in events if e == "conflated"]
+        skipped = sum(n["skipped"] for n in notices)
+        assert notices and all(n["topic"] == "px" and n["skipped"] > 0 for n in notices)
+        # Every publication was delivered or counted in a notice, and the server counted it.
+        assert len(messages) + skipped == published
+        assert m["clarion_conflated_skipped_total"] == skipped
+        # The latest value of every key arrived, each key's values in publish order.
+        seen = {}
+        for d in messages:
+            assert d["n"] > seen.get(d["k"], 0)
+            seen[d["k"]] = d["n"]
+        assert seen == last
+    finally:
+        sock.close()
+
+
+def test_the_same_slow_reader_of_a_topic_that_does_not_conflate_is_closed(start_server, tmp_path):
+    server = start(start_server, tmp_path, conflate=False)
+    sock = slow_sse(server, "px")
+    time.sleep(0.2)
+    reader = Reader(sock)
+    reader.start()
+    try:
+        closed = lambda: server.metrics()['clarion_closes_total{reason="slow_consumer"}'] >= 1
+        tick(server, rounds=10, stop=closed)
+        assert closed()
+    finally:
+        sock.close()
