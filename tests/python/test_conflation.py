@@ -3,10 +3,15 @@ read slowly) of a fast ticker over a few hundred keys is never closed on a confl
 and gets the latest value of every key with `conflated` notices whose counts add up; the same
 reader of a topic that does not conflate is closed as a slow consumer, as before."""
 
+import base64
 import json
+import os
 import socket
+import struct
 import threading
 import time
+
+import pytest
 
 KEYS = 300
 PAD = "x" * 2000
@@ -25,21 +30,46 @@ def start(start_server, tmp_path, conflate):
     return start_server("--config", config)
 
 
-def slow_sse(server, topic):
+def slow_reader(server, transport, topic):
+    """A subscriber whose receive buffer is 4 KB (set before connecting, so the window stays
+    small), over SSE or a plain WebSocket."""
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", server.port))
-    s.sendall(f"GET /sse?topic={topic} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    if transport == "sse":
+        s.sendall(f"GET /sse?topic={topic} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    else:
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall(
+            f"GET /ws?topic={topic} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
     return s
+
+
+def ws_messages(data):
+    """The text payloads of the unmasked server frames in `data`."""
+    out, at = [], 0
+    while at + 2 <= len(data):
+        op, n, at = data[at] & 0x0F, data[at + 1] & 0x7F, at + 2
+        if n == 126:
+            n, at = struct.unpack("!H", data[at : at + 2])[0], at + 2
+        elif n == 127:
+            n, at = struct.unpack("!Q", data[at : at + 8])[0], at + 8
+        if op == 1:
+            out.append(data[at : at + n])
+        at += n
+    return out
 
 
 class Reader(threading.Thread):
     """Reads a raw SSE stream 1 KB every 20 ms (50 KB/s) until `fast` is set; stops at the event
     whose data is `{"k":"done"...}` or at the end of the stream."""
 
-    def __init__(self, sock):
+    def __init__(self, sock, transport):
         super().__init__(daemon=True)
         self.sock, self.data, self.fast, self.done = sock, b"", threading.Event(), False
+        self.transport = transport
         self.closed = False
 
     def run(self):
@@ -58,14 +88,24 @@ class Reader(threading.Thread):
                 time.sleep(0.02)
 
     def events(self):
+        """(kind, JSON) of each message and notice."""
         body = self.data.split(b"\r\n\r\n", 1)[1]
+        if self.transport == "ws":
+            out = []
+            for p in ws_messages(body):
+                d = json.loads(p)
+                out.append(("conflated" if d.get("type") == "conflated" else "message", d))
+            return out
         out = []
         for block in body.split(b"\n\n"):
             fields = dict(
                 line.split(b": ", 1) for line in block.split(b"\n") if b": " in line
             )
             if b"data" in fields:
-                out.append((fields.get(b"event", b"message").decode(), json.loads(fields[b"data"])))
+                d = json.loads(fields[b"data"])
+                if b"id" in fields:
+                    d["sse_id"] = fields[b"id"].decode()
+                out.append((fields.get(b"event", b"message").decode(), d))
         return out
 
 
@@ -89,13 +129,14 @@ def tick(server, rounds, stop=lambda: False):
     return last, n
 
 
+@pytest.mark.parametrize("transport", ["sse", "ws"])
 def test_a_slow_reader_of_a_conflating_topic_gets_the_latest_of_each_key_and_is_never_closed(
-    start_server, tmp_path
+    start_server, tmp_path, transport
 ):
     server = start(start_server, tmp_path, conflate=True)
-    sock = slow_sse(server, "px")
+    sock = slow_reader(server, transport, "px")
     time.sleep(0.2)
-    reader = Reader(sock)
+    reader = Reader(sock, transport)
     reader.start()
     try:
         last, published = tick(server, rounds=10)
@@ -119,15 +160,23 @@ def test_a_slow_reader_of_a_conflating_topic_gets_the_latest_of_each_key_and_is_
             assert d["n"] > seen.get(d["k"], 0)
             seen[d["k"]] = d["n"]
         assert seen == last
+        if transport == "sse":
+            # A message after a notice leaves EventSource's last id alone (no `id:` line), so
+            # a resume from it loses nothing; every other message has its id.
+            kinds = [e for e, _ in events]
+            for i, (e, d) in enumerate(events):
+                if e == "message" and d.get("k") != "done":
+                    after_notice = i > 0 and kinds[i - 1] == "conflated"
+                    assert ("sse_id" in d) != after_notice
     finally:
         sock.close()
 
 
 def test_the_same_slow_reader_of_a_topic_that_does_not_conflate_is_closed(start_server, tmp_path):
     server = start(start_server, tmp_path, conflate=False)
-    sock = slow_sse(server, "px")
+    sock = slow_reader(server, "sse", "px")
     time.sleep(0.2)
-    reader = Reader(sock)
+    reader = Reader(sock, "sse")
     reader.start()
     try:
         closed = lambda: server.metrics()['clarion_closes_total{reason="slow_consumer"}'] >= 1

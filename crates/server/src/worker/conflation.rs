@@ -124,6 +124,15 @@ impl<S: Socket> Engine<S> {
         let Some(conn) = self.conns.get(k as usize) else {
             return false;
         };
+        // Streams of their own only: a held poll is answered with the run, and an HTTP/2
+        // stream's bytes drain through its connection's pump (it keeps `max_backlog`).
+        let writes = match Framing::of(conn.state).delivery(false) {
+            Delivery::Write(_) => conn.stream.is_some(),
+            Delivery::Answer | Delivery::Grip | Delivery::Skip => false,
+        };
+        if !writes {
+            return false;
+        }
         // Written as usual while the run leaves it below the threshold (a run can be long:
         // written at once, it could pass `max_backlog` in one go).
         let run_bytes: usize = run.iter().map(|m| m.frame.len()).sum();

@@ -308,6 +308,16 @@ mod tests {
     }
 
     #[test]
+    fn a_conflation_backlog_blocks_a_move_and_is_forgotten_with_its_connection() {
+        let mut side = Side::default();
+        side.conflation_mut().insert(7, Backlogs::default());
+        assert_eq!(side.blocker(7), Some(Blocker::Conflating));
+        side.forget(7);
+        assert_eq!(side.blocker(7), None);
+        assert!(side.conflation().is_empty());
+    }
+
+    #[test]
     fn take_and_restore_carry_a_connection_to_its_new_key() {
         let mut side = Side::default();
         side.polls_mut().insert(5, poll(false));
