@@ -3,11 +3,14 @@ read slowly) of a fast ticker over a few hundred keys is never closed on a confl
 and gets the latest value of every key with `conflated` notices whose counts add up; the same
 reader of a topic that does not conflate is closed as a slow consumer, as before."""
 
+import asyncio
 import base64
 import json
 import os
+import pathlib
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -184,3 +187,29 @@ def test_the_same_slow_reader_of_a_topic_that_does_not_conflate_is_closed(start_
         assert closed()
     finally:
         sock.close()
+
+
+def test_the_python_subscriber_keeps_its_resume_id_across_a_conflated_message():
+    """The rule of docs/conflation.md in the project's Python client: a message right after a
+    `conflated` notice is delivered but does not move the resume id; the next one does."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "client" / "src"))
+    from clarion_client.subscriber import Subscriber, Subscription
+
+    async def run():
+        client = Subscriber("ws://127.0.0.1:9/ws")
+        sub = client.subs["px"] = Subscription(client, "px", "e-10", False)
+        frames = [
+            {"type": "conflated", "topic": "px", "skipped": 3},
+            {"type": "message", "topic": "px", "id": "e-40", "data": "a latest"},
+            {"type": "message", "topic": "px", "id": "e-12", "data": "b"},
+        ]
+        ids = []
+        for f in frames:
+            await client._on_frame(json.dumps(f))
+            ids.append(sub.last_id)
+        got = [sub._queue.get_nowait().data for _ in range(2)]
+        return ids, got
+
+    ids, got = asyncio.run(run())
+    assert got == ["a latest", "b"]
+    assert ids == ["e-10", "e-10", "e-12"]
