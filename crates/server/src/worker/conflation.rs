@@ -55,7 +55,7 @@ impl Backlogs {
         self.topics.is_empty()
     }
 
-    fn queue(&mut self, tid: u32, topic: &Arc<str>, rule: &Rule) -> &mut TopicBacklog {
+    fn queue(&mut self, tid: u32, topic: &Arc<str>, rule: &Rule) -> Option<&mut TopicBacklog> {
         let i = match self.topics.iter().position(|t| t.tid == tid) {
             Some(i) => i,
             None => {
@@ -68,7 +68,7 @@ impl Backlogs {
                 self.topics.len() - 1
             }
         };
-        &mut self.topics[i]
+        self.topics.get_mut(i)
     }
 
     /// The next message to write while `pending` bytes are unsent: its topic, the messages it
@@ -95,15 +95,17 @@ impl RunKeys {
         if self.0.len() <= i {
             self.0.resize(i + 1, None);
         }
-        let slot = &mut self.0[i];
-        slot.get_or_insert_with(|| {
+        let key_of = || {
             if m.notice {
                 None
             } else {
                 rule.key.key_of(m.payload(), None)
             }
-        })
-        .clone()
+        };
+        match self.0.get_mut(i) {
+            Some(slot) => slot.get_or_insert_with(key_of).clone(),
+            None => key_of(),
+        }
     }
 }
 
@@ -143,7 +145,9 @@ impl<S: Socket> Engine<S> {
             return true;
         };
         let backlog = self.side.conflation_mut().entry(k).or_default();
-        let b = backlog.queue(tid, &first.topic, rule);
+        let Some(b) = backlog.queue(tid, &first.topic, rule) else {
+            return false;
+        };
         let (mut skipped, mut full) = (0u64, false);
         for (i, m) in run.iter().enumerate() {
             match b.queue.push(keys.get(i, rule, m), Arc::clone(m)) {
