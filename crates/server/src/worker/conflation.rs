@@ -21,8 +21,7 @@ use super::socket::Socket;
 use super::Engine;
 use crate::config::conflate::Rule;
 use crate::message::{Encoding, Published};
-use crate::worker::deliver::pick;
-use crate::worker::transport::frame::{Delivery, End, Event, Form, Framing};
+use crate::worker::transport::frame::{opcode_of, pick, Delivery, End, Event, Form, Framing};
 
 /// One subscriber's conflating backlogs, one per topic it is behind on.
 #[derive(Default)]
@@ -229,7 +228,7 @@ impl<S: Socket> Engine<S> {
                     let (base, op) = if envelope {
                         (m.encoded(Encoding::WsEnvelope), OpCode::Text)
                     } else {
-                        (&m.frame, super::deliver::opcode_of(m.kind))
+                        (&m.frame, opcode_of(m.kind))
                     };
                     self.compress_for(k, base, op)
                 }

@@ -10,13 +10,13 @@
 
 use std::sync::Arc;
 
-use clarion_proto::ws::{DataKind, OpCode};
+use clarion_proto::ws::OpCode;
 
 use super::conflation::RunKeys;
 use super::socket::Socket;
 use super::Engine;
-use crate::message::{DeflateSettings, Encoding, Published};
-use crate::worker::transport::frame::{Delivery, Form, Framing};
+use crate::message::{Encoding, Published};
+use crate::worker::transport::frame::{opcode_of, pick, Delivery, Form, Framing};
 use crate::worker::transport::poll::{advance_cursor, messages_body};
 
 impl<S: Socket> Engine<S> {
@@ -184,26 +184,6 @@ impl<S: Socket> Engine<S> {
 pub(crate) fn fanout_start(turn: u32, len: usize) -> usize {
     let frac = u64::from(turn.wrapping_mul(0x9E37_79B9));
     ((frac * len as u64) >> 32) as usize
-}
-
-/// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per
-/// connection and handled by the caller).
-pub(crate) fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc<[u8]> {
-    match form {
-        Form::Frame | Form::Dedicated { .. } => &m.frame,
-        Form::Shared(e) => m.encoded(e),
-        Form::Deflated {
-            envelope,
-            small_window,
-        } => m.deflated(envelope, small_window, settings),
-    }
-}
-
-pub(crate) fn opcode_of(kind: DataKind) -> OpCode {
-    match kind {
-        DataKind::Text => OpCode::Text,
-        DataKind::Binary => OpCode::Binary,
-    }
 }
 
 #[cfg(test)]

@@ -14,12 +14,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::ws::frame::encode_frame;
-use clarion_proto::ws::{CloseCode, OpCode};
+use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 use clarion_proto::{http1, sse};
 
 use crate::auth::Refusal;
 use crate::log;
-use crate::message::Encoding;
+use crate::message::{DeflateSettings, Encoding, Published};
 use crate::metrics::CloseReason;
 use crate::worker::frames::Frames;
 use crate::worker::socket::Socket;
@@ -343,6 +343,26 @@ impl Framing {
     pub(crate) fn framed(self, event: Event<'_>) -> Option<Arc<[u8]>> {
         let mut out = Vec::new();
         self.frame(event, &mut out).then(|| out.into())
+    }
+}
+
+/// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per
+/// connection and handled by the caller).
+pub(crate) fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc<[u8]> {
+    match form {
+        Form::Frame | Form::Dedicated { .. } => &m.frame,
+        Form::Shared(e) => m.encoded(e),
+        Form::Deflated {
+            envelope,
+            small_window,
+        } => m.deflated(envelope, small_window, settings),
+    }
+}
+
+pub(crate) fn opcode_of(kind: DataKind) -> OpCode {
+    match kind {
+        DataKind::Text => OpCode::Text,
+        DataKind::Binary => OpCode::Binary,
     }
 }
 
