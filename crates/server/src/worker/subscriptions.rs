@@ -66,6 +66,12 @@ impl<S: Socket> Engine<S> {
             self.hook_topic(name, true);
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.subs.push(tid);
+                // Conflation: what waits in the kernel is not conflated, so little may wait.
+                if let Some(rule) = self.shared.conflate.for_topic(name) {
+                    if let Some(s) = &conn.stream {
+                        s.limit_send_buffer(rule.threshold);
+                    }
+                }
             }
             self.presence_entered(k, name);
         }
