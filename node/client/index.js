@@ -89,6 +89,9 @@ export class Subscription {
     this.deltaFailures = 0;
     this._base = null;
     this._resyncing = false;
+    // A `conflated` notice came: the next message replaced older ones of its key and may be
+    // newer than messages still to come, so it does not move lastId (docs/conflation.md).
+    this._conflated = false;
     // 'pending' until the server confirms, 'subscribed', 'failed' (refused for good), 'closed'.
     this.state = 'pending';
     this._on = new Map();
@@ -544,7 +547,8 @@ const CONTROL = {
     } else if (binary) {
       data = bytes = fromBase64(data);
     }
-    sub.lastId = m.id;
+    if (sub._conflated) sub._conflated = false;
+    else sub.lastId = m.id;
     sub._resyncing = false;
     if (sub.delta) sub._base = bytes || utf8.encode(data);
     const msg = { topic: m.topic, id: m.id, data, event: m.event };
@@ -554,6 +558,12 @@ const CONTROL = {
   gap(client, conn, m) {
     const sub = client.subs.get(m.topic);
     if (sub) client._gap(sub, m);
+  },
+  // A slow subscriber of a conflating topic: the next message replaced `skipped` older ones
+  // of its key. Nothing to reload; only the resume position waits.
+  conflated(client, conn, m) {
+    const sub = client.subs.get(m.topic);
+    if (sub) sub._conflated = true;
   },
   subscribed(client, conn, m) {
     client._shift(conn, m.topic, (x) => x === 'S');

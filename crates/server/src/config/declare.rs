@@ -460,6 +460,24 @@ impl TomlValue for Vec<crate::tls::CertFiles> {
     }
 }
 
+impl TomlValue for Vec<super::conflate::ConflateTopic> {
+    fn toml(&self) -> String {
+        let tables: Vec<String> = self
+            .iter()
+            .map(|t| {
+                format!(
+                    "{{ pattern = {}, key = {}, threshold = {}, max_keys = {} }}",
+                    toml_string(&t.pattern),
+                    toml_string(&t.key),
+                    t.threshold,
+                    t.max_keys
+                )
+            })
+            .collect();
+        format!("[{}]", tables.join(", "))
+    }
+}
+
 /// Applications as inline tables, their secrets hidden (this renders defaults and docs).
 impl TomlValue for Vec<super::pusher_apps::AppConfig> {
     fn toml(&self) -> String {

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 #[macro_use]
 pub mod declare;
+pub mod conflate;
 pub mod env;
 mod file;
 mod history;
@@ -492,6 +493,13 @@ settings! {
     /// default: no topic pays for deltas.
     delta_topics: Vec<String> = Vec::new(),
         flag "Topics sent as deltas to subscribers that ask (comma-separated patterns)";
+    // # conflation: latest wins for slow subscribers (docs/conflation.md).
+    /// Conflating topics, as `[[conflate_topics]]` tables: `pattern`, `key` (a JSON pointer
+    /// into the message, `/id`), and optionally `threshold` (16384 unsent bytes, from which a
+    /// subscriber gets the latest message per key) and `max_keys` (1000 per subscriber and
+    /// topic; past it the subscriber is a slow consumer). Empty by default: every subscriber
+    /// gets every message, and one that falls `max_backlog` behind is closed.
+    conflate_topics: Vec<conflate::ConflateTopic> = Vec::new(), file;
     // # pusher: the Pusher Channels protocol (docs/pusher.md).
     /// Pusher applications, as `[[pusher_apps]]` tables: `id`, `key`, `secret`, and optionally
     /// `enable_client_messages` (false), `max_connections` (0: no limit of its own),

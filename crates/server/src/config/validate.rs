@@ -177,6 +177,7 @@ impl Config {
             }
         }
         self.validate_pusher()?;
+        self.validate_conflate()?;
         let certs = self.tls_settings().map_or(0, |s| s.certs.len());
         if certs == 0 && (self.tls_listen.is_some() || self.tls_api) {
             return Err(ConfigError::Invalid(

@@ -178,6 +178,8 @@ pub struct Metrics {
     pub refused_handshakes: AtomicU64,
     /// HTTP requests on the client listener answered with an error status.
     pub http_errors: AtomicU64,
+    /// Messages replaced by a newer one with the same key for a slow subscriber (conflation).
+    pub conflated_skipped: AtomicU64,
     /// Open connections accepted on the TLS listener.
     pub tls_connections: AtomicU64,
     /// Open HTTP/2 connections (their streams are counted by transport, as connections).
@@ -585,6 +587,12 @@ impl Metrics {
             "clarion_http_errors_total",
             "Client-listener requests answered with an error status.",
             l(&self.http_errors),
+        );
+        counter(
+            &mut out,
+            "clarion_conflated_skipped_total",
+            "Messages replaced by a newer one of their key for a slow subscriber.",
+            l(&self.conflated_skipped),
         );
         gauge(
             &mut out,

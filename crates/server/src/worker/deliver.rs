@@ -10,14 +10,15 @@
 
 use std::sync::Arc;
 
-use clarion_proto::ws::{DataKind, OpCode};
+use clarion_proto::ws::OpCode;
 
+use super::conflation::RunKeys;
 use super::delta::{as_delta, delta_frame};
 use super::filters::Pass;
 use super::socket::Socket;
 use super::Engine;
 use crate::message::{DeflateSettings, Encoding, Published};
-use crate::worker::transport::frame::{Delivery, Form, Framing};
+use crate::worker::transport::frame::{opcode_of, pick, Delivery, Form, Framing};
 use crate::worker::transport::poll::{advance_cursor, messages_body};
 
 impl<S: Socket> Engine<S> {
@@ -50,6 +51,7 @@ impl<S: Socket> Engine<S> {
         // Long-polls with a filter that passed part of a run: answered with their part.
         let mut filtered_polls: Vec<(u32, Vec<Arc<Published>>)> = Vec::new();
         let mut frames: Vec<&Arc<[u8]>> = Vec::new();
+        let shared = Arc::clone(&self.shared);
         for run in batch.chunk_by(|a, b| a.topic == b.topic && a.presence == b.presence) {
             let Some(first) = run.first() else { continue };
             if first.presence {
@@ -72,18 +74,29 @@ impl<S: Socket> Engine<S> {
             }
             let batched = self.fanout.batch.is_some() && targets.len() > 1;
             // Filters: each distinct one answers once for this run (worker/filters.rs).
-            let tid = match self.filters.is_empty() {
+            // A conflating topic: its slow subscribers take (their part of) the run into
+            // their backlog (worker/conflation.rs).
+            let conflate = match shared.conflate.is_empty() {
+                true => None,
+                false => shared.conflate.for_topic(&first.topic),
+            };
+            let tid = match self.filters.is_empty() && conflate.is_none() {
                 true => None,
                 false => self.index.id_of(&first.topic),
             };
             self.filters.begin_run();
             let whole = run;
+            let mut keys = RunKeys::default();
             for &k in &targets {
                 let part;
-                let run = match tid.map(|tid| {
-                    self.filters
-                        .pass(k, tid, whole, &self.shared.metrics.filters)
-                }) {
+                let filtered = match self.filters.is_empty() {
+                    true => None,
+                    false => tid.map(|tid| {
+                        self.filters
+                            .pass(k, tid, whole, &self.shared.metrics.filters)
+                    }),
+                };
+                let run = match filtered {
                     None | Some(Pass::All) => whole,
                     Some(Pass::Nothing) => continue,
                     Some(Pass::Some(p)) => {
@@ -91,6 +104,14 @@ impl<S: Socket> Engine<S> {
                         part.as_slice()
                     }
                 };
+                if let (Some(rule), Some(tid)) = (conflate, tid) {
+                    // The keys are computed once per run, for the subscribers that take it whole.
+                    let mut own = RunKeys::default();
+                    let keys = if run.len() == whole.len() { &mut keys } else { &mut own };
+                    if self.conflate_run(k, tid, rule, run, keys) {
+                        continue;
+                    }
+                }
                 let dedicated = self
                     .conns
                     .get(k as usize)
@@ -151,7 +172,7 @@ impl<S: Socket> Engine<S> {
                     let refs: Vec<&Arc<[u8]>> = own.iter().collect();
                     self.deliver_all(k, &refs);
                 } else if let [msg] = run {
-                    let frame = pick(msg, form, &settings, as_delta(deltas, 0));
+                    let frame = pick_delta(msg, form, &settings, as_delta(deltas, 0));
                     if batched && conn.sends_directly() {
                         // Written with the rest of the fan-out, below.
                         self.fanout.pending.push((k, Arc::clone(frame)));
@@ -164,7 +185,7 @@ impl<S: Socket> Engine<S> {
                         whole
                             .iter()
                             .enumerate()
-                            .map(|(i, m)| pick(m, form, &settings, as_delta(deltas, i))),
+                            .map(|(i, m)| pick_delta(m, form, &settings, as_delta(deltas, i))),
                     );
                     self.deliver_all(k, &frames);
                 } else {
@@ -172,7 +193,7 @@ impl<S: Socket> Engine<S> {
                     let own: Vec<&Arc<[u8]>> = run
                         .iter()
                         .enumerate()
-                        .map(|(i, m)| pick(m, form, &settings, as_delta(deltas, i)))
+                        .map(|(i, m)| pick_delta(m, form, &settings, as_delta(deltas, i)))
                         .collect();
                     self.deliver_all(k, &own);
                 }
@@ -241,31 +262,17 @@ pub(crate) fn fanout_start(turn: u32, len: usize) -> usize {
     ((frac * len as u64) >> 32) as usize
 }
 
-/// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per
-/// connection and handled by the caller); its delta when `delta` and the form has one.
-fn pick<'m>(
+/// The shared bytes of `m` a subscriber gets ([`pick`]), or its delta when `delta` and the
+/// form has one.
+fn pick_delta<'m>(
     m: &'m Published,
     form: Form,
     settings: &DeflateSettings,
     delta: bool,
 ) -> &'m Arc<[u8]> {
-    if let Some(d) = delta.then(|| delta_frame(m, form, settings)).flatten() {
-        return d;
-    }
-    match form {
-        Form::Frame | Form::Dedicated { .. } => &m.frame,
-        Form::Shared(e) => m.encoded(e),
-        Form::Deflated {
-            envelope,
-            small_window,
-        } => m.deflated(envelope, small_window, settings),
-    }
-}
-
-fn opcode_of(kind: DataKind) -> OpCode {
-    match kind {
-        DataKind::Text => OpCode::Text,
-        DataKind::Binary => OpCode::Binary,
+    match delta.then(|| delta_frame(m, form, settings)).flatten() {
+        Some(d) => d,
+        None => pick(m, form, settings),
     }
 }
 

@@ -447,7 +447,7 @@ impl Engine<mio::net::TcpStream> {
                 Blocker::HookWait => Fallback::HookWait,
                 Blocker::GripBackend => Fallback::GripBackend,
                 Blocker::GripBridge => Fallback::GripBridge,
-                Blocker::PresencePoll => Fallback::ModeState,
+                Blocker::PresencePoll | Blocker::Conflating => Fallback::ModeState,
             });
         }
         if let Some(why) = self.grip_blocker(conn.state) {

@@ -260,6 +260,7 @@ impl<S: Socket> Engine<S> {
 
     pub(crate) fn on_writable(&mut self, k: u32) {
         self.flush(k, None);
+        self.conflate_drain(k);
         self.h2_writable(k);
     }
 

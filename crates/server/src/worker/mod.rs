@@ -22,6 +22,7 @@
 //! are encrypted in the write path; nothing else knows the difference.
 
 mod accept;
+mod conflation;
 pub mod conn;
 mod deliver;
 mod delta;

@@ -42,6 +42,8 @@ pub struct Shared {
     pub presence: Option<Arc<crate::presence::Presence>>,
     /// A hand-over to a new binary in progress (see [`super::handover`]).
     pub handover: Switch,
+    /// The conflating topics (`conflate_topics`, compiled once).
+    pub conflate: crate::config::conflate::Rules,
 }
 
 /// The modes a process runs with, each `None` when its configuration does not ask for it.
@@ -77,6 +79,7 @@ impl Shared {
             presence,
         } = modes;
         Shared {
+            conflate: crate::config::conflate::Rules::of(&config),
             config,
             broker,
             metrics,

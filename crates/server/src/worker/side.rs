@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use clarion_proto::ws::deflate::{Compressor, Inflater};
 
+use super::conflation::Backlogs;
 use super::delta::DeltaSubs;
 use super::grip::conn::{GripConn, Phase};
 use super::h2::H2;
@@ -56,6 +57,8 @@ pub(crate) struct Side {
     drain: Option<Box<Drain>>,
     /// Connections that take deltas, and the last message each was sent per topic (`delta`).
     delta: DeltaSubs,
+    /// Conflated messages of subscribers behind on a conflating topic (`conflation`).
+    conflation: HashMap<u32, Backlogs>,
 }
 
 /// What [`Side::forget`] took out that its feature must still finish with the engine: a
@@ -79,6 +82,9 @@ pub(crate) enum Blocker {
     GripBridge,
     /// A held long-poll watches presence events, which are not carried.
     PresencePoll,
+    /// Conflated messages wait for the socket: they are this process's (the connection is
+    /// ended as at a restart, and resumes).
+    Conflating,
 }
 
 /// The side state a connection carries to another worker or process ([`Side::take`]).
@@ -120,6 +126,7 @@ accessors! {
     h2_streams, h2_streams_mut: HashMap<u32, (u32, u32)>;
     h2_records, h2_records_mut: HashMap<u32, u32>;
     delta, delta_mut: DeltaSubs;
+    conflation, conflation_mut: HashMap<u32, Backlogs>;
 }
 
 impl Side {
@@ -163,9 +170,11 @@ impl Side {
             h2_records: _,
             drain: _, // Keys told stay told: the share counts those open at its start.
             delta,
+            conflation,
         } = self;
         polls.remove(&k);
         delta.forget(k);
+        conflation.remove(&k);
         inflaters.remove(&k);
         deflaters.remove(&k);
         grants.clear(k);
@@ -190,7 +199,11 @@ impl Side {
             h2_records: _,
             drain: _, // A hand-over and a drain do not overlap.
             delta: _, // Not carried: a moved connection gets full messages (never wrong).
+            conflation,
         } = self;
+        if conflation.contains_key(&k) {
+            return Some(Blocker::Conflating);
+        }
         if hooks.waiting_for(k) {
             return Some(Blocker::HookWait);
         }
@@ -221,6 +234,7 @@ impl Side {
             h2_records: _,
             drain: _,
             delta,
+            conflation: _, // A blocker: never taken.
         } = self;
         // Not carried: its key here is someone else's next, and full messages are never wrong.
         delta.forget(k);
@@ -246,6 +260,7 @@ impl Side {
             h2_records: _,
             drain: _,
             delta: _, // Nothing was taken (see `take`).
+            conflation: _,
         } = self;
         let Taken {
             poll,
@@ -301,6 +316,16 @@ mod tests {
         assert_eq!(side.blocker(1), Some(Blocker::PresencePoll));
         assert_eq!(side.blocker(2), None);
         assert_eq!(side.blocker(3), None);
+    }
+
+    #[test]
+    fn a_conflation_backlog_blocks_a_move_and_is_forgotten_with_its_connection() {
+        let mut side = Side::default();
+        side.conflation_mut().insert(7, Backlogs::default());
+        assert_eq!(side.blocker(7), Some(Blocker::Conflating));
+        side.forget(7);
+        assert_eq!(side.blocker(7), None);
+        assert!(side.conflation().is_empty());
     }
 
     #[test]

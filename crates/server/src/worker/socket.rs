@@ -20,6 +20,10 @@ pub trait Socket {
     fn shutdown_write(&self) -> io::Result<()>;
     /// The peer's address, for forwarding headers.
     fn peer_ip(&self) -> Option<IpAddr>;
+    /// Bounds the kernel's send buffer to about `bytes` (which also stops its autotuning):
+    /// a subscriber of a conflating topic, whose bytes in the kernel are not conflated. Best
+    /// effort: a socket that refuses keeps its buffer.
+    fn limit_send_buffer(&self, _bytes: usize) {}
 
     /// What a worker keeps to write to many sockets in one submission (the real socket's
     /// io_uring, [`super::uring::SendRing`]); `()` where there is no such thing.
@@ -64,6 +68,10 @@ impl Socket for mio::net::TcpStream {
 
     fn peer_ip(&self) -> Option<IpAddr> {
         self.peer_addr().ok().map(|a| a.ip())
+    }
+
+    fn limit_send_buffer(&self, bytes: usize) {
+        let _ = socket2::SockRef::from(self).set_send_buffer_size(bytes);
     }
 
     fn write_many(

@@ -84,6 +84,12 @@ impl<S: Socket> Engine<S> {
             self.hook_topic(name, true);
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.subs.push(tid);
+                // Conflation: what waits in the kernel is not conflated, so little may wait.
+                if let Some(rule) = self.shared.conflate.for_topic(name) {
+                    if let Some(s) = &conn.stream {
+                        s.limit_send_buffer(rule.threshold);
+                    }
+                }
             }
             self.presence_entered(k, name);
         }
@@ -102,6 +108,9 @@ impl<S: Socket> Engine<S> {
             conn.subs.remove(tid);
         }
         self.filters.clear(k, tid, &self.shared.metrics.filters);
+        if let Some(b) = self.side.conflation_mut().get_mut(&k) {
+            b.forget_topic(tid);
+        }
         if let Some(name) = self.index.remove(tid, k) {
             self.presence_left(k, &name, tid);
             self.side.delta_mut().leave(k, &name);

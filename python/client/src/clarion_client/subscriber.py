@@ -180,6 +180,9 @@ class Subscription:
         #: Only messages whose tags pass it (docs/filters.md): text, or the JSON form as a dict.
         self.filter = filter
         self.last_id = since
+        # A ``conflated`` notice came: the next message replaced older ones of its key and may
+        # be newer than messages still to come, so it does not move last_id (docs/conflation.md).
+        self._conflated = False
         self.state = "pending"
         self.presence = presence
         #: Messages come as deltas of the previous one where the server can (docs/delta.md).
@@ -590,7 +593,10 @@ class Subscriber:
                 # Never a corrupted message to the app: full messages again from the last one.
                 await self._resync(sub, str(e))
                 return
-            sub.last_id = mid
+            if sub._conflated:
+                sub._conflated = False
+            else:
+                sub.last_id = mid
             sub._resyncing = False
             if sub.delta:
                 sub._base = body
@@ -599,6 +605,11 @@ class Subscriber:
             sub = self.subs.get(m.get("topic", ""))
             if sub is not None:
                 sub._queue.put_nowait(Gap(sub.topic, m.get("since"), str(m.get("reason"))))
+        elif kind == "conflated":
+            # The next message replaced older ones of its key: nothing to reload.
+            sub = self.subs.get(m.get("topic", ""))
+            if sub is not None:
+                sub._conflated = True
         elif kind == "presence":
             head = self._shift(m.get("topic"), lambda x: x != "S")
             if isinstance(head, asyncio.Future):

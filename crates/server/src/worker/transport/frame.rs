@@ -14,12 +14,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::ws::frame::encode_frame;
-use clarion_proto::ws::{CloseCode, OpCode};
+use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 use clarion_proto::{http1, sse};
 
 use crate::auth::Refusal;
 use crate::log;
-use crate::message::Encoding;
+use crate::message::{DeflateSettings, Encoding, Published};
 use crate::metrics::CloseReason;
 use crate::worker::frames::Frames;
 use crate::worker::socket::Socket;
@@ -68,6 +68,16 @@ pub(crate) enum Event<'a> {
         kind: &'a str,
         /// The whole JSON message.
         json: &'a str,
+    },
+    /// Told to a slow subscriber of a conflating topic before a message that replaced
+    /// `skipped` older ones of its key (`{"type":"conflated","topic":..,"skipped":N}`).
+    /// WebSocket: a text frame; SSE: an event named `conflated` without an id; lines: a JSON
+    /// line.
+    Conflated {
+        /// The topic.
+        topic: &'a str,
+        /// Messages the next one replaced.
+        skipped: u64,
     },
 }
 
@@ -301,6 +311,18 @@ impl Framing {
     /// a connection that does not take it.
     pub(crate) fn frame(self, event: Event<'_>, out: &mut Vec<u8>) -> bool {
         match event {
+            Event::Conflated { topic, skipped } => {
+                let json =
+                    serde_json::json!({"type": "conflated", "topic": topic, "skipped": skipped})
+                        .to_string();
+                return self.frame(
+                    Event::Typed {
+                        kind: "conflated",
+                        json: &json,
+                    },
+                    out,
+                );
+            }
             Event::Typed { kind, json } => match self {
                 Framing::Ws(_) => {
                     out.extend_from_slice(&encode_frame(OpCode::Text, json.as_bytes()))
@@ -321,6 +343,26 @@ impl Framing {
     pub(crate) fn framed(self, event: Event<'_>) -> Option<Arc<[u8]>> {
         let mut out = Vec::new();
         self.frame(event, &mut out).then(|| out.into())
+    }
+}
+
+/// The shared bytes of `m` a subscriber gets (every form but `Dedicated`, which is per
+/// connection and handled by the caller).
+pub(crate) fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings) -> &'m Arc<[u8]> {
+    match form {
+        Form::Frame | Form::Dedicated { .. } => &m.frame,
+        Form::Shared(e) => m.encoded(e),
+        Form::Deflated {
+            envelope,
+            small_window,
+        } => m.deflated(envelope, small_window, settings),
+    }
+}
+
+pub(crate) fn opcode_of(kind: DataKind) -> OpCode {
+    match kind {
+        DataKind::Text => OpCode::Text,
+        DataKind::Binary => OpCode::Binary,
     }
 }
 
