@@ -32,9 +32,16 @@ pub enum Encoding {
     NdjsonChunk,
     /// A chunk holding the payload and a newline (`/stream?format=raw`).
     RawChunk,
+    /// A WebSocket text frame holding the Pusher channel event
+    /// `{"event":E,"channel":TOPIC,"data":"PAYLOAD"}` (`docs/pusher.md`).
+    Pusher,
 }
 
-const ENCODINGS: usize = 5;
+const ENCODINGS: usize = 6;
+
+/// The Pusher event name of a message published without one (Clarion's own publishes): the
+/// name an SSE client sees for an unnamed event too.
+pub const PUSHER_DEFAULT_EVENT: &str = "message";
 
 /// One published message, encoded once and shared by every worker, subscriber and history.
 pub struct Published {
@@ -79,6 +86,11 @@ pub trait Attachment: Any + Send + Sync {
     /// Bytes that carry it to another node through a cluster broker, which gives them back to
     /// the decoder the server registered for them. `None`: it stays on this node.
     fn encode(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// The event name its publisher gave it when that is not a Clarion event name (a Pusher
+    /// trigger's `App\Events\Shipped`): the name Pusher subscribers see.
+    fn event_name(&self) -> Option<&str> {
         None
     }
 }
@@ -173,6 +185,7 @@ impl Published {
             OnceLock::from(event),
             OnceLock::from(Arc::clone(&chunk)),
             OnceLock::from(chunk),
+            OnceLock::new(),
         ];
         Published {
             topic,
@@ -230,6 +243,7 @@ impl Published {
             Encoding::SseJson => &self.encoded[2],
             Encoding::NdjsonChunk => &self.encoded[3],
             Encoding::RawChunk => &self.encoded[4],
+            Encoding::Pusher => &self.encoded[5],
         };
         slot.get_or_init(|| self.build(which))
     }
@@ -288,6 +302,28 @@ impl Published {
                 let mut line = self.payload().to_vec();
                 line.push(b'\n');
                 write_chunk(&mut out, &line);
+            }
+            Encoding::Pusher => {
+                // Pusher's data is a string: a text payload as it is, a binary one in base64.
+                let data = match self.kind {
+                    DataKind::Text => String::from_utf8_lossy(self.payload()),
+                    DataKind::Binary => std::borrow::Cow::Owned(
+                        base64::engine::general_purpose::STANDARD.encode(self.payload()),
+                    ),
+                };
+                let name = self
+                    .attachment
+                    .as_deref()
+                    .and_then(|a| a.event_name())
+                    .or(self.event.as_deref())
+                    .unwrap_or(PUSHER_DEFAULT_EVENT);
+                let json = clarion_proto::pusher::server::channel_event(
+                    &self.topic,
+                    name,
+                    &clarion_proto::pusher::server::Data::Text(&data),
+                    None,
+                );
+                return encode_frame(OpCode::Text, json.as_bytes()).into();
             }
         }
         out.into()

@@ -68,6 +68,9 @@ impl<S: Socket> Engine<S> {
             }
             let batched = self.fanout.batch.is_some() && targets.len() > 1;
             for &k in &targets {
+                if self.pusher_deliver_excluding(k, run) {
+                    continue;
+                }
                 let dedicated = self
                     .conns
                     .get(k as usize)

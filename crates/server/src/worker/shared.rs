@@ -42,6 +42,8 @@ pub struct Shared {
     pub presence: Option<Arc<crate::presence::Presence>>,
     /// A hand-over to a new binary in progress (see [`super::handover`]).
     pub handover: Switch,
+    /// Pusher applications and their open connections (`transport::pusher`).
+    pub pusher: super::transport::pusher_conn::PusherApps,
 }
 
 /// The modes a process runs with, each `None` when its configuration does not ask for it.
@@ -76,6 +78,7 @@ impl Shared {
             hooks,
             presence,
         } = modes;
+        let pusher = super::transport::pusher_conn::PusherApps::of(&config);
         Shared {
             config,
             broker,
@@ -91,6 +94,7 @@ impl Shared {
             hooks,
             presence,
             handover: Switch::default(),
+            pusher,
         }
     }
 }

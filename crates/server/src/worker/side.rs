@@ -22,6 +22,7 @@ use super::presence::PresenceConns;
 use super::shutdown::Drain;
 use super::transport::hooks::HookTable;
 use super::transport::poll::PollHold;
+use super::transport::pusher_conn::PusherConn;
 use crate::auth::grants::GrantStore;
 
 /// Every per-connection table, by slab key.
@@ -53,6 +54,8 @@ pub(crate) struct Side {
     /// A shutdown telling its connections to go over `drain_period`, and which it told
     /// (`shutdown`).
     drain: Option<Box<Drain>>,
+    /// Pusher connections' own part (`transport::pusher`).
+    pusher: HashMap<u32, PusherConn>,
 }
 
 /// What [`Side::forget`] took out that its feature must still finish with the engine: a
@@ -60,6 +63,8 @@ pub(crate) struct Side {
 pub(crate) struct Forgotten {
     /// The connection's GRIP state.
     pub(crate) grip: Option<GripConn>,
+    /// Its Pusher part: its application's count and its presence memberships to leave.
+    pub(crate) pusher: Option<PusherConn>,
 }
 
 /// Why a connection's side state keeps it from moving to a new process ([`Side::blocker`]);
@@ -116,6 +121,7 @@ accessors! {
     h2, h2_mut: HashMap<u32, Box<H2>>;
     h2_streams, h2_streams_mut: HashMap<u32, (u32, u32)>;
     h2_records, h2_records_mut: HashMap<u32, u32>;
+    pusher, pusher_mut: HashMap<u32, PusherConn>;
 }
 
 impl Side {
@@ -158,6 +164,7 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _, // Keys told stay told: the share counts those open at its start.
+            pusher,
         } = self;
         polls.remove(&k);
         inflaters.remove(&k);
@@ -166,6 +173,7 @@ impl Side {
         hooks.forget(k);
         Forgotten {
             grip: grip.remove(&k),
+            pusher: pusher.remove(&k),
         }
     }
 
@@ -182,7 +190,8 @@ impl Side {
             h2: _,       // Carried: `H2Part`.
             h2_streams: _, // A stream moves with its connection or is refused there.
             h2_records: _,
-            drain: _, // A hand-over and a drain do not overlap.
+            drain: _,  // A hand-over and a drain do not overlap.
+            pusher: _, // Its state (`WsRole::Pusher`) is not carried: `Fallback::ModeState`.
         } = self;
         if hooks.waiting_for(k) {
             return Some(Blocker::HookWait);
@@ -213,6 +222,7 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _,
+            pusher: _, // Never taken: not carried (see `blocker`).
         } = self;
         Taken {
             poll: polls.remove(&k),
@@ -235,6 +245,7 @@ impl Side {
             h2_streams: _,
             h2_records: _,
             drain: _,
+            pusher: _,
         } = self;
         let Taken {
             poll,
