@@ -176,17 +176,19 @@ mod tests {
 
     #[test]
     fn an_application_admits_up_to_its_connection_limit() {
-        let mut config = Config::default();
-        config.pusher_apps = vec![AppConfig {
-            id: "1".into(),
-            key: "k".into(),
-            secret: "s".into(),
-            enable_client_messages: false,
-            max_connections: 2,
-            client_event_rate: 10,
-            max_event_bytes: 1024,
-            max_batch_events: 10,
-        }];
+        let config = Config {
+            pusher_apps: vec![AppConfig {
+                id: "1".into(),
+                key: "k".into(),
+                secret: "s".into(),
+                enable_client_messages: false,
+                max_connections: 2,
+                client_event_rate: 10,
+                max_event_bytes: 1024,
+                max_batch_events: 10,
+            }],
+            ..Config::default()
+        };
         let apps = PusherApps::of(&config);
         let i = apps.by_key("k").expect("configured");
         assert_eq!(apps.by_key("nope"), None);
