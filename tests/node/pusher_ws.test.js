@@ -32,7 +32,7 @@ function backend(api) {
 
 // A pusher-js client on Clarion, its private channels authorized by `lib` in-process (as an
 // auth endpoint using `authorizeChannel` would answer).
-function client(clientsAddr, lib, key = APP.key) {
+function client(clientsAddr, lib, key = APP.key, user = null) {
   const i = clientsAddr.lastIndexOf(':');
   const c = new PusherJs(key, {
     cluster: 'mt1',
@@ -42,7 +42,7 @@ function client(clientsAddr, lib, key = APP.key) {
     enabledTransports: ['ws'],
     disableStats: true,
     channelAuthorization: {
-      customHandler: ({ socketId, channelName }, cb) => cb(null, lib.authorizeChannel(socketId, channelName)),
+      customHandler: ({ socketId, channelName }, cb) => cb(null, lib.authorizeChannel(socketId, channelName, user)),
     },
   });
   clients.push(c);
@@ -106,6 +106,26 @@ test('client events reach the other client and not the sender', async () => {
   assert.deepEqual(await got, { who: 'a' });
   await new Promise((r) => setTimeout(r, 200));
   assert.equal(echoed, false);
+});
+
+test('presence: two clients see each other, joins and leaves', async () => {
+  const { clients: addr, api } = await start();
+  const lib = backend(api);
+  const a = client(addr, lib, APP.key, { user_id: 'ada', user_info: { name: 'Ada' } });
+  const chA = await subscribed(a, 'presence-room');
+  assert.equal(chA.members.count, 1);
+  assert.deepEqual(chA.members.me, { id: 'ada', info: { name: 'Ada' } });
+  const added = new Promise((resolve) => chA.bind('pusher:member_added', resolve));
+  const b = client(addr, lib, APP.key, { user_id: 'bob' });
+  const chB = await subscribed(b, 'presence-room');
+  assert.equal(chB.members.count, 2);
+  assert.deepEqual(chB.members.get('ada'), { id: 'ada', info: { name: 'Ada' } });
+  assert.equal((await added).id, 'bob');
+  assert.equal(chA.members.count, 2);
+  const removed = new Promise((resolve) => chA.bind('pusher:member_removed', resolve));
+  b.disconnect();
+  assert.equal((await removed).id, 'bob');
+  assert.equal(chA.members.count, 1);
 });
 
 test('a cache channel gives a new subscriber the last event', async () => {

@@ -264,3 +264,33 @@ def test_signin_with_the_backends_signature_and_refused_without(start_server):
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=5)
         assert closed.value.rcvd.code == 4009
+
+
+def join(ws, sid, server, channel, user):
+    data = json.dumps(user)
+    auth = lib(server).authenticate(channel, sid, user)["auth"]
+    return subscribe(ws, channel, auth=auth, channel_data=data)
+
+
+def test_presence_channels_list_members_and_announce_joins_and_leaves(start_server):
+    server = start(start_server)
+    with connect(server) as a:
+        sid_a = established(a)
+        first = join(a, sid_a, server, "presence-room", {"user_id": "1", "user_info": {"n": "a"}})
+        assert first["event"] == "pusher_internal:subscription_succeeded", first
+        assert first["data"] == {"presence": {"ids": ["1"], "hash": {"1": {"n": "a"}}, "count": 1}}
+        with connect(server) as b:
+            sid_b = established(b)
+            second = join(b, sid_b, server, "presence-room", {"user_id": "2"})
+            assert sorted(second["data"]["presence"]["ids"]) == ["1", "2"], second
+            added = recv(a)
+            assert added == {"event": "pusher_internal:member_added", "channel": "presence-room",
+                             "data": {"user_id": "2", "user_info": None}}
+            users = lib(server).users_info("presence-room")
+            assert sorted(u["id"] for u in users["users"]) == ["1", "2"]
+        assert recv(a) == {"event": "pusher_internal:member_removed", "channel": "presence-room",
+                           "data": {"user_id": "2"}}
+        # channel_data that is not the signed one is refused.
+        forged = subscribe(a, "presence-other", auth=lib(server).authenticate(
+            "presence-other", sid_a, {"user_id": "1"})["auth"], channel_data='{"user_id":"9"}')
+        assert forged["event"] == "pusher:error" and forged["data"]["code"] == 4009

@@ -303,6 +303,10 @@ impl Published {
                 line.push(b'\n');
                 write_chunk(&mut out, &line);
             }
+            Encoding::Pusher if self.presence => {
+                let json = pusher_presence_event(&self.topic, self.payload());
+                return encode_frame(OpCode::Text, json.as_bytes()).into();
+            }
             Encoding::Pusher => {
                 // Pusher's data is a string: a text payload as it is, a binary one in base64.
                 let data = match self.kind {
@@ -338,6 +342,22 @@ impl Published {
             payload: self.payload(),
         }
         .to_json()
+    }
+}
+
+/// A presence event (`{"type":"join"|"leave","member":{"sub":..,"info":..}}`) in Pusher's
+/// form: `pusher_internal:member_added` with `user_id` and `user_info`, or `member_removed`.
+fn pusher_presence_event(topic: &str, json: &[u8]) -> String {
+    use clarion_proto::pusher::server::{member_added, member_removed};
+    let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
+    let member = &v["member"];
+    let id = member["sub"].as_str().unwrap_or_default();
+    match v["type"].as_str() {
+        Some("join") => {
+            let info = member.get("info").map(serde_json::Value::to_string);
+            member_added(topic, id, info.as_deref())
+        }
+        Some(_) | None => member_removed(topic, id),
     }
 }
 

@@ -215,9 +215,9 @@ impl Framing {
             // Presence events are typed: SSE names them, whatever the data format.
             Framing::Sse(_) => Some(Form::Shared(Encoding::Sse)),
             Framing::Lines { .. } => Some(Form::Shared(Encoding::NdjsonChunk)),
-            // Pusher presence is its own (`pusher_internal:member_added`), not Clarion's events.
-            Framing::Pusher(_)
-            | Framing::Poll(_)
+            // Pusher's form of a join or leave: `pusher_internal:member_added`/`_removed`.
+            Framing::Pusher(_) => Some(Form::Shared(Encoding::Pusher)),
+            Framing::Poll(_)
             | Framing::Grip
             | Framing::H2
             | Framing::Request
@@ -234,9 +234,9 @@ impl Framing {
                 WsRole::PubSub | WsRole::Envelope => true,
                 WsRole::Echo | WsRole::Bridge | WsRole::Pusher => false,
             },
-            Framing::Sse(_) | Framing::Lines { .. } => true,
-            Framing::Pusher(_)
-            | Framing::Poll(_)
+            // Pusher connections are members of their `presence-` channels.
+            Framing::Sse(_) | Framing::Lines { .. } | Framing::Pusher(_) => true,
+            Framing::Poll(_)
             | Framing::Grip
             | Framing::H2
             | Framing::Request

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use clarion_proto::http1::{self, RequestHead};
 use clarion_proto::pusher::channel::{Access, Kind};
-use clarion_proto::pusher::client::{self, ClientMessage, Subscribe};
+use clarion_proto::pusher::client::{self, ClientMessage, Member, Subscribe};
 use clarion_proto::pusher::code::ErrorCode;
 use clarion_proto::pusher::server;
 use clarion_proto::pusher::signature;
@@ -299,16 +299,31 @@ impl<S: Socket> Engine<S> {
             );
         }
         let presence = match s.kind.access {
-            Access::Presence => Some(()),
-            Access::Public | Access::Private | Access::PrivateEncrypted => None,
+            Access::Presence => true,
+            Access::Public | Access::Private | Access::PrivateEncrypted => false,
         };
-        if presence.is_some() {
-            // Presence member lists come with the presence part (docs/pusher.md).
-            self.shared.metrics.pusher.ws("channel");
-            let message = "presence channels are not served yet (docs/pusher.md)";
-            return self.pusher_send(k, &channel_error(channel, ErrorCode::Unauthorized, message));
+        if presence {
+            // The member it joins as: `channel_data`, signed with the channel above.
+            let member = s
+                .channel_data
+                .as_deref()
+                .ok_or_else(|| "presence channels need channel_data".to_owned())
+                .and_then(|d| Member::parse(d, &app.limits()).map_err(|e| e.to_string()));
+            match member {
+                Ok(m) => self.presence_identify(k, Some(&m.user_id), m.user_info.as_deref()),
+                Err(e) => {
+                    self.shared.metrics.pusher.ws("channel_data");
+                    let message = format!("Invalid channel_data for {channel}: {e}");
+                    let frame = channel_error(channel, ErrorCode::Unauthorized, &message);
+                    return self.pusher_send(k, &frame);
+                }
+            }
         }
         if self.subscription(k, channel).is_some() {
+            if presence {
+                let name: Arc<str> = Arc::from(channel);
+                return self.presence_listen(k, &[name]);
+            }
             return self.pusher_send(k, &server::subscription_succeeded(channel, None));
         }
         let count = self.conns.get(k as usize).map_or(0, |c| c.subs.len());
@@ -332,7 +347,12 @@ impl<S: Socket> Engine<S> {
         let Some(sub) = self.subscribe_conn(k, &[channel], since, false) else {
             return;
         };
-        self.pusher_send(k, &server::subscription_succeeded(channel, None));
+        if presence {
+            // Its member list, as `subscription_succeeded`, then the joins and leaves.
+            self.presence_listen(k, &sub.names);
+        } else {
+            self.pusher_send(k, &server::subscription_succeeded(channel, None));
+        }
         if cached(s.kind) {
             match sub.replay.iter().rev().find(|m| !m.notice) {
                 Some(last) => {
@@ -459,6 +479,28 @@ impl<S: Socket> Engine<S> {
             .pusher()
             .get(&k)
             .is_some_and(|p| p.socket_id == exclude)
+    }
+
+    /// Pusher connection `k`'s answer to subscribing to presence channel `name`: its member
+    /// list as `pusher_internal:subscription_succeeded`, or why it could not be read.
+    pub(crate) fn pusher_presence_list(
+        &mut self,
+        k: u32,
+        name: &str,
+        read: Result<crate::presence::Listing, String>,
+    ) {
+        let json = match read {
+            Ok(l) => {
+                let members = l
+                    .members
+                    .iter()
+                    .map(|(id, info, _)| (&**id, info.as_deref()))
+                    .collect();
+                server::subscription_succeeded(name, Some(&server::Presence { members }))
+            }
+            Err(e) => channel_error(name, ErrorCode::OverCapacity, &e),
+        };
+        self.pusher_send(k, &json);
     }
 
     /// Delivers `run` to `k` leaving out what it must not receive, when it is a Pusher
