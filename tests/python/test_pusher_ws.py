@@ -5,6 +5,7 @@ unknown and oversized messages without closing), public, private and cache chann
 events (off unless enabled, not echoed, 10 a second), `socket_id` exclusion on the API trigger,
 and signin. Signatures come from the official PyPI `pusher` library (docs/pusher.md)."""
 
+import contextlib
 import json
 import time
 
@@ -294,3 +295,23 @@ def test_presence_channels_list_members_and_announce_joins_and_leaves(start_serv
         forged = subscribe(a, "presence-other", auth=lib(server).authenticate(
             "presence-other", sid_a, {"user_id": "1"})["auth"], channel_data='{"user_id":"9"}')
         assert forged["event"] == "pusher:error" and forged["data"]["code"] == 4009
+
+
+def test_terminate_connections_closes_every_connection_of_that_user_only(start_server):
+    server = start(start_server)
+    with contextlib.ExitStack() as stack:
+        conns = [stack.enter_context(connect(server)) for _ in range(3)]
+        for ws, user in zip(conns, ("42", "42", "7")):
+            sid = established(ws)
+            send(ws, "pusher:signin", lib(server).authenticate_user(sid, {"id": user}))
+            assert recv(ws)["event"] == "pusher:signin_success"
+        lib(server).terminate_user_connections("42")
+        for ws in conns[:2]:
+            msg = recv(ws)
+            assert msg["event"] == "pusher:error" and msg["data"]["code"] == 4009, msg
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=5)
+            assert closed.value.rcvd.code == 4009
+        send(conns[2], "pusher:ping")
+        assert recv(conns[2])["event"] == "pusher:pong"
+        assert server.metrics()['clarion_pusher_ws_total{outcome="terminated"}'] == 2

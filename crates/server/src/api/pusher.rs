@@ -387,6 +387,20 @@ fn terminate(app: &AppConfig, user: &str, shared: &Shared) -> Result<Answer, Ans
     if user.is_empty() || user.len() > app.limits().max_user_id {
         return Err(refuse(shared, 400, "query", "Invalid user id"));
     }
+    // The user's signed-in connections subscribe to its topic; on every node of a cluster.
+    let topic = crate::pusher::user_topic(&app.id, &app.secret, user);
+    let out = Outgoing {
+        topic: &topic,
+        kind: DataKind::Text,
+        payload: b"{}",
+        event: Some(crate::pusher::TERMINATE_EVENT),
+        attachment: None,
+        key: None,
+    };
+    shared.broker.publish(&[out]).map_err(|e| {
+        shared.metrics.pusher.api("unavailable");
+        super::publish::unavailable(&e)
+    })?;
     Ok(Answer::json(200, &json!({})))
 }
 

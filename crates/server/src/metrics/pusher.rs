@@ -26,7 +26,7 @@ pub const PUSHER_API_OUTCOMES: [&str; 13] = [
 /// What happened on Pusher WebSockets (`/app/{key}`): connections accepted or refused (with
 /// the Pusher error code's reason), and client messages refused, by reason (the decoder's are
 /// `clarion_proto::pusher::client::ClientError::label`s).
-pub const PUSHER_WS_OUTCOMES: [&str; 20] = [
+pub const PUSHER_WS_OUTCOMES: [&str; 21] = [
     "connected",
     "unknown_app",
     "protocol",
@@ -47,6 +47,7 @@ pub const PUSHER_WS_OUTCOMES: [&str; 20] = [
     "client_event_rate",
     "client_event_size",
     "signin",
+    "terminated",
 ];
 
 /// Pusher API counters.

@@ -391,8 +391,17 @@ impl<S: Socket> Engine<S> {
         };
         match user {
             Ok(id) => {
+                let topic = crate::pusher::user_topic(&app.id, &app.secret, &id);
                 if let Some(p) = self.side.pusher_mut().get_mut(&k) {
                     p.user = Some(id.into());
+                }
+                // Its user's topic: `terminate_connections` reaches it there.
+                if self.subscription(k, &topic).is_none()
+                    && self
+                        .subscribe_conn(k, &[&topic], Since::Now, false)
+                        .is_none()
+                {
+                    return;
                 }
                 self.pusher_send(k, &server::signin_success(user_data));
             }
@@ -522,7 +531,23 @@ impl<S: Socket> Engine<S> {
             | Framing::Request
             | Framing::Closing => false,
         };
-        if !pusher || !run.iter().any(excludes) {
+        if !pusher {
+            return false;
+        }
+        if let Some(first) = run.first() {
+            if first.topic.starts_with(crate::pusher::USER_TOPIC_PREFIX) {
+                // Its user's topic carries only the API's orders to it.
+                let terminate = run
+                    .iter()
+                    .any(|m| m.event.as_deref() == Some(crate::pusher::TERMINATE_EVENT));
+                if terminate {
+                    self.shared.metrics.pusher.ws("terminated");
+                    self.pusher_close(k, ErrorCode::Unauthorized, CloseReason::ProtocolError);
+                }
+                return true;
+            }
+        }
+        if !run.iter().any(excludes) {
             return false;
         }
         let frames: Vec<&Arc<[u8]>> = run
