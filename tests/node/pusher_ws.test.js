@@ -1,8 +1,9 @@
 // The real pusher-js client (its Node build) against Clarion's Pusher protocol on /app/{key},
 // with the official `pusher` server library as the backend: connect, a public trigger
 // received, a private channel authorized with the library's `authorizeChannel`, client events
-// between two clients (not echoed), a cache channel's last event, and a wrong key refused with
-// 4001 without pusher-js reconnecting (docs/pusher.md).
+// between two clients (not echoed), presence with two clients (members, added, removed), a
+// cache channel's last event, and a wrong key refused with 4001 without pusher-js reconnecting
+// (docs/pusher.md).
 'use strict';
 
 const { test, after } = require('node:test');

@@ -315,3 +315,16 @@ def test_terminate_connections_closes_every_connection_of_that_user_only(start_s
         send(conns[2], "pusher:ping")
         assert recv(conns[2])["event"] == "pusher:pong"
         assert server.metrics()['clarion_pusher_ws_total{outcome="terminated"}'] == 2
+
+
+def test_a_quiet_client_is_pinged_in_pushers_form_and_closed_with_4201_without_a_pong(
+        start_server):
+    server = start(start_server, "--ping-interval", "1", "--idle-timeout", "3")
+    with connect(server) as ws:
+        assert established(ws)
+        assert recv(ws, timeout=4) == {"event": "pusher:ping", "data": {}}
+        msg = recv(ws, timeout=6)
+        assert msg["event"] == "pusher:error" and msg["data"]["code"] == 4201, msg
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=5)
+        assert closed.value.rcvd.code == 4201
