@@ -350,11 +350,16 @@ impl Published {
 fn pusher_presence_event(topic: &str, json: &[u8]) -> String {
     use clarion_proto::pusher::server::{member_added, member_removed};
     let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
-    let member = &v["member"];
-    let id = member["sub"].as_str().unwrap_or_default();
-    match v["type"].as_str() {
+    let member = v.get("member");
+    let id = member
+        .and_then(|m| m.get("sub"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    match v.get("type").and_then(serde_json::Value::as_str) {
         Some("join") => {
-            let info = member.get("info").map(serde_json::Value::to_string);
+            let info = member
+                .and_then(|m| m.get("info"))
+                .map(serde_json::Value::to_string);
             member_added(topic, id, info.as_deref())
         }
         Some(_) | None => member_removed(topic, id),
