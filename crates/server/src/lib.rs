@@ -74,6 +74,7 @@ pub mod message;
 pub mod metrics;
 pub mod presence;
 pub mod publish;
+pub mod pusher;
 pub mod redact;
 pub mod reply;
 pub mod server;

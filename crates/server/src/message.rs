@@ -34,9 +34,16 @@ pub enum Encoding {
     NdjsonChunk,
     /// A chunk holding the payload and a newline (`/stream?format=raw`).
     RawChunk,
+    /// A WebSocket text frame holding the Pusher channel event
+    /// `{"event":E,"channel":TOPIC,"data":"PAYLOAD"}` (`docs/pusher.md`).
+    Pusher,
 }
 
-const ENCODINGS: usize = 5;
+const ENCODINGS: usize = 6;
+
+/// The Pusher event name of a message published without one (Clarion's own publishes): the
+/// name an SSE client sees for an unnamed event too.
+pub const PUSHER_DEFAULT_EVENT: &str = "message";
 
 /// One published message, encoded once and shared by every worker, subscriber and history.
 pub struct Published {
@@ -86,6 +93,11 @@ pub trait Attachment: Any + Send + Sync {
     /// Bytes that carry it to another node through a cluster broker, which gives them back to
     /// the decoder the server registered for them. `None`: it stays on this node.
     fn encode(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// The event name its publisher gave it when that is not a Clarion event name (a Pusher
+    /// trigger's `App\Events\Shipped`): the name Pusher subscribers see.
+    fn event_name(&self) -> Option<&str> {
         None
     }
 }
@@ -182,6 +194,7 @@ impl Published {
             OnceLock::from(event),
             OnceLock::from(Arc::clone(&chunk)),
             OnceLock::from(chunk),
+            OnceLock::new(),
         ];
         Published {
             topic,
@@ -255,6 +268,7 @@ impl Published {
             Encoding::SseJson => &self.encoded[2],
             Encoding::NdjsonChunk => &self.encoded[3],
             Encoding::RawChunk => &self.encoded[4],
+            Encoding::Pusher => &self.encoded[5],
         };
         slot.get_or_init(|| self.build(which))
     }
@@ -386,6 +400,32 @@ impl Published {
                 line.push(b'\n');
                 write_chunk(&mut out, &line);
             }
+            Encoding::Pusher if self.presence => {
+                let json = pusher_presence_event(&self.topic, self.payload());
+                return encode_frame(OpCode::Text, json.as_bytes()).into();
+            }
+            Encoding::Pusher => {
+                // Pusher's data is a string: a text payload as it is, a binary one in base64.
+                let data = match self.kind {
+                    DataKind::Text => String::from_utf8_lossy(self.payload()),
+                    DataKind::Binary => std::borrow::Cow::Owned(
+                        base64::engine::general_purpose::STANDARD.encode(self.payload()),
+                    ),
+                };
+                let name = self
+                    .attachment
+                    .as_deref()
+                    .and_then(|a| a.event_name())
+                    .or(self.event.as_deref())
+                    .unwrap_or(PUSHER_DEFAULT_EVENT);
+                let json = clarion_proto::pusher::server::channel_event(
+                    &self.topic,
+                    name,
+                    &clarion_proto::pusher::server::Data::Text(&data),
+                    None,
+                );
+                return encode_frame(OpCode::Text, json.as_bytes()).into();
+            }
         }
         out.into()
     }
@@ -401,6 +441,27 @@ impl Published {
             tags: &self.tags,
         }
         .to_json()
+    }
+}
+
+/// A presence event (`{"type":"join"|"leave","member":{"sub":..,"info":..}}`) in Pusher's
+/// form: `pusher_internal:member_added` with `user_id` and `user_info`, or `member_removed`.
+fn pusher_presence_event(topic: &str, json: &[u8]) -> String {
+    use clarion_proto::pusher::server::{member_added, member_removed};
+    let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
+    let member = v.get("member");
+    let id = member
+        .and_then(|m| m.get("sub"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    match v.get("type").and_then(serde_json::Value::as_str) {
+        Some("join") => {
+            let info = member
+                .and_then(|m| m.get("info"))
+                .map(serde_json::Value::to_string);
+            member_added(topic, id, info.as_deref())
+        }
+        Some(_) | None => member_removed(topic, id),
     }
 }
 

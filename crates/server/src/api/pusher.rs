@@ -20,8 +20,11 @@ use serde_json::{json, Map, Value};
 use super::request::Request;
 use crate::broker::{Outgoing, Receipt};
 use crate::config::pusher_apps::AppConfig;
+use crate::message::Attachment;
+use crate::pusher::PusherEvent;
 use crate::reply::Answer;
 use crate::worker::Shared;
+use std::sync::Arc;
 
 /// Most channels `GET /apps/{id}/channels` lists: the walk holds the broker's topic table, and
 /// an answer of this many names is a few hundred kilobytes.
@@ -164,7 +167,7 @@ fn publish(shared: &Shared, events: &[Trigger]) -> Result<Vec<Published>, Answer
                 kind: DataKind::Text,
                 payload: t.data.as_bytes(),
                 event,
-                attachment: None,
+                attachment: attachment(t, event),
                 key: None,
             });
             meta.push((c.clone(), t.info.clone(), index));
@@ -184,6 +187,23 @@ fn publish(shared: &Shared, events: &[Trigger]) -> Result<Vec<Published>, Answer
             receipt,
         })
         .collect())
+}
+
+/// What Pusher connections need of a trigger besides its data: the event name when it is not
+/// a Clarion event name (else the message's own), and the `socket_id` to leave out. `None`
+/// when neither applies, so the usual trigger costs nothing more.
+fn attachment(t: &Trigger, event: Option<&str>) -> Option<Arc<dyn Attachment>> {
+    let exclude = t
+        .socket_id
+        .as_deref()
+        .and_then(|s| clarion_proto::pusher::socket_id::parse(s).ok());
+    if event.is_some() && exclude.is_none() {
+        return None;
+    }
+    Some(Arc::new(PusherEvent {
+        name: t.name.as_str().into(),
+        exclude,
+    }))
 }
 
 /// The attributes of one channel that `info` asked for (`subscription_count`, `user_count`).
@@ -368,6 +388,20 @@ fn terminate(app: &AppConfig, user: &str, shared: &Shared) -> Result<Answer, Ans
     if user.is_empty() || user.len() > app.limits().max_user_id {
         return Err(refuse(shared, 400, "query", "Invalid user id"));
     }
+    // The user's signed-in connections subscribe to its topic; on every node of a cluster.
+    let topic = crate::pusher::user_topic(&app.id, &app.secret, user);
+    let out = Outgoing {
+        topic: &topic,
+        kind: DataKind::Text,
+        payload: b"{}",
+        event: Some(crate::pusher::TERMINATE_EVENT),
+        attachment: None,
+        key: None,
+    };
+    shared.broker.publish(&[out]).map_err(|e| {
+        shared.metrics.pusher.api("unavailable");
+        super::publish::unavailable(&e)
+    })?;
     Ok(Answer::json(200, &json!({})))
 }
 

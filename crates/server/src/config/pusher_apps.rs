@@ -159,6 +159,15 @@ impl Config {
         }
     }
 
+    /// Every configured application: the file's, then the one from flags.
+    pub fn pusher_all(&self) -> Vec<AppConfig> {
+        self.pusher_apps
+            .iter()
+            .cloned()
+            .chain(self.pusher_flag_app())
+            .collect()
+    }
+
     /// Checks the Pusher applications: the flag trio complete, each valid, ids and keys unique.
     pub(crate) fn validate_pusher(&self) -> Result<(), ConfigError> {
         let parts = [

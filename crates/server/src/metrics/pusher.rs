@@ -23,10 +23,38 @@ pub const PUSHER_API_OUTCOMES: [&str; 13] = [
     "unavailable",
 ];
 
+/// What happened on Pusher WebSockets (`/app/{key}`): connections accepted or refused (with
+/// the Pusher error code's reason), and client messages refused, by reason (the decoder's are
+/// `clarion_proto::pusher::client::ClientError::label`s).
+pub const PUSHER_WS_OUTCOMES: [&str; 21] = [
+    "connected",
+    "unknown_app",
+    "protocol",
+    "over_quota",
+    "too_large",
+    "too_deep",
+    "malformed",
+    "field",
+    "channel",
+    "unknown_event",
+    "event_name",
+    "binary",
+    "auth",
+    "channel_data",
+    "subscriptions",
+    "client_events_off",
+    "client_event_channel",
+    "client_event_rate",
+    "client_event_size",
+    "signin",
+    "terminated",
+];
+
 /// Pusher API counters.
 #[derive(Debug, Default)]
 pub struct PusherCounters {
     api: [AtomicU64; PUSHER_API_OUTCOMES.len()],
+    ws: [AtomicU64; PUSHER_WS_OUTCOMES.len()],
 }
 
 impl PusherCounters {
@@ -40,6 +68,26 @@ impl PusherCounters {
         {
             c.fetch_add(1, Relaxed);
         }
+    }
+
+    /// Counts one Pusher WebSocket event (one of [`PUSHER_WS_OUTCOMES`]).
+    pub fn ws(&self, outcome: &str) {
+        if let Some(c) = PUSHER_WS_OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .and_then(|i| self.ws.get(i))
+        {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Pusher WebSocket events counted with `outcome`.
+    pub fn ws_count(&self, outcome: &str) -> u64 {
+        PUSHER_WS_OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .and_then(|i| self.ws.get(i))
+            .map_or(0, |c| c.load(Relaxed))
     }
 
     /// Requests counted with `outcome`.
@@ -62,6 +110,18 @@ impl PusherCounters {
             let _ = writeln!(
                 out,
                 "clarion_pusher_api_requests_total{{outcome=\"{name}\"}} {}",
+                c.load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP clarion_pusher_ws_total Pusher WebSocket connections and client messages, by outcome.\n\
+             # TYPE clarion_pusher_ws_total counter"
+        );
+        for (name, c) in PUSHER_WS_OUTCOMES.iter().zip(&self.ws) {
+            let _ = writeln!(
+                out,
+                "clarion_pusher_ws_total{{outcome=\"{name}\"}} {}",
                 c.load(Relaxed)
             );
         }

@@ -87,6 +87,9 @@ pub struct Listing {
     pub next: Option<Arc<str>>,
 }
 
+/// The rooms Pusher presence channels are (`docs/pusher.md`).
+pub const PUSHER_PRESENCE_PATTERN: &str = "presence-*";
+
 /// Every room of this process.
 pub struct Presence {
     patterns: Vec<Pattern>,
@@ -127,12 +130,16 @@ impl Presence {
         metrics: Arc<Metrics>,
         clustered: bool,
     ) -> Result<Option<Presence>, String> {
-        if config.presence_topics.is_empty() {
+        // Pusher's `presence-` channels are rooms whenever a Pusher application is configured.
+        let pusher = config.pusher_enabled().then_some(PUSHER_PRESENCE_PATTERN);
+        if config.presence_topics.is_empty() && pusher.is_none() {
             return Ok(None);
         }
         let patterns = config
             .presence_topics
             .iter()
+            .map(String::as_str)
+            .chain(pusher)
             .map(|p| Pattern::parse(p).map_err(|e| format!("presence_topics {p:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(Presence {

@@ -88,6 +88,9 @@ impl<S: Socket> Engine<S> {
             let whole = run;
             let mut keys = RunKeys::default();
             for &k in &targets {
+                if self.pusher_deliver_excluding(k, run) {
+                    continue;
+                }
                 let part;
                 let filtered = match self.filters.is_empty() {
                     true => None,

@@ -223,6 +223,9 @@ impl<S: Socket> Engine<S> {
         if let Some(g) = forgotten.grip {
             self.grip_left(k, g);
         }
+        if let Some(p) = forgotten.pusher {
+            self.pusher_left(k, p);
+        }
         self.presence_forget(k);
     }
 

@@ -129,6 +129,9 @@ impl Fallback {
             State::Ws(m) => match m.role {
                 WsRole::PubSub | WsRole::Envelope | WsRole::Echo => None,
                 WsRole::Bridge => Some(Fallback::GripBridge),
+                // Its Pusher part (socket id, app, user) is not carried yet: it is told to
+                // reconnect at once (4200) instead.
+                WsRole::Pusher => Some(Fallback::ModeState),
             },
             State::Proxy => Some(Fallback::GripBackend),
             State::H2 => None,
@@ -372,7 +375,7 @@ pub fn state_to_wire(state: State) -> Option<(u8, u8, Option<u8>, bool)> {
                 WsRole::PubSub => 0,
                 WsRole::Envelope => 1,
                 WsRole::Echo => 2,
-                WsRole::Bridge => return None,
+                WsRole::Bridge | WsRole::Pusher => return None,
             };
             (1, role, m.deflate.map(Ext::bits), m.pinged)
         }

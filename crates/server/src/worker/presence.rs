@@ -80,6 +80,8 @@ impl<S: Socket> Engine<S> {
                     topic,
                 },
             );
+        } else if let Framing::Pusher(_) = self.framing(k) {
+            self.pusher_unavailable(k, &error, topics.first().copied());
         } else {
             self.respond(k, 400, &[], &error, false);
         }
@@ -228,6 +230,17 @@ impl<S: Socket> Engine<S> {
             } else {
                 p.list(&self.shared.broker, name, None, p.max_members)
             };
+            if let Framing::Pusher(_) = self.framing(k) {
+                // Pusher's member list is its `subscription_succeeded`.
+                let version = read.as_ref().map_or(0, |l| l.version);
+                let list = self.side.presence_mut().listeners.entry(tid).or_default();
+                match list.iter_mut().find(|(c, _)| *c == k) {
+                    Some(entry) => entry.1 = version,
+                    None => list.push((k, version)),
+                }
+                self.pusher_presence_list(k, name, read);
+                continue;
+            }
             let (version, kind, json) = match read {
                 Ok(listing) => (listing.version, "presence", listing.message_json(name)),
                 Err(error) => {

@@ -44,6 +44,8 @@ pub struct Shared {
     pub handover: Switch,
     /// The conflating topics (`conflate_topics`, compiled once).
     pub conflate: crate::config::conflate::Rules,
+    /// Pusher applications and their open connections (`transport::pusher`).
+    pub pusher: super::transport::pusher_conn::PusherApps,
 }
 
 /// The modes a process runs with, each `None` when its configuration does not ask for it.
@@ -78,6 +80,7 @@ impl Shared {
             hooks,
             presence,
         } = modes;
+        let pusher = super::transport::pusher_conn::PusherApps::of(&config);
         Shared {
             conflate: crate::config::conflate::Rules::of(&config),
             config,
@@ -94,6 +97,7 @@ impl Shared {
             hooks,
             presence,
             handover: Switch::default(),
+            pusher,
         }
     }
 }

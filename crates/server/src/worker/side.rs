@@ -24,6 +24,7 @@ use super::presence::PresenceConns;
 use super::shutdown::Drain;
 use super::transport::hooks::HookTable;
 use super::transport::poll::PollHold;
+use super::transport::pusher_conn::PusherConn;
 use crate::auth::grants::GrantStore;
 
 /// Every per-connection table, by slab key.
@@ -59,6 +60,8 @@ pub(crate) struct Side {
     delta: DeltaSubs,
     /// Conflated messages of subscribers behind on a conflating topic (`conflation`).
     conflation: HashMap<u32, Backlogs>,
+    /// Pusher connections' own part (`transport::pusher`).
+    pusher: HashMap<u32, PusherConn>,
 }
 
 /// What [`Side::forget`] took out that its feature must still finish with the engine: a
@@ -66,6 +69,8 @@ pub(crate) struct Side {
 pub(crate) struct Forgotten {
     /// The connection's GRIP state.
     pub(crate) grip: Option<GripConn>,
+    /// Its Pusher part: its application's count and its presence memberships to leave.
+    pub(crate) pusher: Option<PusherConn>,
 }
 
 /// Why a connection's side state keeps it from moving to a new process ([`Side::blocker`]);
@@ -127,6 +132,7 @@ accessors! {
     h2_records, h2_records_mut: HashMap<u32, u32>;
     delta, delta_mut: DeltaSubs;
     conflation, conflation_mut: HashMap<u32, Backlogs>;
+    pusher, pusher_mut: HashMap<u32, PusherConn>;
 }
 
 impl Side {
@@ -171,6 +177,7 @@ impl Side {
             drain: _, // Keys told stay told: the share counts those open at its start.
             delta,
             conflation,
+            pusher,
         } = self;
         polls.remove(&k);
         delta.forget(k);
@@ -181,6 +188,7 @@ impl Side {
         hooks.forget(k);
         Forgotten {
             grip: grip.remove(&k),
+            pusher: pusher.remove(&k),
         }
     }
 
@@ -200,6 +208,7 @@ impl Side {
             drain: _, // A hand-over and a drain do not overlap.
             delta: _, // Not carried: a moved connection gets full messages (never wrong).
             conflation,
+            pusher: _, // Its state (`WsRole::Pusher`) is not carried: `Fallback::ModeState`.
         } = self;
         if conflation.contains_key(&k) {
             return Some(Blocker::Conflating);
@@ -235,6 +244,7 @@ impl Side {
             drain: _,
             delta,
             conflation: _, // A blocker: never taken.
+            pusher: _, // Never taken: not carried (see `blocker`).
         } = self;
         // Not carried: its key here is someone else's next, and full messages are never wrong.
         delta.forget(k);
@@ -261,6 +271,7 @@ impl Side {
             drain: _,
             delta: _, // Nothing was taken (see `take`).
             conflation: _,
+            pusher: _,
         } = self;
         let Taken {
             poll,

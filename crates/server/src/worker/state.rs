@@ -71,6 +71,9 @@ pub enum WsRole {
     Echo,
     /// Bridged to a GRIP backend with WebSocket-over-HTTP (`super::grip::bridge`).
     Bridge,
+    /// The Pusher Channels protocol on `/app/{key}` (`super::transport::pusher`): its
+    /// per-connection part is the side table's `pusher` entry.
+    Pusher,
 }
 
 /// A WebSocket's options.

@@ -14,7 +14,7 @@ use super::socket::Socket;
 use super::state::{Due, Limits, State};
 use super::Engine;
 use crate::metrics::CloseReason;
-use crate::worker::transport::frame::End;
+use crate::worker::transport::frame::{End, Framing};
 use crate::worker::transport::poll::messages_body;
 
 impl<S: Socket> Engine<S> {
@@ -77,7 +77,12 @@ impl<S: Socket> Engine<S> {
         }
         let ping = Arc::clone(&self.frames.ping_frame);
         for k in to_ping {
-            self.deliver(k, &ping);
+            // The one transport whose keep-alive ping is a message of its protocol.
+            if let Framing::Pusher(_) = self.framing(k) {
+                self.pusher_ping(k);
+            } else {
+                self.deliver(k, &ping);
+            }
         }
         self.h2_timers();
     }

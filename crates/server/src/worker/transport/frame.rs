@@ -13,6 +13,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use clarion_proto::pusher::code::ErrorCode;
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 use clarion_proto::{http1, sse};
@@ -37,6 +38,9 @@ pub const CLOSE_AUTH_REQUIRED: u16 = 4002;
 pub(crate) enum Framing {
     /// An open WebSocket of ours (not bridged): frames.
     Ws(WsMode),
+    /// A WebSocket speaking the Pusher Channels protocol (`super::pusher`): messages as
+    /// Pusher channel events, its own pings and errors.
+    Pusher(WsMode),
     /// A Server-Sent Events stream: events.
     Sse(SseMode),
     /// A chunked stream of lines: NDJSON (`raw` false) or raw payload lines.
@@ -148,7 +152,12 @@ impl Framing {
     /// bridged WebSocket is warned, as any connection of its transport).
     pub(crate) fn of_transport(state: State) -> Framing {
         match state {
-            State::Ws(mode) => Framing::Ws(mode),
+            State::Ws(mode) => match mode.role {
+                WsRole::Pusher => Framing::Pusher(mode),
+                WsRole::PubSub | WsRole::Envelope | WsRole::Echo | WsRole::Bridge => {
+                    Framing::Ws(mode)
+                }
+            },
             State::Sse(mode) => Framing::Sse(mode),
             State::Stream(StreamMode::Ndjson | StreamMode::Grip { .. }) => {
                 Framing::Lines { raw: false }
@@ -181,6 +190,9 @@ impl Framing {
                 Some(e) => Delivery::Write(Form::Shared(e)),
                 None => Delivery::Skip,
             },
+            // Uncompressed even under permessage-deflate (RFC 7692 lets each message choose):
+            // the one shared Pusher frame of each message.
+            Framing::Pusher(_) => Delivery::Write(Form::Shared(Encoding::Pusher)),
             Framing::Poll(_) => Delivery::Answer,
             Framing::Grip => Delivery::Grip,
             Framing::H2 | Framing::Request | Framing::Closing => Delivery::Skip,
@@ -196,6 +208,7 @@ impl Framing {
             Framing::Lines { raw: false } => Some(Encoding::NdjsonChunk),
             Framing::Lines { raw: true } => Some(Encoding::RawChunk),
             Framing::Ws(_)
+            | Framing::Pusher(_)
             | Framing::Poll(_)
             | Framing::Grip
             | Framing::H2
@@ -212,6 +225,8 @@ impl Framing {
             // Presence events are typed: SSE names them, whatever the data format.
             Framing::Sse(_) => Some(Form::Shared(Encoding::Sse)),
             Framing::Lines { .. } => Some(Form::Shared(Encoding::NdjsonChunk)),
+            // Pusher's form of a join or leave: `pusher_internal:member_added`/`_removed`.
+            Framing::Pusher(_) => Some(Form::Shared(Encoding::Pusher)),
             Framing::Poll(_)
             | Framing::Grip
             | Framing::H2
@@ -227,9 +242,10 @@ impl Framing {
         match self {
             Framing::Ws(mode) => match mode.role {
                 WsRole::PubSub | WsRole::Envelope => true,
-                WsRole::Echo | WsRole::Bridge => false,
+                WsRole::Echo | WsRole::Bridge | WsRole::Pusher => false,
             },
-            Framing::Sse(_) | Framing::Lines { .. } => true,
+            // Pusher connections are members of their `presence-` channels.
+            Framing::Sse(_) | Framing::Lines { .. } | Framing::Pusher(_) => true,
             Framing::Poll(_)
             | Framing::Grip
             | Framing::H2
@@ -243,7 +259,8 @@ impl Framing {
     pub(crate) fn in_band(self) -> bool {
         match self {
             Framing::Ws(_) => true,
-            Framing::Sse(_)
+            Framing::Pusher(_)
+            | Framing::Sse(_)
             | Framing::Lines { .. }
             | Framing::Poll(_)
             | Framing::Grip
@@ -257,7 +274,11 @@ impl Framing {
     /// connection (whose control answers pile up when the client does not read).
     pub(crate) fn caps_backlog(self) -> bool {
         match self {
-            Framing::Ws(_) | Framing::Sse(_) | Framing::Lines { .. } | Framing::H2 => true,
+            Framing::Ws(_)
+            | Framing::Pusher(_)
+            | Framing::Sse(_)
+            | Framing::Lines { .. }
+            | Framing::H2 => true,
             Framing::Poll(_) | Framing::Grip | Framing::Request | Framing::Closing => false,
         }
     }
@@ -267,6 +288,7 @@ impl Framing {
     pub(crate) fn hook_name(self) -> Option<&'static str> {
         match self {
             Framing::Ws(_) => Some("ws"),
+            Framing::Pusher(_) => Some("pusher"),
             Framing::Sse(_) => Some("sse"),
             Framing::Lines { .. } => Some("stream"),
             Framing::Poll(_)
@@ -284,6 +306,7 @@ impl Framing {
             Framing::Sse(_) => Some(&frames.sse_keepalive),
             Framing::Lines { .. } => Some(&frames.stream_keepalive),
             Framing::Ws(_)
+            | Framing::Pusher(_)
             | Framing::Poll(_)
             | Framing::Grip
             | Framing::H2
@@ -296,7 +319,7 @@ impl Framing {
     /// a WebSocket's activity is what it reads.
     pub(crate) fn output_is_activity(self) -> bool {
         match self {
-            Framing::Ws(_) => false,
+            Framing::Ws(_) | Framing::Pusher(_) => false,
             Framing::Sse(_)
             | Framing::Lines { .. }
             | Framing::Poll(_)
@@ -329,7 +352,9 @@ impl Framing {
                 }
                 Framing::Sse(_) => sse::write_event(out, None, Some(kind), json.as_bytes()),
                 Framing::Lines { .. } => http1::write_chunk(out, format!("{json}\n").as_bytes()),
-                Framing::Poll(_)
+                // Clarion's typed events (gap notices, presence) have no Pusher form.
+                Framing::Pusher(_)
+                | Framing::Poll(_)
                 | Framing::Grip
                 | Framing::H2
                 | Framing::Request
@@ -398,6 +423,7 @@ impl<S: Socket> Engine<S> {
         }
         match self.framing_of_transport(k) {
             Framing::Sse(_) => self.sse_unavailable(k, error),
+            Framing::Pusher(_) => self.pusher_unavailable(k, error, topic),
             Framing::Ws(_)
             | Framing::Lines { .. }
             | Framing::Poll(_)
@@ -421,6 +447,22 @@ impl<S: Socket> Engine<S> {
         };
         match (framing, why) {
             (Framing::Grip, End::Shutdown { .. }) => self.grip_shutdown(k),
+            // Pusher's close codes tell pusher-js what to do: 4200 reconnect at once (a restart
+            // or a stop: another process or node takes it), 4100 after a while (it did not
+            // read), 4201 (no pong), 4009 (no longer authorized).
+            (Framing::Pusher(_), End::Shutdown { .. }) => {
+                self.pusher_close(k, ErrorCode::ReconnectNow, CloseReason::Shutdown);
+            }
+            (Framing::Pusher(_), End::SlowConsumer { pending }) => {
+                log::debug(format_args!("pusher slow consumer: {pending} bytes unsent"));
+                self.pusher_close(k, ErrorCode::OverCapacity, CloseReason::SlowConsumer);
+            }
+            (Framing::Pusher(_), End::Timeout { reason, .. }) => {
+                self.pusher_close(k, ErrorCode::PongNotReceived, reason);
+            }
+            (Framing::Pusher(_), End::TokenExpired { .. }) => {
+                self.pusher_close(k, ErrorCode::Unauthorized, CloseReason::TokenExpired);
+            }
             (Framing::Ws(_), End::TokenExpired { pending: true }) => self.close_ws(
                 k,
                 CloseCode::Other(CLOSE_AUTH_REQUIRED),

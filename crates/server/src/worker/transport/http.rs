@@ -140,6 +140,9 @@ impl<S: Socket> Engine<S> {
             }
         } else if cfg.echo_path.as_deref() == Some(path) {
             Endpoint::Echo
+        } else if path.starts_with(super::pusher::APP_PREFIX) && self.shared.pusher.any() {
+            self.pusher_upgrade(k, head, keep);
+            return;
         } else if path == pages::INDEX_PATH
             || path == pages::CLIENT_JS_PATH
             || path == pages::CLIENT_DELTA_JS_PATH

@@ -2,6 +2,8 @@
 //! WebSocket upgrade ([`http`]), WebSocket connections ([`ws`]), HTTP streams (SSE and NDJSON,
 //! [`stream`]) and long-polls ([`poll`]), and the checks of authentication ([`auth`]) they share;
 //! [`pages`]: the listener's two fixed documents (`/`, and the browser client at `/client.js`).
+//! [`pusher`]: the Pusher Channels protocol on `/app/{key}`, with its per-connection part in
+//! [`pusher_conn`].
 //! [`frame`] is the seam between them and the features: how each transport frames an event and
 //! ends a connection, in one dispatch over the connection's state.
 //!
@@ -16,5 +18,7 @@ pub mod hooks;
 pub mod http;
 pub mod pages;
 pub mod poll;
+pub mod pusher;
+pub mod pusher_conn;
 pub mod stream;
 pub mod ws;
