@@ -165,6 +165,7 @@ impl Delta {
         id: &str,
         event: Option<&str>,
         kind: DataKind,
+        tags: &[(String, String)],
     ) -> String {
         Envelope {
             topic,
@@ -172,6 +173,7 @@ impl Delta {
             delta: Some(&self.base_id),
             event,
             kind,
+            tags,
             payload: &self.bytes,
         }
         .to_json()

@@ -332,18 +332,24 @@ impl Published {
             Encoding::WsEnvelope => &d.encoded.ws,
             Encoding::SseJson => &d.encoded.sse_json,
             Encoding::NdjsonChunk => &d.encoded.ndjson,
-            Encoding::Sse | Encoding::RawChunk => return None,
+            Encoding::Sse | Encoding::RawChunk | Encoding::Pusher => return None,
         };
         Some(slot.get_or_init(|| {
             let id = self.id_string();
-            let json = d.envelope_json(&self.topic, &id, self.event.as_deref(), self.kind);
+            let json = d.envelope_json(
+                &self.topic,
+                &id,
+                self.event.as_deref(),
+                self.kind,
+                &self.tags,
+            );
             let mut out = Vec::new();
             match which {
                 Encoding::WsEnvelope => return encode_frame(OpCode::Text, json.as_bytes()).into(),
                 Encoding::SseJson => {
                     sse::write_event(&mut out, Some(&id), self.event.as_deref(), json.as_bytes())
                 }
-                Encoding::NdjsonChunk | Encoding::Sse | Encoding::RawChunk => {
+                Encoding::NdjsonChunk | Encoding::Sse | Encoding::RawChunk | Encoding::Pusher => {
                     let mut line = json.into_bytes();
                     line.push(b'\n');
                     write_chunk(&mut out, &line);

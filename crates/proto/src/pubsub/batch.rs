@@ -222,7 +222,13 @@ mod tests {
         .expect("a batch");
         assert!(all[0].is_ok());
         assert!(
-            matches!(all[1], Err(RefusedItem { error: ItemError::Tags(_), .. })),
+            matches!(
+                all[1],
+                Err(RefusedItem {
+                    error: ItemError::Tags(_),
+                    ..
+                })
+            ),
             "{:?}",
             all[1].as_ref().err()
         );

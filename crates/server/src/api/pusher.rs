@@ -381,9 +381,8 @@ fn users(name: &str, shared: &Shared) -> Result<Answer, Answer> {
     Ok(Answer::json(200, &json!({ "users": users })))
 }
 
-/// `POST /apps/{id}/users/{user}/terminate_connections`: accepted. The connections it ends are
-/// Pusher WebSocket connections signed in as the user, which come with the WebSocket part
-/// (docs/pusher.md); until then no connection is signed in and nothing is to be ended.
+/// `POST /apps/{id}/users/{user}/terminate_connections`: the Pusher WebSocket connections
+/// signed in as the user are closed, on every node (they follow the user's topic).
 fn terminate(app: &AppConfig, user: &str, shared: &Shared) -> Result<Answer, Answer> {
     if user.is_empty() || user.len() > app.limits().max_user_id {
         return Err(refuse(shared, 400, "query", "Invalid user id"));
@@ -397,6 +396,7 @@ fn terminate(app: &AppConfig, user: &str, shared: &Shared) -> Result<Answer, Ans
         event: Some(crate::pusher::TERMINATE_EVENT),
         attachment: None,
         key: None,
+        tags: &[],
     };
     shared.broker.publish(&[out]).map_err(|e| {
         shared.metrics.pusher.api("unavailable");

@@ -241,6 +241,7 @@ impl<S: Socket> Engine<S> {
                         Framing::Sse(_) if skipped > 0 => without_id_line(shared),
                         Framing::Sse(_)
                         | Framing::Ws(_)
+                        | Framing::Pusher(_)
                         | Framing::Lines { .. }
                         | Framing::Poll(_)
                         | Framing::Grip

@@ -110,7 +110,11 @@ impl<S: Socket> Engine<S> {
                 if let (Some(rule), Some(tid)) = (conflate, tid) {
                     // The keys are computed once per run, for the subscribers that take it whole.
                     let mut own = RunKeys::default();
-                    let keys = if run.len() == whole.len() { &mut keys } else { &mut own };
+                    let keys = if run.len() == whole.len() {
+                        &mut keys
+                    } else {
+                        &mut own
+                    };
                     if self.conflate_run(k, tid, rule, run, keys) {
                         continue;
                     }

@@ -244,7 +244,7 @@ impl Side {
             drain: _,
             delta,
             conflation: _, // A blocker: never taken.
-            pusher: _, // Never taken: not carried (see `blocker`).
+            pusher: _,     // Never taken: not carried (see `blocker`).
         } = self;
         // Not carried: its key here is someone else's next, and full messages are never wrong.
         delta.forget(k);

@@ -471,6 +471,7 @@ impl<S: Socket> Engine<S> {
                 .map(|()| event),
             attachment: Some(attachment),
             key: None,
+            tags: &[],
         };
         if let Err(e) = self.shared.broker.publish(&[out]) {
             let message = format!("client event not relayed: {e}");
