@@ -11,6 +11,7 @@ const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
 const fs = require('node:fs');
+const path = require('node:path');
 const { waitFor } = require('./helpers');
 const { relay: startRelay, SECRET, clientModule, killAll, startRedis, Node, token, publisher, verify } = require('./client_util');
 
@@ -44,6 +45,10 @@ function pageServer() {
     if (req.url.startsWith('/client.js')) {
       res.writeHead(200, { 'Content-Type': 'text/javascript' });
       res.end(fs.readFileSync(clientModule));
+    } else if (req.url.startsWith('/delta.js')) {
+      // The client's own import, beside it as the package ships it.
+      res.writeHead(200, { 'Content-Type': 'text/javascript' });
+      res.end(fs.readFileSync(path.join(path.dirname(clientModule), 'delta.js')));
     } else if (req.url === '/token') {
       res.writeHead(200, { 'Content-Type': 'text/plain' });
       res.end(token(4));

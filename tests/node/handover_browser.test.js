@@ -71,6 +71,10 @@ function pageServer() {
     if (req.url.startsWith('/client.js')) {
       res.writeHead(200, { 'Content-Type': 'text/javascript' });
       res.end(fs.readFileSync(clientModule));
+    } else if (req.url.startsWith('/delta.js')) {
+      // The client's own import, beside it as the package ships it.
+      res.writeHead(200, { 'Content-Type': 'text/javascript' });
+      res.end(fs.readFileSync(path.join(path.dirname(clientModule), 'delta.js')));
     } else {
       res.writeHead(200, { 'Content-Type': 'text/html' });
       res.end(PAGE);

@@ -337,6 +337,7 @@ async function handOver(group) {
     page.on('pageerror', (e) => pageErrors.push(String(e)));
     await page.route(`${origin}/page.html**`, (r) => r.fulfill({ status: 200, contentType: 'text/html; charset=utf-8', body: PAGE }));
     await page.route(`${origin}/client.js**`, (r) => r.fulfill({ status: 200, contentType: 'text/javascript', body: fs.readFileSync(clientModule, 'utf8') }));
+    await page.route(`${origin}/delta.js**`, (r) => r.fulfill({ status: 200, contentType: 'text/javascript', body: fs.readFileSync(path.join(path.dirname(clientModule), 'delta.js'), 'utf8') }));
     await page.goto(`${origin}/page.html`);
     const read = (expr) => page.evaluate(expr);
     await waitFor(async () => (await read('window.esOpens')) === 1, 15000, 'the EventSource to open');
