@@ -65,6 +65,39 @@ struct Params<'q> {
 }
 
 impl<S: Socket> Engine<S> {
+    /// Checks a WebSocket upgrade request (its method, then the handshake's headers). A refused
+    /// one is answered here (`405` saying `wrong_method`, or the handshake's status with what to
+    /// send instead) and gives `None`.
+    pub(crate) fn ws_upgrade_request<'h>(
+        &mut self,
+        k: u32,
+        head: &RequestHead<'h>,
+        keep: bool,
+        wrong_method: &str,
+    ) -> Option<handshake::Upgrade<'h>> {
+        if head.method != "GET" {
+            self.respond(k, 405, &[("Allow", "GET")], wrong_method, keep);
+            return None;
+        }
+        match handshake::validate(head) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                let headers: &[(&str, &str)] = match e {
+                    HandshakeError::UnsupportedVersion => {
+                        &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")]
+                    }
+                    HandshakeError::NotUpgrade => &[("Upgrade", "websocket")],
+                    HandshakeError::MethodNotAllowed
+                    | HandshakeError::BadVersion
+                    | HandshakeError::MissingConnectionUpgrade
+                    | HandshakeError::BadKey => &[],
+                };
+                self.respond(k, e.status(), headers, &e.to_string(), keep);
+                None
+            }
+        }
+    }
+
     /// Parses one request head from `data` and answers it. Returns the bytes used, or `None` when
     /// the head is incomplete.
     pub(crate) fn on_http(&mut self, k: u32, data: &[u8]) -> Option<usize> {
@@ -170,32 +203,9 @@ impl<S: Socket> Engine<S> {
             }
             return;
         }
-        if head.method != "GET" {
-            self.respond(
-                k,
-                405,
-                &[("Allow", "GET")],
-                "WebSocket endpoints take GET",
-                keep,
-            );
+        let Some(upgrade) = self.ws_upgrade_request(k, head, keep, "WebSocket endpoints take GET")
+        else {
             return;
-        }
-        let upgrade = match handshake::validate(head) {
-            Ok(u) => u,
-            Err(e) => {
-                let headers: &[(&str, &str)] = match e {
-                    HandshakeError::UnsupportedVersion => {
-                        &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")]
-                    }
-                    HandshakeError::NotUpgrade => &[("Upgrade", "websocket")],
-                    HandshakeError::MethodNotAllowed
-                    | HandshakeError::BadVersion
-                    | HandshakeError::MissingConnectionUpgrade
-                    | HandshakeError::BadKey => &[],
-                };
-                self.respond(k, e.status(), headers, &e.to_string(), keep);
-                return;
-            }
         };
         let envelope =
             endpoint == Endpoint::PubSub && upgrade.protocols.contains(&ENVELOPE_PROTOCOL);

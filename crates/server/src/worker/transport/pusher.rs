@@ -23,7 +23,7 @@ use clarion_proto::pusher::server;
 use clarion_proto::pusher::signature;
 use clarion_proto::pusher::socket_id::SocketId;
 use clarion_proto::ws::frame::encode_frame;
-use clarion_proto::ws::handshake::{self, HandshakeError};
+use clarion_proto::ws::handshake;
 use clarion_proto::ws::{deflate, CloseCode, DataKind, OpCode};
 
 use crate::broker::{Outgoing, Since};
@@ -83,32 +83,9 @@ impl<S: Socket> Engine<S> {
     /// Answers `GET /app/{key}`: a WebSocket upgrade, then `pusher:connection_established`, or
     /// the Pusher error that refuses it.
     pub(crate) fn pusher_upgrade(&mut self, k: u32, head: &RequestHead<'_>, keep: bool) {
-        if head.method != "GET" {
-            self.respond(
-                k,
-                405,
-                &[("Allow", "GET")],
-                "Pusher connections take GET",
-                keep,
-            );
+        let Some(upgrade) = self.ws_upgrade_request(k, head, keep, "Pusher connections take GET")
+        else {
             return;
-        }
-        let upgrade = match handshake::validate(head) {
-            Ok(u) => u,
-            Err(e) => {
-                let headers: &[(&str, &str)] = match e {
-                    HandshakeError::UnsupportedVersion => {
-                        &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")]
-                    }
-                    HandshakeError::NotUpgrade => &[("Upgrade", "websocket")],
-                    HandshakeError::MethodNotAllowed
-                    | HandshakeError::BadVersion
-                    | HandshakeError::MissingConnectionUpgrade
-                    | HandshakeError::BadKey => &[],
-                };
-                self.respond(k, e.status(), headers, &e.to_string(), keep);
-                return;
-            }
         };
         let key = head
             .path()
