@@ -98,6 +98,28 @@ impl<S: Socket> Engine<S> {
         }
     }
 
+    /// The `101` answer to a checked upgrade (with `protocol`, and permessage-deflate when the
+    /// configuration allows it and the client offered it), and the deflate agreed.
+    pub(crate) fn ws_accept(
+        &self,
+        upgrade: &handshake::Upgrade<'_>,
+        protocol: Option<&str>,
+    ) -> (Vec<u8>, Option<(deflate::Agreed, String)>) {
+        let deflate = self
+            .shared
+            .config
+            .deflate_policy()
+            .and_then(|policy| deflate::negotiate(&upgrade.extensions, &policy));
+        let mut out = Vec::with_capacity(256);
+        handshake::write_accept(
+            &mut out,
+            upgrade.key,
+            protocol,
+            deflate.as_ref().map(|(_, answer)| answer.as_str()),
+        );
+        (out, deflate)
+    }
+
     /// Parses one request head from `data` and answers it. Returns the bytes used, or `None` when
     /// the head is incomplete.
     pub(crate) fn on_http(&mut self, k: u32, data: &[u8]) -> Option<usize> {
@@ -258,18 +280,7 @@ impl<S: Socket> Engine<S> {
         } else {
             Checked::Allowed(None)
         };
-        let deflate = self
-            .shared
-            .config
-            .deflate_policy()
-            .and_then(|policy| deflate::negotiate(&upgrade.extensions, &policy));
-        let mut out = Vec::with_capacity(256);
-        handshake::write_accept(
-            &mut out,
-            upgrade.key,
-            envelope.then_some(ENVELOPE_PROTOCOL),
-            deflate.as_ref().map(|(_, answer)| answer.as_str()),
-        );
+        let (out, deflate) = self.ws_accept(&upgrade, envelope.then_some(ENVELOPE_PROTOCOL));
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };

@@ -23,8 +23,7 @@ use clarion_proto::pusher::server;
 use clarion_proto::pusher::signature;
 use clarion_proto::pusher::socket_id::SocketId;
 use clarion_proto::ws::frame::encode_frame;
-use clarion_proto::ws::handshake;
-use clarion_proto::ws::{deflate, CloseCode, DataKind, OpCode};
+use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
 use crate::broker::{Outgoing, Since};
 use crate::log;
@@ -94,18 +93,7 @@ impl<S: Socket> Engine<S> {
             .to_owned();
         let app = self.shared.pusher.by_key(&key);
         let refused = refusal(head.query(), app.is_some());
-        let deflate = self
-            .shared
-            .config
-            .deflate_policy()
-            .and_then(|policy| deflate::negotiate(&upgrade.extensions, &policy));
-        let mut out = Vec::with_capacity(256);
-        handshake::write_accept(
-            &mut out,
-            upgrade.key,
-            None,
-            deflate.as_ref().map(|(_, answer)| answer.as_str()),
-        );
+        let (out, deflate) = self.ws_accept(&upgrade, None);
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
