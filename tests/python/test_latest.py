@@ -31,16 +31,21 @@ def token(subscribe=(), publish=()):
     return jwt.encode(body, SECRET, algorithm="HS256")
 
 
-def poll(node, query):
-    """(status, body) of a long-poll request on the client listener."""
+def client_get(node, target, headers=""):
+    """(status, body) of a GET on the client listener."""
     host, port = node.clients.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(f"GET /poll?{query} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n".encode())
         data = b""
         while chunk := s.recv(65536):
             data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split()[1]), body
+
+
+def poll(node, query):
+    """(status, body) of a long-poll request on the client listener."""
+    return client_get(node, f"/poll?{query}")
 
 
 def latest(node, topic, headers=None):
@@ -125,6 +130,31 @@ def test_latest_on_the_client_listener_is_a_long_poll_since_latest_with_its_chec
     refused = poll(s, f"topic=news&since=latest&timeout=0&token={token(subscribe=['x'])}")
     assert refused[0] == 403, refused
     assert poll(s, "topic=news&since=latest&timeout=0")[0] == 401
+
+
+def test_latest_on_the_client_listener_answers_the_message_with_a_subscriptions_checks(start_server):
+    s = start_server("--auth-secret", SECRET, "--api-key", API_KEY)
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    assert client_get(s, f"/topics/news/latest?token={token(subscribe=['news'])}")[0] == 404
+    s.publish("news", "first", headers=auth)
+    last = s.publish("news", "second", headers=auth)
+    # The token in the query (as a browser's EventSource sends it) or in the header.
+    for target, header in [
+        (f"/topics/news/latest?token={token(subscribe=['news'])}", ""),
+        ("/topics/news/latest", f"Authorization: Bearer {token(subscribe=['news'])}\r\n"),
+    ]:
+        status, body = client_get(s, target, header)
+        assert status == 200, body
+        answer = json.loads(body)
+        assert (answer["type"], answer["topic"]) == ("message", "news"), answer
+        assert (answer["data"], answer["id"]) == ("second", last["id"]), answer
+    assert client_get(s, f"/topics/news/latest?token={token(subscribe=['x'])}")[0] == 403
+    assert client_get(s, "/topics/news/latest")[0] == 401
+    assert client_get(s, f"/topics/bad%20name/latest?token={token(subscribe=['*'])}")[0] == 400
+    # Percent-decoded once, as on the API listener: `news%2Eeu` is the topic `news.eu`.
+    s.publish("news.eu", "eu", headers=auth)
+    status, body = client_get(s, f"/topics/news%2Eeu/latest?token={token(subscribe=['news.*'])}")
+    assert (status, json.loads(body)["data"]) == (200, "eu"), body
 
 
 def ws_follow(node, topic, count, since="latest", in_band=False):

@@ -54,7 +54,8 @@ pub(super) fn transport_of(head: &RequestHead<'_>, cfg: &crate::config::Config) 
     let path = head.path();
     if head.has_token("upgrade", "websocket") {
         "ws"
-    } else if path == cfg.poll_path {
+    } else if path == cfg.poll_path || super::http::latest_topic(path).is_some() {
+        // `/topics/{t}/latest` reads like a long-poll `since=latest&timeout=0`.
         "poll"
     } else if path == cfg.stream_path
         && !head

@@ -204,6 +204,19 @@ impl<S: Socket> Engine<S> {
         {
             self.serve_page(k, head.method, path, head.header_str("if-none-match"), keep);
             return;
+        } else if let Some(topic) = latest_topic(path) {
+            match head.method {
+                "GET" => self.answer_latest(k, head, topic, keep),
+                "OPTIONS" => self.preflight(k, keep),
+                _ => self.respond(
+                    k,
+                    405,
+                    &[("Allow", "GET, OPTIONS")],
+                    "/topics/{t}/latest takes GET",
+                    keep,
+                ),
+            }
+            return;
         } else if is_api_path(path) {
             self.respond(k, 404, &[], WRONG_LISTENER, keep);
             return;
@@ -558,6 +571,48 @@ impl<S: Socket> Engine<S> {
         }
     }
 
+    /// `GET /topics/{topic}/latest` on the client listener: the topic's last message with its id
+    /// for whoever may subscribe to it here (the connect hook, the token's grants, anonymous
+    /// access: the checks of a long-poll), `404` when history holds none. Read like a
+    /// subscription's `since=latest` without subscribing (docs/history.md, "The latest value").
+    fn answer_latest(&mut self, k: u32, head: &RequestHead<'_>, raw: &str, keep: bool) {
+        // Percent-decoded once, as the API listener decodes its paths.
+        let topic = match http1::decode_path(raw) {
+            Ok(t) => t,
+            Err(e) => return self.respond(k, 400, &[], &e.to_string(), keep),
+        };
+        let topic = &*topic;
+        if let Err(e) = validate_topic(topic) {
+            return self.respond(k, 400, &[], &format!("invalid topic {topic:?}: {e}"), keep);
+        }
+        match self.check_request(k, head, &[topic], false, keep) {
+            Checked::Refused | Checked::Waiting => return,
+            Checked::Allowed(_) | Checked::Pending => {}
+        }
+        let read = self.shared.broker.read_since(&[topic], Since::Latest);
+        let Some(m) = read.replay.last() else {
+            let why = format!("no message on {topic:?} in history (none published, or trimmed)");
+            return self.respond(k, 404, &[], &why, keep);
+        };
+        let origin = self.shared.config.cors_allow_origin.clone();
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Content-Type", "application/json"),
+            ("Cache-Control", "no-store"),
+        ];
+        if !origin.is_empty() {
+            headers.push(("Access-Control-Allow-Origin", &origin));
+        }
+        if !keep {
+            headers.push(("Connection", "close"));
+        }
+        let json = m.json();
+        let mut out = Vec::with_capacity(256 + json.len());
+        http1::write_response_head(&mut out, 200, &headers, Some(json.len() + 1));
+        out.extend_from_slice(json);
+        out.push(b'\n');
+        self.finish_answer(k, out.into(), keep, 200);
+    }
+
     /// Answers with `status` and a short plain-text body; closes afterwards unless `keep`.
     pub(crate) fn respond(
         &mut self,
@@ -591,6 +646,11 @@ const WRONG_LISTENER: &str = "this is the client listener; publish to the API li
                               (api_listen, 127.0.0.1:8081 by default)";
 
 /// Whether `path` is one the API listener serves (and the client listener does not).
+/// The topic of a `/topics/{topic}/latest` request (the same path as on the API listener).
+pub(crate) fn latest_topic(path: &str) -> Option<&str> {
+    path.strip_prefix("/topics/")?.strip_suffix("/latest")
+}
+
 fn is_api_path(path: &str) -> bool {
     let under = |p: &str| path == p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/'));
     under("/publish")
