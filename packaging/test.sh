@@ -25,7 +25,7 @@
 #
 #   packaging/test.sh                         linux-x64
 #   packaging/test.sh --all                   the four platforms (release builds: slow)
-#   PLATFORMS="linux-arm64 linux-x64-musl" CROSS_PROFILE=cross-ci packaging/test.sh
+#   PLATFORMS="linux-arm64 linux-x64-musl linux-arm64-musl" CROSS_PROFILE=cross-ci packaging/test.sh
 #                                             what .ci/run runs: the cross binaries
 #                                             tests/cross/run.sh --ci built, packaged and tested
 set -euo pipefail

@@ -6,9 +6,10 @@ a multi-arch index (linux/amd64 and linux/arm64), and the arm64 root serves the 
 under qemu-aarch64 (binfmt_misc, or qemu-aarch64-static given to chroot).
 
 Needs the static musl binaries (packaging/container/build.sh builds them; .ci/run's cross
-build makes the x86_64 one, profile cross-ci): CLARION_IMAGE_BIN and CLARION_IMAGE_BIN_ARM64,
-else target/{x86_64,aarch64}-unknown-linux-musl/{release,cross-ci}/clarion. Skipped without
-them, and without root (chroot)."""
+build makes both, profile cross-ci, and runs this file after it): CLARION_IMAGE_BIN and
+CLARION_IMAGE_BIN_ARM64, else target/{x86_64,aarch64}-unknown-linux-musl/{release,cross-ci}/clarion.
+Skipped without them, without root (chroot) or without qemu-aarch64; under CI=true each of these
+fails instead (cluster_util.missing_service)."""
 
 import io
 import json
@@ -23,6 +24,7 @@ import time
 
 import pytest
 import websockets.sync.client
+from cluster_util import free_port, missing_service
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "packaging" / "container" / "oci_image.py"
@@ -40,7 +42,7 @@ def musl_binary(arch="amd64"):
     for path in candidates:
         if os.path.isfile(path):
             return path
-    pytest.skip(f"no static {arch} binary at {candidates} (packaging/container/build.sh)")
+    missing_service(f"the static {arch} binary ({candidates}; packaging/container/build.sh)")
 
 
 def stripped(binary, out, arch):
@@ -114,12 +116,6 @@ def test_the_image_holds_the_binary_the_ca_bundle_and_nothing_else(image):
     assert config["created"] == "2023-11-14T22:13:20Z"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_unpacked_root_serves_websocket_sse_and_healthz_under_chroot(image):
     _, _, config, _, root = image
     serves_under_chroot(config, root)
@@ -130,7 +126,7 @@ def serves_under_chroot(config, root, interpreter=None, timeout=5):
     (`interpreter`: a program inside the root that runs the entrypoint, qemu for another
     architecture), then checks /healthz, a WebSocket and an SSE stream receiving a publish."""
     if os.geteuid() != 0 or not shutil.which("chroot"):
-        pytest.skip("chroot needs root")
+        missing_service("chroot (run as root)")
     c = config["config"]
     client, api = free_port(), free_port()
     # The image's own command, with its listeners moved to free loopback ports (the test's
@@ -217,7 +213,7 @@ def qemu_for_chroot(root):
             return None
     qemu = shutil.which("qemu-aarch64-static")
     if not qemu:
-        pytest.skip("no qemu-aarch64-static (Debian's qemu-user-static)")
+        missing_service("qemu-aarch64-static (Debian's qemu-user-static)")
     shutil.copy(qemu, root / "qemu-aarch64-static")
     return "/qemu-aarch64-static"
 
