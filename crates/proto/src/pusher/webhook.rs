@@ -133,7 +133,10 @@ mod tests {
     #[test]
     fn events_have_pushers_names_and_fields() {
         let v = json(Event::ChannelOccupied { channel: "a" });
-        assert_eq!(v, serde_json::json!({"name": "channel_occupied", "channel": "a"}));
+        assert_eq!(
+            v,
+            serde_json::json!({"name": "channel_occupied", "channel": "a"})
+        );
         let v = json(Event::ChannelVacated { channel: "a" });
         assert_eq!(v["name"], "channel_vacated");
         let v = json(Event::MemberAdded {
@@ -149,7 +152,10 @@ mod tests {
             })["name"],
             "member_removed"
         );
-        assert_eq!(json(Event::CacheMiss { channel: "cache-x" })["name"], "cache_miss");
+        assert_eq!(
+            json(Event::CacheMiss { channel: "cache-x" })["name"],
+            "cache_miss"
+        );
     }
 
     #[test]
@@ -163,7 +169,10 @@ mod tests {
         };
         let v = json(e(None));
         assert_eq!(v["event"], "client-typing");
-        assert_eq!(v["data"], "{\"x\":\"\\\"q\"}", "data stays the client's string");
+        assert_eq!(
+            v["data"], "{\"x\":\"\\\"q\"}",
+            "data stays the client's string"
+        );
         assert_eq!(v["socket_id"], "1.2");
         assert!(v.get("user_id").is_none());
         assert_eq!(json(e(Some("u1")))["user_id"], "u1");

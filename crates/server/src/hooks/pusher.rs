@@ -66,7 +66,10 @@ impl PusherWebhooks {
                 webhooks,
             }));
         }
-        Ok(apps.iter().any(Option::is_some).then_some(PusherWebhooks { apps }))
+        Ok(apps
+            .iter()
+            .any(Option::is_some)
+            .then_some(PusherWebhooks { apps }))
     }
 
     fn app(&self, app: u16) -> Option<&App> {

@@ -582,14 +582,17 @@ mod tests {
     fn keyed_holders_make_an_event_on_the_first_in_and_the_last_out_only() {
         let w = held();
         let key: Arc<str> = "pusher/1/c/orders".into();
-        let event = |occupied: bool| if occupied { "in" } else { "out" }.to_owned();
+        let event = |occupied: bool| (if occupied { "in" } else { "out" }).to_owned();
         w.keyed(&key, true, event);
         w.keyed(&key, true, event);
         w.keyed(&key, false, event);
         assert_eq!(Vec::from(lock(&w.inner.queue).events.clone()), ["in"]);
         w.keyed(&key, false, event);
         w.keyed(&key, false, event); // one too many: nothing
-        assert_eq!(Vec::from(lock(&w.inner.queue).events.clone()), ["in", "out"]);
+        assert_eq!(
+            Vec::from(lock(&w.inner.queue).events.clone()),
+            ["in", "out"]
+        );
         w.stop();
     }
 

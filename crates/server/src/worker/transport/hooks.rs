@@ -585,7 +585,12 @@ impl<S: Socket> Engine<S> {
     /// Connection `k` of this worker joined or left `topic` (occupancy webhooks; Pusher's for a
     /// Pusher connection).
     pub(crate) fn hook_topic(&mut self, k: u32, topic: &Arc<str>, joined: bool) {
-        if self.shared.hooks.as_ref().is_some_and(|h| h.pusher.is_some()) {
+        if self
+            .shared
+            .hooks
+            .as_ref()
+            .is_some_and(|h| h.pusher.is_some())
+        {
             self.pusher_hook_topic(k, topic, joined);
         }
         if let Some(w) = self.shared.hooks.as_ref().and_then(|h| h.webhooks.as_ref()) {
