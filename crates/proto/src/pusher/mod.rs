@@ -12,6 +12,7 @@
 //! - [`signature`]: channel authorization, user signin and webhook signatures.
 //! - [`signed_request`]: the HTTP API's request signature.
 //! - [`trigger`]: the HTTP API's trigger and batch bodies.
+//! - [`webhook`]: webhook events, bodies and headers.
 //!
 //! Nothing here reads a clock: the request signature's check takes `now` from the caller.
 
@@ -24,6 +25,7 @@ pub mod signature;
 pub mod signed_request;
 pub mod socket_id;
 pub mod trigger;
+pub mod webhook;
 
 /// The bounds every decoder here enforces. The defaults are Pusher's published limits, so a
 /// client written against Pusher fits.

@@ -503,8 +503,8 @@ settings! {
     // # pusher: the Pusher Channels protocol (docs/pusher.md).
     /// Pusher applications, as `[[pusher_apps]]` tables: `id`, `key`, `secret`, and optionally
     /// `enable_client_messages` (false), `max_connections` (0: no limit of its own),
-    /// `client_event_rate` (10 a second), `max_event_bytes` (10240) and `max_batch_events`
-    /// (10), Pusher's own defaults. Empty by default: the Pusher API answers `404`.
+    /// `client_event_rate` (10 a second), `max_event_bytes` (10240), `max_batch_events`
+    /// (10), Pusher's own defaults, and `webhook_url` (none). Empty by default: the Pusher API answers `404`.
     pusher_apps: Vec<pusher_apps::AppConfig> = Vec::new(), file;
     /// The id of one Pusher application given without a file (with `pusher_app_key` and
     /// `pusher_app_secret`; the three go together). Its limits are Pusher's defaults.
@@ -515,6 +515,9 @@ settings! {
     pusher_app_secret: Option<String> = None, secret "Pusher application secret";
     /// Whether the application of `pusher_app_id` accepts `client-` events.
     pusher_client_messages: bool = false, switch "Let the --pusher-app-id application's clients send client- events";
+    /// Where the application of `pusher_app_id` is sent Pusher's webhooks (`http://...`,
+    /// docs/pusher.md "Webhooks"). Unset: none are sent.
+    pusher_webhook_url: Option<String> = None, flag "URL for the --pusher-app-id application's webhooks, in Pusher's format";
     // # cluster: several processes and machines as one server (docs/cluster.md).
     /// The broker that joins this process to others: `redis://[user:pass@]host:port[/db]`
     /// (`rediss://` for TLS, see `redis_tls_*`; several, comma-separated, spread topics over them;

@@ -36,6 +36,9 @@ pub struct AppConfig {
     /// Most events in one batch trigger (Pusher: 10).
     #[serde(default = "default_max_batch")]
     pub max_batch_events: usize,
+    /// Where Pusher's webhooks are sent (`http://...`); none when unset.
+    #[serde(default)]
+    pub webhook_url: Option<String>,
 }
 
 fn default_client_event_rate() -> u32 {
@@ -65,6 +68,10 @@ impl fmt::Debug for AppConfig {
             .field("client_event_rate", &self.client_event_rate)
             .field("max_event_bytes", &self.max_event_bytes)
             .field("max_batch_events", &self.max_batch_events)
+            .field(
+                "webhook_url",
+                &self.webhook_url.as_deref().map(crate::redact::Urls),
+            )
             .finish()
     }
 }
@@ -107,6 +114,15 @@ impl AppConfig {
                 self.id
             ));
         }
+        if let Some(url) = &self.webhook_url {
+            if !url.starts_with("http://") {
+                return Err(format!(
+                    "pusher app {}: webhook_url {:?}: only http:// is supported",
+                    self.id,
+                    crate::redact::Urls(url)
+                ));
+            }
+        }
         if self.max_event_bytes == 0 || self.max_event_bytes > MAX_EVENT_BYTES_CAP {
             return Err(format!(
                 "pusher app {}: max_event_bytes is 1 to {MAX_EVENT_BYTES_CAP}",
@@ -135,6 +151,7 @@ impl Config {
             client_event_rate: default_client_event_rate(),
             max_event_bytes: default_max_event_bytes(),
             max_batch_events: default_max_batch(),
+            webhook_url: self.pusher_webhook_url.clone(),
         })
     }
 
@@ -270,6 +287,33 @@ mod tests {
         let e = with_file("[[pusher_apps]]\nid = \"a\"\nkey = \"k\"\nsecret = \"s\"\ncolour = 1\n")
             .unwrap_err();
         assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn a_webhook_url_comes_from_the_file_or_the_flag_and_must_be_http() {
+        let c = with_file(
+            "[[pusher_apps]]\nid = \"a\"\nkey = \"k\"\nsecret = \"s\"\n\
+             webhook_url = \"http://127.0.0.1:9/pusher\"\n",
+        )
+        .unwrap();
+        let url = c.pusher_app("a").unwrap().webhook_url;
+        assert_eq!(url.as_deref(), Some("http://127.0.0.1:9/pusher"));
+        let e = with_file(
+            "[[pusher_apps]]\nid = \"a\"\nkey = \"k\"\nsecret = \"s\"\n\
+             webhook_url = \"https://example.com/\"\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("only http://"), "{e}");
+        let c = Config {
+            pusher_app_id: Some("1".into()),
+            pusher_app_key: Some("k".into()),
+            pusher_app_secret: Some("s".into()),
+            pusher_webhook_url: Some("http://127.0.0.1:9/h".into()),
+            ..Default::default()
+        };
+        c.validate_pusher().unwrap();
+        let url = c.pusher_app("1").unwrap().webhook_url;
+        assert_eq!(url.as_deref(), Some("http://127.0.0.1:9/h"));
     }
 
     #[test]

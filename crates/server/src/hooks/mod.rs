@@ -23,6 +23,7 @@ use crate::grip::backend::{Backend, Job, Limits, Mailbox};
 use crate::hub::{lock, Inbox};
 use crate::metrics::Metrics;
 
+pub mod pusher;
 pub mod webhook;
 
 /// Which hook.
@@ -150,6 +151,8 @@ pub struct Hooks {
     metrics: Arc<Metrics>,
     /// Events out, when `webhook_url` is set.
     pub webhooks: Option<webhook::Webhooks>,
+    /// Pusher's webhooks, when a Pusher application has a `webhook_url`.
+    pub pusher: Option<pusher::PusherWebhooks>,
 }
 
 impl Hooks {
@@ -186,13 +189,16 @@ impl Hooks {
         let mut hooks = Hooks::new(
             config, connect, subscribe, publish, backend, mailboxes, metrics,
         );
+        let node = config.node();
+        let prefix = format!("{node}.{:x}", crate::auth::unix_now());
+        hooks.pusher = pusher::PusherWebhooks::start(config, metrics, broker, limits, &prefix)?;
         if let Some(url) = &config.webhook_url {
-            let node = config.node();
-            let prefix = format!("{node}.{:x}", crate::auth::unix_now());
             let cluster = broker.occupancy(&prefix);
             let settings = webhook::Settings {
                 target: Target::parse(url)?,
-                secret: config.hook_secret.clone().map(String::into_bytes),
+                format: webhook::Format::Clarion {
+                    secret: config.hook_secret.clone().map(String::into_bytes),
+                },
                 max: config.webhook_queue,
                 batch_max: config.webhook_batch_max,
                 batch_wait: Duration::from_millis(config.webhook_batch_ms),
@@ -214,6 +220,7 @@ impl Hooks {
             || config.hook_subscribe_url.is_some()
             || config.hook_publish_url.is_some()
             || config.webhook_url.is_some()
+            || config.pusher_all().iter().any(|a| a.webhook_url.is_some())
     }
 
     /// Hooks over an existing pool (tests give a pool without threads).
@@ -252,6 +259,7 @@ impl Hooks {
             next: AtomicU64::new(1),
             metrics: Arc::clone(metrics),
             webhooks: None,
+            pusher: None,
         }
     }
 

@@ -10,6 +10,10 @@
 //! does not accept): retrying cannot change that answer, so the batch is dropped, counted and
 //! logged with the URL and the answer.
 //!
+//! The same sender speaks Pusher's webhooks for a Pusher application ([`Format::Pusher`]): its
+//! events are encoded by the caller (`clarion_proto::pusher::webhook`), the body carries the
+//! time of each attempt and is signed with the application's secret.
+//!
 //! Topic occupancy is counted here per process (connection subscriptions per topic), so a
 //! topic held by several workers is occupied once. With the Redis broker, `cluster` turns the
 //! process's transitions into cluster-wide ones (see [`crate::broker::occupancy`]).
@@ -112,18 +116,50 @@ pub use crate::broker::occupancy::Occupancy;
 /// [`crate::broker::occupancy::ALIVE_TTL`]).
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(5);
 
+/// How batches are written and signed.
+pub enum Format {
+    /// Clarion's: `{"events": [...]}`, signed with `hook_secret` when set (`Clarion-Signature`).
+    Clarion {
+        /// `hook_secret`.
+        secret: Option<Vec<u8>>,
+    },
+    /// Pusher's: `{"time_ms": ..., "events": [...]}` with `X-Pusher-Key` and
+    /// `X-Pusher-Signature` (the application's).
+    Pusher {
+        /// The application's key.
+        key: String,
+        /// The application's secret.
+        secret: Vec<u8>,
+    },
+}
+
+/// The event a cluster-wide transition makes, once the cluster confirms it.
+enum Pending {
+    /// Clarion's `topic_occupied` / `topic_vacated` of the transition's key.
+    Topic,
+    /// An event encoded by the caller.
+    Encoded(String),
+}
+
+/// A transition still to settle with the cluster.
+struct Transition {
+    key: Arc<str>,
+    occupied: bool,
+    event: Pending,
+}
+
 struct Queue {
     events: VecDeque<String>,
-    /// Topic transitions still to settle with the cluster (decided on the sender thread, which
-    /// may wait on Redis; workers never do).
-    transitions: VecDeque<(Arc<str>, bool)>,
+    /// Occupancy transitions still to settle with the cluster (decided on the sender thread,
+    /// which may wait on Redis; workers never do).
+    transitions: VecDeque<Transition>,
     first_at: Option<Instant>,
     stopping: bool,
 }
 
 struct Inner {
     target: Target,
-    secret: Option<Vec<u8>>,
+    format: Format,
     queue: Mutex<Queue>,
     wake: Condvar,
     max: usize,
@@ -147,8 +183,8 @@ pub struct Webhooks {
 pub struct Settings {
     /// The URL.
     pub target: Target,
-    /// Signs each batch.
-    pub secret: Option<Vec<u8>>,
+    /// How batches are written and signed.
+    pub format: Format,
     /// Most events queued.
     pub max: usize,
     /// Most events per request.
@@ -170,7 +206,7 @@ impl Webhooks {
     ) -> std::io::Result<Webhooks> {
         let inner = Arc::new(Inner {
             target: s.target,
-            secret: s.secret,
+            format: s.format,
             queue: Mutex::new(Queue {
                 events: VecDeque::new(),
                 transitions: VecDeque::new(),
@@ -210,7 +246,9 @@ impl Webhooks {
         self.push(text);
     }
 
-    fn push(&self, text: String) {
+    /// Queues an event its caller encoded (Pusher's); dropped and counted when the queue is
+    /// full.
+    pub fn push(&self, text: String) {
         let w = &self.inner.metrics.hooks;
         let mut q = lock(&self.inner.queue);
         if q.events.len() >= self.inner.max {
@@ -240,6 +278,23 @@ impl Webhooks {
     /// `topic_vacated` when this process's count goes from 0 or to 0 (and, in a cluster, the
     /// cluster's).
     pub fn topic(&self, topic: &Arc<str>, joined: bool, time: u64) {
+        self.occupancy(topic, joined, time, |_| Pending::Topic);
+    }
+
+    /// Counts a holder of `key` in or out (a Pusher channel's subscriptions, a presence
+    /// member's connections); when this process's count goes from 0 or to 0, and in a cluster
+    /// the cluster's, queues `event(occupied)`.
+    pub fn keyed(&self, key: &Arc<str>, joined: bool, event: impl FnOnce(bool) -> String) {
+        self.occupancy(key, joined, 0, |occupied| Pending::Encoded(event(occupied)));
+    }
+
+    fn occupancy(
+        &self,
+        topic: &Arc<str>,
+        joined: bool,
+        time: u64,
+        event: impl FnOnce(bool) -> Pending,
+    ) {
         let mut topics = lock(&self.inner.topics);
         let transition = if joined {
             let n = topics.entry(Arc::clone(topic)).or_insert(0);
@@ -261,11 +316,16 @@ impl Webhooks {
         if !transition {
             return;
         }
+        let event = event(joined);
         if self.inner.cluster.is_some() {
             // Settled with the cluster on the sender thread, in order, under the same lock as
             // the count so two transitions of one topic cannot swap.
             let mut q = lock(&self.inner.queue);
-            q.transitions.push_back((Arc::clone(topic), joined));
+            q.transitions.push_back(Transition {
+                key: Arc::clone(topic),
+                occupied: joined,
+                event,
+            });
             drop(topics);
             if q.first_at.is_none() {
                 q.first_at = Some(Instant::now());
@@ -274,12 +334,11 @@ impl Webhooks {
             return;
         }
         drop(topics);
-        let event = if joined {
-            Event::TopicOccupied { topic }
-        } else {
-            Event::TopicVacated { topic }
-        };
-        self.emit(&event, time);
+        match event {
+            Pending::Topic if joined => self.emit(&Event::TopicOccupied { topic }, time),
+            Pending::Topic => self.emit(&Event::TopicVacated { topic }, time),
+            Pending::Encoded(text) => self.push(text),
+        }
     }
 
     /// Stops the sender after it has tried what is queued (bounded by one request's timeout).
@@ -291,6 +350,13 @@ impl Webhooks {
 
 fn unix_now() -> u64 {
     crate::auth::unix_now()
+}
+
+/// Milliseconds since the Unix epoch (Pusher's `time_ms`).
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn sender(inner: &Inner) {
@@ -338,32 +404,45 @@ fn sender(inner: &Inner) {
             }
             let n = q.events.len().min(inner.batch_max);
             let batch: Vec<String> = q.events.drain(..n).collect();
-            let transitions: Vec<(Arc<str>, bool)> = q.transitions.drain(..).collect();
+            let transitions: Vec<Transition> = q.transitions.drain(..).collect();
             q.first_at = (!q.events.is_empty()).then(Instant::now);
             w.webhook_queued.store(q.events.len() as u64, Relaxed);
             (batch, transitions)
         };
         let mut batch = batch;
         if let Some(cluster) = &inner.cluster {
-            for (topic, occupied) in transitions {
-                if cluster.transition(&topic, occupied) {
-                    let n = inner.next.fetch_add(1, Relaxed);
-                    let id = format!("{}-{n}", inner.prefix);
-                    let event = if occupied {
-                        Event::TopicOccupied { topic: &topic }
-                    } else {
-                        Event::TopicVacated { topic: &topic }
-                    };
-                    batch.push(event.encode(&id, unix_now()));
+            for t in transitions {
+                if !cluster.transition(&t.key, t.occupied) {
+                    continue;
+                }
+                match t.event {
+                    Pending::Topic => {
+                        let n = inner.next.fetch_add(1, Relaxed);
+                        let id = format!("{}-{n}", inner.prefix);
+                        let event = if t.occupied {
+                            Event::TopicOccupied { topic: &t.key }
+                        } else {
+                            Event::TopicVacated { topic: &t.key }
+                        };
+                        batch.push(event.encode(&id, unix_now()));
+                    }
+                    Pending::Encoded(text) => batch.push(text),
                 }
             }
         }
         if batch.is_empty() {
             continue;
         }
-        let body = encode_batch(batch.iter().map(String::as_str));
         let mut wait = RETRY_FIRST;
         loop {
+            // Written afresh for each attempt: Pusher's body carries the time it is sent.
+            let body = match &inner.format {
+                Format::Clarion { .. } => encode_batch(batch.iter().map(String::as_str)),
+                Format::Pusher { .. } => clarion_proto::pusher::webhook::body(
+                    unix_millis(),
+                    batch.iter().map(String::as_str),
+                ),
+            };
             match post(inner, &body, &mut idle) {
                 Ok(()) => {
                     w.webhook_sent.fetch_add(batch.len() as u64, Relaxed);
@@ -419,13 +498,23 @@ fn post(
             "Content-Length",
             body.len().to_string().as_bytes(),
         )?;
-        if let Some(secret) = &inner.secret {
-            let sig = signature(secret, unix_now(), body);
-            http1::write_header(
-                &mut request,
-                clarion_proto::hooks::SIGNATURE_HEADER,
-                sig.as_bytes(),
-            )?;
+        match &inner.format {
+            Format::Clarion { secret: None } => {}
+            Format::Clarion {
+                secret: Some(secret),
+            } => {
+                let sig = signature(secret, unix_now(), body);
+                http1::write_header(
+                    &mut request,
+                    clarion_proto::hooks::SIGNATURE_HEADER,
+                    sig.as_bytes(),
+                )?;
+            }
+            Format::Pusher { key, secret } => {
+                for (name, value) in clarion_proto::pusher::webhook::headers(key, secret, body) {
+                    http1::write_header(&mut request, name, value.as_bytes())?;
+                }
+            }
         }
         http1::end_head(&mut request);
         Ok::<(), http1::HeadWriteError>(())
@@ -466,6 +555,45 @@ mod tests {
             body: String::new(),
             retry_after,
         }
+    }
+
+    /// A sender whose batches wait an hour (so the queue can be looked at), Pusher's format.
+    fn held() -> Webhooks {
+        let settings = Settings {
+            target: Target::parse("http://127.0.0.1:9/h").expect("URL"),
+            format: Format::Pusher {
+                key: "k".into(),
+                secret: b"s".to_vec(),
+            },
+            max: 100,
+            batch_max: 100,
+            batch_wait: Duration::from_secs(3600),
+            limits: Limits {
+                timeout: Duration::from_millis(100),
+                max_body: 1024,
+                max_body_setting: "hook_max_answer",
+            },
+            prefix: "t".into(),
+        };
+        Webhooks::start(settings, &Arc::new(Metrics::default()), None).expect("thread")
+    }
+
+    #[test]
+    fn keyed_holders_make_an_event_on_the_first_in_and_the_last_out_only() {
+        let w = held();
+        let key: Arc<str> = "pusher/1/c/orders".into();
+        let event = |occupied: bool| (if occupied { "in" } else { "out" }).to_owned();
+        w.keyed(&key, true, event);
+        w.keyed(&key, true, event);
+        w.keyed(&key, false, event);
+        assert_eq!(Vec::from(lock(&w.inner.queue).events.clone()), ["in"]);
+        w.keyed(&key, false, event);
+        w.keyed(&key, false, event); // one too many: nothing
+        assert_eq!(
+            Vec::from(lock(&w.inner.queue).events.clone()),
+            ["in", "out"]
+        );
+        w.stop();
     }
 
     #[test]

@@ -81,7 +81,7 @@ impl<S: Socket> Engine<S> {
             let tid = self.index.add(Arc::clone(name), k);
             self.filters
                 .set(k, tid, filter, &self.shared.metrics.filters);
-            self.hook_topic(name, true);
+            self.hook_topic(k, name, true);
             if let Some(conn) = self.conns.get_mut(k as usize) {
                 conn.subs.push(tid);
                 // Conflation: what waits in the kernel is not conflated, so little may wait.
@@ -115,7 +115,7 @@ impl<S: Socket> Engine<S> {
             self.presence_left(k, &name, tid);
             self.side.delta_mut().leave(k, &name);
             self.shared.broker.unsubscribe(self.id, &name);
-            self.hook_topic(&name, false);
+            self.hook_topic(k, &name, false);
         }
     }
 
@@ -129,7 +129,7 @@ impl<S: Socket> Engine<S> {
             if let Some(name) = self.index.remove(tid, k) {
                 self.presence_left(k, &name, tid);
                 self.shared.broker.unsubscribe(self.id, &name);
-                self.hook_topic(&name, false);
+                self.hook_topic(k, &name, false);
             }
         }
     }

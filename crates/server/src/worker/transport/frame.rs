@@ -455,7 +455,15 @@ impl<S: Socket> Engine<S> {
             }
             (Framing::Pusher(_), End::SlowConsumer { pending }) => {
                 log::debug(format_args!("pusher slow consumer: {pending} bytes unsent"));
-                self.pusher_close(k, ErrorCode::OverCapacity, CloseReason::SlowConsumer);
+                // The Close alone (pusher-js acts on its code): a `pusher:error` first would be
+                // one more write over the cap, which ends the connection again, and again.
+                let code = ErrorCode::OverCapacity;
+                self.close_ws(
+                    k,
+                    CloseCode::Other(code.code()),
+                    code.message(),
+                    CloseReason::SlowConsumer,
+                );
             }
             (Framing::Pusher(_), End::Timeout { reason, .. }) => {
                 self.pusher_close(k, ErrorCode::PongNotReceived, reason);

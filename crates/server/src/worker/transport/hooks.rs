@@ -582,8 +582,17 @@ impl<S: Socket> Engine<S> {
         w.emit(&event, self.unix_now());
     }
 
-    /// A connection of this worker joined or left `topic` (occupancy webhooks).
-    pub(crate) fn hook_topic(&self, topic: &Arc<str>, joined: bool) {
+    /// Connection `k` of this worker joined or left `topic` (occupancy webhooks; Pusher's for a
+    /// Pusher connection).
+    pub(crate) fn hook_topic(&mut self, k: u32, topic: &Arc<str>, joined: bool) {
+        if self
+            .shared
+            .hooks
+            .as_ref()
+            .is_some_and(|h| h.pusher.is_some())
+        {
+            self.pusher_hook_topic(k, topic, joined);
+        }
         if let Some(w) = self.shared.hooks.as_ref().and_then(|h| h.webhooks.as_ref()) {
             if self.handing_over {
                 // A hand-over moves subscribers, it does not make or end them: the old

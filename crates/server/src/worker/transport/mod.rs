@@ -3,7 +3,7 @@
 //! [`stream`]) and long-polls ([`poll`]), and the checks of authentication ([`auth`]) they share;
 //! [`pages`]: the listener's two fixed documents (`/`, and the browser client at `/client.js`).
 //! [`pusher`]: the Pusher Channels protocol on `/app/{key}`, with its per-connection part in
-//! [`pusher_conn`].
+//! [`pusher_conn`], and what they tell the application's webhook in `pusher_hooks`.
 //! [`frame`] is the seam between them and the features: how each transport frames an event and
 //! ends a connection, in one dispatch over the connection's state.
 //!
@@ -20,5 +20,6 @@ pub mod pages;
 pub mod poll;
 pub mod pusher;
 pub mod pusher_conn;
+mod pusher_hooks;
 pub mod stream;
 pub mod ws;

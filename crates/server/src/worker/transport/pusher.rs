@@ -267,6 +267,7 @@ impl<S: Socket> Engine<S> {
             Access::Presence => true,
             Access::Public | Access::Private | Access::PrivateEncrypted => false,
         };
+        let mut joins_as = None;
         if presence {
             // The member it joins as: `channel_data`, signed with the channel above.
             let member = s
@@ -275,7 +276,10 @@ impl<S: Socket> Engine<S> {
                 .ok_or_else(|| "presence channels need channel_data".to_owned())
                 .and_then(|d| Member::parse(d, &app.limits()).map_err(|e| e.to_string()));
             match member {
-                Ok(m) => self.presence_identify(k, Some(&m.user_id), m.user_info.as_deref()),
+                Ok(m) => {
+                    self.presence_identify(k, Some(&m.user_id), m.user_info.as_deref());
+                    joins_as = Some(m.user_id);
+                }
                 Err(e) => {
                     self.shared.metrics.pusher.ws("channel_data");
                     let message = format!("Invalid channel_data for {channel}: {e}");
@@ -312,6 +316,9 @@ impl<S: Socket> Engine<S> {
         let Some(sub) = self.subscribe_conn(k, &[channel], since, false) else {
             return;
         };
+        if let Some(user_id) = &joins_as {
+            self.pusher_hook_member(k, channel, user_id);
+        }
         if presence {
             // Its member list, as `subscription_succeeded`, then the joins and leaves.
             self.presence_listen(k, &sub.names);
@@ -325,7 +332,10 @@ impl<S: Socket> Engine<S> {
                     self.send(k, &frame);
                     self.scratch.tally.delivered += 1;
                 }
-                None => self.pusher_send(k, &server::cache_miss(channel)),
+                None => {
+                    self.pusher_send(k, &server::cache_miss(channel));
+                    self.pusher_hook_cache_miss(k, channel);
+                }
             }
         }
     }
@@ -438,9 +448,15 @@ impl<S: Socket> Engine<S> {
             key: None,
             tags: &[],
         };
-        if let Err(e) = self.shared.broker.publish(&[out]) {
-            let message = format!("client event not relayed: {e}");
-            self.pusher_send(k, &server::error_with(None, &message));
+        match self.shared.broker.publish(&[out]) {
+            Ok(_) => {
+                let socket_id = socket_id.to_string();
+                self.pusher_hook_client_event(k, channel, event, data, &socket_id);
+            }
+            Err(e) => {
+                let message = format!("client event not relayed: {e}");
+                self.pusher_send(k, &server::error_with(None, &message));
+            }
         }
     }
 

@@ -186,6 +186,7 @@ mod tests {
                 client_event_rate: 10,
                 max_event_bytes: 1024,
                 max_batch_events: 10,
+                webhook_url: None,
             }],
             ..Config::default()
         };
