@@ -219,7 +219,7 @@ impl Published {
         }
     }
 
-    /// An appendable message's event (`crate::broker::local::streams`): a live fragment
+    /// An appendable message's event (built by the in-memory broker): a live fragment
     /// (`{"type":"append",..}`, SSE event `append`) or a stream's text so far as history keeps
     /// and replays it (`{"type":"message",..,"stream","seq"}`, SSE event `stream`). Its JSON is
     /// its payload and every encoding (the plain and `clarion.v1` WebSocket frame, a stream

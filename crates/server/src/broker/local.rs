@@ -20,7 +20,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use clarion_proto::event_id;
 
 pub(crate) mod streams;
-pub use streams::StreamSettings;
 
 use super::repeats::{Plan, Repeats};
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};

@@ -22,7 +22,7 @@ pub mod limits;
 pub mod pusher_apps;
 mod validate;
 
-pub use history::{largest_segment, HistoryDisk, HistoryLimits};
+pub use history::{largest_segment, HistoryDisk, HistoryLimits, StreamSettings};
 
 pub use declare::{docs_table, Setting, Source};
 
@@ -720,8 +720,8 @@ impl Config {
     }
 
     /// How appendable messages are bounded.
-    pub fn streams(&self) -> crate::broker::local::StreamSettings {
-        crate::broker::local::StreamSettings {
+    pub fn streams(&self) -> StreamSettings {
+        StreamSettings {
             limits: clarion_proto::pubsub::append::StreamLimits {
                 max_fragments: self.stream_max_fragments,
                 max_bytes: self.stream_max_bytes,

@@ -40,7 +40,7 @@ impl Hub {
 
     /// Keeps `published` like [`Hub::keep`], removing the message `replaces` of the same topic
     /// first if history still holds it: an appendable message's text so far moves to its
-    /// latest fragment's position (`crate::broker::streams`), one entry per stream.
+    /// latest fragment's position (the broker's streams), one entry per stream.
     pub fn keep_replacing(
         &mut self,
         name: &Arc<str>,

@@ -15,35 +15,17 @@ use std::sync::Arc;
 
 use clarion_proto::event_id;
 use clarion_proto::pubsub::append::{
-    append_json, folded_json, Accumulator, AppendError, CloseReason, StreamEvent, StreamLimits,
+    append_json, folded_json, Accumulator, AppendError, CloseReason, StreamEvent,
 };
 
 use super::{LocalBroker, State};
 use crate::broker::{StreamOp, StreamReceipt, StreamRefusal, Unavailable};
+use crate::config::StreamSettings;
 use crate::hub::lock;
 use crate::message::Published;
 
 /// Closed streams remembered, so a late append is told `409 closed` rather than `404`.
 const CLOSED_REMEMBERED: usize = 10_000;
-
-/// How streams are bounded (`stream_max_fragments`, `stream_max_bytes`, `stream_max_open`,
-/// `stream_timeout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamSettings {
-    /// Fragments, bytes and open streams per topic.
-    pub limits: StreamLimits,
-    /// Seconds without a fragment after which an open stream is closed (reason `timeout`).
-    pub timeout: u32,
-}
-
-impl Default for StreamSettings {
-    fn default() -> Self {
-        StreamSettings {
-            limits: StreamLimits::default(),
-            timeout: 300,
-        }
-    }
-}
 
 /// One open stream.
 struct Open {
