@@ -146,8 +146,7 @@ def test_stream_limits_and_mistakes_are_answered_with_their_status_and_counted(s
     fragment(s, "u", f"append_to={s2}&done=1", "end")
     status, answer = post(s, "u", f"append_to={s2}", "more")
     assert status == 409 and "closed" in answer["error"], answer
-    # Every refusal but the malformed `stream=maybe` (a query-string 400, as for any parameter).
-    assert s.metrics()["clarion_stream_refusals_total"] == 7
+    assert s.metrics()["clarion_stream_refusals_total"] == 8
 
 
 def test_a_stream_left_open_is_closed_with_a_timeout_reason(start_server):

@@ -719,6 +719,7 @@ fn dispatch(
                 match pair {
                     Ok((k, v)) if matches!(&*k, "stream" | "append_to" | "done") => {
                         if let Err(why) = stream.take(&k, &v) {
+                            shared.metrics.stream_refusals.fetch_add(1, Relaxed);
                             return Answer::error(400, &why);
                         }
                     }
