@@ -25,6 +25,21 @@ export interface Gap {
   reason: 'trimmed' | 'epoch' | 'unpositioned' | (string & {});
 }
 
+/** An appendable message's text so far (docs/protocol.md, "Appendable messages"): given after
+ * every fragment, and once after a resume with the whole text so far. */
+export interface AppendText {
+  topic: string;
+  /** The latest fragment's id. */
+  id: string;
+  stream: string;
+  text: string;
+  /** Fragments included. */
+  seq: number;
+  done: boolean;
+  /** `"timeout"` when the server closed the stream. */
+  reason?: string;
+}
+
 /** Why the client reports an error; none of them is thrown at the app. */
 export type ErrorKind =
   | 'protocol' // the server sent something that is not Clarion's protocol (the client reconnects)
@@ -169,6 +184,7 @@ export interface SubscribeOptions {
   delta?: boolean;
   onMessage?: (m: Message) => void;
   onGap?: (g: Gap) => void;
+  onAppend?: (a: AppendText) => void;
   onError?: (e: ClarionError) => void;
 }
 

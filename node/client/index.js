@@ -233,6 +233,7 @@ export class ClarionClient {
     if (options.filter !== undefined) sub.filter = options.filter;
     if (options.onMessage) sub.on('message', options.onMessage);
     if (options.onGap) sub.on('gap', options.onGap);
+    if (options.onAppend) sub.on('append', options.onAppend);
     if (options.onError) sub.on('error', options.onError);
     this.subs.set(topic, sub);
     if (this.state === 'connected') this._sendSubscribe(sub);
@@ -524,7 +525,23 @@ function presenceChange(client, conn, m) {
 
 // What the client does with each message type; a type not in this table is a protocol error.
 const CONTROL = {
+  // Appendable messages (docs/protocol.md): a live fragment, or (as `message` with `stream`)
+  // a resume's text so far. The fold rule gives the app `{topic, id, stream, text, seq, done}`.
+  append(client, conn, m) {
+    const sub = client.subs.get(m.topic);
+    if (!sub || typeof m.id !== 'string' || typeof m.seq !== 'number') return;
+    const held = (sub._streams ||= new Map()).get(m.stream) || { text: '', seq: 0 };
+    if (m.seq <= held.seq) return; // already in the text held
+    if (m.type === 'append' && m.seq !== held.seq + 1) return client._resync(sub, 'fragments of a stream are missing');
+    const text = m.type === 'append' ? held.text + m.data : m.data;
+    sub._streams.set(m.stream, { text, seq: m.seq });
+    sub.lastId = m.id;
+    const item = { topic: m.topic, id: m.id, stream: m.stream, text, seq: m.seq, done: !!m.done, reason: m.reason };
+    client._emit(sub._on, 'append', item);
+    client._emit(client._on, 'append', item);
+  },
   message(client, conn, m) {
+    if (m.stream !== undefined) return CONTROL.append(client, conn, m);
     const sub = client.subs.get(m.topic);
     if (!sub || typeof m.id !== 'string') return;
     // A message at or before the last one delivered is a repeat (never expected): drop it.

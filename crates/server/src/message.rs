@@ -78,6 +78,9 @@ pub struct Published {
     /// Its delta against its topic's previous publication on this node (`delta_topics`), set
     /// once by the broker before any worker sees it ([`Published::chain`]).
     delta: OnceLock<Box<Delta>>,
+    /// Whether this is an appendable message's event ([`Published::stream_event`]): its
+    /// payload is its own typed JSON, sent as it is where others get an envelope.
+    pub stream: bool,
 }
 
 /// Content a publish supplies for the connections of one mode, besides the payload every
@@ -150,6 +153,7 @@ impl Published {
             notice: false,
             presence: false,
             delta: OnceLock::new(),
+            stream: false,
         }
     }
 
@@ -211,7 +215,36 @@ impl Published {
             notice: false,
             presence: false,
             delta: OnceLock::new(),
+            stream: false,
         }
+    }
+
+    /// An appendable message's event (built by the in-memory broker): a live fragment
+    /// (`{"type":"append",..}`, SSE event `append`) or a stream's text so far as history keeps
+    /// and replays it (`{"type":"message",..,"stream","seq"}`, SSE event `stream`). Its JSON is
+    /// its payload and every encoding (the plain and `clarion.v1` WebSocket frame, a stream
+    /// line); SSE events carry its id, so `Last-Event-ID` resumes after it. Encodings other
+    /// than the frame are built on first use: history holds one copy of a stream's text.
+    pub fn stream_event(
+        topic: Arc<str>,
+        id: u64,
+        epoch: Arc<str>,
+        at: u32,
+        folded: bool,
+        json: &str,
+    ) -> Published {
+        let kind = if folded { "stream" } else { "append" };
+        let mut m = Published::new(
+            topic,
+            id,
+            epoch,
+            DataKind::Text,
+            Some(kind.into()),
+            at,
+            json.as_bytes(),
+        );
+        m.stream = true;
+        m
     }
 
     /// The payload, without its frame header.
@@ -378,6 +411,7 @@ impl Published {
         let id = self.id_string();
         let mut out = Vec::new();
         match which {
+            Encoding::WsEnvelope if self.stream => return Arc::clone(&self.frame),
             Encoding::WsEnvelope => {
                 let json = self.envelope_json(&id);
                 return encode_frame(OpCode::Text, json.as_bytes()).into();
@@ -395,6 +429,11 @@ impl Published {
             }
             Encoding::SseJson => {
                 sse::write_event(&mut out, Some(&id), self.event.as_deref(), self.json());
+            }
+            Encoding::NdjsonChunk | Encoding::RawChunk if self.stream => {
+                let mut line = self.payload().to_vec();
+                line.push(b'\n');
+                write_chunk(&mut out, &line);
             }
             Encoding::NdjsonChunk => {
                 let mut line = self.json().to_vec();

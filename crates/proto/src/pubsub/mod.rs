@@ -4,6 +4,8 @@
 //! - [`topic`]: the rules for topic and SSE event names.
 //! - [`control`]: in-band WebSocket control messages (subscribe, unsubscribe, publish) and
 //!   their replies.
+//! - [`append`]: appendable messages (AI token streams): fragments, the fold rule that keeps a
+//!   stream's text so far in history, and a client's reader of them.
 //! - [`batch`]: `POST /publish` batch bodies, decoded and validated whole.
 //! - [`idempotency`]: `Idempotency-Key` rules and the table of keys published within a window.
 //! - [`envelope`]: the `clarion.v1` message envelope, gap notices, long-poll bodies and JSON
@@ -13,6 +15,7 @@
 //! The format is documented for clients in `docs/protocol.md`. Message ids (`EPOCH-SEQ`) are
 //! [`crate::event_id`]'s.
 
+pub mod append;
 pub mod batch;
 pub mod control;
 pub mod envelope;

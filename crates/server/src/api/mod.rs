@@ -34,6 +34,7 @@ mod presence;
 mod publish;
 mod pusher;
 mod request;
+mod stream;
 mod topics;
 mod triage;
 
@@ -713,8 +714,15 @@ fn dispatch(
             }
             let mut event = None;
             let mut tags: Vec<(String, String)> = Vec::new();
+            let mut stream = stream::StreamQuery::default();
             for pair in http1::query_pairs(&req.query) {
                 match pair {
+                    Ok((k, v)) if matches!(&*k, "stream" | "append_to" | "done") => {
+                        if let Err(why) = stream.take(&k, &v) {
+                            shared.metrics.stream_refusals.fetch_add(1, Relaxed);
+                            return Answer::error(400, &why);
+                        }
+                    }
                     Ok((k, v)) if k == "event" => event = Some(v),
                     Ok((k, v)) if k.starts_with("tag.") => {
                         let key = k.strip_prefix("tag.").unwrap_or_default();
@@ -723,6 +731,10 @@ fn dispatch(
                     Ok(_) => {}
                     Err(e) => return Answer::error(400, &format!("invalid query string: {e}")),
                 }
+            }
+            if stream.asked() {
+                let ct = req.content_type.as_deref();
+                return stream::publish_fragment(topic, &stream, ct, &body, shared);
             }
             publish_one(
                 topic,

@@ -19,6 +19,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clarion_proto::event_id;
 
+pub(crate) mod streams;
+
 use super::repeats::{Plan, Repeats};
 use super::{Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable};
 use crate::config::{HistoryLimits, IdempotencyLimits};
@@ -44,6 +46,8 @@ struct State {
     /// `Idempotency-Key`s published within the window, claimed under this lock with the
     /// publish. Boxed: it is seldom touched, and keeps the broker enum's variants close in size.
     repeats: Box<Repeats>,
+    /// Open appendable messages ([`streams`]).
+    streams: Box<streams::Streams>,
 }
 
 /// The hub clock's value at start. Recovered messages are older than the process, so their
@@ -98,6 +102,7 @@ impl LocalBroker {
                 durable: false,
                 frozen: false,
                 repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
+                streams: Box::default(),
             }),
             inboxes,
             metrics,
@@ -153,6 +158,7 @@ impl LocalBroker {
                 durable: true,
                 frozen: false,
                 repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
+                streams: Box::default(),
             }),
             inboxes,
             metrics,
@@ -232,6 +238,7 @@ impl LocalBroker {
                 durable: false,
                 frozen: false,
                 repeats: Box::new(Repeats::new(IdempotencyLimits::default())),
+                streams: Box::default(),
             }),
             inboxes,
             metrics,

@@ -117,6 +117,52 @@ impl Outgoing<'_> {
     }
 }
 
+/// What an appendable-message publish does ([`Broker::stream`]).
+#[derive(Debug, Clone, Copy)]
+pub enum StreamOp<'a> {
+    /// Opens a stream: the fragment is its first (`seq` 1).
+    Open,
+    /// Appends the fragment to the stream of this id; `done` closes it.
+    Append {
+        /// The stream's id, as its opening publish's receipt gave it.
+        stream: &'a str,
+        /// The last fragment: the stream is closed with it.
+        done: bool,
+    },
+}
+
+/// What a stream publish did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamReceipt {
+    /// The fragment's id (its position in the topic).
+    pub id: String,
+    /// The stream's id.
+    pub stream: String,
+    /// The fragment's number in the stream.
+    pub seq: u32,
+    /// Subscribers of the topic in this process when it was published.
+    pub subscribers: u64,
+    /// The stream is closed.
+    pub done: bool,
+}
+
+/// Why a stream publish was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamRefusal {
+    /// No stream of that id is open on the topic (never opened, or forgotten).
+    Unknown,
+    /// The stream is closed (done, or timed out).
+    Closed,
+    /// Past a stream's fragments or bytes (`stream_max_fragments`, `stream_max_bytes`).
+    TooLarge(String),
+    /// The topic has `stream_max_open` streams open.
+    TooManyOpen(usize),
+    /// This broker does not keep appendable messages.
+    Unsupported(&'static str),
+    /// The broker could not take it (see [`Unavailable`]).
+    Unavailable(Unavailable),
+}
+
 /// What a publish did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
@@ -267,6 +313,22 @@ impl Broker {
         }
     }
 
+    /// Opens or appends to an appendable message (`docs/protocol.md`, "Appendable messages")
+    /// with one fragment. The in-memory broker keeps them; the clustered ones refuse them.
+    pub fn stream(
+        &self,
+        topic: &str,
+        op: StreamOp<'_>,
+        fragment: &str,
+    ) -> Result<StreamReceipt, StreamRefusal> {
+        const CLUSTER: &str = "appendable messages (stream=open, append_to) are kept by the \
+                               in-memory broker only, not yet through a Redis or NATS cluster";
+        match self {
+            Broker::Local(b) => b.stream(topic, op, fragment, b.clock()),
+            Broker::Redis(_) | Broker::Nats(_) => Err(StreamRefusal::Unsupported(CLUSTER)),
+        }
+    }
+
     /// The hub clock in seconds (history ages are counted on it): read by the worker shell
     /// once per loop iteration and passed into its engine.
     pub fn clock(&self) -> u32 {
@@ -366,7 +428,10 @@ impl Broker {
     /// Trims history by age and memory; a worker calls it about once a second.
     pub fn expire(&self) {
         match self {
-            Broker::Local(b) => b.expire(),
+            Broker::Local(b) => {
+                b.close_stale_streams(b.clock());
+                b.expire()
+            }
             // Redis trims each stream itself (MAXLEN, EXPIRE).
             Broker::Redis(_) => {}
             Broker::Nats(b) => b.expire(),

@@ -33,7 +33,11 @@ impl Broker {
                 )
                 .map_err(anyhow::Error::msg)
                 .context("cannot open the history directory")?;
-                return Ok(Broker::Local(local.remembering(config.idempotency())));
+                return Ok(Broker::Local(
+                    local
+                        .remembering(config.idempotency())
+                        .streaming(config.streams()),
+                ));
             }
             return Ok(Broker::Local(
                 LocalBroker::new(
@@ -41,7 +45,8 @@ impl Broker {
                     Arc::clone(metrics),
                     config.history_limits(),
                 )
-                .remembering(config.idempotency()),
+                .remembering(config.idempotency())
+                .streaming(config.streams()),
             ));
         };
         let node = config.node();
@@ -84,7 +89,8 @@ impl Broker {
                 Arc::clone(metrics),
                 config.history_limits(),
             )
-            .remembering(config.idempotency());
+            .remembering(config.idempotency())
+            .streaming(config.streams());
             let b = NatsBroker::start(url, &node, local, Arc::clone(metrics), decode_attachment)
                 .map_err(anyhow::Error::msg)
                 .context("cannot join the cluster")?;

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use clarion_proto::pubsub::append::StreamLimits;
+
 /// Where and how durable history is kept (from `history_dir`, `history_fsync_ms` and
 /// `history_segment_bytes`); read by `crate::durable`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,5 +51,24 @@ impl HistoryLimits {
     /// Whether history is kept at all (every limit is above zero).
     pub fn enabled(&self) -> bool {
         self.per_topic > 0 && self.ttl > 0 && self.max_bytes > 0
+    }
+}
+
+/// How streams are bounded (`stream_max_fragments`, `stream_max_bytes`, `stream_max_open`,
+/// `stream_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// Fragments, bytes and open streams per topic.
+    pub limits: StreamLimits,
+    /// Seconds without a fragment after which an open stream is closed (reason `timeout`).
+    pub timeout: u32,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings {
+            limits: StreamLimits::default(),
+            timeout: 300,
+        }
     }
 }

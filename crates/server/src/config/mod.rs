@@ -22,7 +22,7 @@ pub mod limits;
 pub mod pusher_apps;
 mod validate;
 
-pub use history::{largest_segment, HistoryDisk, HistoryLimits};
+pub use history::{largest_segment, HistoryDisk, HistoryLimits, StreamSettings};
 
 pub use declare::{docs_table, Setting, Source};
 
@@ -184,6 +184,16 @@ settings! {
     /// come within 10 s, so up to 10,000 a second for those).
     idempotency_keys: usize = 100_000,
         flag "Idempotency keys remembered at once by one process (without Redis)";
+    /// Fragments one appendable message (`POST /publish/{topic}?stream=open`, then
+    /// `append_to`) may hold; past it an append is answered `413`.
+    stream_max_fragments: u32 = 10_000, flag "Fragments per appendable message";
+    /// Bytes of text one appendable message may accumulate; past it an append is `413`.
+    stream_max_bytes: usize = 1024 * 1024, flag "Bytes of text per appendable message";
+    /// Appendable messages open at once on one topic; past it an open is answered `429`.
+    stream_max_open: usize = 1000, flag "Appendable messages open at once per topic";
+    /// Seconds an appendable message may go without a fragment before the server closes it
+    /// with a last event `{"done":true,"reason":"timeout"}`.
+    stream_timeout: u64 = 300, flag "Seconds an appendable message may stay idle";
     /// A directory where history is also kept on disk, so a restart (graceful, or after
     /// `kill -9`) resumes clients exactly: same epoch, same ids, same messages
     /// (docs/history.md says exactly what a crash or a power loss may lose). Created mode 0700
@@ -709,6 +719,18 @@ impl Config {
         IdempotencyLimits {
             window: Duration::from_secs(self.idempotency_window),
             keys: self.idempotency_keys,
+        }
+    }
+
+    /// How appendable messages are bounded.
+    pub fn streams(&self) -> StreamSettings {
+        StreamSettings {
+            limits: clarion_proto::pubsub::append::StreamLimits {
+                max_fragments: self.stream_max_fragments,
+                max_bytes: self.stream_max_bytes,
+                max_open_per_topic: self.stream_max_open,
+            },
+            timeout: u32::try_from(self.stream_timeout).unwrap_or(u32::MAX),
         }
     }
 

@@ -38,6 +38,28 @@ impl Hub {
         }
     }
 
+    /// Keeps `published` like [`Hub::keep`], removing the message `replaces` of the same topic
+    /// first if history still holds it: an appendable message's text so far moves to its
+    /// latest fragment's position (the broker's streams), one entry per stream.
+    pub fn keep_replacing(
+        &mut self,
+        name: &Arc<str>,
+        published: Arc<Published>,
+        replaces: Option<u64>,
+        limits: &HistoryLimits,
+        metrics: &Metrics,
+    ) {
+        if let Some(e) = replaces.and_then(|_| self.topics.get_mut(&**name)) {
+            if let Ok(i) = e.history.binary_search_by_key(&replaces, |m| Some(m.id)) {
+                if let Some(old) = e.history.remove(i) {
+                    self.held_messages -= 1;
+                    self.held_bytes = self.held_bytes.saturating_sub(old.cost());
+                }
+            }
+        }
+        self.keep(name, published, limits, metrics);
+    }
+
     /// Records that message `id` of topic `name` is not kept (history is off).
     pub fn skip(&mut self, name: &str, id: u64) {
         if let Some(e) = self.topics.get_mut(name) {
@@ -95,8 +117,7 @@ impl Hub {
         self.order.retain(|(t, id)| {
             topics
                 .get(&**t)
-                .and_then(|e| e.history.front())
-                .is_some_and(|front| front.id <= *id)
+                .is_some_and(|e| e.history.binary_search_by_key(id, |m| m.id).is_ok())
         });
     }
 

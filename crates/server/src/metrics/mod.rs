@@ -162,6 +162,12 @@ pub struct Metrics {
     /// Publishes refused for their `Idempotency-Key`: malformed, or on a route that takes
     /// none (`400`).
     pub idempotency_key_errors: AtomicU64,
+    /// Fragments of appendable messages published (a timeout's closing one included).
+    pub stream_fragments: AtomicU64,
+    /// Appendable-message publishes refused: unknown or closed stream, past a limit.
+    pub stream_refusals: AtomicU64,
+    /// Streams closed by `stream_timeout`.
+    pub streams_timed_out: AtomicU64,
     /// Keys forgotten before their window ended because `idempotency_keys` were held.
     pub idempotency_keys_forgotten: AtomicU64,
     /// Messages of a `POST /publish` batch answered with their own error in place (invalid,
@@ -412,6 +418,24 @@ impl Metrics {
             "clarion_idempotency_key_errors_total",
             "Publishes refused (400) for their Idempotency-Key.",
             l(&self.idempotency_key_errors),
+        );
+        counter(
+            &mut out,
+            "clarion_stream_fragments_total",
+            "Fragments of appendable messages published.",
+            l(&self.stream_fragments),
+        );
+        counter(
+            &mut out,
+            "clarion_stream_refusals_total",
+            "Appendable-message publishes refused: unknown or closed stream (404, 409), past a limit (413, 429), unsupported (501).",
+            l(&self.stream_refusals),
+        );
+        counter(
+            &mut out,
+            "clarion_streams_timed_out_total",
+            "Appendable messages closed by stream_timeout.",
+            l(&self.streams_timed_out),
         );
         counter(
             &mut out,

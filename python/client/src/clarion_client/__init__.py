@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         SubscriptionRefused,
         SyncSubscriber,
     )
+    from .streams import StreamText
 
     __version__: str
 
@@ -63,6 +64,7 @@ SUBSCRIBER_NAMES = frozenset(
         "Subscriber",
         "SubscriptionRefused",
         "SyncSubscriber",
+        "StreamText",
     }
 )
 
@@ -109,6 +111,7 @@ __all__ = [
     "Receipt",
     "RequestHeadTooLarge",
     "ServerError",
+    "StreamText",
     "Subscriber",
     "SubscriptionRefused",
     "SyncSubscriber",

@@ -27,6 +27,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterator, List, Mapping, Opti
 
 from .errors import ClarionError
 from .fossil import DeltaError, apply as apply_delta
+from .streams import MISSING, StreamFold, StreamText
 
 # Close codes with a meaning for the client (docs/protocol.md, docs/auth.md).
 _AWAY, _RESTART, _TRY_AGAIN, _EXPIRED, _AUTH_REQUIRED = 1001, 1012, 1013, 4001, 4002
@@ -193,6 +194,8 @@ class Subscription:
         # resubscription after a delta that did not apply is under way.
         self._base: Optional[bytes] = None
         self._resyncing = False
+        # Appendable messages' text so far (yielded as StreamText items).
+        self._streams = StreamFold()
         #: ``count`` and ``connections`` of the last complete list (join/leave do not move them).
         self.count = 0
         self.connections = 0
@@ -569,7 +572,18 @@ class Subscriber:
             raise _Drop("protocol", "the server sent JSON without a type")
         kind = m["type"]
         # A type not handled below is a protocol error.
-        if kind == "message":
+        if kind in ("append", "message") and "stream" in m:
+            sub = self.subs.get(m.get("topic", ""))
+            if sub is None or not isinstance(m.get("id"), str):
+                return
+            item = sub._streams.take(m)
+            if item == MISSING:
+                await self._resync(sub, "fragments of an appendable message are missing")
+                return
+            sub.last_id = m["id"]
+            if isinstance(item, StreamText):
+                sub._queue.put_nowait(item)
+        elif kind == "message":
             sub = self.subs.get(m.get("topic", ""))
             mid = m.get("id")
             if sub is None or not isinstance(mid, str):

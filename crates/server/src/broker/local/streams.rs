@@ -1,0 +1,340 @@
+//! Appendable messages in the in-memory broker: the open streams, their limits and timeout,
+//! and how each fragment is published under the broker's one lock, so it takes its place in
+//! the topic's order like a message.
+//!
+//! A fragment is delivered live as an `append` event ([`Published::stream_event`]). History
+//! keeps each stream folded: ONE entry with its text so far, moved to its latest fragment's
+//! position at every fragment (the previous entry is removed), which is the fold rule of
+//! [`clarion_proto::pubsub::append`] kept as it goes. A resume after any cursor therefore
+//! replays one message per stream with a fragment after it, and the client drops live appends
+//! it already holds (`seq` at or below the folded one's).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use clarion_proto::event_id;
+use clarion_proto::pubsub::append::{
+    append_json, folded_json, Accumulator, AppendError, CloseReason, StreamEvent,
+};
+
+use super::{LocalBroker, State};
+use crate::broker::{StreamOp, StreamReceipt, StreamRefusal, Unavailable};
+use crate::config::StreamSettings;
+use crate::hub::lock;
+use crate::message::Published;
+
+/// Closed streams remembered, so a late append is told `409 closed` rather than `404`.
+const CLOSED_REMEMBERED: usize = 10_000;
+
+/// One open stream.
+struct Open {
+    topic: Arc<str>,
+    text: Accumulator,
+    /// The id of its folded entry in history, if it is kept.
+    held: Option<u64>,
+    /// When its last fragment came (hub clock).
+    last_at: u32,
+}
+
+/// The open streams of the broker, by id (the `SEQ` of their opening publish).
+#[derive(Default)]
+pub(crate) struct Streams {
+    pub(crate) settings: StreamSettings,
+    open: HashMap<u64, Open>,
+    per_topic: HashMap<Arc<str>, usize>,
+    closed: HashSet<u64>,
+    closed_order: VecDeque<u64>,
+}
+
+impl Streams {
+    fn remember_closed(&mut self, id: u64) {
+        if let Some(o) = self.open.remove(&id) {
+            if let Some(n) = self.per_topic.get_mut(&o.topic) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_topic.remove(&o.topic);
+                }
+            }
+        }
+        self.closed.insert(id);
+        self.closed_order.push_back(id);
+        if self.closed_order.len() > CLOSED_REMEMBERED {
+            if let Some(old) = self.closed_order.pop_front() {
+                self.closed.remove(&old);
+            }
+        }
+    }
+}
+
+impl LocalBroker {
+    /// The same broker, bounding streams by `settings`.
+    pub fn streaming(mut self, settings: StreamSettings) -> LocalBroker {
+        if let Ok(st) = self.state.get_mut() {
+            st.streams.settings = settings;
+        }
+        self
+    }
+
+    /// Opens or appends to a stream of `topic` with `fragment`, at hub time `now`.
+    pub fn stream(
+        &self,
+        topic: &str,
+        op: StreamOp<'_>,
+        fragment: &str,
+        now: u32,
+    ) -> Result<StreamReceipt, StreamRefusal> {
+        let mut st = lock(&self.state);
+        if st.frozen {
+            return Err(StreamRefusal::Unavailable(Unavailable::upgrading()));
+        }
+        if st.durable {
+            return Err(StreamRefusal::Unsupported(
+                "appendable messages are kept in memory only, not with history_dir",
+            ));
+        }
+        let limits = st.streams.settings.limits;
+        let refused = |e: AppendError| match e {
+            AppendError::Closed => StreamRefusal::Closed,
+            AppendError::Fragments(_) | AppendError::Bytes(_) => {
+                StreamRefusal::TooLarge(e.to_string())
+            }
+        };
+        let stream = match op {
+            StreamOp::Open => {
+                let open = st.streams.per_topic.get(topic).copied().unwrap_or(0);
+                if open >= limits.max_open_per_topic {
+                    return Err(StreamRefusal::TooManyOpen(limits.max_open_per_topic));
+                }
+                let text = Accumulator::open(fragment, &limits).map_err(refused)?;
+                let id = st.next_id;
+                let (name, _) = st.hub.topic_mut(topic, &self.metrics);
+                *st.streams.per_topic.entry(Arc::clone(&name)).or_insert(0) += 1;
+                st.streams.open.insert(
+                    id,
+                    Open {
+                        topic: name,
+                        text,
+                        held: None,
+                        last_at: now,
+                    },
+                );
+                id
+            }
+            StreamOp::Append { stream, done } => {
+                let id = match event_id::parse(stream) {
+                    Ok(p) if p.epoch == &*self.epoch => p.seq,
+                    Ok(_) | Err(_) => return Err(StreamRefusal::Unknown),
+                };
+                let Some(o) = st.streams.open.get_mut(&id).filter(|o| &*o.topic == topic) else {
+                    let closed = st.streams.closed.contains(&id);
+                    return Err(if closed {
+                        StreamRefusal::Closed
+                    } else {
+                        StreamRefusal::Unknown
+                    });
+                };
+                o.text.append(fragment, done, &limits).map_err(refused)?;
+                o.last_at = now;
+                id
+            }
+        };
+        Ok(self.emit(&mut st, stream, fragment, now))
+    }
+
+    /// Closes every stream without a fragment for `stream_timeout` seconds, each with an
+    /// empty last fragment whose event says `"reason":"timeout"`.
+    pub fn close_stale_streams(&self, now: u32) {
+        let mut st = lock(&self.state);
+        let timeout = st.streams.settings.timeout;
+        let stale: Vec<u64> = st
+            .streams
+            .open
+            .iter()
+            .filter(|(_, o)| now.saturating_sub(o.last_at) >= timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            if let Some(o) = st.streams.open.get_mut(&id) {
+                o.text.close(CloseReason::Timeout);
+                self.metrics.streams_timed_out.fetch_add(1, Relaxed);
+                self.emit(&mut st, id, "", now);
+            }
+        }
+    }
+
+    /// Publishes the fragment just added to open stream `stream`: takes the next id, delivers
+    /// its `append` event, keeps the stream folded in history, and forgets the stream once it
+    /// is closed.
+    fn emit(&self, st: &mut State, stream: u64, fragment: &str, now: u32) -> StreamReceipt {
+        let id = st.next_id;
+        st.next_id += 1;
+        let keep = self.limits.enabled();
+        let (topic, seq, closed, held, folded) = match st.streams.open.get(&stream) {
+            Some(o) => (
+                Arc::clone(&o.topic),
+                o.text.seq(),
+                o.text.closed(),
+                o.held,
+                keep.then(|| o.text.text().to_owned()),
+            ),
+            None => return self.receipt(id, stream, 0, 0, false),
+        };
+        let (id_s, stream_s) = (
+            format!("{}-{id}", self.epoch),
+            format!("{}-{stream}", self.epoch),
+        );
+        fn event<'a>(
+            topic: &'a str,
+            id: &'a str,
+            stream: &'a str,
+            seq: u32,
+            data: &'a str,
+            closed: Option<CloseReason>,
+        ) -> StreamEvent<'a> {
+            StreamEvent {
+                topic,
+                id,
+                stream,
+                seq,
+                data,
+                closed,
+            }
+        }
+        let live = Arc::new(Published::stream_event(
+            Arc::clone(&topic),
+            id,
+            Arc::clone(&self.epoch),
+            now,
+            false,
+            &append_json(&event(&topic, &id_s, &stream_s, seq, fragment, closed)),
+        ));
+        let (name, e) = st.hub.topic_mut(&topic, &self.metrics);
+        e.traffic.published += 1;
+        let subscribers = e.subscribers();
+        for w in e.workers_with_subscribers() {
+            if let Some(inbox) = self.inboxes.get(w) {
+                inbox.push(std::iter::once(Arc::clone(&live)));
+            }
+        }
+        match folded {
+            Some(text) => {
+                let folded = Arc::new(Published::stream_event(
+                    Arc::clone(&name),
+                    id,
+                    Arc::clone(&self.epoch),
+                    now,
+                    true,
+                    &folded_json(&event(&topic, &id_s, &stream_s, seq, &text, closed)),
+                ));
+                st.hub
+                    .keep_replacing(&name, folded, held, &self.limits, &self.metrics);
+                st.hub.enforce_limits(&self.limits, now, &self.metrics);
+            }
+            None => st.hub.skip(&name, id),
+        }
+        self.metrics.stream_fragments.fetch_add(1, Relaxed);
+        if let Some(o) = st.streams.open.get_mut(&stream) {
+            o.held = Some(id);
+        }
+        if closed.is_some() {
+            st.streams.remember_closed(stream);
+        }
+        self.receipt(id, stream, seq, subscribers, closed.is_some())
+    }
+
+    fn receipt(
+        &self,
+        id: u64,
+        stream: u64,
+        seq: u32,
+        subscribers: u64,
+        done: bool,
+    ) -> StreamReceipt {
+        StreamReceipt {
+            id: format!("{}-{id}", self.epoch),
+            stream: format!("{}-{stream}", self.epoch),
+            seq,
+            subscribers,
+            done,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::broker::{Outgoing, Since};
+    use crate::config::HistoryLimits;
+    use crate::hub::Inbox;
+    use crate::metrics::Metrics;
+    use clarion_proto::ws::DataKind;
+
+    fn broker() -> (LocalBroker, mio::Poll) {
+        let poll = mio::Poll::new().expect("poll");
+        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).expect("waker");
+        let limits = HistoryLimits {
+            per_topic: 100,
+            ttl: 3600,
+            max_bytes: 1 << 20,
+        };
+        let b = LocalBroker::new(
+            vec![Arc::new(Inbox::new(waker))],
+            Arc::new(Metrics::default()),
+            limits,
+        );
+        (b, poll)
+    }
+
+    fn texts(b: &LocalBroker, since: &str) -> Vec<String> {
+        b.read_since(&["t"], Since::Id(since))
+            .replay
+            .iter()
+            .map(|m| String::from_utf8_lossy(m.payload()).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn history_holds_one_entry_per_stream_with_its_text_at_its_latest_fragment() {
+        let (b, _poll) = broker();
+        let open = b.stream("t", StreamOp::Open, "He", 0).unwrap();
+        let plain = b.publish(&[Outgoing {
+            tags: &[],
+            topic: "t",
+            kind: DataKind::Text,
+            payload: b"plain",
+            event: None,
+            attachment: None,
+            key: None,
+        }]);
+        let append = |frag: &str, done: bool| {
+            let op = StreamOp::Append {
+                stream: &open.stream,
+                done,
+            };
+            b.stream("t", op, frag, 0).unwrap()
+        };
+        let second = append("llo", false);
+        append(" wor", false);
+        let last = append("ld", true);
+        assert_eq!((last.seq, last.done), (4, true));
+        let start = format!("{}-0", b.epoch());
+        let all = texts(&b, &start);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all[0], "plain");
+        assert!(
+            all[1].contains(r#""seq":4,"data":"Hello world","done":true"#),
+            "{all:?}"
+        );
+        assert_eq!(texts(&b, &plain[0].id).len(), 1);
+        assert_eq!(texts(&b, &second.id).len(), 1);
+        assert!(texts(&b, &last.id).is_empty());
+        assert_eq!(lock(&b.state).hub.held_messages(), 2);
+        let op = StreamOp::Append {
+            stream: &open.stream,
+            done: false,
+        };
+        assert_eq!(b.stream("t", op, "x", 0), Err(StreamRefusal::Closed));
+    }
+}
