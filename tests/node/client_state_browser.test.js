@@ -1,8 +1,12 @@
-// "Read the state, then follow it" in headless Chromium with the subscriber client as shipped
-// (docs/history.md, "The latest value"): the page fetches `GET /topics/{t}/latest` from the client
-// listener, and subscribes with `since: 'latest'` over the WebSocket and over SSE. Each
-// subscription starts with the topic's last message (published before the page subscribed, with
-// its id), then gets every later one once, in order, while a publisher keeps publishing.
+// What apps build on, in headless Chromium with the subscriber client as shipped:
+// - "read the state, then follow it" (docs/history.md, "The latest value"): the page fetches
+//   `GET /topics/{t}/latest` from the client listener, and subscribes with `since: 'latest'` over
+//   the WebSocket and over SSE. Each subscription starts with the topic's last message (published
+//   before the page subscribed, with its id), then gets every later one once, in order, while a
+//   publisher keeps publishing;
+// - appendable messages (docs/protocol.md, "Appendable messages"): the page subscribes from before
+//   a stream that already has fragments, over both transports; `onAppend` gives it the text so far
+//   in one item, then each later fragment, and the close.
 'use strict';
 
 const { test, after } = require('node:test');
@@ -33,6 +37,14 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>clarion latest</title>
       client.subscribe('feed', { since: 'latest', onMessage: (m) => window.got[transport].push({ id: m.id, data: m.data }) });
     }
   };
+  window.appends = { websocket: [], sse: [] };
+  window.follow = (since) => {
+    for (const transport of ['websocket', 'sse']) {
+      const client = new ClarionClient('ws://' + base + '/ws', { transport, initialDelayMs: 50 });
+      client.on('error', (e) => window.errors.push(transport + ': ' + e.kind + ': ' + e.message));
+      client.subscribe('answer', { since, onAppend: (a) => window.appends[transport].push({ text: a.text, seq: a.seq, done: a.done }) });
+    }
+  };
 </script>`;
 
 function pageServer() {
@@ -49,23 +61,27 @@ function pageServer() {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, origin: `http://127.0.0.1:${server.address().port}` })));
 }
 
-async function publish(api, n) {
-  const res = await fetch(`http://${api}/publish/feed`, { method: 'POST', body: String(n), headers: { Authorization: `Bearer ${SECRET}` } });
+async function publish(api, n, topic = 'feed', query = '') {
+  const res = await fetch(`http://${api}/publish/${topic}${query}`, { method: 'POST', body: String(n), headers: { Authorization: `Bearer ${SECRET}` } });
   assert.equal(res.status, 200);
-  return (await res.json()).id;
+  return res.json();
+}
+
+async function launch() {
+  const { chromium } = require('playwright-core');
+  return chromium.launch({ executablePath: chromiumPath, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
 }
 
 test('browser: the latest value, then every later message once, over the WebSocket and SSE', async () => {
   assert.ok(fs.existsSync(chromiumPath), `no browser at ${chromiumPath}: apt-get install chromium`);
-  const { chromium } = require('playwright-core');
   const node = await new Node(['--api-key', SECRET]).start();
   const { server, origin } = await pageServer();
-  const browser = await chromium.launch({ executablePath: chromiumPath, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+  const browser = await launch();
   let pub;
   try {
     // The state before the page comes: messages 0..9, then nothing until it has subscribed.
     const before = [];
-    for (let n = 0; n < 10; n++) before.push(await publish(node.api, n));
+    for (let n = 0; n < 10; n++) before.push((await publish(node.api, n)).id);
     const page = await browser.newPage();
     const pageErrors = [];
     page.on('pageerror', (e) => pageErrors.push(String(e)));
@@ -92,6 +108,42 @@ test('browser: the latest value, then every later message once, over the WebSock
     assert.deepEqual(pageErrors, []);
   } finally {
     if (pub) await pub.stop();
+    await browser.close();
+    server.close();
+    await node.kill9();
+  }
+});
+
+test('browser: an appendable message joined mid-stream gives the text so far, then each fragment, over the WebSocket and SSE', async () => {
+  assert.ok(fs.existsSync(chromiumPath), `no browser at ${chromiumPath}: apt-get install chromium`);
+  const node = await new Node(['--api-key', SECRET]).start();
+  const { server, origin } = await pageServer();
+  const browser = await launch();
+  try {
+    const mark = (await publish(node.api, 'before', 'answer')).id;
+    const { stream } = await publish(node.api, 'The', 'answer', '?stream=open');
+    for (const w of [' answer', ' is']) await publish(node.api, w, 'answer', `?append_to=${stream}`);
+    const page = await browser.newPage();
+    const pageErrors = [];
+    page.on('pageerror', (e) => pageErrors.push(String(e)));
+    await page.goto(`${origin}/?server=${node.clients}`);
+    const read = (expr) => page.evaluate(expr);
+    await read(`window.follow(${JSON.stringify(mark)})`);
+    const first = { text: 'The answer is', seq: 3, done: false };
+    await waitFor(async () => (await read('window.appends.websocket.length')) >= 1 && (await read('window.appends.sse.length')) >= 1, 10000, 'the text so far on both transports');
+    await publish(node.api, ' 42', 'answer', `?append_to=${stream}`);
+    await publish(node.api, '.', 'answer', `?append_to=${stream}&done=1`);
+    for (const t of ['websocket', 'sse']) {
+      await waitFor(async () => (await read(`window.appends.${t}.length`)) >= 3, 10000, `the rest over ${t}`);
+      assert.deepEqual(await read(`window.appends.${t}`), [
+        first,
+        { text: 'The answer is 42', seq: 4, done: false },
+        { text: 'The answer is 42.', seq: 5, done: true },
+      ], t);
+    }
+    assert.deepEqual(await read('window.errors'), []);
+    assert.deepEqual(pageErrors, []);
+  } finally {
     await browser.close();
     server.close();
     await node.kill9();
