@@ -7,7 +7,8 @@
 //! topic, at most `max_keys` messages: the latest per key). While anything is queued, newer
 //! messages of the topic queue behind it, so the subscriber's order stays the queue's. When its
 //! socket takes bytes again and its unsent bytes are below the threshold, the queue is written
-//! until they reach it again or the queue is empty. A message that finds the queue full ends
+//! until they reach it again or the queue is empty (for an HTTP/2 stream: when its
+//! connection's pump has framed its bytes). A message that finds the queue full ends
 //! the subscriber as a slow consumer, as the cap does on other topics.
 #![deny(clippy::wildcard_enum_match_arm)]
 
@@ -125,10 +126,11 @@ impl<S: Socket> Engine<S> {
         let Some(conn) = self.conns.get(k as usize) else {
             return false;
         };
-        // Streams of their own only: a held poll is answered with the run, and an HTTP/2
-        // stream's bytes drain through its connection's pump (it keeps `max_backlog`).
+        // Streams only (a held poll is answered with the run): a connection of its own, or an
+        // HTTP/2 stream, whose bytes drain through its connection's pump (which drains this
+        // backlog as it frames them, `Engine::h2_pump`).
         let writes = match Framing::of(conn.state).delivery(false) {
-            Delivery::Write(_) => conn.stream.is_some(),
+            Delivery::Write(_) => conn.stream.is_some() || self.side.h2_streams().contains_key(&k),
             Delivery::Answer | Delivery::Grip | Delivery::Skip => false,
         };
         if !writes {
