@@ -78,6 +78,9 @@ pub struct Published {
     /// Its delta against its topic's previous publication on this node (`delta_topics`), set
     /// once by the broker before any worker sees it ([`Published::chain`]).
     delta: OnceLock<Box<Delta>>,
+    /// Set when debouncing (`max_rate`) held it and it replaced others: how many
+    /// ([`Published::debounce_skipped`]); its subscribers get a `conflated` notice first.
+    debounced: OnceLock<u64>,
 }
 
 /// Content a publish supplies for the connections of one mode, besides the payload every
@@ -150,6 +153,7 @@ impl Published {
             notice: false,
             presence: false,
             delta: OnceLock::new(),
+            debounced: OnceLock::new(),
         }
     }
 
@@ -211,6 +215,7 @@ impl Published {
             notice: false,
             presence: false,
             delta: OnceLock::new(),
+            debounced: OnceLock::new(),
         }
     }
 
@@ -316,6 +321,17 @@ impl Published {
             // Only the broker that made the message sets it, once.
             let _ = self.delta.set(Box::new(d));
         }
+    }
+
+    /// Messages of its key it replaced while debouncing held it (0: none). Set once, by the
+    /// node's debouncer, before any worker sees it live.
+    pub fn debounce_skipped(&self) -> u64 {
+        self.debounced.get().copied().unwrap_or(0)
+    }
+
+    /// Records that it replaced `skipped` messages while held (once; later calls are ignored).
+    pub fn mark_debounced(&self, skipped: u64) {
+        let _ = self.debounced.set(skipped);
     }
 
     /// Its delta against the topic's previous publication, when it has one.
