@@ -156,7 +156,8 @@ class Client:
                 self.body.setdefault(ev.stream_id, bytearray()).extend(ev.data)
                 if ev.stream_id in self.hold:
                     # The connection's window stays open; the stream's does not.
-                    self.conn.increment_flow_control_window(ev.flow_controlled_length)
+                    if ev.flow_controlled_length:
+                        self.conn.increment_flow_control_window(ev.flow_controlled_length)
                 elif ev.flow_controlled_length:
                     self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
             elif isinstance(ev, h2.events.StreamEnded):

@@ -213,3 +213,77 @@ def test_the_python_subscriber_keeps_its_resume_id_across_a_conflated_message():
     ids, got = asyncio.run(run())
     assert got == ["a latest", "b"]
     assert ids == ["e-10", "e-10", "e-12"]
+
+
+def sse_events_of(body):
+    """(kind, JSON) of each message and notice of an SSE body (`sse_id`: its `id:` line)."""
+    out = []
+    for block in bytes(body).split(b"\n\n"):
+        fields = dict(line.split(b": ", 1) for line in block.split(b"\n") if b": " in line)
+        if b"data" in fields:
+            d = json.loads(fields[b"data"])
+            if b"id" in fields:
+                d["sse_id"] = fields[b"id"].decode()
+            out.append((fields.get(b"event", b"message").decode(), d))
+    return out
+
+
+class H2Reader(threading.Thread):
+    """An SSE stream over HTTP/2 (h2c) read slowly the HTTP/2 way: the stream's flow-control
+    window is opened by 1 KB every 20 ms (50 KB/s) until `fast` is set, then fully."""
+
+    def __init__(self, server, topic):
+        super().__init__(daemon=True)
+        from h2client import Client
+
+        self.c = Client(server.clients, timeout=30)
+        self.sid = self.c.request(f"/sse?topic={topic}")
+        self.c.hold.add(self.sid)
+        self.c.pump(lambda: self.sid in self.c.headers, what="the head")
+        self.fast, self.done, self.reset = threading.Event(), False, False
+
+    def run(self):
+        c, sid, opened = self.c, self.sid, False
+        try:
+            while not self.done and sid not in c.resets and not c.closed:
+                if self.fast.is_set() and not opened:
+                    c.hold.discard(sid)
+                    c.conn.increment_flow_control_window(1 << 24, stream_id=sid)
+                    opened = True
+                elif not opened:
+                    c.conn.increment_flow_control_window(1024, stream_id=sid)
+                c.flush()
+                c.read_for(0.02)
+                self.done = b'"k":"done"' in c.body[sid]
+        finally:
+            self.reset = sid in c.resets or c.closed
+
+
+def test_a_slow_http2_stream_of_a_conflating_topic_gets_the_latest_of_each_key_and_is_never_closed(
+    start_server, tmp_path
+):
+    """HTTP/2: the stream's unsent bytes wait in its own backlog until its flow-control window
+    opens, and conflation applies there as on a connection of its own."""
+    server = start(start_server, tmp_path, conflate=True)
+    reader = H2Reader(server, "px")
+    reader.start()
+    try:
+        last, published = tick(server, rounds=10)
+        reader.fast.set()
+        server.publish("px", '{"k":"done"}')
+        reader.join(30)
+        assert reader.done and not reader.reset
+        m = server.metrics()
+        assert m['clarion_closes_total{reason="slow_consumer"}'] == 0
+        events = sse_events_of(reader.c.body[reader.sid])
+        messages = [d for e, d in events if e == "message" and d.get("k") != "done"]
+        skipped = sum(d["skipped"] for e, d in events if e == "conflated")
+        assert skipped > 0 and len(messages) + skipped == published
+        assert m["clarion_conflated_skipped_total"] == skipped
+        seen = {}
+        for d in messages:
+            assert d["n"] > seen.get(d["k"], 0)
+            seen[d["k"]] = d["n"]
+        assert seen == last
+    finally:
+        reader.c.close()

@@ -348,3 +348,33 @@ def test_deltas_cross_a_cluster_each_node_against_what_it_received(cluster):
         # Each node computed each delta once.
         assert a.metrics()["clarion_deltas_computed_total"] == 4
         assert b.metrics()["clarion_deltas_computed_total"] == 4
+
+
+def test_http2_sse_and_ndjson_streams_carry_deltas(start_server):
+    """The same over HTTP/2 streams (h2c prior knowledge): a stream record is served by the
+    transports as an HTTP/1.1 connection is, so the delta rule holds there too."""
+    from h2client import Client
+
+    server = start(start_server)
+    msgs = updates(4, seed=5)
+    c = Client(server.clients)
+    try:
+        sse = c.request("/sse?topic=book.h2&delta=1&format=json")
+        nd = c.request("/stream?topic=book.h2&delta=1")
+        c.pump(lambda: sse in c.headers and nd in c.headers, what="both heads")
+        assert c.status(sse) == 200 and c.status(nd) == 200
+        for m in msgs:
+            server.publish("book.h2", m)
+
+        def found(sid, pattern):
+            return [json.loads(x) for x in re.findall(pattern, bytes(c.body[sid]))]
+
+        sse_re, nd_re = rb"data: (\{.*?\})\n", rb"(\{\"type\":\"message\".*?\})\n"
+        c.pump(lambda: len(found(sse, sse_re)) >= 4 and len(found(nd, nd_re)) >= 4, what="4 messages each")
+        for sid, pattern in ((sse, sse_re), (nd, nd_re)):
+            r = Reader()
+            for m in found(sid, pattern)[:4]:
+                r.take(m)
+            assert r.texts == msgs and r.kinds == ["full", "delta", "delta", "delta"]
+    finally:
+        c.close()

@@ -168,6 +168,13 @@ impl<M> ConflateQueue<M> {
 
     /// Adds a publication with its key (from [`KeySource::key_of`]).
     pub fn push(&mut self, key: Option<String>, message: M) -> Push<M> {
+        self.push_after(key, message, 0)
+    }
+
+    /// [`ConflateQueue::push`] of a message that already replaced `earlier` others before it
+    /// reached this queue (publish debouncing): its notice counts them too. They are not in
+    /// [`ConflateQueue::skipped_total`], which counts this queue's own replacements.
+    pub fn push_after(&mut self, key: Option<String>, message: M, earlier: u64) -> Push<M> {
         if self.entries.len() >= self.threshold {
             if let Some(k) = &key {
                 if let Some(&pos) = self.by_key.get(k) {
@@ -176,7 +183,7 @@ impl<M> ConflateQueue<M> {
                         .and_then(|i| self.entries.get_mut(i));
                     if let Some(e) = slot {
                         e.message = message;
-                        e.skipped += 1;
+                        e.skipped += 1 + earlier;
                         self.skipped_total += 1;
                         return Push::Replaced;
                     }
@@ -193,7 +200,7 @@ impl<M> ConflateQueue<M> {
         self.entries.push_back(Entry {
             key,
             message,
-            skipped: 0,
+            skipped: earlier,
         });
         Push::Queued
     }
@@ -278,6 +285,21 @@ mod tests {
         assert_eq!(q.push(None, (6, 0)), Push::Full((6, 0)));
         assert_eq!(q.push(Some("3".into()), (3, 1)), Push::Replaced);
         assert_eq!(q.len(), 5);
+    }
+
+    #[test]
+    fn messages_debounced_before_the_queue_carry_their_count_into_its_notice() {
+        let mut q = ConflateQueue::new(1, 10);
+        assert_eq!(q.push_after(Some("a".into()), (0, 3), 2), Push::Queued);
+        assert_eq!(q.push_after(Some("a".into()), (0, 6), 2), Push::Replaced);
+        assert_eq!(q.skipped_total(), 1);
+        assert_eq!(
+            drain(&mut q),
+            vec![
+                Item::Conflated(Notice { skipped: 5 }),
+                Item::Message((0, 6))
+            ]
+        );
     }
 
     #[test]

@@ -47,6 +47,7 @@
 
 pub mod auth;
 pub mod conflate;
+pub mod debounce;
 pub mod delta;
 pub mod event_id;
 pub mod filter;

@@ -81,6 +81,9 @@ pub struct Published {
     /// Whether this is an appendable message's event ([`Published::stream_event`]): its
     /// payload is its own typed JSON, sent as it is where others get an envelope.
     pub stream: bool,
+    /// Set when debouncing (`max_rate`) held it and it replaced others: how many
+    /// ([`Published::debounce_skipped`]); its subscribers get a `conflated` notice first.
+    debounced: OnceLock<u64>,
 }
 
 /// Content a publish supplies for the connections of one mode, besides the payload every
@@ -154,6 +157,7 @@ impl Published {
             presence: false,
             delta: OnceLock::new(),
             stream: false,
+            debounced: OnceLock::new(),
         }
     }
 
@@ -216,6 +220,7 @@ impl Published {
             presence: false,
             delta: OnceLock::new(),
             stream: false,
+            debounced: OnceLock::new(),
         }
     }
 
@@ -349,6 +354,17 @@ impl Published {
             // Only the broker that made the message sets it, once.
             let _ = self.delta.set(Box::new(d));
         }
+    }
+
+    /// Messages of its key it replaced while debouncing held it (0: none). Set once, by the
+    /// node's debouncer, before any worker sees it live.
+    pub fn debounce_skipped(&self) -> u64 {
+        self.debounced.get().copied().unwrap_or(0)
+    }
+
+    /// Records that it replaced `skipped` messages while held (once; later calls are ignored).
+    pub fn mark_debounced(&self, skipped: u64) {
+        let _ = self.debounced.set(skipped);
     }
 
     /// Its delta against the topic's previous publication, when it has one.

@@ -177,6 +177,11 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
         )?,
     };
     broker.set_delta_topics(crate::delta::DeltaTopics::from_config(&config));
+    if let Some(d) = crate::broker::debounce::Debouncer::start(&config, &inboxes, &metrics)
+        .context("cannot start the debounce timer")?
+    {
+        broker.set_debounce(d);
+    }
     let mut arriving = match incoming.as_mut() {
         Some(i) => i.take_connections(&broker, workers)?,
         None => Vec::new(),

@@ -73,6 +73,15 @@ pub struct Frozen {
     pub clock_now: u32,
 }
 
+/// How publications go live besides history (each set once at start).
+#[derive(Default)]
+struct Live {
+    /// Topics whose publications get a delta against the previous one.
+    delta: OnceLock<DeltaTopics>,
+    /// Debounced topics (`max_rate`).
+    debounce: OnceLock<Arc<super::debounce::Debouncer>>,
+}
+
 /// The single-process broker.
 pub struct LocalBroker {
     state: Mutex<State>,
@@ -81,8 +90,9 @@ pub struct LocalBroker {
     limits: HistoryLimits,
     /// This run's epoch, chosen at start.
     epoch: Arc<str>,
-    /// Topics whose publications get a delta against the previous one (set once at start).
-    delta: OnceLock<DeltaTopics>,
+    /// What decides how publications go live (set once at start; boxed, as most brokers
+    /// have neither).
+    live: Box<Live>,
     /// The origin of the history clock (whole seconds since start fit a `u32` for 136 years).
     start: Instant,
 }
@@ -108,7 +118,7 @@ impl LocalBroker {
             metrics,
             limits,
             epoch: new_epoch().into(),
-            delta: OnceLock::new(),
+            live: Box::default(),
             start: Instant::now(),
         }
     }
@@ -117,8 +127,13 @@ impl LocalBroker {
     /// ignored).
     pub fn set_delta_topics(&self, topics: DeltaTopics) {
         if !topics.is_empty() {
-            let _ = self.delta.set(topics);
+            let _ = self.live.delta.set(topics);
         }
+    }
+
+    /// Debounces the live delivery of `max_rate` topics (once, at start).
+    pub fn set_debounce(&self, d: Arc<super::debounce::Debouncer>) {
+        let _ = self.live.debounce.set(d);
     }
 
     /// The same broker, remembering `Idempotency-Key`s for `limits` (the default is
@@ -164,7 +179,7 @@ impl LocalBroker {
             metrics,
             limits,
             epoch: loaded.epoch,
-            delta: OnceLock::new(),
+            live: Box::default(),
             start: Instant::now(),
         })
     }
@@ -244,7 +259,7 @@ impl LocalBroker {
             metrics,
             limits,
             epoch,
-            delta: OnceLock::new(),
+            live: Box::default(),
             start: Instant::now(),
         }
     }
@@ -471,7 +486,7 @@ impl LocalBroker {
             published.attachment = m.attachment.clone();
             published.tags = m.tags.into();
             let published = Arc::new(published);
-            if self.delta.get().is_some_and(|d| d.matches(m.topic)) {
+            if self.live.delta.get().is_some_and(|d| d.matches(m.topic)) {
                 let listened = e.subscribers() > 0;
                 published.chain(e.delta.get_or_insert_with(Default::default), listened);
                 if published.delta().is_some() {
@@ -482,7 +497,9 @@ impl LocalBroker {
             if let Some(r) = receipts.last_mut() {
                 r.subscribers = e.subscribers();
             }
-            for w in e.workers_with_subscribers() {
+            // History keeps every message; live delivery of a debounced topic may wait.
+            let live = self.live.debounce.get().is_none_or(|d| !d.hold(&published));
+            for w in e.workers_with_subscribers().filter(|_| live) {
                 if let Some(list) = per_worker.get_mut(w) {
                     list.push(Arc::clone(&published));
                 }

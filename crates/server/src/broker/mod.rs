@@ -52,6 +52,7 @@
 //!   [`local`] keeps one order), so its lock comes before any [`Inbox`] lock; workers never call
 //!   the broker while holding their inbox's lock.
 
+pub mod debounce;
 mod freeze;
 pub mod local;
 pub mod nats;
@@ -278,6 +279,15 @@ impl Broker {
             Broker::Local(b) => b.set_delta_topics(topics),
             Broker::Redis(b) => b.set_delta_topics(topics),
             Broker::Nats(b) => b.set_delta_topics(topics),
+        }
+    }
+
+    /// Debounces the live delivery of `max_rate` topics from now on (once, at start).
+    pub fn set_debounce(&self, d: Arc<debounce::Debouncer>) {
+        match self {
+            Broker::Local(b) => b.set_debounce(d),
+            Broker::Redis(b) => b.set_debounce(d),
+            Broker::Nats(b) => b.set_debounce(d),
         }
     }
 

@@ -98,6 +98,11 @@ impl NatsBroker {
         self.local.set_delta_topics(topics);
     }
 
+    /// Debounces `max_rate` topics (the local broker delivers what NATS brings).
+    pub fn set_debounce(&self, d: Arc<super::debounce::Debouncer>) {
+        self.local.set_debounce(d);
+    }
+
     /// The local broker's epoch.
     pub fn epoch(&self) -> &str {
         self.local.epoch()

@@ -26,6 +26,11 @@ pub struct ConflateTopic {
     /// a slow consumer (its backlog is no longer bounded by the keys).
     #[serde(default = "default_max_keys")]
     pub max_keys: usize,
+    /// Most delivery rounds per second for each of these topics (1 to 1000), decided once per
+    /// topic on each node: in between, the latest message per key is held and goes out at the
+    /// interval's end (docs/conflation.md, "Debouncing"). Unset: every message goes at once.
+    #[serde(default)]
+    pub max_rate: Option<u32>,
 }
 
 fn default_threshold() -> usize {
@@ -37,6 +42,8 @@ fn default_max_keys() -> usize {
 
 /// Largest `max_keys`: each key holds one message per slow subscriber.
 const MAX_KEYS_CAP: usize = 100_000;
+/// Largest `max_rate`: one round per millisecond, the debouncer's clock.
+const MAX_RATE_CAP: u32 = 1000;
 
 /// One rule, compiled for the workers.
 #[derive(Debug)]
@@ -49,6 +56,8 @@ pub struct Rule {
     pub threshold: usize,
     /// Most keys held per subscriber and topic.
     pub max_keys: usize,
+    /// Most delivery rounds per second per topic (`max_rate`), if debounced.
+    pub max_rate: Option<u32>,
 }
 
 /// The conflating topics, compiled once per process; empty when none is configured (then
@@ -70,6 +79,7 @@ impl Rules {
                         key: KeySource::parse(&t.key).ok()?,
                         threshold: t.threshold,
                         max_keys: t.max_keys,
+                        max_rate: t.max_rate,
                     })
                 })
                 .collect(),
@@ -84,6 +94,11 @@ impl Rules {
     /// The first rule covering `topic`.
     pub fn for_topic(&self, topic: &str) -> Option<&Rule> {
         self.0.iter().find(|r| r.pattern.matches(topic))
+    }
+
+    /// Whether some topic is debounced (`max_rate`).
+    pub fn debounces(&self) -> bool {
+        self.0.iter().any(|r| r.max_rate.is_some())
     }
 }
 
@@ -110,6 +125,11 @@ impl Config {
                 return Err(bad(format!(
                     "threshold must be between 1 and max_backlog ({}) - 1",
                     self.max_backlog
+                )));
+            }
+            if t.max_rate.is_some_and(|r| r == 0 || r > MAX_RATE_CAP) {
+                return Err(bad(format!(
+                    "max_rate must be between 1 and {MAX_RATE_CAP} (deliveries per second)"
                 )));
             }
             if t.max_keys == 0 || t.max_keys > MAX_KEYS_CAP {
@@ -142,6 +162,10 @@ mod tests {
         assert_eq!(r.key, KeySource::Pointer("/id".into()));
         assert!(rules.for_topic("news").is_none());
         assert!(Rules::of(&config("").unwrap()).is_empty());
+        assert!(!rules.debounces() && r.max_rate.is_none());
+        let c = config("[[conflate_topics]]\npattern = \"p\"\nkey = \"\"\nmax_rate = 5\n").unwrap();
+        assert_eq!(Rules::of(&c).for_topic("p").unwrap().max_rate, Some(5));
+        assert!(Rules::of(&c).debounces());
     }
 
     #[test]
@@ -154,6 +178,8 @@ mod tests {
             ("key = \"/id\"\nthreshold = 65536", "threshold"),
             ("key = \"/id\"\nmax_keys = 0", "max_keys"),
             ("key = \"/id\"\nmax_keys = 100001", "max_keys"),
+            ("key = \"/id\"\nmax_rate = 0", "max_rate"),
+            ("key = \"/id\"\nmax_rate = 1001", "max_rate"),
             ("key = \"/id\"\nkeys = 3", "unknown field"),
         ] {
             let e = config(&table(extra)).unwrap_err();

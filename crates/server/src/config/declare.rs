@@ -465,8 +465,12 @@ impl TomlValue for Vec<super::conflate::ConflateTopic> {
         let tables: Vec<String> = self
             .iter()
             .map(|t| {
+                let rate = t
+                    .max_rate
+                    .map(|r| format!(", max_rate = {r}"))
+                    .unwrap_or_default();
                 format!(
-                    "{{ pattern = {}, key = {}, threshold = {}, max_keys = {} }}",
+                    "{{ pattern = {}, key = {}, threshold = {}, max_keys = {}{rate} }}",
                     toml_string(&t.pattern),
                     toml_string(&t.key),
                     t.threshold,

@@ -507,7 +507,9 @@ settings! {
     /// Conflating topics, as `[[conflate_topics]]` tables: `pattern`, `key` (a JSON pointer
     /// into the message, `/id`), and optionally `threshold` (16384 unsent bytes, from which a
     /// subscriber gets the latest message per key) and `max_keys` (1000 per subscriber and
-    /// topic; past it the subscriber is a slow consumer). Empty by default: every subscriber
+    /// topic; past it the subscriber is a slow consumer), and `max_rate` (delivery rounds per
+    /// second per topic, 1 to 1000, the latest message per key winning in between; unset by
+    /// default). Empty by default: every subscriber
     /// gets every message, and one that falls `max_backlog` behind is closed.
     conflate_topics: Vec<conflate::ConflateTopic> = Vec::new(), file;
     // # pusher: the Pusher Channels protocol (docs/pusher.md).

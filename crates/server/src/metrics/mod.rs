@@ -189,6 +189,9 @@ pub struct Metrics {
     pub http_errors: AtomicU64,
     /// Messages replaced by a newer one with the same key for a slow subscriber (conflation).
     pub conflated_skipped: AtomicU64,
+    /// Messages of a debounced topic (`max_rate`) replaced by a newer one of their key before
+    /// their delivery round.
+    pub debounced: AtomicU64,
     /// Open connections accepted on the TLS listener.
     pub tls_connections: AtomicU64,
     /// Open HTTP/2 connections (their streams are counted by transport, as connections).
@@ -503,6 +506,12 @@ impl Metrics {
             "clarion_conflated_skipped_total",
             "Messages replaced by a newer one of their key for a slow subscriber.",
             l(&self.conflated_skipped),
+        );
+        counter(
+            &mut out,
+            "clarion_debounced_total",
+            "Messages of a max_rate topic replaced by a newer one of their key before delivery.",
+            l(&self.debounced),
         );
         gauge(
             &mut out,

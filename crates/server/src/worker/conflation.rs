@@ -7,7 +7,8 @@
 //! topic, at most `max_keys` messages: the latest per key). While anything is queued, newer
 //! messages of the topic queue behind it, so the subscriber's order stays the queue's. When its
 //! socket takes bytes again and its unsent bytes are below the threshold, the queue is written
-//! until they reach it again or the queue is empty. A message that finds the queue full ends
+//! until they reach it again or the queue is empty (for an HTTP/2 stream: when its
+//! connection's pump has framed its bytes). A message that finds the queue full ends
 //! the subscriber as a slow consumer, as the cap does on other topics.
 #![deny(clippy::wildcard_enum_match_arm)]
 
@@ -125,10 +126,11 @@ impl<S: Socket> Engine<S> {
         let Some(conn) = self.conns.get(k as usize) else {
             return false;
         };
-        // Streams of their own only: a held poll is answered with the run, and an HTTP/2
-        // stream's bytes drain through its connection's pump (it keeps `max_backlog`).
+        // Streams only (a held poll is answered with the run): a connection of its own, or an
+        // HTTP/2 stream, whose bytes drain through its connection's pump (which drains this
+        // backlog as it frames them, `Engine::h2_pump`).
         let writes = match Framing::of(conn.state).delivery(false) {
-            Delivery::Write(_) => conn.stream.is_some(),
+            Delivery::Write(_) => conn.stream.is_some() || self.side.h2_streams().contains_key(&k),
             Delivery::Answer | Delivery::Grip | Delivery::Skip => false,
         };
         if !writes {
@@ -149,7 +151,10 @@ impl<S: Socket> Engine<S> {
         };
         let (mut skipped, mut full) = (0u64, false);
         for (i, m) in run.iter().enumerate() {
-            match b.queue.push(keys.get(i, rule, m), Arc::clone(m)) {
+            match b
+                .queue
+                .push_after(keys.get(i, rule, m), Arc::clone(m), m.debounce_skipped())
+            {
                 Push::Queued => {}
                 Push::Replaced => skipped += 1,
                 Push::Full(_) => {
@@ -191,7 +196,7 @@ impl<S: Socket> Engine<S> {
                 self.side.conflation_mut().remove(&k);
                 return;
             };
-            let (pending, framing) = (conn.backlog_bytes(), Framing::of(conn.state));
+            let pending = conn.backlog_bytes();
             let Some(backlog) = self.side.conflation_mut().get_mut(&k) else {
                 return;
             };
@@ -201,66 +206,83 @@ impl<S: Socket> Engine<S> {
                 }
                 return;
             };
-            let dedicated = conn
-                .state
-                .ws()
-                .and_then(|ws| ws.deflate)
-                .is_some_and(|ext| ext.dedicated())
-                && self.may_dedicate(k);
-            let form = match framing.delivery(dedicated) {
-                Delivery::Write(form) => form,
+            if !self.write_noticed(k, &topic, skipped, &m, Some(cap)) {
                 // No longer a stream subscriber (closing): nothing more to write.
-                Delivery::Answer | Delivery::Grip | Delivery::Skip => {
-                    self.side.conflation_mut().remove(&k);
-                    return;
-                }
-            };
-            let mut frames: Vec<Arc<[u8]>> = Vec::with_capacity(2);
-            if skipped > 0 {
-                let notice = Event::Conflated {
-                    topic: &topic,
-                    skipped,
-                };
-                frames.extend(framing.framed(notice));
+                self.side.conflation_mut().remove(&k);
+                return;
             }
-            let frame = match form {
-                Form::Dedicated { envelope } => {
-                    let (base, op) = if envelope {
-                        (m.encoded(Encoding::WsEnvelope), OpCode::Text)
-                    } else {
-                        (&m.frame, opcode_of(m.kind))
-                    };
-                    self.compress_for(k, base, op)
-                }
-                Form::Frame | Form::Shared(_) | Form::Deflated { .. } => {
-                    let settings = self.frames.deflate_settings;
-                    let shared = pick(&m, form, &settings);
-                    match framing {
-                        // A replaced message leaves EventSource's last id where it was: a
-                        // resume from there replays what this message stands for.
-                        Framing::Sse(_) if skipped > 0 => without_id_line(shared),
-                        Framing::Sse(_)
-                        | Framing::Ws(_)
-                        | Framing::Pusher(_)
-                        | Framing::Lines { .. }
-                        | Framing::Poll(_)
-                        | Framing::Grip
-                        | Framing::H2
-                        | Framing::Request
-                        | Framing::Closing => Arc::clone(shared),
-                    }
-                }
-            };
-            frames.push(frame);
-            if framing.output_is_activity() {
-                if let Some(c) = self.conns.get_mut(k as usize) {
-                    c.last_seen = self.now;
-                }
-            }
-            let refs: Vec<&Arc<[u8]>> = frames.iter().collect();
-            self.write_all_to(k, &refs, Some(cap));
-            self.scratch.tally.delivered += 1;
         }
+    }
+
+    /// Writes `m` to subscriber `k`, after a `conflated` notice for `skipped` messages of
+    /// `topic` when there were any (on SSE then without its `id:` line: see
+    /// docs/conflation.md, "Resuming"). `false` when `k` takes no written messages (a held
+    /// poll, GRIP, closing): nothing is written.
+    pub(crate) fn write_noticed(
+        &mut self,
+        k: u32,
+        topic: &Arc<str>,
+        skipped: u64,
+        m: &Arc<Published>,
+        cap: Option<usize>,
+    ) -> bool {
+        let Some(conn) = self.conns.get(k as usize) else {
+            return false;
+        };
+        let framing = Framing::of(conn.state);
+        let dedicated = conn
+            .state
+            .ws()
+            .and_then(|ws| ws.deflate)
+            .is_some_and(|ext| ext.dedicated())
+            && self.may_dedicate(k);
+        let form = match framing.delivery(dedicated) {
+            Delivery::Write(form) => form,
+            Delivery::Answer | Delivery::Grip | Delivery::Skip => return false,
+        };
+        let mut frames: Vec<Arc<[u8]>> = Vec::with_capacity(2);
+        if skipped > 0 {
+            let notice = Event::Conflated { topic, skipped };
+            frames.extend(framing.framed(notice));
+        }
+        let frame = match form {
+            Form::Dedicated { envelope } => {
+                let (base, op) = if envelope {
+                    (m.encoded(Encoding::WsEnvelope), OpCode::Text)
+                } else {
+                    (&m.frame, opcode_of(m.kind))
+                };
+                self.compress_for(k, base, op)
+            }
+            Form::Frame | Form::Shared(_) | Form::Deflated { .. } => {
+                let settings = self.frames.deflate_settings;
+                let shared = pick(m, form, &settings);
+                match framing {
+                    // A replaced message leaves EventSource's last id where it was: a
+                    // resume from there replays what this message stands for.
+                    Framing::Sse(_) if skipped > 0 => without_id_line(shared),
+                    Framing::Sse(_)
+                    | Framing::Ws(_)
+                    | Framing::Pusher(_)
+                    | Framing::Lines { .. }
+                    | Framing::Poll(_)
+                    | Framing::Grip
+                    | Framing::H2
+                    | Framing::Request
+                    | Framing::Closing => Arc::clone(shared),
+                }
+            }
+        };
+        frames.push(frame);
+        if framing.output_is_activity() {
+            if let Some(c) = self.conns.get_mut(k as usize) {
+                c.last_seen = self.now;
+            }
+        }
+        let refs: Vec<&Arc<[u8]>> = frames.iter().collect();
+        self.write_all_to(k, &refs, cap);
+        self.scratch.tally.delivered += 1;
+        true
     }
 }
 

@@ -52,7 +52,15 @@ impl<S: Socket> Engine<S> {
         let mut filtered_polls: Vec<(u32, Vec<Arc<Published>>)> = Vec::new();
         let mut frames: Vec<&Arc<[u8]>> = Vec::new();
         let shared = Arc::clone(&self.shared);
-        for run in batch.chunk_by(|a, b| a.topic == b.topic && a.presence == b.presence) {
+        // A message that replaced others while debounced (`max_rate`) is a run of its own: it
+        // goes after its `conflated` notice.
+        let same_run = |a: &Arc<Published>, b: &Arc<Published>| {
+            a.topic == b.topic
+                && a.presence == b.presence
+                && a.debounce_skipped() == 0
+                && b.debounce_skipped() == 0
+        };
+        for run in batch.chunk_by(same_run) {
             let Some(first) = run.first() else { continue };
             if first.presence {
                 self.deliver_presence(run);
@@ -116,6 +124,14 @@ impl<S: Socket> Engine<S> {
                         &mut own
                     };
                     if self.conflate_run(k, tid, rule, run, keys) {
+                        continue;
+                    }
+                }
+                if let [m] = run {
+                    let skipped = m.debounce_skipped();
+                    let cap = Some(self.shared.config.max_backlog);
+                    if skipped > 0 && self.write_noticed(k, &m.topic, skipped, m, cap) {
+                        // In full (never a delta: its base was not sent).
                         continue;
                     }
                 }

@@ -392,6 +392,8 @@ impl<S: Socket> Engine<S> {
         let mut finished = Vec::new();
         let streams: Vec<(u32, u32)> = h.conn.bound().collect();
         let mut all = true;
+        // Streams that framed bytes and hold a conflation backlog: written on from it below.
+        let mut drained = Vec::new();
         for (stream, child) in streams {
             // A record dropped while the state was out of the table (during `on_h2`) left its
             // stream bound; its key may serve another stream or connection by now.
@@ -400,6 +402,7 @@ impl<S: Socket> Engine<S> {
                 h.conn.cancel(stream, ErrorCode::Cancel, &mut out);
                 continue;
             };
+            let before = c.backlog_bytes();
             while let Some(front) = c.backlog_front() {
                 let n = h.conn.respond(stream, front, &mut out);
                 let whole = n == front.len();
@@ -407,6 +410,9 @@ impl<S: Socket> Engine<S> {
                 if !whole {
                     break;
                 }
+            }
+            if c.backlog_bytes() < before && self.side.conflation().contains_key(&child) {
+                drained.push(child);
             }
             if c.backlog_bytes() == 0 {
                 if c.state.kind() == Kind::Closing {
@@ -435,6 +441,11 @@ impl<S: Socket> Engine<S> {
         }
         if !out.is_empty() {
             self.write_to(p, &Arc::from(out), None);
+        }
+        // What the pump took made room: conflated messages follow (they mark the connection
+        // dirty again, so the next pump frames them).
+        for child in drained {
+            self.conflate_drain(child);
         }
         if idle_goaway {
             self.start_closing(p, None, CloseReason::HttpDone);

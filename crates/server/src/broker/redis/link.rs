@@ -420,6 +420,10 @@ fn flush(core: &Core, t: &mut Topic, out: &mut Vec<Arc<Published>>) {
                 }
             }
         }
+        // History (Redis) keeps every message; live delivery of a debounced topic may wait.
+        if let Some(d) = core.debounce.get() {
+            out.retain(|m| !d.hold(m));
+        }
         core.fan_out(t, out);
         out.clear();
     }

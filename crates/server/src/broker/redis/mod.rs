@@ -114,6 +114,8 @@ pub(crate) struct Core {
     frozen: AtomicBool,
     /// Topics whose messages get a delta against the previous one (set once at start).
     delta: std::sync::OnceLock<crate::delta::DeltaTopics>,
+    /// Debounced topics (`max_rate`; set once at start).
+    pub(crate) debounce: std::sync::OnceLock<Arc<crate::broker::debounce::Debouncer>>,
 }
 
 /// Topics this node follows, under the one lock.
@@ -256,6 +258,7 @@ impl RedisBroker {
             node_epoch: random_epoch(u64::MAX),
             frozen: AtomicBool::new(false),
             delta: std::sync::OnceLock::new(),
+            debounce: std::sync::OnceLock::new(),
         });
         let mut readers = Vec::new();
         if core.cluster.is_some() {
@@ -454,6 +457,11 @@ impl RedisBroker {
         if !topics.is_empty() {
             let _ = self.core.delta.set(topics);
         }
+    }
+
+    /// Debounces the live delivery of `max_rate` topics (once, at start).
+    pub fn set_debounce(&self, d: Arc<crate::broker::debounce::Debouncer>) {
+        let _ = self.core.debounce.set(d);
     }
 
     /// This process's own epoch: a prefix unique to it (GRIP connection ids), and with `-0` a
