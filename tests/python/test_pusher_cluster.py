@@ -94,3 +94,35 @@ def test_a_triggers_socket_id_and_event_name_apply_on_every_node(cluster, broker
     assert next_event(other)["event"] == "after"
     excluded.close()
     other.close()
+
+
+def join(node, ws, sid, channel, member):
+    auth = lib(node).authenticate(channel, sid, member)
+    return subscribe(ws, channel, auth=auth["auth"], channel_data=auth["channel_data"])
+
+
+def test_a_presence_client_event_carries_its_senders_user_id_on_every_node(cluster):
+    a, b = pair(cluster, "redis", "--pusher-client-messages")
+    ada, ada_sid = connect(a)
+    bob, bob_sid = connect(b)
+    join(a, ada, ada_sid, "presence-room", {"user_id": "ada"})
+    join(b, bob, bob_sid, "presence-room", {"user_id": "bob"})
+    until_heard(a, bob, "presence-room")
+
+    def typing():
+        ada.send(json.dumps({"event": "client-typing", "channel": "presence-room",
+                             "data": {"n": 1}}))
+        try:
+            while True:
+                msg = recv(bob, timeout=0.3)
+                if msg["event"] == "client-typing":
+                    return msg
+        except TimeoutError:
+            return None
+    seen = []
+    wait_until(lambda: seen.append(typing()) or seen[-1] is not None, 10, "the event crosses")
+    got = seen[-1]
+    assert got["user_id"] == "ada", got
+    assert got["channel"] == "presence-room"
+    ada.close()
+    bob.close()

@@ -100,6 +100,11 @@ pub trait Attachment: Any + Send + Sync {
     fn event_name(&self) -> Option<&str> {
         None
     }
+    /// The member who sent it when it is a presence channel's client event (Pusher sends it
+    /// to the channel's other members as `user_id`).
+    fn user_id(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The compressed frames of one message, each built on first use.
@@ -418,9 +423,8 @@ impl Published {
                         base64::engine::general_purpose::STANDARD.encode(self.payload()),
                     ),
                 };
-                let name = self
-                    .attachment
-                    .as_deref()
+                let attachment = self.attachment.as_deref();
+                let name = attachment
                     .and_then(|a| a.event_name())
                     .or(self.event.as_deref())
                     .unwrap_or(PUSHER_DEFAULT_EVENT);
@@ -428,7 +432,7 @@ impl Published {
                     &self.topic,
                     name,
                     &clarion_proto::pusher::server::Data::Text(&data),
-                    None,
+                    attachment.and_then(|a| a.user_id()),
                 );
                 return encode_frame(OpCode::Text, json.as_bytes()).into();
             }

@@ -20,6 +20,8 @@ pub struct PusherEvent {
     pub name: Box<str>,
     /// The connection that must not receive it.
     pub exclude: Option<SocketId>,
+    /// The sender's member id, for a presence channel's client event.
+    pub user_id: Option<Box<str>>,
 }
 
 /// The prefix of the topics of signed-in users (`:` and `/` are in no Pusher channel name, so
@@ -42,7 +44,9 @@ pub fn user_topic(app_id: &str, secret: &str, user_id: &str) -> String {
 
 impl Attachment for PusherEvent {
     fn cost(&self) -> usize {
-        std::mem::size_of::<PusherEvent>() + self.name.len()
+        std::mem::size_of::<PusherEvent>()
+            + self.name.len()
+            + self.user_id.as_ref().map_or(0, |u| u.len())
     }
 
     fn publisher_id(&self) -> Option<&str> {
@@ -53,13 +57,17 @@ impl Attachment for PusherEvent {
         Some(&self.name)
     }
 
-    /// Its name and excluded socket for the other nodes of a cluster.
+    fn user_id(&self) -> Option<&str> {
+        self.user_id.as_deref()
+    }
+
+    /// Its name, excluded socket and sender for the other nodes of a cluster.
     fn encode(&self) -> Option<Vec<u8>> {
         Some(
             Relay {
                 name: &self.name,
                 exclude: self.exclude,
-                user_id: None,
+                user_id: self.user_id.as_deref(),
             }
             .encode(),
         )
@@ -77,6 +85,7 @@ pub fn decode_attachment(bytes: &[u8]) -> Option<Arc<dyn Attachment>> {
     Some(Arc::new(PusherEvent {
         name: r.name.into(),
         exclude: r.exclude,
+        user_id: r.user_id.map(Into::into),
     }))
 }
 
@@ -99,6 +108,7 @@ mod tests {
         let sent = PusherEvent {
             name: "App\\Events\\Shipped".into(),
             exclude: Some(SocketId { high: 12, low: 34 }),
+            user_id: Some("ada".into()),
         };
         let bytes = sent.encode().expect("travels");
         let back = decode_attachment(&bytes).expect("decodes");

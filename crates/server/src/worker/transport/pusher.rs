@@ -423,9 +423,15 @@ impl<S: Socket> Engine<S> {
             let code = ErrorCode::ClientEventRateLimit;
             return self.pusher_send(k, &server::error(code));
         }
+        // On a presence channel, the other members learn who sent it (Pusher's `user_id`).
+        let user_id = match clarion_proto::pusher::channel::classify(channel).map(|c| c.access) {
+            Ok(Access::Presence) => self.shared.presence.as_ref().and_then(|p| p.member_of(self.id, k)),
+            Ok(Access::Public | Access::Private | Access::PrivateEncrypted) | Err(_) => None,
+        };
         let attachment: Arc<dyn crate::message::Attachment> = Arc::new(PusherEvent {
             name: event.into(),
             exclude: Some(socket_id),
+            user_id,
         });
         let out = Outgoing {
             topic: channel,
