@@ -126,3 +126,69 @@ def test_a_presence_client_event_carries_its_senders_user_id_on_every_node(clust
     assert got["channel"] == "presence-room"
     ada.close()
     bob.close()
+
+
+def events(ws, n, name="tick"):
+    """The next `n` events named `name` (probes and other events skipped)."""
+    out = []
+    while len(out) < n:
+        msg = recv(ws)
+        if msg["event"] == name:
+            out.append(msg)
+    return out
+
+
+def test_a_node_killed_the_resume_extension_loses_nothing_and_a_stock_client_resubscribes(
+        cluster):
+    a, b = pair(cluster, "redis")
+    resuming, _ = connect(a)
+    stock, _ = connect(a)
+    subscribe(resuming, "ticks", clarion_since="")
+    subscribe(stock, "ticks")
+    until_heard(b, resuming, "ticks")
+    until_heard(b, stock, "ticks")
+    for i in range(10):
+        lib(b).trigger("ticks", "tick", str(i))
+    before = events(resuming, 10)
+    assert all("clarion_id" in m for m in before), before[0]
+    plain = events(stock, 10)
+    assert [m["data"] for m in plain] == [str(i) for i in range(10)]
+    assert all("clarion_id" not in m for m in plain), "a stock client sees Pusher's form"
+    a.kill9()
+    for i in range(10, 20):
+        lib(b).trigger("ticks", "tick", str(i))
+    # Both reconnect to the surviving node, as pusher-js does.
+    resumed, _ = connect(b)
+    subscribe(resumed, "ticks", clarion_since=before[-1]["clarion_id"])
+    again, _ = connect(b)
+    subscribe(again, "ticks")
+    for i in range(20, 25):
+        lib(b).trigger("ticks", "tick", str(i))
+    after = events(resumed, 15)
+    assert [m["data"] for m in before + after] == [str(i) for i in range(25)], "nothing lost"
+    ids = [m["clarion_id"] for m in before + after]
+    assert len(set(ids)) == 25
+    # Without the extension: Pusher's semantics, live events from the resubscription on.
+    live = events(again, 5)
+    assert [m["data"] for m in live] == [str(i) for i in range(20, 25)]
+    assert all("clarion_id" not in m for m in live)
+    for ws in (resuming, stock, resumed, again):
+        ws.close()
+
+
+def test_a_resume_from_an_id_history_no_longer_holds_gets_a_clarion_gap_event(cluster):
+    a, b = pair(cluster, "redis")
+    lib(a).trigger("gone", "tick", "0")
+    ws, _ = connect(b)
+    subscribe(ws, "gone", clarion_since="0000000000000000-1")
+    gap = events(ws, 1, name="clarion:gap")[0]
+    assert gap["channel"] == "gone"
+    data = json.loads(gap["data"])
+    assert data["type"] == "gap" and data["since"] == "0000000000000000-1", data
+    lib(a).trigger("gone", "tick", "1")
+    for _ in range(3):
+        if events(ws, 1)[0]["data"] == "1":
+            break
+    else:
+        raise AssertionError("the live event after the gap did not come")
+    ws.close()

@@ -116,6 +116,9 @@ mod tests {
             .downcast_ref::<PusherEvent>()
             .expect("a Pusher event");
         assert_eq!(back, &sent);
-        assert!(decode_attachment(b"Pjunk").is_none(), "a damaged part is refused");
+        assert!(
+            decode_attachment(b"Pjunk").is_none(),
+            "a damaged part is refused"
+        );
     }
 }

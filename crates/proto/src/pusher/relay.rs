@@ -158,7 +158,11 @@ mod tests {
         .encode();
         twice.extend_from_slice(&[USER, 0, 1, b'v']);
         assert_eq!(decode(&twice), None);
-        assert_eq!(decode(b"i\0\0\0\x01a"), None, "GRIP content is not a Pusher part");
+        assert_eq!(
+            decode(b"i\0\0\0\x01a"),
+            None,
+            "GRIP content is not a Pusher part"
+        );
         assert_eq!(decode(b"P\0\x02\xff\xfe"), None, "names are UTF-8");
     }
 
