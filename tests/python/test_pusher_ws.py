@@ -364,3 +364,34 @@ def test_published_messages_reach_a_deflate_connection_compressed_once_for_all(s
     # The same compressed bytes for both: one compression per message, shared.
     assert got[0] == got[1]
     assert len(got[0][0]) < len(PRICE) / 2
+
+
+def test_in_dedicated_compression_mode_published_messages_keep_the_connections_context_intact(
+        start_server):
+    import zlib
+
+    import rawws
+    from test_compression import PRICE, masked, read_frame
+
+    server = start(start_server, "--compression", "dedicated", "--compression-threshold", "0")
+    sock, head, rest = rawws.connect(
+        server.clients, f"/app/{APP['key']}?protocol=7",
+        extra_headers="Sec-WebSocket-Extensions: permessage-deflate\r\n")
+    assert "permessage-deflate" in head, head
+    window = zlib.decompressobj(-15)  # the client's window, kept across messages
+
+    def next_json():
+        nonlocal rest
+        rsv, _, payload, rest = read_frame(sock, rest)
+        return json.loads(window.decompress(payload + b"\x00\x00\xff\xff") if rsv else payload)
+
+    assert next_json()["event"] == "pusher:connection_established"
+    sock.sendall(masked(1, json.dumps(
+        {"event": "pusher:subscribe", "data": {"channel": "ticker"}}).encode()))
+    assert next_json()["event"] == "pusher_internal:subscription_succeeded"
+    for _ in range(2):
+        server.publish("ticker", PRICE)
+        assert next_json()["data"] == PRICE
+        sock.sendall(masked(1, b'{"event":"pusher:ping","data":{}}'))
+        assert next_json()["event"] == "pusher:pong"
+    sock.close()

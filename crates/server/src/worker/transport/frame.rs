@@ -141,12 +141,17 @@ pub(crate) enum Form {
 }
 
 /// How a Pusher WebSocket of `mode` takes channel events: with ids when it asked for Clarion's
-/// resume extension; compressed (shared, once per message and window, as `clarion.v1` is, also
-/// in dedicated mode) when it agreed permessage-deflate.
+/// resume extension; compressed (shared, once per message and window, as `clarion.v1` is) when
+/// it agreed permessage-deflate. Not in dedicated mode: its own messages are compressed with a
+/// context the client's window mirrors, which a shared frame in between would break, so
+/// published messages stay uncompressed there (RFC 7692 lets each message choose).
 pub(crate) fn pusher_form(mode: WsMode) -> PusherForm {
     PusherForm {
         ids: mode.role == WsRole::PusherResume,
-        deflate: mode.deflate.map(|ext| ext.small_server_window()),
+        deflate: mode
+            .deflate
+            .filter(|ext| !ext.dedicated())
+            .map(|ext| ext.small_server_window()),
     }
 }
 
