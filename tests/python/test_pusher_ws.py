@@ -328,3 +328,70 @@ def test_a_quiet_client_is_pinged_in_pushers_form_and_closed_with_4201_without_a
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=5)
         assert closed.value.rcvd.code == 4201
+
+
+def test_published_messages_reach_a_deflate_connection_compressed_once_for_all(start_server):
+    import rawws
+    from test_compression import PRICE, inflate, masked, read_frame
+
+    server = start(start_server)
+    conns = []
+    for offer in ("permessage-deflate; client_max_window_bits", "permessage-deflate"):
+        sock, head, rest = rawws.connect(
+            server.clients, f"/app/{APP['key']}?protocol=7",
+            extra_headers=f"Sec-WebSocket-Extensions: {offer}\r\n")
+        assert head.startswith("HTTP/1.1 101") and "permessage-deflate" in head, head
+        _, _, _, rest = read_frame(sock, rest)  # connection_established
+        sub = json.dumps({"event": "pusher:subscribe", "data": {"channel": "ticker"}})
+        sock.sendall(masked(1, sub.encode()))
+        rsv, _, payload, rest = read_frame(sock, rest)
+        text = inflate(payload) if rsv else payload
+        assert json.loads(text)["event"] == "pusher_internal:subscription_succeeded"
+        conns.append((sock, rest))
+    server.publish("ticker", PRICE)
+    lib(server).trigger("ticker", "quote", PRICE)
+    got = []
+    for sock, rest in conns:
+        frames = []
+        for _ in range(2):
+            rsv, op, payload, rest = read_frame(sock, rest)
+            assert rsv and op == 1, "compressed"
+            frames.append(payload)
+            msg = json.loads(inflate(payload))
+            assert msg["channel"] == "ticker" and msg["data"] == PRICE, msg
+        got.append(frames)
+        sock.close()
+    # The same compressed bytes for both: one compression per message, shared.
+    assert got[0] == got[1]
+    assert len(got[0][0]) < len(PRICE) / 2
+
+
+def test_in_dedicated_compression_mode_published_messages_keep_the_connections_context_intact(
+        start_server):
+    import zlib
+
+    import rawws
+    from test_compression import PRICE, masked, read_frame
+
+    server = start(start_server, "--compression", "dedicated", "--compression-threshold", "0")
+    sock, head, rest = rawws.connect(
+        server.clients, f"/app/{APP['key']}?protocol=7",
+        extra_headers="Sec-WebSocket-Extensions: permessage-deflate\r\n")
+    assert "permessage-deflate" in head, head
+    window = zlib.decompressobj(-15)  # the client's window, kept across messages
+
+    def next_json():
+        nonlocal rest
+        rsv, _, payload, rest = read_frame(sock, rest)
+        return json.loads(window.decompress(payload + b"\x00\x00\xff\xff") if rsv else payload)
+
+    assert next_json()["event"] == "pusher:connection_established"
+    sock.sendall(masked(1, json.dumps(
+        {"event": "pusher:subscribe", "data": {"channel": "ticker"}}).encode()))
+    assert next_json()["event"] == "pusher_internal:subscription_succeeded"
+    for _ in range(2):
+        server.publish("ticker", PRICE)
+        assert next_json()["data"] == PRICE
+        sock.sendall(masked(1, b'{"event":"pusher:ping","data":{}}'))
+        assert next_json()["event"] == "pusher:pong"
+    sock.close()

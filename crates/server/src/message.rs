@@ -65,6 +65,8 @@ pub struct Published {
     /// Frames compressed for permessage-deflate subscribers: (plain, envelope) × (15-bit,
     /// 9-bit window). Boxed, so a message nobody compresses pays 8 bytes for them.
     deflated: OnceLock<Box<Deflated>>,
+    /// Its other Pusher frames ([`Published::pusher`]).
+    pusher: OnceLock<Box<PusherFrames>>,
     /// What a publish in another protocol's format carries for that protocol's connections;
     /// `None` for Clarion's own publishes. Read it back with [`Published::attachment`].
     pub attachment: Option<Arc<dyn Attachment>>,
@@ -106,6 +108,11 @@ pub trait Attachment: Any + Send + Sync {
     fn event_name(&self) -> Option<&str> {
         None
     }
+    /// The member who sent it when it is a presence channel's client event (Pusher sends it
+    /// to the channel's other members as `user_id`).
+    fn user_id(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The compressed frames of one message, each built on first use.
@@ -116,6 +123,32 @@ struct Deflated {
     envelope15: OnceLock<Arc<[u8]>>,
     envelope9: OnceLock<Arc<[u8]>>,
 }
+
+/// A message's Pusher frames besides the plain one ([`Encoding::Pusher`]), each built on first
+/// use and shared by every Pusher connection that takes that form: with its id (the resume
+/// extension), and each compressed with a 15- or 9-bit window. Boxed, so a message no Pusher
+/// connection takes so pays 8 bytes for them.
+#[derive(Default)]
+struct PusherFrames {
+    ids: OnceLock<Arc<[u8]>>,
+    plain15: OnceLock<Arc<[u8]>>,
+    plain9: OnceLock<Arc<[u8]>>,
+    ids15: OnceLock<Arc<[u8]>>,
+    ids9: OnceLock<Arc<[u8]>>,
+}
+
+/// How a Pusher connection takes channel events ([`Published::pusher`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PusherForm {
+    /// With `"clarion_id"`: it asked for the resume extension (`docs/pusher.md`).
+    pub ids: bool,
+    /// It agreed permessage-deflate: `Some(small_window)` (the client limited the server's
+    /// window, so 9 bits, else 15).
+    pub deflate: Option<bool>,
+}
+
+/// The Pusher event name of Clarion's gap notice (the resume extension, `docs/pusher.md`).
+pub const PUSHER_GAP_EVENT: &str = "clarion:gap";
 
 /// How shared compressed frames are made (from the configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +184,7 @@ impl Published {
             frame: encode_frame(opcode, payload).into(),
             encoded: Default::default(),
             deflated: OnceLock::new(),
+            pusher: OnceLock::new(),
             attachment: None,
             tags: Box::default(),
             notice: false,
@@ -214,6 +248,7 @@ impl Published {
             frame,
             encoded,
             deflated: OnceLock::new(),
+            pusher: OnceLock::new(),
             attachment: None,
             tags: Box::default(),
             notice: false,
@@ -332,6 +367,41 @@ impl Published {
             };
             compress_frame(base, opcode, if small_window { 9 } else { 15 }, s)
         })
+    }
+
+    /// The channel event a Pusher connection of `form` gets: the shared Pusher frame, with
+    /// `"clarion_id"` when it asked for ids, compressed once per window size when it agreed
+    /// permessage-deflate (under the threshold or not shrinking: uncompressed, as
+    /// [`Published::deflated`]). Gap notices and presence events carry no id.
+    pub fn pusher(&self, form: PusherForm, s: &DeflateSettings) -> &Arc<[u8]> {
+        if !form.ids && form.deflate.is_none() {
+            return self.encoded(Encoding::Pusher);
+        }
+        let slots = self.pusher.get_or_init(Default::default);
+        let plain = if form.ids && !self.notice && !self.presence {
+            slots.ids.get_or_init(|| {
+                let json = String::from_utf8_lossy(frame_payload(self.encoded(Encoding::Pusher)));
+                let json = clarion_proto::pusher::server::with_member(
+                    &json,
+                    "clarion_id",
+                    &self.id_string(),
+                );
+                encode_frame(OpCode::Text, json.as_bytes()).into()
+            })
+        } else {
+            self.encoded(Encoding::Pusher)
+        };
+        let Some(small_window) = form.deflate else {
+            return plain;
+        };
+        let slot = match (form.ids, small_window) {
+            (false, false) => &slots.plain15,
+            (false, true) => &slots.plain9,
+            (true, false) => &slots.ids15,
+            (true, true) => &slots.ids9,
+        };
+        let bits = if small_window { 9 } else { 15 };
+        slot.get_or_init(|| compress_frame(plain, OpCode::Text, bits, s))
     }
 
     /// Steps its topic's `chain` to this message (the broker does, in the topic's delivery
@@ -473,17 +543,17 @@ impl Published {
                         base64::engine::general_purpose::STANDARD.encode(self.payload()),
                     ),
                 };
-                let name = self
-                    .attachment
-                    .as_deref()
+                let attachment = self.attachment.as_deref();
+                let name = attachment
                     .and_then(|a| a.event_name())
                     .or(self.event.as_deref())
                     .unwrap_or(PUSHER_DEFAULT_EVENT);
+                let name = if self.notice { PUSHER_GAP_EVENT } else { name };
                 let json = clarion_proto::pusher::server::channel_event(
                     &self.topic,
                     name,
                     &clarion_proto::pusher::server::Data::Text(&data),
-                    None,
+                    attachment.and_then(|a| a.user_id()),
                 );
                 return encode_frame(OpCode::Text, json.as_bytes()).into();
             }
@@ -675,6 +745,55 @@ mod tests {
             0,
             payload,
         )
+    }
+
+    #[test]
+    fn pusher_frames_carry_ids_on_request_and_are_compressed_once_per_form() {
+        let s = DeflateSettings {
+            threshold: 0,
+            level: 6,
+        };
+        let p = msg(DataKind::Text, Some("e"), "x".repeat(300).as_bytes());
+        let plain = PusherForm {
+            ids: false,
+            deflate: None,
+        };
+        assert!(Arc::ptr_eq(
+            p.pusher(plain, &s),
+            p.encoded(Encoding::Pusher)
+        ));
+        let ids = PusherForm {
+            ids: true,
+            deflate: None,
+        };
+        let with: serde_json::Value =
+            serde_json::from_slice(frame_payload(p.pusher(ids, &s))).unwrap();
+        assert_eq!(with["clarion_id"], "ep-7");
+        assert_eq!(with["event"], "e");
+        for ids in [false, true] {
+            for small in [false, true] {
+                let form = PusherForm {
+                    ids,
+                    deflate: Some(small),
+                };
+                let z = p.pusher(form, &s);
+                assert_eq!(z[0] & 0x40, 0x40, "RSV1: compressed");
+                assert!(Arc::ptr_eq(z, p.pusher(form, &s)), "built once, shared");
+            }
+        }
+        let gap = Gap {
+            topic: "t".into(),
+            since: "old-1".into(),
+            reason: GapReason::Trimmed,
+        };
+        let notice = Published::notice("t".into(), 8, "ep".into(), 0, &gap);
+        let n: serde_json::Value =
+            serde_json::from_slice(frame_payload(notice.pusher(ids, &s))).unwrap();
+        assert_eq!(n["event"], PUSHER_GAP_EVENT);
+        assert!(
+            n.get("clarion_id").is_none(),
+            "a notice is no event to resume from"
+        );
     }
 
     #[test]

@@ -173,7 +173,7 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
             &config,
             &inboxes,
             &metrics,
-            Some(crate::grip::decode_attachment),
+            Some(crate::pusher::decode_attachment),
         )?,
     };
     broker.set_delta_topics(crate::delta::DeltaTopics::from_config(&config));

@@ -53,7 +53,14 @@ pub struct Subscribe {
     pub auth: Option<String>,
     /// For presence channels: the member JSON the signature covers ([`Member::parse`]).
     pub channel_data: Option<String>,
+    /// Clarion's resume extension (`docs/pusher.md`): `"clarion_since"`, the id of the last
+    /// event the client received on this channel (empty: none yet, from now). Present, it
+    /// asks for every later event's id (`"clarion_id"`); stock clients never send it.
+    pub since: Option<String>,
 }
+
+/// Longest `"clarion_since"`: an id is `EPOCH-SEQ`, far shorter.
+pub const MAX_SINCE: usize = 256;
 
 /// Why a client message was refused. None of these closes the connection: the server answers
 /// `pusher:error` with the message (and counts it).
@@ -169,9 +176,17 @@ fn subscribe(data: Option<Value>) -> Result<ClientMessage, ClientError> {
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(ClientError::Field { event: EV, field }),
     };
+    let since = optional("clarion_since")?;
+    if since.as_ref().is_some_and(|s| s.len() > MAX_SINCE) {
+        return Err(ClientError::Field {
+            event: EV,
+            field: "clarion_since",
+        });
+    }
     Ok(ClientMessage::Subscribe(Subscribe {
         auth: optional("auth")?,
         channel_data: optional("channel_data")?,
+        since,
         channel,
         kind,
     }))
@@ -299,6 +314,29 @@ mod tests {
     }
 
     #[test]
+    fn the_resume_extensions_since_is_read_bounded_and_typed() {
+        let sub = |since: &str| {
+            d(&format!(
+                r#"{{"event":"pusher:subscribe","data":{{"channel":"c","clarion_since":{since}}}}}"#
+            ))
+        };
+        match sub(r#""ab12-7""#) {
+            Ok(ClientMessage::Subscribe(s)) => assert_eq!(s.since.as_deref(), Some("ab12-7")),
+            other => panic!("{other:?}"),
+        }
+        match sub(r#""""#) {
+            Ok(ClientMessage::Subscribe(s)) => assert_eq!(s.since.as_deref(), Some("")),
+            other => panic!("{other:?}"),
+        }
+        let field = Err(ClientError::Field {
+            event: "pusher:subscribe",
+            field: "clarion_since",
+        });
+        assert_eq!(sub("7"), field);
+        assert_eq!(sub(&format!("\"{}\"", "1".repeat(MAX_SINCE + 1))), field);
+    }
+
+    #[test]
     fn pusher_js_subscribe_messages_decode() {
         assert_eq!(
             d(r#"{"event":"pusher:subscribe","data":{"auth":"","channel":"my-channel"}}"#),
@@ -310,6 +348,7 @@ mod tests {
                 },
                 auth: Some(String::new()),
                 channel_data: None,
+                since: None,
             }))
         );
         let presence = r#"{"event":"pusher:subscribe","data":{"channel":"presence-cache-r","auth":"k:s","channel_data":"{\"user_id\":1}"}}"#;

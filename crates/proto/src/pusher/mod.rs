@@ -9,6 +9,7 @@
 //! - [`channel`]: channel names and kinds (public, `private-`, `presence-`,
 //!   `private-encrypted-`, `cache-` and their combinations).
 //! - [`socket_id`]: socket ids.
+//! - [`relay`]: a Pusher event's name, excluded socket and user between cluster nodes.
 //! - [`signature`]: channel authorization, user signin and webhook signatures.
 //! - [`signed_request`]: the HTTP API's request signature.
 //! - [`trigger`]: the HTTP API's trigger and batch bodies.
@@ -20,6 +21,7 @@ pub mod channel;
 pub mod client;
 pub mod code;
 mod json_depth;
+pub mod relay;
 pub mod server;
 pub mod signature;
 pub mod signed_request;

@@ -142,6 +142,21 @@ pub fn channel_event(channel: &str, name: &str, data: &Data<'_>, user_id: Option
     out
 }
 
+/// `json`, an object as the functions here write it, with one more string member `key`: how
+/// Clarion's extensions ride on Pusher's messages (`clarion_id`); clients that do not know a
+/// member ignore it.
+pub fn with_member(json: &str, key: &str, value: &str) -> String {
+    let body = json.strip_suffix('}').unwrap_or(json);
+    let mut out = String::with_capacity(json.len() + key.len() + value.len() + 8);
+    out.push_str(body);
+    out.push(',');
+    out.push_str(&quoted(key));
+    out.push(':');
+    out.push_str(&quoted(value));
+    out.push('}');
+    out
+}
+
 fn event(name: &str, channel: Option<&str>, data: &Data<'_>) -> String {
     let mut out = String::with_capacity(64 + name.len());
     out.push_str("{\"event\":");
@@ -163,6 +178,17 @@ fn event(name: &str, channel: Option<&str>, data: &Data<'_>) -> String {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    #[test]
+    fn a_member_added_to_an_event_keeps_it_valid_json() {
+        let e = channel_event("c", "e", &Data::Text("d\"x"), Some("u"));
+        let v: Value =
+            serde_json::from_str(&with_member(&e, "clarion_id", "ab-1\"")).expect("JSON");
+        assert_eq!(v["clarion_id"], "ab-1\"");
+        assert_eq!(v["event"], "e");
+        assert_eq!(v["data"], "d\"x");
+        assert_eq!(v["user_id"], "u");
+    }
 
     /// The frame parsed, and its `data` parsed a second time when it is a string.
     fn parse(frame: &str) -> (Value, Value) {

@@ -203,6 +203,7 @@ fn attachment(t: &Trigger, event: Option<&str>) -> Option<Arc<dyn Attachment>> {
     Some(Arc::new(PusherEvent {
         name: t.name.as_str().into(),
         exclude,
+        user_id: None,
     }))
 }
 

@@ -207,7 +207,7 @@ impl Incoming {
                 m,
                 e,
                 at,
-                Some(crate::grip::decode_attachment),
+                Some(crate::pusher::decode_attachment),
                 &limits,
                 metrics,
             );

@@ -26,7 +26,7 @@ pub const PUSHER_API_OUTCOMES: [&str; 13] = [
 /// What happened on Pusher WebSockets (`/app/{key}`): connections accepted or refused (with
 /// the Pusher error code's reason), and client messages refused, by reason (the decoder's are
 /// `clarion_proto::pusher::client::ClientError::label`s).
-pub const PUSHER_WS_OUTCOMES: [&str; 21] = [
+pub const PUSHER_WS_OUTCOMES: [&str; 22] = [
     "connected",
     "unknown_app",
     "protocol",
@@ -48,6 +48,7 @@ pub const PUSHER_WS_OUTCOMES: [&str; 21] = [
     "client_event_size",
     "signin",
     "terminated",
+    "resume",
 ];
 
 /// Pusher API counters.

@@ -218,6 +218,13 @@ impl Presence {
             .map_or(0, |s| s.rooms())
     }
 
+    /// The member (`sub`) connection `k` is in its rooms as; `None` when it is in none.
+    pub fn member_of(&self, worker: usize, k: u32) -> Option<Box<str>> {
+        let t = lock(&self.tables);
+        let slot = t.conns.get(worker, k).filter(|s| s.rooms() > 0)?;
+        slot.ident.as_ref().map(|i| i.sub().into())
+    }
+
     /// Connection `k` subscribed to room `topic`: it enters, under its identity if it has one.
     /// Its identity's first connection announces a `join` through `broker`.
     pub fn enter(&self, broker: &Broker, worker: usize, k: u32, topic: &Arc<str>) {

@@ -254,7 +254,7 @@ impl<S: Socket> Engine<S> {
                 };
                 self.compress_for(k, base, op)
             }
-            Form::Frame | Form::Shared(_) | Form::Deflated { .. } => {
+            Form::Frame | Form::Shared(_) | Form::Deflated { .. } | Form::Pusher(_) => {
                 let settings = self.frames.deflate_settings;
                 let shared = pick(m, form, &settings);
                 match framing {

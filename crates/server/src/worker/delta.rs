@@ -183,7 +183,8 @@ pub(crate) fn delta_frame<'m>(
             envelope: false, ..
         }
         | Form::Frame
-        | Form::Dedicated { .. } => None,
+        | Form::Dedicated { .. }
+        | Form::Pusher(_) => None,
     }
 }
 

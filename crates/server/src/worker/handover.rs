@@ -131,7 +131,7 @@ impl Fallback {
                 WsRole::Bridge => Some(Fallback::GripBridge),
                 // Its Pusher part (socket id, app, user) is not carried yet: it is told to
                 // reconnect at once (4200) instead.
-                WsRole::Pusher => Some(Fallback::ModeState),
+                WsRole::Pusher | WsRole::PusherResume => Some(Fallback::ModeState),
             },
             State::Proxy => Some(Fallback::GripBackend),
             State::H2 => None,
@@ -375,7 +375,7 @@ pub fn state_to_wire(state: State) -> Option<(u8, u8, Option<u8>, bool)> {
                 WsRole::PubSub => 0,
                 WsRole::Envelope => 1,
                 WsRole::Echo => 2,
-                WsRole::Bridge | WsRole::Pusher => return None,
+                WsRole::Bridge | WsRole::Pusher | WsRole::PusherResume => return None,
             };
             (1, role, m.deflate.map(Ext::bits), m.pinged)
         }

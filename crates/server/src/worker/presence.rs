@@ -16,7 +16,7 @@ use clarion_proto::pubsub::Reply;
 use super::socket::Socket;
 use super::transport::frame::{Event, Form, Framing};
 use super::Engine;
-use crate::message::Published;
+use crate::message::{Encoding, Published};
 
 /// One worker's presence tables.
 #[derive(Default)]
@@ -439,6 +439,8 @@ impl<S: Socket> Engine<S> {
             for m in run.iter().filter(|m| m.id > seen) {
                 frames.push(match form {
                     Form::Shared(e) => m.encoded(e),
+                    // Never a presence form (`Framing::presence_form`): Pusher's own encoding.
+                    Form::Pusher(_) => m.encoded(Encoding::Pusher),
                     Form::Frame | Form::Deflated { .. } | Form::Dedicated { .. } => &m.frame,
                 });
             }

@@ -74,6 +74,9 @@ pub enum WsRole {
     /// The Pusher Channels protocol on `/app/{key}` (`super::transport::pusher`): its
     /// per-connection part is the side table's `pusher` entry.
     Pusher,
+    /// A Pusher connection that asked for Clarion's resume extension (`"clarion_since"` in a
+    /// subscribe): its channel events carry their id (`docs/pusher.md`).
+    PusherResume,
 }
 
 /// A WebSocket's options.

@@ -20,7 +20,7 @@ use clarion_proto::{http1, sse};
 
 use crate::auth::Refusal;
 use crate::log;
-use crate::message::{DeflateSettings, Encoding, Published};
+use crate::message::{DeflateSettings, Encoding, Published, PusherForm};
 use crate::metrics::CloseReason;
 use crate::worker::frames::Frames;
 use crate::worker::socket::Socket;
@@ -136,6 +136,23 @@ pub(crate) enum Form {
     Deflated { envelope: bool, small_window: bool },
     /// Compressed for this connection alone (dedicated mode).
     Dedicated { envelope: bool },
+    /// A Pusher channel event, shared by the Pusher connections of that form.
+    Pusher(PusherForm),
+}
+
+/// How a Pusher WebSocket of `mode` takes channel events: with ids when it asked for Clarion's
+/// resume extension; compressed (shared, once per message and window, as `clarion.v1` is) when
+/// it agreed permessage-deflate. Not in dedicated mode: its own messages are compressed with a
+/// context the client's window mirrors, which a shared frame in between would break, so
+/// published messages stay uncompressed there (RFC 7692 lets each message choose).
+pub(crate) fn pusher_form(mode: WsMode) -> PusherForm {
+    PusherForm {
+        ids: mode.role == WsRole::PusherResume,
+        deflate: mode
+            .deflate
+            .filter(|ext| !ext.dedicated())
+            .map(|ext| ext.small_server_window()),
+    }
 }
 
 impl Framing {
@@ -153,7 +170,7 @@ impl Framing {
     pub(crate) fn of_transport(state: State) -> Framing {
         match state {
             State::Ws(mode) => match mode.role {
-                WsRole::Pusher => Framing::Pusher(mode),
+                WsRole::Pusher | WsRole::PusherResume => Framing::Pusher(mode),
                 WsRole::PubSub | WsRole::Envelope | WsRole::Echo | WsRole::Bridge => {
                     Framing::Ws(mode)
                 }
@@ -190,9 +207,7 @@ impl Framing {
                 Some(e) => Delivery::Write(Form::Shared(e)),
                 None => Delivery::Skip,
             },
-            // Uncompressed even under permessage-deflate (RFC 7692 lets each message choose):
-            // the one shared Pusher frame of each message.
-            Framing::Pusher(_) => Delivery::Write(Form::Shared(Encoding::Pusher)),
+            Framing::Pusher(mode) => Delivery::Write(Form::Pusher(pusher_form(mode))),
             Framing::Poll(_) => Delivery::Answer,
             Framing::Grip => Delivery::Grip,
             Framing::H2 | Framing::Request | Framing::Closing => Delivery::Skip,
@@ -242,7 +257,7 @@ impl Framing {
         match self {
             Framing::Ws(mode) => match mode.role {
                 WsRole::PubSub | WsRole::Envelope => true,
-                WsRole::Echo | WsRole::Bridge | WsRole::Pusher => false,
+                WsRole::Echo | WsRole::Bridge | WsRole::Pusher | WsRole::PusherResume => false,
             },
             // Pusher connections are members of their `presence-` channels.
             Framing::Sse(_) | Framing::Lines { .. } | Framing::Pusher(_) => true,
@@ -381,6 +396,7 @@ pub(crate) fn pick<'m>(m: &'m Published, form: Form, settings: &DeflateSettings)
             envelope,
             small_window,
         } => m.deflated(envelope, small_window, settings),
+        Form::Pusher(form) => m.pusher(form, settings),
     }
 }
 

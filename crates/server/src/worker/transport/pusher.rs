@@ -25,15 +25,15 @@ use clarion_proto::pusher::socket_id::SocketId;
 use clarion_proto::ws::frame::encode_frame;
 use clarion_proto::ws::{CloseCode, DataKind, OpCode};
 
-use crate::broker::{Outgoing, Since};
+use crate::broker::{Outgoing, Since, Subscribed};
 use crate::log;
-use crate::message::{Encoding, Published};
+use crate::message::{Published, PusherForm, PUSHER_GAP_EVENT};
 use crate::metrics::CloseReason;
 use crate::pusher::PusherEvent;
 use crate::worker::socket::Socket;
 use crate::worker::state::{Ext, State, WsMode, WsRole};
 use crate::worker::transport::auth::Checked;
-use crate::worker::transport::frame::Framing;
+use crate::worker::transport::frame::{pick, pusher_form, Form, Framing};
 use crate::worker::transport::pusher_conn::{new_socket_id, PusherConn};
 use crate::worker::Engine;
 
@@ -307,11 +307,16 @@ impl<S: Socket> Engine<S> {
                 &channel_error(channel, ErrorCode::OverCapacity, &message),
             );
         }
+        // Clarion's resume extension: the id it last received on this channel, if any.
+        let resume = s.since.as_deref().filter(|id| !id.is_empty());
+        if s.since.is_some() {
+            self.pusher_resume_on(k);
+        }
         let since_all = format!("{}-0", self.shared.broker.epoch());
-        let since = if s.kind.cache {
-            Since::Id(&since_all)
-        } else {
-            Since::Now
+        let since = match resume {
+            Some(id) => Since::Id(id),
+            None if s.kind.cache => Since::Id(&since_all),
+            None => Since::Now,
         };
         let Some(sub) = self.subscribe_conn(k, &[channel], since, false) else {
             return;
@@ -325,10 +330,14 @@ impl<S: Socket> Engine<S> {
         } else {
             self.pusher_send(k, &server::subscription_succeeded(channel, None));
         }
-        if cached(s.kind) {
+        if resume.is_some() {
+            self.pusher_replay(k, channel, &sub);
+        } else if cached(s.kind) {
             match sub.replay.iter().rev().find(|m| !m.notice) {
                 Some(last) => {
-                    let frame = Arc::clone(last.encoded(Encoding::Pusher));
+                    let settings = self.frames.deflate_settings;
+                    let form = Form::Pusher(self.pusher_form_of(k));
+                    let frame = Arc::clone(pick(last, form, &settings));
                     self.send(k, &frame);
                     self.scratch.tally.delivered += 1;
                 }
@@ -337,6 +346,55 @@ impl<S: Socket> Engine<S> {
                     self.pusher_hook_cache_miss(k, channel);
                 }
             }
+        }
+    }
+
+    /// Connection `k` asked for the resume extension: from now on its channel events carry
+    /// their id (`"clarion_id"`).
+    fn pusher_resume_on(&mut self, k: u32) {
+        let Some(mut mode) = self.conns.get(k as usize).and_then(|c| c.state.ws()) else {
+            return;
+        };
+        if mode.role == WsRole::Pusher {
+            mode.role = WsRole::PusherResume;
+            self.set_state(k, State::Ws(mode));
+            self.shared.metrics.pusher.ws("resume");
+        }
+    }
+
+    /// How Pusher connection `k` takes channel events (ids, compression).
+    fn pusher_form_of(&self, k: u32) -> PusherForm {
+        let mode = self.conns.get(k as usize).and_then(|c| c.state.ws());
+        mode.map_or(
+            PusherForm {
+                ids: false,
+                deflate: None,
+            },
+            pusher_form,
+        )
+    }
+
+    /// What a resumed subscription to `channel` missed: Clarion's gap notices as `clarion:gap`
+    /// events (the messages between could not be replayed), then the missed events, each with
+    /// its id.
+    fn pusher_replay(&mut self, k: u32, channel: &str, sub: &Subscribed) {
+        for g in &sub.gaps {
+            let data = server::Data::Text(&g.json());
+            self.pusher_send(
+                k,
+                &server::channel_event(channel, PUSHER_GAP_EVENT, &data, None),
+            );
+        }
+        let settings = self.frames.deflate_settings;
+        let form = Form::Pusher(self.pusher_form_of(k));
+        let frames: Vec<&Arc<[u8]>> = sub
+            .replay
+            .iter()
+            .map(|m| pick(m, form, &settings))
+            .collect();
+        if !frames.is_empty() {
+            self.deliver_all(k, &frames);
+            self.scratch.tally.delivered += frames.len() as u64;
         }
     }
 
@@ -433,9 +491,19 @@ impl<S: Socket> Engine<S> {
             let code = ErrorCode::ClientEventRateLimit;
             return self.pusher_send(k, &server::error(code));
         }
+        // On a presence channel, the other members learn who sent it (Pusher's `user_id`).
+        let user_id = match clarion_proto::pusher::channel::classify(channel).map(|c| c.access) {
+            Ok(Access::Presence) => self
+                .shared
+                .presence
+                .as_ref()
+                .and_then(|p| p.member_of(self.id, k)),
+            Ok(Access::Public | Access::Private | Access::PrivateEncrypted) | Err(_) => None,
+        };
         let attachment: Arc<dyn crate::message::Attachment> = Arc::new(PusherEvent {
             name: event.into(),
             exclude: Some(socket_id),
+            user_id,
         });
         let out = Outgoing {
             topic: channel,
@@ -532,10 +600,12 @@ impl<S: Socket> Engine<S> {
         if !run.iter().any(excludes) {
             return false;
         }
+        let settings = self.frames.deflate_settings;
+        let form = Form::Pusher(self.pusher_form_of(k));
         let frames: Vec<&Arc<[u8]>> = run
             .iter()
             .filter(|m| !self.pusher_excluded(k, m))
-            .map(|m| m.encoded(Encoding::Pusher))
+            .map(|m| pick(m, form, &settings))
             .collect();
         if !frames.is_empty() {
             self.deliver_all(k, &frames);

@@ -109,7 +109,7 @@ impl<S: Socket> Engine<S> {
                 // The one dispatch on a WebSocket's role for its messages.
                 match role {
                     WsRole::Bridge => self.grip_client_message(k, kind, &payload),
-                    WsRole::Pusher => self.pusher_message(k, kind, &payload),
+                    WsRole::Pusher | WsRole::PusherResume => self.pusher_message(k, kind, &payload),
                     WsRole::Echo => {
                         let op = match kind {
                             DataKind::Text => OpCode::Text,
