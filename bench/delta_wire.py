@@ -243,7 +243,59 @@ def run_once(mode, n, m, procs, interval):
         server.wait(timeout=30)
 
 
+def capture_cases(path, m):
+    """Writes the text frames a `clarion.v1` subscriber gets for the M order books, without
+    and with `delta=1` (no permessage-deflate: what a client's JSON.parse sees), for
+    `bench/delta_apply.mjs`."""
+    binary = os.environ.get("CLARION_BIN", str(ROOT / "target" / "release" / "clarion"))
+    server = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0",
+                               "--delta-topics", TOPIC], stdout=subprocess.PIPE, text=True)
+    try:
+        fields = dict(p.split("=", 1) for p in server.stdout.readline().split()[2:])
+        host, port = fields["clients"].rsplit(":", 1)
+        socks = {}
+        for mode in ("full", "delta"):
+            s = socket.create_connection((host, int(port)))
+            key = base64.b64encode(os.urandom(16)).decode()
+            s.sendall((f"GET /ws?topic={TOPIC}{'&delta=1' if mode == 'delta' else ''} HTTP/1.1\r\n"
+                       f"Host: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                       f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Protocol: clarion.v1\r\n\r\n").encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(4096)
+            socks[mode] = [s, head.split(b"\r\n\r\n", 1)[1], []]
+        time.sleep(0.3)
+        for body in books(m):
+            req = urllib.request.Request(f"http://{fields['api']}/publish/{TOPIC}", data=body.encode(), method="POST")
+            urllib.request.urlopen(req, timeout=30).read()
+        deadline = time.monotonic() + 30
+        for s, buf, frames in socks.values():
+            s.settimeout(1)
+            while len(frames) < m and time.monotonic() < deadline:
+                while len(buf) >= 4:
+                    ln, at = buf[1] & 0x7F, 2
+                    if ln == 126:
+                        ln, at = struct.unpack("!H", buf[2:4])[0], 4
+                    if len(buf) < at + ln:
+                        break
+                    if buf[0] & 0x0F == 0x1:
+                        frames.append(buf[at:at + ln].decode())
+                    buf = buf[at + ln:]
+                if len(frames) < m:
+                    buf += s.recv(1 << 16)
+        out = {mode: v[2] for mode, v in socks.items()}
+        pathlib.Path(path).write_text(json.dumps(out))
+        print(f"{path}: {len(out['full'])} full and {len(out['delta'])} delta-subscription frames, "
+              f"{sum('delta' in json.loads(f) for f in out['delta'])} deltas")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--cases":
+        capture_cases(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 200)
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1")
         return

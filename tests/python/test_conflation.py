@@ -287,3 +287,66 @@ def test_a_slow_http2_stream_of_a_conflating_topic_gets_the_latest_of_each_key_a
         assert seen == last
     finally:
         reader.c.close()
+
+
+def test_a_slow_reader_of_a_conflating_topic_reads_fresh_values_not_stale_buffered_ones(
+    start_server, tmp_path
+):
+    """Conflation only helps with what is still in the server's backlog: old messages already
+    in the output buffer (up to `threshold` bytes) or unsent in the kernel's send buffer are
+    read, stale, before anything conflated. A reader at 50 KB/s of a 20-key ticker updated
+    every few ms must read values a few tenths of a second old (about 40 KB waited
+    ahead of each fresh value before, 0.8 s at this rate)."""
+    server = start(start_server, tmp_path, conflate=True)
+    sock = slow_reader(server, "sse", "px")
+    time.sleep(0.2)
+    reader = Reader(sock, "sse")
+    arrivals = []  # (bytes read so far, time)
+    recv = sock.recv
+
+    def timed_recv(n):
+        chunk = recv(n)
+        arrivals.append((len(reader.data) + len(chunk), time.time()))
+        return chunk
+
+    reader.sock = type("Timed", (), {"recv": staticmethod(timed_recv), "settimeout": sock.settimeout})()
+    reader.start()
+    try:
+        t_end = time.time() + 3
+        n = 0
+        while time.time() < t_end:
+            batch = []
+            for k in range(20):
+                n += 1
+                data = {"k": f"k{k}", "n": n, "t": time.time(), "pad": PAD}
+                batch.append({"topic": "px", "data": json.dumps(data, separators=(",", ":"))})
+            status, _, out = server.request(
+                "POST", "/publish", json.dumps({"messages": batch}).encode(),
+                {"Content-Type": "application/json"},
+            )
+            assert status == 200, out
+            time.sleep(0.01)
+        stopped = time.time()
+        reader.fast.set()
+        server.publish("px", '{"k":"done"}')
+        reader.join(30)
+        assert reader.done and not reader.closed
+        # The age of each message read during the ticker's last two seconds (the first
+        # second fills the buffers): the time its last byte arrived minus its publish time.
+        ages, at = [], 0
+        for block in reader.data.split(b"\n\n"):
+            at += len(block) + 2
+            line = next((ln for ln in block.split(b"\n") if ln.startswith(b"data: {\"k\":\"k")), None)
+            if line is None:
+                continue
+            d = json.loads(line[6:])
+            got = next(t for end, t in arrivals if end >= at - 2)
+            if stopped - 2 <= got <= stopped:
+                ages.append(got - d["t"])
+        ages.sort()
+        assert len(ages) >= 10, ages
+        median = ages[len(ages) // 2]
+        print(f"median age {median:.3f} s over {len(ages)} messages")
+        assert median < 0.5, f"median age {median:.2f} s of {len(ages)}: {ages[::max(1, len(ages) // 10)]}"
+    finally:
+        sock.close()

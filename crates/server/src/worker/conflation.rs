@@ -6,8 +6,8 @@
 //! `threshold` gets that topic's new messages in a [`ConflateQueue`] (one per subscriber and
 //! topic, at most `max_keys` messages: the latest per key). While anything is queued, newer
 //! messages of the topic queue behind it, so the subscriber's order stays the queue's. When its
-//! socket takes bytes again and its unsent bytes are below the threshold, the queue is written
-//! until they reach it again or the queue is empty (for an HTTP/2 stream: when its
+//! socket has taken every byte of its output buffer, the next queued message is written (one
+//! at a time: what is written can no longer be replaced; for an HTTP/2 stream: when its
 //! connection's pump has framed its bytes). A message that finds the queue full ends
 //! the subscriber as a slow consumer, as the cap does on other topics.
 #![deny(clippy::wildcard_enum_match_arm)]
@@ -34,8 +34,6 @@ struct TopicBacklog {
     /// The topic's id in the worker's index.
     tid: u32,
     topic: Arc<str>,
-    /// Unsent bytes below which it is written out.
-    threshold: usize,
     queue: ConflateQueue<Arc<Published>>,
 }
 
@@ -62,7 +60,6 @@ impl Backlogs {
                 self.topics.push(TopicBacklog {
                     tid,
                     topic: Arc::clone(topic),
-                    threshold: rule.threshold,
                     queue: ConflateQueue::new(0, rule.max_keys),
                 });
                 self.topics.len() - 1
@@ -75,7 +72,14 @@ impl Backlogs {
     /// replaced (0: none) and the message. Topics emptied on the way are dropped.
     fn next(&mut self, pending: usize) -> Option<(Arc<str>, u64, Arc<Published>)> {
         self.topics.retain(|t| !t.queue.is_empty());
-        let t = self.topics.iter_mut().find(|t| pending < t.threshold)?;
+        // Only once the output buffer is empty: a message written to it can no longer be
+        // replaced, so a backlog drained up to the threshold made a slow reader read
+        // `threshold` bytes of stale values before each fresh one (docs/conflation.md,
+        // "Latency").
+        if pending > 0 {
+            return None;
+        }
+        let t = self.topics.first_mut()?;
         let mut skipped = 0;
         loop {
             match t.queue.poll()? {
@@ -179,14 +183,14 @@ impl<S: Socket> Engine<S> {
         true
     }
 
-    /// Writes subscriber `k`'s conflated messages while its unsent bytes are below their
-    /// topic's threshold (called after fan-out and when its socket drains).
+    /// Writes subscriber `k`'s conflated messages while its socket takes them whole (its
+    /// output buffer empty; called after fan-out and when its socket drains).
     pub(crate) fn conflate_drain(&mut self, k: u32) {
         if self.side.conflation().is_empty() {
             return;
         }
         let cfg = &self.shared.config;
-        // Written only below the threshold (< max_backlog): at most one message more.
+        // Written only to an empty output buffer: at most one message (and its notice).
         let cap = cfg
             .max_backlog
             .saturating_add(cfg.max_message_size)
