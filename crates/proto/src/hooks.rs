@@ -420,7 +420,14 @@ impl Event<'_> {
 
 /// A webhook request body from encoded events: `{"events":[e1,e2,...]}`.
 pub fn encode_batch<'e>(events: impl IntoIterator<Item = &'e str>) -> Vec<u8> {
-    let mut out = b"{\"events\":[".to_vec();
+    events_body("", events)
+}
+
+/// `{` then `head` (fields that come before the events, each ending in a comma), then
+/// `"events":[e1,e2,...]}`: the body of a webhook request in Clarion's format (no `head`) or
+/// Pusher's (`"time_ms":T,`).
+pub fn events_body<'e>(head: &str, events: impl IntoIterator<Item = &'e str>) -> Vec<u8> {
+    let mut out = format!("{{{head}\"events\":[").into_bytes();
     for (i, e) in events.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');

@@ -102,15 +102,7 @@ impl Event<'_> {
 /// The body of one request: `{"time_ms":T,"events":[...]}` from events encoded by
 /// [`Event::encode`].
 pub fn body<'e>(time_ms: u64, events: impl IntoIterator<Item = &'e str>) -> Vec<u8> {
-    let mut out = format!("{{\"time_ms\":{time_ms},\"events\":[").into_bytes();
-    for (i, e) in events.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(e.as_bytes());
-    }
-    out.extend_from_slice(b"]}");
-    out
+    crate::hooks::events_body(&format!("\"time_ms\":{time_ms},"), events)
 }
 
 /// The two headers of a request carrying `body` for the application `key` / `secret`.
