@@ -47,6 +47,7 @@ export type ErrorKind =
   | 'connect' | 'send' // the transport failed
   | 'token' // getToken() threw or rejected
   | 'delta' // a delta did not apply (another base, a checksum mismatch): the client resubscribes
+  | 'stream' // fragments of an appendable message are missing: the client resubscribes
   | 'unauthorized' // the server refused the token (a fresh one is asked for)
   | 'subscription' // one topic was refused for good (403, invalid name): that subscription only
   | 'server' // an error reply without a topic

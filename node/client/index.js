@@ -371,12 +371,13 @@ export class ClarionClient {
     conn.send(msg);
   }
 
-  // A delta did not apply: subscribe again from the last good message (the server sends what
-  // follows in full first). Nothing of the bad delta reaches the app.
-  _resync(sub, why) {
-    sub.deltaFailures++;
+  // A delta did not apply (kind 'delta'), or fragments of an appendable message are missing
+  // ('stream'): subscribe again from the last good message (the server sends what follows in
+  // full first). Nothing of the bad delta reaches the app.
+  _resync(sub, why, kind = 'delta') {
+    if (kind === 'delta') sub.deltaFailures++;
     sub._resyncing = true;
-    const err = this._error('delta', why, undefined, sub.topic);
+    const err = this._error(kind, why, undefined, sub.topic);
     this._emit(sub._on, 'error', err);
     const conn = this.conn;
     if (!conn || !conn.ready) return;
@@ -532,7 +533,7 @@ const CONTROL = {
     if (!sub || typeof m.id !== 'string' || typeof m.seq !== 'number') return;
     const held = (sub._streams ||= new Map()).get(m.stream) || { text: '', seq: 0 };
     if (m.seq <= held.seq) return; // already in the text held
-    if (m.type === 'append' && m.seq !== held.seq + 1) return client._resync(sub, 'fragments of a stream are missing');
+    if (m.type === 'append' && m.seq !== held.seq + 1) return client._resync(sub, 'fragments of a stream are missing', 'stream');
     const text = m.type === 'append' ? held.text + m.data : m.data;
     sub._streams.set(m.stream, { text, seq: m.seq });
     sub.lastId = m.id;

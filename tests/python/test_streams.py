@@ -206,3 +206,29 @@ def test_a_redis_cluster_refuses_streams_with_501_saying_why(cluster):  # noqa: 
     status, answer = post(node, "t", "stream=open", "x")
     assert status == 501 and "in-memory broker only" in answer["error"], answer
     assert node.metrics()["clarion_stream_refusals_total"] == 1
+
+
+def test_the_python_subscriber_resubscribes_when_fragments_are_missing_with_an_error_of_kind_stream():
+    """Frames handed to the client's own handler, no server: a fragment past the next one is
+    never applied; the app gets an `error` of kind `stream` (not `delta`) and the client
+    subscribes again from the last fragment it applied."""
+    import asyncio
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "client" / "src"))
+    from clarion_client.subscriber import Subscriber, Subscription  # noqa: E402
+
+    events = []
+    client = Subscriber("ws://127.0.0.1:9/ws", on_event=lambda name, d: events.append((name, d)))
+    sub = client.subs["answer"] = Subscription(client, "answer", None)
+
+    async def feed():
+        for seq, mid in [(1, "e-1"), (3, "e-3")]:
+            m = {"type": "append", "topic": "answer", "id": mid, "stream": "s1", "seq": seq, "data": "x"}
+            await client._on_frame(json.dumps(m))
+
+    asyncio.run(feed())
+    assert [(n, d["kind"]) for n, d in events if n == "error"] == [("error", "stream")], events
+    assert sub.last_id == "e-1" and sub._resyncing and sub.delta_failures == 0
+    assert sub._queue.qsize() == 1  # only the first fragment's text reached the app

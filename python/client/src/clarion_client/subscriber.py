@@ -578,7 +578,7 @@ class Subscriber:
                 return
             item = sub._streams.take(m)
             if item == MISSING:
-                await self._resync(sub, "fragments of an appendable message are missing")
+                await self._resync(sub, "fragments of an appendable message are missing", "stream")
                 return
             sub.last_id = m["id"]
             if isinstance(item, StreamText):
@@ -658,12 +658,14 @@ class Subscriber:
         else:
             raise _Drop("protocol", f"unknown message type {kind[:64]!r}")
 
-    async def _resync(self, sub: Subscription, why: str) -> None:
-        """A delta did not apply: subscribe again from the last good message (the server then
-        sends the rest in full first)."""
-        sub.delta_failures += 1
+    async def _resync(self, sub: Subscription, why: str, kind: str = "delta") -> None:
+        """A delta did not apply (`kind` "delta"), or fragments of an appendable message are
+        missing ("stream"): subscribe again from the last good message (the server then sends
+        the rest in full first, a stream's text so far as one message)."""
+        if kind == "delta":
+            sub.delta_failures += 1
         sub._resyncing = True
-        self._emit("error", kind="delta", message=why, topic=sub.topic)
+        self._emit("error", kind=kind, message=why, topic=sub.topic)
         ws = self._ws
         if ws is None or not self._ready:
             return  # the next connection subscribes from last_id anyway
