@@ -54,7 +54,13 @@ async function publish(api, topic, body, binary = false) {
   return res.json();
 }
 
-module.exports = { binary, startServer, publish, stopAll };
+// The Pusher application the Pusher tests configure (docs/pusher.md), and the flags that do it.
+const PUSHER_APP = Object.freeze({ appId: '123', key: 'app1-key', secret: 'app1-secret' });
+function pusherArgs(app = PUSHER_APP) {
+  return ['--pusher-app-id', app.appId, '--pusher-app-key', app.key, '--pusher-app-secret', app.secret];
+}
+
+module.exports = { PUSHER_APP, pusherArgs, binary, startServer, publish, stopAll };
 
 // A TCP proxy in front of `target` ("host:port") whose connections can all be cut at once, to
 // drop clients the way a flaky network does while the server keeps running.

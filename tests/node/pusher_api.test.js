@@ -7,14 +7,14 @@
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const Pusher = require('pusher');
-const { startServer, stopAll, openWs: subscribe } = require('./helpers');
+const { startServer, stopAll, openWs: subscribe, PUSHER_APP, pusherArgs } = require('./helpers');
 
 after(stopAll);
 
-const APP = { appId: '123', key: 'app1-key', secret: 'app1-secret' };
+const APP = PUSHER_APP;
 
 async function start() {
-  return startServer(['--pusher-app-id', APP.appId, '--pusher-app-key', APP.key, '--pusher-app-secret', APP.secret]);
+  return startServer(pusherArgs());
 }
 
 function library(api, secret = APP.secret) {

@@ -14,9 +14,9 @@ const fs = require('node:fs');
 const path = require('node:path');
 const crypto = require('node:crypto');
 const Pusher = require('pusher');
-const { startServer, stopAll, waitFor } = require('./helpers');
+const { startServer, stopAll, waitFor, PUSHER_APP, pusherArgs } = require('./helpers');
 
-const APP = { appId: '123', key: 'app1-key', secret: 'app1-secret' };
+const APP = PUSHER_APP;
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
 const modules = path.join(__dirname, 'node_modules');
 const SCRIPTS = {
@@ -91,7 +91,7 @@ async function logOf(p, what) {
 
 test('Laravel Echo: public, private, encrypted, presence with two pages, whispers', async () => {
   const { clients, api } = await startServer([
-    '--pusher-app-id', APP.appId, '--pusher-app-key', APP.key, '--pusher-app-secret', APP.secret,
+    ...pusherArgs(),
     '--pusher-client-messages',
   ]);
   const i = api.lastIndexOf(':');

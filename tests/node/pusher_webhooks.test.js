@@ -9,9 +9,9 @@ const assert = require('node:assert/strict');
 const http = require('node:http');
 const Pusher = require('pusher');
 const PusherJs = require('pusher-js');
-const { startServer, stopAll, waitFor } = require('./helpers');
+const { startServer, stopAll, waitFor, PUSHER_APP, pusherArgs } = require('./helpers');
 
-const APP = { appId: '123', key: 'app1-key', secret: 'app1-secret' };
+const APP = PUSHER_APP;
 const closers = [];
 after(() => {
   closers.forEach((c) => c());
@@ -43,7 +43,7 @@ test('webhooks in Pusher format pass the npm pusher library\'s isValid()', async
   const other = new Pusher({ ...APP, secret: 'not-the-secret', host: '127.0.0.1', port: '1', useTLS: false });
   const got = await receiver(lib);
   const { clients } = await startServer([
-    '--pusher-app-id', APP.appId, '--pusher-app-key', APP.key, '--pusher-app-secret', APP.secret,
+    ...pusherArgs(),
     '--pusher-webhook-url', got.url, '--webhook-batch-ms', '20',
   ]);
   const i = clients.lastIndexOf(':');

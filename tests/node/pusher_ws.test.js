@@ -10,9 +10,9 @@ const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const Pusher = require('pusher');
 const PusherJs = require('pusher-js');
-const { startServer, stopAll, waitFor } = require('./helpers');
+const { startServer, stopAll, waitFor, PUSHER_APP, pusherArgs } = require('./helpers');
 
-const APP = { appId: '123', key: 'app1-key', secret: 'app1-secret' };
+const APP = PUSHER_APP;
 const clients = [];
 
 after(() => {
@@ -22,7 +22,7 @@ after(() => {
 
 function start(extra = []) {
   return startServer([
-    '--pusher-app-id', APP.appId, '--pusher-app-key', APP.key, '--pusher-app-secret', APP.secret, ...extra,
+    ...pusherArgs(), ...extra,
   ]);
 }
 
