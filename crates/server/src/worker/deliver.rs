@@ -95,8 +95,15 @@ impl<S: Socket> Engine<S> {
             self.filters.begin_run();
             let whole = run;
             let mut keys = RunKeys::default();
+            // Decided once per run: a message that replaced others while debounced, and
+            // whether any subscriber can be a Pusher connection (an application configured).
+            let debounced = match whole {
+                [m] => Some(m.debounce_skipped()).filter(|&n| n > 0),
+                _ => None,
+            };
+            let pusher = shared.pusher.any();
             for &k in &targets {
-                if self.pusher_deliver_excluding(k, run) {
+                if pusher && self.pusher_deliver_excluding(k, run) {
                     continue;
                 }
                 let part;
@@ -127,10 +134,9 @@ impl<S: Socket> Engine<S> {
                         continue;
                     }
                 }
-                if let [m] = run {
-                    let skipped = m.debounce_skipped();
+                if let (Some(skipped), [m]) = (debounced, run) {
                     let cap = Some(self.shared.config.max_backlog);
-                    if skipped > 0 && self.write_noticed(k, &m.topic, skipped, m, cap) {
+                    if self.write_noticed(k, &m.topic, skipped, m, cap) {
                         // In full (never a delta: its base was not sent).
                         continue;
                     }
