@@ -175,12 +175,16 @@ def test_echo_endpoint_is_off_by_default(server):
 
 def test_metrics_follow_connections_and_subscriptions(server):
     async def main():
-        async with connect(server.ws_url(topics=["m1", "m2"])), connect(server.ws_url(topics=["m1"])):
+        async with connect(server.ws_url(topics=["m1", "m2"])) as a, connect(server.ws_url(topics=["m1"])) as b:
             m = await asyncio.to_thread(server.metrics)
             assert m['clarion_connections{transport="ws"}'] == 2
             assert m["clarion_subscriptions"] == 3
             assert m["clarion_topics"] == 2
             await asyncio.to_thread(server.publish, "m1", "x")
+            # Both read it before leaving: a close that reaches the worker before the
+            # publish does would leave nothing to deliver (seen once in CI).
+            for ws in (a, b):
+                assert await asyncio.wait_for(ws.recv(), 10) == "x"
         for _ in range(50):
             m = await asyncio.to_thread(server.metrics)
             if m['clarion_connections{transport="ws"}'] == 0:

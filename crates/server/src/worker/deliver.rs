@@ -95,12 +95,10 @@ impl<S: Socket> Engine<S> {
             self.filters.begin_run();
             let whole = run;
             let mut keys = RunKeys::default();
-            // Decided once per run: a message that replaced others while debounced, and
-            // whether any subscriber can be a Pusher connection (an application configured).
-            let debounced = match whole {
-                [m] => Some(m.debounce_skipped()).filter(|&n| n > 0),
-                _ => None,
-            };
+            // Decided once per run: whether it holds a message that replaced others while
+            // debounced, and whether any subscriber can be a Pusher connection (an
+            // application configured).
+            let debounced = whole.iter().any(|m| m.debounce_skipped() > 0);
             let pusher = shared.pusher.any();
             for &k in &targets {
                 if pusher && self.pusher_deliver_excluding(k, run) {
@@ -134,9 +132,10 @@ impl<S: Socket> Engine<S> {
                         continue;
                     }
                 }
-                if let (Some(skipped), [m]) = (debounced, run) {
+                if let (true, [m]) = (debounced, run) {
+                    let skipped = m.debounce_skipped();
                     let cap = Some(self.shared.config.max_backlog);
-                    if self.write_noticed(k, &m.topic, skipped, m, cap) {
+                    if skipped > 0 && self.write_noticed(k, &m.topic, skipped, m, cap) {
                         // In full (never a delta: its base was not sent).
                         continue;
                     }
