@@ -414,7 +414,7 @@ def test_anonymous_connections_are_listed_when_configured(start_server):
 # --------------------------------------------------------------------------------------------
 # Across a cluster (Redis): one membership, dead nodes reaped, Redis restarts rebuilt.
 
-from cluster_util import cluster, wait_until  # noqa: E402,F401 (fixture)
+from cluster_util import _recv_until, cluster, wait_until  # noqa: E402,F401 (fixture)
 
 
 def node_args(redis):
@@ -489,6 +489,40 @@ def test_a_killed_node_s_members_leave_everywhere(cluster):
                     await v.recv()
 
     asyncio.run(main())
+
+
+def test_a_room_is_on_the_node_s_list_before_its_members_reach_redis(cluster):
+    """The reaper finds a dead node's members through the node's room list, so the list is
+    written first: a node killed between the two writes leaves no member nobody can reap
+    (that window made the kill -9 test above fail now and then)."""
+    redis = cluster.redis()
+    (a,) = cluster.start_nodes(1, *node_args(redis))
+    mon = redis._connect(5)
+    mon.settimeout(10)
+    mon.sendall(b"MONITOR\r\n")
+    seen = _recv_until(mon, b"+OK\r\n").split(b"+OK\r\n", 1)[1]
+
+    def until_applied():
+        nonlocal seen
+        while True:
+            lines = seen.split(b"\r\n")
+            for i, line in enumerate(lines):
+                if b'"apply"' in line and b"room.mon" in line:
+                    return lines[:i]
+            chunk = mon.recv(65536)
+            assert chunk, "MONITOR closed"
+            seen += chunk
+
+    async def main():
+        async with ws(a, "m0", topic="room.mon", presence=False):
+            before = await asyncio.to_thread(until_applied)
+            assert any(b'"SADD"' in line and b"presence:rooms:" in line and b'"room.mon"' in line
+                       for line in before), before[-5:]
+
+    try:
+        asyncio.run(main())
+    finally:
+        mon.close()
 
 
 def test_a_redis_restart_rebuilds_presence_from_live_connections(cluster):

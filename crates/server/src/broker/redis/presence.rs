@@ -151,6 +151,21 @@ impl RedisBroker {
                 None => members.push((Arc::clone(sub), delta, info.clone())),
             }
         }
+        // A room goes on the node's list before its members reach Redis: a node killed
+        // between the two writes must not leave members no reaper can find. A listed room
+        // the node holds nothing in reaps as a no-op.
+        let mut listed = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
+        listed.extend(
+            rooms
+                .iter()
+                .filter(|(_, (conns, members))| {
+                    conns.is_some_and(|c| c.0 > 0) || members.iter().any(|m| m.1 > 0)
+                })
+                .map(|(topic, _)| topic.as_bytes().to_vec()),
+        );
+        if listed.len() > 2 {
+            self.node_call(vec![listed])?;
+        }
         let calls = rooms
             .iter()
             .map(|(topic, (conns, members))| {
@@ -180,8 +195,8 @@ impl RedisBroker {
             })
             .collect();
         let replies = self.presence_run(calls)?;
-        // The node's room list, for reaping: a room is listed while the node has connections
-        // (each apply that moved them says how many are left).
+        // The node's room list, for reaping: a room stays listed while the node has
+        // connections (each apply that moved them says how many are left).
         let mut sadd = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
         let mut srem = vec![b"SREM".to_vec(), rooms_key(&node).into_bytes()];
         for ((topic, _), reply) in rooms.iter().zip(&replies) {
@@ -203,6 +218,12 @@ impl RedisBroker {
     pub fn presence_sync(&self, rooms: &[RoomState]) -> Result<(), Unavailable> {
         let node = self.node_name().to_owned();
         let listed = self.presence_rooms_of(&node)?;
+        // Listed first, as in `presence_apply`: members never sit in a room the list lacks.
+        if !rooms.is_empty() {
+            let mut sadd = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
+            sadd.extend(rooms.iter().map(|r| r.topic.as_bytes().to_vec()));
+            self.node_call(vec![sadd])?;
+        }
         let mut calls = Vec::new();
         for r in rooms {
             let conns = r.connections.to_string();
@@ -219,20 +240,19 @@ impl RedisBroker {
                 self.presence_call("sync", &r.topic, &node, &args),
             ));
         }
-        for gone in listed
+        let gone: Vec<&String> = listed
             .iter()
             .filter(|t| !rooms.iter().any(|r| *r.topic == **t))
-        {
-            calls.push((gone.clone(), self.presence_call("reap", gone, &node, &[])));
+            .collect();
+        for t in &gone {
+            calls.push(((*t).clone(), self.presence_call("reap", t, &node, &[])));
         }
         self.presence_run(calls)?;
-        let mut cmds = vec![vec![b"DEL".to_vec(), rooms_key(&node).into_bytes()]];
-        if !rooms.is_empty() {
-            let mut sadd = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
-            sadd.extend(rooms.iter().map(|r| r.topic.as_bytes().to_vec()));
-            cmds.push(sadd);
+        if !gone.is_empty() {
+            let mut srem = vec![b"SREM".to_vec(), rooms_key(&node).into_bytes()];
+            srem.extend(gone.iter().map(|t| t.as_bytes().to_vec()));
+            self.node_call(vec![srem])?;
         }
-        self.node_call(cmds)?;
         Ok(())
     }
 
