@@ -109,7 +109,10 @@ def main():
         msg_size = len(json.dumps({"k": "k000", "t": time.time(), "pad": "x" * a.pad})) + 40
         slow_bps = a.rate * msg_size * a.slow
         last = {}
+        pub_t = {}
         ages = []
+        fresh_ages = []
+        stale_by = []
         stop = threading.Event()
         state = {"fast": False}
 
@@ -121,7 +124,9 @@ def main():
                 for _ in range(per):
                     k = f"k{n % a.keys:03d}"
                     n += 1
-                    batch.append({"topic": "px", "data": json.dumps({"k": k, "t": time.time(), "n": n, "pad": "x" * a.pad})})
+                    t = time.time()
+                    batch.append({"topic": "px", "data": json.dumps({"k": k, "t": t, "n": n, "pad": "x" * a.pad})})
+                    pub_t[n] = t
                     last[k] = n
                 publish(api, batch)
                 time.sleep(max(0.0, t0 + n / a.rate - time.monotonic()))
@@ -138,7 +143,17 @@ def main():
                         d = json.loads(ln[6:])
                         st["latest"][d["k"]] = d["n"]
                         if not state["fast"]:
-                            ages.append(time.time() - d["t"])
+                            now_t = time.time()
+                            ages.append(now_t - d["t"])
+                            newest = last.get(d["k"], d["n"])
+                            if newest == d["n"]:
+                                fresh_ages.append(now_t - d["t"])
+                            else:
+                                # superseded before it arrived: since when (the publish of
+                                # the next value of its key, n + keys)
+                                nxt = pub_t.get(d["n"] + a.keys)
+                                if nxt is not None:
+                                    stale_by.append(now_t - nxt)
 
         th = threading.Thread(target=ticker, daemon=True)
         th.start()
@@ -198,6 +213,11 @@ def main():
             "keys_x_message_kb": round(a.keys * msg_size / 1024, 1),
             "age_p50_s": round(percentile(ages, 0.5), 3),
             "age_p99_s": round(percentile(ages, 0.99), 3),
+            "fresh_at_arrival": round(len(fresh_ages) / len(ages), 3) if ages else None,
+            "fresh_age_p50_s": round(percentile(fresh_ages, 0.5), 3),
+            "fresh_age_p99_s": round(percentile(fresh_ages, 0.99), 3),
+            "superseded_for_p50_s": round(percentile(stale_by, 0.5), 3),
+            "superseded_for_p99_s": round(percentile(stale_by, 0.99), 3),
             "latest_everywhere_after_stop_s": round(done_at - t_stop, 2) if done_at else None,
         }))
     finally:
