@@ -213,6 +213,10 @@ def main():
             "keys_x_message_kb": round(a.keys * msg_size / 1024, 1),
             "age_p50_s": round(percentile(ages, 0.5), 3),
             "age_p99_s": round(percentile(ages, 0.99), 3),
+            # what the reader achieved: deliveries read per subscriber and second during the
+            # ticker (the target is rate x slow), and the reader's own CPU (one Python thread)
+            "read_per_sub_per_s": round(len(ages) / a.n / a.seconds, 2),
+            "reader_cpu_s": round(sum(os.times()[:2]), 1),
             "fresh_at_arrival": round(len(fresh_ages) / len(ages), 3) if ages else None,
             "fresh_age_p50_s": round(percentile(fresh_ages, 0.5), 3),
             "fresh_age_p99_s": round(percentile(fresh_ages, 0.99), 3),
