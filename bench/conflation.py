@@ -145,15 +145,13 @@ def main():
                         if not state["fast"]:
                             now_t = time.time()
                             ages.append(now_t - d["t"])
-                            newest = last.get(d["k"], d["n"])
-                            if newest == d["n"]:
+                            # the next value of its key is n + keys; it superseded this one
+                            # if it was published (stamped) before this one arrived
+                            nxt = pub_t.get(d["n"] + a.keys)
+                            if nxt is None or nxt > now_t:
                                 fresh_ages.append(now_t - d["t"])
                             else:
-                                # superseded before it arrived: since when (the publish of
-                                # the next value of its key, n + keys)
-                                nxt = pub_t.get(d["n"] + a.keys)
-                                if nxt is not None:
-                                    stale_by.append(now_t - nxt)
+                                stale_by.append(now_t - nxt)
 
         th = threading.Thread(target=ticker, daemon=True)
         th.start()
