@@ -991,8 +991,10 @@ mod tests {
     fn session_is_small_once_established() {
         // The struct itself, which holds the lean record layer inline (rustls' handshake state
         // is boxed and gone once established); the heap it owns is measured by
-        // bench/idle_memory.py --tls.
+        // bench/idle_memory.py --tls. It is the one allocation an idle TLS 1.3 connection
+        // keeps (docs/benchmarks.md, "Where the TLS bytes of an idle connection go"): 328 B on
+        // 64-bit targets, a 336 B malloc chunk; growing it grows every idle connection.
         let size = std::mem::size_of::<Session>();
-        assert!(size < 1024, "{size}");
+        assert!(size <= 328, "{size}");
     }
 }
