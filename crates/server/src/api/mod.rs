@@ -744,8 +744,10 @@ fn dispatch(
                 req.content_type.as_deref(),
                 req.idempotency_key.as_deref(),
                 &body,
-                &tags,
-                conflation_key.as_deref(),
+                &publish::Labels {
+                    tags: &tags,
+                    conflation_key: conflation_key.as_deref(),
+                },
                 shared,
             )
         }

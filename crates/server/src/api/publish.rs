@@ -16,16 +16,28 @@ use crate::message::Attachment;
 use crate::reply::Answer;
 use crate::worker::Shared;
 
+/// What a single publish's query string adds to the message besides its event name.
+#[derive(Clone, Copy)]
+pub(super) struct Labels<'a> {
+    /// Filter tags (`tag.K=V`).
+    pub tags: &'a [(String, String)],
+    /// The conflation key (`conflation_key=K`, docs/conflation.md).
+    pub conflation_key: Option<&'a str>,
+}
+
 pub(super) fn publish_one(
     topic: &str,
     event: Option<&str>,
     content_type: Option<&str>,
     key: Option<&str>,
     body: &[u8],
-    tags: &[(String, String)],
-    conflation_key: Option<&str>,
+    labels: &Labels<'_>,
     shared: &Shared,
 ) -> Answer {
+    let Labels {
+        tags,
+        conflation_key,
+    } = *labels;
     if let Err(e) = validate_topic(topic) {
         return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
     }
