@@ -38,6 +38,36 @@ pub enum KeySource {
 /// Longest key kept: longer ones make the message unkeyed (never replaced).
 pub const MAX_KEY: usize = 256;
 
+/// Why a publisher-given conflation key (`conflation_key`) is refused: the publish is answered
+/// `400` with this text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PublishKeyError {
+    /// An empty key would make every keyless publisher's messages one key.
+    #[error("conflation_key is empty")]
+    Empty,
+    /// Longer than [`MAX_KEY`] bytes (UTF-8).
+    #[error("conflation_key is {0} bytes, more than the {MAX_KEY} allowed")]
+    TooLong(usize),
+    /// A control character (a key is a name, and it is logged).
+    #[error("conflation_key has a control character")]
+    Control,
+}
+
+/// Checks a publisher-given conflation key: 1 to [`MAX_KEY`] bytes of UTF-8 without control
+/// characters.
+pub fn validate_publish_key(key: &str) -> Result<(), PublishKeyError> {
+    if key.is_empty() {
+        return Err(PublishKeyError::Empty);
+    }
+    if key.len() > MAX_KEY {
+        return Err(PublishKeyError::TooLong(key.len()));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(PublishKeyError::Control);
+    }
+    Ok(())
+}
+
 /// Why a key source is refused in configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeySourceError {
@@ -316,6 +346,19 @@ mod tests {
                 Item::Message((0, 3))
             ]
         );
+    }
+
+    #[test]
+    fn a_publishers_key_is_bounded_in_bytes_and_free_of_control_characters() {
+        assert_eq!(validate_publish_key("EURUSD"), Ok(()));
+        assert_eq!(validate_publish_key(&"k".repeat(MAX_KEY)), Ok(()));
+        // 86 three-byte characters: 258 bytes, though only 86 characters.
+        assert_eq!(
+            validate_publish_key(&"€".repeat(86)),
+            Err(PublishKeyError::TooLong(258))
+        );
+        assert_eq!(validate_publish_key(""), Err(PublishKeyError::Empty));
+        assert_eq!(validate_publish_key("a\nb"), Err(PublishKeyError::Control));
     }
 
     #[test]

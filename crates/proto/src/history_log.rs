@@ -490,6 +490,7 @@ mod tests {
             topic: "news",
             body: wire::Body {
                 tags: None,
+                conflation_key: None,
                 kind: DataKind::Text,
                 event: if id.is_multiple_of(2) {
                     Some("tick")

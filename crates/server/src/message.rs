@@ -72,6 +72,8 @@ pub struct Published {
     pub attachment: Option<Arc<dyn Attachment>>,
     /// Its filter tags (`docs/filters.md`), valid by `validate_tags`; empty when untagged.
     pub tags: Box<[(String, String)]>,
+    /// The publisher's conflation key (`conflation_key`, `docs/conflation.md`), if it gave one.
+    pub conflation_key: Option<Box<str>>,
     /// Whether this is a gap notice ([`Published::notice`]) rather than a message.
     pub notice: bool,
     /// Whether this is a presence event ([`Published::presence`]): delivered only to the
@@ -187,6 +189,7 @@ impl Published {
             pusher: OnceLock::new(),
             attachment: None,
             tags: Box::default(),
+            conflation_key: None,
             notice: false,
             presence: false,
             delta: OnceLock::new(),
@@ -251,6 +254,7 @@ impl Published {
             pusher: OnceLock::new(),
             attachment: None,
             tags: Box::default(),
+            conflation_key: None,
             notice: false,
             presence: false,
             delta: OnceLock::new(),

@@ -145,6 +145,7 @@ fn text(topic: &str, payload: &str) -> Outgoing<'static> {
         attachment: None,
         key: None,
         tags: &[],
+        conflation_key: None,
     }
 }
 

@@ -1,5 +1,5 @@
 //! `POST /publish` bodies: `{"messages":[{"topic":..,"data":..[,"encoding":"base64"][,"event":..]
-//! [,"key":..][,"tags":{..}]}]}`.
+//! [,"key":..][,"conflation_key":..][,"tags":{..}]}]}`.
 //!
 //! The body is refused whole only when it is not a batch (not JSON, not that object). Each
 //! message is then decoded and validated on its own, so a bad one is answered with its own error
@@ -27,6 +27,9 @@ struct BatchItem {
     event: Option<String>,
     #[serde(default)]
     key: Option<String>,
+    /// The conflation key (`docs/conflation.md`); `key` is the idempotency key.
+    #[serde(default)]
+    conflation_key: Option<String>,
     /// Filter tags (`docs/filters.md`), string keys and values.
     #[serde(default)]
     tags: std::collections::BTreeMap<String, String>,
@@ -52,6 +55,8 @@ pub struct BatchMessage {
     pub event: Option<String>,
     /// A valid idempotency key (as `Idempotency-Key` for one message), if given.
     pub key: Option<String>,
+    /// A valid conflation key ([`crate::conflate::validate_publish_key`]), if given.
+    pub conflation_key: Option<String>,
     /// Its filter tags, valid by [`crate::filter::validate_tags`] (sorted by key).
     pub tags: Vec<(String, String)>,
 }
@@ -87,6 +92,9 @@ pub enum ItemError {
     /// The idempotency key breaks the key rules.
     #[error("invalid key: {0}")]
     Key(KeyError),
+    /// The conflation key breaks its bounds.
+    #[error("invalid conflation_key: {0}")]
+    ConflationKey(crate::conflate::PublishKeyError),
     /// The tags break the tag bounds.
     #[error("invalid tags: {0}")]
     Tags(crate::filter::TagError),
@@ -111,8 +119,7 @@ pub struct RefusedItem {
 /// What a batch looks like, as the errors state it.
 const SHAPE: &str = r#"an object {"messages": [{"topic": "...", "data": "..."}, ...]}"#;
 /// What one message looks like, as its errors state it.
-const ITEM_SHAPE: &str =
-    r#"{"topic": "...", "data": "..."} with optional "encoding", "event", "key""#;
+const ITEM_SHAPE: &str = r#"{"topic": "...", "data": "..."} with optional "encoding", "event", "key", "conflation_key", "tags""#;
 
 /// Decodes a `POST /publish` body: `Err` when it is not a batch, else one result per message,
 /// in order.
@@ -151,6 +158,13 @@ fn decode_item(v: serde_json::Value) -> Result<BatchMessage, RefusedItem> {
     if let Some(Err(reason)) = m.key.as_deref().map(validate_key) {
         return Err(refuse(ItemError::Key(reason)));
     }
+    if let Some(Err(reason)) = m
+        .conflation_key
+        .as_deref()
+        .map(crate::conflate::validate_publish_key)
+    {
+        return Err(refuse(ItemError::ConflationKey(reason)));
+    }
     if let Err(reason) =
         crate::filter::validate_tags(m.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     {
@@ -172,6 +186,7 @@ fn decode_item(v: serde_json::Value) -> Result<BatchMessage, RefusedItem> {
         payload,
         event: m.event,
         key: m.key,
+        conflation_key: m.conflation_key,
         tags: m.tags.into_iter().collect(),
     })
 }
@@ -206,6 +221,29 @@ mod tests {
         let mut all = decode_batch(body).unwrap();
         assert_eq!(all.len(), 1);
         all.remove(0)
+    }
+
+    #[test]
+    fn batch_messages_carry_a_bounded_conflation_key() {
+        let ok =
+            one(br#"{"messages":[{"topic":"a","data":"x","conflation_key":"EURUSD"}]}"#).unwrap();
+        assert_eq!(ok.conflation_key.as_deref(), Some("EURUSD"));
+        let long = format!(
+            r#"{{"messages":[{{"topic":"a","data":"x","conflation_key":"{}"}}]}}"#,
+            "k".repeat(257)
+        );
+        for bad in [
+            long.as_bytes(),
+            br#"{"messages":[{"topic":"a","data":"x","conflation_key":""}]}"#,
+        ] {
+            assert!(matches!(
+                one(bad),
+                Err(RefusedItem {
+                    error: ItemError::ConflationKey(_),
+                    ..
+                })
+            ));
+        }
     }
 
     #[test]

@@ -13,6 +13,11 @@
 //! is byte for byte what nodes wrote before tags existed, so either reads the other's untagged
 //! messages.
 //!
+//! A publisher-given conflation key (`docs/conflation.md`) follows the tags as `key_len(2) key`
+//! under the `HAS_KEY` flag (0x20, a bit of the version nibble that version 1 never sets): a
+//! body without a key is unchanged, and a node that predates keys refuses a keyed body as of an
+//! unknown version rather than misreading it.
+//!
 //! A live message from the Redis broker is `EPOCH SEQ BODY` (space-separated; the Redis
 //! script that allocates `SEQ` writes the prefix), see [`split_live`].
 
@@ -28,6 +33,7 @@ const BINARY: u8 = 1;
 const HAS_EVENT: u8 = 2;
 const HAS_ATTACHMENT: u8 = 4;
 const HAS_TAGS: u8 = 8;
+const HAS_KEY: u8 = 0x20;
 
 /// One message body as nodes exchange it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +46,8 @@ pub struct Body<'a> {
     pub attachment: Option<&'a [u8]>,
     /// The publication's tags, encoded with [`encode_tags`] (read them with [`decode_tags`]).
     pub tags: Option<&'a [u8]>,
+    /// The publisher's conflation key, valid by [`crate::conflate::validate_publish_key`].
+    pub conflation_key: Option<&'a str>,
     /// The message.
     pub payload: &'a [u8],
 }
@@ -78,6 +86,9 @@ impl Body<'_> {
         if self.tags.is_some() {
             flags |= HAS_TAGS;
         }
+        if self.conflation_key.is_some() {
+            flags |= HAS_KEY;
+        }
         out.push(flags);
         if let Some(e) = self.event {
             // Event names are at most 64 bytes (validate_event_name).
@@ -88,6 +99,12 @@ impl Body<'_> {
             // Bounded tags encode to at most 10,336 bytes (32 × (1 + 64 + 2 + 256) + 1).
             out.extend_from_slice(&(t.len().min(0xffff) as u16).to_be_bytes());
             out.extend_from_slice(t.get(..t.len().min(0xffff)).unwrap_or_default());
+        }
+        if let Some(k) = self.conflation_key {
+            // Valid keys are at most 256 bytes.
+            let k = k.as_bytes();
+            out.extend_from_slice(&(k.len().min(0xffff) as u16).to_be_bytes());
+            out.extend_from_slice(k.get(..k.len().min(0xffff)).unwrap_or_default());
         }
         if let Some(a) = self.attachment {
             out.extend_from_slice(&(a.len() as u32).to_be_bytes());
@@ -100,9 +117,9 @@ impl Body<'_> {
 /// Decodes a body, checking the event name and that text is UTF-8.
 pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
     let (&flags, mut rest) = buf.split_first().ok_or(WireError::Truncated)?;
-    // The four low bits are all flags now (binary, event, attachment, tags): only the
-    // version nibble can be unknown.
-    if flags & VERSION_MASK != VERSION {
+    // The four low bits are all flags now (binary, event, attachment, tags), and so is
+    // `HAS_KEY` in the version nibble: only the rest of that nibble can be unknown.
+    if flags & VERSION_MASK & !HAS_KEY != VERSION {
         return Err(WireError::Version);
     }
     let event = if flags & HAS_EVENT != 0 {
@@ -128,6 +145,20 @@ pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
     } else {
         None
     };
+    let conflation_key = if flags & HAS_KEY != 0 {
+        let (len, tail) = split(rest, 2)?;
+        let n = u16::from_be_bytes([
+            len.first().copied().unwrap_or(0),
+            len.get(1).copied().unwrap_or(0),
+        ]);
+        let (k, tail) = split(tail, usize::from(n))?;
+        let k = std::str::from_utf8(k).map_err(|_| WireError::Invalid)?;
+        crate::conflate::validate_publish_key(k).map_err(|_| WireError::Invalid)?;
+        rest = tail;
+        Some(k)
+    } else {
+        None
+    };
     let attachment = if flags & HAS_ATTACHMENT != 0 {
         let (len, tail) = split(rest, 4)?;
         let mut n = [0; 4];
@@ -149,6 +180,7 @@ pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
         event,
         attachment,
         tags,
+        conflation_key,
         payload: rest,
     })
 }
@@ -236,6 +268,7 @@ mod tests {
             event: None,
             attachment: None,
             tags: None,
+            conflation_key: None,
             payload: b"hello",
         });
         round_trip(Body {
@@ -243,6 +276,7 @@ mod tests {
             event: Some("tick"),
             attachment: Some(b"\x00\xff"),
             tags: None,
+            conflation_key: None,
             payload: &[0xff, 0, 1],
         });
         round_trip(Body {
@@ -250,6 +284,7 @@ mod tests {
             event: None,
             attachment: Some(b""),
             tags: None,
+            conflation_key: None,
             payload: b"",
         });
     }
@@ -267,6 +302,7 @@ mod tests {
             event: Some("tick"),
             attachment: Some(b"a"),
             tags: Some(&t),
+            conflation_key: None,
             payload: b"hi",
         };
         round_trip(b);
@@ -284,6 +320,7 @@ mod tests {
                 event: None,
                 attachment: None,
                 tags: None,
+                conflation_key: None,
                 payload: b"hi"
             }
         );
@@ -299,10 +336,45 @@ mod tests {
     }
 
     #[test]
+    fn conflation_keys_travel_behind_their_flag_and_keyless_bodies_are_unchanged() {
+        let keyed = Body {
+            kind: DataKind::Text,
+            event: Some("tick"),
+            attachment: None,
+            tags: None,
+            conflation_key: Some("EURUSD"),
+            payload: b"1.08",
+        };
+        round_trip(keyed);
+        let mut out = Vec::new();
+        keyed.encode(&mut out);
+        assert_eq!(out[0], 0x32);
+        assert_eq!(&out[out.len() - 12..], b"\x00\x06EURUSD1.08");
+        // Without a key, the bytes are what a node before keys wrote.
+        let mut plain = Vec::new();
+        Body {
+            conflation_key: None,
+            ..keyed
+        }
+        .encode(&mut plain);
+        assert_eq!(plain, b"\x12\x04tick1.08");
+        // A key that breaks the bounds, or is cut short, refuses the body.
+        assert_eq!(decode(b"\x30\x00\x00x"), Err(WireError::Invalid));
+        assert_eq!(decode(b"\x30\x00\x01\x07x"), Err(WireError::Invalid));
+        assert_eq!(decode(b"\x30\x00\x09ab"), Err(WireError::Truncated));
+        let long = "k".repeat(crate::conflate::MAX_KEY + 1);
+        let mut out = vec![0x30];
+        out.extend_from_slice(&(long.len() as u16).to_be_bytes());
+        out.extend_from_slice(long.as_bytes());
+        assert_eq!(decode(&out), Err(WireError::Invalid));
+    }
+
+    #[test]
     fn broken_bodies_are_refused() {
         assert_eq!(decode(b""), Err(WireError::Truncated));
         assert_eq!(decode(b"\x20x"), Err(WireError::Version));
-        assert_eq!(decode(b"\x30x"), Err(WireError::Version));
+        assert_eq!(decode(b"\x50x"), Err(WireError::Version));
+        assert_eq!(decode(b"\x30x"), Err(WireError::Truncated));
         assert_eq!(decode(b"\x12\x05ab"), Err(WireError::Truncated));
         assert_eq!(decode(b"\x12\x02a b"), Err(WireError::Invalid));
         assert_eq!(decode(b"\x14\x00\x00\x01"), Err(WireError::Truncated));

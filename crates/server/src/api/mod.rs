@@ -714,6 +714,7 @@ fn dispatch(
             }
             let mut event = None;
             let mut tags: Vec<(String, String)> = Vec::new();
+            let mut conflation_key = None;
             let mut stream = stream::StreamQuery::default();
             for pair in http1::query_pairs(&req.query) {
                 match pair {
@@ -724,6 +725,7 @@ fn dispatch(
                         }
                     }
                     Ok((k, v)) if k == "event" => event = Some(v),
+                    Ok((k, v)) if k == "conflation_key" => conflation_key = Some(v),
                     Ok((k, v)) if k.starts_with("tag.") => {
                         let key = k.strip_prefix("tag.").unwrap_or_default();
                         tags.push((key.to_owned(), v.into_owned()));
@@ -742,7 +744,10 @@ fn dispatch(
                 req.content_type.as_deref(),
                 req.idempotency_key.as_deref(),
                 &body,
-                &tags,
+                &publish::Labels {
+                    tags: &tags,
+                    conflation_key: conflation_key.as_deref(),
+                },
                 shared,
             )
         }

@@ -16,15 +16,28 @@ use crate::message::Attachment;
 use crate::reply::Answer;
 use crate::worker::Shared;
 
+/// What a single publish's query string adds to the message besides its event name.
+#[derive(Clone, Copy)]
+pub(super) struct Labels<'a> {
+    /// Filter tags (`tag.K=V`).
+    pub tags: &'a [(String, String)],
+    /// The conflation key (`conflation_key=K`, docs/conflation.md).
+    pub conflation_key: Option<&'a str>,
+}
+
 pub(super) fn publish_one(
     topic: &str,
     event: Option<&str>,
     content_type: Option<&str>,
     key: Option<&str>,
     body: &[u8],
-    tags: &[(String, String)],
+    labels: &Labels<'_>,
     shared: &Shared,
 ) -> Answer {
+    let Labels {
+        tags,
+        conflation_key,
+    } = *labels;
     if let Err(e) = validate_topic(topic) {
         return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
     }
@@ -42,6 +55,10 @@ pub(super) fn publish_one(
     if let Err(e) = clarion_proto::filter::validate_tags(named) {
         shared.metrics.filters.refused("tags");
         return Answer::error(400, &format!("invalid tags: {e}"));
+    }
+    if let Some(Err(e)) = conflation_key.map(clarion_proto::conflate::validate_publish_key) {
+        shared.metrics.conflation_key_refusals.fetch_add(1, Relaxed);
+        return Answer::error(400, &format!("invalid conflation_key: {e}"));
     }
     let binary = content_type.is_some_and(|ct| {
         ct.split(';')
@@ -66,6 +83,7 @@ pub(super) fn publish_one(
         attachment: None,
         key,
         tags,
+        conflation_key,
     }]);
     let receipts = match receipts {
         Ok(r) => r,
@@ -108,6 +126,9 @@ pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> An
                 if matches!(r.error, ItemError::Tags(_)) {
                     shared.metrics.filters.refused("tags");
                 }
+                if matches!(r.error, ItemError::ConflationKey(_)) {
+                    shared.metrics.conflation_key_refusals.fetch_add(1, Relaxed);
+                }
                 Some(item_error(400, &r.error.to_string()))
             }
             Ok(m) => permit
@@ -139,6 +160,7 @@ pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> An
                 attachment: None,
                 key: m.key.as_deref(),
                 tags: &m.tags,
+                conflation_key: m.conflation_key.as_deref(),
             }),
             (Ok(_) | Err(_), _, _) => None,
         })
@@ -232,6 +254,8 @@ pub(super) fn publish_grip(
             event: None,
             attachment: Some(Arc::clone(content)),
             key: None,
+            // Pushpin's items have no conflation key: a pointer rule still applies.
+            conflation_key: None,
         })
         .collect();
     if let Err(e) = shared.broker.publish(&outgoing) {

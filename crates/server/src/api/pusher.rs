@@ -163,6 +163,7 @@ fn publish(shared: &Shared, events: &[Trigger]) -> Result<Vec<Published>, Answer
             }
             out.push(Outgoing {
                 tags: &[],
+                conflation_key: None,
                 topic: c,
                 kind: DataKind::Text,
                 payload: t.data.as_bytes(),
@@ -398,6 +399,7 @@ fn terminate(app: &AppConfig, user: &str, shared: &Shared) -> Result<Answer, Ans
         attachment: None,
         key: None,
         tags: &[],
+        conflation_key: None,
     };
     shared.broker.publish(&[out]).map_err(|e| {
         shared.metrics.pusher.api("unavailable");

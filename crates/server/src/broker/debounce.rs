@@ -77,7 +77,7 @@ impl Debouncer {
         let Some(rate) = rule.max_rate else {
             return false;
         };
-        let key = rule.key.key_of(m.payload(), None);
+        let key = rule.key.key_of(m.payload(), m.conflation_key.as_deref());
         let now = self.now_ms();
         let mut topics = lock(&self.topics);
         let d = topics

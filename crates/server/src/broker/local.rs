@@ -485,6 +485,7 @@ impl LocalBroker {
             );
             published.attachment = m.attachment.clone();
             published.tags = m.tags.into();
+            published.conflation_key = m.conflation_key.map(Into::into);
             let published = Arc::new(published);
             if self.live.delta.get().is_some_and(|d| d.matches(m.topic)) {
                 let listened = e.subscribers() > 0;
@@ -658,6 +659,7 @@ mod tests {
     fn text<'a>(topic: &'a str, payload: &'a str) -> Outgoing<'a> {
         Outgoing {
             tags: &[],
+            conflation_key: None,
             topic,
             kind: DataKind::Text,
             payload: payload.as_bytes(),
@@ -1107,6 +1109,7 @@ mod tests {
             let tag = format!("p{i}");
             b.try_publish(&[Outgoing {
                 tags: &[],
+                conflation_key: None,
                 topic: "g",
                 kind: DataKind::Binary,
                 payload: p.as_bytes(),

@@ -97,6 +97,9 @@ pub struct Outgoing<'a> {
     pub key: Option<&'a str>,
     /// Filter tags (`docs/filters.md`), checked with [`clarion_proto::filter::validate_tags`].
     pub tags: &'a [(String, String)],
+    /// The publisher's conflation key (`docs/conflation.md`), checked with
+    /// [`clarion_proto::conflate::validate_publish_key`].
+    pub conflation_key: Option<&'a str>,
 }
 
 impl Outgoing<'_> {
@@ -111,6 +114,7 @@ impl Outgoing<'_> {
             event: self.event,
             attachment: attachment.as_deref(),
             tags: tags.as_deref(),
+            conflation_key: self.conflation_key,
             payload: self.payload,
         }
         .encode(&mut body);

@@ -273,6 +273,7 @@ fn receive(
     let _ = local.try_publish(&[Outgoing {
         topic: &topic,
         tags: &tags,
+        conflation_key: body.conflation_key,
         kind: body.kind,
         payload: body.payload,
         event: body.event,

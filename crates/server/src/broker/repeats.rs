@@ -103,6 +103,7 @@ mod tests {
     fn msg<'a>(topic: &'a str, key: Option<&'a str>) -> Outgoing<'a> {
         Outgoing {
             tags: &[],
+            conflation_key: None,
             topic,
             kind: DataKind::Text,
             payload: b"x",

@@ -111,16 +111,8 @@ impl Config {
                 ConfigError::Invalid(format!("conflate_topics {:?}: {why}", t.pattern))
             };
             Pattern::parse(&t.pattern).map_err(|e| bad(e.to_string()))?;
-            match KeySource::parse(&t.key).map_err(|e| bad(e.to_string()))? {
-                KeySource::Pointer(_) => {}
-                KeySource::PublishField => {
-                    return Err(bad(
-                        "key \"field\" (the publish request's key) is not carried yet; use a \
-                         JSON pointer such as \"/id\""
-                            .into(),
-                    ))
-                }
-            }
+            // A pointer, or "field": the publish request's `conflation_key`.
+            KeySource::parse(&t.key).map_err(|e| bad(e.to_string()))?;
             if t.threshold == 0 || t.threshold >= self.max_backlog {
                 return Err(bad(format!(
                     "threshold must be between 1 and max_backlog ({}) - 1",
@@ -166,6 +158,11 @@ mod tests {
         let c = config("[[conflate_topics]]\npattern = \"p\"\nkey = \"\"\nmax_rate = 5\n").unwrap();
         assert_eq!(Rules::of(&c).for_topic("p").unwrap().max_rate, Some(5));
         assert!(Rules::of(&c).debounces());
+        let c = config("[[conflate_topics]]\npattern = \"p\"\nkey = \"field\"\n").unwrap();
+        assert_eq!(
+            Rules::of(&c).for_topic("p").unwrap().key,
+            KeySource::PublishField
+        );
     }
 
     #[test]
@@ -173,7 +170,6 @@ mod tests {
         let table = |extra: &str| format!("[[conflate_topics]]\npattern = \"p\"\n{extra}");
         for (extra, says) in [
             ("key = \"id\"", "not a JSON pointer"),
-            ("key = \"field\"", "not carried yet"),
             ("key = \"/id\"\nthreshold = 0", "threshold"),
             ("key = \"/id\"\nthreshold = 65536", "threshold"),
             ("key = \"/id\"\nmax_keys = 0", "max_keys"),

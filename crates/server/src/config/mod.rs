@@ -505,7 +505,8 @@ settings! {
         flag "Topics sent as deltas to subscribers that ask (comma-separated patterns)";
     // # conflation: latest wins for slow subscribers (docs/conflation.md).
     /// Conflating topics, as `[[conflate_topics]]` tables: `pattern`, `key` (a JSON pointer
-    /// into the message, `/id`), and optionally `threshold` (16384 unsent bytes, from which a
+    /// into the message, `/id`, or `"field"`: the publish request's `conflation_key`,
+    /// docs/conflation.md), and optionally `threshold` (16384 unsent bytes, from which a
     /// subscriber gets the latest message per key) and `max_keys` (1000 per subscriber and
     /// topic; past it the subscriber is a slow consumer), and `max_rate` (delivery rounds per
     /// second per topic, 1 to 1000, the latest message per key winning in between; unset by

@@ -225,6 +225,7 @@ mod tests {
             for _ in 0..n {
                 let _ = broker.publish(&[Outgoing {
                     tags: &[],
+                    conflation_key: None,
                     topic,
                     kind: DataKind::Text,
                     payload: b"x",

@@ -74,6 +74,7 @@ pub fn keep_logged(
         m.body.payload,
     );
     p.tags = crate::message::decode_tags(m.body.tags);
+    p.conflation_key = m.body.conflation_key.map(Into::into);
     p.attachment = match (m.body.attachment, decode) {
         (Some(bytes), Some(decode)) => decode(bytes),
         _ => None,

@@ -419,6 +419,7 @@ impl HistoryLog {
                         event: m.event.as_deref(),
                         attachment: a.as_deref(),
                         tags: tags.as_deref(),
+                        conflation_key: m.conflation_key.as_deref(),
                         payload: m.payload(),
                     },
                 },

@@ -332,6 +332,7 @@ mod tests {
                     topic: if id % 2 == 0 { "even" } else { "odd" },
                     body: wire::Body {
                         tags: None,
+                        conflation_key: None,
                         kind: DataKind::Text,
                         event: None,
                         attachment: None,

@@ -511,6 +511,7 @@ fn history_frame_bytes(f: &crate::broker::local::Frozen) -> Vec<u8> {
                     event: m.event.as_deref(),
                     attachment: a.as_deref(),
                     tags: tags.as_deref(),
+                    conflation_key: m.conflation_key.as_deref(),
                     payload: m.payload(),
                 },
             },

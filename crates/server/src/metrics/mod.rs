@@ -162,6 +162,9 @@ pub struct Metrics {
     /// Publishes refused for their `Idempotency-Key`: malformed, or on a route that takes
     /// none (`400`).
     pub idempotency_key_errors: AtomicU64,
+    /// Publishes refused for their `conflation_key` (empty, too long, a control character:
+    /// `400`).
+    pub conflation_key_refusals: AtomicU64,
     /// Fragments of appendable messages published (a timeout's closing one included).
     pub stream_fragments: AtomicU64,
     /// Appendable-message publishes refused: unknown or closed stream, past a limit.
@@ -421,6 +424,12 @@ impl Metrics {
             "clarion_idempotency_key_errors_total",
             "Publishes refused (400) for their Idempotency-Key.",
             l(&self.idempotency_key_errors),
+        );
+        counter(
+            &mut out,
+            "clarion_conflation_key_errors_total",
+            "Publishes refused (400) for their conflation_key.",
+            l(&self.conflation_key_refusals),
         );
         counter(
             &mut out,

@@ -103,7 +103,7 @@ impl RunKeys {
             if m.notice {
                 None
             } else {
-                rule.key.key_of(m.payload(), None)
+                rule.key.key_of(m.payload(), m.conflation_key.as_deref())
             }
         };
         match self.0.get_mut(i) {

@@ -297,6 +297,7 @@ impl Harness {
     ) {
         let _ = self.shared.broker.publish(&[Outgoing {
             tags: &[],
+            conflation_key: None,
             topic,
             kind: clarion_proto::ws::DataKind::Text,
             payload: payload.as_bytes(),

@@ -301,6 +301,7 @@ mod tests {
         let open = b.stream("t", StreamOp::Open, "He", 0).unwrap();
         let plain = b.publish(&[Outgoing {
             tags: &[],
+            conflation_key: None,
             topic: "t",
             kind: DataKind::Text,
             payload: b"plain",

@@ -175,6 +175,7 @@ impl Core {
             b.payload,
         );
         m.tags = crate::message::decode_tags(b.tags);
+        m.conflation_key = b.conflation_key.map(Into::into);
         if let (Some(bytes), Some(decode)) = (b.attachment, self.decode_attachment) {
             m.attachment = decode(bytes);
         }

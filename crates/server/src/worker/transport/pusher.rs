@@ -515,6 +515,7 @@ impl<S: Socket> Engine<S> {
             attachment: Some(attachment),
             key: None,
             tags: &[],
+            conflation_key: None,
         };
         match self.shared.broker.publish(&[out]) {
             Ok(_) => {

@@ -427,6 +427,7 @@ impl<S: Socket> Engine<S> {
                 };
                 let msg = Outgoing {
                     tags: &[],
+                    conflation_key: None,
                     topic: &topic,
                     kind,
                     payload: &payload,
