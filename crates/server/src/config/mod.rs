@@ -504,13 +504,12 @@ settings! {
     delta_topics: Vec<String> = Vec::new(),
         flag "Topics sent as deltas to subscribers that ask (comma-separated patterns)";
     // # conflation: latest wins for slow subscribers (docs/conflation.md).
-    /// Conflating topics, as `[[conflate_topics]]` tables: `pattern`, `key` (a JSON pointer
-    /// into the message, `/id`, or `"field"`: the publish request's `conflation_key`,
-    /// docs/conflation.md), and optionally `threshold` (16384 unsent bytes, from which a
-    /// subscriber gets the latest message per key) and `max_keys` (1000 per subscriber and
-    /// topic; past it the subscriber is a slow consumer), and `max_rate` (delivery rounds per
-    /// second per topic, 1 to 1000, the latest message per key winning in between; unset by
-    /// default). Empty by default: every subscriber
+    /// Conflating topics, as `[[conflate_topics]]` tables: `pattern`, `key` (a JSON pointer,
+    /// `/id`, or `"field"` for the publish's `conflation_key`), and optionally `threshold`
+    /// (16384 unsent bytes, from which a subscriber gets the latest message per key),
+    /// `max_keys` (1000 per subscriber and topic; past it the subscriber is a slow consumer)
+    /// and `max_rate` (delivery rounds per second per topic, 1 to 1000, the latest message per
+    /// key winning in between; unset by default). Empty by default: every subscriber
     /// gets every message, and one that falls `max_backlog` behind is closed.
     conflate_topics: Vec<conflate::ConflateTopic> = Vec::new(), file;
     // # pusher: the Pusher Channels protocol (docs/pusher.md).
