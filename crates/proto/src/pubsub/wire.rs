@@ -133,12 +133,7 @@ pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
         None
     };
     let tags = if flags & HAS_TAGS != 0 {
-        let (len, tail) = split(rest, 2)?;
-        let n = u16::from_be_bytes([
-            len.first().copied().unwrap_or(0),
-            len.get(1).copied().unwrap_or(0),
-        ]);
-        let (t, tail) = split(tail, usize::from(n))?;
+        let (t, tail) = split_u16_prefixed(rest)?;
         decode_tags(t)?;
         rest = tail;
         Some(t)
@@ -146,12 +141,7 @@ pub fn decode(buf: &[u8]) -> Result<Body<'_>, WireError> {
         None
     };
     let conflation_key = if flags & HAS_KEY != 0 {
-        let (len, tail) = split(rest, 2)?;
-        let n = u16::from_be_bytes([
-            len.first().copied().unwrap_or(0),
-            len.get(1).copied().unwrap_or(0),
-        ]);
-        let (k, tail) = split(tail, usize::from(n))?;
+        let (k, tail) = split_u16_prefixed(rest)?;
         let k = std::str::from_utf8(k).map_err(|_| WireError::Invalid)?;
         crate::conflate::validate_publish_key(k).map_err(|_| WireError::Invalid)?;
         rest = tail;
@@ -231,6 +221,16 @@ fn split(buf: &[u8], n: usize) -> Result<(&[u8], &[u8]), WireError> {
         return Err(WireError::Truncated);
     }
     Ok(buf.split_at(n))
+}
+
+/// Splits off a field written as a 2-byte big-endian length and its bytes.
+fn split_u16_prefixed(buf: &[u8]) -> Result<(&[u8], &[u8]), WireError> {
+    let (len, tail) = split(buf, 2)?;
+    let n = u16::from_be_bytes([
+        len.first().copied().unwrap_or(0),
+        len.get(1).copied().unwrap_or(0),
+    ]);
+    split(tail, usize::from(n))
 }
 
 /// Splits a live message `EPOCH SEQ BODY` into its epoch, sequence number and body.

@@ -195,20 +195,16 @@ impl RedisBroker {
             })
             .collect();
         let replies = self.presence_run(calls)?;
-        // The node's room list, for reaping: a room stays listed while the node has
-        // connections (each apply that moved them says how many are left).
-        let mut sadd = vec![b"SADD".to_vec(), rooms_key(&node).into_bytes()];
+        // A room leaves the node's list with the node's last connection in it (each apply
+        // says how many are left); it went on the list above when it gained one.
         let mut srem = vec![b"SREM".to_vec(), rooms_key(&node).into_bytes()];
         for ((topic, _), reply) in rooms.iter().zip(&replies) {
-            match reply {
-                Value::Integer(n) if *n > 0 => sadd.push(topic.as_bytes().to_vec()),
-                Value::Integer(0) => srem.push(topic.as_bytes().to_vec()),
-                _ => {}
+            if matches!(reply, Value::Integer(0)) {
+                srem.push(topic.as_bytes().to_vec());
             }
         }
-        let cmds: Vec<Vec<Vec<u8>>> = [sadd, srem].into_iter().filter(|c| c.len() > 2).collect();
-        if !cmds.is_empty() {
-            self.node_call(cmds)?;
+        if srem.len() > 2 {
+            self.node_call(vec![srem])?;
         }
         Ok(())
     }
