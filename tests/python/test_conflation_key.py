@@ -1,7 +1,7 @@
 """Conflation by the publisher's key (`key = "field"`, docs/conflation.md): a publish carries
 `conflation_key` (a query parameter of `POST /publish/{topic}`, a field of a batch message),
 which conflation and `max_rate` debouncing use instead of a JSON pointer; it is bounded (400,
-counted), and travels through Redis to a slow reader on another node. The payloads here carry
+counted), and travels through Redis and NATS to a slow reader on another node. The payloads here carry
 their key under `sym`, where no pointer rule looks: only the publish field can key them."""
 
 import json
@@ -82,8 +82,16 @@ def test_a_slow_reader_is_conflated_by_the_publishers_key(start_server, tmp_path
     check_latest_per_key(reader, server, last, published)
 
 
-def test_a_slow_reader_on_node_b_keeps_the_latest_per_key_published_on_node_a(cluster, tmp_path):
-    _, (a, b) = nodes(cluster, 2, "--config", config(tmp_path))
+@pytest.mark.parametrize("broker", ["redis", "nats"])
+def test_a_slow_reader_on_node_b_keeps_the_latest_per_key_published_on_node_a(cluster, tmp_path, broker):
+    if broker == "redis":
+        _, (a, b) = nodes(cluster, 2, "--config", config(tmp_path))
+    else:
+        a, b = cluster.start_nodes(
+            2, "--broker", cluster.nats().url, "--node-name", "n{i}", "--workers", "2",
+            "--config", config(tmp_path),
+        )
+        time.sleep(0.3)  # node b's interest reaches the NATS server before the first publish
     reader, last, published = read_slowly(b, a)
     check_latest_per_key(reader, b, last, published)
 
