@@ -2,6 +2,8 @@
 // origin and all of them receive a publish within a second; a WebSocket on the same page rides
 // the same HTTP/2 connection (RFC 8441), as the server's metrics show. With HTTP/2 off the same
 // page gets the browser's six connections per origin, and the other EventSources wait.
+// pusher-js on the same page opens its Pusher connection (`/app/{key}`) over that HTTP/2
+// connection too, as a Laravel Echo page does when its EventSources are open.
 'use strict';
 
 const { test, after } = require('node:test');
@@ -10,7 +12,7 @@ const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { binary, startServer, publish, stopAll } = require('./helpers');
+const { binary, startServer, publish, stopAll, PUSHER_APP, pusherArgs } = require('./helpers');
 const { waitFor } = require('./helpers');
 
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
@@ -22,7 +24,9 @@ after(() => {
 execFileSync(binary(), ['cert', '--dev', '--dir', dir]);
 
 const STREAMS = 20;
+const PUSHER_JS = path.join(__dirname, 'node_modules', 'pusher-js', 'dist', 'web', 'pusher.js');
 const PAGE = `<!doctype html><meta charset="utf-8"><title>h2</title>
+<script src="/pusher.js"></script>
 <script>
   const origin = new URLSearchParams(location.search).get('origin');
   window.opens = 0; window.got = []; window.wsOpen = false; window.wsGot = [];
@@ -35,6 +39,18 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>h2</title>
     const ws = new WebSocket(origin + '/ws?topic=h2page');
     ws.onopen = () => { window.wsOpen = true; };
     ws.onmessage = (e) => window.wsGot.push(e.data);
+  };
+  window.pusherGot = [];
+  window.openPusher = () => {
+    const port = Number(new URL(origin).port);
+    const pusher = new Pusher('${PUSHER_APP.key}', {
+      cluster: 'mt1', wsHost: 'localhost', wssPort: port, forceTLS: true,
+      enabledTransports: ['ws'], disableStats: true,
+    });
+    pusher.connection.bind('state_change', (s) => { window.pusherState = s.current; });
+    pusher.subscribe('h2page').bind('message', (d) => window.pusherGot.push(d));
+    pusher.connection.bind('connected', () => { window.pusherId = pusher.connection.socket_id; });
+    window.pusher = pusher;
   };
 </script>`;
 
@@ -66,6 +82,8 @@ async function withPage(serverArgs, run) {
     const origin = `https://localhost:${port}`;
     await page.route(`${origin}/page.html**`, (route) =>
       route.fulfill({ status: 200, contentType: 'text/html; charset=utf-8', body: PAGE }));
+    await page.route(`${origin}/pusher.js`, (route) =>
+      route.fulfill({ status: 200, contentType: 'text/javascript', body: fs.readFileSync(PUSHER_JS) }));
     await page.goto(`${origin}/page.html?origin=wss://localhost:${port}`);
     await run(page, server);
   } finally {
@@ -101,6 +119,25 @@ test('browser over HTTP/2: 20 EventSources and a WebSocket share one connection'
     assert.equal(await metric(server.api, 'clarion_h2_streams'), STREAMS + 1);
     assert.equal(await metric(server.api, 'clarion_connections{transport="ws"}'), 1);
     assert.equal(await metric(server.api, 'clarion_connections{transport="sse"}'), STREAMS);
+  });
+});
+
+test('browser over HTTP/2: pusher-js opens its Pusher connection as a stream of the same connection (RFC 8441)', async () => {
+  await withPage(pusherArgs(), async (page, server) => {
+    const read = (expr) => page.evaluate(expr);
+    await waitFor(async () => (await read('window.opens')) === STREAMS, 15000, `${STREAMS} EventSources to open`);
+    await page.evaluate('window.openPusher()');
+    await waitFor(async () => (await read('window.pusherId')) !== undefined, 10000, 'pusher-js to connect');
+    // Its channel's subscription reaches the topic before the publish.
+    await waitFor(async () => (await metric(server.api, 'clarion_subscriptions')) === STREAMS + 1, 5000,
+      'the Pusher channel to be subscribed');
+    // A message published with Clarion's API reaches Pusher subscribers as event `message`.
+    assert.equal((await publish(server.api, 'h2page', '{"n":1}')).subscribers, STREAMS + 1);
+    await waitFor(async () => (await read('window.pusherGot.length')) === 1, 5000, 'pusher-js to get the event');
+    assert.deepEqual(await read('window.pusherGot'), [{ n: 1 }]);
+    assert.equal(await read('window.pusherState'), 'connected');
+    assert.equal(await metric(server.api, 'clarion_protocol_connections{protocol="h2"}'), 1);
+    assert.equal(await metric(server.api, 'clarion_h2_streams'), STREAMS + 1);
   });
 });
 
