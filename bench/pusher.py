@@ -311,8 +311,9 @@ class Sockudo(Server):
 
 
 def build_sockudo(src):
-    """Builds Sockudo's server from its source tree (default features: the local adapter);
-    its target directory is kept under this repository's target/."""
+    """Builds Sockudo's server from its source tree (default features: the local adapter;
+    one of its dependencies needs `protoc`: `apt-get install protobuf-compiler`); its target
+    directory is kept under this repository's target/."""
     target = ROOT / "target" / "peers" / "sockudo"
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", "sockudo", "--bin", "sockudo"],
                    cwd=src, env=dict(os.environ, CARGO_TARGET_DIR=str(target)), check=True)

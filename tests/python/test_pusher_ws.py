@@ -366,6 +366,42 @@ def test_published_messages_reach_a_deflate_connection_compressed_once_for_all(s
     assert len(got[0][0]) < len(PRICE) / 2
 
 
+def test_presence_events_reach_a_deflate_connection_compressed(start_server):
+    import rawws
+    from test_compression import inflate, masked, read_frame
+
+    server = start(start_server)
+    sock, head, rest = rawws.connect(
+        server.clients, f"/app/{APP['key']}?protocol=7",
+        extra_headers="Sec-WebSocket-Extensions: permessage-deflate\r\n")
+    assert "permessage-deflate" in head, head
+
+    def next_json():
+        nonlocal rest
+        rsv, op, payload, rest = read_frame(sock, rest)
+        assert op == 1
+        return rsv, json.loads(inflate(payload) if rsv else payload)
+
+    _, hello = next_json()
+    sid = json.loads(hello["data"])["socket_id"]
+    me = {"user_id": "1"}
+    auth = lib(server).authenticate("presence-room", sid, me)["auth"]
+    sock.sendall(masked(1, json.dumps({"event": "pusher:subscribe", "data": {
+        "channel": "presence-room", "auth": auth, "channel_data": json.dumps(me)}}).encode()))
+    assert next_json()[1]["event"] == "pusher_internal:subscription_succeeded"
+    # A member whose info is long enough to compress (over compression_threshold).
+    info = {"name": "Ada Lovelace", "bio": "analytical engine " * 20}
+    with connect(server) as b:
+        join(b, established(b), server, "presence-room", {"user_id": "2", "user_info": info})
+        rsv, added = next_json()
+        assert added["event"] == "pusher_internal:member_added", added
+        assert json.loads(added["data"]) == {"user_id": "2", "user_info": info}
+        assert rsv, "member_added compressed"
+    rsv, removed = next_json()
+    assert removed["event"] == "pusher_internal:member_removed", removed
+    sock.close()
+
+
 def test_in_dedicated_compression_mode_published_messages_keep_the_connections_context_intact(
         start_server):
     import zlib

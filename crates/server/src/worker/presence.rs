@@ -16,7 +16,7 @@ use clarion_proto::pubsub::Reply;
 use super::socket::Socket;
 use super::transport::frame::{Event, Form, Framing};
 use super::Engine;
-use crate::message::{Encoding, Published};
+use crate::message::Published;
 
 /// One worker's presence tables.
 #[derive(Default)]
@@ -430,6 +430,7 @@ impl<S: Socket> Engine<S> {
         let Some(listeners) = self.side.presence().listeners.get(&tid).cloned() else {
             return;
         };
+        let settings = self.frames.deflate_settings;
         let mut frames: Vec<&Arc<[u8]>> = Vec::with_capacity(run.len());
         for (k, seen) in listeners {
             frames.clear();
@@ -439,8 +440,7 @@ impl<S: Socket> Engine<S> {
             for m in run.iter().filter(|m| m.id > seen) {
                 frames.push(match form {
                     Form::Shared(e) => m.encoded(e),
-                    // Never a presence form (`Framing::presence_form`): Pusher's own encoding.
-                    Form::Pusher(_) => m.encoded(Encoding::Pusher),
+                    Form::Pusher(form) => m.pusher(form, &settings),
                     Form::Frame | Form::Deflated { .. } | Form::Dedicated { .. } => &m.frame,
                 });
             }

@@ -240,8 +240,9 @@ impl Framing {
             // Presence events are typed: SSE names them, whatever the data format.
             Framing::Sse(_) => Some(Form::Shared(Encoding::Sse)),
             Framing::Lines { .. } => Some(Form::Shared(Encoding::NdjsonChunk)),
-            // Pusher's form of a join or leave: `pusher_internal:member_added`/`_removed`.
-            Framing::Pusher(_) => Some(Form::Shared(Encoding::Pusher)),
+            // Pusher's form of a join or leave: `pusher_internal:member_added`/`_removed`,
+            // compressed as its channel events are (a presence event never carries an id).
+            Framing::Pusher(mode) => Some(Form::Pusher(pusher_form(mode))),
             Framing::Poll(_)
             | Framing::Grip
             | Framing::H2
