@@ -468,19 +468,7 @@ impl Engine<mio::net::TcpStream> {
         if let Some(why) = Fallback::of_state(conn.state) {
             return Some(why);
         }
-        // A Pusher connection without its own part and application (one refused before it
-        // was established, which is closing) has no record the new process could serve.
-        let pusher_role = conn
-            .state
-            .ws()
-            .is_some_and(|m| matches!(m.role, WsRole::Pusher | WsRole::PusherResume));
-        let pusher_part = self
-            .side
-            .pusher()
-            .get(&k)
-            .and_then(|p| s.pusher.get(p.app))
-            .is_some();
-        if pusher_role && !pusher_part {
+        if self.pusher_part_missing(k, conn.state) {
             return Some(Fallback::Closing);
         }
         if conn.rx.in_compressed_message() {

@@ -16,6 +16,7 @@ use clarion_proto::handover_state::{
 use clarion_proto::pusher::socket_id::SocketId;
 
 use super::socket::Socket;
+use super::state::{State, WsRole};
 use super::transport::pusher_conn::{Membership, PusherConn};
 use super::Engine;
 use crate::broker::Since;
@@ -268,6 +269,21 @@ impl<S: Socket> Engine<S> {
         if mode.is_some_and(|m| m.pusher.is_some()) {
             self.pusher_count_members(k);
         }
+    }
+
+    /// Whether connection `k`, in `state`, is a Pusher WebSocket without its own part and
+    /// application (one refused before it was established, which is closing): its record
+    /// would name a Pusher role with no Pusher part, which the new process could not serve.
+    pub(super) fn pusher_part_missing(&self, k: u32, state: State) -> bool {
+        let pusher_role = state
+            .ws()
+            .is_some_and(|m| matches!(m.role, WsRole::Pusher | WsRole::PusherResume));
+        let part = self
+            .side
+            .pusher()
+            .get(&k)
+            .and_then(|p| self.shared.pusher.get(p.app));
+        pusher_role && part.is_none()
     }
 
     /// Puts Pusher connection `k`'s own part back, before it subscribes again (its channels'
