@@ -157,7 +157,9 @@ pub enum ConnState<'a> {
     Http,
     /// A WebSocket.
     Ws {
-        /// 0 pub/sub, 1 the `clarion.v1` envelope, 2 echo.
+        /// 0 pub/sub, 1 the `clarion.v1` envelope, 2 echo, 3 Pusher, 4 Pusher with Clarion's
+        /// resume extension (a Pusher role exactly when the record's mode state has a Pusher
+        /// part, [`crate::handover_state::PusherState`]).
         role: u8,
         /// The packed permessage-deflate parameters, when negotiated.
         deflate: Option<u8>,
@@ -692,7 +694,7 @@ fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Er
         0 => ConnState::Http,
         1 => {
             let role = r.u8()?;
-            if role > 2 {
+            if role > 4 {
                 return Err(Error::Malformed(r.what));
             }
             let has = r.flag()?;
@@ -732,6 +734,11 @@ fn decode_conn<'a>(r: &mut Reader<'a>, outer: bool) -> Result<ConnRecord<'a>, Er
     } else {
         None
     };
+    // A Pusher WebSocket exactly when its Pusher part is there.
+    let pusher_role = matches!(state, ConnState::Ws { role: 3 | 4, .. });
+    if pusher_role != mode.as_ref().is_some_and(|m| m.pusher.is_some()) {
+        return Err(Error::Malformed(r.what));
+    }
     let tls = decode_tls(r)?;
     let deflate = decode_deflate(r, &state)?;
     let h2 = if outer { decode_h2(r)? } else { None };
@@ -981,7 +988,39 @@ mod tests {
             Frame::Positions(vec![("news", "k3x9-41"), ("a/b", "q2-0")]),
             Frame::Positions(Vec::new()),
             Frame::Conns(grip_records()),
+            Frame::Conns(pusher_records()),
         ]
+    }
+
+    /// Pusher connections: one with compression (its deflater's window) in presence and
+    /// public channels, one with the resume extension.
+    fn pusher_records() -> Vec<ConnRecord<'static>> {
+        let mode = ModeState {
+            pusher: Some(crate::handover_state::tests::pusher()),
+            ..crate::handover_state::tests::full()
+        };
+        let record = |role, deflate: Option<u8>| ConnRecord {
+            worker: 1,
+            state: ConnState::Ws {
+                role,
+                deflate,
+                pinged: role == 4,
+            },
+            idle: 2,
+            peer: 7,
+            input: b"",
+            output: b"",
+            topics: vec!["presence-room", "ticker"],
+            mode: Some(mode.clone()),
+            tls: None,
+            deflate: DeflateWindows {
+                deflater: deflate.map(|_| &b"{\"event\":\"quote\"}"[..]),
+                inflater: None,
+            },
+            h2: None,
+            grip: None,
+        };
+        vec![record(3, Some(0b0010_0111)), record(4, None)]
     }
 
     /// Connections a GRIP backend holds: a chunked stream with its keep-alive, a
@@ -1077,6 +1116,36 @@ mod tests {
     }
 
     #[test]
+    fn a_pusher_role_goes_exactly_with_a_pusher_part() {
+        let good = pusher_records();
+        for (i, r) in good.iter().enumerate() {
+            let mut buf = Vec::new();
+            encode(&Frame::Conns(vec![r.clone()]), &mut buf);
+            assert_eq!(
+                decode(&buf),
+                Ok(Some((Frame::Conns(vec![r.clone()]), buf.len())))
+            );
+            // The same record without its Pusher part, or as a pub/sub one with it: refused.
+            let mut bare = r.clone();
+            if let Some(m) = bare.mode.as_mut() {
+                m.pusher = None;
+            }
+            let mut plain = r.clone();
+            plain.state = ConnState::Ws {
+                role: 0,
+                deflate: None,
+                pinged: false,
+            };
+            plain.deflate = DeflateWindows::default();
+            for wrong in [bare, plain] {
+                let mut buf = Vec::new();
+                encode(&Frame::Conns(vec![wrong]), &mut buf);
+                assert!(decode(&buf).is_err(), "record {i}");
+            }
+        }
+    }
+
+    #[test]
     fn every_frame_round_trips_and_counts_its_descriptors() {
         let mut all = Vec::new();
         for f in samples() {
@@ -1097,7 +1166,7 @@ mod tests {
     #[test]
     fn the_committed_fuzz_seeds_decode() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds/handover");
-        let mut parts = (false, false, false, false);
+        let mut parts = (false, false, false, false, false);
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let bytes = std::fs::read(&path).unwrap();
@@ -1133,17 +1202,19 @@ mod tests {
                         }
                         parts.2 |= r.h2.is_some();
                         parts.3 |= r.grip.is_some();
+                        parts.4 |= r.mode.as_ref().is_some_and(|m| m.pusher.is_some());
                     }
                 }
                 at += used;
             }
         }
         // Every part of a connection record is in some seed, so the fuzz target starts from
-        // each (deflater and inflater windows, an HTTP/2 connection, a GRIP hold).
+        // each (deflater and inflater windows, an HTTP/2 connection, a GRIP hold, a Pusher
+        // connection's part).
         assert_eq!(
             parts,
-            (true, true, true, true),
-            "(deflater, inflater, h2, grip)"
+            (true, true, true, true, true),
+            "(deflater, inflater, h2, grip, pusher)"
         );
     }
 

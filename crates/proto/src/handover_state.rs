@@ -20,10 +20,13 @@
 //!                | n (u16) rooms it listens to: name str, version its list was read at u64
 //! FILTERS   absent, or 1 | n (u16, at least 1) subscription filters: topic str, filter str
 //!           (canonical text, `docs/filters.md`)
+//! PUSHER    absent, or 2 | app key str | socket id (u64 LE, u64 LE) | user?
+//!                | n (u16) presence memberships: channel str, user id str
 //! ```
 //!
-//! The filters part is last and absent when the connection holds none, so a section written
-//! before filters existed reads the same.
+//! The filters and Pusher parts are trailing parts, each absent when the connection holds
+//! none and told apart by its leading tag (1, 2, in that order), so a section written before
+//! either existed reads the same.
 //!
 //! (`str` is a u32 LE length and UTF-8 bytes: an `info` may be as long as its limit is set;
 //! `x?` is a flag byte followed by `x` when the flag is 1; `sub?`, `info?` are optional strs.)
@@ -79,6 +82,20 @@ pub struct PresenceState<'a> {
     pub listening: Vec<(&'a str, u64)>,
 }
 
+/// A Pusher connection's own part (`docs/pusher.md`): what its client was told and signed
+/// with, which the new process must keep answering to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PusherState<'a> {
+    /// Its application's key (the new process looks the application up by it).
+    pub app_key: &'a str,
+    /// Its socket id's two numbers (`high.low`), as `pusher:connection_established` gave it.
+    pub socket_id: (u64, u64),
+    /// The user it signed in as.
+    pub user: Option<&'a str>,
+    /// Its presence memberships: channel, the user id it joined as.
+    pub members: Vec<(&'a str, &'a str)>,
+}
+
 /// Everything the modes keep for one connection; each part is absent when that mode keeps
 /// nothing for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,6 +108,8 @@ pub struct ModeState<'a> {
     pub presence: Option<PresenceState<'a>>,
     /// Subscription filters: topic, filter in its canonical text.
     pub filters: Vec<(&'a str, &'a str)>,
+    /// A Pusher connection's own part.
+    pub pusher: Option<PusherState<'a>>,
 }
 
 /// Why a state section is not valid.
@@ -105,6 +124,7 @@ impl ModeState<'_> {
             && self.hooks.is_none()
             && self.presence.is_none()
             && self.filters.is_empty()
+            && self.pusher.is_none()
     }
 }
 
@@ -167,6 +187,19 @@ pub fn encode(m: &ModeState<'_>, out: &mut Vec<u8>) {
         for (topic, filter) in m.filters.iter().take(n) {
             put_str(out, topic);
             put_str(out, filter);
+        }
+    }
+    if let Some(p) = &m.pusher {
+        out.push(2);
+        put_str(out, p.app_key);
+        out.extend_from_slice(&p.socket_id.0.to_le_bytes());
+        out.extend_from_slice(&p.socket_id.1.to_le_bytes());
+        put_opt(out, p.user);
+        let n = p.members.len().min(65535);
+        out.extend_from_slice(&(n as u16).to_le_bytes());
+        for (channel, user_id) in p.members.iter().take(n) {
+            put_str(out, channel);
+            put_str(out, user_id);
         }
     }
 }
@@ -264,11 +297,9 @@ fn decode_from<'a>(r: &mut Reader<'a>) -> Result<ModeState<'a>, Error> {
         None
     };
     let mut filters = Vec::new();
-    if !r.buf.is_empty() {
+    if r.buf.first() == Some(&1) {
+        r.u8()?;
         // Present only when there is one at least: one encoding per state.
-        if !r.flag()? {
-            return Err(Error::Trailing(r.what));
-        }
         let n = usize::from(r.u16()?);
         if n == 0 {
             return Err(Error::Trailing(r.what));
@@ -278,6 +309,24 @@ fn decode_from<'a>(r: &mut Reader<'a>) -> Result<ModeState<'a>, Error> {
             filters.push((r.str()?, r.str()?));
         }
     }
+    let mut pusher = None;
+    if r.buf.first() == Some(&2) {
+        r.u8()?;
+        let app_key = r.str()?;
+        let socket_id = (r.u64()?, r.u64()?);
+        let user = r.opt()?;
+        let n = usize::from(r.u16()?);
+        let mut members = Vec::with_capacity(n.min(r.buf.len() / 8));
+        for _ in 0..n {
+            members.push((r.str()?, r.str()?));
+        }
+        pusher = Some(PusherState {
+            app_key,
+            socket_id,
+            user,
+            members,
+        });
+    }
     if !r.buf.is_empty() {
         return Err(Error::Trailing(r.what));
     }
@@ -286,6 +335,7 @@ fn decode_from<'a>(r: &mut Reader<'a>) -> Result<ModeState<'a>, Error> {
         hooks,
         presence,
         filters,
+        pusher,
     })
 }
 
@@ -355,7 +405,65 @@ pub(crate) mod tests {
                 listening: vec![("room.a", 5)],
             }),
             filters: Vec::new(),
+            pusher: None,
         }
+    }
+
+    /// A Pusher connection's part with every field set.
+    pub(crate) fn pusher() -> PusherState<'static> {
+        PusherState {
+            app_key: "app1-key",
+            socket_id: (1_234_567_890, 42),
+            user: Some("u42"),
+            members: vec![("presence-room", "u42"), ("presence-b", "u42")],
+        }
+    }
+
+    #[test]
+    fn the_pusher_part_rides_after_the_filters_and_a_section_without_it_is_unchanged() {
+        let mut m = full();
+        m.filters = vec![("prices", "sym == \"A\"")];
+        let mut before = Vec::new();
+        encode(&m, &mut before);
+        m.pusher = Some(pusher());
+        let mut buf = Vec::new();
+        encode(&m, &mut buf);
+        assert!(
+            buf.starts_with(&before),
+            "older parts are written as before"
+        );
+        assert_eq!(decode(&buf), Ok(m.clone()));
+        for cut in before.len() + 1..buf.len() {
+            assert_eq!(decode(&buf[..cut]), Err(Malformed), "cut at {cut}");
+        }
+        // Alone, without a user or memberships, and without filters before it.
+        let alone = ModeState {
+            pusher: Some(PusherState {
+                user: None,
+                members: vec![],
+                ..pusher()
+            }),
+            ..ModeState::default()
+        };
+        assert!(!alone.is_empty());
+        let mut b = Vec::new();
+        encode(&alone, &mut b);
+        assert_eq!(decode(&b), Ok(alone));
+        // The parts come in their order only: a Pusher part before the filters is refused.
+        let mut swapped = vec![0, 0, 0];
+        let mut p = Vec::new();
+        encode(
+            &ModeState {
+                pusher: Some(pusher()),
+                ..ModeState::default()
+            },
+            &mut p,
+        );
+        swapped.extend_from_slice(&p[3..]);
+        swapped.extend_from_slice(&[1, 1, 0, 1, 0, 0, 0, b't', 1, 0, 0, 0, b'f']);
+        assert_eq!(decode(&swapped), Err(Malformed));
+        // An unknown part's tag is refused.
+        assert_eq!(decode(&[0, 0, 0, 3]), Err(Malformed));
     }
 
     #[test]

@@ -106,6 +106,24 @@ impl PusherWebhooks {
         });
     }
 
+    /// Counts a Pusher subscription to `channel` that arrived in a hand-over, without an event
+    /// (the channel was occupied already).
+    pub fn count_channel(&self, app: u16, channel: &str) {
+        if let Some(a) = self.app(app) {
+            a.webhooks
+                .count_topic(&format!("pusher/{}/c/{channel}", a.id).into());
+        }
+    }
+
+    /// Counts a connection of member `user_id` in presence channel `channel` that arrived in a
+    /// hand-over, without an event (the member was there already).
+    pub fn count_member(&self, app: u16, channel: &str, user_id: &str) {
+        if let Some(a) = self.app(app) {
+            a.webhooks
+                .count_topic(&format!("pusher/{}/m/{channel}\n{user_id}", a.id).into());
+        }
+    }
+
     /// Reports `event` (a `client_event` or `cache_miss`) as it is.
     pub fn event(&self, app: u16, event: &Event<'_>) {
         if let Some(a) = self.app(app) {

@@ -26,7 +26,7 @@ pub const PUSHER_API_OUTCOMES: [&str; 13] = [
 /// What happened on Pusher WebSockets (`/app/{key}`): connections accepted or refused (with
 /// the Pusher error code's reason), and client messages refused, by reason (the decoder's are
 /// `clarion_proto::pusher::client::ClientError::label`s).
-pub const PUSHER_WS_OUTCOMES: [&str; 22] = [
+pub const PUSHER_WS_OUTCOMES: [&str; 23] = [
     "connected",
     "unknown_app",
     "protocol",
@@ -49,6 +49,7 @@ pub const PUSHER_WS_OUTCOMES: [&str; 22] = [
     "signin",
     "terminated",
     "resume",
+    "handover_app_gone",
 ];
 
 /// Pusher API counters.

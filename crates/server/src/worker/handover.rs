@@ -127,11 +127,13 @@ impl Fallback {
         match state {
             State::Http | State::Sse(_) | State::Stream(_) | State::Poll(_) => None,
             State::Ws(m) => match m.role {
-                WsRole::PubSub | WsRole::Envelope | WsRole::Echo => None,
+                // A Pusher connection's own part moves in its mode state (`CarriedPusher`).
+                WsRole::PubSub
+                | WsRole::Envelope
+                | WsRole::Echo
+                | WsRole::Pusher
+                | WsRole::PusherResume => None,
                 WsRole::Bridge => Some(Fallback::GripBridge),
-                // Its Pusher part (socket id, app, user) is not carried yet: it is told to
-                // reconnect at once (4200) instead.
-                WsRole::Pusher | WsRole::PusherResume => Some(Fallback::ModeState),
             },
             State::Proxy => Some(Fallback::GripBackend),
             State::H2 => None,
@@ -375,7 +377,9 @@ pub fn state_to_wire(state: State) -> Option<(u8, u8, Option<u8>, bool)> {
                 WsRole::PubSub => 0,
                 WsRole::Envelope => 1,
                 WsRole::Echo => 2,
-                WsRole::Bridge | WsRole::Pusher | WsRole::PusherResume => return None,
+                WsRole::Pusher => 3,
+                WsRole::PusherResume => 4,
+                WsRole::Bridge => return None,
             };
             (1, role, m.deflate.map(Ext::bits), m.pinged)
         }
@@ -402,6 +406,8 @@ pub fn state_from_wire(kind: u8, option: u8, deflate: Option<u8>, pinged: bool) 
                 0 => WsRole::PubSub,
                 1 => WsRole::Envelope,
                 2 => WsRole::Echo,
+                3 => WsRole::Pusher,
+                4 => WsRole::PusherResume,
                 _ => return None,
             },
             deflate: deflate.map(Ext::from_bits),
@@ -461,6 +467,9 @@ impl Engine<mio::net::TcpStream> {
         }
         if let Some(why) = Fallback::of_state(conn.state) {
             return Some(why);
+        }
+        if self.pusher_part_missing(k, conn.state) {
+            return Some(Fallback::Closing);
         }
         if conn.rx.in_compressed_message() {
             return Some(Fallback::DeflateFragmented);
@@ -796,6 +805,12 @@ mod tests {
                 pinged: true,
             }),
             State::Ws(WsMode::new(WsRole::Echo)),
+            State::Ws(WsMode {
+                role: WsRole::Pusher,
+                deflate: Some(deflate),
+                pinged: true,
+            }),
+            State::Ws(WsMode::new(WsRole::PusherResume)),
             State::Sse(SseMode::Payload),
             State::Sse(SseMode::Json),
             State::Stream(StreamMode::Ndjson),
@@ -841,7 +856,7 @@ mod tests {
             assert_eq!(state_to_wire(s), None, "{s:?}");
             assert!(Fallback::of_state(s).is_some(), "{s:?} has a reason");
         }
-        assert_eq!(state_from_wire(1, 3, None, false), None);
+        assert_eq!(state_from_wire(1, 5, None, false), None);
         assert_eq!(state_from_wire(9, 0, None, false), None);
     }
 

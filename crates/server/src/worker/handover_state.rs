@@ -10,9 +10,14 @@
 use std::sync::Arc;
 
 use clarion_proto::auth::{Grants, Pattern};
-use clarion_proto::handover_state::{AuthState, HookLive, HookState, ModeState, PresenceState};
+use clarion_proto::handover_state::{
+    AuthState, HookLive, HookState, ModeState, PresenceState, PusherState,
+};
+use clarion_proto::pusher::socket_id::SocketId;
 
 use super::socket::Socket;
+use super::state::{State, WsRole};
+use super::transport::pusher_conn::{Membership, PusherConn};
 use super::Engine;
 use crate::broker::Since;
 use crate::log;
@@ -52,6 +57,21 @@ pub struct CarriedPresence {
     pub listening: Vec<(Arc<str>, u64)>,
 }
 
+/// A Pusher connection's own part as it moves (`docs/pusher.md`): the new process answers
+/// to the same socket id (a backend may hold it to exclude the connection from a trigger),
+/// with the same signed-in user and presence memberships.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedPusher {
+    /// Its application's key: the new process finds the application by it.
+    pub app_key: String,
+    /// Its socket id.
+    pub socket_id: SocketId,
+    /// The user it signed in as.
+    pub user: Option<String>,
+    /// Its presence memberships: channel, user id (for the application's webhook).
+    pub members: Vec<(String, String)>,
+}
+
 /// Everything the modes keep for one moving connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CarriedMode {
@@ -63,6 +83,8 @@ pub struct CarriedMode {
     pub presence: Option<CarriedPresence>,
     /// Subscription filters (`docs/filters.md`): topic, the filter's canonical text.
     pub filters: Vec<(String, String)>,
+    /// A Pusher connection's own part.
+    pub pusher: Option<CarriedPusher>,
 }
 
 /// A pattern as a token's claim writes it.
@@ -120,6 +142,16 @@ impl CarriedMode {
                 .iter()
                 .map(|(t, f)| (t.as_str(), f.as_str()))
                 .collect(),
+            pusher: self.pusher.as_ref().map(|p| PusherState {
+                app_key: &p.app_key,
+                socket_id: (p.socket_id.high, p.socket_id.low),
+                user: p.user.as_deref(),
+                members: p
+                    .members
+                    .iter()
+                    .map(|(c, u)| (c.as_str(), u.as_str()))
+                    .collect(),
+            }),
         }
     }
 
@@ -157,6 +189,19 @@ impl CarriedMode {
                 .iter()
                 .map(|(t, f)| ((*t).to_owned(), (*f).to_owned()))
                 .collect(),
+            pusher: m.pusher.as_ref().map(|p| CarriedPusher {
+                app_key: p.app_key.to_owned(),
+                socket_id: SocketId {
+                    high: p.socket_id.0,
+                    low: p.socket_id.1,
+                },
+                user: owned(p.user),
+                members: p
+                    .members
+                    .iter()
+                    .map(|(c, u)| ((*c).to_owned(), (*u).to_owned()))
+                    .collect(),
+            }),
         }
     }
 }
@@ -197,6 +242,11 @@ impl<S: Socket> Engine<S> {
         if let Some(m) = mode {
             self.restore_rights(k, m);
         }
+        if let Some(p) = mode.and_then(|m| m.pusher.as_ref()) {
+            if !self.restore_pusher(k, p) {
+                return;
+            }
+        }
         let mut joined = Vec::new();
         if !topics.is_empty() {
             let names: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -216,6 +266,57 @@ impl<S: Socket> Engine<S> {
             }
         }
         self.restore_rooms(k, mode, &joined);
+        if mode.is_some_and(|m| m.pusher.is_some()) {
+            self.pusher_count_members(k);
+        }
+    }
+
+    /// Whether connection `k`, in `state`, is a Pusher WebSocket without its own part and
+    /// application (one refused before it was established, which is closing): its record
+    /// would name a Pusher role with no Pusher part, which the new process could not serve.
+    pub(super) fn pusher_part_missing(&self, k: u32, state: State) -> bool {
+        let pusher_role = state
+            .ws()
+            .is_some_and(|m| matches!(m.role, WsRole::Pusher | WsRole::PusherResume));
+        let part = self
+            .side
+            .pusher()
+            .get(&k)
+            .and_then(|p| self.shared.pusher.get(p.app));
+        pusher_role && part.is_none()
+    }
+
+    /// Puts Pusher connection `k`'s own part back, before it subscribes again (its channels'
+    /// webhook counts need its application). `false` when this process's configuration has no
+    /// application with its key: it is then told to reconnect at once (4200), as a restart
+    /// would, and its client meets the new configuration.
+    fn restore_pusher(&mut self, k: u32, p: &CarriedPusher) -> bool {
+        let Some(app) = self.shared.pusher.by_key(&p.app_key) else {
+            self.shared.metrics.pusher.ws("handover_app_gone");
+            log::info(format_args!(
+                "hand-over: a Pusher connection's application is not configured here; told to reconnect"
+            ));
+            self.pusher_close(
+                k,
+                clarion_proto::pusher::code::ErrorCode::ReconnectNow,
+                crate::metrics::CloseReason::Shutdown,
+            );
+            return false;
+        };
+        self.shared.pusher.count_arrived(app);
+        let members = p
+            .members
+            .iter()
+            .map(|(channel, user_id)| Membership {
+                channel: channel.as_str().into(),
+                user_id: user_id.as_str().into(),
+            })
+            .collect();
+        let user = p.user.as_deref().map(Box::from);
+        self.side
+            .pusher_mut()
+            .insert(k, PusherConn::arrived(app, p.socket_id, user, members));
+        true
     }
 
     /// Takes what the modes keep for connection `k` out, quietly (no event, no webhook): call
@@ -256,11 +357,24 @@ impl<S: Socket> Engine<S> {
             None => None,
         };
         let filters = self.filters_of(k);
+        let pusher = self.side.pusher().get(&k).and_then(|p| {
+            Some(CarriedPusher {
+                app_key: self.shared.pusher.get(p.app)?.config.key.clone(),
+                socket_id: p.socket_id,
+                user: p.user.as_deref().map(str::to_owned),
+                members: p
+                    .members
+                    .iter()
+                    .map(|m| (m.channel.to_string(), m.user_id.to_string()))
+                    .collect(),
+            })
+        });
         let m = CarriedMode {
             auth,
             hooks,
             presence,
             filters,
+            pusher,
         };
         (m != CarriedMode::default()).then_some(m)
     }

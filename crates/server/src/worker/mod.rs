@@ -55,6 +55,8 @@ mod tests_h2;
 #[cfg(test)]
 mod tests_h2_pump;
 #[cfg(test)]
+mod tests_handover_pusher;
+#[cfg(test)]
 mod tests_handover_state;
 #[cfg(test)]
 mod tests_hooks;

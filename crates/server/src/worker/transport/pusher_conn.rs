@@ -69,6 +69,15 @@ impl PusherApps {
             .is_ok()
     }
 
+    /// Counts a connection to application `i` arriving in a hand-over: it was admitted by the
+    /// old process, so it is counted even past `max_connections` (a limit lowered by the new
+    /// configuration refuses new connections, not the ones already there).
+    pub fn count_arrived(&self, i: u16) {
+        if let Some(app) = self.get(i) {
+            app.open.fetch_add(1, Relaxed);
+        }
+    }
+
     /// A connection to application `i` is gone.
     pub fn release(&self, i: u16) {
         if let Some(app) = self.get(i) {
@@ -115,6 +124,21 @@ impl PusherConn {
             members: Vec::new(),
             window: 0,
             sent: 0,
+        }
+    }
+
+    /// A connection arriving in a hand-over, as the old process knew it (its client-event
+    /// budget starts again: it is counted per second).
+    pub(crate) fn arrived(
+        app: u16,
+        socket_id: SocketId,
+        user: Option<Box<str>>,
+        members: Vec<Membership>,
+    ) -> PusherConn {
+        PusherConn {
+            user,
+            members,
+            ..PusherConn::new(app, socket_id)
         }
     }
 

@@ -24,9 +24,17 @@ impl<S: Socket> Engine<S> {
     /// channel counts for `channel_occupied`/`channel_vacated`, and leaving a presence channel
     /// ends its membership there (`member_removed` when it was the member's last connection).
     pub(crate) fn pusher_hook_topic(&mut self, k: u32, topic: &str, joined: bool) {
-        if self.handing_over || topic.starts_with(crate::pusher::USER_TOPIC_PREFIX) {
-            // A hand-over moves connections rather than ending them; a user's own topic is
-            // no channel.
+        if topic.starts_with(crate::pusher::USER_TOPIC_PREFIX) {
+            // A user's own topic is no channel.
+            return;
+        }
+        if self.handing_over {
+            // A hand-over moves connections rather than ending or making them: the old process
+            // forgets them without `channel_vacated`, the new one counts them without
+            // `channel_occupied`.
+            if let (true, Some((w, app))) = (joined, self.pusher_webhook(k)) {
+                w.count_channel(app, topic);
+            }
             return;
         }
         let Some((_, app)) = self.pusher_webhook(k) else {
@@ -69,6 +77,17 @@ impl<S: Socket> Engine<S> {
         });
         if let Some((w, app)) = self.pusher_webhook(k) {
             w.member(app, channel, &user_id, true);
+        }
+    }
+
+    /// Pusher connection `k` arrived in a hand-over with its presence memberships: each is
+    /// counted without `member_added` (the member was there already).
+    pub(crate) fn pusher_count_members(&self, k: u32) {
+        let (Some((w, app)), Some(p)) = (self.pusher_webhook(k), self.side.pusher().get(&k)) else {
+            return;
+        };
+        for m in &p.members {
+            w.count_member(app, &m.channel, &m.user_id);
         }
     }
 
