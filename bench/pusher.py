@@ -6,7 +6,9 @@ and against Clarion's own protocol, in the same run, with the same clients.
 Per server and repeat (servers interleaved), N WebSocket connections from client processes on
 127.0.0.2.. (no permessage-deflate: the cost of the protocol, not of compression), then:
 
-- **idle**: server RSS per connection once every connection is subscribed to the ticker channel;
+- **idle**: server RSS per connection once every connection is subscribed to the ticker channel
+  (the growth from N more connections, measured after a warm-up of N/10, at most 500, idle
+  ones, so that lazily made pools are not charged to them);
 - **ticker**: M events, `--interval` apart, to every connection: server CPU-seconds
   (user+system, /proc) per million deliveries, and the age of each delivery (receive time minus
   publish time, p50/p99);
@@ -294,7 +296,9 @@ class Sockudo(Server):
                    SOCKUDO_DEFAULT_APP_MAX_BACKEND_EVENTS_PER_SECOND="1000000",
                    SOCKUDO_DEFAULT_APP_MAX_READ_REQUESTS_PER_SECOND="1000000",
                    SOCKUDO_DEFAULT_APP_MAX_PRESENCE_MEMBERS_PER_CHANNEL=str(ROOM),
-                   SOCKUDO_RATE_LIMITER_ENABLED="false")
+                   # the equivalent of Clarion's --max-connections-per-address 0 here: thousands
+                   # of clients share each loopback source address
+                   RATE_LIMITER_ENABLED="false")
         self.proc = subprocess.Popen([binary], env=env, cwd=pathlib.Path(binary).parent,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.clients = f"127.0.0.1:{port}"
@@ -332,6 +336,10 @@ def percentile(sorted_values, q):
 def run_once(server, n, procs, args):
     share = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
     pid = server.pids()
+    # The memory figure is the slope past a warm-up: a server's first connections also pay for
+    # its lazily made pools and buffers, which 15,000 connections should not be charged for.
+    warm = warm_up(server, f"127.0.0.{2 + procs}", min(500, max(1, n // 10)))
+    time.sleep(1)
     base_rss = rss(pid)
     kids, index0 = [], 0
     for i, count in enumerate(share):
@@ -344,7 +352,9 @@ def run_once(server, n, procs, args):
         if k.stdout.readline().strip() != "ready":
             raise SystemExit(f"{server.name}: a client process failed")
     time.sleep(args.settle)
-    out = {"server": server.name, "n": n, "rss_per_conn": (rss(pid) - base_rss) / n}
+    now_rss = rss(pid)
+    out = {"server": server.name, "n": n, "rss_per_conn": (now_rss - base_rss) / n,
+           "rss_mb": now_rss / 2**20}
 
     def tell(cmd):
         for k in kids:
@@ -386,7 +396,30 @@ def run_once(server, n, procs, args):
     tell("quit")
     for k in kids:
         k.wait(timeout=30)
+    for sock in warm:
+        sock.close()
     return out
+
+
+def warm_up(server, source, count):
+    """`count` idle WebSockets (Pusher: established, in no channel; own: on no topic)."""
+    host, port = server.clients.rsplit(":", 1)
+    path = f"/app/{APP['key']}?{PUSHER_QUERY}" if server.protocol == "pusher" else "/ws"
+    socks = []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.connect((host, int(port)))
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall((f"GET {path} HTTP/1.1\r\nHost: {server.clients}\r\nUpgrade: websocket\r\n"
+                   f"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   f"Sec-WebSocket-Key: {key}\r\n\r\n").encode())
+        socks.append(s)
+    for s in socks:
+        s.settimeout(30)
+        if not s.recv(4096).startswith(b"HTTP/1.1 101"):
+            raise SystemExit(f"{server.name}: a warm-up connection was refused")
+    return socks
 
 
 def main():
