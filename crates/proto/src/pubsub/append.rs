@@ -100,6 +100,16 @@ impl Accumulator {
         Ok(a)
     }
 
+    /// An open stream carried on from where another process left it (a hand-over): `seq`
+    /// fragments so far, making `text`.
+    pub fn resumed(seq: u32, text: String) -> Accumulator {
+        Accumulator {
+            seq,
+            text,
+            closed: None,
+        }
+    }
+
     /// Adds a fragment (closing the stream when `done`) and returns its `seq`. Nothing changes
     /// when it is refused.
     pub fn append(
