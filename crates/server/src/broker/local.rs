@@ -71,6 +71,8 @@ pub struct Frozen {
     pub floors: Vec<(Arc<str>, u64)>,
     /// The hub clock now, to turn the messages' times into Unix time.
     pub clock_now: u32,
+    /// The appendable messages open (and closed lately).
+    pub streams: streams::Carried,
 }
 
 /// How publications go live besides history (each set once at start).
@@ -231,6 +233,7 @@ impl LocalBroker {
             },
             forgotten_floor,
             floors,
+            streams: st.streams.carry(self.clock()),
             clock_now: self.clock(),
         }
     }

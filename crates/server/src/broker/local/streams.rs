@@ -47,7 +47,59 @@ pub(crate) struct Streams {
     closed_order: VecDeque<u64>,
 }
 
+/// An open stream as a hand-over carries it to the next process
+/// ([`clarion_proto::handover_streams`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedStream {
+    /// Its id's `SEQ`.
+    pub id: u64,
+    /// Its topic.
+    pub topic: Arc<str>,
+    /// The `SEQ` of its folded entry in history, if kept.
+    pub held: Option<u64>,
+    /// Fragments so far.
+    pub seq: u32,
+    /// Its text so far.
+    pub text: String,
+    /// Seconds left before `stream_timeout` closes it.
+    pub left: u32,
+}
+
+/// The streams a hand-over carries: the open ones, and the ids of those closed lately (oldest
+/// first), so a late append is still told `closed` after the upgrade.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// The open streams.
+    pub open: Vec<CarriedStream>,
+    /// Streams closed lately.
+    pub closed: Vec<u64>,
+}
+
 impl Streams {
+    /// What a hand-over carries, at hub time `now`.
+    pub(crate) fn carry(&self, now: u32) -> Carried {
+        let mut open: Vec<CarriedStream> = self
+            .open
+            .iter()
+            .map(|(id, o)| CarriedStream {
+                id: *id,
+                topic: Arc::clone(&o.topic),
+                held: o.held,
+                seq: o.text.seq(),
+                text: o.text.text().to_owned(),
+                left: self
+                    .settings
+                    .timeout
+                    .saturating_sub(now.saturating_sub(o.last_at)),
+            })
+            .collect();
+        open.sort_by_key(|s| s.id);
+        Carried {
+            open,
+            closed: self.closed_order.iter().copied().collect(),
+        }
+    }
+
     fn remember_closed(&mut self, id: u64) {
         if let Some(o) = self.open.remove(&id) {
             if let Some(n) = self.per_topic.get_mut(&o.topic) {
@@ -72,6 +124,32 @@ impl LocalBroker {
     pub fn streaming(mut self, settings: StreamSettings) -> LocalBroker {
         if let Ok(st) = self.state.get_mut() {
             st.streams.settings = settings;
+        }
+        self
+    }
+
+    /// Takes over the streams a hand-over carried (see [`Streams::carry`]), at hub time
+    /// `now`: each open stream keeps its text, its fragment count and its deadline.
+    pub fn carry_on(self, carried: Carried, now: u32) -> LocalBroker {
+        {
+            let mut st = lock(&self.state);
+            let timeout = st.streams.settings.timeout;
+            for c in carried.open {
+                let (name, _) = st.hub.topic_mut(&c.topic, &self.metrics);
+                *st.streams.per_topic.entry(Arc::clone(&name)).or_insert(0) += 1;
+                st.streams.open.insert(
+                    c.id,
+                    Open {
+                        topic: name,
+                        text: Accumulator::resumed(c.seq, c.text),
+                        held: c.held,
+                        last_at: now.saturating_sub(timeout.saturating_sub(c.left)),
+                    },
+                );
+            }
+            for id in carried.closed {
+                st.streams.remember_closed(id);
+            }
         }
         self
     }
@@ -266,7 +344,7 @@ impl LocalBroker {
 mod tests {
     use super::*;
     use crate::broker::{Outgoing, Since};
-    use crate::config::HistoryLimits;
+    use crate::config::{HistoryLimits, StreamSettings};
     use crate::hub::Inbox;
     use crate::metrics::Metrics;
     use clarion_proto::ws::DataKind;
@@ -337,5 +415,53 @@ mod tests {
             done: false,
         };
         assert_eq!(b.stream("t", op, "x", 0), Err(StreamRefusal::Closed));
+    }
+
+    #[test]
+    fn a_carried_stream_keeps_its_text_its_count_its_deadline_and_the_closed_ones() {
+        let (old, _poll) = broker();
+        let old = old.streaming(StreamSettings {
+            timeout: 60,
+            ..StreamSettings::default()
+        });
+        let done = old.stream("t", StreamOp::Open, "x", 100).unwrap();
+        let close = StreamOp::Append {
+            stream: &done.stream,
+            done: true,
+        };
+        old.stream("t", close, "", 100).unwrap();
+        let open = old.stream("t", StreamOp::Open, "Hel", 100).unwrap();
+        let carried = lock(&old.state).streams.carry(110);
+        assert_eq!(carried.open.len(), 1);
+        assert_eq!(
+            (
+                carried.open[0].seq,
+                &*carried.open[0].text,
+                carried.open[0].left
+            ),
+            (1, "Hel", 50)
+        );
+        let (new, _poll2) = broker();
+        let new = new
+            .streaming(StreamSettings {
+                timeout: 60,
+                ..StreamSettings::default()
+            })
+            .carry_on(carried, 5000);
+        // The same epoch in a real hand-over; here the ids are read back in the new one's.
+        let sid = |id: &str| format!("{}-{}", new.epoch(), id.rsplit('-').next().unwrap());
+        let (open_id, done_id) = (sid(&open.stream), sid(&done.stream));
+        fn op(stream: &str, done: bool) -> StreamOp<'_> {
+            StreamOp::Append { stream, done }
+        }
+        // Its deadline moved with it: 50 s were left at the freeze.
+        new.close_stale_streams(5049);
+        assert_eq!(lock(&new.state).streams.open.len(), 1);
+        let next = new.stream("t", op(&open_id, false), "lo", 5049).unwrap();
+        assert_eq!(next.seq, 2);
+        let refused = new.stream("t", op(&done_id, false), "x", 5049);
+        assert_eq!(refused, Err(StreamRefusal::Closed));
+        new.close_stale_streams(5109);
+        assert!(lock(&new.state).streams.open.is_empty());
     }
 }
