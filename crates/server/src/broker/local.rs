@@ -547,11 +547,12 @@ impl LocalBroker {
         if keep {
             st.hub.enforce_limits(&self.limits, now, &self.metrics);
         }
-        let State { hub, log, .. } = &mut *st;
+        let State {
+            hub, log, streams, ..
+        } = &mut *st;
         if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
-            if let Err(e) = l.rotate(hub.oldest_held(), hub.held_bytes() as u64, || {
-                hub.held_in_order()
-            }) {
+            let oldest = streams.keep_log_from(hub.oldest_held());
+            if let Err(e) = l.rotate(oldest, hub.held_bytes() as u64, || hub.held_in_order()) {
                 crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
             }
         }

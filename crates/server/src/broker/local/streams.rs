@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::event_id;
+use clarion_proto::history_log;
 use clarion_proto::pubsub::append::{
     append_json, folded_json, Accumulator, AppendError, CloseReason, StreamEvent,
 };
@@ -21,6 +22,7 @@ use clarion_proto::pubsub::append::{
 use super::{LocalBroker, State};
 use crate::broker::{StreamOp, StreamReceipt, StreamRefusal, Unavailable};
 use crate::config::StreamSettings;
+use crate::durable;
 use crate::hub::lock;
 use crate::message::Published;
 
@@ -76,6 +78,24 @@ pub struct Carried {
 }
 
 impl Streams {
+    /// The lowest id whose durable log segment must stay, given history's oldest held id: an
+    /// open stream's entry is folded from its fragments back to its opening one.
+    pub(crate) fn keep_log_from(&self, oldest_held: u64) -> u64 {
+        self.open.keys().copied().fold(oldest_held, u64::min)
+    }
+
+    /// Forgets open stream `id` (its opening could not be recorded).
+    fn forget(&mut self, id: u64) {
+        if let Some(o) = self.open.remove(&id) {
+            if let Some(n) = self.per_topic.get_mut(&o.topic) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_topic.remove(&o.topic);
+                }
+            }
+        }
+    }
+
     /// What a hand-over carries, at hub time `now`.
     pub(crate) fn carry(&self, now: u32) -> Carried {
         let mut open: Vec<CarriedStream> = self
@@ -101,14 +121,7 @@ impl Streams {
     }
 
     fn remember_closed(&mut self, id: u64) {
-        if let Some(o) = self.open.remove(&id) {
-            if let Some(n) = self.per_topic.get_mut(&o.topic) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_topic.remove(&o.topic);
-                }
-            }
-        }
+        self.forget(id);
         self.closed.insert(id);
         self.closed_order.push_back(id);
         if self.closed_order.len() > CLOSED_REMEMBERED {
@@ -166,11 +179,6 @@ impl LocalBroker {
         if st.frozen {
             return Err(StreamRefusal::Unavailable(Unavailable::upgrading()));
         }
-        if st.durable {
-            return Err(StreamRefusal::Unsupported(
-                "appendable messages are kept in memory only, not with history_dir",
-            ));
-        }
         let limits = st.streams.settings.limits;
         let refused = |e: AppendError| match e {
             AppendError::Closed => StreamRefusal::Closed,
@@ -217,7 +225,18 @@ impl LocalBroker {
                 id
             }
         };
-        Ok(self.emit(&mut st, stream, fragment, now))
+        self.emit(&mut st, stream, fragment, now).map_err(|e| {
+            // Its record is not on disk: nothing happened (the id stays used).
+            match op {
+                StreamOp::Open => st.streams.forget(stream),
+                StreamOp::Append { .. } => {
+                    if let Some(o) = st.streams.open.get_mut(&stream) {
+                        o.text.take_back(fragment);
+                    }
+                }
+            }
+            StreamRefusal::Unavailable(Unavailable(e))
+        })
     }
 
     /// Closes every stream without a fragment for `stream_timeout` seconds, each with an
@@ -235,8 +254,15 @@ impl LocalBroker {
         for id in stale {
             if let Some(o) = st.streams.open.get_mut(&id) {
                 o.text.close(CloseReason::Timeout);
+                if let Err(e) = self.emit(&mut st, id, "", now) {
+                    // Tried again at the next sweep.
+                    if let Some(o) = st.streams.open.get_mut(&id) {
+                        o.text.take_back("");
+                    }
+                    crate::log::warn(format_args!("stream timeout not recorded: {e}"));
+                    continue;
+                }
                 self.metrics.streams_timed_out.fetch_add(1, Relaxed);
-                self.emit(&mut st, id, "", now);
             }
         }
     }
@@ -244,7 +270,17 @@ impl LocalBroker {
     /// Publishes the fragment just added to open stream `stream`: takes the next id, delivers
     /// its `append` event, keeps the stream folded in history, and forgets the stream once it
     /// is closed.
-    fn emit(&self, st: &mut State, stream: u64, fragment: &str, now: u32) -> StreamReceipt {
+    ///
+    /// With `history_dir`, its record is written first (the closing one as the stream's whole
+    /// text, so a closed stream's entry never needs its older fragments on disk); when that
+    /// fails nothing is delivered and the reason is returned.
+    fn emit(
+        &self,
+        st: &mut State,
+        stream: u64,
+        fragment: &str,
+        now: u32,
+    ) -> Result<StreamReceipt, String> {
         let id = st.next_id;
         st.next_id += 1;
         let keep = self.limits.enabled();
@@ -254,10 +290,33 @@ impl LocalBroker {
                 o.text.seq(),
                 o.text.closed(),
                 o.held,
-                keep.then(|| o.text.text().to_owned()),
+                (keep || o.text.closed().is_some()).then(|| o.text.text().to_owned()),
             ),
-            None => return self.receipt(id, stream, 0, 0, false),
+            None => return Ok(self.receipt(id, stream, 0, 0, false)),
         };
+        if st.durable {
+            let whole = closed.and(folded.as_deref());
+            let record = history_log::StreamRecord {
+                id,
+                unix_secs: 0,
+                epoch: &self.epoch,
+                topic: &topic,
+                stream,
+                seq,
+                whole: whole.is_some(),
+                closed,
+                data: whole.unwrap_or(fragment),
+            };
+            match st.log.as_mut() {
+                Some(log) => log.append_fragment(now, record).map_err(|e| {
+                    let (why, text) = durable::write_failure(&e);
+                    self.metrics.history_write_failed(why);
+                    text
+                })?,
+                None => return Err("the server is stopping".to_owned()),
+            }
+        }
+        let folded = folded.filter(|_| keep);
         let (id_s, stream_s) = (
             format!("{}-{id}", self.epoch),
             format!("{}-{stream}", self.epoch),
@@ -318,7 +377,17 @@ impl LocalBroker {
         if closed.is_some() {
             st.streams.remember_closed(stream);
         }
-        self.receipt(id, stream, seq, subscribers, closed.is_some())
+        let State {
+            hub, log, streams, ..
+        } = st;
+        if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
+            // Segments holding an open stream's fragments stay: its entry is folded from them.
+            let oldest = streams.keep_log_from(hub.oldest_held());
+            if let Err(e) = l.rotate(oldest, hub.held_bytes() as u64, || hub.held_in_order()) {
+                crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
+            }
+        }
+        Ok(self.receipt(id, stream, seq, subscribers, closed.is_some()))
     }
 
     fn receipt(
