@@ -5,7 +5,7 @@
 #![no_main]
 
 use clarion_proto::history_log::{
-    decode, encode_clean, encode_header, encode_message, scan, Record,
+    decode, encode_clean, encode_header, encode_message, encode_stream, scan, Record,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -20,6 +20,7 @@ fuzz_target!(|data: &[u8]| {
             Record::Header(h) => encode_header(h, &mut out),
             Record::Message(m) => encode_message(m, &mut out),
             Record::Clean(c) => encode_clean(c, &mut out),
+            Record::Stream(r) => encode_stream(r, &mut out),
         }
         assert_eq!(&out[..], &data[*at..*at + used], "re-encodes to its bytes");
         regions.push((*at, used));

@@ -43,6 +43,7 @@ use crate::handover_cursor::Reader;
 
 pub use crate::handover_grip::GripRecord;
 use crate::handover_state::{self, ModeState};
+pub use crate::handover_streams::{OpenStream, StreamTable};
 
 /// The first bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CLHO";
@@ -148,6 +149,9 @@ pub struct History<'a> {
     pub floors: Vec<(&'a str, u64)>,
     /// The held messages as durable history's message records (`history_log`), in id order.
     pub records: &'a [u8],
+    /// The appendable messages it holds ([`crate::handover_streams`]): an optional part at the
+    /// end of the body, absent in a frame written before streams existed or without any.
+    pub streams: Option<StreamTable<'a>>,
 }
 
 /// Which transport a connection is in, with its options.
@@ -352,6 +356,9 @@ pub fn encode(frame: &Frame<'_>, out: &mut Vec<u8>) {
                 out.extend_from_slice(&floor.to_le_bytes());
             }
             put_bytes32(out, h.records);
+            if let Some(t) = &h.streams {
+                crate::handover_streams::encode(t, out);
+            }
         }
         Frame::Ready | Frame::Ack => {}
         Frame::Conns(list) => {
@@ -644,6 +651,11 @@ fn decode_body(ty: FrameType, body: &[u8]) -> Result<Frame<'_>, Error> {
                 floors.push((r.str16()?, r.u64()?));
             }
             let records = r.bytes32()?;
+            let streams = if r.buf.is_empty() {
+                None
+            } else {
+                Some(crate::handover_streams::decode(&mut r)?)
+            };
             Frame::History(History {
                 epoch,
                 next_id,
@@ -651,6 +663,7 @@ fn decode_body(ty: FrameType, body: &[u8]) -> Result<Frame<'_>, Error> {
                 forgotten_floor,
                 floors,
                 records,
+                streams,
             })
         }
         FrameType::Ready => Frame::Ready,
@@ -894,6 +907,7 @@ mod tests {
                 forgotten_floor: 7,
                 floors: vec![("news", 12), ("a/b", 3)],
                 records: b"\xC7records",
+                streams: None,
             }),
             Frame::Ready,
             Frame::Conns(vec![
@@ -1167,6 +1181,7 @@ mod tests {
     fn the_committed_fuzz_seeds_decode() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds/handover");
         let mut parts = (false, false, false, false, false);
+        let mut stream_table = false;
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let bytes = std::fs::read(&path).unwrap();
@@ -1193,6 +1208,9 @@ mod tests {
             let mut at = 0;
             while at < bytes.len() {
                 let (frame, used) = decode(&bytes[at..]).unwrap().unwrap();
+                if let Frame::History(h) = &frame {
+                    stream_table |= h.streams.as_ref().is_some_and(|t| !t.open.is_empty());
+                }
                 if let Frame::Conns(records) = frame {
                     for r in &records {
                         let nested = r.h2.iter().flat_map(|h| h.streams.iter().map(|(_, s)| s));
@@ -1215,6 +1233,11 @@ mod tests {
             parts,
             (true, true, true, true, true),
             "(deflater, inflater, h2, grip, pusher)"
+        );
+        // ... and a history frame's table of open streams.
+        assert!(
+            stream_table,
+            "no seed holds a history frame with open streams"
         );
     }
 

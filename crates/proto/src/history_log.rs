@@ -23,10 +23,18 @@
 //!   kind, event name, attachment, payload).
 //! - `3` **clean stop**: `ELEN u8, EPOCH, NEXT_ID u64 LE`, the only record of the file a
 //!   graceful stop writes last: every id below `NEXT_ID` was issued in `EPOCH` and is on disk.
+//! - `4` **stream**: `ID u64 LE, UNIX_SECS u64 LE, ELEN u8, EPOCH, TLEN u16 LE, TOPIC,
+//!   STREAM u64 LE, SEQ u32 LE, STATE u8, DATA` (the rest, UTF-8): one fragment of an
+//!   appendable message ([`crate::pubsub::append`]) at position `ID`, or (`STATE` bit 0) the
+//!   stream's whole text so far, `SEQ` fragments, as a rewrite of history writes it. `STATE`
+//!   bits 1-2: 0 open, 1 closed by `done`, 2 by the timeout, 3 by a restart; other bits are 0.
+//!   Recovery folds a stream's records into one entry at its latest position (a whole text
+//!   sets it, a fragment adds to it). A log written before streams existed has none.
 //!
 //! The CRC makes a torn or flipped record detectable; the mark byte lets the scanner find the
 //! next intact record after damage without trying every offset's CRC.
 
+use crate::pubsub::append::CloseReason;
 use crate::pubsub::wire;
 
 /// The first byte of every record.
@@ -40,6 +48,7 @@ pub const MAX_BODY: usize = 1 << 28;
 const HEADER: u8 = 1;
 const MESSAGE: u8 = 2;
 const CLEAN: u8 = 3;
+const STREAM: u8 = 4;
 
 /// A segment's header record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +87,29 @@ pub struct Clean<'a> {
     pub next_id: u64,
 }
 
+/// One stream record: a fragment of an appendable message, or its whole text so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamRecord<'a> {
+    /// The `SEQ` of its position (the fragment's id, or the latest fragment's for a whole text).
+    pub id: u64,
+    /// When it was published, in seconds since the Unix epoch.
+    pub unix_secs: u64,
+    /// The `EPOCH` of its id (and of the stream's).
+    pub epoch: &'a str,
+    /// Its topic.
+    pub topic: &'a str,
+    /// The stream's id `SEQ` (its opening fragment's).
+    pub stream: u64,
+    /// The fragment's number, or the fragments a whole text includes.
+    pub seq: u32,
+    /// `data` is the whole text so far, not one fragment.
+    pub whole: bool,
+    /// Set when the stream is closed with this record.
+    pub closed: Option<CloseReason>,
+    /// The fragment, or the whole text.
+    pub data: &'a str,
+}
+
 /// One decoded record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Record<'a> {
@@ -87,6 +119,8 @@ pub enum Record<'a> {
     Message(Message<'a>),
     /// A clean-stop mark.
     Clean(Clean<'a>),
+    /// A fragment of an appendable message, or its whole text.
+    Stream(StreamRecord<'a>),
 }
 
 /// Why bytes at some offset are not a record.
@@ -136,6 +170,30 @@ pub fn encode_message(m: &Message<'_>, out: &mut Vec<u8>) {
         b.extend_from_slice(&(t.len() as u16).to_le_bytes());
         b.extend_from_slice(t);
         m.body.encode(b);
+    });
+}
+
+/// Appends a stream record to `out` (the same bounds as [`encode_message`]).
+pub fn encode_stream(r: &StreamRecord<'_>, out: &mut Vec<u8>) {
+    frame(out, |b| {
+        b.push(STREAM);
+        b.extend_from_slice(&r.id.to_le_bytes());
+        b.extend_from_slice(&r.unix_secs.to_le_bytes());
+        short_str(b, r.epoch);
+        let t = r.topic.as_bytes();
+        let t = t.get(..t.len().min(u16::MAX as usize)).unwrap_or_default();
+        b.extend_from_slice(&(t.len() as u16).to_le_bytes());
+        b.extend_from_slice(t);
+        b.extend_from_slice(&r.stream.to_le_bytes());
+        b.extend_from_slice(&r.seq.to_le_bytes());
+        let closed: u8 = match r.closed {
+            None => 0,
+            Some(CloseReason::Done) => 1,
+            Some(CloseReason::Timeout) => 2,
+            Some(CloseReason::Restart) => 3,
+        };
+        b.push(u8::from(r.whole) | closed << 1);
+        b.extend_from_slice(r.data.as_bytes());
     });
 }
 
@@ -226,6 +284,37 @@ fn decode_body(body: &[u8]) -> Option<Record<'_>> {
                 epoch,
                 topic,
                 body,
+            }))
+        }
+        STREAM => {
+            let (id, rest) = take_u64(rest)?;
+            let (unix_secs, rest) = take_u64(rest)?;
+            let (epoch, rest) = take_short_str(rest)?;
+            let (tlen, rest) = take(rest, 2).ok()?;
+            let tlen = u16::from_le_bytes([*tlen.first()?, *tlen.get(1)?]);
+            let (topic, rest) = take(rest, usize::from(tlen)).ok()?;
+            let topic = std::str::from_utf8(topic).ok()?;
+            let (stream, rest) = take_u64(rest)?;
+            let (seq, rest) = take(rest, 4).ok()?;
+            let seq = u32::from_le_bytes(array4(seq));
+            let (&state, rest) = rest.split_first()?;
+            let closed = match state >> 1 {
+                0 => None,
+                1 => Some(CloseReason::Done),
+                2 => Some(CloseReason::Timeout),
+                3 => Some(CloseReason::Restart),
+                _ => return None,
+            };
+            Some(Record::Stream(StreamRecord {
+                id,
+                unix_secs,
+                epoch,
+                topic,
+                stream,
+                seq,
+                whole: state & 1 == 1,
+                closed,
+                data: std::str::from_utf8(rest).ok()?,
             }))
         }
         CLEAN => {
@@ -705,5 +794,47 @@ mod tests {
         assert_eq!(offsets.len(), whole.records.len());
         assert_eq!(got.damage[0].len, 1 << 20);
         assert!(most < 4096, "held {most} bytes");
+    }
+
+    #[test]
+    fn stream_records_round_trip_beside_messages_and_odd_states_are_refused() {
+        let frag = |seq: u32, whole, closed| StreamRecord {
+            id: 40 + u64::from(seq),
+            unix_secs: 1_700_000_000,
+            epoch: "ep1",
+            topic: "ai",
+            stream: 41,
+            seq,
+            whole,
+            closed,
+            data: "h\u{e9}llo",
+        };
+        let records = [
+            frag(1, false, None),
+            frag(2, true, None),
+            frag(3, false, Some(CloseReason::Done)),
+            frag(4, true, Some(CloseReason::Timeout)),
+            frag(5, true, Some(CloseReason::Restart)),
+        ];
+        let mut buf = Vec::new();
+        encode_message(&msg(1, "plain"), &mut buf);
+        for r in &records {
+            encode_stream(r, &mut buf);
+        }
+        let s = scan(&buf);
+        assert!(s.damage.is_empty() && s.tail.is_none());
+        assert_eq!(s.records.len(), 6);
+        assert_eq!(s.records[0].1, Record::Message(msg(1, "plain")));
+        for (got, want) in s.records[1..].iter().zip(&records) {
+            assert_eq!(got.1, Record::Stream(*want));
+        }
+        // A state byte with a bit beyond the three used is not a record this version writes.
+        let mut one = Vec::new();
+        encode_stream(&records[0], &mut one);
+        let state = one.len() - "h\u{e9}llo".len() - 1;
+        one[state] = 0b1000;
+        let crc = crc32c(&one[FRAME..]);
+        one[5..9].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode(&one), Err(RecordError::Body));
     }
 }

@@ -29,7 +29,8 @@
 //! - [`handover`]: the frames a running server sends the binary that replaces it (listening
 //!   sockets, connection records, where ids stand), versioned, beside `SCM_RIGHTS` descriptors;
 //!   [`handover_state`]: the records' section for what authentication, hooks and presence keep
-//!   per connection; [`handover_grip`]: the records' part for a connection a GRIP backend holds.
+//!   per connection; [`handover_grip`]: the records' part for a connection a GRIP backend holds;
+//!   [`handover_streams`]: the history frame's table of appendable messages.
 //! - [`history_log`]: the record format of durable history files (`history_dir`): framing
 //!   with CRC-32C, and a scanner that separates intact records from damage.
 //! - [`hooks`]: backend hooks: the JSON of `connect`/`subscribe`/`publish` calls and answers,
@@ -57,6 +58,7 @@ pub mod handover;
 mod handover_cursor;
 pub mod handover_grip;
 pub mod handover_state;
+pub mod handover_streams;
 pub mod history_log;
 pub mod hooks;
 pub mod http1;

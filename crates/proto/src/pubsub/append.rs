@@ -54,6 +54,9 @@ pub enum CloseReason {
     Done,
     /// It stayed open past the stream timeout: the server closed it.
     Timeout,
+    /// It was open when the server restarted (`history_dir`): history keeps its text up to
+    /// the last fragment acknowledged, closed.
+    Restart,
 }
 
 impl CloseReason {
@@ -62,6 +65,7 @@ impl CloseReason {
         match self {
             CloseReason::Done => None,
             CloseReason::Timeout => Some("timeout"),
+            CloseReason::Restart => Some("restart"),
         }
     }
 }
@@ -100,6 +104,16 @@ impl Accumulator {
         Ok(a)
     }
 
+    /// An open stream carried on from where another process left it (a hand-over): `seq`
+    /// fragments so far, making `text`.
+    pub fn resumed(seq: u32, text: String) -> Accumulator {
+        Accumulator {
+            seq,
+            text,
+            closed: None,
+        }
+    }
+
     /// Adds a fragment (closing the stream when `done`) and returns its `seq`. Nothing changes
     /// when it is refused.
     pub fn append(
@@ -134,6 +148,18 @@ impl Accumulator {
         self.seq += 1;
         self.closed = Some(reason);
         Some(self.seq)
+    }
+
+    /// Takes back the last [`Accumulator::append`] of `fragment` or the last
+    /// [`Accumulator::close`] (`fragment` empty) when it could not be kept (the durable log
+    /// refused its record): the stream is as it was before.
+    pub fn take_back(&mut self, fragment: &str) {
+        let len = self.text.len().saturating_sub(fragment.len());
+        if self.text.is_char_boundary(len) {
+            self.text.truncate(len);
+        }
+        self.seq = self.seq.saturating_sub(1);
+        self.closed = None;
     }
 
     /// Fragments included.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{local, Broker, LocalBroker};
-use crate::config::HistoryLimits;
+use crate::config::Config;
 use crate::hub::{Hub, Inbox};
 use crate::metrics::Metrics;
 
@@ -55,18 +55,29 @@ impl Broker {
         }
     }
 
-    /// The in-memory broker continuing a handed-over one: its epoch, its next id and its
-    /// history (`hub`, see [`LocalBroker::thawed`]).
+    /// The in-memory broker continuing a handed-over one: its epoch, its next id, its
+    /// history (`hub`, see [`LocalBroker::thawed`]) and its open streams, with this process's
+    /// settings.
     pub fn thawed(
         inboxes: Vec<Arc<Inbox>>,
         metrics: Arc<Metrics>,
-        limits: HistoryLimits,
+        config: &Config,
         epoch: Arc<str>,
         next_id: u64,
         hub: Hub,
+        streams: local::streams::Carried,
     ) -> Broker {
-        Broker::Local(LocalBroker::thawed(
-            inboxes, metrics, limits, epoch, next_id, hub,
-        ))
+        let b = LocalBroker::thawed(
+            inboxes,
+            metrics,
+            config.history_limits(),
+            epoch,
+            next_id,
+            hub,
+        )
+        .remembering(config.idempotency())
+        .streaming(config.streams());
+        let now = b.clock();
+        Broker::Local(b.carry_on(streams, now))
     }
 }

@@ -71,6 +71,8 @@ pub struct Frozen {
     pub floors: Vec<(Arc<str>, u64)>,
     /// The hub clock now, to turn the messages' times into Unix time.
     pub clock_now: u32,
+    /// The appendable messages open (and closed lately).
+    pub streams: streams::Carried,
 }
 
 /// How publications go live besides history (each set once at start).
@@ -231,6 +233,7 @@ impl LocalBroker {
             },
             forgotten_floor,
             floors,
+            streams: st.streams.carry(self.clock()),
             clock_now: self.clock(),
         }
     }
@@ -544,11 +547,12 @@ impl LocalBroker {
         if keep {
             st.hub.enforce_limits(&self.limits, now, &self.metrics);
         }
-        let State { hub, log, .. } = &mut *st;
+        let State {
+            hub, log, streams, ..
+        } = &mut *st;
         if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
-            if let Err(e) = l.rotate(hub.oldest_held(), hub.held_bytes() as u64, || {
-                hub.held_in_order()
-            }) {
+            let oldest = streams.keep_log_from(hub.oldest_held());
+            if let Err(e) = l.rotate(oldest, hub.held_bytes() as u64, || hub.held_in_order()) {
                 crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
             }
         }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clarion_proto::history_log::{self, Message, Scan};
+use clarion_proto::pubsub::append::{folded_json, StreamEvent};
 
-use super::recover::{self, Input, SegmentFile};
+use super::recover::{self, FoldedStream, Input, SegmentFile};
 use super::{HistoryLog, Settings, Start};
 use crate::config::HistoryLimits;
 use crate::hub::Hub;
@@ -82,6 +83,31 @@ pub fn keep_logged(
     hub.keep(&name, Arc::new(p), limits, metrics);
 }
 
+/// What keeping a recovered entry needs of the [`Context`].
+struct Kept<'a> {
+    clock_now: u32,
+    limits: &'a HistoryLimits,
+    metrics: &'a Metrics,
+}
+
+/// Keeps a recovered appendable message as the stream event history replays for it: its text
+/// so far, closed (by the restart when it was open).
+fn keep_folded(hub: &mut Hub, f: &FoldedStream<'_>, epoch: Arc<str>, cx: &Kept<'_>, now: u64) {
+    let (name, _) = hub.topic_mut(f.topic, cx.metrics);
+    let (id, stream) = (format!("{epoch}-{}", f.id), format!("{epoch}-{}", f.stream));
+    let json = folded_json(&StreamEvent {
+        topic: f.topic,
+        id: &id,
+        stream: &stream,
+        seq: f.seq,
+        data: &f.text,
+        closed: f.closed,
+    });
+    let at = hub_time(cx.clock_now, now, f.unix_secs);
+    let p = Published::stream_event(Arc::clone(&name), f.id, epoch, at, true, &json);
+    hub.keep(&name, Arc::new(p), cx.limits, cx.metrics);
+}
+
 /// Opens `settings.dir` and rebuilds history from it. The error names the directory and what
 /// failed (it stops the start).
 pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
@@ -137,7 +163,17 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
     let mut hub = Hub::new(cx.workers);
     let mut epochs: HashMap<&str, Arc<str>> = HashMap::new();
     epochs.insert(&epoch, Arc::clone(&epoch));
+    let kept = Kept {
+        clock_now: cx.clock_now,
+        limits: cx.limits,
+        metrics: cx.metrics,
+    };
+    let mut streams = rec.streams.iter().peekable();
     for m in &rec.messages {
+        while let Some(f) = streams.next_if(|f| f.id < m.id) {
+            let e = Arc::clone(epochs.entry(f.epoch).or_insert_with(|| f.epoch.into()));
+            keep_folded(&mut hub, f, e, &kept, now_unix);
+        }
         let at = hub_time(cx.clock_now, now_unix, m.unix_secs);
         let e = Arc::clone(epochs.entry(m.epoch).or_insert_with(|| m.epoch.into()));
         keep_logged(
@@ -149,6 +185,10 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
             cx.limits,
             cx.metrics,
         );
+    }
+    for f in streams {
+        let e = Arc::clone(epochs.entry(f.epoch).or_insert_with(|| f.epoch.into()));
+        keep_folded(&mut hub, f, e, &kept, now_unix);
     }
     hub.raise_floors(rec.floor);
     for (t, f) in &rec.topic_floors {

@@ -405,9 +405,30 @@ impl HistoryLog {
         }
         self.buf.clear();
         for m in msgs {
+            let unix = (self.origin + i64::from(m.at)).max(0) as u64;
+            if m.stream {
+                // A stream's text so far (history holds no live fragment): written whole, so
+                // this segment holds all of it whatever older segments are deleted.
+                if let Some(w) = whole_text(m) {
+                    history_log::encode_stream(
+                        &history_log::StreamRecord {
+                            id: m.id,
+                            unix_secs: unix,
+                            epoch: &m.epoch,
+                            topic: &m.topic,
+                            stream: w.stream,
+                            seq: w.seq,
+                            whole: true,
+                            closed: w.closed,
+                            data: &w.data,
+                        },
+                        &mut self.buf,
+                    );
+                    continue;
+                }
+            }
             let a = m.attachment.as_ref().and_then(|a| a.encode());
             let tags = m.wire_tags();
-            let unix = (self.origin + i64::from(m.at)).max(0) as u64;
             history_log::encode_message(
                 &history_log::Message {
                     id: m.id,
@@ -426,6 +447,26 @@ impl HistoryLog {
                 &mut self.buf,
             );
         }
+        self.write_buf(msgs.last().map_or(0, |m| m.id))
+    }
+
+    /// Writes one fragment of an appendable message like [`HistoryLog::append`] writes a
+    /// publish: before it is acknowledged or delivered.
+    /// `at` is its hub time (the record's Unix time is set from it).
+    pub fn append_fragment(
+        &mut self,
+        at: u32,
+        mut r: history_log::StreamRecord<'_>,
+    ) -> io::Result<()> {
+        r.unix_secs = (self.origin + i64::from(at)).max(0) as u64;
+        self.buf.clear();
+        history_log::encode_stream(&r, &mut self.buf);
+        self.write_buf(r.id)
+    }
+
+    /// Writes `buf` (records up to id `last`) with one `write(2)`, syncing with
+    /// `history_fsync_ms = 0`. On an error the segment is cut back to its last whole record.
+    fn write_buf(&mut self, last: u64) -> io::Result<()> {
         let written = self.file.write_all(&self.buf).and_then(|()| {
             if self.settings.fsync_ms == 0 {
                 self.file.sync_data()
@@ -441,9 +482,7 @@ impl HistoryLog {
             return Err(e);
         }
         self.active_bytes += self.buf.len() as u64;
-        if let Some(last) = msgs.last() {
-            self.active_last_id = self.active_last_id.max(last.id);
-        }
+        self.active_last_id = self.active_last_id.max(last);
         Ok(())
     }
 
@@ -563,4 +602,41 @@ fn remove(path: &Path) -> io::Result<()> {
 /// Makes file creations and deletions in `dir` durable.
 fn sync_dir(dir: &Path) -> io::Result<()> {
     files::open_dir(dir)?.sync_all()
+}
+
+/// What a folded stream entry's JSON says (the broker wrote it: `folded_json`).
+struct Whole {
+    stream: u64,
+    seq: u32,
+    closed: Option<clarion_proto::pubsub::append::CloseReason>,
+    data: String,
+}
+
+fn whole_text(m: &Published) -> Option<Whole> {
+    use clarion_proto::pubsub::append::CloseReason;
+    let v: serde_json::Value = serde_json::from_slice(m.payload()).ok()?;
+    let stream = v
+        .get("stream")?
+        .as_str()?
+        .rsplit('-')
+        .next()?
+        .parse()
+        .ok()?;
+    let seq = u32::try_from(v.get("seq")?.as_u64()?).ok()?;
+    let data = v.get("data")?.as_str()?.to_owned();
+    let closed = match (
+        v.get("done").and_then(|d| d.as_bool()),
+        v.get("reason").and_then(|r| r.as_str()),
+    ) {
+        (Some(true), None) => Some(CloseReason::Done),
+        (Some(true), Some("timeout")) => Some(CloseReason::Timeout),
+        (Some(true), Some(_)) => Some(CloseReason::Restart),
+        (Some(false) | None, _) => None,
+    };
+    Some(Whole {
+        stream,
+        seq,
+        closed,
+        data,
+    })
 }

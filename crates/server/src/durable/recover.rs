@@ -26,7 +26,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use clarion_proto::history_log::{self, Damage, Message, Record, RecordError};
+use clarion_proto::history_log::{self, Damage, Message, Record, RecordError, StreamRecord};
+use clarion_proto::pubsub::append::CloseReason;
 
 use crate::config::HistoryLimits;
 
@@ -66,6 +67,9 @@ pub struct Recovered<'a> {
     pub next_id: u64,
     /// Messages to hold, in increasing id, within the limits.
     pub messages: Vec<Message<'a>>,
+    /// Appendable messages to hold, each folded into one entry at its latest position, in
+    /// increasing id, within the same limits (a stream counts as one message of its topic).
+    pub streams: Vec<FoldedStream<'a>>,
     /// Every topic (and any topic created later) may have lost messages with ids up to this.
     pub floor: u64,
     /// The part of `floor` due to damage, written into new segment headers.
@@ -76,9 +80,32 @@ pub struct Recovered<'a> {
     pub reports: Vec<String>,
 }
 
+/// An appendable message as its records fold: its text up to the last fragment on disk, at
+/// that fragment's position. A stream open when the log ended is closed by the restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoldedStream<'a> {
+    /// The `SEQ` of its latest fragment's position.
+    pub id: u64,
+    /// When that fragment was published, in Unix seconds.
+    pub unix_secs: u64,
+    /// The epoch of its ids.
+    pub epoch: &'a str,
+    /// Its topic.
+    pub topic: &'a str,
+    /// The stream's id `SEQ`.
+    pub stream: u64,
+    /// Fragments its text includes.
+    pub seq: u32,
+    /// The text so far.
+    pub text: String,
+    /// Why it is closed ([`CloseReason::Restart`] when it was open).
+    pub closed: Option<CloseReason>,
+}
+
 /// One step of the log in file order.
 enum Entry<'a> {
     Message(Message<'a>),
+    Stream(StreamRecord<'a>),
     /// Records lost here; `cut` when the log simply ends inside its last record.
     Lost {
         cut: bool,
@@ -119,6 +146,7 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
                     out.damage_floor = out.damage_floor.max(h.floor);
                 }
                 Record::Message(m) => entries.push(Entry::Message(*m)),
+                Record::Stream(r) => entries.push(Entry::Stream(*r)),
                 _ => {}
             }
             if let Some(d) = scan.damage.iter().find(|d| at_end_of(d, &scan.records, n)) {
@@ -141,14 +169,7 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
         }
     }
 
-    let max_id = entries
-        .iter()
-        .filter_map(|e| match e {
-            Entry::Message(m) => Some(m.id),
-            Entry::Lost { .. } => None,
-        })
-        .max()
-        .unwrap_or(0);
+    let max_id = entries.iter().filter_map(Entry::id).max().unwrap_or(0);
     let clean = input
         .clean
         .and_then(|b| history_log::decode(b).ok())
@@ -206,16 +227,14 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
     let mut before = 0u64;
     for (i, e) in entries.iter().enumerate() {
         match e {
-            Entry::Message(m) => before = before.max(m.id),
+            Entry::Message(_) | Entry::Stream(_) => before = before.max(e.id().unwrap_or(0)),
             Entry::Lost { cut } => {
                 let after = entries
                     .get(i + 1..)
                     .unwrap_or_default()
                     .iter()
-                    .filter_map(|e| match e {
-                        Entry::Message(m) if m.id > before => Some(m.id),
-                        _ => None,
-                    })
+                    .filter_map(Entry::id)
+                    .filter(|id| *id > before)
                     .min();
                 let lost_to = match (after, end) {
                     (Some(a), _) => a - 1,
@@ -233,34 +252,56 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
 
     // The messages to hold: one copy of each id, in order, within age and count.
     let mut seen = HashSet::new();
+    let fresh =
+        |unix_secs: u64| u64::from(input.limits.ttl) > input.now_unix.saturating_sub(unix_secs);
+    let mut streams = fold_streams(&entries, &mut seen, &mut out.reports);
+    streams.retain(|f| fresh(f.unix_secs));
     let mut msgs: Vec<Message<'a>> = entries
         .into_iter()
         .filter_map(|e| match e {
             Entry::Message(m) => Some(m),
-            Entry::Lost { .. } => None,
+            Entry::Stream(_) | Entry::Lost { .. } => None,
         })
         .filter(|m| seen.insert(m.id))
-        .filter(|m| u64::from(input.limits.ttl) > input.now_unix.saturating_sub(m.unix_secs))
+        .filter(|m| fresh(m.unix_secs))
         .collect();
     msgs.sort_unstable_by_key(|m| m.id);
+    // Both kinds, in id order: a stream is one entry of its topic's history.
+    let mut held: Vec<(u64, &'a str)> = msgs
+        .iter()
+        .map(|m| (m.id, m.topic))
+        .chain(streams.iter().map(|f| (f.id, f.topic)))
+        .collect();
+    held.sort_unstable();
     let mut per_topic: HashMap<&str, usize> = HashMap::new();
-    for m in &msgs {
-        *per_topic.entry(m.topic).or_default() += 1;
+    for (_, t) in &held {
+        *per_topic.entry(t).or_default() += 1;
     }
     let mut skip: HashMap<&str, usize> = per_topic
         .iter()
         .map(|(t, n)| (*t, n.saturating_sub(input.limits.per_topic)))
         .collect();
-    msgs.retain(|m| match skip.get_mut(m.topic) {
+    held.retain(|(_, t)| match skip.get_mut(t) {
         Some(n) if *n > 0 => {
             *n -= 1;
             false
         }
         _ => true,
     });
+    let kept: HashSet<u64> = held.iter().map(|(id, _)| *id).collect();
+    msgs.retain(|m| kept.contains(&m.id));
+    streams.retain(|f| kept.contains(&f.id));
+    // Where each entry's positions begin: a stream's at its opening fragment (the ids between
+    // it and its entry are its own fragments, not messages a resume misses).
+    let mut starts: Vec<(u64, &'a str)> = msgs
+        .iter()
+        .map(|m| (m.id, m.topic))
+        .chain(streams.iter().map(|f| (f.stream.min(f.id), f.topic)))
+        .collect();
+    starts.sort_unstable();
     let mut firsts: HashMap<&str, u64> = HashMap::new();
-    for m in &msgs {
-        firsts.entry(m.topic).or_insert(m.id);
+    for (id, t) in &starts {
+        firsts.entry(t).or_insert(*id);
     }
     out.topic_floors = firsts
         .into_iter()
@@ -273,9 +314,78 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
         .collect();
     out.topic_floors.sort();
     // Ids below the oldest held message were trimmed (or never existed): any topic may miss them.
-    let oldest = msgs.first().map_or(out.next_id, |m| m.id);
+    let oldest = starts.first().map_or(out.next_id, |(id, _)| *id);
     out.floor = (oldest - 1).max(out.damage_floor);
     out.messages = msgs;
+    out.streams = streams;
+    out
+}
+
+impl Entry<'_> {
+    fn id(&self) -> Option<u64> {
+        match self {
+            Entry::Message(m) => Some(m.id),
+            Entry::Stream(r) => Some(r.id),
+            Entry::Lost { .. } => None,
+        }
+    }
+}
+
+/// Folds the stream records of `entries` (file order) into one entry per stream, noting each
+/// record's id in `seen`: a whole text sets a stream's text when it includes more fragments
+/// than held, the next fragment is added, one already included is passed over. A fragment
+/// whose predecessor is not on disk (lost to damage) leaves its stream out, reported: its text
+/// would miss a piece. A stream still open at the end is closed by the restart.
+fn fold_streams<'a>(
+    entries: &[Entry<'a>],
+    seen: &mut HashSet<u64>,
+    reports: &mut Vec<String>,
+) -> Vec<FoldedStream<'a>> {
+    let mut folds: HashMap<u64, FoldedStream<'a>> = HashMap::new();
+    let mut broken: HashSet<u64> = HashSet::new();
+    for e in entries {
+        let Entry::Stream(r) = e else { continue };
+        // A whole text shares its id with the fragment it ends at: both may be on disk.
+        let repeated = !seen.insert(r.id) && !r.whole;
+        if repeated || broken.contains(&r.stream) {
+            continue;
+        }
+        let held = folds.get(&r.stream).map_or(0, |f| f.seq);
+        let next = r.whole && r.seq >= held || !r.whole && r.seq == held + 1;
+        if next {
+            let f = folds.entry(r.stream).or_insert_with(|| FoldedStream {
+                id: r.id,
+                unix_secs: r.unix_secs,
+                epoch: r.epoch,
+                topic: r.topic,
+                stream: r.stream,
+                seq: 0,
+                text: String::new(),
+                closed: None,
+            });
+            if r.whole {
+                f.text.clear();
+            }
+            f.text.push_str(r.data);
+            f.seq = r.seq;
+            f.id = f.id.max(r.id);
+            f.unix_secs = r.unix_secs;
+            f.closed = r.closed;
+        } else if r.seq > held {
+            reports.push(format!(
+                "stream {}-{} of topic {}: fragment {} follows fragment {held}; the stream is \
+                 left out (a fragment was lost)",
+                r.epoch, r.stream, r.topic, r.seq
+            ));
+            folds.remove(&r.stream);
+            broken.insert(r.stream);
+        }
+    }
+    let mut out: Vec<FoldedStream<'a>> = folds.into_values().collect();
+    for f in &mut out {
+        f.closed = f.closed.or(Some(CloseReason::Restart));
+    }
+    out.sort_unstable_by_key(|f| f.id);
     out
 }
 
@@ -584,5 +694,49 @@ mod tests {
         assert_eq!(r.epoch.as_deref(), Some("e1"), "{:?}", r.reports);
         assert_eq!((r.next_id, r.floor), (5, 0));
         assert_eq!(ids(&r), vec![1, 2, 3, 4]);
+    }
+
+    fn frag(id: u64, stream: u64, seq: u32, whole: bool, data: &str, out: &mut Vec<u8>) {
+        history_log::encode_stream(
+            &StreamRecord {
+                id,
+                unix_secs: NOW - 10,
+                epoch: "e1",
+                topic: "ai",
+                stream,
+                seq,
+                whole,
+                closed: None,
+                data,
+            },
+            out,
+        );
+    }
+
+    #[test]
+    fn stream_records_fold_into_one_entry_per_stream_at_its_latest_fragment() {
+        let mut a = seg("e1", "b1", 1..=2);
+        frag(3, 3, 1, false, "He", &mut a);
+        frag(4, 3, 2, false, "llo", &mut a);
+        // A rewrite of history wrote the whole text; the fragment after it adds to it.
+        let mut b = seg("e1", "b1", 5..=5);
+        frag(4, 3, 2, true, "Hello", &mut b);
+        frag(6, 3, 3, false, "!", &mut b);
+        // A stream whose second fragment was lost is left out.
+        frag(7, 7, 1, false, "a", &mut b);
+        frag(9, 7, 3, false, "c", &mut b);
+        let files = [a, b];
+        let r = run(&files, None, Some("b1"));
+        assert_eq!(ids(&r), vec![1, 2, 5]);
+        assert_eq!(r.streams.len(), 1, "{:?}", r.streams);
+        let f = &r.streams[0];
+        assert_eq!((f.id, f.stream, f.seq, &*f.text), (6, 3, 3, "Hello!"));
+        assert_eq!(f.closed, Some(CloseReason::Restart));
+        assert_eq!(r.next_id, 10);
+        assert!(
+            r.reports.iter().any(|l| l.contains("e1-7")),
+            "{:?}",
+            r.reports
+        );
     }
 }

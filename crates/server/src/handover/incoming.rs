@@ -2,7 +2,7 @@
 //! take its listeners, rebuild the broker where its ids stand, take the connections, and
 //! acknowledge once every one is registered with a worker. See [`super`] for the sequence.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -12,12 +12,14 @@ use clarion_proto::history_log::{self, Record};
 
 use super::fds::Reader;
 use super::{hello, send, socket_path, PEER_TIMEOUT};
+use crate::broker::local::streams::{Carried, CarriedStream};
 use crate::broker::local::CLOCK_BASE;
 use crate::broker::Broker;
 use crate::config::Config;
 use crate::durable::load::{hub_time, keep_logged};
 use crate::hub::{Hub, Inbox};
 use crate::log;
+use crate::message::Published;
 use crate::metrics::Metrics;
 use crate::worker::grip::carried::CarriedGrip;
 use crate::worker::handover::{
@@ -56,6 +58,10 @@ struct HistoryIn {
     forgotten_floor: u64,
     floors: Vec<(String, u64)>,
     records: Vec<u8>,
+    /// The ids of the held entries that are streams' folded texts.
+    folded: HashSet<u64>,
+    /// The open streams (and those closed lately).
+    streams: Carried,
 }
 
 /// Connects to the process `pid` and takes its listeners and history. `Ok(None)` when it
@@ -137,6 +143,12 @@ pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
                     .map(|(n, v)| ((*n).to_owned(), *v))
                     .collect(),
                 records: h.records.to_vec(),
+                folded: h
+                    .streams
+                    .iter()
+                    .flat_map(|t| t.folded.iter().copied())
+                    .collect(),
+                streams: h.streams.as_ref().map(carried).unwrap_or_default(),
             })),
             other => Err(format!("expected history, got {other:?}")),
         })?
@@ -202,6 +214,15 @@ impl Incoming {
                     .entry(m.epoch.to_owned())
                     .or_insert_with(|| m.epoch.into()),
             );
+            let folded = h.folded.contains(&m.id).then_some(m.body.payload);
+            if let Some(Ok(json)) = folded.map(std::str::from_utf8) {
+                // A stream's text so far: kept as the stream event it was, not as a message
+                // whose payload happens to be that event's JSON.
+                let (name, _) = hub.topic_mut(m.topic, metrics);
+                let p = Published::stream_event(Arc::clone(&name), m.id, e, at, true, json);
+                hub.keep(&name, Arc::new(p), &limits, metrics);
+                continue;
+            }
             keep_logged(
                 &mut hub,
                 m,
@@ -219,10 +240,11 @@ impl Incoming {
         Some(Broker::thawed(
             inboxes.to_vec(),
             Arc::clone(metrics),
-            limits,
+            config,
             epoch,
             h.next_id,
             hub,
+            h.streams.clone(),
         ))
     }
 
@@ -438,6 +460,25 @@ fn resume_from(positions: &HashMap<String, String>, topics: &[&str]) -> String {
         .map(|t| format!("{t}:{}", positions.get(*t).map_or("0-0", String::as_str)))
         .collect();
     ids.join(",")
+}
+
+/// The streams a history frame's table carries, as the broker takes them over.
+fn carried(t: &wire::StreamTable<'_>) -> Carried {
+    Carried {
+        open: t
+            .open
+            .iter()
+            .map(|s| CarriedStream {
+                id: s.id,
+                topic: s.topic.into(),
+                held: s.held,
+                seq: s.seq,
+                text: s.text.to_owned(),
+                left: s.left,
+            })
+            .collect(),
+        closed: t.closed.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -490,7 +490,9 @@ fn hand_over(
 }
 
 /// The history frame for what the broker froze: without `history_dir`, every held message as
-/// a durable-history record (the same encoding, so one decoder reads both).
+/// a durable-history record (the same encoding, so one decoder reads both), and the
+/// appendable messages: the open ones, which held entries are streams' folded texts, and the
+/// streams closed lately.
 fn history_frame_bytes(f: &crate::broker::local::Frozen) -> Vec<u8> {
     let now_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -518,6 +520,23 @@ fn history_frame_bytes(f: &crate::broker::local::Frozen) -> Vec<u8> {
             &mut records,
         );
     }
+    let streams = wire::StreamTable {
+        open: f
+            .streams
+            .open
+            .iter()
+            .map(|s| wire::OpenStream {
+                id: s.id,
+                topic: &s.topic,
+                held: s.held,
+                seq: s.seq,
+                left: s.left,
+                text: &s.text,
+            })
+            .collect(),
+        folded: f.held.iter().filter(|m| m.stream).map(|m| m.id).collect(),
+        closed: f.streams.closed.clone(),
+    };
     let frame = Frame::History(wire::History {
         epoch: &f.epoch,
         next_id: f.next_id,
@@ -525,6 +544,8 @@ fn history_frame_bytes(f: &crate::broker::local::Frozen) -> Vec<u8> {
         forgotten_floor: f.forgotten_floor,
         floors: f.floors.iter().map(|(n, v)| (&**n, *v)).collect(),
         records: &records,
+        // None when there is nothing to carry, so an older binary still reads the frame.
+        streams: (!streams.is_empty()).then_some(streams),
     });
     let mut buf = Vec::new();
     wire::encode(&frame, &mut buf);

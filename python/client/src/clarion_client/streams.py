@@ -12,7 +12,8 @@ from typing import Any, Dict, Optional, Tuple, Union
 @dataclass(frozen=True)
 class StreamText:
     """The text so far of an appendable message: ``seq`` fragments of stream ``stream``,
-    ``done`` once it is closed (``reason`` ``"timeout"`` when the server closed it)."""
+    ``done`` once it is closed (``reason`` ``"timeout"`` when the server closed it,
+    ``"restart"`` when a restart with ``history_dir`` did)."""
 
     topic: str
     id: str

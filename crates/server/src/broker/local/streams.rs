@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use clarion_proto::event_id;
+use clarion_proto::history_log;
 use clarion_proto::pubsub::append::{
     append_json, folded_json, Accumulator, AppendError, CloseReason, StreamEvent,
 };
@@ -21,6 +22,7 @@ use clarion_proto::pubsub::append::{
 use super::{LocalBroker, State};
 use crate::broker::{StreamOp, StreamReceipt, StreamRefusal, Unavailable};
 use crate::config::StreamSettings;
+use crate::durable;
 use crate::hub::lock;
 use crate::message::Published;
 
@@ -47,8 +49,43 @@ pub(crate) struct Streams {
     closed_order: VecDeque<u64>,
 }
 
+/// An open stream as a hand-over carries it to the next process
+/// ([`clarion_proto::handover_streams`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedStream {
+    /// Its id's `SEQ`.
+    pub id: u64,
+    /// Its topic.
+    pub topic: Arc<str>,
+    /// The `SEQ` of its folded entry in history, if kept.
+    pub held: Option<u64>,
+    /// Fragments so far.
+    pub seq: u32,
+    /// Its text so far.
+    pub text: String,
+    /// Seconds left before `stream_timeout` closes it.
+    pub left: u32,
+}
+
+/// The streams a hand-over carries: the open ones, and the ids of those closed lately (oldest
+/// first), so a late append is still told `closed` after the upgrade.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// The open streams.
+    pub open: Vec<CarriedStream>,
+    /// Streams closed lately.
+    pub closed: Vec<u64>,
+}
+
 impl Streams {
-    fn remember_closed(&mut self, id: u64) {
+    /// The lowest id whose durable log segment must stay, given history's oldest held id: an
+    /// open stream's entry is folded from its fragments back to its opening one.
+    pub(crate) fn keep_log_from(&self, oldest_held: u64) -> u64 {
+        self.open.keys().copied().fold(oldest_held, u64::min)
+    }
+
+    /// Forgets open stream `id` (its opening could not be recorded).
+    fn forget(&mut self, id: u64) {
         if let Some(o) = self.open.remove(&id) {
             if let Some(n) = self.per_topic.get_mut(&o.topic) {
                 *n -= 1;
@@ -57,6 +94,34 @@ impl Streams {
                 }
             }
         }
+    }
+
+    /// What a hand-over carries, at hub time `now`.
+    pub(crate) fn carry(&self, now: u32) -> Carried {
+        let mut open: Vec<CarriedStream> = self
+            .open
+            .iter()
+            .map(|(id, o)| CarriedStream {
+                id: *id,
+                topic: Arc::clone(&o.topic),
+                held: o.held,
+                seq: o.text.seq(),
+                text: o.text.text().to_owned(),
+                left: self
+                    .settings
+                    .timeout
+                    .saturating_sub(now.saturating_sub(o.last_at)),
+            })
+            .collect();
+        open.sort_by_key(|s| s.id);
+        Carried {
+            open,
+            closed: self.closed_order.iter().copied().collect(),
+        }
+    }
+
+    fn remember_closed(&mut self, id: u64) {
+        self.forget(id);
         self.closed.insert(id);
         self.closed_order.push_back(id);
         if self.closed_order.len() > CLOSED_REMEMBERED {
@@ -76,6 +141,32 @@ impl LocalBroker {
         self
     }
 
+    /// Takes over the streams a hand-over carried (see [`Streams::carry`]), at hub time
+    /// `now`: each open stream keeps its text, its fragment count and its deadline.
+    pub fn carry_on(self, carried: Carried, now: u32) -> LocalBroker {
+        {
+            let mut st = lock(&self.state);
+            let timeout = st.streams.settings.timeout;
+            for c in carried.open {
+                let (name, _) = st.hub.topic_mut(&c.topic, &self.metrics);
+                *st.streams.per_topic.entry(Arc::clone(&name)).or_insert(0) += 1;
+                st.streams.open.insert(
+                    c.id,
+                    Open {
+                        topic: name,
+                        text: Accumulator::resumed(c.seq, c.text),
+                        held: c.held,
+                        last_at: now.saturating_sub(timeout.saturating_sub(c.left)),
+                    },
+                );
+            }
+            for id in carried.closed {
+                st.streams.remember_closed(id);
+            }
+        }
+        self
+    }
+
     /// Opens or appends to a stream of `topic` with `fragment`, at hub time `now`.
     pub fn stream(
         &self,
@@ -87,11 +178,6 @@ impl LocalBroker {
         let mut st = lock(&self.state);
         if st.frozen {
             return Err(StreamRefusal::Unavailable(Unavailable::upgrading()));
-        }
-        if st.durable {
-            return Err(StreamRefusal::Unsupported(
-                "appendable messages are kept in memory only, not with history_dir",
-            ));
         }
         let limits = st.streams.settings.limits;
         let refused = |e: AppendError| match e {
@@ -139,7 +225,18 @@ impl LocalBroker {
                 id
             }
         };
-        Ok(self.emit(&mut st, stream, fragment, now))
+        self.emit(&mut st, stream, fragment, now).map_err(|e| {
+            // Its record is not on disk: nothing happened (the id stays used).
+            match op {
+                StreamOp::Open => st.streams.forget(stream),
+                StreamOp::Append { .. } => {
+                    if let Some(o) = st.streams.open.get_mut(&stream) {
+                        o.text.take_back(fragment);
+                    }
+                }
+            }
+            StreamRefusal::Unavailable(Unavailable(e))
+        })
     }
 
     /// Closes every stream without a fragment for `stream_timeout` seconds, each with an
@@ -157,8 +254,15 @@ impl LocalBroker {
         for id in stale {
             if let Some(o) = st.streams.open.get_mut(&id) {
                 o.text.close(CloseReason::Timeout);
+                if let Err(e) = self.emit(&mut st, id, "", now) {
+                    // Tried again at the next sweep.
+                    if let Some(o) = st.streams.open.get_mut(&id) {
+                        o.text.take_back("");
+                    }
+                    crate::log::warn(format_args!("stream timeout not recorded: {e}"));
+                    continue;
+                }
                 self.metrics.streams_timed_out.fetch_add(1, Relaxed);
-                self.emit(&mut st, id, "", now);
             }
         }
     }
@@ -166,7 +270,17 @@ impl LocalBroker {
     /// Publishes the fragment just added to open stream `stream`: takes the next id, delivers
     /// its `append` event, keeps the stream folded in history, and forgets the stream once it
     /// is closed.
-    fn emit(&self, st: &mut State, stream: u64, fragment: &str, now: u32) -> StreamReceipt {
+    ///
+    /// With `history_dir`, its record is written first (the closing one as the stream's whole
+    /// text, so a closed stream's entry never needs its older fragments on disk); when that
+    /// fails nothing is delivered and the reason is returned.
+    fn emit(
+        &self,
+        st: &mut State,
+        stream: u64,
+        fragment: &str,
+        now: u32,
+    ) -> Result<StreamReceipt, String> {
         let id = st.next_id;
         st.next_id += 1;
         let keep = self.limits.enabled();
@@ -176,10 +290,33 @@ impl LocalBroker {
                 o.text.seq(),
                 o.text.closed(),
                 o.held,
-                keep.then(|| o.text.text().to_owned()),
+                (keep || o.text.closed().is_some()).then(|| o.text.text().to_owned()),
             ),
-            None => return self.receipt(id, stream, 0, 0, false),
+            None => return Ok(self.receipt(id, stream, 0, 0, false)),
         };
+        if st.durable {
+            let whole = closed.and(folded.as_deref());
+            let record = history_log::StreamRecord {
+                id,
+                unix_secs: 0,
+                epoch: &self.epoch,
+                topic: &topic,
+                stream,
+                seq,
+                whole: whole.is_some(),
+                closed,
+                data: whole.unwrap_or(fragment),
+            };
+            match st.log.as_mut() {
+                Some(log) => log.append_fragment(now, record).map_err(|e| {
+                    let (why, text) = durable::write_failure(&e);
+                    self.metrics.history_write_failed(why);
+                    text
+                })?,
+                None => return Err("the server is stopping".to_owned()),
+            }
+        }
+        let folded = folded.filter(|_| keep);
         let (id_s, stream_s) = (
             format!("{}-{id}", self.epoch),
             format!("{}-{stream}", self.epoch),
@@ -240,7 +377,17 @@ impl LocalBroker {
         if closed.is_some() {
             st.streams.remember_closed(stream);
         }
-        self.receipt(id, stream, seq, subscribers, closed.is_some())
+        let State {
+            hub, log, streams, ..
+        } = st;
+        if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
+            // Segments holding an open stream's fragments stay: its entry is folded from them.
+            let oldest = streams.keep_log_from(hub.oldest_held());
+            if let Err(e) = l.rotate(oldest, hub.held_bytes() as u64, || hub.held_in_order()) {
+                crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
+            }
+        }
+        Ok(self.receipt(id, stream, seq, subscribers, closed.is_some()))
     }
 
     fn receipt(
@@ -266,7 +413,7 @@ impl LocalBroker {
 mod tests {
     use super::*;
     use crate::broker::{Outgoing, Since};
-    use crate::config::HistoryLimits;
+    use crate::config::{HistoryLimits, StreamSettings};
     use crate::hub::Inbox;
     use crate::metrics::Metrics;
     use clarion_proto::ws::DataKind;
@@ -337,5 +484,53 @@ mod tests {
             done: false,
         };
         assert_eq!(b.stream("t", op, "x", 0), Err(StreamRefusal::Closed));
+    }
+
+    #[test]
+    fn a_carried_stream_keeps_its_text_its_count_its_deadline_and_the_closed_ones() {
+        let (old, _poll) = broker();
+        let old = old.streaming(StreamSettings {
+            timeout: 60,
+            ..StreamSettings::default()
+        });
+        let done = old.stream("t", StreamOp::Open, "x", 100).unwrap();
+        let close = StreamOp::Append {
+            stream: &done.stream,
+            done: true,
+        };
+        old.stream("t", close, "", 100).unwrap();
+        let open = old.stream("t", StreamOp::Open, "Hel", 100).unwrap();
+        let carried = lock(&old.state).streams.carry(110);
+        assert_eq!(carried.open.len(), 1);
+        assert_eq!(
+            (
+                carried.open[0].seq,
+                &*carried.open[0].text,
+                carried.open[0].left
+            ),
+            (1, "Hel", 50)
+        );
+        let (new, _poll2) = broker();
+        let new = new
+            .streaming(StreamSettings {
+                timeout: 60,
+                ..StreamSettings::default()
+            })
+            .carry_on(carried, 5000);
+        // The same epoch in a real hand-over; here the ids are read back in the new one's.
+        let sid = |id: &str| format!("{}-{}", new.epoch(), id.rsplit('-').next().unwrap());
+        let (open_id, done_id) = (sid(&open.stream), sid(&done.stream));
+        fn op(stream: &str, done: bool) -> StreamOp<'_> {
+            StreamOp::Append { stream, done }
+        }
+        // Its deadline moved with it: 50 s were left at the freeze.
+        new.close_stale_streams(5049);
+        assert_eq!(lock(&new.state).streams.open.len(), 1);
+        let next = new.stream("t", op(&open_id, false), "lo", 5049).unwrap();
+        assert_eq!(next.seq, 2);
+        let refused = new.stream("t", op(&done_id, false), "x", 5049);
+        assert_eq!(refused, Err(StreamRefusal::Closed));
+        new.close_stale_streams(5109);
+        assert!(lock(&new.state).streams.open.is_empty());
     }
 }
