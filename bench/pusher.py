@@ -66,6 +66,19 @@ def masked(payload, opcode=0x1):
     return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 
+def upgrade(target, source, path):
+    """A socket from `source` that has sent a WebSocket upgrade for `path` to `target`."""
+    host, port = target.rsplit(":", 1)
+    s = socket.socket()
+    s.bind((source, 0))
+    s.connect((host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall((f"GET {path} HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\n"
+               f"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+               f"Sec-WebSocket-Key: {key}\r\n\r\n").encode())
+    return s
+
+
 def frames(conn):
     """Takes the complete server frames out of `conn["buf"]`: [(opcode, payload)]."""
     out, buf, at = [], conn["buf"], 0
@@ -92,17 +105,9 @@ class Clients:
 
     def __init__(self, target, source, count, protocol):
         self.protocol, self.conns = protocol, []
-        host, port = target.rsplit(":", 1)
         path = f"/app/{APP['key']}?{PUSHER_QUERY}" if protocol == "pusher" else f"/ws?topic={CHANNEL}"
         for _ in range(count):
-            s = socket.socket()
-            s.bind((source, 0))
-            s.connect((host, int(port)))
-            key = base64.b64encode(os.urandom(16)).decode()
-            s.sendall((f"GET {path} HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\n"
-                       f"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                       f"Sec-WebSocket-Key: {key}\r\n\r\n").encode())
-            self.conns.append({"sock": s, "buf": b"", "head": False, "socket_id": None,
+            self.conns.append({"sock": upgrade(target, source, path), "buf": b"", "head": False, "socket_id": None,
                                "subscribed": False, "joined": False, "got": 0})
         self.sel = selectors.DefaultSelector()
         for c in self.conns:
@@ -403,18 +408,8 @@ def run_once(server, n, procs, args):
 
 def warm_up(server, source, count):
     """`count` idle WebSockets (Pusher: established, in no channel; own: on no topic)."""
-    host, port = server.clients.rsplit(":", 1)
     path = f"/app/{APP['key']}?{PUSHER_QUERY}" if server.protocol == "pusher" else "/ws"
-    socks = []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind((source, 0))
-        s.connect((host, int(port)))
-        key = base64.b64encode(os.urandom(16)).decode()
-        s.sendall((f"GET {path} HTTP/1.1\r\nHost: {server.clients}\r\nUpgrade: websocket\r\n"
-                   f"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                   f"Sec-WebSocket-Key: {key}\r\n\r\n").encode())
-        socks.append(s)
+    socks = [upgrade(server.clients, source, path) for _ in range(count)]
     for s in socks:
         s.settimeout(30)
         if not s.recv(4096).startswith(b"HTTP/1.1 101"):
