@@ -467,11 +467,15 @@ def report(results):
     print(f"{'figure':<34}" + "".join(f"{s:>16}" for s in names))
     for k in keys:
         print(f"{k:<34}" + "".join(f"{med[s][k]:>16.2f}" for s in names))
+    def ratio(a, b, k):
+        # A short run can read no CPU tick at all: no ratio then.
+        return f"{med[a][k] / med[b][k]:.3f}" if med[b][k] else "n/a (nothing measured)"
+
     if "sockudo" in med:
         for k in ("rss_per_conn", "ticker_cpu_per_m", "burst_cpu_per_m", "join_cpu_s"):
-            print(f"clarion-pusher / sockudo, {k}: {med['clarion-pusher'][k] / med['sockudo'][k]:.3f}")
+            print(f"clarion-pusher / sockudo, {k}: {ratio('clarion-pusher', 'sockudo', k)}")
     for k in ("ticker_cpu_per_m", "burst_cpu_per_m", "rss_per_conn"):
-        print(f"clarion-pusher / clarion-own, {k}: {med['clarion-pusher'][k] / med['clarion-own'][k]:.3f}")
+        print(f"clarion-pusher / clarion-own, {k}: {ratio('clarion-pusher', 'clarion-own', k)}")
     bad = [r for r in results if not (r["ticker_ok"] and r["burst_ok"] and r.get("join_ok", True))]
     print("every event delivered to every connection" if not bad else f"LOSSES in {len(bad)} runs")
 
