@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The Pusher protocol at scale (issue 50, docs/benchmarks.md "Pusher protocol"): Clarion's
-Pusher mode against Sockudo (a Rust Pusher server, built from its source when a path is given)
-and against Clarion's own protocol, in the same run, with the same clients.
+Pusher mode against Sockudo (a Rust Pusher server, built from its source when a path is given),
+Soketi (Node, on uWebSockets.js; `--soketi`, installed from npm) and Clarion's own protocol, in
+the same run, with the same clients.
 
 Per server and repeat (servers interleaved), N WebSocket connections from client processes on
 127.0.0.2.. (no permessage-deflate: the cost of the protocol, not of compression), then:
@@ -307,16 +308,52 @@ class Sockudo(Server):
         self.proc = subprocess.Popen([binary], env=env, cwd=pathlib.Path(binary).parent,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.clients = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("sockudo did not start (run it by hand to see why)")
-                time.sleep(0.2)
+        wait_listening(self, port)
         self.http = http.client.HTTPConnection(self.clients, timeout=30)
+
+
+class Soketi(Server):
+    name = "soketi"
+
+    def __init__(self, directory):
+        port, metrics = free_port(), free_port()
+        env = dict(os.environ, SOKETI_HOST="127.0.0.1", SOKETI_PORT=str(port),
+                   SOKETI_METRICS_ENABLED="false", SOKETI_METRICS_SERVER_PORT=str(metrics),
+                   SOKETI_DEFAULT_APP_ID=APP["id"], SOKETI_DEFAULT_APP_KEY=APP["key"],
+                   SOKETI_DEFAULT_APP_SECRET=APP["secret"], SOKETI_PRESENCE_MAX_MEMBERS=str(ROOM))
+        binary = pathlib.Path(directory) / "node_modules" / ".bin" / "soketi"
+        self.proc = subprocess.Popen([str(binary), "start"], env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.clients = f"127.0.0.1:{port}"
+        wait_listening(self, port)
+        self.http = http.client.HTTPConnection(self.clients, timeout=30)
+
+
+def install_soketi():
+    """Soketi 1.6.1 from npm into target/peers/soketi. It pins uWebSockets.js to a GitHub
+    tag, which the registry cannot serve: the npm repackaging of uWebSockets.js's prebuilt
+    binaries (`uwebsockets`, as bench/peers/setup.sh uses for the uws peer) stands in."""
+    directory = ROOT / "target" / "peers" / "soketi"
+    if not (directory / "node_modules" / ".bin" / "soketi").exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "package.json").write_text(json.dumps({
+            "name": "soketi-peer", "private": True, "dependencies": {"@soketi/soketi": "1.6.1"},
+            "overrides": {"uWebSockets.js": "npm:uwebsockets@3.0.6"}}))
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts"],
+                       cwd=directory, check=True)
+    return str(directory)
+
+
+def wait_listening(server, port):
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if server.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{server.name} did not start (run it by hand to see why)")
+            time.sleep(0.2)
 
 
 def build_sockudo(src):
@@ -429,6 +466,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sockudo-src", help="Sockudo's source tree (built here); skipped when absent")
     p.add_argument("--sockudo-bin", help="a Sockudo binary already built")
+    p.add_argument("--soketi", action="store_true", help="also Soketi (installed from npm)")
     p.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.client:
@@ -443,6 +481,9 @@ def main():
         makers.append(("sockudo", lambda: Sockudo(binary)))
     else:
         print("sockudo: skipped (no --sockudo-src or --sockudo-bin)", file=sys.stderr)
+    if args.soketi:
+        soketi = install_soketi()
+        makers.append(("soketi", lambda: Soketi(soketi)))
     results = []
     for r in range(args.repeats):
         for name, make in makers:
@@ -471,9 +512,10 @@ def report(results):
         # A short run can read no CPU tick at all: no ratio then.
         return f"{med[a][k] / med[b][k]:.3f}" if med[b][k] else "n/a (nothing measured)"
 
-    if "sockudo" in med:
-        for k in ("rss_per_conn", "ticker_cpu_per_m", "burst_cpu_per_m", "join_cpu_s"):
-            print(f"clarion-pusher / sockudo, {k}: {ratio('clarion-pusher', 'sockudo', k)}")
+    for peer in ("sockudo", "soketi"):
+        if peer in med:
+            for k in ("rss_per_conn", "ticker_cpu_per_m", "burst_cpu_per_m", "join_cpu_s"):
+                print(f"clarion-pusher / {peer}, {k}: {ratio('clarion-pusher', peer, k)}")
     for k in ("ticker_cpu_per_m", "burst_cpu_per_m", "rss_per_conn"):
         print(f"clarion-pusher / clarion-own, {k}: {ratio('clarion-pusher', 'clarion-own', k)}")
     bad = [r for r in results if not (r["ticker_ok"] and r["burst_ok"] and r.get("join_ok", True))]
