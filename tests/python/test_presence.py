@@ -334,6 +334,41 @@ def test_presence_message_and_subscribe_option_in_band(authed):
     asyncio.run(main())
 
 
+def test_presence_events_reach_a_deflate_websocket_compressed(authed):
+    import rawws
+    from test_compression import inflate, read_frame
+
+    q = f"token={token('watcher')}&topic=room.z&presence=1"
+    sock, head, rest = rawws.connect(
+        authed.clients, f"/ws?{q}",
+        extra_headers="Sec-WebSocket-Protocol: clarion.v1\r\n"
+                      "Sec-WebSocket-Extensions: permessage-deflate\r\n")
+    assert "permessage-deflate" in head, head
+
+    def next_typed(kind):
+        nonlocal rest
+        while True:
+            rsv, op, payload, rest = read_frame(sock, rest)
+            m = json.loads(inflate(payload) if rsv else payload)
+            if m.get("type") == kind:
+                return rsv, m
+
+    next_typed("presence")
+    # A member whose info is long enough to compress (over compression_threshold).
+    info = {"name": "Ada Lovelace", "bio": "analytical engine " * 20}
+
+    async def join():
+        async with ws(authed, "ada", topic="room.z", info=info):
+            rsv, joined = await asyncio.to_thread(next_typed, "join")
+            assert joined["member"] == {"sub": "ada", "info": info}, joined
+            assert rsv, "the join event compressed"
+
+    try:
+        asyncio.run(join())
+    finally:
+        sock.close()
+
+
 def test_refusals_are_clear(authed):
     url = f"http://{authed.clients}"
     # A plain WebSocket carries no types: events would look like messages.

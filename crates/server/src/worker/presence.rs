@@ -441,7 +441,11 @@ impl<S: Socket> Engine<S> {
                 frames.push(match form {
                     Form::Shared(e) => m.encoded(e),
                     Form::Pusher(form) => m.pusher(form, &settings),
-                    Form::Frame | Form::Deflated { .. } | Form::Dedicated { .. } => &m.frame,
+                    Form::Deflated {
+                        envelope,
+                        small_window,
+                    } => m.deflated(envelope, small_window, &settings),
+                    Form::Frame | Form::Dedicated { .. } => &m.frame,
                 });
             }
             if !frames.is_empty() {

@@ -236,7 +236,16 @@ impl Framing {
     /// encoded once for every listener); `None` for a connection that does not take them.
     pub(crate) fn presence_form(self) -> Option<Form> {
         match self {
-            Framing::Ws(_) => Some(Form::Frame),
+            // Compressed once per event and window for every WebSocket that agreed
+            // permessage-deflate without context; one whose compression keeps context gets the
+            // event uncompressed (a shared frame would break the window its client mirrors).
+            Framing::Ws(mode) => Some(match mode.deflate {
+                Some(ext) if !ext.dedicated() => Form::Deflated {
+                    envelope: false,
+                    small_window: ext.small_server_window(),
+                },
+                Some(_) | None => Form::Frame,
+            }),
             // Presence events are typed: SSE names them, whatever the data format.
             Framing::Sse(_) => Some(Form::Shared(Encoding::Sse)),
             Framing::Lines { .. } => Some(Form::Shared(Encoding::NdjsonChunk)),
