@@ -32,8 +32,13 @@ def ws_sub(node, *topics, since=None, envelope=True):
     if since:
         url += f"&since={since}"
     # legacy=True: the connection is closed by each test itself, not by a `with` block.
+    # max_queue=None: a subscriber read only at the end of a long test keeps reading its
+    # socket meanwhile, so it still answers pings; with the default bound (16 messages) it
+    # stops, its keepalive times out, and it closes itself with 1011 mid-test (the resharding
+    # test lost its subscribers that way on a loaded machine).
     return connect(
-        url, subprotocols=["clarion.v1"] if envelope else None, open_timeout=10, legacy=True
+        url, subprotocols=["clarion.v1"] if envelope else None, open_timeout=10, legacy=True,
+        max_queue=None,
     )
 
 

@@ -302,7 +302,7 @@ def test_resharding_under_load_loses_nothing_and_keeps_the_epoch(cluster, rc):
         assert rc.owner(t).port == target.port, f"{t} did not move"
     # Each node moves its subscription when Redis tells it the slot moved (asynchronously:
     # under load it may land after the publishing loop's last messages).
-    wait_until(lambda: _numsub(target, _channel(None, moving[0])) == 2, 10, "subscriptions moved")
+    wait_until(lambda: _numsub(target, _channel(None, moving[0])) == 2, 30, "subscriptions moved")
     assert _numsub(source, _channel(None, moving[0])) == 0
     failed = {t: f for t, f in loop.failed.items() if f}
     assert not failed, f"publishes failed during the resharding: {failed}"
