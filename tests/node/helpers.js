@@ -60,7 +60,26 @@ function pusherArgs(app = PUSHER_APP) {
   return ['--pusher-app-id', app.appId, '--pusher-app-key', app.key, '--pusher-app-secret', app.secret];
 }
 
-module.exports = { PUSHER_APP, pusherArgs, binary, startServer, publish, stopAll };
+// A pusher-js client of `clientsAddr` ("host:port") over plain WebSockets, authorizing its
+// private and presence channels with `lib` (the official `pusher` server library), as a
+// backend's auth endpoint using `authorizeChannel` would answer; `user` is its presence member.
+function pusherJsClient(clientsAddr, lib, key = PUSHER_APP.key, user = null) {
+  const PusherJs = require('pusher-js');
+  const i = clientsAddr.lastIndexOf(':');
+  return new PusherJs(key, {
+    cluster: 'mt1',
+    wsHost: clientsAddr.slice(0, i),
+    wsPort: Number(clientsAddr.slice(i + 1)),
+    forceTLS: false,
+    enabledTransports: ['ws'],
+    disableStats: true,
+    channelAuthorization: {
+      customHandler: ({ socketId, channelName }, cb) => cb(null, lib.authorizeChannel(socketId, channelName, user)),
+    },
+  });
+}
+
+module.exports = { PUSHER_APP, pusherArgs, pusherJsClient, binary, startServer, publish, stopAll };
 
 // A TCP proxy in front of `target` ("host:port") whose connections can all be cut at once, to
 // drop clients the way a flaky network does while the server keeps running.

@@ -13,8 +13,7 @@ const path = require('node:path');
 const readline = require('node:readline');
 const { spawn } = require('node:child_process');
 const Pusher = require('pusher');
-const PusherJs = require('pusher-js');
-const { binary, waitFor, PUSHER_APP, pusherArgs } = require('./helpers');
+const { binary, waitFor, PUSHER_APP, pusherArgs, pusherJsClient } = require('./helpers');
 
 const APP = PUSHER_APP;
 const clients = [];
@@ -50,18 +49,7 @@ function startServer(args) {
 }
 
 function client(addr, lib, user) {
-  const i = addr.lastIndexOf(':');
-  const c = new PusherJs(APP.key, {
-    cluster: 'mt1',
-    wsHost: addr.slice(0, i),
-    wsPort: Number(addr.slice(i + 1)),
-    forceTLS: false,
-    enabledTransports: ['ws'],
-    disableStats: true,
-    channelAuthorization: {
-      customHandler: ({ socketId, channelName }, cb) => cb(null, lib.authorizeChannel(socketId, channelName, user)),
-    },
-  });
+  const c = pusherJsClient(addr, lib, APP.key, user);
   clients.push(c);
   return c;
 }

@@ -9,8 +9,7 @@
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const Pusher = require('pusher');
-const PusherJs = require('pusher-js');
-const { startServer, stopAll, waitFor, PUSHER_APP, pusherArgs } = require('./helpers');
+const { startServer, stopAll, waitFor, PUSHER_APP, pusherArgs, pusherJsClient } = require('./helpers');
 
 const APP = PUSHER_APP;
 const clients = [];
@@ -34,18 +33,7 @@ function backend(api) {
 // A pusher-js client on Clarion, its private channels authorized by `lib` in-process (as an
 // auth endpoint using `authorizeChannel` would answer).
 function client(clientsAddr, lib, key = APP.key, user = null) {
-  const i = clientsAddr.lastIndexOf(':');
-  const c = new PusherJs(key, {
-    cluster: 'mt1',
-    wsHost: clientsAddr.slice(0, i),
-    wsPort: Number(clientsAddr.slice(i + 1)),
-    forceTLS: false,
-    enabledTransports: ['ws'],
-    disableStats: true,
-    channelAuthorization: {
-      customHandler: ({ socketId, channelName }, cb) => cb(null, lib.authorizeChannel(socketId, channelName, user)),
-    },
-  });
+  const c = pusherJsClient(clientsAddr, lib, key, user);
   clients.push(c);
   return c;
 }
