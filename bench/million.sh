@@ -14,13 +14,16 @@
 # Everything it started is stopped on exit, on failure and on Ctrl-C.
 #
 # Options: -n N, --hold SECONDS (600), --interval SECONDS (60: pings, broadcast and room
-# messages once per interval), --rate CONNECTIONS_PER_SECOND (5000), --rooms N (10000),
+# messages once per interval), --pings-only (nothing published: the Raspberry Pi seed's "a
+# million sockets pinged every 16 s" is `--pings-only --interval 16`),
+# --rate CONNECTIONS_PER_SECOND (5000), --rooms N (10000),
 # --per-process N (18500), --tls (clients connect over TLS 1.3 to a `--tls-listen` port, with a
 # development certificate made for the run), --tag NAME (results file names), --bin PATH
 # (target/release/clarion), --port PORT (28080; the API is PORT+1, TLS PORT+2, Redis PORT-1701).
 set -euo pipefail
 
 N=1000000 HOLD=600 INTERVAL=60 RATE=5000 ROOMS=10000 PER_PROC=18500 TAG="" PORT=28080 TLS=0
+PINGS_ONLY=()
 BIN=${CLARION_BIN:-target/release/clarion}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,7 +37,8 @@ while [ $# -gt 0 ]; do
     --bin) BIN=$2; shift 2 ;;
     --port) PORT=$2; shift 2 ;;
     --tls) TLS=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --pings-only) PINGS_ONLY=(--pings-only); shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "million.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -152,6 +156,7 @@ set +e
   "${TLS_BENCH[@]}" \
   --server-pid "$SUP,$CHILDREN" --broker-pid "$REDIS" --hold "$HOLD" \
   --interval-ms $((INTERVAL * 1000)) --connect-rate "$RATE" --topics "$ROOMS" --drain 60 \
+  "${PINGS_ONLY[@]}" \
   --json "$OUT/million-$TAG.json" --report "$OUT/million-$TAG.html" \
   > >(tee "$OUT/million-$TAG.txt") &
 BENCH=$!

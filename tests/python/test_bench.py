@@ -106,15 +106,34 @@ def test_the_million_path_small_holds_every_connection_and_checks_every_delivery
     assert ("over TLS 1.3" in text) == tls
 
 
+def test_the_million_path_pings_only_publishes_nothing_and_answers_every_ping(start_server):
+    # The Raspberry Pi seed's "a million sockets pinged every 16 s", at 300 connections and a
+    # 1 s interval: nothing is published, every connection pings once a round, every ping is
+    # answered, and the expected deliveries are zero (not the rounds).
+    server = start_server("--max-connections-per-address", 0)
+    result, text = bench(server, "--scenario", "million", "-n", 300, "--hold", 3,
+                         "--interval-ms", 1000, "--topics", 10, "--drain", 10, "--pings-only")
+    assert result["opened"] == 300 and result["closed_by_server"] == 0, text
+    assert result["rounds"] == 3 and "pings only" in text
+    assert (result["broadcast_expected"], result["chat_expected"]) == (0, 0), text
+    assert result["broadcast"]["in_order"] == 0 and result["chat"]["in_order"] == 0, text
+    assert result["pings"] >= 600 and result["pongs"] == result["pings"], text
+    assert result["ping_rtt"]["count"] == result["pongs"], text
+    assert "clean" in text
+
+
 @pytest.mark.parametrize("tls", [False, True], ids=["h2c", "h2"])
 @pytest.mark.parametrize("streams", [1, 10])
-def test_sse_streams_over_http2_are_delivered_exactly(start_server, tmp_path, tls, streams):
-    # `--http2`: 200 SSE subscribers as streams, one or ten per connection, over h2c (prior
-    # knowledge) and h2 (ALPN over TLS 1.3); every delivery checked per stream.
+@pytest.mark.parametrize("transport", ["sse", "ws"])
+def test_streams_over_http2_are_delivered_exactly(start_server, tmp_path, tls, streams,
+                                                  transport):
+    # `--http2`: 200 subscribers as streams, one or ten per connection, over h2c (prior
+    # knowledge) and h2 (ALPN over TLS 1.3): SSE streams, or WebSockets opened with RFC 8441's
+    # extended CONNECT; every delivery checked per stream.
     extra = tls_args(make_dev_cert(tmp_path)) if tls else []
     server = start_server("--max-connections-per-address", 0, *extra)
     ca = ["--tls-ca", str(tmp_path / "ca.pem")] if tls else []
-    result, text = bench(server, "-n", 200, "--transport", "sse", "--http2",
+    result, text = bench(server, "-n", 200, "--transport", transport, "--http2",
                          "--streams-per-conn", streams, "--topics", 4, "-m", 20, "--procs", 2,
                          *ca, target=server.tls if tls else None)
     v = result["verdict"]
@@ -125,6 +144,7 @@ def test_sse_streams_over_http2_are_delivered_exactly(start_server, tmp_path, tl
     assert (v["in_order"], v["missing"], v["duplicated"], v["reordered"]) == (200 * 20, 0, 0, 0)
     assert result["latency"]["count"] == 200 * 20
     assert "LOSSES" not in text and "protocol" in text
+    assert result["stream"] == ("WebSocket" if transport == "ws" else "SSE stream"), text
 
 
 def test_http2_against_a_port_without_it_fails_clearly(start_server):

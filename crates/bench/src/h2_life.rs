@@ -1,6 +1,7 @@
-//! The life of one HTTP/2 load connection, without I/O: many SSE streams on one connection,
-//! each checked as one HTTP/1.1 SSE connection is in [`crate::conn_life`] (sequence numbers,
-//! gaps, duplicates, latency per message).
+//! The life of one HTTP/2 load connection, without I/O: many SSE streams, or many WebSockets
+//! (RFC 8441: an extended CONNECT per stream, the WebSocket frames in DATA frames), on one
+//! connection, each checked as one HTTP/1.1 connection is in [`crate::conn_life`] (sequence
+//! numbers, gaps, duplicates, latency per message).
 //!
 //! Over TLS the connection is the one ALPN chose `h2` for ([`crate::tls_client`] refuses any
 //! other); in clear text it starts with the connection preface (prior knowledge, RFC 9113
@@ -29,7 +30,7 @@ use clarion_proto::h2::hpack::{Decoder, Encoder, HpackError};
 
 use crate::check::SeqChecker;
 use crate::conn_life::{seq_and_time, Event, Host, Phase};
-use crate::wire::find;
+use crate::wire::{self, find, Step};
 
 /// What every HTTP/2 connection of a worker shares.
 #[derive(Debug, Clone, Copy)]
@@ -38,12 +39,15 @@ pub(crate) struct H2Setup {
     pub(crate) target: SocketAddr,
     /// Over TLS (`:scheme https`) or clear text (`http`).
     pub(crate) tls: bool,
+    /// Each stream a WebSocket (`/ws`, RFC 8441) rather than an SSE stream (`/sse`).
+    pub(crate) websocket: bool,
 }
 
 /// What an HTTP/2 life asks of its worker, beyond what any life does.
 pub(crate) trait H2Host: Host {
-    /// The `:path` of the request subscribing to `topic` (the worker's number for it).
-    fn path(&mut self, topic: u32) -> String;
+    /// The query of the request subscribing to `topic` (the worker's number for it):
+    /// `topic=NAME` and what else the worker adds.
+    fn query(&mut self, topic: u32) -> String;
     /// Stream `stream` (its index on the connection) ended for `why`; the others go on.
     fn stream_ended(&mut self, stream: usize, why: StreamError);
 }
@@ -62,6 +66,13 @@ pub(crate) enum StreamError {
     Ended,
     /// The server allows fewer concurrent streams than this connection was given.
     OverLimit(u32),
+    /// WebSockets were asked for, but the server's SETTINGS do not enable the extended
+    /// CONNECT of RFC 8441.
+    NoConnectProtocol,
+    /// A WebSocket stream's frame the server must not send (masked, reserved, too long).
+    BadWsFrame,
+    /// The server closed a WebSocket stream (a Close frame).
+    WsClosed,
 }
 
 impl fmt::Display for StreamError {
@@ -77,6 +88,11 @@ impl fmt::Display for StreamError {
                     "h2 stream over the server's MAX_CONCURRENT_STREAMS {max}"
                 )
             }
+            StreamError::NoConnectProtocol => {
+                f.write_str("h2 server does not enable extended CONNECT (RFC 8441)")
+            }
+            StreamError::BadWsFrame => f.write_str("h2 WebSocket stream: bad frame from server"),
+            StreamError::WsClosed => f.write_str("h2 WebSocket stream closed by server"),
         }
     }
 }
@@ -150,7 +166,7 @@ pub(crate) enum StreamPhase {
     Waiting,
     /// The request is sent; the answer's HEADERS are awaited.
     Requested,
-    /// Answered `200 text/event-stream`: events flow.
+    /// Answered `200` (`text/event-stream` for SSE): events or WebSocket frames flow.
     Open,
     /// Refused, reset or ended.
     Ended,
@@ -160,7 +176,8 @@ pub(crate) enum StreamPhase {
 #[derive(Debug)]
 struct Stream {
     check: SeqChecker,
-    /// Bytes of an event split across DATA frames (empty, without allocation, otherwise).
+    /// Bytes of an event or a WebSocket frame split across DATA frames (empty, without
+    /// allocation, otherwise).
     partial: Vec<u8>,
     /// The worker's number for the topic it follows.
     topic: u32,
@@ -382,17 +399,30 @@ impl H2Life {
                 ack: false,
                 payload,
             } => {
-                let mut max_streams = None;
+                let (mut max_streams, mut connect) = (None, false);
                 for s in Frame::settings(payload) {
-                    if let Setting::MaxConcurrentStreams(n) = s.map_err(H2Error::Frame)? {
-                        max_streams = Some(n);
+                    match s.map_err(H2Error::Frame)? {
+                        Setting::MaxConcurrentStreams(n) => max_streams = Some(n),
+                        Setting::EnableConnectProtocol(v) => connect = v == 1,
+                        Setting::HeaderTableSize(_)
+                        | Setting::EnablePush(_)
+                        | Setting::InitialWindowSize(_)
+                        | Setting::MaxFrameSize(_)
+                        | Setting::MaxHeaderListSize(_)
+                        | Setting::Unknown(..) => {}
                     }
                 }
                 frame::write_settings_ack(out);
                 if !self.settled {
                     self.settled = true;
                     self.phase = Phase::Open;
-                    self.request(setup, max_streams, host, out);
+                    if setup.websocket && !connect {
+                        for i in 0..self.streams.len() {
+                            self.end_stream(i, StreamError::NoConnectProtocol, host);
+                        }
+                    } else {
+                        self.request(setup, max_streams, host, out);
+                    }
                 }
             }
             Frame::Headers {
@@ -403,7 +433,7 @@ impl H2Life {
                 ..
             } => {
                 if end_headers {
-                    self.answer(stream, block, end_stream, host)?;
+                    self.answer(setup, stream, block, end_stream, host)?;
                 } else {
                     self.block = Some(Block {
                         stream,
@@ -420,7 +450,7 @@ impl H2Life {
                 };
                 b.bytes = bounded(b.bytes, block)?;
                 if end_headers {
-                    self.answer(b.stream, &b.bytes, b.end_stream, host)?;
+                    self.answer(setup, b.stream, &b.bytes, b.end_stream, host)?;
                 } else {
                     self.block = Some(b);
                 }
@@ -430,7 +460,7 @@ impl H2Life {
                 data,
                 end_stream,
                 flow_len,
-            } => self.data(stream, data, end_stream, flow_len, host, out)?,
+            } => self.data(setup, stream, data, end_stream, flow_len, host, out)?,
             Frame::RstStream { stream, code } => {
                 let i = self.index(stream)?;
                 self.end_stream(i, StreamError::Reset(code), host);
@@ -469,19 +499,37 @@ impl H2Life {
                 host.stream_ended(i, StreamError::OverLimit(max_streams.unwrap_or(0)));
                 continue;
             }
-            let path = host.path(s.topic);
+            let query = host.query(s.topic);
             block.clear();
-            encoder.encode(
-                [
-                    (":method", "GET"),
-                    (":scheme", scheme),
-                    (":authority", authority.as_str()),
-                    (":path", path.as_str()),
-                    ("accept", "text/event-stream"),
-                ],
-                &mut block,
-            );
-            frame::write_headers(out, stream_id(i), &block, true, DEFAULT_MAX_FRAME);
+            if setup.websocket {
+                // RFC 8441 §4: the stream stays open both ways for the WebSocket's frames.
+                let path = format!("/ws?{query}");
+                encoder.encode(
+                    [
+                        (":method", "CONNECT"),
+                        (":protocol", "websocket"),
+                        (":scheme", scheme),
+                        (":authority", authority.as_str()),
+                        (":path", path.as_str()),
+                        ("sec-websocket-version", "13"),
+                    ],
+                    &mut block,
+                );
+                frame::write_headers(out, stream_id(i), &block, false, DEFAULT_MAX_FRAME);
+            } else {
+                let path = format!("/sse?{query}");
+                encoder.encode(
+                    [
+                        (":method", "GET"),
+                        (":scheme", scheme),
+                        (":authority", authority.as_str()),
+                        (":path", path.as_str()),
+                        ("accept", "text/event-stream"),
+                    ],
+                    &mut block,
+                );
+                frame::write_headers(out, stream_id(i), &block, true, DEFAULT_MAX_FRAME);
+            }
             s.phase = StreamPhase::Requested;
         }
     }
@@ -500,6 +548,7 @@ impl H2Life {
     /// A complete header block on stream `id`: the answer to its request (or trailers).
     fn answer(
         &mut self,
+        setup: &H2Setup,
         id: u32,
         block: &[u8],
         end_stream: bool,
@@ -526,7 +575,7 @@ impl H2Life {
             StreamPhase::Requested => match status {
                 // Informational answers (1xx) come before the real one.
                 Some(100..=199) => {}
-                Some(200) if event_stream => {
+                Some(200) if event_stream || setup.websocket => {
                     s.phase = StreamPhase::Open;
                     host.event(Event::Answered);
                 }
@@ -558,10 +607,12 @@ impl H2Life {
         }
     }
 
-    /// A DATA frame: SSE events for an open stream; its bytes counted for flow control
-    /// whatever the stream's state.
+    /// A DATA frame: SSE events or WebSocket frames for an open stream; its bytes counted for
+    /// flow control whatever the stream's state.
+    #[allow(clippy::too_many_arguments)]
     fn data(
         &mut self,
+        setup: &H2Setup,
         id: u32,
         data: &[u8],
         end_stream: bool,
@@ -589,24 +640,40 @@ impl H2Life {
             frame::write_window_update(out, id, s.consumed);
             s.consumed = 0;
         }
+        let mut ws = WsOut {
+            id,
+            out,
+            ended: None,
+        };
+        let mut take = |input: &[u8], check: &mut SeqChecker| {
+            if setup.websocket {
+                ws_frames(input, i, check, host, &mut ws)
+            } else {
+                events(input, i, check, host)
+            }
+        };
         if s.partial.is_empty() {
-            let used = events(data, i, &mut s.check, host);
+            let used = take(data, &mut s.check);
             if let Some(tail) = data.get(used..).filter(|t| !t.is_empty()) {
                 s.partial = tail.to_vec();
             }
         } else {
             let mut buf = std::mem::take(&mut s.partial);
             buf.extend_from_slice(data);
-            let used = events(&buf, i, &mut s.check, host);
+            let used = take(&buf, &mut s.check);
             buf.drain(..used.min(buf.len()));
             if !buf.is_empty() {
                 s.partial = buf;
             }
         }
         if s.partial.len() > MAX_EVENT {
-            return Err(H2Error::Protocol("SSE event longer than 16 MiB"));
+            return Err(H2Error::Protocol(
+                "SSE event or WebSocket frame longer than 16 MiB",
+            ));
         }
-        if end_stream {
+        if let Some(why) = ws.ended {
+            self.end_stream(i, why, host);
+        } else if end_stream {
             self.end_stream(i, StreamError::Ended, host);
         }
         Ok(())
@@ -625,6 +692,60 @@ fn bounded(mut buf: Vec<u8>, more: &[u8]) -> Result<Vec<u8>, H2Error> {
     }
     buf.extend_from_slice(more);
     Ok(buf)
+}
+
+/// Where a WebSocket stream's answers go (a Pong in a DATA frame of stream `id`), and why it
+/// ended, if it did.
+struct WsOut<'a> {
+    id: u32,
+    out: &'a mut Vec<u8>,
+    ended: Option<StreamError>,
+}
+
+/// Checks every complete WebSocket frame at the start of `input` as stream `stream`'s
+/// messages, answers Pings, and stops at a Close or a frame the server must not send; returns
+/// the bytes used.
+fn ws_frames(
+    input: &[u8],
+    stream: usize,
+    check: &mut SeqChecker,
+    host: &mut impl Host,
+    ws: &mut WsOut<'_>,
+) -> usize {
+    let mut at = 0;
+    while ws.ended.is_none() {
+        let rest = input.get(at..).unwrap_or_default();
+        let (step, used) = match wire::step(rest, MAX_EVENT as u64) {
+            Ok(Some(done)) => done,
+            Ok(None) => break,
+            Err(_) => {
+                ws.ended = Some(StreamError::BadWsFrame);
+                return input.len();
+            }
+        };
+        match step {
+            Step::Text(payload) | Step::Binary(payload) => {
+                if let Some((seq, published_us)) = seq_and_time(payload.splitn(3, |&b| b == b' ')) {
+                    let seen = check.see(seq);
+                    host.event(Event::Delivered {
+                        stream,
+                        seq,
+                        published_us,
+                        seen,
+                    });
+                }
+            }
+            Step::Ping(payload) => {
+                let r = host.random();
+                let pong = wire::pong(payload, [r[0], r[1], r[2], r[3]]);
+                frame::write_data(ws.out, ws.id, &pong, false);
+            }
+            Step::Closed => ws.ended = Some(StreamError::WsClosed),
+            Step::Pong(_) | Step::Nothing => {}
+        }
+        at += used;
+    }
+    at
 }
 
 /// Checks every complete SSE event at the start of `input` (its `data:` lines) as stream
@@ -687,8 +808,8 @@ mod tests {
     }
 
     impl H2Host for Recorder {
-        fn path(&mut self, topic: u32) -> String {
-            format!("/sse?topic=t{topic}&x=1")
+        fn query(&mut self, topic: u32) -> String {
+            format!("topic=t{topic}&x=1")
         }
         fn stream_ended(&mut self, stream: usize, why: StreamError) {
             self.ended.push((stream, why));
@@ -701,6 +822,12 @@ mod tests {
             9,
         )),
         tls: false,
+        websocket: false,
+    };
+
+    const WS: H2Setup = H2Setup {
+        websocket: true,
+        ..SETUP
     };
 
     /// The server's side of a connection, as bytes.
@@ -870,6 +997,149 @@ mod tests {
             })
             .unwrap();
         assert_eq!(scheme, "https");
+    }
+
+    /// The header fields of a request block, as `name: value` lines.
+    fn fields(decoder: &mut Decoder, block: &[u8]) -> Vec<String> {
+        let mut fields = Vec::new();
+        decoder
+            .decode(block, 4096, |(n, v, _)| {
+                fields.push(format!(
+                    "{}: {}",
+                    String::from_utf8_lossy(n),
+                    String::from_utf8_lossy(v)
+                ))
+            })
+            .unwrap();
+        fields
+    }
+
+    #[test]
+    fn websockets_are_extended_connects_and_their_frames_are_checked_split_at_every_byte() {
+        use clarion_proto::ws::frame::{apply_mask, encode_frame, parse_header};
+        use clarion_proto::ws::OpCode;
+        // Two WebSocket streams (RFC 8441): the requests are CONNECTs that leave the stream
+        // open; each answer is a bare 200; the messages are WebSocket frames in DATA frames,
+        // one split across two of them, a Ping answered with a masked Pong on its own stream.
+        let (mut life, mut host) = connected(2);
+        life.handle_input(&WS, &Script::new(Some(100)).bytes, &mut host)
+            .unwrap();
+        let f = frames(&host.sent);
+        let mut decoder = Decoder::new(4096);
+        for (i, (kind, flags, stream, block)) in f[1..].iter().enumerate() {
+            // END_HEADERS without END_STREAM.
+            assert_eq!((*kind, *flags, *stream), (0x1, 0x4, 2 * i as u32 + 1));
+            assert_eq!(
+                fields(&mut decoder, block),
+                [
+                    ":method: CONNECT".to_string(),
+                    ":protocol: websocket".into(),
+                    ":scheme: http".into(),
+                    ":authority: 127.0.0.1:9".into(),
+                    format!(":path: /ws?topic=t{i}&x=1"),
+                    "sec-websocket-version: 13".into(),
+                ]
+            );
+        }
+        let text = |m: &str| encode_frame(OpCode::Text, m.as_bytes());
+        let two = text("1 5 b");
+        let mut server = Script::new(Some(100))
+            .answer(1, "200", "")
+            .answer(3, "200", "");
+        for (stream, bytes) in [
+            (1, text("0 5 a")),
+            (3, text("0 5 x")),
+            (1, two[..3].to_vec()),
+            (1, two[3..].to_vec()),
+            (3, encode_frame(OpCode::Ping, b"hi")),
+            (3, text("2 5 y")),
+        ] {
+            frame::write_data(&mut server.bytes, stream, &bytes, false);
+        }
+        let mut want = None;
+        for cut in 0..server.bytes.len() {
+            let (mut life, mut host) = connected(2);
+            life.handle_input(&WS, &server.bytes[..cut], &mut host)
+                .unwrap();
+            life.handle_input(&WS, &server.bytes[cut..], &mut host)
+                .unwrap();
+            assert_eq!(life.open_streams(), 2);
+            assert!(host.ended.is_empty(), "{:?}", host.ended);
+            let got = (host.events.clone(), host.sent.len());
+            match &want {
+                None => want = Some(got),
+                Some(w) => assert_eq!(&got, w, "cut at {cut}"),
+            }
+            // The Pong: a DATA frame on stream 3 holding a masked frame with the Ping's bytes.
+            let pongs: Vec<_> = frames(&host.sent)
+                .into_iter()
+                .filter(|f| f.0 == 0x0)
+                .collect();
+            assert_eq!(pongs.len(), 1);
+            assert_eq!((pongs[0].1, pongs[0].2), (0, 3));
+            let h = parse_header(&pongs[0].3, true, 125).unwrap().unwrap();
+            let mut payload = pongs[0].3[h.header_len..].to_vec();
+            apply_mask(&mut payload, h.mask.unwrap(), 0);
+            assert_eq!((h.opcode, payload.as_slice()), (OpCode::Pong, &b"hi"[..]));
+        }
+        let events = want.unwrap().0;
+        let got: Vec<_> = events
+            .iter()
+            .filter(|e| matches!(e, Event::Delivered { .. }))
+            .cloned()
+            .collect();
+        assert_eq!(
+            got,
+            [
+                delivered(0, 0, Seen::InOrder),
+                delivered(1, 0, Seen::InOrder),
+                delivered(0, 1, Seen::InOrder),
+                delivered(1, 2, Seen::AfterGap(1)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_websocket_stream_ends_on_close_or_a_bad_frame_and_without_extended_connect() {
+        use clarion_proto::ws::frame::encode_frame;
+        use clarion_proto::ws::OpCode;
+        let (mut life, mut host) = connected(2);
+        let mut server = Script::new(Some(100))
+            .answer(1, "200", "")
+            .answer(3, "200", "");
+        frame::write_data(
+            &mut server.bytes,
+            1,
+            &encode_frame(OpCode::Close, &[3, 232]),
+            false,
+        );
+        // A masked frame from the server (bit 0x80 of the second byte).
+        frame::write_data(
+            &mut server.bytes,
+            3,
+            &[0x81, 0x85, 1, 2, 3, 4, 0, 0, 0, 0, 0],
+            false,
+        );
+        life.handle_input(&WS, &server.bytes, &mut host).unwrap();
+        assert_eq!(
+            host.ended,
+            [(0, StreamError::WsClosed), (1, StreamError::BadWsFrame)]
+        );
+        assert_eq!(life.open_streams(), 0);
+        assert_eq!(life.phase(), Phase::Open, "the connection goes on");
+        // A server whose SETTINGS lack ENABLE_CONNECT_PROTOCOL gets no request at all.
+        let (mut life, mut host) = connected(2);
+        let mut bytes = Vec::new();
+        frame::write_settings(&mut bytes, &[Setting::MaxConcurrentStreams(100)]);
+        life.handle_input(&WS, &bytes, &mut host).unwrap();
+        assert_eq!(
+            host.ended,
+            [
+                (0, StreamError::NoConnectProtocol),
+                (1, StreamError::NoConnectProtocol)
+            ]
+        );
+        assert_eq!(frames(&host.sent).len(), 1, "the SETTINGS ack only");
     }
 
     /// Three SSE streams: events interleaved, one split across DATA frames, a comment, a

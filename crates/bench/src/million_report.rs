@@ -82,10 +82,15 @@ pub fn rows(o: &Outcome) -> Vec<(String, String)> {
         (
             "held".into(),
             format!(
-                "{} rounds of {} s; {} rooms",
+                "{} rounds of {} s; {} rooms{}",
                 o.rounds,
                 o.interval_ms / 1000,
-                o.rooms
+                o.rooms,
+                if o.broadcast_expected == 0 {
+                    " (pings only: nothing published)"
+                } else {
+                    ""
+                }
             ),
         ),
         (

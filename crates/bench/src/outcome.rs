@@ -72,7 +72,8 @@ pub struct Outcome {
     /// Figures measured with too little signal to believe, and why ([`crate::trust`]).
     pub warnings: Vec<String>,
     /// How HTTP/2 carried the subscribers (`--http2`); absent over HTTP/1.1, whose output
-    /// keeps its shape. Flattened: `protocol`, `streams_per_connection`, `tcp_connections`.
+    /// keeps its shape. Flattened: `protocol`, `stream`, `streams_per_connection`,
+    /// `tcp_connections`.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub http2: Option<Http2>,
 }
@@ -82,7 +83,9 @@ pub struct Outcome {
 pub struct Http2 {
     /// `h2` (TLS, chosen by ALPN) or `h2c` (clear text, prior knowledge).
     pub protocol: &'static str,
-    /// SSE streams per connection (`--streams-per-conn`); `connections` and `opened` count
+    /// What each stream carries: `SSE stream` or `WebSocket` (RFC 8441).
+    pub stream: &'static str,
+    /// Streams per connection (`--streams-per-conn`); `connections` and `opened` count
     /// streams.
     pub streams_per_connection: u32,
     /// TCP connections that got past the server's SETTINGS.

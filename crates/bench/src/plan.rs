@@ -89,16 +89,22 @@ pub struct BenchArgs {
     /// source ports apart from another bench's on the same machine.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=250))]
     pub source_base: u8,
+    /// The million scenario without publishing: the connections are held and ping once per
+    /// --interval-ms, nothing else (the Raspberry Pi seed's "a million sockets pinged every
+    /// 16 s": `--interval-ms 16000`).
+    #[arg(long)]
+    pub pings_only: bool,
     /// Sample this broker process (redis-server) too: its CPU and memory are reported apart
     /// (the million scenario).
     #[arg(long)]
     pub broker_pid: Option<u32>,
-    /// Subscribe over HTTP/2: SSE streams on connections that ALPN made h2 (with --tls-ca) or
-    /// that start with the h2c preface (prior knowledge, clear text). -n stays the number of
-    /// subscribers (streams).
+    /// Subscribe over HTTP/2: SSE streams (`--transport sse`) or WebSockets (`ws`, RFC 8441's
+    /// extended CONNECT) on connections that ALPN made h2 (with --tls-ca) or that start with
+    /// the h2c preface (prior knowledge, clear text). -n stays the number of subscribers
+    /// (streams).
     #[arg(long)]
     pub http2: bool,
-    /// With --http2, SSE streams per connection: `-n 15000 --streams-per-conn 100` opens 150
+    /// With --http2, streams per connection: `-n 15000 --streams-per-conn 100` opens 150
     /// connections.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub streams_per_conn: u32,
@@ -138,11 +144,13 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
-    /// Whether the options fit together: HTTP/2 carries SSE streams only, and the million
-    /// scenario speaks HTTP/1.1.
+    /// Whether the options fit together: HTTP/2 carries SSE streams and WebSockets, and the
+    /// million scenario speaks HTTP/1.1.
     pub fn check_http2(&self) -> anyhow::Result<()> {
-        if self.http2 && self.transport != TransportArg::Sse {
-            anyhow::bail!("--http2 opens SSE streams: use it with --transport sse");
+        if self.http2 && self.transport == TransportArg::Poll {
+            anyhow::bail!(
+                "--http2 opens SSE streams or WebSockets (RFC 8441): use it with --transport sse or ws"
+            );
         }
         if self.http2 && self.scenario == Some(Scenario::Million) {
             anyhow::bail!("the million scenario does not speak HTTP/2");
@@ -300,12 +308,15 @@ mod tests {
         assert_eq!(a.map(|a| (a.interval_ms, a.messages)), Some((2000, 30)));
         let a = parse(&["--scenario", "ticker", "--interval-ms", "500", "-m", "30"]).ok();
         assert_eq!(a.map(|a| (a.interval_ms, a.messages)), Some((500, 30)));
-        // HTTP/2: SSE only, streams per connection only with it, never zero.
+        // HTTP/2: SSE or WebSockets (RFC 8441, the default transport), not long-polls;
+        // streams per connection only with it, never zero.
         let a = parse(&["--http2", "--transport", "sse", "--streams-per-conn", "100"]).unwrap();
         assert_eq!((a.http2, a.streams_per_conn), (true, 100));
         assert!(a.check_http2().is_ok());
         assert!(parse(&["--streams-per-conn", "0"]).is_err());
-        let a = parse(&["--http2"]).unwrap();
+        let a = parse(&["--http2", "--streams-per-conn", "10"]).unwrap();
+        assert!(a.check_http2().is_ok());
+        let a = parse(&["--http2", "--transport", "poll"]).unwrap();
         assert!(a.check_http2().is_err());
         let a = parse(&["--transport", "sse", "--streams-per-conn", "2"]).unwrap();
         assert!(a.check_http2().is_err());

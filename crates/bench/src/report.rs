@@ -178,9 +178,10 @@ fn opt(x: Option<f64>) -> String {
 /// The protocol line of an HTTP/2 run: streams per connection and connections.
 fn protocol(h: &Http2) -> String {
     format!(
-        "{}, {} SSE stream{} per connection, {} connections",
+        "{}, {} {}{} per connection, {} connections",
         h.protocol,
         h.streams_per_connection,
+        h.stream,
         if h.streams_per_connection == 1 {
             ""
         } else {
@@ -381,6 +382,7 @@ pub(crate) mod tests {
         let mut o = sample_outcome();
         o.http2 = Some(Http2 {
             protocol: "h2c",
+            stream: "SSE stream",
             streams_per_connection: 1,
             tcp_connections: 5,
         });
@@ -388,12 +390,22 @@ pub(crate) mod tests {
         assert!(html("run", &o).contains(line));
         let many = Http2 {
             protocol: "h2",
+            stream: "SSE stream",
             streams_per_connection: 100,
             tcp_connections: 2,
         };
         assert_eq!(
             protocol(&many),
             "h2, 100 SSE streams per connection, 2 connections"
+        );
+        let ws = Http2 {
+            stream: "WebSocket",
+            streams_per_connection: 10,
+            ..many
+        };
+        assert_eq!(
+            protocol(&ws),
+            "h2, 10 WebSockets per connection, 2 connections"
         );
     }
 }

@@ -42,7 +42,7 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
         };
         let title = if a.http2 {
             format!(
-                "clarion bench: {} SSE streams over HTTP/2, {} per connection, {} topics, {} rounds",
+                "clarion bench: {} {transport} streams over HTTP/2, {} per connection, {} topics, {} rounds",
                 a.connections, a.streams_per_conn, a.topics, a.messages
             )
         } else {
@@ -464,6 +464,11 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         warnings: Vec::new(),
         http2: a.http2.then(|| crate::outcome::Http2 {
             protocol: if a.tls_ca.is_some() { "h2" } else { "h2c" },
+            stream: if a.transport == TransportArg::Ws {
+                "WebSocket"
+            } else {
+                "SSE stream"
+            },
             streams_per_connection: a.streams_per_conn,
             tcp_connections: tcp,
         }),

@@ -53,7 +53,8 @@ pub struct Job {
     /// Sign each connection a token of its own identity with this HS256 secret.
     #[serde(default)]
     pub jwt_secret: Option<String>,
-    /// Subscribe over HTTP/2 (SSE streams; h2 by ALPN over TLS, h2c prior knowledge without).
+    /// Subscribe over HTTP/2 (SSE streams, or WebSockets by RFC 8441's extended CONNECT; h2 by
+    /// ALPN over TLS, h2c prior knowledge without).
     #[serde(default)]
     pub http2: bool,
     /// With `http2`, streams per connection: consecutive entries of `topics` share one.
@@ -248,6 +249,7 @@ pub fn main() -> anyhow::Result<()> {
     let h2 = H2Setup {
         target: job.target,
         tls: job.tls.is_some(),
+        websocket: job.transport == Transport::Ws,
     };
     // Subscribers per connection.
     let per_conn = if job.http2 {
@@ -632,13 +634,13 @@ impl Host for Io<'_> {
 }
 
 impl H2Host for Io<'_> {
-    fn path(&mut self, topic: u32) -> String {
+    fn query(&mut self, topic: u32) -> String {
         let name = self.topics.get(topic as usize).map_or("", String::as_str);
         let token = self
             .jwt_secret
             .map(|s| format!("&token={}", crate::wire::member_token(s)))
             .unwrap_or_default();
-        format!("/sse?topic={name}{token}")
+        format!("topic={name}{token}")
     }
 
     fn stream_ended(&mut self, _stream: usize, why: StreamError) {
@@ -722,6 +724,7 @@ mod tests {
             h2: &H2Setup {
                 target: job.target,
                 tls: false,
+                websocket: false,
             },
             topics: &topics,
         };
