@@ -36,9 +36,10 @@ change to the load generator itself (its CPU is the "client CPU-s / 1M" column):
 `clarion` with `--io-uring=false` (every delivery its own `send`) and `--io-uring=true` (a
 fan-out submitted through io_uring, the default).
 
-`clarion-h2` is Clarion with its SSE subscribers as HTTP/2 streams, one per connection (the bench's
-`--http2`: h2c with prior knowledge); `clarion-h2-mux` puts `--h2-streams` of them (default 100)
-on each connection (`--streams-per-conn`), so `-n 15000` is 150 connections. `clarion-tls`,
+`clarion-h2` is Clarion with its subscribers as HTTP/2 streams, one per connection (the bench's
+`--http2`: h2c with prior knowledge): SSE streams with `--transport sse`, WebSockets over RFC 8441
+(extended CONNECT) with `--transport ws`; `clarion-h2-mux` puts `--h2-streams` of them (default
+100) on each connection (`--streams-per-conn`), so `-n 15000` is 150 connections. `clarion-tls`,
 `clarion-h2-tls` and `clarion-h2-mux-tls` are the same over TLS 1.3 (a `clarion cert --dev`
 certificate made for the run; ALPN chooses h2), the way browsers speak HTTP/2.
 `clarion-ref-h2-mux` is `clarion-h2-mux` served by the reference build (`CLARION_REF_BIN`), for
@@ -77,6 +78,13 @@ limit, e.g. the ticker to 100,000:
 
     UWS_SRC=/work/peers/uWebSockets python3 bench/compare.py --scenario ticker -n 100000 \
         --repeats 3 --peers clarion-cluster@6,uws-cpp-group@6 -- -m 20 --interval-ms 1000
+
+`clarion-cluster-tls@P` and `uws-cpp-group-tls@P` are the same groups serving their clients over
+TLS 1.3 (a `clarion cert --dev` certificate; µWebSockets built with OpenSSL by
+`build_uws.sh --tls`): the Raspberry Pi seed "100k secure WebSockets and a 2-second ticker" is
+
+    UWS_SRC=/work/peers/uWebSockets python3 bench/compare.py --scenario ticker -n 100000 \
+        --repeats 3 --peers clarion-cluster-tls@6,uws-cpp-group-tls@6 -- -m 30 --interval-ms 2000
 
 Besides the server's CPU per delivery, the table gives the load client's CPU per message it
 received over the same window ("client CPU-s / 1M"): on two cores a client as costly as the
@@ -120,7 +128,8 @@ ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin",
        "clarion-grip", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
        "clarion-durable-sync", "clarion-redis", "clarion-cluster", "clarion-rcluster",
        "uws-cpp", "uws-cpp-group", "centrifuge", "clarion-h2", "clarion-h2-mux", "clarion-tls",
-       "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux"]
+       "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux", "clarion-cluster-tls",
+       "uws-cpp-group-tls"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
     "socketio": {"ws"}, "websockets": {"ws"}, "pushpin": {"sse"}, "nchan": {"ws", "sse"},
@@ -130,8 +139,10 @@ TRANSPORTS = {
     "clarion-redis": {"ws", "sse"}, "clarion-cluster": {"ws", "sse"},
     "clarion-rcluster": {"ws", "sse"}, "uws-cpp": {"ws"},
     "uws-cpp-group": {"ws"}, "centrifuge": {"ws"},
-    "clarion-h2": {"sse"}, "clarion-h2-mux": {"sse"}, "clarion-tls": {"ws", "sse"},
-    "clarion-h2-tls": {"sse"}, "clarion-h2-mux-tls": {"sse"}, "clarion-ref-h2-mux": {"sse"},
+    "clarion-h2": {"ws", "sse"}, "clarion-h2-mux": {"ws", "sse"}, "clarion-tls": {"ws", "sse"},
+    "clarion-h2-tls": {"ws", "sse"}, "clarion-h2-mux-tls": {"ws", "sse"},
+    "clarion-ref-h2-mux": {"ws", "sse"},
+    "clarion-cluster-tls": {"ws", "sse"}, "uws-cpp-group-tls": {"ws"},
 }
 LABELS = {
     "clarion": "Clarion", "uws": "uWebSockets.js (npm uwebsockets)",
@@ -149,21 +160,24 @@ LABELS = {
     "clarion-rcluster": "Clarion, processes joined by a Redis Cluster of 3 masters (--processes)",
     "uws-cpp": "µWebSockets C++ (built from its repository)",
     "uws-cpp-group": "µWebSockets C++, a process per loop, each told of every publish",
+    "uws-cpp-group-tls": "µWebSockets C++ with OpenSSL (TLS 1.3), a process per loop, each told "
+                         "of every publish",
+    "clarion-cluster-tls": "Clarion over TLS 1.3, processes joined by Redis (--processes)",
     "centrifuge": "Centrifuge (Go)",
-    "clarion-h2": "Clarion, HTTP/2 (h2c), 1 SSE stream per connection",
-    "clarion-h2-mux": "Clarion, HTTP/2 (h2c), {streams} SSE streams per connection",
+    "clarion-h2": "Clarion, HTTP/2 (h2c), 1 stream per connection",
+    "clarion-h2-mux": "Clarion, HTTP/2 (h2c), {streams} streams per connection",
     "clarion-tls": "Clarion, HTTP/1.1 over TLS 1.3",
-    "clarion-h2-tls": "Clarion, HTTP/2 over TLS 1.3, 1 SSE stream per connection",
-    "clarion-h2-mux-tls": "Clarion, HTTP/2 over TLS 1.3, {streams} SSE streams per connection",
+    "clarion-h2-tls": "Clarion, HTTP/2 over TLS 1.3, 1 stream per connection",
+    "clarion-h2-mux-tls": "Clarion, HTTP/2 over TLS 1.3, {streams} streams per connection",
     "clarion-ref-h2-mux": "Clarion, reference build (CLARION_REF_BIN), HTTP/2 (h2c), "
-                          "{streams} SSE streams per connection",
+                          "{streams} streams per connection",
 }
 # Streams per connection of the -mux peers (--h2-streams).
 H2_STREAMS = 100
 # More `clarion serve` flags for every Clarion variant (--clarion-flags).
 CLARION_FLAGS = []
 # Peers that run with a private redis-server (its CPU is reported apart from the server's).
-WITH_REDIS = {"clarion-redis", "clarion-cluster", "clarion-rcluster"}
+WITH_REDIS = {"clarion-redis", "clarion-cluster", "clarion-rcluster", "clarion-cluster-tls"}
 # Peers that take a thread count after `@`.
 THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
             "clarion-durable-sync", "uws-cpp", "centrifuge", "clarion-h2", "clarion-h2-mux",
@@ -175,17 +189,21 @@ CLARION_VARIANTS = ("clarion", "clarion-ref", "clarion-send", "clarion-uring", "
 # The peers run by the reference build (CLARION_REF_BIN).
 CLARION_REFS = {"clarion-ref", "clarion-ref-h2-mux"}
 # Clarion peers served over TLS: the client port is the TLS listener (clear text on port + 2).
-CLARION_TLS = {"clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls"}
+CLARION_TLS = {"clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-cluster-tls"}
+# Peers whose clients connect over TLS 1.3 with the run's development certificate.
+SERVED_TLS = CLARION_TLS | {"uws-cpp-group-tls"}
 # What the load generator adds for a peer that speaks HTTP/2.
 H2_FLAGS = {"clarion-h2": [], "clarion-h2-tls": [], "clarion-h2-mux": ["mux"],
             "clarion-h2-mux-tls": ["mux"], "clarion-ref-h2-mux": ["mux"]}
 # Peers that take a process count after `@` (default 3), one event loop each: past one
 # process's open-files limit (20,000 here), a server is several processes.
-GROUPS = {"clarion-cluster", "clarion-rcluster", "uws-cpp-group"}
+GROUPS = {"clarion-cluster", "clarion-rcluster", "uws-cpp-group", "clarion-cluster-tls",
+          "uws-cpp-group-tls"}
 GROUP_SIZE = 3
 # What a client of the peer says first, once its WebSocket is open (`clarion bench --ws-hello`).
 HELLO = {"centrifuge": '{"id":1,"connect":{}}'}
 UWS_BIN = ENV / "uws_server"
+UWS_TLS_BIN = ENV / "uws_server_tls"
 CENTRIFUGE_BIN = ENV / "centrifuge-peer"
 
 
@@ -221,7 +239,7 @@ def dev_cert(workdir):
 def client_flags(base, workdir):
     """What `clarion bench` adds for peer `base`: TLS trust and HTTP/2."""
     flags = []
-    if base in CLARION_TLS:
+    if base in SERVED_TLS:
         flags += ["--tls-ca", str(dev_cert(workdir) / "ca.pem")]
     if base in H2_FLAGS:
         flags.append("--http2")
@@ -230,11 +248,13 @@ def client_flags(base, workdir):
     return flags
 
 
-def build_uws():
-    """Builds µWebSockets C++ from UWS_SRC into .env; None when done, or why it was skipped."""
+def build_uws(tls=False):
+    """Builds µWebSockets C++ from UWS_SRC into .env (with OpenSSL when `tls`); None when done,
+    or why it was skipped."""
     if not os.environ.get("UWS_SRC"):
         return "skipped (set UWS_SRC to a checkout of github.com/uNetworking/uWebSockets)"
-    r = subprocess.run(["sh", str(PEERS_DIR / "build_uws.sh"), str(UWS_BIN)],
+    argv = ["--tls", str(UWS_TLS_BIN)] if tls else [str(UWS_BIN)]
+    r = subprocess.run(["sh", str(PEERS_DIR / "build_uws.sh"), *argv],
                        capture_output=True, text=True)
     if r.returncode != 0:
         why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
@@ -334,15 +354,21 @@ class Server:
                                     *CLARION_FLAGS])
         elif n == "uws-cpp":
             self.main = self.spawn([UWS_BIN, p, a, self.threads or 1])
-        elif n == "uws-cpp-group":
+        elif n in ("uws-cpp-group", "uws-cpp-group-tls"):
             # Every process takes clients on the shared port (uSockets listens with
             # SO_REUSEPORT) and publishes on its own API port (api + 5000 + i, away from the
             # other peers' PORT_BASE + 10 i); the translator on the API port hands each publish
             # batch to all of them (a helper, not counted). One shell is the parent of the
-            # group, so the group's CPU is its descendants'.
+            # group, so the group's CPU is its descendants'. The -tls group serves its clients
+            # over TLS with the run's development certificate (its API stays clear text).
             ports = [a + 5000 + i for i in range(self.threads or GROUP_SIZE)]
-            group = " & ".join(f'"$0" {p} {q} 1' for q in ports) + " & wait"
-            self.main = self.spawn(["sh", "-c", group, UWS_BIN])
+            tls = ""
+            if n == "uws-cpp-group-tls":
+                d = dev_cert(self.workdir)
+                tls = f' "{d / "cert.pem"}" "{d / "key.pem"}"'
+            group = " & ".join(f'"$0" {p} {q} 1{tls}' for q in ports) + " & wait"
+            self.main = self.spawn(["sh", "-c", group,
+                                    UWS_TLS_BIN if n == "uws-cpp-group-tls" else UWS_BIN])
             for q in ports:
                 wait_port(q)
             self.helpers.append(self.spawn([sys.executable, PEERS_DIR / "translator.py",
@@ -382,8 +408,15 @@ class Server:
             self.redis = self.spawn(["redis-server", "--port", a + 5, "--bind", "127.0.0.1",
                                      "--save", "", "--appendonly", "no"], cwd=self.workdir)
             wait_port(a + 5)
-            extra = ["--processes", self.threads or GROUP_SIZE] if n == "clarion-cluster" else []
-            self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{p}",
+            extra = ["--processes", self.threads or GROUP_SIZE] \
+                if n in ("clarion-cluster", "clarion-cluster-tls") else []
+            listen = p
+            if n in CLARION_TLS:
+                d = dev_cert(self.workdir)
+                listen = p + 2
+                extra += ["--tls-listen", f"127.0.0.1:{p}", "--tls-cert", d / "cert.pem",
+                          "--tls-key", d / "key.pem"]
+            self.main = self.spawn([CLARION, "serve", "--listen", f"127.0.0.1:{listen}",
                                     "--api-listen", f"127.0.0.1:{a}",
                                     "--max-connections-per-address", 0,
                                     "--broker", f"redis://127.0.0.1:{a + 5}", *extra])
@@ -790,7 +823,8 @@ def main():
         if split_peer(p)[0] not in TRANSPORTS:
             raise SystemExit(f"unknown peer {p}; known: {','.join(ALL)}")
     # Peers built at run time, from sources outside the repository or the Go module proxy.
-    builders = {"uws-cpp": build_uws, "uws-cpp-group": build_uws, "centrifuge": build_centrifuge}
+    builders = {"uws-cpp": build_uws, "uws-cpp-group": build_uws,
+                "uws-cpp-group-tls": lambda: build_uws(tls=True), "centrifuge": build_centrifuge}
     unbuilt = {}
     for b in dict.fromkeys(split_peer(p)[0] for p in peers):
         if b in builders:

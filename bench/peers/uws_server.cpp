@@ -3,17 +3,20 @@
 // publish batch (POST /publish, {"messages":[{"topic":..,"data":..}]}) on a second port, each
 // message's data published as one text message to its topic with µWebSockets' own topic tree.
 //
-//   uws_server PORT API_PORT [THREADS]
+//   uws_server PORT API_PORT [THREADS [CERT KEY]]
 //
-// THREADS (default 1) event loops, each its own App listening on both ports (uSockets listens
-// with SO_REUSEPORT, so the kernel spreads connections over them); a publish reaching any loop
-// is handed to every loop with Loop::defer, as µWebSockets' threaded examples do.
+// THREADS (default 1) event loops, each with its own apps listening on both ports (uSockets
+// listens with SO_REUSEPORT, so the kernel spreads connections over them); a publish reaching
+// any loop is handed to every loop with Loop::defer, as µWebSockets' threaded examples do.
+// With CERT and KEY (PEM files) the client port is TLS (µWebSockets' SSLApp over OpenSSL; the
+// binary must be built with `build_uws.sh --tls`); the API port stays clear text.
 // Built by bench/peers/build_uws.sh against a µWebSockets checkout that is not part of this
 // repository. Benchmark payloads need no JSON escapes; a body this parser cannot read is 400.
 #include "App.h"
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,9 +30,12 @@ struct Sub {
     std::string topic;
 };
 
+using Batch = std::vector<std::pair<std::string, std::string>>;
+
 struct Peer {
     uWS::Loop *loop;
-    uWS::App *app;
+    // Publishes a batch on this loop's client app (clear or TLS).
+    std::function<void(const Batch &)> publish;
 };
 
 std::mutex peersLock;
@@ -48,7 +54,7 @@ bool stringField(std::string_view obj, std::string_view key, std::string &out) {
 }
 
 // Every {"topic","data"} object of a batch, in order; false when the body is not one.
-bool parseBatch(std::string_view body, std::vector<std::pair<std::string, std::string>> &out) {
+bool parseBatch(std::string_view body, Batch &out) {
     size_t at = body.find("\"messages\"");
     if (at == std::string_view::npos) return false;
     at = body.find('[', at);
@@ -67,20 +73,29 @@ bool parseBatch(std::string_view body, std::vector<std::pair<std::string, std::s
     return true;
 }
 
-void publishEverywhere(std::vector<std::pair<std::string, std::string>> batch) {
-    auto shared = std::make_shared<std::vector<std::pair<std::string, std::string>>>(std::move(batch));
+void publishEverywhere(Batch batch) {
+    auto shared = std::make_shared<Batch>(std::move(batch));
     std::lock_guard<std::mutex> g(peersLock);
     for (Peer &p : peers) {
-        uWS::App *app = p.app;
-        p.loop->defer([app, shared] {
-            for (auto &[topic, data] : *shared) app->publish(topic, data, uWS::OpCode::TEXT, false);
-        });
+        auto publish = p.publish;
+        p.loop->defer([publish, shared] { publish(*shared); });
     }
 }
 
-void runLoop(int port, int apiPort) {
-    uWS::App app;
-    app.ws<Sub>("/ws", {
+void listenOrExit(auto &app, int p) {
+    app.listen("127.0.0.1", p, [p](auto *token) {
+        if (!token) {
+            std::fprintf(stderr, "cannot listen on %d\n", p);
+            std::exit(1);
+        }
+    });
+}
+
+// One event loop: the client app (TLS when SSL) on PORT and a clear-text API app on API_PORT.
+template <bool SSL>
+void runLoop(int port, int apiPort, uWS::SocketContextOptions tls) {
+    uWS::TemplatedApp<SSL> app(tls);
+    app.template ws<Sub>("/ws", {
         .compression = uWS::DISABLED,
         .maxPayloadLength = 16 * 1024,
         .idleTimeout = 0,
@@ -96,13 +111,14 @@ void runLoop(int port, int apiPort) {
         },
         .open = [](auto *ws) { ws->subscribe(ws->getUserData()->topic); },
     });
-    app.post("/publish", [](auto *res, auto * /*req*/) {
+    uWS::App api;
+    api.post("/publish", [](auto *res, auto * /*req*/) {
         auto body = std::make_shared<std::string>();
         res->onAborted([] {});
         res->onData([res, body](std::string_view chunk, bool last) {
             body->append(chunk);
             if (!last) return;
-            std::vector<std::pair<std::string, std::string>> batch;
+            Batch batch;
             if (!parseBatch(*body, batch)) {
                 res->writeStatus("400 Bad Request")->end("not a publish batch");
                 return;
@@ -111,17 +127,13 @@ void runLoop(int port, int apiPort) {
             res->end("ok");
         });
     });
-    for (int p : {port, apiPort}) {
-        app.listen("127.0.0.1", p, [p](auto *token) {
-            if (!token) {
-                std::fprintf(stderr, "cannot listen on %d\n", p);
-                std::exit(1);
-            }
-        });
-    }
+    listenOrExit(app, port);
+    listenOrExit(api, apiPort);
     {
         std::lock_guard<std::mutex> g(peersLock);
-        peers.push_back({uWS::Loop::get(), &app});
+        peers.push_back({uWS::Loop::get(), [&app](const Batch &batch) {
+            for (auto &[topic, data] : batch) app.publish(topic, data, uWS::OpCode::TEXT, false);
+        }});
     }
     std::printf("ready %d\n", port);
     std::fflush(stdout);
@@ -131,8 +143,8 @@ void runLoop(int port, int apiPort) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        std::fprintf(stderr, "usage: uws_server PORT API_PORT [THREADS]\n");
+    if (argc < 3 || argc == 5 || argc > 6) {
+        std::fprintf(stderr, "usage: uws_server PORT API_PORT [THREADS [CERT KEY]]\n");
         return 2;
     }
     int port = std::atoi(argv[1]), apiPort = std::atoi(argv[2]);
@@ -141,8 +153,21 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "bad arguments\n");
         return 2;
     }
+    uWS::SocketContextOptions tls{};
+    bool ssl = argc == 6;
+    if (ssl) {
+        tls.cert_file_name = argv[4];
+        tls.key_file_name = argv[5];
+    }
+    auto loop = [ssl, port, apiPort, tls] {
+        if (ssl) {
+            runLoop<true>(port, apiPort, tls);
+        } else {
+            runLoop<false>(port, apiPort, tls);
+        }
+    };
     std::vector<std::thread> others;
-    for (int i = 1; i < threads; i++) others.emplace_back(runLoop, port, apiPort);
-    runLoop(port, apiPort);
+    for (int i = 1; i < threads; i++) others.emplace_back(loop);
+    loop();
     for (auto &t : others) t.join();
 }
