@@ -30,11 +30,14 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>h2</title>
 <script>
   const origin = new URLSearchParams(location.search).get('origin');
   window.opens = 0; window.got = []; window.wsOpen = false; window.wsGot = [];
-  for (let i = 0; i < ${STREAMS}; i++) {
-    const es = new EventSource(origin.replace('wss:', 'https:') + '/sse?topic=h2page');
-    es.onopen = () => window.opens++;
-    es.onmessage = (e) => window.got.push([i, e.data, performance.now()]);
-  }
+  window.openSse = (n) => {
+    for (let i = 0; i < n; i++) {
+      const es = new EventSource(origin.replace('wss:', 'https:') + '/sse?topic=h2page');
+      es.onopen = () => window.opens++;
+      es.onmessage = (e) => window.got.push([i, e.data, performance.now()]);
+    }
+  };
+  if (!new URLSearchParams(location.search).has('defer')) window.openSse(${STREAMS});
   window.openWs = () => {
     const ws = new WebSocket(origin + '/ws?topic=h2page');
     ws.onopen = () => { window.wsOpen = true; };
@@ -54,7 +57,7 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>h2</title>
   };
 </script>`;
 
-async function withPage(serverArgs, run) {
+async function withPage(serverArgs, run, { deferSse = false } = {}) {
   assert.ok(fs.existsSync(chromiumPath), `no browser at ${chromiumPath}: apt-get install chromium`);
   const { chromium } = require('playwright-core');
   const server = await startServer([
@@ -84,7 +87,7 @@ async function withPage(serverArgs, run) {
       route.fulfill({ status: 200, contentType: 'text/html; charset=utf-8', body: PAGE }));
     await page.route(`${origin}/pusher.js`, (route) =>
       route.fulfill({ status: 200, contentType: 'text/javascript', body: fs.readFileSync(PUSHER_JS) }));
-    await page.goto(`${origin}/page.html?origin=wss://localhost:${port}`);
+    await page.goto(`${origin}/page.html?origin=wss://localhost:${port}${deferSse ? '&defer' : ''}`);
     await run(page, server);
   } finally {
     await browser.close();
@@ -139,6 +142,34 @@ test('browser over HTTP/2: pusher-js opens its Pusher connection as a stream of 
     assert.equal(await metric(server.api, 'clarion_protocol_connections{protocol="h2"}'), 1);
     assert.equal(await metric(server.api, 'clarion_h2_streams'), STREAMS + 1);
   });
+});
+
+test('browser over HTTPS: a WebSocket opened before any other request goes over HTTP/1.1; EventSources after it share an HTTP/2 connection', async () => {
+  // What the load generator's mix must match (issue 53): Chromium carries a WebSocket over
+  // HTTP/2 (RFC 8441) only on an HTTP/2 connection it already holds to the origin; the first
+  // request of a page whose own HTML came from elsewhere (a CDN, here the interception) is the
+  // WebSocket, so it gets an HTTP/1.1 connection of its own, and stays on it.
+  await withPage([], async (page, server) => {
+    const read = (expr) => page.evaluate(expr);
+    // The page's EventSources open at load: this test's page waits for its own signal.
+    await page.evaluate('window.openWs()');
+    await waitFor(async () => read('window.wsOpen'), 10000, 'the WebSocket to open');
+    assert.equal(await metric(server.api, 'clarion_protocol_connections{protocol="h2"}'), 0,
+      'the first request, a WebSocket, opened no HTTP/2 connection');
+    assert.equal(await metric(server.api, 'clarion_h2_streams'), 0);
+    // (Chromium may open a spare HTTP/1.1 connection besides, idle: so count the WebSocket.)
+    assert.equal(await metric(server.api, 'clarion_connections{transport="ws"}'), 1);
+    await page.evaluate(`window.openSse(${STREAMS})`);
+    await waitFor(async () => (await read('window.opens')) === STREAMS, 15000, `${STREAMS} EventSources to open`);
+    assert.equal(await metric(server.api, 'clarion_protocol_connections{protocol="h2"}'), 1);
+    assert.equal(await metric(server.api, 'clarion_h2_streams'), STREAMS,
+      'the SSE streams only: the WebSocket stays on its HTTP/1.1 connection');
+    assert.equal(await metric(server.api, 'clarion_connections{transport="sse"}'), STREAMS);
+    assert.equal(await metric(server.api, 'clarion_connections{transport="ws"}'), 1);
+    assert.equal((await publish(server.api, 'h2page', 'both')).subscribers, STREAMS + 1);
+    await waitFor(async () => (await read('window.wsGot.length')) === 1, 5000, 'the WebSocket to get the message');
+    await waitFor(async () => (await read('window.got.length')) === STREAMS, 5000, 'every EventSource to get it');
+  }, { deferSse: true });
 });
 
 test('browser over HTTP/1.1 (http2 off): six EventSources per origin, the rest wait', async () => {
