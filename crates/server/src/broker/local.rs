@@ -156,6 +156,22 @@ impl LocalBroker {
         settings: durable::Settings,
         decode_attachment: Option<super::AttachmentDecoder>,
     ) -> Result<LocalBroker, String> {
+        let (b, _) =
+            Self::durable_carrying(inboxes, metrics, limits, settings, decode_attachment, &[])?;
+        Ok(b)
+    }
+
+    /// [`LocalBroker::durable`] in a hand-over's new process: the streams `carried_open` (the
+    /// old one's open streams) stay open in history, and are returned as the log folds them,
+    /// for [`LocalBroker::carry_on_logged`].
+    pub(crate) fn durable_carrying(
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<Metrics>,
+        limits: HistoryLimits,
+        settings: durable::Settings,
+        decode_attachment: Option<super::AttachmentDecoder>,
+        carried_open: &[u64],
+    ) -> Result<(LocalBroker, Vec<durable::load::OpenFold>), String> {
         let loaded = durable::load::open(
             settings,
             durable::load::Context {
@@ -165,9 +181,10 @@ impl LocalBroker {
                 decode_attachment,
                 clock_now: CLOCK_BASE,
                 new_epoch: new_epoch(),
+                carried_open,
             },
         )?;
-        Ok(LocalBroker {
+        let b = LocalBroker {
             state: Mutex::new(State {
                 hub: loaded.hub,
                 next_id: loaded.next_id,
@@ -183,7 +200,8 @@ impl LocalBroker {
             epoch: loaded.epoch,
             live: Box::default(),
             start: Instant::now(),
-        })
+        };
+        Ok((b, loaded.open_streams))
     }
 
     /// A graceful stop: syncs the durable log and marks it cleanly stopped; publishes after

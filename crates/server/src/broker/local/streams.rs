@@ -146,25 +146,97 @@ impl LocalBroker {
     pub fn carry_on(self, carried: Carried, now: u32) -> LocalBroker {
         {
             let mut st = lock(&self.state);
-            let timeout = st.streams.settings.timeout;
             for c in carried.open {
-                let (name, _) = st.hub.topic_mut(&c.topic, &self.metrics);
-                *st.streams.per_topic.entry(Arc::clone(&name)).or_insert(0) += 1;
-                st.streams.open.insert(
-                    c.id,
-                    Open {
-                        topic: name,
-                        text: Accumulator::resumed(c.seq, c.text),
-                        held: c.held,
-                        last_at: now.saturating_sub(timeout.saturating_sub(c.left)),
-                    },
-                );
+                self.take_over(&mut st, c, now);
             }
             for id in carried.closed {
                 st.streams.remember_closed(id);
             }
         }
         self
+    }
+
+    /// [`LocalBroker::carry_on`] with `history_dir`, where history was read back from the log
+    /// the old process closed: `logged` are the carried streams as the log folds them (held
+    /// open in history, [`LocalBroker::durable_carrying`]). The log is what a later restart
+    /// replays, so a stream continues from its fold; one the fold does not hold (its entry
+    /// left history under the limits) continues from the carried text, which is written to
+    /// the log whole first so that a later restart still folds it exactly.
+    pub(crate) fn carry_on_logged(
+        self,
+        carried: Carried,
+        logged: Vec<durable::load::OpenFold>,
+        now: u32,
+    ) -> LocalBroker {
+        {
+            let mut st = lock(&self.state);
+            let mut logged: HashMap<u64, durable::load::OpenFold> =
+                logged.into_iter().map(|f| (f.stream, f)).collect();
+            for mut c in carried.open {
+                match logged.remove(&c.id) {
+                    Some(f) => {
+                        if (f.seq, f.text.len()) != (c.seq, c.text.len()) {
+                            crate::log::warn(format_args!(
+                                "hand-over: stream {}-{} has {} fragments in the log and {} in                                  the old process; it continues from the log",
+                                self.epoch, c.id, f.seq, c.seq
+                            ));
+                        }
+                        (c.seq, c.text, c.held) = (f.seq, f.text, Some(f.held));
+                    }
+                    None => {
+                        if let Err(e) = self.log_whole(&mut st, &c, now) {
+                            crate::log::warn(format_args!(
+                                "hand-over: stream {}-{} is not carried on ({e})",
+                                self.epoch, c.id
+                            ));
+                            continue;
+                        }
+                    }
+                }
+                self.take_over(&mut st, c, now);
+            }
+            for id in carried.closed {
+                st.streams.remember_closed(id);
+            }
+        }
+        self
+    }
+
+    /// Writes carried stream `c`'s text so far into the log as one whole record.
+    fn log_whole(&self, st: &mut State, c: &CarriedStream, now: u32) -> Result<(), String> {
+        let record = history_log::StreamRecord {
+            id: c.held.unwrap_or(c.id),
+            unix_secs: 0,
+            epoch: &self.epoch,
+            topic: &c.topic,
+            stream: c.id,
+            seq: c.seq,
+            whole: true,
+            closed: None,
+            data: &c.text,
+        };
+        match st.log.as_mut() {
+            Some(log) => log
+                .append_fragment(now, record)
+                .map_err(|e| durable::write_failure(&e).1),
+            None => Err("the log is closed".to_owned()),
+        }
+    }
+
+    /// Makes carried stream `c` one of this broker's open streams, its deadline where it was.
+    fn take_over(&self, st: &mut State, c: CarriedStream, now: u32) {
+        let timeout = st.streams.settings.timeout;
+        let (name, _) = st.hub.topic_mut(&c.topic, &self.metrics);
+        *st.streams.per_topic.entry(Arc::clone(&name)).or_insert(0) += 1;
+        st.streams.open.insert(
+            c.id,
+            Open {
+                topic: name,
+                text: Accumulator::resumed(c.seq, c.text),
+                held: c.held,
+                last_at: now.saturating_sub(timeout.saturating_sub(c.left)),
+            },
+        );
     }
 
     /// Opens or appends to a stream of `topic` with `fragment`, at hub time `now`.
