@@ -786,6 +786,9 @@ mod tests {
         // A new epoch is not the one the hand-over's ids are in: nothing stays open.
         let r = run_carrying(&files, None, Some("b2"), &[2]);
         assert_eq!(r.epoch, None);
-        assert!(r.streams.iter().all(|f| f.closed == Some(CloseReason::Restart)));
+        assert!(r
+            .streams
+            .iter()
+            .all(|f| f.closed == Some(CloseReason::Restart)));
     }
 }
