@@ -164,10 +164,11 @@ fn run_as(mut config: Config, member: Option<Arc<Member>>, lone: &Lone) -> anyho
     let auth = crate::auth::Auth::from_config(&config).context("cannot set up authentication")?;
     let metrics = Arc::new(Metrics::default());
     let cap = config.connection_cap();
-    let broker = match incoming
-        .as_ref()
-        .and_then(|i| i.broker(&inboxes, &metrics, &config))
-    {
+    let thawed = match incoming.as_ref() {
+        Some(i) => i.broker(&inboxes, &metrics, &config)?,
+        None => None,
+    };
+    let broker = match thawed {
         Some(b) => b,
         None => Broker::open(
             &config,

@@ -4,8 +4,11 @@
 
 use std::sync::Arc;
 
-use super::{local, Broker, LocalBroker};
+use anyhow::Context as _;
+
+use super::{local, AttachmentDecoder, Broker, LocalBroker};
 use crate::config::Config;
+use crate::durable;
 use crate::hub::{Hub, Inbox};
 use crate::metrics::Metrics;
 
@@ -79,5 +82,48 @@ impl Broker {
         .streaming(config.streams());
         let now = b.clock();
         Broker::Local(b.carry_on(streams, now))
+    }
+
+    /// The in-memory broker with `history_dir` continuing a handed-over one: history is read
+    /// back from the directory (the old process closed its log cleanly), and the open
+    /// `streams` it carried stay open, reconciled with the log's fold
+    /// ([`LocalBroker::carry_on_logged`]). They are closed by the restart as at any start when
+    /// the directory does not continue the old process's `epoch` (their ids are in it).
+    pub fn thawed_logged(
+        inboxes: &[Arc<Inbox>],
+        metrics: &Arc<Metrics>,
+        config: &Config,
+        settings: durable::Settings,
+        decode_attachment: Option<AttachmentDecoder>,
+        epoch: &str,
+        streams: local::streams::Carried,
+    ) -> anyhow::Result<Broker> {
+        let ids: Vec<u64> = streams.open.iter().map(|s| s.id).collect();
+        let (b, logged) = LocalBroker::durable_carrying(
+            inboxes.to_vec(),
+            Arc::clone(metrics),
+            config.history_limits(),
+            settings,
+            decode_attachment,
+            &ids,
+        )
+        .map_err(anyhow::Error::msg)
+        .context("cannot open the history directory")?;
+        let b = b
+            .remembering(config.idempotency())
+            .streaming(config.streams());
+        let streams = if b.epoch() == epoch {
+            streams
+        } else {
+            crate::log::warn(format_args!(
+                "hand-over: history_dir begins epoch {} after epoch {epoch}: its {} open \
+                 streams are closed by the restart",
+                b.epoch(),
+                ids.len()
+            ));
+            local::streams::Carried::default()
+        };
+        let now = b.clock();
+        Ok(Broker::Local(b.carry_on_logged(streams, logged, now)))
     }
 }

@@ -156,6 +156,22 @@ impl LocalBroker {
         settings: durable::Settings,
         decode_attachment: Option<super::AttachmentDecoder>,
     ) -> Result<LocalBroker, String> {
+        let (b, _) =
+            Self::durable_carrying(inboxes, metrics, limits, settings, decode_attachment, &[])?;
+        Ok(b)
+    }
+
+    /// [`LocalBroker::durable`] in a hand-over's new process: the streams `carried_open` (the
+    /// old one's open streams) stay open in history, and are returned as the log folds them,
+    /// for [`LocalBroker::carry_on_logged`].
+    pub(crate) fn durable_carrying(
+        inboxes: Vec<Arc<Inbox>>,
+        metrics: Arc<Metrics>,
+        limits: HistoryLimits,
+        settings: durable::Settings,
+        decode_attachment: Option<super::AttachmentDecoder>,
+        carried_open: &[u64],
+    ) -> Result<(LocalBroker, Vec<durable::load::OpenFold>), String> {
         let loaded = durable::load::open(
             settings,
             durable::load::Context {
@@ -165,9 +181,10 @@ impl LocalBroker {
                 decode_attachment,
                 clock_now: CLOCK_BASE,
                 new_epoch: new_epoch(),
+                carried_open,
             },
         )?;
-        Ok(LocalBroker {
+        let b = LocalBroker {
             state: Mutex::new(State {
                 hub: loaded.hub,
                 next_id: loaded.next_id,
@@ -183,7 +200,8 @@ impl LocalBroker {
             epoch: loaded.epoch,
             live: Box::default(),
             start: Instant::now(),
-        })
+        };
+        Ok((b, loaded.open_streams))
     }
 
     /// A graceful stop: syncs the durable log and marks it cleanly stopped; publishes after
@@ -218,6 +236,9 @@ impl LocalBroker {
         // (ids are never reused), so the next id must be read where the log was closed.
         let mut st = lock(&self.state);
         self.close_locked(&mut st);
+        let st = &mut *st;
+        // What is carried is what a reader would get.
+        st.streams.fold_pending(&mut st.hub, &self.epoch, None);
         let on_disk = st.durable;
         st.durable = true;
         st.frozen = true;
@@ -310,6 +331,7 @@ impl LocalBroker {
         if let Some(inbox) = self.inboxes.get(worker) {
             inbox.take(pending);
         }
+        self.fold_streams(&mut st, topics, since);
         let last = st.next_id - 1;
         let mut out = self.missed(last, topics.len());
         for &topic in topics {
@@ -331,7 +353,8 @@ impl LocalBroker {
     /// What a subscriber to `topics` would be replayed since `since`, without subscribing: no
     /// count changes, no topic is created, no inbox is touched.
     pub fn read_since(&self, topics: &[&str], since: Since<'_>) -> Subscribed {
-        let st = lock(&self.state);
+        let mut st = lock(&self.state);
+        self.fold_streams(&mut st, topics, since);
         let last = st.next_id - 1;
         let mut out = self.missed(last, topics.len());
         let unknown = st.hub.unknown_topic();
@@ -357,6 +380,18 @@ impl LocalBroker {
             traffic: e.traffic,
             held: e.held(),
         })
+    }
+
+    /// Builds the text so far of the open streams of `topics` into their history entries
+    /// when `since` reads history ([`streams::Streams::fold_pending`]).
+    fn fold_streams(&self, st: &mut State, topics: &[&str], since: Since<'_>) {
+        match since {
+            Since::Now => {}
+            Since::Id(_) | Since::Latest | Since::PublisherId(_) => {
+                st.streams
+                    .fold_pending(&mut st.hub, &self.epoch, Some(topics));
+            }
+        }
     }
 
     /// An empty answer for a subscription to `n` topics, positioned after `last`.
@@ -552,7 +587,12 @@ impl LocalBroker {
         } = &mut *st;
         if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
             let oldest = streams.keep_log_from(hub.oldest_held());
-            if let Err(e) = l.rotate(oldest, hub.held_bytes() as u64, || hub.held_in_order()) {
+            let held_bytes = hub.held_bytes() as u64;
+            let rewrite = || {
+                streams.fold_pending(hub, &self.epoch, None);
+                hub.held_in_order()
+            };
+            if let Err(e) = l.rotate(oldest, held_bytes, rewrite) {
                 crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
             }
         }

@@ -1,7 +1,7 @@
 //! Startup with `history_dir`: read the directory, recover ([`super::recover`]), rebuild the
 //! hub's history from it, and start a fresh log holding exactly that history.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -28,6 +28,22 @@ pub struct Loaded {
     pub next_id: u64,
     /// The log, holding exactly `hub`'s history.
     pub log: HistoryLog,
+    /// The streams held open ([`Context::carried_open`] that history keeps), as the log folds
+    /// them.
+    pub open_streams: Vec<OpenFold>,
+}
+
+/// A stream a hand-over carries open, as the log folds it (held in history).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenFold {
+    /// Its id's `SEQ`.
+    pub stream: u64,
+    /// The `SEQ` of its folded entry in history.
+    pub held: u64,
+    /// Fragments its text includes.
+    pub seq: u32,
+    /// Its text so far.
+    pub text: String,
 }
 
 /// What the hub's clock and the host look like at start.
@@ -44,6 +60,8 @@ pub struct Context<'a> {
     pub clock_now: u32,
     /// A fresh epoch, used when the previous one cannot continue.
     pub new_epoch: String,
+    /// The streams a hand-over carries open ([`recover::Input::carried_open`]).
+    pub carried_open: &'a [u64],
 }
 
 /// The hub-clock time of a message logged at `unix_secs`, the hub clock reading `clock_now` at
@@ -153,6 +171,7 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
         boot_id: boot.as_deref(),
         now_unix,
         limits: *cx.limits,
+        carried_open: cx.carried_open,
     };
     let rec = recover::recover(&input);
     for r in &rec.reports {
@@ -196,6 +215,18 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
     }
     hub.enforce_limits(cx.limits, cx.clock_now, cx.metrics);
     let held = hub.held_in_order();
+    let held_streams: HashSet<u64> = held.iter().filter(|m| m.stream).map(|m| m.id).collect();
+    let open_streams = rec
+        .streams
+        .iter()
+        .filter(|f| f.closed.is_none() && held_streams.contains(&f.id))
+        .map(|f| OpenFold {
+            stream: f.stream,
+            held: f.id,
+            seq: f.seq,
+            text: f.text.clone(),
+        })
+        .collect();
     let log = HistoryLog::start(
         settings,
         Start {
@@ -220,5 +251,6 @@ pub fn open(settings: Settings, cx: Context<'_>) -> Result<Loaded, String> {
         epoch,
         next_id: rec.next_id,
         log,
+        open_streams,
     })
 }

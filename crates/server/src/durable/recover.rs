@@ -56,6 +56,9 @@ pub struct Input<'a> {
     pub now_unix: u64,
     /// The history limits now in force.
     pub limits: HistoryLimits,
+    /// The `SEQ`s of the streams a hand-over carries open (in the epoch it continues): left
+    /// open, not closed by the restart, as the new process takes them over.
+    pub carried_open: &'a [u64],
 }
 
 /// What the new process starts with.
@@ -81,7 +84,8 @@ pub struct Recovered<'a> {
 }
 
 /// An appendable message as its records fold: its text up to the last fragment on disk, at
-/// that fragment's position. A stream open when the log ended is closed by the restart.
+/// that fragment's position. A stream open when the log ended is closed by the restart, unless
+/// a hand-over carries it open ([`Input::carried_open`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoldedStream<'a> {
     /// The `SEQ` of its latest fragment's position.
@@ -98,7 +102,7 @@ pub struct FoldedStream<'a> {
     pub seq: u32,
     /// The text so far.
     pub text: String,
-    /// Why it is closed ([`CloseReason::Restart`] when it was open).
+    /// Why it is closed ([`CloseReason::Restart`] when it was open and not carried on).
     pub closed: Option<CloseReason>,
 }
 
@@ -256,6 +260,15 @@ pub fn recover<'a>(input: &Input<'a>) -> Recovered<'a> {
         |unix_secs: u64| u64::from(input.limits.ttl) > input.now_unix.saturating_sub(unix_secs);
     let mut streams = fold_streams(&entries, &mut seen, &mut out.reports);
     streams.retain(|f| fresh(f.unix_secs));
+    for f in &mut streams {
+        // The ids a hand-over carries are the epoch's it continues: a stream of an older one
+        // with the same SEQ is another stream.
+        let carried =
+            out.epoch.as_deref() == Some(f.epoch) && input.carried_open.contains(&f.stream);
+        if !carried {
+            f.closed = f.closed.or(Some(CloseReason::Restart));
+        }
+    }
     let mut msgs: Vec<Message<'a>> = entries
         .into_iter()
         .filter_map(|e| match e {
@@ -335,7 +348,7 @@ impl Entry<'_> {
 /// record's id in `seen`: a whole text sets a stream's text when it includes more fragments
 /// than held, the next fragment is added, one already included is passed over. A fragment
 /// whose predecessor is not on disk (lost to damage) leaves its stream out, reported: its text
-/// would miss a piece. A stream still open at the end is closed by the restart.
+/// would miss a piece. A stream still open at the end is left open (the caller decides).
 fn fold_streams<'a>(
     entries: &[Entry<'a>],
     seen: &mut HashSet<u64>,
@@ -382,9 +395,6 @@ fn fold_streams<'a>(
         }
     }
     let mut out: Vec<FoldedStream<'a>> = folds.into_values().collect();
-    for f in &mut out {
-        f.closed = f.closed.or(Some(CloseReason::Restart));
-    }
     out.sort_unstable_by_key(|f| f.id);
     out
 }
@@ -466,6 +476,15 @@ mod tests {
         clean: Option<&'a [u8]>,
         boot: Option<&'a str>,
     ) -> Recovered<'a> {
+        run_carrying(files, clean, boot, &[])
+    }
+
+    fn run_carrying<'a>(
+        files: &'a [Vec<u8>],
+        clean: Option<&'a [u8]>,
+        boot: Option<&'a str>,
+        carried_open: &'a [u64],
+    ) -> Recovered<'a> {
         recover(&Input {
             segments: files
                 .iter()
@@ -481,6 +500,7 @@ mod tests {
             boot_id: boot,
             now_unix: NOW,
             limits: LIMITS,
+            carried_open,
         })
     }
 
@@ -604,6 +624,7 @@ mod tests {
             boot_id: Some("b1"),
             now_unix: NOW,
             limits: LIMITS,
+            carried_open: &[],
         });
         assert_eq!(r.floor, 6);
         assert!(r.reports[0].contains("missing"));
@@ -645,6 +666,7 @@ mod tests {
                 per_topic: 3,
                 ..LIMITS
             },
+            carried_open: &[],
         };
         let r = recover(&input);
         assert_eq!(ids(&r), vec![5, 6, 7, 8, 9, 10]);
@@ -738,5 +760,35 @@ mod tests {
             "{:?}",
             r.reports
         );
+    }
+
+    #[test]
+    fn a_stream_a_hand_over_carries_open_stays_open_and_the_others_are_closed_by_the_restart() {
+        let mut a = seg("e1", "b1", 1..=1);
+        frag(2, 2, 1, false, "carried", &mut a);
+        frag(3, 3, 1, false, "left", &mut a);
+        frag(4, 2, 2, false, " on", &mut a);
+        let c = clean("e1", 5);
+        let files = [a];
+        let r = run_carrying(&files, Some(&c), Some("b1"), &[2]);
+        let got: Vec<_> = r
+            .streams
+            .iter()
+            .map(|f| (f.stream, f.seq, &*f.text, f.closed))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (3, 1, "left", Some(CloseReason::Restart)),
+                (2, 2, "carried on", None),
+            ]
+        );
+        // A new epoch is not the one the hand-over's ids are in: nothing stays open.
+        let r = run_carrying(&files, None, Some("b2"), &[2]);
+        assert_eq!(r.epoch, None);
+        assert!(r
+            .streams
+            .iter()
+            .all(|f| f.closed == Some(CloseReason::Restart)));
     }
 }

@@ -177,20 +177,33 @@ pub fn connect(pid: u32, config: &Config) -> anyhow::Result<Option<Incoming>> {
 }
 
 impl Incoming {
-    /// The in-memory broker continuing the old one's history, when it sent it (without
-    /// `history_dir`); `None` when history is on disk (the usual start reads it).
+    /// The in-memory broker continuing the old one's history and open streams: the history
+    /// it sent (without `history_dir`) or the one its closed log holds (with it, read as at
+    /// any start). `None` for a clustered broker, made as at any start.
     pub fn broker(
         &self,
         inboxes: &[Arc<Inbox>],
         metrics: &Arc<Metrics>,
         config: &Config,
-    ) -> Option<Broker> {
+    ) -> anyhow::Result<Option<Broker>> {
         let Standing::History(h) = &self.history else {
-            // A clustered broker is made as at any start.
-            return None;
+            return Ok(None);
         };
         if h.on_disk {
-            return None;
+            let Some(settings) = config.durable_history() else {
+                // This process keeps history in memory: it starts without the old one's.
+                return Ok(None);
+            };
+            return Broker::thawed_logged(
+                inboxes,
+                metrics,
+                config,
+                settings,
+                Some(crate::pusher::decode_attachment),
+                &h.epoch,
+                h.streams.clone(),
+            )
+            .map(Some);
         }
         let limits = config.history_limits();
         let mut hub = Hub::new(inboxes.len());
@@ -237,7 +250,7 @@ impl Incoming {
         for (t, f) in &h.floors {
             hub.restore_topic_floor(t, *f, metrics);
         }
-        Some(Broker::thawed(
+        Ok(Some(Broker::thawed(
             inboxes.to_vec(),
             Arc::clone(metrics),
             config,
@@ -245,7 +258,7 @@ impl Incoming {
             h.next_id,
             hub,
             h.streams.clone(),
-        ))
+        )))
     }
 
     /// Checks that `broker` continues the old process's ids exactly, then asks for the

@@ -60,6 +60,22 @@ impl Hub {
         self.keep(name, published, limits, metrics);
     }
 
+    /// Puts `published` in place of the entry of topic `name` with the same id, if history
+    /// still holds it (an appendable message's text so far, built when it is read: the
+    /// broker's streams). Its position, age and count do not change; its bytes do.
+    pub fn replace_held(&mut self, name: &str, published: Arc<Published>) {
+        let Some(e) = self.topics.get_mut(name) else {
+            return;
+        };
+        if let Ok(i) = e.history.binary_search_by_key(&published.id, |m| m.id) {
+            let cost = published.cost();
+            if let Some(slot) = e.history.get_mut(i) {
+                let old = std::mem::replace(slot, published);
+                self.held_bytes = self.held_bytes.saturating_sub(old.cost()) + cost;
+            }
+        }
+    }
+
     /// Records that message `id` of topic `name` is not kept (history is off).
     pub fn skip(&mut self, name: &str, id: u64) {
         if let Some(e) = self.topics.get_mut(name) {

@@ -23,7 +23,7 @@ use super::{LocalBroker, State};
 use crate::broker::{StreamOp, StreamReceipt, StreamRefusal, Unavailable};
 use crate::config::StreamSettings;
 use crate::durable;
-use crate::hub::lock;
+use crate::hub::{lock, Hub};
 use crate::message::Published;
 
 /// Closed streams remembered, so a late append is told `409 closed` rather than `404`.
@@ -47,6 +47,9 @@ pub(crate) struct Streams {
     per_topic: HashMap<Arc<str>, usize>,
     closed: HashSet<u64>,
     closed_order: VecDeque<u64>,
+    /// Open streams whose history entry is still their latest fragment's `append` event: their
+    /// text so far is built into it when something reads history ([`Streams::fold_pending`]).
+    unfolded: HashSet<u64>,
 }
 
 /// An open stream as a hand-over carries it to the next process
@@ -84,8 +87,38 @@ impl Streams {
         self.open.keys().copied().fold(oldest_held, u64::min)
     }
 
+    /// Builds the history entry (the text so far) of every open stream of `topics` (of all,
+    /// with `None`) that had a fragment since it was last built: called under the broker's
+    /// lock before anything reads history (a resume, a `latest` read, a hand-over, a rewrite
+    /// of the durable log), so no reader sees an entry that is not the stream's text. The
+    /// entry keeps its place, age and count; one that history no longer holds stays out.
+    pub(crate) fn fold_pending(
+        &mut self,
+        hub: &mut Hub,
+        epoch: &Arc<str>,
+        topics: Option<&[&str]>,
+    ) {
+        let Streams { open, unfolded, .. } = self;
+        unfolded.retain(|id| {
+            let Some(o) = open.get(id) else {
+                return false;
+            };
+            if topics.is_some_and(|t| !t.contains(&&*o.topic)) {
+                return true;
+            }
+            if let Some(held) = o.held {
+                hub.replace_held(
+                    &o.topic,
+                    Arc::new(folded_entry(epoch, &o.topic, held, *id, o)),
+                );
+            }
+            false
+        });
+    }
+
     /// Forgets open stream `id` (its opening could not be recorded).
     fn forget(&mut self, id: u64) {
+        self.unfolded.remove(&id);
         if let Some(o) = self.open.remove(&id) {
             if let Some(n) = self.per_topic.get_mut(&o.topic) {
                 *n -= 1;
@@ -132,6 +165,27 @@ impl Streams {
     }
 }
 
+/// Open (or just closed) stream `stream`'s history entry at position `id`: its text so far.
+fn folded_entry(epoch: &Arc<str>, topic: &Arc<str>, id: u64, stream: u64, o: &Open) -> Published {
+    let (id_s, stream_s) = (format!("{epoch}-{id}"), format!("{epoch}-{stream}"));
+    let json = folded_json(&StreamEvent {
+        topic,
+        id: &id_s,
+        stream: &stream_s,
+        seq: o.text.seq(),
+        data: o.text.text(),
+        closed: o.text.closed(),
+    });
+    Published::stream_event(
+        Arc::clone(topic),
+        id,
+        Arc::clone(epoch),
+        o.last_at,
+        true,
+        &json,
+    )
+}
+
 impl LocalBroker {
     /// The same broker, bounding streams by `settings`.
     pub fn streaming(mut self, settings: StreamSettings) -> LocalBroker {
@@ -146,25 +200,97 @@ impl LocalBroker {
     pub fn carry_on(self, carried: Carried, now: u32) -> LocalBroker {
         {
             let mut st = lock(&self.state);
-            let timeout = st.streams.settings.timeout;
             for c in carried.open {
-                let (name, _) = st.hub.topic_mut(&c.topic, &self.metrics);
-                *st.streams.per_topic.entry(Arc::clone(&name)).or_insert(0) += 1;
-                st.streams.open.insert(
-                    c.id,
-                    Open {
-                        topic: name,
-                        text: Accumulator::resumed(c.seq, c.text),
-                        held: c.held,
-                        last_at: now.saturating_sub(timeout.saturating_sub(c.left)),
-                    },
-                );
+                self.take_over(&mut st, c, now);
             }
             for id in carried.closed {
                 st.streams.remember_closed(id);
             }
         }
         self
+    }
+
+    /// [`LocalBroker::carry_on`] with `history_dir`, where history was read back from the log
+    /// the old process closed: `logged` are the carried streams as the log folds them (held
+    /// open in history, [`LocalBroker::durable_carrying`]). The log is what a later restart
+    /// replays, so a stream continues from its fold; one the fold does not hold (its entry
+    /// left history under the limits) continues from the carried text, which is written to
+    /// the log whole first so that a later restart still folds it exactly.
+    pub(crate) fn carry_on_logged(
+        self,
+        carried: Carried,
+        logged: Vec<durable::load::OpenFold>,
+        now: u32,
+    ) -> LocalBroker {
+        {
+            let mut st = lock(&self.state);
+            let mut logged: HashMap<u64, durable::load::OpenFold> =
+                logged.into_iter().map(|f| (f.stream, f)).collect();
+            for mut c in carried.open {
+                match logged.remove(&c.id) {
+                    Some(f) => {
+                        if (f.seq, f.text.len()) != (c.seq, c.text.len()) {
+                            crate::log::warn(format_args!(
+                                "hand-over: stream {}-{} has {} fragments in the log and {} in                                  the old process; it continues from the log",
+                                self.epoch, c.id, f.seq, c.seq
+                            ));
+                        }
+                        (c.seq, c.text, c.held) = (f.seq, f.text, Some(f.held));
+                    }
+                    None => {
+                        if let Err(e) = self.log_whole(&mut st, &c, now) {
+                            crate::log::warn(format_args!(
+                                "hand-over: stream {}-{} is not carried on ({e})",
+                                self.epoch, c.id
+                            ));
+                            continue;
+                        }
+                    }
+                }
+                self.take_over(&mut st, c, now);
+            }
+            for id in carried.closed {
+                st.streams.remember_closed(id);
+            }
+        }
+        self
+    }
+
+    /// Writes carried stream `c`'s text so far into the log as one whole record.
+    fn log_whole(&self, st: &mut State, c: &CarriedStream, now: u32) -> Result<(), String> {
+        let record = history_log::StreamRecord {
+            id: c.held.unwrap_or(c.id),
+            unix_secs: 0,
+            epoch: &self.epoch,
+            topic: &c.topic,
+            stream: c.id,
+            seq: c.seq,
+            whole: true,
+            closed: None,
+            data: &c.text,
+        };
+        match st.log.as_mut() {
+            Some(log) => log
+                .append_fragment(now, record)
+                .map_err(|e| durable::write_failure(&e).1),
+            None => Err("the log is closed".to_owned()),
+        }
+    }
+
+    /// Makes carried stream `c` one of this broker's open streams, its deadline where it was.
+    fn take_over(&self, st: &mut State, c: CarriedStream, now: u32) {
+        let timeout = st.streams.settings.timeout;
+        let (name, _) = st.hub.topic_mut(&c.topic, &self.metrics);
+        *st.streams.per_topic.entry(Arc::clone(&name)).or_insert(0) += 1;
+        st.streams.open.insert(
+            c.id,
+            Open {
+                topic: name,
+                text: Accumulator::resumed(c.seq, c.text),
+                held: c.held,
+                last_at: now.saturating_sub(timeout.saturating_sub(c.left)),
+            },
+        );
     }
 
     /// Opens or appends to a stream of `topic` with `fragment`, at hub time `now`.
@@ -268,8 +394,12 @@ impl LocalBroker {
     }
 
     /// Publishes the fragment just added to open stream `stream`: takes the next id, delivers
-    /// its `append` event, keeps the stream folded in history, and forgets the stream once it
-    /// is closed.
+    /// its `append` event, keeps the stream's entry in history at this fragment's position,
+    /// and forgets the stream once it is closed.
+    ///
+    /// The entry holds the text so far only once something reads it ([`Streams::fold_pending`])
+    /// or the stream closes: until then it is the fragment's own `append` event, so a
+    /// fragment costs O(fragment), not a copy of the whole text.
     ///
     /// With `history_dir`, its record is written first (the closing one as the stream's whole
     /// text, so a closed stream's entry never needs its older fragments on disk); when that
@@ -284,18 +414,12 @@ impl LocalBroker {
         let id = st.next_id;
         st.next_id += 1;
         let keep = self.limits.enabled();
-        let (topic, seq, closed, held, folded) = match st.streams.open.get(&stream) {
-            Some(o) => (
-                Arc::clone(&o.topic),
-                o.text.seq(),
-                o.text.closed(),
-                o.held,
-                (keep || o.text.closed().is_some()).then(|| o.text.text().to_owned()),
-            ),
-            None => return Ok(self.receipt(id, stream, 0, 0, false)),
+        let Some(o) = st.streams.open.get(&stream) else {
+            return Ok(self.receipt(id, stream, 0, 0, false));
         };
+        let (topic, seq, closed, held) =
+            (Arc::clone(&o.topic), o.text.seq(), o.text.closed(), o.held);
         if st.durable {
-            let whole = closed.and(folded.as_deref());
             let record = history_log::StreamRecord {
                 id,
                 unix_secs: 0,
@@ -303,9 +427,13 @@ impl LocalBroker {
                 topic: &topic,
                 stream,
                 seq,
-                whole: whole.is_some(),
+                whole: closed.is_some(),
                 closed,
-                data: whole.unwrap_or(fragment),
+                data: if closed.is_some() {
+                    o.text.text()
+                } else {
+                    fragment
+                },
             };
             match st.log.as_mut() {
                 Some(log) => log.append_fragment(now, record).map_err(|e| {
@@ -316,35 +444,24 @@ impl LocalBroker {
                 None => return Err("the server is stopping".to_owned()),
             }
         }
-        let folded = folded.filter(|_| keep);
         let (id_s, stream_s) = (
             format!("{}-{id}", self.epoch),
             format!("{}-{stream}", self.epoch),
         );
-        fn event<'a>(
-            topic: &'a str,
-            id: &'a str,
-            stream: &'a str,
-            seq: u32,
-            data: &'a str,
-            closed: Option<CloseReason>,
-        ) -> StreamEvent<'a> {
-            StreamEvent {
-                topic,
-                id,
-                stream,
-                seq,
-                data,
-                closed,
-            }
-        }
         let live = Arc::new(Published::stream_event(
             Arc::clone(&topic),
             id,
             Arc::clone(&self.epoch),
             now,
             false,
-            &append_json(&event(&topic, &id_s, &stream_s, seq, fragment, closed)),
+            &append_json(&StreamEvent {
+                topic: &topic,
+                id: &id_s,
+                stream: &stream_s,
+                seq,
+                data: fragment,
+                closed,
+            }),
         ));
         let (name, e) = st.hub.topic_mut(&topic, &self.metrics);
         e.traffic.published += 1;
@@ -354,26 +471,32 @@ impl LocalBroker {
                 inbox.push(std::iter::once(Arc::clone(&live)));
             }
         }
-        match folded {
-            Some(text) => {
-                let folded = Arc::new(Published::stream_event(
-                    Arc::clone(&name),
-                    id,
-                    Arc::clone(&self.epoch),
-                    now,
-                    true,
-                    &folded_json(&event(&topic, &id_s, &stream_s, seq, &text, closed)),
-                ));
-                st.hub
-                    .keep_replacing(&name, folded, held, &self.limits, &self.metrics);
-                st.hub.enforce_limits(&self.limits, now, &self.metrics);
-            }
-            None => st.hub.skip(&name, id),
-        }
-        self.metrics.stream_fragments.fetch_add(1, Relaxed);
         if let Some(o) = st.streams.open.get_mut(&stream) {
             o.held = Some(id);
+            o.last_at = now;
         }
+        if keep {
+            let entry = match closed {
+                // Its last entry: built now, once.
+                Some(_) => {
+                    st.streams.unfolded.remove(&stream);
+                    match st.streams.open.get(&stream) {
+                        Some(o) => Arc::new(folded_entry(&self.epoch, &name, id, stream, o)),
+                        None => live,
+                    }
+                }
+                None => {
+                    st.streams.unfolded.insert(stream);
+                    live
+                }
+            };
+            st.hub
+                .keep_replacing(&name, entry, held, &self.limits, &self.metrics);
+            st.hub.enforce_limits(&self.limits, now, &self.metrics);
+        } else {
+            st.hub.skip(&name, id);
+        }
+        self.metrics.stream_fragments.fetch_add(1, Relaxed);
         if closed.is_some() {
             st.streams.remember_closed(stream);
         }
@@ -383,7 +506,12 @@ impl LocalBroker {
         if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
             // Segments holding an open stream's fragments stay: its entry is folded from them.
             let oldest = streams.keep_log_from(hub.oldest_held());
-            if let Err(e) = l.rotate(oldest, hub.held_bytes() as u64, || hub.held_in_order()) {
+            let held_bytes = hub.held_bytes() as u64;
+            let rewrite = || {
+                streams.fold_pending(hub, &self.epoch, None);
+                hub.held_in_order()
+            };
+            if let Err(e) = l.rotate(oldest, held_bytes, rewrite) {
                 crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
             }
         }
@@ -532,5 +660,44 @@ mod tests {
         assert_eq!(refused, Err(StreamRefusal::Closed));
         new.close_stale_streams(5109);
         assert!(lock(&new.state).streams.open.is_empty());
+    }
+
+    #[test]
+    fn an_append_builds_no_text_so_far_until_history_is_read_and_every_read_gets_it_exactly() {
+        let (b, _poll) = broker();
+        let open = b.stream("t", StreamOp::Open, "a", 0).unwrap();
+        let start = format!("{}-0", b.epoch());
+        let entry = |b: &LocalBroker| {
+            let st = lock(&b.state);
+            let m = st.hub.topic("t").unwrap().latest().unwrap();
+            (m.id, String::from_utf8_lossy(m.payload()).into_owned())
+        };
+        let mut text = String::from("a");
+        for i in 0..30 {
+            let frag = format!("-{i}");
+            let op = StreamOp::Append {
+                stream: &open.stream,
+                done: false,
+            };
+            let r = b.stream("t", op, &frag, 0).unwrap();
+            text.push_str(&frag);
+            let seq: u64 = r.id.rsplit('-').next().unwrap().parse().unwrap();
+            // Until something reads history, the entry is the fragment's own event, at its place.
+            let (id, payload) = entry(&b);
+            assert_eq!(id, seq);
+            assert!(payload.starts_with(r#"{"type":"append""#), "{payload}");
+            if i % 7 == 3 {
+                // A resume at this boundary: the text so far, exactly, once.
+                let all = texts(&b, &start);
+                assert_eq!(all.len(), 1, "{all:?}");
+                let want = format!(r#""seq":{},"data":"{text}"}}"#, i + 2);
+                assert!(all[0].ends_with(&want), "{} vs {want}", all[0]);
+                assert!(entry(&b).1.starts_with(r#"{"type":"message""#));
+            }
+        }
+        // A hand-over carries the text so far, not the last fragment.
+        let frozen = b.freeze();
+        let held = String::from_utf8_lossy(frozen.held[0].payload()).into_owned();
+        assert!(held.contains(&format!(r#""data":"{text}""#)), "{held}");
     }
 }
