@@ -328,18 +328,20 @@ impl Broker {
     }
 
     /// Opens or appends to an appendable message (`docs/protocol.md`, "Appendable messages")
-    /// with one fragment. The in-memory broker keeps them; the clustered ones refuse them.
+    /// with one fragment. The in-memory and Redis brokers keep them (Redis for the whole
+    /// cluster); NATS refuses them.
     pub fn stream(
         &self,
         topic: &str,
         op: StreamOp<'_>,
         fragment: &str,
     ) -> Result<StreamReceipt, StreamRefusal> {
-        const CLUSTER: &str = "appendable messages (stream=open, append_to) are kept by the \
-                               in-memory broker only, not yet through a Redis or NATS cluster";
+        const NATS: &str = "appendable messages (stream=open, append_to) are kept by the \
+                            in-memory and Redis brokers, not yet through a NATS cluster";
         match self {
             Broker::Local(b) => b.stream(topic, op, fragment, b.clock()),
-            Broker::Redis(_) | Broker::Nats(_) => Err(StreamRefusal::Unsupported(CLUSTER)),
+            Broker::Redis(b) => b.stream(topic, op, fragment),
+            Broker::Nats(_) => Err(StreamRefusal::Unsupported(NATS)),
         }
     }
 
@@ -446,8 +448,9 @@ impl Broker {
                 b.close_stale_streams(b.clock());
                 b.expire()
             }
-            // Redis trims each stream itself (MAXLEN, EXPIRE).
-            Broker::Redis(_) => {}
+            // Redis trims each stream itself (MAXLEN, EXPIRE); stale appendable messages are
+            // closed once across the cluster by whichever node sweeps first.
+            Broker::Redis(b) => b.close_stale_streams(),
             Broker::Nats(b) => b.expire(),
         }
     }
