@@ -1,15 +1,16 @@
-"""Appendable messages across a Redis cluster (docs/cluster.md, "Appendable messages"): a
+"""Appendable messages across a cluster (docs/cluster.md, "Appendable messages"). Redis: a
 stream opened on one node is appended to on another; every node's subscribers get every
 fragment live in order; a resume on either node, from any cursor, gets the text so far as ONE
-message, exactly once; limits and the idle timeout are answered as by one node."""
+message, exactly once; limits and the idle timeout are answered as by one node. NATS: each
+node folds its own copy (the last test)."""
 
 import json
 import time
 
 import pytest
 
-from cluster_util import cluster  # noqa: F401  (the fixture)
-from test_cluster import nodes, poll, recv_json, ws_sub
+from cluster_util import cluster, wait_until  # noqa: F401  (the fixture)
+from test_cluster import nats_nodes, nodes, poll, recv_json, ws_sub
 from test_streams import Reader, fragment, post
 
 pytestmark = pytest.mark.timeout(60)
@@ -140,3 +141,51 @@ def test_a_stream_left_open_is_closed_once_across_the_cluster_with_a_timeout_rea
     assert sum(timed_out) == 1, timed_out
     for ws in subs:
         ws.close()
+
+
+def test_nats_a_stream_reaches_the_other_node_live_and_a_resume_on_each_node_gives_the_text_so_far(cluster):  # noqa: F811
+    """Through NATS each node keeps its own copy of a stream (docs/cluster.md, "Appendable
+    messages through NATS"): appends are taken by the opening node or one that saw it open,
+    every node's subscribers get every fragment live, and a resume on a node gives that node's
+    text so far as one message."""
+    nats, (a, b) = nats_nodes(cluster, 2)
+    subs = {"a": ws_sub(a, "story"), "b": ws_sub(b, "story")}
+    wait_until(
+        lambda: sorted(n for n, s in nats.subjects().items() if s) == ["n1", "n2"],
+        10,
+        "a and b subscribed at NATS",
+    )
+    node = {"a": a, "b": b}
+    sid = fragment(a, "story", "stream=open", WORDS[0])["stream"]
+    got = {n: [recv_json(ws)] for n, ws in subs.items()}
+    for i, w in enumerate(WORDS[1:], start=1):
+        last = i == len(WORDS) - 1
+        # Alternately through b, which saw the stream open: it names it by a's id.
+        r = fragment(node["ab"[i % 2]], "story", f"append_to={sid}" + ("&done=1" if last else ""), w)
+        assert (r["stream"], r["seq"], r["done"]) == (sid, i + 1, last), r
+        for n, ws in subs.items():
+            got[n].append(recv_json(ws))
+        if i == 5:
+            # Mid-stream, on each node: from its first fragment, the text so far in one message.
+            for n in "ab":
+                body = poll(node[n], f"topic=story&since={got[n][0]['id']}&timeout=0")
+                (folded,) = body["messages"]
+                assert (folded["seq"], folded["data"]) == (6, "".join(WORDS[:6])), folded
+    for n, events in got.items():
+        assert [m["type"] for m in events] == ["append"] * len(WORDS), events
+        assert [m["seq"] for m in events] == list(range(1, len(WORDS) + 1))
+        reader = Reader()
+        for m in events:
+            reader.take(m)
+        (text,) = reader.streams.values()
+        assert text == ("".join(WORDS), len(WORDS), True), n
+        # A resume on the same node from any fragment but the last: the whole text, once.
+        for m in events[:-1]:
+            body = poll(node[n], f"topic=story&since={m['id']}&timeout=0")
+            assert [x["data"] for x in body["messages"]] == ["".join(WORDS)], (n, m, body)
+        subs[n].close()
+    # A node that never saw the stream open does not know it.
+    status, answer = post(b, "other", "stream=open", "x")
+    assert status == 200, answer
+    status, answer = post(a, "other", f"append_to={answer['stream']}", "y")
+    assert status == 404, answer

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from cluster_util import cluster  # noqa: F401  (the fixture)
-from test_cluster import Sse, nats_nodes, recv_json, ws_sub
+from test_cluster import Sse, recv_json, ws_sub
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -199,14 +198,6 @@ def test_the_python_subscriber_gives_the_text_so_far_after_a_cut_then_the_rest(s
     finally:
         client.close()
         relay.close()
-
-
-def test_a_nats_cluster_refuses_streams_with_501_saying_why(cluster):  # noqa: F811
-    # A Redis cluster keeps streams: test_cluster_streams.py.
-    _, (node,) = nats_nodes(cluster, 1)
-    status, answer = post(node, "t", "stream=open", "x")
-    assert status == 501 and "not yet through a NATS cluster" in answer["error"], answer
-    assert node.metrics()["clarion_stream_refusals_total"] == 1
 
 
 def test_the_python_subscriber_resubscribes_when_fragments_are_missing_with_an_error_of_kind_stream():

@@ -162,8 +162,6 @@ pub enum StreamRefusal {
     TooLarge(String),
     /// The topic has `stream_max_open` streams open.
     TooManyOpen(usize),
-    /// This broker does not keep appendable messages.
-    Unsupported(&'static str),
     /// The broker could not take it (see [`Unavailable`]).
     Unavailable(Unavailable),
 }
@@ -328,20 +326,18 @@ impl Broker {
     }
 
     /// Opens or appends to an appendable message (`docs/protocol.md`, "Appendable messages")
-    /// with one fragment. The in-memory and Redis brokers keep them (Redis for the whole
-    /// cluster); NATS refuses them.
+    /// with one fragment: in memory, in Redis for the whole cluster, or through NATS into each
+    /// node's own copy (`docs/cluster.md`).
     pub fn stream(
         &self,
         topic: &str,
         op: StreamOp<'_>,
         fragment: &str,
     ) -> Result<StreamReceipt, StreamRefusal> {
-        const NATS: &str = "appendable messages (stream=open, append_to) are kept by the \
-                            in-memory and Redis brokers, not yet through a NATS cluster";
         match self {
             Broker::Local(b) => b.stream(topic, op, fragment, b.clock()),
             Broker::Redis(b) => b.stream(topic, op, fragment),
-            Broker::Nats(_) => Err(StreamRefusal::Unsupported(NATS)),
+            Broker::Nats(b) => b.stream(topic, op, fragment),
         }
     }
 
