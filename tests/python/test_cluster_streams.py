@@ -35,6 +35,15 @@ def test_a_stream_crosses_nodes_live_and_a_resume_at_every_boundary_gives_the_te
     sid = opened["stream"]
     assert (opened["id"], opened["seq"]) == (sid, 1)
     cursors = [before, sid]  # every position a client can hold, in order
+    # Live events as each node's subscriber gets them; read as they come, so a node has
+    # delivered the latest fragment (its position is there) before it is asked to resume.
+    live = [[], []]
+
+    def caught_up():
+        for got, ws in zip(live, subs):
+            while len(got) < len(cursors):
+                got.append(recv_json(ws))
+
     plain = {}
     texts = {sid: WORDS[0]}  # the text so far at each fragment's id
     for i, w in enumerate(WORDS[1:], start=1):
@@ -48,6 +57,7 @@ def test_a_stream_crosses_nodes_live_and_a_resume_at_every_boundary_gives_the_te
             p = publisher[(i + 1) % 2].publish("story", f"plain{i}")["id"]
             cursors.append(p)
             plain[p] = f"plain{i}"
+        caught_up()
         # The property, at this stage of the stream: a resume on the node that did NOT take
         # this fragment, from every cursor so far, gives the text so far once, at its place.
         other = publisher[(i + 1) % 2]
@@ -69,8 +79,7 @@ def test_a_stream_crosses_nodes_live_and_a_resume_at_every_boundary_gives_the_te
             assert f["id"] == fragments_after[-1]
             assert f.get("done", False) == last
     # Live, on both nodes: every fragment in order, the plain messages in their places.
-    for ws in subs:
-        got = [recv_json(ws) for _ in range(len(cursors))]
+    for got, ws in zip(live, subs):
         assert [m["id"] for m in got] == cursors, got
         reader = Reader()
         for m in got:
