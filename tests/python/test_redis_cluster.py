@@ -231,6 +231,41 @@ def _check_stream(published, got, gaps_allowed):
     return gaps
 
 
+def test_appendable_messages_on_every_master_cross_nodes_resume_and_time_out(cluster, rc):
+    """docs/cluster.md, "Appendable messages": the stream script's keys share the topic's slot,
+    so it runs on whichever master serves the topic; the timeout sweep reaches every master."""
+    a, b = cluster.start_nodes(
+        2, "--broker", rc.url(), "--node-name", "n{i}", "--stream-timeout", "2"
+    )
+    topics = [ts[0] for ts in rc.topics_per_master(1, prefix="s").values()]
+    subs = {t: ws_sub(b, t) for t in topics}
+    for t in topics:
+        sid = _fragment(a, t, "stream=open", "Hel")["stream"]
+        _fragment(b, t, f"append_to={sid}", "lo")
+        _fragment(a, t, f"append_to={sid}&done=1", "!")
+        got = [recv_json(subs[t]) for _ in range(3)]
+        assert [(m["seq"], m["data"]) for m in got] == [(1, "Hel"), (2, "lo"), (3, "!")], got
+        again = ws_sub(a, t, since=sid)
+        folded = recv_json(again)
+        assert (folded["type"], folded["data"], folded["done"]) == ("message", "Hello!", True)
+        again.close()
+        # One left open is closed by the sweep, on this topic's master.
+        idle = _fragment(b, t, "stream=open", "idle")["stream"]
+        assert recv_json(subs[t])["stream"] == idle
+        closing = recv_json(subs[t], timeout=10)
+        assert (closing["stream"], closing["reason"]) == (idle, "timeout"), closing
+    for ws in subs.values():
+        ws.close()
+
+
+def _fragment(node, topic, query, body):
+    status, _, out = node.request(
+        "POST", f"/publish/{topic}?{query}", body.encode(), {"Content-Type": "text/plain"}
+    )
+    assert status == 200, out
+    return json.loads(out)
+
+
 def test_a_killed_master_s_topics_recover_after_promotion_and_the_others_never_notice(
     cluster, rc
 ):

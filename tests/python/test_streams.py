@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from cluster_util import cluster  # noqa: F401  (the fixture)
-from test_cluster import Sse, nodes, recv_json, ws_sub
+from test_cluster import Sse, recv_json, ws_sub
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -199,13 +198,6 @@ def test_the_python_subscriber_gives_the_text_so_far_after_a_cut_then_the_rest(s
     finally:
         client.close()
         relay.close()
-
-
-def test_a_redis_cluster_refuses_streams_with_501_saying_why(cluster):  # noqa: F811
-    _, (node,) = nodes(cluster, 1)
-    status, answer = post(node, "t", "stream=open", "x")
-    assert status == 501 and "in-memory broker only" in answer["error"], answer
-    assert node.metrics()["clarion_stream_refusals_total"] == 1
 
 
 def test_the_python_subscriber_resubscribes_when_fragments_are_missing_with_an_error_of_kind_stream():

@@ -6,6 +6,7 @@
 //!   their replies.
 //! - [`append`]: appendable messages (AI token streams): fragments, the fold rule that keeps a
 //!   stream's text so far in history, and a client's reader of them.
+//! - [`append_wire`]: an appendable message's events as nodes exchange them through a broker.
 //! - [`batch`]: `POST /publish` batch bodies, decoded and validated whole.
 //! - [`idempotency`]: `Idempotency-Key` rules and the table of keys published within a window.
 //! - [`envelope`]: the `clarion.v1` message envelope, gap notices, long-poll bodies and JSON
@@ -16,6 +17,7 @@
 //! [`crate::event_id`]'s.
 
 pub mod append;
+pub mod append_wire;
 pub mod batch;
 pub mod control;
 pub mod envelope;

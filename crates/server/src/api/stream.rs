@@ -48,7 +48,7 @@ impl StreamQuery {
 
 /// Publishes one fragment of an appendable message and answers its receipt, or the refusal:
 /// `400` (bad request), `404` (no such open stream), `409` (closed), `413` (past a stream's
-/// limits), `429` (too many open on the topic), `501` (not with this broker), `503`.
+/// limits), `429` (too many open on the topic), `503`.
 pub(super) fn publish_fragment(
     topic: &str,
     q: &StreamQuery,
@@ -103,7 +103,6 @@ pub(super) fn publish_fragment(
             429,
             &format!("topic {topic:?} has {n} streams open (stream_max_open): close one first"),
         ),
-        Err(StreamRefusal::Unsupported(why)) => refuse(501, why),
         Err(StreamRefusal::Unavailable(e)) => unavailable(&e),
     }
 }

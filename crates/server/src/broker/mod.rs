@@ -162,8 +162,6 @@ pub enum StreamRefusal {
     TooLarge(String),
     /// The topic has `stream_max_open` streams open.
     TooManyOpen(usize),
-    /// This broker does not keep appendable messages.
-    Unsupported(&'static str),
     /// The broker could not take it (see [`Unavailable`]).
     Unavailable(Unavailable),
 }
@@ -328,18 +326,18 @@ impl Broker {
     }
 
     /// Opens or appends to an appendable message (`docs/protocol.md`, "Appendable messages")
-    /// with one fragment. The in-memory broker keeps them; the clustered ones refuse them.
+    /// with one fragment: in memory, in Redis for the whole cluster, or through NATS into each
+    /// node's own copy (`docs/cluster.md`).
     pub fn stream(
         &self,
         topic: &str,
         op: StreamOp<'_>,
         fragment: &str,
     ) -> Result<StreamReceipt, StreamRefusal> {
-        const CLUSTER: &str = "appendable messages (stream=open, append_to) are kept by the \
-                               in-memory broker only, not yet through a Redis or NATS cluster";
         match self {
             Broker::Local(b) => b.stream(topic, op, fragment, b.clock()),
-            Broker::Redis(_) | Broker::Nats(_) => Err(StreamRefusal::Unsupported(CLUSTER)),
+            Broker::Redis(b) => b.stream(topic, op, fragment),
+            Broker::Nats(b) => b.stream(topic, op, fragment),
         }
     }
 
@@ -446,8 +444,9 @@ impl Broker {
                 b.close_stale_streams(b.clock());
                 b.expire()
             }
-            // Redis trims each stream itself (MAXLEN, EXPIRE).
-            Broker::Redis(_) => {}
+            // Redis trims each stream itself (MAXLEN, EXPIRE); stale appendable messages are
+            // closed once across the cluster by whichever node sweeps first.
+            Broker::Redis(b) => b.close_stale_streams(),
             Broker::Nats(b) => b.expire(),
         }
     }

@@ -12,15 +12,27 @@
 //! A node subscribes to a topic's subject while it has a subscriber to it. Core NATS is
 //! at-most-once and has no history: what other nodes published while the link was down, or
 //! before a subscription reached the server, is not delivered here.
+//!
+//! Appendable messages (`docs/cluster.md`, "Appendable messages through NATS") ride the same
+//! model: the node that opens a stream keeps it in its local broker and sends each fragment to
+//! NATS with the stream's identity (its id on the opening node, an
+//! [`append_wire`](clarion_proto::pubsub::append_wire) body); every node that receives the
+//! opening fragment opens a stream of its own in its local broker and folds the fragments it
+//! receives into it, so its subscribers get them live and its history holds the text so far.
+//! [`Foreign`] maps the opening node's ids to this node's.
 
 use crate::redact::Urls;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use clarion_proto::nats::SubjectMap;
+use clarion_proto::pubsub::append::CloseReason;
+use clarion_proto::pubsub::append_wire::{self, StreamBody};
 use clarion_proto::pubsub::wire;
 
 use super::{
-    AttachmentDecoder, LocalBroker, Outgoing, Receipt, Since, Subscribed, TopicStatus, Unavailable,
+    AttachmentDecoder, LocalBroker, Outgoing, Receipt, Since, StreamOp, StreamReceipt,
+    StreamRefusal, Subscribed, TopicStatus, Unavailable,
 };
 use crate::cluster::nats_link::{LinkError, LinkEvent, LinkMetrics, NatsLink};
 use crate::hub::{lock, TopicTraffic};
@@ -35,6 +47,51 @@ pub struct NatsBroker {
     /// Held while a subscriber count and the NATS subscription change together, so the last
     /// unsubscribe on one worker never races the first subscribe on another.
     interest: Mutex<()>,
+    /// Streams other nodes opened that this node folds (shared with the link's handler).
+    foreign: Arc<Mutex<Foreign>>,
+}
+
+/// Open streams other nodes opened, by topic and their id there, with the id of the stream
+/// this node folds them into. Bounded: the oldest is forgotten past [`FOREIGN_REMEMBERED`]
+/// (its later fragments are then dropped here, as those of a stream this node never saw open).
+#[derive(Default)]
+struct Foreign {
+    ids: HashMap<(Arc<str>, String), String>,
+    order: VecDeque<(Arc<str>, String)>,
+}
+
+/// Foreign streams remembered at once (each a few dozen bytes).
+const FOREIGN_REMEMBERED: usize = 10_000;
+
+impl Foreign {
+    /// This node's id for stream `origin` of `topic`: the mapped one, or `origin` itself when
+    /// this node opened it.
+    fn local_id(&self, local: &LocalBroker, topic: &str, origin: &str) -> Option<String> {
+        if let Some(id) = self.ids.get(&(Arc::from(topic), origin.to_owned())) {
+            return Some(id.clone());
+        }
+        let own = clarion_proto::event_id::parse(origin).is_ok_and(|p| p.epoch == local.epoch());
+        own.then(|| origin.to_owned())
+    }
+
+    fn insert(&mut self, topic: &str, origin: &str, id: String) {
+        let key = (Arc::from(topic), origin.to_owned());
+        if self.ids.insert(key.clone(), id).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > FOREIGN_REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    fn remove(&mut self, topic: &str, origin: &str) {
+        let key = (Arc::from(topic), origin.to_owned());
+        if self.ids.remove(&key).is_some() {
+            self.order.retain(|k| *k != key);
+        }
+    }
 }
 
 impl NatsBroker {
@@ -49,13 +106,22 @@ impl NatsBroker {
         let local = Arc::new(local);
         let subjects = SubjectMap::default();
         let link_metrics = Arc::new(LinkMetrics::default());
+        let foreign = Arc::new(Mutex::new(Foreign::default()));
         let handler = {
             let local = Arc::clone(&local);
             let subjects = subjects.clone();
             let metrics = Arc::clone(&metrics);
+            let foreign = Arc::clone(&foreign);
             Box::new(move |event: LinkEvent<'_>| match event {
                 LinkEvent::Message { subject, payload } => {
-                    receive(&local, &subjects, subject, payload, decode_attachment);
+                    let Some(topic) = subjects.topic(subject) else {
+                        return;
+                    };
+                    if append_wire::is_stream_body(payload) {
+                        receive_fragment(&local, &foreign, &topic, payload);
+                    } else {
+                        receive(&local, &topic, payload, decode_attachment);
+                    }
                 }
                 LinkEvent::Connected => {
                     metrics
@@ -89,7 +155,74 @@ impl NatsBroker {
             link: Mutex::new(Some(link)),
             subjects,
             interest: Mutex::new(()),
+            foreign,
         })
+    }
+
+    /// Opens or appends to a stream with one fragment: in the local broker (its limits and
+    /// answers), then to the other nodes through NATS. An append names the stream by the id
+    /// its opening receipt gave, on any node that folds it (the opening node, or one that
+    /// received its opening fragment). Refused when NATS is not connected, as a publish is.
+    pub fn stream(
+        &self,
+        topic: &str,
+        op: StreamOp<'_>,
+        fragment: &str,
+    ) -> Result<StreamReceipt, StreamRefusal> {
+        let link = lock(&self.link);
+        let Some(link) = link.as_ref() else {
+            return Err(StreamRefusal::Unavailable(Unavailable(
+                "the broker is shutting down".to_owned(),
+            )));
+        };
+        if !link.connected() {
+            return Err(StreamRefusal::Unavailable(Unavailable(
+                "NATS is unreachable (reconnecting)".to_owned(),
+            )));
+        }
+        let subject = self
+            .subjects
+            .subject(topic)
+            .map_err(|e| StreamRefusal::Unavailable(Unavailable(e.to_string())))?;
+        let now = self.local.clock();
+        let mut receipt = match op {
+            StreamOp::Open => self.local.stream(topic, op, fragment, now)?,
+            StreamOp::Append { stream, done } => {
+                let local_id = lock(&self.foreign).local_id(&self.local, topic, stream);
+                let Some(local_id) = local_id else {
+                    return Err(StreamRefusal::Unknown);
+                };
+                let op = StreamOp::Append {
+                    stream: &local_id,
+                    done,
+                };
+                let mut r = self.local.stream(topic, op, fragment, now)?;
+                // The publisher goes on naming the stream as it did.
+                r.stream = stream.to_owned();
+                r
+            }
+        };
+        if receipt.done {
+            lock(&self.foreign).remove(topic, &receipt.stream);
+        }
+        let mut body = Vec::with_capacity(fragment.len() + 48);
+        StreamBody {
+            folded: false,
+            stream: &receipt.stream,
+            seq: receipt.seq,
+            closed: receipt.done.then_some(CloseReason::Done),
+            data: fragment,
+        }
+        .encode(&mut body);
+        // Taken here already: a failure now means only this node has the fragment.
+        if let Err(e) = link.publish(&subject, &body) {
+            crate::log::warn(format_args!(
+                "broker: fragment {} of {topic} not sent to NATS: {e}",
+                receipt.id
+            ));
+            receipt.subscribers = 0;
+        }
+        Ok(receipt)
     }
 
     /// Sends the topics of `topics` as deltas (computed by the local broker, which every
@@ -222,8 +355,10 @@ impl NatsBroker {
         self.local.topic_status(topic)
     }
 
-    /// Trims the local history.
+    /// Closes the local streams left idle past `stream_timeout` (each node its own copies)
+    /// and trims the local history.
     pub fn expire(&self) {
+        self.local.close_stale_streams(self.local.clock());
         self.local.expire();
     }
 
@@ -245,17 +380,56 @@ impl NatsBroker {
     }
 }
 
+/// A fragment another node took: opens this node's copy of the stream, or folds it into it.
+/// A fragment of a stream this node never saw open (it had no subscriber to the topic then)
+/// is dropped, as is one its own limits or timeout refuse.
+fn receive_fragment(local: &LocalBroker, foreign: &Mutex<Foreign>, topic: &str, payload: &[u8]) {
+    let b = match append_wire::decode(payload) {
+        Ok(b) => b,
+        Err(e) => {
+            crate::log::warn(format_args!("broker: a NATS fragment on {topic}: {e}"));
+            return;
+        }
+    };
+    let now = local.clock();
+    let mut foreign = lock(foreign);
+    let done = b.closed.is_some();
+    let answer = if b.seq == 1 {
+        local
+            .stream(topic, StreamOp::Open, b.data, now)
+            .inspect(|r| foreign.insert(topic, b.stream, r.stream.clone()))
+    } else {
+        match foreign.local_id(local, topic, b.stream) {
+            Some(id) => local.stream(topic, StreamOp::Append { stream: &id, done }, b.data, now),
+            None => Err(StreamRefusal::Unknown),
+        }
+    };
+    if done {
+        foreign.remove(topic, b.stream);
+    }
+    // Unknown: opened before this node followed the topic (its subscribers see the stream
+    // from its next opening on); anything else is worth a line.
+    match answer {
+        Ok(_) | Err(StreamRefusal::Unknown) => {}
+        Err(
+            e @ (StreamRefusal::Closed
+            | StreamRefusal::TooLarge(_)
+            | StreamRefusal::TooManyOpen(_)
+            | StreamRefusal::Unavailable(_)),
+        ) => crate::log::warn(format_args!(
+            "broker: fragment {} of stream {} on {topic} not kept here: {e:?}",
+            b.seq, b.stream
+        )),
+    }
+}
+
 /// A message another node published: into the local broker, as if published here.
 fn receive(
     local: &LocalBroker,
-    subjects: &SubjectMap,
-    subject: &str,
+    topic: &str,
     payload: &[u8],
     decode_attachment: Option<AttachmentDecoder>,
 ) {
-    let Some(topic) = subjects.topic(subject) else {
-        return;
-    };
     let body = match wire::decode(payload) {
         Ok(b) => b,
         Err(e) => {
@@ -271,7 +445,7 @@ fn receive(
     // A NATS node's broker has no `history_dir` (the configuration refuses it), so this
     // cannot fail.
     let _ = local.try_publish(&[Outgoing {
-        topic: &topic,
+        topic,
         tags: &tags,
         conflation_key: body.conflation_key,
         kind: body.kind,

@@ -68,7 +68,8 @@ impl Broker {
                 decode_attachment,
             )
             .map_err(anyhow::Error::msg)
-            .context("cannot join the cluster")?;
+            .context("cannot join the cluster")?
+            .streaming(config.streams());
             if b.connected() {
                 log::info(format_args!(
                     "node {node}: joined the cluster through {}",

@@ -440,7 +440,7 @@ impl Metrics {
         counter(
             &mut out,
             "clarion_stream_refusals_total",
-            "Appendable-message publishes refused: unknown or closed stream (404, 409), past a limit (413, 429), unsupported (501).",
+            "Appendable-message publishes refused: unknown or closed stream (404, 409), past a limit (413, 429).",
             l(&self.stream_refusals),
         );
         counter(

@@ -16,6 +16,13 @@ pub fn keys(topic: &str) -> [String; 3] {
     ]
 }
 
+/// The offsets of `topic` whose folded appendable-message entries moved on, removed from its
+/// stream (`clarion:{pN}:f:TOPIC`, a sorted set kept by `stream.lua`): holes a resume reads
+/// across without a gap, as nothing was trimmed there.
+pub fn holes_key(topic: &str) -> String {
+    format!("clarion:{{p{}}}:f:{topic}", partition(topic))
+}
+
 /// The record of an `Idempotency-Key` published to `topic`, in the topic's slot (so the
 /// publish script claims it with the message): `clarion:{pN}:i:LEN:TOPIC:KEY`, the topic's
 /// length making the split between topic and key unambiguous.
@@ -59,6 +66,8 @@ mod tests {
         assert!(i.starts_with(tag), "{i}");
         assert_eq!(i, "clarion:{p22}:i:7:news.eu:k:1");
         assert_ne!(idempotency_key("a:b", "c"), idempotency_key("a", "b:c"));
+        // stream.lua and offset.lua spell it from the stream's key.
+        assert_eq!(holes_key("news.eu"), s.replacen("}:s:", "}:f:", 1));
     }
 
     #[test]

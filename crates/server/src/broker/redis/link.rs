@@ -413,7 +413,8 @@ fn flush(core: &Core, t: &mut Topic, out: &mut Vec<Arc<Published>>) {
         // Deltas against the previous message this node delivered on the topic, in the
         // order it delivers them (`crate::delta`).
         if let Some(topics) = core.delta.get() {
-            for m in out.iter().filter(|m| topics.matches(&m.topic)) {
+            // An appendable message's events are their own JSON, never deltas (as locally).
+            for m in out.iter().filter(|m| !m.stream && topics.matches(&m.topic)) {
                 m.chain(t.delta.get_or_insert_with(Default::default), t.total > 0);
                 if m.delta().is_some() {
                     core.metrics.deltas_computed.fetch_add(1, Relaxed);
@@ -422,7 +423,7 @@ fn flush(core: &Core, t: &mut Topic, out: &mut Vec<Arc<Published>>) {
         }
         // History (Redis) keeps every message; live delivery of a debounced topic may wait.
         if let Some(d) = core.debounce.get() {
-            out.retain(|m| !d.hold(m));
+            out.retain(|m| m.stream || !d.hold(m));
         }
         core.fan_out(t, out);
         out.clear();
@@ -472,7 +473,9 @@ fn resolve(
             to,
         } => {
             let read = match core.read_range(&topic, &epoch, from, to) {
-                Ok((now, msgs)) => Read::Range {
+                // A range across an appendable message's moved entries (holes) reads short and
+                // is announced as a gap, as a trimmed one: the live path itself never has them.
+                Ok(super::resume::RangeRead { now, msgs, .. }) => Read::Range {
                     epoch: now.map(Arc::from),
                     msgs,
                 },

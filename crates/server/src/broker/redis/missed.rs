@@ -86,18 +86,21 @@ pub(super) fn plan(mine: Option<EventId<'_>>, epoch: Option<&str>, last: u64) ->
 }
 
 /// What a read of `Plan::Read { from, to, gap }` of `epoch` means: the gap notice to give, and
-/// whether the messages read are replayed. `now` is the epoch Redis held at the read, `first`
-/// the offset of the first entry read and `count` how many were read.
+/// whether the messages read are replayed. `now` is the epoch Redis held at the read, `count`
+/// how many entries were read and `holes` how many offsets of the range an appendable
+/// message's folded entry left when it moved on (removed, not lost: its text is in the later
+/// entry). The range is whole when every offset is an entry or such a hole; trimming removes
+/// entries, never holes, so any trimmed offset makes it short.
 pub(super) fn judge(
     plan_gap: Option<GapReason>,
     epoch: &str,
     now: Option<&str>,
     (from, to): (u64, u64),
-    first: Option<u64>,
     count: usize,
+    holes: u64,
 ) -> (Option<GapReason>, bool) {
     let same = now == Some(epoch);
-    let complete = same && first == Some(from) && count as u64 == to - from + 1;
+    let complete = same && count as u64 + holes == to - from + 1;
     let gap = match plan_gap {
         Some(r) => Some(r),
         None if !complete => Some(GapReason::Trimmed),
@@ -159,21 +162,24 @@ mod tests {
 
     #[test]
     fn a_read_short_of_the_range_or_of_another_epoch_is_a_trimmed_gap() {
+        assert_eq!(judge(None, "e", Some("e"), (4, 7), 4, 0), (None, true));
         assert_eq!(
-            judge(None, "e", Some("e"), (4, 7), Some(4), 4),
-            (None, true)
-        );
-        assert_eq!(
-            judge(None, "e", Some("e"), (4, 7), Some(6), 2),
+            judge(None, "e", Some("e"), (4, 7), 2, 0),
             (Some(GapReason::Trimmed), true)
         );
         assert_eq!(
-            judge(None, "e", Some("f"), (4, 7), Some(4), 4),
+            judge(None, "e", Some("f"), (4, 7), 4, 0),
             (Some(GapReason::Trimmed), false)
         );
         assert_eq!(
-            judge(Some(GapReason::Epoch), "e", Some("e"), (1, 7), Some(3), 5),
+            judge(Some(GapReason::Epoch), "e", Some("e"), (1, 7), 5, 0),
             (Some(GapReason::Epoch), true)
+        );
+        // An appendable message's moved entries are holes, not trimmed offsets.
+        assert_eq!(judge(None, "e", Some("e"), (4, 7), 2, 2), (None, true));
+        assert_eq!(
+            judge(None, "e", Some("e"), (4, 7), 1, 2),
+            (Some(GapReason::Trimmed), true)
         );
     }
 

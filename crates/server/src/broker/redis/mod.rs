@@ -23,6 +23,7 @@
 //! releases to the workers' inboxes under the state lock (the same lock subscribers are counted under, which is what
 //! makes a resume exact), and reconnects with backoff.
 
+mod appendable;
 mod cluster;
 pub mod conn;
 mod epoch;
@@ -66,8 +67,9 @@ use crate::hub::{lock, Inbox, TopicTraffic};
 use crate::message::{Gap, GapReason, Published};
 use crate::metrics::Metrics;
 
-/// The publish script (see the module doc).
-pub const SCRIPT: &str = include_str!("script.lua");
+/// The publish script (see the module doc): the offset rule it shares with the
+/// appendable-message script ([`appendable`]), then the publish.
+pub const SCRIPT: &str = concat!(include_str!("offset.lua"), include_str!("script.lua"));
 
 /// Messages a topic may hold back while a hole before them is being filled; past it the hole
 /// is announced as a gap and delivery goes on, so a stalled fill cannot grow memory.
@@ -83,6 +85,10 @@ pub struct RedisBroker {
     core: Arc<Core>,
     /// One reader thread per Redis shard, and a Sentinel watcher per shard behind Sentinel.
     readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Appendable messages' limits and timeout ([`appendable`]).
+    streams: crate::config::StreamSettings,
+    /// When this node last swept for stale streams (its clock, seconds): once a second.
+    swept: std::sync::atomic::AtomicU32,
 }
 
 /// What the reader thread and the callers share.
@@ -324,6 +330,8 @@ impl RedisBroker {
         let broker = RedisBroker {
             core,
             readers: Mutex::new(readers),
+            streams: crate::config::StreamSettings::default(),
+            swept: std::sync::atomic::AtomicU32::new(0),
         };
         if !down.is_empty() {
             return Err(format!(
@@ -338,6 +346,12 @@ impl RedisBroker {
     /// The clock the reader threads stamp delivered messages with (seconds since start).
     pub fn clock(&self) -> u32 {
         self.core.clock()
+    }
+
+    /// The same broker, bounding appendable messages by `settings` (`stream_*`).
+    pub fn streaming(mut self, settings: crate::config::StreamSettings) -> RedisBroker {
+        self.streams = settings;
+        self
     }
 
     /// Subscribes one connection of `worker` (see [`super::Broker::subscribe`]): the topics are

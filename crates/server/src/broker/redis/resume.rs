@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clarion_proto::event_id;
-use clarion_proto::pubsub::wire;
+use clarion_proto::pubsub::append::{append_json, folded_json, StreamEvent};
+use clarion_proto::pubsub::{append_wire, wire};
 use clarion_proto::resp::Value;
 
 use super::conn::LinkError;
@@ -13,6 +14,16 @@ use super::missed::{self, Plan};
 use super::{keys, Core};
 use crate::broker::Subscribed;
 use crate::message::{Gap, GapReason, Published};
+
+/// What [`Core::read_range`] found.
+pub(super) struct RangeRead {
+    /// The epoch Redis holds now.
+    pub now: Option<String>,
+    /// The entries read, as messages.
+    pub msgs: Vec<Arc<Published>>,
+    /// Offsets of the range that are holes a moved appendable-message entry left.
+    pub holes: u64,
+}
 
 impl Core {
     /// Waits, at most the broker timeout, until this node has delivered the ids a subscriber
@@ -84,15 +95,18 @@ impl Core {
         Ok((epoch, u64::try_from(last).unwrap_or(0)))
     }
 
-    /// Reads `topic`'s stream entries with offsets `from..=to`, as messages of `epoch`, and the
-    /// epoch Redis holds now. Entries that do not decode are skipped (and so show as a gap).
+    /// Reads `topic`'s stream entries with offsets `from..=to`, as messages of `epoch`, the
+    /// epoch Redis holds now, and how many offsets of the range are holes an appendable
+    /// message's folded entry left when it moved on (not trimmed: see
+    /// [`super::layout::holes_key`]). Entries that do not decode are skipped (and so show as a
+    /// gap).
     pub(super) fn read_range(
         &self,
         topic: &Arc<str>,
         epoch: &Arc<str>,
         from: u64,
         to: u64,
-    ) -> Result<(Option<String>, Vec<Arc<Published>>), LinkError> {
+    ) -> Result<RangeRead, LinkError> {
         let [meta, stream, _] = keys(topic);
         let replies = self.routed_call(
             topic,
@@ -104,9 +118,20 @@ impl Core {
                     format!("{to}-0").into_bytes(),
                 ],
                 vec![b"HGET".to_vec(), meta.into_bytes(), b"e".to_vec()],
+                vec![
+                    b"ZCOUNT".to_vec(),
+                    super::layout::holes_key(topic).into_bytes(),
+                    from.to_string().into_bytes(),
+                    to.to_string().into_bytes(),
+                ],
             ],
         )?;
         let now_epoch = replies.get(1).and_then(Value::as_str).map(str::to_owned);
+        let holes = replies
+            .get(2)
+            .and_then(Value::as_int)
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0);
         let mut out = Vec::new();
         if let Some(Value::Array(entries)) = replies.first() {
             for entry in entries {
@@ -130,7 +155,11 @@ impl Core {
                 }
             }
         }
-        Ok((now_epoch, out))
+        Ok(RangeRead {
+            now: now_epoch,
+            msgs: out,
+            holes,
+        })
     }
 
     /// Commands on `topic`'s keys at the master serving them (following redirections). An
@@ -156,6 +185,9 @@ impl Core {
         offset: u64,
         body: &[u8],
     ) -> Option<Published> {
+        if append_wire::is_stream_body(body) {
+            return self.stream_message(topic, epoch, offset, body);
+        }
         let b = match wire::decode(body) {
             Ok(b) => b,
             Err(e) => {
@@ -180,6 +212,49 @@ impl Core {
             m.attachment = decode(bytes);
         }
         Some(m)
+    }
+
+    /// An appendable message's event from its body ([`append_wire`]): a live fragment's
+    /// `append` event, or the folded message history holds for a stream (as the in-memory
+    /// broker makes them).
+    fn stream_message(
+        &self,
+        topic: &Arc<str>,
+        epoch: &Arc<str>,
+        offset: u64,
+        body: &[u8],
+    ) -> Option<Published> {
+        let b = match append_wire::decode(body) {
+            Ok(b) => b,
+            Err(e) => {
+                crate::log::warn(format_args!(
+                    "broker: stream event {epoch}-{offset} on {topic}: {e}"
+                ));
+                return None;
+            }
+        };
+        let id = format!("{epoch}-{offset}");
+        let event = StreamEvent {
+            topic,
+            id: &id,
+            stream: b.stream,
+            seq: b.seq,
+            data: b.data,
+            closed: b.closed,
+        };
+        let json = if b.folded {
+            folded_json(&event)
+        } else {
+            append_json(&event)
+        };
+        Some(Published::stream_event(
+            Arc::clone(topic),
+            offset,
+            Arc::clone(epoch),
+            self.clock(),
+            b.folded,
+            &json,
+        ))
     }
 
     /// Fills `out` with what a subscriber resuming from `given` missed on each topic, up to the
@@ -212,14 +287,14 @@ impl Core {
                 continue;
             };
             match self.read_range(name, epoch, from, to) {
-                Ok((now, msgs)) => {
+                Ok(RangeRead { now, msgs, holes }) => {
                     let (owed, replay) = missed::judge(
                         plan_gap,
                         epoch,
                         now.as_deref(),
                         (from, to),
-                        msgs.first().map(|m| m.id),
                         msgs.len(),
+                        holes,
                     );
                     if let Some(r) = owed {
                         out.gaps.push(gap(r));
@@ -252,7 +327,7 @@ impl Core {
                 continue;
             }
             match self.read_range(name, epoch, 1, *last) {
-                Ok((now, msgs)) if now.as_deref() == Some(&**epoch) => {
+                Ok(RangeRead { now, msgs, .. }) if now.as_deref() == Some(&**epoch) => {
                     let found = msgs.iter().rposition(|m| {
                         m.attachment
                             .as_ref()
@@ -306,7 +381,9 @@ impl Core {
                 continue;
             }
             match self.read_range(name, epoch, *last, *last) {
-                Ok((now, msgs)) if now.as_deref() == Some(&**epoch) => out.replay.extend(msgs),
+                Ok(RangeRead { now, msgs, .. }) if now.as_deref() == Some(&**epoch) => {
+                    out.replay.extend(msgs)
+                }
                 Ok(_) => {}
                 Err(e) => {
                     crate::log::warn(format_args!(

@@ -1,4 +1,4 @@
--- Publishes one message to one topic, atomically (docs/cluster.md).
+-- Publishes one message to one topic, atomically (docs/cluster.md); after offset.lua.
 -- KEYS[1] the topic's metadata hash (epoch `e`, last offset `s`), KEYS[2] its stream,
 -- KEYS[3] (when the publisher sent an Idempotency-Key) the key's record in the topic's slot.
 -- ARGV: 1 channel, 2 body, 3 history size, 4 history seconds, 5 a fresh epoch, 6 meta seconds,
@@ -16,33 +16,7 @@ if KEYS[3] then
     return {string.sub(prev, 1, sp - 1), tonumber(string.sub(prev, sp + 1)), 0, 1}
   end
 end
-local meta = redis.call('HMGET', KEYS[1], 'e', 'r')
-local epoch = meta[1]
-local function current_master(r)
-  for i = 9, #ARGV do
-    if ARGV[i] == r then return true end
-  end
-  return false
-end
--- Keys a resharding moved here from another master that still serves slots keep its id: the
--- migration copied them whole, so their history goes on (rewritten to this server's id below).
-if epoch and ARGV[7] ~= '' and meta[2] and meta[2] ~= ARGV[7] and not current_master(meta[2]) then
-  -- Written under another replication history: this server was promoted (a failover) or
-  -- restarted. Asynchronous replication may have lost the last offsets handed out there, and
-  -- an offset must never name two messages: a new epoch, announced as a gap.
-  epoch = false
-end
-if not epoch then
-  -- A new history: whatever stream a lost or expired epoch left behind is not part of it.
-  epoch = ARGV[5]
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[1], 'e', epoch, 's', 0)
-end
-if ARGV[7] ~= '' and meta[2] ~= ARGV[7] then
-  redis.call('HSET', KEYS[1], 'r', ARGV[7])
-end
-local offset = redis.call('HINCRBY', KEYS[1], 's', 1)
-redis.call('EXPIRE', KEYS[1], ARGV[6])
+local epoch, offset = take_offset(KEYS[1], KEYS[2], ARGV[5], ARGV[6], ARGV[7], 9)
 if tonumber(ARGV[3]) > 0 then
   -- Entry ids are OFFSET-0, so a resume reads exactly the offsets it missed.
   redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[3], offset .. '-0', 'd', ARGV[2])
