@@ -724,17 +724,7 @@ fn ws_frames(
             }
         };
         match step {
-            Step::Text(payload) | Step::Binary(payload) => {
-                if let Some((seq, published_us)) = seq_and_time(payload.splitn(3, |&b| b == b' ')) {
-                    let seen = check.see(seq);
-                    host.event(Event::Delivered {
-                        stream,
-                        seq,
-                        published_us,
-                        seen,
-                    });
-                }
-            }
+            Step::Text(payload) | Step::Binary(payload) => deliver(payload, stream, check, host),
             Step::Ping(payload) => {
                 let r = host.random();
                 let pong = wire::pong(payload, [r[0], r[1], r[2], r[3]]);
@@ -755,23 +745,27 @@ fn events(input: &[u8], stream: usize, check: &mut SeqChecker, host: &mut impl H
     while let Some(end) = find(input.get(at..).unwrap_or_default(), b"\n\n") {
         let event = input.get(at..at + end).unwrap_or_default();
         for line in event.split(|&b| b == b'\n') {
-            let Some(data) = line.strip_prefix(b"data: ") else {
-                continue;
-            };
-            let Some((seq, published_us)) = seq_and_time(data.splitn(3, |&b| b == b' ')) else {
-                continue;
-            };
-            let seen = check.see(seq);
-            host.event(Event::Delivered {
-                stream,
-                seq,
-                published_us,
-                seen,
-            });
+            if let Some(data) = line.strip_prefix(b"data: ") {
+                deliver(data, stream, check, host);
+            }
         }
         at += end + 2;
     }
     at
+}
+
+/// Checks one benchmark payload (`SEQ PUBLISHED_US ...`) as stream `stream`'s message;
+/// anything else is ignored.
+fn deliver(payload: &[u8], stream: usize, check: &mut SeqChecker, host: &mut impl Host) {
+    if let Some((seq, published_us)) = seq_and_time(payload.splitn(3, |&b| b == b' ')) {
+        let seen = check.see(seq);
+        host.event(Event::Delivered {
+            stream,
+            seq,
+            published_us,
+            seen,
+        });
+    }
 }
 
 #[cfg(test)]
@@ -959,18 +953,8 @@ mod tests {
         let mut decoder = Decoder::new(4096);
         for (i, (kind, flags, stream, block)) in f[1..].iter().enumerate() {
             assert_eq!((*kind, *flags, *stream), (0x1, 0x5, 2 * i as u32 + 1));
-            let mut fields = Vec::new();
-            decoder
-                .decode(block, 4096, |(n, v, _)| {
-                    fields.push(format!(
-                        "{}: {}",
-                        String::from_utf8_lossy(n),
-                        String::from_utf8_lossy(v)
-                    ))
-                })
-                .unwrap();
             assert_eq!(
-                fields,
+                fields(&mut decoder, block),
                 [
                     ":method: GET".to_string(),
                     ":scheme: http".into(),
