@@ -497,17 +497,27 @@ impl<const N: usize> Life<N> {
         let Some((stream, seq, published_us)) = parsed else {
             return;
         };
-        let Some(check) = self.streams.get_mut(stream) else {
-            return;
-        };
-        let seen = check.see(seq);
-        host.event(Event::Delivered {
-            stream,
-            seq,
-            published_us,
-            seen,
-        });
+        if let Some(check) = self.streams.get_mut(stream) {
+            report(check, stream, seq, published_us, host);
+        }
     }
+}
+
+/// Checks message `seq` of stream `stream` (sent at `published_us`) and tells `host`.
+pub(crate) fn report(
+    check: &mut SeqChecker,
+    stream: usize,
+    seq: u64,
+    published_us: u64,
+    host: &mut impl Host,
+) {
+    let seen = check.see(seq);
+    host.event(Event::Delivered {
+        stream,
+        seq,
+        published_us,
+        seen,
+    });
 }
 
 /// The sequence number and publish time at the start of a payload's space-separated parts.

@@ -29,7 +29,7 @@ use clarion_proto::h2::frame::{
 use clarion_proto::h2::hpack::{Decoder, Encoder, HpackError};
 
 use crate::check::SeqChecker;
-use crate::conn_life::{seq_and_time, Event, Host, Phase};
+use crate::conn_life::{report, seq_and_time, Event, Host, Phase};
 use crate::wire::{self, find, Step};
 
 /// What every HTTP/2 connection of a worker shares.
@@ -758,13 +758,7 @@ fn events(input: &[u8], stream: usize, check: &mut SeqChecker, host: &mut impl H
 /// anything else is ignored.
 fn deliver(payload: &[u8], stream: usize, check: &mut SeqChecker, host: &mut impl Host) {
     if let Some((seq, published_us)) = seq_and_time(payload.splitn(3, |&b| b == b' ')) {
-        let seen = check.see(seq);
-        host.event(Event::Delivered {
-            stream,
-            seq,
-            published_us,
-            seen,
-        });
+        report(check, stream, seq, published_us, host);
     }
 }
 

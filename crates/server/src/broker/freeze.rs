@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use anyhow::Context as _;
-
 use super::{local, AttachmentDecoder, Broker, LocalBroker};
 use crate::config::Config;
 use crate::durable;
@@ -99,19 +97,8 @@ impl Broker {
         streams: local::streams::Carried,
     ) -> anyhow::Result<Broker> {
         let ids: Vec<u64> = streams.open.iter().map(|s| s.id).collect();
-        let (b, logged) = LocalBroker::durable_carrying(
-            inboxes.to_vec(),
-            Arc::clone(metrics),
-            config.history_limits(),
-            settings,
-            decode_attachment,
-            &ids,
-        )
-        .map_err(anyhow::Error::msg)
-        .context("cannot open the history directory")?;
-        let b = b
-            .remembering(config.idempotency())
-            .streaming(config.streams());
+        let (b, logged) =
+            super::open::on_disk(config, inboxes, metrics, settings, decode_attachment, &ids)?;
         let streams = if b.epoch() == epoch {
             streams
         } else {

@@ -382,6 +382,26 @@ impl LocalBroker {
         })
     }
 
+    /// With `history_dir`, starts a new log segment when the current one is due, rewriting
+    /// the history held (open streams' entries built first: the log holds what a reader would
+    /// get). Segments holding an open stream's fragments stay: its entry is folded from them.
+    fn rotate_log_if_due(&self, st: &mut State) {
+        let State {
+            hub, log, streams, ..
+        } = st;
+        if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
+            let oldest = streams.keep_log_from(hub.oldest_held());
+            let held_bytes = hub.held_bytes() as u64;
+            let rewrite = || {
+                streams.fold_pending(hub, &self.epoch, None);
+                hub.held_in_order()
+            };
+            if let Err(e) = l.rotate(oldest, held_bytes, rewrite) {
+                crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
+            }
+        }
+    }
+
     /// Builds the text so far of the open streams of `topics` into their history entries
     /// when `since` reads history ([`streams::Streams::fold_pending`]).
     fn fold_streams(&self, st: &mut State, topics: &[&str], since: Since<'_>) {
@@ -582,20 +602,7 @@ impl LocalBroker {
         if keep {
             st.hub.enforce_limits(&self.limits, now, &self.metrics);
         }
-        let State {
-            hub, log, streams, ..
-        } = &mut *st;
-        if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
-            let oldest = streams.keep_log_from(hub.oldest_held());
-            let held_bytes = hub.held_bytes() as u64;
-            let rewrite = || {
-                streams.fold_pending(hub, &self.epoch, None);
-                hub.held_in_order()
-            };
-            if let Err(e) = l.rotate(oldest, held_bytes, rewrite) {
-                crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
-            }
-        }
+        self.rotate_log_if_due(&mut st);
         if let Some((at, plan)) = &plan {
             let early = st.repeats.remember(*at, msgs, plan, &receipts);
             self.metrics

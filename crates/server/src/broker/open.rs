@@ -24,20 +24,9 @@ impl Broker {
     ) -> anyhow::Result<Broker> {
         let Some(url) = config.broker.as_deref() else {
             if let Some(settings) = config.durable_history() {
-                let local = LocalBroker::durable(
-                    inboxes.to_vec(),
-                    Arc::clone(metrics),
-                    config.history_limits(),
-                    settings,
-                    decode_attachment,
-                )
-                .map_err(anyhow::Error::msg)
-                .context("cannot open the history directory")?;
-                return Ok(Broker::Local(
-                    local
-                        .remembering(config.idempotency())
-                        .streaming(config.streams()),
-                ));
+                let (local, _) =
+                    on_disk(config, inboxes, metrics, settings, decode_attachment, &[])?;
+                return Ok(Broker::Local(local));
             }
             return Ok(Broker::Local(
                 LocalBroker::new(
@@ -117,4 +106,33 @@ impl Broker {
             Urls(url)
         )
     }
+}
+
+/// The in-memory broker with its history in `history_dir` (read back at start), configured as
+/// `config` says; the streams of `carried_open` (a hand-over's, [`Broker::thawed_logged`]) stay
+/// open and are returned as the log folds them.
+pub(super) fn on_disk(
+    config: &Config,
+    inboxes: &[Arc<Inbox>],
+    metrics: &Arc<Metrics>,
+    settings: crate::durable::Settings,
+    decode_attachment: Option<AttachmentDecoder>,
+    carried_open: &[u64],
+) -> anyhow::Result<(LocalBroker, Vec<crate::durable::load::OpenFold>)> {
+    let (local, open) = LocalBroker::durable_carrying(
+        inboxes.to_vec(),
+        Arc::clone(metrics),
+        config.history_limits(),
+        settings,
+        decode_attachment,
+        carried_open,
+    )
+    .map_err(anyhow::Error::msg)
+    .context("cannot open the history directory")?;
+    Ok((
+        local
+            .remembering(config.idempotency())
+            .streaming(config.streams()),
+        open,
+    ))
 }

@@ -500,21 +500,7 @@ impl LocalBroker {
         if closed.is_some() {
             st.streams.remember_closed(stream);
         }
-        let State {
-            hub, log, streams, ..
-        } = st;
-        if let Some(l) = log.as_mut().filter(|l| l.wants_rotation()) {
-            // Segments holding an open stream's fragments stay: its entry is folded from them.
-            let oldest = streams.keep_log_from(hub.oldest_held());
-            let held_bytes = hub.held_bytes() as u64;
-            let rewrite = || {
-                streams.fold_pending(hub, &self.epoch, None);
-                hub.held_in_order()
-            };
-            if let Err(e) = l.rotate(oldest, held_bytes, rewrite) {
-                crate::log::warn(format_args!("history_dir: starting a new segment: {e}"));
-            }
-        }
+        self.rotate_log_if_due(st);
         Ok(self.receipt(id, stream, seq, subscribers, closed.is_some()))
     }
 
