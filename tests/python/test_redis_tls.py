@@ -195,6 +195,9 @@ def refused(node, *words, timeout=10):
     time.sleep(2)
     assert node.running, node.log_text()[-2000:]
     assert node.log_text().count("TLS with") - before <= 6, "retries with backoff"
+    # The appendable messages' timeout sweep waits for the broker instead of adding a connection
+    # attempt and a log line every second to the outage.
+    assert "stream timeouts not swept" not in node.log_text(), node.log_text()[-2000:]
 
 
 # --------------------------------------------------------------------------------------------

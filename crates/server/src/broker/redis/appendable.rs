@@ -162,8 +162,13 @@ impl RedisBroker {
     /// Closes, across the cluster, every stream without a fragment for `stream_timeout`
     /// seconds (each with an empty last fragment whose event says `"reason":"timeout"`). Called
     /// by the workers about once a second each; runs at most once a second per node, one
-    /// script call per partition in one pipeline per shard.
+    /// script call per partition in one pipeline per shard. Not while a shard is unreachable:
+    /// the sweep would fail there anyway, and trying would add a connection attempt and a log
+    /// line every second to the outage the reader threads already retry and report.
     pub fn close_stale_streams(&self) {
+        if !self.connected() {
+            return;
+        }
         let now = self.core.clock();
         let last = self.swept.load(Relaxed);
         if now == last
