@@ -170,7 +170,12 @@ def test_exec_start_under_the_units_sandbox_serves_ws_tls_io_uring_and_hands_ove
     assert unit["NoNewPrivileges"] == ["yes"] and unit["CapabilityBoundingSet"] == [""]
     assert unit["AmbientCapabilities"] == [""] and unit["ProtectSystem"] == ["strict"]
     assert unit["SystemCallArchitectures"] == ["native"]
-    seccomp = [python, str(HERE / "seccomp_exec.py"), "--allow", str(allow),
+    # The filter's launcher runs as the service's user too: beside the binary, not in the
+    # checkout (a clone under `mktemp -d` is 0700, root's).
+    launcher = top / "seccomp_exec.py"
+    shutil.copy2(HERE / "seccomp_exec.py", launcher)
+    launcher.chmod(0o644)
+    seccomp = [python, str(launcher), "--allow", str(allow),
                "--errno", str({"EPERM": 1}[errno_name]), "--families", families]  # fmt: skip
     if unit.get("MemoryDenyWriteExecute") == ["yes"]:
         seccomp.append("--mdwe")
