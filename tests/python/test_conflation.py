@@ -18,6 +18,7 @@ import pytest
 
 KEYS = 300
 PAD = "x" * 2000
+DONE = b'{"k":"done"}'  # the last event's whole payload
 
 
 def start(start_server, tmp_path, conflate):
@@ -66,8 +67,9 @@ def ws_messages(data):
 
 
 class Reader(threading.Thread):
-    """Reads a raw SSE stream 1 KB every 20 ms (50 KB/s) until `fast` is set; stops at the event
-    whose data is `{"k":"done"...}` or at the end of the stream."""
+    """Reads a raw SSE stream 1 KB every 20 ms (50 KB/s) until `fast` is set; stops once the whole
+    event whose data is `{"k":"done"}` has arrived (its closing brace too: a chunk can end inside
+    it), or at the end of the stream."""
 
     def __init__(self, sock, transport):
         super().__init__(daemon=True)
@@ -86,7 +88,7 @@ class Reader(threading.Thread):
                 self.closed = True
                 return
             self.data += chunk
-            self.done = b'"k":"done"' in self.data
+            self.done = DONE in self.data
             if not self.fast.is_set():
                 time.sleep(0.02)
 
@@ -254,7 +256,7 @@ class H2Reader(threading.Thread):
                     c.conn.increment_flow_control_window(1024, stream_id=sid)
                 c.flush()
                 c.read_for(0.02)
-                self.done = b'"k":"done"' in c.body[sid]
+                self.done = DONE in c.body[sid]
         finally:
             self.reset = sid in c.resets or c.closed
 
