@@ -127,6 +127,52 @@ def test_a_burst_larger_than_socket_buffers_arrives_intact(start_server, dev):
     asyncio.run(run())
 
 
+def test_a_fan_out_to_secure_subscribers_written_together_arrives_intact(start_server, dev):
+    # A message to several TLS subscribers is sealed for each and written in one submission
+    # (io_uring, the default); a socket that takes part of its records keeps the rest for its
+    # writable event. Nobody reads while the messages are published (the client's event loop
+    # waits on each publish, and the receive buffers are small), so each socket takes part of
+    # one of the first messages and the rest of the run waits; then each subscriber, TLS 1.3
+    # and 1.2, must get every message whole and in order.
+    s = start_server(*tls_args(dev, "--max-backlog", str(32 << 20)))
+    n, size = 100, 100_000
+
+    host, port = s.tls.rsplit(":", 1)
+
+    def small_window():
+        # A small receive buffer (set before connecting), so that the server's socket fills.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        sock.connect((host, int(port)))
+        return sock
+
+    async def run():
+        url = f"wss://localhost:{port}/ws?topic=f"
+        contexts = [client_context(dev["ca"]) for _ in range(4)]
+        contexts[3].maximum_version = ssl.TLSVersion.TLSv1_2
+        subs = [
+            await websockets.connect(
+                url, ssl=c, sock=small_window(), server_hostname="localhost", max_size=None,
+                compression=None,  # the frames as large as the messages
+            )
+            for c in contexts
+        ]
+        try:
+            for i in range(n):
+                s.publish("f", f"{i:05d}" + "z" * size)
+                time.sleep(0.01)  # one message per fan-out
+            for ws in subs:
+                for i in range(n):
+                    m = await asyncio.wait_for(ws.recv(), 10)
+                    assert m[:5] == f"{i:05d}" and len(m) == size + 5
+        finally:
+            for ws in subs:
+                await ws.close()
+
+    asyncio.run(run())
+    assert s.metrics()['clarion_closes_total{reason="slow_consumer"}'] == 0
+
+
 def test_sse_long_poll_and_stream_over_https(start_server, dev):
     s = start_server(*tls_args(dev))
     port = s.tls.rsplit(":", 1)[1]

@@ -8,11 +8,14 @@
 //! On a TLS connection the backlog still holds shared plaintext frames: they are encrypted
 //! only when the socket can take them, so a slow secure subscriber pins references to shared
 //! frames, not private ciphertext copies. Only ciphertext already made and refused by the
-//! kernel is kept per connection (`Session::unsent`).
+//! kernel is kept per connection (`Session::unsent`). In a fan-out, a TLS connection with
+//! nothing waiting has its record sealed into the worker's shared buffer and written with the
+//! other subscribers' in one submission ([`Conn::seal_into`]).
 #![deny(clippy::wildcard_enum_match_arm)]
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
+use std::ops::Range;
 use std::sync::Arc;
 
 use clarion_proto::ws::Receiver;
@@ -248,6 +251,37 @@ impl<S: Socket> Conn<S> {
     /// fan-out's other writes): clear text, nothing waiting before it.
     pub fn sends_directly(&self) -> bool {
         self.tls.is_none() && self.out.is_none() && self.stream.is_some()
+    }
+
+    /// Whether a message may be encrypted now and written with a fan-out's other writes: TLS,
+    /// nothing waiting before it (neither queued frames nor refused records).
+    pub fn seals_directly(&self) -> bool {
+        self.tls.is_some() && !self.waiting() && self.stream.is_some()
+    }
+
+    /// Encrypts `frame` at the end of `arena`, where a fan-out gathers many connections'
+    /// records to write them in one submission; returns where this connection's records are.
+    /// Only when [`Conn::seals_directly`]: the records must go out before anything else is
+    /// sealed for this connection.
+    pub fn seal_into(&mut self, frame: &[u8], arena: &mut Vec<u8>) -> io::Result<Range<usize>> {
+        let start = arena.len();
+        if let Some(t) = self.tls.as_mut() {
+            if let Err(e) = seal(t, std::iter::once(frame), arena) {
+                arena.truncate(start);
+                return Err(e);
+            }
+        }
+        Ok(start..arena.len())
+    }
+
+    /// After `offset` bytes of this connection's `records` (from [`Conn::seal_into`]) went out
+    /// with a fan-out's writes, keeps the rest, private ciphertext, to go first when the socket
+    /// drains. Returns `offset`.
+    pub fn keep_unsent_records(&mut self, records: &[u8], offset: usize) -> usize {
+        if let (Some(t), Some(rest)) = (self.tls.as_mut(), records.get(offset..)) {
+            t.unsent.extend_from_slice(rest);
+        }
+        offset
     }
 
     /// After `offset` bytes of `data` were written straight to the socket (nothing was

@@ -43,6 +43,9 @@ pub(crate) struct Scratch {
     pub(crate) more_to_read: Vec<u32>,
     /// HTTP/2 connections whose streams wrote since the last pump.
     pub(crate) h2_dirty: Vec<u32>,
+    /// A pump pass's frames, and the (stream, record) pairs of the connection it frames.
+    pub(crate) h2_out: Vec<u8>,
+    pub(crate) h2_streams: Vec<(u32, u32)>,
     pub(crate) tally: Tally,
 }
 
@@ -55,6 +58,11 @@ pub(crate) struct Fanout<S: Socket> {
     /// single-message deliveries are then gathered in `pending` and written together.
     pub(crate) batch: Option<S::Batch>,
     pub(crate) pending: Vec<(u32, Arc<[u8]>)>,
+    /// TLS subscribers' records for the same submission: sealed at once, one after another,
+    /// in `sealed` (each connection's range beside its key), so that a secure fan-out is
+    /// written in batches too, not one `send` per subscriber.
+    pub(crate) pending_sealed: Vec<(u32, std::ops::Range<usize>)>,
+    pub(crate) sealed: Vec<u8>,
     pub(crate) results: Vec<std::io::Result<usize>>,
     /// Recycled vector for inbox swaps.
     pub(crate) spare: Vec<Arc<Published>>,
@@ -103,6 +111,8 @@ impl<S: Socket> Engine<S> {
             handshake_buf: Vec::new(),
             more_to_read: Vec::new(),
             h2_dirty: Vec::new(),
+            h2_out: Vec::new(),
+            h2_streams: Vec::new(),
             tally: Tally::default(),
         };
         // Only servers with authentication reserve the grants (see `GrantStore::with_capacity`).
@@ -123,6 +133,8 @@ impl<S: Socket> Engine<S> {
                 turn: 0,
                 batch: None,
                 pending: Vec::new(),
+                pending_sealed: Vec::new(),
+                sealed: Vec::new(),
                 results: Vec::new(),
                 spare: Vec::new(),
             },

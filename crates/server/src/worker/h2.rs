@@ -39,6 +39,9 @@ use crate::metrics::CloseReason;
 pub(crate) const PUMP_BYTES: usize = 256 * 1024;
 /// Pump passes over one connection per engine entry point (each up to [`PUMP_BYTES`]).
 const MAX_PASSES: usize = 16;
+/// The largest pump buffer a worker keeps for the next pass (a ticker's passes are a few
+/// hundred bytes; one that framed a large backlog gives its buffer back).
+const KEEP_PUMP_BUFFER: usize = 64 * 1024;
 
 /// An HTTP/2 connection's protocol state.
 pub(crate) struct H2 {
@@ -339,33 +342,44 @@ impl<S: Socket> Engine<S> {
         let mut dirty = std::mem::take(&mut self.scratch.h2_dirty);
         dirty.sort_unstable();
         dirty.dedup();
+        // Several connections to pump (a ticker's message to many HTTP/2 subscribers): their
+        // frames are written together in one submission, as a fan-out's are.
+        let together = self.fanout.batch.is_some() && dirty.len() > 1;
         for &p in &dirty {
             // A pass stops at PUMP_BYTES. If the kernel then took everything, no writable
             // event will come to continue: pass again until it refuses something (the event
             // then continues) or nothing is left; past a bound, the next iteration of the
-            // loop continues (it does not sleep while `h2_dirty` holds work).
+            // loop continues (it does not sleep while `h2_dirty` holds work). A pass whose
+            // frames wait for the submission is the connection's last here (a second would
+            // be written before them): the next iteration continues it.
             let mut more = true;
             for _ in 0..MAX_PASSES {
-                more = self.h2_pump_one(p);
+                let (again, gathered) = self.h2_pump_one(p, together);
+                more = again;
                 let owed = self.conns.get(p as usize).map_or(1, |c| c.backlog_bytes());
-                if !more || owed > 0 {
-                    more = false;
+                if gathered || !more || owed > 0 {
+                    more = more && gathered;
                     break;
                 }
             }
             if more {
                 self.scratch.h2_dirty.push(p);
             }
+            if self.fanout.sealed.len() >= super::deliver::SEALED_BATCH {
+                self.write_fanout();
+            }
         }
+        self.write_fanout();
         dirty.clear();
         if self.scratch.h2_dirty.is_empty() {
             self.scratch.h2_dirty = dirty;
         }
     }
 
-    /// One pass over connection `p`'s streams; `true` if it stopped at [`PUMP_BYTES`] with
-    /// streams left to frame.
-    fn h2_pump_one(&mut self, p: u32) -> bool {
+    /// One pass over connection `p`'s streams: whether it stopped at [`PUMP_BYTES`] with
+    /// streams left to frame, and whether its frames were gathered for the fan-out's
+    /// submission (`together`) rather than written.
+    fn h2_pump_one(&mut self, p: u32, together: bool) -> (bool, bool) {
         let owed = match self.conns.get(p as usize).map(|c| (c.state, c)) {
             Some((State::H2, c)) => c.backlog_bytes(),
             // Closing (its GOAWAY is out), or the key serves another record by now.
@@ -379,22 +393,27 @@ impl<S: Socket> Engine<S> {
                 | State::Closing { .. },
                 _,
             ))
-            | None => return false,
+            | None => return (false, false),
         };
         if owed > PUMP_BYTES {
-            return false; // The socket's writable event pumps again.
+            return (false, false); // The socket's writable event pumps again.
         }
         let Some(mut h) = self.side.h2_mut().remove(&p) else {
-            return false;
+            return (false, false);
         };
         h.conn.take_windows_opened();
-        let mut out = Vec::new();
+        // The frames and the list of streams reuse the worker's buffers (a ticker pumps
+        // thousands of connections per message).
+        let mut out = std::mem::take(&mut self.scratch.h2_out);
+        let mut streams = std::mem::take(&mut self.scratch.h2_streams);
+        out.clear();
+        streams.clear();
+        streams.extend(h.conn.bound());
         let mut finished = Vec::new();
-        let streams: Vec<(u32, u32)> = h.conn.bound().collect();
         let mut all = true;
         // Streams that framed bytes and hold a conflation backlog: written on from it below.
         let mut drained = Vec::new();
-        for (stream, child) in streams {
+        for &(stream, child) in &streams {
             // A record dropped while the state was out of the table (during `on_h2`) left its
             // stream bound; its key may serve another stream or connection by now.
             let ours = self.side.h2_streams().get(&child) == Some(&(p, stream));
@@ -439,9 +458,13 @@ impl<S: Socket> Engine<S> {
             self.h2_unlink(child);
             self.conns.try_remove(child as usize);
         }
-        if !out.is_empty() {
-            self.write_to(p, &Arc::from(out), None);
+        // A connection told to go closes right after: its GOAWAY is written now.
+        let gathered = !out.is_empty() && self.h2_send(p, &out, together && !idle_goaway);
+        // Kept unless a large pass grew them.
+        if out.capacity() <= KEEP_PUMP_BUFFER {
+            self.scratch.h2_out = out;
         }
+        self.scratch.h2_streams = streams;
         // What the pump took made room: conflated messages follow (they mark the connection
         // dirty again, so the next pump frames them).
         for child in drained {
@@ -450,7 +473,28 @@ impl<S: Socket> Engine<S> {
         if idle_goaway {
             self.start_closing(p, None, CloseReason::HttpDone);
         }
-        !all
+        (!all, gathered)
+    }
+
+    /// Writes a pump's frames for connection `p`, or, with `together`, gathers them for the
+    /// fan-out's one submission ([`Self::write_fanout`]) when nothing waits before them
+    /// (sealed now on a TLS connection); `true` if gathered.
+    fn h2_send(&mut self, p: u32, out: &[u8], together: bool) -> bool {
+        if let Some(c) = self.conns.get_mut(p as usize).filter(|_| together) {
+            if c.seals_directly() {
+                match c.seal_into(out, &mut self.fanout.sealed) {
+                    Ok(records) => self.fanout.pending_sealed.push((p, records)),
+                    Err(e) => self.wrote(p, Err(e), None),
+                }
+                return true;
+            }
+            if c.sends_directly() {
+                self.fanout.pending.push((p, Arc::from(out)));
+                return true;
+            }
+        }
+        self.write_to(p, &Arc::from(out), None);
+        false
     }
 
     /// Ends an HTTP/2 connection politely (shutdown, idle): GOAWAY from the next pump, after

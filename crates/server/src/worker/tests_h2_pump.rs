@@ -154,3 +154,52 @@ fn an_idle_h2_connection_is_told_to_go_at_its_deadline_not_before() {
     assert_eq!(seen(&c.take()).goaway, vec![ErrorCode::NoError as u32]);
     assert!(c.write_shut(), "closed after its GOAWAY");
 }
+
+#[test]
+fn a_pump_of_several_connections_is_written_together_each_in_order() {
+    // As with io_uring: the frames a pump makes for several connections are gathered and
+    // written in one submission. A pass that stopped at its budget continues on a later pump
+    // (after the bytes gathered before it), and one the kernel took part of continues on its
+    // writable event: every stream still gets its whole event.
+    let mut h = Harness::new(Config::default());
+    h.engine.fanout.batch = Some(());
+    let ids = [1, 3, 5, 7, 9, 11];
+    let clients: Vec<Client> = (0..3)
+        .map(|_| {
+            let c = client_with(&mut h, &[Setting::InitialWindowSize(MAX_WINDOW)], 1 << 30);
+            open_sse(&mut h, &c, &ids);
+            c
+        })
+        .collect();
+    clients[1].set_window(Some(100_000));
+    let payload = "w".repeat(60_000);
+    assert!(ids.len() * payload.len() > PUMP_BYTES, "more than one pass");
+    h.publish("t", &payload);
+    let mut got: Vec<Vec<u8>> = clients.iter().map(Client::take).collect();
+    assert!(
+        got.iter().all(|b| !b.is_empty()),
+        "every connection's first pass"
+    );
+    for _ in 0..16 {
+        h.engine.h2_pump();
+    }
+    clients[1].set_window(None);
+    h.writable(&clients[1]);
+    for _ in 0..16 {
+        h.engine.h2_pump();
+    }
+    assert!(h.engine.fanout.pending.is_empty());
+    for (c, bytes) in clients.iter().zip(&mut got) {
+        bytes.extend(c.take());
+        let s = seen(bytes);
+        for id in ids {
+            let event = String::from_utf8(s.data.get(&id).cloned().unwrap_or_default()).unwrap();
+            assert!(
+                event.contains(&payload),
+                "stream {id}: {} bytes",
+                event.len()
+            );
+            assert!(event.ends_with("\n\n"));
+        }
+    }
+}

@@ -24,7 +24,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 
 use io_uring::{opcode, types, IoUring, Probe};
 
@@ -65,19 +65,20 @@ impl SendRing {
     /// Sends `bytes` on `fd` for every item and waits until each has completed; afterwards
     /// `self.done[i]` holds item `i`'s result. On error, items the kernel never took stay
     /// `None` and the ring must be dropped.
-    fn send_all(&mut self, items: &[(RawFd, &[u8])]) -> io::Result<()> {
+    fn send_all<S: AsRawFd>(&mut self, items: &[(&S, &[u8])]) -> io::Result<()> {
         self.done.clear();
         self.done.resize(items.len(), None);
         let (mut next, mut outstanding, mut refused) = (0usize, 0usize, 0u32);
         while next < items.len() || outstanding > 0 {
             {
                 let mut sq = self.ring.submission();
-                while let Some(&(fd, bytes)) = items.get(next) {
+                while let Some(&(socket, bytes)) = items.get(next) {
                     if outstanding >= ENTRIES as usize {
                         break;
                     }
                     let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-                    let entry = opcode::Send::new(types::Fd(fd), bytes.as_ptr(), len)
+                    let fd = types::Fd(socket.as_raw_fd());
+                    let entry = opcode::Send::new(fd, bytes.as_ptr(), len)
                         .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
                         .build()
                         .user_data(next as u64);
@@ -141,8 +142,7 @@ pub fn write_many<S: AsRawFd>(
         out.extend(items.iter().map(|(s, b)| write(s, b)));
         return;
     };
-    let fds: Vec<(RawFd, &[u8])> = items.iter().map(|(s, b)| (s.as_raw_fd(), *b)).collect();
-    let failed = r.send_all(&fds).err();
+    let failed = r.send_all(items).err();
     for (i, (s, b)) in items.iter().enumerate() {
         out.push(match r.done.get(i).copied().flatten() {
             Some(n) if n >= 0 => Ok(n as usize),
