@@ -137,8 +137,25 @@ class Broker:
         self.start(timeout)
 
     def pause(self):
-        """SIGSTOP: the process stops, the kernel still accepts connections for it."""
+        """SIGSTOP: the process stops, the kernel still accepts connections for it. Returns once
+        every thread is stopped: a signal is delivered asynchronously, and a thread of a
+        multi-threaded server (nats-server) that is running on the other core can still
+        answer a connection in between (seen once: a ping right after the pause got its PONG)."""
         self.proc.send_signal(signal.SIGSTOP)
+        tasks = pathlib.Path(f"/proc/{self.proc.pid}/task")
+
+        def stopped():
+            try:
+                states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                return False
+            return bool(states) and all(st in ("T", "t") for st in states)
+
+        deadline = time.monotonic() + 5
+        while not stopped():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"pid {self.proc.pid} did not stop after SIGSTOP")
+            time.sleep(0.005)
 
     def resume(self):
         """SIGCONT after `pause()`."""
