@@ -37,11 +37,11 @@ settings! {
     /// Event-loop threads; `0` means one per core. Each worker is one single-threaded event loop
     /// owning its connections; more loops than cores only adds context switches.
     workers: usize = 0, flag "Event-loop threads (0 = one per core)";
-    /// Write a message's fan-out to a worker's subscribers with io_uring: one submission per
-    /// 256 sends instead of a `send` system call each; at a steady ticker it took about a third
-    /// off the server's CPU per delivery (see docs/benchmarks.md). Used only where the kernel
-    /// allows it (Linux 5.6+; not with `kernel.io_uring_disabled` or a seccomp profile that
-    /// blocks it); otherwise, and with `false`, every delivery is its own `send`.
+    /// Write a fan-out with io_uring: one submission per 256 sends (TLS records sealed for it and
+    /// HTTP/2 pumps' frames too) instead of a `send` each; at a steady ticker it took a third off
+    /// the CPU per delivery, and TLS's from 2.2x to about 1.25x clear text's (docs/benchmarks.md).
+    /// Used only where the kernel allows it (Linux 5.6+; not with `kernel.io_uring_disabled` or a
+    /// seccomp profile that blocks it); otherwise, and with `false`, each delivery is a `send`.
     io_uring: bool = true, switch "Write fan-outs through io_uring where available";
     /// Client connections held at once; `0` means the open-files limit less 64. Over it, a new
     /// connection is answered `503` with `Retry-After: 5` at once, without reading its request
