@@ -161,3 +161,44 @@ def test_http2_against_a_port_without_it_fails_clearly(start_server):
     proc = subprocess.run([_binary(), "bench", "--http2", "--transport", "poll"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "--http2 opens SSE streams or WebSockets" in proc.stderr
+
+
+def test_streams_scenario_checks_every_fragment_and_every_resume(start_server):
+    # Issue 52's AI streams, small: 20 streams x 50 fragments x 3 subscribers, 10 resumers per
+    # phase; the stream phase and the plain phase of the same shape twice, in alternating order.
+    server = start_server("--max-connections-per-address", 0)
+    result, text = bench(server, "--scenario", "streams", "--topics", 20, "--fragments", 50,
+                         "--subscribers", 3, "--resumers", 10, "--fragment-rate", 100,
+                         "--publishers", 2, "--repeats", 2)
+    assert result["passed"], text
+    assert [p["kind"] for p in result["phases"]] == ["stream", "plain", "plain", "stream"]
+    for p in result["phases"]:
+        assert (p["published"], p["complete"], p["failure_count"]) == (20 * 50, 60, 0), text
+        assert p["resumes"] == 10 and p["server_cpu_per_delivery_us"] is not None, text
+    # One folded message per resume, its data exactly the text so far.
+    assert result["resume_messages_per_resume"] == 1.0, text
+    assert result["resume_data_vs_text"] == 1.0, text
+    assert result["resume_frame_vs_text"] > 1.0
+    assert len(result["cpu_ratios"]) == 2 and result["cpu_ratio_median"] > 0
+    assert "verdict: PASS" in text
+
+
+def test_streams_scenario_fails_when_a_resume_is_not_exact(start_server):
+    # One message of history per topic: a plain subscriber resuming mid-way is told of a gap
+    # (the fragments it missed are gone), which the check must count as a failure of the run.
+    server = start_server("--max-connections-per-address", 0, "--history-size", 1)
+    path = f"/tmp/clarion-bench-{server.port}-fail.json"
+    proc = subprocess.run(
+        [_binary(), "bench", "--target", server.clients, "--api", server.api,
+         "--server-pid", str(server.proc.pid), "--json", path, "--scenario", "streams",
+         "--topics", "5", "--fragments", "40", "--subscribers", "2", "--resumers", "5",
+         "--fragment-rate", "100", "--publishers", "1", "--repeats", "1", "--drain", "5"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    with open(path) as f:
+        result = json.load(f)
+    assert not result["passed"]
+    plain = next(p for p in result["phases"] if p["kind"] == "plain")
+    assert plain["failure_count"] > 0 and any("gap" in f for f in plain["failures"]), plain
+    assert "verdict: FAIL" in proc.stdout

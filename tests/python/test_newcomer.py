@@ -277,7 +277,7 @@ def test_help_describes_every_transport_and_scenario():
         assert word in top, top
     bench = run("bench", "--help").stdout.decode()
     summary = bench.split("Possible values")[0]
-    for scenario in ("idle", "burst", "ticker", "topics", "churn"):
+    for scenario in ("idle", "burst", "ticker", "topics", "churn", "streams"):
         assert scenario in summary, summary
 
 

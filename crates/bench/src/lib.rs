@@ -22,6 +22,10 @@
 //!   [`soak_conn`] (a connection's socket and TLS), [`soak_mix`] (which kind each client is,
 //!   and the per-kind sums), [`soak_worker`] (clients that live, die and come back) and
 //!   [`soak`] (the coordinator: publishing, the verdict with unconfirmed publishes set aside);
+//! - the streams scenario (issue 52): [`streams_check`] (the fragments, and one subscriber's
+//!   events checked by the fold rule, across its resume), [`streams_subs`] (the subscribers of a
+//!   phase on one poll) and [`streams`] (the coordinator: paced publishers, the phases, the
+//!   verdict and the report);
 //! - [`report`], [`million_report`] and [`trust`] (text, JSON and HTML, and which figures had
 //!   too little signal to believe);
 //! - the coordinators: [`run`] and [`million`] start the workers, publish and merge what they
@@ -52,6 +56,9 @@ pub mod soak_mix;
 pub mod soak_worker;
 pub mod source_ports;
 pub mod stats;
+pub mod streams;
+pub mod streams_check;
+pub mod streams_subs;
 pub mod tls_client;
 pub mod trust;
 pub mod wire;

@@ -11,7 +11,8 @@ use anyhow::Context as _;
 pub struct BenchArgs {
     /// A preset: idle (hold connections), burst (100 messages to one topic), ticker (one
     /// message every 2 s), topics (chat rooms: many topics, few subscribers each), churn
-    /// (connect and disconnect in cycles, then check the server returns to its baseline).
+    /// (connect and disconnect in cycles, then check the server returns to its baseline),
+    /// million, soak, streams (appendable messages: AI token streams, resumed mid-stream).
     #[arg(long, value_enum)]
     pub scenario: Option<Scenario>,
     /// The server's client listener.
@@ -141,6 +142,31 @@ pub struct BenchArgs {
     /// HS256 with this secret (the server's `auth_secret`): each is then a presence member.
     #[arg(long)]
     pub jwt_secret: Option<String>,
+    /// Streams: fragments per stream (4 to 8 bytes each); --topics is the number of streams,
+    /// one topic each.
+    #[arg(long, default_value_t = 400)]
+    pub fragments: usize,
+    /// Streams: fragments a second per stream.
+    #[arg(long, default_value_t = 50.0)]
+    pub fragment_rate: f64,
+    /// Streams: subscribers (clarion.v1 WebSockets) per stream.
+    #[arg(long, default_value_t = 5)]
+    pub subscribers: usize,
+    /// Streams: subscribers that close at a random fragment and resume from the last id they
+    /// saw, each checked to get the text so far as one message, then the rest exactly.
+    #[arg(long, default_value_t = 100)]
+    pub resumers: usize,
+    /// Streams: kept-alive API connections publishing, each paced over its share of the
+    /// streams.
+    #[arg(long, default_value_t = 8)]
+    pub publishers: usize,
+    /// Streams: stream and plain phase pairs, in alternating order (the CPU ratio is their
+    /// median).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
+    /// Streams: the seed of the fragments and of who resumes where.
+    #[arg(long, default_value_t = 52)]
+    pub seed: u64,
 }
 
 impl BenchArgs {
@@ -198,6 +224,11 @@ pub enum Scenario {
     /// seconds; every message checked per client across its reconnects (bench/soak.sh adds
     /// the chaos: docs/benchmarks.md, Chaos soak).
     Soak,
+    /// AI token streams (issue 52): --topics streams (1,000) of --fragments fragments (400)
+    /// at --fragment-rate a second (50), --subscribers per stream (5), --resumers (100) that
+    /// resume mid-stream; a plain phase of the same shape for the server's CPU ratio
+    /// (docs/benchmarks.md, Appendable messages).
+    Streams,
 }
 
 /// Transports, as a command-line value.

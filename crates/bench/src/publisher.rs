@@ -56,6 +56,9 @@ pub struct Api {
     seq_buf: Vec<u8>,
     /// The request head up to the length (`POST {prefix}/publish ...Content-Length: `).
     head: String,
+    /// The path prefix, and the header lines every request carries (`Host`, `Authorization`).
+    prefix: String,
+    headers: String,
 }
 
 impl Api {
@@ -65,19 +68,24 @@ impl Api {
             TcpStream::connect(addr).with_context(|| format!("cannot reach the API at {addr}"))?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let headers = format!(
+            "Host: {}\r\n{}",
+            api.authority,
+            api.authorization
+                .as_deref()
+                .map(|a| format!("Authorization: {a}\r\n"))
+                .unwrap_or_default()
+        );
         Ok(Api {
             stream,
             seq_buf: Vec::new(),
             head: format!(
-                "POST {}/publish HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-                 {}Content-Length: ",
-                api.prefix,
-                api.authority,
-                api.authorization
-                    .as_deref()
-                    .map(|a| format!("Authorization: {a}\r\n"))
-                    .unwrap_or_default()
+                "POST {}/publish HTTP/1.1\r\n{headers}Content-Type: application/json\r\n\
+                 Content-Length: ",
+                api.prefix
             ),
+            prefix: api.prefix.clone(),
+            headers,
         })
     }
 
@@ -109,8 +117,26 @@ impl Api {
     /// Sends one `POST /publish` with this JSON body and waits for its `200`.
     pub fn post(&mut self, body: &str) -> anyhow::Result<()> {
         let head = format!("{}{}\r\n\r\n", self.head, body.len());
-        self.stream.write_all(head.as_bytes())?;
-        self.stream.write_all(body.as_bytes())?;
+        self.exchange(head.as_bytes(), body.as_bytes()).map(|_| ())
+    }
+
+    /// Sends `POST {prefix}{path}` (a path and query, such as `/publish/t?stream=open`) with a
+    /// `text/plain` body and waits for its `200`; answers its body.
+    pub fn post_text(&mut self, path: &str, body: &str) -> anyhow::Result<&[u8]> {
+        let head = format!(
+            "POST {}{path} HTTP/1.1\r\n{}Content-Type: text/plain; charset=utf-8\r\n\
+             Content-Length: {}\r\n\r\n",
+            self.prefix,
+            self.headers,
+            body.len()
+        );
+        self.exchange(head.as_bytes(), body.as_bytes())
+    }
+
+    /// Writes a request and reads its answer: its body, when the status is `200`.
+    fn exchange(&mut self, head: &[u8], body: &[u8]) -> anyhow::Result<&[u8]> {
+        self.stream.write_all(head)?;
+        self.stream.write_all(body)?;
         // Read one response: head, then Content-Length bytes.
         self.seq_buf.clear();
         let mut chunk = [0u8; 4096];
@@ -148,7 +174,10 @@ impl Api {
             self.seq_buf
                 .extend_from_slice(chunk.get(..n).unwrap_or_default());
         }
-        Ok(())
+        Ok(self
+            .seq_buf
+            .get(head_end..head_end + len)
+            .unwrap_or_default())
     }
 }
 

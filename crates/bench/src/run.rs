@@ -28,6 +28,9 @@ pub fn main(mut a: BenchArgs) -> anyhow::Result<()> {
     if a.scenario == Some(Scenario::Soak) {
         return crate::soak::main(&a);
     }
+    if a.scenario == Some(Scenario::Streams) {
+        return crate::streams::main(&a);
+    }
     let outcome = if a.scenario == Some(Scenario::Churn) {
         churn(&a)?
     } else {

@@ -59,6 +59,13 @@ pub(crate) fn apply_scenario(a: &mut BenchArgs) {
             }
             a.steps.clear();
         }
+        Some(Scenario::Streams) => {
+            // Issue 52: 1,000 concurrent AI streams.
+            if a.topics == 1 {
+                a.topics = 1000;
+            }
+            a.steps.clear();
+        }
         None => {}
     }
     if let Some(&last) = stages(&a.steps, a.connections).last() {
