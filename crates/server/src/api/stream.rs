@@ -146,8 +146,14 @@ mod tests {
         assert_eq!(first.get("repeat"), None);
         let again = fragment_receipt("t", &receipt("e-3", true));
         assert_eq!(again["repeat"], true);
-        assert_eq!((&again["id"], &again["stream"]), (&first["id"], &first["stream"]));
-        assert_eq!((&again["seq"], &again["done"]), (&first["seq"], &first["done"]));
+        assert_eq!(
+            (&again["id"], &again["stream"]),
+            (&first["id"], &first["stream"])
+        );
+        assert_eq!(
+            (&again["seq"], &again["done"]),
+            (&first["seq"], &first["done"])
+        );
         // A key a plain publish used first: that publish's receipt.
         let plain = fragment_receipt("t", &receipt("", true));
         assert_eq!(plain.get("stream"), None);

@@ -684,7 +684,10 @@ mod tests {
             .stream_keyed("t", StreamOp::Open, "He", Some("o"), 0)
             .unwrap();
         assert!(again.repeat && !open.repeat);
-        assert_eq!((&again.id, &again.stream, again.seq), (&open.id, &open.stream, 1));
+        assert_eq!(
+            (&again.id, &again.stream, again.seq),
+            (&open.id, &open.stream, 1)
+        );
         let op = |done| StreamOp::Append {
             stream: &open.stream,
             done,
@@ -697,11 +700,16 @@ mod tests {
         let retry = b.stream_keyed("t", op(true), "!", Some("d"), 0).unwrap();
         assert_eq!((&retry.id, retry.seq, retry.done), (&last.id, 3, true));
         // The same key on another topic is another key (and another stream there).
-        let other = b.stream_keyed("u", StreamOp::Open, "x", Some("o"), 0).unwrap();
+        let other = b
+            .stream_keyed("u", StreamOp::Open, "x", Some("o"), 0)
+            .unwrap();
         assert!(!other.repeat);
         let all = texts(&b, &format!("{}-0", b.epoch()));
         assert_eq!(all.len(), 1, "{all:?}");
-        assert!(all[0].contains(r#""seq":3,"data":"Hello!","done":true"#), "{all:?}");
+        assert!(
+            all[0].contains(r#""seq":3,"data":"Hello!","done":true"#),
+            "{all:?}"
+        );
         assert_eq!(b.metrics.publish_repeats.load(Relaxed), 3);
     }
 

@@ -81,7 +81,12 @@ impl RedisBroker {
             (u64::from(self.streams.timeout) * 1000)
                 .to_string()
                 .into_bytes(),
-            core.idempotency.window.as_millis().max(1).to_string().into_bytes(),
+            core.idempotency
+                .window
+                .as_millis()
+                .max(1)
+                .to_string()
+                .into_bytes(),
         ]);
         cmd.extend(core.accepted_replids());
         cmd
