@@ -345,14 +345,15 @@ impl Published {
 
     /// One of the shared encodings, built on first use.
     pub fn encoded(&self, which: Encoding) -> &Arc<[u8]> {
-        let slots = self.encoded.get_or_init(Default::default);
+        let [ws, sse, sse_json, ndjson, raw, pusher] =
+            &**self.encoded.get_or_init(Default::default);
         let slot = match which {
-            Encoding::WsEnvelope => &slots[0],
-            Encoding::Sse => &slots[1],
-            Encoding::SseJson => &slots[2],
-            Encoding::NdjsonChunk => &slots[3],
-            Encoding::RawChunk => &slots[4],
-            Encoding::Pusher => &slots[5],
+            Encoding::WsEnvelope => ws,
+            Encoding::Sse => sse,
+            Encoding::SseJson => sse_json,
+            Encoding::NdjsonChunk => ndjson,
+            Encoding::RawChunk => raw,
+            Encoding::Pusher => pusher,
         };
         slot.get_or_init(|| self.build(which))
     }

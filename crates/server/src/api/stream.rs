@@ -120,7 +120,9 @@ pub(super) fn fragment_receipt(topic: &str, r: &StreamReceipt) -> serde_json::Va
         "subscribers": r.subscribers, "done": r.done,
     });
     if r.repeat {
-        j["repeat"] = serde_json::Value::Bool(true);
+        if let Some(o) = j.as_object_mut() {
+            o.insert("repeat".to_owned(), serde_json::Value::Bool(true));
+        }
     }
     j
 }
