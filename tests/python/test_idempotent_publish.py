@@ -1,7 +1,8 @@
 """Idempotent publishing (docs/protocol.md, "Idempotent publishing"): a publish repeated with
 the same `Idempotency-Key` on the same topic within `idempotency_window` answers the first
 publish's id and is not delivered again: on one node (HTTP/1.1 and the API's HTTP/2), across a
-Redis cluster, and across a node that died after Redis took the message but before it answered."""
+Redis cluster, and across a node that died after Redis took the message but before it answered.
+The same for an appendable message's fragments (open, append, done)."""
 
 import json
 import select
@@ -128,8 +129,10 @@ class WithholdingProxy:
     to Redis but keeps Redis's answer from the node, and sets `answered` when Redis has answered:
     the moment at which Redis holds the message and the node does not know it yet."""
 
-    def __init__(self, target_port):
+    def __init__(self, target_port, needle=b"EVALSHA"):
         self.target = ("127.0.0.1", target_port)
+        # What the withheld command holds: EVALSHA (any script call) unless told more.
+        self.needle = needle
         self.port = free_port()
         self.listener = socket.create_server(("127.0.0.1", self.port))
         self.armed = threading.Event()
@@ -160,7 +163,7 @@ class WithholdingProxy:
                     if not data:
                         return
                     if s is client:
-                        if self.armed.is_set() and b"EVALSHA" in data and not self.answered.is_set():
+                        if self.armed.is_set() and self.needle in data and not self.answered.is_set():
                             withholding = True
                         upstream.sendall(data)
                     elif withholding:
@@ -213,6 +216,130 @@ def test_a_node_killed_after_redis_took_the_message_and_a_retry_on_another_node_
             assert status == 200 and retry.get("repeat") is True, retry
             got = drain(ws, quiet=1.0)
             assert [m["data"] for m in got] == ["debit 40"], got
+            assert got[0]["id"] == retry["id"]
+        finally:
+            ws.close()
+    finally:
+        proxy.close()
+
+
+def keyed_fragment(node, topic, query, body, key):
+    """(status, answer) of one fragment (`query`: stream=open, append_to=ID[&done=1]) sent with
+    `key` as its Idempotency-Key."""
+    headers = {"Content-Type": "text/plain", "Idempotency-Key": key}
+    status, _, out = node.request("POST", f"/publish/{topic}?{query}", body.encode(), headers)
+    return status, json.loads(out)
+
+
+def same_receipt(first, again):
+    """`again` is `first` repeated: the same answer, marked so."""
+    assert again.get("repeat") is True and "repeat" not in first, (first, again)
+    for f in ("id", "stream", "seq", "done"):
+        assert again[f] == first[f], (f, first, again)
+
+
+def test_a_retried_fragment_answers_its_first_receipt_and_is_appended_once(server):
+    ws = ws_sub(server, "ai")
+    try:
+        status, opened = keyed_fragment(server, "ai", "stream=open", "Hel", "s-open")
+        assert status == 200, opened
+        sid = opened["stream"]
+        _, again = keyed_fragment(server, "ai", "stream=open", "Hel", "s-open")
+        same_receipt(opened, again)
+        _, mid = keyed_fragment(server, "ai", f"append_to={sid}", "lo", "s-2")
+        _, again = keyed_fragment(server, "ai", f"append_to={sid}", "lo", "s-2")
+        same_receipt(mid, again)
+        _, last = keyed_fragment(server, "ai", f"append_to={sid}&done=1", "!", "s-3")
+        # The retried close is its first answer, not 409 closed.
+        status, again = keyed_fragment(server, "ai", f"append_to={sid}&done=1", "!", "s-3")
+        assert status == 200, again
+        same_receipt(last, again)
+        assert (last["seq"], last["done"]) == (3, True), last
+        got = drain(ws)
+        assert [(m["type"], m["seq"], m["data"]) for m in got] == [
+            ("append", 1, "Hel"), ("append", 2, "lo"), ("append", 3, "!")
+        ], got
+    finally:
+        ws.close()
+    ws = ws_sub(server, "ai", since=sid.split("-")[0] + "-0")
+    try:
+        folded = recv_json(ws)
+        assert (folded["stream"], folded["data"], folded["seq"]) == (sid, "Hello!", 3), folded
+    finally:
+        ws.close()
+    assert server.metrics()["clarion_publish_repeats_total"] == 3
+
+
+def test_a_fragment_retried_on_another_node_of_a_redis_cluster_is_appended_once(cluster):
+    _, (a, b) = nodes(cluster, 2)
+    subs = [ws_sub(a, "answer"), ws_sub(b, "answer")]
+    try:
+        _, opened = keyed_fragment(a, "answer", "stream=open", "Forty", "q-1")
+        sid = opened["stream"]
+        _, again = keyed_fragment(b, "answer", "stream=open", "Forty", "q-1")
+        same_receipt(opened, again)
+        _, mid = keyed_fragment(a, "answer", f"append_to={sid}", "-two", "q-2")
+        _, again = keyed_fragment(b, "answer", f"append_to={sid}", "-two", "q-2")
+        same_receipt(mid, again)
+        _, last = keyed_fragment(b, "answer", f"append_to={sid}&done=1", ".", "q-3")
+        status, again = keyed_fragment(a, "answer", f"append_to={sid}&done=1", ".", "q-3")
+        assert status == 200, again
+        same_receipt(last, again)
+        for ws in subs:
+            got = drain(ws)
+            assert [(m["seq"], m["data"]) for m in got] == [(1, "Forty"), (2, "-two"), (3, ".")]
+    finally:
+        for ws in subs:
+            ws.close()
+    since = sid.split("-")[0] + "-0"
+    for node in (a, b):
+        ws = ws_sub(node, "answer", since=since)
+        try:
+            folded = recv_json(ws)
+            assert (folded["data"], folded["seq"], folded.get("done")) == ("Forty-two.", 3, True)
+        finally:
+            ws.close()
+
+
+def test_a_node_killed_after_redis_took_a_fragment_and_a_retry_on_another_node_append_once(
+    cluster,
+):
+    redis = cluster.redis()
+    # Only the stream script call carrying this fragment is withheld (not a timeout sweep).
+    proxy = WithholdingProxy(redis.port, needle=b"lo, wor")
+    try:
+        a = cluster.node("--broker", f"redis://127.0.0.1:{proxy.port}", "--node-name", "a")
+        b = cluster.node("--broker", redis.url, "--node-name", "b")
+        ws = ws_sub(b, "tokens")
+        try:
+            # The stream opens on a (the script is loaded, the topic's position known).
+            _, opened = keyed_fragment(a, "tokens", "stream=open", "Hel", "t-1")
+            sid = opened["stream"]
+            assert recv_json(ws)["data"] == "Hel"
+            proxy.arm()
+            outcome = {}
+
+            def first_attempt():
+                try:
+                    outcome["answer"] = keyed_fragment(
+                        a, "tokens", f"append_to={sid}", "lo, wor", "t-2"
+                    )
+                except (OSError, urllib.error.URLError) as e:
+                    outcome["error"] = e
+
+            t = threading.Thread(target=first_attempt, daemon=True)
+            t.start()
+            assert proxy.answered.wait(10), "Redis never answered the stream script"
+            a.kill9()
+            t.join(10)
+            assert "answer" not in outcome, outcome
+            status, retry = keyed_fragment(b, "tokens", f"append_to={sid}", "lo, wor", "t-2")
+            assert status == 200 and retry.get("repeat") is True, retry
+            assert (retry["stream"], retry["seq"]) == (sid, 2), retry
+            _, last = keyed_fragment(b, "tokens", f"append_to={sid}&done=1", "ld", "t-3")
+            assert last["seq"] == 3, last
+            got = drain(ws, quiet=1.0)
+            assert [(m["seq"], m["data"]) for m in got] == [(2, "lo, wor"), (3, "ld")], got
             assert got[0]["id"] == retry["id"]
         finally:
             ws.close()

@@ -41,6 +41,9 @@ pub enum Encoding {
 
 const ENCODINGS: usize = 6;
 
+/// A message's shared encodings, by [`Encoding`].
+type Encodings = [OnceLock<Arc<[u8]>>; ENCODINGS];
+
 /// The Pusher event name of a message published without one (Clarion's own publishes): the
 /// name an SSE client sees for an unnamed event too.
 pub const PUSHER_DEFAULT_EVENT: &str = "message";
@@ -61,7 +64,10 @@ pub struct Published {
     pub at: u32,
     /// The payload as a complete WebSocket frame, sent to plain WebSocket subscribers.
     pub frame: Arc<[u8]>,
-    encoded: [OnceLock<Arc<[u8]>>; ENCODINGS],
+    /// Its other encodings ([`Published::encoded`]), each built on first use. Boxed, so a
+    /// message no subscriber has read yet (most of what history holds) pays 16 bytes for them
+    /// rather than 144.
+    encoded: OnceLock<Box<Encodings>>,
     /// Frames compressed for permessage-deflate subscribers: (plain, envelope) × (15-bit,
     /// 9-bit window). Boxed, so a message nobody compresses pays 8 bytes for them.
     deflated: OnceLock<Box<Deflated>>,
@@ -184,7 +190,7 @@ impl Published {
             event,
             at,
             frame: encode_frame(opcode, payload).into(),
-            encoded: Default::default(),
+            encoded: OnceLock::new(),
             deflated: OnceLock::new(),
             pusher: OnceLock::new(),
             attachment: None,
@@ -233,14 +239,14 @@ impl Published {
         let mut chunk = Vec::new();
         write_chunk(&mut chunk, format!("{json}\n").as_bytes());
         let chunk: Arc<[u8]> = chunk.into();
-        let encoded: [OnceLock<Arc<[u8]>>; ENCODINGS] = [
+        let encoded: OnceLock<Box<Encodings>> = OnceLock::from(Box::new([
             OnceLock::from(Arc::clone(&frame)),
             OnceLock::from(Arc::clone(&event)),
             OnceLock::from(event),
             OnceLock::from(Arc::clone(&chunk)),
             OnceLock::from(chunk),
             OnceLock::new(),
-        ];
+        ]));
         Published {
             topic,
             id,
@@ -339,13 +345,15 @@ impl Published {
 
     /// One of the shared encodings, built on first use.
     pub fn encoded(&self, which: Encoding) -> &Arc<[u8]> {
+        let [ws, sse, sse_json, ndjson, raw, pusher] =
+            &**self.encoded.get_or_init(Default::default);
         let slot = match which {
-            Encoding::WsEnvelope => &self.encoded[0],
-            Encoding::Sse => &self.encoded[1],
-            Encoding::SseJson => &self.encoded[2],
-            Encoding::NdjsonChunk => &self.encoded[3],
-            Encoding::RawChunk => &self.encoded[4],
-            Encoding::Pusher => &self.encoded[5],
+            Encoding::WsEnvelope => ws,
+            Encoding::Sse => sse,
+            Encoding::SseJson => sse_json,
+            Encoding::NdjsonChunk => ndjson,
+            Encoding::RawChunk => raw,
+            Encoding::Pusher => pusher,
         };
         slot.get_or_init(|| self.build(which))
     }
@@ -737,6 +745,17 @@ mod tests {
         assert_eq!(p.cost(), bare + 1000);
         assert_eq!(p.attachment::<Note>().map(|n| n.0), Some("n-1"));
         assert!(p.attachment::<Other>().is_none(), "another mode's type");
+    }
+
+    #[test]
+    fn a_message_nobody_read_holds_no_encoding_slots() {
+        let p = msg(DataKind::Text, None, b"x");
+        assert!(p.encoded.get().is_none());
+        let json = p.json().to_vec();
+        assert!(p.encoded.get().is_some());
+        assert_eq!(p.json(), &json[..], "built once");
+        // The boxed slots are 16 bytes of the message, not six empty ones (144).
+        assert_eq!(std::mem::size_of_val(&p.encoded), 16);
     }
 
     fn msg(kind: DataKind, event: Option<&str>, payload: &[u8]) -> Published {

@@ -43,6 +43,56 @@ pub fn validate_key(key: &str) -> Result<(), KeyError> {
     }
 }
 
+/// What a remembered key answers a repeat with: the first publish's id and, when it was an
+/// appendable message's fragment, that fragment's stream, `seq` and whether it closed it.
+///
+/// Kept as one line of words separated by spaces (ids, stream ids and keys hold none):
+/// `ID` for a message, `ID STREAM SEQ DONE` (`DONE` `1` or `0`) for a fragment. In Redis the
+/// id is written `EPOCH OFFSET` (two words): [`Recorded::parse_redis`] reads that form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The first publish's id.
+    pub id: String,
+    /// A fragment's stream, `seq` and `done`; `None` for a message.
+    pub fragment: Option<(String, u32, bool)>,
+}
+
+impl Recorded {
+    /// The record of a fragment, as [`Remembered::remember`] keeps it.
+    pub fn fragment_line(id: &str, stream: &str, seq: u32, done: bool) -> String {
+        format!("{id} {stream} {seq} {}", u8::from(done))
+    }
+
+    /// Reads a record kept in the process (`ID` or `ID STREAM SEQ DONE`). A line in neither
+    /// form answers its first word as a message's id.
+    pub fn parse(line: &str) -> Recorded {
+        let mut w = line.split(' ');
+        let id = w.next().unwrap_or_default().to_owned();
+        Recorded {
+            id,
+            fragment: Self::fragment_of(w),
+        }
+    }
+
+    /// Reads a record kept in Redis (`EPOCH OFFSET` or `EPOCH OFFSET STREAM SEQ DONE`).
+    pub fn parse_redis(line: &str) -> Recorded {
+        let mut w = line.split(' ');
+        let epoch = w.next().unwrap_or_default();
+        let offset = w.next().unwrap_or("0");
+        Recorded {
+            id: format!("{epoch}-{offset}"),
+            fragment: Self::fragment_of(w),
+        }
+    }
+
+    fn fragment_of<'a>(mut w: impl Iterator<Item = &'a str>) -> Option<(String, u32, bool)> {
+        let stream = w.next()?;
+        let seq = w.next()?.parse().ok()?;
+        let done = w.next()? == "1";
+        Some((stream.to_owned(), seq, done))
+    }
+}
+
 /// What [`Remembered::claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -198,5 +248,23 @@ mod tests {
         assert_eq!(r.remember(t0, "t", "a", "e-9"), 0);
         assert_eq!(r.claim(t0, "t", "a"), Claim::Repeat("e-1".into()));
         assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn records_keep_a_fragments_answer_and_a_messages_id() {
+        let line = Recorded::fragment_line("e-7", "e-3", 4, true);
+        assert_eq!(line, "e-7 e-3 4 1");
+        let r = Recorded::parse(&line);
+        assert_eq!(r.id, "e-7");
+        assert_eq!(r.fragment, Some(("e-3".to_owned(), 4, true)));
+        assert_eq!(Recorded::parse("e-9").fragment, None);
+        assert_eq!(Recorded::parse("e-9").id, "e-9");
+        // Redis spells the id in two words.
+        let r = Recorded::parse_redis("ab 12 ab-10 3 0");
+        assert_eq!(r.id, "ab-12");
+        assert_eq!(r.fragment, Some(("ab-10".to_owned(), 3, false)));
+        assert_eq!(Recorded::parse_redis("ab 12").fragment, None);
+        // A cut record answers as a message rather than inventing a stream.
+        assert_eq!(Recorded::parse("e-7 e-3").fragment, None);
     }
 }

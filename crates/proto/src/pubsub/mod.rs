@@ -28,7 +28,7 @@ pub mod wire;
 pub use batch::{decode_batch, held_back, BatchError, BatchMessage, ItemError, RefusedItem};
 pub use control::{ControlError, Reply, Request};
 pub use envelope::{poll_body, push_json_str, Envelope, GapNotice, GapReason};
-pub use idempotency::{validate_key, Claim, KeyError, Remembered};
+pub use idempotency::{validate_key, Claim, KeyError, Recorded, Remembered};
 pub use topic::{
     validate_event_name, validate_topic, EventNameError, TopicError, MAX_EVENT_NAME_LEN,
     MAX_TOPIC_LEN,

@@ -736,7 +736,8 @@ fn dispatch(
             }
             if stream.asked() {
                 let ct = req.content_type.as_deref();
-                return stream::publish_fragment(topic, &stream, ct, &body, shared);
+                let key = req.idempotency_key.as_deref();
+                return stream::publish_fragment(topic, &stream, ct, key, &body, shared);
             }
             publish_one(
                 topic,

@@ -5,10 +5,10 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use clarion_proto::pubsub::validate_topic;
+use clarion_proto::pubsub::{validate_key, validate_topic};
 
 use super::publish::unavailable;
-use crate::broker::{StreamOp, StreamRefusal};
+use crate::broker::{StreamOp, StreamReceipt, StreamRefusal};
 use crate::reply::Answer;
 use crate::worker::Shared;
 
@@ -53,6 +53,7 @@ pub(super) fn publish_fragment(
     topic: &str,
     q: &StreamQuery,
     content_type: Option<&str>,
+    key: Option<&str>,
     body: &[u8],
     shared: &Shared,
 ) -> Answer {
@@ -62,6 +63,10 @@ pub(super) fn publish_fragment(
     };
     if let Err(e) = validate_topic(topic) {
         return refuse(400, &format!("invalid topic {topic:?}: {e}"));
+    }
+    if let Some(Err(e)) = key.map(validate_key) {
+        shared.metrics.idempotency_key_errors.fetch_add(1, Relaxed);
+        return Answer::error(400, &format!("invalid Idempotency-Key: {e}"));
     }
     let binary = content_type.is_some_and(|ct| {
         ct.split(';')
@@ -82,14 +87,8 @@ pub(super) fn publish_fragment(
             return refuse(400, "done=1 closes a stream: give it with append_to=ID")
         }
     };
-    match shared.broker.stream(topic, op, fragment) {
-        Ok(r) => Answer::json(
-            200,
-            &serde_json::json!({
-                "topic": topic, "id": r.id, "stream": r.stream, "seq": r.seq,
-                "subscribers": r.subscribers, "done": r.done,
-            }),
-        ),
+    match shared.broker.stream(topic, op, fragment, key) {
+        Ok(r) => Answer::json(200, &fragment_receipt(topic, &r)),
         Err(StreamRefusal::Unknown) => refuse(
             404,
             &format!(
@@ -104,5 +103,62 @@ pub(super) fn publish_fragment(
             &format!("topic {topic:?} has {n} streams open (stream_max_open): close one first"),
         ),
         Err(StreamRefusal::Unavailable(e)) => unavailable(&e),
+    }
+}
+
+/// A fragment's receipt: `{"topic", "id", "stream", "seq", "subscribers", "done"}`, and
+/// `"repeat": true` when it repeated an `Idempotency-Key` (the first attempt's answer; nothing
+/// was appended). A key first used by a plain publish is answered as that publish's receipt.
+pub(super) fn fragment_receipt(topic: &str, r: &StreamReceipt) -> serde_json::Value {
+    if r.repeat && r.stream.is_empty() {
+        return serde_json::json!({
+            "topic": topic, "id": r.id, "subscribers": r.subscribers, "repeat": true
+        });
+    }
+    let mut j = serde_json::json!({
+        "topic": topic, "id": r.id, "stream": r.stream, "seq": r.seq,
+        "subscribers": r.subscribers, "done": r.done,
+    });
+    if r.repeat {
+        if let Some(o) = j.as_object_mut() {
+            o.insert("repeat".to_owned(), serde_json::Value::Bool(true));
+        }
+    }
+    j
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt(stream: &str, repeat: bool) -> StreamReceipt {
+        StreamReceipt {
+            id: "e-5".into(),
+            stream: stream.into(),
+            seq: 2,
+            subscribers: 0,
+            done: true,
+            repeat,
+        }
+    }
+
+    #[test]
+    fn a_repeated_fragment_answers_its_first_receipt_marked_repeat() {
+        let first = fragment_receipt("t", &receipt("e-3", false));
+        assert_eq!(first.get("repeat"), None);
+        let again = fragment_receipt("t", &receipt("e-3", true));
+        assert_eq!(again["repeat"], true);
+        assert_eq!(
+            (&again["id"], &again["stream"]),
+            (&first["id"], &first["stream"])
+        );
+        assert_eq!(
+            (&again["seq"], &again["done"]),
+            (&first["seq"], &first["done"])
+        );
+        // A key a plain publish used first: that publish's receipt.
+        let plain = fragment_receipt("t", &receipt("", true));
+        assert_eq!(plain.get("stream"), None);
+        assert_eq!(plain["id"], "e-5");
     }
 }

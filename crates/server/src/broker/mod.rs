@@ -149,6 +149,9 @@ pub struct StreamReceipt {
     pub subscribers: u64,
     /// The stream is closed.
     pub done: bool,
+    /// It repeats an `Idempotency-Key` seen within `idempotency_window`: the first fragment's
+    /// answer, and nothing was appended or delivered.
+    pub repeat: bool,
 }
 
 /// Why a stream publish was refused.
@@ -327,17 +330,19 @@ impl Broker {
 
     /// Opens or appends to an appendable message (`docs/protocol.md`, "Appendable messages")
     /// with one fragment: in memory, in Redis for the whole cluster, or through NATS into each
-    /// node's own copy (`docs/cluster.md`).
+    /// node's own copy (`docs/cluster.md`). A fragment repeating an `Idempotency-Key` `key`
+    /// is answered its first attempt's receipt (`repeat`), as a repeated publish is.
     pub fn stream(
         &self,
         topic: &str,
         op: StreamOp<'_>,
         fragment: &str,
+        key: Option<&str>,
     ) -> Result<StreamReceipt, StreamRefusal> {
         match self {
-            Broker::Local(b) => b.stream(topic, op, fragment, b.clock()),
-            Broker::Redis(b) => b.stream(topic, op, fragment),
-            Broker::Nats(b) => b.stream(topic, op, fragment),
+            Broker::Local(b) => b.stream_keyed(topic, op, fragment, key, b.clock()),
+            Broker::Redis(b) => b.stream(topic, op, fragment, key),
+            Broker::Nats(b) => b.stream(topic, op, fragment, key),
         }
     }
 

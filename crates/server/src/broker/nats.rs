@@ -168,6 +168,7 @@ impl NatsBroker {
         topic: &str,
         op: StreamOp<'_>,
         fragment: &str,
+        key: Option<&str>,
     ) -> Result<StreamReceipt, StreamRefusal> {
         let link = lock(&self.link);
         let Some(link) = link.as_ref() else {
@@ -184,6 +185,11 @@ impl NatsBroker {
             .subjects
             .subject(topic)
             .map_err(|e| StreamRefusal::Unavailable(Unavailable(e.to_string())))?;
+        // A key this node remembers: the first answer, nothing sent. Checked and remembered
+        // under the link's lock, as a publish's key is; keys are per node, as theirs are.
+        if let Some(first) = self.local.repeated_fragment(topic, key) {
+            return Ok(first);
+        }
         let now = self.local.clock();
         let mut receipt = match op {
             StreamOp::Open => self.local.stream(topic, op, fragment, now)?,
@@ -202,6 +208,9 @@ impl NatsBroker {
                 r
             }
         };
+        if let Some(k) = key {
+            self.local.remember_fragment(topic, k, &receipt);
+        }
         if receipt.done {
             lock(&self.foreign).remove(topic, &receipt.stream);
         }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use clarion_proto::pubsub::{Claim, Remembered};
+use clarion_proto::pubsub::{Claim, Recorded, Remembered};
 
 use super::{Outgoing, Receipt};
 use crate::config::IdempotencyLimits;
@@ -62,10 +62,39 @@ impl Repeats {
                     first.insert((m.topic, key), i);
                     plan.push(Plan::Publish);
                 }
-                Claim::Repeat(id) => plan.push(Plan::Repeat(id)),
+                // A fragment's record answers a message with its id.
+                Claim::Repeat(line) => plan.push(Plan::Repeat(Recorded::parse(&line).id)),
             }
         }
         Some((now, plan))
+    }
+
+    /// One appendable-message fragment's key (`None`: no key, or keys are off): the time of
+    /// the claim and the first fragment's record when it repeats one seen within the window.
+    pub(super) fn claim_fragment(
+        &mut self,
+        topic: &str,
+        key: Option<&str>,
+    ) -> Option<(Instant, Option<Recorded>)> {
+        let key = key.filter(|_| self.on)?;
+        let now = Instant::now();
+        match self.table.claim(now, topic, key) {
+            Claim::Fresh => Some((now, None)),
+            Claim::Repeat(line) => Some((now, Some(Recorded::parse(&line)))),
+        }
+    }
+
+    /// Remembers a fragment published with `key` (claimed at `now`) and its answer; returns
+    /// how many older keys a full table forgot early.
+    pub(super) fn remember_fragment(
+        &mut self,
+        now: Instant,
+        topic: &str,
+        key: &str,
+        r: &super::StreamReceipt,
+    ) -> usize {
+        let line = Recorded::fragment_line(&r.id, &r.stream, r.seq, r.done);
+        self.table.remember(now, topic, key, &line)
     }
 
     /// Remembers the keys of the messages `plan` published, with the ids `receipts` gave them;
@@ -148,5 +177,34 @@ mod tests {
             keys: 10,
         });
         assert_eq!(off.plan(&[msg("t", Some("k"))]), None);
+    }
+
+    #[test]
+    fn a_fragments_key_answers_its_receipt_and_a_message_reusing_it_its_id() {
+        let mut r = Repeats::new(IdempotencyLimits {
+            window: Duration::from_secs(60),
+            keys: 10,
+        });
+        let (now, first) = r.claim_fragment("t", Some("k")).unwrap();
+        assert_eq!(first, None);
+        let receipt = super::super::StreamReceipt {
+            id: "e-4".into(),
+            stream: "e-2".into(),
+            seq: 3,
+            subscribers: 1,
+            done: false,
+            repeat: false,
+        };
+        r.remember_fragment(now, "t", "k", &receipt);
+        let (_, again) = r.claim_fragment("t", Some("k")).unwrap();
+        let again = again.unwrap();
+        assert_eq!(again.id, "e-4");
+        assert_eq!(again.fragment, Some(("e-2".to_owned(), 3, false)));
+        // Another topic: another key.
+        assert_eq!(r.claim_fragment("u", Some("k")).unwrap().1, None);
+        // A plain publish reusing it is answered the fragment's id, as any reused key is.
+        let (_, plan) = r.plan(&[msg("t", Some("k"))]).unwrap();
+        assert_eq!(plan, [Plan::Repeat("e-4".into())]);
+        assert_eq!(r.claim_fragment("t", None), None);
     }
 }

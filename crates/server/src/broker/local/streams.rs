@@ -301,10 +301,69 @@ impl LocalBroker {
         fragment: &str,
         now: u32,
     ) -> Result<StreamReceipt, StreamRefusal> {
+        self.stream_keyed(topic, op, fragment, None, now)
+    }
+
+    /// [`LocalBroker::stream`] with the publisher's `Idempotency-Key`: a key this process
+    /// published within `idempotency_window` (on `topic`) is answered its first receipt with
+    /// `repeat`, and nothing is appended or delivered. Claimed and remembered under the lock
+    /// the fragment is published under, as a publish's key is.
+    pub fn stream_keyed(
+        &self,
+        topic: &str,
+        op: StreamOp<'_>,
+        fragment: &str,
+        key: Option<&str>,
+        now: u32,
+    ) -> Result<StreamReceipt, StreamRefusal> {
         let mut st = lock(&self.state);
         if st.frozen {
             return Err(StreamRefusal::Unavailable(Unavailable::upgrading()));
         }
+        let claim = st.repeats.claim_fragment(topic, key);
+        if let Some((_, Some(first))) = claim {
+            self.metrics.publish_repeats.fetch_add(1, Relaxed);
+            return Ok(repeat_receipt(first));
+        }
+        let r = self.stream_locked(&mut st, topic, op, fragment, now)?;
+        if let (Some((at, None)), Some(k)) = (claim, key) {
+            let early = st.repeats.remember_fragment(at, topic, k, &r);
+            self.metrics
+                .idempotency_keys_forgotten
+                .fetch_add(early as u64, Relaxed);
+        }
+        Ok(r)
+    }
+
+    /// The first receipt of a fragment whose `key` this process remembers on `topic` (as a
+    /// repeat), without claiming anything: the NATS broker asks before it sends a fragment.
+    pub fn repeated_fragment(&self, topic: &str, key: Option<&str>) -> Option<StreamReceipt> {
+        let (_, first) = lock(&self.state).repeats.claim_fragment(topic, key)?;
+        let first = first?;
+        self.metrics.publish_repeats.fetch_add(1, Relaxed);
+        Some(repeat_receipt(first))
+    }
+
+    /// Remembers the fragment answered `r`, published with `key` on `topic` (the NATS broker's
+    /// half of [`LocalBroker::stream_keyed`]).
+    pub fn remember_fragment(&self, topic: &str, key: &str, r: &StreamReceipt) {
+        let now = std::time::Instant::now();
+        let early = lock(&self.state)
+            .repeats
+            .remember_fragment(now, topic, key, r);
+        self.metrics
+            .idempotency_keys_forgotten
+            .fetch_add(early as u64, Relaxed);
+    }
+
+    fn stream_locked(
+        &self,
+        st: &mut State,
+        topic: &str,
+        op: StreamOp<'_>,
+        fragment: &str,
+        now: u32,
+    ) -> Result<StreamReceipt, StreamRefusal> {
         let limits = st.streams.settings.limits;
         let refused = |e: AppendError| match e {
             AppendError::Closed => StreamRefusal::Closed,
@@ -351,7 +410,7 @@ impl LocalBroker {
                 id
             }
         };
-        self.emit(&mut st, stream, fragment, now).map_err(|e| {
+        self.emit(st, stream, fragment, now).map_err(|e| {
             // Its record is not on disk: nothing happened (the id stays used).
             match op {
                 StreamOp::Open => st.streams.forget(stream),
@@ -518,7 +577,22 @@ impl LocalBroker {
             seq,
             subscribers,
             done,
+            repeat: false,
         }
+    }
+}
+
+/// What a repeated `Idempotency-Key` answers: the first attempt's receipt (a message's
+/// record, reused by a fragment, has no stream: its stream is empty and `seq` 0).
+pub(crate) fn repeat_receipt(first: clarion_proto::pubsub::Recorded) -> StreamReceipt {
+    let (stream, seq, done) = first.fragment.unwrap_or_default();
+    StreamReceipt {
+        id: first.id,
+        stream,
+        seq,
+        subscribers: 0,
+        done,
+        repeat: true,
     }
 }
 
@@ -598,6 +672,45 @@ mod tests {
             done: false,
         };
         assert_eq!(b.stream("t", op, "x", 0), Err(StreamRefusal::Closed));
+    }
+
+    #[test]
+    fn a_retried_fragment_is_answered_its_first_receipt_and_appended_once() {
+        let (b, _poll) = broker();
+        let open = b
+            .stream_keyed("t", StreamOp::Open, "He", Some("o"), 0)
+            .unwrap();
+        let again = b
+            .stream_keyed("t", StreamOp::Open, "He", Some("o"), 0)
+            .unwrap();
+        assert!(again.repeat && !open.repeat);
+        assert_eq!(
+            (&again.id, &again.stream, again.seq),
+            (&open.id, &open.stream, 1)
+        );
+        let op = |done| StreamOp::Append {
+            stream: &open.stream,
+            done,
+        };
+        let first = b.stream_keyed("t", op(false), "llo", Some("a"), 0).unwrap();
+        let retry = b.stream_keyed("t", op(false), "llo", Some("a"), 0).unwrap();
+        assert_eq!((retry.id, retry.seq, retry.repeat), (first.id, 2, true));
+        let last = b.stream_keyed("t", op(true), "!", Some("d"), 0).unwrap();
+        // The retry of the closing fragment is not told 409: it is the same answer.
+        let retry = b.stream_keyed("t", op(true), "!", Some("d"), 0).unwrap();
+        assert_eq!((&retry.id, retry.seq, retry.done), (&last.id, 3, true));
+        // The same key on another topic is another key (and another stream there).
+        let other = b
+            .stream_keyed("u", StreamOp::Open, "x", Some("o"), 0)
+            .unwrap();
+        assert!(!other.repeat);
+        let all = texts(&b, &format!("{}-0", b.epoch()));
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(
+            all[0].contains(r#""seq":3,"data":"Hello!","done":true"#),
+            "{all:?}"
+        );
+        assert_eq!(b.metrics.publish_repeats.load(Relaxed), 3);
     }
 
     #[test]

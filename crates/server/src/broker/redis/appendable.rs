@@ -12,11 +12,13 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use clarion_proto::pubsub::append::AppendError;
+use clarion_proto::pubsub::Recorded;
 use clarion_proto::resp::Value;
 
 use super::epoch::sha1_hex;
-use super::layout::partition;
+use super::layout::{idempotency_key, partition};
 use super::{conn, RedisBroker, META_TTL_SECS, PARTITIONS};
+use crate::broker::local::streams::repeat_receipt;
 use crate::broker::{StreamOp, StreamReceipt, StreamRefusal, Unavailable};
 
 /// The appendable-message script: the offset rule, then the stream's own.
@@ -43,6 +45,7 @@ impl RedisBroker {
             stream,
             fragment,
             done,
+            key,
         } = call;
         let size = if core.limits.enabled() {
             core.limits.per_topic
@@ -54,15 +57,18 @@ impl RedisBroker {
         let mut cmd: Vec<Vec<u8>> = vec![
             b"EVALSHA".to_vec(),
             script_sha().as_bytes().to_vec(),
-            b"1".to_vec(),
+            if key.is_some() { b"2" } else { b"1" }.to_vec(),
             format!("{}streams", prefix(p)).into_bytes(),
+        ];
+        if let Some(k) = key {
+            cmd.push(idempotency_key(topic, k).into_bytes());
+        }
+        cmd.extend([
             op.as_bytes().to_vec(),
             prefix(p).into_bytes(),
             topic.as_bytes().to_vec(),
             stream.as_bytes().to_vec(),
             fragment.as_bytes().to_vec(),
-        ];
-        cmd.extend([
             if done { b"1" } else { b"0" }.to_vec(),
             size.to_string().into_bytes(),
             ttl.to_string().into_bytes(),
@@ -73,6 +79,12 @@ impl RedisBroker {
             limits.max_bytes.to_string().into_bytes(),
             limits.max_open_per_topic.to_string().into_bytes(),
             (u64::from(self.streams.timeout) * 1000)
+                .to_string()
+                .into_bytes(),
+            core.idempotency
+                .window
+                .as_millis()
+                .max(1)
                 .to_string()
                 .into_bytes(),
         ]);
@@ -101,6 +113,7 @@ impl RedisBroker {
         topic: &str,
         op: StreamOp<'_>,
         fragment: &str,
+        key: Option<&str>,
     ) -> Result<StreamReceipt, StreamRefusal> {
         self.refuse_if_frozen()
             .map_err(StreamRefusal::Unavailable)?;
@@ -119,6 +132,7 @@ impl RedisBroker {
             stream,
             fragment,
             done,
+            key: key.filter(|_| !self.core.idempotency.window.is_zero()),
         };
         let reply = self
             .stream_call(partition(topic), call)
@@ -140,7 +154,12 @@ impl RedisBroker {
                     seq: u32::try_from(int(3)).unwrap_or(0),
                     subscribers: u64::try_from(int(4)).unwrap_or(0),
                     done: int(5) == 1,
+                    repeat: false,
                 })
+            }
+            "repeat" => {
+                self.core.metrics.publish_repeats.fetch_add(1, Relaxed);
+                Ok(repeat_receipt(Recorded::parse_redis(text(1))))
             }
             "unknown" => Err(StreamRefusal::Unknown),
             "closed" => Err(StreamRefusal::Closed),
@@ -185,6 +204,7 @@ impl RedisBroker {
             stream: "",
             fragment: "",
             done: false,
+            key: None,
         };
         let calls: Vec<(u32, Vec<Vec<u8>>)> = (0..PARTITIONS)
             .map(|p| (p, self.stream_command(p, sweep)))
@@ -223,4 +243,6 @@ struct Call<'a> {
     stream: &'a str,
     fragment: &'a str,
     done: bool,
+    /// The publisher's `Idempotency-Key` (open, append), when keys are remembered.
+    key: Option<&'a str>,
 }

@@ -12,8 +12,9 @@ if KEYS[3] then
   -- nothing is delivered twice.
   local prev = redis.call('GET', KEYS[3])
   if prev then
-    local sp = string.find(prev, ' ', 1, true)
-    return {string.sub(prev, 1, sp - 1), tonumber(string.sub(prev, sp + 1)), 0, 1}
+    -- `EPOCH OFFSET`, or a fragment's record (stream.lua) with its stream after: its id.
+    local e, o = string.match(prev, '^(%S+) (%d+)')
+    return {e, tonumber(o), 0, 1}
   end
 end
 local epoch, offset = take_offset(KEYS[1], KEYS[2], ARGV[5], ARGV[6], ARGV[7], 9)

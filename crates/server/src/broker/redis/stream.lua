@@ -3,7 +3,10 @@
 -- fragment is checked against its stream's state and limits, takes the topic's next offset, is
 -- published live as an `append` event, and moves the stream's ONE folded entry in history (the
 -- text so far), all in one script: every node sees the same stream, whichever node took it.
--- KEYS[1] the partition's open streams: a sorted set of `ID TOPIC` by last fragment time (ms).
+-- KEYS[1] the partition's open streams: a sorted set of `ID TOPIC` by last fragment time (ms);
+-- KEYS[2] (open or append with an Idempotency-Key) the key's record, as script.lua's: checked
+-- and written in this script with the fragment, so a node dying after Redis ran it leaves the
+-- record for the publisher's retry on any node. It holds `EPOCH OFFSET STREAM SEQ DONE`.
 -- Keys of the topic, in the same slot (the partition's hash tag): `m:`/`s:` as script.lua,
 -- `o:TOPIC` its open stream ids (sorted by last fragment time), `f:TOPIC` the offsets whose
 -- folded entries moved on (the holes in its history stream), `a:LEN:TOPIC:ID` a stream's state
@@ -11,8 +14,10 @@
 -- ARGV: 1 'open' | 'append' | 'sweep', 2 the partition's key prefix `clarion:{pN}:`, 3 topic,
 -- 4 stream id (append), 5 fragment, 6 done ('1' or '0'), 7 history size, 8 history seconds,
 -- 9 a fresh epoch, 10 meta seconds, 11 replication id, 12 max fragments, 13 max bytes,
--- 14 max open streams per topic, 15 timeout ms, 16.. replication ids of the cluster's masters.
--- Returns {'ok', id, stream, seq, nodes, done} or {refusal[, limit]}; a sweep, how many it closed.
+-- 14 max open streams per topic, 15 timeout ms, 16 the idempotency window in ms (with KEYS[2]),
+-- 17.. replication ids of the cluster's masters.
+-- Returns {'ok', id, stream, seq, nodes, done}, {'repeat', record} or {refusal[, limit]}; a
+-- sweep, how many it closed.
 local prefix, size, hsecs, meta_ttl = ARGV[2], tonumber(ARGV[7]), ARGV[8], ARGV[10]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -26,7 +31,7 @@ end
 -- (for where its folded entry is).
 local function emit(topic, id, frag, text, seq, closed, s)
   local meta, stream, holes = prefix .. 'm:' .. topic, prefix .. 's:' .. topic, prefix .. 'f:' .. topic
-  local epoch, offset = take_offset(meta, stream, ARGV[9], meta_ttl, ARGV[11], 16)
+  local epoch, offset = take_offset(meta, stream, ARGV[9], meta_ttl, ARGV[11], 17)
   if id == '' then id = epoch .. '-' .. offset end
   local head = ' ' .. id .. ' ' .. seq .. ' ' .. closed .. '\n'
   if size > 0 then
@@ -65,6 +70,10 @@ local function emit(topic, id, frag, text, seq, closed, s)
     redis.call('ZREM', KEYS[1], member)
   end
   redis.call('EXPIRE', state, meta_ttl)
+  if KEYS[2] then
+    local done = closed == '-' and '0' or '1'
+    redis.call('SET', KEYS[2], epoch .. ' ' .. offset .. ' ' .. id .. ' ' .. seq .. ' ' .. done, 'PX', ARGV[16])
+  end
   return {'ok', epoch .. '-' .. offset, id, seq, nodes, closed == '-' and 0 or 1}
 end
 
@@ -87,6 +96,10 @@ if op == 'sweep' then
     end
   end
   return closed
+end
+if KEYS[2] then
+  local prev = redis.call('GET', KEYS[2])
+  if prev then return {'repeat', prev} end
 end
 local max_fragments, max_bytes = tonumber(ARGV[12]), tonumber(ARGV[13])
 if op == 'open' then
