@@ -206,13 +206,7 @@ impl<S: Socket> Engine<S> {
                         self.fanout.pending.push((k, Arc::clone(frame)));
                     } else if batched && conn.seals_directly() {
                         // Encrypted now, written with the rest of the fan-out.
-                        match conn.seal_into(frame, &mut self.fanout.sealed) {
-                            Ok(records) => self.fanout.pending_sealed.push((k, records)),
-                            Err(e) => self.wrote(k, Err(e), None),
-                        }
-                        if self.fanout.sealed.len() >= SEALED_BATCH {
-                            self.write_fanout();
-                        }
+                        self.gather_sealed(k, frame);
                     } else {
                         self.deliver(k, frame);
                     }
@@ -290,11 +284,6 @@ impl<S: Socket> Engine<S> {
         }
     }
 }
-
-/// Ciphertext a fan-out gathers before it writes what it has: a few hundred small records,
-/// enough to fill the ring's submissions, while the buffer stays small and warm in cache
-/// (a fan-out to 15,000 secure subscribers would otherwise hold a megabyte of records).
-pub(crate) const SEALED_BATCH: usize = 64 * 1024;
 
 /// Where fan-out number `turn` starts in a list of `len` subscribers: `len` times the
 /// fractional part of `turn` × the golden ratio, a sequence that spreads successive starts

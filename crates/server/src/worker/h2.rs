@@ -365,9 +365,6 @@ impl<S: Socket> Engine<S> {
             if more {
                 self.scratch.h2_dirty.push(p);
             }
-            if self.fanout.sealed.len() >= super::deliver::SEALED_BATCH {
-                self.write_fanout();
-            }
         }
         self.write_fanout();
         dirty.clear();
@@ -482,10 +479,7 @@ impl<S: Socket> Engine<S> {
     fn h2_send(&mut self, p: u32, out: &[u8], together: bool) -> bool {
         if let Some(c) = self.conns.get_mut(p as usize).filter(|_| together) {
             if c.seals_directly() {
-                match c.seal_into(out, &mut self.fanout.sealed) {
-                    Ok(records) => self.fanout.pending_sealed.push((p, records)),
-                    Err(e) => self.wrote(p, Err(e), None),
-                }
+                self.gather_sealed(p, out);
                 return true;
             }
             if c.sends_directly() {

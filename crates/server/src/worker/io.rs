@@ -26,6 +26,11 @@ use crate::metrics::CloseReason;
 /// (`uring::ENTRIES`).
 const WRITE_MANY_CHUNK: usize = 256;
 
+/// Ciphertext a fan-out gathers before it writes what it has: a few hundred small records,
+/// enough to fill the ring's submissions, while the buffer stays small and warm in cache
+/// (a fan-out to 15,000 secure subscribers would otherwise hold a megabyte of records).
+const SEALED_BATCH: usize = 64 * 1024;
+
 impl<S: Socket> Engine<S> {
     pub(crate) fn on_readable(&mut self, k: u32) {
         for _ in 0..READ_BUDGET {
@@ -282,7 +287,7 @@ impl<S: Socket> Engine<S> {
 
     /// Counts what a write put out and applies [`Self::after_write`]; a failed write means the
     /// peer is gone.
-    pub(crate) fn wrote(&mut self, k: u32, written: io::Result<usize>, cap: Option<usize>) {
+    fn wrote(&mut self, k: u32, written: io::Result<usize>, cap: Option<usize>) {
         match written {
             Ok(n) => self.scratch.tally.bytes_out += n as u64,
             Err(e) => {
@@ -345,6 +350,22 @@ impl<S: Socket> Engine<S> {
         };
         let written = conn.send(data);
         self.wrote(k, written, cap);
+    }
+
+    /// Seals `bytes` for connection `k` (which [`Conn::seals_directly`]) into the fan-out's
+    /// buffer, to be written with the rest of its submission; a connection whose session
+    /// cannot seal is dropped. A full buffer is written at once.
+    pub(crate) fn gather_sealed(&mut self, k: u32, bytes: &[u8]) {
+        let Some(conn) = self.conns.get_mut(k as usize) else {
+            return;
+        };
+        match conn.seal_into(bytes, &mut self.fanout.sealed) {
+            Ok(records) => self.fanout.pending_sealed.push((k, records)),
+            Err(e) => self.wrote(k, Err(e), None),
+        }
+        if self.fanout.sealed.len() >= SEALED_BATCH {
+            self.write_fanout();
+        }
     }
 
     /// Writes the single-message deliveries gathered in `fanout` (subscribers with nothing
