@@ -25,6 +25,14 @@ pub(super) struct Labels<'a> {
     pub conflation_key: Option<&'a str>,
 }
 
+/// The answer to a malformed `Idempotency-Key` (400, counted), for a message and a fragment
+/// alike; `None` when there is no key or it is well formed.
+pub(super) fn key_refusal(key: Option<&str>, shared: &Shared) -> Option<Answer> {
+    let e = key.map(validate_key)?.err()?;
+    shared.metrics.idempotency_key_errors.fetch_add(1, Relaxed);
+    Some(Answer::error(400, &format!("invalid Idempotency-Key: {e}")))
+}
+
 pub(super) fn publish_one(
     topic: &str,
     event: Option<&str>,
@@ -41,9 +49,8 @@ pub(super) fn publish_one(
     if let Err(e) = validate_topic(topic) {
         return Answer::error(400, &format!("invalid topic {topic:?}: {e}"));
     }
-    if let Some(Err(e)) = key.map(validate_key) {
-        shared.metrics.idempotency_key_errors.fetch_add(1, Relaxed);
-        return Answer::error(400, &format!("invalid Idempotency-Key: {e}"));
+    if let Some(refused) = key_refusal(key, shared) {
+        return refused;
     }
     if let Some(Err(e)) = event.map(validate_event_name) {
         return Answer::error(400, &format!("invalid event name: {e}"));

@@ -5,9 +5,9 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use clarion_proto::pubsub::{validate_key, validate_topic};
+use clarion_proto::pubsub::validate_topic;
 
-use super::publish::unavailable;
+use super::publish::{key_refusal, unavailable};
 use crate::broker::{StreamOp, StreamReceipt, StreamRefusal};
 use crate::reply::Answer;
 use crate::worker::Shared;
@@ -64,9 +64,8 @@ pub(super) fn publish_fragment(
     if let Err(e) = validate_topic(topic) {
         return refuse(400, &format!("invalid topic {topic:?}: {e}"));
     }
-    if let Some(Err(e)) = key.map(validate_key) {
-        shared.metrics.idempotency_key_errors.fetch_add(1, Relaxed);
-        return Answer::error(400, &format!("invalid Idempotency-Key: {e}"));
+    if let Some(refused) = key_refusal(key, shared) {
+        return refused;
     }
     let binary = content_type.is_some_and(|ct| {
         ct.split(';')
