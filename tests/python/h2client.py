@@ -23,6 +23,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
 WINDOW_UPDATE, CONTINUATION = 8, 9
 END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
+SETTINGS_HEADER_TABLE_SIZE = 0x1
 SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_ENABLE_CONNECT_PROTOCOL = 0x4, 0x8
 NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED = 0x0, 0x1, 0x3, 0x5
 FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, ENHANCE_YOUR_CALM = 0x6, 0x7, 0x8, 0xB
@@ -222,6 +223,12 @@ class Raw:
                     sid = struct.unpack("!I", self.buf[5:9])[0] & 0x7FFFFFFF
                     payload, self.buf = self.buf[9 : 9 + n], self.buf[9 + n :]
                     if ftype == SETTINGS and not flags & ACK:
+                        # The server's table size applies to our encoder from our ACK on (its
+                        # next block starts with the size update, RFC 7541 §4.2).
+                        for i in range(0, len(payload) - 5, 6):
+                            key, value = struct.unpack("!HI", payload[i : i + 6])
+                            if key == SETTINGS_HEADER_TABLE_SIZE:
+                                self.enc.header_table_size = value
                         try:
                             self.send(frame(SETTINGS, ACK))
                         except OSError:

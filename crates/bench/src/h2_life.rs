@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use clarion_proto::h2::frame::{
     self, Frame, FrameError, Setting, DEFAULT_MAX_FRAME, HEADER_LEN, MAX_WINDOW, PREFACE,
 };
-use clarion_proto::h2::hpack::{Decoder, Encoder, HpackError};
+use clarion_proto::h2::hpack::{Decoder, Encoder, HpackError, DEFAULT_TABLE_SIZE};
 
 use crate::check::SeqChecker;
 use crate::conn_life::{report, seq_and_time, Event, Host, Phase};
@@ -153,9 +153,6 @@ pub(crate) const TOP_UP: u32 = 1 << 20;
 /// buffer more.
 const MAX_BLOCK: usize = 64 * 1024;
 
-/// The dynamic table the server's encoder may use (the protocol's default, not advertised).
-const TABLE_SIZE: usize = 4096;
-
 /// Largest SSE event buffered across DATA frames: far above any benchmark message.
 const MAX_EVENT: usize = 16 * 1024 * 1024;
 
@@ -225,7 +222,7 @@ impl H2Life {
                 })
                 .collect(),
             buf: Vec::new(),
-            decoder: Decoder::new(TABLE_SIZE),
+            decoder: Decoder::new(DEFAULT_TABLE_SIZE),
             block: None,
             consumed: 0,
             phase: Phase::Connecting,

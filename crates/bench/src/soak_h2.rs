@@ -15,16 +15,13 @@
 //! server ends the connection. An error leaves the connection dead.
 
 use clarion_proto::h2::frame::{self, Frame, Setting, DEFAULT_MAX_FRAME, MAX_WINDOW, PREFACE};
-use clarion_proto::h2::hpack::{Decoder, Encoder};
+use clarion_proto::h2::hpack::{Decoder, Encoder, DEFAULT_TABLE_SIZE};
 
 use crate::h2_life::TOP_UP;
 use crate::soak_life::{sse_event, Got, SoakEnd};
 
 /// Largest header block or SSE event buffered: far above a soak message.
 const MAX_BUFFERED: usize = 1 << 20;
-
-/// The dynamic table the server's encoder may use (the protocol's default).
-const TABLE_SIZE: usize = 4096;
 
 /// One subscribing stream.
 #[derive(Debug)]
@@ -71,7 +68,7 @@ impl SoakH2 {
                 })
                 .collect(),
             buf: Vec::new(),
-            decoder: Decoder::new(TABLE_SIZE),
+            decoder: Decoder::new(DEFAULT_TABLE_SIZE),
             block: None,
             consumed: 0,
             settled: false,

@@ -2,7 +2,7 @@
 //!
 //! [`Decoder`] turns a complete header block (HEADERS plus its CONTINUATION frames, joined)
 //! into fields, keeping the dynamic table within the size this side advertised
-//! (`SETTINGS_HEADER_TABLE_SIZE`), and refusing a block whose decoded list would exceed the
+//! (`SETTINGS_HEADER_TABLE_SIZE`) once the peer has acknowledged it, and refusing a block whose decoded list would exceed the
 //! header-list limit *while* decoding: an HPACK bomb (one small indexed reference repeated to
 //! expand a large table entry many times) stops at the limit, having cost at most that much.
 //!
@@ -124,76 +124,141 @@ pub fn field_size(name: &[u8], value: &[u8]) -> usize {
 /// A dynamic table entry: name and value.
 type Entry = (Box<[u8]>, Box<[u8]>);
 
-/// The dynamic table: newest entry first, evicted from the back to stay within `max`.
+/// The dynamic table: newest entry first, evicted from the back to stay within `max`. An empty
+/// table owns no memory: the entries' queue is boxed, made at the first insertion and freed
+/// whenever the table empties (a connection whose client indexes nothing, or once it has
+/// acknowledged a table size of zero, keeps 8 bytes here).
 #[derive(Debug, Default)]
 struct Table {
-    /// Entries, oldest first (so the newest, index 62, is the last).
-    entries: std::collections::VecDeque<Entry>,
-    size: usize,
-    max: usize,
+    /// Entries, oldest first (so the newest, index 62, is the last). Boxed: the extra
+    /// allocation exists only while there are entries, and saves 24 bytes on every
+    /// connection whose table is empty.
+    #[allow(clippy::box_collection)]
+    entries: Option<Box<std::collections::VecDeque<Entry>>>,
+    size: u32,
+    max: u32,
 }
 
 impl Table {
-    fn get(&self, dynamic_index: usize) -> Option<(&[u8], &[u8])> {
-        let len = self.entries.len();
-        let i = len.checked_sub(dynamic_index + 1)?;
-        self.entries.get(i).map(|(n, v)| (&n[..], &v[..]))
+    fn len(&self) -> usize {
+        self.entries.as_ref().map_or(0, |e| e.len())
     }
 
-    fn evict_to(&mut self, max: usize) {
+    fn get(&self, dynamic_index: usize) -> Option<(&[u8], &[u8])> {
+        let entries = self.entries.as_ref()?;
+        let i = entries.len().checked_sub(dynamic_index + 1)?;
+        entries.get(i).map(|(n, v)| (&n[..], &v[..]))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.entries
+            .iter()
+            .flat_map(|e| e.iter())
+            .map(|(n, v)| (&n[..], &v[..]))
+    }
+
+    fn evict_to(&mut self, max: u32) {
         while self.size > max {
-            match self.entries.pop_front() {
-                Some((n, v)) => self.size -= field_size(&n, &v),
+            match self.entries.as_mut().and_then(|e| e.pop_front()) {
+                Some((n, v)) => self.size -= size_u32(&n, &v),
                 None => break,
             }
+        }
+        if self.len() == 0 {
+            self.entries = None;
         }
     }
 
     fn insert(&mut self, name: &[u8], value: &[u8]) {
         let size = field_size(name, value);
-        if size > self.max {
+        if size > self.max as usize {
             // An entry larger than the table empties it and is not added (§4.4).
-            self.entries.clear();
+            self.entries = None;
             self.size = 0;
             return;
         }
+        let size = size as u32;
         self.evict_to(self.max - size);
-        self.entries.push_back((name.into(), value.into()));
+        self.entries
+            .get_or_insert_with(Default::default)
+            .push_back((name.into(), value.into()));
         self.size += size;
     }
 
-    fn resize(&mut self, max: usize) {
+    fn resize(&mut self, max: u32) {
         self.max = max;
         self.evict_to(max);
     }
 }
 
+/// [`field_size`] of an entry already in a table (so within its `u32` limit).
+fn size_u32(name: &[u8], value: &[u8]) -> u32 {
+    u32::try_from(field_size(name, value)).unwrap_or(u32::MAX)
+}
+
+/// The table size a connection starts with, before the peer has acknowledged ours (RFC 9113
+/// §6.5.2).
+pub const DEFAULT_TABLE_SIZE: u32 = 4_096;
+
 /// Decodes the header blocks of one connection (the dynamic table lives across blocks).
 #[derive(Debug)]
 pub struct Decoder {
     table: Table,
-    /// The table size this side advertised: a peer's size update may not exceed it.
-    advertised: usize,
+    /// The largest table a peer's size update may ask for: the default until the peer has
+    /// acknowledged our `SETTINGS_HEADER_TABLE_SIZE` (or the advertised size if that is
+    /// larger: the peer may have seen it already), then the advertised size.
+    limit: u32,
 }
 
 /// One decoded field: name, value, and whether the peer asked that it never be indexed.
 pub type Field<'a> = (&'a [u8], &'a [u8], bool);
 
 impl Decoder {
-    /// A decoder for a connection whose `SETTINGS_HEADER_TABLE_SIZE` is `table_size`.
-    pub fn new(table_size: usize) -> Decoder {
+    /// A decoder whose table size is `table_size` already, on both sides.
+    pub fn new(table_size: u32) -> Decoder {
         Decoder {
             table: Table {
                 max: table_size,
                 ..Table::default()
             },
-            advertised: table_size,
+            limit: table_size,
+        }
+    }
+
+    /// The decoder of a new connection on which this side advertises a table of `advertised`
+    /// bytes: until the peer acknowledges it ([`Decoder::acknowledged`]) the table is the
+    /// protocol's default size.
+    pub fn advertising(advertised: u32) -> Decoder {
+        Decoder {
+            table: Table {
+                max: DEFAULT_TABLE_SIZE,
+                ..Table::default()
+            },
+            limit: advertised.max(DEFAULT_TABLE_SIZE),
+        }
+    }
+
+    /// The peer acknowledged our SETTINGS advertising a table of `advertised` bytes. From its
+    /// acknowledgement on, every header block it sends starts with a size update to at most
+    /// that (RFC 7541 §4.2; RFC 9113 §6.5.3), evicting whatever is above it before any entry
+    /// can be referenced: so the table shrinks to it now, without waiting for the update.
+    /// With a size of zero, the entries of the requests sent before the acknowledgement are
+    /// freed at once instead of staying for the connection's life.
+    pub fn acknowledged(&mut self, advertised: u32) {
+        self.limit = advertised;
+        if self.table.max > advertised {
+            self.table.resize(advertised);
         }
     }
 
     /// Bytes the dynamic table holds now (entries plus their 32-byte overheads).
     pub fn table_size(&self) -> usize {
-        self.table.size
+        self.table.size as usize
+    }
+
+    /// Whether the dynamic table owns no memory.
+    pub fn is_empty(&self) -> bool {
+        self.table.entries.is_none()
     }
 
     /// Decodes one complete header block, calling `field` for each field in order. The sum of
@@ -230,10 +295,10 @@ impl Decoder {
                 // Dynamic table size update (§6.3): only at the start of a block.
                 let (size, rest) = integer(block, 5)?;
                 block = rest;
-                if !first || size > self.advertised as u64 {
+                if !first || size > u64::from(self.limit) {
                     return Err(HpackError::BadSizeUpdate);
                 }
-                self.table.resize(size as usize);
+                self.table.resize(size as u32);
                 continue;
             } else {
                 // Literal (§6.2): with indexing (01), without (0000) or never indexed (0001).
@@ -273,33 +338,28 @@ impl Decoder {
         Ok(())
     }
 
-    /// The table's limit now, the limit this side advertised, and the entries oldest first:
-    /// what a hand-over carries (`super::server::park`).
-    pub(crate) fn parts(&self) -> (usize, usize, impl Iterator<Item = (&[u8], &[u8])>) {
-        let entries = self.table.entries.iter().map(|(n, v)| (&n[..], &v[..]));
-        (self.table.max, self.advertised, entries)
+    /// The table's size now, the largest a size update may ask for, and the entries oldest
+    /// first: what a hand-over carries (`super::server::park`).
+    pub(crate) fn parts(&self) -> (u32, u32, impl Iterator<Item = (&[u8], &[u8])>) {
+        (self.table.max, self.limit, self.table.iter())
     }
 
-    /// A decoder from [`Decoder::parts`]; `None` if the entries do not fit the limit or the
-    /// limit is above the advertised one (a state no peer could have led it to).
-    pub(crate) fn from_parts(
-        max: usize,
-        advertised: usize,
-        entries: Vec<Entry>,
-    ) -> Option<Decoder> {
+    /// A decoder from [`Decoder::parts`]; `None` if the entries do not fit the table or the
+    /// table is above the limit (a state no peer could have led it to).
+    pub(crate) fn from_parts(max: u32, limit: u32, entries: Vec<Entry>) -> Option<Decoder> {
         let size = entries
             .iter()
             .try_fold(0usize, |n, (a, b)| n.checked_add(field_size(a, b)))?;
-        if max > advertised || size > max {
+        if max > limit || size > max as usize {
             return None;
         }
         Some(Decoder {
             table: Table {
-                entries: entries.into(),
-                size,
+                entries: (!entries.is_empty()).then(|| Box::new(entries.into())),
+                size: size as u32,
                 max,
             },
-            advertised,
+            limit,
         })
     }
 

@@ -36,9 +36,9 @@
 //! its limits; a frame size in range; no more streams than allowed; one encoding per state)
 //! and never panics, so the bytes of another process are not trusted further than a client's.
 
-use super::{Block, Connection, Flood, RECENTLY_CLOSED};
+use super::{Block, Closed, Connection, Flood, RECENTLY_CLOSED};
 use crate::h2::frame::{DEFAULT_MAX_FRAME, MAX_WINDOW};
-use crate::h2::hpack::{Decoder, Encoder};
+use crate::h2::hpack::{Decoder, Encoder, DEFAULT_TABLE_SIZE};
 use crate::h2::stream::{Chunked, Out, Stream};
 use crate::handover_cursor::{Error, Reader};
 use crate::http1::ChunkedDecoder;
@@ -76,7 +76,6 @@ impl Connection {
             streams,
             last_stream,
             closed,
-            closed_at,
             going_away,
             windows_opened,
             flood,
@@ -109,9 +108,9 @@ impl Connection {
         put_u32(out, *peer_max_frame);
         out.extend_from_slice(&send_window.to_le_bytes());
         out.extend_from_slice(&recv_window.to_le_bytes());
-        let (max, advertised, entries) = decoder.parts();
-        put_u32(out, max as u32);
-        put_u32(out, advertised as u32);
+        let (max, limit, entries) = decoder.parts();
+        put_u32(out, max);
+        put_u32(out, limit);
         let count_at = out.len();
         put_u32(out, 0);
         let mut n = 0u32;
@@ -139,10 +138,14 @@ impl Connection {
             }
         }
         put_u32(out, *last_stream);
-        for id in closed {
-            put_u32(out, *id);
+        // None closed yet is written as an empty ring.
+        let (ids, at) = closed
+            .as_deref()
+            .map_or(([0; RECENTLY_CLOSED], 0), |c| (c.ids, c.at));
+        for id in ids {
+            put_u32(out, id);
         }
-        put_u32(out, (closed_at % RECENTLY_CLOSED) as u32);
+        put_u32(out, (at % RECENTLY_CLOSED) as u32);
         let Flood {
             settings,
             pings,
@@ -198,9 +201,12 @@ impl Connection {
         if !window.contains(&send_window) || !(0..=i64::from(MAX_WINDOW)).contains(&recv_window) {
             return Err(bad);
         }
-        let max = r.u32()? as usize;
-        let advertised = r.u32()? as usize;
-        if advertised != settings.header_table as usize {
+        let max = r.u32()?;
+        // The size updates' limit: the advertised size once acknowledged, before that the
+        // default if it is larger.
+        let limit = r.u32()?;
+        if limit != settings.header_table && limit != settings.header_table.max(DEFAULT_TABLE_SIZE)
+        {
             return Err(bad);
         }
         let n = r.u32()? as usize;
@@ -209,7 +215,7 @@ impl Connection {
         for _ in 0..n {
             entries.push((r.bytes32()?.into(), r.bytes32()?.into()));
         }
-        let decoder = Decoder::from_parts(max, advertised, entries).ok_or(bad.clone())?;
+        let decoder = Decoder::from_parts(max, limit, entries).ok_or(bad.clone())?;
         let block = if r.flag()? {
             let stream = r.u32()?;
             let end_stream = r.flag()?;
@@ -229,14 +235,15 @@ impl Connection {
             None
         };
         let last_stream = r.u32()?;
-        let mut closed = [0u32; RECENTLY_CLOSED];
-        for slot in &mut closed {
+        let mut ids = [0u32; RECENTLY_CLOSED];
+        for slot in &mut ids {
             *slot = r.u32()?;
         }
-        let closed_at = r.u32()? as usize;
-        if last_stream > MAX_WINDOW || closed_at >= RECENTLY_CLOSED {
+        let at = r.u32()? as usize;
+        if last_stream > MAX_WINDOW || at >= RECENTLY_CLOSED {
             return Err(bad);
         }
+        let closed = (ids != [0; RECENTLY_CLOSED] || at != 0).then(|| Box::new(Closed { ids, at }));
         let flood = Flood {
             settings: r.u32()?,
             pings: r.u32()?,
@@ -274,7 +281,6 @@ impl Connection {
             streams,
             last_stream,
             closed,
-            closed_at,
             going_away,
             windows_opened,
             flood,

@@ -52,6 +52,13 @@ struct Block {
     frames: u32,
 }
 
+/// The ids of the last [`RECENTLY_CLOSED`] streams closed, and where the next goes.
+#[derive(Debug, Default)]
+pub(crate) struct Closed {
+    pub(crate) ids: [u32; RECENTLY_CLOSED],
+    pub(crate) at: usize,
+}
+
 #[derive(Debug, Default)]
 struct Flood {
     settings: u32,
@@ -75,8 +82,9 @@ pub struct Connection {
     block: Option<Box<Block>>,
     pub(crate) streams: Vec<Stream>,
     last_stream: u32,
-    closed: [u32; RECENTLY_CLOSED],
-    closed_at: usize,
+    /// The last streams closed, made when the first one closes (a connection that holds one
+    /// stream open for its life never needs it).
+    closed: Option<Box<Closed>>,
     going_away: bool,
     windows_opened: bool,
     flood: Flood,
@@ -95,13 +103,12 @@ impl Connection {
             peer_max_frame: frame::DEFAULT_MAX_FRAME,
             send_window: CONN_WINDOW,
             recv_window: CONN_WINDOW,
-            decoder: Decoder::new(settings.header_table as usize),
+            decoder: Decoder::advertising(settings.header_table),
             encoder: Encoder::new(),
             block: None,
             streams: Vec::new(),
             last_stream: 0,
-            closed: [0; RECENTLY_CLOSED],
-            closed_at: 0,
+            closed: None,
             going_away: false,
             windows_opened: false,
             flood: Flood::default(),
@@ -201,7 +208,11 @@ impl Connection {
             ));
         }
         match f {
-            Frame::Settings { ack: true, .. } => {}
+            // This side sends one SETTINGS: the first acknowledgement is of it, and any other
+            // changes nothing.
+            Frame::Settings { ack: true, .. } => {
+                self.decoder.acknowledged(self.settings.header_table)
+            }
             Frame::Settings {
                 ack: false,
                 payload,
@@ -430,7 +441,7 @@ impl Connection {
         if id <= self.last_stream {
             let mut ignore = Builder::new();
             self.decode(&b.bytes, max_list, |n, v| ignore.field(n, v), out)?;
-            let (code, why) = if self.closed.contains(&id) {
+            let (code, why) = if self.closed.as_ref().is_some_and(|c| c.ids.contains(&id)) {
                 (ErrorCode::StreamClosed, "HEADERS on a closed stream")
             } else {
                 (
@@ -480,6 +491,11 @@ impl Connection {
                     frame::write_rst_stream(out, id, ErrorCode::RefusedStream);
                     self.remember_closed(id);
                     return Ok(());
+                }
+                if self.streams.capacity() == 0 {
+                    // Room for exactly one: most connections of a push server hold one
+                    // stream (an EventSource, an RFC 8441 WebSocket) for their whole life.
+                    self.streams.reserve_exact(1);
                 }
                 self.streams.push(Stream {
                     id,
@@ -624,10 +640,11 @@ impl Connection {
     }
 
     fn remember_closed(&mut self, stream: u32) {
-        if let Some(slot) = self.closed.get_mut(self.closed_at % RECENTLY_CLOSED) {
+        let closed = self.closed.get_or_insert_with(Default::default);
+        if let Some(slot) = closed.ids.get_mut(closed.at % RECENTLY_CLOSED) {
             *slot = stream;
         }
-        self.closed_at = self.closed_at.wrapping_add(1);
+        closed.at = (closed.at + 1) % RECENTLY_CLOSED;
     }
 
     /// Removes a stream both sides have finished with.
@@ -778,3 +795,7 @@ pub mod park;
 #[cfg(test)]
 #[path = "server_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "server_table_tests.rs"]
+mod table_tests;

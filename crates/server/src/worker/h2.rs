@@ -311,13 +311,23 @@ impl<S: Socket> Engine<S> {
             return;
         }
         if let Some(h) = self.side.h2_mut().remove(&k) {
-            let children: Vec<u32> = self
-                .side
-                .h2_streams()
-                .iter()
-                .filter(|(_, (p, _))| *p == k)
-                .map(|(c, _)| *c)
+            // Its records, found through the streams the protocol state has bound (so closing
+            // many connections costs each its own streams, not a walk over every stream
+            // record); the walk remains for a count that says some record was not found.
+            let streams = self.side.h2_streams();
+            let mut children: Vec<u32> = h
+                .conn
+                .bound()
+                .filter(|&(stream, user)| streams.get(&user) == Some(&(k, stream)))
+                .map(|(_, user)| user)
                 .collect();
+            if children.len() != self.h2_records_of(k) {
+                children = streams
+                    .iter()
+                    .filter(|(_, (p, _))| *p == k)
+                    .map(|(c, _)| *c)
+                    .collect();
+            }
             drop(h);
             for c in children {
                 self.drop_conn(c, CloseReason::Disconnected);
