@@ -39,7 +39,7 @@
 use super::{Block, Closed, Connection, Flood, RECENTLY_CLOSED};
 use crate::h2::frame::{DEFAULT_MAX_FRAME, MAX_WINDOW};
 use crate::h2::hpack::{Decoder, Encoder, DEFAULT_TABLE_SIZE};
-use crate::h2::stream::{Chunked, Out, Stream};
+use crate::h2::stream::{Chunked, Out, Stream, Streams};
 use crate::handover_cursor::{Error, Reader};
 use crate::http1::ChunkedDecoder;
 
@@ -156,7 +156,7 @@ impl Connection {
             put_u32(out, *v);
         }
         put_u32(out, streams.len() as u32);
-        for s in streams {
+        for s in streams.iter() {
             park_stream(s, out);
         }
     }
@@ -278,7 +278,7 @@ impl Connection {
             decoder,
             encoder,
             block,
-            streams,
+            streams: Streams::from(streams),
             last_stream,
             closed,
             going_away,
@@ -299,7 +299,7 @@ impl Connection {
     /// Call once, right after [`Connection::restore`].
     pub fn rebind(&mut self, mut handle_of: impl FnMut(u32) -> Option<u32>, out: &mut Vec<u8>) {
         let mut orphans = Vec::new();
-        for s in &mut self.streams {
+        for s in self.streams.iter_mut() {
             if s.user == super::NO_USER {
                 continue;
             }

@@ -27,7 +27,7 @@
 use super::frame::{self, ErrorCode, Frame, FrameError, Setting, MAX_WINDOW, PREFACE};
 use super::hpack::{Decoder, Encoder, HpackError};
 use super::request::{Builder, Trailers};
-use super::stream::{Out, Stream, NO_USER};
+use super::stream::{Out, Stream, Streams, NO_USER};
 
 pub use super::events::{Event, Fatal};
 pub use super::settings::Settings;
@@ -80,7 +80,7 @@ pub struct Connection {
     decoder: Decoder,
     pub(crate) encoder: Encoder,
     block: Option<Box<Block>>,
-    pub(crate) streams: Vec<Stream>,
+    pub(crate) streams: Streams,
     last_stream: u32,
     /// The last streams closed, made when the first one closes (a connection that holds one
     /// stream open for its life never needs it).
@@ -106,7 +106,7 @@ impl Connection {
             decoder: Decoder::advertising(settings.header_table),
             encoder: Encoder::new(),
             block: None,
-            streams: Vec::new(),
+            streams: Streams::None,
             last_stream: 0,
             closed: None,
             going_away: false,
@@ -264,8 +264,7 @@ impl Connection {
             Frame::RstStream { stream, .. } => {
                 self.idle_check(stream, "RST_STREAM on an idle stream", out)?;
                 self.spend(|f| &mut f.resets, out)?;
-                if let Some(i) = self.index(stream) {
-                    let s = self.streams.swap_remove(i);
+                if let Some(s) = self.index(stream).and_then(|i| self.streams.swap_remove(i)) {
                     self.remember_closed(stream);
                     events.push(Event::Reset {
                         stream,
@@ -492,11 +491,6 @@ impl Connection {
                     self.remember_closed(id);
                     return Ok(());
                 }
-                if self.streams.capacity() == 0 {
-                    // Room for exactly one: most connections of a push server hold one
-                    // stream (an EventSource, an RFC 8441 WebSocket) for their whole life.
-                    self.streams.reserve_exact(1);
-                }
                 self.streams.push(Stream {
                     id,
                     user: NO_USER,
@@ -562,7 +556,7 @@ impl Connection {
         match s {
             Setting::InitialWindowSize(v) => {
                 let delta = i64::from(v) - i64::from(self.peer_initial_window);
-                for st in &mut self.streams {
+                for st in self.streams.iter_mut() {
                     let w = i64::from(st.send_window) + delta;
                     if w > i64::from(MAX_WINDOW) {
                         return Err(self.fail(
@@ -671,8 +665,7 @@ impl Connection {
         out: &mut Vec<u8>,
         events: &mut Vec<Event<'a>>,
     ) -> Result<(), Fatal> {
-        if let Some(i) = self.index(stream) {
-            let s = self.streams.swap_remove(i);
+        if let Some(s) = self.index(stream).and_then(|i| self.streams.swap_remove(i)) {
             events.push(Event::Reset {
                 stream,
                 user: Some(s.user).filter(|&u| u != NO_USER),
