@@ -44,8 +44,8 @@ fn pair(
     let server = TrafficSecret::new(suite, &server).ok()?;
     let side = |send: &TrafficSecret, receive: &TrafficSecret| {
         let schedule = SecretSchedule::new(suite, send.clone(), receive.clone());
-        let (s, r) = schedule.keys().ok()?;
-        Some(Records::new(suite, schedule, (s, 0), (r, 0)).with_limits(limits))
+        let (s, _) = schedule.keys().ok()?;
+        Some(Records::new(suite, schedule, (s, 0), 0).with_limits(limits))
     };
     Some((side(&server, &client)?, side(&client, &server)?))
 }

@@ -16,10 +16,12 @@ use super::{
 };
 
 /// The next traffic keys, derived by rustls from the secrets it keeps ("traffic upd",
-/// RFC 8446 §7.2); `D` is rustls' client or server connection data.
+/// RFC 8446 §7.2), and a copy of the peer's current key (the record layer keeps none);
+/// `D` is rustls' client or server connection data.
 pub struct KernelKeys<D> {
     kernel: KernelConnection<D>,
     suite: CipherSuite,
+    receive: TrafficKey,
 }
 
 impl<D> KeySchedule for KernelKeys<D> {
@@ -36,7 +38,12 @@ impl<D> KeySchedule for KernelKeys<D> {
             .kernel
             .update_rx_secret()
             .map_err(|_| KeyError::Unavailable)?;
-        traffic_key(self.suite, &secrets)
+        self.receive = traffic_key(self.suite, &secrets)?;
+        Ok(self.receive.clone())
+    }
+
+    fn receive_key(&self) -> Result<TrafficKey, KeyError> {
+        Ok(self.receive.clone())
     }
 }
 
@@ -65,6 +72,13 @@ impl<D> KeySchedule for Schedule<D> {
         }
     }
 
+    fn receive_key(&self) -> Result<TrafficKey, KeyError> {
+        match self {
+            Schedule::Secrets(s) => s.receive_key(),
+            Schedule::Kernel(k) => k.receive_key(),
+        }
+    }
+
     fn current_secrets(&self) -> Option<(&TrafficSecret, &TrafficSecret)> {
         match self {
             Schedule::Secrets(s) => s.current_secrets(),
@@ -76,7 +90,8 @@ impl<D> KeySchedule for Schedule<D> {
 /// Takes over from rustls as [`take_over`] does, deriving the next keys from `own` (our
 /// traffic secret and the peer's, `*_application_traffic_secret_0` as rustls' key log gave
 /// them) when they are the secrets of the keys rustls hands over: the connection then no
-/// longer needs rustls at all. Otherwise (no secrets, or not these keys) rustls derives them.
+/// longer needs rustls at all, nor a copy of the peer's key. Otherwise (no secrets, or not
+/// these keys) rustls derives them.
 pub fn take_over_with_secrets<D>(
     secrets: ExtractedSecrets,
     kernel: KernelConnection<D>,
@@ -93,11 +108,17 @@ pub fn take_over_with_secrets<D>(
             let (tx, rx) = s.keys().ok()?;
             (tx == send.0 && rx == receive.0).then_some(s)
         })
-        .map_or(
-            Schedule::Kernel(Box::new(KernelKeys { kernel, suite })),
+        .map_or_else(
+            || {
+                Schedule::Kernel(Box::new(KernelKeys {
+                    kernel,
+                    suite,
+                    receive: receive.0.clone(),
+                }))
+            },
             Schedule::Secrets,
         );
-    Some(Records::new(suite, schedule, send, receive))
+    Some(Records::new(suite, schedule, send, receive.1))
 }
 
 /// Takes over from rustls; `None` for suites or versions this layer does not handle.
@@ -110,12 +131,16 @@ pub fn take_over<D>(
     secrets: ExtractedSecrets,
     kernel: KernelConnection<D>,
 ) -> Option<Records<KernelKeys<D>>> {
-    let (suite, send, receive) = current_keys(&secrets, &kernel)?;
+    let (suite, send, (receive, receive_seq)) = current_keys(&secrets, &kernel)?;
     Some(Records::new(
         suite,
-        KernelKeys { kernel, suite },
+        KernelKeys {
+            kernel,
+            suite,
+            receive,
+        },
         send,
-        receive,
+        receive_seq,
     ))
 }
 

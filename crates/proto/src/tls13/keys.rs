@@ -254,6 +254,9 @@ pub trait KeySchedule {
     fn next_send_key(&mut self) -> Result<TrafficKey, KeyError>;
     /// Moves the peer's sending direction to its next traffic secret and returns its key.
     fn next_receive_key(&mut self) -> Result<TrafficKey, KeyError>;
+    /// The peer's current key: derived from its traffic secret where the schedule holds it
+    /// (the record layer keeps no copy then), else the copy the schedule keeps.
+    fn receive_key(&self) -> Result<TrafficKey, KeyError>;
     /// The current traffic secrets (ours, the peer's), if this schedule holds them where they
     /// can be read: what continuing the connection elsewhere needs ([`super::parked`]).
     fn current_secrets(&self) -> Option<(&TrafficSecret, &TrafficSecret)> {
@@ -301,6 +304,10 @@ impl KeySchedule for SecretSchedule {
 
     fn next_receive_key(&mut self) -> Result<TrafficKey, KeyError> {
         self.receive = self.receive.next(self.suite)?;
+        TrafficKey::derive(self.suite, &self.receive)
+    }
+
+    fn receive_key(&self) -> Result<TrafficKey, KeyError> {
         TrafficKey::derive(self.suite, &self.receive)
     }
 

@@ -38,4 +38,6 @@ pub use wire::{ContentType, KeyUpdateRequest, RecordHeader};
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_idle;
+#[cfg(test)]
 mod tests_parked;

@@ -5,10 +5,16 @@
 //! What continuing needs, and nothing more: the cipher suite; each direction's current traffic
 //! secret (the next keys after a KeyUpdate derive from it, RFC 8446 §7.2) and the key and IV
 //! derived from it (§7.3: carried rather than derived again, which would cost the receiving
-//! process four HKDF expansions per connection while the hand-over holds every delivery), with
-//! its sequence number and its use of the key against the §5.5 limits; whether a KeyUpdate the peer asked for is still owed (§4.6.3); and the first
-//! bytes of a KeyUpdate split across records (§5.1). Ciphertext in flight (a partial incoming
-//! record, records the kernel has not taken) is the caller's to carry beside it.
+//! process HKDF expansions per connection while the hand-over holds every delivery), with
+//! its sequence number and its use of the key against the §5.5 limits; whether a KeyUpdate the
+//! peer asked for is still owed (§4.6.3); and the first bytes of a KeyUpdate split across
+//! records (§5.1). Ciphertext in flight (a partial incoming record, records the kernel has not
+//! taken) is the caller's to carry beside it.
+//!
+//! Since issue 53 the record layer keeps no copy of the peer's key (it derives it from the
+//! peer's secret when the peer next sends): parking derives it for the format, which is
+//! unchanged so that binaries before and after read each other's bytes, and resuming leaves the
+//! carried one unused.
 //!
 //! The bytes are secret: whoever reads them can read and forge the connection's records from
 //! then on. The caller sends them only over a private channel and wipes its buffers afterwards.

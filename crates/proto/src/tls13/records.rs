@@ -1,10 +1,15 @@
 //! One established connection's record protection in both directions (RFC 8446 §5.2-§5.5),
 //! and the post-handshake KeyUpdate exchange (§4.6.3) that renews it.
 //!
-//! An idle connection holds raw keys (up to 32 bytes), IVs, sequence numbers and usage
-//! counters. The expanded AEAD key schedules (about 1 KiB for both directions) exist only
-//! while the connection is busy: they are built at the first record after a quiet period and
-//! dropped by [`Records::compact`] when the connection was quiet since the previous call.
+//! An idle connection holds our raw sending key and IV, sequence numbers and usage counters,
+//! and the schedule's traffic secrets; the peer's key and IV are not kept when the schedule
+//! holds the peer's secret ([`KeySchedule::receive_key`] derives them). The expanded AEAD key
+//! schedules (about 500 B per direction) exist only while a direction is busy: each is built at
+//! the first record it protects after a quiet period and dropped by [`Records::compact`] when
+//! that direction was quiet since the previous call. Our sending key is kept raw because a
+//! server on a periodic ticker expands it at every message after a quiet period, and deriving
+//! it each time too would add two HKDF expansions to each; the peer's, on a subscriber, is
+//! mostly needed for a pong now and then, where the derivation costs little.
 //!
 //! Limits: a key is never used past [`KeyLimits`]. Before our sending key would reach its
 //! limit we send a KeyUpdate and move to the next key; a peer that goes past the limit on
@@ -18,6 +23,7 @@
 //! after 32 of those without data.
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
+use zeroize::Zeroize;
 
 pub use super::alert::RecordError;
 use super::alert::{Alert, AlertDescription};
@@ -25,8 +31,8 @@ use super::keys::{CipherSuite, KeyError, KeySchedule, SecretSchedule, TrafficKey
 use super::limits::{KeyLimits, Usage};
 use super::parked::{Parked, ParkedDirection};
 use super::wire::{
-    split_inner, ContentType, HandshakeType, KeyUpdateRequest, RecordHeader, HEADER_LEN,
-    KEY_UPDATE_LEN, MAX_PLAINTEXT, TAG_LEN,
+    split_inner, ContentType, KeyUpdateRequest, RecordHeader, HEADER_LEN, KEY_UPDATE_LEN,
+    MAX_PLAINTEXT, TAG_LEN,
 };
 
 /// What reading records produced besides plaintext.
@@ -43,88 +49,109 @@ pub struct Read {
 const RESERVED_RECORDS: u64 = 2;
 const RESERVED_WEIGHT: u64 = 2 * (KEY_UPDATE_LEN + 1 + TAG_LEN) as u64;
 
-/// One direction's current key and its use.
-struct Direction {
-    key: TrafficKey,
-    usage: Usage,
+/// The first four bytes of every KeyUpdate (§4.6.3): its type and its 24-bit length, 1. A
+/// KeyUpdate split across records is checked byte by byte against it, so the bytes kept
+/// between records are always this prefix and only their count is stored.
+const KEY_UPDATE_PREFIX: [u8; KEY_UPDATE_LEN - 1] = [24, 0, 0, 1];
+
+/// A record was sealed since the last [`Records::compact`].
+const SEALED: u8 = 1;
+/// A record was opened since the last [`Records::compact`].
+const OPENED: u8 = 2;
+/// The peer asked for our key to be updated and we have not sent a KeyUpdate since.
+const OWE_UPDATE: u8 = 4;
+
+/// The record's nonce (§5.3): the IV XORed with the big-endian sequence number, left-padded
+/// to the IV's length.
+fn nonce(iv: &[u8; IV_LEN], seq: u64) -> Nonce {
+    let mut n: [u8; IV_LEN] = *iv;
+    for (b, s) in n.iter_mut().skip(IV_LEN - 8).zip(seq.to_be_bytes()) {
+        *b ^= s;
+    }
+    Nonce::assume_unique_for_key(n)
 }
 
-impl Direction {
-    /// A direction under `key`, which has protected `seq` records already (0 for a fresh key).
-    fn new(key: TrafficKey, seq: u64) -> Direction {
-        Direction {
-            key,
-            usage: Usage::handed_over(seq),
-        }
-    }
+fn expand(suite: CipherSuite, key: &TrafficKey) -> Result<LessSafeKey, RecordError> {
+    UnboundKey::new(suite.aead(), key.key())
+        .map(LessSafeKey::new)
+        .map_err(|_| RecordError::KeyUpdate(KeyError::Length))
+}
 
-    fn expand(&self, suite: CipherSuite) -> Result<LessSafeKey, RecordError> {
-        UnboundKey::new(suite.aead(), self.key.key())
-            .map(LessSafeKey::new)
-            .map_err(|_| RecordError::KeyUpdate(KeyError::Length))
-    }
+/// The peer's key expanded, with its IV: while the peer is sending, the only copy of either.
+struct Opening {
+    key: LessSafeKey,
+    iv: [u8; IV_LEN],
+}
 
-    /// Charges one record of `weight` and returns its nonce (§5.3): the IV XORed with the
-    /// big-endian sequence number, left-padded to the IV's length.
-    fn next_nonce(&mut self, weight: usize) -> Nonce {
-        let seq = self.usage.charge(weight as u64);
-        let mut n: [u8; IV_LEN] = *self.key.iv();
-        for (b, s) in n.iter_mut().skip(IV_LEN - 8).zip(seq.to_be_bytes()) {
-            *b ^= s;
-        }
-        Nonce::assume_unique_for_key(n)
+impl Opening {
+    fn new(suite: CipherSuite, key: &TrafficKey) -> Result<Opening, RecordError> {
+        Ok(Opening {
+            key: expand(suite, key)?,
+            iv: *key.iv(),
+        })
     }
 }
 
-/// A handshake message whose first bytes arrived at the end of a record (§5.1 allows
-/// splitting one across records). Only a KeyUpdate can get this far, so five bytes suffice.
-#[derive(Default)]
-struct PartialHandshake {
-    bytes: [u8; KEY_UPDATE_LEN],
-    len: u8,
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.iv.zeroize();
+    }
 }
 
-/// An established TLS 1.3 connection's record layer, for either side; `K` supplies the next
-/// keys when they are updated.
+/// An established TLS 1.3 connection's record layer, for either side; `K` supplies the peer's
+/// current key and the next keys when they are updated.
+///
+/// Kept small (every idle TLS connection holds one): `send_key` is the only key kept raw, and
+/// the flags and the partial KeyUpdate take a byte each.
 pub struct Records<K> {
     suite: CipherSuite,
     limits: &'static KeyLimits,
     schedule: K,
-    send: Direction,
-    receive: Direction,
-    /// Expanded keys (send, receive) while the connection is busy.
-    expanded: Option<Box<(LessSafeKey, LessSafeKey)>>,
-    /// A record was processed since the last [`Records::compact`].
-    active: bool,
-    handshake: PartialHandshake,
-    /// The peer asked for our key to be updated and we have not sent a KeyUpdate since.
-    owe_update: bool,
+    /// Our current key and IV.
+    send_key: TrafficKey,
+    /// How much of it we have used.
+    send: Usage,
+    /// How much of the peer's current key it has used.
+    receive: Usage,
+    /// Our key expanded, while we are sending.
+    sealing: Option<Box<LessSafeKey>>,
+    /// The peer's key expanded, while it is sending.
+    opening: Option<Box<Opening>>,
+    /// [`SEALED`], [`OPENED`], [`OWE_UPDATE`].
+    flags: u8,
+    /// How many bytes of a KeyUpdate split across records have arrived (0..=4; the bytes are
+    /// [`KEY_UPDATE_PREFIX`]'s).
+    partial: u8,
 }
 
 impl<K: KeySchedule> Records<K> {
-    /// Takes over a connection whose keys are `send` and `receive`, which have protected
-    /// `send_seq` and `receive_seq` records already (during the handover, e.g. tickets).
+    /// Takes over a connection whose sending key is `send`, which has protected `send_seq`
+    /// records already, and whose peer has sent `receive_seq` under its current key (during
+    /// the handover, e.g. tickets); the peer's key comes from `schedule`.
     pub fn new(
         suite: CipherSuite,
         schedule: K,
         (send, send_seq): (TrafficKey, u64),
-        (receive, receive_seq): (TrafficKey, u64),
+        receive_seq: u64,
     ) -> Records<K> {
         Records {
             suite,
             limits: &KeyLimits::RFC8446,
             schedule,
-            send: Direction::new(send, send_seq),
-            receive: Direction::new(receive, receive_seq),
-            expanded: None,
-            active: false,
-            handshake: PartialHandshake::default(),
-            owe_update: false,
+            send_key: send,
+            send: Usage::handed_over(send_seq),
+            receive: Usage::handed_over(receive_seq),
+            sealing: None,
+            opening: None,
+            flags: 0,
+            partial: 0,
         }
     }
 
     /// Continues a connection another process parked ([`Records::park`]) with its keys;
     /// `schedule` wraps the schedule that derives the next ones from its traffic secrets.
+    /// The peer's key is not taken from `parked`: the schedule derives it when the peer next
+    /// sends.
     pub fn resume(
         parked: Parked,
         schedule: impl FnOnce(SecretSchedule) -> K,
@@ -136,59 +163,58 @@ impl<K: KeySchedule> Records<K> {
             owe_update,
             partial_handshake,
         } = parked;
-        let secrets = SecretSchedule::new(suite, send.secret, receive.secret);
-        let mut handshake = PartialHandshake::default();
-        let n = partial_handshake.len();
-        if n >= KEY_UPDATE_LEN {
-            return Err(KeyError::Length); // A whole KeyUpdate is never left partial.
+        let ParkedDirection {
+            secret: send_secret,
+            key: send_key,
+            usage: send_usage,
+        } = send;
+        let ParkedDirection {
+            secret: receive_secret,
+            key: _,
+            usage: receive_usage,
+        } = receive;
+        // A whole KeyUpdate is never left partial, and a partial one is always its prefix.
+        if KEY_UPDATE_PREFIX.get(..partial_handshake.len()) != Some(&partial_handshake[..]) {
+            return Err(KeyError::Length);
         }
-        handshake
-            .bytes
-            .get_mut(..n)
-            .ok_or(KeyError::Length)?
-            .copy_from_slice(&partial_handshake);
-        handshake.len = u8::try_from(n).map_err(|_| KeyError::Length)?;
+        let partial = u8::try_from(partial_handshake.len()).map_err(|_| KeyError::Length)?;
+        let secrets = SecretSchedule::new(suite, send_secret, receive_secret);
         Ok(Records {
             suite,
             limits: &KeyLimits::RFC8446,
             schedule: schedule(secrets),
-            send: Direction {
-                key: send.key,
-                usage: send.usage,
-            },
-            receive: Direction {
-                key: receive.key,
-                usage: receive.usage,
-            },
-            expanded: None,
-            active: false,
-            handshake,
-            owe_update,
+            send_key,
+            send: send_usage,
+            receive: receive_usage,
+            sealing: None,
+            opening: None,
+            flags: if owe_update { OWE_UPDATE } else { 0 },
+            partial,
         })
     }
 
     /// Everything another process needs to continue this connection's records
     /// ([`Records::resume`]); `None` if the key schedule does not expose its secrets (rustls'
-    /// kernel hand-off keeps them to itself).
+    /// kernel hand-off keeps them to itself). The peer's key, which is not kept, is derived
+    /// again for the format (two HKDF expansions).
     pub fn park(&self) -> Option<Parked> {
         let (send, receive) = self.schedule.current_secrets()?;
+        let receive_key = self.schedule.receive_key().ok()?;
         Some(Parked {
             suite: self.suite,
             send: ParkedDirection {
                 secret: send.clone(),
-                key: self.send.key.clone(),
-                usage: self.send.usage,
+                key: self.send_key.clone(),
+                usage: self.send,
             },
             receive: ParkedDirection {
                 secret: receive.clone(),
-                key: self.receive.key.clone(),
-                usage: self.receive.usage,
+                key: receive_key,
+                usage: self.receive,
             },
-            owe_update: self.owe_update,
-            partial_handshake: self
-                .handshake
-                .bytes
-                .get(..usize::from(self.handshake.len))
+            owe_update: self.owes_key_update(),
+            partial_handshake: KEY_UPDATE_PREFIX
+                .get(..usize::from(self.partial))
                 .unwrap_or_default()
                 .to_vec(),
         })
@@ -207,33 +233,53 @@ impl<K: KeySchedule> Records<K> {
 
     /// How much of their current keys each direction has used: (send, receive).
     pub fn usage(&self) -> (Usage, Usage) {
-        (self.send.usage, self.receive.usage)
+        (self.send, self.receive)
     }
 
-    /// Drops the expanded keys if no record was processed since the previous call (the
-    /// caller's periodic sweep); returns whether they were dropped.
+    /// Drops the expanded key of each direction that protected no record since the previous
+    /// call (the caller's periodic sweep); returns whether any was dropped.
     pub fn compact(&mut self) -> bool {
-        let idle = !std::mem::take(&mut self.active);
-        idle && self.expanded.take().is_some()
+        let busy = self.flags & (SEALED | OPENED);
+        self.flags &= !(SEALED | OPENED);
+        let sealing = busy & SEALED == 0 && self.sealing.take().is_some();
+        let opening = busy & OPENED == 0 && self.opening.take().is_some();
+        sealing || opening
     }
 
-    fn keys(&mut self) -> Result<&mut (LessSafeKey, LessSafeKey), RecordError> {
-        self.active = true;
-        if self.expanded.is_none() {
-            let keys = (
-                self.send.expand(self.suite)?,
-                self.receive.expand(self.suite)?,
-            );
-            self.expanded = Some(Box::new(keys));
-        }
-        self.expanded
-            .as_deref_mut()
-            .ok_or(RecordError::KeyUpdate(KeyError::Unavailable))
+    /// Which directions have their keys expanded: (send, receive).
+    pub fn expanded(&self) -> (bool, bool) {
+        (self.sealing.is_some(), self.opening.is_some())
+    }
+
+    /// Our expanded key, built from the kept raw key if the sweep dropped it.
+    fn sealing_key(&mut self) -> Result<&LessSafeKey, RecordError> {
+        self.flags |= SEALED;
+        let sealing = match self.sealing.take() {
+            Some(k) => k,
+            None => Box::new(expand(self.suite, &self.send_key)?),
+        };
+        Ok(self.sealing.insert(sealing))
+    }
+
+    /// The peer's expanded key and IV, derived from the schedule if the sweep dropped them.
+    fn opening_key(&mut self) -> Result<&Opening, RecordError> {
+        self.flags |= OPENED;
+        let opening = match self.opening.take() {
+            Some(k) => k,
+            None => {
+                let key = self
+                    .schedule
+                    .receive_key()
+                    .map_err(RecordError::KeyUpdate)?;
+                Box::new(Opening::new(self.suite, &key)?)
+            }
+        };
+        Ok(self.opening.insert(opening))
     }
 
     /// Whether the peer asked for a key update that our next application data will answer.
     pub fn owes_key_update(&self) -> bool {
-        self.owe_update
+        self.flags & OWE_UPDATE != 0
     }
 
     /// Seals `data` as application data records appended to `out`, updating our key first
@@ -242,7 +288,7 @@ impl<K: KeySchedule> Records<K> {
         self.answer_update(out)?;
         for chunk in data.chunks(MAX_PLAINTEXT) {
             let weight = (chunk.len() + 1 + TAG_LEN) as u64;
-            let room = self.send.usage.has_room(
+            let room = self.send.has_room(
                 self.limits,
                 self.suite,
                 1 + RESERVED_RECORDS,
@@ -258,7 +304,7 @@ impl<K: KeySchedule> Records<K> {
 
     /// Sends the KeyUpdate the peer asked for, if it is still owed.
     fn answer_update(&mut self, out: &mut Vec<u8>) -> Result<(), RecordError> {
-        if self.owe_update {
+        if self.owes_key_update() {
             self.update_send_key(KeyUpdateRequest::NotRequested, out)?;
         }
         Ok(())
@@ -278,9 +324,10 @@ impl<K: KeySchedule> Records<K> {
             .next_send_key()
             .map_err(RecordError::KeyUpdate)?;
         self.seal_record(ContentType::Handshake, &request.message(), 0, out)?;
-        self.send = Direction::new(next, 0);
-        self.expanded = None;
-        self.owe_update = false;
+        self.send_key = next;
+        self.send = Usage::handed_over(0);
+        self.sealing = None;
+        self.flags &= !OWE_UPDATE;
         Ok(())
     }
 
@@ -316,15 +363,14 @@ impl<K: KeySchedule> Records<K> {
         let weight = inner + TAG_LEN;
         if !self
             .send
-            .usage
             .has_room(self.limits, self.suite, 1, weight as u64)
         {
             return Err(RecordError::KeyExhausted);
         }
         let length = u16::try_from(weight).map_err(|_| RecordError::Overflow)?;
         let header = RecordHeader::protected(length);
-        let nonce = self.send.next_nonce(weight);
-        let key = &self.keys()?.0;
+        let nonce = nonce(self.send_key.iv(), self.send.charge(weight as u64));
+        let key = self.sealing_key()?;
         let start = out.len();
         out.extend_from_slice(&header);
         out.extend_from_slice(plain);
@@ -378,20 +424,17 @@ impl<K: KeySchedule> Records<K> {
         read: &mut Read,
     ) -> Result<(), RecordError> {
         let weight = body.len() as u64;
-        if !self
-            .receive
-            .usage
-            .has_room(self.limits, self.suite, 1, weight)
-        {
+        if !self.receive.has_room(self.limits, self.suite, 1, weight) {
             return Err(RecordError::PeerKeyExhausted);
         }
-        let nonce = self.receive.next_nonce(body.len());
-        let key = &self.keys()?.1;
-        let inner = key
-            .open_in_place(nonce, Aad::from(header.bytes), body)
+        let seq = self.receive.charge(weight);
+        let opening = self.opening_key()?;
+        let inner = opening
+            .key
+            .open_in_place(nonce(&opening.iv, seq), Aad::from(header.bytes), body)
             .map_err(|_| RecordError::BadMac)?;
         let (kind, content) = split_inner(inner)?;
-        if kind != ContentType::Handshake && self.handshake.len > 0 {
+        if kind != ContentType::Handshake && self.partial > 0 {
             return Err(RecordError::UnexpectedHandshake);
         }
         match kind {
@@ -407,38 +450,28 @@ impl<K: KeySchedule> Records<K> {
     }
 
     /// Post-handshake messages the peer may send us: only KeyUpdate (§4.6.3), possibly split
-    /// across records, and always the last message of its record.
+    /// across records, and always the last message of its record. Each byte is checked as it
+    /// arrives: a bad type or length is refused without waiting for more.
     fn handshake(&mut self, mut content: &[u8]) -> Result<(), RecordError> {
         if content.is_empty() {
             return Err(RecordError::UnexpectedHandshake); // §5.1: no empty fragments.
         }
-        while !content.is_empty() {
-            let have = usize::from(self.handshake.len);
-            let take = (KEY_UPDATE_LEN - have).min(content.len());
-            let (now, rest) = content.split_at(take);
-            let slot = self
-                .handshake
-                .bytes
-                .get_mut(have..have + take)
-                .ok_or(RecordError::UnexpectedHandshake)?;
-            slot.copy_from_slice(now);
+        while let Some((&byte, rest)) = content.split_first() {
             content = rest;
-            let have = have + take;
-            self.handshake.len = have as u8;
-            // Checked as soon as each byte is there: a bad type or length is refused without
-            // waiting for more.
-            let [kind, l0, l1, l2, request] = self.handshake.bytes;
-            if HandshakeType::from_u8(kind) != HandshakeType::KeyUpdate {
-                return Err(RecordError::UnexpectedHandshake);
+            let have = usize::from(self.partial);
+            if let Some(&expected) = KEY_UPDATE_PREFIX.get(have) {
+                if byte != expected {
+                    return Err(if have == 0 {
+                        RecordError::UnexpectedHandshake
+                    } else {
+                        RecordError::BadKeyUpdateLength
+                    });
+                }
+                self.partial += 1;
+                continue; // The rest may come in the next record.
             }
-            if have >= 4 && [l0, l1, l2] != [0, 0, 1] {
-                return Err(RecordError::BadKeyUpdateLength);
-            }
-            if have < KEY_UPDATE_LEN {
-                return Ok(()); // The rest comes in the next record.
-            }
-            self.handshake.len = 0;
-            let request = KeyUpdateRequest::from_u8(request)?;
+            self.partial = 0;
+            let request = KeyUpdateRequest::from_u8(byte)?;
             if !content.is_empty() {
                 // §5.1: the keys change after a KeyUpdate, so it must end its record.
                 return Err(RecordError::UnexpectedHandshake);
@@ -455,11 +488,26 @@ impl<K: KeySchedule> Records<K> {
             .schedule
             .next_receive_key()
             .map_err(RecordError::KeyUpdate)?;
-        self.receive = Direction::new(next, 0);
-        self.expanded = None;
+        self.receive = Usage::handed_over(0);
+        // The peer is sending: expanded now, from the key just derived.
+        self.opening = Some(Box::new(Opening::new(self.suite, &next)?));
         if request == KeyUpdateRequest::Requested {
-            self.owe_update = true;
+            self.flags |= OWE_UPDATE;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls13::wire::HandshakeType;
+
+    #[test]
+    fn the_kept_prefix_starts_every_key_update() {
+        for request in [KeyUpdateRequest::NotRequested, KeyUpdateRequest::Requested] {
+            assert_eq!(request.message()[..KEY_UPDATE_LEN - 1], KEY_UPDATE_PREFIX);
+        }
+        assert_eq!(KEY_UPDATE_PREFIX[0], HandshakeType::KeyUpdate.to_u8());
     }
 }

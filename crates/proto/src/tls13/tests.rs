@@ -37,13 +37,13 @@ fn payload() -> Vec<u8> {
 /// One side: the server has sent one record (the ticket), which the client has read.
 fn side(send: &str, receive: &str, limits: &'static KeyLimits) -> Side {
     let schedule = SecretSchedule::new(SUITE, rfc8448_secret(send), rfc8448_secret(receive));
-    let (s, r) = schedule.keys().unwrap();
+    let (s, _) = schedule.keys().unwrap();
     let (send_seq, receive_seq) = if send == SERVER_AP_SECRET {
         (1, 0)
     } else {
         (0, 1)
     };
-    Records::new(SUITE, schedule, (s, send_seq), (r, receive_seq)).with_limits(limits)
+    Records::new(SUITE, schedule, (s, send_seq), receive_seq).with_limits(limits)
 }
 
 /// (server, client) at the start of RFC 8448's application data.
@@ -440,8 +440,9 @@ fn the_writer_updates_its_key_before_the_aes_gcm_limit() {
     assert_eq!(wire.len(), 1000 * (5 + 4 + 1 + 16), "no KeyUpdate needed");
 }
 
-/// A schedule whose next keys never come (as when the handshake library refuses).
-struct NoNextKeys;
+/// A schedule whose next keys never come (as when the handshake library refuses); it keeps
+/// the peer's current key.
+struct NoNextKeys(TrafficKey);
 
 impl KeySchedule for NoNextKeys {
     fn next_send_key(&mut self) -> Result<TrafficKey, KeyError> {
@@ -450,13 +451,16 @@ impl KeySchedule for NoNextKeys {
     fn next_receive_key(&mut self) -> Result<TrafficKey, KeyError> {
         Err(KeyError::Unavailable)
     }
+    fn receive_key(&self) -> Result<TrafficKey, KeyError> {
+        Ok(self.0.clone())
+    }
 }
 
 #[test]
 fn without_a_next_key_the_writer_stops_before_the_limit_and_can_still_alert() {
     let key = client_key();
     let mut w =
-        Records::new(SUITE, NoNextKeys, (key.clone(), 0), (key, 0)).with_limits(&SMALL_SEQUENCE);
+        Records::new(SUITE, NoNextKeys(key.clone()), (key, 0), 0).with_limits(&SMALL_SEQUENCE);
     let mut wire = Vec::new();
     w.seal(b"a", &mut wire).unwrap();
     w.seal(b"b", &mut wire).unwrap();

@@ -225,12 +225,12 @@ impl<S: Socket> Conn<S> {
 
     /// Unsent bytes waiting in the backlog.
     pub fn backlog_bytes(&self) -> usize {
-        self.out.as_ref().map_or(0, |b| b.bytes) + self.tls.as_ref().map_or(0, |t| t.unsent.len())
+        self.out.as_ref().map_or(0, |b| b.bytes) + self.tls.as_ref().map_or(0, |t| t.unsent().len())
     }
 
     /// Whether bytes are waiting to be written (new ones must queue behind them).
     fn waiting(&self) -> bool {
-        self.out.is_some() || self.tls.as_ref().is_some_and(|t| !t.unsent.is_empty())
+        self.out.is_some() || self.tls.as_ref().is_some_and(|t| !t.unsent().is_empty())
     }
 
     /// Writes `data` now if nothing is waiting before it, and keeps whatever the kernel refuses
@@ -279,7 +279,7 @@ impl<S: Socket> Conn<S> {
     /// drains. Returns `offset`.
     pub fn keep_unsent_records(&mut self, records: &[u8], offset: usize) -> usize {
         if let (Some(t), Some(rest)) = (self.tls.as_mut(), records.get(offset..)) {
-            t.unsent.extend_from_slice(rest);
+            t.keep_unsent(rest);
         }
         offset
     }
@@ -428,13 +428,13 @@ impl<S: Socket> Conn<S> {
         if let Some(stream) = self
             .stream
             .as_ref()
-            .filter(|_| self.tls.as_ref().is_none_or(|t| t.unsent.is_empty()))
+            .filter(|_| self.tls.as_ref().is_none_or(|t| t.unsent().is_empty()))
         {
             offset = write_some(stream, records)?;
         }
         if let Some(rest) = records.get(offset..).filter(|r| !r.is_empty()) {
             if let Some(t) = self.tls.as_mut() {
-                t.unsent.extend_from_slice(rest);
+                t.keep_unsent(rest);
             }
         }
         Ok(offset)
@@ -473,17 +473,16 @@ impl<S: Socket> Conn<S> {
         const BATCH: usize = 4 * MAX_RECORD;
         let mut written = 0;
         loop {
-            if let Some(t) = self.tls.as_mut().filter(|t| !t.unsent.is_empty()) {
+            if let Some(t) = self.tls.as_mut().filter(|t| !t.unsent().is_empty()) {
                 let Some(stream) = self.stream.as_ref() else {
                     return Ok(written);
                 };
-                let n = write_some(stream, &t.unsent)?;
+                let n = write_some(stream, t.unsent())?;
                 written += n;
-                t.unsent.drain(..n.min(t.unsent.len()));
-                if !t.unsent.is_empty() {
+                t.unsent_written(n);
+                if !t.unsent().is_empty() {
                     return Ok(written);
                 }
-                t.unsent = Vec::new();
             }
             let Some(b) = self.out.as_mut() else {
                 return Ok(written);
@@ -509,7 +508,7 @@ impl<S: Socket> Conn<S> {
                     .iter()
                     .map(|c| c.data.get(c.offset..).unwrap_or_default()),
             )?;
-            if self.tls.as_ref().is_some_and(|t| !t.unsent.is_empty()) {
+            if self.tls.as_ref().is_some_and(|t| !t.unsent().is_empty()) {
                 return Ok(written); // The kernel refused part of it: wait for writability.
             }
         }
