@@ -27,6 +27,7 @@ SETTINGS_HEADER_TABLE_SIZE = 0x1
 SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_ENABLE_CONNECT_PROTOCOL = 0x4, 0x8
 NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED = 0x0, 0x1, 0x3, 0x5
 FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, ENHANCE_YOUR_CALM = 0x6, 0x7, 0x8, 0xB
+COMPRESSION_ERROR = 0x9
 
 
 def open_socket(addr, ca=None, alpn=("h2",), timeout=10.0):
@@ -197,6 +198,8 @@ class Raw:
         self.dec = hpack.Decoder()
         self.buf = b""
         self.closed = False
+        # False plays a client that ignores the server's SETTINGS_HEADER_TABLE_SIZE.
+        self.honour_table_size = True
         if preface is not None:
             self.sock.sendall(preface + settings_frame(settings))
 
@@ -227,7 +230,7 @@ class Raw:
                         # next block starts with the size update, RFC 7541 §4.2).
                         for i in range(0, len(payload) - 5, 6):
                             key, value = struct.unpack("!HI", payload[i : i + 6])
-                            if key == SETTINGS_HEADER_TABLE_SIZE:
+                            if key == SETTINGS_HEADER_TABLE_SIZE and self.honour_table_size:
                                 self.enc.header_table_size = value
                         try:
                             self.send(frame(SETTINGS, ACK))

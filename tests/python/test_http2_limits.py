@@ -181,3 +181,23 @@ def test_a_request_naming_no_single_wellformed_host_is_refused(start_server, fie
     # The connection goes on.
     r.send(r.headers(3, "/nope"))
     assert r.response(3)[0] == 404
+
+
+@pytest.mark.parametrize("honours", [True, False], ids=["client-honours", "client-ignores"])
+def test_with_a_table_of_zero_the_fields_a_client_indexed_are_dropped_at_its_ack(start_server, honours):
+    """`--h2-header-table 0` (docs/protocol.md, "HTTP/2"): the server advertises an HPACK table
+    of 0 bytes. A client's first request, sent before it read that, indexes its fields in the
+    default table; once the client acknowledges, the server has dropped them. A client that
+    applies the setting starts its next block with the size update and is answered; one that
+    ignores it refers to the dropped entries: COMPRESSION_ERROR."""
+    s = start_server("--h2-header-table", 0)
+    r = Raw(s.clients)
+    r.honour_table_size = honours
+    r.send(r.headers(1, "/nope", extra=[("x-trace", "a-value-worth-indexing")]))
+    # Reading the answer reads (and acknowledges) the server's SETTINGS first.
+    assert r.response(1)[0] == 404
+    r.send(r.headers(3, "/nope", extra=[("x-trace", "a-value-worth-indexing")]))
+    if honours:
+        assert r.response(3)[0] == 404
+    else:
+        assert r.goaway()[0] == h2client.COMPRESSION_ERROR

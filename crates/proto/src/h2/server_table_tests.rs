@@ -1,5 +1,5 @@
-//! The HPACK dynamic table of a connection: the client's default table until it acknowledges
-//! this side's SETTINGS (a table size of zero by default), nothing kept after that; and what
+//! The HPACK dynamic table of a connection that advertises a table of zero: the client's
+//! default table until it acknowledges this side's SETTINGS, nothing kept after that; and what
 //! an idle connection of one stream allocates.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
@@ -45,10 +45,18 @@ fn feed(c: &mut Connection, input: &[u8]) -> (Vec<String>, Option<Fatal>) {
     (heads, res.err())
 }
 
+/// Settings advertising a table of zero (`h2_header_table = 0`).
+fn zero() -> Settings {
+    Settings {
+        header_table: 0,
+        ..Settings::default()
+    }
+}
+
 /// A connection that took the preface, the client's SETTINGS and a first indexing request on
 /// stream 1, and did not see an acknowledgement yet.
 fn before_ack() -> Connection {
-    let mut c = Connection::new(Settings::default());
+    let mut c = Connection::new(zero());
     let mut v = PREFACE.to_vec();
     write_settings(&mut v, &[]);
     write_headers(&mut v, 1, &indexing_get(), true, 16_384);
@@ -62,7 +70,7 @@ fn before_ack() -> Connection {
 #[test]
 fn this_side_advertises_a_table_of_zero() {
     let mut out = Vec::new();
-    Connection::new(Settings::default()).start(&mut out);
+    Connection::new(zero()).start(&mut out);
     // SETTINGS_HEADER_TABLE_SIZE (1) = 0 among the settings.
     let payload = &out[9..];
     assert!(
@@ -201,4 +209,20 @@ fn an_idle_connection_of_one_stream_allocates_little() {
         "{}",
         std::mem::size_of::<Connection>()
     );
+}
+
+#[test]
+fn by_default_the_protocol_s_table_is_kept_and_not_advertised() {
+    let mut out = Vec::new();
+    let mut c = Connection::new(Settings::default());
+    c.start(&mut out);
+    assert!(!out[9..].chunks(6).any(|s| s[..2] == [0, 1]), "{out:?}");
+    let mut v = PREFACE.to_vec();
+    write_settings(&mut v, &[]);
+    write_headers(&mut v, 1, &indexing_get(), true, 16_384);
+    write_settings_ack(&mut v);
+    write_headers(&mut v, 3, &referring_get(), true, 16_384);
+    let (heads, err) = feed(&mut c, &v);
+    assert!(err.is_none(), "{err:?}");
+    assert!(heads[1].contains("cookie: session="), "{heads:?}");
 }

@@ -11,10 +11,11 @@ pub struct Settings {
     /// `SETTINGS_MAX_HEADER_LIST_SIZE`: decoded request header bytes (RFC 7541 sizes).
     pub max_header_list: u32,
     /// `SETTINGS_HEADER_TABLE_SIZE`: the HPACK dynamic table a client may fill once it has
-    /// acknowledged this side's SETTINGS (before that, the default 4,096). Zero by default: a
-    /// browser indexes the fields of its first requests (hundreds of bytes: user agent,
-    /// cookies, client hints), which a table would keep for the connection's whole life,
-    /// while the requests of a push server's connections are few.
+    /// acknowledged this side's SETTINGS (before that, the default 4,096). A smaller size
+    /// frees the fields a browser indexed in its first requests (user agent, cookies, client
+    /// hints: hundreds of bytes) at the acknowledgement instead of keeping them for the
+    /// connection's life; the default stays 4,096 because some clients (h2spec, hand-written
+    /// ones) ignore the setting and then refer to entries the server no longer has.
     pub header_table: u32,
     /// `SETTINGS_ENABLE_CONNECT_PROTOCOL` (RFC 8441): WebSockets over HTTP/2.
     pub connect_protocol: bool,
@@ -30,7 +31,7 @@ impl Default for Settings {
             max_streams: 256,
             initial_window: 65_535,
             max_header_list: 16_384,
-            header_table: 0,
+            header_table: 4_096,
             connect_protocol: true,
             keep_alive_heads: false,
         }

@@ -250,16 +250,16 @@ settings! {
     /// `SO_REUSEPORT` like `listen`. When a certificate is set without it, `0.0.0.0:8443`.
     tls_listen: Option<SocketAddr> = None,
         flag "TLS client listener address (default 0.0.0.0:8443 once a certificate is given)";
-    /// HTTP/2 on the client listeners and the API: chosen by ALPN (`h2`) over TLS, and by the
-    /// connection preface (prior knowledge, h2c) in clear text; HTTP/1.1 clients are
-    /// unaffected. Every HTTP transport runs as a stream, WebSockets too (RFC 8441), so a page
-    /// with many EventSources shares one connection instead of hitting the browser's six per
-    /// origin. See docs/protocol.md, "HTTP/2".
+    /// HTTP/2 on the client listeners and the API: chosen by ALPN (`h2`) over TLS, by the
+    /// preface (h2c) in clear text. Every HTTP transport runs as a stream, WebSockets too
+    /// (RFC 8441), so a page's EventSources share one connection. See docs/protocol.md, "HTTP/2".
     http2: bool = true, switch "Speak HTTP/2 on the client listeners and the API (ALPN h2, and h2c)";
-    /// Streams one HTTP/2 connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`);
-    /// more are refused (`REFUSED_STREAM`). Each open stream counts as a connection against
-    /// `max_connections` and `max_connections_per_address`. At least 1.
+    /// Streams one HTTP/2 connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`; more
+    /// are `REFUSED_STREAM`), each a connection for `max_connections[_per_address]`. At least 1.
     h2_max_streams: usize = 256, flag "Streams one HTTP/2 connection may have open at once";
+    /// HPACK table for a client's request fields (`SETTINGS_HEADER_TABLE_SIZE`). 0 frees a browser's
+    /// (~1.4 KB) at its SETTINGS ack; clients that ignore the setting (h2spec) then fail.
+    h2_header_table: u32 = 4096, flag "HPACK table size advertised to HTTP/2 clients (0 saves memory)";
     /// The default certificate: a PEM chain (server certificate first, then intermediates).
     /// `clarion cert --dev` makes a pair for trying TLS locally. Goes with `tls_key`.
     tls_cert: Option<PathBuf> = None,

@@ -89,6 +89,7 @@ impl<S: Socket> Engine<S> {
         let conn = Connection::new(Settings {
             max_streams: cfg.h2_max_streams.clamp(1, u32::MAX as usize) as u32,
             max_header_list: cfg.max_head_size.min(u32::MAX as usize) as u32,
+            header_table: cfg.h2_header_table,
             ..Settings::default()
         });
         let mut out = Vec::with_capacity(64);
