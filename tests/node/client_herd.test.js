@@ -43,7 +43,7 @@ test(`${CLIENTS} clients resume after a group restart, spread, nothing lost, not
       if (!lostAt[i]) lostAt[i] = Date.now();
     });
     client.on('error', (e) => errors.push(e.kind));
-    const sub = client.subscribe(`herd.${i % TOPICS}`, { onMessage: (m) => got[i].push(m.id) });
+    const sub = client.subscribe(`herd.${i % TOPICS}`, { onMessage: (m) => got[i].push(m) });
     sub.on('subscribed', () => {
       if (lostAt[i] && !backAt[i]) backAt[i] = Date.now();
     });
@@ -64,18 +64,23 @@ test(`${CLIENTS} clients resume after a group restart, spread, nothing lost, not
   await sleep(1500);
   await Promise.all(pubs.map((p) => p.stop()));
   const last = pubs.map((p) => p.ids[p.ids.length - 1]);
-  await waitFor(() => got.every((g, i) => g[g.length - 1] === last[i % TOPICS]), 20000, 'the last messages');
+  await waitFor(() => got.every((g, i) => g.length && g[g.length - 1].id === last[i % TOPICS]), 20000, 'the last messages');
   const refusals = await refused(group.api);
   clients.forEach((c) => c.client.close());
   await group.kill9();
   redis.child.kill('SIGKILL');
 
   // Nothing lost or repeated: each client has exactly its topic's ids from its first one on.
+  // A publish whose answer the stop cut off (Redis had taken it) is sent again and gets a
+  // second id: its first copy, with no receipt, is a second publish of the same payload, not
+  // a second delivery, and is set aside (as `verify` in client_util.js does).
   for (let i = 0; i < CLIENTS; i++) {
     const ids = pubs[i % TOPICS].ids;
-    const start = ids.indexOf(got[i][0]);
+    const receipts = new Set(ids);
+    const kept = got[i].filter((m) => receipts.has(m.id) || ids[Number(m.data)] === undefined).map((m) => m.id);
+    const start = ids.indexOf(kept[0]);
     assert.ok(start >= 0 && start <= 12, `client ${i} started at ${start}`);
-    assert.deepEqual(got[i], ids.slice(start), `client ${i}`);
+    assert.deepEqual(kept, ids.slice(start), `client ${i}`);
   }
   // Spread: reconnects after the 1001, by tenths of the restart window from the stop.
   const windowMs = RESTART_MS || DEFAULTS.restartDelayMs;
