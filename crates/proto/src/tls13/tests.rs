@@ -442,7 +442,7 @@ fn the_writer_updates_its_key_before_the_aes_gcm_limit() {
 
 /// A schedule whose next keys never come (as when the handshake library refuses); it keeps
 /// the peer's current key.
-struct NoNextKeys(TrafficKey);
+pub(super) struct NoNextKeys(pub(super) TrafficKey);
 
 impl KeySchedule for NoNextKeys {
     fn next_send_key(&mut self) -> Result<TrafficKey, KeyError> {

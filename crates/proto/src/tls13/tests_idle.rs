@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::keys::tests::{rfc8448_secret, CLIENT_AP_SECRET, SERVER_AP_SECRET};
+use super::tests::NoNextKeys;
 use super::*;
 
 type Side = Records<SecretSchedule>;
@@ -79,21 +80,9 @@ fn each_direction_is_expanded_when_used_and_dropped_on_its_own() {
 fn the_peer_key_derived_after_each_sweep_opens_what_a_kept_key_opens() {
     let (mut server, mut client) = pair();
     // A layer that keeps the client's key as it was handed over instead of deriving it.
-    struct Kept(TrafficKey);
-    impl KeySchedule for Kept {
-        fn next_send_key(&mut self) -> Result<TrafficKey, KeyError> {
-            Err(KeyError::Unavailable)
-        }
-        fn next_receive_key(&mut self) -> Result<TrafficKey, KeyError> {
-            Err(KeyError::Unavailable)
-        }
-        fn receive_key(&self) -> Result<TrafficKey, KeyError> {
-            Ok(self.0.clone())
-        }
-    }
     let client_key = TrafficKey::derive(SUITE, &rfc8448_secret(CLIENT_AP_SECRET)).unwrap();
     let server_key = TrafficKey::derive(SUITE, &rfc8448_secret(SERVER_AP_SECRET)).unwrap();
-    let mut kept = Records::new(SUITE, Kept(client_key), (server_key, 0), 0);
+    let mut kept = Records::new(SUITE, NoNextKeys(client_key), (server_key, 0), 0);
     for i in 0..4u8 {
         let w = send(&mut client, &[i; 40]);
         assert_eq!(read(&mut kept, w.clone()), [i; 40]);
