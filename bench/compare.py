@@ -45,7 +45,8 @@ fan-out submitted through io_uring, the default).
 `clarion-h2-tls` and `clarion-h2-mux-tls` are the same over TLS 1.3 (a `clarion cert --dev`
 certificate made for the run; ALPN chooses h2), the way browsers speak HTTP/2.
 `clarion-ref-h2-mux` is `clarion-h2-mux` served by the reference build (`CLARION_REF_BIN`), for
-a before/after of the HTTP/2 path, and `clarion-ref-tls` is `clarion-tls` served by it, for a
+a before/after of the HTTP/2 path, `clarion-ref-h2-tls` is `clarion-h2-tls` served by it (the
+same at one stream per TLS connection), and `clarion-ref-tls` is `clarion-tls` served by it, for a
 before/after of the TLS path. HTTP/1.1 SSE against HTTP/2 (issue 32):
 
     python3 bench/compare.py --scenario burst -n 15000 --repeats 3 --transport sse \
@@ -132,6 +133,7 @@ ALL = ["clarion", "uws", "socketify", "ws", "socketio", "websockets", "pushpin",
        "clarion-durable-sync", "clarion-redis", "clarion-cluster", "clarion-rcluster",
        "uws-cpp", "uws-cpp-group", "centrifuge", "clarion-h2", "clarion-h2-mux", "clarion-tls",
        "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux", "clarion-ref-tls",
+       "clarion-ref-h2-tls",
        "clarion-cluster-tls", "uws-cpp-group-tls"]
 TRANSPORTS = {
     "clarion": {"ws", "sse"}, "uws": {"ws"}, "socketify": {"ws"}, "ws": {"ws"},
@@ -145,6 +147,7 @@ TRANSPORTS = {
     "clarion-h2": {"ws", "sse"}, "clarion-h2-mux": {"ws", "sse"}, "clarion-tls": {"ws", "sse"},
     "clarion-h2-tls": {"ws", "sse"}, "clarion-h2-mux-tls": {"ws", "sse"},
     "clarion-ref-h2-mux": {"ws", "sse"}, "clarion-ref-tls": {"ws", "sse"},
+    "clarion-ref-h2-tls": {"ws", "sse"},
     "clarion-cluster-tls": {"ws", "sse"}, "uws-cpp-group-tls": {"ws"},
 }
 LABELS = {
@@ -175,6 +178,8 @@ LABELS = {
     "clarion-ref-h2-mux": "Clarion, reference build (CLARION_REF_BIN), HTTP/2 (h2c), "
                           "{streams} streams per connection",
     "clarion-ref-tls": "Clarion, reference build (CLARION_REF_BIN), HTTP/1.1 over TLS 1.3",
+    "clarion-ref-h2-tls": "Clarion, reference build (CLARION_REF_BIN), HTTP/2 over TLS 1.3, "
+                          "1 stream per connection",
 }
 # Streams per connection of the -mux peers (--h2-streams).
 H2_STREAMS = 100
@@ -186,21 +191,22 @@ WITH_REDIS = {"clarion-redis", "clarion-cluster", "clarion-rcluster", "clarion-c
 THREADED = {"clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
             "clarion-durable-sync", "uws-cpp", "centrifuge", "clarion-h2", "clarion-h2-mux",
             "clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux",
-            "clarion-ref-tls"}
+            "clarion-ref-tls", "clarion-ref-h2-tls"}
 # Peers that are the Clarion binary with extra flags.
 CLARION_VARIANTS = ("clarion", "clarion-ref", "clarion-send", "clarion-uring", "clarion-durable",
                     "clarion-durable-sync", "clarion-h2", "clarion-h2-mux", "clarion-tls",
-                    "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux", "clarion-ref-tls")
+                    "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-ref-h2-mux", "clarion-ref-tls",
+                    "clarion-ref-h2-tls")
 # The peers run by the reference build (CLARION_REF_BIN).
-CLARION_REFS = {"clarion-ref", "clarion-ref-h2-mux", "clarion-ref-tls"}
+CLARION_REFS = {"clarion-ref", "clarion-ref-h2-mux", "clarion-ref-tls", "clarion-ref-h2-tls"}
 # Clarion peers served over TLS: the client port is the TLS listener (clear text on port + 2).
 CLARION_TLS = {"clarion-tls", "clarion-h2-tls", "clarion-h2-mux-tls", "clarion-cluster-tls",
-               "clarion-ref-tls"}
+               "clarion-ref-tls", "clarion-ref-h2-tls"}
 # Peers whose clients connect over TLS 1.3 with the run's development certificate.
 SERVED_TLS = CLARION_TLS | {"uws-cpp-group-tls"}
 # What the load generator adds for a peer that speaks HTTP/2.
 H2_FLAGS = {"clarion-h2": [], "clarion-h2-tls": [], "clarion-h2-mux": ["mux"],
-            "clarion-h2-mux-tls": ["mux"], "clarion-ref-h2-mux": ["mux"]}
+            "clarion-h2-mux-tls": ["mux"], "clarion-ref-h2-mux": ["mux"], "clarion-ref-h2-tls": []}
 # Peers that take a process count after `@` (default 3), one event loop each: past one
 # process's open-files limit (20,000 here), a server is several processes.
 GROUPS = {"clarion-cluster", "clarion-rcluster", "uws-cpp-group", "clarion-cluster-tls",

@@ -207,7 +207,9 @@ impl<S: Socket> Engine<S> {
                     } else if batched && conn.seals_directly() {
                         // Encrypted now, written with the rest of the fan-out.
                         self.gather_sealed(k, frame);
-                    } else {
+                    } else if conn.stream.is_some() || !self.h2_deliver_now(k, &[frame], batched) {
+                        // (An HTTP/2 stream has no socket of its own: framed now into its
+                        // connection's write when it can be.)
                         self.deliver(k, frame);
                     }
                 } else if run.len() == whole.len() {
@@ -218,7 +220,9 @@ impl<S: Socket> Engine<S> {
                             .enumerate()
                             .map(|(i, m)| pick_delta(m, form, &settings, as_delta(deltas, i))),
                     );
-                    self.deliver_all(k, &frames);
+                    if conn.stream.is_some() || !self.h2_deliver_now(k, &frames, batched) {
+                        self.deliver_all(k, &frames);
+                    }
                 } else {
                     // What this subscriber's filter passed of the run.
                     let own: Vec<&Arc<[u8]>> = run

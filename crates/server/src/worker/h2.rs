@@ -9,6 +9,10 @@
 //! whose streams wrote, frames those bytes as far as the flow-control windows allow and writes
 //! them on the connection's socket, at most [`PUMP_BYTES`] ahead of what the kernel took.
 //!
+//! A fan-out's messages to a connection's only stream skip the backlog and the pump when
+//! nothing waits before them ([`Engine::h2_deliver_now`]): framed at once, they are written
+//! with the fan-out's other writes, as an HTTP/1.1 subscriber's are.
+//!
 //! So the HTTP/2 connection needs nothing from the transports, and a stream costs what an
 //! HTTP/1.1 connection costs minus its socket, plus its entry in the protocol state.
 //!
@@ -289,6 +293,90 @@ impl<S: Socket> Engine<S> {
         if let Some(&(parent, _)) = self.side.h2_streams().get(&child) {
             self.scratch.h2_dirty.push(parent);
         }
+    }
+
+    /// A fan-out's messages to stream record `child`: framed at once into its connection's
+    /// write (gathered with the fan-out's other writes when `together`), skipping the stream's
+    /// backlog and the pump's pass, when the stream is its connection's only one (a browser's
+    /// one EventSource, or one RFC 8441 WebSocket, per connection) and nothing waits before
+    /// the messages on either; otherwise into the stream's backlog for the pump, as
+    /// [`Engine::deliver_all`] would, its connection marked without a second lookup. What the
+    /// windows do not allow waits in the backlog too. `false`: `child` is not a stream of an
+    /// HTTP/2 connection, nothing was done.
+    ///
+    /// Several streams of one connection keep the pump, whose one pass frames all of them into
+    /// one write (a fan-out's writes for one socket must be one item of its submission).
+    pub(crate) fn h2_deliver_now(
+        &mut self,
+        child: u32,
+        frames: &[&Arc<[u8]>],
+        together: bool,
+    ) -> bool {
+        let Some(&(p, stream)) = self.side.h2_streams().get(&child) else {
+            return false;
+        };
+        let cap = Some(self.shared.config.max_backlog);
+        if !self.h2_frames_now(child, p, stream) {
+            if let Some(c) = self.conns.get_mut(child as usize) {
+                for &frame in frames {
+                    c.queue(frame);
+                }
+                self.after_write_of(child, cap, Some(p));
+            }
+            return true;
+        }
+        let Some(h) = self.side.h2_mut().get_mut(&p) else {
+            return false;
+        };
+        let mut out = std::mem::take(&mut self.scratch.h2_out);
+        out.clear();
+        let mut rest = frames.iter();
+        for &frame in rest.by_ref() {
+            let used = h.conn.respond(stream, frame, &mut out);
+            if used < frame.len() {
+                // This one's rest and the messages after it wait for window (the client's
+                // WINDOW_UPDATE marks the connection for the pump).
+                if let Some(c) = self.conns.get_mut(child as usize) {
+                    c.keep_unsent(frame, used);
+                }
+                break;
+            }
+        }
+        if let Some(c) = self.conns.get_mut(child as usize) {
+            for &frame in rest {
+                c.queue(frame);
+            }
+            if c.backlog_bytes() > 0 {
+                self.after_write_of(child, cap, Some(p));
+            }
+        }
+        if !out.is_empty() {
+            self.h2_send(p, &out, together);
+        }
+        if out.capacity() <= KEEP_PUMP_BUFFER {
+            self.scratch.h2_out = out;
+        }
+        true
+    }
+
+    /// Whether stream `stream` of connection `p`, served by record `child`, may have its
+    /// messages framed at once ([`Engine::h2_deliver_now`]).
+    fn h2_frames_now(&self, child: u32, p: u32, stream: u32) -> bool {
+        let idle = self
+            .conns
+            .get(child as usize)
+            .is_some_and(|c| c.backlog_bytes() == 0);
+        let parent_ready = self
+            .conns
+            .get(p as usize)
+            .is_some_and(|c| c.state == State::H2 && (c.seals_directly() || c.sends_directly()));
+        // The protocol state binds the stream to this very record (the link above is the
+        // record's own; both must agree before its bytes go on that stream).
+        idle && parent_ready
+            && !self.side.conflation().contains_key(&child)
+            && self.side.h2().get(&p).is_some_and(|h| {
+                !h.goaway_due && h.conn.open_streams() == 1 && h.conn.user_of(stream) == Some(child)
+            })
     }
 
     /// Drops a stream's record (its stream is reset, unless already gone).

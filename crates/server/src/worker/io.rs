@@ -302,6 +302,12 @@ impl<S: Socket> Engine<S> {
     /// After a write: a closing connection whose last bytes are out shuts its write side; an
     /// open one that owes more than `cap` bytes is a slow consumer.
     pub(crate) fn after_write(&mut self, k: u32, cap: Option<usize>) {
+        self.after_write_of(k, cap, None);
+    }
+
+    /// [`Self::after_write`], for an HTTP/2 stream whose connection `parent` the caller has
+    /// already looked up (it is marked for the pump without a second lookup).
+    pub(crate) fn after_write_of(&mut self, k: u32, cap: Option<usize>, parent: Option<u32>) {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
@@ -321,8 +327,10 @@ impl<S: Socket> Engine<S> {
                 self.end_as(k, state, End::SlowConsumer { pending });
             }
         }
-        if h2_stream {
-            self.h2_stream_wrote(k);
+        match (h2_stream, parent) {
+            (false, _) => {}
+            (true, Some(p)) => self.scratch.h2_dirty.push(p),
+            (true, None) => self.h2_stream_wrote(k),
         }
     }
 

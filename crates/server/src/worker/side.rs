@@ -13,6 +13,7 @@
 //! its accessor) read and change it.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use clarion_proto::ws::deflate::{Compressor, Inflater};
 
@@ -27,19 +28,50 @@ use super::transport::poll::PollHold;
 use super::transport::pusher_conn::PusherConn;
 use crate::auth::grants::GrantStore;
 
+/// A table by slab key. The engine assigns the keys (a client cannot choose them, nor learn
+/// them), so these tables need no defence against chosen collisions, which is what the
+/// standard map's keyed SipHash pays for on every lookup: a multiply spreads a key's bits.
+pub(crate) type ByKey<V> = HashMap<u32, V, BuildHasherDefault<KeyHasher>>;
+
+/// [`ByKey`]'s hasher: a slab key times an odd constant (the golden ratio's, as Fibonacci
+/// hashing does), its high bits folded into the low ones the table indexes with.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        let h = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 32);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Every per-connection table, by slab key.
 #[derive(Default)]
 pub(crate) struct Side {
     /// Held long-polls (`transport::poll`).
-    polls: HashMap<u32, PollHold>,
+    polls: ByKey<PollHold>,
     /// GRIP connections' state beyond their record (`grip`; proxy mode only).
-    grip: HashMap<u32, GripConn>,
+    grip: ByKey<GripConn>,
     /// Inflaters of clients that compress with context takeover, created when such a client
     /// first sends a compressed message. Clarion answers `client_no_context_takeover` to every
     /// offer, so only a connection agreed by an older version (and handed over) has one.
-    inflaters: HashMap<u32, Inflater>,
+    inflaters: ByKey<Inflater>,
     /// Dedicated-mode compressors, created at a connection's first compressed delivery.
-    deflaters: HashMap<u32, Compressor>,
+    deflaters: ByKey<Compressor>,
     /// Authenticated connections' expiry and grants (`transport::auth`; auth configured only).
     grants: GrantStore,
     /// Requests and messages waiting for a backend hook, and what hooks said (hooks only).
@@ -47,21 +79,21 @@ pub(crate) struct Side {
     /// Connections in presence rooms: identities, rooms, event listeners.
     presence: PresenceConns,
     /// HTTP/2 connections' protocol state (`h2`).
-    h2: HashMap<u32, Box<H2>>,
+    h2: ByKey<Box<H2>>,
     /// HTTP/2 stream records: their connection's key and their stream id.
-    h2_streams: HashMap<u32, (u32, u32)>,
+    h2_streams: ByKey<(u32, u32)>,
     /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
     /// `h2_max_streams` by the engine itself (`h2`).
-    h2_records: HashMap<u32, u32>,
+    h2_records: ByKey<u32>,
     /// A shutdown telling its connections to go over `drain_period`, and which it told
     /// (`shutdown`).
     drain: Option<Box<Drain>>,
     /// Connections that take deltas, and the last message each was sent per topic (`delta`).
     delta: DeltaSubs,
     /// Conflated messages of subscribers behind on a conflating topic (`conflation`).
-    conflation: HashMap<u32, Backlogs>,
+    conflation: ByKey<Backlogs>,
     /// Pusher connections' own part (`transport::pusher`).
-    pusher: HashMap<u32, PusherConn>,
+    pusher: ByKey<PusherConn>,
 }
 
 /// What [`Side::forget`] took out that its feature must still finish with the engine: a
@@ -121,24 +153,24 @@ macro_rules! accessors {
 }
 
 accessors! {
-    polls, polls_mut: HashMap<u32, PollHold>;
-    grip, grip_mut: HashMap<u32, GripConn>;
-    deflaters, deflaters_mut: HashMap<u32, Compressor>;
+    polls, polls_mut: ByKey<PollHold>;
+    grip, grip_mut: ByKey<GripConn>;
+    deflaters, deflaters_mut: ByKey<Compressor>;
     grants, grants_mut: GrantStore;
     hooks, hooks_mut: HookTable;
     presence, presence_mut: PresenceConns;
-    h2, h2_mut: HashMap<u32, Box<H2>>;
-    h2_streams, h2_streams_mut: HashMap<u32, (u32, u32)>;
-    h2_records, h2_records_mut: HashMap<u32, u32>;
+    h2, h2_mut: ByKey<Box<H2>>;
+    h2_streams, h2_streams_mut: ByKey<(u32, u32)>;
+    h2_records, h2_records_mut: ByKey<u32>;
     delta, delta_mut: DeltaSubs;
-    conflation, conflation_mut: HashMap<u32, Backlogs>;
-    pusher, pusher_mut: HashMap<u32, PusherConn>;
+    conflation, conflation_mut: ByKey<Backlogs>;
+    pusher, pusher_mut: ByKey<PusherConn>;
 }
 
 impl Side {
     /// Client inflaters are only made and used by the WebSocket read path (no reader needs
     /// the table without changing it).
-    pub(crate) fn inflaters_mut(&mut self) -> &mut HashMap<u32, Inflater> {
+    pub(crate) fn inflaters_mut(&mut self) -> &mut ByKey<Inflater> {
         &mut self.inflaters
     }
 
@@ -300,6 +332,21 @@ mod tests {
             cursor: "c".into(),
             presence,
         }
+    }
+
+    #[test]
+    fn slab_keys_spread_over_a_table_s_buckets_and_tags() {
+        use std::hash::BuildHasher;
+        let build = BuildHasherDefault::<KeyHasher>::default();
+        let hashes: Vec<u64> = (0..16_384u32).map(|k| build.hash_one(k)).collect();
+        // The bucket index (low bits) and the tag hashbrown keeps per slot (top 7 bits).
+        let buckets: std::collections::HashSet<u64> = hashes.iter().map(|h| h & 16_383).collect();
+        let tags: std::collections::HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert!(buckets.len() > 16_384 * 6 / 10, "{} buckets", buckets.len());
+        assert_eq!(tags.len(), 128);
+        let mut t: ByKey<u32> = ByKey::default();
+        t.extend((0..100_000).map(|k| (k, k)));
+        assert!((0..100_000).all(|k| t.get(&k) == Some(&k)));
     }
 
     #[test]

@@ -203,3 +203,140 @@ fn a_pump_of_several_connections_is_written_together_each_in_order() {
         }
     }
 }
+
+/// The stream records of connection `c`: (record, stream id), by stream id.
+fn records_of(h: &Harness, c: &Client) -> Vec<(u32, u32)> {
+    let mut v: Vec<(u32, u32)> = h
+        .engine
+        .side
+        .h2_streams()
+        .iter()
+        .filter(|(_, (p, _))| *p == c.key)
+        .map(|(child, (_, stream))| (*child, *stream))
+        .collect();
+    v.sort_by_key(|&(_, stream)| stream);
+    v
+}
+
+#[test]
+fn a_lone_stream_s_message_is_framed_at_once_and_several_streams_keep_the_pump() {
+    let mut h = Harness::new(Config::default());
+    h.engine.fanout.batch = Some(());
+    let lone = client_with(&mut h, &[Setting::InitialWindowSize(MAX_WINDOW)], 1 << 30);
+    open_sse(&mut h, &lone, &[1]);
+    let pair = client_with(&mut h, &[Setting::InitialWindowSize(MAX_WINDOW)], 1 << 30);
+    open_sse(&mut h, &pair, &[1, 3]);
+    let frame: std::sync::Arc<[u8]> = std::sync::Arc::from(&b"data: now\n\n"[..]);
+    let [(child, _)] = records_of(&h, &lone)[..] else {
+        panic!("one stream record")
+    };
+    assert!(h.engine.h2_deliver_now(child, &[&frame], true));
+    assert_eq!(h.engine.conns[child as usize].backlog_bytes(), 0);
+    assert!(
+        lone.take().is_empty(),
+        "gathered for the fan-out's submission"
+    );
+    for (c, _) in records_of(&h, &pair) {
+        assert!(h.engine.h2_deliver_now(c, &[&frame], true));
+        let waiting = h.engine.conns[c as usize].backlog_bytes();
+        assert_eq!(
+            waiting,
+            frame.len(),
+            "two streams: in the backlog, for the pump"
+        );
+    }
+    h.engine.write_fanout();
+    assert_eq!(seen(&lone.take()).data[&1], b"data: now\n\n");
+    assert!(pair.take().is_empty(), "not before the pump");
+    h.engine.h2_pump();
+    let s = seen(&pair.take());
+    assert_eq!(
+        (&s.data[&1][..], &s.data[&3][..]),
+        (&b"data: now\n\n"[..], &b"data: now\n\n"[..])
+    );
+    // A publish reaches all three streams, whichever way each takes.
+    h.publish("t", "all");
+    assert!(String::from_utf8(seen(&lone.take()).data[&1].clone())
+        .unwrap()
+        .contains("all"));
+    let s = seen(&pair.take());
+    for id in [1, 3] {
+        assert!(String::from_utf8(s.data[&id].clone())
+            .unwrap()
+            .contains("all"));
+    }
+}
+
+/// A batching engine with two connections of one SSE stream each on topic `t`: the first
+/// gave its stream a 300-byte window, the second all the room it can.
+fn narrow_and_wide() -> (Harness, Client, Client) {
+    let mut h = Harness::new(Config::default());
+    h.engine.fanout.batch = Some(());
+    let narrow = client_with(&mut h, &[Setting::InitialWindowSize(300)], 0);
+    open_sse(&mut h, &narrow, &[1]);
+    let wide = client_with(&mut h, &[Setting::InitialWindowSize(MAX_WINDOW)], 1 << 30);
+    open_sse(&mut h, &wide, &[1]);
+    (h, narrow, wide)
+}
+
+/// What stream 1 of `c` got: `first` (taken before), then the rest once both windows open.
+fn after_the_window_opens(h: &mut Harness, c: &Client, first: Vec<u8>) -> String {
+    let mut v = Vec::new();
+    frame::write_window_update(&mut v, 0, 1 << 20);
+    frame::write_window_update(&mut v, 1, 1 << 20);
+    h.send(c, &v);
+    let rest = seen(&c.take()).data.remove(&1).unwrap_or_default();
+    String::from_utf8([first, rest].concat()).unwrap()
+}
+
+#[test]
+fn a_lone_stream_s_message_past_its_window_waits_behind_what_went_in_order() {
+    let (mut h, c, _wide) = narrow_and_wide();
+    // Three messages, one fan-out each: the first fills the window, the rest queue behind it.
+    for i in 0..3 {
+        h.publish("t", &format!("{i}{}", "m".repeat(199)));
+    }
+    let first = seen(&c.take()).data.remove(&1).unwrap_or_default();
+    assert!(first.len() <= 300, "{} bytes", first.len());
+    let text = after_the_window_opens(&mut h, &c, first);
+    let at = |i: usize| text.find(&format!("{i}mmm")).unwrap();
+    assert!(at(0) < at(1) && at(1) < at(2), "in order: {text:?}");
+    assert_eq!(text.matches("data: ").count(), 3, "each once: {text:?}");
+}
+
+#[test]
+fn a_lone_stream_s_run_of_messages_is_framed_at_once_up_to_its_window_then_waits_in_order() {
+    let (mut h, c, other) = narrow_and_wide();
+    // One run of four messages: the first fits the window, the second is cut by it, the
+    // others wait behind it.
+    let payloads: Vec<String> = (0..4).map(|i| format!("{i}{}", "r".repeat(119))).collect();
+    let outgoing: Vec<crate::broker::Outgoing> = payloads
+        .iter()
+        .map(|p| crate::broker::Outgoing {
+            tags: &[],
+            conflation_key: None,
+            topic: "t",
+            kind: clarion_proto::ws::DataKind::Text,
+            payload: p.as_bytes(),
+            event: None,
+            attachment: None,
+            key: None,
+        })
+        .collect();
+    let _ = h.shared.broker.publish(&outgoing);
+    h.engine.handle_inbox(0);
+    let first = seen(&c.take()).data.remove(&1).unwrap_or_default();
+    let [(child, _)] = records_of(&h, &c)[..] else {
+        panic!("one stream record")
+    };
+    assert!(
+        h.engine.conns[child as usize].backlog_bytes() > 0,
+        "the rest waits"
+    );
+    let text = after_the_window_opens(&mut h, &c, first);
+    let at: Vec<usize> = (0..4).map(|i| text.find(&payloads[i]).unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "in order: {text:?}");
+    assert_eq!(text.matches("data: ").count(), 4, "each once: {text:?}");
+    let all = String::from_utf8(seen(&other.take()).data.remove(&1).unwrap()).unwrap();
+    assert_eq!(all.matches("data: ").count(), 4);
+}

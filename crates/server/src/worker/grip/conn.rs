@@ -116,8 +116,8 @@ pub(crate) fn client_headers(r: &Response) -> Vec<(&str, String)> {
 
 /// The bridge of connection `k`, if it is a bridged WebSocket (a function of the table, not of
 /// the worker, so the rest of the worker stays usable while it is borrowed).
-pub(crate) fn bridge(
-    grip: &mut std::collections::HashMap<u32, GripConn>,
+pub(crate) fn bridge<H: std::hash::BuildHasher>(
+    grip: &mut std::collections::HashMap<u32, GripConn, H>,
     k: u32,
 ) -> Option<&mut Bridge> {
     match grip.get_mut(&k) {
