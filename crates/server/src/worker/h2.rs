@@ -315,39 +315,48 @@ impl<S: Socket> Engine<S> {
         let Some(&(p, stream)) = self.side.h2_streams().get(&child) else {
             return false;
         };
-        let cap = Some(self.shared.config.max_backlog);
-        if !self.h2_frames_now(child, p, stream) {
-            if let Some(c) = self.conns.get_mut(child as usize) {
-                for &frame in frames {
-                    c.queue(frame);
-                }
-                self.after_write_of(child, cap, Some(p));
-            }
-            return true;
-        }
-        let Some(h) = self.side.h2_mut().get_mut(&p) else {
-            return false;
-        };
+        let idle = self
+            .conns
+            .get(child as usize)
+            .is_some_and(|c| c.backlog_bytes() == 0);
+        let parent_ready = self
+            .conns
+            .get(p as usize)
+            .is_some_and(|c| c.state == State::H2 && (c.seals_directly() || c.sends_directly()));
+        let records_ready = idle && parent_ready && !self.side.conflation().contains_key(&child);
+        // The protocol state binds the stream to this very record (the link above is the
+        // record's own; both must agree before its bytes go on that stream).
+        let state = self.side.h2_mut().get_mut(&p).filter(|h| {
+            records_ready
+                && !h.goaway_due
+                && h.conn.open_streams() == 1
+                && h.conn.user_of(stream) == Some(child)
+        });
         let mut out = std::mem::take(&mut self.scratch.h2_out);
         out.clear();
         let mut rest = frames.iter();
-        for &frame in rest.by_ref() {
-            let used = h.conn.respond(stream, frame, &mut out);
-            if used < frame.len() {
-                // This one's rest and the messages after it wait for window (the client's
-                // WINDOW_UPDATE marks the connection for the pump).
-                if let Some(c) = self.conns.get_mut(child as usize) {
-                    c.keep_unsent(frame, used);
+        let mut cut = None;
+        if let Some(h) = state {
+            for &frame in rest.by_ref() {
+                let used = h.conn.respond(stream, frame, &mut out);
+                if used < frame.len() {
+                    cut = Some((frame, used));
+                    break;
                 }
-                break;
             }
         }
+        // What was not framed (all of it, when the stream cannot be framed at once) waits in
+        // the backlog, in order: the rest of a message the windows cut (the client's
+        // WINDOW_UPDATE marks the connection for the pump), then the messages after it.
         if let Some(c) = self.conns.get_mut(child as usize) {
+            if let Some((frame, used)) = cut {
+                c.keep_unsent(frame, used);
+            }
             for &frame in rest {
                 c.queue(frame);
             }
             if c.backlog_bytes() > 0 {
-                self.after_write_of(child, cap, Some(p));
+                self.after_write_of(child, Some(self.shared.config.max_backlog), Some(p));
             }
         }
         if !out.is_empty() {
@@ -357,26 +366,6 @@ impl<S: Socket> Engine<S> {
             self.scratch.h2_out = out;
         }
         true
-    }
-
-    /// Whether stream `stream` of connection `p`, served by record `child`, may have its
-    /// messages framed at once ([`Engine::h2_deliver_now`]).
-    fn h2_frames_now(&self, child: u32, p: u32, stream: u32) -> bool {
-        let idle = self
-            .conns
-            .get(child as usize)
-            .is_some_and(|c| c.backlog_bytes() == 0);
-        let parent_ready = self
-            .conns
-            .get(p as usize)
-            .is_some_and(|c| c.state == State::H2 && (c.seals_directly() || c.sends_directly()));
-        // The protocol state binds the stream to this very record (the link above is the
-        // record's own; both must agree before its bytes go on that stream).
-        idle && parent_ready
-            && !self.side.conflation().contains_key(&child)
-            && self.side.h2().get(&p).is_some_and(|h| {
-                !h.goaway_due && h.conn.open_streams() == 1 && h.conn.user_of(stream) == Some(child)
-            })
     }
 
     /// Drops a stream's record (its stream is reset, unless already gone).
