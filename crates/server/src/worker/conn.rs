@@ -21,94 +21,11 @@ use std::sync::Arc;
 use clarion_proto::ws::Receiver;
 use mio::net::TcpStream;
 
+use super::index::Subs;
 use super::socket::Socket;
 
 use super::state::State;
 use super::tls::{Session, MAX_RECORD};
-
-/// The topics a connection subscribes to, as ids in its worker's topic index. Most push clients
-/// follow exactly one topic, so one id is stored inline and only more than one allocates.
-#[derive(Debug, Default)]
-pub enum Subs {
-    /// No subscription.
-    #[default]
-    None,
-    /// Exactly one.
-    One(u32),
-    /// Two or more.
-    Many(Box<Vec<u32>>),
-}
-
-impl Subs {
-    /// Whether there are no subscriptions.
-    pub fn is_empty(&self) -> bool {
-        matches!(self, Subs::None)
-    }
-
-    /// Number of subscriptions.
-    pub fn len(&self) -> usize {
-        match self {
-            Subs::None => 0,
-            Subs::One(_) => 1,
-            Subs::Many(v) => v.len(),
-        }
-    }
-
-    /// Whether `tid` is among them.
-    pub fn contains(&self, tid: u32) -> bool {
-        match self {
-            Subs::None => false,
-            Subs::One(t) => *t == tid,
-            Subs::Many(v) => v.contains(&tid),
-        }
-    }
-
-    /// Adds `tid` (the caller checked it is not there yet).
-    pub fn push(&mut self, tid: u32) {
-        *self = match std::mem::take(self) {
-            Subs::None => Subs::One(tid),
-            Subs::One(t) => Subs::Many(Box::new(vec![t, tid])),
-            Subs::Many(mut v) => {
-                v.push(tid);
-                Subs::Many(v)
-            }
-        };
-    }
-
-    /// Removes `tid` if present.
-    pub fn remove(&mut self, tid: u32) {
-        *self = match std::mem::take(self) {
-            Subs::One(t) if t == tid => Subs::None,
-            Subs::Many(mut v) => {
-                v.retain(|t| *t != tid);
-                match v.as_slice() {
-                    [] => Subs::None,
-                    [one] => Subs::One(*one),
-                    _ => Subs::Many(v),
-                }
-            }
-            other @ (Subs::None | Subs::One(_)) => other,
-        };
-    }
-
-    /// The ids, copied.
-    pub fn ids(&self) -> Vec<u32> {
-        match self {
-            Subs::None => Vec::new(),
-            Subs::One(t) => vec![*t],
-            Subs::Many(v) => v.to_vec(),
-        }
-    }
-
-    /// Takes every id out, leaving `None`.
-    pub fn take_all(&mut self) -> Vec<u32> {
-        match std::mem::take(self) {
-            Subs::None => Vec::new(),
-            Subs::One(t) => vec![t],
-            Subs::Many(v) => *v,
-        }
-    }
-}
 
 /// A shared, already-encoded buffer and how much of it was written.
 struct Chunk {
@@ -748,23 +665,5 @@ mod tests {
         // poll modes) in the 4 bytes that the state, a flag word and the deflate byte took.
         assert!(std::mem::size_of::<State>() <= 4);
         assert_eq!(std::mem::size_of::<Subs>(), 16);
-    }
-
-    #[test]
-    fn subs_grow_and_shrink() {
-        let mut s = Subs::None;
-        s.push(3);
-        assert!(matches!(s, Subs::One(3)));
-        s.push(5);
-        s.push(7);
-        assert_eq!(s.len(), 3);
-        assert!(s.contains(5));
-        s.remove(5);
-        s.remove(3);
-        assert!(matches!(s, Subs::One(7)));
-        s.remove(9);
-        assert_eq!(s.len(), 1);
-        assert_eq!(s.take_all(), vec![7]);
-        assert_eq!(s.len(), 0);
     }
 }

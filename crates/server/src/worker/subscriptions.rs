@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use clarion_proto::filter::Filter;
 
+use super::index::Sub;
 use super::socket::Socket;
 use super::state::Kind;
 use super::Engine;
@@ -78,12 +79,13 @@ impl<S: Socket> Engine<S> {
             return None;
         }
         for name in &sub.names {
-            let tid = self.index.add(Arc::clone(name), k);
+            let sub = self.index.add(Arc::clone(name), k);
+            let tid = sub.topic;
             self.filters
                 .set(k, tid, filter, &self.shared.metrics.filters);
             self.hook_topic(k, name, true);
             if let Some(conn) = self.conns.get_mut(k as usize) {
-                conn.subs.push(tid);
+                conn.subs.push(sub);
                 // Conflation: what waits in the kernel is not conflated, so little may wait.
                 if let Some(rule) = self.shared.conflate.for_topic(name) {
                     if let Some(s) = &conn.stream {
@@ -104,14 +106,15 @@ impl<S: Socket> Engine<S> {
     }
 
     pub(crate) fn unsubscribe(&mut self, k: u32, tid: u32) {
-        if let Some(conn) = self.conns.get_mut(k as usize) {
-            conn.subs.remove(tid);
-        }
+        let sub = self
+            .conns
+            .get_mut(k as usize)
+            .and_then(|conn| conn.subs.remove(tid));
         self.filters.clear(k, tid, &self.shared.metrics.filters);
         if let Some(b) = self.side.conflation_mut().get_mut(&k) {
             b.forget_topic(tid);
         }
-        if let Some(name) = self.index.remove(tid, k) {
+        if let Some(name) = sub.and_then(|sub| self.leave_index(sub, k)) {
             self.presence_left(k, &name, tid);
             self.side.delta_mut().leave(k, &name);
             self.shared.broker.unsubscribe(self.id, &name);
@@ -124,13 +127,26 @@ impl<S: Socket> Engine<S> {
         let Some(conn) = self.conns.get_mut(k as usize) else {
             return;
         };
-        for tid in conn.subs.take_all() {
+        for sub in conn.subs.take_all() {
+            let tid = sub.topic;
             self.filters.clear(k, tid, &self.shared.metrics.filters);
-            if let Some(name) = self.index.remove(tid, k) {
+            if let Some(name) = self.leave_index(sub, k) {
                 self.presence_left(k, &name, tid);
                 self.shared.broker.unsubscribe(self.id, &name);
                 self.hook_topic(k, &name, false);
             }
         }
+    }
+
+    /// Takes `k` out of its subscription `sub`'s list, and tells the connection whose key took
+    /// its place where it now is. Returns the topic's name.
+    fn leave_index(&mut self, sub: Sub, k: u32) -> Option<Arc<str>> {
+        let left = self.index.remove(sub, k)?;
+        if let Some((other, place)) = left.moved {
+            if let Some(conn) = self.conns.get_mut(other as usize) {
+                conn.subs.moved(place.topic, place.pos);
+            }
+        }
+        Some(left.name)
     }
 }
