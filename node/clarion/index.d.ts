@@ -21,14 +21,32 @@ export interface Receipt {
   /** The publish repeated an `Idempotency-Key` the server saw within its `idempotency_window`:
    * nothing was delivered, and `id` is the first publish's. */
   repeat: boolean;
+  /** For a fragment of an appendable message: its stream's id (later fragments append to it). */
+  stream?: string;
+  /** For a fragment: its place in its stream (1 for the opening one). */
+  seq?: number;
+  /** For a fragment: whether it closed its stream. */
+  done?: boolean;
 }
 
-/** One message of a batch. */
+/** One message of a batch, or one fragment of an appendable message. */
 export interface Message {
   topic: string;
   data: Data;
   /** The Server-Sent Events event name. */
   event?: string;
+  /** Its idempotency key (as `idempotencyKey` for one publish). */
+  key?: string;
+  /** Filter tags. */
+  tags?: Record<string, string>;
+  /** Its conflation key. */
+  conflation_key?: string;
+  /** `'open'`: the data opens an appendable message (text only). */
+  stream?: 'open';
+  /** The id of the appendable message the data is appended to. */
+  append_to?: string;
+  /** With `append_to`: the fragment closes the stream. */
+  done?: boolean;
 }
 
 export interface ClientOptions {
@@ -67,7 +85,8 @@ export declare class Client {
   readonly baseUrl: string;
   /** Publishes one message. Rejects with an ApiError subclass or a TransportError. */
   publish(topic: string, data: Data, options?: PublishOptions): Promise<Receipt>;
-  /** Publishes several messages in one request, atomically; one receipt per message. */
+  /** Publishes several messages (and fragments of appendable messages) in one request, in
+   * order; one receipt per item. */
   publishBatch(
     messages: Iterable<Message | [topic: string, data: Data, event?: string]>,
     options?: { signal?: AbortSignal },

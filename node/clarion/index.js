@@ -107,26 +107,29 @@ function toBase64(data) {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64');
 }
 
+// An object item is sent with all its fields (`key`, `tags`, `conflation_key`, a fragment's
+// `stream`, `append_to` and `done`): the server answers a field it does not know in the item's
+// place. Bytes go as base64.
 function batchItem(m) {
-  const item = Array.isArray(m) ? { topic: m[0], data: m[1], event: m[2] } : m;
-  const out = { topic: item.topic };
+  const item = Array.isArray(m) ? { topic: m[0], data: m[1], event: m[2] } : { ...m };
+  if (item.event == null) delete item.event;
   if (isBytes(item.data)) {
-    out.data = toBase64(item.data);
-    out.encoding = 'base64';
-  } else if (typeof item.data === 'string') {
-    out.data = item.data;
-  } else {
+    item.data = toBase64(item.data);
+    item.encoding = 'base64';
+  } else if (typeof item.data !== 'string') {
     throw new TypeError('message data is a string or a Uint8Array');
   }
-  if (item.event != null) out.event = item.event;
-  return out;
+  return item;
 }
 
 function receipt(v) {
   if (!v || typeof v.topic !== 'string' || typeof v.id !== 'string' || typeof v.subscribers !== 'number') {
     throw new ClarionError(`unexpected answer from the server: ${JSON.stringify(v)}`);
   }
-  return { topic: v.topic, id: v.id, subscribers: v.subscribers, repeat: v.repeat === true };
+  const r = { topic: v.topic, id: v.id, subscribers: v.subscribers, repeat: v.repeat === true };
+  // A fragment of an appendable message: its stream, its place in it, whether it closed it.
+  if (typeof v.stream === 'string') Object.assign(r, { stream: v.stream, seq: v.seq, done: v.done === true });
+  return r;
 }
 
 /** A publish client. See index.d.ts for the options. */

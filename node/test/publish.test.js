@@ -59,6 +59,26 @@ test('publish and publishBatch reach a ws subscriber', async () => {
   );
 });
 
+test('publishBatch carries fragments of appendable messages and answers their receipts', async () => {
+  const server = handle.server;
+  const sub = subscribe(server.wsUrl('node-ai'), 3);
+  await sub.open;
+  const client = new Client({ baseUrl: server.apiUrl });
+  const [opened, plain] = await client.publishBatch([
+    { topic: 'node-ai', data: 'Hel', stream: 'open' },
+    ['node-ai', 'a plain one'],
+  ]);
+  const [closed] = await client.publishBatch([
+    { topic: 'node-ai', data: 'lo', append_to: opened.stream, done: true, key: 'node-ai-2' },
+  ]);
+  assert.deepEqual([opened.stream, opened.seq, opened.done], [opened.id, 1, false]);
+  assert.equal(plain.stream, undefined);
+  assert.deepEqual([closed.stream, closed.seq, closed.done], [opened.stream, 2, true]);
+  const [first, middle, last] = await sub.done;
+  assert.deepEqual([JSON.parse(first).data, middle, JSON.parse(last).data], ['Hel', 'a plain one', 'lo']);
+  assert.equal(JSON.parse(last).type, 'append');
+});
+
 test('envelopes under clarion.v1 carry the receipt id', async () => {
   const server = handle.server;
   const sub = subscribe(server.wsUrl('node-env'), 1, { protocols: ['clarion.v1'] });

@@ -76,3 +76,29 @@ def test_helper_servers_are_independent_and_stop():
         assert a.api != b.api and a.clients != b.clients
         assert a.client().publish("t", "x").subscribers == 0
     assert not a.running and not b.running
+
+
+def test_a_batch_carries_fragments_of_appendable_messages_and_their_receipts(clarion_server, clarion_client):
+    frames = []
+
+    async def publish():
+        def steps():
+            opened = clarion_client.publish_batch(
+                [{"topic": "py-ai", "data": "Hel", "stream": "open"}, ("py-ai", "a plain one")]
+            )
+            sid = opened[0].stream
+            closed = clarion_client.publish_batch(
+                [{"topic": "py-ai", "data": "lo", "append_to": sid, "done": True, "key": "py-ai-2"}]
+            )
+            return opened + closed
+
+        frames.extend(await asyncio.to_thread(steps))
+
+    got = asyncio.run(receive(clarion_server.ws_url("py-ai"), 3, publish))
+    opened, plain, closed = frames
+    assert (opened.seq, opened.done, opened.stream) == (1, False, opened.id)
+    assert (plain.stream, plain.seq, plain.done) == (None, None, None)
+    assert (closed.stream, closed.seq, closed.done) == (opened.stream, 2, True)
+    appends = [json.loads(f) for f in (got[0], got[2])]
+    assert [(a["type"], a["data"], a["seq"]) for a in appends] == [("append", "Hel", 1), ("append", "lo", 2)]
+    assert got[1] == "a plain one"

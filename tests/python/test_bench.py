@@ -163,14 +163,18 @@ def test_http2_against_a_port_without_it_fails_clearly(start_server):
     assert proc.returncode != 0 and "--http2 opens SSE streams or WebSockets" in proc.stderr
 
 
-def test_streams_scenario_checks_every_fragment_and_every_resume(start_server):
+@pytest.mark.parametrize("per_request", [1, 7])
+def test_streams_scenario_checks_every_fragment_and_every_resume(start_server, per_request):
     # Issue 52's AI streams, small: 20 streams x 50 fragments x 3 subscribers, 10 resumers per
     # phase; the stream phase and the plain phase of the same shape twice, in alternating order.
+    # Each fragment its own request, or 7 streams' fragments per batch (10 streams a publisher:
+    # batches of 7 and 3).
     server = start_server("--max-connections-per-address", 0)
     result, text = bench(server, "--scenario", "streams", "--topics", 20, "--fragments", 50,
                          "--subscribers", 3, "--resumers", 10, "--fragment-rate", 100,
-                         "--publishers", 2, "--repeats", 2)
+                         "--publishers", 2, "--repeats", 2, "--fragment-batch", per_request)
     assert result["passed"], text
+    assert result["fragment_batch"] == per_request, text
     assert [p["kind"] for p in result["phases"]] == ["stream", "plain", "plain", "stream"]
     for p in result["phases"]:
         assert (p["published"], p["complete"], p["failure_count"]) == (20 * 50, 60, 0), text

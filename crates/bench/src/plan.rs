@@ -160,6 +160,11 @@ pub struct BenchArgs {
     /// streams.
     #[arg(long, default_value_t = 8)]
     pub publishers: usize,
+    /// Streams: fragments (or plain messages) a publisher sends per request: 1 publishes each
+    /// with its own `POST /publish/{topic}`, more send that many streams' fragments in one
+    /// `POST /publish` batch.
+    #[arg(long, default_value_t = 1)]
+    pub fragment_batch: usize,
     /// Streams: stream and plain phase pairs, in alternating order (the CPU ratio is their
     /// median).
     #[arg(long, default_value_t = 3)]

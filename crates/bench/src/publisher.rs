@@ -116,8 +116,13 @@ impl Api {
 
     /// Sends one `POST /publish` with this JSON body and waits for its `200`.
     pub fn post(&mut self, body: &str) -> anyhow::Result<()> {
+        self.post_batch(body).map(|_| ())
+    }
+
+    /// [`Api::post`], answering the body (the batch's results).
+    pub fn post_batch(&mut self, body: &str) -> anyhow::Result<&[u8]> {
         let head = format!("{}{}\r\n\r\n", self.head, body.len());
-        self.exchange(head.as_bytes(), body.as_bytes()).map(|_| ())
+        self.exchange(head.as_bytes(), body.as_bytes())
     }
 
     /// Sends `POST {prefix}{path}` (a path and query, such as `/publish/t?stream=open`) with a

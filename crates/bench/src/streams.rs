@@ -58,6 +58,8 @@ pub struct StreamsOutcome {
     pub subscribers_per_stream: usize,
     pub resumers: usize,
     pub publishers: usize,
+    /// Fragments per publish request (1: each its own request).
+    pub fragment_batch: usize,
     pub phases: Vec<Phase>,
     /// Per repeat: stream CPU per delivery / plain CPU per delivery; and their median.
     pub cpu_ratios: Vec<f64>,
@@ -222,10 +224,11 @@ fn phase(
     for p in 0..a.publishers {
         let mine: Vec<usize> = (0..a.topics).filter(|i| i % a.publishers == p).collect();
         let (topics, scripts, acked) = (topics.clone(), Arc::clone(scripts), Arc::clone(&acked));
-        let (target, rate) = (target.clone(), a.fragment_rate);
+        let target = target.clone();
+        let pace = (a.fragment_rate, a.fragment_batch);
         handles.push(std::thread::spawn(move || {
             publish(
-                &target, &mine, &topics, &scripts, &acked, stream, rate, start,
+                &target, &mine, &topics, &scripts, &acked, stream, pace, start,
             )
         }));
     }
@@ -274,9 +277,26 @@ fn phase(
     })
 }
 
+/// What the server answers for one fragment (or message).
+#[derive(serde::Deserialize)]
+struct Answer {
+    #[serde(default)]
+    stream: Option<String>,
+    #[serde(default)]
+    seq: Option<usize>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// A batch's answer.
+#[derive(serde::Deserialize)]
+struct BatchAnswer {
+    results: Vec<Answer>,
+}
+
 /// One publisher: the streams `mine`, fragment by fragment at `rate` a second each, over one
-/// kept-alive connection; answers how many it published. Past the pace it publishes as fast
-/// as the server answers (the achieved rate is reported).
+/// kept-alive connection, `batch` fragments per request; answers how many it published. Past
+/// the pace it publishes as fast as the server answers (the achieved rate is reported).
 #[allow(clippy::too_many_arguments)]
 fn publish(
     target: &ApiTarget,
@@ -285,16 +305,9 @@ fn publish(
     scripts: &[Vec<String>],
     acked: &[AtomicUsize],
     stream: bool,
-    rate: f64,
+    (rate, batch): (f64, usize),
     start: Instant,
 ) -> anyhow::Result<u64> {
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        #[serde(default)]
-        stream: Option<String>,
-        #[serde(default)]
-        seq: Option<usize>,
-    }
     let mut api = Api::connect(target)?;
     let mut ids: Vec<String> = vec![String::new(); mine.len()];
     let fragments = scripts.first().map_or(0, Vec::len);
@@ -304,42 +317,102 @@ fn publish(
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        for (k, &i) in mine.iter().enumerate() {
-            let (Some(topic), Some(text)) = (topics.get(i), scripts.get(i).and_then(|s| s.get(j)))
-            else {
-                continue;
-            };
-            let path = match (stream, j) {
-                (false, _) => format!("/publish/{topic}"),
-                (true, 0) => format!("/publish/{topic}?stream=open"),
-                (true, _) => {
-                    let done = if j + 1 == fragments { "&done=1" } else { "" };
-                    format!(
-                        "/publish/{topic}?append_to={}{done}",
-                        ids.get(k).map_or("", String::as_str)
-                    )
+        // (k: the stream's place in `mine`, i: its topic's index, topic, text)
+        let due: Vec<(usize, usize, &str, &str)> = mine
+            .iter()
+            .enumerate()
+            .filter_map(|(k, &i)| {
+                let topic = topics.get(i)?;
+                let text = scripts.get(i)?.get(j)?;
+                Some((k, i, topic.as_str(), text.as_str()))
+            })
+            .collect();
+        for chunk in due.chunks(batch.max(1)) {
+            let answers: Vec<Answer> = if batch <= 1 {
+                let mut out = Vec::new();
+                for &(k, _, topic, text) in chunk {
+                    let id = ids.get(k).map_or("", String::as_str);
+                    let path = single_path(stream, j, fragments, topic, id);
+                    let body = api.post_text(&path, text)?;
+                    out.push(
+                        serde_json::from_slice(body)
+                            .with_context(|| format!("the answer to {path} is not JSON"))?,
+                    );
                 }
+                out
+            } else {
+                let items: Vec<serde_json::Value> = chunk
+                    .iter()
+                    .map(|&(k, _, topic, text)| {
+                        let id = ids.get(k).map_or("", String::as_str);
+                        batch_item(stream, j, fragments, topic, text, id)
+                    })
+                    .collect();
+                let body = serde_json::json!({ "messages": items }).to_string();
+                let answer: BatchAnswer = serde_json::from_slice(api.post_batch(&body)?)
+                    .context("the answer to a batch is not its results")?;
+                answer.results
             };
-            let body = api.post_text(&path, text)?;
-            if stream {
-                let answer: Answer = serde_json::from_slice(body)
-                    .with_context(|| format!("the answer to {path} is not JSON"))?;
-                if answer.seq != Some(j + 1) {
-                    bail!("{path} was answered seq {:?}, not {}", answer.seq, j + 1);
+            if answers.len() != chunk.len() {
+                bail!("{} answers to {} fragments", answers.len(), chunk.len());
+            }
+            for (&(k, i, topic, _), answer) in chunk.iter().zip(answers) {
+                if let Some(e) = answer.error {
+                    bail!("fragment {} of {topic} was refused: {e}", j + 1);
                 }
-                if j == 0 {
-                    if let (Some(id), Some(s)) = (ids.get_mut(k), answer.stream) {
-                        *id = s;
+                if stream {
+                    if answer.seq != Some(j + 1) {
+                        bail!(
+                            "fragment {} of {topic} was answered seq {:?}",
+                            j + 1,
+                            answer.seq
+                        );
+                    }
+                    if j == 0 {
+                        if let (Some(id), Some(s)) = (ids.get_mut(k), answer.stream) {
+                            *id = s;
+                        }
                     }
                 }
+                if let Some(a) = acked.get(i) {
+                    a.store(j + 1, Ordering::Release);
+                }
+                count += 1;
             }
-            if let Some(a) = acked.get(i) {
-                a.store(j + 1, Ordering::Release);
-            }
-            count += 1;
         }
     }
     Ok(count)
+}
+
+/// The path of fragment `j` (of `fragments`) published alone: a plain publish, the open, an
+/// append, the last append.
+fn single_path(stream: bool, j: usize, fragments: usize, topic: &str, id: &str) -> String {
+    match (stream, j) {
+        (false, _) => format!("/publish/{topic}"),
+        (true, 0) => format!("/publish/{topic}?stream=open"),
+        (true, _) => {
+            let done = if j + 1 == fragments { "&done=1" } else { "" };
+            format!("/publish/{topic}?append_to={id}{done}")
+        }
+    }
+}
+
+/// Fragment `j` as a batch's item.
+fn batch_item(
+    stream: bool,
+    j: usize,
+    fragments: usize,
+    topic: &str,
+    text: &str,
+    id: &str,
+) -> serde_json::Value {
+    match (stream, j) {
+        (false, _) => serde_json::json!({ "topic": topic, "data": text }),
+        (true, 0) => serde_json::json!({ "topic": topic, "data": text, "stream": "open" }),
+        (true, _) => serde_json::json!({
+            "topic": topic, "data": text, "append_to": id, "done": j + 1 == fragments
+        }),
+    }
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -377,6 +450,7 @@ fn summary(a: &BenchArgs, phases: Vec<Phase>, ratios: Vec<f64>) -> StreamsOutcom
         subscribers_per_stream: a.subscribers,
         resumers: a.resumers,
         publishers: a.publishers,
+        fragment_batch: a.fragment_batch.max(1),
         cpu_ratio_median: median(ratios.clone()),
         cpu_ratios: ratios,
         resume_messages_per_resume: per(s.messages, n),
@@ -390,8 +464,8 @@ fn summary(a: &BenchArgs, phases: Vec<Phase>, ratios: Vec<f64>) -> StreamsOutcom
 
 fn print_text(o: &StreamsOutcome) {
     println!(
-        "streams: {} streams x {} fragments at {} /s each, {} subscribers per stream, {} resumers, {} publishers",
-        o.streams, o.fragments, o.fragment_rate, o.subscribers_per_stream, o.resumers, o.publishers
+        "streams: {} streams x {} fragments at {} /s each, {} subscribers per stream, {} resumers, {} publishers, {} per request",
+        o.streams, o.fragments, o.fragment_rate, o.subscribers_per_stream, o.resumers, o.publishers, o.fragment_batch
     );
     let asked = o.streams as f64 * o.fragment_rate;
     for p in &o.phases {

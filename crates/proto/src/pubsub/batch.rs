@@ -1,5 +1,6 @@
 //! `POST /publish` bodies: `{"messages":[{"topic":..,"data":..[,"encoding":"base64"][,"event":..]
-//! [,"key":..][,"conflation_key":..][,"tags":{..}]}]}`.
+//! [,"key":..][,"conflation_key":..][,"tags":{..}]}]}`; an item may instead be a fragment of an
+//! appendable message (`"stream":"open"`, or `"append_to":ID` with an optional `"done":true`).
 //!
 //! The body is refused whole only when it is not a batch (not JSON, not that object). Each
 //! message is then decoded and validated on its own, so a bad one is answered with its own error
@@ -33,6 +34,29 @@ struct BatchItem {
     /// Filter tags (`docs/filters.md`), string keys and values.
     #[serde(default)]
     tags: std::collections::BTreeMap<String, String>,
+    /// `"open"`: the data opens an appendable message.
+    #[serde(default)]
+    stream: Option<String>,
+    /// The id of the appendable message the data is appended to.
+    #[serde(default)]
+    append_to: Option<String>,
+    /// With `append_to`: the fragment closes the stream.
+    #[serde(default)]
+    done: bool,
+}
+
+/// What a fragment item does to an appendable message (`docs/protocol.md`).
+#[derive(Debug, PartialEq, Eq, Clone)]
+pub enum FragmentOp {
+    /// `"stream":"open"`: opens one, with the data as its first fragment.
+    Open,
+    /// `"append_to":ID`: appends the data; `done` closes it.
+    Append {
+        /// The stream's id, as its opening receipt gave it.
+        stream: String,
+        /// `"done":true`.
+        done: bool,
+    },
 }
 
 /// `{"messages": [...]}`: each message is kept as JSON until it is decoded on its own.
@@ -59,6 +83,9 @@ pub struct BatchMessage {
     pub conflation_key: Option<String>,
     /// Its filter tags, valid by [`crate::filter::validate_tags`] (sorted by key).
     pub tags: Vec<(String, String)>,
+    /// `Some` when the item is a fragment of an appendable message (its data is UTF-8 text,
+    /// without event, conflation key or tags), not a message.
+    pub fragment: Option<FragmentOp>,
 }
 
 /// Why a body was refused whole (it is not a batch); the text is the 400 answer's.
@@ -104,6 +131,9 @@ pub enum ItemError {
     /// `encoding` is something other than `"base64"`.
     #[error("unknown encoding {0:?}")]
     Encoding(String),
+    /// A fragment item that breaks the rules of fragments.
+    #[error("invalid fragment: {0}")]
+    Fragment(&'static str),
 }
 
 /// A message of a batch that was refused: its topic when it named one (a string), so the rest
@@ -119,7 +149,7 @@ pub struct RefusedItem {
 /// What a batch looks like, as the errors state it.
 const SHAPE: &str = r#"an object {"messages": [{"topic": "...", "data": "..."}, ...]}"#;
 /// What one message looks like, as its errors state it.
-const ITEM_SHAPE: &str = r#"{"topic": "...", "data": "..."} with optional "encoding", "event", "key", "conflation_key", "tags""#;
+const ITEM_SHAPE: &str = r#"{"topic": "...", "data": "..."} with optional "encoding", "event", "key", "conflation_key", "tags"; or a fragment with "stream": "open", or "append_to" and "done""#;
 
 /// Decodes a `POST /publish` body: `Err` when it is not a batch, else one result per message,
 /// in order.
@@ -170,6 +200,7 @@ fn decode_item(v: serde_json::Value) -> Result<BatchMessage, RefusedItem> {
     {
         return Err(refuse(ItemError::Tags(reason)));
     }
+    let fragment = fragment_op(&m).map_err(|why| refuse(ItemError::Fragment(why)))?;
     let (kind, payload) = match m.encoding {
         None => (DataKind::Text, m.data.into_bytes()),
         Some(e) if e == "base64" => {
@@ -188,7 +219,37 @@ fn decode_item(v: serde_json::Value) -> Result<BatchMessage, RefusedItem> {
         key: m.key,
         conflation_key: m.conflation_key,
         tags: m.tags.into_iter().collect(),
+        fragment,
     })
+}
+
+/// The fragment an item asks for, if any, with the rules `POST /publish/{topic}?stream=open`
+/// and `?append_to=ID` follow, plus: no event, conflation key or tags (a fragment is part of
+/// one message, which has none), and no `encoding` (its data is text).
+fn fragment_op(m: &BatchItem) -> Result<Option<FragmentOp>, &'static str> {
+    let op = match (m.stream.as_deref(), &m.append_to) {
+        (None, None) if m.done => {
+            return Err(r#""done" closes a stream: give it with "append_to""#)
+        }
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => return Err(r#"give "stream": "open" or "append_to", not both"#),
+        (Some("open"), None) if m.done => {
+            return Err(r#""done" closes a stream: give it with "append_to""#)
+        }
+        (Some("open"), None) => FragmentOp::Open,
+        (Some(_), None) => return Err(r#""stream" can only be "open""#),
+        (None, Some(id)) => FragmentOp::Append {
+            stream: id.clone(),
+            done: m.done,
+        },
+    };
+    if m.encoding.is_some() {
+        return Err("a stream's fragments are UTF-8 text (no encoding)");
+    }
+    if m.event.is_some() || m.conflation_key.is_some() || !m.tags.is_empty() {
+        return Err(r#"a fragment takes no "event", "conflation_key" or "tags""#);
+    }
+    Ok(Some(op))
 }
 
 /// All or nothing per topic. Given each message's topic (`None`: it named none) and whether it
@@ -386,5 +447,58 @@ mod tests {
             vec![Some(2), None, None, None, None, None, None]
         );
         assert_eq!(held_back(&[Some("a"); 3], &[false; 3]), vec![None; 3]);
+    }
+
+    #[test]
+    fn fragments_follow_the_rules_of_fragments() {
+        let all = decode_batch(
+            br#"{"messages":[{"topic":"a","data":"He","stream":"open"},{"topic":"a","data":"llo","append_to":"e-1","done":true},{"topic":"a","data":"x"}]}"#,
+        )
+        .expect("a batch");
+        assert_eq!(all[0].as_ref().unwrap().fragment, Some(FragmentOp::Open));
+        assert_eq!(
+            all[1].as_ref().unwrap().fragment,
+            Some(FragmentOp::Append {
+                stream: "e-1".into(),
+                done: true
+            })
+        );
+        assert_eq!(all[1].as_ref().unwrap().payload, b"llo");
+        assert_eq!(all[2].as_ref().unwrap().fragment, None);
+        let text = |body: &[u8]| one(body).unwrap_err().error.to_string();
+        for (bad, why) in [
+            (
+                &br#"{"messages":[{"topic":"a","data":"x","done":true}]}"#[..],
+                "closes a stream",
+            ),
+            (
+                br#"{"messages":[{"topic":"a","data":"x","stream":"open","done":true}]}"#,
+                "closes a stream",
+            ),
+            (
+                br#"{"messages":[{"topic":"a","data":"x","stream":"open","append_to":"e-1"}]}"#,
+                "not both",
+            ),
+            (
+                br#"{"messages":[{"topic":"a","data":"x","stream":"yes"}]}"#,
+                "only be",
+            ),
+            (
+                br#"{"messages":[{"topic":"a","data":"AAE=","encoding":"base64","append_to":"e-1"}]}"#,
+                "UTF-8",
+            ),
+            (
+                br#"{"messages":[{"topic":"a","data":"x","event":"e","stream":"open"}]}"#,
+                "takes no",
+            ),
+            (
+                br#"{"messages":[{"topic":"a","data":"x","tags":{"k":"v"},"append_to":"e-1"}]}"#,
+                "takes no",
+            ),
+        ] {
+            let t = text(bad);
+            assert!(t.starts_with("invalid fragment: ") && t.contains(why), "{t}");
+        }
+        assert!(one(br#"{"messages":[{"topic":"a","data":"x","done":1}]}"#).is_err());
     }
 }

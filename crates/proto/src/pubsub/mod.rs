@@ -25,7 +25,9 @@ pub mod idempotency;
 pub mod topic;
 pub mod wire;
 
-pub use batch::{decode_batch, held_back, BatchError, BatchMessage, ItemError, RefusedItem};
+pub use batch::{
+    decode_batch, held_back, BatchError, BatchMessage, FragmentOp, ItemError, RefusedItem,
+};
 pub use control::{ControlError, Reply, Request};
 pub use envelope::{poll_body, push_json_str, Envelope, GapNotice, GapReason};
 pub use idempotency::{validate_key, Claim, KeyError, Recorded, Remembered};

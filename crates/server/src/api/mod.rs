@@ -28,6 +28,7 @@ use crate::reply::Answer;
 use crate::worker::Shared;
 
 mod access;
+mod batch;
 mod h2;
 mod latest;
 mod presence;
@@ -40,7 +41,8 @@ mod triage;
 
 use self::h2::{H2Serial, Sniffed};
 use access::{admin_ok, authorized, browser_check, credentialed, permit, refused, Permit};
-use publish::{publish_batch, publish_grip, publish_one};
+use batch::publish_batch;
+use publish::{publish_grip, publish_one};
 use request::{copy_request, Request};
 
 /// Which view of the server an API listener gives.

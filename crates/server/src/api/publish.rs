@@ -5,9 +5,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use clarion_proto::pubsub::{
-    decode_batch, held_back, validate_event_name, validate_key, validate_topic, ItemError,
-};
+use clarion_proto::pubsub::{validate_event_name, validate_key, validate_topic};
 use clarion_proto::ws::DataKind;
 
 use super::access::Permit;
@@ -114,110 +112,6 @@ pub(super) fn reserved_event(topic: &str, event: Option<&str>, shared: &Shared) 
             &format!("the event name {event:?} is reserved for presence on this topic"),
         )
     })
-}
-
-/// `POST /publish`: `400` only when the body is not a batch; otherwise `200` with one result
-/// per message, in order: its receipt, or `{"error", "status"}` when it was refused (invalid:
-/// `400`; a topic the caller may not publish to: `403`) or held back because another message of
-/// its topic was refused (`424`): a topic's messages are published all or none. The messages
-/// that may go are published in one broker call, in the order given.
-pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> Answer {
-    let batch = match decode_batch(body) {
-        Ok(b) => b,
-        Err(why) => return Answer::error(400, &why.to_string()),
-    };
-    let refusals: Vec<Option<serde_json::Value>> = batch
-        .iter()
-        .map(|item| match item {
-            Err(r) => {
-                if matches!(r.error, ItemError::Tags(_)) {
-                    shared.metrics.filters.refused("tags");
-                }
-                if matches!(r.error, ItemError::ConflationKey(_)) {
-                    shared.metrics.conflation_key_refusals.fetch_add(1, Relaxed);
-                }
-                Some(item_error(400, &r.error.to_string()))
-            }
-            Ok(m) => permit
-                .check(&m.topic, shared)
-                .err()
-                .or_else(|| reserved_event(&m.topic, m.event.as_deref(), shared))
-                .map(|a| answer_as_item(&a)),
-        })
-        .collect();
-    let topics: Vec<Option<&str>> = batch
-        .iter()
-        .map(|item| match item {
-            Ok(m) => Some(m.topic.as_str()),
-            Err(r) => r.topic.as_deref(),
-        })
-        .collect();
-    let refused: Vec<bool> = refusals.iter().map(Option::is_some).collect();
-    let held = held_back(&topics, &refused);
-    let out: Vec<Outgoing<'_>> = batch
-        .iter()
-        .zip(&refused)
-        .zip(&held)
-        .filter_map(|((item, refused), held)| match (item, refused, held) {
-            (Ok(m), false, None) => Some(Outgoing {
-                topic: &m.topic,
-                kind: m.kind,
-                payload: &m.payload,
-                event: m.event.as_deref(),
-                attachment: None,
-                key: m.key.as_deref(),
-                tags: &m.tags,
-                conflation_key: m.conflation_key.as_deref(),
-            }),
-            (Ok(_) | Err(_), _, _) => None,
-        })
-        .collect();
-    let receipts = match shared.broker.publish(&out) {
-        Ok(r) => r,
-        Err(e) => return unavailable(&e),
-    };
-    let mut receipts = out.iter().zip(&receipts);
-    let mut not_published = 0;
-    let results: Vec<serde_json::Value> = refusals
-        .into_iter()
-        .zip(&held)
-        .map(|(refusal, held)| {
-            if let Some(r) = refusal {
-                not_published += 1;
-                return r;
-            }
-            if let Some(j) = held {
-                not_published += 1;
-                return item_error(
-                    424,
-                    &format!("not published: messages[{j}] of the same topic was refused"),
-                );
-            }
-            match receipts.next() {
-                Some((m, r)) => receipt_json(m.topic, r),
-                None => item_error(500, "publish produced no receipt"),
-            }
-        })
-        .collect();
-    shared
-        .metrics
-        .batch_items_refused
-        .fetch_add(not_published, Relaxed);
-    Answer::json(200, &serde_json::json!({ "results": results }))
-}
-
-/// One message's refusal in a batch's results.
-fn item_error(status: u16, why: &str) -> serde_json::Value {
-    serde_json::json!({ "error": why, "status": status })
-}
-
-/// A refusal worded as an answer (`{"error": ...}`), as one message's result.
-fn answer_as_item(a: &Answer) -> serde_json::Value {
-    let why = serde_json::from_slice::<serde_json::Value>(&a.body)
-        .ok()
-        .and_then(|v| Some(v.get("error")?.as_str()?.to_owned()))
-        .unwrap_or_default();
-    item_error(a.status, &why)
 }
 
 /// Pushpin's publish API: `{"items": [...]}` with `http-stream`, `http-response` and

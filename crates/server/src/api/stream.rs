@@ -88,20 +88,39 @@ pub(super) fn publish_fragment(
     };
     match shared.broker.stream(topic, op, fragment, key) {
         Ok(r) => Answer::json(200, &fragment_receipt(topic, &r)),
-        Err(StreamRefusal::Unknown) => refuse(
+        Err(StreamRefusal::Unavailable(e)) => unavailable(&e),
+        Err(refusal) => refusal_answer(topic, q.append_to.as_deref(), refusal, shared),
+    }
+}
+
+/// The answer to a fragment the broker refused (counted in `clarion_stream_refusals_total`):
+/// `404`, `409`, `413`, `429`, or `503` when the broker is unavailable. `append_to` is the
+/// stream the fragment named, if any.
+pub(super) fn refusal_answer(
+    topic: &str,
+    append_to: Option<&str>,
+    refusal: StreamRefusal,
+    shared: &Shared,
+) -> Answer {
+    let refuse = |status: u16, why: &str| {
+        shared.metrics.stream_refusals.fetch_add(1, Relaxed);
+        Answer::error(status, why)
+    };
+    match refusal {
+        StreamRefusal::Unknown => refuse(
             404,
             &format!(
                 "no open stream {:?} on topic {topic:?} (open one with stream=open)",
-                q.append_to.as_deref().unwrap_or_default()
+                append_to.unwrap_or_default()
             ),
         ),
-        Err(StreamRefusal::Closed) => refuse(409, "the stream is closed (done, or timed out)"),
-        Err(StreamRefusal::TooLarge(why)) => refuse(413, &why),
-        Err(StreamRefusal::TooManyOpen(n)) => refuse(
+        StreamRefusal::Closed => refuse(409, "the stream is closed (done, or timed out)"),
+        StreamRefusal::TooLarge(why) => refuse(413, &why),
+        StreamRefusal::TooManyOpen(n) => refuse(
             429,
             &format!("topic {topic:?} has {n} streams open (stream_max_open): close one first"),
         ),
-        Err(StreamRefusal::Unavailable(e)) => unavailable(&e),
+        StreamRefusal::Unavailable(e) => unavailable(&e),
     }
 }
 

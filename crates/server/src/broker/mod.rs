@@ -136,6 +136,19 @@ pub enum StreamOp<'a> {
     },
 }
 
+/// One fragment of a run given to [`Broker::stream_many`].
+#[derive(Debug, Clone, Copy)]
+pub struct Fragment<'a> {
+    /// The stream's topic.
+    pub topic: &'a str,
+    /// Open, or append to which stream.
+    pub op: StreamOp<'a>,
+    /// The fragment's text.
+    pub text: &'a str,
+    /// The publisher's idempotency key, if any.
+    pub key: Option<&'a str>,
+}
+
 /// What a stream publish did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamReceipt {
@@ -343,6 +356,19 @@ impl Broker {
             Broker::Local(b) => b.stream_keyed(topic, op, fragment, key, b.clock()),
             Broker::Redis(b) => b.stream(topic, op, fragment, key),
             Broker::Nats(b) => b.stream(topic, op, fragment, key),
+        }
+    }
+
+    /// [`Broker::stream`] for each fragment of a run, in order, with one answer each. No stream
+    /// may appear twice in a run (the caller cuts runs so): Redis pipelines the run in one
+    /// round trip, so a fragment's refusal cannot stop a later one of its stream within it.
+    pub fn stream_many(&self, run: &[Fragment<'_>]) -> Vec<Result<StreamReceipt, StreamRefusal>> {
+        match self {
+            Broker::Redis(b) => b.stream_many(run),
+            Broker::Local(_) | Broker::Nats(_) => run
+                .iter()
+                .map(|f| self.stream(f.topic, f.op, f.text, f.key))
+                .collect(),
         }
     }
 

@@ -49,12 +49,20 @@ class Receipt:
         subscribers: how many subscribers it was handed to at publish time.
         repeat: the publish repeated an ``Idempotency-Key`` the server had seen within its
             ``idempotency_window``: nothing was delivered, and ``id`` is the first publish's.
+        stream: for a fragment of an appendable message (a batch item with ``"stream":
+            "open"`` or ``"append_to"``), the stream's id, which later fragments append to;
+            ``None`` for a message.
+        seq: for a fragment, its place in its stream (1 for the opening one).
+        done: for a fragment, whether it closed its stream.
     """
 
     topic: str
     id: str
     subscribers: int
     repeat: bool = False
+    stream: Optional[str] = None
+    seq: Optional[int] = None
+    done: Optional[bool] = None
 
 
 @dataclass(frozen=True)
@@ -71,41 +79,46 @@ BatchItem = Union[Message, Tuple[str, Data], Tuple[str, Data, Optional[str]], Ma
 
 def _receipt(value: Any) -> Receipt:
     try:
+        stream = value.get("stream")
         return Receipt(
             topic=str(value["topic"]),
             id=str(value["id"]),
             subscribers=int(value["subscribers"]),
             repeat=value.get("repeat") is True,
+            stream=None if stream is None else str(stream),
+            seq=None if stream is None else int(value["seq"]),
+            done=None if stream is None else value.get("done") is True,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ClarionError(f"unexpected answer from the server: {value!r}") from e
 
 
-def _message(item: BatchItem) -> Message:
+def _message(item: BatchItem) -> Dict[str, Any]:
+    """One batch item as the server reads it. A dict is sent with all its fields (``key``,
+    ``tags``, ``conflation_key``, and a fragment's ``stream``, ``append_to`` and ``done`` too):
+    the server answers a field it does not know with an error in the item's place."""
     if isinstance(item, Message):
-        return item
-    if isinstance(item, tuple):
-        return Message(*item)
-    if isinstance(item, Mapping):
-        return Message(topic=item["topic"], data=item["data"], event=item.get("event"))
-    raise TypeError(f"a batch item is a Message, a (topic, data[, event]) tuple or a dict, not {type(item).__name__}")
+        fields: Dict[str, Any] = {"topic": item.topic, "data": item.data, "event": item.event}
+    elif isinstance(item, tuple):
+        topic, payload, *event = item
+        fields = {"topic": topic, "data": payload, "event": event[0] if event else None}
+    elif isinstance(item, Mapping):
+        fields = dict(item)
+    else:
+        raise TypeError(f"a batch item is a Message, a (topic, data[, event]) tuple or a dict, not {type(item).__name__}")
+    if fields.get("event", 0) is None:
+        del fields["event"]
+    data = fields.get("data")
+    if isinstance(data, bytes):
+        fields["data"] = base64.b64encode(data).decode("ascii")
+        fields["encoding"] = "base64"
+    elif not isinstance(data, str):
+        raise TypeError(f"message data is str or bytes, not {type(data).__name__}")
+    return fields
 
 
 def _batch_body(messages: Iterable[BatchItem]) -> Tuple[bytes, int]:
-    out: List[Dict[str, str]] = []
-    for item in messages:
-        m = _message(item)
-        entry: Dict[str, str] = {"topic": m.topic}
-        if isinstance(m.data, bytes):
-            entry["data"] = base64.b64encode(m.data).decode("ascii")
-            entry["encoding"] = "base64"
-        elif isinstance(m.data, str):
-            entry["data"] = m.data
-        else:
-            raise TypeError(f"message data is str or bytes, not {type(m.data).__name__}")
-        if m.event is not None:
-            entry["event"] = m.event
-        out.append(entry)
+    out = [_message(item) for item in messages]
     return json.dumps({"messages": out}).encode(), len(out)
 
 
@@ -277,7 +290,10 @@ class Client:
         result; :class:`BadRequest` when the body was not a batch.
 
         Items are :class:`Message`\\ s, ``(topic, data)`` or ``(topic, data, event)`` tuples, or
-        dicts with ``topic``, ``data`` and optionally ``event``. Returns one receipt per message.
+        dicts with ``topic``, ``data`` and any other field of the server's batch items
+        (``event``, ``key``, ``tags``, ``conflation_key``; for a fragment of an appendable
+        message ``"stream": "open"``, or ``"append_to": STREAM`` and ``"done": True``). Returns
+        one receipt per item (a fragment's has its ``stream``, ``seq`` and ``done``).
         """
         body, _ = _batch_body(messages)
         answer = _json(self._post("/publish", {}, body, {"Content-Type": "application/json"}))

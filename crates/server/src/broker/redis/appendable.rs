@@ -19,7 +19,7 @@ use super::epoch::sha1_hex;
 use super::layout::{idempotency_key, partition};
 use super::{conn, RedisBroker, META_TTL_SECS, PARTITIONS};
 use crate::broker::local::streams::repeat_receipt;
-use crate::broker::{StreamOp, StreamReceipt, StreamRefusal, Unavailable};
+use crate::broker::{Fragment, StreamOp, StreamReceipt, StreamRefusal, Unavailable};
 
 /// The appendable-message script: the offset rule, then the stream's own.
 pub const STREAM_SCRIPT: &str = concat!(include_str!("offset.lua"), include_str!("stream.lua"));
@@ -92,20 +92,6 @@ impl RedisBroker {
         cmd
     }
 
-    /// One call of the script on partition `p`.
-    fn stream_call(&self, p: u32, call: Call<'_>) -> Result<Value, Unavailable> {
-        let core = &self.core;
-        let mut replies = core.run_routed(STREAM_SCRIPT, &[(p, self.stream_command(p, call))])?;
-        match replies.pop() {
-            Some(Value::Error(e)) => {
-                core.metrics.broker_errors.fetch_add(1, Relaxed);
-                Err(Unavailable(format!("the broker refused the fragment: {e}")))
-            }
-            Some(v) => Ok(v),
-            None => Err(Unavailable("no answer from the broker".to_owned())),
-        }
-    }
-
     /// Opens or appends to a stream of `topic` with `fragment` (see
     /// [`crate::broker::Broker::stream`]): the same limits and answers as the in-memory broker.
     pub fn stream(
@@ -115,32 +101,84 @@ impl RedisBroker {
         fragment: &str,
         key: Option<&str>,
     ) -> Result<StreamReceipt, StreamRefusal> {
-        self.refuse_if_frozen()
-            .map_err(StreamRefusal::Unavailable)?;
-        let (op, stream, done) = match op {
-            StreamOp::Open => ("open", "", false),
-            StreamOp::Append { stream, done } => {
-                if clarion_proto::event_id::parse(stream).is_err() {
-                    return Err(StreamRefusal::Unknown);
-                }
-                ("append", stream, done)
+        let one = Fragment {
+            topic,
+            op,
+            text: fragment,
+            key,
+        };
+        self.stream_many(&[one])
+            .pop()
+            .unwrap_or_else(|| Err(StreamRefusal::Unavailable(no_answer())))
+    }
+
+    /// [`RedisBroker::stream`] for each fragment of a run (no stream twice), in one pipeline
+    /// per shard: one round trip for a batch's fragments, however many streams they feed.
+    pub fn stream_many(&self, run: &[Fragment<'_>]) -> Vec<Result<StreamReceipt, StreamRefusal>> {
+        if let Err(e) = self.refuse_if_frozen() {
+            return run
+                .iter()
+                .map(|_| Err(StreamRefusal::Unavailable(e.clone())))
+                .collect();
+        }
+        let mut answers: Vec<Option<Result<StreamReceipt, StreamRefusal>>> = Vec::new();
+        let mut calls = Vec::new();
+        for f in run {
+            let (op, stream, done) = match f.op {
+                StreamOp::Open => ("open", "", false),
+                StreamOp::Append { stream, done } => ("append", stream, done),
+            };
+            if op == "append" && clarion_proto::event_id::parse(stream).is_err() {
+                answers.push(Some(Err(StreamRefusal::Unknown)));
+                continue;
+            }
+            let call = Call {
+                op,
+                topic: f.topic,
+                stream,
+                fragment: f.text,
+                done,
+                key: f.key.filter(|_| !self.core.idempotency.window.is_zero()),
+            };
+            let p = partition(f.topic);
+            calls.push((p, self.stream_command(p, call)));
+            answers.push(None);
+        }
+        let mut replies = match self.core.run_routed(STREAM_SCRIPT, &calls) {
+            Ok(r) => r.into_iter(),
+            Err(e) => {
+                return answers
+                    .into_iter()
+                    .map(|a| a.unwrap_or_else(|| Err(StreamRefusal::Unavailable(e.clone()))))
+                    .collect()
             }
         };
-        let call = Call {
-            op,
-            topic,
-            stream,
-            fragment,
-            done,
-            key: key.filter(|_| !self.core.idempotency.window.is_zero()),
-        };
-        let reply = self
-            .stream_call(partition(topic), call)
-            .map_err(StreamRefusal::Unavailable)?;
-        let Value::Array(parts) = reply else {
-            return Err(StreamRefusal::Unavailable(Unavailable(format!(
-                "unexpected answer {reply:?}"
-            ))));
+        answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| match replies.next() {
+                    Some(v) => self.stream_answer(v),
+                    None => Err(StreamRefusal::Unavailable(no_answer())),
+                })
+            })
+            .collect()
+    }
+
+    /// The script's answer to one fragment, as a receipt or a refusal.
+    fn stream_answer(&self, reply: Value) -> Result<StreamReceipt, StreamRefusal> {
+        let parts = match reply {
+            Value::Array(parts) => parts,
+            Value::Error(e) => {
+                self.core.metrics.broker_errors.fetch_add(1, Relaxed);
+                return Err(StreamRefusal::Unavailable(Unavailable(format!(
+                    "the broker refused the fragment: {e}"
+                ))));
+            }
+            other => {
+                return Err(StreamRefusal::Unavailable(Unavailable(format!(
+                    "unexpected answer {other:?}"
+                ))))
+            }
         };
         let text = |i: usize| parts.get(i).and_then(Value::as_str).unwrap_or_default();
         let int = |i: usize| parts.get(i).and_then(Value::as_int).unwrap_or(0);
@@ -245,4 +283,9 @@ struct Call<'a> {
     done: bool,
     /// The publisher's `Idempotency-Key` (open, append), when keys are remembered.
     key: Option<&'a str>,
+}
+
+/// A pipeline that came back short.
+fn no_answer() -> Unavailable {
+    Unavailable("no answer from the broker".to_owned())
 }
