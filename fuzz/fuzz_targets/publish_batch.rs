@@ -1,8 +1,11 @@
 //! `POST /publish` bodies: decoding never panics, every message that is accepted has a valid
-//! topic, event name and key and a text payload that is UTF-8, and every refusal is worded.
+//! topic, event name and key and a text payload that is UTF-8, an accepted fragment is text
+//! without event, conflation key or tags, and every refusal is worded.
 #![no_main]
 
-use clarion_proto::pubsub::{decode_batch, validate_event_name, validate_key, validate_topic};
+use clarion_proto::pubsub::{
+    decode_batch, validate_event_name, validate_key, validate_topic, FragmentOp,
+};
 use clarion_proto::ws::DataKind;
 use libfuzzer_sys::fuzz_target;
 
@@ -26,6 +29,14 @@ fuzz_target!(|data: &[u8]| {
                 }
                 if m.kind == DataKind::Text {
                     assert!(std::str::from_utf8(&m.payload).is_ok());
+                }
+                match &m.fragment {
+                    Some(FragmentOp::Open | FragmentOp::Append { .. }) => {
+                        assert_eq!(m.kind, DataKind::Text);
+                        assert!(m.event.is_none() && m.conflation_key.is_none());
+                        assert!(m.tags.is_empty());
+                    }
+                    None => {}
                 }
             }
         }

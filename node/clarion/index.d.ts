@@ -79,6 +79,31 @@ export interface PublishOptions {
   signal?: AbortSignal;
 }
 
+export interface FragmentOptions {
+  /** Sent as `Idempotency-Key` (random unless given, and reused by the client's own 503
+   * retries): a retried fragment is never appended twice. */
+  idempotencyKey?: string;
+  /** Aborts the request. */
+  signal?: AbortSignal;
+}
+
+/** An appendable message being written (an AI answer, token by token): subscribers get each
+ * fragment live as an `append`, and one that reconnects gets the text so far as one message. */
+export declare class StreamWriter {
+  /** Its topic. */
+  readonly topic: string;
+  /** The stream's id (its opening fragment's), which subscribers see as `stream`. */
+  readonly id: string;
+  /** Fragments written so far. */
+  readonly seq: number;
+  /** Whether it was closed. */
+  readonly done: boolean;
+  /** Appends `text` (`done: true` also closes the stream); resolves to its receipt. */
+  append(text: string, options?: FragmentOptions & { done?: boolean }): Promise<Receipt>;
+  /** Closes the stream with `text` (default empty) as its last fragment. */
+  close(text?: string, options?: FragmentOptions): Promise<Receipt>;
+}
+
 /** A publish client for the Clarion HTTP API. */
 export declare class Client {
   constructor(options?: ClientOptions);
@@ -91,6 +116,9 @@ export declare class Client {
     messages: Iterable<Message | [topic: string, data: Data, event?: string]>,
     options?: { signal?: AbortSignal },
   ): Promise<Receipt[]>;
+  /** Opens an appendable message on `topic` with `text` (default empty) as its first
+   * fragment; `append` the rest to the writer, then `close` it. */
+  openStream(topic: string, text?: string, options?: FragmentOptions): Promise<StreamWriter>;
   /** Whether `GET /healthz` answers 200. */
   healthy(): Promise<boolean>;
 }

@@ -122,6 +122,38 @@ function batchItem(m) {
   return item;
 }
 
+// Characters the server accepts in topics need no escaping; others are escaped so the server
+// sees (and refuses with 400) the name as given.
+function publishPath(topic) {
+  return `/publish/${encodeURIComponent(topic).replace(/%2F/gi, '/').replace(/%40/g, '@').replace(/%3A/gi, ':')}`;
+}
+
+/** An appendable message being written (`Client.openStream`). See index.d.ts. */
+export class StreamWriter {
+  #send;
+
+  constructor(send, opened) {
+    this.#send = send;
+    this.topic = opened.topic;
+    this.id = opened.stream ?? opened.id;
+    this.seq = opened.seq ?? 1;
+    this.done = false;
+  }
+
+  async append(text, options = {}) {
+    const done = options.done === true;
+    const query = `append_to=${encodeURIComponent(this.id)}${done ? '&done=1' : ''}`;
+    const r = await this.#send(query, text, options);
+    this.seq = r.seq ?? this.seq;
+    this.done = r.done === true;
+    return r;
+  }
+
+  close(text = '', options = {}) {
+    return this.append(text, { ...options, done: true });
+  }
+}
+
 function receipt(v) {
   if (!v || typeof v.topic !== 'string' || typeof v.id !== 'string' || typeof v.subscribers !== 'number') {
     throw new ClarionError(`unexpected answer from the server: ${JSON.stringify(v)}`);
@@ -162,9 +194,7 @@ export class Client {
     } else {
       throw new TypeError('message data is a string or a Uint8Array');
     }
-    // Characters the server accepts in topics need no escaping; others are escaped so the server
-    // sees (and refuses with 400) the name as given.
-    let path = `/publish/${encodeURIComponent(topic).replace(/%2F/gi, '/').replace(/%40/g, '@').replace(/%3A/gi, ':')}`;
+    let path = publishPath(topic);
     if (options.event != null) path += `?event=${encodeURIComponent(options.event)}`;
     const key = { 'idempotency-key': options.idempotencyKey ?? randomUUID() };
     return receipt(await this.#post(path, body, type, options.signal, key));
@@ -182,6 +212,18 @@ export class Client {
     const results = answer.results.map((r) => (r && typeof r.error === 'string' ? { error: r.error, status: r.status } : receipt(r)));
     if (results.some((r) => r.error != null)) throw new BatchPartlyRefused(results);
     return results;
+  }
+
+  /** Opens an appendable message on `topic` with `text` as its first fragment; resolves to its
+   * StreamWriter: `append` the rest, then `close`. */
+  async openStream(topic, text = '', options = {}) {
+    const send = async (query, fragment, opts) => {
+      if (typeof fragment !== 'string') throw new TypeError("a stream's fragments are strings");
+      const key = { 'idempotency-key': opts.idempotencyKey ?? randomUUID() };
+      const path = `${publishPath(topic)}?${query}`;
+      return receipt(await this.#post(path, fragment, 'text/plain; charset=utf-8', opts.signal, key));
+    };
+    return new StreamWriter(send, await send('stream=open', text, options));
   }
 
   /** Whether `GET /healthz` answers 200 (false while the server is stopping). */

@@ -79,6 +79,25 @@ test('publishBatch carries fragments of appendable messages and answers their re
   assert.equal(JSON.parse(last).type, 'append');
 });
 
+test('a StreamWriter appends fragments, a retried one once, and closes', async () => {
+  const server = handle.server;
+  const sub = subscribe(server.wsUrl('node-answer'), 4);
+  await sub.open;
+  const client = new Client({ baseUrl: server.apiUrl });
+  const answer = await client.openStream('node-answer', 'The');
+  const first = await answer.append(' answer', { idempotencyKey: 'node-answer-2' });
+  const again = await answer.append(' answer', { idempotencyKey: 'node-answer-2' });
+  assert.deepEqual([again.repeat, again.id, answer.seq], [true, first.id, 2]);
+  await answer.append(' is');
+  const last = await answer.close('!');
+  assert.deepEqual([last.seq, last.done, answer.done], [4, true, true]);
+  const frames = (await sub.done).map((f) => JSON.parse(f));
+  assert.deepEqual(
+    frames.map((m) => [m.stream, m.seq, m.data]),
+    [[answer.id, 1, 'The'], [answer.id, 2, ' answer'], [answer.id, 3, ' is'], [answer.id, 4, '!']],
+  );
+});
+
 test('envelopes under clarion.v1 carry the receipt id', async () => {
   const server = handle.server;
   const sub = subscribe(server.wsUrl('node-env'), 1, { protocols: ['clarion.v1'] });

@@ -102,3 +102,33 @@ def test_a_batch_carries_fragments_of_appendable_messages_and_their_receipts(cla
     appends = [json.loads(f) for f in (got[0], got[2])]
     assert [(a["type"], a["data"], a["seq"]) for a in appends] == [("append", "Hel", 1), ("append", "lo", 2)]
     assert got[1] == "a plain one"
+
+
+def test_a_stream_writer_appends_fragments_and_closes_however_the_block_ends(clarion_server, clarion_client):
+    written = {}
+
+    async def publish():
+        def sync_steps():
+            with clarion_client.open_stream("py-answer", "The") as answer:
+                answer.append(" answer")
+                first = answer.append(" is", idempotency_key="py-answer-3")
+                again = answer.append(" is", idempotency_key="py-answer-3")
+                written["sync"] = (answer.id, answer.seq, first, again)
+            written["sync_done"] = answer.done
+
+        await asyncio.to_thread(sync_steps)
+        async with clarion_server.async_client() as c:
+            async with await c.open_stream("py-answer") as answer:
+                await answer.append("42")
+            written["async"] = (answer.id, answer.seq, answer.done)
+
+    got = [json.loads(f) for f in asyncio.run(receive(clarion_server.ws_url("py-answer"), 7, publish))]
+    sid, seq, first, again = written["sync"]
+    assert (seq, first.seq, again.repeat, again.id) == (3, 3, True, first.id)
+    assert written["sync_done"] is True
+    assert [(m["stream"], m["seq"], m["data"], m.get("done", False)) for m in got[:4]] == [
+        (sid, 1, "The", False), (sid, 2, " answer", False), (sid, 3, " is", False), (sid, 4, "", True),
+    ]
+    async_id, async_seq, async_done = written["async"]
+    assert (async_seq, async_done) == (3, True)
+    assert [(m["stream"], m["data"]) for m in got[4:]] == [(async_id, ""), (async_id, "42"), (async_id, "")]

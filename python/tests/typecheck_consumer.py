@@ -12,18 +12,24 @@ def sync_use(server: ClarionServer) -> str:
     with clarion.Client(server.api_url, api_key="k", timeout=5.0) as c:
         r: clarion.Receipt = c.publish("news", "hello", event="e")
         rs: List[clarion.Receipt] = c.publish_batch([("a", b"\x01"), clarion.Message("b", "x")])
+        with c.open_stream("ai", "Hel") as answer:
+            w: clarion.StreamWriter = answer
+            seq: int = w.append("lo").seq or 0
         try:
             c.publish("bad topic", "x")
         except clarion.BadRequest as e:
             status: int = e.status
-            return f"{r.id} {len(rs)} {status} {e.message}"
+            return f"{r.id} {len(rs)} {seq} {status} {e.message}"
     return ""
 
 
 async def async_use(server: ClarionServer) -> int:
     async with clarion.AsyncClient(server.api_url, token=lambda: "jwt") as c:
         r = await c.publish("news", b"\x00")
-        return r.subscribers
+        async with await c.open_stream("ai") as answer:
+            w: clarion.AsyncStreamWriter = answer
+            done: bool = (await w.close("!")).done or False
+        return r.subscribers + int(done)
 
 
 async def presence_use(url: str) -> List[str]:

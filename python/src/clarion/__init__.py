@@ -36,7 +36,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .client import AsyncClient, Client, Message, Receipt
+    from .client import AsyncClient, AsyncStreamWriter, Client, Message, Receipt, StreamWriter
     from .subscriber import (
         Delivery,
         Gap,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 # The clients (and httpx under them) are imported on first use, so that `python -m clarion`
 # starts the server without paying for them (about 130 ms).
-_LAZY = {"AsyncClient", "Client", "Message", "Receipt"}
+_LAZY = {"AsyncClient", "AsyncStreamWriter", "Client", "Message", "Receipt", "StreamWriter"}
 # The subscriber (and websockets under it), likewise.
 _LAZY_SUBSCRIBER = {
     "Delivery",
@@ -91,6 +91,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "APIError",
     "AsyncClient",
+    "AsyncStreamWriter",
     "BINARY_PATH_VARIABLE",
     "BadRequest",
     "BatchPartlyRefused",
@@ -112,6 +113,7 @@ __all__ = [
     "Receipt",
     "RequestHeadTooLarge",
     "ServerError",
+    "StreamWriter",
     "Subscriber",
     "SubscriptionRefused",
     "SyncSubscriber",

@@ -32,7 +32,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .client import AsyncClient, Client, Message, Receipt
+    from .client import AsyncClient, AsyncStreamWriter, Client, Message, Receipt, StreamWriter
     from .subscriber import (
         Delivery,
         Gap,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 # A publisher does not pay for websockets, nor a subscriber for httpx: each module is imported
 # on first use of one of its names.
-CLIENT_NAMES = frozenset({"AsyncClient", "Client", "Message", "Receipt"})
+CLIENT_NAMES = frozenset({"AsyncClient", "AsyncStreamWriter", "Client", "Message", "Receipt", "StreamWriter"})
 SUBSCRIBER_NAMES = frozenset(
     {
         "Delivery",
@@ -91,6 +91,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "APIError",
     "AsyncClient",
+    "AsyncStreamWriter",
     "BadRequest",
     "BatchPartlyRefused",
     "ClarionError",
@@ -112,6 +113,7 @@ __all__ = [
     "RequestHeadTooLarge",
     "ServerError",
     "StreamText",
+    "StreamWriter",
     "Subscriber",
     "SubscriptionRefused",
     "SyncSubscriber",

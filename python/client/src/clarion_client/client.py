@@ -105,7 +105,8 @@ def _message(item: BatchItem) -> Dict[str, Any]:
     elif isinstance(item, Mapping):
         fields = dict(item)
     else:
-        raise TypeError(f"a batch item is a Message, a (topic, data[, event]) tuple or a dict, not {type(item).__name__}")
+        kind = type(item).__name__
+        raise TypeError(f"a batch item is a Message, a (topic, data[, event]) tuple or a dict, not {kind}")
     if fields.get("event", 0) is None:
         del fields["event"]
     data = fields.get("data")
@@ -195,6 +196,95 @@ def _transport_error(e: httpx.TransportError) -> TransportError:
     if isinstance(e, httpx.TimeoutException):
         return Timeout(f"timed out: {e}")
     return ConnectionFailed(f"cannot reach the Clarion API: {e}")
+
+
+def _fragment(
+    topic: str, text: str, params: Dict[str, str], idempotency_key: Optional[str]
+) -> Tuple[str, Dict[str, str], bytes, Dict[str, str]]:
+    """The request of one fragment of an appendable message (text only)."""
+    if not isinstance(text, str):
+        raise TypeError(f"a stream's fragments are str, not {type(text).__name__}")
+    path, _, body, headers = _single(topic, text, None, idempotency_key)
+    return path, params, body, headers
+
+
+def _stream_params(stream_id: str, done: bool) -> Dict[str, str]:
+    return {"append_to": stream_id, "done": "1"} if done else {"append_to": stream_id}
+
+
+class StreamWriter:
+    """An appendable message being written (:meth:`Client.open_stream`): an AI answer sent
+    token by token. Subscribers get each fragment live as an ``append``, and one that
+    reconnects gets the text so far as one message, then the rest.
+
+    Attributes:
+        topic: its topic.
+        id: the stream's id (the opening fragment's), which subscribers see as ``stream``.
+        seq: fragments written so far.
+        done: whether it was closed.
+
+    Use it as a context manager to close it however the block ends::
+
+        with client.open_stream("chat.42") as answer:
+            for token in tokens:
+                answer.append(token)
+    """
+
+    def __init__(self, client: "Client", opened: Receipt) -> None:
+        self._client = client
+        self.topic = opened.topic
+        self.id = opened.stream or opened.id
+        self.seq = opened.seq or 1
+        self.done = False
+
+    def append(self, text: str, *, done: bool = False, idempotency_key: Optional[str] = None) -> Receipt:
+        """Appends ``text`` (``done=True``: and closes the stream); returns its receipt. Each
+        call carries an ``Idempotency-Key`` (random unless given) that the client's own retries
+        reuse, so a retried append is never added twice."""
+        request = _fragment(self.topic, text, _stream_params(self.id, done), idempotency_key)
+        r = _receipt(_json(self._client._post(*request)))
+        self.seq, self.done = r.seq or self.seq, bool(r.done)
+        return r
+
+    def close(self, text: str = "") -> Receipt:
+        """Closes the stream, with ``text`` as its last fragment (may be empty)."""
+        return self.append(text, done=True)
+
+    def __enter__(self) -> "StreamWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.done:
+            self.close()
+
+
+class AsyncStreamWriter:
+    """:class:`StreamWriter` for :class:`AsyncClient` (``await``, ``async with``)."""
+
+    def __init__(self, client: "AsyncClient", opened: Receipt) -> None:
+        self._client = client
+        self.topic = opened.topic
+        self.id = opened.stream or opened.id
+        self.seq = opened.seq or 1
+        self.done = False
+
+    async def append(self, text: str, *, done: bool = False, idempotency_key: Optional[str] = None) -> Receipt:
+        """Appends ``text``; see :meth:`StreamWriter.append`."""
+        request = _fragment(self.topic, text, _stream_params(self.id, done), idempotency_key)
+        r = _receipt(_json(await self._client._post(*request)))
+        self.seq, self.done = r.seq or self.seq, bool(r.done)
+        return r
+
+    async def close(self, text: str = "") -> Receipt:
+        """Closes the stream; see :meth:`StreamWriter.close`."""
+        return await self.append(text, done=True)
+
+    async def __aenter__(self) -> "AsyncStreamWriter":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.done:
+            await self.close()
 
 
 class _Settings:
@@ -299,6 +389,13 @@ class Client:
         answer = _json(self._post("/publish", {}, body, {"Content-Type": "application/json"}))
         return _receipts(answer)
 
+    def open_stream(self, topic: str, text: str = "", *, idempotency_key: Optional[str] = None) -> StreamWriter:
+        """Opens an appendable message on ``topic`` with ``text`` as its first fragment (may be
+        empty) and returns its writer (:class:`StreamWriter`): ``append`` the rest, then
+        ``close``. See docs/protocol.md, "Appendable messages", for limits and refusals."""
+        request = _fragment(topic, text, {"stream": "open"}, idempotency_key)
+        return StreamWriter(self, _receipt(_json(self._post(*request))))
+
     def healthy(self) -> bool:
         """Whether ``GET /healthz`` answers ``200`` (``False`` while the server is stopping).
 
@@ -378,6 +475,13 @@ class AsyncClient:
         answer = _json(await self._post("/publish", {}, body, {"Content-Type": "application/json"}))
         return _receipts(answer)
 
+    async def open_stream(
+        self, topic: str, text: str = "", *, idempotency_key: Optional[str] = None
+    ) -> AsyncStreamWriter:
+        """Opens an appendable message; see :meth:`Client.open_stream`."""
+        request = _fragment(topic, text, {"stream": "open"}, idempotency_key)
+        return AsyncStreamWriter(self, _receipt(_json(await self._post(*request))))
+
     async def healthy(self) -> bool:
         """Whether ``GET /healthz`` answers ``200``; see :meth:`Client.healthy`."""
         try:
@@ -417,4 +521,4 @@ class AsyncClient:
             await asyncio.sleep(wait)
 
 
-__all__ = ["APIError", "AsyncClient", "Client", "Message", "Receipt"]
+__all__ = ["APIError", "AsyncClient", "AsyncStreamWriter", "Client", "Message", "Receipt", "StreamWriter"]
