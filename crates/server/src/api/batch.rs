@@ -99,6 +99,24 @@ pub(super) fn publish_batch(body: &[u8], shared: &Shared, permit: &Permit) -> An
     Answer::json(200, &serde_json::json!({ "results": results }))
 }
 
+/// A batch being applied: each item's result so far, and what later items depend on.
+struct Progress<'a, 'r> {
+    /// One per item; `None` until it is answered.
+    results: &'r mut [Option<serde_json::Value>],
+    /// Streams whose fragment the broker refused, with that fragment's index.
+    stopped: HashMap<&'a str, usize>,
+    /// Whether the broker took anything yet.
+    applied: bool,
+}
+
+impl Progress<'_, '_> {
+    fn answer(&mut self, i: usize, result: serde_json::Value) {
+        if let Some(slot) = self.results.get_mut(i) {
+            *slot = Some(result);
+        }
+    }
+}
+
 /// Applies the items that may go, in order, and writes each one's result. `Err` only when the
 /// broker took nothing at all (the request is then answered `503` whole); once something was
 /// published, an unavailable broker is answered `503` in place for every item not applied.
@@ -107,9 +125,11 @@ fn apply(
     shared: &Shared,
     results: &mut [Option<serde_json::Value>],
 ) -> Result<(), Unavailable> {
-    let mut applied = false;
-    // A stream whose fragment the broker refused: the index of that fragment.
-    let mut stopped: HashMap<&str, usize> = HashMap::new();
+    let mut progress = Progress {
+        results,
+        stopped: HashMap::new(),
+        applied: false,
+    };
     let mut rest = go;
     while let Some(((_, first), _)) = rest.split_first() {
         let is_fragment = first.fragment.is_some();
@@ -120,17 +140,17 @@ fn apply(
         let (run, after) = rest.split_at(len);
         rest = after;
         let outcome = if is_fragment {
-            append_run(run, shared, results, &mut stopped, &mut applied)
+            append_run(run, shared, &mut progress)
         } else {
-            publish_run(run, shared, results).map(|()| applied = true)
+            publish_run(run, shared, &mut progress)
         };
         if let Err(e) = outcome {
-            if !applied {
+            if !progress.applied {
                 return Err(e);
             }
             let why = format!("not published: the broker became unavailable: {e}");
             for &(i, _) in run.iter().chain(rest) {
-                if let Some(slot @ None) = results.get_mut(i) {
+                if let Some(slot @ None) = progress.results.get_mut(i) {
                     *slot = Some(item_error(503, &why));
                 }
             }
@@ -144,7 +164,7 @@ fn apply(
 fn publish_run(
     run: &[(usize, &BatchMessage)],
     shared: &Shared,
-    results: &mut [Option<serde_json::Value>],
+    progress: &mut Progress<'_, '_>,
 ) -> Result<(), Unavailable> {
     let out: Vec<Outgoing<'_>> = run
         .iter()
@@ -160,10 +180,9 @@ fn publish_run(
         })
         .collect();
     let receipts = shared.broker.publish(&out)?;
+    progress.applied = true;
     for (&(i, m), r) in run.iter().zip(&receipts) {
-        if let Some(slot) = results.get_mut(i) {
-            *slot = Some(receipt_json(&m.topic, r));
-        }
+        progress.answer(i, receipt_json(&m.topic, r));
     }
     Ok(())
 }
@@ -175,16 +194,13 @@ fn publish_run(
 fn append_run<'a>(
     run: &[(usize, &'a BatchMessage)],
     shared: &Shared,
-    results: &mut [Option<serde_json::Value>],
-    stopped: &mut HashMap<&'a str, usize>,
-    applied: &mut bool,
+    progress: &mut Progress<'a, '_>,
 ) -> Result<(), Unavailable> {
     let mut rest = run;
     while !rest.is_empty() {
-        let len = wave_len(rest);
-        let (wave, after) = rest.split_at(len);
+        let (wave, after) = rest.split_at(wave_len(rest));
         rest = after;
-        append_wave(wave, shared, results, stopped, applied)?;
+        append_wave(wave, shared, progress)?;
     }
     Ok(())
 }
@@ -209,56 +225,48 @@ fn wave_len(run: &[(usize, &BatchMessage)]) -> usize {
 fn append_wave<'a>(
     wave: &[(usize, &'a BatchMessage)],
     shared: &Shared,
-    results: &mut [Option<serde_json::Value>],
-    stopped: &mut HashMap<&'a str, usize>,
-    applied: &mut bool,
+    progress: &mut Progress<'a, '_>,
 ) -> Result<(), Unavailable> {
     let mut send: Vec<(usize, &'a BatchMessage, Fragment<'a>)> = Vec::new();
     for &(i, m) in wave {
-        let answer = if let Some(j) = stream_of(m).and_then(|s| stopped.get(s)) {
-            item_error(
-                424,
-                &format!("not appended: messages[{j}] of the same stream was refused"),
-            )
-        } else {
-            // A batch's text data is a JSON string, so UTF-8 (`encoding` was refused).
-            let text = std::str::from_utf8(&m.payload).ok();
-            let op = match &m.fragment {
-                Some(FragmentOp::Append { stream, done }) => StreamOp::Append {
-                    stream,
-                    done: *done,
-                },
-                Some(FragmentOp::Open) | None => StreamOp::Open,
-            };
-            match text.filter(|_| m.kind == DataKind::Text) {
-                Some(text) => {
-                    let topic = m.topic.as_str();
-                    let key = m.key.as_deref();
-                    send.push((
-                        i,
-                        m,
-                        Fragment {
-                            topic,
-                            op,
-                            text,
-                            key,
-                        },
-                    ));
-                    continue;
-                }
-                None => item_error(400, "a stream's fragments are UTF-8 text"),
-            }
-        };
-        if let Some(slot) = results.get_mut(i) {
-            *slot = Some(answer);
+        if let Some(j) = stream_of(m).and_then(|s| progress.stopped.get(s)) {
+            let why = format!("not appended: messages[{j}] of the same stream was refused");
+            progress.answer(i, item_error(424, &why));
+            continue;
         }
+        // A batch's text data is a JSON string, so UTF-8 (`encoding` was refused).
+        let Some(text) = std::str::from_utf8(&m.payload)
+            .ok()
+            .filter(|_| m.kind == DataKind::Text)
+        else {
+            progress.answer(i, item_error(400, "a stream's fragments are UTF-8 text"));
+            continue;
+        };
+        let op = match &m.fragment {
+            Some(FragmentOp::Append { stream, done }) => StreamOp::Append {
+                stream,
+                done: *done,
+            },
+            Some(FragmentOp::Open) | None => StreamOp::Open,
+        };
+        let (topic, key) = (m.topic.as_str(), m.key.as_deref());
+        send.push((
+            i,
+            m,
+            Fragment {
+                topic,
+                op,
+                text,
+                key,
+            },
+        ));
     }
     let run: Vec<Fragment<'_>> = send.iter().map(|(_, _, f)| *f).collect();
     let mut lost = None;
-    for ((i, m, _), outcome) in send.iter().zip(shared.broker.stream_many(&run)) {
+    for ((i, m, _), outcome) in send.into_iter().zip(shared.broker.stream_many(&run)) {
         let answer = match outcome {
             Ok(r) => {
-                *applied = true;
+                progress.applied = true;
                 fragment_receipt(&m.topic, &r)
             }
             Err(StreamRefusal::Unavailable(e)) => {
@@ -268,14 +276,12 @@ fn append_wave<'a>(
             Err(refusal) => {
                 let named = stream_of(m);
                 if let Some(s) = named {
-                    stopped.entry(s).or_insert(*i);
+                    progress.stopped.entry(s).or_insert(i);
                 }
                 answer_as_item(&refusal_answer(&m.topic, named, refusal, shared))
             }
         };
-        if let Some(slot) = results.get_mut(*i) {
-            *slot = Some(answer);
-        }
+        progress.answer(i, answer);
     }
     lost.map_or(Ok(()), Err)
 }

@@ -212,7 +212,21 @@ def _stream_params(stream_id: str, done: bool) -> Dict[str, str]:
     return {"append_to": stream_id, "done": "1"} if done else {"append_to": stream_id}
 
 
-class StreamWriter:
+class _Writing:
+    """What both stream writers know of their stream."""
+
+    def __init__(self, opened: Receipt) -> None:
+        self.topic = opened.topic
+        self.id = opened.stream or opened.id
+        self.seq = opened.seq or 1
+        self.done = False
+
+    def _took(self, r: Receipt) -> Receipt:
+        self.seq, self.done = r.seq or self.seq, bool(r.done)
+        return r
+
+
+class StreamWriter(_Writing):
     """An appendable message being written (:meth:`Client.open_stream`): an AI answer sent
     token by token. Subscribers get each fragment live as an ``append``, and one that
     reconnects gets the text so far as one message, then the rest.
@@ -231,20 +245,15 @@ class StreamWriter:
     """
 
     def __init__(self, client: "Client", opened: Receipt) -> None:
+        super().__init__(opened)
         self._client = client
-        self.topic = opened.topic
-        self.id = opened.stream or opened.id
-        self.seq = opened.seq or 1
-        self.done = False
 
     def append(self, text: str, *, done: bool = False, idempotency_key: Optional[str] = None) -> Receipt:
         """Appends ``text`` (``done=True``: and closes the stream); returns its receipt. Each
         call carries an ``Idempotency-Key`` (random unless given) that the client's own retries
         reuse, so a retried append is never added twice."""
         request = _fragment(self.topic, text, _stream_params(self.id, done), idempotency_key)
-        r = _receipt(_json(self._client._post(*request)))
-        self.seq, self.done = r.seq or self.seq, bool(r.done)
-        return r
+        return self._took(_receipt(_json(self._client._post(*request))))
 
     def close(self, text: str = "") -> Receipt:
         """Closes the stream, with ``text`` as its last fragment (may be empty)."""
@@ -258,22 +267,17 @@ class StreamWriter:
             self.close()
 
 
-class AsyncStreamWriter:
+class AsyncStreamWriter(_Writing):
     """:class:`StreamWriter` for :class:`AsyncClient` (``await``, ``async with``)."""
 
     def __init__(self, client: "AsyncClient", opened: Receipt) -> None:
+        super().__init__(opened)
         self._client = client
-        self.topic = opened.topic
-        self.id = opened.stream or opened.id
-        self.seq = opened.seq or 1
-        self.done = False
 
     async def append(self, text: str, *, done: bool = False, idempotency_key: Optional[str] = None) -> Receipt:
         """Appends ``text``; see :meth:`StreamWriter.append`."""
         request = _fragment(self.topic, text, _stream_params(self.id, done), idempotency_key)
-        r = _receipt(_json(await self._client._post(*request)))
-        self.seq, self.done = r.seq or self.seq, bool(r.done)
-        return r
+        return self._took(_receipt(_json(await self._client._post(*request))))
 
     async def close(self, text: str = "") -> Receipt:
         """Closes the stream; see :meth:`StreamWriter.close`."""
