@@ -8,7 +8,7 @@
 //! holds back the later fragments of its stream, which would otherwise leave a hole in its
 //! text.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 
 use clarion_proto::pubsub::{decode_batch, held_back, BatchMessage, FragmentOp, ItemError};
@@ -207,16 +207,9 @@ fn append_run<'a>(
 
 /// How many of `run`'s first fragments name no stream twice (at least one).
 fn wave_len(run: &[(usize, &BatchMessage)]) -> usize {
-    let mut named: Vec<&str> = Vec::new();
+    let mut named: HashSet<&str> = HashSet::new();
     run.iter()
-        .position(|(_, m)| match stream_of(m) {
-            Some(s) if named.contains(&s) => true,
-            Some(s) => {
-                named.push(s);
-                false
-            }
-            None => false,
-        })
+        .position(|(_, m)| stream_of(m).is_some_and(|s| !named.insert(s)))
         .unwrap_or(run.len())
         .max(1)
 }
