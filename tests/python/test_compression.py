@@ -205,3 +205,68 @@ def test_dedicated_compressors_are_capped_and_the_rest_share(start_server):
         assert rsv and inflate(pay).decode() == msg
     a.close()
     b.close()
+
+
+def open_envelope(server, path, extensions):
+    sock, head, rest = rawws.connect(
+        server.clients, path,
+        extra_headers=f"Sec-WebSocket-Protocol: clarion.v1\r\nSec-WebSocket-Extensions: {extensions}\r\n",
+    )
+    assert head.startswith("HTTP/1.1 101"), head
+    return sock, head, rest
+
+
+def read_envelopes(sock, rest, count, inflater=None):
+    """`count` text frames as (compressed, envelope JSON), skipping in-band replies."""
+    out = []
+    while len(out) < count:
+        rsv, op, payload, rest = read_frame(sock, rest)
+        assert op == 1, op
+        text = (inflater.decompress(payload + b"\x00\x00\xff\xff") if inflater else inflate(payload)) if rsv else payload
+        env = json.loads(text)
+        if env.get("type") in ("message", "append", "gap"):
+            out.append((rsv, env))
+    return out, rest
+
+
+def test_a_resume_is_compressed_as_live_messages_are(server):
+    # A clarion.v1 WebSocket that agreed permessage-deflate gets its replay (after `since=` in
+    # the URL or in a subscribe message) compressed once per message, as its live messages: a
+    # reconnect after a long answer is mostly text.
+    ids = [server.publish("rz", PRICE.replace("EURUSD", f"EUR{i}"))["id"] for i in range(3)]
+    start = ids[0].split("-")[0] + "-0"
+    s, _, rest = open_envelope(server, f"/ws?topic=rz&since={start}", "permessage-deflate")
+    got, rest = read_envelopes(s, rest, 3)
+    assert [(z, e["id"]) for z, e in got] == [(True, i) for i in ids], got
+    assert json.loads(got[2][1]["data"])["symbol"] == "EUR2"
+    server.publish("rz", "tiny")
+    (live,), _ = read_envelopes(s, rest, 1)
+    assert live[1]["data"] == "tiny"
+    s.close()
+    # In band, with an appendable message's text so far folded into one message.
+    opened = json.loads(server.request("POST", "/publish/ai?stream=open", b"Once upon a time, " * 20,
+                                       {"Content-Type": "text/plain"})[2])
+    s, _, rest = open_envelope(server, "/ws", "permessage-deflate; client_max_window_bits")
+    s.sendall(masked(1, json.dumps({"type": "subscribe", "topic": "ai", "since": start}).encode()))
+    ((compressed, folded),), _ = read_envelopes(s, rest, 1)
+    assert compressed and folded["stream"] == opened["stream"], folded
+    assert folded["data"] == "Once upon a time, " * 20
+    s.close()
+
+
+def test_with_a_context_of_its_own_a_resume_is_sent_uncompressed(start_server):
+    # Dedicated mode: the connection's compressor keeps context across its live messages, which
+    # a shared frame would break; the replay goes uncompressed and the context stays whole.
+    server = start_server("--compression", "dedicated")
+    first = server.publish("rd", PRICE)["id"]
+    since = first.split("-")[0] + "-0"
+    s, _, rest = open_envelope(server, f"/ws?topic=rd&since={since}", "permessage-deflate")
+    d = zlib.decompressobj(-15)
+    (replayed,), rest = read_envelopes(s, rest, 1, d)
+    assert not replayed[0] and replayed[1]["id"] == first
+    for i in range(3):
+        server.publish("rd", PRICE.replace("EURUSD", f"USD{i}"))
+    live, _ = read_envelopes(s, rest, 3, d)
+    assert [z for z, _ in live] == [True] * 3
+    assert [json.loads(e["data"])["symbol"] for _, e in live] == ["USD0", "USD1", "USD2"]
+    s.close()

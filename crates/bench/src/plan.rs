@@ -165,6 +165,10 @@ pub struct BenchArgs {
     /// `POST /publish` batch.
     #[arg(long, default_value_t = 1)]
     pub fragment_batch: usize,
+    /// Streams: the subscribers offer permessage-deflate as browsers and Clarion's clients do,
+    /// and inflate what the server compresses; resume bytes are then counted as received.
+    #[arg(long)]
+    pub deflate: bool,
     /// Streams: stream and plain phase pairs, in alternating order (the CPU ratio is their
     /// median).
     #[arg(long, default_value_t = 3)]

@@ -60,6 +60,8 @@ pub struct StreamsOutcome {
     pub publishers: usize,
     /// Fragments per publish request (1: each its own request).
     pub fragment_batch: usize,
+    /// The subscribers negotiated permessage-deflate: frame bytes are as received, compressed.
+    pub deflate: bool,
     pub phases: Vec<Phase>,
     /// Per repeat: stream CPU per delivery / plain CPU per delivery; and their median.
     pub cpu_ratios: Vec<f64>,
@@ -209,6 +211,7 @@ fn phase(
         drain: a.drain,
         bound: (planned * 10.0) as u64 + a.drain + 600,
         server_pids: a.server_pid.clone(),
+        deflate: a.deflate,
     };
     let (ready_tx, ready_rx) = mpsc::channel();
     let subscribers = std::thread::spawn(move || crate::streams_subs::run(&job, &ready_tx));
@@ -451,6 +454,7 @@ fn summary(a: &BenchArgs, phases: Vec<Phase>, ratios: Vec<f64>) -> StreamsOutcom
         resumers: a.resumers,
         publishers: a.publishers,
         fragment_batch: a.fragment_batch.max(1),
+        deflate: a.deflate,
         cpu_ratio_median: median(ratios.clone()),
         cpu_ratios: ratios,
         resume_messages_per_resume: per(s.messages, n),
@@ -464,8 +468,10 @@ fn summary(a: &BenchArgs, phases: Vec<Phase>, ratios: Vec<f64>) -> StreamsOutcom
 
 fn print_text(o: &StreamsOutcome) {
     println!(
-        "streams: {} streams x {} fragments at {} /s each, {} subscribers per stream, {} resumers, {} publishers, {} per request",
-        o.streams, o.fragments, o.fragment_rate, o.subscribers_per_stream, o.resumers, o.publishers, o.fragment_batch
+        "streams: {} streams x {} fragments at {} /s each, {} subscribers per stream{}, {} resumers, {} publishers, {} per request",
+        o.streams, o.fragments, o.fragment_rate, o.subscribers_per_stream,
+        if o.deflate { " (permessage-deflate)" } else { "" },
+        o.resumers, o.publishers, o.fragment_batch
     );
     let asked = o.streams as f64 * o.fragment_rate;
     for p in &o.phases {
@@ -500,9 +506,10 @@ fn print_text(o: &StreamsOutcome) {
             .join(", ")
     );
     println!(
-        "resume inside a stream: {} messages per resume, data bytes / text so far {}, whole frame / text so far {} (plain messages: {} messages per resume)",
+        "resume inside a stream: {} messages per resume, data bytes / text so far {}, whole frame{} / text so far {} (plain messages: {} messages per resume)",
         f(o.resume_messages_per_resume),
         f(o.resume_data_vs_text),
+        if o.deflate { " as received (compressed)" } else { "" },
         f(o.resume_frame_vs_text),
         f(o.plain_resume_messages_per_resume)
     );

@@ -11,11 +11,13 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use clarion_proto::http1::parse_response_head;
+use clarion_proto::ws::frame::{parse_header_with, OpCode};
 use mio::net::TcpStream;
 use mio::{Events, Poll};
 use serde::Deserialize;
 
 use crate::proc_stat;
+use crate::soak_deflate::{self, Deflate};
 use crate::source_ports::{connected, SourcePorts};
 use crate::streams_check::{Event, Follower, Resumed};
 use crate::wire::{self, Step, MAX_HEAD, MAX_HEADERS};
@@ -43,6 +45,8 @@ pub(crate) struct SubsJob {
     /// Seconds the whole phase may take.
     pub(crate) bound: u64,
     pub(crate) server_pids: Vec<u32>,
+    /// Offer permessage-deflate and inflate compressed frames.
+    pub(crate) deflate: bool,
 }
 
 /// What the subscribers of one phase received.
@@ -77,6 +81,8 @@ struct Sub {
     /// Counted once in the loop's tallies: opened, and finished (complete or failed).
     counted_open: bool,
     finished: bool,
+    /// The connection's inflater, when the server agreed to permessage-deflate.
+    deflate: Option<Deflate>,
 }
 
 /// Largest frame accepted: a folded 400-fragment text is a few KiB.
@@ -111,6 +117,7 @@ pub(crate) fn run(job: &SubsJob, ready: &Sender<Result<(), String>>) -> SubsOutc
             failed: false,
             counted_open: false,
             finished: false,
+            deflate: None,
         })
         .collect();
     for &(i, at, back) in &job.resumers {
@@ -256,14 +263,20 @@ fn fail(out: &mut SubsOutcome, what: String) {
     }
 }
 
-/// The subscribing request for `topic`, resuming after `since`.
-fn request(target: SocketAddr, topic: &str, since: Option<&str>) -> String {
+/// The subscribing request for `topic`, resuming after `since`; offering permessage-deflate
+/// as a browser does when `deflate`.
+fn request(target: SocketAddr, topic: &str, since: Option<&str>, deflate: bool) -> String {
     let key = base64::engine::general_purpose::STANDARD.encode(wire::rand16());
     let since = since.map(|s| format!("&since={s}")).unwrap_or_default();
+    let offer = if deflate {
+        format!("Sec-WebSocket-Extensions: {}\r\n", soak_deflate::OFFER)
+    } else {
+        String::new()
+    };
     format!(
         "GET /ws?topic={topic}{since} HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\n\
          Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\
-         Sec-WebSocket-Protocol: clarion.v1\r\n\r\n"
+         Sec-WebSocket-Protocol: clarion.v1\r\n{offer}\r\n"
     )
 }
 
@@ -289,6 +302,7 @@ fn drive(
     drop(conn);
     s.resume_at = None;
     s.buf.clear();
+    s.deflate = None;
     s.open = false;
     s.sent = false;
     Ok(true)
@@ -313,7 +327,7 @@ fn read(
             .resuming_from
             .is_some()
             .then_some(s.follower.last_id.as_str());
-        conn.write_all(request(job.target, topic, since).as_bytes())
+        conn.write_all(request(job.target, topic, since, job.deflate).as_bytes())
             .map_err(|e| format!("send request: {}", e.kind()))?;
         s.sent = true;
     }
@@ -342,13 +356,40 @@ fn read(
         if head.status != 101 {
             return Err(format!("subscribing was answered {}", head.status));
         }
+        if job.deflate {
+            let answer = head
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-extensions"))
+                .map(|(_, v)| *v);
+            soak_deflate::accepted(answer)?;
+            s.deflate = Some(Deflate::new());
+        }
         at = head.head_len;
         s.open = true;
     }
     let mut resume = false;
     let mut replies: Vec<Vec<u8>> = Vec::new();
     let buf = std::mem::take(&mut s.buf);
-    while let Some((step, len)) = wire::step(buf.get(at..).unwrap_or_default(), MAX_FRAME)? {
+    loop {
+        let input = buf.get(at..).unwrap_or_default();
+        match inflated(s.deflate.as_mut(), input)? {
+            Compressed::Wait => break,
+            Compressed::Text(text, len) => {
+                at += len;
+                if event(s, script, job.stream, &job.acked, &text, len, out)?
+                    && s.resume_at == Some(s.follower.held)
+                {
+                    resume = true;
+                    break;
+                }
+                continue;
+            }
+            Compressed::Plain => {}
+        }
+        let Some((step, len)) = wire::step(input, MAX_FRAME)? else {
+            break;
+        };
         at += len;
         match step {
             Step::Text(payload) => {
@@ -372,6 +413,45 @@ fn read(
             .map_err(|e| format!("send pong: {}", e.kind()))?;
     }
     Ok(resume)
+}
+
+/// What starts a deflate subscriber's input.
+enum Compressed {
+    /// An incomplete frame: read more.
+    Wait,
+    /// A frame sent uncompressed (or no deflate at all): read it as usual.
+    Plain,
+    /// A compressed message, inflated, and the bytes its frame took.
+    Text(Vec<u8>, usize),
+}
+
+/// The compressed frame at the start of `input`, if that is what it is.
+fn inflated(deflate: Option<&mut Deflate>, input: &[u8]) -> Result<Compressed, String> {
+    let Some(d) = deflate else {
+        return Ok(Compressed::Plain);
+    };
+    let Some(h) =
+        parse_header_with(input, false, true, MAX_FRAME).map_err(|e| format!("bad frame: {e}"))?
+    else {
+        return Ok(Compressed::Wait);
+    };
+    if h.rsv & 0b100 == 0 {
+        return Ok(Compressed::Plain);
+    }
+    if !h.fin || h.opcode != OpCode::Text || h.mask.is_some() {
+        return Err("a compressed frame that is not one unmasked text message".into());
+    }
+    let total = usize::try_from(h.payload_len)
+        .ok()
+        .and_then(|n| n.checked_add(h.header_len))
+        .ok_or("bad frame: too long")?;
+    let Some(payload) = input.get(h.header_len..total) else {
+        return Ok(Compressed::Wait);
+    };
+    Ok(Compressed::Text(
+        d.inflate(payload, MAX_FRAME as usize)?,
+        total,
+    ))
 }
 
 /// A `clarion.v1` envelope, as far as the check reads it.

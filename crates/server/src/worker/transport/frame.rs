@@ -232,6 +232,32 @@ impl Framing {
         }
     }
 
+    /// The form of the messages a `clarion.v1` WebSocket is replayed when it subscribes or
+    /// resumes: the envelope, compressed once per message and window as its live messages
+    /// are when it agreed permessage-deflate without context (a resume after a long answer
+    /// is mostly text, which deflate shrinks); uncompressed with a context of its own, which
+    /// only its live messages feed (RFC 7692 lets each message choose). Other framings: the
+    /// uncompressed envelope.
+    pub(crate) fn replay_form(self) -> Form {
+        match self {
+            Framing::Ws(mode) => match mode.deflate {
+                Some(ext) if !ext.dedicated() => Form::Deflated {
+                    envelope: true,
+                    small_window: ext.small_server_window(),
+                },
+                Some(_) | None => Form::Shared(Encoding::WsEnvelope),
+            },
+            Framing::Sse(_)
+            | Framing::Lines { .. }
+            | Framing::Pusher(_)
+            | Framing::Poll(_)
+            | Framing::Grip
+            | Framing::H2
+            | Framing::Request
+            | Framing::Closing => Form::Shared(Encoding::WsEnvelope),
+        }
+    }
+
     /// The form of a presence event ([`crate::message::Published::presence`], already
     /// encoded once for every listener); `None` for a connection that does not take them.
     pub(crate) fn presence_form(self) -> Option<Form> {

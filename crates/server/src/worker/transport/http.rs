@@ -23,7 +23,6 @@ use clarion_proto::ws::{deflate, OpCode};
 
 use crate::broker::Since;
 use crate::log;
-use crate::message::Encoding;
 use crate::metrics::CloseReason;
 use crate::worker::filters::{keep_passing, read_filter_text};
 use crate::worker::socket::Socket;
@@ -328,7 +327,8 @@ impl<S: Socket> Engine<S> {
         for g in &sub.gaps {
             frames.push(encode_frame(OpCode::Text, g.json().as_bytes()).into());
         }
-        self.send_resume(k, frames, &sub.replay, Encoding::WsEnvelope);
+        let form = self.framing(k).replay_form();
+        self.send_resume(k, frames, &sub.replay, form);
         if params.delta {
             self.delta_join(k, &sub.names, &sub.replay);
         }

@@ -14,7 +14,7 @@ use crate::broker::Since;
 use crate::message::{Encoding, Published};
 use crate::worker::socket::Socket;
 use crate::worker::state::{Kind, State, StreamMode};
-use crate::worker::transport::frame::{jittered_ms, Event, Framing};
+use crate::worker::transport::frame::{jittered_ms, pick, Event, Form, Framing};
 use crate::worker::Engine;
 
 /// What a stream's request asks of its messages besides its topics.
@@ -90,7 +90,7 @@ impl<S: Socket> Engine<S> {
         }
         // Only SSE and streams open here (see `open_http_subscription`).
         let encoding = framing.encoding().unwrap_or(Encoding::NdjsonChunk);
-        self.send_resume(k, vec![out.into()], &sub.replay, encoding);
+        self.send_resume(k, vec![out.into()], &sub.replay, Form::Shared(encoding));
         if delta {
             self.delta_join(k, &sub.names, &sub.replay);
         }
@@ -115,10 +115,11 @@ impl<S: Socket> Engine<S> {
         k: u32,
         first: Vec<Arc<[u8]>>,
         replay: &[Arc<Published>],
-        encoding: Encoding,
+        form: Form,
     ) {
+        let settings = self.frames.deflate_settings;
         let mut frames: Vec<&Arc<[u8]>> = first.iter().collect();
-        frames.extend(replay.iter().map(|m| m.encoded(encoding)));
+        frames.extend(replay.iter().map(|m| pick(m, form, &settings)));
         self.write_all_to(k, &frames, None);
         self.scratch.tally.delivered += replay.len() as u64;
     }

@@ -20,11 +20,12 @@ use clarion_proto::pubsub::validate_topic;
 use crate::broker::{Outgoing, Since};
 use crate::hooks::Hook;
 use crate::log;
-use crate::message::{compress_frame, frame_payload, Encoding};
+use crate::message::{compress_frame, frame_payload};
 use crate::metrics::CloseReason;
 use crate::worker::filters::{keep_passing, read_filter_json};
 use crate::worker::socket::Socket;
 use crate::worker::state::{Ext, Kind, WsRole};
+use crate::worker::transport::frame::pick;
 use crate::worker::transport::hooks::Gate;
 use crate::worker::Engine;
 
@@ -321,7 +322,9 @@ impl<S: Socket> Engine<S> {
                     .map(|g| encode_frame(OpCode::Text, g.json().as_bytes()).into())
                     .collect();
                 let mut frames: Vec<&Arc<[u8]>> = gaps.iter().collect();
-                frames.extend(sub.replay.iter().map(|m| m.encoded(Encoding::WsEnvelope)));
+                let (form, settings) =
+                    (self.framing(k).replay_form(), self.frames.deflate_settings);
+                frames.extend(sub.replay.iter().map(|m| pick(m, form, &settings)));
                 if !frames.is_empty() {
                     self.write_all_to(k, &frames, None);
                     self.scratch.tally.delivered += sub.replay.len() as u64;
