@@ -1,11 +1,11 @@
-//! permessage-deflate for the soak's browser-like WebSockets, without I/O: the offer a browser
-//! makes, the check of the server's answer, the compressed in-band `subscribe` that Clarion's
-//! own clients send (the message that, before issue 46, kept a connection from moving), and the
-//! inflating of the server's compressed frames (`clarion_proto::ws::deflate`, the server's
-//! inflater).
+//! permessage-deflate for the load generator's browser-like WebSockets (the soak's and the
+//! streams scenario's), without I/O: the offer a browser makes, the check of the server's
+//! answer, the compressed in-band `subscribe` that Clarion's own clients send (the message
+//! that, before issue 46, kept a connection from moving), and the reading and inflating of the
+//! server's compressed frames (`clarion_proto::ws::deflate`, the server's inflater).
 
 use clarion_proto::ws::deflate::{Compressor, Inflater};
-use clarion_proto::ws::frame::{encode_header, OpCode};
+use clarion_proto::ws::frame::{encode_header, parse_header_with, OpCode};
 
 /// What Chromium and Firefox offer.
 pub(crate) const OFFER: &str = "permessage-deflate; client_max_window_bits";
@@ -33,6 +33,35 @@ impl Deflate {
         }
     }
 
+    /// The compressed frame at the start of `input`, if that is what it is (frames of at most
+    /// `max` bytes).
+    pub(crate) fn read(&mut self, input: &[u8], max: u64) -> Result<Compressed, FrameError> {
+        let Some(h) = parse_header_with(input, false, true, max)
+            .map_err(|e| FrameError::Frame(format!("bad frame: {e}")))?
+        else {
+            return Ok(Compressed::Wait);
+        };
+        if h.rsv & 0b100 == 0 {
+            return Ok(Compressed::Plain);
+        }
+        if !h.fin || h.opcode != OpCode::Text || h.mask.is_some() {
+            return Err(FrameError::Frame(
+                "a compressed frame that is not one unmasked text message".into(),
+            ));
+        }
+        let total = usize::try_from(h.payload_len)
+            .ok()
+            .and_then(|n| n.checked_add(h.header_len))
+            .ok_or_else(|| FrameError::Frame("bad frame: too long".into()))?;
+        let Some(payload) = input.get(h.header_len..total) else {
+            return Ok(Compressed::Wait);
+        };
+        let text = self
+            .inflate(payload, usize::try_from(max).unwrap_or(usize::MAX))
+            .map_err(FrameError::Message)?;
+        Ok(Compressed::Text(text, total))
+    }
+
     /// Inflates one compressed message (its payload, without the tail), at most `max` bytes.
     pub(crate) fn inflate(&mut self, payload: &[u8], max: usize) -> Result<Vec<u8>, String> {
         let mut out = Vec::new();
@@ -40,6 +69,33 @@ impl Deflate {
             .inflate(payload, max, &mut out)
             .map_err(|e| format!("inflate: {e:?}"))?;
         Ok(out)
+    }
+}
+
+/// What starts a deflate WebSocket's input ([`Deflate::read`]).
+pub(crate) enum Compressed {
+    /// An incomplete frame: read more.
+    Wait,
+    /// A frame sent uncompressed: read it as usual.
+    Plain,
+    /// A compressed message, inflated, and the bytes its frame took.
+    Text(Vec<u8>, usize),
+}
+
+/// Why a compressed frame could not be read.
+#[derive(Debug)]
+pub(crate) enum FrameError {
+    /// A frame the server must not send.
+    Frame(String),
+    /// Its message does not inflate.
+    Message(String),
+}
+
+impl From<FrameError> for String {
+    fn from(e: FrameError) -> String {
+        match e {
+            FrameError::Frame(why) | FrameError::Message(why) => why,
+        }
     }
 }
 

@@ -16,9 +16,7 @@ use serde::Deserialize;
 
 use clarion_proto::http1::{parse_response_head, ResponseBody};
 
-use clarion_proto::ws::frame::{parse_header_with, OpCode};
-
-use crate::soak_deflate::{self, Deflate};
+use crate::soak_deflate::{self, Compressed, Deflate, FrameError};
 use crate::wire::{self, find, Step, MAX_HEAD, MAX_HEADERS};
 
 /// How a soak connection subscribes.
@@ -378,29 +376,17 @@ fn ws_frame(
     got: &mut impl FnMut(Got<'_>),
 ) -> Result<Option<usize>, SoakEnd> {
     if let Some(d) = deflate {
-        let Some(h) = parse_header_with(input, false, true, MAX_FRAME)
-            .map_err(|e| SoakEnd::BadFrame(format!("bad frame: {e}")))?
-        else {
-            return Ok(None);
-        };
-        if h.rsv & 0b100 != 0 {
-            if !h.fin || h.opcode != OpCode::Text || h.mask.is_some() {
-                return Err(SoakEnd::BadFrame(
-                    "a compressed frame that is not one unmasked text message".into(),
-                ));
+        let read = d.read(input, MAX_FRAME).map_err(|e| match e {
+            FrameError::Frame(why) => SoakEnd::BadFrame(why),
+            FrameError::Message(why) => SoakEnd::BadMessage(why),
+        })?;
+        match read {
+            Compressed::Wait => return Ok(None),
+            Compressed::Text(text, total) => {
+                envelope(&text, got)?;
+                return Ok(Some(total));
             }
-            let total = usize::try_from(h.payload_len)
-                .ok()
-                .and_then(|n| n.checked_add(h.header_len))
-                .ok_or_else(|| SoakEnd::BadFrame("bad frame: too long".into()))?;
-            let Some(payload) = input.get(h.header_len..total) else {
-                return Ok(None);
-            };
-            let text = d
-                .inflate(payload, MAX_FRAME as usize)
-                .map_err(SoakEnd::BadMessage)?;
-            envelope(&text, got)?;
-            return Ok(Some(total));
+            Compressed::Plain => {}
         }
     }
     let Some((step, total)) = wire::step(input, MAX_FRAME).map_err(SoakEnd::BadFrame)? else {

@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use clarion_proto::http1::parse_response_head;
-use clarion_proto::ws::frame::{parse_header_with, OpCode};
 use mio::net::TcpStream;
 use mio::{Events, Poll};
 use serde::Deserialize;
 
 use crate::proc_stat;
-use crate::soak_deflate::{self, Deflate};
+use crate::soak_deflate::{self, Compressed, Deflate};
 use crate::source_ports::{connected, SourcePorts};
 use crate::streams_check::{Event, Follower, Resumed};
 use crate::wire::{self, Step, MAX_HEAD, MAX_HEADERS};
@@ -373,7 +372,11 @@ fn read(
     let buf = std::mem::take(&mut s.buf);
     loop {
         let input = buf.get(at..).unwrap_or_default();
-        match inflated(s.deflate.as_mut(), input)? {
+        let read = match s.deflate.as_mut() {
+            Some(d) => d.read(input, MAX_FRAME).map_err(String::from)?,
+            None => Compressed::Plain,
+        };
+        match read {
             Compressed::Wait => break,
             Compressed::Text(text, len) => {
                 at += len;
@@ -413,45 +416,6 @@ fn read(
             .map_err(|e| format!("send pong: {}", e.kind()))?;
     }
     Ok(resume)
-}
-
-/// What starts a deflate subscriber's input.
-enum Compressed {
-    /// An incomplete frame: read more.
-    Wait,
-    /// A frame sent uncompressed (or no deflate at all): read it as usual.
-    Plain,
-    /// A compressed message, inflated, and the bytes its frame took.
-    Text(Vec<u8>, usize),
-}
-
-/// The compressed frame at the start of `input`, if that is what it is.
-fn inflated(deflate: Option<&mut Deflate>, input: &[u8]) -> Result<Compressed, String> {
-    let Some(d) = deflate else {
-        return Ok(Compressed::Plain);
-    };
-    let Some(h) =
-        parse_header_with(input, false, true, MAX_FRAME).map_err(|e| format!("bad frame: {e}"))?
-    else {
-        return Ok(Compressed::Wait);
-    };
-    if h.rsv & 0b100 == 0 {
-        return Ok(Compressed::Plain);
-    }
-    if !h.fin || h.opcode != OpCode::Text || h.mask.is_some() {
-        return Err("a compressed frame that is not one unmasked text message".into());
-    }
-    let total = usize::try_from(h.payload_len)
-        .ok()
-        .and_then(|n| n.checked_add(h.header_len))
-        .ok_or("bad frame: too long")?;
-    let Some(payload) = input.get(h.header_len..total) else {
-        return Ok(Compressed::Wait);
-    };
-    Ok(Compressed::Text(
-        d.inflate(payload, MAX_FRAME as usize)?,
-        total,
-    ))
 }
 
 /// A `clarion.v1` envelope, as far as the check reads it.

@@ -227,15 +227,12 @@ fn decode_item(v: serde_json::Value) -> Result<BatchMessage, RefusedItem> {
 /// and `?append_to=ID` follow, plus: no event, conflation key or tags (a fragment is part of
 /// one message, which has none), and no `encoding` (its data is text).
 fn fragment_op(m: &BatchItem) -> Result<Option<FragmentOp>, &'static str> {
+    if m.done && m.append_to.is_none() {
+        return Err(r#""done" closes a stream: give it with "append_to""#);
+    }
     let op = match (m.stream.as_deref(), &m.append_to) {
-        (None, None) if m.done => {
-            return Err(r#""done" closes a stream: give it with "append_to""#)
-        }
         (None, None) => return Ok(None),
         (Some(_), Some(_)) => return Err(r#"give "stream": "open" or "append_to", not both"#),
-        (Some("open"), None) if m.done => {
-            return Err(r#""done" closes a stream: give it with "append_to""#)
-        }
         (Some("open"), None) => FragmentOp::Open,
         (Some(_), None) => return Err(r#""stream" can only be "open""#),
         (None, Some(id)) => FragmentOp::Append {

@@ -126,12 +126,14 @@ impl RedisBroker {
         for f in run {
             let (op, stream, done) = match f.op {
                 StreamOp::Open => ("open", "", false),
+                StreamOp::Append { stream, .. }
+                    if clarion_proto::event_id::parse(stream).is_err() =>
+                {
+                    answers.push(Some(Err(StreamRefusal::Unknown)));
+                    continue;
+                }
                 StreamOp::Append { stream, done } => ("append", stream, done),
             };
-            if op == "append" && clarion_proto::event_id::parse(stream).is_err() {
-                answers.push(Some(Err(StreamRefusal::Unknown)));
-                continue;
-            }
             let call = Call {
                 op,
                 topic: f.topic,
