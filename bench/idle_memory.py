@@ -6,7 +6,10 @@ client processes (each bound to its own loopback source address, each well under
 open-file limit), and measures:
 
 - RSS per connection: (server RSS with N idle connections - RSS before any) / N, after the
-  connections settle, and again after a broadcast burst;
+  connections settle, and again after a broadcast burst. The RSS is the anonymous part (heap
+  and stacks, `/proc/PID/statm` resident less shared): the program text the page cache maps in
+  is shared, not the connections', and a binary just built had more of it mapped at start than
+  an older one, which made the older one's connections look up to 70 B dearer;
 - idle CPU: the server's utime+stime over a quiet window, from /proc/PID/stat;
 - that a burst of broadcasts reaches every connection (bytes counted by the clients).
 
@@ -317,10 +320,12 @@ def handshake_done(head, sse):
 
 
 def rss(pids):
+    """Anonymous resident bytes: resident less file-backed and shared (see the top)."""
     total = 0
     for pid in pids:
         with open(f"/proc/{pid}/statm") as f:
-            total += int(f.read().split()[1]) * PAGE
+            fields = f.read().split()
+        total += (int(fields[1]) - int(fields[2])) * PAGE
     return total
 
 
@@ -536,7 +541,10 @@ def run_once(server_cls, n, procs, idle_seconds, burst):
         opened = sum(int(r[0]) for r in readies)
         conns = sum(int(r[-1]) for r in readies)
         connect_rate = conns / (time.monotonic() - started)
-        time.sleep(2)  # settle
+        # Settle: a TLS connection's keys, expanded for its first records, are dropped by the
+        # server's sweep after a quiet second, and the heap a storm of handshakes left free
+        # is given back one second later; idle means after both.
+        time.sleep(4)
         idle_rss = rss(pids)
         cpu0 = cpu_seconds(pids)
         time.sleep(idle_seconds)

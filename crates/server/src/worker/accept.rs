@@ -39,7 +39,7 @@ impl<S: Socket> Engine<S> {
         let session = match (tls, &self.shared.tls) {
             (false, _) => None,
             (true, Some(t)) if refusal.is_none() => match tls::Session::new(t.config()) {
-                Ok(s) => Some(Box::new(s)),
+                Ok(s) => Some(super::pool::Pooled::new(s)),
                 Err(e) => {
                     log::warn(format_args!("TLS session: {e}"));
                     self.account(State::Http, None, peer);
@@ -133,6 +133,7 @@ impl<S: Socket> Engine<S> {
             *n += 1;
         }
         m.http_connections.fetch_add(1, Relaxed);
+        shared.admitted.fetch_add(1, Relaxed);
         None
     }
 }

@@ -22,6 +22,7 @@ use clarion_proto::ws::Receiver;
 use mio::net::TcpStream;
 
 use super::index::Subs;
+use super::pool::Pooled;
 use super::socket::Socket;
 
 use super::state::State;
@@ -67,7 +68,7 @@ pub struct Conn<S = TcpStream> {
     /// The client's address as the per-address limit counts it (see [`address_key`]).
     pub peer: u32,
     /// TLS state, for connections accepted on the TLS listener.
-    pub tls: Option<Box<Session>>,
+    pub tls: Option<Pooled<Session>>,
 }
 
 /// A compact key for a client address: an IPv4 address itself; for IPv6, a hash of its /64

@@ -24,14 +24,16 @@
 //! random frame sequences).
 #![deny(clippy::wildcard_enum_match_arm)]
 
+use std::alloc::Layout;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use clarion_proto::h2::frame::ErrorCode;
 use clarion_proto::h2::response::Ended;
 use clarion_proto::h2::server::{Connection, Event, Settings};
 
 use super::conn::Conn;
+use super::pool::{InPool, Pooled, Slots};
 use super::socket::Socket;
 use super::state::{Kind, State};
 use super::Engine;
@@ -60,6 +62,16 @@ pub(crate) struct H2 {
     /// When the header block in progress began: it must end within `handshake_timeout`
     /// (a client trickling CONTINUATION bytes holds the whole connection meanwhile).
     pub(crate) block_since: Option<u32>,
+}
+
+/// The pool every worker's HTTP/2 connections share: a connection's protocol state lives as
+/// long as it does (see [`super::pool`]).
+static CONNECTIONS: Mutex<Slots> = Mutex::new(Slots::new(Layout::new::<H2>()));
+
+impl InPool for H2 {
+    fn slots() -> &'static Mutex<Slots> {
+        &CONNECTIONS
+    }
 }
 
 impl<S: Socket> Engine<S> {
@@ -100,7 +112,7 @@ impl<S: Socket> Engine<S> {
         conn.start(&mut out);
         self.side.h2_mut().insert(
             k,
-            Box::new(H2 {
+            Pooled::new(H2 {
                 conn,
                 goaway_due: false,
                 busy_at: self.now,

@@ -657,7 +657,7 @@ impl Engine<mio::net::TcpStream> {
         }
         let mut conn = Conn::new(stream, a.state, self.now.saturating_sub(a.idle), a.peer);
         if let Some(t) = tls {
-            conn.tls = Some(Box::new(t));
+            conn.tls = Some(super::pool::Pooled::new(t));
             self.shared.metrics.tls_connections.fetch_add(1, Relaxed);
         }
         if !a.input.is_empty() {

@@ -22,6 +22,7 @@ use clarion_proto::ws::deflate::{Compressor, Inflater};
 use super::conn::Conn;
 use super::h2::H2;
 use super::handover::{Fallback, H2Part, H2Stream};
+use super::pool::Pooled;
 use super::side::Taken;
 use super::state::State;
 use super::transport::poll::PollHold;
@@ -124,7 +125,7 @@ impl Engine<mio::net::TcpStream> {
             goaway_due: _,
             busy_at: _,
             block_since: _,
-        } = *h;
+        } = h.into_inner();
         let mut connection = Vec::with_capacity(256);
         conn.park(&mut connection);
         Some(H2Part {
@@ -205,7 +206,7 @@ impl Engine<mio::net::TcpStream> {
         let block_since = conn.pending_header_block().then_some(self.now);
         self.side.h2_mut().insert(
             k,
-            Box::new(H2 {
+            Pooled::new(H2 {
                 conn,
                 goaway_due: false,
                 busy_at: self.now,

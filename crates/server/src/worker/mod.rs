@@ -11,11 +11,12 @@
 //! once-a-second sweep), [`shutdown`], [`state`] (states, flags, deadlines and their gauges),
 //! [`transitions`] (every move between states), [`side`] (per-connection side state),
 //! [`subscriptions`], [`conn`] (the record and its write buffers), [`index`] (topic → local
-//! subscribers), [`tls`] (one connection's TLS records), [`transport`] (HTTP routing and the
-//! upgrade, WebSocket, SSE and NDJSON streams, long-poll), [`grip`] (GRIP's per-connection
-//! runtime: forwarding, holds, the WebSocket-over-HTTP bridge). Transports and GRIP live under
-//! the worker because they are engine methods: outside it, they would import the worker that
-//! imports them.
+//! subscribers), [`tls`] (one connection's TLS records, their sessions kept side by side in a
+//! [`pool`]), [`trim`] (the heap given back after a storm of connections), [`transport`]
+//! (HTTP routing and the upgrade, WebSocket, SSE and NDJSON streams, long-poll), [`grip`]
+//! (GRIP's per-connection runtime: forwarding, holds, the WebSocket-over-HTTP bridge).
+//! Transports and GRIP live under the worker because they are engine methods: outside it, they
+//! would import the worker that imports them.
 //!
 //! A connection accepted on the TLS listener carries a [`tls::Session`]: its bytes are
 //! decrypted into a worker buffer before the same HTTP/WebSocket code sees them, and its writes
@@ -37,6 +38,7 @@ mod handover_h2;
 pub mod handover_state;
 pub mod index;
 mod io;
+pub mod pool;
 mod presence;
 mod shared;
 mod shutdown;
@@ -64,6 +66,7 @@ mod timers;
 pub mod tls;
 mod transitions;
 pub(crate) mod transport;
+mod trim;
 pub mod uring;
 
 use std::net::SocketAddr;
@@ -126,6 +129,8 @@ pub struct Worker {
     /// Asked to let go while TLS handshakes were in flight: until when it waits for them
     /// (`handover::HANDSHAKE_GRACE`).
     grace: Option<Instant>,
+    /// When to give the heap back (worker 0 only: the call covers the whole process).
+    storms: trim::Storms,
 }
 
 /// How often a drain tells its next slice of connections to go.
@@ -180,6 +185,7 @@ impl Worker {
             drain: None,
             let_go: false,
             grace: None,
+            storms: trim::Storms::default(),
         })
     }
 
@@ -250,6 +256,7 @@ impl Worker {
                 }
                 if self.id == 0 {
                     self.engine.shared.broker.expire();
+                    self.trim_after_storm();
                 }
                 self.engine.handle_tick(now);
             }
@@ -345,5 +352,24 @@ impl Worker {
             None => 1.0,
         };
         self.engine.handle_shutdown(now, share);
+    }
+
+    /// After a storm of new connections, the heap their handshakes left free goes back to the
+    /// kernel (see [`trim`]).
+    fn trim_after_storm(&mut self) {
+        let admitted = self.engine.shared.admitted.load(Relaxed);
+        if self.storms.due(admitted) {
+            let began = Instant::now();
+            let gave = trim::give_back();
+            log::debug(format_args!(
+                "heap trimmed after {admitted} connections: {} in {:?}",
+                if gave {
+                    "pages given back"
+                } else {
+                    "nothing to give back"
+                },
+                began.elapsed()
+            ));
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! and the engine test kit build it the same way, so a test sees the setups production does.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use super::handover::Switch;
@@ -25,6 +25,9 @@ pub struct Shared {
     pub restarting: AtomicBool,
     /// Client connections open across all workers (compared with `cap`).
     pub open: AtomicUsize,
+    /// Client connections admitted since start (when a storm of them is over, see
+    /// [`super::trim`]).
+    pub admitted: AtomicU64,
     /// Most client connections at once.
     pub cap: usize,
     /// Open connections per client address key, when `max_connections_per_address` is set.
@@ -89,6 +92,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             restarting: AtomicBool::new(false),
             open: AtomicUsize::new(0),
+            admitted: AtomicU64::new(0),
             cap,
             per_address: Mutex::new(HashMap::new()),
             tls,

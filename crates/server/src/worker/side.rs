@@ -21,6 +21,7 @@ use super::conflation::Backlogs;
 use super::delta::DeltaSubs;
 use super::grip::conn::{GripConn, Phase};
 use super::h2::H2;
+use super::pool::Pooled;
 use super::presence::PresenceConns;
 use super::shutdown::Drain;
 use super::transport::hooks::HookTable;
@@ -79,7 +80,7 @@ pub(crate) struct Side {
     /// Connections in presence rooms: identities, rooms, event listeners.
     presence: PresenceConns,
     /// HTTP/2 connections' protocol state (`h2`).
-    h2: ByKey<Box<H2>>,
+    h2: ByKey<Pooled<H2>>,
     /// HTTP/2 stream records: their connection's key and their stream id.
     h2_streams: ByKey<(u32, u32)>,
     /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
@@ -159,7 +160,7 @@ accessors! {
     grants, grants_mut: GrantStore;
     hooks, hooks_mut: HookTable;
     presence, presence_mut: PresenceConns;
-    h2, h2_mut: ByKey<Box<H2>>;
+    h2, h2_mut: ByKey<Pooled<H2>>;
     h2_streams, h2_streams_mut: ByKey<(u32, u32)>;
     h2_records, h2_records_mut: ByKey<u32>;
     delta, delta_mut: DeltaSubs;

@@ -18,7 +18,8 @@
 //!
 //! No socket is touched here: the caller writes what lands in `out`.
 
-use std::sync::Arc;
+use std::alloc::Layout;
+use std::sync::{Arc, Mutex};
 
 use rustls::server::{ServerConfig, UnbufferedServerConnection};
 use rustls::unbuffered::{ConnectionState, EncryptError};
@@ -26,6 +27,7 @@ use rustls::unbuffered::{ConnectionState, EncryptError};
 use clarion_proto::tls13::handoff::{self, encode, Schedule};
 use clarion_proto::tls13::{KeyError, Parked, RecordHeader};
 
+use super::pool::{InPool, Slots};
 use crate::tls::Secret;
 
 /// The record layer of an established TLS 1.3 server connection.
@@ -108,6 +110,15 @@ pub struct Session {
     /// Ciphertext in flight; `None` (nothing allocated) almost always, and again as soon as
     /// both parts empty.
     in_flight: Option<Box<InFlight>>,
+}
+
+/// The pool every worker's sessions share (see [`super::pool`]).
+static SESSIONS: Mutex<Slots> = Mutex::new(Slots::new(Layout::new::<Session>()));
+
+impl InPool for Session {
+    fn slots() -> &'static Mutex<Slots> {
+        &SESSIONS
+    }
 }
 
 impl Session {
