@@ -683,6 +683,7 @@ impl Engine<mio::net::TcpStream> {
         }
         let s = &self.shared;
         s.open.fetch_add(1, Relaxed);
+        s.admitted.fetch_add(1, Relaxed);
         if s.config.max_connections_per_address > 0 {
             *lock(&s.per_address).entry(a.peer).or_insert(0) += 1;
         }

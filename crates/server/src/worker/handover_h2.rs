@@ -186,6 +186,7 @@ impl Engine<mio::net::TcpStream> {
             }
             let sh = &self.shared;
             sh.open.fetch_add(1, Relaxed);
+            sh.admitted.fetch_add(1, Relaxed);
             if sh.config.max_connections_per_address > 0 {
                 *lock(&sh.per_address).entry(peer).or_insert(0) += 1;
             }

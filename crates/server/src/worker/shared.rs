@@ -25,8 +25,8 @@ pub struct Shared {
     pub restarting: AtomicBool,
     /// Client connections open across all workers (compared with `cap`).
     pub open: AtomicUsize,
-    /// Client connections admitted since start (when a storm of them is over, see
-    /// [`super::trim`]).
+    /// Client connections admitted since start, HTTP/2 streams and connections handed over
+    /// included (when a storm of them is over, see [`super::trim`]).
     pub admitted: AtomicU64,
     /// Most client connections at once.
     pub cap: usize,
