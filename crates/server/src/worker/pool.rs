@@ -58,9 +58,10 @@ impl Slots {
         }
     }
 
-    /// The distance between slots (a zero-sized type still takes a byte).
+    /// The distance between slots: the size, a multiple of the alignment (a zero-sized type
+    /// still takes its alignment, so that every slot is aligned).
     fn stride(&self) -> usize {
-        self.slot.size().max(1)
+        self.slot.size().max(self.slot.align())
     }
 
     /// Slots per chunk.
@@ -310,6 +311,22 @@ mod tests {
         drop(out);
         drop(again);
         assert_eq!(DROPS.load(Relaxed) - before, odd + n + 3);
+    }
+
+    #[test]
+    fn zero_sized_values_are_aligned() {
+        #[repr(align(16))]
+        struct Empty;
+        static EMPTIES: Mutex<Slots> = Mutex::new(Slots::new(Layout::new::<Empty>()));
+        impl InPool for Empty {
+            fn slots() -> &'static Mutex<Slots> {
+                &EMPTIES
+            }
+        }
+        let held: Vec<Pooled<Empty>> = (0..3).map(|_| Pooled::new(Empty)).collect();
+        for e in &held {
+            assert_eq!(&**e as *const Empty as usize % 16, 0);
+        }
     }
 
     #[test]
