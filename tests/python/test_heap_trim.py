@@ -1,0 +1,63 @@
+"""The heap goes back to the kernel once a storm of new connections is over (worker/trim.rs).
+
+A storm is at least 1,024 connections admitted since the last trim; it is over at the second
+second in a row with fewer than 64 new ones. The trim is logged at debug level.
+"""
+
+import re
+import socket
+import threading
+import time
+
+TRIMMED = re.compile(r"heap trimmed after (\d+) connections")
+
+
+def collect(stream, lines):
+    for line in stream:
+        lines.append(line)
+
+
+def trims(lines):
+    return [int(m.group(1)) for line in list(lines) for m in [TRIMMED.search(line)] if m]
+
+
+def wait_for(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def connect(port, n):
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        socks.append(s)
+    return socks
+
+
+def test_a_storm_of_connections_is_followed_by_one_trim_and_a_trickle_by_none(start_server):
+    server = start_server(
+        "--max-connections-per-address", "0", "--handshake-timeout", "60",
+        env={"CLARION_LOG": "debug"},
+    )
+    lines = []
+    threading.Thread(target=collect, args=(server.proc.stderr, lines), daemon=True).start()
+    held = []
+    try:
+        held += connect(server.port, 1_100)
+        assert wait_for(lambda: trims(lines), 10), "no trim after 1,100 connections:\n" + "".join(
+            lines[-20:]
+        )
+        assert trims(lines)[0] >= 1_024, trims(lines)
+        # A trickle afterwards (fewer than a storm's worth) is not trimmed for.
+        for _ in range(5):
+            held += connect(server.port, 40)
+            time.sleep(1)
+        time.sleep(3)
+        assert len(trims(lines)) == 1, trims(lines)
+    finally:
+        for s in held:
+            s.close()
