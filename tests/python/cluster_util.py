@@ -88,6 +88,28 @@ def free_port():
 # Brokers
 
 
+
+def stop_all_threads(proc):
+    """SIGSTOP to `proc`, returning once every thread is stopped: a signal is delivered
+    asynchronously, and a thread of a multi-threaded server running on the other core can still
+    answer a connection in between (seen with nats-server: a ping right after the pause got its
+    PONG; and with Clarion: a connection accepted and refused before its request arrived)."""
+    proc.send_signal(signal.SIGSTOP)
+    tasks = pathlib.Path(f"/proc/{proc.pid}/task")
+
+    def stopped():
+        try:
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return False
+        return bool(states) and all(st in ("T", "t") for st in states)
+
+    deadline = time.monotonic() + 5
+    while not stopped():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pid {proc.pid} did not stop after SIGSTOP")
+        time.sleep(0.005)
+
 class Broker:
     """A broker process on a fixed loopback port, in a private directory, logging to a file.
     Subclasses give `name`, `binary`, `command()` and `ping()`."""
@@ -137,25 +159,9 @@ class Broker:
         self.start(timeout)
 
     def pause(self):
-        """SIGSTOP: the process stops, the kernel still accepts connections for it. Returns once
-        every thread is stopped: a signal is delivered asynchronously, and a thread of a
-        multi-threaded server (nats-server) that is running on the other core can still
-        answer a connection in between (seen once: a ping right after the pause got its PONG)."""
-        self.proc.send_signal(signal.SIGSTOP)
-        tasks = pathlib.Path(f"/proc/{self.proc.pid}/task")
-
-        def stopped():
-            try:
-                states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                return False
-            return bool(states) and all(st in ("T", "t") for st in states)
-
-        deadline = time.monotonic() + 5
-        while not stopped():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"pid {self.proc.pid} did not stop after SIGSTOP")
-            time.sleep(0.005)
+        """SIGSTOP: the process stops, the kernel still accepts connections for it (see
+        `stop_all_threads`)."""
+        stop_all_threads(self.proc)
 
     def resume(self):
         """SIGCONT after `pause()`."""

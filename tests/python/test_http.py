@@ -7,6 +7,7 @@ import time
 import pytest
 
 import rawws
+from cluster_util import stop_all_threads
 
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="
 UPGRADE = (
@@ -189,7 +190,7 @@ def test_an_event_stream_refused_at_capacity_is_told_to_come_back(start_server):
     server = start_server("--max-connections", 1)
     held = rawws.connect(server.clients, "/ws?topic=t")[0]
     host, port = server.clients.rsplit(":", 1)
-    server.proc.send_signal(signal.SIGSTOP)
+    stop_all_threads(server.proc)
     try:
         sse = socket.create_connection((host, int(port)), timeout=10)
         sse.sendall(b"GET /sse?topic=t HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
