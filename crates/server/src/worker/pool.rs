@@ -1,13 +1,14 @@
-//! A pool of same-sized slots for the one heap record a TLS connection keeps for its whole life
-//! (its [`super::tls::Session`]), so that records of long-lived connections sit side by side.
+//! A pool of same-sized slots for the heap records a connection keeps for its whole life (a TLS
+//! connection's [`super::tls::Session`], an HTTP/2 connection's protocol state), so that the
+//! records of long-lived connections sit side by side.
 //!
 //! Why: a TLS handshake borrows kilobytes of many sizes and frees them when it ends. A session
 //! boxed by the general allocator lands among those borrowings, and when thousands of clients
 //! connect at once the freed handshake memory stays behind as holes between the sessions,
 //! too small or too scattered to become whole free pages: about 200 B per idle connection,
-//! as much again as the session itself. From this pool the sessions fill chunks of
-//! [`PER_CHUNK`] slots densely, the handshakes' memory is left in one piece, and
-//! [`super::trim`] gives its pages back once the storm is over.
+//! as much again as the session itself. From this pool the sessions fill chunks of [`CHUNK`]
+//! bytes densely, the handshakes' memory is left in one piece, and [`super::trim`] gives its
+//! pages back once the storm is over.
 //!
 //! The chunks are mapped from the kernel directly (`mmap`), not taken from the allocator's
 //! arenas: a chunk made among a storm's handshakes would pin the pages around it. Slots are
