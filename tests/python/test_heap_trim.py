@@ -9,6 +9,8 @@ import socket
 import threading
 import time
 
+from cluster_util import wait_until
+
 TRIMMED = re.compile(r"heap trimmed after (\d+) connections")
 
 
@@ -19,15 +21,6 @@ def collect(stream, lines):
 
 def trims(lines):
     return [int(m.group(1)) for line in list(lines) for m in [TRIMMED.search(line)] if m]
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def connect(port, n):
@@ -48,9 +41,7 @@ def test_a_storm_of_connections_is_followed_by_one_trim_and_a_trickle_by_none(st
     held = []
     try:
         held += connect(server.port, 1_100)
-        assert wait_for(lambda: trims(lines), 10), "no trim after 1,100 connections:\n" + "".join(
-            lines[-20:]
-        )
+        wait_until(lambda: trims(lines), 10, "a trim after 1,100 connections")
         assert trims(lines)[0] >= 1_024, trims(lines)
         # A trickle afterwards (fewer than a storm's worth) is not trimmed for.
         for _ in range(5):
