@@ -110,6 +110,71 @@ impl Connection {
         }
     }
 
+    /// Frames `parts`, the next bytes of `stream`'s answer in order, as [`Self::respond`] on
+    /// each in turn would, except that the parts of a body that runs until the stream ends (an
+    /// event stream, an RFC 8441 WebSocket) share DATA frames up to the peer's frame size: a
+    /// run of small messages costs one frame header, not one each. Returns how many parts were
+    /// used whole, and how many bytes of the next one (the windows cut it there).
+    pub fn respond_run<P: AsRef<[u8]>>(
+        &mut self,
+        stream: u32,
+        parts: &[P],
+        out: &mut Vec<u8>,
+    ) -> (usize, usize) {
+        let open_body = (parts.len() > 1)
+            .then(|| self.index(stream))
+            .flatten()
+            .filter(|&i| {
+                self.streams.get(i).is_some_and(|s| {
+                    s.id == stream && !s.local_closed && matches!(s.out, Out::Close)
+                })
+            });
+        let Some(i) = open_body else {
+            for (n, part) in parts.iter().enumerate() {
+                let used = self.respond(stream, part.as_ref(), out);
+                if used < part.as_ref().len() {
+                    return (n, used);
+                }
+            }
+            return (parts.len(), 0);
+        };
+        let max_frame = (self.peer_max_frame as usize).max(1);
+        let conn_room = self.send_window.max(0);
+        let Some(s) = self.streams.get_mut(i) else {
+            return (0, 0);
+        };
+        let room = conn_room.min(i64::from(s.send_window.max(0))) as usize;
+        let total: usize = parts.iter().map(|p| p.as_ref().len()).sum();
+        let n = total.min(room);
+        s.send_window -= n as i32;
+        self.send_window -= n as i64;
+        // Frames of up to `max_frame` bytes, each gathered from as many parts as it spans.
+        let (mut whole, mut at) = (0, 0);
+        let mut left = n;
+        while left > 0 {
+            let len = left.min(max_frame);
+            frame::write_header(out, len, 0x0, 0, stream);
+            let mut need = len;
+            while need > 0 {
+                let Some(part) = parts.get(whole).map(AsRef::as_ref) else {
+                    break;
+                };
+                let take = part.len().saturating_sub(at).min(need);
+                out.extend_from_slice(part.get(at..at + take).unwrap_or_default());
+                (at, need) = (at + take, need - take);
+                if at == part.len() {
+                    (whole, at) = (whole + 1, 0);
+                }
+            }
+            left -= len;
+        }
+        // Empty parts after the last byte framed are used too.
+        while at == 0 && parts.get(whole).is_some_and(|p| p.as_ref().is_empty()) {
+            whole += 1;
+        }
+        (whole, at)
+    }
+
     fn keep_pending(&mut self, i: usize, mut body: Vec<u8>, sent: usize) {
         if let Some(Out::Chunked(c)) = self.streams.get_mut(i).map(|s| &mut s.out) {
             body.drain(..sent.min(body.len()));

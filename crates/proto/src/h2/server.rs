@@ -792,3 +792,7 @@ mod tests;
 #[cfg(test)]
 #[path = "server_table_tests.rs"]
 mod table_tests;
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod run_tests;

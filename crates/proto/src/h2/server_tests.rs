@@ -34,7 +34,7 @@ fn get(out: &mut Vec<u8>, stream: u32, path: &str) {
 }
 
 /// A connection whose client set the stream window to `window` and sent a GET on stream 1.
-fn windowed(window: u32, path: &str) -> Connection {
+pub(super) fn windowed(window: u32, path: &str) -> Connection {
     let mut c = Connection::new(Settings::default());
     let input = client(|v| {
         write_settings(v, &[Setting::InitialWindowSize(window)]);
@@ -45,7 +45,7 @@ fn windowed(window: u32, path: &str) -> Connection {
 }
 
 /// A connection whose client sent a GET for each of `paths`, on streams 1, 3, 5...
-fn with_gets(paths: &[&str]) -> Connection {
+pub(super) fn with_gets(paths: &[&str]) -> Connection {
     let mut c = Connection::new(Settings::default());
     let input = client(|v| {
         for (stream, path) in (1..).step_by(2).zip(paths) {
@@ -57,14 +57,14 @@ fn with_gets(paths: &[&str]) -> Connection {
 }
 
 /// The client grants `n` more bytes on `stream`.
-fn grant(c: &mut Connection, stream: u32, n: u32) {
+pub(super) fn grant(c: &mut Connection, stream: u32, n: u32) {
     let mut wu = Vec::new();
     frame::write_window_update(&mut wu, stream, n);
     run(c, &wu);
 }
 
 /// (kind, flags, stream, payload) of every frame in `bytes`.
-fn frames(bytes: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
+pub(super) fn frames(bytes: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
     let mut v = Vec::new();
     let mut pos = 0;
     while pos + 9 <= bytes.len() {
