@@ -244,10 +244,7 @@ impl<S: Socket> Engine<S> {
     /// The record that owns `k`'s socket: `k` itself, or for an HTTP/2 stream (which has no
     /// socket) its connection.
     pub(crate) fn socket_owner(&self, k: u32) -> u32 {
-        self.side
-            .h2_streams()
-            .get(&k)
-            .map_or(k, |&(parent, _)| parent)
+        self.side.h2_streams().get(&k).map_or(k, |link| link.parent)
     }
 
     /// The client's address for `k`, on every transport: an HTTP/2 stream's is its

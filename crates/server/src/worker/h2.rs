@@ -25,6 +25,7 @@
 #![deny(clippy::wildcard_enum_match_arm)]
 
 use std::alloc::Layout;
+use std::num::NonZeroU32;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -62,6 +63,33 @@ pub(crate) struct H2 {
     /// When the header block in progress began: it must end within `handshake_timeout`
     /// (a client trickling CONTINUATION bytes holds the whole connection meanwhile).
     pub(crate) block_since: Option<u32>,
+}
+
+/// A stream record's place: its connection's key and its stream's id. Stream 0 is the
+/// connection itself, never a stream, which leaves the table's slot a niche (8 bytes).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Link {
+    pub(crate) parent: u32,
+    stream: NonZeroU32,
+}
+
+impl Link {
+    /// The link of stream `stream` of connection `parent`; `None` for stream 0.
+    pub(crate) fn new(parent: u32, stream: u32) -> Option<Link> {
+        Some(Link {
+            parent,
+            stream: NonZeroU32::new(stream)?,
+        })
+    }
+
+    pub(crate) fn stream(self) -> u32 {
+        self.stream.get()
+    }
+
+    /// Whether this is stream `stream` of connection `parent`.
+    pub(crate) fn is(self, parent: u32, stream: u32) -> bool {
+        self.parent == parent && self.stream.get() == stream
+    }
 }
 
 /// The pool every worker's HTTP/2 connections share: a connection's protocol state lives as
@@ -234,8 +262,11 @@ impl<S: Socket> Engine<S> {
     /// [`Self::h2_unlink`], the only place [`Engine::h2_streams`] and
     /// [`Engine::h2_records`] change.
     pub(crate) fn h2_link(&mut self, child: u32, parent: u32, stream: u32) {
-        if let Some(old) = self.side.h2_streams_mut().insert(child, (parent, stream)) {
-            self.h2_count(old.0, false);
+        let Some(link) = Link::new(parent, stream) else {
+            return; // Stream 0 is the connection's: the protocol state binds no record to it.
+        };
+        if let Some(old) = self.side.h2_streams_mut().insert(child, link) {
+            self.h2_count(old.parent, false);
         } else {
             self.shared.metrics.h2_streams.fetch_add(1, Relaxed);
         }
@@ -244,10 +275,10 @@ impl<S: Socket> Engine<S> {
 
     /// Unlinks stream record `child`; its connection's key and stream id, if it was one.
     pub(crate) fn h2_unlink(&mut self, child: u32) -> Option<(u32, u32)> {
-        let (parent, stream) = self.side.h2_streams_mut().remove(&child)?;
+        let link = self.side.h2_streams_mut().remove(&child)?;
         self.shared.metrics.h2_streams.fetch_sub(1, Relaxed);
-        self.h2_count(parent, false);
-        Some((parent, stream))
+        self.h2_count(link.parent, false);
+        Some((link.parent, link.stream()))
     }
 
     fn h2_count(&mut self, parent: u32, up: bool) {
@@ -273,7 +304,12 @@ impl<S: Socket> Engine<S> {
     /// still that stream's record: one dropped during this read (while the state was out of
     /// the table) stays bound there, and its key may serve another record by now.
     fn h2_child(&self, k: u32, stream: u32, user: Option<u32>) -> Option<u32> {
-        user.filter(|u| self.side.h2_streams().get(u) == Some(&(k, stream)))
+        user.filter(|u| {
+            self.side
+                .h2_streams()
+                .get(u)
+                .is_some_and(|l| l.is(k, stream))
+        })
     }
 
     /// Request body bytes for a stream (WebSocket frames on a WebSocket stream).
@@ -302,8 +338,8 @@ impl<S: Socket> Engine<S> {
 
     /// A stream record wrote (or started closing): its connection has framing to do.
     pub(crate) fn h2_stream_wrote(&mut self, child: u32) {
-        if let Some(&(parent, _)) = self.side.h2_streams().get(&child) {
-            self.scratch.h2_dirty.push(parent);
+        if let Some(link) = self.side.h2_streams().get(&child) {
+            self.scratch.h2_dirty.push(link.parent);
         }
     }
 
@@ -311,7 +347,8 @@ impl<S: Socket> Engine<S> {
     /// write (gathered with the fan-out's other writes when `together`), skipping the stream's
     /// backlog and the pump's pass, when the stream is its connection's only one (a browser's
     /// one EventSource, or one RFC 8441 WebSocket, per connection) and nothing waits before
-    /// the messages on either; otherwise into the stream's backlog for the pump, as
+    /// the messages on either (a run of them shares DATA frames, as an HTTP/1.1 subscriber's
+    /// run shares TLS records); otherwise into the stream's backlog for the pump, as
     /// [`Engine::deliver_all`] would, its connection marked without a second lookup. What the
     /// windows do not allow waits in the backlog too. `false`: `child` is not a stream of an
     /// HTTP/2 connection, nothing was done.
@@ -324,9 +361,10 @@ impl<S: Socket> Engine<S> {
         frames: &[&Arc<[u8]>],
         together: bool,
     ) -> bool {
-        let Some(&(p, stream)) = self.side.h2_streams().get(&child) else {
+        let Some(&Link { parent: p, stream }) = self.side.h2_streams().get(&child) else {
             return false;
         };
+        let stream = stream.get();
         let idle = self
             .conns
             .get(child as usize)
@@ -346,23 +384,16 @@ impl<S: Socket> Engine<S> {
         });
         let mut out = std::mem::take(&mut self.scratch.h2_out);
         out.clear();
-        let mut rest = frames.iter();
-        let mut cut = None;
-        if let Some(h) = state {
-            for &frame in rest.by_ref() {
-                let used = h.conn.respond(stream, frame, &mut out);
-                if used < frame.len() {
-                    cut = Some((frame, used));
-                    break;
-                }
-            }
-        }
+        let (framed, cut) = state.map_or((0, 0), |h| h.conn.respond_run(stream, frames, &mut out));
         // What was not framed (all of it, when the stream cannot be framed at once) waits in
         // the backlog, in order: the rest of a message the windows cut (the client's
         // WINDOW_UPDATE marks the connection for the pump), then the messages after it.
         if let Some(c) = self.conns.get_mut(child as usize) {
-            if let Some((frame, used)) = cut {
-                c.keep_unsent(frame, used);
+            let mut rest = frames.get(framed..).unwrap_or_default().iter();
+            if cut > 0 {
+                if let Some(&frame) = rest.next() {
+                    c.keep_unsent(frame, cut);
+                }
             }
             for &frame in rest {
                 c.queue(frame);
@@ -401,29 +432,35 @@ impl<S: Socket> Engine<S> {
             return;
         }
         if let Some(h) = self.side.h2_mut().remove(&k) {
-            // Its records, found through the streams the protocol state has bound (so closing
-            // many connections costs each its own streams, not a walk over every stream
-            // record); the walk remains for a count that says some record was not found.
-            let streams = self.side.h2_streams();
-            let mut children: Vec<u32> = h
-                .conn
-                .bound()
-                .filter(|&(stream, user)| streams.get(&user) == Some(&(k, stream)))
-                .map(|(_, user)| user)
-                .collect();
-            if children.len() != self.h2_records_of(k) {
-                children = streams
-                    .iter()
-                    .filter(|(_, (p, _))| *p == k)
-                    .map(|(c, _)| *c)
-                    .collect();
-            }
+            let children = self.h2_children(k, &h);
             drop(h);
-            for c in children {
+            for (c, _) in children {
                 self.drop_conn(c, CloseReason::Disconnected);
             }
             self.side.h2_records_mut().remove(&k);
         }
+    }
+
+    /// The stream records of connection `k` (whose protocol state is `h`, out of its table)
+    /// and their stream ids. Found through the streams the state has bound, so that closing
+    /// or moving many connections costs each its own streams, not a walk over every stream
+    /// record; the walk remains for a count that says some record was not found.
+    pub(crate) fn h2_children(&self, k: u32, h: &H2) -> Vec<(u32, u32)> {
+        let streams = self.side.h2_streams();
+        let children: Vec<(u32, u32)> = h
+            .conn
+            .bound()
+            .filter(|&(stream, user)| streams.get(&user).is_some_and(|l| l.is(k, stream)))
+            .map(|(stream, user)| (user, stream))
+            .collect();
+        if children.len() == self.h2_records_of(k) {
+            return children;
+        }
+        streams
+            .iter()
+            .filter(|(_, l)| l.parent == k)
+            .map(|(c, l)| (c, l.stream()))
+            .collect()
     }
 
     /// Socket `k` took bytes: if it is an HTTP/2 connection, its streams may frame more.
@@ -513,7 +550,7 @@ impl<S: Socket> Engine<S> {
         for &(stream, child) in &streams {
             // A record dropped while the state was out of the table (during `on_h2`) left its
             // stream bound; its key may serve another stream or connection by now.
-            let ours = self.side.h2_streams().get(&child) == Some(&(p, stream));
+            let ours = self.h2_child(p, stream, Some(child)).is_some();
             let Some(c) = self.conns.get_mut(child as usize).filter(|_| ours) else {
                 h.conn.cancel(stream, ErrorCode::Cancel, &mut out);
                 continue;
@@ -601,13 +638,14 @@ impl<S: Socket> Engine<S> {
         }
     }
 
-    /// The sweep's HTTP/2 part (see `super::timers`): the flood budgets start again; a connection without a stream or a
-    /// request for `handshake_timeout` (PINGs do not count) is told to go, and one whose
-    /// header block has not ended within it is ended (GOAWAY `PROTOCOL_ERROR`).
+    /// The sweep's HTTP/2 part (see `super::timers`): the flood budgets start again; a
+    /// connection without a stream or a request for `handshake_timeout` (PINGs do not count)
+    /// is told to go, and one whose header block has not ended within it is ended (GOAWAY
+    /// `PROTOCOL_ERROR`); the dense tables give back the slots of keys gone.
     pub(crate) fn h2_timers(&mut self) {
         let limit = self.shared.config.handshake_timeout as u32;
         let (mut idle, mut late) = (Vec::new(), Vec::new());
-        for (&k, h) in self.side.h2_mut().iter_mut() {
+        for (k, h) in self.side.h2_mut().iter_mut() {
             h.conn.tick();
             if h.conn.open_streams() > 0 {
                 h.busy_at = self.now;
@@ -625,6 +663,8 @@ impl<S: Socket> Engine<S> {
         for k in idle {
             self.h2_go_away(k);
         }
+        self.side.h2_mut().compact();
+        self.side.h2_streams_mut().compact();
         for (k, out, fatal) in late {
             log::debug(format_args!("HTTP/2: {fatal}"));
             self.shared.metrics.h2_errors.fetch_add(1, Relaxed);

@@ -57,13 +57,7 @@ impl Engine<mio::net::TcpStream> {
         lifted: &mut HashSet<u32>,
     ) -> Option<H2Part> {
         let mut h = self.side.h2_mut().remove(&k)?;
-        let mut children: Vec<(u32, u32)> = self
-            .side
-            .h2_streams()
-            .iter()
-            .filter(|(_, (p, _))| *p == k)
-            .map(|(c, (_, s))| (*c, *s))
-            .collect();
+        let mut children = self.h2_children(k, &h);
         children.sort_unstable_by_key(|&(_, id)| id);
         let mut refusals = Vec::new();
         let mut streams = Vec::with_capacity(children.len());

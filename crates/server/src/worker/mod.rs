@@ -27,6 +27,7 @@ mod conflation;
 pub mod conn;
 mod deliver;
 mod delta;
+mod dense;
 mod engine;
 mod filters;
 mod frames;

@@ -19,8 +19,9 @@ use clarion_proto::ws::deflate::{Compressor, Inflater};
 
 use super::conflation::Backlogs;
 use super::delta::DeltaSubs;
+use super::dense::Dense;
 use super::grip::conn::{GripConn, Phase};
-use super::h2::H2;
+use super::h2::{Link, H2};
 use super::pool::Pooled;
 use super::presence::PresenceConns;
 use super::shutdown::Drain;
@@ -79,10 +80,11 @@ pub(crate) struct Side {
     hooks: HookTable,
     /// Connections in presence rooms: identities, rooms, event listeners.
     presence: PresenceConns,
-    /// HTTP/2 connections' protocol state (`h2`).
-    h2: ByKey<Pooled<H2>>,
-    /// HTTP/2 stream records: their connection's key and their stream id.
-    h2_streams: ByKey<(u32, u32)>,
+    /// HTTP/2 connections' protocol state (`h2`), dense: a fan-out reaches it for every
+    /// delivery to a stream.
+    h2: Dense<Pooled<H2>>,
+    /// HTTP/2 stream records: their connection's key and their stream id (dense, as `h2`).
+    h2_streams: Dense<Link>,
     /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
     /// `h2_max_streams` by the engine itself (`h2`).
     h2_records: ByKey<u32>,
@@ -160,8 +162,8 @@ accessors! {
     grants, grants_mut: GrantStore;
     hooks, hooks_mut: HookTable;
     presence, presence_mut: PresenceConns;
-    h2, h2_mut: ByKey<Pooled<H2>>;
-    h2_streams, h2_streams_mut: ByKey<(u32, u32)>;
+    h2, h2_mut: Dense<Pooled<H2>>;
+    h2_streams, h2_streams_mut: Dense<Link>;
     h2_records, h2_records_mut: ByKey<u32>;
     delta, delta_mut: DeltaSubs;
     conflation, conflation_mut: ByKey<Backlogs>;

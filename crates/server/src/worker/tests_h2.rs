@@ -80,7 +80,8 @@ fn goaway(frames: &[(u8, u32, u32)]) -> Option<u32> {
 fn check_records(h: &Harness, max: usize) {
     let e = &h.engine;
     let mut per: HashMap<u32, usize> = HashMap::new();
-    for (&child, &(p, stream)) in e.side.h2_streams() {
+    for (child, link) in e.side.h2_streams().iter() {
+        let (p, stream) = (link.parent, link.stream());
         assert!(
             e.conns.contains(child as usize),
             "record {child} linked, not in the slab"

@@ -29,10 +29,12 @@ fn client_with(h: &mut Harness, settings: &[Setting], more: u32) -> Client {
     c
 }
 
-/// What the server sent, as DATA payload bytes per stream and the codes of GOAWAY frames.
+/// What the server sent, as DATA payload bytes and frames per stream and the codes of GOAWAY
+/// frames.
 #[derive(Default)]
 struct Seen {
     data: HashMap<u32, Vec<u8>>,
+    data_frames: HashMap<u32, usize>,
     goaway: Vec<u32>,
 }
 
@@ -41,7 +43,8 @@ fn seen(mut bytes: &[u8]) -> Seen {
     while let Ok(Some((f, used))) = frame::parse(bytes, 1 << 24) {
         match f {
             Frame::Data { stream, data, .. } => {
-                s.data.entry(stream).or_default().extend_from_slice(data)
+                s.data.entry(stream).or_default().extend_from_slice(data);
+                *s.data_frames.entry(stream).or_default() += 1;
             }
             Frame::GoAway { code, .. } => s.goaway.push(code),
             _ => {}
@@ -211,8 +214,8 @@ fn records_of(h: &Harness, c: &Client) -> Vec<(u32, u32)> {
         .side
         .h2_streams()
         .iter()
-        .filter(|(_, (p, _))| *p == c.key)
-        .map(|(child, (_, stream))| (*child, *stream))
+        .filter(|(_, l)| l.parent == c.key)
+        .map(|(child, l)| (child, l.stream()))
         .collect();
     v.sort_by_key(|&(_, stream)| stream);
     v
@@ -337,6 +340,8 @@ fn a_lone_stream_s_run_of_messages_is_framed_at_once_up_to_its_window_then_waits
     let at: Vec<usize> = (0..4).map(|i| text.find(&payloads[i]).unwrap()).collect();
     assert!(at.windows(2).all(|w| w[0] < w[1]), "in order: {text:?}");
     assert_eq!(text.matches("data: ").count(), 4, "each once: {text:?}");
-    let all = String::from_utf8(seen(&other.take()).data.remove(&1).unwrap()).unwrap();
+    let mut wide = seen(&other.take());
+    assert_eq!(wide.data_frames[&1], 1, "a run shares one DATA frame");
+    let all = String::from_utf8(wide.data.remove(&1).unwrap()).unwrap();
     assert_eq!(all.matches("data: ").count(), 4);
 }
