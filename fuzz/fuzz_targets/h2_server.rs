@@ -1,7 +1,8 @@
 //! A whole HTTP/2 server connection under a client's bytes: the preface, frames, header blocks,
 //! in pieces of any size. Nothing panics; `receive` never claims more bytes than it was given
 //! and keeps less than one frame; after a connection error it has sent GOAWAY; a stream's
-//! answer, framed through `respond`, never exceeds what the windows allowed.
+//! answer, framed through `respond`, never exceeds what the windows allowed; a run of events
+//! after it, framed through `respond_run`, never frames more than it says it used.
 #![no_main]
 
 use clarion_proto::h2::frame::{parse, Frame};
@@ -52,10 +53,37 @@ fuzz_target!(|data: &[u8]| {
             let mut frames = Vec::new();
             let n = c.respond(s, ANSWER, &mut frames);
             assert!(n <= ANSWER.len());
+            if n == ANSWER.len() {
+                let before = frames.len();
+                let (whole, at) = c.respond_run(s, &RUN, &mut frames);
+                assert!(whole <= RUN.len());
+                match RUN.get(whole) {
+                    Some(part) => assert!(at < part.len()),
+                    None => assert_eq!(at, 0),
+                }
+                let used: usize = RUN.iter().take(whole).map(|p| p.len()).sum::<usize>() + at;
+                assert!(data_bytes(frames.get(before..).unwrap_or_default()) <= used);
+            }
             let _ = c.end(s, &mut frames);
         }
     }
 });
+
+/// Events after the answer's head, one of them empty.
+const RUN: [&[u8]; 3] = [b"data: a\n\n", b"", b"data: bb\n\n"];
+
+/// The DATA payload bytes in `out`.
+fn data_bytes(out: &[u8]) -> usize {
+    let mut rest = out;
+    let mut n = 0;
+    while let Ok(Some((f, used))) = parse(rest, 1 << 24) {
+        if let Frame::Data { data, .. } = f {
+            n += data.len();
+        }
+        rest = &rest[used..];
+    }
+    n
+}
 
 fn contains_goaway(out: &[u8]) -> bool {
     let mut rest = out;
