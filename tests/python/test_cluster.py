@@ -42,6 +42,25 @@ def ws_sub(node, *topics, since=None, envelope=True):
     )
 
 
+def ws_sub_retrying(node, *topics, since=None, timeout=20):
+    """`ws_sub` as a client subscribes: refused with `503` while the node's link to its broker
+    is not back yet (after a restart or a failover), it tries again, as the refusal's
+    Retry-After says, until `timeout`."""
+    subscribed = []
+
+    def subscribe():
+        try:
+            subscribed.append(ws_sub(node, *topics, since=since))
+            return True
+        except InvalidStatus as e:
+            if e.response.status_code != 503:
+                raise
+            return False
+
+    wait_until(subscribe, timeout, f"a subscription to {topics} on {node.name}", 0.2)
+    return subscribed[0]
+
+
 def recv_json(ws, timeout=10):
     return json.loads(ws.recv(timeout=timeout))
 
@@ -286,17 +305,7 @@ def test_a_node_started_before_its_redis_waits_for_it(cluster):
     node.wait_healthy(timeout=20)
     # The first subscription may still be refused for a moment (the pool waits 500 ms after a
     # failed connect before it tries again): a client retries, as the refusal's Retry-After says.
-    subscribed = []
-
-    def subscribe():
-        try:
-            subscribed.append(ws_sub(node, "early"))
-            return True
-        except InvalidStatus:
-            return False
-
-    wait_until(subscribe, 20, "a subscription once Redis is up", 0.2)
-    ws = subscribed[0]
+    ws = ws_sub_retrying(node, "early")
     wait_until(lambda: _try_publish(node, "early", "hello"), 20, "publish once Redis is up")
     got = recv_json(ws, timeout=10)
     assert got["data"] == "hello", got
