@@ -139,15 +139,9 @@ impl Connection {
             return (parts.len(), 0);
         };
         let max_frame = (self.peer_max_frame as usize).max(1);
-        let conn_room = self.send_window.max(0);
-        let Some(s) = self.streams.get_mut(i) else {
-            return (0, 0);
-        };
-        let room = conn_room.min(i64::from(s.send_window.max(0))) as usize;
         let total: usize = parts.iter().map(|p| p.as_ref().len()).sum();
-        let n = total.min(room);
-        s.send_window -= n as i32;
-        self.send_window -= n as i64;
+        let n = total.min(self.room(i));
+        self.charge(i, n);
         // Frames of up to `max_frame` bytes, each gathered from as many parts as it spans.
         let (mut whole, mut at) = (0, 0);
         let mut left = n;
@@ -270,13 +264,11 @@ impl Connection {
     /// Sends what the windows allow of `body` as DATA frames (END_STREAM after the last byte
     /// when `last`); returns the bytes sent.
     fn data(&mut self, i: usize, body: &[u8], last: bool, out: &mut Vec<u8>) -> usize {
-        let (max_frame, conn_room) = (self.peer_max_frame as usize, self.send_window.max(0));
-        let Some(s) = self.streams.get_mut(i) else {
+        let max_frame = self.peer_max_frame as usize;
+        let Some(id) = self.streams.get(i).map(|s| s.id) else {
             return 0;
         };
-        let room = conn_room.min(i64::from(s.send_window.max(0))) as usize;
-        let n = body.len().min(room);
-        let id = s.id;
+        let n = body.len().min(self.room(i));
         let mut sent = 0;
         while sent < n || (n == 0 && sent == 0 && last && body.is_empty()) {
             let len = (n - sent).min(max_frame);
@@ -287,14 +279,29 @@ impl Connection {
                 break;
             }
         }
-        s.send_window -= n as i32;
-        self.send_window -= n as i64;
+        self.charge(i, n);
         if last && n == body.len() {
-            s.local_closed = true;
-            s.out = Out::Done;
+            if let Some(s) = self.streams.get_mut(i) {
+                s.local_closed = true;
+                s.out = Out::Done;
+            }
             self.forget_if_done(id);
         }
         n
+    }
+
+    /// The bytes stream `i` may send now: the smaller of its window and the connection's.
+    fn room(&self, i: usize) -> usize {
+        let stream = self.streams.get(i).map_or(0, |s| s.send_window.max(0));
+        self.send_window.max(0).min(i64::from(stream)) as usize
+    }
+
+    /// Charges `n` bytes sent on stream `i` to both windows (`n` within [`Self::room`]).
+    fn charge(&mut self, i: usize, n: usize) {
+        if let Some(s) = self.streams.get_mut(i) {
+            s.send_window -= n as i32;
+        }
+        self.send_window -= n as i64;
     }
 
     /// The layer above has written all of `stream`'s answer and lets go of it: an answer

@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn a_slot_costs_no_more_than_its_value_when_it_has_a_niche() {
         assert_eq!(std::mem::size_of::<Option<Box<u64>>>(), 8);
-        let link = std::mem::size_of::<Option<(u32, std::num::NonZeroU32)>>();
+        let link = std::mem::size_of::<Option<super::super::h2::Link>>();
         assert_eq!(link, 8);
     }
 }

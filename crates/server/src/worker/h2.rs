@@ -361,10 +361,10 @@ impl<S: Socket> Engine<S> {
         frames: &[&Arc<[u8]>],
         together: bool,
     ) -> bool {
-        let Some(&Link { parent: p, stream }) = self.side.h2_streams().get(&child) else {
+        let Some(&link) = self.side.h2_streams().get(&child) else {
             return false;
         };
-        let stream = stream.get();
+        let (p, stream) = (link.parent, link.stream());
         let idle = self
             .conns
             .get(child as usize)
