@@ -4,9 +4,11 @@ report losses when the server cuts its subscribers."""
 
 import json
 import subprocess
+import time
 
 import pytest
 
+from cluster_util import wait_until
 from conftest import _binary
 from test_tls import make_dev_cert, tls_args
 
@@ -45,9 +47,44 @@ def test_ticker_feed_arrives_without_clumps_and_is_plotted(start_server, tmp_pat
     assert result["verdict"]["in_order"] == 500, text
     assert result["clumped"] == 0
     assert "clumps" in text
+    # 300 ms apart, every message finds each worker asleep.
+    assert result["bench_wakeups"] >= 5, text
+    assert f"woken {result['bench_wakeups']} times" in text
     assert len(result["samples"]) >= 2
     page = report.read_text()
     assert page.count("<polyline") == 4 and "Latency" in page
+
+
+def test_a_worker_holds_its_connections_past_its_report_until_let_go(start_server):
+    # The server's CPU "per delivery" is read between the last report and the closes: a worker
+    # that closed its connections as it reported would put the server's closing work inside it.
+    server = start_server("--max-connections-per-address", 0)
+    open_ws = lambda: server.metrics().get('clarion_connections{transport="ws"}', 0)
+    worker = subprocess.Popen([_binary(), "bench-worker"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        job = {"target": server.clients, "source": "127.0.0.1", "transport": "ws",
+               "topics": ["held"] * 5, "connect_rate": 0, "interval_us": 0}
+        worker.stdin.write(json.dumps(job) + "\n")
+        worker.stdin.flush()
+        while not json.loads(worker.stdout.readline()).get("ready"):
+            pass
+        wait_until(lambda: open_ws() == 5, 10, "5 WebSockets open")
+        worker.stdin.write(json.dumps({"published": {"held": 0}, "deadline_ms": 1000}) + "\n")
+        worker.stdin.flush()
+        while "verdict" not in (line := json.loads(worker.stdout.readline())):
+            pass
+        assert line["opened"] == 5
+        time.sleep(0.5)
+        assert worker.poll() is None, "the worker left as it reported"
+        assert open_ws() == 5
+        worker.stdin.close()
+        assert worker.wait(timeout=10) == 0
+        wait_until(lambda: open_ws() == 0, 10, "the closes after the worker was let go")
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
 
 
 def test_losses_are_reported_loudly(start_server):

@@ -61,6 +61,11 @@ pub struct Outcome {
     /// The load client's CPU seconds while publishing and draining (the window of
     /// `server_cpu_per_million`).
     pub bench_publish_cpu_seconds: Option<f64>,
+    /// Times the load client's worker processes were woken while publishing and draining
+    /// (their voluntary context switches): over loopback the server's sends run the client's
+    /// receive path and pay for each of these wake-ups, so runs that differ in them differ
+    /// in server CPU for reasons outside the server (docs/benchmarks.md, "Wake-ups").
+    pub bench_wakeups: Option<u64>,
     /// Server CPU seconds over the run.
     pub server_cpu_seconds: Option<f64>,
     /// Samples over time.

@@ -19,6 +19,16 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(pages * 4096)
 }
 
+/// How many times process `pid`'s main thread gave up the CPU to wait (its
+/// `voluntary_ctxt_switches`): each is a sleep that something woke it from.
+pub fn voluntary_switches(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("voluntary_ctxt_switches:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The highest resident set size process `pid` ever had (`VmHWM`), in bytes.
 pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -89,6 +99,22 @@ mod tests {
         assert!(peak_rss_bytes(me).is_some_and(|p| p >= rss_bytes(me).unwrap_or(0) / 2));
         assert!(tcp_kernel_bytes().is_some());
         assert!(open_fds(me).is_some_and(|n| n >= 3));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn counts_the_sleeps_of_a_process() {
+        // A process asleep in nanosleep gave up the CPU at least once.
+        let mut child = std::process::Command::new("sleep")
+            .arg("1")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let switches = voluntary_switches(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(switches.is_some_and(|n| n >= 1), "{switches:?}");
+        assert_eq!(voluntary_switches(u32::MAX), None);
     }
 
     #[test]

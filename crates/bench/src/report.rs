@@ -296,9 +296,13 @@ pub fn print_text(a: &BenchArgs, o: &Outcome) {
             }
         );
     }
+    let woken = o
+        .bench_wakeups
+        .map(|w| format!(", woken {w} times"))
+        .unwrap_or_default();
     match o.bench_publish_cpu_seconds {
         Some(p) => println!(
-            "bench CPU        {:.1} s ({p:.1} s while publishing)",
+            "bench CPU        {:.1} s ({p:.1} s while publishing{woken})",
             o.bench_cpu_seconds
         ),
         None => println!("bench CPU        {:.1} s", o.bench_cpu_seconds),
@@ -338,6 +342,7 @@ pub(crate) mod tests {
             kernel_bytes_per_connection: None,
             bench_cpu_seconds: 0.1,
             bench_publish_cpu_seconds: None,
+            bench_wakeups: None,
             server_cpu_seconds: None,
             samples: (0..5)
                 .map(|i| Sample {

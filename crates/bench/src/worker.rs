@@ -9,6 +9,8 @@
 //! It talks to the coordinator over stdin/stdout, one JSON object per line: a [`Job`] in, then
 //! progress lines and a final [`Report`] out; a [`Finish`] on stdin says how many messages each
 //! topic got, and the worker reports once every connection has them (or a deadline passes).
+//! It then holds its connections until its stdin closes: the coordinator reads the server's CPU
+//! for the publishing before the server has any closes to handle.
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, Read, Write};
@@ -423,6 +425,9 @@ pub fn main() -> anyhow::Result<()> {
                 let mut o = out.lock();
                 writeln!(o, "{}", serde_json::to_string(&report)?)?;
                 o.flush()?;
+                drop(o);
+                // The reader thread ends, and drops its sender, when stdin closes.
+                while rx.recv().is_ok() {}
                 return Ok(());
             }
         }
