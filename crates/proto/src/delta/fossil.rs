@@ -1,5 +1,5 @@
 //! The Fossil delta format: its base-64 integers, its checksum, writing commands and applying
-//! a delta to a base. No matching here (that is [`super::encode`]).
+//! a delta to a base. No matching here (that is [`mod@super::encode`]).
 
 use super::DeltaError;
 

@@ -19,7 +19,7 @@
 //!
 //! - [`fossil`]: the integers, the checksum and the decoder ([`apply`]), which bounds the
 //!   output before allocating it and never panics on a malformed delta.
-//! - [`encode`]: two encoders writing that format: [`encode()`] (block matching, the default)
+//! - [`mod@encode`]: two encoders writing that format: [`encode()`] (block matching, the default)
 //!   and [`encode_splice`] (common prefix and suffix only, the simpler one measured beside it).
 
 pub mod encode;

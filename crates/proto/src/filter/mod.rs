@@ -16,7 +16,7 @@
 //! and hash the same, so the server evaluates each distinct filter once per publication;
 //! printing a filter ([`std::fmt::Display`]) gives text that parses back to the same filter.
 //!
-//! - [`parse`]: the text form (URL query friendly), with positions in its errors.
+//! - [`mod@parse`]: the text form (URL query friendly), with positions in its errors.
 //! - [`json`]: the JSON form, for a subscribe message, to and from [`Filter`].
 //! - [`tags`]: the bounds of a publication's tags.
 
@@ -264,7 +264,7 @@ impl CmpOp {
     }
 }
 
-/// A filter expression. Built by [`parse`] or [`json::from_json`] in canonical form; build one
+/// A filter expression. Built by [`parse()`] or [`json::from_json`] in canonical form; build one
 /// by hand only through [`canon::normalise`] if it must compare equal to a parsed one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Filter {

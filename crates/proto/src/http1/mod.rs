@@ -6,7 +6,7 @@
 //! - [`query`]: `key=value` pairs of a query string, percent-decoded.
 //! - [`chunked`]: a sans-IO decoder for `Transfer-Encoding: chunked` request bodies.
 //! - [`response`]: reason phrases, chunked response bodies, and parsing response heads.
-//! - [`write`]: writing request heads (refusing header injection) and response heads.
+//! - [`mod@write`]: writing request heads (refusing header injection) and response heads.
 //! - [`hop`]: which header fields a proxy forwards (RFC 9110 hop-by-hop fields).
 
 pub mod authorization;

@@ -4,7 +4,7 @@
 //!
 //! - [`encode`]: the client's operations (`CONNECT`, `PUB`, `SUB`, `UNSUB`, `PING`, `PONG`),
 //!   appended to a caller's buffer, with subject checks.
-//! - [`decode`]: an incremental reader of the server's operations (`INFO`, `MSG`, `HMSG`,
+//! - [`mod@decode`]: an incremental reader of the server's operations (`INFO`, `MSG`, `HMSG`,
 //!   `PING`, `PONG`, `+OK`, `-ERR`) over a buffer the caller owns; "need more bytes" is
 //!   `Ok(None)`, and a control line or payload over its limit is an error, so a caller that
 //!   keeps only what is not yet decoded never holds more than `max_line + max_payload + 2`.

@@ -75,7 +75,8 @@ struct Occupancy {
 /// Accepts API connections until the process exits. A connection takes a place in the pool
 /// (at most [`API_MAX_CONNECTIONS`], [`API_MAX_PER_ADDRESS`] from one address); past either
 /// cap it waits in the triage ([`triage`]) until its head shows a health check or credentials,
-/// which get one request served ([`API_RESERVE`] at once); the rest are answered `503`.
+/// which get one request served ([`crate::config::limits::API_RESERVE`] at once); the rest
+/// are answered `503`.
 pub fn serve(listener: TcpListener, shared: Arc<Shared>, scope: Scope, set_up: Sender<()>) {
     let taken = Arc::new(std::sync::Mutex::new(Occupancy::default()));
     let group = match &scope {

@@ -367,7 +367,7 @@ impl LocalBroker {
         out
     }
 
-    /// Walks every topic under the lock (see [`Broker::visit_topics`]).
+    /// Walks every topic under the lock (see [`crate::hub::Hub::visit_topics`]).
     pub fn visit_topics(&self, visit: impl FnMut(&Arc<str>, u64, &mut TopicTraffic)) {
         lock(&self.state).hub.visit_topics(visit);
     }

@@ -16,7 +16,7 @@
 //! Appendable messages (`docs/cluster.md`, "Appendable messages through NATS") ride the same
 //! model: the node that opens a stream keeps it in its local broker and sends each fragment to
 //! NATS with the stream's identity (its id on the opening node, an
-//! [`append_wire`](clarion_proto::pubsub::append_wire) body); every node that receives the
+//! [`clarion_proto::pubsub::append_wire`] body); every node that receives the
 //! opening fragment opens a stream of its own in its local broker and folds the fragments it
 //! receives into it, so its subscribers get them live and its history holds the text so far.
 //! [`Foreign`] maps the opening node's ids to this node's.

@@ -4,7 +4,7 @@
 //! - [`backend`]: the threads that talk to backends.
 //! - [`GripContent`]: what a Pushpin-format publish carries for held connections, built once per
 //!   message and shared like every other encoding, as the message's
-//!   [`Attachment`](crate::message::Attachment).
+//!   [`crate::message::Attachment`].
 //!
 //! The per-connection runtime (forwarding, holds, the WebSocket-over-HTTP bridge) is run by the
 //! worker's engine, in `worker::grip`. The protocol's bytes are parsed by `clarion_proto::grip`.

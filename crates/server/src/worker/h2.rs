@@ -1,8 +1,8 @@
 //! HTTP/2 connections in the engine: the I/O side of [`clarion_proto::h2::server`].
 //!
 //! An HTTP/2 connection is a record in state [`State::H2`] with its protocol state in
-//! [`Engine::h2`]; each of its streams is a record of its own, without a socket, that the
-//! transports serve exactly as they serve an HTTP/1.1 connection: the stream's request is
+//! [`super::side::Side::h2`]; each of its streams is a record of its own, without a socket,
+//! that the transports serve exactly as they serve an HTTP/1.1 connection: the stream's request is
 //! handed to it as an HTTP/1.1 head, and what it writes (an answer, SSE events, WebSocket
 //! frames) waits in its own backlog, as shared chunks under its own slow-consumer limit. The
 //! pump ([`Engine::h2_pump`]), run at the end of each engine entry point for the connections
@@ -19,9 +19,9 @@
 //! A stream record lives exactly as long as its stream is open in the protocol state: it is
 //! made for a stream still open once the frames of a read are taken, dropped when the stream
 //! is reset (by the client, or by this side for the client's error), and its link counted in
-//! [`Engine::h2_records`], so that no connection holds more records than `h2_max_streams`,
-//! whatever the protocol state says (see `tests_h2.rs`, which checks it after every step of
-//! random frame sequences).
+//! [`super::side::Side::h2_records`], so that no connection holds more records than
+//! `h2_max_streams`, whatever the protocol state says (see `tests_h2.rs`, which checks it after
+//! every step of random frame sequences).
 #![deny(clippy::wildcard_enum_match_arm)]
 
 use std::alloc::Layout;
@@ -259,8 +259,8 @@ impl<S: Socket> Engine<S> {
     }
 
     /// Links stream record `child` to `stream` of connection `parent`: with
-    /// [`Self::h2_unlink`], the only place [`Engine::h2_streams`] and
-    /// [`Engine::h2_records`] change.
+    /// [`Self::h2_unlink`], the only place [`super::side::Side::h2_streams`] and
+    /// [`super::side::Side::h2_records`] change.
     pub(crate) fn h2_link(&mut self, child: u32, parent: u32, stream: u32) {
         let Some(link) = Link::new(parent, stream) else {
             return; // Stream 0 is the connection's: the protocol state binds no record to it.
