@@ -39,7 +39,7 @@ settings! {
     workers: usize = 0, flag "Event-loop threads (0 = one per core)";
     /// Write a fan-out with io_uring: one submission per 256 sends (TLS records sealed for it and
     /// HTTP/2 pumps' frames too) instead of a `send` each; at a steady ticker it took a third off
-    /// the CPU per delivery, and TLS's from 2.2x to about 1.25x clear text's (docs/benchmarks.md).
+    /// the CPU per delivery, and TLS's from 2.2x to 1.3–1.5x clear text's (docs/benchmarks.md).
     /// Used only where the kernel allows it (Linux 5.6+; not with `kernel.io_uring_disabled` or a
     /// seccomp profile that blocks it); otherwise, and with `false`, each delivery is a `send`.
     io_uring: bool = true, switch "Write fan-outs through io_uring where available";
