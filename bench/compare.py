@@ -92,7 +92,10 @@ TLS 1.3 (a `clarion cert --dev` certificate; µWebSockets built with OpenSSL by
 
 Besides the server's CPU per delivery, the table gives the load client's CPU per message it
 received over the same window ("client CPU-s / 1M"): on two cores a client as costly as the
-server takes the cores from it.
+server takes the cores from it. And how often the client's workers were woken per thousand
+messages ("client wake-ups / 1k"): over loopback the server's sends wake them, and pay for it,
+so two runs that differ in wake-ups differ in server CPU for a reason that is not the server's
+(docs/benchmarks.md, "The publishing window, and the clients' wake-ups").
 
 `--watch PATH` keeps one `curl -N http://API/PATH` open on the API listener of each peer named in
 `--watch-peers` (default `clarion`) for the whole of its runs, and closes it after: the cost of a
@@ -686,6 +689,9 @@ def metrics(b, planned=()):
         # for the cores.
         "client_cpu_per_million": (b["bench_publish_cpu_seconds"] / v["in_order"] * 1e6)
         if b.get("bench_publish_cpu_seconds") is not None and v.get("in_order") else None,
+        # Times the client's workers were woken over the same window, per thousand messages.
+        "client_wakeups_per_k": (b["bench_wakeups"] / v["in_order"] * 1e3)
+        if b.get("bench_wakeups") is not None and v.get("in_order") else None,
         "deliveries_per_s": b.get("deliveries_per_second"),
         "p50_ms": b["latency"]["p50"] / 1000,
         "p99_ms": b["latency"]["p99"] / 1000,
@@ -725,6 +731,7 @@ def table(args, results, notes):
             ("connect_rate", "connects/s", 0, True),
             ("cpu_per_million", "server CPU-s / 1M deliveries", 1, True),
             ("client_cpu_per_million", "client CPU-s / 1M", 1, False),
+            ("client_wakeups_per_k", "client wake-ups / 1k", 1, True),
             ("deliveries_per_s", "deliveries/s", 0, True),
             ("p50_ms", "p50 ms", 1, True), ("p99_ms", "p99 ms", 1, True)]
     if args.scenario == "ticker":
