@@ -52,3 +52,35 @@ def test_a_storm_of_connections_is_followed_by_one_trim_and_a_trickle_by_none(st
     finally:
         for s in held:
             s.close()
+
+
+def test_connections_taken_over_in_a_hand_over_count_toward_a_storm(start_server):
+    # A process that takes 1,100 connections over from its predecessor grew its heap as much as
+    # if it had accepted them: it trims once they are in.
+    import rawws
+    from conftest import Server
+
+    flags = ["--max-connections-per-address", "0", "--handshake-timeout", "60"]
+    old = start_server(*flags, env={"CLARION_LOG": "debug"})
+    threading.Thread(target=collect, args=(old.proc.stderr, []), daemon=True).start()
+    held = []
+    new = None
+    try:
+        for _ in range(1_100):
+            sock, head, _ = rawws.connect(old.clients, "/ws?topic=t")
+            assert head.startswith("HTTP/1.1 101"), head
+            held.append(sock)
+        time.sleep(3)  # the old process's own storm is over (and trimmed for) first
+        new = Server(["--upgrade-from", str(old.proc.pid), *flags], env={"CLARION_LOG": "debug"})
+        lines = []
+        threading.Thread(target=collect, args=(new.proc.stderr, lines), daemon=True).start()
+        assert old.proc.wait(timeout=30) == 0
+        assert new.metrics()['clarion_handover_connections{outcome="taken"}'] == 1_100
+        wait_until(lambda: trims(lines), 10, "a trim after 1,100 connections taken over")
+        assert trims(lines)[0] >= 1_024, trims(lines)
+    finally:
+        for s in held:
+            s.close()
+        if new is not None and new.proc.poll() is None:
+            new.proc.kill()
+            new.proc.wait()
