@@ -9,7 +9,9 @@ import socket
 import threading
 import time
 
+import rawws
 from cluster_util import wait_until
+from conftest import Server
 
 TRIMMED = re.compile(r"heap trimmed after (\d+) connections")
 
@@ -57,9 +59,6 @@ def test_a_storm_of_connections_is_followed_by_one_trim_and_a_trickle_by_none(st
 def test_connections_taken_over_in_a_hand_over_count_toward_a_storm(start_server):
     # A process that takes 1,100 connections over from its predecessor grew its heap as much as
     # if it had accepted them: it trims once they are in.
-    import rawws
-    from conftest import Server
-
     flags = ["--max-connections-per-address", "0", "--handshake-timeout", "60"]
     old = start_server(*flags, env={"CLARION_LOG": "debug"})
     threading.Thread(target=collect, args=(old.proc.stderr, []), daemon=True).start()

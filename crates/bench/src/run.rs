@@ -232,6 +232,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     let pids = a.server_pid.clone();
     let cpu_of = |pids: &[u32]| proc_stat::sum_over(pids, proc_stat::cpu_seconds);
     let rss_of = |pids: &[u32]| proc_stat::sum_over(pids, proc_stat::rss_bytes);
+    let woken_of = |pids: &[u32]| proc_stat::sum_over(pids, proc_stat::voluntary_switches);
     let started = Instant::now();
     let cpu0 = cpu_of(&pids);
     let rss0 = rss_of(&pids);
@@ -360,7 +361,7 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
     let pub_cpu0 = cpu_of(&pids);
     let worker_pids: Vec<u32> = workers.iter().map(|w| w.child.id()).collect();
     let bench_cpu0 = cpu_of(&worker_pids);
-    let woken0 = proc_stat::sum_over(&worker_pids, proc_stat::voluntary_switches);
+    let woken0 = woken_of(&worker_pids);
     let pub_start = Instant::now();
     let mut target = a.api.clone();
     if let Some(secret) = &a.jwt_secret {
@@ -409,19 +410,9 @@ fn run(a: &BenchArgs) -> anyhow::Result<Outcome> {
         _ => None,
     };
     let woken = woken0
-        .zip(proc_stat::sum_over(
-            &worker_pids,
-            proc_stat::voluntary_switches,
-        ))
+        .zip(woken_of(&worker_pids))
         .map(|(w0, w1)| w1.saturating_sub(w0));
-    for w in workers {
-        // Closing its stdin lets the worker go, and its connections with it.
-        let crate::worker_proc::Worker {
-            mut child, stdin, ..
-        } = w;
-        drop(stdin);
-        let _ = child.wait();
-    }
+    workers.into_iter().for_each(Worker::let_go);
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     let mut samples = samples.lock().map(|s| s.clone()).unwrap_or_default();

@@ -1,11 +1,11 @@
-//! One soak worker process: its share of the soak's logical clients, from one source address.
-//! Each client holds one connection at a time; at the end of a random life (about `--life`
-//! seconds) it closes it and connects again at once, resuming with its last id; when the server
-//! drops it (a process killed, a restart) it reconnects after a jittered backoff, as a careful
-//! client would. Every message is checked per client across its connections
-//! ([`ResumeCheck`]); the protocol of each connection is a [`crate::soak_life::SoakLife`].
-//! This file is the process around them: sockets, the poll loop, timers and what is measured (reconnect
-//! latencies, reconnects and drops per second).
+//! One soak worker process: its share of the soak's logical clients, from one source address. Each
+//! client holds one connection at a time; at the end of a random life (about `--life` seconds) it
+//! closes it and connects again at once, resuming with its last id; when the server drops it (a
+//! process killed, a restart) it reconnects after a jittered backoff, as a careful client would.
+//! Every message is checked per client across its connections ([`ResumeCheck`]); the protocol of
+//! each connection is a [`crate::soak_life::SoakLife`]. This file is the process around them:
+//! sockets, the poll loop, timers and what is measured (reconnect latencies, reconnects and drops
+//! per second).
 //!
 //! It talks to the coordinator ([`crate::soak`]) over stdin/stdout, one JSON object per line:
 //! a [`Job`] in, [`Progress`] lines out every second, a [`Finish`] in when publishing is over,

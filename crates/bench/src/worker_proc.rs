@@ -21,6 +21,18 @@ pub(crate) struct Worker {
     pub(crate) lines: Receiver<String>,
 }
 
+impl Worker {
+    /// Closes the worker's stdin, the end of its commands (a regular run's worker holds its
+    /// connections until then), and waits for it to exit.
+    pub(crate) fn let_go(self) {
+        let Worker {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let _ = child.wait();
+    }
+}
+
 /// Starts `exe bench-worker` and gives it `job`: the process, its stdin, its stdout.
 pub(crate) fn start<J: Serialize>(
     exe: &std::path::Path,

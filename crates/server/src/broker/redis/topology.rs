@@ -3,11 +3,11 @@
 //! keeps the topology fresh, and commands that follow redirections ([`Core::run_routed`]).
 //! The parsing and the shard table's rules are pure, in [`super::cluster`].
 //!
-//! The shard table has [`PARTITIONS`] places, each an [`super::sentinel::Endpoint`] that a
-//! master of the cluster occupies (most are free: a cluster of 3 masters uses 3). Each place has its pool
-//! and its subscriber connection (one per master) like a standalone shard; a place whose
-//! master changes (a failover, a new master) closes its connections and its reader
-//! re-subscribes its topics there. Routing a topic is one atomic load.
+//! The shard table has [`PARTITIONS`] places, each an [`super::sentinel::Endpoint`] that a master
+//! of the cluster occupies (most are free: a cluster of 3 masters uses 3). Each place has its pool
+//! and its subscriber connection (one per master) like a standalone shard; a place whose master
+//! changes (a failover, a new master) closes its connections and its reader re-subscribes its
+//! topics there. Routing a topic is one atomic load.
 
 use crate::redact::Urls;
 use std::sync::atomic::AtomicUsize;

@@ -3,8 +3,8 @@
 //! time per connection, later events batched behind it); the backend's answers carry events for
 //! the client and `c:` control messages (subscribe, unsubscribe, detach, keep-alive).
 //!
-//! The bridge's state is a [`super::conn::Bridge`] in the connection's
-//! [`super::conn::GripConn`]. This module does not parse client frames (the WebSocket transport does) nor deliver published
+//! The bridge's state is a [`super::conn::Bridge`] in the connection's [`super::conn::GripConn`].
+//! This module does not parse client frames (the WebSocket transport does) nor deliver published
 //! content (see [`super::hold`]).
 #![deny(clippy::wildcard_enum_match_arm)]
 
