@@ -69,12 +69,14 @@ def missing_service(name):
 def free_port():
     """A loopback port below the kernel's ephemeral range (32768-60999 by default), never
     handed out twice in this run: a restarted server can take its port back, and no outgoing
-    connection takes it meanwhile."""
+    connection takes it meanwhile. The probe sets SO_REUSEADDR as Clarion, Redis and nats-server
+    do on their listeners, so TIME-WAIT sockets left by a load run do not count as taken."""
     for _ in range(200):
         port = random.randrange(10000, 32000)
         if port in _handed_out:
             continue
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:

@@ -28,10 +28,13 @@ def published(server):
 
 def free_port():
     """A port free on every interface, below the ephemeral range: a load generator on this
-    machine may hold any ephemeral port on some loopback address, which 0.0.0.0 would clash with."""
+    machine may hold any ephemeral port on some loopback address, which 0.0.0.0 would clash with.
+    The probe sets SO_REUSEADDR as the server's listeners do, so the TIME-WAIT sockets a load
+    run leaves behind (the bench binds source ports from 10,000 up) do not count as taken."""
     for _ in range(100):
         port = random.randrange(10000, 30000)
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("0.0.0.0", port))
                 return port
