@@ -95,7 +95,10 @@ received over the same window ("client CPU-s / 1M"): on two cores a client as co
 server takes the cores from it. And how often the client's workers were woken per thousand
 messages ("client wake-ups / 1k"): over loopback the server's sends wake them, and pay for it,
 so two runs that differ in wake-ups differ in server CPU for a reason that is not the server's
-(docs/benchmarks.md, "The publishing window, and the clients' wake-ups").
+(docs/benchmarks.md, "The publishing window, and the clients' wake-ups"). A ticker's table
+adds the "p50 floor": half of a round's CPU, the server's and the client's, over the machine's
+cores (over the server's threads when it names fewer with `@N`), below which its p50 cannot go
+while both share the cores (docs/benchmarks.md, "What sets the ticker's p50").
 
 `--watch PATH` keeps one `curl -N http://API/PATH` open on the API listener of each peer named in
 `--watch-peers` (default `clarion`) for the whole of its runs, and closes it after: the cost of a
@@ -118,11 +121,12 @@ import shlex
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from compare_table import fmt, median, metrics, table
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PEERS_DIR = ROOT / "bench" / "peers"
@@ -677,116 +681,6 @@ def run_one(name, transport, args, port, workdir, tag):
     return result
 
 
-def metrics(b, planned=()):
-    v = b["verdict"]
-    m = {
-        "bytes_per_conn": b.get("server_bytes_per_connection"),
-        "kernel_per_conn": b.get("kernel_bytes_per_connection"),
-        "connect_rate": b.get("connect_rate"),
-        "cpu_per_million": b.get("server_cpu_per_million"),
-        # The load client's own CPU over the same window (every worker process), per million
-        # messages it received: a client that costs as much as the server competes with it
-        # for the cores.
-        "client_cpu_per_million": (b["bench_publish_cpu_seconds"] / v["in_order"] * 1e6)
-        if b.get("bench_publish_cpu_seconds") is not None and v.get("in_order") else None,
-        # Times the client's workers were woken over the same window, per thousand messages.
-        "client_wakeups_per_k": (b["bench_wakeups"] / v["in_order"] * 1e3)
-        if b.get("bench_wakeups") is not None and v.get("in_order") else None,
-        "deliveries_per_s": b.get("deliveries_per_second"),
-        "p50_ms": b["latency"]["p50"] / 1000,
-        "p99_ms": b["latency"]["p99"] / 1000,
-        # The worst-treated 1% of subscribers: their mean latency over the run.
-        "conn_mean_p99_ms": (b.get("connection_means") or {}).get("p99", 0) / 1000 or None,
-        "opened": b.get("opened"),
-        "lost": v["missing"], "dup": v["duplicated"], "reordered": v["reordered"],
-    }
-    # Steps are named by the connections asked for (a peer that refuses some opens fewer).
-    for target, s in zip(planned, b.get("steps") or []):
-        m[f"bytes_per_conn@{target}"] = s.get("server_bytes_per_connection")
-    c = b.get("churn")
-    if c:
-        m["fds_left"] = (c["fds_after"] - c["fds_baseline"]) if c.get("fds_after") is not None \
-            and c.get("fds_baseline") is not None else None
-        m["rss_left_mib"] = ((c["rss_after"] - c["rss_baseline"]) / 2**20) \
-            if c.get("rss_after") is not None and c.get("rss_baseline") is not None else None
-    return m
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def fmt(x, digits=0):
-    if x is None:
-        return "—"
-    if abs(x) >= 100 or digits == 0:
-        return f"{x:,.0f}"
-    return f"{x:,.{digits}f}"
-
-
-def table(args, results, notes):
-    cols = [("bytes_per_conn", "user-space B/conn", 0, True),
-            ("kernel_per_conn", "kernel B/conn", 0, False),
-            ("connect_rate", "connects/s", 0, True),
-            ("cpu_per_million", "server CPU-s / 1M deliveries", 1, True),
-            ("client_cpu_per_million", "client CPU-s / 1M", 1, False),
-            ("client_wakeups_per_k", "client wake-ups / 1k", 1, True),
-            ("deliveries_per_s", "deliveries/s", 0, True),
-            ("p50_ms", "p50 ms", 1, True), ("p99_ms", "p99 ms", 1, True)]
-    if args.scenario == "ticker":
-        cols += [("conn_mean_p99_ms", "p99 of per-subscriber mean ms", 1, True)]
-    if args.scenario == "churn":
-        cols += [("fds_left", "fds left", 0, False), ("rss_left_mib", "RSS left MiB", 1, False)]
-    planned = planned_steps(args)
-    step_keys = [f"bytes_per_conn@{t}" for t in planned]
-    if step_keys:
-        # The last step is every connection: its column is the user-space one.
-        cols = [c for c in cols if c[0] != "bytes_per_conn"]
-    lines = []
-    for transport in args.transports:
-        keys = [k for k in results if k[1] == transport]
-        if not keys:
-            continue
-        med = {}
-        for key in keys:
-            ms = [metrics(r["bench"], planned) for r in results[key] if "bench" in r]
-            med[key] = {c: median([m.get(c) for m in ms]) for c in
-                        [c[0] for c in cols] + step_keys + ["lost", "dup", "reordered", "opened"]}
-            med[key]["runs"] = len(ms)
-        # Plain Clarion first, then Clarion at any thread count, then the GRIP proxy.
-        base_name = next((b for b in ("clarion", *[k[0] for k in keys if
-                                                  split_peer(k[0])[0] == "clarion"],
-                                      "clarion-grip", "clarion-tls")
-                         if (b, transport) in med), "clarion")
-        base = med.get((base_name, transport), {})
-        head = ["server"] + [f"user-space B/conn at {int(k.split('@')[1]):,}" for k in step_keys] \
-            + [c[1] for c in cols] + ["opened", "lost / dup / reordered", "runs"]
-        lines.append(f"\n**{args.scenario}, {transport.upper()}, -n {args.n}** (medians; "
-                     f"ratio to {label(base_name)} in brackets)\n")
-        lines.append("| " + " | ".join(head) + " |")
-        lines.append("|" + "---|" * len(head))
-        for key in keys:
-            m = med[key]
-            row = [label(key[0])]
-            for c in step_keys + [c[0] for c in cols]:
-                digits = next((d for k, _, d, _ in cols if k == c), 0)
-                ratio_ok = next((r for k, _, _, r in cols if k == c), True)
-                cell = fmt(m.get(c), digits)
-                b = base.get(c)
-                if key[0] != base_name and ratio_ok and m.get(c) is not None and b:
-                    cell += f" ({m[c] / b:.2f}×)"
-                row.append(cell)
-            losses = f"{fmt(m['lost'])} / {fmt(m['dup'])} / {fmt(m['reordered'])}"
-            if any(m.get(k) for k in ("lost", "dup", "reordered")):
-                losses = f"**LOSSES {losses}**"
-            row += [f"{fmt(m['opened'])} / {args.n:,}", losses, str(m["runs"])]
-            lines.append("| " + " | ".join(row) + " |")
-    for n in notes:
-        lines.append(f"- {n}")
-    return "\n".join(lines)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", choices=["burst", "idle", "ticker", "topics", "churn"],
@@ -822,6 +716,7 @@ def main():
     args.steps = [int(s) for s in args.steps.split(",") if s]
     args.transports = [t for t in args.transport.split(",") if t]
     args.watch_peers = [p for p in args.watch_peers.split(",") if p]
+    args.cores = os.cpu_count()
     global H2_STREAMS
     H2_STREAMS = args.h2_streams
     CLARION_FLAGS.extend(shlex.split(args.clarion_flags))
@@ -830,9 +725,11 @@ def main():
         args.scenario, args.n = saved["scenario"], saved["n"]
         args.steps = saved.get("steps", args.steps)
         H2_STREAMS = saved.get("h2_streams", H2_STREAMS)
+        args.cores = (saved.get("machine") or {}).get("nproc") or args.cores
         results = {tuple(k.split("/")): v for k, v in saved["runs"].items()}
         args.transports = list(dict.fromkeys(t for _, t in results))
-        print(table(args, results, saved.get("notes", [])))
+        print(table(args, results, saved.get("notes", []), planned_steps(args), split_peer,
+                    label))
         return
     peers = [p for p in args.peers.split(",") if p]
     if not CLARION.exists():
@@ -905,7 +802,7 @@ def main():
         bad = [r.get("error") for r in runs if "bench" not in r]
         if bad:
             notes.append(f"{label(p)} {t.upper()}: {len(bad)} of {len(runs)} runs failed: {bad[0]}")
-    md = table(args, results, notes)
+    md = table(args, results, notes, planned_steps(args), split_peer, label)
     print(md)
     out_json.write_text(json.dumps({
         "scenario": args.scenario, "n": args.n, "repeats": args.repeats, "steps": args.steps,
