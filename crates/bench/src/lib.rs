@@ -63,6 +63,7 @@ pub mod tls_client;
 pub mod trust;
 pub mod wire;
 pub mod worker;
+mod worker_conn;
 mod worker_proc;
 
 pub use plan::BenchArgs;
