@@ -98,7 +98,9 @@ so two runs that differ in wake-ups differ in server CPU for a reason that is no
 (docs/benchmarks.md, "The publishing window, and the clients' wake-ups"). A ticker's table
 adds the "p50 floor": half of a round's CPU, the server's and the client's, over the machine's
 cores (over the server's threads when it names fewer with `@N`), below which its p50 cannot go
-while both share the cores (docs/benchmarks.md, "What sets the ticker's p50").
+while both share the cores (docs/benchmarks.md, "What sets the ticker's p50"). Under each
+table, the ratios to Clarion by pairs: each repeat's own ratio (the servers take turns within
+a repeat), their median and range, for the CPU per delivery, the p50 and the p99.
 
 `--watch PATH` keeps one `curl -N http://API/PATH` open on the API listener of each peer named in
 `--watch-peers` (default `clarion`) for the whole of its runs, and closes it after: the cost of a

@@ -78,6 +78,34 @@ def fmt(x, digits=0):
     return f"{x:,.{digits}f}"
 
 
+# The figures whose ratio to the base is also given by pairs under each table.
+PAIRED = (("cpu_per_million", "server CPU per delivery"), ("p50_ms", "p50"), ("p99_ms", "p99"))
+
+
+def pair_ratios(runs, base_runs, metric):
+    """Each repeat's ratio of `runs` to `base_runs` (the same repeat: the servers take turns
+    within it, so machine noise that lasts a repeat hits both), where both have the figure."""
+    out = []
+    for r, b in zip(runs, base_runs):
+        if "bench" not in r or "bench" not in b:
+            continue
+        x, y = metric(r["bench"]), metric(b["bench"])
+        if x is not None and y:
+            out.append(x / y)
+    return out
+
+
+def by_pairs(runs, base_runs):
+    """`figure 1.38× (1.20–1.55)` for each of PAIRED: the median of the repeats' ratios and
+    their range; None when no repeat pairs up."""
+    parts = []
+    for key, name in PAIRED:
+        rs = pair_ratios(runs, base_runs, lambda b, key=key: metrics(b).get(key))
+        if rs:
+            parts.append(f"{name} {median(rs):.2f}× ({min(rs):.2f}–{max(rs):.2f})")
+    return ", ".join(parts) or None
+
+
 def table(args, results, notes, planned, split_peer, label):
     cols = [("bytes_per_conn", "user-space B/conn", 0, True),
             ("kernel_per_conn", "kernel B/conn", 0, False),
@@ -136,6 +164,14 @@ def table(args, results, notes, planned, split_peer, label):
                 losses = f"**LOSSES {losses}**"
             row += [f"{fmt(m['opened'])} / {args.n:,}", losses, str(m["runs"])]
             lines.append("| " + " | ".join(row) + " |")
+        # Ratios by pairs: steadier than the ratio of medians on a machine whose load drifts.
+        paired = [(key, by_pairs(results[key], results.get((base_name, transport), [])))
+                  for key in keys if key[0] != base_name]
+        paired = [(key, text) for key, text in paired if text]
+        if paired:
+            lines.append(f"\nBy pairs (each repeat's ratio to {label(base_name)}; median and "
+                         "range):\n")
+            lines += [f"- {label(key[0])}: {text}" for key, text in paired]
     for n in notes:
         lines.append(f"- {n}")
     return "\n".join(lines)

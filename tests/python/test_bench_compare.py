@@ -80,3 +80,23 @@ def test_a_saved_ticker_shows_each_peers_floor(tmp_path):
     # µWebSockets at one thread: its own 187.5 ms of the round, halved; no ratio to Clarion's.
     uws = next(v for k, v in rows.items() if k.startswith("µWebSockets"))
     assert uws[floor] == "93.8", uws
+
+
+def test_ratios_by_pairs_are_each_repeats_own_and_skip_a_failed_run(tmp_path):
+    # Each repeat's ratio: 5.2/4.0, 5.5/5.0, 9.0/6.0 = 1.30, 1.10, 1.50; the fourth repeat's
+    # TLS run failed and pairs with nothing. The ratio of the medians would be 5.5/5.0 = 1.10.
+    base = [{"bench": bench_json(cpu, 2.0, 30.0)} for cpu in (4.0, 5.0, 6.0, 5.0)]
+    peer = [{"bench": bench_json(cpu, 2.0, 36.0)} for cpu in (5.2, 5.5, 9.0)]
+    peer.append({"error": "timed out after 300 s"})
+    saved = tmp_path / "pairs.json"
+    saved.write_text(json.dumps({"scenario": "ticker", "n": 15000, "repeats": 4, "steps": [],
+                                 "machine": {"nproc": 2}, "notes": [],
+                                 "runs": {"clarion/ws": base, "clarion-tls/ws": peer}}))
+    out = subprocess.run([sys.executable, str(COMPARE), "--table-from", str(saved)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "By pairs (each repeat's ratio to Clarion; median and range):" in out, out
+    line = next(l for l in out.splitlines() if l.startswith("- Clarion, HTTP/1.1 over TLS"))
+    assert "server CPU per delivery 1.30× (1.10–1.50)" in line, line
+    assert "p50 1.20× (1.20–1.20)" in line, line
+    # The table's own cell stays the ratio of the medians.
+    assert "5.5 (1.10×)" in out, out
