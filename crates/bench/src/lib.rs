@@ -64,6 +64,7 @@ pub mod trust;
 pub mod wire;
 pub mod worker;
 mod worker_conn;
+mod worker_msg;
 mod worker_proc;
 
 pub use plan::BenchArgs;

@@ -3,8 +3,9 @@
 //!
 //! What a connection does with the bytes it reads (the answer, frames, events, polls, the
 //! checks) is its life, a stream per subscriber over HTTP/2, and a connection is driven by
-//! `worker_conn.rs` (its socket, TLS and meters); this file is the process around them:
-//! the poll loop, the connect pace, the coordinator's messages, and the latency and clump sums.
+//! `worker_conn.rs` (its socket, TLS and meters); this file is the process around them: the
+//! poll loop, the connect pace, and the latency and clump sums. The messages are
+//! `worker_msg.rs`'s.
 //!
 //! It talks to the coordinator over stdin/stdout, one JSON object per line: a [`Job`] in, then
 //! progress lines and a final [`Report`] out; a [`Finish`] on stdin says how many messages each
@@ -14,117 +15,24 @@
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
-use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
-use serde::{Deserialize, Serialize};
 
-use crate::check::Verdict;
 use crate::conn_life::{Payloads, Setup};
 use crate::h2_life::H2Setup;
 use crate::proc_stat::own_cpu_seconds;
 use crate::source_ports::SourcePorts;
-use crate::stats::{unix_micros, Buckets, Latency};
-use crate::worker_conn::{drive, open, Conn, Shared};
+use crate::stats::{unix_micros, Latency};
+use crate::worker_conn::{drive, open, Conn, Shared, MAX_FRAME};
 
-pub use crate::conn_life::Transport;
-
-/// What one worker does.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Job {
-    /// The server's client listener.
-    pub target: SocketAddr,
-    /// Local address to connect from.
-    pub source: IpAddr,
-    /// Transport.
-    pub transport: Transport,
-    /// The topic of each connection.
-    pub topics: Vec<String>,
-    /// New connections per second for this worker (0: as fast as they complete).
-    pub connect_rate: u32,
-    /// Interval of a steady feed in microseconds, for clump detection (0: none).
-    pub interval_us: u64,
-    /// A text message each WebSocket sends once open (a peer's protocol greeting).
-    #[serde(default)]
-    pub hello: Option<String>,
-    /// Connect over TLS, trusting this CA.
-    #[serde(default)]
-    pub tls: Option<TlsJob>,
-    /// Sign each connection a token of its own identity with this HS256 secret.
-    #[serde(default)]
-    pub jwt_secret: Option<String>,
-    /// Subscribe over HTTP/2 (SSE streams, or WebSockets by RFC 8441's extended CONNECT; h2 by
-    /// ALPN over TLS, h2c prior knowledge without).
-    #[serde(default)]
-    pub http2: bool,
-    /// With `http2`, streams per connection: consecutive entries of `topics` share one.
-    #[serde(default = "one")]
-    pub streams_per_conn: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-pub use crate::tls_client::TlsJob;
-
-/// The coordinator's last word: messages published per topic, and how long to wait for them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Finish {
-    /// Messages published to each topic.
-    pub published: HashMap<String, u64>,
-    /// Milliseconds to wait for stragglers.
-    pub deadline_ms: u64,
-}
-
-/// What a worker measured.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Report {
-    /// Subscribers whose request was answered (connections, or HTTP/2 streams).
-    pub opened: u64,
-    /// TCP connections opened (HTTP/2: past the server's SETTINGS), as `opened` over
-    /// HTTP/1.1.
-    #[serde(default)]
-    pub tcp_connections: u64,
-    /// Failed connection attempts and lost connections, by kind.
-    pub errors: HashMap<String, u64>,
-    /// Delivery verdicts summed over connections.
-    pub verdict: Verdict,
-    /// Publish-to-receive latency.
-    pub latency: Buckets,
-    /// Messages that arrived bunched behind another (steady feeds only).
-    pub clumped: u64,
-    /// Each connection's mean publish-to-receive latency (one sample per connection that
-    /// received anything): how evenly a fan-out treats its subscribers.
-    #[serde(default)]
-    pub connection_means: Buckets,
-    /// Seconds to open all connections.
-    pub connect_seconds: f64,
-    /// This process's CPU time (user + system), seconds.
-    pub cpu_seconds: f64,
-}
+pub use crate::worker_msg::{Finish, Job, Progress, Report, TlsJob, Transport};
 
 /// How often a worker reports progress: often enough that a run of a few seconds plots its
 /// connections and deliveries.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
-/// A progress line.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Progress {
-    /// Connections open.
-    pub opened: u64,
-    /// Messages received and checked.
-    pub received: u64,
-    /// All connections attempted.
-    pub ready: bool,
-}
-
 const STDIN: Token = Token(usize::MAX - 1);
-
-/// Largest frame payload accepted from the server: far above any benchmark message, low
-/// enough that a broken length cannot make a connection buffer without bound.
-pub(crate) const MAX_FRAME: u64 = 64 * 1024 * 1024;
 
 /// Most handshakes one worker has in flight at once.
 const MAX_IN_FLIGHT: usize = 256;

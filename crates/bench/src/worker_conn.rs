@@ -16,7 +16,11 @@ use crate::source_ports::{self, SourcePorts};
 use crate::stats::{Clumps, Latency};
 use crate::tls_client::{TlsClient, TlsSetup};
 use crate::wire::rand16;
-use crate::worker::Job;
+use crate::worker_msg::Job;
+
+/// Largest frame payload accepted from the server: far above any benchmark message, low
+/// enough that a broken length cannot make a connection buffer without bound.
+pub(crate) const MAX_FRAME: u64 = 64 * 1024 * 1024;
 
 /// One connection: the socket and what the worker measures around its life.
 pub(crate) struct Conn {
@@ -340,7 +344,7 @@ impl H2Host for Io<'_> {
 mod tests {
     use super::*;
     use crate::conn_life::Payloads;
-    use crate::worker::{Transport, MAX_FRAME};
+    use crate::worker_msg::Transport;
     use clarion_proto::ws::frame::encode_frame;
     use clarion_proto::ws::OpCode;
     use std::io::Write;
