@@ -205,9 +205,18 @@ def test_exec_start_under_the_units_sandbox_serves_ws_tls_io_uring_and_hands_ove
         ro = {l.split()[4]: "ro" in l.split()[5].split(",") for l in mounts.splitlines()}
         assert ro["/"] and not ro[str(state)] and not ro[str(runtime)], ro
 
-        ws = connect(f"ws://127.0.0.1:{client}/ws?topic=t", open_timeout=10, legacy=True)
         ctx = ssl.create_default_context(cafile=str(conf_dir / "ca.pem"))
-        wss = connect(f"wss://localhost:{tls}/ws?topic=t", ssl=ctx, open_timeout=10, legacy=True)
+        try:
+            ws = connect(f"ws://127.0.0.1:{client}/ws?topic=t", open_timeout=10, legacy=True)
+            wss = connect(f"wss://localhost:{tls}/ws?topic=t", ssl=ctx, open_timeout=10,
+                          legacy=True)  # fmt: skip
+        except Exception as e:  # a timeout, a refused handshake: either way, show the log
+            # Seen once in a parallel local run (a handshake timed out): the server's own
+            # account of it, and who else listens on the port, say why next time.
+            listeners = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout \
+                if shutil.which("ss") else "(no ss here)"
+            raise AssertionError(f"{e!r}\nserver log:\n{(top / 'stderr.log').read_text()}\n"
+                                 f"listeners:\n{listeners}") from e
         time.sleep(0.2)
         publish(("127.0.0.1", api), "t", "one")
         assert ws.recv(timeout=10) == "one" and wss.recv(timeout=10) == "one"
