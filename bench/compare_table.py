@@ -29,6 +29,7 @@ def p50_floor_ms(server_cpu, client_cpu, subscribers, cores, threads=None):
 
 def metrics(b, planned=(), threads=None, cores=None):
     v = b["verdict"]
+    client_cpu = client_cpu_per_million(b)
     m = {
         "bytes_per_conn": b.get("server_bytes_per_connection"),
         "kernel_per_conn": b.get("kernel_bytes_per_connection"),
@@ -37,7 +38,7 @@ def metrics(b, planned=(), threads=None, cores=None):
         # The load client's own CPU over the same window (every worker process), per million
         # messages it received: a client that costs as much as the server competes with it
         # for the cores.
-        "client_cpu_per_million": client_cpu_per_million(b),
+        "client_cpu_per_million": client_cpu,
         # Times the client's workers were woken over the same window, per thousand messages.
         "client_wakeups_per_k": (b["bench_wakeups"] / v["in_order"] * 1e3)
         if b.get("bench_wakeups") is not None and v.get("in_order") else None,
@@ -45,9 +46,8 @@ def metrics(b, planned=(), threads=None, cores=None):
         "p50_ms": b["latency"]["p50"] / 1000,
         "p99_ms": b["latency"]["p99"] / 1000,
         # Where the CPU measured puts the p50 of a ticker's round at best (p50_floor_ms).
-        "p50_floor_ms": p50_floor_ms(b.get("server_cpu_per_million"),
-                                     client_cpu_per_million(b), b.get("connections"), cores,
-                                     threads),
+        "p50_floor_ms": p50_floor_ms(b.get("server_cpu_per_million"), client_cpu,
+                                     b.get("connections"), cores, threads),
         # The worst-treated 1% of subscribers: their mean latency over the run.
         "conn_mean_p99_ms": (b.get("connection_means") or {}).get("p99", 0) / 1000 or None,
         "opened": b.get("opened"),
@@ -82,14 +82,15 @@ def fmt(x, digits=0):
 PAIRED = (("cpu_per_million", "server CPU per delivery"), ("p50_ms", "p50"), ("p99_ms", "p99"))
 
 
-def pair_ratios(runs, base_runs, metric):
-    """Each repeat's ratio of `runs` to `base_runs` (the same repeat: the servers take turns
-    within it, so machine noise that lasts a repeat hits both), where both have the figure."""
+def pair_ratios(runs, base_runs, key):
+    """Each repeat's ratio of `runs` to `base_runs` in figure `key` of `metrics` (the same
+    repeat: the servers take turns within it, so machine noise that lasts a repeat hits both),
+    where both have the figure."""
     out = []
     for r, b in zip(runs, base_runs):
         if "bench" not in r or "bench" not in b:
             continue
-        x, y = metric(r["bench"]), metric(b["bench"])
+        x, y = metrics(r["bench"]).get(key), metrics(b["bench"]).get(key)
         if x is not None and y:
             out.append(x / y)
     return out
@@ -100,7 +101,7 @@ def by_pairs(runs, base_runs):
     their range; None when no repeat pairs up."""
     parts = []
     for key, name in PAIRED:
-        rs = pair_ratios(runs, base_runs, lambda b, key=key: metrics(b).get(key))
+        rs = pair_ratios(runs, base_runs, key)
         if rs:
             parts.append(f"{name} {median(rs):.2f}× ({min(rs):.2f}–{max(rs):.2f})")
     return ", ".join(parts) or None

@@ -1,6 +1,7 @@
-"""bench/compare.py's table (bench/compare_table.py): the ticker's p50 floor (what the CPU measured allows the median
-latency of a round to be at best, docs/benchmarks.md "What sets the ticker's p50"), computed
-per run and shown beside the p50, also when a saved run is shown again (`--table-from`)."""
+"""bench/compare.py's table (bench/compare_table.py), also when a saved run is shown again
+(`--table-from`): the ticker's p50 floor (what the CPU measured allows the median latency of a
+round to be at best, docs/benchmarks.md "What sets the ticker's p50"), computed per run and
+shown beside the p50; and the ratios by pairs under each table."""
 
 import importlib.util
 import json

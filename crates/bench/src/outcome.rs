@@ -64,7 +64,8 @@ pub struct Outcome {
     /// Times the load client's worker processes were woken while publishing and draining
     /// (their voluntary context switches): over loopback the server's sends run the client's
     /// receive path and pay for each of these wake-ups, so runs that differ in them differ
-    /// in server CPU for reasons outside the server (docs/benchmarks.md, "Wake-ups").
+    /// in server CPU for reasons outside the server (docs/benchmarks.md, "The publishing
+    /// window, and the clients' wake-ups").
     pub bench_wakeups: Option<u64>,
     /// Server CPU seconds over the run.
     pub server_cpu_seconds: Option<f64>,
