@@ -125,46 +125,56 @@ pub fn field_size(name: &[u8], value: &[u8]) -> usize {
 type Entry = (Box<[u8]>, Box<[u8]>);
 
 /// The dynamic table: newest entry first, evicted from the back to stay within `max`. An empty
-/// table owns no memory: the entries' queue is boxed, made at the first insertion and freed
-/// whenever the table empties (a connection whose client indexes nothing, or once it has
-/// acknowledged a table size of zero, keeps 8 bytes here).
+/// table owns no memory: its entries and their size are boxed, made at the first insertion and
+/// freed whenever the table empties (a connection whose client indexes nothing, or once it
+/// has acknowledged a table size of zero, keeps 16 bytes here, sizes included).
 #[derive(Debug, Default)]
 struct Table {
-    /// Entries, oldest first (so the newest, index 62, is the last). Boxed: the extra
-    /// allocation exists only while there are entries, and saves 24 bytes on every
-    /// connection whose table is empty.
-    #[allow(clippy::box_collection)]
-    entries: Option<Box<std::collections::VecDeque<Entry>>>,
-    size: u32,
+    entries: Option<Box<Entries>>,
     max: u32,
+    /// The largest `max` a peer's size update may ask for: the default until the peer has
+    /// acknowledged our `SETTINGS_HEADER_TABLE_SIZE` (or the advertised size if that is
+    /// larger: the peer may have seen it already), then the advertised size. (The decoder's
+    /// rule, kept here so that it shares the table's 8-byte alignment with `max`.)
+    limit: u32,
+}
+
+/// A table's entries, oldest first (so the newest, index 62, is the last), and their size.
+#[derive(Debug, Default)]
+struct Entries {
+    queue: std::collections::VecDeque<Entry>,
+    size: u32,
 }
 
 impl Table {
-    fn len(&self) -> usize {
-        self.entries.as_ref().map_or(0, |e| e.len())
+    fn size(&self) -> u32 {
+        self.entries.as_ref().map_or(0, |e| e.size)
     }
 
     fn get(&self, dynamic_index: usize) -> Option<(&[u8], &[u8])> {
-        let entries = self.entries.as_ref()?;
-        let i = entries.len().checked_sub(dynamic_index + 1)?;
-        entries.get(i).map(|(n, v)| (&n[..], &v[..]))
+        let queue = &self.entries.as_ref()?.queue;
+        let i = queue.len().checked_sub(dynamic_index + 1)?;
+        queue.get(i).map(|(n, v)| (&n[..], &v[..]))
     }
 
     fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.entries
             .iter()
-            .flat_map(|e| e.iter())
+            .flat_map(|e| e.queue.iter())
             .map(|(n, v)| (&n[..], &v[..]))
     }
 
     fn evict_to(&mut self, max: u32) {
-        while self.size > max {
-            match self.entries.as_mut().and_then(|e| e.pop_front()) {
-                Some((n, v)) => self.size -= size_u32(&n, &v),
+        let Some(e) = self.entries.as_mut() else {
+            return;
+        };
+        while e.size > max {
+            match e.queue.pop_front() {
+                Some((n, v)) => e.size -= size_u32(&n, &v),
                 None => break,
             }
         }
-        if self.len() == 0 {
+        if e.queue.is_empty() {
             self.entries = None;
         }
     }
@@ -174,15 +184,13 @@ impl Table {
         if size > self.max as usize {
             // An entry larger than the table empties it and is not added (§4.4).
             self.entries = None;
-            self.size = 0;
             return;
         }
         let size = size as u32;
         self.evict_to(self.max - size);
-        self.entries
-            .get_or_insert_with(Default::default)
-            .push_back((name.into(), value.into()));
-        self.size += size;
+        let e = self.entries.get_or_insert_with(Default::default);
+        e.queue.push_back((name.into(), value.into()));
+        e.size += size;
     }
 
     fn resize(&mut self, max: u32) {
@@ -204,10 +212,6 @@ pub const DEFAULT_TABLE_SIZE: u32 = 4_096;
 #[derive(Debug)]
 pub struct Decoder {
     table: Table,
-    /// The largest table a peer's size update may ask for: the default until the peer has
-    /// acknowledged our `SETTINGS_HEADER_TABLE_SIZE` (or the advertised size if that is
-    /// larger: the peer may have seen it already), then the advertised size.
-    limit: u32,
 }
 
 /// One decoded field: name, value, and whether the peer asked that it never be indexed.
@@ -218,10 +222,10 @@ impl Decoder {
     pub fn new(table_size: u32) -> Decoder {
         Decoder {
             table: Table {
+                entries: None,
                 max: table_size,
-                ..Table::default()
+                limit: table_size,
             },
-            limit: table_size,
         }
     }
 
@@ -231,10 +235,10 @@ impl Decoder {
     pub fn advertising(advertised: u32) -> Decoder {
         Decoder {
             table: Table {
+                entries: None,
                 max: DEFAULT_TABLE_SIZE,
-                ..Table::default()
+                limit: advertised.max(DEFAULT_TABLE_SIZE),
             },
-            limit: advertised.max(DEFAULT_TABLE_SIZE),
         }
     }
 
@@ -245,7 +249,7 @@ impl Decoder {
     /// With a size of zero, the entries of the requests sent before the acknowledgement are
     /// freed at once instead of staying for the connection's life.
     pub fn acknowledged(&mut self, advertised: u32) {
-        self.limit = advertised;
+        self.table.limit = advertised;
         if self.table.max > advertised {
             self.table.resize(advertised);
         }
@@ -253,7 +257,7 @@ impl Decoder {
 
     /// Bytes the dynamic table holds now (entries plus their 32-byte overheads).
     pub fn table_size(&self) -> usize {
-        self.table.size as usize
+        self.table.size() as usize
     }
 
     /// Whether the dynamic table owns no memory.
@@ -295,7 +299,7 @@ impl Decoder {
                 // Dynamic table size update (§6.3): only at the start of a block.
                 let (size, rest) = integer(block, 5)?;
                 block = rest;
-                if !first || size > u64::from(self.limit) {
+                if !first || size > u64::from(self.table.limit) {
                     return Err(HpackError::BadSizeUpdate);
                 }
                 self.table.resize(size as u32);
@@ -341,7 +345,7 @@ impl Decoder {
     /// The table's size now, the largest a size update may ask for, and the entries oldest
     /// first: what a hand-over carries (`super::server::park`).
     pub(crate) fn parts(&self) -> (u32, u32, impl Iterator<Item = (&[u8], &[u8])>) {
-        (self.table.max, self.limit, self.table.iter())
+        (self.table.max, self.table.limit, self.table.iter())
     }
 
     /// A decoder from [`Decoder::parts`]; `None` if the entries do not fit the table or the
@@ -355,11 +359,15 @@ impl Decoder {
         }
         Some(Decoder {
             table: Table {
-                entries: (!entries.is_empty()).then(|| Box::new(entries.into())),
-                size: size as u32,
+                entries: (!entries.is_empty()).then(|| {
+                    Box::new(Entries {
+                        queue: entries.into(),
+                        size: size as u32,
+                    })
+                }),
                 max,
+                limit,
             },
-            limit,
         })
     }
 

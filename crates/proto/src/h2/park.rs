@@ -36,7 +36,7 @@
 //! its limits; a frame size in range; no more streams than allowed; one encoding per state)
 //! and never panics, so the bytes of another process are not trusted further than a client's.
 
-use super::{Block, Closed, Connection, Flood, RECENTLY_CLOSED};
+use super::{Block, Closed, Connection, Flood, Passing, RECENTLY_CLOSED};
 use crate::h2::frame::{DEFAULT_MAX_FRAME, MAX_WINDOW};
 use crate::h2::hpack::{Decoder, Encoder, DEFAULT_TABLE_SIZE};
 use crate::h2::stream::{Chunked, Out, Stream, Streams};
@@ -72,15 +72,19 @@ impl Connection {
             recv_window,
             decoder,
             encoder,
-            block,
+            passing,
             streams,
             last_stream,
             closed,
             going_away,
             windows_opened,
+        } = self;
+        let none = Passing::default();
+        let Passing {
+            block,
             flood,
             stream_errors,
-        } = self;
+        } = passing.as_deref().unwrap_or(&none);
         out.push(VERSION);
         let super::Settings {
             max_streams,
@@ -106,8 +110,9 @@ impl Connection {
         }
         put_u32(out, *peer_initial_window as u32);
         put_u32(out, *peer_max_frame);
-        out.extend_from_slice(&send_window.to_le_bytes());
-        out.extend_from_slice(&recv_window.to_le_bytes());
+        // Written as 64 bits, as when the windows were kept in 64 (the layout is unchanged).
+        out.extend_from_slice(&i64::from(*send_window).to_le_bytes());
+        out.extend_from_slice(&i64::from(*recv_window).to_le_bytes());
         let (max, limit, entries) = decoder.parts();
         put_u32(out, max);
         put_u32(out, limit);
@@ -122,7 +127,7 @@ impl Connection {
         if let Some(slot) = out.get_mut(count_at..count_at + 4) {
             slot.copy_from_slice(&n.to_le_bytes());
         }
-        match block.as_deref() {
+        match block {
             None => out.push(0),
             Some(Block {
                 stream,
@@ -225,12 +230,12 @@ impl Connection {
             if stream == 0 || stream > MAX_WINDOW || bytes.len() > limit {
                 return Err(bad);
             }
-            Some(Box::new(Block {
+            Some(Block {
                 stream,
                 bytes,
                 end_stream,
                 frames,
-            }))
+            })
         } else {
             None
         };
@@ -267,24 +272,28 @@ impl Connection {
         if !r.buf.is_empty() {
             return Err(Error::Trailing(WHAT));
         }
+        let passing = Passing {
+            block,
+            flood,
+            stream_errors,
+        };
         Ok(Connection {
             settings,
             got_preface,
             got_settings,
             peer_initial_window: peer_initial_window as i32,
             peer_max_frame,
-            send_window,
-            recv_window,
+            // Both within ±2^31, checked above.
+            send_window: send_window as i32,
+            recv_window: recv_window as i32,
             decoder,
             encoder,
-            block,
+            passing: (!passing.is_empty()).then(|| Box::new(passing)),
             streams: Streams::from(streams),
             last_stream,
             closed,
             going_away,
             windows_opened,
-            flood,
-            stream_errors,
         })
     }
 
@@ -379,7 +388,7 @@ fn restore_stream(r: &mut Reader<'_>) -> Result<Stream, Error> {
             if p.is_empty() || p.len() > MAX_PARTIAL_HEAD {
                 return Err(bad);
             }
-            Out::PartialHead(p.into())
+            Out::PartialHead(Box::new(p.to_vec()))
         }
         2 => Out::Length(r.u64()?),
         3 => {

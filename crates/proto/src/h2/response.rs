@@ -182,7 +182,7 @@ impl Connection {
         let s = self.streams.get_mut(i)?;
         let (id, websocket, head_only) = (s.id, s.websocket, s.head_only);
         let kept = match std::mem::take(&mut s.out) {
-            Out::PartialHead(p) => p.into_vec(),
+            Out::PartialHead(p) => *p,
             _ => Vec::new(),
         };
         let joined;
@@ -196,7 +196,7 @@ impl Connection {
             Ok(Some(h)) => h,
             Ok(None) => {
                 if let Some(s) = self.streams.get_mut(i) {
-                    s.out = Out::PartialHead(buf.into());
+                    s.out = Out::PartialHead(Box::new(buf.to_vec()));
                 }
                 return Some(rest.len());
             }
@@ -293,7 +293,7 @@ impl Connection {
     /// The bytes stream `i` may send now: the smaller of its window and the connection's.
     fn room(&self, i: usize) -> usize {
         let stream = self.streams.get(i).map_or(0, |s| s.send_window.max(0));
-        self.send_window.max(0).min(i64::from(stream)) as usize
+        self.send_window.max(0).min(stream) as usize
     }
 
     /// Charges `n` bytes sent on stream `i` to both windows (`n` within [`Self::room`]).
@@ -301,7 +301,7 @@ impl Connection {
         if let Some(s) = self.streams.get_mut(i) {
             s.send_window -= n as i32;
         }
-        self.send_window -= n as i64;
+        self.send_window -= n as i32;
     }
 
     /// The layer above has written all of `stream`'s answer and lets go of it: an answer

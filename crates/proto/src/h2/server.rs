@@ -33,7 +33,7 @@ pub use super::events::{Event, Fatal};
 pub use super::settings::Settings;
 
 /// The connection's flow-control window on both sides starts here (RFC 9113 §6.9.2).
-const CONN_WINDOW: i64 = 65_535;
+const CONN_WINDOW: i32 = 65_535;
 /// Frames of each costly kind a client may send per second (see [`Connection::tick`]).
 const FLOOD_BUDGET: u32 = 200;
 /// CONTINUATION frames one header block may span.
@@ -59,12 +59,30 @@ pub(crate) struct Closed {
     pub(crate) at: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Flood {
     settings: u32,
     pings: u32,
     empty: u32,
     resets: u32,
+}
+
+/// What a connection holds only for a while: a header block being received, this second's
+/// flood counts and the stream errors the caller has not taken yet. Made on first use and
+/// given back by [`Connection::tick`] once it holds nothing, so a connection that sits idle
+/// (a browser's EventSource, an RFC 8441 WebSocket between messages) keeps 8 bytes for it
+/// instead of 28.
+#[derive(Debug, Default)]
+struct Passing {
+    block: Option<Block>,
+    flood: Flood,
+    stream_errors: u32,
+}
+
+impl Passing {
+    fn is_empty(&self) -> bool {
+        self.block.is_none() && self.flood == Flood::default() && self.stream_errors == 0
+    }
 }
 
 /// The server side of one connection.
@@ -75,11 +93,13 @@ pub struct Connection {
     got_settings: bool,
     peer_initial_window: i32,
     pub(crate) peer_max_frame: u32,
-    pub(crate) send_window: i64,
-    recv_window: i64,
+    /// The connection's windows, within ±2^31 (wider arithmetic checks a change first).
+    pub(crate) send_window: i32,
+    recv_window: i32,
     decoder: Decoder,
     pub(crate) encoder: Encoder,
-    block: Option<Box<Block>>,
+    /// `None` while nothing passing is held (see [`Passing`]).
+    passing: Option<Box<Passing>>,
     pub(crate) streams: Streams,
     last_stream: u32,
     /// The last streams closed, made when the first one closes (a connection that holds one
@@ -87,9 +107,6 @@ pub struct Connection {
     closed: Option<Box<Closed>>,
     going_away: bool,
     windows_opened: bool,
-    flood: Flood,
-    /// Streams reset or refused for the client's error since [`Connection::take_stream_errors`].
-    stream_errors: u32,
 }
 
 impl Connection {
@@ -105,15 +122,26 @@ impl Connection {
             recv_window: CONN_WINDOW,
             decoder: Decoder::advertising(settings.header_table),
             encoder: Encoder::new(),
-            block: None,
+            passing: None,
             streams: Streams::None,
             last_stream: 0,
             closed: None,
             going_away: false,
             windows_opened: false,
-            flood: Flood::default(),
-            stream_errors: 0,
         }
+    }
+
+    /// The header block being received.
+    fn block(&self) -> Option<&Block> {
+        self.passing.as_ref()?.block.as_ref()
+    }
+
+    fn passing(&mut self) -> &mut Passing {
+        self.passing.get_or_insert_with(Box::default)
+    }
+
+    fn flood(&self) -> Option<&Flood> {
+        self.passing.as_ref().map(|p| &p.flood)
     }
 
     /// Writes this side's SETTINGS: the server's part of the connection preface.
@@ -146,7 +174,7 @@ impl Connection {
         events: &mut Vec<Event<'a>>,
     ) -> Result<usize, Fatal> {
         let mut pos = 0;
-        if self.flood.resets > self.budget() {
+        if self.flood().is_some_and(|f| f.resets > self.budget()) {
             // Resets the layer above sent ([`Connection::cancel`]) since the last frame.
             return Err(self.fail(ErrorCode::EnhanceYourCalm, TOO_MANY, out));
         }
@@ -171,7 +199,7 @@ impl Connection {
                     stream: Some(id),
                     code,
                     ..
-                }) if self.block.is_none() && id != 0 => {
+                }) if self.block().is_none() && id != 0 => {
                     // A frame-level stream error (a self-dependency): that frame is skipped.
                     let len = rest.get(..3).map_or(0, |b| {
                         b.iter().fold(0usize, |n, &x| n << 8 | usize::from(x))
@@ -191,7 +219,7 @@ impl Connection {
         out: &mut Vec<u8>,
         events: &mut Vec<Event<'a>>,
     ) -> Result<(), Fatal> {
-        if let Some(b) = &self.block {
+        if let Some(b) = self.block() {
             if !matches!(f, Frame::Continuation { stream, .. } if stream == b.stream) {
                 return Err(self.fail(
                     ErrorCode::ProtocolError,
@@ -217,8 +245,12 @@ impl Connection {
                 ack: false,
                 payload,
             } => {
+                // The preface's SETTINGS is owed, not spent: a connection's first frames
+                // then leave nothing passing to hold.
+                if self.got_settings {
+                    self.spend(|f| &mut f.settings, out)?;
+                }
                 self.got_settings = true;
-                self.spend(|f| &mut f.settings, out)?;
                 for s in Frame::settings(payload) {
                     match s {
                         Ok(s) => self.apply(s, out)?,
@@ -239,14 +271,15 @@ impl Connection {
                 stream: 0,
                 increment,
             } => {
-                self.send_window += i64::from(increment);
-                if self.send_window > i64::from(MAX_WINDOW) {
+                let w = i64::from(self.send_window) + i64::from(increment);
+                if w > i64::from(MAX_WINDOW) {
                     return Err(self.fail(
                         ErrorCode::FlowControlError,
                         "connection window above 2^31-1",
                         out,
                     ));
                 }
+                self.send_window = w as i32;
                 self.windows_opened = true;
             }
             Frame::WindowUpdate { stream, increment } => {
@@ -286,21 +319,24 @@ impl Connection {
                         out,
                     ));
                 }
-                self.block = Some(Box::new(Block {
-                    stream,
-                    bytes: block.to_vec(),
-                    end_stream,
-                    frames: 1,
-                }));
-                self.grow_block_check(out)?;
                 if end_headers {
-                    self.end_block(out, events)?;
+                    // Whole in one frame (nearly every request): decoded from the frame.
+                    self.block_size_check(block.len(), 1, out)?;
+                    self.end_block(stream, block, end_stream, out, events)?;
+                } else {
+                    self.passing().block = Some(Block {
+                        stream,
+                        bytes: block.to_vec(),
+                        end_stream,
+                        frames: 1,
+                    });
+                    self.grow_block_check(out)?;
                 }
             }
             Frame::Continuation {
                 block, end_headers, ..
             } => {
-                let Some(b) = self.block.as_mut() else {
+                let Some(b) = self.passing.as_mut().and_then(|p| p.block.as_mut()) else {
                     return Err(self.fail(
                         ErrorCode::ProtocolError,
                         "CONTINUATION without HEADERS",
@@ -311,7 +347,9 @@ impl Connection {
                 b.frames += 1;
                 self.grow_block_check(out)?;
                 if end_headers {
-                    self.end_block(out, events)?;
+                    if let Some(b) = self.passing.as_mut().and_then(|p| p.block.take()) {
+                        self.end_block(b.stream, &b.bytes, b.end_stream, out, events)?;
+                    }
                 }
             }
             Frame::Data {
@@ -336,14 +374,15 @@ impl Connection {
         out: &mut Vec<u8>,
         events: &mut Vec<Event<'a>>,
     ) -> Result<(), Fatal> {
-        self.recv_window -= i64::from(flow_len);
-        if self.recv_window < 0 {
+        let w = i64::from(self.recv_window) - i64::from(flow_len);
+        if w < 0 {
             return Err(self.fail(
                 ErrorCode::FlowControlError,
                 "DATA beyond the connection window",
                 out,
             ));
         }
+        self.recv_window = w as i32;
         if self.recv_window < CONN_WINDOW / 2 {
             frame::write_window_update(out, 0, (CONN_WINDOW - self.recv_window) as u32);
             self.recv_window = CONN_WINDOW;
@@ -403,18 +442,17 @@ impl Connection {
     /// the client's) and act on it.
     fn end_block<'a>(
         &mut self,
+        id: u32,
+        bytes: &[u8],
+        end_stream: bool,
         out: &mut Vec<u8>,
         events: &mut Vec<Event<'a>>,
     ) -> Result<(), Fatal> {
-        let Some(b) = self.block.take() else {
-            return Ok(());
-        };
-        let (id, end_stream) = (b.stream, b.end_stream);
         let max_list = self.settings.max_header_list as usize;
         if let Some(i) = self.index(id) {
             // Trailers: regular fields only, and they end the stream.
             let mut t = Trailers::default();
-            self.decode(&b.bytes, max_list, |n, _| t.field(n), out)?;
+            self.decode(bytes, max_list, |n, _| t.field(n), out)?;
             let remote_closed = self.streams.get(i).is_some_and(|s| s.remote_closed);
             if remote_closed {
                 self.reset(id, ErrorCode::StreamClosed, out, events)?;
@@ -439,7 +477,7 @@ impl Connection {
         }
         if id <= self.last_stream {
             let mut ignore = Builder::new();
-            self.decode(&b.bytes, max_list, |n, v| ignore.field(n, v), out)?;
+            self.decode(bytes, max_list, |n, v| ignore.field(n, v), out)?;
             let (code, why) = if self.closed.as_ref().is_some_and(|c| c.ids.contains(&id)) {
                 (ErrorCode::StreamClosed, "HEADERS on a closed stream")
             } else {
@@ -452,7 +490,7 @@ impl Connection {
         }
         self.last_stream = id;
         let mut builder = Builder::new();
-        let decoded = self.decode(&b.bytes, max_list, |n, v| builder.field(n, v), out)?;
+        let decoded = self.decode(bytes, max_list, |n, v| builder.field(n, v), out)?;
         if self.going_away {
             return Ok(());
         }
@@ -537,12 +575,21 @@ impl Connection {
     }
 
     fn grow_block_check(&mut self, out: &mut Vec<u8>) -> Result<(), Fatal> {
+        match self.block().map(|b| (b.bytes.len(), b.frames)) {
+            Some((len, frames)) => self.block_size_check(len, frames, out),
+            None => Ok(()),
+        }
+    }
+
+    /// A header block of `len` bytes so far, in `frames` frames, must stay within bounds.
+    fn block_size_check(
+        &mut self,
+        len: usize,
+        frames: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Fatal> {
         let limit = self.settings.max_header_list as usize * 2 + 1024;
-        let too_big = self
-            .block
-            .as_ref()
-            .is_some_and(|b| b.bytes.len() > limit || b.frames > MAX_CONTINUATIONS);
-        if too_big {
+        if len > limit || frames > MAX_CONTINUATIONS {
             return Err(self.fail(
                 ErrorCode::EnhanceYourCalm,
                 "header block too large or in too many frames",
@@ -581,14 +628,15 @@ impl Connection {
     /// A stream reset (or answered 431) for the client's error: spends the reset budget and
     /// counts for [`Connection::take_stream_errors`].
     fn stream_error(&mut self, out: &mut Vec<u8>) -> Result<(), Fatal> {
-        self.stream_errors = self.stream_errors.saturating_add(1);
+        let p = self.passing();
+        p.stream_errors = p.stream_errors.saturating_add(1);
         self.spend(|f| &mut f.resets, out)
     }
 
     /// Counts one frame of a costly kind against its per-second budget.
     fn spend(&mut self, which: fn(&mut Flood) -> &mut u32, out: &mut Vec<u8>) -> Result<(), Fatal> {
         let budget = self.budget();
-        let n = which(&mut self.flood);
+        let n = which(&mut self.passing().flood);
         *n = n.saturating_add(1);
         if *n > budget {
             return Err(self.fail(ErrorCode::EnhanceYourCalm, TOO_MANY, out));
@@ -602,9 +650,15 @@ impl Connection {
         FLOOD_BUDGET.max(self.settings.max_streams.saturating_mul(2))
     }
 
-    /// Starts a new second of the flood budgets (the caller's once-a-second sweep).
+    /// Starts a new second of the flood budgets (the caller's once-a-second sweep), and
+    /// gives back what passed ([`Passing`]) once nothing of it is held.
     pub fn tick(&mut self) {
-        self.flood = Flood::default();
+        if let Some(p) = self.passing.as_mut() {
+            p.flood = Flood::default();
+            if p.is_empty() {
+                self.passing = None;
+            }
+        }
     }
 
     fn idle_check(
@@ -685,7 +739,8 @@ impl Connection {
             self.streams.swap_remove(i);
             frame::write_rst_stream(out, stream, code);
             self.remember_closed(stream);
-            self.flood.resets = self.flood.resets.saturating_add(1);
+            let f = &mut self.passing().flood;
+            f.resets = f.resets.saturating_add(1);
         }
     }
 
@@ -713,13 +768,15 @@ impl Connection {
     /// Streams reset, refused or answered `431` for the client's error since the last call
     /// (malformed requests, streams past the limit, stream errors), for the caller's counter.
     pub fn take_stream_errors(&mut self) -> u32 {
-        std::mem::take(&mut self.stream_errors)
+        self.passing
+            .as_mut()
+            .map_or(0, |p| std::mem::take(&mut p.stream_errors))
     }
 
     /// Whether a header block has begun and not ended: until it does, the client can send
     /// nothing else, so the caller bounds how long it may take.
     pub fn pending_header_block(&self) -> bool {
-        self.block.is_some()
+        self.block().is_some()
     }
 
     /// The caller's deadline for the pending header block has passed (a client trickling

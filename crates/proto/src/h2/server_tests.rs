@@ -390,6 +390,15 @@ fn connection_errors_end_with_the_right_goaway() {
             ErrorCode::CompressionError,
         ),
         (
+            "SETTINGS flood",
+            client(|v| {
+                for _ in 0..600 {
+                    write_settings(v, &[]);
+                }
+            }),
+            ErrorCode::EnhanceYourCalm,
+        ),
+        (
             "PING flood",
             client(|v| {
                 for _ in 0..600 {
@@ -570,7 +579,7 @@ fn garbage_never_panics() {
 fn a_stream_stays_small() {
     // Per idle stream the server keeps this entry, a 64-byte record and a map entry: the
     // issue's goal is at most 200 bytes per additional idle stream.
-    assert!(std::mem::size_of::<crate::h2::stream::Stream>() <= 56);
+    assert!(std::mem::size_of::<crate::h2::stream::Stream>() <= 48);
 }
 
 #[test]
@@ -773,9 +782,65 @@ fn a_pending_header_block_is_visible_and_ends_the_connection_when_late() {
     v.extend_from_slice(first);
     run(&mut c, &v);
     assert!(c.pending_header_block());
+    c.tick();
+    assert!(
+        c.pending_header_block(),
+        "the second's tick keeps the block"
+    );
     let mut out = Vec::new();
     let fatal = c.header_block_late(&mut out);
     assert_eq!(fatal.code, ErrorCode::ProtocolError);
     assert_eq!(goaway_code(&out), Some(ErrorCode::ProtocolError as u32));
     assert!(c.going_away());
+}
+
+/// What passes (a header block, this second's flood counts, stream errors) is held only while
+/// it means something: the tick keeps the stream errors the caller has not taken, and gives
+/// everything back once nothing is held.
+#[test]
+fn the_tick_gives_back_what_passed_only_once_nothing_is_held() {
+    let mut c = Connection::new(Settings::default());
+    let malformed = [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", "x y"),
+        (":path", "/"),
+    ];
+    let (out, _, fatal) = run(&mut c, &client(|v| request(v, 1, &malformed, true)));
+    assert!(fatal.is_none() && rst_code(&out, 1).is_some());
+    c.tick();
+    assert!(c.passing.is_some(), "a stream error not taken yet");
+    assert_eq!(c.take_stream_errors(), 1);
+    assert!(c.passing.is_some(), "given back at the tick, not before");
+    c.tick();
+    assert!(c.passing.is_none());
+    assert_eq!(c.take_stream_errors(), 0);
+    // A second of resets, then a new one: the budget starts again from nothing held.
+    let mut v = Vec::new();
+    get(&mut v, 3, "/sse");
+    write_header(&mut v, 4, 0x3, 0, 3);
+    v.extend_from_slice(&8u32.to_be_bytes());
+    let (_, events, fatal) = run(&mut c, &v);
+    assert!(fatal.is_none());
+    assert_eq!(events, vec!["request 3", "reset 3"]);
+    assert!(c.passing.is_some(), "the client's reset counted");
+    c.tick();
+    assert!(c.passing.is_none());
+}
+
+/// The preface's SETTINGS is owed by every client and not spent from the budget: a second's
+/// budget of SETTINGS after it passes, one more ends the connection.
+#[test]
+fn the_preface_s_settings_is_not_spent_from_the_budget() {
+    let budget = 2 * Settings::default().max_streams;
+    for (extra, ends) in [(budget, false), (budget + 1, true)] {
+        let mut c = Connection::new(Settings::default());
+        let input = client(|v| (0..extra).for_each(|_| write_settings(v, &[])));
+        let (_, _, fatal) = run(&mut c, &input);
+        assert_eq!(
+            fatal.map(|f| f.code),
+            ends.then_some(ErrorCode::EnhanceYourCalm),
+            "{extra} after the preface's"
+        );
+    }
 }

@@ -255,7 +255,8 @@ settings! {
     /// (RFC 8441), so a page's EventSources share one connection. See docs/protocol.md, "HTTP/2".
     http2: bool = true, switch "Speak HTTP/2 on the client listeners and the API (ALPN h2, and h2c)";
     /// Streams one HTTP/2 connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`; more
-    /// are `REFUSED_STREAM`), each a connection for `max_connections[_per_address]`. At least 1.
+    /// are `REFUSED_STREAM`), each a connection for `max_connections[_per_address]`. At least 1;
+    /// above 65,535 it is taken as 65,535.
     h2_max_streams: usize = 256, flag "Streams one HTTP/2 connection may have open at once";
     /// HPACK table for a client's request fields (`SETTINGS_HEADER_TABLE_SIZE`). 0 frees a browser's
     /// (~1.4 KB) at its SETTINGS ack; clients that ignore the setting (h2spec) then fail.

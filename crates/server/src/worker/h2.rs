@@ -25,7 +25,7 @@
 #![deny(clippy::wildcard_enum_match_arm)]
 
 use std::alloc::Layout;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU16, NonZeroU32};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -44,6 +44,9 @@ use crate::metrics::CloseReason;
 /// Framed bytes a connection may owe its socket before the pump leaves the rest in the
 /// streams' backlogs (where each stream's slow-consumer limit counts them).
 pub(crate) const PUMP_BYTES: usize = 256 * 1024;
+/// The most streams one connection may have open at once, whatever `h2_max_streams` says (a
+/// browser uses at most a few hundred): its stream records are counted in 16 bits.
+pub(crate) const MAX_STREAMS: usize = u16::MAX as usize;
 /// Pump passes over one connection per engine entry point (each up to [`PUMP_BYTES`]).
 const MAX_PASSES: usize = 16;
 /// The largest pump buffer a worker keeps for the next pass (a ticker's passes are a few
@@ -131,7 +134,7 @@ impl<S: Socket> Engine<S> {
         }
         let cfg = &self.shared.config;
         let conn = Connection::new(Settings {
-            max_streams: cfg.h2_max_streams.clamp(1, u32::MAX as usize) as u32,
+            max_streams: cfg.h2_max_streams.clamp(1, MAX_STREAMS) as u32,
             max_header_list: cfg.max_head_size.min(u32::MAX as usize) as u32,
             header_table: cfg.h2_header_table,
             ..Settings::default()
@@ -237,7 +240,7 @@ impl<S: Socket> Engine<S> {
         };
         // The protocol state refuses streams past `h2_max_streams`; this holds the engine to
         // it too, should a record ever outlive its stream.
-        if self.h2_records_of(k) >= self.shared.config.h2_max_streams.max(1) {
+        if self.h2_records_of(k) >= self.shared.config.h2_max_streams.clamp(1, MAX_STREAMS) {
             log::debug(format_args!(
                 "HTTP/2 stream refused: records at h2_max_streams"
             ));
@@ -282,12 +285,20 @@ impl<S: Socket> Engine<S> {
     }
 
     fn h2_count(&mut self, parent: u32, up: bool) {
-        if up {
-            *self.side.h2_records_mut().entry(parent).or_insert(0) += 1;
-        } else if let Some(n) = self.side.h2_records_mut().get_mut(&parent) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.side.h2_records_mut().remove(&parent);
+        let records = self.side.h2_records_mut();
+        let n = records.get(&parent).map_or(0, |n| n.get());
+        // Within `MAX_STREAMS`, which `h2_open` keeps.
+        let n = if up {
+            n.saturating_add(1)
+        } else {
+            n.saturating_sub(1)
+        };
+        match NonZeroU16::new(n) {
+            Some(n) => {
+                records.insert(parent, n);
+            }
+            None => {
+                records.remove(&parent);
             }
         }
     }
@@ -297,7 +308,7 @@ impl<S: Socket> Engine<S> {
         self.side
             .h2_records()
             .get(&parent)
-            .map_or(0, |&n| n as usize)
+            .map_or(0, |n| usize::from(n.get()))
     }
 
     /// `user`, the handle the protocol state has for `stream` of connection `k`, if it is
@@ -665,6 +676,7 @@ impl<S: Socket> Engine<S> {
         }
         self.side.h2_mut().compact();
         self.side.h2_streams_mut().compact();
+        self.side.h2_records_mut().compact();
         for (k, out, fatal) in late {
             log::debug(format_args!("HTTP/2: {fatal}"));
             self.shared.metrics.h2_errors.fetch_add(1, Relaxed);

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::num::NonZeroU16;
 
 use clarion_proto::ws::deflate::{Compressor, Inflater};
 
@@ -86,8 +87,9 @@ pub(crate) struct Side {
     /// HTTP/2 stream records: their connection's key and their stream id (dense, as `h2`).
     h2_streams: Dense<Link>,
     /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
-    /// `h2_max_streams` by the engine itself (`h2`).
-    h2_records: ByKey<u32>,
+    /// `h2_max_streams` by the engine itself (`h2`). Dense, 2 bytes a slot (a hash table of
+    /// `u32` cost about 20 bytes a connection).
+    h2_records: Dense<NonZeroU16>,
     /// A shutdown telling its connections to go over `drain_period`, and which it told
     /// (`shutdown`).
     drain: Option<Box<Drain>>,
@@ -164,7 +166,7 @@ accessors! {
     presence, presence_mut: PresenceConns;
     h2, h2_mut: Dense<Pooled<H2>>;
     h2_streams, h2_streams_mut: Dense<Link>;
-    h2_records, h2_records_mut: ByKey<u32>;
+    h2_records, h2_records_mut: Dense<NonZeroU16>;
     delta, delta_mut: DeltaSubs;
     conflation, conflation_mut: ByKey<Backlogs>;
     pusher, pusher_mut: ByKey<PusherConn>;

@@ -515,3 +515,13 @@ fn random_frames_never_leave_a_record_without_its_open_stream() {
         assert_eq!(h.shared.metrics.h2_streams.load(Relaxed), 0, "seed {seed}");
     }
 }
+
+/// An HTTP/2 connection's protocol state, in its pool slot for the connection's life: 192
+/// bytes until the windows were kept in 32 bits, what passes (a header block, the flood
+/// counts of the second) was boxed only while held and the HPACK table's size moved into its
+/// boxed entries.
+#[test]
+fn an_h2_connection_s_state_stays_within_144_bytes() {
+    let size = std::mem::size_of::<super::h2::H2>();
+    assert!(size <= 144, "{size}");
+}
