@@ -28,21 +28,16 @@ use super::frame::{self, ErrorCode, Frame, FrameError, Setting, MAX_WINDOW, PREF
 use super::hpack::{Decoder, Encoder, HpackError};
 use super::request::{Builder, Trailers};
 use super::stream::{Out, Stream, Streams, NO_USER};
+use limits::{Flood, Passing, TOO_MANY};
 
 pub use super::events::{Event, Fatal};
 pub use super::settings::Settings;
 
 /// The connection's flow-control window on both sides starts here (RFC 9113 §6.9.2).
 const CONN_WINDOW: i32 = 65_535;
-/// Frames of each costly kind a client may send per second (see [`Connection::tick`]).
-const FLOOD_BUDGET: u32 = 200;
-/// CONTINUATION frames one header block may span.
-const MAX_CONTINUATIONS: u32 = 32;
 /// Streams remembered as closed, to tell a frame on a stream that ended (`STREAM_CLOSED`)
 /// from one on a stream that never existed (`PROTOCOL_ERROR`).
 const RECENTLY_CLOSED: usize = 16;
-/// The reason of the GOAWAY that ends a connection past a flood budget.
-const TOO_MANY: &str = "too many control frames or resets";
 
 #[derive(Debug)]
 struct Block {
@@ -57,32 +52,6 @@ struct Block {
 pub(crate) struct Closed {
     pub(crate) ids: [u32; RECENTLY_CLOSED],
     pub(crate) at: usize,
-}
-
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Flood {
-    settings: u32,
-    pings: u32,
-    empty: u32,
-    resets: u32,
-}
-
-/// What a connection holds only for a while: a header block being received, this second's
-/// flood counts and the stream errors the caller has not taken yet. Made on first use and
-/// given back by [`Connection::tick`] once it holds nothing, so a connection that sits idle
-/// (a browser's EventSource, an RFC 8441 WebSocket between messages) keeps 8 bytes for it
-/// instead of 28.
-#[derive(Debug, Default)]
-struct Passing {
-    block: Option<Block>,
-    flood: Flood,
-    stream_errors: u32,
-}
-
-impl Passing {
-    fn is_empty(&self) -> bool {
-        self.block.is_none() && self.flood == Flood::default() && self.stream_errors == 0
-    }
 }
 
 /// The server side of one connection.
@@ -129,19 +98,6 @@ impl Connection {
             going_away: false,
             windows_opened: false,
         }
-    }
-
-    /// The header block being received.
-    fn block(&self) -> Option<&Block> {
-        self.passing.as_ref()?.block.as_ref()
-    }
-
-    fn passing(&mut self) -> &mut Passing {
-        self.passing.get_or_insert_with(Box::default)
-    }
-
-    fn flood(&self) -> Option<&Flood> {
-        self.passing.as_ref().map(|p| &p.flood)
     }
 
     /// Writes this side's SETTINGS: the server's part of the connection preface.
@@ -574,31 +530,6 @@ impl Connection {
         }
     }
 
-    fn grow_block_check(&mut self, out: &mut Vec<u8>) -> Result<(), Fatal> {
-        match self.block().map(|b| (b.bytes.len(), b.frames)) {
-            Some((len, frames)) => self.block_size_check(len, frames, out),
-            None => Ok(()),
-        }
-    }
-
-    /// A header block of `len` bytes so far, in `frames` frames, must stay within bounds.
-    fn block_size_check(
-        &mut self,
-        len: usize,
-        frames: u32,
-        out: &mut Vec<u8>,
-    ) -> Result<(), Fatal> {
-        let limit = self.settings.max_header_list as usize * 2 + 1024;
-        if len > limit || frames > MAX_CONTINUATIONS {
-            return Err(self.fail(
-                ErrorCode::EnhanceYourCalm,
-                "header block too large or in too many frames",
-                out,
-            ));
-        }
-        Ok(())
-    }
-
     fn apply(&mut self, s: Setting, out: &mut Vec<u8>) -> Result<(), Fatal> {
         match s {
             Setting::InitialWindowSize(v) => {
@@ -623,42 +554,6 @@ impl Connection {
             _ => {}
         }
         Ok(())
-    }
-
-    /// A stream reset (or answered 431) for the client's error: spends the reset budget and
-    /// counts for [`Connection::take_stream_errors`].
-    fn stream_error(&mut self, out: &mut Vec<u8>) -> Result<(), Fatal> {
-        let p = self.passing();
-        p.stream_errors = p.stream_errors.saturating_add(1);
-        self.spend(|f| &mut f.resets, out)
-    }
-
-    /// Counts one frame of a costly kind against its per-second budget.
-    fn spend(&mut self, which: fn(&mut Flood) -> &mut u32, out: &mut Vec<u8>) -> Result<(), Fatal> {
-        let budget = self.budget();
-        let n = which(&mut self.passing().flood);
-        *n = n.saturating_add(1);
-        if *n > budget {
-            return Err(self.fail(ErrorCode::EnhanceYourCalm, TOO_MANY, out));
-        }
-        Ok(())
-    }
-
-    /// Frames of each costly kind allowed per second: a client that uses all its streams
-    /// and resets each once per second stays within it.
-    fn budget(&self) -> u32 {
-        FLOOD_BUDGET.max(self.settings.max_streams.saturating_mul(2))
-    }
-
-    /// Starts a new second of the flood budgets (the caller's once-a-second sweep), and
-    /// gives back what passed ([`Passing`]) once nothing of it is held.
-    pub fn tick(&mut self) {
-        if let Some(p) = self.passing.as_mut() {
-            p.flood = Flood::default();
-            if p.is_empty() {
-                self.passing = None;
-            }
-        }
     }
 
     fn idle_check(
@@ -765,31 +660,6 @@ impl Connection {
         self.going_away
     }
 
-    /// Streams reset, refused or answered `431` for the client's error since the last call
-    /// (malformed requests, streams past the limit, stream errors), for the caller's counter.
-    pub fn take_stream_errors(&mut self) -> u32 {
-        self.passing
-            .as_mut()
-            .map_or(0, |p| std::mem::take(&mut p.stream_errors))
-    }
-
-    /// Whether a header block has begun and not ended: until it does, the client can send
-    /// nothing else, so the caller bounds how long it may take.
-    pub fn pending_header_block(&self) -> bool {
-        self.block().is_some()
-    }
-
-    /// The caller's deadline for the pending header block has passed (a client trickling
-    /// CONTINUATION frames, slowloris-style): GOAWAY `PROTOCOL_ERROR`; the connection must end
-    /// once it is written.
-    pub fn header_block_late(&mut self, out: &mut Vec<u8>) -> Fatal {
-        self.fail(
-            ErrorCode::ProtocolError,
-            "header block not completed in time",
-            out,
-        )
-    }
-
     /// Whether `stream` is open: it has not ended on both sides, nor been reset.
     pub fn is_open(&self, stream: u32) -> bool {
         self.index(stream).is_some()
@@ -839,12 +709,19 @@ impl Connection {
     }
 }
 
+#[path = "limits.rs"]
+mod limits;
+
 #[path = "park.rs"]
 pub mod park;
 
 #[cfg(test)]
 #[path = "server_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "limits_tests.rs"]
+mod limits_tests;
 
 #[cfg(test)]
 #[path = "server_table_tests.rs"]
