@@ -82,26 +82,26 @@ def fmt(x, digits=0):
 PAIRED = (("cpu_per_million", "server CPU per delivery"), ("p50_ms", "p50"), ("p99_ms", "p99"))
 
 
-def pair_ratios(runs, base_runs, key):
-    """Each repeat's ratio of `runs` to `base_runs` in figure `key` of `metrics` (the same
-    repeat: the servers take turns within it, so machine noise that lasts a repeat hits both),
-    where both have the figure."""
-    out = []
-    for r, b in zip(runs, base_runs):
-        if "bench" not in r or "bench" not in b:
-            continue
-        x, y = metrics(r["bench"]).get(key), metrics(b["bench"]).get(key)
-        if x is not None and y:
-            out.append(x / y)
-    return out
+def paired_metrics(runs, base_runs):
+    """Each repeat's figures (`metrics`) beside the base's of the same repeat (the servers take
+    turns within it, so machine noise that lasts a repeat hits both), where both ran."""
+    return [(metrics(r["bench"]), metrics(b["bench"]))
+            for r, b in zip(runs, base_runs) if "bench" in r and "bench" in b]
+
+
+def pair_ratios(pairs, key):
+    """Each pair's ratio in figure `key`, where both have the figure."""
+    return [x / y for x, y in ((m.get(key), n.get(key)) for m, n in pairs)
+            if x is not None and y]
 
 
 def by_pairs(runs, base_runs):
     """`figure 1.38× (1.20–1.55)` for each of PAIRED: the median of the repeats' ratios and
     their range; None when no repeat pairs up."""
+    pairs = paired_metrics(runs, base_runs)
     parts = []
     for key, name in PAIRED:
-        rs = pair_ratios(runs, base_runs, key)
+        rs = pair_ratios(pairs, key)
         if rs:
             parts.append(f"{name} {median(rs):.2f}× ({min(rs):.2f}–{max(rs):.2f})")
     return ", ".join(parts) or None

@@ -46,7 +46,7 @@ use crate::metrics::CloseReason;
 pub(crate) const PUMP_BYTES: usize = 256 * 1024;
 /// The most streams one connection may have open at once, whatever `h2_max_streams` says (a
 /// browser uses at most a few hundred): its stream records are counted in 16 bits.
-pub(crate) const MAX_STREAMS: usize = u16::MAX as usize;
+const MAX_STREAMS: usize = u16::MAX as usize;
 /// Pump passes over one connection per engine entry point (each up to [`PUMP_BYTES`]).
 const MAX_PASSES: usize = 16;
 /// The largest pump buffer a worker keeps for the next pass (a ticker's passes are a few
@@ -134,7 +134,7 @@ impl<S: Socket> Engine<S> {
         }
         let cfg = &self.shared.config;
         let conn = Connection::new(Settings {
-            max_streams: cfg.h2_max_streams.clamp(1, MAX_STREAMS) as u32,
+            max_streams: self.h2_max_streams() as u32,
             max_header_list: cfg.max_head_size.min(u32::MAX as usize) as u32,
             header_table: cfg.h2_header_table,
             ..Settings::default()
@@ -156,6 +156,12 @@ impl<S: Socket> Engine<S> {
         }
         self.write_to(k, &Arc::from(out), Some(self.h2_cap()));
         Some(0)
+    }
+
+    /// Streams one connection may have open at once: `h2_max_streams`, within 1 and
+    /// [`MAX_STREAMS`].
+    fn h2_max_streams(&self) -> usize {
+        self.shared.config.h2_max_streams.clamp(1, MAX_STREAMS)
     }
 
     /// What an HTTP/2 connection may owe its socket when it answers the client (control
@@ -240,7 +246,7 @@ impl<S: Socket> Engine<S> {
         };
         // The protocol state refuses streams past `h2_max_streams`; this holds the engine to
         // it too, should a record ever outlive its stream.
-        if self.h2_records_of(k) >= self.shared.config.h2_max_streams.clamp(1, MAX_STREAMS) {
+        if self.h2_records_of(k) >= self.h2_max_streams() {
             log::debug(format_args!(
                 "HTTP/2 stream refused: records at h2_max_streams"
             ));
