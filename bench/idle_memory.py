@@ -515,7 +515,7 @@ def free_port():
     raise RuntimeError("no free port in 20000..32000")
 
 
-def run_once(server_cls, n, procs, idle_seconds, burst):
+def run_once(server_cls, n, procs, idle_seconds, burst, settle=4):
     server = server_cls()
     try:
         time.sleep(1)
@@ -543,8 +543,9 @@ def run_once(server_cls, n, procs, idle_seconds, burst):
         connect_rate = conns / (time.monotonic() - started)
         # Settle: a TLS connection's keys, expanded for its first records, are dropped by the
         # server's sweep after a quiet second, and the heap a storm of handshakes left free
-        # is given back one second later; idle means after both.
-        time.sleep(4)
+        # is given back one second later; idle means after both. A longer settle (--settle)
+        # measures after the SSE keep-alives (every 20 s) have woken every connection once.
+        time.sleep(settle)
         idle_rss = rss(pids)
         cpu0 = cpu_seconds(pids)
         time.sleep(idle_seconds)
@@ -591,6 +592,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--idle-seconds", type=float, default=10)
     ap.add_argument("--burst", type=int, default=20, help="broadcasts after the idle window")
+    ap.add_argument("--settle", type=float, default=4,
+                    help="seconds between the last connection and the idle measurement")
     ap.add_argument("--peer", choices=["socketify"], action="append", default=[])
     ap.add_argument("--sse", action="store_true", help="also measure Clarion with SSE subscribers")
     ap.add_argument("--tls", action="store_true",
@@ -622,7 +625,8 @@ def main():
     results = {c.name: [] for c in classes}
     for r in range(args.repeats):
         for cls in classes:  # interleaved, so drift on the shared machine hits both alike
-            res = run_once(cls, args.connections, args.client_procs, args.idle_seconds, args.burst)
+            res = run_once(cls, args.connections, args.client_procs, args.idle_seconds, args.burst,
+                           args.settle)
             results[cls.name].append(res)
             print(f"[{r + 1}/{args.repeats}] {cls.name}: {res['rss_per_conn']:.0f} B/conn idle, "
                   f"{res['rss_per_conn_after_burst']:.0f} after burst, "
@@ -665,7 +669,7 @@ def h2_main(args):
     results = {tag: [] for _, _, tag in plan}
     for r in range(args.repeats):
         for cls, n, tag in plan:
-            res = run_once(cls, n, args.client_procs, args.idle_seconds, args.burst)
+            res = run_once(cls, n, args.client_procs, args.idle_seconds, args.burst, args.settle)
             results[tag].append(res)
             print(f"[{r + 1}/{args.repeats}] {tag} ({res['connections']} connections, "
                   f"{res['subscribers']} streams): {res['rss_per_conn']:.0f} B/conn idle, "

@@ -2,7 +2,9 @@
 //! in pieces of any size. Nothing panics; `receive` never claims more bytes than it was given
 //! and keeps less than one frame; after a connection error it has sent GOAWAY; a stream's
 //! answer, framed through `respond`, never exceeds what the windows allowed; a run of events
-//! after it, framed through `respond_run`, never frames more than it says it used.
+//! after it, framed through `respond_run`, never frames more than it says it used; a
+//! connection that dozes between reads (`Connection::doze`) wakes as it was (its hand-over
+//! bytes are the same), and one that may not doze is handed back as it was.
 #![no_main]
 
 use clarion_proto::h2::frame::{parse, Frame};
@@ -18,11 +20,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let step = usize::from(cut).max(1);
-    let mut c = Connection::new(Settings {
+    let settings = Settings {
         max_streams: 8,
         max_header_list: 4096,
         ..Settings::default()
-    });
+    };
+    let mut c = Connection::new(settings);
     let mut buf: Vec<u8> = Vec::new();
     let mut user = 0u32;
     for piece in data.chunks(step) {
@@ -66,8 +69,25 @@ fuzz_target!(|data: &[u8]| {
             }
             let _ = c.end(s, &mut frames);
         }
+        // An odd first byte lets a second pass between reads (the flood counts start again,
+        // and what passes is given back when empty), as between a worker's sweeps.
+        if cut % 2 == 1 {
+            c.tick();
+        }
+        let was = parked(&c);
+        c = match c.doze(&settings) {
+            Ok(d) => d.wake(settings),
+            Err(c) => c,
+        };
+        assert_eq!(parked(&c), was);
     }
 });
+
+fn parked(c: &Connection) -> Vec<u8> {
+    let mut v = Vec::new();
+    c.park(&mut v);
+    v
+}
 
 /// Events after the answer's head, one of them empty.
 const RUN: [&[u8]; 3] = [b"data: a\n\n", b"", b"data: bb\n\n"];

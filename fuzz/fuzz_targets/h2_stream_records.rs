@@ -85,15 +85,13 @@ fuzz_target!(|data: &[u8]| {
         // The layer above: answers and lets go of the oldest record, gives up the newest,
         // or a second passes.
         match piece.first().map_or(0, |b| b % 5) {
-            1 => {
-                if !records.is_empty() {
-                    let r = records.remove(0);
-                    let mut frames = Vec::new();
-                    let n = c.respond(r.stream, ANSWER, &mut frames);
-                    assert!(n <= ANSWER.len());
-                    if c.end(r.stream, &mut frames) == Ended::Later {
-                        records.push(r);
-                    }
+            1 if !records.is_empty() => {
+                let r = records.remove(0);
+                let mut frames = Vec::new();
+                let n = c.respond(r.stream, ANSWER, &mut frames);
+                assert!(n <= ANSWER.len());
+                if c.end(r.stream, &mut frames) == Ended::Later {
+                    records.push(r);
                 }
             }
             2 => {

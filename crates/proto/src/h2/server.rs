@@ -32,6 +32,7 @@ use limits::{Flood, Passing, TOO_MANY};
 
 pub use super::events::{Event, Fatal};
 pub use super::settings::Settings;
+pub use dormant::Dormant;
 
 /// The connection's flow-control window on both sides starts here (RFC 9113 §6.9.2).
 const CONN_WINDOW: i32 = 65_535;
@@ -714,6 +715,9 @@ mod limits;
 
 #[path = "park.rs"]
 pub mod park;
+
+#[path = "dormant.rs"]
+pub mod dormant;
 
 #[cfg(test)]
 #[path = "server_tests.rs"]

@@ -203,6 +203,8 @@ pub struct Metrics {
     pub h2_streams: AtomicU64,
     /// HTTP/2 streams opened.
     pub h2_streams_opened: AtomicU64,
+    /// HTTP/2 connections whose protocol state rests (idle with one stream).
+    pub h2_resting: AtomicU64,
     /// HTTP/2 connections ended by a protocol error or a flood (GOAWAY with an error code).
     pub h2_errors: AtomicU64,
     /// HTTP/2 streams reset, refused or answered 431 for the client's error (the connection
@@ -546,6 +548,13 @@ impl Metrics {
             "Open HTTP/2 streams (each is also counted in clarion_connections by transport).",
             h2_streams,
         );
+        gauge(
+            &mut out,
+            "clarion_h2_resting",
+            "HTTP/2 connections idle with one stream whose protocol state rests in its compact \
+             form (woken by their next frame or message).",
+            l(&self.h2_resting),
+        );
         counter(
             &mut out,
             "clarion_h2_streams_total",
@@ -820,6 +829,7 @@ mod tests {
             "clarion_slow_consumers_total",
             "clarion_process_cpu_seconds_total",
             "clarion_h2_streams",
+            "clarion_h2_resting",
             "clarion_h2_errors_total",
             "clarion_h2_stream_errors_total",
         ] {

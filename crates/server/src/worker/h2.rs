@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 
 use clarion_proto::h2::frame::ErrorCode;
 use clarion_proto::h2::response::Ended;
-use clarion_proto::h2::server::{Connection, Event, Settings};
+use clarion_proto::h2::server::{Connection, Event};
 
 use super::conn::Conn;
 use super::pool::{InPool, Pooled, Slots};
@@ -59,6 +59,9 @@ pub(crate) struct H2 {
     /// A polite GOAWAY is due: the pump writes it after the streams' last frames, so a client
     /// that stops reading at a GOAWAY (hyper-h2, and httpx on it) sees its streams end first.
     pub(crate) goaway_due: bool,
+    /// Sweeps since something last used this state: at `super::h2_rest::REST_AFTER` it may
+    /// rest.
+    pub(crate) quiet: u8,
     /// The last second (of `now`) in which the connection had a stream open or a request
     /// arrived: without one for `handshake_timeout`, it is told to go. PINGs and SETTINGS do
     /// not count, so a client cannot hold the socket with them alone.
@@ -132,20 +135,15 @@ impl<S: Socket> Engine<S> {
             self.start_closing(k, None, CloseReason::HttpError);
             return Some(data.len());
         }
-        let cfg = &self.shared.config;
-        let conn = Connection::new(Settings {
-            max_streams: self.h2_max_streams() as u32,
-            max_header_list: cfg.max_head_size.min(u32::MAX as usize) as u32,
-            header_table: cfg.h2_header_table,
-            ..Settings::default()
-        });
+        let conn = Connection::new(self.h2_settings());
         let mut out = Vec::with_capacity(64);
         conn.start(&mut out);
-        self.side.h2_mut().insert(
+        self.h2_put(
             k,
             Pooled::new(H2 {
                 conn,
                 goaway_due: false,
+                quiet: 0,
                 busy_at: self.now,
                 block_since: None,
             }),
@@ -160,7 +158,7 @@ impl<S: Socket> Engine<S> {
 
     /// Streams one connection may have open at once: `h2_max_streams`, within 1 and
     /// [`MAX_STREAMS`].
-    fn h2_max_streams(&self) -> usize {
+    pub(crate) fn h2_max_streams(&self) -> usize {
         self.shared.config.h2_max_streams.clamp(1, MAX_STREAMS)
     }
 
@@ -174,7 +172,7 @@ impl<S: Socket> Engine<S> {
 
     /// Frames from the client: returns the bytes used (the rest is an incomplete frame).
     pub(crate) fn on_h2(&mut self, k: u32, data: &mut [u8]) -> usize {
-        let Some(mut h) = self.side.h2_mut().remove(&k) else {
+        let Some(mut h) = self.h2_take(k) else {
             return data.len();
         };
         let (mut out, mut events) = (Vec::new(), Vec::new());
@@ -221,7 +219,7 @@ impl<S: Socket> Engine<S> {
             (true, None) => Some(self.now),
             (false, _) => None,
         };
-        self.side.h2_mut().insert(k, h);
+        self.h2_put(k, h);
         self.scratch.h2_dirty.push(k);
         if !out.is_empty() {
             self.write_to(k, &Arc::from(out), Some(self.h2_cap()));
@@ -393,14 +391,16 @@ impl<S: Socket> Engine<S> {
         let records_ready = idle && parent_ready && !self.side.conflation().contains_key(&child);
         // The protocol state binds the stream to this very record (the link above is the
         // record's own; both must agree before its bytes go on that stream).
-        let state = self.side.h2_mut().get_mut(&p).filter(|h| {
-            records_ready
-                && !h.goaway_due
-                && h.conn.open_streams() == 1
-                && h.conn.user_of(stream) == Some(child)
-        });
         let mut out = std::mem::take(&mut self.scratch.h2_out);
         out.clear();
+        let state = if records_ready {
+            self.h2_state(p)
+        } else {
+            None
+        };
+        let state = state.filter(|h| {
+            !h.goaway_due && h.conn.open_streams() == 1 && h.conn.user_of(stream) == Some(child)
+        });
         let (framed, cut) = state.map_or((0, 0), |h| h.conn.respond_run(stream, frames, &mut out));
         // What was not framed (all of it, when the stream cannot be framed at once) waits in
         // the backlog, in order: the rest of a message the windows cut (the client's
@@ -439,7 +439,7 @@ impl<S: Socket> Engine<S> {
     /// connection takes its streams with it.
     pub(crate) fn h2_forget(&mut self, k: u32) {
         if let Some((parent, stream)) = self.h2_unlink(k) {
-            if let Some(h) = self.side.h2_mut().get_mut(&parent) {
+            if let Some(h) = self.h2_state(parent) {
                 let mut out = Vec::new();
                 h.conn.cancel(stream, ErrorCode::Cancel, &mut out);
                 if !out.is_empty() {
@@ -448,7 +448,7 @@ impl<S: Socket> Engine<S> {
             }
             return;
         }
-        if let Some(h) = self.side.h2_mut().remove(&k) {
+        if let Some(h) = self.h2_take(k) {
             let children = self.h2_children(k, &h);
             drop(h);
             for (c, _) in children {
@@ -549,7 +549,7 @@ impl<S: Socket> Engine<S> {
         if owed > PUMP_BYTES {
             return (false, false); // The socket's writable event pumps again.
         }
-        let Some(mut h) = self.side.h2_mut().remove(&p) else {
+        let Some(mut h) = self.h2_take(p) else {
             return (false, false);
         };
         h.conn.take_windows_opened();
@@ -604,7 +604,7 @@ impl<S: Socket> Engine<S> {
             h.conn.go_away(ErrorCode::NoError, &mut out);
         }
         let idle_goaway = h.conn.going_away() && h.conn.open_streams() == 0;
-        self.side.h2_mut().insert(p, h);
+        self.h2_put(p, h);
         for child in finished {
             self.h2_unlink(child);
             self.conns.try_remove(child as usize);
@@ -649,7 +649,7 @@ impl<S: Socket> Engine<S> {
     /// the last frames of the streams told to end with it, and the connection closes once its
     /// streams have.
     pub(crate) fn h2_go_away(&mut self, k: u32) {
-        if let Some(h) = self.side.h2_mut().get_mut(&k) {
+        if let Some(h) = self.h2_state(k) {
             h.goaway_due = true;
             self.scratch.h2_dirty.push(k);
         }
@@ -662,7 +662,11 @@ impl<S: Socket> Engine<S> {
     pub(crate) fn h2_timers(&mut self) {
         let limit = self.shared.config.handshake_timeout as u32;
         let (mut idle, mut late) = (Vec::new(), Vec::new());
-        for (k, h) in self.side.h2_mut().iter_mut() {
+        for (k, held) in self.side.h2_mut().iter_mut() {
+            // A resting connection has its one stream open and nothing passing.
+            let Some(h) = held.awake_mut() else {
+                continue;
+            };
             h.conn.tick();
             if h.conn.open_streams() > 0 {
                 h.busy_at = self.now;
@@ -680,6 +684,7 @@ impl<S: Socket> Engine<S> {
         for k in idle {
             self.h2_go_away(k);
         }
+        self.h2_rest();
         self.side.h2_mut().compact();
         self.side.h2_streams_mut().compact();
         self.side.h2_records_mut().compact();

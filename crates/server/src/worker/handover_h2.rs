@@ -56,7 +56,7 @@ impl Engine<mio::net::TcpStream> {
         listening: &mut HashMap<u32, Vec<(Arc<str>, u64)>>,
         lifted: &mut HashSet<u32>,
     ) -> Option<H2Part> {
-        let mut h = self.side.h2_mut().remove(&k)?;
+        let mut h = self.h2_take(k)?;
         let mut children = self.h2_children(k, &h);
         children.sort_unstable_by_key(|&(_, id)| id);
         let mut refusals = Vec::new();
@@ -117,6 +117,7 @@ impl Engine<mio::net::TcpStream> {
             // A GOAWAY due (idle, shutdown) and the idle and header-block clocks start again
             // in the new process (a header block still pending gets its full time there).
             goaway_due: _,
+            quiet: _,
             busy_at: _,
             block_since: _,
         } = h.into_inner();
@@ -199,11 +200,12 @@ impl Engine<mio::net::TcpStream> {
         let mut out = Vec::new();
         conn.rebind(|id| keys.get(&id).copied(), &mut out);
         let block_since = conn.pending_header_block().then_some(self.now);
-        self.side.h2_mut().insert(
+        self.h2_put(
             k,
             Pooled::new(H2 {
                 conn,
                 goaway_due: false,
+                quiet: 0,
                 busy_at: self.now,
                 block_since,
             }),

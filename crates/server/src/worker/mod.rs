@@ -33,6 +33,7 @@ mod filters;
 mod frames;
 pub(crate) mod grip;
 mod h2;
+mod h2_rest;
 pub mod handover;
 mod handover_grip;
 mod handover_h2;
@@ -57,6 +58,8 @@ mod tests_auth;
 mod tests_h2;
 #[cfg(test)]
 mod tests_h2_pump;
+#[cfg(test)]
+mod tests_h2_rest;
 #[cfg(test)]
 mod tests_handover_pusher;
 #[cfg(test)]

@@ -22,8 +22,8 @@ use super::conflation::Backlogs;
 use super::delta::DeltaSubs;
 use super::dense::Dense;
 use super::grip::conn::{GripConn, Phase};
-use super::h2::{Link, H2};
-use super::pool::Pooled;
+use super::h2::Link;
+use super::h2_rest::Held;
 use super::presence::PresenceConns;
 use super::shutdown::Drain;
 use super::transport::hooks::HookTable;
@@ -83,7 +83,7 @@ pub(crate) struct Side {
     presence: PresenceConns,
     /// HTTP/2 connections' protocol state (`h2`), dense: a fan-out reaches it for every
     /// delivery to a stream.
-    h2: Dense<Pooled<H2>>,
+    h2: Dense<Held>,
     /// HTTP/2 stream records: their connection's key and their stream id (dense, as `h2`).
     h2_streams: Dense<Link>,
     /// How many of `h2_streams` each HTTP/2 connection holds, by its key: kept within
@@ -164,7 +164,7 @@ accessors! {
     grants, grants_mut: GrantStore;
     hooks, hooks_mut: HookTable;
     presence, presence_mut: PresenceConns;
-    h2, h2_mut: Dense<Pooled<H2>>;
+    h2, h2_mut: Dense<Held>;
     h2_streams, h2_streams_mut: Dense<Link>;
     h2_records, h2_records_mut: Dense<NonZeroU16>;
     delta, delta_mut: DeltaSubs;

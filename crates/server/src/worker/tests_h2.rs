@@ -92,10 +92,10 @@ fn check_records(h: &Harness, max: usize) {
             .get(&p)
             .expect("a record's connection has its protocol state");
         assert!(
-            state.conn.is_open(stream),
+            state.is_open(stream),
             "record {child} holds stream {stream} of {p}, which is closed"
         );
-        assert_eq!(state.conn.user_of(stream), Some(child), "stream {stream}");
+        assert_eq!(state.user_of(stream), Some(child), "stream {stream}");
         *per.entry(p).or_default() += 1;
     }
     for (&p, &n) in &per {
