@@ -52,7 +52,7 @@ struct Chunk {
     start: usize,
     live: usize,
     /// Slots in use on each page of the chunk (a slot may span two).
-    pages: Box<[u16]>,
+    pages: Box<[u32]>,
 }
 
 /// A free slot, ordered by address.
