@@ -71,6 +71,20 @@ pub(crate) struct H2 {
     pub(crate) block_since: Option<u32>,
 }
 
+impl H2 {
+    /// A connection's state as the engine starts it: just used, nothing due, no header block
+    /// pending.
+    pub(crate) fn new(conn: Connection, now: u32) -> H2 {
+        H2 {
+            conn,
+            goaway_due: false,
+            quiet: 0,
+            busy_at: now,
+            block_since: None,
+        }
+    }
+}
+
 /// A stream record's place: its connection's key and its stream's id. Stream 0 is the
 /// connection itself, never a stream, which leaves the table's slot a niche (8 bytes).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -138,16 +152,7 @@ impl<S: Socket> Engine<S> {
         let conn = Connection::new(self.h2_settings());
         let mut out = Vec::with_capacity(64);
         conn.start(&mut out);
-        self.h2_put(
-            k,
-            Pooled::new(H2 {
-                conn,
-                goaway_due: false,
-                quiet: 0,
-                busy_at: self.now,
-                block_since: None,
-            }),
-        );
+        self.h2_put(k, Pooled::new(H2::new(conn, self.now)));
         self.set_state(k, State::H2);
         if let Some(c) = self.conns.get_mut(k as usize) {
             c.last_seen = self.now;
@@ -661,7 +666,8 @@ impl<S: Socket> Engine<S> {
     /// `PROTOCOL_ERROR`); the dense tables give back the slots of keys gone.
     pub(crate) fn h2_timers(&mut self) {
         let limit = self.shared.config.handshake_timeout as u32;
-        let (mut idle, mut late) = (Vec::new(), Vec::new());
+        let settings = self.h2_settings();
+        let (mut idle, mut late, mut tired) = (Vec::new(), Vec::new(), Vec::new());
         for (k, held) in self.side.h2_mut().iter_mut() {
             // A resting connection has its one stream open and nothing passing.
             let Some(h) = held.awake_mut() else {
@@ -680,11 +686,15 @@ impl<S: Socket> Engine<S> {
                 let fatal = h.conn.header_block_late(&mut out);
                 late.push((k, out, fatal));
             }
+            h.quiet = h.quiet.saturating_add(1);
+            if h.may_rest(&settings) {
+                tired.push(k);
+            }
         }
         for k in idle {
             self.h2_go_away(k);
         }
-        self.h2_rest();
+        self.h2_rest(&tired, &settings);
         self.side.h2_mut().compact();
         self.side.h2_streams_mut().compact();
         self.side.h2_records_mut().compact();

@@ -121,13 +121,8 @@ impl<S: Socket> Engine<S> {
             Which::A(h) => h,
             Which::B(d) => {
                 self.shared.metrics.h2_resting.fetch_sub(1, Relaxed);
-                Pooled::new(H2 {
-                    conn: d.into_inner().wake(self.h2_settings()),
-                    goaway_due: false,
-                    quiet: 0,
-                    busy_at: self.now,
-                    block_since: None,
-                })
+                let conn = d.into_inner().wake(self.h2_settings());
+                Pooled::new(H2::new(conn, self.now))
             }
         };
         h.quiet = 0;
@@ -139,25 +134,10 @@ impl<S: Socket> Engine<S> {
         self.side.h2_mut().insert(k, Held::awake(h));
     }
 
-    /// The sweep's part: the connections whose state no one used for [`REST_AFTER`] sweeps
-    /// and that may rest are put to rest. Called after the sweep's `tick`, which gave back
-    /// what passed.
-    pub(crate) fn h2_rest(&mut self) {
-        let mut tired = Vec::new();
-        for (k, held) in self.side.h2_mut().iter_mut() {
-            let Some(h) = held.awake_mut() else {
-                continue;
-            };
-            h.quiet = h.quiet.saturating_add(1);
-            if h.quiet >= REST_AFTER && !h.goaway_due && h.block_since.is_none() {
-                tired.push(k);
-            }
-        }
-        if tired.is_empty() {
-            return;
-        }
-        let settings = self.h2_settings();
-        for k in tired {
+    /// The sweep's part: puts to rest the connections `tired` it found may rest
+    /// ([`H2::may_rest`]), after its `tick` gave back what passed.
+    pub(crate) fn h2_rest(&mut self, tired: &[u32], settings: &Settings) {
+        for &k in tired {
             let Some(Which::A(h)) = self
                 .side
                 .h2_mut()
@@ -166,31 +146,26 @@ impl<S: Socket> Engine<S> {
             else {
                 continue;
             };
-            let held = if h.conn.can_doze(&settings) {
-                let H2 {
-                    conn,
-                    goaway_due: _,
-                    quiet: _,
-                    busy_at: _,
-                    block_since: _,
-                } = h.into_inner();
-                match conn.doze(&settings) {
-                    Ok(d) => {
-                        self.shared.metrics.h2_resting.fetch_add(1, Relaxed);
-                        Held::resting(Pooled::new(d))
-                    }
-                    Err(conn) => Held::awake(Pooled::new(H2 {
-                        conn,
-                        goaway_due: false,
-                        quiet: 0,
-                        busy_at: self.now,
-                        block_since: None,
-                    })),
+            let held = match h.into_inner().conn.doze(settings) {
+                Ok(d) => {
+                    self.shared.metrics.h2_resting.fetch_add(1, Relaxed);
+                    Held::resting(Pooled::new(d))
                 }
-            } else {
-                Held::awake(h)
+                // Not reached: `may_rest` asked the same of the same state.
+                Err(conn) => Held::awake(Pooled::new(H2::new(conn, self.now))),
             };
             self.side.h2_mut().insert(k, held);
         }
+    }
+}
+
+impl H2 {
+    /// Whether the sweep may put this connection to rest: unused for [`REST_AFTER`] sweeps,
+    /// nothing due or pending beside the protocol state, and a state that may doze.
+    pub(crate) fn may_rest(&self, settings: &Settings) -> bool {
+        self.quiet >= REST_AFTER
+            && !self.goaway_due
+            && self.block_since.is_none()
+            && self.conn.can_doze(settings)
     }
 }

@@ -200,16 +200,9 @@ impl Engine<mio::net::TcpStream> {
         let mut out = Vec::new();
         conn.rebind(|id| keys.get(&id).copied(), &mut out);
         let block_since = conn.pending_header_block().then_some(self.now);
-        self.h2_put(
-            k,
-            Pooled::new(H2 {
-                conn,
-                goaway_due: false,
-                quiet: 0,
-                busy_at: self.now,
-                block_since,
-            }),
-        );
+        let mut h = H2::new(conn, self.now);
+        h.block_since = block_since;
+        self.h2_put(k, Pooled::new(h));
         for (child, topics, resume, mode) in resumes {
             self.resume(child, &topics, resume.as_deref(), mode.as_ref());
         }
