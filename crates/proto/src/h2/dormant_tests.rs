@@ -69,7 +69,12 @@ fn parked(c: &Connection) -> Vec<u8> {
 /// our SETTINGS acknowledged, one EventSource on stream `id` answered with `answer`, after
 /// `before` streams that came and went.
 fn browser(id: u32, answer: &[u8], before: u32) -> Connection {
-    let mut c = Connection::new(worker());
+    browser_with(worker(), id, answer, before)
+}
+
+/// [`browser`] on a worker of `settings`.
+fn browser_with(settings: Settings, id: u32, answer: &[u8], before: u32) -> Connection {
+    let mut c = Connection::new(settings);
     let mut v = PREFACE.to_vec();
     write_settings(
         &mut v,
@@ -231,4 +236,67 @@ fn a_request_of_an_empty_body_keeps_its_length_through_the_doze() {
     c.tick();
     let was = parked(&c);
     assert_eq!(parked(&doze_and_wake(c)), was);
+}
+
+/// A request's head, from the events of one read.
+fn heads(c: &mut Connection, input: &[u8]) -> Vec<String> {
+    let mut events = Vec::new();
+    let res = c.receive(input, &mut Vec::new(), &mut events);
+    assert!(res.is_ok(), "{res:?}");
+    events
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Request { request, .. } => Some(String::from_utf8(request.head).unwrap()),
+            Event::Data { .. } | Event::Reset { .. } => None,
+        })
+        .collect()
+}
+
+#[test]
+fn resting_connections_of_one_browser_share_their_header_table() {
+    // The default table size: the browser's fields stay indexed for the connection's life.
+    let settings = Settings::default();
+    let rest = |c: Connection| c.doze(&settings).unwrap();
+    let (a, b) = (
+        rest(browser_with(settings, 1, SSE, 0)),
+        rest(browser_with(settings, 1, SSE, 0)),
+    );
+    assert_eq!(a.decoder.table_size(), 32 + 10 + 13 + 32 + 10 + 1);
+    assert!(a.decoder.shares_table_with(&b.decoder));
+    let (mut a, mut b) = (a.wake(settings), b.wake(settings));
+    // Connections handed to a new process share again there.
+    let moved = [&a, &b].map(|c| Connection::restore(&parked(c)).unwrap());
+    assert!(moved[0].decoder.shares_table_with(&moved[1].decoder));
+    assert_eq!(parked(&moved[0]), parked(&a));
+    let b_was = parked(&b);
+    // A request of the woken connection refers to what the first indexed and indexes more:
+    // its table changes alone.
+    let mut block = vec![0x82, 0x87, 0xbf, 0x84, 0xbe];
+    indexed(&mut block, "x-tab", "2");
+    let mut v = Vec::new();
+    write_headers(&mut v, 3, &block, true, 16_384);
+    let heads = heads(&mut a, &v);
+    assert_eq!(heads.len(), 1);
+    assert!(heads[0].starts_with("GET / HTTP/1.1\r\n"), "{heads:?}");
+    for field in [
+        "host: x\r\n",
+        "user-agent: a-browser/1.0\r\n",
+        "x-tab: 2\r\n",
+    ] {
+        assert!(
+            heads[0].to_lowercase().contains(field),
+            "{field}: {heads:?}"
+        );
+    }
+    assert_eq!(parked(&b), b_was);
+    assert!(!a.decoder.shares_table_with(&b.decoder));
+    assert_eq!(a.decoder.table_size(), b.decoder.table_size() + 32 + 5 + 1);
+    // The other still reads its own table.
+    let mut v = Vec::new();
+    write_headers(&mut v, 3, &block[..5], true, 16_384);
+    let heads = self::heads(&mut b, &v);
+    assert!(heads[0]
+        .to_lowercase()
+        .contains("user-agent: a-browser/1.0\r\n"));
+    assert!(!heads[0].to_lowercase().contains("x-tab"));
 }

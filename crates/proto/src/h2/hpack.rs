@@ -14,6 +14,11 @@
 
 use super::huffman;
 
+mod table;
+
+pub(crate) use table::Entry;
+use table::Table;
+
 /// Why a header block cannot be decoded: a connection error (`COMPRESSION_ERROR`), except
 /// [`HpackError::ListTooLarge`], which the caller may answer per stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,89 +126,6 @@ pub fn field_size(name: &[u8], value: &[u8]) -> usize {
     name.len() + value.len() + 32
 }
 
-/// A dynamic table entry: name and value.
-type Entry = (Box<[u8]>, Box<[u8]>);
-
-/// The dynamic table: newest entry first, evicted from the back to stay within `max`. An empty
-/// table owns no memory: its entries and their size are boxed, made at the first insertion and
-/// freed whenever the table empties (a connection whose client indexes nothing, or once it
-/// has acknowledged a table size of zero, keeps 16 bytes here, sizes included).
-#[derive(Debug, Default)]
-struct Table {
-    entries: Option<Box<Entries>>,
-    max: u32,
-    /// The largest `max` a peer's size update may ask for: the default until the peer has
-    /// acknowledged our `SETTINGS_HEADER_TABLE_SIZE` (or the advertised size if that is
-    /// larger: the peer may have seen it already), then the advertised size. (The decoder's
-    /// rule, kept here so that it shares the table's 8-byte alignment with `max`.)
-    limit: u32,
-}
-
-/// A table's entries, oldest first (so the newest, index 62, is the last), and their size.
-#[derive(Debug, Default)]
-struct Entries {
-    queue: std::collections::VecDeque<Entry>,
-    size: u32,
-}
-
-impl Table {
-    fn size(&self) -> u32 {
-        self.entries.as_ref().map_or(0, |e| e.size)
-    }
-
-    fn get(&self, dynamic_index: usize) -> Option<(&[u8], &[u8])> {
-        let queue = &self.entries.as_ref()?.queue;
-        let i = queue.len().checked_sub(dynamic_index + 1)?;
-        queue.get(i).map(|(n, v)| (&n[..], &v[..]))
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.entries
-            .iter()
-            .flat_map(|e| e.queue.iter())
-            .map(|(n, v)| (&n[..], &v[..]))
-    }
-
-    fn evict_to(&mut self, max: u32) {
-        let Some(e) = self.entries.as_mut() else {
-            return;
-        };
-        while e.size > max {
-            match e.queue.pop_front() {
-                Some((n, v)) => e.size -= size_u32(&n, &v),
-                None => break,
-            }
-        }
-        if e.queue.is_empty() {
-            self.entries = None;
-        }
-    }
-
-    fn insert(&mut self, name: &[u8], value: &[u8]) {
-        let size = field_size(name, value);
-        if size > self.max as usize {
-            // An entry larger than the table empties it and is not added (§4.4).
-            self.entries = None;
-            return;
-        }
-        let size = size as u32;
-        self.evict_to(self.max - size);
-        let e = self.entries.get_or_insert_with(Default::default);
-        e.queue.push_back((name.into(), value.into()));
-        e.size += size;
-    }
-
-    fn resize(&mut self, max: u32) {
-        self.max = max;
-        self.evict_to(max);
-    }
-}
-
-/// [`field_size`] of an entry already in a table (so within its `u32` limit).
-fn size_u32(name: &[u8], value: &[u8]) -> u32 {
-    u32::try_from(field_size(name, value)).unwrap_or(u32::MAX)
-}
-
 /// The table size a connection starts with, before the peer has acknowledged ours (RFC 9113
 /// §6.5.2).
 pub const DEFAULT_TABLE_SIZE: u32 = 4_096;
@@ -221,11 +143,7 @@ impl Decoder {
     /// A decoder whose table size is `table_size` already, on both sides.
     pub fn new(table_size: u32) -> Decoder {
         Decoder {
-            table: Table {
-                entries: None,
-                max: table_size,
-                limit: table_size,
-            },
+            table: Table::new(table_size, table_size),
         }
     }
 
@@ -234,11 +152,7 @@ impl Decoder {
     /// protocol's default size.
     pub fn advertising(advertised: u32) -> Decoder {
         Decoder {
-            table: Table {
-                entries: None,
-                max: DEFAULT_TABLE_SIZE,
-                limit: advertised.max(DEFAULT_TABLE_SIZE),
-            },
+            table: Table::new(DEFAULT_TABLE_SIZE, advertised.max(DEFAULT_TABLE_SIZE)),
         }
     }
 
@@ -262,7 +176,7 @@ impl Decoder {
 
     /// Whether the dynamic table owns no memory.
     pub fn is_empty(&self) -> bool {
-        self.table.entries.is_none()
+        self.table.is_empty()
     }
 
     /// Decodes one complete header block, calling `field` for each field in order. The sum of
@@ -273,9 +187,28 @@ impl Decoder {
     /// on. Strings are bounded by the block itself.
     pub fn decode(
         &mut self,
-        mut block: &[u8],
+        block: &[u8],
         max_list: usize,
         mut field: impl FnMut(Field<'_>),
+    ) -> Result<(), HpackError> {
+        let mut changed = false;
+        let result = self.decode_fields(block, max_list, &mut field, &mut changed);
+        if changed {
+            // Between blocks a table is shared with any other of the same entries, so that
+            // a browser's connections hold one list: made now, an equal list is freed at once
+            // rather than when the connection rests, and leaves no hole in the heap.
+            self.table.share();
+        }
+        result
+    }
+
+    /// [`Decoder::decode`]'s work; `changed` is set if the table may have changed.
+    fn decode_fields(
+        &mut self,
+        mut block: &[u8],
+        max_list: usize,
+        field: &mut impl FnMut(Field<'_>),
+        changed: &mut bool,
     ) -> Result<(), HpackError> {
         let mut list = 0usize;
         let mut over = false;
@@ -303,6 +236,7 @@ impl Decoder {
                     return Err(HpackError::BadSizeUpdate);
                 }
                 self.table.resize(size as u32);
+                *changed = true;
                 continue;
             } else {
                 // Literal (§6.2): with indexing (01), without (0000) or never indexed (0001).
@@ -325,6 +259,7 @@ impl Decoder {
                 let fits = add(list, field_size(&name_buf, &value_buf), max_list);
                 if indexing {
                     self.table.insert(&name_buf, &value_buf);
+                    *changed = true;
                 }
                 match fits {
                     Ok(total) if !over => {
@@ -350,25 +285,20 @@ impl Decoder {
 
     /// A decoder from [`Decoder::parts`]; `None` if the entries do not fit the table or the
     /// table is above the limit (a state no peer could have led it to).
-    pub(crate) fn from_parts(max: u32, limit: u32, entries: Vec<Entry>) -> Option<Decoder> {
-        let size = entries
-            .iter()
-            .try_fold(0usize, |n, (a, b)| n.checked_add(field_size(a, b)))?;
-        if max > limit || size > max as usize {
-            return None;
-        }
+    pub(crate) fn from_parts(
+        max: u32,
+        limit: u32,
+        entries: Vec<std::sync::Arc<Entry>>,
+    ) -> Option<Decoder> {
         Some(Decoder {
-            table: Table {
-                entries: (!entries.is_empty()).then(|| {
-                    Box::new(Entries {
-                        queue: entries.into(),
-                        size: size as u32,
-                    })
-                }),
-                max,
-                limit,
-            },
+            table: Table::with(max, limit, entries)?,
         })
+    }
+
+    /// Whether this decoder's table is the very list `other`'s is (for tests).
+    #[cfg(test)]
+    pub(crate) fn shares_table_with(&self, other: &Decoder) -> bool {
+        self.table.shares_with(&other.table)
     }
 
     fn lookup(&self, index: u64) -> Result<(&[u8], &[u8]), HpackError> {

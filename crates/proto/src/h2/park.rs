@@ -38,7 +38,7 @@
 
 use super::{Block, Closed, Connection, Flood, Passing, RECENTLY_CLOSED};
 use crate::h2::frame::{DEFAULT_MAX_FRAME, MAX_WINDOW};
-use crate::h2::hpack::{Decoder, Encoder, DEFAULT_TABLE_SIZE};
+use crate::h2::hpack::{Decoder, Encoder, Entry, DEFAULT_TABLE_SIZE};
 use crate::h2::stream::{Chunked, Out, Stream, Streams};
 use crate::handover_cursor::{Error, Reader};
 use crate::http1::ChunkedDecoder;
@@ -218,7 +218,8 @@ impl Connection {
         // Each entry takes at least 8 bytes: a count beyond that is a lie, not a size.
         let mut entries = Vec::with_capacity(n.min(r.buf.len() / 8));
         for _ in 0..n {
-            entries.push((r.bytes32()?.into(), r.bytes32()?.into()));
+            let (name, value) = (r.bytes32()?, r.bytes32()?);
+            entries.push(Entry::new(name, value));
         }
         let decoder = Decoder::from_parts(max, limit, entries).ok_or(bad.clone())?;
         let block = if r.flag()? {
