@@ -258,9 +258,8 @@ settings! {
     /// are `REFUSED_STREAM`), each a connection for `max_connections[_per_address]`. At least 1;
     /// above 65,535 it is taken as 65,535.
     h2_max_streams: usize = 256, flag "Streams one HTTP/2 connection may have open at once";
-    /// HPACK table for a client's request fields (`SETTINGS_HEADER_TABLE_SIZE`). Equal entries and
-    /// tables are shared between connections; 0 frees a connection's own (a cookie) at its
-    /// SETTINGS ack, and clients that ignore the setting (h2spec) then fail.
+    /// HPACK table for a client's request fields (`SETTINGS_HEADER_TABLE_SIZE`; equal entries are
+    /// shared). 0 frees a connection's own at its SETTINGS ack; clients ignoring it (h2spec) fail.
     h2_header_table: u32 = 4096, flag "HPACK table size advertised to HTTP/2 clients";
     /// The default certificate: a PEM chain (server certificate first, then intermediates).
     /// `clarion cert --dev` makes a pair for trying TLS locally. Goes with `tls_key`.
